@@ -1,0 +1,190 @@
+//! Diagnostics: every problem of a file, each with where, what was expected and a hint.
+
+use std::fmt;
+
+use crate::yaml::Pos;
+
+/// Stable codes, so that scripts and docs can refer to a kind of problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Code {
+    /// The text is not YAML.
+    Syntax,
+    /// A document's root is not a mapping with one key naming a known kind.
+    UnknownKind,
+    UnknownKey,
+    MissingKey,
+    WrongType,
+    BadValue,
+    BadId,
+    /// Two documents (or two entries) declare the same id.
+    Duplicate,
+    /// A reference to something that does not exist.
+    UnknownRef,
+    /// A pack-level rule: coverage, contracts, scripts.
+    Pack,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Syntax => "E001",
+            Code::UnknownKind => "E002",
+            Code::UnknownKey => "E003",
+            Code::MissingKey => "E004",
+            Code::WrongType => "E005",
+            Code::BadValue => "E006",
+            Code::BadId => "E007",
+            Code::Duplicate => "E008",
+            Code::UnknownRef => "E009",
+            Code::Pack => "E010",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Code::Syntax => "syntax",
+            Code::UnknownKind => "unknown-kind",
+            Code::UnknownKey => "unknown-key",
+            Code::MissingKey => "missing-key",
+            Code::WrongType => "wrong-type",
+            Code::BadValue => "bad-value",
+            Code::BadId => "bad-id",
+            Code::Duplicate => "duplicate",
+            Code::UnknownRef => "unknown-ref",
+            Code::Pack => "pack",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub file: String,
+    pub pos: Pos,
+    pub severity: Severity,
+    pub code: Code,
+    pub message: String,
+    pub expected: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn error(pos: Pos, code: Code, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            file: String::new(),
+            pos,
+            severity: Severity::Error,
+            code,
+            message: message.into(),
+            expected: None,
+            hint: None,
+        }
+    }
+
+    pub fn warning(pos: Pos, code: Code, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(pos, code, message)
+        }
+    }
+
+    pub fn expected(mut self, expected: impl Into<String>) -> Diagnostic {
+        self.expected = Some(expected.into());
+        self
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Diagnostic {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn in_file(mut self, file: &str) -> Diagnostic {
+        self.file = file.to_string();
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let severity = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(
+            f,
+            "{}:{}:{}: {severity}[{}]: {}",
+            self.file,
+            self.pos.line,
+            self.pos.col,
+            self.code.as_str(),
+            self.message
+        )?;
+        if let Some(expected) = &self.expected {
+            write!(f, "\n  = expected: {expected}")?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "\n  = hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Sorts diagnostics by file and position, the order a person fixes them in.
+pub fn sort(diags: &mut [Diagnostic]) {
+    diags.sort_by(|a, b| (&a.file, a.pos, &a.message).cmp(&(&b.file, b.pos, &b.message)));
+}
+
+/// The closest candidate to `word`, when it is close enough to be a likely typo.
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let mut best: Option<(usize, &str)> = None;
+    for candidate in candidates {
+        let distance = edit_distance(word, candidate);
+        let limit = (candidate.len().max(word.len()) / 3).max(1);
+        let prefix =
+            candidate.len() >= 3 && (word.starts_with(candidate) || candidate.starts_with(word));
+        if (distance <= limit || prefix) && best.is_none_or(|(d, _)| distance < d) {
+            best = Some((distance, candidate));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions() {
+        let keys = ["options", "reason", "required_roles", "id", "type"];
+        assert_eq!(did_you_mean("option", keys), Some("options"));
+        assert_eq!(did_you_mean("optoins", keys), Some("options"));
+        assert_eq!(did_you_mean("required_role", keys), Some("required_roles"));
+        assert_eq!(did_you_mean("colour", keys), None);
+    }
+}

@@ -1,0 +1,8 @@
+//! The `opsgraph` binary: the command line over the library crates.
+//!
+//! This crate is the imperative shell: it reads files, picks implementations and prints. The
+//! decisions live in `opsgraph-pack` (documents) and `opsgraph-plan` (resolution and plans).
+
+pub mod cli;
+pub mod load;
+pub mod plan_cmd;

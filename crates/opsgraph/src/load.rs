@@ -1,0 +1,344 @@
+//! Reading documents from disk (or from the copy of `packs/` and `examples/` built into the
+//! binary) and routing them by kind.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use opsgraph_model::{CapabilityPolicy, Document, Intent, Provider, Resource};
+use opsgraph_pack::{check_pack, parse_file, Code, Diagnostic, Located, Pack, PackFile, Pos};
+
+mod bundled {
+    include!(concat!(env!("OUT_DIR"), "/bundled.rs"));
+}
+
+/// The prefix under which bundled files are named in diagnostics and `--packs` arguments.
+pub const BUNDLED: &str = "bundled:";
+
+/// Where documents come from: a directory tree on disk, or the bundled copy.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Disk(PathBuf),
+    /// A path inside the bundled tree (`packs`, `examples/inventory`).
+    Bundled(String),
+}
+
+impl Source {
+    /// `bundled:packs` names the bundled tree; anything else is a path.
+    pub fn parse(arg: &str) -> Source {
+        match arg.strip_prefix(BUNDLED) {
+            Some(rest) => Source::Bundled(rest.trim_matches('/').to_string()),
+            None => Source::Disk(PathBuf::from(arg)),
+        }
+    }
+
+    pub fn display(&self) -> String {
+        match self {
+            Source::Disk(p) => p.display().to_string(),
+            Source::Bundled(p) => format!("{BUNDLED}{p}"),
+        }
+    }
+
+    /// Every file under this source: (path relative to it, text). A file source yields itself.
+    fn files(&self) -> std::io::Result<Vec<(String, String)>> {
+        match self {
+            Source::Disk(path) if path.is_file() => {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_string())
+                    .unwrap_or_default();
+                Ok(vec![(name, std::fs::read_to_string(path)?)])
+            }
+            Source::Disk(path) => {
+                let mut out = Vec::new();
+                walk(path, path, &mut out)?;
+                Ok(out)
+            }
+            Source::Bundled(prefix) => {
+                let files: Vec<(String, String)> = bundled::FILES
+                    .iter()
+                    .filter_map(|(p, text)| {
+                        if p == prefix {
+                            let name = p.rsplit('/').next().unwrap_or(p).to_string();
+                            return Some((name, text.to_string()));
+                        }
+                        let rel = if prefix.is_empty() {
+                            Some(*p)
+                        } else {
+                            p.strip_prefix(prefix.as_str())?.strip_prefix('/')
+                        };
+                        rel.map(|r| (r.to_string(), text.to_string()))
+                    })
+                    .collect();
+                if files.is_empty() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "no such bundled path",
+                    ));
+                }
+                Ok(files)
+            }
+        }
+    }
+
+    fn join(&self, rel: &str) -> String {
+        let base = self.display();
+        if rel.is_empty() {
+            base
+        } else {
+            format!("{}/{rel}", base.trim_end_matches('/'))
+        }
+    }
+
+    fn is_file(&self) -> bool {
+        match self {
+            Source::Disk(p) => p.is_file(),
+            Source::Bundled(p) => bundled::FILES.iter().any(|(f, _)| f == p),
+        }
+    }
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> std::io::Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    entries.sort();
+    for path in entries {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        if name.starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            walk(root, &path, out)?;
+        } else {
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .replace('\\', "/");
+            // Scripts are listed (their existence is checked) but not read as YAML.
+            let text = if is_yaml(&rel) {
+                std::fs::read_to_string(&path)?
+            } else {
+                String::new()
+            };
+            out.push((rel, text));
+        }
+    }
+    Ok(())
+}
+
+fn is_yaml(path: &str) -> bool {
+    path.ends_with(".yaml") || path.ends_with(".yml")
+}
+
+fn io_error(source: &Source, e: &std::io::Error) -> Diagnostic {
+    Diagnostic::error(
+        Pos { line: 0, col: 0 },
+        Code::Syntax,
+        format!("cannot read: {e}"),
+    )
+    .in_file(&source.display())
+}
+
+/// Every YAML document under the sources (files or directories), parsed and checked.
+pub fn documents(sources: &[Source]) -> (Vec<Located>, Vec<Diagnostic>) {
+    let mut docs = Vec::new();
+    let mut diags = Vec::new();
+    for source in sources {
+        let files = match source.files() {
+            Ok(files) => files,
+            Err(e) => {
+                diags.push(io_error(source, &e));
+                continue;
+            }
+        };
+        let single = source.is_file();
+        for (rel, text) in files.iter().filter(|(p, _)| single || is_yaml(p)) {
+            let name = if single {
+                source.display()
+            } else {
+                source.join(rel)
+            };
+            let parsed = parse_file(&name, text);
+            docs.extend(parsed.docs);
+            diags.extend(parsed.diagnostics);
+        }
+    }
+    (docs, diags)
+}
+
+/// The packs under each source: the source itself when it holds `pack.yaml`, else each
+/// directory below it that does.
+pub fn packs(sources: &[Source]) -> (Vec<Pack>, Vec<Diagnostic>) {
+    let mut packs = Vec::new();
+    let mut diags = Vec::new();
+    for source in sources {
+        let files = match source.files() {
+            Ok(files) => files,
+            Err(e) => {
+                diags.push(io_error(source, &e));
+                continue;
+            }
+        };
+        let roots: BTreeSet<String> = files
+            .iter()
+            .filter_map(|(p, _)| {
+                p.strip_suffix("pack.yaml")
+                    .filter(|r| r.is_empty() || r.ends_with('/'))
+                    .map(|r| r.trim_end_matches('/').to_string())
+            })
+            .collect();
+        if roots.is_empty() {
+            diags.push(
+                Diagnostic::error(
+                    Pos { line: 0, col: 0 },
+                    Code::Pack,
+                    "no pack here: no pack.yaml in it or in its subdirectories",
+                )
+                .in_file(&source.display()),
+            );
+        }
+        for root in roots {
+            let inside = |p: &str| -> Option<String> {
+                if root.is_empty() {
+                    Some(p.to_string())
+                } else {
+                    p.strip_prefix(&root)?.strip_prefix('/').map(str::to_string)
+                }
+            };
+            let mut yaml = Vec::new();
+            let mut all = BTreeSet::new();
+            for (p, text) in &files {
+                if let Some(rel) = inside(p) {
+                    // A nested pack belongs to itself, not to this one.
+                    if rel.contains('/') && roots_contains_prefix(&files, &root, &rel) {
+                        continue;
+                    }
+                    if is_yaml(&rel) {
+                        yaml.push(PackFile {
+                            path: rel.clone(),
+                            text: text.clone(),
+                        });
+                    }
+                    all.insert(rel);
+                }
+            }
+            let (pack, d) = check_pack(&source.join(&root), &yaml, &all);
+            diags.extend(d);
+            packs.extend(pack);
+        }
+    }
+    (packs, diags)
+}
+
+fn roots_contains_prefix(files: &[(String, String)], root: &str, rel: &str) -> bool {
+    // True when `rel` lies in a subdirectory of `root` that has its own pack.yaml.
+    let mut dir = rel;
+    while let Some((parent, _)) = dir.rsplit_once('/') {
+        let manifest = if root.is_empty() {
+            format!("{parent}/pack.yaml")
+        } else {
+            format!("{root}/{parent}/pack.yaml")
+        };
+        if files.iter().any(|(p, _)| *p == manifest) {
+            return true;
+        }
+        dir = parent;
+    }
+    false
+}
+
+/// The world a plan is made in: inventory, providers, policy.
+#[derive(Debug, Default)]
+pub struct World {
+    pub resources: Vec<Resource>,
+    pub providers: Vec<Provider>,
+    pub policy: CapabilityPolicy,
+    pub intents: Vec<(String, Intent)>,
+}
+
+/// Routes documents by kind. Pack documents found among them are refused with a hint.
+pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
+    let mut world = World::default();
+    let mut ids: BTreeMap<String, String> = BTreeMap::new();
+    let mut policy_origin: BTreeMap<(String, String), String> = BTreeMap::new();
+    for d in docs {
+        let here = format!("{}:{}:{}", d.file, d.pos.line, d.pos.col);
+        match d.doc {
+            Document::Resource(r) => {
+                if let Some(first) = ids.insert(format!("resource {}", r.id), here.clone()) {
+                    diags.push(
+                        Diagnostic::error(
+                            d.pos,
+                            Code::Duplicate,
+                            format!("resource `{}` is declared twice", r.id),
+                        )
+                        .in_file(&d.file)
+                        .hint(format!("first declared at {first}")),
+                    );
+                    continue;
+                }
+                world.resources.push(r);
+            }
+            Document::Provider(p) => {
+                if let Some(first) = ids.insert(format!("provider {}", p.id), here.clone()) {
+                    diags.push(
+                        Diagnostic::error(
+                            d.pos,
+                            Code::Duplicate,
+                            format!("provider `{}` is declared twice", p.id),
+                        )
+                        .in_file(&d.file)
+                        .hint(format!("first declared at {first}")),
+                    );
+                    continue;
+                }
+                world.providers.push(p);
+            }
+            Document::CapabilityPolicy(p) => {
+                for (cap, envs) in p.rules {
+                    for (env, rule) in envs {
+                        if let Some(first) =
+                            policy_origin.insert((cap.clone(), env.clone()), here.clone())
+                        {
+                            diags.push(
+                                Diagnostic::error(
+                                    d.pos,
+                                    Code::Duplicate,
+                                    format!("policy for `{cap}` in `{env}` is declared twice"),
+                                )
+                                .in_file(&d.file)
+                                .hint(format!("first declared at {first}")),
+                            );
+                            continue;
+                        }
+                        world
+                            .policy
+                            .rules
+                            .entry(cap.clone())
+                            .or_default()
+                            .insert(env, rule);
+                    }
+                }
+            }
+            Document::Intent(i) => world.intents.push((d.file.clone(), i)),
+            Document::Requires(_) => {}
+            other => diags.push(
+                Diagnostic::warning(
+                    d.pos,
+                    Code::Pack,
+                    format!(
+                        "a `{}` document belongs in a pack; ignored here",
+                        other.kind()
+                    ),
+                )
+                .in_file(&d.file)
+                .hint("pass pack directories with --packs"),
+            ),
+        }
+    }
+    world
+}

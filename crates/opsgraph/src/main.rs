@@ -1,0 +1,17 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = opsgraph::cli::Cli::parse();
+    let mut out = std::io::stdout().lock();
+    let mut err = std::io::stderr().lock();
+    match opsgraph::cli::run(cli, &mut out, &mut err) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            use std::io::Write as _;
+            let _ = writeln!(err, "error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
