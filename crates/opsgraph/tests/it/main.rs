@@ -1,1 +1,6 @@
-//! The one integration-test binary.
+//! The one integration-test binary: every feature has a `check(input, expect)` helper and its
+//! expectations are snapshots (`UPDATE_EXPECT=1 cargo test` rewrites them).
+
+mod documents;
+mod plan;
+mod support;

@@ -1,0 +1,923 @@
+//! Plan building: intent + pack + world -> resolved capability graph -> DAG of job instances and
+//! gates, grouped in stages. A plan revision is immutable and carries a content hash.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use opsgraph_model::{
+    Attributes, CapabilityPolicy, Gate, GateType, Intent, Job, ParamType, PlanTemplate, Provider,
+    Requirement, Resource, RiskLevel,
+};
+use opsgraph_pack::Pack;
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::edit::{apply, Edit};
+use crate::resolve::{self, Context, GateOption, Inventory, Outcome, Resolution};
+use crate::Error;
+
+/// Everything a plan is made from.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub intent: &'a Intent,
+    pub packs: &'a [Pack],
+    pub inventory: &'a Inventory<'a>,
+    /// Providers of the world; the packs' own providers are added to them.
+    pub providers: &'a [Provider],
+    pub policy: &'a CapabilityPolicy,
+}
+
+/// A plan revision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub pack: String,
+    pub template: String,
+    pub action: String,
+    pub intent: Intent,
+    pub parameters: Attributes,
+    pub resolution: Vec<Resolution>,
+    pub stages: Vec<Stage>,
+    pub jobs: Vec<JobInstance>,
+    pub gates: Vec<PlanGate>,
+    pub risk: Risk,
+    pub sub_operations: Vec<SubOperation>,
+    pub revision: Revision,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Revision {
+    pub number: u32,
+    /// `sha256:<hex>` over the plan's content.
+    pub hash: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stage {
+    pub id: String,
+    pub name: String,
+    pub jobs: Vec<String>,
+}
+
+/// One job of the template, on one resource of its scope (or once, unscoped).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobInstance {
+    /// `install-runtime@worker-3`, or the job id when unscoped.
+    pub id: String,
+    pub job: String,
+    pub title: Option<String>,
+    pub stage: String,
+    pub scope: Option<String>,
+    pub resource: Option<String>,
+    /// Job instances and gates this one waits for.
+    pub depends_on: Vec<String>,
+    /// Why each dependency exists, in the order of `depends_on`.
+    pub because: Vec<String>,
+    pub destructive: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanGate {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub type_: GateType,
+    pub reason: String,
+    pub options: Vec<String>,
+    pub required_roles: Vec<String>,
+    /// The job instances that wait for the answer.
+    pub before: Vec<String>,
+    /// What placed it: `resolution`, `template`, `risk`, `destructive`, `missing_input`.
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Risk {
+    pub level: RiskLevel,
+    pub reasons: Vec<String>,
+}
+
+/// The plan of a provider's create action, run first as a child operation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SubOperation {
+    pub requirement: String,
+    pub provider: String,
+    /// `true` when the resolution creates it; `false` when it is one option of a gate.
+    pub chosen: bool,
+    pub plan: Option<Box<Plan>>,
+    pub error: Option<String>,
+}
+
+impl Plan {
+    /// An empty plan: building is applying edits to it.
+    pub(crate) fn empty(pack: &Pack, template: &PlanTemplate, intent: &Intent) -> Plan {
+        Plan {
+            pack: format!("{}@{}", pack.manifest.id, pack.manifest.version),
+            template: template.id.clone(),
+            action: template.action.clone(),
+            intent: intent.clone(),
+            parameters: Attributes::new(),
+            resolution: Vec::new(),
+            stages: Vec::new(),
+            jobs: Vec::new(),
+            gates: Vec::new(),
+            risk: Risk {
+                level: RiskLevel::Low,
+                reasons: Vec::new(),
+            },
+            sub_operations: Vec::new(),
+            revision: Revision {
+                number: 0,
+                hash: String::new(),
+            },
+        }
+    }
+
+    /// True when a requirement cannot be met: the plan cannot run.
+    pub fn is_blocked(&self) -> bool {
+        self.resolution
+            .iter()
+            .any(|r| matches!(r.outcome, Outcome::Unsatisfiable { .. }))
+    }
+
+    pub(crate) fn content_hash(&self) -> String {
+        let mut hasher = Sha256::new();
+        let content = serde_json::json!({
+            "pack": self.pack, "template": self.template, "intent": self.intent,
+            "parameters": self.parameters, "resolution": self.resolution.iter().map(|r| &r.outcome).collect::<Vec<_>>(),
+            "stages": self.stages, "jobs": self.jobs, "gates": self.gates,
+        });
+        hasher.update(content.to_string().as_bytes());
+        let digest = hasher.finalize();
+        let mut hex = String::with_capacity(71);
+        hex.push_str("sha256:");
+        for b in digest.iter() {
+            hex.push_str(&format!("{b:02x}"));
+        }
+        hex
+    }
+}
+
+const MAX_DEPTH: usize = 3;
+
+/// Builds the plan for an intent.
+pub fn build(input: &Input<'_>) -> Result<Plan, Vec<Error>> {
+    build_at(input, 0)
+}
+
+fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
+    let intent = input.intent;
+    let pack = find_pack(input.packs, intent).map_err(|e| vec![e])?;
+    let template = pack.template_for(&intent.action).ok_or_else(|| {
+        vec![Error::UnknownAction {
+            pack: pack.manifest.id.clone(),
+            action: intent.action.clone(),
+            available: pack.templates.iter().map(|t| t.action.clone()).collect(),
+        }]
+    })?;
+    let mut errors = Vec::new();
+    let mut edits = Vec::new();
+
+    // Parameters.
+    let (parameters, missing) = parameters(pack, template, intent, &mut errors);
+    edits.push(Edit::SetParameters(parameters.clone()));
+
+    // Scopes.
+    let mut scopes: BTreeMap<&str, Vec<&Resource>> = BTreeMap::new();
+    for (name, spec) in &template.scopes {
+        let mut resources: Vec<&Resource> = Vec::new();
+        for from in &spec.from {
+            let key = from.strip_prefix("targets.").unwrap_or(from);
+            for id in intent.targets.get(key).into_iter().flatten() {
+                match input.inventory.get(id) {
+                    None => errors.push(Error::UnknownResource {
+                        id: id.clone(),
+                        scope: name.clone(),
+                    }),
+                    Some(r) if r.type_ != spec.resource_type => {
+                        errors.push(Error::WrongResourceType {
+                            id: id.clone(),
+                            scope: name.clone(),
+                            expected: spec.resource_type.clone(),
+                            found: r.type_.clone(),
+                        })
+                    }
+                    Some(r) if !resources.iter().any(|x| x.id == r.id) => resources.push(r),
+                    Some(_) => {}
+                }
+            }
+        }
+        let n = resources.len() as u32;
+        if spec.min.is_some_and(|m| n < m) || spec.max.is_some_and(|m| n > m) {
+            errors.push(Error::ScopeSize {
+                scope: name.clone(),
+                count: n,
+                min: spec.min,
+                max: spec.max,
+            });
+        }
+        scopes.insert(name, resources);
+    }
+    for key in intent.targets.keys() {
+        let used = template.scopes.values().any(|s| {
+            s.from
+                .iter()
+                .any(|f| f.strip_prefix("targets.") == Some(key))
+        });
+        if !used {
+            errors.push(Error::UnknownTarget {
+                name: key.clone(),
+                template: template.id.clone(),
+            });
+        }
+    }
+
+    // Jobs, their scopes and instances.
+    let stage_of: HashMap<&str, &str> = template
+        .stages
+        .iter()
+        .flat_map(|s| s.jobs.iter().map(move |j| (j.as_str(), s.id.as_str())))
+        .collect();
+    let mut jobs: Vec<(&Job, Option<&str>)> = Vec::new();
+    for entry in &template.jobs {
+        let Some(job) = pack.job(template, entry.id()) else {
+            errors.push(Error::UnknownJob {
+                id: entry.id().to_string(),
+                referenced_by: template.id.clone(),
+            });
+            continue;
+        };
+        match job_scope(job, template) {
+            Ok(scope) => jobs.push((job, scope)),
+            Err(e) => errors.push(e),
+        }
+    }
+    let instance_id = |job: &str, r: Option<&Resource>| match r {
+        Some(r) => format!("{job}@{}", r.name),
+        None => job.to_string(),
+    };
+    // (job id) -> [(resource id, instance id)]
+    let mut instances: HashMap<&str, Vec<(Option<&str>, String)>> = HashMap::new();
+    for (job, scope) in &jobs {
+        let list = match scope {
+            Some(s) => scopes
+                .get(s)
+                .map(|rs| {
+                    rs.iter()
+                        .map(|r| (Some(r.id.as_str()), instance_id(&job.id, Some(r))))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            None => vec![(None, job.id.clone())],
+        };
+        instances.insert(job.id.as_str(), list);
+    }
+
+    // Who provides what.
+    let mut cap_provider: HashMap<&str, &str> = HashMap::new();
+    let mut artifact_provider: HashMap<&str, &str> = HashMap::new();
+    for (job, _) in &jobs {
+        for p in &job.outputs.provides.capabilities {
+            if let Some(other) = cap_provider.insert(&p.capability, &job.id) {
+                if other != job.id {
+                    errors.push(Error::TwoProviders {
+                        output: format!("capability {}", p.capability),
+                        jobs: [other.into(), job.id.clone()],
+                    });
+                }
+            }
+        }
+        for a in &job.outputs.artifacts {
+            if let Some(other) = artifact_provider.insert(a, &job.id) {
+                if other != job.id {
+                    errors.push(Error::TwoProviders {
+                        output: format!("artifact {a}"),
+                        jobs: [other.into(), job.id.clone()],
+                    });
+                }
+            }
+        }
+    }
+
+    // Edges, and the requirements nobody in the plan provides.
+    let mut external: Vec<(Requirement, Vec<String>)> = Vec::new();
+    let mut add_external = |req: &Requirement, by: &str| match external
+        .iter_mut()
+        .find(|(r, _)| r.capability == req.capability && r.scope == req.scope)
+    {
+        Some((r, users)) => {
+            for (k, v) in &req.constraints {
+                r.constraints.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            if !users.iter().any(|u| u == by) {
+                users.push(by.to_string());
+            }
+        }
+        None => external.push((req.clone(), vec![by.to_string()])),
+    };
+    for req in template
+        .requires
+        .as_ref()
+        .unwrap_or(&pack.manifest.requires)
+        .iter()
+        .chain(&intent.requires)
+    {
+        add_external(req, "pack");
+    }
+    let mut job_edits = Vec::new();
+    for (job, scope) in &jobs {
+        let stage = stage_of.get(job.id.as_str()).copied().unwrap_or("");
+        for (resource, id) in instances.get(job.id.as_str()).into_iter().flatten() {
+            let mut deps: Vec<(String, String)> = Vec::new();
+            let mut link = |provider: &str, same_scope: bool, because: String| {
+                let Some(list) = instances.get(provider) else {
+                    return;
+                };
+                let same: Vec<&String> = if same_scope {
+                    list.iter()
+                        .filter(|(r, _)| r.is_some() && r == resource)
+                        .map(|(_, i)| i)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let targets: Vec<&String> = if same.is_empty() {
+                    list.iter().map(|(_, i)| i).collect()
+                } else {
+                    same
+                };
+                for t in targets {
+                    if t != id && !deps.iter().any(|(d, _)| d == t) {
+                        deps.push((t.clone(), because.clone()));
+                    }
+                }
+            };
+            for req in &job.inputs.requires.capabilities {
+                match cap_provider.get(req.capability.as_str()) {
+                    Some(p) if *p != job.id => {
+                        let same = req.scope.is_none() || req.scope.as_deref() == *scope;
+                        link(p, same, format!("requires capability {}", req.capability));
+                    }
+                    Some(_) => {}
+                    None => add_external(req, &job.id),
+                }
+            }
+            for a in &job.inputs.requires.artifacts {
+                match artifact_provider.get(a.as_str()) {
+                    Some(p) if *p != job.id => link(p, true, format!("requires artifact {a}")),
+                    Some(_) => {}
+                    None => {
+                        if resource.is_none() || !errors.iter().any(|e| matches!(e, Error::Unprovided { job: j, what, .. } if *j == job.id && *what == format!("artifact {a}"))) {
+                            errors.push(Error::Unprovided { job: job.id.clone(), what: format!("artifact {a}"), scope: scope.map(str::to_string) });
+                        }
+                    }
+                }
+            }
+            for after in &job.after {
+                if instances.contains_key(after.as_str()) {
+                    link(after, true, "after (explicit ordering)".to_string());
+                } else {
+                    errors.push(Error::UnknownJob {
+                        id: after.clone(),
+                        referenced_by: job.id.clone(),
+                    });
+                }
+            }
+            let (depends_on, because) = deps.into_iter().unzip();
+            job_edits.push(crate::plan::JobInstance {
+                id: id.clone(),
+                job: job.id.clone(),
+                title: job.title.clone(),
+                stage: stage.to_string(),
+                scope: scope.map(str::to_string),
+                resource: resource.map(str::to_string),
+                depends_on,
+                because,
+                destructive: job.controls.destructive,
+            });
+        }
+    }
+
+    // Resolution.
+    let mut providers: Vec<Provider> = input.providers.to_vec();
+    for p in input.packs.iter().flat_map(|p| &p.providers) {
+        if !providers.iter().any(|q| q.id == p.id) {
+            providers.push(p.clone());
+        }
+    }
+    let requester = pack.manifest.display_title();
+    let cx = Context {
+        inventory: input.inventory,
+        providers: &providers,
+        policy: input.policy,
+        intent,
+        requester: &requester,
+    };
+    let mut resolution = Vec::new();
+    for (req, by) in external {
+        let scoped = req
+            .scope
+            .as_deref()
+            .and_then(|s| scopes.get(s).map(|rs| (s, rs)));
+        let r = match (req.scope.as_deref(), scoped) {
+            (Some(s), Some((_, rs))) => resolve::resolve_scoped(&cx, &req, s, rs, by),
+            (Some(s), None) => {
+                errors.push(Error::UnknownScope {
+                    scope: s.to_string(),
+                    capability: req.capability.clone(),
+                    jobs: by,
+                });
+                continue;
+            }
+            (None, _) => resolve::resolve(&cx, &req, by),
+        };
+        resolution.push(r);
+    }
+
+    // Sub-operations: the plan of each provider that would be created.
+    let mut subs = Vec::new();
+    if depth < MAX_DEPTH {
+        for r in &mut resolution {
+            let creates: Vec<(String, String, String, Attributes, bool)> = match &r.outcome {
+                Outcome::Create {
+                    provider,
+                    pack,
+                    action,
+                    parameters,
+                } => {
+                    vec![(
+                        provider.clone(),
+                        pack.clone(),
+                        action.clone(),
+                        parameters.clone(),
+                        true,
+                    )]
+                }
+                Outcome::Gate { gate } => gate
+                    .options
+                    .iter()
+                    .filter_map(|o| match o {
+                        GateOption::Create {
+                            provider,
+                            pack,
+                            action,
+                            parameters,
+                            ..
+                        } => Some((
+                            provider.clone(),
+                            pack.clone(),
+                            action.clone(),
+                            parameters.clone(),
+                            false,
+                        )),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for (provider, pack_id, action, params, chosen) in creates {
+                let sub = sub_operation(
+                    input,
+                    &r.requirement,
+                    &provider,
+                    &pack_id,
+                    &action,
+                    &params,
+                    chosen,
+                    depth,
+                );
+                if chosen {
+                    if let Some(e) = &sub.error {
+                        r.outcome = Outcome::Unsatisfiable {
+                            reason: format!("provider {provider} cannot be created: {e}"),
+                        };
+                    }
+                }
+                subs.push(sub);
+            }
+        }
+    }
+
+    // Gates.
+    let roots: Vec<String> = job_edits
+        .iter()
+        .filter(|j| j.depends_on.is_empty())
+        .map(|j| j.id.clone())
+        .collect();
+    let instances_of = |job_ids: &[String]| -> Vec<String> {
+        let wanted: BTreeSet<&str> = job_ids.iter().map(String::as_str).collect();
+        job_edits
+            .iter()
+            .filter(|j| wanted.contains(j.job.as_str()))
+            .map(|j| j.id.clone())
+            .collect()
+    };
+    let mut gates: Vec<PlanGate> = Vec::new();
+    for r in &resolution {
+        if let Outcome::Gate { gate } = &r.outcome {
+            let users: Vec<String> = r
+                .required_by
+                .iter()
+                .filter(|u| *u != "pack")
+                .cloned()
+                .collect();
+            let before = if users.is_empty() {
+                roots.clone()
+            } else {
+                instances_of(&users)
+            };
+            gates.push(PlanGate {
+                id: gate.id.clone(),
+                type_: gate.type_,
+                reason: gate.reason.clone(),
+                options: gate.options.iter().map(|o| o.label().to_string()).collect(),
+                required_roles: gate.required_roles.clone(),
+                before,
+                source: "resolution".into(),
+            });
+        }
+    }
+    for g in &template.gates {
+        gates.push(plan_gate(
+            g,
+            if g.before.is_empty() {
+                roots.clone()
+            } else {
+                instances_of(&g.before)
+            },
+            "template",
+        ));
+    }
+    for (param, users) in &missing {
+        let before = if users.is_empty() {
+            roots.clone()
+        } else {
+            instances_of(users)
+        };
+        gates.push(PlanGate {
+            id: format!("input-{}", param.replace('_', "-")),
+            type_: GateType::MissingInput,
+            reason: format!("parameter {param} is required and the intent gives no value"),
+            options: vec!["provide a value".into(), "cancel operation".into()],
+            required_roles: vec!["operator".into(), "sre".into(), "platform_admin".into()],
+            before,
+            source: "missing_input".into(),
+        });
+    }
+    for (job, _) in jobs.iter().filter(|(j, _)| j.controls.destructive) {
+        gates.push(PlanGate {
+            id: format!("confirm-{}", job.id),
+            type_: GateType::DestructiveAction,
+            reason: format!("job {} is destructive", job.id),
+            options: vec!["proceed".into(), "cancel operation".into()],
+            required_roles: vec!["sre".into(), "platform_admin".into()],
+            before: instances_of(std::slice::from_ref(&job.id)),
+            source: "destructive".into(),
+        });
+    }
+    let level = template.risk.unwrap_or(pack.manifest.risk.default_level);
+    let approval_from = pack.manifest.risk.approval_from.unwrap_or(RiskLevel::High);
+    if level >= approval_from {
+        gates.push(PlanGate {
+            id: "approve-plan".into(),
+            type_: GateType::Approval,
+            reason: format!(
+                "{} {} is {level} risk: the plan needs approval before it runs",
+                requester, template.action
+            ),
+            options: vec!["approve".into(), "cancel operation".into()],
+            required_roles: vec!["sre".into(), "platform_admin".into()],
+            before: roots.clone(),
+            source: "risk".into(),
+        });
+    }
+
+    let mut reasons = vec![format!("{} risk level of {}", level, pack.manifest.id)];
+    for j in jobs.iter().filter(|(j, _)| j.controls.destructive) {
+        reasons.push(format!("destructive job {}", j.0.id));
+    }
+    let creates = resolution
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Create { .. }))
+        .count();
+    if creates > 0 {
+        reasons.push(format!("{creates} provider(s) created as sub-operations"));
+    }
+    if !gates.is_empty() {
+        reasons.push(format!("{} gate(s) wait for a person", gates.len()));
+    }
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+
+    for s in &template.stages {
+        edits.push(Edit::AddStage {
+            id: s.id.clone(),
+            name: s.name.clone(),
+        });
+    }
+    edits.extend(job_edits.into_iter().map(Edit::AddJob));
+    edits.extend(gates.into_iter().map(Edit::AddGate));
+    edits.push(Edit::SetResolution(resolution));
+    edits.push(Edit::SetRisk(Risk { level, reasons }));
+    edits.push(Edit::SetSubOperations(subs));
+    apply(Plan::empty(pack, template, intent), edits)
+}
+
+#[expect(clippy::too_many_arguments)]
+fn sub_operation(
+    input: &Input<'_>,
+    req: &Requirement,
+    provider: &str,
+    pack_id: &str,
+    action: &str,
+    params: &Attributes,
+    chosen: bool,
+    depth: usize,
+) -> SubOperation {
+    let result = (|| {
+        let pack = input
+            .packs
+            .iter()
+            .find(|p| p.manifest.id == pack_id)
+            .ok_or_else(|| format!("pack {pack_id} is not loaded"))?;
+        let target = pack
+            .manifest
+            .resource_types
+            .first()
+            .cloned()
+            .ok_or_else(|| format!("pack {pack_id} manages no resource type"))?;
+        let parent = input
+            .intent
+            .name
+            .clone()
+            .unwrap_or_else(|| "operation".into());
+        let sub_intent = Intent {
+            id: None,
+            target_resource_type: target,
+            action: action.to_string(),
+            pack: Some(pack_id.to_string()),
+            name: Some(format!("{}-{}", provider.replace('_', "-"), parent)),
+            environment: input.intent.environment.clone(),
+            desired_result: Some(format!("{} for {parent}", req.capability)),
+            parameters: params.clone(),
+            constraints: input.intent.constraints.clone(),
+            targets: BTreeMap::new(),
+            requires: Vec::new(),
+        };
+        let sub_input = Input {
+            intent: &sub_intent,
+            ..*input
+        };
+        build_at(&sub_input, depth + 1).map_err(|errs| {
+            errs.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    })();
+    let (plan, error) = match result {
+        Ok(p) if p.is_blocked() => (
+            Some(Box::new(p)),
+            Some("its own plan has an unsatisfiable requirement".to_string()),
+        ),
+        Ok(p) => (Some(Box::new(p)), None),
+        Err(e) => (None, Some(e)),
+    };
+    SubOperation {
+        requirement: req.capability.clone(),
+        provider: provider.to_string(),
+        chosen,
+        plan,
+        error,
+    }
+}
+
+fn plan_gate(g: &Gate, before: Vec<String>, source: &str) -> PlanGate {
+    PlanGate {
+        id: g.id.clone(),
+        type_: g.type_,
+        reason: g.reason.clone(),
+        options: g.options.clone(),
+        required_roles: g.required_roles.clone(),
+        before,
+        source: source.into(),
+    }
+}
+
+fn find_pack<'a>(packs: &'a [Pack], intent: &Intent) -> Result<&'a Pack, Error> {
+    if let Some(id) = &intent.pack {
+        return packs
+            .iter()
+            .find(|p| p.manifest.id == *id)
+            .ok_or_else(|| Error::UnknownPack {
+                id: id.clone(),
+                available: packs.iter().map(|p| p.manifest.id.clone()).collect(),
+            });
+    }
+    let found: Vec<&Pack> = packs
+        .iter()
+        .filter(|p| {
+            p.manifest
+                .resource_types
+                .contains(&intent.target_resource_type)
+        })
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one),
+        [] => Err(Error::NoPackForType {
+            resource_type: intent.target_resource_type.clone(),
+            available: packs
+                .iter()
+                .flat_map(|p| p.manifest.resource_types.iter().cloned())
+                .collect(),
+        }),
+        several => Err(Error::AmbiguousPack {
+            resource_type: intent.target_resource_type.clone(),
+            packs: several.iter().map(|p| p.manifest.id.clone()).collect(),
+        }),
+    }
+}
+
+/// The template scope a job fans out over: explicit, else the one its scoped requirements and
+/// provisions name, else the unique scope of its resource type.
+fn job_scope<'a>(job: &'a Job, template: &'a PlanTemplate) -> Result<Option<&'a str>, Error> {
+    if let Some(target) = job.scope.as_ref().and_then(|s| s.target.as_deref()) {
+        return if template.scopes.contains_key(target) {
+            Ok(Some(target))
+        } else {
+            Err(Error::UnknownScope {
+                scope: target.into(),
+                capability: String::new(),
+                jobs: vec![job.id.clone()],
+            })
+        };
+    }
+    let named: BTreeSet<&str> = job
+        .inputs
+        .requires
+        .capabilities
+        .iter()
+        .filter_map(|r| r.scope.as_deref())
+        .chain(
+            job.outputs
+                .provides
+                .capabilities
+                .iter()
+                .filter_map(|p| p.scope.as_deref()),
+        )
+        .filter(|s| template.scopes.contains_key(*s))
+        .collect();
+    match named.len() {
+        1 => return Ok(named.into_iter().next()),
+        0 => {}
+        _ => {
+            return Err(Error::AmbiguousScope {
+                job: job.id.clone(),
+                scopes: named.into_iter().map(str::to_string).collect(),
+            });
+        }
+    }
+    let types: Vec<&String> = job
+        .scope
+        .as_ref()
+        .map(|s| s.resources.iter().collect())
+        .unwrap_or_default();
+    if types.is_empty() {
+        return Ok(None);
+    }
+    let matching: Vec<&str> = template
+        .scopes
+        .iter()
+        .filter(|(_, s)| types.contains(&&s.resource_type))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    match matching.as_slice() {
+        [one] => Ok(Some(one)),
+        [] => Ok(None),
+        several => Err(Error::AmbiguousScope {
+            job: job.id.clone(),
+            scopes: several.iter().map(|s| s.to_string()).collect(),
+        }),
+    }
+}
+
+/// The template's parameters filled from the intent; required ones without a value are returned
+/// with the jobs that use them (they become missing_input gates).
+fn parameters(
+    pack: &Pack,
+    template: &PlanTemplate,
+    intent: &Intent,
+    errors: &mut Vec<Error>,
+) -> (Attributes, Vec<(String, Vec<String>)>) {
+    let mut out = Attributes::new();
+    let mut missing = Vec::new();
+    for (name, value) in &intent.parameters {
+        if !template.parameters.contains_key(name) {
+            errors.push(Error::UnknownParameter {
+                name: name.clone(),
+                template: template.id.clone(),
+                known: template.parameters.keys().cloned().collect(),
+            });
+        } else {
+            let _ = value;
+        }
+    }
+    for (name, spec) in &template.parameters {
+        let value = intent.parameters.get(name).or(spec.default.as_ref());
+        match value {
+            Some(v) => {
+                let ok = match spec.type_ {
+                    ParamType::String => v.is_string() || v.is_number(),
+                    ParamType::Integer => v.is_i64() || v.is_u64(),
+                    ParamType::Number => v.is_number(),
+                    ParamType::Boolean => v.is_boolean(),
+                    ParamType::List => v.is_array(),
+                    ParamType::Map => v.is_object(),
+                };
+                if !ok {
+                    errors.push(Error::ParameterType {
+                        name: name.clone(),
+                        expected: format!("{:?}", spec.type_).to_lowercase(),
+                        found: v.clone(),
+                    });
+                } else if !spec.enum_.is_empty() && !spec.enum_.contains(v) {
+                    errors.push(Error::ParameterValue {
+                        name: name.clone(),
+                        allowed: spec.enum_.clone(),
+                        found: v.clone(),
+                    });
+                }
+                let v = match (spec.type_, v) {
+                    (ParamType::String, Value::Number(n)) => Value::String(n.to_string()),
+                    _ => v.clone(),
+                };
+                out.insert(name.clone(), v);
+            }
+            None if spec.required => missing.push((name.clone(), Vec::new())),
+            None => {}
+        }
+    }
+    // A missing parameter waits before the jobs that take it as input.
+    for (name, users) in &mut missing {
+        for entry in &template.jobs {
+            if pack
+                .job(template, entry.id())
+                .is_some_and(|job| job.inputs.parameters.contains_key(name))
+            {
+                users.push(entry.id().to_string());
+            }
+        }
+    }
+    (out, missing)
+}
+
+/// The job-level graph (instances collapsed to their job), for people and tests.
+pub fn job_edges(plan: &Plan) -> BTreeSet<(String, String)> {
+    let job_of: HashMap<&str, &str> = plan
+        .jobs
+        .iter()
+        .map(|j| (j.id.as_str(), j.job.as_str()))
+        .collect();
+    let mut edges = BTreeSet::new();
+    for j in &plan.jobs {
+        for d in &j.depends_on {
+            if let Some(from) = job_of.get(d.as_str()) {
+                edges.insert((from.to_string(), j.job.clone()));
+            }
+        }
+    }
+    edges
+}
+
+/// The transitive reduction of a DAG's edge set: the edges no longer path implies.
+pub fn transitive_reduction(edges: &BTreeSet<(String, String)>) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for (a, b) in edges {
+        // Is b reachable from a without the direct edge?
+        let mut stack: Vec<&str> = edges
+            .iter()
+            .filter(|(x, y)| x == a && y != b)
+            .map(|(_, y)| y.as_str())
+            .collect();
+        let mut seen = BTreeSet::new();
+        let mut implied = false;
+        while let Some(n) = stack.pop() {
+            if n == b {
+                implied = true;
+                break;
+            }
+            if seen.insert(n) {
+                stack.extend(
+                    edges
+                        .iter()
+                        .filter(|(x, _)| x == n)
+                        .map(|(_, y)| y.as_str()),
+                );
+            }
+        }
+        if !implied {
+            out.insert((a.clone(), b.clone()));
+        }
+    }
+    out
+}

@@ -1,0 +1,344 @@
+//! Documents: the seed's examples are valid as they stand; bad input gets every problem at once,
+//! each with file:line:column, what was expected and a hint.
+
+use expect_test::{expect, Expect};
+
+use crate::support::{opsgraph, path, temp_dir};
+
+/// Validates `yaml` as a file named `doc.yaml` and compares the whole outcome.
+fn check(yaml: &str, expect: Expect) {
+    let dir = temp_dir(&[("doc.yaml", yaml)]);
+    let run = opsgraph(&["validate", &dir.join("doc.yaml").display().to_string()]);
+    let text = run.render().replace(&dir.display().to_string(), "$TMP");
+    expect.assert_eq(&text);
+}
+
+#[test]
+fn seed_examples_are_valid_documents() {
+    let dir = path("crates/opsgraph/tests/it/fixtures/seed");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names.len(),
+        9,
+        "one fixture per seed section: §5 §6 §8 §9 §10 §12 §13 §14 §15"
+    );
+    let mut summary = String::new();
+    for file in names {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        let parsed = opsgraph_pack::parse_file(&name, &text);
+        assert!(
+            parsed.diagnostics.is_empty(),
+            "{name}: {:?}",
+            parsed.diagnostics
+        );
+        assert_eq!(parsed.docs.len(), 1, "{name}");
+        let doc = &parsed.docs[0].doc;
+        // Round trip: the normal form reads back as the same value.
+        let json = serde_json::to_value(doc).unwrap();
+        let back: opsgraph_model::Document = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(&back, doc, "{name}");
+        summary.push_str(&format!("{name}: {json}\n"));
+    }
+    expect![[r#"
+        s05-constraints.yaml: {"requires":[{"capability":"object_storage.s3","constraints":{"access_mode":"dedicated","encryption":"required","environment":"prod","min_capacity_gb":500,"region":"same-as-workload"}}]}
+        s06-policy.yaml: {"capability_policy":{"object_storage.s3":{"dev":{"allowed_providers":["shared_minio"]},"prod":{"allowed_providers":["aws_s3","dedicated_minio"],"require_encryption":true,"require_approval":true},"stage":{"allowed_providers":["shared_minio","dedicated_minio"],"default_provider":"shared_minio"}}}}
+        s08-job.yaml: {"job":{"id":"install-container-runtime","title":"Install container runtime","type":"automation","scope":{"resources":["compute_node"]},"inputs":{"parameters":{"runtime":"containerd","version":"1.7.x"},"requires":{"capabilities":[{"capability":"linux.host","scope":"target_nodes"},{"capability":"ssh.access","scope":"target_nodes"},{"capability":"package.manager.apt","scope":"target_nodes"},{"capability":"network.registry_access","scope":"target_nodes"}],"artifacts":["node_inventory","registry_mirror_config"]}},"outputs":{"provides":{"capabilities":[{"capability":"container.runtime.containerd","scope":"target_nodes"}]},"artifacts":["containerd_config_snapshot","package_install_report"],"evidence":["containerd_service_active","crictl_works"]},"controls":{"retry_policy":{"max_attempts":2},"idempotency":{"key":"install-containerd:{node_id}:{version}"},"rollback":{"supported":"partial"},"manual_intervention":{"allowed":true}}}}
+        s09-artifact.yaml: {"artifact":{"id":"kubeconfig.admin","type":"kubeconfig.admin","sensitivity":"secret","storage":"secret_ref","visible_to_roles":["sre","platform_admin"]}}
+        s10-evidence.yaml: {"evidence":[{"id":"containerd_service_active","source":"systemd","command":{"line":"systemctl is-active containerd"},"expected":"active"},{"id":"crictl_works","source":"command","command":{"line":"crictl info"},"expected_exit_code":0}]}
+        s12-gate.yaml: {"gate":{"id":"approve-dedicated-minio","type":"approval","reason":"Tempo requires object_storage.s3 and no existing prod provider matches.","options":["create dedicated MinIO","bind external S3","cancel operation"],"required_roles":["sre","platform_admin"]}}
+        s13-intervention.yaml: {"intervention":{"type":"manually_fixed","target_stage":"join-workers","actor":"user","note":"Fixed DNS resolver on worker-3 and restarted kubelet.","requires_verification":["kubelet_ready","node_registered"]}}
+        s14-plan-patch.yaml: {"plan_patch":{"author":"ai-agent:sre","reason":"kubeadm init failed because images cannot be pulled from registry-1.docker.io.","changes":[{"insert_after":{"anchor":"install-container-runtime","jobs":["configure-containerd-registry-mirror","restart-containerd","pre-pull-kubernetes-images"]}},{"retry":{"job":"init-control-plane","with_descendants":false}}],"approval":{"required":true,"roles":["sre"]}}}
+        s15-scenario-pack.yaml: {"scenario_pack":{"id":"tempo","version":"1.0.0","resource_types":["tempo.instance"],"actions":["install","upgrade","scale","repair","uninstall"],"requires":[{"capability":"kubernetes.cluster"},{"capability":"object_storage.s3"},{"capability":"secret.store"}],"provides":[{"capability":"observability.tracing"}],"plan_templates":[{"id":"tempo.install","entrypoint":"install-tempo"}],"editable":{"advanced_mode":true},"risk":{"default_level":"medium"}}}
+    "#]]
+    .assert_eq(&summary);
+}
+
+#[test]
+fn validate_reports_ok() {
+    let run = opsgraph(&["validate", &path("crates/opsgraph/tests/it/fixtures/seed")]);
+    expect![[r#"
+        exit: 0
+        --- stdout
+        ok: 9 documents valid
+    "#]]
+    .assert_eq(&run.render());
+}
+
+#[test]
+fn broken_yaml() {
+    check(
+        "gate:\n  id: a\n  options: [x,\n",
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/doc.yaml:4:1: error[E001]: invalid YAML: while parsing a node, did not find expected node content
+            1 error, 0 warnings
+        "#]],
+    );
+}
+
+#[test]
+fn every_problem_of_a_file_at_once() {
+    check(
+        r#"gate:
+  id: Approve Dedicated
+  type: aproval
+  reason: needs a person
+  option: [create dedicated MinIO]
+  required_roles: sre
+---
+resource:
+  type: cluster
+  name: prod-k8s
+  health: fine
+  provides:
+    - capability: kubernetes.cluster
+      atributes: {}
+---
+artifact:
+  type: kubeconfig.admin
+  sensitivity: topsecret
+---
+job:
+  id: install
+  controls:
+    retry_policy: {max_attempts: 0, backoff: 10}
+    manual_intervention: {allowed: yes}
+  run: {command: [apt-get, install], script: scripts/install.sh}
+"#,
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/doc.yaml:2:7: error[E007]: `Approve Dedicated` is not a valid id
+              = expected: an id: lowercase letters, digits, `.`, `_`, `-`, starting with a letter or digit
+              = hint: did you mean `approve-dedicated`?
+            $TMP/doc.yaml:3:9: error[E006]: unknown value `aproval`
+              = expected: one of `approval`, `provider_selection`, `destructive_action`, `policy_exception`, `missing_input`, `cost_confirmation`
+              = hint: did you mean `approval`?
+            $TMP/doc.yaml:5:3: error[E003]: unknown key `option` in gate
+              = expected: one of `id`, `type`, `reason`, `options`, `required_roles`, `before`
+              = hint: did you mean `options`?
+            $TMP/doc.yaml:6:19: error[E005]: found a string
+              = expected: a list of ids
+            $TMP/doc.yaml:11:11: error[E006]: unknown value `fine`
+              = expected: one of `healthy`, `degraded`, `error`, `unknown`
+            $TMP/doc.yaml:14:7: error[E003]: unknown key `atributes` in provided capability
+              = expected: one of `capability`, `attributes`
+              = hint: did you mean `attributes`?
+            $TMP/doc.yaml:18:16: error[E006]: unknown value `topsecret`
+              = expected: one of `public`, `internal`, `confidential`, `secret`
+              = hint: did you mean `secret`?
+            $TMP/doc.yaml:23:34: error[E006]: 0 is out of range
+              = expected: an integer >= 1
+            $TMP/doc.yaml:23:46: error[E006]: `10` has no unit
+              = expected: a duration such as `30s`, `10m`, `1h`
+              = hint: write `10s` for seconds
+            $TMP/doc.yaml:24:36: error[E005]: `yes` is not a boolean in YAML 1.2
+              = expected: true or false
+              = hint: write `true`
+            $TMP/doc.yaml:25:8: error[E004]: a run needs exactly one of `command`, `script`, `url`
+              = expected: `command: [argv...]`, `script: scripts/x.sh`, or `url:` with `executor: http`
+            11 errors, 0 warnings
+        "#]],
+    );
+}
+
+#[test]
+fn document_roots() {
+    check(
+        "gate: {id: a, reason: b}\njob: {id: c}\n---\nGate: {id: a}\n---\n- a\n---\nresource:\n  type: host\n  name: a\n  name: b\n",
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/doc.yaml:11:3: error[E001]: invalid YAML: duplicate key `name` (first at line 10)
+            1 error, 0 warnings
+        "#]],
+    );
+    check(
+        "gate: {id: a, reason: b}\njob: {id: c}\n---\nGate: {id: a}\n---\n- a\n",
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/doc.yaml:1:1: error[E002]: a document has one root key; found gate, job
+              = expected: exactly one of resource, provider, capability_policy, intent, scenario_pack, plan_template, job, evidence, artifact, gate, intervention, plan_patch, remedy, requires
+              = hint: separate documents with a line `---`
+            $TMP/doc.yaml:4:1: error[E002]: unknown document kind `Gate`
+              = expected: one of resource, provider, capability_policy, intent, scenario_pack, plan_template, job, evidence, artifact, gate, intervention, plan_patch, remedy, requires
+              = hint: did you mean `gate`?
+            $TMP/doc.yaml:6:1: error[E002]: a document must be a mapping, found a list
+              = expected: a mapping with one root key: resource, provider, capability_policy, intent, scenario_pack, plan_template, job, evidence, artifact, gate, intervention, plan_patch, remedy, requires
+            3 errors, 0 warnings
+        "#]],
+    );
+}
+
+#[test]
+fn rules_across_fields() {
+    check(
+        r#"evidence:
+  - {id: api, source: http, expected: ok}
+  - {id: port, source: tcp, host: db, port: 70000}
+  - {id: conf, source: file, url: "http://x"}
+---
+plan_patch:
+  changes:
+    - insert_after: init
+    - retry: init
+      jobs: [a]
+    - {skip: {job: a, reason: flaky}, add_gate: {id: g, reason: r}}
+    - frobnicate: x
+---
+capability_policy:
+  object_storage.s3:
+    stage: {allowed_providers: [shared_minio], default_provider: dedicated_minio}
+"#,
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/doc.yaml:2:5: error[E004]: a `http` evidence check needs `url`
+              = expected: `url` beside `source: http`
+            $TMP/doc.yaml:3:45: error[E006]: 70000 is out of range
+              = expected: an integer from 1 to 65535
+            $TMP/doc.yaml:4:5: error[E004]: a `file` evidence check needs `path`
+              = expected: `path` beside `source: file`
+            $TMP/doc.yaml:4:35: error[E006]: `url` belongs to `source: http` checks, not `file`
+            $TMP/doc.yaml:8:7: error[E004]: an insert needs `jobs`
+              = expected: `jobs: [job-id, ...]` beside `insert_after` or `insert_before`
+            $TMP/doc.yaml:10:13: error[E003]: `jobs` goes only with `insert_after` or `insert_before`
+            $TMP/doc.yaml:11:7: error[E004]: change takes only one of `skip`, `add_gate`
+              = expected: exactly one of `insert_after`, `insert_before`, `retry`, `skip`, `set_parameters`, `add_gate`
+            $TMP/doc.yaml:12:7: error[E004]: change needs one of `insert_after`, `insert_before`, `retry`, `skip`, `set_parameters`, `add_gate`
+              = expected: exactly one of `insert_after`, `insert_before`, `retry`, `skip`, `set_parameters`, `add_gate`
+            $TMP/doc.yaml:12:7: error[E003]: unknown key `frobnicate` in change
+              = expected: one of `insert_after`, `insert_before`, `jobs`, `retry`, `skip`, `set_parameters`, `add_gate`
+            $TMP/doc.yaml:16:66: error[E006]: default provider `dedicated_minio` is not among the allowed providers of stage
+              = expected: one of shared_minio
+            10 errors, 0 warnings
+        "#]],
+    );
+}
+
+#[test]
+fn bad_ids_and_keys() {
+    check(
+        "resource:\n  type: Compute Node\n  name: w1\n  provides: [Object-Storage.S3, object_storage..s3]\n  access: {ssh: {hots: 10.0.0.1}}\n",
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/doc.yaml:2:9: error[E007]: `Compute Node` is not a valid id
+              = expected: an id: lowercase letters, digits, `.`, `_`, `-`, starting with a letter or digit
+              = hint: did you mean `compute-node`?
+            $TMP/doc.yaml:4:14: error[E007]: `Object-Storage.S3` is not a valid capability key
+              = expected: a dotted capability key such as `object_storage.s3`
+              = hint: did you mean `object-storage.s3`?
+            $TMP/doc.yaml:4:33: error[E007]: `object_storage..s3` is not a valid capability key
+              = expected: a dotted capability key such as `object_storage.s3`
+            $TMP/doc.yaml:5:17: error[E004]: ssh access is missing `host`
+              = expected: `host`: host name or address
+            $TMP/doc.yaml:5:18: error[E003]: unknown key `hots` in ssh access
+              = expected: one of `host`, `port`, `user`, `key`, `known_hosts`
+              = hint: did you mean `host`?
+            5 errors, 0 warnings
+        "#]],
+    );
+}
+
+#[test]
+fn schema_for_editors() {
+    let run = opsgraph(&["schema", "gate"]);
+    assert_eq!(run.code, 0);
+    expect![[r##"
+        {
+          "$schema": "https://json-schema.org/draft/2020-12/schema",
+          "$id": "https://opsgraph.dev/schema/gate.json",
+          "title": "Opsgraph gate",
+          "type": "object",
+          "properties": {
+            "gate": {
+              "$ref": "#/$defs/gate"
+            }
+          },
+          "required": [
+            "gate"
+          ],
+          "additionalProperties": false,
+          "$defs": {
+            "gate": {
+              "type": "object",
+              "description": "A DAG node that waits for a person (seed §12).",
+              "properties": {
+                "id": {
+                  "type": "string",
+                  "pattern": "^[a-z0-9][a-z0-9._-]*$",
+                  "description": "the gate id"
+                },
+                "type": {
+                  "enum": [
+                    "approval",
+                    "provider_selection",
+                    "destructive_action",
+                    "policy_exception",
+                    "missing_input",
+                    "cost_confirmation"
+                  ],
+                  "description": "approval | provider_selection | destructive_action | policy_exception | missing_input | cost_confirmation"
+                },
+                "reason": {
+                  "type": [
+                    "string",
+                    "number",
+                    "boolean"
+                  ],
+                  "description": "why it exists"
+                },
+                "options": {
+                  "type": "array",
+                  "items": {
+                    "type": [
+                      "string",
+                      "number",
+                      "boolean"
+                    ]
+                  },
+                  "description": "the answers a person may give"
+                },
+                "required_roles": {
+                  "type": "array",
+                  "items": {
+                    "type": "string",
+                    "pattern": "^[a-z0-9][a-z0-9._-]*$"
+                  },
+                  "description": "who may answer"
+                },
+                "before": {
+                  "type": "array",
+                  "items": {
+                    "type": "string",
+                    "pattern": "^[a-z0-9][a-z0-9._-]*$"
+                  },
+                  "description": "the jobs that wait for it"
+                }
+              },
+              "additionalProperties": false,
+              "required": [
+                "id",
+                "reason"
+              ]
+            }
+          }
+        }
+    "##]]
+    .assert_eq(&run.out);
+    for kind in opsgraph_pack::kinds() {
+        let run = opsgraph(&["schema", kind]);
+        let schema: serde_json::Value = serde_json::from_str(&run.out).unwrap();
+        assert_eq!(schema["required"][0], kind);
+    }
+    let all: serde_json::Value = serde_json::from_str(&opsgraph(&["schema"]).out).unwrap();
+    assert_eq!(all["oneOf"].as_array().unwrap().len(), 14);
+}

@@ -1,0 +1,81 @@
+//! Running the CLI in-process and making its output stable for snapshots.
+
+use std::path::PathBuf;
+
+use clap::Parser as _;
+
+/// The repository root.
+pub(crate) fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// A path under the repository root, as an argument.
+pub(crate) fn path(rel: &str) -> String {
+    root().join(rel).display().to_string()
+}
+
+pub(crate) struct Run {
+    pub(crate) code: u8,
+    pub(crate) out: String,
+    pub(crate) err: String,
+}
+
+impl Run {
+    /// Exit code, stdout and stderr in one text, with the repository root removed.
+    pub(crate) fn render(&self) -> String {
+        let mut s = format!("exit: {}\n", self.code);
+        if !self.out.is_empty() {
+            s.push_str("--- stdout\n");
+            s.push_str(&self.out);
+        }
+        if !self.err.is_empty() {
+            s.push_str("--- stderr\n");
+            s.push_str(&self.err);
+        }
+        s
+    }
+}
+
+/// Runs `opsgraph ARGS...` in-process. `{root}` in an argument is the repository root.
+pub(crate) fn opsgraph(args: &[&str]) -> Run {
+    let root = root().display().to_string();
+    let args: Vec<String> = std::iter::once("opsgraph".to_string())
+        .chain(args.iter().map(|a| a.replace("{root}", &root)))
+        .collect();
+    let cli = opsgraph::cli::Cli::try_parse_from(&args).expect("arguments parse");
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let code = opsgraph::cli::run(cli, &mut out, &mut err).expect("command runs");
+    let clean = |b: Vec<u8>| {
+        String::from_utf8(b)
+            .unwrap()
+            .replace(&format!("{root}/"), "")
+            .replace(&root, ".")
+    };
+    Run {
+        code,
+        out: clean(out),
+        err: clean(err),
+    }
+}
+
+/// Writes files into a fresh temporary directory and returns its path.
+pub(crate) fn temp_dir(files: &[(&str, &str)]) -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "opsgraph-it-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (name, text) in files {
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}
