@@ -738,10 +738,14 @@ fn find_pack<'a>(packs: &'a [Pack], intent: &Intent) -> Result<&'a Pack, Error> 
     }
 }
 
-/// The template scope a job fans out over: explicit, else the one its scoped requirements and
-/// provisions name, else the unique scope of its resource type.
+/// The template scope a job fans out over. A job without `scope` runs once. `scope.target` names
+/// the template scope; else the template scope of the job's resource type, and where several
+/// have that type, the one its scoped requirements and provisions name.
 fn job_scope<'a>(job: &'a Job, template: &'a PlanTemplate) -> Result<Option<&'a str>, Error> {
-    if let Some(target) = job.scope.as_ref().and_then(|s| s.target.as_deref()) {
+    let Some(scope) = &job.scope else {
+        return Ok(None);
+    };
+    if let Some(target) = scope.target.as_deref() {
         return if template.scopes.contains_key(target) {
             Ok(Some(target))
         } else {
@@ -751,6 +755,15 @@ fn job_scope<'a>(job: &'a Job, template: &'a PlanTemplate) -> Result<Option<&'a 
                 jobs: vec![job.id.clone()],
             })
         };
+    }
+    let of_type: Vec<&str> = template
+        .scopes
+        .iter()
+        .filter(|(_, s)| scope.resources.is_empty() || scope.resources.contains(&s.resource_type))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if let [one] = of_type.as_slice() {
+        return Ok(Some(one));
     }
     let named: BTreeSet<&str> = job
         .inputs
@@ -765,38 +778,18 @@ fn job_scope<'a>(job: &'a Job, template: &'a PlanTemplate) -> Result<Option<&'a 
                 .iter()
                 .filter_map(|p| p.scope.as_deref()),
         )
-        .filter(|s| template.scopes.contains_key(*s))
+        .filter(|s| of_type.contains(s))
         .collect();
     match named.len() {
-        1 => return Ok(named.into_iter().next()),
-        0 => {}
-        _ => {
-            return Err(Error::AmbiguousScope {
-                job: job.id.clone(),
-                scopes: named.into_iter().map(str::to_string).collect(),
-            });
-        }
-    }
-    let types: Vec<&String> = job
-        .scope
-        .as_ref()
-        .map(|s| s.resources.iter().collect())
-        .unwrap_or_default();
-    if types.is_empty() {
-        return Ok(None);
-    }
-    let matching: Vec<&str> = template
-        .scopes
-        .iter()
-        .filter(|(_, s)| types.contains(&&s.resource_type))
-        .map(|(n, _)| n.as_str())
-        .collect();
-    match matching.as_slice() {
-        [one] => Ok(Some(one)),
-        [] => Ok(None),
-        several => Err(Error::AmbiguousScope {
+        1 => Ok(named.into_iter().next()),
+        _ if of_type.is_empty() => Err(Error::UnknownScope {
+            scope: scope.resources.join(", "),
+            capability: String::new(),
+            jobs: vec![job.id.clone()],
+        }),
+        _ => Err(Error::AmbiguousScope {
             job: job.id.clone(),
-            scopes: several.iter().map(|s| s.to_string()).collect(),
+            scopes: of_type.iter().map(|s| s.to_string()).collect(),
         }),
     }
 }

@@ -1,6 +1,8 @@
 //! The one integration-test binary: every feature has a `check(input, expect)` helper and its
 //! expectations are snapshots (`UPDATE_EXPECT=1 cargo test` rewrites them).
 
+mod builders;
 mod documents;
 mod plan;
+mod resolve;
 mod support;

@@ -1,1 +1,304 @@
-//! Plans.
+//! Plans built from domain fixtures: DAG edges from contracts, fan-out per resource, gates,
+//! and every documented planning error.
+
+use expect_test::{expect, Expect};
+use opsgraph_model::{CapabilityPolicy, Intent, Provider, Resource};
+use opsgraph_pack::Pack;
+use opsgraph_plan::{Input, Inventory};
+
+use crate::builders::*;
+
+struct World {
+    packs: Vec<Pack>,
+    resources: Vec<Resource>,
+    providers: Vec<Provider>,
+    policy: CapabilityPolicy,
+    intent: Intent,
+}
+
+fn world(pack: Pack, intent: Intent) -> World {
+    World {
+        packs: vec![pack],
+        resources: Vec::new(),
+        providers: Vec::new(),
+        policy: CapabilityPolicy::default(),
+        intent,
+    }
+}
+
+fn nodes(n: usize) -> Vec<Resource> {
+    (1..=n)
+        .map(|i| {
+            resource("compute_node", &format!("n{i}"))
+                .provides("linux.host", Default::default())
+                .0
+        })
+        .collect()
+}
+
+fn targets(intent: &mut Intent, n: usize) {
+    intent.targets.insert(
+        "nodes".into(),
+        (1..=n).map(|i| format!("compute_node/n{i}")).collect(),
+    );
+}
+
+/// Builds the plan and shows its jobs with their dependencies, its gates — or its errors.
+fn check(w: World, expect: Expect) {
+    let inventory = Inventory::new(&w.resources);
+    let input = Input {
+        intent: &w.intent,
+        packs: &w.packs,
+        inventory: &inventory,
+        providers: &w.providers,
+        policy: &w.policy,
+    };
+    let text = match opsgraph_plan::build(&input) {
+        Ok(plan) => {
+            let mut s = String::new();
+            for j in &plan.jobs {
+                s.push_str(&format!("{} <- [{}]\n", j.id, j.depends_on.join(", ")));
+            }
+            for g in &plan.gates {
+                s.push_str(&format!(
+                    "gate {} ({}) before [{}]\n",
+                    g.id,
+                    g.type_,
+                    g.before.join(", ")
+                ));
+            }
+            s
+        }
+        Err(errors) => errors
+            .iter()
+            .map(|e| format!("error[{}]: {e}\n", e.code()))
+            .collect(),
+    };
+    expect.assert_eq(&text);
+}
+
+#[test]
+fn edges_come_from_contracts_per_instance() {
+    // prepare@n fans out; install@n needs prepare's capability on the same node only; init (one
+    // node) needs the runtime on every node (fan-in); verify needs init's artifact.
+    let p = pack(
+        "k",
+        "cluster",
+        vec![
+            job("validate").produces("spec"),
+            job("prepare")
+                .on("nodes")
+                .needs("spec")
+                .requires(req("linux.host").scoped("nodes"))
+                .provides("net.ready", Some("nodes")),
+            job("install")
+                .on("nodes")
+                .requires(req("net.ready").scoped("nodes"))
+                .provides("runtime", Some("nodes")),
+            job("init")
+                .requires(req("runtime").scoped("nodes"))
+                .produces("kubeconfig"),
+            job("verify").needs("kubeconfig").after("validate"),
+        ],
+    );
+    let mut i = intent("cluster", "prod");
+    targets(&mut i, 3);
+    let mut w = world(p, i);
+    w.resources = nodes(3);
+    check(
+        w,
+        expect![[r#"
+            validate <- []
+            prepare@n1 <- [validate]
+            prepare@n2 <- [validate]
+            prepare@n3 <- [validate]
+            install@n1 <- [prepare@n1]
+            install@n2 <- [prepare@n2]
+            install@n3 <- [prepare@n3]
+            init <- [install@n1, install@n2, install@n3]
+            verify <- [init, validate]
+        "#]],
+    );
+}
+
+#[test]
+fn planning_errors_name_the_problem() {
+    // A cycle, with its path.
+    let p = pack(
+        "c",
+        "thing",
+        vec![
+            job("a").needs("y").produces("x"),
+            job("b").needs("x").produces("y"),
+            job("c").after("a"),
+        ],
+    );
+    check(
+        world(p, intent("thing", "dev")),
+        expect![[r#"
+            error[P009]: the plan has a cycle: a -> b -> a
+        "#]],
+    );
+    // Two providers of one output; a requirement nobody provides; an unknown job.
+    let p = pack(
+        "d",
+        "thing",
+        vec![
+            job("a").provides("k", None),
+            job("b").provides("k", None).needs("ghost"),
+            job("c").after("nope"),
+        ],
+    );
+    check(
+        world(p, intent("thing", "dev")),
+        expect![[r#"
+            error[P007]: capability k is provided by two jobs: a and b
+            error[P008]: job `b` requires artifact ghost, and no job of the plan provides it
+            error[P006]: unknown job `nope` (named by c)
+        "#]],
+    );
+    // Targets that do not exist or have the wrong type; a target no scope reads.
+    let p = pack("e", "thing", vec![job("a").on("nodes")]);
+    let mut i = intent("thing", "dev");
+    i.targets.insert(
+        "nodes".into(),
+        vec!["compute_node/ghost".into(), "cluster/c1".into()],
+    );
+    i.targets.insert("workers".into(), vec![]);
+    let mut w = world(p, i);
+    w.resources = vec![resource("cluster", "c1").0];
+    check(
+        w,
+        expect![[r#"
+            error[P004]: target `compute_node/ghost` of scope `nodes` is not in the inventory
+            error[P004]: target `cluster/c1` of scope `nodes` is a cluster, the scope takes compute_node
+            error[P004]: the intent targets `workers`, which no scope of template `e.run` reads
+        "#]],
+    );
+    // No pack for the type; no template for the action.
+    let p = pack("f", "thing", vec![job("a")]);
+    check(
+        world(p.clone(), intent("other", "dev")),
+        expect![[r#"
+            error[P001]: no loaded pack manages resource type `other` (managed types: thing)
+        "#]],
+    );
+    let mut i = intent("thing", "dev");
+    i.action = "upgrade".into();
+    check(
+        world(p, i),
+        expect![[r#"
+            error[P002]: pack `f` has no plan template for action `upgrade` (actions with templates: run)
+        "#]],
+    );
+}
+
+#[test]
+fn scoped_requirements_must_hold_on_every_target() {
+    let p = pack(
+        "g",
+        "thing",
+        vec![job("a")
+            .on("nodes")
+            .requires(req("package.manager.apt").scoped("nodes"))],
+    );
+    let mut i = intent("thing", "dev");
+    targets(&mut i, 2);
+    let mut w = world(p, i);
+    w.resources = vec![
+        resource("compute_node", "n1")
+            .provides("package.manager.apt", Default::default())
+            .0,
+        resource("compute_node", "n2")
+            .provides("linux.host", Default::default())
+            .0,
+    ];
+    let inventory = Inventory::new(&w.resources);
+    let input = Input {
+        intent: &w.intent,
+        packs: &w.packs,
+        inventory: &inventory,
+        providers: &w.providers,
+        policy: &w.policy,
+    };
+    let plan = opsgraph_plan::build(&input).unwrap();
+    assert!(plan.is_blocked());
+    expect![[r#"
+        Capabilities
+          package.manager.apt @ nodes  unsatisfiable  1 of 2 resources of scope nodes do not provide package.manager.apt as required
+                                         rejected compute_node/n2: it does not provide package.manager.apt
+    "#]]
+    .assert_eq(&section(&opsgraph_plan::render::text(&plan), "Capabilities"));
+}
+
+#[test]
+fn destructive_jobs_get_a_gate_before_them() {
+    let p = pack(
+        "h",
+        "thing",
+        vec![
+            job("backup").produces("dump"),
+            job("drop").needs("dump").destructive(),
+        ],
+    );
+    check(
+        world(p, intent("thing", "dev")),
+        expect![[r#"
+            backup <- []
+            drop <- [backup, confirm-drop]
+            gate confirm-drop (destructive_action) before [drop]
+        "#]],
+    );
+}
+
+/// One section of a text preview, from its heading to the next blank line.
+pub(crate) fn section(text: &str, heading: &str) -> String {
+    let mut out = String::new();
+    let mut on = false;
+    for line in text.lines() {
+        if line == heading {
+            on = true;
+        } else if on && line.is_empty() {
+            break;
+        }
+        if on {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn fan_out_scales_to_ten_thousand_instances() {
+    // 1,000 nodes x 10 jobs: the shape of the performance goal, checked here for correctness only.
+    let mut jobs = vec![job("j0")
+        .on("nodes")
+        .requires(req("linux.host").scoped("nodes"))
+        .provides("c0", Some("nodes"))];
+    for k in 1..10 {
+        jobs.push(
+            job(&format!("j{k}"))
+                .on("nodes")
+                .requires(req(&format!("c{}", k - 1)).scoped("nodes"))
+                .provides(&format!("c{k}"), Some("nodes")),
+        );
+    }
+    let p = pack("big", "thing", jobs);
+    let mut i = intent("thing", "dev");
+    targets(&mut i, 1000);
+    let mut w = world(p, i);
+    w.resources = nodes(1000);
+    let inventory = Inventory::new(&w.resources);
+    let input = Input {
+        intent: &w.intent,
+        packs: &w.packs,
+        inventory: &inventory,
+        providers: &w.providers,
+        policy: &w.policy,
+    };
+    let plan = opsgraph_plan::build(&input).unwrap();
+    assert_eq!(plan.jobs.len(), 10_000);
+    let j5 = plan.jobs.iter().find(|j| j.id == "j5@n500").unwrap();
+    assert_eq!(j5.depends_on, vec!["j4@n500"]);
+}
