@@ -207,10 +207,6 @@ impl ResourceB {
         self.0.attributes.insert(key.into(), value);
         self
     }
-    pub(crate) fn health(mut self, h: Health) -> Self {
-        self.0.health = h;
-        self
-    }
 }
 
 pub(crate) fn policy(capability: &str, rules: &[(&str, EnvironmentPolicy)]) -> CapabilityPolicy {
