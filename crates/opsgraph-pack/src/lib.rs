@@ -197,3 +197,17 @@ pub fn json_schema(kind: Option<&str>) -> Option<Value> {
     }
     Some(schema)
 }
+
+/// The reference of every document kind, in Markdown, generated from the shapes the validator
+/// enforces (`docs/reference/documents.md` is this text; a test keeps it in sync).
+pub fn markdown_reference() -> String {
+    let mut out = String::from(
+        "# Document reference\n\nGenerated from the validator's own shapes by `opsgraph schema --markdown`; do not edit by hand.\nSee `docs/documents.md` for the concepts and examples.\n",
+    );
+    for (kind, shape) in kinds::KINDS {
+        out.push_str(&format!("\n## `{kind}`\n\n"));
+        let mut seen = Vec::new();
+        shape::markdown(shape, &mut out, &mut seen, true);
+    }
+    out
+}

@@ -622,3 +622,93 @@ pub enum PathSeg<'a> {
     Key(&'a str),
     Index(usize),
 }
+
+/// Markdown tables for an object shape and the objects it contains, each once.
+pub(crate) fn markdown(shape: &Shape, out: &mut String, seen: &mut Vec<&'static str>, top: bool) {
+    match shape {
+        Shape::Obj(obj) => {
+            if seen.contains(&obj.name) {
+                return;
+            }
+            seen.push(obj.name);
+            if !top {
+                out.push_str(&format!("\n### {}\n\n", obj.name));
+            }
+            out.push_str(&format!(
+                "{}\n\n| key | required | value | meaning |\n|---|---|---|---|\n",
+                obj.doc
+            ));
+            for f in obj.fields {
+                let name = if f.aliases.is_empty() {
+                    format!("`{}`", f.name)
+                } else {
+                    format!("`{}` (or `{}`)", f.name, f.aliases.join("`, `"))
+                };
+                out.push_str(&format!(
+                    "| {name} | {} | {} | {} |\n",
+                    if f.required { "yes" } else { "" },
+                    brief(f.shape).replace('|', "\\|"),
+                    f.doc.replace('|', "\\|")
+                ));
+            }
+            if !obj.one_of.is_empty() {
+                let keys: Vec<String> = obj.one_of.iter().map(|k| format!("`{k}`")).collect();
+                out.push_str(&format!(
+                    "\nExactly one of {} is present.\n",
+                    keys.join(", ")
+                ));
+            }
+            for f in obj.fields {
+                markdown(f.shape, out, seen, false);
+            }
+        }
+        Shape::List(item) | Shape::OneOrList(item) => markdown(item, out, seen, top),
+        Shape::Map { value, .. } => {
+            if top {
+                out.push_str(&format!("A mapping of {}.\n", plural(value)));
+            }
+            markdown(value, out, seen, false)
+        }
+        Shape::Alt(alt) => {
+            if top {
+                out.push_str(&format!("{}.\n", alt.doc));
+            }
+            for (s, _) in [&alt.scalar, &alt.seq, &alt.map].into_iter().flatten() {
+                markdown(s, out, seen, top && matches!(s, Shape::Obj(_)));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A short name for a shape, for reference tables.
+fn brief(shape: &Shape) -> String {
+    match shape {
+        Shape::Str => "string".into(),
+        Shape::Id => "id".into(),
+        Shape::CapKey => "capability key".into(),
+        Shape::ResourceId => "resource id".into(),
+        Shape::Duration => "duration".into(),
+        Shape::Int { min, max } if *max == i64::MAX => format!("integer >= {min}"),
+        Shape::Int { min, max } => format!("integer {min}..{max}"),
+        Shape::Number => "number".into(),
+        Shape::Bool => "boolean".into(),
+        Shape::Enum(words) => words
+            .iter()
+            .map(|w| format!("`{w}`"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        Shape::Scalar => "scalar".into(),
+        Shape::Any => "any".into(),
+        Shape::List(item) => format!("list of {}", brief(item)),
+        Shape::OneOrList(item) => format!("{} or list of them", brief(item)),
+        Shape::Map { key, value } => format!("map {} -> {}", brief(key), brief(value)),
+        Shape::Obj(obj) => obj.name.to_string(),
+        Shape::Alt(alt) => [&alt.scalar, &alt.seq, &alt.map]
+            .into_iter()
+            .flatten()
+            .map(|(s, _)| brief(s))
+            .collect::<Vec<_>>()
+            .join(" or "),
+    }
+}

@@ -271,6 +271,15 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         instances.insert(job.id.as_str(), list);
     }
 
+    // (job id, resource id) -> instance id, for edges between instances on the same resource.
+    let on_resource: HashMap<(&str, &str), &String> = instances
+        .iter()
+        .flat_map(|(job, list)| {
+            list.iter()
+                .filter_map(move |(r, id)| r.map(|r| ((*job, r), id)))
+        })
+        .collect();
+
     // Who provides what.
     let mut cap_provider: HashMap<&str, &str> = HashMap::new();
     let mut artifact_provider: HashMap<&str, &str> = HashMap::new();
@@ -331,13 +340,13 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 let Some(list) = instances.get(provider) else {
                     return;
                 };
-                let same: Vec<&String> = if same_scope {
-                    list.iter()
-                        .filter(|(r, _)| r.is_some() && r == resource)
-                        .map(|(_, i)| i)
-                        .collect()
-                } else {
-                    Vec::new()
+                let same: Vec<&String> = match (same_scope, resource) {
+                    (true, Some(r)) => on_resource
+                        .get(&(provider, *r))
+                        .into_iter()
+                        .copied()
+                        .collect(),
+                    _ => Vec::new(),
                 };
                 let targets: Vec<&String> = if same.is_empty() {
                     list.iter().map(|(_, i)| i).collect()

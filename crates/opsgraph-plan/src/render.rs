@@ -186,10 +186,12 @@ pub fn text(plan: &Plan) -> String {
         }
     }
     let _ = writeln!(s, "\nStages");
+    let by_id: std::collections::HashMap<&str, &crate::plan::JobInstance> =
+        plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
     for (n, stage) in plan.stages.iter().enumerate() {
         let mut by_job: Vec<(&str, Vec<&str>)> = Vec::new();
         for id in &stage.jobs {
-            let Some(j) = plan.jobs.iter().find(|j| j.id == *id) else {
+            let Some(j) = by_id.get(id.as_str()) else {
                 continue;
             };
             let on = j

@@ -2,8 +2,8 @@
 //! bound, created through a sub-operation, put to a person at a gate, or found unsatisfiable —
 //! and every candidate that lost says which rule rejected it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 
 use opsgraph_model::{
     Attributes, CapabilityPolicy, EnvironmentPolicy, GateType, Health, Intent, Provider,
@@ -20,18 +20,28 @@ pub const REJECTION_LIMIT: usize = 50;
 pub struct Inventory<'a> {
     resources: &'a [Resource],
     by_id: HashMap<&'a str, u32>,
-    by_capability: HashMap<&'a str, Vec<(u32, u32)>>,
+    by_capability: HashMap<&'a str, CapabilityIndex<'a>>,
+}
+
+/// The providers of one capability, grouped by environment so that a requirement in `prod`
+/// evaluates only prod (and environment-less) candidates and counts the rest in bulk.
+#[derive(Debug, Default)]
+struct CapabilityIndex<'a> {
+    by_env: BTreeMap<Option<&'a str>, Vec<(u32, u32)>>,
 }
 
 impl<'a> Inventory<'a> {
     pub fn new(resources: &'a [Resource]) -> Inventory<'a> {
         let mut by_id = HashMap::with_capacity(resources.len());
-        let mut by_capability: HashMap<&str, Vec<(u32, u32)>> = HashMap::new();
+        let mut by_capability: HashMap<&str, CapabilityIndex<'a>> = HashMap::new();
         for (i, r) in resources.iter().enumerate() {
             by_id.insert(r.id.as_str(), i as u32);
             for (j, c) in r.provides.iter().enumerate() {
                 by_capability
                     .entry(c.capability.as_str())
+                    .or_default()
+                    .by_env
+                    .entry(r.environment.as_deref())
                     .or_default()
                     .push((i as u32, j as u32));
             }
@@ -49,21 +59,6 @@ impl<'a> Inventory<'a> {
 
     pub fn resources(&self) -> &'a [Resource] {
         self.resources
-    }
-
-    /// The resources providing `capability`, each with the index of its provided entry.
-    fn providing(
-        &self,
-        capability: &str,
-    ) -> impl Iterator<Item = (&'a Resource, &'a Attributes)> + '_ {
-        self.by_capability
-            .get(capability)
-            .into_iter()
-            .flatten()
-            .map(|&(i, j)| {
-                let r = &self.resources[i as usize];
-                (r, &r.provides[j as usize].attributes)
-            })
     }
 }
 
@@ -183,113 +178,147 @@ pub struct Rejection {
     pub reason: String,
 }
 
-/// Why a candidate was rejected; `rule` names it for counting.
-#[derive(Debug, Clone, PartialEq)]
-enum Reason {
+/// Why a candidate was rejected. Borrowed, so that rejecting 100,000 candidates allocates
+/// nothing; only the listed ones are rendered into sentences.
+#[derive(Debug, Clone)]
+enum Fail<'a> {
     Environment {
-        theirs: String,
-        ours: String,
+        theirs: &'a str,
     },
-    NoPolicyRule {
-        capability: String,
-        environment: String,
-    },
+    NoPolicyRule,
     NotAllowed {
-        provider: String,
-        environment: String,
+        provider: &'a str,
     },
-    NoProviderId {
-        environment: String,
-        allowed: Vec<String>,
-    },
+    NoProviderId,
     EncryptionRequired {
-        environment: String,
-        observed: Option<Value>,
+        observed: Option<Cow<'a, Value>>,
     },
     Unhealthy {
         health: Health,
     },
     Constraint {
-        key: String,
-        want: String,
-        observed: Option<Value>,
+        key: &'a str,
+        want: &'a Value,
+        observed: Option<Cow<'a, Value>>,
     },
+    NotProvided,
 }
 
-impl Reason {
-    fn rule(&self) -> String {
+/// The rule a failure counts under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule<'a> {
+    Environment,
+    NoPolicyRule,
+    NotAllowed,
+    Encryption,
+    Unhealthy,
+    Constraint(&'a str),
+    NotProvided,
+}
+
+impl Rule<'_> {
+    fn name(self) -> String {
         match self {
-            Reason::Environment { .. } => "environment".into(),
-            Reason::NoPolicyRule { .. } => "no policy rule".into(),
-            Reason::NotAllowed { .. } | Reason::NoProviderId { .. } => {
-                "provider not allowed".into()
-            }
-            Reason::EncryptionRequired { .. } => "encryption required".into(),
-            Reason::Unhealthy { .. } => "unhealthy".into(),
-            Reason::Constraint { key, .. } => format!("constraint {key}"),
+            Rule::Environment => "environment".into(),
+            Rule::NoPolicyRule => "no policy rule".into(),
+            Rule::NotAllowed => "provider not allowed".into(),
+            Rule::Encryption => "encryption required".into(),
+            Rule::Unhealthy => "unhealthy".into(),
+            Rule::Constraint(key) => format!("constraint {key}"),
+            Rule::NotProvided => "not provided".into(),
         }
     }
 }
 
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl<'a> Fail<'a> {
+    fn rule(&self) -> Rule<'a> {
         match self {
-            Reason::Environment { theirs, ours } => {
-                write!(f, "it is in environment {theirs}, the intent is for {ours}")
+            Fail::Environment { .. } => Rule::Environment,
+            Fail::NoPolicyRule => Rule::NoPolicyRule,
+            Fail::NotAllowed { .. } | Fail::NoProviderId => Rule::NotAllowed,
+            Fail::EncryptionRequired { .. } => Rule::Encryption,
+            Fail::Unhealthy { .. } => Rule::Unhealthy,
+            Fail::Constraint { key, .. } => Rule::Constraint(key),
+            Fail::NotProvided => Rule::NotProvided,
+        }
+    }
+
+    /// The sentence a person reads.
+    fn describe(
+        &self,
+        cx: &Context<'_>,
+        req: &Requirement,
+        rule: Option<&EnvironmentPolicy>,
+    ) -> String {
+        let env = cx
+            .intent
+            .environment
+            .as_deref()
+            .unwrap_or("any environment");
+        match self {
+            Fail::Environment { theirs } => {
+                format!("it is in environment {theirs}, the intent is for {env}")
             }
-            Reason::NoPolicyRule {
-                capability,
-                environment,
-            } => {
-                write!(f, "the capability policy for {capability} has no rule for environment {environment}")
+            Fail::NoPolicyRule => {
+                format!(
+                    "the capability policy for {} has no rule for environment {env}",
+                    req.capability
+                )
             }
-            Reason::NotAllowed {
-                provider,
-                environment,
-            } => write!(f, "provider {provider} is not allowed in {environment}"),
-            Reason::NoProviderId {
-                environment,
-                allowed,
-            } => write!(
-                f,
-                "it names no provider, and {environment} allows only {}",
-                if allowed.is_empty() {
+            Fail::NotAllowed { provider } => format!("provider {provider} is not allowed in {env}"),
+            Fail::NoProviderId => {
+                let allowed = rule
+                    .and_then(|r| r.allowed_providers.clone())
+                    .unwrap_or_default();
+                let allowed = if allowed.is_empty() {
                     "none".to_string()
                 } else {
                     allowed.join(", ")
-                }
-            ),
-            Reason::EncryptionRequired {
-                environment,
-                observed,
-            } => match observed {
-                Some(v) => write!(
-                    f,
-                    "{environment} requires encryption, and it has encryption: {v}"
-                ),
-                None => write!(
-                    f,
-                    "{environment} requires encryption, and it declares no encryption attribute"
-                ),
-            },
-            Reason::Unhealthy { health } => write!(f, "its health is {}", health_word(*health)),
-            Reason::Constraint {
+                };
+                format!("it names no provider, and {env} allows only {allowed}")
+            }
+            Fail::EncryptionRequired { observed: Some(v) } => {
+                format!("{env} requires encryption, and it has encryption: {v}")
+            }
+            Fail::EncryptionRequired { observed: None } => {
+                format!("{env} requires encryption, and it declares no encryption attribute")
+            }
+            Fail::Unhealthy { health } => format!("its health is {}", health_word(*health)),
+            Fail::Constraint {
                 key,
                 want,
                 observed,
-            } => match observed {
-                Some(v) => write!(
-                    f,
-                    "constraint {key}: {want} is not met ({} is {})",
-                    attr_name(key),
-                    plain(v)
-                ),
-                None => write!(
-                    f,
-                    "constraint {key}: {want} is not met (it has no {} attribute)",
-                    attr_name(key)
-                ),
-            },
+            } => {
+                let want = match want {
+                    Value::String(s) if s == "same-as-workload" => {
+                        match workload_value(cx.intent, key) {
+                            Some(w) => format!("same-as-workload ({})", plain(&w)),
+                            None => {
+                                "same-as-workload (the intent gives no value for it)".to_string()
+                            }
+                        }
+                    }
+                    Value::Array(options) => {
+                        format!(
+                            "one of [{}]",
+                            options.iter().map(plain).collect::<Vec<_>>().join(", ")
+                        )
+                    }
+                    other => plain(other),
+                };
+                match observed {
+                    Some(v) => format!(
+                        "constraint {key}: {want} is not met ({} is {})",
+                        attr_name(key),
+                        plain(v)
+                    ),
+                    None => format!(
+                        "constraint {key}: {want} is not met (it has no {} attribute)",
+                        attr_name(key)
+                    ),
+                }
+            }
+            Fail::NotProvided => format!("it does not provide {}", req.capability),
         }
     }
 }
@@ -326,14 +355,14 @@ struct Subject<'a> {
     provider: Option<&'a str>,
 }
 
-impl Subject<'_> {
-    fn get(&self, key: &str) -> Option<Value> {
+impl<'a> Subject<'a> {
+    fn get(&self, key: &str) -> Option<Cow<'a, Value>> {
         if let Some(v) = self
             .capability
             .get(key)
             .or_else(|| self.attributes.get(key))
         {
-            return Some(v.clone());
+            return Some(Cow::Borrowed(v));
         }
         let field = match key {
             "environment" => self.environment,
@@ -341,7 +370,7 @@ impl Subject<'_> {
             "provider" => self.provider,
             _ => None,
         };
-        field.map(|s| Value::String(s.to_string()))
+        field.map(|s| Cow::Owned(Value::String(s.to_string())))
     }
 }
 
@@ -377,150 +406,185 @@ fn workload_value(intent: &Intent, key: &str) -> Option<Value> {
     }
 }
 
-/// Checks every constraint; the first failing one is the reason.
-fn check_constraints(
-    req: &Requirement,
-    intent: &Intent,
-    subject: &Subject<'_>,
-) -> Result<(), Reason> {
-    for (key, want) in &req.constraints {
-        let fail = |want: String, observed| Reason::Constraint {
-            key: key.clone(),
-            want,
-            observed,
-        };
-        if let Some(attr) = key
-            .strip_prefix("min_")
-            .or_else(|| key.strip_prefix("max_"))
-        {
-            if let Some(bound) = as_number(want) {
-                let observed = subject.get(attr);
-                let ok = observed.as_ref().and_then(as_number).is_some_and(|v| {
-                    if key.starts_with("min_") {
-                        v >= bound
-                    } else {
-                        v <= bound
-                    }
-                });
-                if !ok {
-                    return Err(fail(plain(want), observed));
-                }
-                continue;
-            }
-        }
-        let observed = subject.get(key);
-        match want {
-            Value::String(s) if s == "required" => {
-                if !matches!(observed, Some(Value::Bool(true))) {
-                    return Err(fail("required".into(), observed));
-                }
-            }
-            Value::String(s) if s == "same-as-workload" => match workload_value(intent, key) {
-                Some(w) => {
-                    if !observed.as_ref().is_some_and(|o| loosely_equal(o, &w)) {
-                        return Err(fail(format!("same-as-workload ({})", plain(&w)), observed));
-                    }
-                }
-                None => {
-                    return Err(fail(
-                        "same-as-workload (the intent gives no value for it)".into(),
-                        observed,
-                    ))
-                }
-            },
-            Value::Array(options) => {
-                if !observed
-                    .as_ref()
-                    .is_some_and(|o| options.iter().any(|w| loosely_equal(o, w)))
-                {
-                    let words: Vec<String> = options.iter().map(plain).collect();
-                    return Err(fail(format!("one of [{}]", words.join(", ")), observed));
-                }
-            }
-            want => {
-                if !observed.as_ref().is_some_and(|o| loosely_equal(o, want)) {
-                    return Err(fail(plain(want), observed));
-                }
-            }
-        }
-    }
-    Ok(())
+/// A requirement's constraints, prepared once: the workload's values looked up in advance.
+struct Constraints<'a> {
+    items: Vec<(&'a str, &'a Value, Check)>,
 }
 
-/// The policy rule that applies, or the reason every candidate is rejected.
+enum Check {
+    Min(f64),
+    Max(f64),
+    Required,
+    Equal(Value),
+    /// `same-as-workload`, and the intent gives no value: nothing can match.
+    NoWorkloadValue,
+    OneOf,
+}
+
+impl<'a> Constraints<'a> {
+    fn new(
+        constraints: &'a Attributes,
+        intent: &Intent,
+        only_declared: Option<&Subject<'_>>,
+    ) -> Constraints<'a> {
+        let mut items = Vec::new();
+        for (key, want) in constraints {
+            if only_declared.is_some_and(|s| s.get(attr_name(key)).is_none()) {
+                continue;
+            }
+            let bound = key
+                .strip_prefix("min_")
+                .or_else(|| key.strip_prefix("max_"))
+                .and(as_number(want));
+            let check = match (bound, want) {
+                (Some(n), _) if key.starts_with("min_") => Check::Min(n),
+                (Some(n), _) => Check::Max(n),
+                (None, Value::String(s)) if s == "required" => Check::Required,
+                (None, Value::String(s)) if s == "same-as-workload" => {
+                    match workload_value(intent, key) {
+                        Some(w) => Check::Equal(w),
+                        None => Check::NoWorkloadValue,
+                    }
+                }
+                (None, Value::Array(_)) => Check::OneOf,
+                (None, other) => Check::Equal(other.clone()),
+            };
+            items.push((key.as_str(), want, check));
+        }
+        Constraints { items }
+    }
+
+    /// The first constraint the subject fails.
+    fn check<'s>(&self, subject: &Subject<'s>) -> Result<(), Fail<'s>>
+    where
+        'a: 's,
+    {
+        for (key, want, check) in &self.items {
+            let observed = subject.get(attr_name(key));
+            let ok = match check {
+                Check::Min(n) => observed
+                    .as_deref()
+                    .and_then(as_number)
+                    .is_some_and(|v| v >= *n),
+                Check::Max(n) => observed
+                    .as_deref()
+                    .and_then(as_number)
+                    .is_some_and(|v| v <= *n),
+                Check::Required => matches!(observed.as_deref(), Some(Value::Bool(true))),
+                Check::Equal(w) => observed.as_deref().is_some_and(|o| loosely_equal(o, w)),
+                Check::NoWorkloadValue => false,
+                Check::OneOf => {
+                    let Value::Array(options) = want else {
+                        unreachable!("OneOf is built from arrays")
+                    };
+                    observed
+                        .as_deref()
+                        .is_some_and(|o| options.iter().any(|w| loosely_equal(o, w)))
+                }
+            };
+            if !ok {
+                return Err(Fail::Constraint {
+                    key,
+                    want,
+                    observed,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The policy rule that applies; `Err` when the capability has a policy but not for this
+/// environment (then nothing is allowed there).
 fn policy_rule<'a>(
     cx: &Context<'a>,
     capability: &str,
-) -> Result<Option<&'a EnvironmentPolicy>, Reason> {
+) -> Result<Option<&'a EnvironmentPolicy>, ()> {
     let Some(envs) = cx.policy.rules.get(capability) else {
         return Ok(None);
     };
     let Some(env) = cx.intent.environment.as_deref() else {
         return Ok(None);
     };
-    match envs.get(env) {
-        Some(rule) => Ok(Some(rule)),
-        None => Err(Reason::NoPolicyRule {
-            capability: capability.into(),
-            environment: env.into(),
-        }),
-    }
+    envs.get(env).map(Some).ok_or(())
 }
 
-fn allowed(
+fn allowed<'s>(
     rule: Option<&EnvironmentPolicy>,
-    provider: Option<&str>,
-    env: &str,
-) -> Result<(), Reason> {
+    provider: Option<&'s str>,
+) -> Result<(), Fail<'s>> {
     let Some(list) = rule.and_then(|r| r.allowed_providers.as_ref()) else {
         return Ok(());
     };
     match provider {
         Some(p) if list.iter().any(|a| a == p) => Ok(()),
-        Some(p) => Err(Reason::NotAllowed {
-            provider: p.into(),
-            environment: env.into(),
-        }),
-        None => Err(Reason::NoProviderId {
-            environment: env.into(),
-            allowed: list.clone(),
-        }),
+        Some(p) => Err(Fail::NotAllowed { provider: p }),
+        None => Err(Fail::NoProviderId),
     }
 }
 
-fn encryption(
-    rule: Option<&EnvironmentPolicy>,
-    subject: &Subject<'_>,
-    env: &str,
-) -> Result<(), Reason> {
+fn encryption<'s>(rule: Option<&EnvironmentPolicy>, subject: &Subject<'s>) -> Result<(), Fail<'s>> {
     if !rule.is_some_and(|r| r.require_encryption) {
         return Ok(());
     }
     match subject.get("encryption") {
-        Some(Value::Bool(true)) => Ok(()),
-        observed => Err(Reason::EncryptionRequired {
-            environment: env.into(),
-            observed,
-        }),
+        Some(v) if *v == Value::Bool(true) => Ok(()),
+        observed => Err(Fail::EncryptionRequired { observed }),
     }
 }
 
-struct Rejections {
-    listed: Vec<Rejection>,
-    by_rule: BTreeMap<String, usize>,
-    total: usize,
+/// Rejections: the first [`REJECTION_LIMIT`] rendered, all counted by rule.
+struct Rejections<'a> {
+    listed: Vec<(usize, Rejection)>,
+    counts: Vec<(Rule<'a>, usize)>,
 }
 
-impl Rejections {
-    fn add(&mut self, candidate: impl FnOnce() -> String, reason: Reason) {
-        self.total += 1;
-        *self.by_rule.entry(reason.rule()).or_default() += 1;
-        if self.listed.len() < REJECTION_LIMIT {
-            self.listed.push(Rejection {
-                candidate: candidate(),
-                reason: reason.to_string(),
-            });
+impl<'a> Rejections<'a> {
+    fn new() -> Rejections<'a> {
+        Rejections {
+            listed: Vec::new(),
+            counts: Vec::new(),
         }
+    }
+
+    fn count(&mut self, rule: Rule<'a>, n: usize) {
+        match self.counts.iter_mut().find(|(r, _)| *r == rule) {
+            Some((_, c)) => *c += n,
+            None => self.counts.push((rule, n)),
+        }
+    }
+
+    fn wants_more(&self) -> bool {
+        self.listed.len() < REJECTION_LIMIT
+    }
+
+    fn add(
+        &mut self,
+        order: usize,
+        fail: &Fail<'a>,
+        candidate: impl FnOnce() -> String,
+        reason: impl FnOnce() -> String,
+    ) {
+        self.count(fail.rule(), 1);
+        if self.wants_more() {
+            self.listed.push((
+                order,
+                Rejection {
+                    candidate: candidate(),
+                    reason: reason(),
+                },
+            ));
+        }
+    }
+
+    fn finish(mut self) -> (Vec<Rejection>, BTreeMap<String, usize>) {
+        self.listed.sort_by_key(|(order, _)| *order);
+        let by_rule = self
+            .counts
+            .into_iter()
+            .map(|(r, n)| (r.name(), n))
+            .collect();
+        (self.listed.into_iter().map(|(_, r)| r).collect(), by_rule)
     }
 }
 
@@ -531,65 +595,90 @@ pub fn resolve(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>) ->
         .environment
         .as_deref()
         .unwrap_or("any environment");
-    let mut rejections = Rejections {
-        listed: Vec::new(),
-        by_rule: BTreeMap::new(),
-        total: 0,
-    };
+    let mut rejections = Rejections::new();
     let mut considered = 0;
     let rule = policy_rule(cx, &req.capability);
     let explicit_env = req.constraints.contains_key("environment");
+    let constraints = Constraints::new(&req.constraints, cx.intent, None);
+    let empty = Attributes::new();
 
     let mut matches: Vec<&Resource> = Vec::new();
-    for (r, cap_attrs) in cx.inventory.providing(&req.capability) {
-        considered += 1;
-        let subject = Subject {
-            capability: cap_attrs,
-            attributes: &r.attributes,
-            environment: r.environment.as_deref(),
-            name: Some(&r.name),
-            provider: r.provider.as_deref(),
-        };
-        let verdict = (|| {
-            let rule = rule.clone()?;
-            if !explicit_env {
-                if let (Some(theirs), Some(ours)) =
-                    (r.environment.as_deref(), cx.intent.environment.as_deref())
-                {
-                    if theirs != ours {
-                        return Err(Reason::Environment {
-                            theirs: theirs.into(),
-                            ours: ours.into(),
-                        });
+    if let Some(index) = cx.inventory.by_capability.get(req.capability.as_str()) {
+        for (group_env, members) in &index.by_env {
+            considered += members.len();
+            // Candidates of another environment are rejected in bulk, without evaluating them.
+            let other_env = match (group_env, cx.intent.environment.as_deref()) {
+                (Some(theirs), Some(ours)) if !explicit_env && *theirs != ours => Some(*theirs),
+                _ => None,
+            };
+            if let Some(theirs) = other_env {
+                let fail = Fail::Environment { theirs };
+                rejections.count(fail.rule(), members.len());
+                for &(i, _) in members {
+                    if !rejections.wants_more() {
+                        break;
                     }
+                    let r = &cx.inventory.resources[i as usize];
+                    rejections.listed.push((
+                        i as usize,
+                        Rejection {
+                            candidate: r.id.clone(),
+                            reason: fail.describe(cx, req, None),
+                        },
+                    ));
+                }
+                continue;
+            }
+            for &(i, j) in members {
+                let r = &cx.inventory.resources[i as usize];
+                let subject = Subject {
+                    capability: &r.provides[j as usize].attributes,
+                    attributes: &r.attributes,
+                    environment: r.environment.as_deref(),
+                    name: Some(&r.name),
+                    provider: r.provider.as_deref(),
+                };
+                let verdict = match rule {
+                    Err(()) => Err(Fail::NoPolicyRule),
+                    Ok(rule) => allowed(rule, r.provider.as_deref())
+                        .and_then(|()| encryption(rule, &subject))
+                        .and_then(|()| {
+                            if r.health == Health::Error {
+                                Err(Fail::Unhealthy { health: r.health })
+                            } else {
+                                Ok(())
+                            }
+                        })
+                        .and_then(|()| constraints.check(&subject)),
+                };
+                match verdict {
+                    Ok(()) => matches.push(r),
+                    Err(fail) => rejections.add(
+                        i as usize,
+                        &fail,
+                        || r.id.clone(),
+                        || fail.describe(cx, req, rule.ok().flatten()),
+                    ),
                 }
             }
-            allowed(rule, r.provider.as_deref(), env)?;
-            encryption(rule, &subject, env)?;
-            if r.health == Health::Error {
-                return Err(Reason::Unhealthy { health: r.health });
-            }
-            check_constraints(req, cx.intent, &subject)
-        })();
-        match verdict {
-            Ok(()) => matches.push(r),
-            Err(reason) => rejections.add(|| r.id.clone(), reason),
         }
     }
+    matches.sort_by_key(|r| cx.inventory.by_id.get(r.id.as_str()).copied());
 
     // Providers that could create one, or that a person may bind as external.
     let mut creatable: Vec<&Provider> = Vec::new();
     let mut external: Vec<&Provider> = Vec::new();
-    for p in cx
+    let base = cx.inventory.resources.len();
+    for (n, p) in cx
         .providers
         .iter()
-        .filter(|p| p.capability == req.capability)
+        .enumerate()
+        .filter(|(_, p)| p.capability == req.capability)
     {
         if p.create.is_none() && p.bind.is_none() {
             continue; // Bind-only providers are judged through their resources above.
         }
         considered += 1;
-        let empty = Attributes::new();
         let subject = Subject {
             capability: &p.attributes,
             attributes: &empty,
@@ -597,30 +686,26 @@ pub fn resolve(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>) ->
             name: None,
             provider: Some(&p.id),
         };
-        let verdict = (|| {
-            let rule = rule.clone()?;
-            allowed(rule, Some(&p.id), env)?;
-            encryption(rule, &subject, env)?;
-            // A constraint on an attribute the provider does not declare is decided when the
-            // resource exists; only declared attributes can rule a provider out.
-            let declared = Requirement {
-                constraints: req
-                    .constraints
-                    .iter()
-                    .filter(|(k, _)| subject.get(attr_name(k)).is_some())
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                ..req.clone()
-            };
-            check_constraints(&declared, cx.intent, &subject)
-        })();
+        // A constraint on an attribute the provider does not declare is decided when the
+        // resource exists; only declared attributes can rule a provider out.
+        let declared = Constraints::new(&req.constraints, cx.intent, Some(&subject));
+        let verdict = match rule {
+            Err(()) => Err(Fail::NoPolicyRule),
+            Ok(rule) => allowed(rule, Some(&p.id))
+                .and_then(|()| encryption(rule, &subject))
+                .and_then(|()| declared.check(&subject)),
+        };
         match verdict {
             Ok(()) if p.create.is_some() => creatable.push(p),
             Ok(()) => external.push(p),
-            Err(reason) => rejections.add(|| format!("provider {}", p.id), reason),
+            Err(fail) => rejections.add(
+                base + n,
+                &fail,
+                || format!("provider {}", p.id),
+                || fail.describe(cx, req, rule.ok().flatten()),
+            ),
         }
     }
-
     let rule = rule.ok().flatten();
     let require_approval = rule.is_some_and(|r| r.require_approval);
     let roles = match rule {
@@ -782,12 +867,13 @@ pub fn resolve(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>) ->
         }
     };
 
+    let (rejected, rejected_by_rule) = rejections.finish();
     Resolution {
         requirement: req.clone(),
         required_by,
         outcome,
-        rejected: rejections.listed,
-        rejected_by_rule: rejections.by_rule,
+        rejected,
+        rejected_by_rule,
         considered,
     }
 }
@@ -800,54 +886,26 @@ pub fn resolve_scoped(
     resources: &[&Resource],
     required_by: Vec<String>,
 ) -> Resolution {
-    let mut rejections = Rejections {
-        listed: Vec::new(),
-        by_rule: BTreeMap::new(),
-        total: 0,
-    };
-    let empty = Attributes::new();
-    for r in resources {
-        let provided = r.provides.iter().find(|c| c.capability == req.capability);
-        let verdict = match provided {
-            None => Err(Reason::Constraint {
-                key: "capability".into(),
-                want: req.capability.clone(),
-                observed: None,
+    let mut rejections = Rejections::new();
+    let constraints = Constraints::new(&req.constraints, cx.intent, None);
+    let mut failed = 0;
+    for (i, r) in resources.iter().enumerate() {
+        let verdict = match r.provides.iter().find(|c| c.capability == req.capability) {
+            None => Err(Fail::NotProvided),
+            Some(c) => constraints.check(&Subject {
+                capability: &c.attributes,
+                attributes: &r.attributes,
+                environment: r.environment.as_deref(),
+                name: Some(&r.name),
+                provider: r.provider.as_deref(),
             }),
-            Some(c) => {
-                let subject = Subject {
-                    capability: &c.attributes,
-                    attributes: &r.attributes,
-                    environment: r.environment.as_deref(),
-                    name: Some(&r.name),
-                    provider: r.provider.as_deref(),
-                };
-                let _ = &empty;
-                check_constraints(req, cx.intent, &subject)
-            }
         };
-        if let Err(reason) = verdict {
-            let reason = match (provided, reason) {
-                (None, _) => Rejection {
-                    candidate: r.id.clone(),
-                    reason: format!("it does not provide {}", req.capability),
-                },
-                (Some(_), reason) => Rejection {
-                    candidate: r.id.clone(),
-                    reason: reason.to_string(),
-                },
-            };
-            rejections.total += 1;
-            *rejections
-                .by_rule
-                .entry("scope resource".into())
-                .or_default() += 1;
-            if rejections.listed.len() < REJECTION_LIMIT {
-                rejections.listed.push(reason);
-            }
+        if let Err(fail) = verdict {
+            failed += 1;
+            rejections.add(i, &fail, || r.id.clone(), || fail.describe(cx, req, None));
         }
     }
-    let outcome = if rejections.total == 0 {
+    let outcome = if failed == 0 {
         Outcome::BindScope {
             scope: scope.to_string(),
             resources: resources.iter().map(|r| r.id.clone()).collect(),
@@ -855,19 +913,19 @@ pub fn resolve_scoped(
     } else {
         Outcome::Unsatisfiable {
             reason: format!(
-                "{} of {} resources of scope {scope} do not provide {} as required",
-                rejections.total,
+                "{failed} of {} resources of scope {scope} do not provide {} as required",
                 resources.len(),
                 req.capability
             ),
         }
     };
+    let (rejected, rejected_by_rule) = rejections.finish();
     Resolution {
         requirement: req.clone(),
         required_by,
         outcome,
-        rejected: rejections.listed,
-        rejected_by_rule: rejections.by_rule,
+        rejected,
+        rejected_by_rule,
         considered: resources.len(),
     }
 }

@@ -38,6 +38,9 @@ pub enum Command {
         /// resource, provider, capability_policy, intent, scenario_pack, plan_template, job,
         /// evidence, artifact, gate, intervention, plan_patch, remedy, requires.
         kind: Option<String>,
+        /// Print the Markdown reference of every kind instead.
+        #[arg(long, conflicts_with = "kind")]
+        markdown: bool,
     },
     /// Scenario packs.
     Pack {
@@ -95,7 +98,14 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
             )?;
             Ok(0)
         }
-        Command::Schema { kind } => {
+        Command::Schema { markdown: true, .. } => {
+            write!(out, "{}", opsgraph_pack::markdown_reference())?;
+            Ok(0)
+        }
+        Command::Schema {
+            kind,
+            markdown: false,
+        } => {
             let schema = opsgraph_pack::json_schema(kind.as_deref()).with_context(|| {
                 format!(
                     "unknown kind `{}`; expected one of {}",

@@ -6,3 +6,4 @@ mod documents;
 mod plan;
 mod resolve;
 mod support;
+mod tidy;
