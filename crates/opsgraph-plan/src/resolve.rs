@@ -208,7 +208,7 @@ enum Fail<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rule<'a> {
     Environment,
-    NoPolicyRule,
+    NoPolicy,
     NotAllowed,
     Encryption,
     Unhealthy,
@@ -220,7 +220,7 @@ impl Rule<'_> {
     fn name(self) -> String {
         match self {
             Rule::Environment => "environment".into(),
-            Rule::NoPolicyRule => "no policy rule".into(),
+            Rule::NoPolicy => "no policy rule".into(),
             Rule::NotAllowed => "provider not allowed".into(),
             Rule::Encryption => "encryption required".into(),
             Rule::Unhealthy => "unhealthy".into(),
@@ -234,7 +234,7 @@ impl<'a> Fail<'a> {
     fn rule(&self) -> Rule<'a> {
         match self {
             Fail::Environment { .. } => Rule::Environment,
-            Fail::NoPolicyRule => Rule::NoPolicyRule,
+            Fail::NoPolicyRule => Rule::NoPolicy,
             Fail::NotAllowed { .. } | Fail::NoProviderId => Rule::NotAllowed,
             Fail::EncryptionRequired { .. } => Rule::Encryption,
             Fail::Unhealthy { .. } => Rule::Unhealthy,
