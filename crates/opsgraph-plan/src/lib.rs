@@ -4,6 +4,7 @@
 //! Architecture invariant: no IO. Everything here is a function of its inputs, so a preview is
 //! reproducible and the runtime ([B]) can rebuild any revision from what it stored.
 
+mod columns;
 mod edit;
 mod plan;
 pub mod render;

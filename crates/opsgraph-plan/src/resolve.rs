@@ -10,6 +10,8 @@ use opsgraph_model::{
     Requirement, Resource,
 };
 use serde::Serialize;
+
+use crate::columns::{FastFail, Group, Prepared, Strings};
 use serde_json::Value;
 
 /// How many rejected candidates are listed one by one; the rest are counted by rule.
@@ -21,19 +23,21 @@ pub struct Inventory<'a> {
     resources: &'a [Resource],
     by_id: HashMap<&'a str, u32>,
     by_capability: HashMap<&'a str, CapabilityIndex<'a>>,
+    strings: Strings<'a>,
 }
 
 /// The providers of one capability, grouped by environment so that a requirement in `prod`
 /// evaluates only prod (and environment-less) candidates and counts the rest in bulk.
 #[derive(Debug, Default)]
 struct CapabilityIndex<'a> {
-    by_env: BTreeMap<Option<&'a str>, Vec<(u32, u32)>>,
+    by_env: BTreeMap<Option<&'a str>, Group>,
 }
 
 impl<'a> Inventory<'a> {
     pub fn new(resources: &'a [Resource]) -> Inventory<'a> {
         let mut by_id = HashMap::with_capacity(resources.len());
         let mut by_capability: HashMap<&str, CapabilityIndex<'a>> = HashMap::new();
+        let mut strings = Strings::default();
         for (i, r) in resources.iter().enumerate() {
             by_id.insert(r.id.as_str(), i as u32);
             for (j, c) in r.provides.iter().enumerate() {
@@ -43,13 +47,14 @@ impl<'a> Inventory<'a> {
                     .by_env
                     .entry(r.environment.as_deref())
                     .or_default()
-                    .push((i as u32, j as u32));
+                    .push(&mut strings, r, i as u32, j as u32);
             }
         }
         Inventory {
             resources,
             by_id,
             by_capability,
+            strings,
         }
     }
 
@@ -533,6 +538,16 @@ fn encryption<'s>(rule: Option<&EnvironmentPolicy>, subject: &Subject<'s>) -> Re
     }
 }
 
+fn fast_rule(f: FastFail<'_>) -> Rule<'_> {
+    match f {
+        FastFail::NoPolicy => Rule::NoPolicy,
+        FastFail::NotAllowed => Rule::NotAllowed,
+        FastFail::Encryption => Rule::Encryption,
+        FastFail::Unhealthy => Rule::Unhealthy,
+        FastFail::Constraint(key) => Rule::Constraint(key),
+    }
+}
+
 /// Rejections: the first [`REJECTION_LIMIT`] rendered, all counted by rule.
 struct Rejections<'a> {
     listed: Vec<(usize, Rejection)>,
@@ -590,6 +605,16 @@ impl<'a> Rejections<'a> {
 
 /// Resolves one unscoped requirement by policy.
 pub fn resolve(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>) -> Resolution {
+    resolve_with(cx, req, required_by, true)
+}
+
+/// `fast: false` evaluates every candidate the slow, exact way (for tests of the fast path).
+fn resolve_with(
+    cx: &Context<'_>,
+    req: &Requirement,
+    required_by: Vec<String>,
+    fast: bool,
+) -> Resolution {
     let env = cx
         .intent
         .environment
@@ -604,7 +629,10 @@ pub fn resolve(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>) ->
 
     let mut matches: Vec<&Resource> = Vec::new();
     if let Some(index) = cx.inventory.by_capability.get(req.capability.as_str()) {
-        for (group_env, members) in &index.by_env {
+        let prepared = Prepared::new(&cx.inventory.strings, req, cx.intent, rule, workload_value)
+            .filter(|_| fast);
+        for (group_env, group) in &index.by_env {
+            let members = &group.members;
             considered += members.len();
             // Candidates of another environment are rejected in bulk, without evaluating them.
             let other_env = match (group_env, cx.intent.environment.as_deref()) {
@@ -619,17 +647,15 @@ pub fn resolve(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>) ->
                         break;
                     }
                     let r = &cx.inventory.resources[i as usize];
-                    rejections.listed.push((
-                        i as usize,
-                        Rejection {
-                            candidate: r.id.clone(),
-                            reason: fail.describe(cx, req, None),
-                        },
-                    ));
+                    let rejection = Rejection {
+                        candidate: r.id.clone(),
+                        reason: fail.describe(cx, req, None),
+                    };
+                    rejections.listed.push((i as usize, rejection));
                 }
                 continue;
             }
-            for &(i, j) in members {
+            let slow = |i: u32, j: u32| -> Result<(), Fail<'_>> {
                 let r = &cx.inventory.resources[i as usize];
                 let subject = Subject {
                     capability: &r.provides[j as usize].attributes,
@@ -638,27 +664,36 @@ pub fn resolve(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>) ->
                     name: Some(&r.name),
                     provider: r.provider.as_deref(),
                 };
-                let verdict = match rule {
-                    Err(()) => Err(Fail::NoPolicyRule),
-                    Ok(rule) => allowed(rule, r.provider.as_deref())
-                        .and_then(|()| encryption(rule, &subject))
-                        .and_then(|()| {
-                            if r.health == Health::Error {
-                                Err(Fail::Unhealthy { health: r.health })
-                            } else {
-                                Ok(())
-                            }
-                        })
-                        .and_then(|()| constraints.check(&subject)),
-                };
-                match verdict {
-                    Ok(()) => matches.push(r),
-                    Err(fail) => rejections.add(
-                        i as usize,
-                        &fail,
-                        || r.id.clone(),
-                        || fail.describe(cx, req, rule.ok().flatten()),
-                    ),
+                let rule = rule.map_err(|()| Fail::NoPolicyRule)?;
+                allowed(rule, r.provider.as_deref())?;
+                encryption(rule, &subject)?;
+                if r.health == Health::Error {
+                    return Err(Fail::Unhealthy { health: r.health });
+                }
+                constraints.check(&subject)
+            };
+            for (m, &(i, j)) in members.iter().enumerate() {
+                let r = &cx.inventory.resources[i as usize];
+                let fast = prepared
+                    .as_ref()
+                    .and_then(|p| p.verdict(&cx.inventory.strings, group, *group_env, m));
+                match fast {
+                    Some(Ok(())) => matches.push(r),
+                    Some(Err(f)) if !rejections.wants_more() => rejections.count(fast_rule(f), 1),
+                    _ => match slow(i, j) {
+                        Ok(()) => matches.push(r),
+                        Err(fail) => {
+                            debug_assert!(
+                                fast.is_none_or(|f| f.is_err_and(|f| fast_rule(f) == fail.rule()))
+                            );
+                            rejections.add(
+                                i as usize,
+                                &fail,
+                                || r.id.clone(),
+                                || fail.describe(cx, req, rule.ok().flatten()),
+                            )
+                        }
+                    },
                 }
             }
         }
@@ -927,5 +962,141 @@ pub fn resolve_scoped(
         rejected,
         rejected_by_rule,
         considered: resources.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn resource(i: usize) -> Resource {
+        let envs = [Some("dev"), Some("prod"), None];
+        let mut attributes = Attributes::new();
+        attributes.insert("region".into(), json!(["eu", "us", "ap"][i % 3]));
+        if i % 7 != 0 {
+            attributes.insert("capacity_gb".into(), json!((i * 53) % 1500));
+        }
+        if i % 11 == 0 {
+            attributes.insert("capacity_gb".into(), json!("lots"));
+        }
+        let mut cap = Attributes::new();
+        match i % 4 {
+            0 => cap.insert("encryption".into(), json!(true)),
+            1 => cap.insert("encryption".into(), json!(false)),
+            2 => cap.insert("encryption".into(), json!("true")),
+            _ => None,
+        };
+        if i % 5 == 0 {
+            cap.insert("region".into(), json!("eu"));
+        }
+        if i % 13 == 0 {
+            cap.insert("access_mode".into(), json!(1));
+        } else {
+            cap.insert("access_mode".into(), json!(["shared", "dedicated"][i % 2]));
+        }
+        Resource {
+            id: format!("s/r{i}"),
+            type_: "s".into(),
+            name: format!("r{i}"),
+            environment: envs[i % 3].map(Into::into),
+            provider: [Some("a"), Some("b"), None][i % 3 / 2 + i % 2].map(Into::into),
+            labels: Default::default(),
+            attributes,
+            desired_state: None,
+            observed_state: None,
+            health: if i % 17 == 0 {
+                Health::Error
+            } else {
+                Health::Healthy
+            },
+            status: None,
+            provides: vec![opsgraph_model::ProvidedCapability {
+                capability: "s3".into(),
+                attributes: cap,
+            }],
+            access: None,
+        }
+    }
+
+    /// The columnar fast path and the full evaluation agree on every outcome and every count.
+    #[test]
+    fn fast_path_agrees_with_full_evaluation() {
+        let resources: Vec<Resource> = (0..600).map(resource).collect();
+        let inventory = Inventory::new(&resources);
+        let policies = [
+            CapabilityPolicy::default(),
+            CapabilityPolicy {
+                rules: [(
+                    "s3".to_string(),
+                    [(
+                        "prod".to_string(),
+                        EnvironmentPolicy {
+                            allowed_providers: Some(vec!["a".into()]),
+                            require_encryption: true,
+                            ..Default::default()
+                        },
+                    )]
+                    .into(),
+                )]
+                .into(),
+            },
+        ];
+        let constraints: Vec<Attributes> = vec![
+            Attributes::new(),
+            [("region".to_string(), json!("same-as-workload"))].into(),
+            [
+                ("min_capacity_gb".to_string(), json!(500)),
+                ("access_mode".to_string(), json!("dedicated")),
+            ]
+            .into(),
+            [
+                ("max_capacity_gb".to_string(), json!(900)),
+                ("encryption".to_string(), json!("required")),
+            ]
+            .into(),
+            [
+                ("access_mode".to_string(), json!(["shared", 1])),
+                ("environment".to_string(), json!("prod")),
+            ]
+            .into(),
+            [("region".to_string(), json!("nowhere"))].into(),
+            [("zone".to_string(), json!("same-as-workload"))].into(),
+        ];
+        for env in ["prod", "dev", "qa"] {
+            for policy in &policies {
+                for c in &constraints {
+                    let mut intent = Intent {
+                        id: None,
+                        target_resource_type: "t".into(),
+                        action: "a".into(),
+                        pack: None,
+                        name: None,
+                        environment: Some(env.into()),
+                        desired_result: None,
+                        parameters: Default::default(),
+                        constraints: Default::default(),
+                        targets: Default::default(),
+                        requires: vec![],
+                    };
+                    intent.constraints.insert("region".into(), json!("eu"));
+                    let cx = Context {
+                        inventory: &inventory,
+                        providers: &[],
+                        policy,
+                        intent: &intent,
+                        requester: "T",
+                    };
+                    let req = Requirement {
+                        capability: "s3".into(),
+                        constraints: c.clone(),
+                        scope: None,
+                    };
+                    let fast = resolve_with(&cx, &req, vec![], true);
+                    let slow = resolve_with(&cx, &req, vec![], false);
+                    assert_eq!(fast, slow, "env {env}, constraints {c:?}");
+                }
+            }
+        }
     }
 }
