@@ -169,31 +169,40 @@ fn intent(nodes: usize) -> Intent {
     }
 }
 
-fn bench_plan(nodes: usize, runs: usize) -> (Duration, usize, usize) {
+/// Builds plans for each size in turn, interleaved, so every size sees the same machine.
+fn bench_plans(sizes: &[usize], runs: usize) -> Vec<(Duration, usize, usize)> {
     let pack = [pack()];
-    let resources: Vec<Resource> = (0..nodes).map(node).collect();
-    let intent = intent(nodes);
+    let worlds: Vec<(Vec<Resource>, Intent)> = sizes
+        .iter()
+        .map(|&n| ((0..n).map(node).collect(), intent(n)))
+        .collect();
     let policy = CapabilityPolicy::default();
-    let mut times = Vec::new();
-    let mut shape = (0, 0);
+    let mut times = vec![Vec::new(); sizes.len()];
+    let mut shapes = vec![(0, 0); sizes.len()];
     for _ in 0..runs {
-        let start = Instant::now();
-        let inventory = Inventory::new(&resources);
-        let plan = opsgraph_plan::build(&Input {
-            intent: &intent,
-            packs: &pack,
-            inventory: &inventory,
-            providers: &[],
-            policy: &policy,
-        })
-        .expect("the bench plan builds");
-        times.push(start.elapsed());
-        shape = (
-            plan.jobs.len(),
-            plan.jobs.iter().map(|j| j.depends_on.len()).sum(),
-        );
+        for (k, (resources, intent)) in worlds.iter().enumerate() {
+            let start = Instant::now();
+            let inventory = Inventory::new(resources);
+            let plan = opsgraph_plan::build(&Input {
+                intent,
+                packs: &pack,
+                inventory: &inventory,
+                providers: &[],
+                policy: &policy,
+            })
+            .expect("the bench plan builds");
+            times[k].push(start.elapsed());
+            shapes[k] = (
+                plan.jobs.len(),
+                plan.jobs.iter().map(|j| j.depends_on.len()).sum(),
+            );
+        }
     }
-    (median(times), shape.0, shape.1)
+    times
+        .into_iter()
+        .zip(shapes)
+        .map(|(t, (j, e))| (median(t), j, e))
+        .collect()
 }
 
 fn storage(i: usize) -> Resource {
@@ -286,6 +295,12 @@ fn bench_resolve(count: usize, runs: usize) -> (Duration, Duration, usize) {
 }
 
 fn main() {
+    let only = std::env::args().nth(1).unwrap_or_default();
+    if only == "big" {
+        let r = bench_plans(&[10_000], 3);
+        println!("{:.1} ms", ms(r[0].0));
+        return;
+    }
     println!(
         "machine: {} cores; {}",
         std::thread::available_parallelism()
@@ -294,22 +309,23 @@ fn main() {
         std::env::consts::ARCH
     );
     println!();
-    println!("| plan build + validate | job instances | edges | median |");
+    println!("| plan build + validate | job instances | edges | median of 21 |");
     println!("|---|---|---|---|");
-    let (small, j1, e1) = bench_plan(100, 11);
+    let plans = bench_plans(&[100, 1000, 10_000], 21);
+    for ((t, j, e), n) in plans.iter().zip(["100", "1,000", "10,000"]) {
+        println!("| {n} nodes x 10 jobs | {j} | {e} | {:.1} ms |", ms(*t));
+    }
     println!(
-        "| 100 nodes x 10 jobs | {j1} | {e1} | {:.1} ms |",
-        ms(small)
-    );
-    let (large, j2, e2) = bench_plan(1000, 7);
-    println!(
-        "| 1,000 nodes x 10 jobs | {j2} | {e2} | {:.1} ms |",
-        ms(large)
+        "| ratio 1,000 / 100 nodes | | | {:.1}x |",
+        plans[1].0.as_secs_f64() / plans[0].0.as_secs_f64()
     );
     println!(
-        "| ratio for 10x input | | | {:.1}x |",
-        large.as_secs_f64() / small.as_secs_f64()
+        "| ratio 10,000 / 1,000 nodes | | | {:.1}x |",
+        plans[2].0.as_secs_f64() / plans[1].0.as_secs_f64()
     );
+    if only == "plan" {
+        return;
+    }
     println!();
     println!("| resolution | candidates | index (median) | answer one requirement (median) |");
     println!("|---|---|---|---|");

@@ -1,7 +1,7 @@
 //! Plan building: intent + pack + world -> resolved capability graph -> DAG of job instances and
 //! gates, grouped in stages. A plan revision is immutable and carries a content hash.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use opsgraph_model::{
     Attributes, CapabilityPolicy, Gate, GateType, Intent, Job, ParamType, PlanTemplate, Provider,
@@ -138,15 +138,42 @@ impl Plan {
             .any(|r| matches!(r.outcome, Outcome::Unsatisfiable { .. }))
     }
 
+    /// `sha256:<hex>` over the plan's content, serialised straight into the hasher.
     pub(crate) fn content_hash(&self) -> String {
-        let mut hasher = Sha256::new();
-        let content = serde_json::json!({
-            "pack": self.pack, "template": self.template, "intent": self.intent,
-            "parameters": self.parameters, "resolution": self.resolution.iter().map(|r| &r.outcome).collect::<Vec<_>>(),
-            "stages": self.stages, "jobs": self.jobs, "gates": self.gates,
-        });
-        hasher.update(content.to_string().as_bytes());
-        let digest = hasher.finalize();
+        #[derive(Serialize)]
+        struct Content<'a> {
+            pack: &'a str,
+            template: &'a str,
+            intent: &'a Intent,
+            parameters: &'a Attributes,
+            resolution: Vec<&'a Outcome>,
+            stages: &'a [Stage],
+            jobs: &'a [JobInstance],
+            gates: &'a [PlanGate],
+        }
+        struct Hasher(Sha256);
+        impl std::io::Write for Hasher {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let content = Content {
+            pack: &self.pack,
+            template: &self.template,
+            intent: &self.intent,
+            parameters: &self.parameters,
+            resolution: self.resolution.iter().map(|r| &r.outcome).collect(),
+            stages: &self.stages,
+            jobs: &self.jobs,
+            gates: &self.gates,
+        };
+        let mut hasher = Hasher(Sha256::new());
+        serde_json::to_writer(&mut hasher, &content).expect("a plan always serialises");
+        let digest = hasher.0.finalize();
         let mut hex = String::with_capacity(71);
         hex.push_str("sha256:");
         for b in digest.iter() {
@@ -184,6 +211,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     let mut scopes: BTreeMap<&str, Vec<&Resource>> = BTreeMap::new();
     for (name, spec) in &template.scopes {
         let mut resources: Vec<&Resource> = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::new();
         for from in &spec.from {
             let key = from.strip_prefix("targets.").unwrap_or(from);
             for id in intent.targets.get(key).into_iter().flatten() {
@@ -200,7 +228,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                             found: r.type_.clone(),
                         })
                     }
-                    Some(r) if !resources.iter().any(|x| x.id == r.id) => resources.push(r),
+                    Some(r) if seen.insert(r.id.as_str()) => resources.push(r),
                     Some(_) => {}
                 }
             }
@@ -333,65 +361,62 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     }
     let mut job_edits = Vec::new();
     for (job, scope) in &jobs {
+        // What this job waits for, decided once per job: (provider job, same resource, why).
+        let mut links: Vec<(&str, bool, String)> = Vec::new();
+        for req in &job.inputs.requires.capabilities {
+            match cap_provider.get(req.capability.as_str()) {
+                Some(p) if *p != job.id => {
+                    let same = req.scope.is_none() || req.scope.as_deref() == *scope;
+                    links.push((p, same, format!("requires capability {}", req.capability)));
+                }
+                Some(_) => {}
+                None => add_external(req, &job.id),
+            }
+        }
+        for a in &job.inputs.requires.artifacts {
+            match artifact_provider.get(a.as_str()) {
+                Some(p) if *p != job.id => links.push((p, true, format!("requires artifact {a}"))),
+                Some(_) => {}
+                None => errors.push(Error::Unprovided {
+                    job: job.id.clone(),
+                    what: format!("artifact {a}"),
+                    scope: scope.map(str::to_string),
+                }),
+            }
+        }
+        for after in &job.after {
+            if instances.contains_key(after.as_str()) {
+                links.push((after, true, "after (explicit ordering)".to_string()));
+            } else {
+                errors.push(Error::UnknownJob {
+                    id: after.clone(),
+                    referenced_by: job.id.clone(),
+                });
+            }
+        }
         let stage = stage_of.get(job.id.as_str()).copied().unwrap_or("");
         for (resource, id) in instances.get(job.id.as_str()).into_iter().flatten() {
-            let mut deps: Vec<(String, String)> = Vec::new();
-            let mut link = |provider: &str, same_scope: bool, because: String| {
-                let Some(list) = instances.get(provider) else {
-                    return;
+            let mut depends_on: Vec<String> = Vec::new();
+            let mut because: Vec<String> = Vec::new();
+            let mut seen: HashSet<&str> = HashSet::new();
+            for (provider, same_resource, why) in &links {
+                let same = match (same_resource, resource) {
+                    (true, Some(r)) => on_resource.get(&(*provider, *r)).copied(),
+                    _ => None,
                 };
-                let same: Vec<&String> = match (same_scope, resource) {
-                    (true, Some(r)) => on_resource
-                        .get(&(provider, *r))
-                        .into_iter()
-                        .copied()
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                let targets: Vec<&String> = if same.is_empty() {
-                    list.iter().map(|(_, i)| i).collect()
-                } else {
-                    same
-                };
-                for t in targets {
-                    if t != id && !deps.iter().any(|(d, _)| d == t) {
-                        deps.push((t.clone(), because.clone()));
-                    }
-                }
-            };
-            for req in &job.inputs.requires.capabilities {
-                match cap_provider.get(req.capability.as_str()) {
-                    Some(p) if *p != job.id => {
-                        let same = req.scope.is_none() || req.scope.as_deref() == *scope;
-                        link(p, same, format!("requires capability {}", req.capability));
-                    }
-                    Some(_) => {}
-                    None => add_external(req, &job.id),
-                }
-            }
-            for a in &job.inputs.requires.artifacts {
-                match artifact_provider.get(a.as_str()) {
-                    Some(p) if *p != job.id => link(p, true, format!("requires artifact {a}")),
-                    Some(_) => {}
-                    None => {
-                        if resource.is_none() || !errors.iter().any(|e| matches!(e, Error::Unprovided { job: j, what, .. } if *j == job.id && *what == format!("artifact {a}"))) {
-                            errors.push(Error::Unprovided { job: job.id.clone(), what: format!("artifact {a}"), scope: scope.map(str::to_string) });
-                        }
+                let all = instances
+                    .get(provider)
+                    .into_iter()
+                    .flatten()
+                    .map(|(_, i)| i);
+                for t in same.into_iter().chain(all.filter(|_| same.is_none())) {
+                    if t != id && seen.insert(t.as_str()) {
+                        depends_on.push(t.clone());
+                        because.push(why.clone());
                     }
                 }
             }
-            for after in &job.after {
-                if instances.contains_key(after.as_str()) {
-                    link(after, true, "after (explicit ordering)".to_string());
-                } else {
-                    errors.push(Error::UnknownJob {
-                        id: after.clone(),
-                        referenced_by: job.id.clone(),
-                    });
-                }
-            }
-            let (depends_on, because) = deps.into_iter().unzip();
-            job_edits.push(crate::plan::JobInstance {
+            job_edits.push(JobInstance {
                 id: id.clone(),
                 job: job.id.clone(),
                 title: job.title.clone(),
