@@ -331,7 +331,7 @@ pub fn check_pack(
             }
         }
         for id in &ids {
-            if !staged.contains_key(id) {
+            if !staged.contains_key(id) && pack.job(t, id).is_some() {
                 let i = t.jobs.iter().position(|j| j.id() == *id).unwrap_or(0);
                 cx.diags.push(
                     Diagnostic::error(

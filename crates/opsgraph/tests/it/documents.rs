@@ -342,3 +342,73 @@ fn schema_for_editors() {
     let all: serde_json::Value = serde_json::from_str(&opsgraph(&["schema"]).out).unwrap();
     assert_eq!(all["oneOf"].as_array().unwrap().len(), 14);
 }
+
+/// Validates a pack directory made of `files` and compares the whole outcome.
+fn check_pack(files: &[(&str, &str)], expect: Expect) {
+    let dir = temp_dir(files);
+    let run = opsgraph(&["pack", "validate", &dir.join("demo").display().to_string()]);
+    expect.assert_eq(&run.render().replace(&dir.display().to_string(), "$TMP"));
+}
+
+#[test]
+fn pack_cross_references() {
+    check_pack(
+        &[
+            (
+                "demo/pack.yaml",
+                "scenario_pack:\n  id: demo\n  version: 1.0.0\n  resource_types: [demo.thing]\n  actions: [install, upgrade]\n  plan_templates:\n    - {id: demo.install, entrypoint: instal}\n    - {id: demo.upgrade}\n",
+            ),
+            (
+                "demo/templates.yaml",
+                "plan_template:\n  id: demo.install\n  action: install\n  stages:\n    - {id: one, name: One, jobs: [install, configure]}\n    - {id: two, name: Two, jobs: [install]}\n  jobs: [install, configure, verify, ghost]\n  gates:\n    - {id: ok, reason: r, before: [verfy]}\n",
+            ),
+            (
+                "demo/jobs.yaml",
+                "job:\n  id: install\n  outputs:\n    provides: {capabilities: [demo.installed]}\n    artifacts: [install_log]\n  run: {script: scripts/install.sh}\n---\njob:\n  id: configure\n  inputs: {requires: {artifacts: [install_logs]}}\n  outputs: {evidence: [configured]}\n  run: {script: ../outside.sh}\n  controls: {rollback: {supported: full, job: unconfigure}}\n---\njob:\n  id: verify\n  outputs: {evidence: [demo_ok]}\n  run: {command: [true]}\n---\njob:\n  id: verify\n",
+            ),
+            ("demo/evidence.yaml", "evidence:\n  - {id: demo_ok, source: command, command: [demo, status], expected: ok}\n"),
+            ("demo/artifacts.yaml", "artifact: {id: install_log, type: log, sensitivity: internal}\n"),
+            (
+                "demo/remedies.yaml",
+                "remedy:\n  id: retry-it\n  applies_to: [instal]\n  signature: {output_matches: ['timeout']}\n  diagnosis: it timed out\n  plan_patch:\n    changes:\n      - insert_after: install\n        jobs: [warm-cache]\n      - retry: {job: configure}\n",
+            ),
+            ("demo/scripts/other.sh", "#!/bin/sh\n"),
+        ],
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/demo/jobs.yaml:1:1: warning[E010]: job `install` provides a capability but declares no evidence
+              = hint: evidence decides success: add a check under outputs.evidence
+            $TMP/demo/jobs.yaml:6:17: error[E009]: script `scripts/install.sh` does not exist
+              = expected: a file under $TMP/demo
+            $TMP/demo/jobs.yaml:10:35: error[E009]: unknown artifact `install_logs`
+              = expected: an artifact declared in this pack, with its sensitivity
+              = hint: did you mean `install_log`?
+            $TMP/demo/jobs.yaml:11:24: error[E009]: unknown evidence check `configured`
+              = expected: one of demo_ok
+            $TMP/demo/jobs.yaml:12:17: error[E006]: script `../outside.sh` is outside the pack
+              = expected: a path inside the pack directory, such as scripts/install.sh
+            $TMP/demo/jobs.yaml:13:47: error[E009]: unknown rollback job `unconfigure`
+              = hint: did you mean `configure`?
+            $TMP/demo/jobs.yaml:21:7: error[E008]: job `verify` is declared twice
+              = hint: first declared at $TMP/demo/jobs.yaml:16:7
+            $TMP/demo/pack.yaml:5:12: warning[E010]: action `upgrade` has no plan template yet; intents for it cannot be planned
+            $TMP/demo/pack.yaml:7:38: error[E009]: unknown entrypoint job `instal`
+              = hint: did you mean `install`?
+            $TMP/demo/pack.yaml:8:12: error[E009]: unknown plan template `demo.upgrade`
+              = expected: one of demo.install
+            $TMP/demo/remedies.yaml:3:16: error[E009]: unknown job `instal`
+              = hint: did you mean `install`?
+            $TMP/demo/remedies.yaml:8:9: error[E009]: remedy `retry-it` inserts job `warm-cache`, which is not in the pack's job library
+              = hint: add a `job:` document with id `warm-cache`
+            $TMP/demo/templates.yaml:6:35: error[E008]: job `install` is in stage `one` and in stage `two`
+            $TMP/demo/templates.yaml:7:30: error[E010]: job `verify` is in no stage
+              = hint: every job belongs to one stage: people see stages, the protocol runs jobs
+            $TMP/demo/templates.yaml:7:38: error[E009]: unknown job `ghost`
+              = expected: one of configure, install, verify
+            $TMP/demo/templates.yaml:9:36: error[E009]: unknown job of this template `verfy`
+              = hint: did you mean `verify`?
+            14 errors, 2 warnings
+        "#]],
+    );
+}

@@ -62,8 +62,27 @@ pub(crate) fn opsgraph(args: &[&str]) -> Run {
     }
 }
 
-/// Writes files into a fresh temporary directory and returns its path.
-pub(crate) fn temp_dir(files: &[(&str, &str)]) -> PathBuf {
+/// A temporary directory, removed when dropped.
+pub(crate) struct TempDir(PathBuf);
+
+impl TempDir {
+    pub(crate) fn join(&self, rel: &str) -> PathBuf {
+        self.0.join(rel)
+    }
+
+    pub(crate) fn display(&self) -> std::path::Display<'_> {
+        self.0.display()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes files into a fresh temporary directory.
+pub(crate) fn temp_dir(files: &[(&str, &str)]) -> TempDir {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -77,5 +96,5 @@ pub(crate) fn temp_dir(files: &[(&str, &str)]) -> PathBuf {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
-    dir
+    TempDir(dir)
 }
