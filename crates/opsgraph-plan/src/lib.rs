@@ -6,6 +6,7 @@
 
 mod columns;
 mod edit;
+pub mod lifecycle;
 mod plan;
 pub mod render;
 pub mod resolve;

@@ -3,6 +3,7 @@
 
 mod builders;
 mod documents;
+mod lifecycle;
 mod plan;
 mod resolve;
 mod support;
