@@ -1,0 +1,259 @@
+//! Durable storage of operations, their timelines, jobs, evidence, gates, artifacts and resources.
+//!
+//! Every change is a [`Write`]; [`Store::commit`] applies a batch of writes in one transaction.
+//! That is how a transition and its timeline event land together, and how the runtime's single
+//! writer group-commits many transitions with one fsync. Reads are plain queries.
+//!
+//! SQLite (WAL, `synchronous=FULL` by default) is the embedded default; the PostgreSQL backend of
+//! issue [F] implements the same trait and runs the same conformance tests.
+
+mod sqlite;
+
+use opsgraph_model::OperationState;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use sqlite::{Durability, SqliteStore};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to open the store at {path}")]
+    Open {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("the store's schema version {found} is newer than this binary's {supported}; upgrade opsgraph")]
+    TooNew { found: i64, supported: i64 },
+    #[error("store query failed")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("stored JSON does not match its type")]
+    Json(#[from] serde_json::Error),
+    #[error("no operation `{0}`")]
+    NoOperation(String),
+    #[error("operation `{id}` changed concurrently (expected version {expected})")]
+    Conflict { id: String, expected: i64 },
+}
+
+/// An operation as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationRecord {
+    pub id: String,
+    pub parent: Option<String>,
+    pub intent: Value,
+    /// The resource it creates or changes.
+    pub resource: Option<String>,
+    pub state: OperationState,
+    /// The hash of the plan revision being executed.
+    pub plan_revision: String,
+    pub actor: String,
+    pub created_at: String,
+    pub updated_at: String,
+    /// Bumped by every state change; a write that names an older version is refused.
+    pub version: i64,
+}
+
+/// One line of an operation's timeline: what happened, when, who did it and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineEntry {
+    pub seq: i64,
+    pub operation: String,
+    pub at: String,
+    pub actor: String,
+    pub event: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub reason: String,
+    pub data: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Pending,
+    /// An attempt was started; if the process dies now, its outcome is unknown.
+    Running,
+    Succeeded,
+    Failed,
+    /// Its idempotency key already succeeded on the same resource and its evidence still passes.
+    AlreadySatisfied,
+    /// After a crash, its evidence passed: it succeeded without being run again.
+    Recovered,
+    /// A person fixed it; verification passed.
+    ManuallyFixed,
+    Skipped,
+    Cancelled,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::AlreadySatisfied => "already_satisfied",
+            JobState::Recovered => "recovered",
+            JobState::ManuallyFixed => "manually_fixed",
+            JobState::Skipped => "skipped",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        Some(match s {
+            "pending" => JobState::Pending,
+            "running" => JobState::Running,
+            "succeeded" => JobState::Succeeded,
+            "failed" => JobState::Failed,
+            "already_satisfied" => JobState::AlreadySatisfied,
+            "recovered" => JobState::Recovered,
+            "manually_fixed" => JobState::ManuallyFixed,
+            "skipped" => JobState::Skipped,
+            "cancelled" => JobState::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// Its dependents may start.
+    pub fn is_done(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::AlreadySatisfied | JobState::Recovered | JobState::ManuallyFixed | JobState::Skipped
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub operation: String,
+    pub id: String,
+    pub state: JobState,
+    pub attempts: u32,
+    /// The last attempt's outcome and reason, as JSON.
+    pub outcome: Value,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceRecord {
+    pub operation: String,
+    pub job: String,
+    pub check: String,
+    pub source: String,
+    pub command: String,
+    pub expected: String,
+    pub observed: String,
+    pub passed: bool,
+    pub at: String,
+    /// The resource whose capability it proves.
+    pub resource: Option<String>,
+    pub capability: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateRecord {
+    pub operation: String,
+    pub id: String,
+    pub gate_type: String,
+    pub reason: String,
+    pub options: Vec<String>,
+    pub required_roles: Vec<String>,
+    pub answer: Option<String>,
+    pub answered_by: Option<String>,
+    pub answered_at: Option<String>,
+    /// A typed value given with the answer (missing input).
+    pub value: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactRecord {
+    pub operation: String,
+    pub job: String,
+    pub id: String,
+    pub sensitivity: String,
+    /// Where the content is kept (a path in the data directory).
+    pub location: String,
+    pub size: i64,
+    pub at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceRecord {
+    pub id: String,
+    /// The resource document (`opsgraph_model::Resource`) as JSON.
+    pub doc: Value,
+    pub last_operation: Option<String>,
+    pub updated_at: String,
+}
+
+/// One change. A batch of them is one transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    CreateOperation { op: OperationRecord, plan: Value },
+    /// A new plan revision of an operation, and the operation now runs it.
+    SetPlan { operation: String, revision: String, plan: Value },
+    /// A state change and its timeline entry; refused when `expect_version` is stale.
+    Transition { operation: String, expect_version: i64, state: OperationState, entry: TimelineEntry },
+    /// A timeline entry without a state change (a job started, a gate was answered).
+    Timeline(TimelineEntry),
+    Job(JobRecord),
+    Evidence(EvidenceRecord),
+    Gate(GateRecord),
+    Artifact(ArtifactRecord),
+    Resource(ResourceRecord),
+    /// An idempotency key succeeded on a resource.
+    Idempotency { key: String, resource: Option<String>, operation: String, job: String, at: String },
+}
+
+/// Filters for listing operations.
+#[derive(Debug, Clone, Default)]
+pub struct OperationFilter {
+    pub state: Option<String>,
+    pub resource: Option<String>,
+}
+
+/// The storage an operation runtime needs.
+pub trait Store: Send {
+    /// Applies every write in one transaction: all or nothing.
+    fn commit(&mut self, writes: &[Write]) -> Result<(), Error>;
+    fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error>;
+    fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error>;
+    /// The plan revision (JSON) with this hash.
+    fn plan(&self, revision: &str) -> Result<Option<Value>, Error>;
+    fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error>;
+    fn jobs(&self, operation: &str) -> Result<Vec<JobRecord>, Error>;
+    fn evidence(&self, operation: &str) -> Result<Vec<EvidenceRecord>, Error>;
+    fn gates(&self, operation: &str) -> Result<Vec<GateRecord>, Error>;
+    fn artifacts(&self, operation: &str) -> Result<Vec<ArtifactRecord>, Error>;
+    fn resources(&self) -> Result<Vec<ResourceRecord>, Error>;
+    fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error>;
+    /// The operation that last succeeded with this idempotency key, if any.
+    fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error>;
+}
+
+/// Now, as RFC 3339 UTC with milliseconds.
+pub fn now() -> String {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    rfc3339(since.as_secs() as i64, since.subsec_millis())
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (civil-from-days, proleptic Gregorian).
+pub fn rfc3339(secs: i64, millis: u32) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,527 @@
+//! The embedded SQLite backend: one file in the data directory, WAL, `synchronous=FULL` unless
+//! the operator opts into `NORMAL` (faster, may lose the last commits on power loss).
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde_json::Value;
+
+use crate::{
+    ArtifactRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter, OperationRecord, ResourceRecord,
+    Store, TimelineEntry, Write,
+};
+use crate::{Error, OperationState};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// fsync at every commit: nothing acknowledged is lost.
+    #[default]
+    Full,
+    /// fsync at checkpoints only: the last commits may be lost on power failure.
+    Normal,
+}
+
+/// Versioned migrations; each runs once, in order, in its own transaction.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    "
+    CREATE TABLE operations (
+        id TEXT PRIMARY KEY,
+        parent TEXT,
+        intent TEXT NOT NULL,
+        resource TEXT,
+        state TEXT NOT NULL,
+        state_kind TEXT NOT NULL,
+        plan_revision TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        version INTEGER NOT NULL
+    );
+    CREATE INDEX operations_state ON operations(state_kind);
+    CREATE INDEX operations_resource ON operations(resource);
+    CREATE TABLE plans (
+        revision TEXT PRIMARY KEY,
+        operation TEXT NOT NULL,
+        plan TEXT NOT NULL
+    );
+    CREATE TABLE timeline (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        operation TEXT NOT NULL,
+        at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        event TEXT NOT NULL,
+        from_state TEXT,
+        to_state TEXT,
+        reason TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX timeline_operation ON timeline(operation, seq);
+    CREATE TABLE jobs (
+        operation TEXT NOT NULL,
+        id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (operation, id)
+    );
+    CREATE TABLE evidence (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        operation TEXT NOT NULL,
+        job TEXT NOT NULL,
+        check_id TEXT NOT NULL,
+        source TEXT NOT NULL,
+        command TEXT NOT NULL,
+        expected TEXT NOT NULL,
+        observed TEXT NOT NULL,
+        passed INTEGER NOT NULL,
+        at TEXT NOT NULL,
+        resource TEXT,
+        capability TEXT
+    );
+    CREATE INDEX evidence_operation ON evidence(operation, seq);
+    CREATE TABLE gates (
+        operation TEXT NOT NULL,
+        id TEXT NOT NULL,
+        gate_type TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        options TEXT NOT NULL,
+        required_roles TEXT NOT NULL,
+        answer TEXT,
+        answered_by TEXT,
+        answered_at TEXT,
+        value TEXT,
+        PRIMARY KEY (operation, id)
+    );
+    CREATE TABLE artifacts (
+        operation TEXT NOT NULL,
+        job TEXT NOT NULL,
+        id TEXT NOT NULL,
+        sensitivity TEXT NOT NULL,
+        location TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        at TEXT NOT NULL,
+        PRIMARY KEY (operation, job, id)
+    );
+    CREATE TABLE resources (
+        id TEXT PRIMARY KEY,
+        doc TEXT NOT NULL,
+        last_operation TEXT,
+        updated_at TEXT NOT NULL
+    );
+    CREATE TABLE idempotency (
+        key TEXT PRIMARY KEY,
+        resource TEXT,
+        operation TEXT NOT NULL,
+        job TEXT NOT NULL,
+        at TEXT NOT NULL
+    );
+    ",
+];
+
+pub struct SqliteStore {
+    pub(crate) conn: Connection,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store file and brings its schema up to date.
+    pub fn open(path: &Path, durability: Durability) -> Result<SqliteStore, Error> {
+        let open_err = |source| Error::Open { path: path.display().to_string(), source };
+        let conn = Connection::open(path).map_err(open_err)?;
+        let sync = match durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;"
+        ))
+        .map_err(open_err)?;
+        let mut store = SqliteStore { conn };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// An in-memory store, for tests.
+    pub fn memory() -> Result<SqliteStore, Error> {
+        let conn = Connection::open_in_memory().map_err(|source| Error::Open { path: ":memory:".into(), source })?;
+        let mut store = SqliteStore { conn };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The schema version after migrations.
+    pub fn schema_version(&self) -> Result<i64, Error> {
+        Ok(self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    fn migrate(&mut self) -> Result<(), Error> {
+        let current: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let supported = MIGRATIONS.len() as i64;
+        if current > supported {
+            return Err(Error::TooNew { found: current, supported });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+}
+
+fn state_kind(state: &OperationState) -> Result<String, Error> {
+    Ok(serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string())
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String, Error> {
+    Ok(serde_json::to_string(v)?)
+}
+
+fn operation_row(r: &Row<'_>) -> rusqlite::Result<(OperationRecord, String, String)> {
+    Ok((
+        OperationRecord {
+            id: r.get(0)?,
+            parent: r.get(1)?,
+            intent: Value::Null,
+            resource: r.get(3)?,
+            state: OperationState::DraftIntent,
+            plan_revision: r.get(5)?,
+            actor: r.get(6)?,
+            created_at: r.get(7)?,
+            updated_at: r.get(8)?,
+            version: r.get(9)?,
+        },
+        r.get(2)?,
+        r.get(4)?,
+    ))
+}
+
+fn finish_operation((mut op, intent, state): (OperationRecord, String, String)) -> Result<OperationRecord, Error> {
+    op.intent = serde_json::from_str(&intent)?;
+    op.state = serde_json::from_str(&state)?;
+    Ok(op)
+}
+
+const OPERATION_COLUMNS: &str =
+    "id, parent, intent, resource, state, plan_revision, actor, created_at, updated_at, version";
+
+impl Store for SqliteStore {
+    fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
+        let tx = self.conn.transaction()?;
+        for w in writes {
+            match w {
+                Write::CreateOperation { op, plan } => {
+                    tx.execute(
+                        "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                        params![
+                            op.id,
+                            op.parent,
+                            json(&op.intent)?,
+                            op.resource,
+                            json(&op.state)?,
+                            state_kind(&op.state)?,
+                            op.plan_revision,
+                            op.actor,
+                            op.created_at,
+                            op.updated_at,
+                            op.version
+                        ],
+                    )?;
+                    tx.execute(
+                        "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
+                        params![op.plan_revision, op.id, json(plan)?],
+                    )?;
+                }
+                Write::SetPlan { operation, revision, plan } => {
+                    tx.execute(
+                        "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
+                        params![revision, operation, json(plan)?],
+                    )?;
+                    tx.execute(
+                        "UPDATE operations SET plan_revision = ?2 WHERE id = ?1",
+                        params![operation, revision],
+                    )?;
+                }
+                Write::Transition { operation, expect_version, state, entry } => {
+                    let changed = tx.execute(
+                        "UPDATE operations SET state = ?2, state_kind = ?3, updated_at = ?4, version = version + 1
+                         WHERE id = ?1 AND version = ?5",
+                        params![operation, json(state)?, state_kind(state)?, entry.at, expect_version],
+                    )?;
+                    if changed != 1 {
+                        return Err(Error::Conflict { id: operation.clone(), expected: *expect_version });
+                    }
+                    insert_timeline(&tx, entry)?;
+                }
+                Write::Timeline(entry) => insert_timeline(&tx, entry)?,
+                Write::Job(j) => {
+                    tx.execute(
+                        "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                         ON CONFLICT (operation, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+                         outcome = excluded.outcome, updated_at = excluded.updated_at",
+                        params![j.operation, j.id, j.state.as_str(), j.attempts, json(&j.outcome)?, j.updated_at],
+                    )?;
+                }
+                Write::Evidence(e) => {
+                    tx.execute(
+                        "INSERT INTO evidence (operation, job, check_id, source, command, expected, observed, passed, at, resource, capability)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                        params![
+                            e.operation,
+                            e.job,
+                            e.check,
+                            e.source,
+                            e.command,
+                            e.expected,
+                            e.observed,
+                            e.passed,
+                            e.at,
+                            e.resource,
+                            e.capability
+                        ],
+                    )?;
+                }
+                Write::Gate(g) => {
+                    tx.execute(
+                        "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                         ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
+                         answered_at = excluded.answered_at, value = excluded.value",
+                        params![
+                            g.operation,
+                            g.id,
+                            g.gate_type,
+                            g.reason,
+                            json(&g.options)?,
+                            json(&g.required_roles)?,
+                            g.answer,
+                            g.answered_by,
+                            g.answered_at,
+                            g.value.as_ref().map(json).transpose()?
+                        ],
+                    )?;
+                }
+                Write::Artifact(a) => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO artifacts (operation, job, id, sensitivity, location, size, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![a.operation, a.job, a.id, a.sensitivity, a.location, a.size, a.at],
+                    )?;
+                }
+                Write::Resource(r) => {
+                    tx.execute(
+                        "INSERT INTO resources (id, doc, last_operation, updated_at) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, last_operation = excluded.last_operation,
+                         updated_at = excluded.updated_at",
+                        params![r.id, json(&r.doc)?, r.last_operation, r.updated_at],
+                    )?;
+                }
+                Write::Idempotency { key, resource, operation, job, at } => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO idempotency (key, resource, operation, job, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![key, resource, operation, job, at],
+                    )?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {
+        let row = self
+            .conn
+            .query_row(&format!("SELECT {OPERATION_COLUMNS} FROM operations WHERE id = ?1"), [id], operation_row)
+            .optional()?;
+        row.map(finish_operation).transpose()
+    }
+
+    fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {OPERATION_COLUMNS} FROM operations
+             WHERE (?1 IS NULL OR state_kind = ?1) AND (?2 IS NULL OR resource = ?2) ORDER BY created_at, id"
+        ))?;
+        let rows = stmt.query_map(params![filter.state, filter.resource], operation_row)?;
+        rows.map(|r| finish_operation(r?)).collect()
+    }
+
+    fn plan(&self, revision: &str) -> Result<Option<Value>, Error> {
+        let text: Option<String> =
+            self.conn.query_row("SELECT plan FROM plans WHERE revision = ?1", [revision], |r| r.get(0)).optional()?;
+        Ok(text.map(|t| serde_json::from_str(&t)).transpose()?)
+    }
+
+    fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT seq, operation, at, actor, event, from_state, to_state, reason, data FROM timeline WHERE operation = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([operation], |r| {
+            Ok((
+                TimelineEntry {
+                    seq: r.get(0)?,
+                    operation: r.get(1)?,
+                    at: r.get(2)?,
+                    actor: r.get(3)?,
+                    event: r.get(4)?,
+                    from: r.get(5)?,
+                    to: r.get(6)?,
+                    reason: r.get(7)?,
+                    data: Value::Null,
+                },
+                r.get::<_, String>(8)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (mut e, data) = r?;
+            e.data = serde_json::from_str(&data)?;
+            Ok(e)
+        })
+        .collect()
+    }
+
+    fn jobs(&self, operation: &str) -> Result<Vec<JobRecord>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT operation, id, state, attempts, outcome, updated_at FROM jobs WHERE operation = ?1 ORDER BY rowid",
+        )?;
+        let rows = stmt.query_map([operation], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, u32>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (operation, id, state, attempts, outcome, updated_at) = r?;
+            Ok(JobRecord {
+                operation,
+                id,
+                state: JobState::parse(&state).unwrap_or(JobState::Pending),
+                attempts,
+                outcome: serde_json::from_str(&outcome)?,
+                updated_at,
+            })
+        })
+        .collect()
+    }
+
+    fn evidence(&self, operation: &str) -> Result<Vec<EvidenceRecord>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT operation, job, check_id, source, command, expected, observed, passed, at, resource, capability
+             FROM evidence WHERE operation = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([operation], |r| {
+            Ok(EvidenceRecord {
+                operation: r.get(0)?,
+                job: r.get(1)?,
+                check: r.get(2)?,
+                source: r.get(3)?,
+                command: r.get(4)?,
+                expected: r.get(5)?,
+                observed: r.get(6)?,
+                passed: r.get(7)?,
+                at: r.get(8)?,
+                resource: r.get(9)?,
+                capability: r.get(10)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn gates(&self, operation: &str) -> Result<Vec<GateRecord>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value
+             FROM gates WHERE operation = ?1 ORDER BY rowid",
+        )?;
+        let rows = stmt.query_map([operation], |r| {
+            Ok((
+                GateRecord {
+                    operation: r.get(0)?,
+                    id: r.get(1)?,
+                    gate_type: r.get(2)?,
+                    reason: r.get(3)?,
+                    options: Vec::new(),
+                    required_roles: Vec::new(),
+                    answer: r.get(6)?,
+                    answered_by: r.get(7)?,
+                    answered_at: r.get(8)?,
+                    value: None,
+                },
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, Option<String>>(9)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (mut g, options, roles, value) = r?;
+            g.options = serde_json::from_str(&options)?;
+            g.required_roles = serde_json::from_str(&roles)?;
+            g.value = value.map(|v| serde_json::from_str(&v)).transpose()?;
+            Ok(g)
+        })
+        .collect()
+    }
+
+    fn artifacts(&self, operation: &str) -> Result<Vec<ArtifactRecord>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT operation, job, id, sensitivity, location, size, at FROM artifacts WHERE operation = ?1 ORDER BY rowid",
+        )?;
+        let rows = stmt.query_map([operation], |r| {
+            Ok(ArtifactRecord {
+                operation: r.get(0)?,
+                job: r.get(1)?,
+                id: r.get(2)?,
+                sensitivity: r.get(3)?,
+                location: r.get(4)?,
+                size: r.get(5)?,
+                at: r.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn resources(&self) -> Result<Vec<ResourceRecord>, Error> {
+        let mut stmt = self.conn.prepare("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id")?;
+        let rows = stmt.query_map([], resource_row)?;
+        rows.map(|r| finish_resource(r?)).collect()
+    }
+
+    fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error> {
+        let row = self
+            .conn
+            .query_row("SELECT id, doc, last_operation, updated_at FROM resources WHERE id = ?1", [id], resource_row)
+            .optional()?;
+        row.map(finish_resource).transpose()
+    }
+
+    fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error> {
+        Ok(self
+            .conn
+            .query_row("SELECT operation, job FROM idempotency WHERE key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+}
+
+fn resource_row(r: &Row<'_>) -> rusqlite::Result<(ResourceRecord, String)> {
+    Ok((
+        ResourceRecord { id: r.get(0)?, doc: Value::Null, last_operation: r.get(2)?, updated_at: r.get(3)? },
+        r.get(1)?,
+    ))
+}
+
+fn finish_resource((mut rec, doc): (ResourceRecord, String)) -> Result<ResourceRecord, Error> {
+    rec.doc = serde_json::from_str(&doc)?;
+    Ok(rec)
+}
+
+fn insert_timeline(tx: &rusqlite::Transaction<'_>, e: &TimelineEntry) -> Result<(), Error> {
+    tx.execute(
+        "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![e.operation, e.at, e.actor, e.event, e.from, e.to, e.reason, json(&e.data)?],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,180 @@
+use opsgraph_model::OperationState;
+use serde_json::json;
+
+use super::*;
+
+fn op(id: &str) -> OperationRecord {
+    OperationRecord {
+        id: id.into(),
+        parent: None,
+        intent: json!({"action": "install"}),
+        resource: Some("tempo.instance/tempo-dev".into()),
+        state: OperationState::DraftIntent,
+        plan_revision: "sha256:aa".into(),
+        actor: "user:alice".into(),
+        created_at: rfc3339(1_700_000_000, 0),
+        updated_at: rfc3339(1_700_000_000, 0),
+        version: 0,
+    }
+}
+
+fn entry(op: &str, event: &str) -> TimelineEntry {
+    TimelineEntry {
+        seq: 0,
+        operation: op.into(),
+        at: rfc3339(1_700_000_001, 5),
+        actor: "user:alice".into(),
+        event: event.into(),
+        from: Some("draft_intent".into()),
+        to: Some("plan_preview".into()),
+        reason: "plan built".into(),
+        data: json!({"jobs": 3}),
+    }
+}
+
+#[test]
+fn times_render_as_rfc3339() {
+    assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+    assert_eq!(rfc3339(1_700_000_000, 42), "2023-11-14T22:13:20.042Z");
+    assert_eq!(rfc3339(951_782_400, 0), "2000-02-29T00:00:00.000Z");
+    assert!(now().ends_with('Z'));
+}
+
+#[test]
+fn a_transition_and_its_timeline_entry_land_together_or_not_at_all() {
+    let mut store = SqliteStore::memory().unwrap();
+    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}) }]).unwrap();
+    store
+        .commit(&[Write::Transition {
+            operation: "op-1".into(),
+            expect_version: 0,
+            state: OperationState::PlanPreview,
+            entry: entry("op-1", "plan_built"),
+        }])
+        .unwrap();
+    let got = store.operation("op-1").unwrap().unwrap();
+    assert_eq!(got.state, OperationState::PlanPreview);
+    assert_eq!(got.version, 1);
+    assert_eq!(store.timeline("op-1").unwrap().len(), 1);
+
+    // A stale version: the whole batch is refused, including the writes before it.
+    let err = store
+        .commit(&[
+            Write::Timeline(entry("op-1", "note")),
+            Write::Transition {
+                operation: "op-1".into(),
+                expect_version: 0,
+                state: OperationState::Running,
+                entry: entry("op-1", "start"),
+            },
+        ])
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict { expected: 0, .. }), "{err}");
+    assert_eq!(store.timeline("op-1").unwrap().len(), 1);
+    assert_eq!(store.operation("op-1").unwrap().unwrap().state, OperationState::PlanPreview);
+}
+
+#[test]
+fn every_record_round_trips() {
+    let mut store = SqliteStore::memory().unwrap();
+    let job = JobRecord {
+        operation: "op-1".into(),
+        id: "install@w1".into(),
+        state: JobState::Running,
+        attempts: 1,
+        outcome: json!(null),
+        updated_at: now(),
+    };
+    let evidence = EvidenceRecord {
+        operation: "op-1".into(),
+        job: "install@w1".into(),
+        check: "svc_active".into(),
+        source: "systemd".into(),
+        command: "systemctl is-active x".into(),
+        expected: "active".into(),
+        observed: "inactive".into(),
+        passed: false,
+        at: now(),
+        resource: Some("compute_node/w1".into()),
+        capability: Some("x.service".into()),
+    };
+    let gate = GateRecord {
+        operation: "op-1".into(),
+        id: "approve-plan".into(),
+        gate_type: "approval".into(),
+        reason: "high risk".into(),
+        options: vec!["approve".into(), "cancel operation".into()],
+        required_roles: vec!["sre".into()],
+        answer: Some("approve".into()),
+        answered_by: Some("user:bob".into()),
+        answered_at: Some(now()),
+        value: Some(json!(14)),
+    };
+    let artifact = ArtifactRecord {
+        operation: "op-1".into(),
+        job: "install@w1".into(),
+        id: "report".into(),
+        sensitivity: "internal".into(),
+        location: "artifacts/ab/cd".into(),
+        size: 12,
+        at: now(),
+    };
+    let resource = ResourceRecord {
+        id: "tempo.instance/t".into(),
+        doc: json!({"type": "tempo.instance"}),
+        last_operation: Some("op-1".into()),
+        updated_at: now(),
+    };
+    store
+        .commit(&[
+            Write::CreateOperation { op: op("op-1"), plan: json!({"p": 1}) },
+            Write::Job(job.clone()),
+            Write::Evidence(evidence.clone()),
+            Write::Gate(gate.clone()),
+            Write::Artifact(artifact.clone()),
+            Write::Resource(resource.clone()),
+            Write::Idempotency {
+                key: "k:w1".into(),
+                resource: Some("compute_node/w1".into()),
+                operation: "op-1".into(),
+                job: "install@w1".into(),
+                at: now(),
+            },
+            Write::SetPlan { operation: "op-1".into(), revision: "sha256:bb".into(), plan: json!({"p": 2}) },
+        ])
+        .unwrap();
+    assert_eq!(store.jobs("op-1").unwrap(), vec![job]);
+    assert_eq!(store.evidence("op-1").unwrap(), vec![evidence]);
+    assert_eq!(store.gates("op-1").unwrap(), vec![gate]);
+    assert_eq!(store.artifacts("op-1").unwrap(), vec![artifact]);
+    assert_eq!(store.resources().unwrap(), vec![resource.clone()]);
+    assert_eq!(store.resource("tempo.instance/t").unwrap(), Some(resource));
+    assert_eq!(store.idempotency("k:w1").unwrap(), Some(("op-1".into(), "install@w1".into())));
+    assert_eq!(store.plan("sha256:bb").unwrap(), Some(json!({"p": 2})));
+    assert_eq!(store.operation("op-1").unwrap().unwrap().plan_revision, "sha256:bb");
+    let filtered = store.operations(&OperationFilter { state: Some("draft_intent".into()), resource: None }).unwrap();
+    assert_eq!(filtered.len(), 1);
+    assert!(store.operations(&OperationFilter { state: Some("running".into()), resource: None }).unwrap().is_empty());
+}
+
+#[test]
+fn file_store_uses_wal_and_full_sync_and_migrates_once() {
+    let dir = std::env::temp_dir().join(format!("opsgraph-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("opsgraph.db");
+    {
+        let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 1);
+        let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+        assert_eq!((mode.as_str(), sync), ("wal", 2));
+        store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }]).unwrap();
+    }
+    let store = SqliteStore::open(&path, Durability::Full).unwrap();
+    assert!(store.operation("op-1").unwrap().is_some());
+    store.conn.execute_batch("PRAGMA user_version = 99").unwrap();
+    drop(store);
+    let err = SqliteStore::open(&path, Durability::Full).err().unwrap();
+    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 1; upgrade opsgraph");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
