@@ -261,9 +261,11 @@ pub fn text(plan: &Plan) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "{} jobs, {} gates. Nothing has run. Status: {}.",
+        "{} job{}, {} gate{}. Nothing has run. Status: {}.",
         plan.jobs.len(),
+        if plan.jobs.len() == 1 { "" } else { "s" },
         plan.gates.len(),
+        if plan.gates.len() == 1 { "" } else { "s" },
         match status(plan) {
             "blocked" => "blocked: a requirement cannot be met",
             "waiting_for_gates" => "ready to apply; gates will wait for a person",

@@ -2,6 +2,7 @@
 //! expectations are snapshots (`UPDATE_EXPECT=1 cargo test` rewrites them).
 
 mod builders;
+mod bundled;
 mod documents;
 mod lifecycle;
 mod plan;

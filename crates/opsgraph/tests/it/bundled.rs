@@ -1,0 +1,341 @@
+//! The bundled packs and the example world, through the real CLI: the scenarios of the seed.
+
+use std::collections::BTreeSet;
+
+use expect_test::{expect, Expect};
+use serde_json::Value;
+
+use crate::plan::section;
+use crate::support::{opsgraph, path, temp_dir};
+
+const WORLD: [&str; 6] = [
+    "--inventory",
+    "{root}/examples/inventory",
+    "--policy",
+    "{root}/examples/policy.yaml",
+    "--policy",
+    "{root}/examples/providers.yaml",
+];
+
+fn plan(intent: &str, output: &str) -> crate::support::Run {
+    let intent = format!("{{root}}/examples/intents/{intent}");
+    let mut args = vec![
+        "plan",
+        "-f",
+        &intent,
+        "--packs",
+        "{root}/packs",
+        "-o",
+        output,
+    ];
+    args.extend(WORLD);
+    opsgraph(&args)
+}
+
+fn plan_json(intent: &str) -> Value {
+    let run = plan(intent, "json");
+    serde_json::from_str(&run.out).unwrap_or_else(|e| panic!("{e}: {}", run.render()))
+}
+
+/// One requirement's resolution, as `outcome provider/resource` and its rejections.
+fn check_resolution(intent: &str, capability: &str, expect: Expect) {
+    let p = plan_json(intent);
+    let r = p["resolution"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["requirement"] == capability)
+        .expect("resolved");
+    let mut s = format!(
+        "{} {}\n",
+        r["outcome"].as_str().unwrap(),
+        r.get("resource")
+            .or(r.get("gate"))
+            .and_then(Value::as_str)
+            .unwrap_or("-")
+    );
+    for rej in r["rejected"].as_array().unwrap() {
+        s.push_str(&format!(
+            "  rejected {}: {}\n",
+            rej["candidate"].as_str().unwrap(),
+            rej["reason"].as_str().unwrap()
+        ));
+    }
+    expect.assert_eq(&s);
+}
+
+#[test]
+fn bundled_packs_and_examples_are_valid() {
+    let run = opsgraph(&["pack", "validate", &path("packs")]);
+    expect![[r#"
+        exit: 0
+        --- stdout
+        ok: pack kubernetes@1.0.0 (2 templates, 16 jobs, 19 evidence checks, 10 artifacts, 1 remedies)
+        ok: pack minio@1.0.0 (1 templates, 5 jobs, 5 evidence checks, 5 artifacts, 0 remedies)
+        ok: pack postgresql@1.0.0 (1 templates, 6 jobs, 7 evidence checks, 4 artifacts, 0 remedies)
+        ok: pack tempo@1.0.0 (1 templates, 6 jobs, 4 evidence checks, 4 artifacts, 0 remedies)
+    "#]]
+    .assert_eq(&run.render());
+    let run = opsgraph(&["validate", &path("examples")]);
+    assert_eq!(run.code, 0, "{}", run.render());
+    assert!(run.err.is_empty(), "{}", run.err);
+}
+
+#[test]
+fn tempo_in_dev_binds_the_shared_minio() {
+    check_resolution(
+        "tempo-dev.yaml",
+        "object_storage.s3",
+        expect![[r#"
+            bind object_storage/minio-shared-dev
+              rejected object_storage/minio-shared-stage: it is in environment stage, the intent is for dev
+              rejected object_storage/minio-dedicated-stage: it is in environment stage, the intent is for dev
+              rejected object_storage/minio-legacy-prod: it is in environment prod, the intent is for dev
+              rejected provider aws_s3: provider aws_s3 is not allowed in dev
+              rejected provider dedicated_minio: provider dedicated_minio is not allowed in dev
+        "#]],
+    );
+}
+
+#[test]
+fn tempo_in_stage_binds_the_default_provider() {
+    check_resolution(
+        "tempo-stage.yaml",
+        "object_storage.s3",
+        expect![[r#"
+            bind object_storage/minio-shared-stage
+              rejected object_storage/minio-shared-dev: it is in environment dev, the intent is for stage
+              rejected object_storage/minio-legacy-prod: it is in environment prod, the intent is for stage
+              rejected provider aws_s3: provider aws_s3 is not allowed in stage
+        "#]],
+    );
+}
+
+#[test]
+fn tempo_in_prod_stops_at_the_seed_gate() {
+    check_resolution(
+        "tempo-prod.yaml",
+        "object_storage.s3",
+        expect![[r#"
+            gate approve-dedicated-minio
+              rejected object_storage/minio-shared-dev: it is in environment dev, the intent is for prod
+              rejected object_storage/minio-shared-stage: it is in environment stage, the intent is for prod
+              rejected object_storage/minio-dedicated-stage: it is in environment stage, the intent is for prod
+              rejected object_storage/minio-legacy-prod: provider shared_minio is not allowed in prod
+        "#]],
+    );
+    let p = plan_json("tempo-prod.yaml");
+    let gate = &p["gates"][0];
+    expect![[r#"
+        {
+          "id": "approve-dedicated-minio",
+          "type": "approval",
+          "reason": "Tempo requires object_storage.s3 and no existing prod provider matches.",
+          "options": [
+            "create dedicated MinIO",
+            "bind external S3",
+            "cancel operation"
+          ],
+          "required_roles": [
+            "sre",
+            "platform_admin"
+          ],
+          "before": [
+            "write-storage-credentials"
+          ],
+          "source": "resolution"
+        }"#]]
+    .assert_eq(&serde_json::to_string_pretty(gate).unwrap());
+    // The option to create a dedicated MinIO comes with the plan of that sub-operation.
+    let sub = &p["sub_operations"][0];
+    assert_eq!(sub["provider"], "dedicated_minio");
+    assert_eq!(sub["chosen"], false);
+    assert_eq!(sub["plan"]["pack"], "minio@1.0.0");
+    assert_eq!(p["status"], "waiting_for_gates");
+}
+
+#[test]
+fn tempo_preview_reads_in_one_screen() {
+    let run = plan("tempo-prod.yaml", "text");
+    assert_eq!(run.code, 0);
+    let text = run.out.clone();
+    let lines = text.lines().count();
+    assert!(lines <= 50, "{lines} lines:\n{text}");
+    expect![[r#"
+        Plan tempo.install (tempo@1.0.0) for: install tempo.instance tempo-prod in prod
+        Revision 1 sha256:b4b605cbc4ee   Risk: medium
+
+        Capabilities
+          kubernetes.cluster  bind           cluster/prod-k8s (the only candidate that satisfies every rule)
+                                rejected cluster/stage-k8s: it is in environment stage, the intent is for prod
+                                rejected cluster/dev-k8s: it is in environment dev, the intent is for prod
+          object_storage.s3   gate           gate approve-dedicated-minio
+                                rejected object_storage/minio-shared-dev: it is in environment dev, the intent is for prod
+                                rejected object_storage/minio-shared-stage: it is in environment stage, the intent is for prod
+                                rejected object_storage/minio-dedicated-stage: it is in environment stage, the intent is for prod
+                                rejected object_storage/minio-legacy-prod: provider shared_minio is not allowed in prod
+          secret.store        bind           cluster/prod-k8s (the only candidate that satisfies every rule)
+                                rejected cluster/stage-k8s: it is in environment stage, the intent is for prod
+                                rejected cluster/dev-k8s: it is in environment dev, the intent is for prod
+
+        Gates
+          approve-dedicated-minio (approval), answered by sre or platform_admin
+            Tempo requires object_storage.s3 and no existing prod provider matches.
+            options: create dedicated MinIO | bind external S3 | cancel operation
+            blocks: write-storage-credentials
+
+        Stages
+          1. Prepare            check-cluster-access; write-storage-credentials
+          2. Trace storage      create-bucket
+          3. Deploy Tempo       render-helm-values; install-tempo
+          4. Verify             verify-tempo
+
+        Sub-operations
+          dedicated_minio for object_storage.s3 (if chosen at its gate): minio@1.0.0 install, 5 jobs in 4 stages, 0 gates
+            kubernetes.cluster bind
+
+        6 jobs, 1 gate. Nothing has run. Status: ready to apply; gates will wait for a person.
+    "#]]
+    .assert_eq(&text);
+}
+
+#[test]
+fn an_unsatisfiable_requirement_lists_every_candidate() {
+    // A qa environment: the policy has no rule for it, so nothing is allowed there.
+    let dir = temp_dir(&[(
+        "intent.yaml",
+        "intent:\n  target_resource_type: tempo.instance\n  action: install\n  name: tempo-qa\n  environment: qa\n  constraints: {region: eu-west-1}\n",
+    )]);
+    let intent = dir.join("intent.yaml").display().to_string();
+    let mut args = vec!["plan", "-f", &intent, "--packs", "{root}/packs"];
+    args.extend(WORLD);
+    let run = opsgraph(&args);
+    assert_eq!(run.code, 1);
+    expect![[r#"
+        Capabilities
+          kubernetes.cluster  unsatisfiable  none of 3 candidates for kubernetes.cluster is acceptable in qa
+                                rejected cluster/prod-k8s: it is in environment prod, the intent is for qa
+                                rejected cluster/stage-k8s: it is in environment stage, the intent is for qa
+                                rejected cluster/dev-k8s: it is in environment dev, the intent is for qa
+          object_storage.s3   unsatisfiable  none of 6 candidates for object_storage.s3 is acceptable in qa
+                                rejected object_storage/minio-shared-dev: it is in environment dev, the intent is for qa
+                                rejected object_storage/minio-shared-stage: it is in environment stage, the intent is for qa
+                                rejected object_storage/minio-dedicated-stage: it is in environment stage, the intent is for qa
+                                rejected object_storage/minio-legacy-prod: it is in environment prod, the intent is for qa
+                                rejected provider aws_s3: the capability policy for object_storage.s3 has no rule for environment qa
+                                rejected provider dedicated_minio: the capability policy for object_storage.s3 has no rule for environment qa
+          secret.store        unsatisfiable  none of 3 candidates for secret.store is acceptable in qa
+                                rejected cluster/prod-k8s: it is in environment prod, the intent is for qa
+                                rejected cluster/stage-k8s: it is in environment stage, the intent is for qa
+                                rejected cluster/dev-k8s: it is in environment dev, the intent is for qa
+    "#]]
+    .assert_eq(&section(&run.out, "Capabilities"));
+}
+
+/// Protocol §7, edge for edge.
+#[test]
+fn kubernetes_create_cluster_has_exactly_the_seed_dag() {
+    let p = plan_json("k8s-create-cluster.yaml");
+    let job_of: std::collections::HashMap<&str, &str> = p["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["id"].as_str().unwrap(), j["job"].as_str().unwrap()))
+        .collect();
+    let mut edges = BTreeSet::new();
+    for j in p["jobs"].as_array().unwrap() {
+        for d in j["depends_on"].as_array().unwrap() {
+            if let Some(from) = job_of.get(d.as_str().unwrap()) {
+                edges.insert(format!("{from} -> {}", j["job"].as_str().unwrap()));
+            }
+        }
+    }
+    let seed: BTreeSet<String> = [
+        "validate-inputs -> validate-nodes",
+        "validate-inputs -> validate-credentials",
+        "validate-nodes -> prepare-network",
+        "validate-credentials -> prepare-network",
+        "prepare-network -> install-runtime",
+        "install-runtime -> init-control-plane",
+        "init-control-plane -> install-cni",
+        "init-control-plane -> join-workers",
+        "install-cni -> join-workers",
+        "join-workers -> verify",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(edges, seed);
+    // Per instance: a worker's network preparation waits only for its own validation.
+    let prep = p["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == "prepare-network@worker-2")
+        .unwrap();
+    expect![[r#"["validate-nodes@worker-2","validate-credentials"]"#]]
+        .assert_eq(&prep["depends_on"].to_string());
+}
+
+#[test]
+fn dot_output_draws_stages_and_gates() {
+    let run = plan("k8s-add-node.yaml", "dot");
+    assert_eq!(run.code, 0);
+    assert!(
+        run.out.starts_with("digraph \"kubernetes.add_node\" {"),
+        "{}",
+        run.out
+    );
+    assert!(
+        run.out.contains("\"approve-plan\" [shape=diamond"),
+        "{}",
+        run.out
+    );
+    assert!(
+        run.out
+            .contains("\"create-join-token@master-1\" -> \"join-node@worker-6\";"),
+        "{}",
+        run.out
+    );
+}
+
+#[test]
+fn every_example_intent_plans() {
+    let mut summary = String::new();
+    let mut names: Vec<_> = std::fs::read_dir(path("examples/intents"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    for name in names {
+        let name = name.to_string_lossy().to_string();
+        let p = plan_json(&name);
+        summary.push_str(&format!(
+            "{name}: {} {} jobs, {} gates, {}\n",
+            p["template"].as_str().unwrap(),
+            p["jobs"].as_array().unwrap().len(),
+            p["gates"].as_array().unwrap().len(),
+            p["status"].as_str().unwrap()
+        ));
+    }
+    expect![[r#"
+        k8s-add-node.yaml: kubernetes.add_node 8 jobs, 1 gates, waiting_for_gates
+        k8s-create-cluster.yaml: kubernetes.create 20 jobs, 1 gates, waiting_for_gates
+        minio-install.yaml: minio.install 5 jobs, 0 gates, ready
+        postgresql-install.yaml: postgresql.install 6 jobs, 1 gates, waiting_for_gates
+        tempo-dev.yaml: tempo.install 6 jobs, 0 gates, ready
+        tempo-prod.yaml: tempo.install 6 jobs, 1 gates, waiting_for_gates
+        tempo-stage.yaml: tempo.install 6 jobs, 0 gates, ready
+    "#]]
+    .assert_eq(&summary);
+}
+
+#[test]
+fn demo_previews_and_says_nothing_ran() {
+    let run = opsgraph(&["demo"]);
+    assert_eq!(run.code, 0, "{}", run.render());
+    assert!(run
+        .out
+        .contains("Tempo requires object_storage.s3 and no existing prod provider matches."));
+    assert!(run.out.contains("nothing was executed"));
+}

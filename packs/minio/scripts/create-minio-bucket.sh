@@ -1,0 +1,148 @@
+#!/bin/sh
+# opsgraph pack minio - job create-minio-bucket.
+#
+# Runs once on the control host (executor local) against the bound Kubernetes cluster. The
+# S3 work happens inside the cluster, in a Job running the mc image with the root
+# credentials from their Secret (so they never leave the cluster):
+#   - the bucket (kept if it exists) with SSE-S3 default encryption (the KMS key);
+#   - a policy limited to that bucket, and the <release>-client access key attached to it.
+# All of it is idempotent. The job's previous run is deleted before a new one starts.
+# The bucket's access key (not root) is exported as the minio_credentials secret artifact.
+#
+# Conventions (packs/README.md):
+#   run with `sh -eu`; POSIX sh; idempotent (safe to run again)
+#   parameters          OPSGRAPH_PARAM_<NAME>, NAME uppercased
+#   required artifacts  path in OPSGRAPH_ARTIFACT_<ID>, ID uppercased, '.' and '-' -> '_'
+#   produced artifacts  written to "$OPSGRAPH_OUT/<artifact-id>"
+#   KUBECONFIG          the bound kubernetes.cluster's kubeconfig (set by the runtime)
+#   OPSGRAPH_INTENT_NAME the release name when release_name is not given
+#
+# Parameters: release_name, namespace, bucket, mc_image
+# Provides:   minio.bucket
+# Produces:   minio_credentials (secret)
+set -eu
+
+log() { printf 'create-minio-bucket: %s\n' "$*" >&2; }
+fail() { log "ERROR: $*"; exit 1; }
+
+NL='
+'
+matches() {
+    case $2 in *"$NL"*) return 1 ;; esac
+    printf '%s\n' "$2" | grep -Eqx -- "$1"
+}
+
+: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
+: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the bound cluster}"
+export KUBECONFIG
+RELEASE=${OPSGRAPH_PARAM_RELEASE_NAME:-${OPSGRAPH_INTENT_NAME:-}}
+NAMESPACE=${OPSGRAPH_PARAM_NAMESPACE:-$RELEASE}
+BUCKET=${OPSGRAPH_PARAM_BUCKET:-data}
+MC_IMAGE=${OPSGRAPH_PARAM_MC_IMAGE:-quay.io/minio/mc:RELEASE.2024-11-21T17-21-54Z}
+matches '[a-z0-9]([-a-z0-9]{0,41}[a-z0-9])?' "$RELEASE" || fail "release name '$RELEASE' is not a DNS label"
+matches '[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?' "$NAMESPACE" || fail "namespace '$NAMESPACE' is not a DNS label"
+matches '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' "$BUCKET" || fail "bucket '$BUCKET' is not an S3 bucket name"
+matches '[a-z0-9][-A-Za-z0-9./:_@]*' "$MC_IMAGE" || fail "mc_image '$MC_IMAGE' is not an image reference"
+JOB="$RELEASE-opsgraph-bucket"
+POLICY="$RELEASE-$BUCKET-rw"
+ENDPOINT="http://$RELEASE.$NAMESPACE.svc:9000"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The script the Job runs (values come from its environment).
+cat >"$work/run.sh" <<'RUN'
+set -eu
+mc alias set target "$MINIO_URL" "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD" >/dev/null
+if mc stat "target/$BUCKET" >/dev/null 2>&1; then
+    echo "bucket $BUCKET exists"
+else
+    mc mb "target/$BUCKET"
+fi
+mc encrypt set sse-s3 "target/$BUCKET"
+cat >/tmp/policy.json <<JSON
+{"Version": "2012-10-17", "Statement": [
+  {"Effect": "Allow", "Action": ["s3:GetBucketLocation", "s3:ListBucket", "s3:ListBucketMultipartUploads"],
+   "Resource": ["arn:aws:s3:::$BUCKET"]},
+  {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+   "Resource": ["arn:aws:s3:::$BUCKET/*"]}]}
+JSON
+mc admin policy create target "$POLICY" /tmp/policy.json
+mc admin user add target "$CLIENT_ACCESS_KEY" "$CLIENT_SECRET_KEY"
+if ! mc admin policy entities target --user "$CLIENT_ACCESS_KEY" | grep -qw -- "$POLICY"; then
+    mc admin policy attach target "$POLICY" --user "$CLIENT_ACCESS_KEY"
+fi
+echo "bucket $BUCKET ready, policy $POLICY attached to the client key"
+RUN
+
+kubectl -n "$NAMESPACE" create configmap "$JOB" --from-file=run.sh="$work/run.sh" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n "$NAMESPACE" delete job "$JOB" --ignore-not-found --wait=true >/dev/null
+
+kubectl apply -f - >/dev/null <<JOBSPEC
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: $JOB
+  namespace: $NAMESPACE
+  labels: {app.kubernetes.io/managed-by: opsgraph, app.kubernetes.io/instance: $RELEASE}
+spec:
+  backoffLimit: 3
+  ttlSecondsAfterFinished: 86400
+  template:
+    metadata:
+      labels: {app.kubernetes.io/managed-by: opsgraph}
+    spec:
+      restartPolicy: Never
+      securityContext: {runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, seccompProfile: {type: RuntimeDefault}}
+      containers:
+        - name: mc
+          image: "$MC_IMAGE"
+          command: [/bin/sh, /opsgraph/run.sh]
+          env:
+            - {name: MC_CONFIG_DIR, value: /tmp/.mc}
+            - {name: MINIO_URL, value: "$ENDPOINT"}
+            - {name: BUCKET, value: "$BUCKET"}
+            - {name: POLICY, value: "$POLICY"}
+            - {name: MINIO_ROOT_USER, valueFrom: {secretKeyRef: {name: "$RELEASE-root", key: rootUser}}}
+            - {name: MINIO_ROOT_PASSWORD, valueFrom: {secretKeyRef: {name: "$RELEASE-root", key: rootPassword}}}
+            - {name: CLIENT_ACCESS_KEY, valueFrom: {secretKeyRef: {name: "$RELEASE-client", key: accessKey}}}
+            - {name: CLIENT_SECRET_KEY, valueFrom: {secretKeyRef: {name: "$RELEASE-client", key: secretKey}}}
+          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+          volumeMounts:
+            - {name: script, mountPath: /opsgraph, readOnly: true}
+            - {name: tmp, mountPath: /tmp}
+      volumes:
+        - {name: script, configMap: {name: "$JOB"}}
+        - {name: tmp, emptyDir: {}}
+JOBSPEC
+
+# Wait for success or failure (kubectl wait alone would sit out the timeout on failure).
+deadline=$(($(date +%s) + 480))
+while :; do
+    succeeded=$(kubectl -n "$NAMESPACE" get job "$JOB" -o jsonpath='{.status.succeeded}')
+    failed=$(kubectl -n "$NAMESPACE" get job "$JOB" -o jsonpath='{.status.conditions[?(@.type=="Failed")].status}')
+    [ "${succeeded:-0}" -ge 1 ] && break
+    if [ "$failed" = True ] || [ "$(date +%s)" -ge "$deadline" ]; then
+        kubectl -n "$NAMESPACE" logs "job/$JOB" --all-containers --tail=50 >&2 || true
+        fail "job $JOB did not succeed"
+    fi
+    sleep 5
+done
+kubectl -n "$NAMESPACE" logs "job/$JOB" --tail=20 >&2 || true
+
+secret_value() {
+    kubectl -n "$NAMESPACE" get secret "$RELEASE-client" -o jsonpath="{.data.$1}" | base64 -d
+}
+mkdir -p "$OPSGRAPH_OUT"
+umask 077
+{
+    printf 'ENDPOINT=%s\n' "$ENDPOINT"
+    printf 'REGION=us-east-1\n'
+    printf 'BUCKET=%s\n' "$BUCKET"
+    printf 'FORCE_PATH_STYLE=true\n'
+    printf 'ACCESS_KEY=%s\n' "$(secret_value accessKey)"
+    printf 'SECRET_KEY=%s\n' "$(secret_value secretKey)"
+} >"$OPSGRAPH_OUT/minio_credentials.tmp"
+mv -f "$OPSGRAPH_OUT/minio_credentials.tmp" "$OPSGRAPH_OUT/minio_credentials"
+log "ok: bucket $BUCKET (SSE-S3) and its access key ready at $ENDPOINT"

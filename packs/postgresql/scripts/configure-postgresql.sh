@@ -1,0 +1,146 @@
+#!/bin/sh
+# opsgraph pack postgresql - job configure-postgresql.
+#
+# Runs on the database host (scope target_nodes), as root over SSH.
+#   - port: set in postgresql.conf itself with pg_conftool (Debian's pg_lsclusters,
+#     pg_ctlcluster and the psql wrapper read it from there);
+#   - listen_addresses and password_encryption: conf.d/50-opsgraph.conf;
+#   - pg_hba.conf: one managed block (between BEGIN/END markers) letting the owner reach its
+#     database from client_cidr with scram-sha-256; the rest of the file is left alone.
+# Nothing is restarted here: a restart (port, listen_addresses) or reload (pg_hba) is
+# recorded under /var/lib/opsgraph/postgresql/ and done by start-postgresql. When the
+# server is running, a pg_hba.conf it would reject is rolled back before anything else.
+#
+# Conventions (packs/README.md):
+#   run with `sh -eu`; POSIX sh; idempotent (safe to run again)
+#   parameters          OPSGRAPH_PARAM_<NAME>, NAME uppercased
+#   required artifacts  path in OPSGRAPH_ARTIFACT_<ID>, ID uppercased, '.' and '-' -> '_'
+#   produced artifacts  written to "$OPSGRAPH_OUT/<artifact-id>"
+#
+# Parameters: postgresql_version, cluster_name, port, listen_addresses, client_cidr,
+#             database, owner
+# Provides:   postgresql.configured
+# Produces:   postgresql_config_snapshot
+set -eu
+
+log() { printf 'configure-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
+fail() { log "ERROR: $*"; exit 1; }
+
+NL='
+'
+matches() {
+    case $2 in *"$NL"*) return 1 ;; esac
+    printf '%s\n' "$2" | grep -Eqx -- "$1"
+}
+
+# write_file PATH MODE OWNER < content: replaces PATH atomically when the content differs
+# and sets WROTE=yes; leaves it alone (WROTE=no) when it is already up to date.
+write_file() {
+    WROTE=no
+    _tmp=$(mktemp "$1.opsgraph.XXXXXX")
+    cat >"$_tmp"
+    if [ -f "$1" ] && cmp -s "$_tmp" "$1"; then
+        rm -f "$_tmp"
+        return 0
+    fi
+    chmod "$2" "$_tmp"
+    chown "$3" "$_tmp"
+    mv -f "$_tmp" "$1"
+    WROTE=yes
+    log "wrote $1"
+}
+
+: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
+[ "$(id -u)" -eq 0 ] || fail "must run as root"
+VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-16}
+NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
+PORT=${OPSGRAPH_PARAM_PORT:-5432}
+LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
+CIDR=${OPSGRAPH_PARAM_CLIENT_CIDR:-127.0.0.1/32}
+DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
+OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
+
+matches '[0-9]{2}' "$VERSION" || fail "postgresql_version '$VERSION' is not a major version"
+matches '[a-z0-9][a-z0-9_-]{0,30}' "$NAME" || fail "cluster_name '$NAME' is not a cluster name"
+matches '[0-9]{4,5}' "$PORT" || fail "port '$PORT' is not a port"
+matches '(\*|[A-Za-z0-9.:-]+)(, *[A-Za-z0-9.:-]+)*' "$LISTEN" || fail "listen_addresses '$LISTEN' is not '*' or a list of addresses"
+matches '[0-9A-Fa-f.:]+/[0-9]{1,3}' "$CIDR" || fail "client_cidr '$CIDR' is not a CIDR"
+matches '[a-z_][a-z0-9_]{0,62}' "$DB" || fail "database '$DB' is not a lowercase identifier"
+matches '[a-z_][a-z0-9_]{0,62}' "$OWNER" || fail "owner '$OWNER' is not a lowercase identifier"
+
+CONF_DIR=/etc/postgresql/$VERSION/$NAME
+DATA_DIR=/var/lib/postgresql/$VERSION/$NAME
+[ -f "$CONF_DIR/postgresql.conf" ] || fail "cluster $VERSION/$NAME has no $CONF_DIR/postgresql.conf"
+STATE=/var/lib/opsgraph/postgresql
+install -d -m 0700 "$STATE"
+RESTART_FLAG=$STATE/$VERSION-$NAME.restart
+RELOAD_FLAG=$STATE/$VERSION-$NAME.reload
+
+# The port the running server listens on (postmaster.pid line 4), even when postgresql.conf
+# already names a new one; nothing when the server is down.
+running_port() {
+    [ -f "$DATA_DIR/postmaster.pid" ] || return 0
+    _p=$(sed -n 4p "$DATA_DIR/postmaster.pid")
+    if pg_isready -q -p "$_p"; then printf '%s\n' "$_p"; fi
+}
+
+# 1. Port, in postgresql.conf.
+current_port=$(pg_conftool -s "$VERSION" "$NAME" show port 2>/dev/null || true)
+if [ "$current_port" != "$PORT" ]; then
+    pg_conftool "$VERSION" "$NAME" set port "$PORT"
+    touch "$RESTART_FLAG"
+    log "port $current_port -> $PORT (restart due)"
+fi
+
+# 2. listen_addresses and password hashing, in conf.d.
+grep -Eq "^[[:space:]]*include_dir[[:space:]]*=[[:space:]]*'conf\.d'" "$CONF_DIR/postgresql.conf" ||
+    printf "\n# added by opsgraph\ninclude_dir = 'conf.d'\n" >>"$CONF_DIR/postgresql.conf"
+install -d -o postgres -g postgres -m 0755 "$CONF_DIR/conf.d"
+write_file "$CONF_DIR/conf.d/50-opsgraph.conf" 0644 postgres:postgres <<CONF
+# managed by opsgraph (pack postgresql, job configure-postgresql); edits are overwritten
+listen_addresses = '$LISTEN'
+password_encryption = 'scram-sha-256'
+CONF
+[ "$WROTE" = no ] || touch "$RESTART_FLAG"
+
+# 3. pg_hba.conf: replace the managed block, keep everything else.
+HBA=$CONF_DIR/pg_hba.conf
+hba_new=$(mktemp)
+trap 'rm -f "$hba_new"' EXIT
+awk '/^# BEGIN opsgraph managed block/ { skip = 1; next }
+     /^# END opsgraph managed block/ { skip = 0; next }
+     !skip' "$HBA" >"$hba_new"
+{
+    printf '# BEGIN opsgraph managed block (pack postgresql, job configure-postgresql)\n'
+    printf 'host    %-16s %-16s %-20s scram-sha-256\n' "$DB" "$OWNER" "$CIDR"
+    printf '# END opsgraph managed block\n'
+} >>"$hba_new"
+cp -p "$HBA" "$STATE/$VERSION-$NAME.pg_hba.conf.prev"
+write_file "$HBA" 0640 postgres:postgres <"$hba_new"
+if [ "$WROTE" = yes ]; then
+    touch "$RELOAD_FLAG"
+    live_port=$(running_port)
+    if [ -n "$live_port" ]; then
+        bad=$(runuser -u postgres -- psql -X -p "$live_port" -d postgres \
+            -tAc 'select count(*) from pg_hba_file_rules where error is not null')
+        if [ "$bad" != 0 ]; then
+            cp -p "$STATE/$VERSION-$NAME.pg_hba.conf.prev" "$HBA"
+            fail "the new pg_hba.conf has $bad invalid line(s); the previous file is restored"
+        fi
+    fi
+fi
+
+# 4. The server must parse the configuration (conf.d included) and see the port.
+seen=$(runuser -u postgres -- "/usr/lib/postgresql/$VERSION/bin/postgres" -D "$DATA_DIR" \
+    -c "config_file=$CONF_DIR/postgresql.conf" -C port) || fail "postgres rejects the configuration"
+[ "$seen" = "$PORT" ] || fail "postgres reads port $seen, not $PORT (another setting overrides it)"
+
+mkdir -p "$OPSGRAPH_OUT"
+{
+    printf '### %s\n' "$CONF_DIR/conf.d/50-opsgraph.conf"
+    cat "$CONF_DIR/conf.d/50-opsgraph.conf"
+    printf '### port (postgresql.conf) = %s\n' "$PORT"
+    printf '### %s\n' "$HBA"
+    grep -v '^[[:space:]]*$' "$HBA"
+} >"$OPSGRAPH_OUT/postgresql_config_snapshot"
+log "ok: port $PORT, listen_addresses '$LISTEN', $OWNER@$DB from $CIDR$([ -f "$RESTART_FLAG" ] && echo ' (restart due)')"

@@ -1,0 +1,64 @@
+#!/bin/sh
+# opsgraph pack postgresql - job start-postgresql.
+#
+# Runs on the database host (scope target_nodes), as root over SSH. Enables the cluster's
+# systemd unit (postgresql@<version>-<cluster>) for boot, then restarts it if
+# configure-postgresql recorded a restart, reloads it if it recorded a reload, or starts
+# it if it is down; waits until it accepts connections.
+#
+# Conventions (packs/README.md):
+#   run with `sh -eu`; POSIX sh; idempotent (safe to run again)
+#   parameters          OPSGRAPH_PARAM_<NAME>, NAME uppercased
+#   required artifacts  path in OPSGRAPH_ARTIFACT_<ID>, ID uppercased, '.' and '-' -> '_'
+#   produced artifacts  written to "$OPSGRAPH_OUT/<artifact-id>"
+#
+# Parameters: postgresql_version, cluster_name, port
+# Provides:   postgresql.server.running
+set -eu
+
+log() { printf 'start-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
+fail() { log "ERROR: $*"; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || fail "must run as root"
+VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-16}
+NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
+PORT=${OPSGRAPH_PARAM_PORT:-5432}
+case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
+case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
+case $PORT in *[!0-9]* | '') fail "port '$PORT' is not a port" ;; esac
+
+UNIT="postgresql@$VERSION-$NAME"
+STATE=/var/lib/opsgraph/postgresql
+RESTART_FLAG=$STATE/$VERSION-$NAME.restart
+RELOAD_FLAG=$STATE/$VERSION-$NAME.reload
+
+START_CONF=/etc/postgresql/$VERSION/$NAME/start.conf
+if [ -f "$START_CONF" ] && ! grep -qx 'auto' "$START_CONF"; then
+    log "warning: $START_CONF is not 'auto'; the cluster will not start at boot"
+fi
+systemctl enable --quiet postgresql.service "$UNIT"
+
+if [ -f "$RESTART_FLAG" ]; then
+    systemctl restart "$UNIT"
+    rm -f "$RESTART_FLAG" "$RELOAD_FLAG"
+    log "restarted $UNIT"
+elif ! systemctl is-active --quiet "$UNIT"; then
+    systemctl start "$UNIT"
+    rm -f "$RELOAD_FLAG"
+    log "started $UNIT"
+elif [ -f "$RELOAD_FLAG" ]; then
+    systemctl reload "$UNIT"
+    rm -f "$RELOAD_FLAG"
+    log "reloaded $UNIT"
+fi
+
+i=0
+until pg_isready -q -p "$PORT"; do
+    i=$((i + 1))
+    if [ "$i" -ge 30 ]; then
+        journalctl -u "$UNIT" -n 30 --no-pager >&2 || true
+        fail "PostgreSQL does not accept connections on port $PORT"
+    fi
+    sleep 2
+done
+log "ok: $UNIT accepts connections on port $PORT"

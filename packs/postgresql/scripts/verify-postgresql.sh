@@ -1,0 +1,59 @@
+#!/bin/sh
+# opsgraph pack postgresql - job verify-postgresql.
+#
+# Runs on the database host (scope target_nodes), as root over SSH. Read-only:
+#   - the server's port, listen_addresses and password_encryption are the intended ones;
+#   - the owner logs in to its database over TCP with its password (scram-sha-256), the way
+#     an application will (loopback when the server listens there).
+#
+# Conventions (packs/README.md):
+#   run with `sh -eu`; POSIX sh; idempotent (safe to run again)
+#   parameters          OPSGRAPH_PARAM_<NAME>, NAME uppercased (secret ones too)
+#   required artifacts  path in OPSGRAPH_ARTIFACT_<ID>, ID uppercased, '.' and '-' -> '_'
+#   produced artifacts  written to "$OPSGRAPH_OUT/<artifact-id>"
+#
+# Parameters: postgresql_version, cluster_name, port, listen_addresses, database, owner,
+#             db_password (secret)
+# Provides:   database.postgresql
+# Produces:   postgresql_connection
+set -eu
+
+log() { printf 'verify-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
+fail() { log "ERROR: $*"; exit 1; }
+
+: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
+VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-16}
+NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
+PORT=${OPSGRAPH_PARAM_PORT:-5432}
+LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
+DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
+OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
+PGPASSWORD=${OPSGRAPH_PARAM_DB_PASSWORD:?the db_password secret parameter is required}
+export PGPASSWORD
+case $DB$OWNER in *[!a-z0-9_]*) fail "database and owner must be lowercase identifiers" ;; esac
+case $PORT in *[!0-9]* | '') fail "port '$PORT' is not a port" ;; esac
+
+show() { runuser -u postgres -- psql -X --cluster "$VERSION/$NAME" -d postgres -tAc "SHOW $1"; }
+[ "$(show port)" = "$PORT" ] || fail "the server runs on port $(show port), not $PORT"
+[ "$(show listen_addresses)" = "$LISTEN" ] || fail "listen_addresses is '$(show listen_addresses)', not '$LISTEN' (restart pending?)"
+[ "$(show password_encryption)" = scram-sha-256 ] || fail "password_encryption is not scram-sha-256"
+
+case ",$(printf '%s' "$LISTEN" | tr -d ' ')," in
+    *,\*,* | *,0.0.0.0,* | *,localhost,* | *,127.0.0.1,*) HOST=127.0.0.1 ;;
+    *) HOST=$(printf '%s' "$LISTEN" | cut -d, -f1 | tr -d ' ') ;;
+esac
+
+who=$(psql -X "host=$HOST port=$PORT dbname=$DB user=$OWNER connect_timeout=10" -tAc 'select current_user') ||
+    fail "$OWNER cannot log in to $DB at $HOST:$PORT with its password (see pg_hba.conf and the server log)"
+[ "$who" = "$OWNER" ] || fail "logged in as '$who', expected '$OWNER'"
+
+mkdir -p "$OPSGRAPH_OUT"
+{
+    printf 'HOST=%s\n' "$HOST"
+    printf 'PORT=%s\n' "$PORT"
+    printf 'DATABASE=%s\n' "$DB"
+    printf 'OWNER=%s\n' "$OWNER"
+    printf 'SERVER_VERSION=%s\n' "$(show server_version)"
+    printf 'CLUSTER=%s/%s\n' "$VERSION" "$NAME"
+} >"$OPSGRAPH_OUT/postgresql_connection"
+log "ok: $OWNER@$HOST:$PORT/$DB"
