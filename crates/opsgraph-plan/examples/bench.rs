@@ -8,6 +8,7 @@
 //! (2) Resolution: an inventory of R resources (R = 10,000 and 100,000) indexed, then one
 //!     requirement with an equality, a `same-as-workload` and a `min_` constraint answered.
 //! Each figure is the median of several runs; the machine is shared, so ratios matter most.
+//! `bench plan` runs (1) only; `bench nodes=N` builds one size alone, for `/usr/bin/time -v`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -296,8 +297,9 @@ fn bench_resolve(count: usize, runs: usize) -> (Duration, Duration, usize) {
 
 fn main() {
     let only = std::env::args().nth(1).unwrap_or_default();
-    if only == "big" {
-        let r = bench_plans(&[10_000], 3);
+    if let Some(nodes) = only.strip_prefix("nodes=").and_then(|n| n.parse().ok()) {
+        // One size alone, for peak memory: `/usr/bin/time -v bench nodes=1000`.
+        let r = bench_plans(&[nodes], 3);
         println!("{:.1} ms", ms(r[0].0));
         return;
     }
