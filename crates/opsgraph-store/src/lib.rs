@@ -119,7 +119,11 @@ impl JobState {
     pub fn is_done(self) -> bool {
         matches!(
             self,
-            JobState::Succeeded | JobState::AlreadySatisfied | JobState::Recovered | JobState::ManuallyFixed | JobState::Skipped
+            JobState::Succeeded
+                | JobState::AlreadySatisfied
+                | JobState::Recovered
+                | JobState::ManuallyFixed
+                | JobState::Skipped
         )
     }
 }
@@ -190,11 +194,23 @@ pub struct ResourceRecord {
 /// One change. A batch of them is one transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
-    CreateOperation { op: OperationRecord, plan: Value },
+    CreateOperation {
+        op: OperationRecord,
+        plan: Value,
+    },
     /// A new plan revision of an operation, and the operation now runs it.
-    SetPlan { operation: String, revision: String, plan: Value },
+    SetPlan {
+        operation: String,
+        revision: String,
+        plan: Value,
+    },
     /// A state change and its timeline entry; refused when `expect_version` is stale.
-    Transition { operation: String, expect_version: i64, state: OperationState, entry: TimelineEntry },
+    Transition {
+        operation: String,
+        expect_version: i64,
+        state: OperationState,
+        entry: TimelineEntry,
+    },
     /// A timeline entry without a state change (a job started, a gate was answered).
     Timeline(TimelineEntry),
     Job(JobRecord),
@@ -203,7 +219,13 @@ pub enum Write {
     Artifact(ArtifactRecord),
     Resource(ResourceRecord),
     /// An idempotency key succeeded on a resource.
-    Idempotency { key: String, resource: Option<String>, operation: String, job: String, at: String },
+    Idempotency {
+        key: String,
+        resource: Option<String>,
+        operation: String,
+        job: String,
+        at: String,
+    },
 }
 
 /// Filters for listing operations.
@@ -234,7 +256,9 @@ pub trait Store: Send {
 
 /// Now, as RFC 3339 UTC with milliseconds.
 pub fn now() -> String {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     rfc3339(since.as_secs() as i64, since.subsec_millis())
 }
 
@@ -252,7 +276,12 @@ pub fn rfc3339(secs: i64, millis: u32) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
