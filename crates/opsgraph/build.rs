@@ -28,17 +28,8 @@ fn main() {
         let mut files = Vec::new();
         walk(&dir, &mut files);
         for f in files {
-            let rel = f
-                .strip_prefix(&root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            writeln!(
-                code,
-                "    ({rel:?}, include_str!({:?})),",
-                f.display().to_string()
-            )
-            .unwrap();
+            let rel = f.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            writeln!(code, "    ({rel:?}, include_str!({:?})),", f.display().to_string()).unwrap();
         }
     }
     code.push_str("];\n");

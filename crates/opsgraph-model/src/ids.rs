@@ -29,14 +29,7 @@ mod tests {
 
     #[test]
     fn ids() {
-        for ok in [
-            "a",
-            "install-runtime",
-            "node_inventory",
-            "tempo.install",
-            "1.30",
-            "x-1_2.3",
-        ] {
+        for ok in ["a", "install-runtime", "node_inventory", "tempo.install", "1.30", "x-1_2.3"] {
             assert!(is_id(ok), "{ok}");
         }
         for bad in ["", "A", "-a", ".a", "a b", "a/b", "Über", "_x"] {

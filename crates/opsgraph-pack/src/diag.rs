@@ -87,10 +87,7 @@ impl Diagnostic {
     }
 
     pub fn warning(pos: Pos, code: Code, message: impl Into<String>) -> Diagnostic {
-        Diagnostic {
-            severity: Severity::Warning,
-            ..Diagnostic::error(pos, code, message)
-        }
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(pos, code, message) }
     }
 
     pub fn expected(mut self, expected: impl Into<String>) -> Diagnostic {
@@ -144,16 +141,12 @@ pub fn sort(diags: &mut [Diagnostic]) {
 }
 
 /// The closest candidate to `word`, when it is close enough to be a likely typo.
-pub fn did_you_mean<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let mut best: Option<(usize, &str)> = None;
     for candidate in candidates {
         let distance = edit_distance(word, candidate);
         let limit = (candidate.len().max(word.len()) / 3).max(1);
-        let prefix =
-            candidate.len() >= 3 && (word.starts_with(candidate) || candidate.starts_with(word));
+        let prefix = candidate.len() >= 3 && (word.starts_with(candidate) || candidate.starts_with(word));
         if (distance <= limit || prefix) && best.is_none_or(|(d, _)| distance < d) {
             best = Some((distance, candidate));
         }
@@ -175,9 +168,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for i in 1..=a.len() {
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            d[i][j] = (d[i - 1][j - 1] + cost)
-                .min(d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1);
+            d[i][j] = (d[i - 1][j - 1] + cost).min(d[i - 1][j] + 1).min(d[i][j - 1] + 1);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
                 d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
             }

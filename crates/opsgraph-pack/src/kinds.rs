@@ -14,39 +14,25 @@ static NUMBER: Shape = Shape::Number;
 static SCALAR: Shape = Shape::Scalar;
 static ANY: Shape = Shape::Any;
 static PORT: Shape = Shape::Int { min: 1, max: 65535 };
-static COUNT: Shape = Shape::Int {
-    min: 1,
-    max: i64::MAX,
-};
+static COUNT: Shape = Shape::Int { min: 1, max: i64::MAX };
 static EXIT_CODE: Shape = Shape::Int { min: 0, max: 255 };
 static STATUS_CODE: Shape = Shape::Int { min: 100, max: 599 };
 static IDS: Shape = Shape::List(&ID);
 static STRS: Shape = Shape::List(&STR);
 static RIDS: Shape = Shape::List(&RID);
-static ATTRS: Shape = Shape::Map {
-    key: &STR,
-    value: &ANY,
-};
-static STR_MAP: Shape = Shape::Map {
-    key: &STR,
-    value: &STR,
-};
+static ATTRS: Shape = Shape::Map { key: &STR, value: &ANY };
+static STR_MAP: Shape = Shape::Map { key: &STR, value: &STR };
 static CONSTRAINT_VALUE: Shape = Shape::Alt(&Alt {
     doc: "a value, `required`, `same-as-workload`, or a list of allowed values",
     scalar: Some((&SCALAR, Wrap::Keep)),
     seq: Some((&Shape::List(&SCALAR), Wrap::Keep)),
     map: None,
 });
-static CONSTRAINTS: Shape = Shape::Map {
-    key: &ID,
-    value: &CONSTRAINT_VALUE,
-};
+static CONSTRAINTS: Shape = Shape::Map { key: &ID, value: &CONSTRAINT_VALUE };
 
 pub(crate) static HEALTH: Shape = Shape::Enum(&["healthy", "degraded", "error", "unknown"]);
-pub(crate) static RESOURCE_STATUS: Shape =
-    Shape::Enum(&["provisioning", "running", "degraded", "error"]);
-pub(crate) static SENSITIVITY: Shape =
-    Shape::Enum(&["public", "internal", "confidential", "secret"]);
+pub(crate) static RESOURCE_STATUS: Shape = Shape::Enum(&["provisioning", "running", "degraded", "error"]);
+pub(crate) static SENSITIVITY: Shape = Shape::Enum(&["public", "internal", "confidential", "secret"]);
 pub(crate) static GATE_TYPE: Shape = Shape::Enum(&[
     "approval",
     "provider_selection",
@@ -56,13 +42,7 @@ pub(crate) static GATE_TYPE: Shape = Shape::Enum(&[
     "cost_confirmation",
 ]);
 static RISK_LEVEL: Shape = Shape::Enum(&["low", "medium", "high", "critical"]);
-static JOB_TYPE: Shape = Shape::Enum(&[
-    "automation",
-    "verification",
-    "diagnostic",
-    "rollback",
-    "noop",
-]);
+static JOB_TYPE: Shape = Shape::Enum(&["automation", "verification", "diagnostic", "rollback", "noop"]);
 static EXECUTOR: Shape = Shape::Enum(&["local", "ssh", "http"]);
 static EVIDENCE_SOURCE: Shape = Shape::Enum(&["command", "systemd", "http", "tcp", "file"]);
 static PARAM_TYPE: Shape = Shape::Enum(&["string", "integer", "number", "boolean", "list", "map"]);
@@ -71,10 +51,7 @@ static BIND_MODE: Shape = Shape::Enum(&["external"]);
 static INTERVENTION_TYPE: Shape = Shape::Enum(&["manually_fixed"]);
 static ROLLBACK_SUPPORT: Shape = Shape::Alt(&Alt {
     doc: "`full`, `partial`, `none`, or true / false",
-    scalar: Some((
-        &Shape::Enum(&["full", "partial", "none", "true", "false"]),
-        Wrap::Keep,
-    )),
+    scalar: Some((&Shape::Enum(&["full", "partial", "none", "true", "false"]), Wrap::Keep)),
     seq: None,
     map: None,
 });
@@ -99,16 +76,8 @@ pub(crate) static REQUIREMENT_OBJ: Obj = Obj {
             doc: "the capability key (`key` is accepted too)",
             aliases: &["key"],
         },
-        field(
-            "constraints",
-            &CONSTRAINTS,
-            "attribute predicates the provider must satisfy",
-        ),
-        field(
-            "scope",
-            &ID,
-            "the template scope whose resources must provide it (`target_nodes`)",
-        ),
+        field("constraints", &CONSTRAINTS, "attribute predicates the provider must satisfy"),
+        field("scope", &ID, "the template scope whose resources must provide it (`target_nodes`)"),
     ],
     one_of: &[],
     normalize: None,
@@ -134,11 +103,7 @@ static PROVISION_OBJ: Obj = Obj {
         },
         field("scope", &ID, "the template scope it is provided on"),
         field("provider", &ID, "a provider id this pack can create"),
-        field(
-            "attributes",
-            &ATTRS,
-            "attributes the provided capability has",
-        ),
+        field("attributes", &ATTRS, "attributes the provided capability has"),
     ],
     one_of: &[],
     normalize: None,
@@ -157,18 +122,8 @@ static PROVIDED_OBJ: Obj = Obj {
     name: "provided capability",
     doc: "A capability a resource provides, with the attributes constraints match.",
     fields: &[
-        Field {
-            name: "capability",
-            shape: &CAP,
-            required: true,
-            doc: "the capability key",
-            aliases: &["key"],
-        },
-        field(
-            "attributes",
-            &ATTRS,
-            "attributes constraints are matched against",
-        ),
+        Field { name: "capability", shape: &CAP, required: true, doc: "the capability key", aliases: &["key"] },
+        field("attributes", &ATTRS, "attributes constraints are matched against"),
     ],
     one_of: &[],
     normalize: None,
@@ -188,11 +143,7 @@ static SSH_ACCESS: Obj = Obj {
         field("port", &PORT, "port, 22 by default"),
         field("user", &STR, "login user"),
         field("key", &STR, "path of the private key file"),
-        field(
-            "known_hosts",
-            &STR,
-            "path of the known_hosts file to check the host key against",
-        ),
+        field("known_hosts", &STR, "path of the known_hosts file to check the host key against"),
     ],
     one_of: &[],
     normalize: None,
@@ -213,49 +164,24 @@ pub(crate) static RESOURCE: Obj = Obj {
     name: "resource",
     doc: "A managed object: a host, a cluster, a bucket (seed §2, §4).",
     fields: &[
-        field(
-            "id",
-            &RID,
-            "`<type>/<name>`; derived from type and name when absent",
-        ),
+        field("id", &RID, "`<type>/<name>`; derived from type and name when absent"),
         required("type", &ID, "the resource type (`cluster`, `compute_node`)"),
         required("name", &ID, "the resource name, unique within its type"),
-        field(
-            "environment",
-            &ID,
-            "the environment it belongs to (`dev`, `prod`)",
-        ),
-        field(
-            "provider",
-            &ID,
-            "the provider id policies name (`shared_minio`)",
-        ),
+        field("environment", &ID, "the environment it belongs to (`dev`, `prod`)"),
+        field("provider", &ID, "the provider id policies name (`shared_minio`)"),
         field("labels", &STR_MAP, "free labels"),
-        field(
-            "attributes",
-            &ATTRS,
-            "attributes constraints are matched against",
-        ),
+        field("attributes", &ATTRS, "attributes constraints are matched against"),
         field("desired_state", &STR, "what it should be, in words"),
         field("observed_state", &STR, "what it was last seen to be"),
         field("health", &HEALTH, "healthy | degraded | error | unknown"),
-        field(
-            "status",
-            &RESOURCE_STATUS,
-            "provisioning | running | degraded | error",
-        ),
-        field(
-            "provides",
-            &Shape::List(&PROVIDED),
-            "the capabilities it provides",
-        ),
+        field("status", &RESOURCE_STATUS, "provisioning | running | degraded | error"),
+        field("provides", &Shape::List(&PROVIDED), "the capabilities it provides"),
         field("access", &Shape::Obj(&ACCESS), "how executors reach it"),
     ],
     one_of: &[],
     normalize: Some(|mut m| {
         if !m.contains_key("id") {
-            if let (Some(Value::String(t)), Some(Value::String(n))) = (m.get("type"), m.get("name"))
-            {
+            if let (Some(Value::String(t)), Some(Value::String(n))) = (m.get("type"), m.get("name")) {
                 let id = format!("{t}/{n}");
                 m.insert("id".into(), json!(id));
             }
@@ -284,27 +210,11 @@ pub(crate) static PROVIDER: Obj = Obj {
     fields: &[
         required("id", &ID, "the provider id"),
         required("capability", &CAP, "the capability it provides"),
-        field(
-            "title",
-            &STR,
-            "how options name it (`create dedicated MinIO`)",
-        ),
+        field("title", &STR, "how options name it (`create dedicated MinIO`)"),
         field("description", &STR, "free text"),
-        field(
-            "attributes",
-            &ATTRS,
-            "attributes every resource of this provider has",
-        ),
-        field(
-            "create",
-            &Shape::Obj(&CREATE_ACTION),
-            "the pack action that creates one",
-        ),
-        field(
-            "bind",
-            &BIND_MODE,
-            "`external`: a person may bind a resource outside the inventory at a gate",
-        ),
+        field("attributes", &ATTRS, "attributes every resource of this provider has"),
+        field("create", &Shape::Obj(&CREATE_ACTION), "the pack action that creates one"),
+        field("bind", &BIND_MODE, "`external`: a person may bind a resource outside the inventory at a gate"),
         field("cost", &NUMBER, "estimated monthly cost of creating one"),
     ],
     one_of: &[],
@@ -315,39 +225,17 @@ static ENV_POLICY: Obj = Obj {
     name: "environment policy",
     doc: "The provider policy of one capability in one environment (seed §6).",
     fields: &[
-        field(
-            "allowed_providers",
-            &IDS,
-            "providers that may serve it; absent: any",
-        ),
-        field(
-            "default_provider",
-            &ID,
-            "the provider chosen when several match",
-        ),
-        field(
-            "require_encryption",
-            &BOOL,
-            "candidates must have `encryption: true`",
-        ),
-        field(
-            "require_approval",
-            &BOOL,
-            "binding or creating needs an approval gate",
-        ),
+        field("allowed_providers", &IDS, "providers that may serve it; absent: any"),
+        field("default_provider", &ID, "the provider chosen when several match"),
+        field("require_encryption", &BOOL, "candidates must have `encryption: true`"),
+        field("require_approval", &BOOL, "binding or creating needs an approval gate"),
         field("approval_roles", &IDS, "the roles that answer the gate"),
     ],
     one_of: &[],
     normalize: None,
 };
-static ENV_POLICIES: Shape = Shape::Map {
-    key: &ID,
-    value: &Shape::Obj(&ENV_POLICY),
-};
-pub(crate) static CAPABILITY_POLICY: Shape = Shape::Map {
-    key: &CAP,
-    value: &ENV_POLICIES,
-};
+static ENV_POLICIES: Shape = Shape::Map { key: &ID, value: &Shape::Obj(&ENV_POLICY) };
+pub(crate) static CAPABILITY_POLICY: Shape = Shape::Map { key: &CAP, value: &ENV_POLICIES };
 
 // --- intent --------------------------------------------------------------------------------
 
@@ -356,47 +244,16 @@ pub(crate) static INTENT: Obj = Obj {
     doc: "What a person wants (seed §2).",
     fields: &[
         field("id", &ID, "an id for the intent"),
-        required(
-            "target_resource_type",
-            &ID,
-            "the type of resource to create or change",
-        ),
-        required(
-            "action",
-            &ID,
-            "the pack action (`install`, `create_cluster`)",
-        ),
-        field(
-            "pack",
-            &ID,
-            "the pack to use; by default the one for the target type",
-        ),
+        required("target_resource_type", &ID, "the type of resource to create or change"),
+        required("action", &ID, "the pack action (`install`, `create_cluster`)"),
+        field("pack", &ID, "the pack to use; by default the one for the target type"),
         field("name", &ID, "the resource the operation creates or changes"),
         field("environment", &ID, "the environment; selects the policy"),
         field("desired_result", &STR, "the result, in words"),
-        field(
-            "parameters",
-            &ATTRS,
-            "values for the plan template's parameters",
-        ),
-        field(
-            "constraints",
-            &ATTRS,
-            "the workload's attributes (`region`), for `same-as-workload`",
-        ),
-        field(
-            "targets",
-            &Shape::Map {
-                key: &ID,
-                value: &RIDS,
-            },
-            "scope name -> resource ids",
-        ),
-        field(
-            "requires",
-            &REQUIREMENTS,
-            "requirements beyond the pack's own",
-        ),
+        field("parameters", &ATTRS, "values for the plan template's parameters"),
+        field("constraints", &ATTRS, "the workload's attributes (`region`), for `same-as-workload`"),
+        field("targets", &Shape::Map { key: &ID, value: &RIDS }, "scope name -> resource ids"),
+        field("requires", &REQUIREMENTS, "requirements beyond the pack's own"),
     ],
     one_of: &[],
     normalize: None,
@@ -418,11 +275,7 @@ static TEMPLATE_REF: Obj = Obj {
 static EDITABLE: Obj = Obj {
     name: "editable",
     doc: "What users may change.",
-    fields: &[field(
-        "advanced_mode",
-        &BOOL,
-        "jobs and contracts are editable in advanced mode",
-    )],
+    fields: &[field("advanced_mode", &BOOL, "jobs and contracts are editable in advanced mode")],
     one_of: &[],
     normalize: None,
 };
@@ -430,16 +283,8 @@ static RISK: Obj = Obj {
     name: "risk",
     doc: "The pack's risk.",
     fields: &[
-        field(
-            "default_level",
-            &RISK_LEVEL,
-            "low | medium | high | critical",
-        ),
-        field(
-            "approval_from",
-            &RISK_LEVEL,
-            "from this level up, plans get an approval gate",
-        ),
+        field("default_level", &RISK_LEVEL, "low | medium | high | critical"),
+        field("approval_from", &RISK_LEVEL, "from this level up, plans get an approval gate"),
     ],
     one_of: &[],
     normalize: None,
@@ -457,11 +302,7 @@ pub(crate) static SCENARIO_PACK: Obj = Obj {
         field("actions", &IDS, "the actions it offers"),
         field("requires", &REQUIREMENTS, "capabilities it needs"),
         field("provides", &PROVISIONS, "capabilities it provides"),
-        field(
-            "plan_templates",
-            &Shape::List(&Shape::Obj(&TEMPLATE_REF)),
-            "its plan templates",
-        ),
+        field("plan_templates", &Shape::List(&Shape::Obj(&TEMPLATE_REF)), "its plan templates"),
         field("editable", &Shape::Obj(&EDITABLE), "what users may change"),
         field("risk", &Shape::Obj(&RISK), "its risk"),
     ],
@@ -475,17 +316,9 @@ static PARAM_SPEC: Obj = Obj {
     name: "parameter",
     doc: "A typed parameter of a plan template.",
     fields: &[
-        required(
-            "type",
-            &PARAM_TYPE,
-            "string | integer | number | boolean | list | map",
-        ),
+        required("type", &PARAM_TYPE, "string | integer | number | boolean | list | map"),
         field("default", &ANY, "the value when the intent gives none"),
-        field(
-            "required",
-            &BOOL,
-            "the intent must give it (else a missing_input gate)",
-        ),
+        field("required", &BOOL, "the intent must give it (else a missing_input gate)"),
         field("description", &STR, "free text"),
         field("enum", &Shape::List(&SCALAR), "the allowed values"),
         field("secret", &BOOL, "encrypted at rest, masked in output"),
@@ -498,27 +331,9 @@ static SCOPE_SPEC: Obj = Obj {
     doc: "A set of resources jobs fan out over.",
     fields: &[
         required("resource_type", &ID, "the type of its resources"),
-        required(
-            "from",
-            &Shape::OneOrList(&STR),
-            "`targets.<name>`: the intent's targets; a list joins several",
-        ),
-        field(
-            "min",
-            &Shape::Int {
-                min: 0,
-                max: i64::MAX,
-            },
-            "at least this many resources",
-        ),
-        field(
-            "max",
-            &Shape::Int {
-                min: 0,
-                max: i64::MAX,
-            },
-            "at most this many resources",
-        ),
+        required("from", &Shape::OneOrList(&STR), "`targets.<name>`: the intent's targets; a list joins several"),
+        field("min", &Shape::Int { min: 0, max: i64::MAX }, "at least this many resources"),
+        field("max", &Shape::Int { min: 0, max: i64::MAX }, "at most this many resources"),
     ],
     one_of: &[],
     normalize: None,
@@ -549,40 +364,14 @@ pub(crate) static PLAN_TEMPLATE: Obj = Obj {
         required("action", &ID, "the action it implements"),
         field("title", &STR, "free text"),
         field("description", &STR, "free text"),
-        field(
-            "parameters",
-            &Shape::Map {
-                key: &ID,
-                value: &Shape::Obj(&PARAM_SPEC),
-            },
-            "typed parameters",
-        ),
-        field(
-            "scopes",
-            &Shape::Map {
-                key: &ID,
-                value: &Shape::Obj(&SCOPE_SPEC),
-            },
-            "resource sets jobs fan out over",
-        ),
-        field(
-            "stages",
-            &Shape::List(&Shape::Obj(&STAGE_SPEC)),
-            "stages, for people",
-        ),
+        field("parameters", &Shape::Map { key: &ID, value: &Shape::Obj(&PARAM_SPEC) }, "typed parameters"),
+        field("scopes", &Shape::Map { key: &ID, value: &Shape::Obj(&SCOPE_SPEC) }, "resource sets jobs fan out over"),
+        field("stages", &Shape::List(&Shape::Obj(&STAGE_SPEC)), "stages, for people"),
         field("jobs", &Shape::List(&JOB_ENTRY), "the jobs of the plan"),
         field("gates", &Shape::List(&Shape::Obj(&GATE)), "explicit gates"),
-        field(
-            "requires",
-            &REQUIREMENTS,
-            "external requirements; the pack's when absent",
-        ),
+        field("requires", &REQUIREMENTS, "external requirements; the pack's when absent"),
         field("risk", &RISK_LEVEL, "overrides the pack's risk level"),
-        field(
-            "provides",
-            &PROVISIONS,
-            "what the resulting resource provides",
-        ),
+        field("provides", &PROVISIONS, "what the resulting resource provides"),
     ],
     one_of: &[],
     normalize: None,
@@ -631,11 +420,7 @@ static OUTPUTS: Obj = Obj {
     name: "outputs",
     doc: "A job's output contract.",
     fields: &[
-        field(
-            "provides",
-            &Shape::Obj(&PROVIDES),
-            "capabilities it provides",
-        ),
+        field("provides", &Shape::Obj(&PROVIDES), "capabilities it provides"),
         field("artifacts", &IDS, "artifacts it produces"),
         field("evidence", &IDS, "evidence checks that prove its outputs"),
     ],
@@ -647,11 +432,7 @@ static RETRY_POLICY: Obj = Obj {
     doc: "How often a job is tried.",
     fields: &[
         field("max_attempts", &COUNT, "attempts in all, 1 by default"),
-        field(
-            "backoff",
-            &DURATION,
-            "delay before the second attempt, doubled after",
-        ),
+        field("backoff", &DURATION, "delay before the second attempt, doubled after"),
         field("max_backoff", &DURATION, "the longest delay"),
     ],
     one_of: &[],
@@ -660,11 +441,7 @@ static RETRY_POLICY: Obj = Obj {
 static IDEMPOTENCY: Obj = Obj {
     name: "idempotency",
     doc: "The key under which a successful run is remembered.",
-    fields: &[required(
-        "key",
-        &STR,
-        "a template: `install-containerd:{node_id}:{version}`",
-    )],
+    fields: &[required("key", &STR, "a template: `install-containerd:{node_id}:{version}`")],
     one_of: &[],
     normalize: None,
 };
@@ -700,27 +477,11 @@ static CONTROLS: Obj = Obj {
     name: "controls",
     doc: "Retries, idempotency, rollback, manual intervention.",
     fields: &[
-        field(
-            "retry_policy",
-            &Shape::Obj(&RETRY_POLICY),
-            "attempts and backoff",
-        ),
-        field(
-            "idempotency",
-            &Shape::Obj(&IDEMPOTENCY),
-            "the idempotency key",
-        ),
+        field("retry_policy", &Shape::Obj(&RETRY_POLICY), "attempts and backoff"),
+        field("idempotency", &Shape::Obj(&IDEMPOTENCY), "the idempotency key"),
         field("rollback", &Shape::Obj(&ROLLBACK), "how it is undone"),
-        field(
-            "manual_intervention",
-            &Shape::Obj(&MANUAL),
-            "whether a manual fix is allowed",
-        ),
-        field(
-            "destructive",
-            &BOOL,
-            "a destructive_action gate goes before it",
-        ),
+        field("manual_intervention", &Shape::Obj(&MANUAL), "whether a manual fix is allowed"),
+        field("destructive", &BOOL, "a destructive_action gate goes before it"),
     ],
     one_of: &[],
     normalize: None,
@@ -735,11 +496,7 @@ static RUN: Obj = Obj {
         field("timeout", &DURATION, "TERM after this long, then KILL"),
         field("env", &STR_MAP, "extra environment"),
         field("workdir", &STR, "working directory"),
-        field(
-            "method",
-            &Shape::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE"]),
-            "HTTP method",
-        ),
+        field("method", &Shape::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE"]), "HTTP method"),
         field("url", &STR, "HTTP URL"),
     ],
     one_of: &[],
@@ -753,19 +510,11 @@ pub(crate) static JOB: Obj = Obj {
         required("id", &ID, "the job id"),
         field("title", &STR, "its title"),
         field("description", &STR, "free text"),
-        field(
-            "type",
-            &JOB_TYPE,
-            "automation | verification | diagnostic | rollback | noop",
-        ),
+        field("type", &JOB_TYPE, "automation | verification | diagnostic | rollback | noop"),
         field("scope", &Shape::Obj(&JOB_SCOPE), "where it runs"),
         field("inputs", &Shape::Obj(&INPUTS), "its input contract"),
         field("outputs", &Shape::Obj(&OUTPUTS), "its output contract"),
-        field(
-            "controls",
-            &Shape::Obj(&CONTROLS),
-            "retries, idempotency, rollback",
-        ),
+        field("controls", &Shape::Obj(&CONTROLS), "retries, idempotency, rollback"),
         field("run", &Shape::Obj(&RUN), "how it runs"),
         field("after", &IDS, "ordering no contract expresses"),
         field("cost", &NUMBER, "estimated cost"),
@@ -781,17 +530,9 @@ pub(crate) static EVIDENCE_OBJ: Obj = Obj {
     doc: "A check that proves an output exists (seed §10).",
     fields: &[
         required("id", &ID, "the check id"),
-        required(
-            "source",
-            &EVIDENCE_SOURCE,
-            "command | systemd | http | tcp | file",
-        ),
+        required("source", &EVIDENCE_SOURCE, "command | systemd | http | tcp | file"),
         field("description", &STR, "free text"),
-        field(
-            "command",
-            &COMMAND,
-            "command and systemd sources: what to run",
-        ),
+        field("command", &COMMAND, "command and systemd sources: what to run"),
         field("url", &STR, "http source: the URL"),
         field("host", &STR, "tcp source: the host"),
         field("port", &PORT, "tcp source: the port"),
@@ -801,11 +542,7 @@ pub(crate) static EVIDENCE_OBJ: Obj = Obj {
         field("expected_status", &STATUS_CODE, "http source: the status"),
         field("contains", &STR, "output contains this"),
         field("matches", &STR, "output matches this regular expression"),
-        field(
-            "retries",
-            &Shape::Int { min: 0, max: 1000 },
-            "tries again this many times",
-        ),
+        field("retries", &Shape::Int { min: 0, max: 1000 }, "tries again this many times"),
         field("interval", &DURATION, "between tries"),
         field("timeout", &DURATION, "for one try"),
     ],
@@ -820,11 +557,7 @@ pub(crate) static ARTIFACT: Obj = Obj {
     fields: &[
         field("id", &ID, "the artifact id; `type` when absent"),
         required("type", &ID, "its type (`kubeconfig.admin`)"),
-        required(
-            "sensitivity",
-            &SENSITIVITY,
-            "public | internal | confidential | secret",
-        ),
+        required("sensitivity", &SENSITIVITY, "public | internal | confidential | secret"),
         field("storage", &STORAGE, "blob | secret_ref"),
         field("visible_to_roles", &IDS, "roles that may read it"),
         field("description", &STR, "free text"),
@@ -848,7 +581,11 @@ pub(crate) static GATE: Obj = Obj {
     doc: "A DAG node that waits for a person (seed §12).",
     fields: &[
         required("id", &ID, "the gate id"),
-        field("type", &GATE_TYPE, "approval | provider_selection | destructive_action | policy_exception | missing_input | cost_confirmation"),
+        field(
+            "type",
+            &GATE_TYPE,
+            "approval | provider_selection | destructive_action | policy_exception | missing_input | cost_confirmation",
+        ),
         required("reason", &STR, "why it exists"),
         field("options", &STRS, "the answers a person may give"),
         field("required_roles", &IDS, "who may answer"),
@@ -868,11 +605,7 @@ pub(crate) static INTERVENTION: Obj = Obj {
         field("target_job", &STR, "the job that was fixed"),
         field("actor", &STR, "who fixed it"),
         required("note", &STR, "what was done"),
-        field(
-            "requires_verification",
-            &IDS,
-            "evidence checks to run before continuing",
-        ),
+        field("requires_verification", &IDS, "evidence checks to run before continuing"),
     ],
     one_of: &[],
     normalize: None,
@@ -894,10 +627,7 @@ static INSERTED_JOB_OBJ: Obj = Obj {
 static RETRY_OBJ: Obj = Obj {
     name: "retry",
     doc: "Run a job again.",
-    fields: &[
-        required("job", &STR, "the job"),
-        field("with_descendants", &BOOL, "its descendants too"),
-    ],
+    fields: &[required("job", &STR, "the job"), field("with_descendants", &BOOL, "its descendants too")],
     one_of: &[],
     normalize: Some(|mut m| {
         m.entry("with_descendants").or_insert(json!(false));
@@ -913,10 +643,7 @@ static RETRY: Shape = Shape::Alt(&Alt {
 static SKIP_OBJ: Obj = Obj {
     name: "skip",
     doc: "Skip a job, with a reason.",
-    fields: &[
-        required("job", &STR, "the job"),
-        required("reason", &STR, "why"),
-    ],
+    fields: &[required("job", &STR, "the job"), required("reason", &STR, "why")],
     one_of: &[],
     normalize: None,
 };
@@ -943,21 +670,10 @@ pub(crate) static CHANGE: Obj = Obj {
         field("jobs", &Shape::List(&INSERTED_JOB), "the jobs to insert"),
         field("retry", &RETRY, "run a job again"),
         field("skip", &Shape::Obj(&SKIP_OBJ), "skip a job"),
-        field(
-            "set_parameters",
-            &Shape::Obj(&SET_PARAMETERS_OBJ),
-            "change parameters",
-        ),
+        field("set_parameters", &Shape::Obj(&SET_PARAMETERS_OBJ), "change parameters"),
         field("add_gate", &Shape::Obj(&GATE), "add a gate"),
     ],
-    one_of: &[
-        "insert_after",
-        "insert_before",
-        "retry",
-        "skip",
-        "set_parameters",
-        "add_gate",
-    ],
+    one_of: &["insert_after", "insert_before", "retry", "skip", "set_parameters", "add_gate"],
     normalize: Some(normalize_change),
 };
 
@@ -975,10 +691,7 @@ fn normalize_change(mut m: Map<String, Value>) -> Value {
 static APPROVAL: Obj = Obj {
     name: "approval",
     doc: "Who approves a patch.",
-    fields: &[
-        field("required", &BOOL, "approval is required"),
-        field("roles", &IDS, "roles that approve"),
-    ],
+    fields: &[field("required", &BOOL, "approval is required"), field("roles", &IDS, "roles that approve")],
     one_of: &[],
     normalize: None,
 };
@@ -989,11 +702,7 @@ pub(crate) static PLAN_PATCH: Obj = Obj {
     fields: &[
         field("id", &ID, "the patch id"),
         field("operation", &STR, "the operation it applies to"),
-        field(
-            "author",
-            &STR,
-            "who wrote it (`ai-agent:sre`, `user:alice`)",
-        ),
+        field("author", &STR, "who wrote it (`ai-agent:sre`, `user:alice`)"),
         field("reason", &STR, "why"),
         required("changes", &Shape::List(&Shape::Obj(&CHANGE)), "the changes"),
         field("approval", &Shape::Obj(&APPROVAL), "who approves it"),
@@ -1006,11 +715,7 @@ static SIGNATURE: Obj = Obj {
     name: "signature",
     doc: "How a known failure is recognised.",
     fields: &[
-        field(
-            "output_matches",
-            &STRS,
-            "regular expressions over the job's output",
-        ),
+        field("output_matches", &STRS, "regular expressions over the job's output"),
         field("exit_codes", &Shape::List(&EXIT_CODE), "exit codes"),
         field("failed_evidence", &IDS, "evidence checks that failed"),
     ],
@@ -1024,11 +729,7 @@ pub(crate) static REMEDY: Obj = Obj {
     fields: &[
         required("id", &ID, "the remedy id"),
         required("applies_to", &IDS, "the jobs it applies to"),
-        required(
-            "signature",
-            &Shape::Obj(&SIGNATURE),
-            "how the failure is recognised",
-        ),
+        required("signature", &Shape::Obj(&SIGNATURE), "how the failure is recognised"),
         required("diagnosis", &STR, "what went wrong, in words"),
         required("plan_patch", &Shape::Obj(&PLAN_PATCH), "the fix"),
     ],

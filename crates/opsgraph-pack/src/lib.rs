@@ -56,10 +56,9 @@ pub fn parse_file(file: &str, text: &str) -> Parsed {
     let roots = match yaml::parse_stream(text) {
         Ok(roots) => roots,
         Err(e) => {
-            parsed.diagnostics.push(
-                Diagnostic::error(e.pos, Code::Syntax, format!("invalid YAML: {}", e.message))
-                    .in_file(file),
-            );
+            parsed
+                .diagnostics
+                .push(Diagnostic::error(e.pos, Code::Syntax, format!("invalid YAML: {}", e.message)).in_file(file));
             return parsed;
         }
     };
@@ -68,9 +67,7 @@ pub fn parse_file(file: &str, text: &str) -> Parsed {
         if let Some(located) = parse_document(file, &root, &mut diags) {
             parsed.docs.push(located);
         }
-        parsed
-            .diagnostics
-            .extend(diags.into_iter().map(|d| d.in_file(file)));
+        parsed.diagnostics.extend(diags.into_iter().map(|d| d.in_file(file)));
     }
     diag::sort(&mut parsed.diagnostics);
     parsed
@@ -88,10 +85,7 @@ fn parse_document(file: &str, root: &Node, diags: &mut Vec<Diagnostic>) -> Optio
                     Code::UnknownKind,
                     format!("a document has one root key; found {}", keys.join(", ")),
                 )
-                .expected(format!(
-                    "exactly one of {}",
-                    kinds().collect::<Vec<_>>().join(", ")
-                ))
+                .expected(format!("exactly one of {}", kinds().collect::<Vec<_>>().join(", ")))
                 .hint("separate documents with a line `---`"),
             );
             return None;
@@ -103,10 +97,7 @@ fn parse_document(file: &str, root: &Node, diags: &mut Vec<Diagnostic>) -> Optio
                     Code::UnknownKind,
                     format!("a document must be a mapping, found {}", root.describe()),
                 )
-                .expected(format!(
-                    "a mapping with one root key: {}",
-                    kinds().collect::<Vec<_>>().join(", ")
-                )),
+                .expected(format!("a mapping with one root key: {}", kinds().collect::<Vec<_>>().join(", "))),
             );
             return None;
         }
@@ -114,12 +105,8 @@ fn parse_document(file: &str, root: &Node, diags: &mut Vec<Diagnostic>) -> Optio
     let (key, body) = &entries[0];
     let kind = key.as_str().unwrap_or_default();
     let Some((kind, shape)) = kinds::KINDS.iter().find(|(k, _)| *k == kind) else {
-        let mut d = Diagnostic::error(
-            key.pos,
-            Code::UnknownKind,
-            format!("unknown document kind `{kind}`"),
-        )
-        .expected(format!("one of {}", kinds().collect::<Vec<_>>().join(", ")));
+        let mut d = Diagnostic::error(key.pos, Code::UnknownKind, format!("unknown document kind `{kind}`"))
+            .expected(format!("one of {}", kinds().collect::<Vec<_>>().join(", ")));
         if let Some(close) = diag::did_you_mean(&kind.to_lowercase(), kinds()) {
             d = d.hint(format!("did you mean `{close}`?"));
         }
@@ -136,20 +123,13 @@ fn parse_document(file: &str, root: &Node, diags: &mut Vec<Diagnostic>) -> Optio
     }
     let tagged = json!({ *kind: value });
     match serde_json::from_value::<Document>(tagged) {
-        Ok(doc) => Some(Located {
-            file: file.to_string(),
-            pos: key.pos,
-            doc,
-            node: body.clone(),
-        }),
+        Ok(doc) => Some(Located { file: file.to_string(), pos: key.pos, doc, node: body.clone() }),
         Err(e) => {
             // The shape accepted what the model refuses: a bug in this crate, reported as such.
             diags.push(Diagnostic::error(
                 key.pos,
                 Code::BadValue,
-                format!(
-                    "internal error: the {kind} passed its shape check but not the model ({e})"
-                ),
+                format!("internal error: the {kind} passed its shape check but not the model ({e})"),
             ));
             None
         }

@@ -4,8 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use opsgraph_model::{
-    Artifact, Document, Evidence, Job, JobEntry, PatchChange, PlanTemplate, Provider, Remedy,
-    ScenarioPack,
+    Artifact, Document, Evidence, Job, JobEntry, PatchChange, PlanTemplate, Provider, Remedy, ScenarioPack,
 };
 
 use crate::diag::{self, did_you_mean, Code, Diagnostic};
@@ -58,11 +57,7 @@ impl Pack {
 
 /// Parses every YAML file of a pack and checks its references. `files` holds the YAML files;
 /// `all_paths` every file of the directory (relative), so that scripts can be checked.
-pub fn check_pack(
-    root: &str,
-    files: &[PackFile],
-    all_paths: &BTreeSet<String>,
-) -> (Option<Pack>, Vec<Diagnostic>) {
+pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) -> (Option<Pack>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let mut docs: Vec<Located> = Vec::new();
     for f in files {
@@ -71,42 +66,29 @@ pub fn check_pack(
         docs.extend(parsed.docs);
     }
     let manifest_file = join(root, "pack.yaml");
-    let manifests: Vec<&Located> = docs
-        .iter()
-        .filter(|d| matches!(d.doc, Document::ScenarioPack(_)))
-        .collect();
+    let manifests: Vec<&Located> = docs.iter().filter(|d| matches!(d.doc, Document::ScenarioPack(_))).collect();
     let manifest = match manifests.as_slice() {
         [one] if one.file == manifest_file => one,
         [] | [_] => {
             diags.push(
-                Diagnostic::error(
-                    Pos { line: 1, col: 1 },
-                    Code::Pack,
-                    "a pack needs its manifest in pack.yaml",
-                )
-                .in_file(&manifest_file)
-                .expected("a `scenario_pack:` document in pack.yaml"),
+                Diagnostic::error(Pos { line: 1, col: 1 }, Code::Pack, "a pack needs its manifest in pack.yaml")
+                    .in_file(&manifest_file)
+                    .expected("a `scenario_pack:` document in pack.yaml"),
             );
             diag::sort(&mut diags);
             return (None, diags);
         }
         [_, second, ..] => {
             diags.push(
-                Diagnostic::error(second.pos, Code::Duplicate, "a pack has one scenario_pack")
-                    .in_file(&second.file),
+                Diagnostic::error(second.pos, Code::Duplicate, "a pack has one scenario_pack").in_file(&second.file),
             );
             diag::sort(&mut diags);
             return (None, diags);
         }
     };
-    let Document::ScenarioPack(manifest_doc) = &manifest.doc else {
-        unreachable!("filtered above")
-    };
+    let Document::ScenarioPack(manifest_doc) = &manifest.doc else { unreachable!("filtered above") };
 
-    let mut cx = Cx {
-        diags: &mut diags,
-        ids: BTreeMap::new(),
-    };
+    let mut cx = Cx { diags: &mut diags, ids: BTreeMap::new() };
     let mut pack = Pack {
         root: root.to_string(),
         manifest: manifest_doc.clone(),
@@ -168,16 +150,7 @@ pub fn check_pack(
 
     // Manifest -> templates.
     for (i, r) in pack.manifest.plan_templates.iter().enumerate() {
-        let at = |seg| {
-            pos_at(
-                &manifest.node,
-                &[
-                    PathSeg::Key("plan_templates"),
-                    PathSeg::Index(i),
-                    PathSeg::Key(seg),
-                ],
-            )
-        };
+        let at = |seg| pos_at(&manifest.node, &[PathSeg::Key("plan_templates"), PathSeg::Index(i), PathSeg::Key(seg)]);
         let Some(t) = pack.templates.iter().find(|t| t.id == r.id) else {
             let known = pack.templates.iter().map(|t| t.id.as_str());
             cx.unknown(&manifest.file, at("id"), "plan template", &r.id, known);
@@ -185,13 +158,7 @@ pub fn check_pack(
         };
         if let Some(entry) = &r.entrypoint {
             if !t.jobs.iter().any(|j| j.id() == entry) {
-                cx.unknown(
-                    &manifest.file,
-                    at("entrypoint"),
-                    "entrypoint job",
-                    entry,
-                    t.jobs.iter().map(JobEntry::id),
-                );
+                cx.unknown(&manifest.file, at("entrypoint"), "entrypoint job", entry, t.jobs.iter().map(JobEntry::id));
             }
         }
         if let Some(action) = &r.action {
@@ -200,10 +167,7 @@ pub fn check_pack(
                     Diagnostic::error(
                         at("action"),
                         Code::BadValue,
-                        format!(
-                            "template `{}` implements `{}`, not `{action}`",
-                            t.id, t.action
-                        ),
+                        format!("template `{}` implements `{}`, not `{action}`", t.id, t.action),
                     )
                     .in_file(&manifest.file),
                 );
@@ -222,10 +186,7 @@ pub fn check_pack(
                     format!("plan template `{}` is not listed in the manifest", t.id),
                 )
                 .in_file(&d.file)
-                .hint(format!(
-                    "add `- id: {}` to plan_templates in pack.yaml",
-                    t.id
-                )),
+                .hint(format!("add `- id: {}` to plan_templates in pack.yaml", t.id)),
             );
         }
         if !pack.manifest.actions.contains(&t.action) {
@@ -246,9 +207,7 @@ pub fn check_pack(
                 Diagnostic::warning(
                     pos_at(&manifest.node, &[PathSeg::Key("actions")]),
                     Code::Pack,
-                    format!(
-                    "action `{action}` has no plan template yet; intents for it cannot be planned"
-                ),
+                    format!("action `{action}` has no plan template yet; intents for it cannot be planned"),
                 )
                 .in_file(&manifest.file),
             );
@@ -265,12 +224,8 @@ pub fn check_pack(
             let at = pos_at(&d.node, &[PathSeg::Key("jobs"), PathSeg::Index(i)]);
             if !ids.insert(entry.id()) {
                 cx.diags.push(
-                    Diagnostic::error(
-                        at,
-                        Code::Duplicate,
-                        format!("job `{}` appears twice", entry.id()),
-                    )
-                    .in_file(&d.file),
+                    Diagnostic::error(at, Code::Duplicate, format!("job `{}` appears twice", entry.id()))
+                        .in_file(&d.file),
                 );
             }
             match entry {
@@ -300,30 +255,16 @@ pub fn check_pack(
             for (ji, job) in stage.jobs.iter().enumerate() {
                 let at = pos_at(
                     &d.node,
-                    &[
-                        PathSeg::Key("stages"),
-                        PathSeg::Index(si),
-                        PathSeg::Key("jobs"),
-                        PathSeg::Index(ji),
-                    ],
+                    &[PathSeg::Key("stages"), PathSeg::Index(si), PathSeg::Key("jobs"), PathSeg::Index(ji)],
                 );
                 if !ids.contains(job.as_str()) {
-                    cx.unknown(
-                        &d.file,
-                        at,
-                        "job of this template",
-                        job,
-                        ids.iter().copied(),
-                    );
+                    cx.unknown(&d.file, at, "job of this template", job, ids.iter().copied());
                 } else if let Some(other) = staged.insert(job, &stage.id) {
                     cx.diags.push(
                         Diagnostic::error(
                             at,
                             Code::Duplicate,
-                            format!(
-                                "job `{job}` is in stage `{other}` and in stage `{}`",
-                                stage.id
-                            ),
+                            format!("job `{job}` is in stage `{other}` and in stage `{}`", stage.id),
                         )
                         .in_file(&d.file),
                     );
@@ -340,9 +281,7 @@ pub fn check_pack(
                         format!("job `{id}` is in no stage"),
                     )
                     .in_file(&d.file)
-                    .hint(
-                        "every job belongs to one stage: people see stages, the protocol runs jobs",
-                    ),
+                    .hint("every job belongs to one stage: people see stages, the protocol runs jobs"),
                 );
             }
         }
@@ -351,20 +290,9 @@ pub fn check_pack(
                 if !ids.contains(before.as_str()) {
                     let at = pos_at(
                         &d.node,
-                        &[
-                            PathSeg::Key("gates"),
-                            PathSeg::Index(gi),
-                            PathSeg::Key("before"),
-                            PathSeg::Index(bi),
-                        ],
+                        &[PathSeg::Key("gates"), PathSeg::Index(gi), PathSeg::Key("before"), PathSeg::Index(bi)],
                     );
-                    cx.unknown(
-                        &d.file,
-                        at,
-                        "job of this template",
-                        before,
-                        ids.iter().copied(),
-                    );
+                    cx.unknown(&d.file, at, "job of this template", before, ids.iter().copied());
                 }
             }
         }
@@ -376,9 +304,13 @@ pub fn check_pack(
             if let Some(target) = job.scope.as_ref().and_then(|s| s.target.as_ref()) {
                 if !t.scopes.contains_key(target) {
                     cx.diags.push(
-                        Diagnostic::error(at, Code::UnknownRef, format!("job `{}` fans out over scope `{target}`, which template `{}` lacks", job.id, t.id))
-                            .in_file(&d.file)
-                            .expected(format!("one of {}", t.scopes.keys().cloned().collect::<Vec<_>>().join(", "))),
+                        Diagnostic::error(
+                            at,
+                            Code::UnknownRef,
+                            format!("job `{}` fans out over scope `{target}`, which template `{}` lacks", job.id, t.id),
+                        )
+                        .in_file(&d.file)
+                        .expected(format!("one of {}", t.scopes.keys().cloned().collect::<Vec<_>>().join(", "))),
                     );
                 }
             }
@@ -388,10 +320,7 @@ pub fn check_pack(
                         Diagnostic::error(
                             at,
                             Code::UnknownRef,
-                            format!(
-                                "job `{}` runs after `{after}`, which template `{}` lacks",
-                                job.id, t.id
-                            ),
+                            format!("job `{}` runs after `{after}`, which template `{}` lacks", job.id, t.id),
                         )
                         .in_file(&d.file),
                     );
@@ -410,12 +339,7 @@ pub fn check_pack(
             continue;
         };
         for (i, job) in r.applies_to.iter().enumerate() {
-            if !pack.jobs.contains_key(job)
-                && !pack
-                    .templates
-                    .iter()
-                    .any(|t| t.jobs.iter().any(|e| e.id() == job))
-            {
+            if !pack.jobs.contains_key(job) && !pack.templates.iter().any(|t| t.jobs.iter().any(|e| e.id() == job)) {
                 cx.unknown(
                     &d.file,
                     pos_at(&d.node, &[PathSeg::Key("applies_to"), PathSeg::Index(i)]),
@@ -426,30 +350,25 @@ pub fn check_pack(
             }
         }
         for (ci, change) in r.plan_patch.changes.iter().enumerate() {
-            let at = pos_at(
-                &d.node,
-                &[
-                    PathSeg::Key("plan_patch"),
-                    PathSeg::Key("changes"),
-                    PathSeg::Index(ci),
-                ],
-            );
+            let at = pos_at(&d.node, &[PathSeg::Key("plan_patch"), PathSeg::Key("changes"), PathSeg::Index(ci)]);
             let known = |id: &str| {
-                pack.jobs.contains_key(id)
-                    || pack
-                        .templates
-                        .iter()
-                        .any(|t| t.jobs.iter().any(|e| e.id() == id))
+                pack.jobs.contains_key(id) || pack.templates.iter().any(|t| t.jobs.iter().any(|e| e.id() == id))
             };
             let refs: Vec<&str> = match change {
-                PatchChange::InsertAfter { anchor, jobs }
-                | PatchChange::InsertBefore { anchor, jobs } => {
+                PatchChange::InsertAfter { anchor, jobs } | PatchChange::InsertBefore { anchor, jobs } => {
                     for j in jobs {
                         if !pack.jobs.contains_key(j) {
                             cx.diags.push(
-                                Diagnostic::error(at, Code::UnknownRef, format!("remedy `{}` inserts job `{j}`, which is not in the pack's job library", r.id))
-                                    .in_file(&d.file)
-                                    .hint(format!("add a `job:` document with id `{j}`")),
+                                Diagnostic::error(
+                                    at,
+                                    Code::UnknownRef,
+                                    format!(
+                                        "remedy `{}` inserts job `{j}`, which is not in the pack's job library",
+                                        r.id
+                                    ),
+                                )
+                                .in_file(&d.file)
+                                .hint(format!("add a `job:` document with id `{j}`")),
                             );
                         }
                     }
@@ -470,22 +389,13 @@ pub fn check_pack(
     }
 
     for p in &pack.providers {
-        if p.create.as_ref().is_some_and(|c| {
-            c.pack == pack.manifest.id && !pack.manifest.actions.contains(&c.action)
-        }) {
-            let c = p
-                .create
-                .as_ref()
-                .map(|c| c.action.clone())
-                .unwrap_or_default();
+        if p.create.as_ref().is_some_and(|c| c.pack == pack.manifest.id && !pack.manifest.actions.contains(&c.action)) {
+            let c = p.create.as_ref().map(|c| c.action.clone()).unwrap_or_default();
             cx.diags.push(
                 Diagnostic::error(
                     manifest.pos,
                     Code::UnknownRef,
-                    format!(
-                        "provider `{}` is created by action `{c}`, which the pack lacks",
-                        p.id
-                    ),
+                    format!("provider `{}` is created by action `{c}`, which the pack lacks", p.id),
                 )
                 .in_file(&manifest.file),
             );
@@ -500,21 +410,8 @@ pub fn check_pack(
 fn check_job(cx: &mut Cx<'_>, pack: &Pack, job: &Job, d: &Located, all_paths: &BTreeSet<String>) {
     for (i, e) in job.outputs.evidence.iter().enumerate() {
         if !pack.evidence.contains_key(e) {
-            let at = pos_at(
-                &d.node,
-                &[
-                    PathSeg::Key("outputs"),
-                    PathSeg::Key("evidence"),
-                    PathSeg::Index(i),
-                ],
-            );
-            cx.unknown(
-                &d.file,
-                at,
-                "evidence check",
-                e,
-                pack.evidence.keys().map(String::as_str),
-            );
+            let at = pos_at(&d.node, &[PathSeg::Key("outputs"), PathSeg::Key("evidence"), PathSeg::Index(i)]);
+            cx.unknown(&d.file, at, "evidence check", e, pack.evidence.keys().map(String::as_str));
         }
     }
     let artifact_refs = job
@@ -522,46 +419,19 @@ fn check_job(cx: &mut Cx<'_>, pack: &Pack, job: &Job, d: &Located, all_paths: &B
         .artifacts
         .iter()
         .enumerate()
-        .map(|(i, a)| {
-            (
-                a,
-                vec![
-                    PathSeg::Key("outputs"),
-                    PathSeg::Key("artifacts"),
-                    PathSeg::Index(i),
-                ],
-            )
-        })
-        .chain(
-            job.inputs
-                .requires
-                .artifacts
-                .iter()
-                .enumerate()
-                .map(|(i, a)| {
-                    (
-                        a,
-                        vec![
-                            PathSeg::Key("inputs"),
-                            PathSeg::Key("requires"),
-                            PathSeg::Key("artifacts"),
-                            PathSeg::Index(i),
-                        ],
-                    )
-                }),
-        );
+        .map(|(i, a)| (a, vec![PathSeg::Key("outputs"), PathSeg::Key("artifacts"), PathSeg::Index(i)]))
+        .chain(job.inputs.requires.artifacts.iter().enumerate().map(|(i, a)| {
+            (a, vec![PathSeg::Key("inputs"), PathSeg::Key("requires"), PathSeg::Key("artifacts"), PathSeg::Index(i)])
+        }));
     for (a, path) in artifact_refs {
         if !pack.artifacts.contains_key(a) {
             let at = pos_at(&d.node, &path);
-            let mut diag =
-                Diagnostic::error(at, Code::UnknownRef, format!("unknown artifact `{a}`"))
-                    .in_file(&d.file)
-                    .expected("an artifact declared in this pack, with its sensitivity");
+            let mut diag = Diagnostic::error(at, Code::UnknownRef, format!("unknown artifact `{a}`"))
+                .in_file(&d.file)
+                .expected("an artifact declared in this pack, with its sensitivity");
             diag = match did_you_mean(a, pack.artifacts.keys().map(String::as_str)) {
                 Some(close) => diag.hint(format!("did you mean `{close}`?")),
-                None => diag.hint(format!(
-                    "add `artifact: {{id: {a}, type: ..., sensitivity: internal}}`"
-                )),
+                None => diag.hint(format!("add `artifact: {{id: {a}, type: ..., sensitivity: internal}}`")),
             };
             cx.diags.push(diag);
         }
@@ -571,10 +441,7 @@ fn check_job(cx: &mut Cx<'_>, pack: &Pack, job: &Job, d: &Located, all_paths: &B
             Diagnostic::warning(
                 d.pos,
                 Code::Pack,
-                format!(
-                    "job `{}` provides a capability but declares no evidence",
-                    job.id
-                ),
+                format!("job `{}` provides a capability but declares no evidence", job.id),
             )
             .in_file(&d.file)
             .hint("evidence decides success: add a check under outputs.evidence"),
@@ -606,21 +473,8 @@ fn check_job(cx: &mut Cx<'_>, pack: &Pack, job: &Job, d: &Located, all_paths: &B
     }
     if let Some(rb) = job.controls.rollback.as_ref().and_then(|r| r.job.as_ref()) {
         if !pack.jobs.contains_key(rb) {
-            let at = pos_at(
-                &d.node,
-                &[
-                    PathSeg::Key("controls"),
-                    PathSeg::Key("rollback"),
-                    PathSeg::Key("job"),
-                ],
-            );
-            cx.unknown(
-                &d.file,
-                at,
-                "rollback job",
-                rb,
-                pack.jobs.keys().map(String::as_str),
-            );
+            let at = pos_at(&d.node, &[PathSeg::Key("controls"), PathSeg::Key("rollback"), PathSeg::Key("job")]);
+            cx.unknown(&d.file, at, "rollback job", rb, pack.jobs.keys().map(String::as_str));
         }
     }
 }
@@ -639,31 +493,18 @@ impl Cx<'_> {
         let at = pos_at(&d.node, path);
         if let Some((file, pos)) = self.ids.get(&(kind, id.to_string())) {
             self.diags.push(
-                Diagnostic::error(
-                    at,
-                    Code::Duplicate,
-                    format!("{kind} `{id}` is declared twice"),
-                )
-                .in_file(&d.file)
-                .hint(format!("first declared at {file}:{}:{}", pos.line, pos.col)),
+                Diagnostic::error(at, Code::Duplicate, format!("{kind} `{id}` is declared twice"))
+                    .in_file(&d.file)
+                    .hint(format!("first declared at {file}:{}:{}", pos.line, pos.col)),
             );
         } else {
-            self.ids
-                .insert((kind, id.to_string()), (d.file.clone(), at));
+            self.ids.insert((kind, id.to_string()), (d.file.clone(), at));
         }
     }
 
-    fn unknown<'b>(
-        &mut self,
-        file: &str,
-        at: Pos,
-        what: &str,
-        id: &str,
-        known: impl Iterator<Item = &'b str>,
-    ) {
+    fn unknown<'b>(&mut self, file: &str, at: Pos, what: &str, id: &str, known: impl Iterator<Item = &'b str>) {
         let known: Vec<&str> = known.collect();
-        let mut diag =
-            Diagnostic::error(at, Code::UnknownRef, format!("unknown {what} `{id}`")).in_file(file);
+        let mut diag = Diagnostic::error(at, Code::UnknownRef, format!("unknown {what} `{id}`")).in_file(file);
         if let Some(close) = did_you_mean(id, known.iter().copied()) {
             diag = diag.hint(format!("did you mean `{close}`?"));
         } else if !known.is_empty() && known.len() <= 12 {

@@ -37,21 +37,12 @@ fn evidence(check: &Node, diags: &mut Vec<Diagnostic>) {
     for key in needs {
         if check.get(key).is_none() {
             diags.push(
-                Diagnostic::error(
-                    check.pos,
-                    Code::MissingKey,
-                    format!("a `{source}` evidence check needs `{key}`"),
-                )
-                .expected(format!("`{key}` beside `source: {source}`")),
+                Diagnostic::error(check.pos, Code::MissingKey, format!("a `{source}` evidence check needs `{key}`"))
+                    .expected(format!("`{key}` beside `source: {source}`")),
             );
         }
     }
-    for (key, only) in [
-        ("url", "http"),
-        ("expected_status", "http"),
-        ("port", "tcp"),
-        ("host", "tcp"),
-    ] {
+    for (key, only) in [("url", "http"), ("expected_status", "http"), ("port", "tcp"), ("host", "tcp")] {
         if let Some(n) = check.get(key) {
             if source != only {
                 diags.push(Diagnostic::error(
@@ -75,17 +66,9 @@ fn patch(body: &Node, diags: &mut Vec<Diagnostic>) {
                 Diagnostic::error(change.pos, Code::MissingKey, "an insert needs `jobs`")
                     .expected("`jobs: [job-id, ...]` beside `insert_after` or `insert_before`"),
             ),
-            (
-                true,
-                Some(Node {
-                    kind: NodeKind::Seq(items),
-                    pos,
-                }),
-            ) if items.is_empty() => diags.push(Diagnostic::error(
-                *pos,
-                Code::BadValue,
-                "an insert with no jobs changes nothing",
-            )),
+            (true, Some(Node { kind: NodeKind::Seq(items), pos })) if items.is_empty() => {
+                diags.push(Diagnostic::error(*pos, Code::BadValue, "an insert with no jobs changes nothing"))
+            }
             (false, Some(jobs)) => diags.push(Diagnostic::error(
                 jobs.pos,
                 Code::UnknownKey,
@@ -133,26 +116,17 @@ fn template(body: &Node, diags: &mut Vec<Diagnostic>) {
     if let Some(NodeKind::Map(scopes)) = body.get("scopes").map(|n| &n.kind) {
         for (_, scope) in scopes {
             let froms: Vec<&Node> = match scope.get("from") {
-                Some(Node {
-                    kind: NodeKind::Seq(items),
-                    ..
-                }) => items.iter().collect(),
+                Some(Node { kind: NodeKind::Seq(items), .. }) => items.iter().collect(),
                 Some(one) => vec![one],
                 None => vec![],
             };
             for from in froms {
                 let text = from.as_str().unwrap_or_default();
-                let ok = text
-                    .strip_prefix("targets.")
-                    .is_some_and(opsgraph_model::is_id);
+                let ok = text.strip_prefix("targets.").is_some_and(opsgraph_model::is_id);
                 if !ok {
                     diags.push(
-                        Diagnostic::error(
-                            from.pos,
-                            Code::BadValue,
-                            format!("unknown scope source `{text}`"),
-                        )
-                        .expected("`targets.<name>`: the intent's targets of that name"),
+                        Diagnostic::error(from.pos, Code::BadValue, format!("unknown scope source `{text}`"))
+                            .expected("`targets.<name>`: the intent's targets of that name"),
                     );
                 }
             }
@@ -188,21 +162,11 @@ fn job(body: &Node, diags: &mut Vec<Diagnostic>) {
     let count = usize::from(has("command")) + usize::from(has("script")) + usize::from(has("url"));
     if count != 1 {
         diags.push(
-            Diagnostic::error(
-                run.pos,
-                Code::MissingKey,
-                "a run needs exactly one of `command`, `script`, `url`",
-            )
-            .expected(
-                "`command: [argv...]`, `script: scripts/x.sh`, or `url:` with `executor: http`",
-            ),
+            Diagnostic::error(run.pos, Code::MissingKey, "a run needs exactly one of `command`, `script`, `url`")
+                .expected("`command: [argv...]`, `script: scripts/x.sh`, or `url:` with `executor: http`"),
         );
     }
     if has("url") && executor != Some("http") {
-        diags.push(Diagnostic::error(
-            run.pos,
-            Code::BadValue,
-            "`url` runs need `executor: http`",
-        ));
+        diags.push(Diagnostic::error(run.pos, Code::BadValue, "`url` runs need `executor: http`"));
     }
 }

@@ -82,23 +82,11 @@ pub struct Obj {
 }
 
 pub const fn field(name: &'static str, shape: &'static Shape, doc: &'static str) -> Field {
-    Field {
-        name,
-        shape,
-        required: false,
-        doc,
-        aliases: &[],
-    }
+    Field { name, shape, required: false, doc, aliases: &[] }
 }
 
 pub const fn required(name: &'static str, shape: &'static Shape, doc: &'static str) -> Field {
-    Field {
-        name,
-        shape,
-        required: true,
-        doc,
-        aliases: &[],
-    }
+    Field { name, shape, required: true, doc, aliases: &[] }
 }
 
 /// Checks `node` against `shape`: the normalised value, or `None` where it was wrong.
@@ -113,12 +101,7 @@ struct Checker<'a> {
 impl Checker<'_> {
     fn wrong_type(&mut self, node: &Node, expected: String) -> Option<Value> {
         self.diags.push(
-            Diagnostic::error(
-                node.pos,
-                Code::WrongType,
-                format!("found {}", node.describe()),
-            )
-            .expected(expected),
+            Diagnostic::error(node.pos, Code::WrongType, format!("found {}", node.describe())).expected(expected),
         );
         None
     }
@@ -132,9 +115,7 @@ impl Checker<'_> {
             },
             Shape::Id | Shape::CapKey | Shape::ResourceId => {
                 let text = match &node.kind {
-                    NodeKind::Scalar(Scalar::Null, _) => {
-                        return self.wrong_type(node, expected(shape))
-                    }
+                    NodeKind::Scalar(Scalar::Null, _) => return self.wrong_type(node, expected(shape)),
                     NodeKind::Scalar(_, text) => text,
                     _ => return self.wrong_type(node, expected(shape)),
                 };
@@ -145,12 +126,9 @@ impl Checker<'_> {
                 };
                 if !ok {
                     let lower = text.to_lowercase().replace(' ', "-");
-                    let mut diag = Diagnostic::error(
-                        node.pos,
-                        Code::BadId,
-                        format!("`{text}` is not a valid {}", name_of(shape)),
-                    )
-                    .expected(expected(shape));
+                    let mut diag =
+                        Diagnostic::error(node.pos, Code::BadId, format!("`{text}` is not a valid {}", name_of(shape)))
+                            .expected(expected(shape));
                     let valid = match shape {
                         Shape::Id => opsgraph_model::is_id(&lower),
                         Shape::CapKey => opsgraph_model::is_capability_key(&lower),
@@ -170,12 +148,8 @@ impl Checker<'_> {
                 }
                 NodeKind::Scalar(Scalar::Str, text) => {
                     self.diags.push(
-                        Diagnostic::error(
-                            node.pos,
-                            Code::BadValue,
-                            format!("`{text}` is not a duration"),
-                        )
-                        .expected(expected(shape)),
+                        Diagnostic::error(node.pos, Code::BadValue, format!("`{text}` is not a duration"))
+                            .expected(expected(shape)),
                     );
                     None
                 }
@@ -207,24 +181,14 @@ impl Checker<'_> {
             },
             Shape::Bool => match &node.kind {
                 NodeKind::Scalar(Scalar::Bool(b), _) => Some(Value::Bool(*b)),
-                NodeKind::Scalar(Scalar::Str, text)
-                    if matches!(text.as_str(), "yes" | "no" | "on" | "off") =>
-                {
+                NodeKind::Scalar(Scalar::Str, text) if matches!(text.as_str(), "yes" | "no" | "on" | "off") => {
                     self.diags.push(
-                        Diagnostic::error(
-                            node.pos,
-                            Code::WrongType,
-                            format!("`{text}` is not a boolean in YAML 1.2"),
-                        )
-                        .expected("true or false")
-                        .hint(format!(
-                            "write `{}`",
-                            if matches!(text.as_str(), "yes" | "on") {
-                                "true"
-                            } else {
-                                "false"
-                            }
-                        )),
+                        Diagnostic::error(node.pos, Code::WrongType, format!("`{text}` is not a boolean in YAML 1.2"))
+                            .expected("true or false")
+                            .hint(format!(
+                                "write `{}`",
+                                if matches!(text.as_str(), "yes" | "on") { "true" } else { "false" }
+                            )),
                     );
                     None
                 }
@@ -232,16 +196,10 @@ impl Checker<'_> {
             },
             Shape::Enum(words) => match &node.kind {
                 NodeKind::Scalar(Scalar::Null, _) => self.wrong_type(node, expected(shape)),
-                NodeKind::Scalar(_, text) if words.contains(&text.as_str()) => {
-                    Some(Value::String(text.clone()))
-                }
+                NodeKind::Scalar(_, text) if words.contains(&text.as_str()) => Some(Value::String(text.clone())),
                 NodeKind::Scalar(_, text) => {
-                    let mut diag = Diagnostic::error(
-                        node.pos,
-                        Code::BadValue,
-                        format!("unknown value `{text}`"),
-                    )
-                    .expected(expected(shape));
+                    let mut diag = Diagnostic::error(node.pos, Code::BadValue, format!("unknown value `{text}`"))
+                        .expected(expected(shape));
                     if let Some(close) = did_you_mean(&text.to_lowercase(), words.iter().copied()) {
                         diag = diag.hint(format!("did you mean `{close}`?"));
                     }
@@ -321,21 +279,12 @@ impl Checker<'_> {
         let mut ok = true;
         for (k, v) in entries {
             let key = k.as_str().unwrap_or_default();
-            let field = obj
-                .fields
-                .iter()
-                .find(|f| f.name == key || f.aliases.contains(&key));
+            let field = obj.fields.iter().find(|f| f.name == key || f.aliases.contains(&key));
             let Some(field) = field else {
                 let names = obj.fields.iter().map(|f| f.name);
-                let mut diag = Diagnostic::error(
-                    k.pos,
-                    Code::UnknownKey,
-                    format!("unknown key `{key}` in {}", obj.name),
-                )
-                .expected(format!(
-                    "one of {}",
-                    list_words(obj.fields.iter().map(|f| f.name))
-                ));
+                let mut diag =
+                    Diagnostic::error(k.pos, Code::UnknownKey, format!("unknown key `{key}` in {}", obj.name))
+                        .expected(format!("one of {}", list_words(obj.fields.iter().map(|f| f.name))));
                 if let Some(close) = did_you_mean(key, names) {
                     diag = diag.hint(format!("did you mean `{close}`?"));
                 }
@@ -366,44 +315,24 @@ impl Checker<'_> {
             });
             if !present {
                 self.diags.push(
-                    Diagnostic::error(
-                        node.pos,
-                        Code::MissingKey,
-                        format!("{} is missing `{}`", obj.name, f.name),
-                    )
-                    .expected(format!("`{}`: {}", f.name, f.doc)),
+                    Diagnostic::error(node.pos, Code::MissingKey, format!("{} is missing `{}`", obj.name, f.name))
+                        .expected(format!("`{}`: {}", f.name, f.doc)),
                 );
                 ok = false;
             }
         }
         if !obj.one_of.is_empty() {
-            let present: Vec<&str> = obj
-                .one_of
-                .iter()
-                .copied()
-                .filter(|k| node.get(k).is_some())
-                .collect();
+            let present: Vec<&str> = obj.one_of.iter().copied().filter(|k| node.get(k).is_some()).collect();
             if present.len() != 1 {
                 let msg = if present.is_empty() {
-                    format!(
-                        "{} needs one of {}",
-                        obj.name,
-                        list_words(obj.one_of.iter().copied())
-                    )
+                    format!("{} needs one of {}", obj.name, list_words(obj.one_of.iter().copied()))
                 } else {
-                    format!(
-                        "{} takes only one of {}",
-                        obj.name,
-                        list_words(present.iter().copied())
-                    )
+                    format!("{} takes only one of {}", obj.name, list_words(present.iter().copied()))
                 };
-                self.diags
-                    .push(
-                        Diagnostic::error(node.pos, Code::MissingKey, msg).expected(format!(
-                            "exactly one of {}",
-                            list_words(obj.one_of.iter().copied())
-                        )),
-                    );
+                self.diags.push(
+                    Diagnostic::error(node.pos, Code::MissingKey, msg)
+                        .expected(format!("exactly one of {}", list_words(obj.one_of.iter().copied()))),
+                );
                 ok = false;
             }
         }
@@ -427,10 +356,7 @@ pub fn to_json(node: &Node) -> Value {
         NodeKind::Scalar(Scalar::Str, s) => Value::String(s.clone()),
         NodeKind::Seq(items) => Value::Array(items.iter().map(to_json).collect()),
         NodeKind::Map(entries) => Value::Object(
-            entries
-                .iter()
-                .map(|(k, v)| (k.as_str().unwrap_or_default().to_string(), to_json(v)))
-                .collect(),
+            entries.iter().map(|(k, v)| (k.as_str().unwrap_or_default().to_string(), to_json(v))).collect(),
         ),
     }
 }
@@ -469,14 +395,9 @@ fn name_of(shape: &Shape) -> &'static str {
 pub fn expected(shape: &Shape) -> String {
     match shape {
         Shape::Str => "a string".to_string(),
-        Shape::Id => {
-            "an id: lowercase letters, digits, `.`, `_`, `-`, starting with a letter or digit"
-                .to_string()
-        }
+        Shape::Id => "an id: lowercase letters, digits, `.`, `_`, `-`, starting with a letter or digit".to_string(),
         Shape::CapKey => "a dotted capability key such as `object_storage.s3`".to_string(),
-        Shape::ResourceId => {
-            "a resource id `<type>/<name>` such as `compute_node/worker-3`".to_string()
-        }
+        Shape::ResourceId => "a resource id `<type>/<name>` such as `compute_node/worker-3`".to_string(),
         Shape::Duration => "a duration such as `30s`, `10m`, `1h`".to_string(),
         Shape::Int { min, max } if *max == i64::MAX => format!("an integer >= {min}"),
         Shape::Int { min, max } => format!("an integer from {min} to {max}"),
@@ -505,10 +426,7 @@ fn plural(shape: &Shape) -> String {
 }
 
 fn strip_article(s: &str) -> String {
-    s.strip_prefix("a ")
-        .or_else(|| s.strip_prefix("an "))
-        .unwrap_or(s)
-        .to_string()
+    s.strip_prefix("a ").or_else(|| s.strip_prefix("an ")).unwrap_or(s).to_string()
 }
 
 /// JSON Schema (2020-12) for a shape, as written by users (before normalisation).
@@ -561,12 +479,8 @@ pub fn json_schema(shape: &Shape, defs: &mut Map<String, Value>) -> Value {
                         props.insert(alias.to_string(), s.clone());
                     }
                 }
-                let required: Vec<&str> = obj
-                    .fields
-                    .iter()
-                    .filter(|f| f.required && f.aliases.is_empty())
-                    .map(|f| f.name)
-                    .collect();
+                let required: Vec<&str> =
+                    obj.fields.iter().filter(|f| f.required && f.aliases.is_empty()).map(|f| f.name).collect();
                 let mut s = json!({
                     "type": "object",
                     "description": obj.doc,
@@ -577,23 +491,15 @@ pub fn json_schema(shape: &Shape, defs: &mut Map<String, Value>) -> Value {
                     s["required"] = json!(required);
                 }
                 if !obj.one_of.is_empty() {
-                    s["oneOf"] = Value::Array(
-                        obj.one_of
-                            .iter()
-                            .map(|k| json!({"required": [k]}))
-                            .collect(),
-                    );
+                    s["oneOf"] = Value::Array(obj.one_of.iter().map(|k| json!({"required": [k]})).collect());
                 }
                 defs.insert(obj.name.to_string(), s);
             }
             json!({"$ref": format!("#/$defs/{}", obj.name)})
         }
         Shape::Alt(alt) => {
-            let any: Vec<Value> = [&alt.scalar, &alt.seq, &alt.map]
-                .into_iter()
-                .flatten()
-                .map(|(s, _)| json_schema(s, defs))
-                .collect();
+            let any: Vec<Value> =
+                [&alt.scalar, &alt.seq, &alt.map].into_iter().flatten().map(|(s, _)| json_schema(s, defs)).collect();
             json!({"description": alt.doc, "anyOf": any})
         }
     }
@@ -634,10 +540,7 @@ pub(crate) fn markdown(shape: &Shape, out: &mut String, seen: &mut Vec<&'static 
             if !top {
                 out.push_str(&format!("\n### {}\n\n", obj.name));
             }
-            out.push_str(&format!(
-                "{}\n\n| key | required | value | meaning |\n|---|---|---|---|\n",
-                obj.doc
-            ));
+            out.push_str(&format!("{}\n\n| key | required | value | meaning |\n|---|---|---|---|\n", obj.doc));
             for f in obj.fields {
                 let name = if f.aliases.is_empty() {
                     format!("`{}`", f.name)
@@ -653,10 +556,7 @@ pub(crate) fn markdown(shape: &Shape, out: &mut String, seen: &mut Vec<&'static 
             }
             if !obj.one_of.is_empty() {
                 let keys: Vec<String> = obj.one_of.iter().map(|k| format!("`{k}`")).collect();
-                out.push_str(&format!(
-                    "\nExactly one of {} is present.\n",
-                    keys.join(", ")
-                ));
+                out.push_str(&format!("\nExactly one of {} is present.\n", keys.join(", ")));
             }
             for f in obj.fields {
                 markdown(f.shape, out, seen, false);
@@ -693,11 +593,7 @@ fn brief(shape: &Shape) -> String {
         Shape::Int { min, max } => format!("integer {min}..{max}"),
         Shape::Number => "number".into(),
         Shape::Bool => "boolean".into(),
-        Shape::Enum(words) => words
-            .iter()
-            .map(|w| format!("`{w}`"))
-            .collect::<Vec<_>>()
-            .join(" | "),
+        Shape::Enum(words) => words.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(" | "),
         Shape::Scalar => "scalar".into(),
         Shape::Any => "any".into(),
         Shape::List(item) => format!("list of {}", brief(item)),

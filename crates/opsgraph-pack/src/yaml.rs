@@ -16,10 +16,7 @@ pub struct Pos {
 
 impl Pos {
     fn from_span(span: Span) -> Pos {
-        Pos {
-            line: span.start.line() as u32,
-            col: span.start.col() as u32 + 1,
-        }
+        Pos { line: span.start.line() as u32, col: span.start.col() as u32 + 1 }
     }
 }
 
@@ -68,10 +65,7 @@ impl Node {
 
     pub fn get(&self, key: &str) -> Option<&Node> {
         match &self.kind {
-            NodeKind::Map(entries) => entries
-                .iter()
-                .find(|(k, _)| k.as_str() == Some(key))
-                .map(|(_, v)| v),
+            NodeKind::Map(entries) => entries.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v),
             _ => None,
         }
     }
@@ -86,17 +80,10 @@ pub struct SyntaxError {
 
 /// Parses every document of a YAML stream.
 pub fn parse_stream(text: &str) -> Result<Vec<Node>, SyntaxError> {
-    let mut builder = Builder {
-        anchors: Vec::new(),
-        stack: Vec::new(),
-        docs: Vec::new(),
-    };
+    let mut builder = Builder { anchors: Vec::new(), stack: Vec::new(), docs: Vec::new() };
     for event in Parser::new_from_str(text) {
         let (event, span) = event.map_err(|e| SyntaxError {
-            pos: Pos {
-                line: e.marker().line() as u32,
-                col: e.marker().col() as u32 + 1,
-            },
+            pos: Pos { line: e.marker().line() as u32, col: e.marker().col() as u32 + 1 },
             message: e.info().to_string(),
         })?;
         builder.event(event, span)?;
@@ -105,17 +92,8 @@ pub fn parse_stream(text: &str) -> Result<Vec<Node>, SyntaxError> {
 }
 
 enum Frame {
-    Seq {
-        items: Vec<Node>,
-        pos: Pos,
-        anchor: usize,
-    },
-    Map {
-        entries: Vec<(Node, Node)>,
-        pending_key: Option<Node>,
-        pos: Pos,
-        anchor: usize,
-    },
+    Seq { items: Vec<Node>, pos: Pos, anchor: usize },
+    Map { entries: Vec<(Node, Node)>, pending_key: Option<Node>, pos: Pos, anchor: usize },
 }
 
 struct Builder {
@@ -136,14 +114,8 @@ impl Builder {
                     .iter()
                     .rev()
                     .find(|(a, _)| *a == id)
-                    .map(|(_, n)| Node {
-                        kind: n.kind.clone(),
-                        pos,
-                    })
-                    .ok_or(SyntaxError {
-                        pos,
-                        message: "unknown alias".to_string(),
-                    })?;
+                    .map(|(_, n)| Node { kind: n.kind.clone(), pos })
+                    .ok_or(SyntaxError { pos, message: "unknown alias".to_string() })?;
                 self.push(node)?;
             }
             Event::Scalar(value, style, anchor, _tag) => {
@@ -151,53 +123,23 @@ impl Builder {
                     ScalarStyle::Plain => resolve_plain(&value),
                     _ => Scalar::Str,
                 };
-                let node = Node {
-                    kind: NodeKind::Scalar(scalar, value.into_owned()),
-                    pos,
-                };
+                let node = Node { kind: NodeKind::Scalar(scalar, value.into_owned()), pos };
                 if anchor != 0 {
                     self.anchors.push((anchor, node.clone()));
                 }
                 self.push(node)?;
             }
-            Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq {
-                items: Vec::new(),
-                pos,
-                anchor,
-            }),
-            Event::MappingStart(anchor, _) => self.stack.push(Frame::Map {
-                entries: Vec::new(),
-                pending_key: None,
-                pos,
-                anchor,
-            }),
+            Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq { items: Vec::new(), pos, anchor }),
+            Event::MappingStart(anchor, _) => {
+                self.stack.push(Frame::Map { entries: Vec::new(), pending_key: None, pos, anchor })
+            }
             Event::SequenceEnd | Event::MappingEnd => {
                 let (node, anchor) = match self.stack.pop() {
-                    Some(Frame::Seq { items, pos, anchor }) => (
-                        Node {
-                            kind: NodeKind::Seq(items),
-                            pos,
-                        },
-                        anchor,
-                    ),
-                    Some(Frame::Map {
-                        entries,
-                        pos,
-                        anchor,
-                        ..
-                    }) => (
-                        Node {
-                            kind: NodeKind::Map(entries),
-                            pos,
-                        },
-                        anchor,
-                    ),
-                    None => {
-                        return Err(SyntaxError {
-                            pos,
-                            message: "unbalanced".to_string(),
-                        })
+                    Some(Frame::Seq { items, pos, anchor }) => (Node { kind: NodeKind::Seq(items), pos }, anchor),
+                    Some(Frame::Map { entries, pos, anchor, .. }) => {
+                        (Node { kind: NodeKind::Map(entries), pos }, anchor)
                     }
+                    None => return Err(SyntaxError { pos, message: "unbalanced".to_string() }),
                 };
                 if anchor != 0 {
                     self.anchors.push((anchor, node.clone()));
@@ -212,11 +154,7 @@ impl Builder {
         match self.stack.last_mut() {
             None => self.docs.push(node),
             Some(Frame::Seq { items, .. }) => items.push(node),
-            Some(Frame::Map {
-                entries,
-                pending_key,
-                ..
-            }) => match pending_key.take() {
+            Some(Frame::Map { entries, pending_key, .. }) => match pending_key.take() {
                 None => {
                     if !matches!(node.kind, NodeKind::Scalar(..)) {
                         return Err(SyntaxError {
@@ -224,9 +162,7 @@ impl Builder {
                             message: "a mapping key must be a scalar".to_string(),
                         });
                     }
-                    if let Some((first, _)) =
-                        entries.iter().find(|(k, _)| k.as_str() == node.as_str())
-                    {
+                    if let Some((first, _)) = entries.iter().find(|(k, _)| k.as_str() == node.as_str()) {
                         return Err(SyntaxError {
                             pos: node.pos,
                             message: format!(
@@ -261,16 +197,9 @@ fn resolve_plain(text: &str) -> Scalar {
             return Scalar::Int(i);
         }
     }
-    let looks_numeric = text
-        .trim_start_matches(['+', '-'])
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_digit() || c == '.');
-    if looks_numeric
-        && text
-            .chars()
-            .all(|c| c.is_ascii_digit() || "+-.eE".contains(c))
-    {
+    let looks_numeric =
+        text.trim_start_matches(['+', '-']).chars().next().is_some_and(|c| c.is_ascii_digit() || c == '.');
+    if looks_numeric && text.chars().all(|c| c.is_ascii_digit() || "+-.eE".contains(c)) {
         if let Ok(f) = text.parse::<f64>() {
             return Scalar::Float(f);
         }
@@ -287,19 +216,11 @@ mod tests {
         let docs = parse_stream("a: 1\nb:\n  - \"1.30\"\n  - 1.30\n  - x\n---\nc: ~\n").unwrap();
         assert_eq!(docs.len(), 2);
         let b = docs[0].get("b").unwrap();
-        let NodeKind::Seq(items) = &b.kind else {
-            panic!()
-        };
+        let NodeKind::Seq(items) = &b.kind else { panic!() };
         assert_eq!(items[0].kind, NodeKind::Scalar(Scalar::Str, "1.30".into()));
-        assert_eq!(
-            items[1].kind,
-            NodeKind::Scalar(Scalar::Float(1.3), "1.30".into())
-        );
+        assert_eq!(items[1].kind, NodeKind::Scalar(Scalar::Float(1.3), "1.30".into()));
         assert_eq!(items[2].pos, Pos { line: 5, col: 5 });
-        assert_eq!(
-            docs[1].get("c").unwrap().kind,
-            NodeKind::Scalar(Scalar::Null, "~".into())
-        );
+        assert_eq!(docs[1].get("c").unwrap().kind, NodeKind::Scalar(Scalar::Null, "~".into()));
     }
 
     #[test]

@@ -46,16 +46,10 @@ fn job(k: usize) -> Job {
         title: None,
         description: None,
         type_: JobType::Automation,
-        scope: Some(JobScope {
-            resources: vec!["compute_node".into()],
-            target: Some("nodes".into()),
-        }),
+        scope: Some(JobScope { resources: vec!["compute_node".into()], target: Some("nodes".into()) }),
         inputs: Inputs {
             parameters: Attributes::new(),
-            requires: Requires {
-                capabilities: requires,
-                artifacts: vec![],
-            },
+            requires: Requires { capabilities: requires, artifacts: vec![] },
         },
         outputs: Outputs {
             provides: Provides {
@@ -142,10 +136,7 @@ fn node(i: usize) -> Resource {
         observed_state: None,
         health: Health::Healthy,
         status: None,
-        provides: vec![ProvidedCapability {
-            capability: "linux.host".into(),
-            attributes: Attributes::new(),
-        }],
+        provides: vec![ProvidedCapability { capability: "linux.host".into(), attributes: Attributes::new() }],
         access: None,
     }
 }
@@ -161,11 +152,7 @@ fn intent(nodes: usize) -> Intent {
         desired_result: None,
         parameters: Attributes::new(),
         constraints: [("region".to_string(), json!("region-3"))].into(),
-        targets: [(
-            "nodes".to_string(),
-            (0..nodes).map(|i| format!("compute_node/n{i}")).collect(),
-        )]
-        .into(),
+        targets: [("nodes".to_string(), (0..nodes).map(|i| format!("compute_node/n{i}")).collect())].into(),
         requires: vec![],
     }
 }
@@ -173,10 +160,7 @@ fn intent(nodes: usize) -> Intent {
 /// Builds plans for each size in turn, interleaved, so every size sees the same machine.
 fn bench_plans(sizes: &[usize], runs: usize) -> Vec<(Duration, usize, usize)> {
     let pack = [pack()];
-    let worlds: Vec<(Vec<Resource>, Intent)> = sizes
-        .iter()
-        .map(|&n| ((0..n).map(node).collect(), intent(n)))
-        .collect();
+    let worlds: Vec<(Vec<Resource>, Intent)> = sizes.iter().map(|&n| ((0..n).map(node).collect(), intent(n))).collect();
     let policy = CapabilityPolicy::default();
     let mut times = vec![Vec::new(); sizes.len()];
     let mut shapes = vec![(0, 0); sizes.len()];
@@ -193,17 +177,10 @@ fn bench_plans(sizes: &[usize], runs: usize) -> Vec<(Duration, usize, usize)> {
             })
             .expect("the bench plan builds");
             times[k].push(start.elapsed());
-            shapes[k] = (
-                plan.jobs.len(),
-                plan.jobs.iter().map(|j| j.depends_on.len()).sum(),
-            );
+            shapes[k] = (plan.jobs.len(), plan.jobs.iter().map(|j| j.depends_on.len()).sum());
         }
     }
-    times
-        .into_iter()
-        .zip(shapes)
-        .map(|(t, (j, e))| (median(t), j, e))
-        .collect()
+    times.into_iter().zip(shapes).map(|(t, (j, e))| (median(t), j, e)).collect()
 }
 
 fn storage(i: usize) -> Resource {
@@ -213,16 +190,7 @@ fn storage(i: usize) -> Resource {
         type_: "object_storage".into(),
         name: format!("s{i}"),
         environment: Some(env.into()),
-        provider: Some(
-            [
-                "shared_minio",
-                "dedicated_minio",
-                "aws_s3",
-                "ceph",
-                "legacy",
-            ][i % 5]
-                .into(),
-        ),
+        provider: Some(["shared_minio", "dedicated_minio", "aws_s3", "ceph", "legacy"][i % 5].into()),
         labels: BTreeMap::new(),
         attributes: [
             ("region".to_string(), json!(format!("region-{}", i % 10))),
@@ -280,13 +248,8 @@ fn bench_resolve(count: usize, runs: usize) -> (Duration, Duration, usize) {
         let start = Instant::now();
         let inventory = Inventory::new(&resources);
         index.push(start.elapsed());
-        let cx = Context {
-            inventory: &inventory,
-            providers: &[],
-            policy: &policy,
-            intent: &intent,
-            requester: "Bench",
-        };
+        let cx =
+            Context { inventory: &inventory, providers: &[], policy: &policy, intent: &intent, requester: "Bench" };
         let start = Instant::now();
         let r = resolve(&cx, &req, vec![]);
         answer.push(start.elapsed());
@@ -305,9 +268,7 @@ fn main() {
     }
     println!(
         "machine: {} cores; {}",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         std::env::consts::ARCH
     );
     println!();
@@ -317,14 +278,8 @@ fn main() {
     for ((t, j, e), n) in plans.iter().zip(["100", "1,000", "10,000"]) {
         println!("| {n} nodes x 10 jobs | {j} | {e} | {:.1} ms |", ms(*t));
     }
-    println!(
-        "| ratio 1,000 / 100 nodes | | | {:.1}x |",
-        plans[1].0.as_secs_f64() / plans[0].0.as_secs_f64()
-    );
-    println!(
-        "| ratio 10,000 / 1,000 nodes | | | {:.1}x |",
-        plans[2].0.as_secs_f64() / plans[1].0.as_secs_f64()
-    );
+    println!("| ratio 1,000 / 100 nodes | | | {:.1}x |", plans[1].0.as_secs_f64() / plans[0].0.as_secs_f64());
+    println!("| ratio 10,000 / 1,000 nodes | | | {:.1}x |", plans[2].0.as_secs_f64() / plans[1].0.as_secs_f64());
     if only == "plan" {
         return;
     }
@@ -332,17 +287,9 @@ fn main() {
     println!("| resolution | candidates | index (median) | answer one requirement (median) |");
     println!("|---|---|---|---|");
     let (i1, a1, c1) = bench_resolve(10_000, 11);
-    println!(
-        "| 10,000 resources | {c1} | {:.1} ms | {:.2} ms |",
-        ms(i1),
-        ms(a1)
-    );
+    println!("| 10,000 resources | {c1} | {:.1} ms | {:.2} ms |", ms(i1), ms(a1));
     let (i2, a2, c2) = bench_resolve(100_000, 7);
-    println!(
-        "| 100,000 resources | {c2} | {:.1} ms | {:.2} ms |",
-        ms(i2),
-        ms(a2)
-    );
+    println!("| 100,000 resources | {c2} | {:.1} ms | {:.2} ms |", ms(i2), ms(a2));
     println!(
         "| ratio for 10x input | | {:.1}x | {:.1}x |",
         i2.as_secs_f64() / i1.as_secs_f64(),

@@ -50,13 +50,7 @@ pub(crate) struct Group {
 }
 
 impl Group {
-    pub(crate) fn push<'a>(
-        &mut self,
-        strings: &mut Strings<'a>,
-        resource: &'a Resource,
-        i: u32,
-        j: u32,
-    ) {
+    pub(crate) fn push<'a>(&mut self, strings: &mut Strings<'a>, resource: &'a Resource, i: u32, j: u32) {
         if self.attr_start.is_empty() {
             self.attr_start.push(0);
         }
@@ -65,20 +59,12 @@ impl Group {
         if let Some(env) = resource.environment.as_deref() {
             strings.intern(env);
         }
-        self.provider.push(
-            resource
-                .provider
-                .as_deref()
-                .map_or(NONE, |p| strings.intern(p)),
-        );
+        self.provider.push(resource.provider.as_deref().map_or(NONE, |p| strings.intern(p)));
         self.unhealthy.push(resource.health == Health::Error);
         let capability = &resource.provides[j as usize].attributes;
         // Capability attributes shadow resource attributes, as in the full evaluation.
         let shadowed = |k: &String| capability.contains_key(k);
-        for (k, v) in capability
-            .iter()
-            .chain(resource.attributes.iter().filter(|(k, _)| !shadowed(k)))
-        {
+        for (k, v) in capability.iter().chain(resource.attributes.iter().filter(|(k, _)| !shadowed(k))) {
             self.attr_key.push(strings.intern(k));
             self.attr_val.push(match v {
                 Value::Bool(b) => Val::Bool(*b),
@@ -91,14 +77,8 @@ impl Group {
     }
 
     fn attr(&self, member: usize, key: u32) -> Option<Val> {
-        let (from, to) = (
-            self.attr_start[member] as usize,
-            self.attr_start[member + 1] as usize,
-        );
-        self.attr_key[from..to]
-            .iter()
-            .position(|k| *k == key)
-            .map(|p| self.attr_val[from + p])
+        let (from, to) = (self.attr_start[member] as usize, self.attr_start[member + 1] as usize);
+        self.attr_key[from..to].iter().position(|k| *k == key).map(|p| self.attr_val[from + p])
     }
 }
 
@@ -213,9 +193,7 @@ impl<'r> Prepared<'r> {
             allowed: rule
                 .and_then(|r| r.allowed_providers.as_ref())
                 .map(|l| l.iter().filter_map(|p| strings.get(p)).collect()),
-            encryption: rule
-                .filter(|r| r.require_encryption)
-                .map(|_| strings.get("encryption")),
+            encryption: rule.filter(|r| r.require_encryption).map(|_| strings.get("encryption")),
             checks,
         })
     }
@@ -248,22 +226,18 @@ impl<'r> Prepared<'r> {
         }
         for check in &self.checks {
             let ok = match check {
-                Check::Min(_, key, n) | Check::Max(_, key, n) => {
-                    match key.and_then(|k| group.attr(m, k)) {
-                        Some(Val::Num(v)) => {
-                            if matches!(check, Check::Min(..)) {
-                                v >= *n
-                            } else {
-                                v <= *n
-                            }
+                Check::Min(_, key, n) | Check::Max(_, key, n) => match key.and_then(|k| group.attr(m, k)) {
+                    Some(Val::Num(v)) => {
+                        if matches!(check, Check::Min(..)) {
+                            v >= *n
+                        } else {
+                            v <= *n
                         }
-                        Some(Val::Str(_)) | Some(Val::Other) => return None,
-                        _ => false,
                     }
-                }
-                Check::Required(_, key) => {
-                    key.and_then(|k| group.attr(m, k)) == Some(Val::Bool(true))
-                }
+                    Some(Val::Str(_)) | Some(Val::Other) => return None,
+                    _ => false,
+                },
+                Check::Required(_, key) => key.and_then(|k| group.attr(m, k)) == Some(Val::Bool(true)),
                 Check::Eq(_, key, w) => equal(key.and_then(|k| group.attr(m, k)), *w)?,
                 Check::OneOf(_, key, ws) => {
                     let observed = key.and_then(|k| group.attr(m, k));

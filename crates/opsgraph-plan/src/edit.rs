@@ -31,20 +31,13 @@ pub fn apply(mut plan: Plan, edits: Vec<Edit>) -> Result<Plan, Vec<Error>> {
                 if plan.stages.iter().any(|s| s.id == id) {
                     errors.push(Error::DuplicateNode { id });
                 } else {
-                    plan.stages.push(Stage {
-                        id,
-                        name,
-                        jobs: Vec::new(),
-                    });
+                    plan.stages.push(Stage { id, name, jobs: Vec::new() });
                 }
             }
             Edit::AddJob(job) => {
                 match plan.stages.iter_mut().find(|s| s.id == job.stage) {
                     Some(stage) => stage.jobs.push(job.id.clone()),
-                    None => errors.push(Error::UnknownStage {
-                        stage: job.stage.clone(),
-                        job: job.id.clone(),
-                    }),
+                    None => errors.push(Error::UnknownStage { stage: job.stage.clone(), job: job.id.clone() }),
                 }
                 plan.jobs.push(job);
             }
@@ -74,13 +67,7 @@ pub fn apply(mut plan: Plan, edits: Vec<Edit>) -> Result<Plan, Vec<Error>> {
 /// Node ids are unique, every dependency exists, and the graph has no cycle.
 fn validate(plan: &Plan, errors: &mut Vec<Error>) {
     let mut ids: HashMap<&str, usize> = HashMap::with_capacity(plan.jobs.len() + plan.gates.len());
-    for (i, id) in plan
-        .jobs
-        .iter()
-        .map(|j| j.id.as_str())
-        .chain(plan.gates.iter().map(|g| g.id.as_str()))
-        .enumerate()
-    {
+    for (i, id) in plan.jobs.iter().map(|j| j.id.as_str()).chain(plan.gates.iter().map(|g| g.id.as_str())).enumerate() {
         if ids.insert(id, i).is_some() {
             errors.push(Error::DuplicateNode { id: id.to_string() });
         }
@@ -91,23 +78,14 @@ fn validate(plan: &Plan, errors: &mut Vec<Error>) {
         for d in &j.depends_on {
             match ids.get(d.as_str()) {
                 Some(&k) => adj[k].push(i),
-                None => errors.push(Error::UnknownDependency {
-                    job: j.id.clone(),
-                    dependency: d.clone(),
-                }),
+                None => errors.push(Error::UnknownDependency { job: j.id.clone(), dependency: d.clone() }),
             }
         }
     }
     if let Some(cycle) = find_cycle(&adj) {
         let names: Vec<String> = cycle
             .into_iter()
-            .map(|k| {
-                if k < n {
-                    plan.jobs[k].id.clone()
-                } else {
-                    plan.gates[k - n].id.clone()
-                }
-            })
+            .map(|k| if k < n { plan.jobs[k].id.clone() } else { plan.gates[k - n].id.clone() })
             .collect();
         errors.push(Error::Cycle { path: names });
     }

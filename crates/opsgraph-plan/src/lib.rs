@@ -15,115 +15,42 @@ use std::fmt;
 
 pub use edit::{apply, Edit};
 pub use plan::{
-    build, job_edges, transitive_reduction, Input, JobInstance, Plan, PlanGate, Revision, Risk,
-    Stage, SubOperation,
+    build, job_edges, transitive_reduction, Input, JobInstance, Plan, PlanGate, Revision, Risk, Stage, SubOperation,
 };
 pub use resolve::{Inventory, Outcome, Resolution};
 
 /// Why a plan could not be built. Each names what to fix.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Error {
-    UnknownPack {
-        id: String,
-        available: Vec<String>,
-    },
-    NoPackForType {
-        resource_type: String,
-        available: Vec<String>,
-    },
-    AmbiguousPack {
-        resource_type: String,
-        packs: Vec<String>,
-    },
-    UnknownAction {
-        pack: String,
-        action: String,
-        available: Vec<String>,
-    },
-    UnknownParameter {
-        name: String,
-        template: String,
-        known: Vec<String>,
-    },
-    ParameterType {
-        name: String,
-        expected: String,
-        found: serde_json::Value,
-    },
-    ParameterValue {
-        name: String,
-        allowed: Vec<serde_json::Value>,
-        found: serde_json::Value,
-    },
-    UnknownResource {
-        id: String,
-        scope: String,
-    },
-    WrongResourceType {
-        id: String,
-        scope: String,
-        expected: String,
-        found: String,
-    },
-    ScopeSize {
-        scope: String,
-        count: u32,
-        min: Option<u32>,
-        max: Option<u32>,
-    },
-    UnknownTarget {
-        name: String,
-        template: String,
-    },
-    UnknownScope {
-        scope: String,
-        capability: String,
-        jobs: Vec<String>,
-    },
-    AmbiguousScope {
-        job: String,
-        scopes: Vec<String>,
-    },
-    UnknownJob {
-        id: String,
-        referenced_by: String,
-    },
-    UnknownStage {
-        stage: String,
-        job: String,
-    },
-    TwoProviders {
-        output: String,
-        jobs: [String; 2],
-    },
-    Unprovided {
-        job: String,
-        what: String,
-        scope: Option<String>,
-    },
-    DuplicateNode {
-        id: String,
-    },
-    UnknownDependency {
-        job: String,
-        dependency: String,
-    },
-    Cycle {
-        path: Vec<String>,
-    },
+    UnknownPack { id: String, available: Vec<String> },
+    NoPackForType { resource_type: String, available: Vec<String> },
+    AmbiguousPack { resource_type: String, packs: Vec<String> },
+    UnknownAction { pack: String, action: String, available: Vec<String> },
+    UnknownParameter { name: String, template: String, known: Vec<String> },
+    ParameterType { name: String, expected: String, found: serde_json::Value },
+    ParameterValue { name: String, allowed: Vec<serde_json::Value>, found: serde_json::Value },
+    UnknownResource { id: String, scope: String },
+    WrongResourceType { id: String, scope: String, expected: String, found: String },
+    ScopeSize { scope: String, count: u32, min: Option<u32>, max: Option<u32> },
+    UnknownTarget { name: String, template: String },
+    UnknownScope { scope: String, capability: String, jobs: Vec<String> },
+    AmbiguousScope { job: String, scopes: Vec<String> },
+    UnknownJob { id: String, referenced_by: String },
+    UnknownStage { stage: String, job: String },
+    TwoProviders { output: String, jobs: [String; 2] },
+    Unprovided { job: String, what: String, scope: Option<String> },
+    DuplicateNode { id: String },
+    UnknownDependency { job: String, dependency: String },
+    Cycle { path: Vec<String> },
 }
 
 impl Error {
     /// A stable code for scripts and docs.
     pub fn code(&self) -> &'static str {
         match self {
-            Error::UnknownPack { .. }
-            | Error::NoPackForType { .. }
-            | Error::AmbiguousPack { .. } => "P001",
+            Error::UnknownPack { .. } | Error::NoPackForType { .. } | Error::AmbiguousPack { .. } => "P001",
             Error::UnknownAction { .. } => "P002",
-            Error::UnknownParameter { .. }
-            | Error::ParameterType { .. }
-            | Error::ParameterValue { .. } => "P003",
+            Error::UnknownParameter { .. } | Error::ParameterType { .. } | Error::ParameterValue { .. } => "P003",
             Error::UnknownResource { .. }
             | Error::WrongResourceType { .. }
             | Error::ScopeSize { .. }
@@ -154,78 +81,40 @@ impl fmt::Display for Error {
             Error::UnknownPack { id, available } => {
                 write!(f, "no pack `{id}` is loaded (loaded: {})", list(available))
             }
-            Error::NoPackForType {
-                resource_type,
-                available,
-            } => {
+            Error::NoPackForType { resource_type, available } => {
+                write!(f, "no loaded pack manages resource type `{resource_type}` (managed types: {})", list(available))
+            }
+            Error::AmbiguousPack { resource_type, packs } => {
                 write!(
                     f,
-                    "no loaded pack manages resource type `{resource_type}` (managed types: {})",
+                    "several packs manage `{resource_type}` ({}); name one with `pack:` in the intent",
+                    list(packs)
+                )
+            }
+            Error::UnknownAction { pack, action, available } => {
+                write!(
+                    f,
+                    "pack `{pack}` has no plan template for action `{action}` (actions with templates: {})",
                     list(available)
                 )
             }
-            Error::AmbiguousPack {
-                resource_type,
-                packs,
-            } => {
-                write!(f, "several packs manage `{resource_type}` ({}); name one with `pack:` in the intent", list(packs))
+            Error::UnknownParameter { name, template, known } => {
+                write!(f, "template `{template}` has no parameter `{name}` (parameters: {})", list(known))
             }
-            Error::UnknownAction {
-                pack,
-                action,
-                available,
-            } => {
-                write!(f, "pack `{pack}` has no plan template for action `{action}` (actions with templates: {})", list(available))
+            Error::ParameterType { name, expected, found } => {
+                write!(f, "parameter `{name}` must be a {expected}, found {found}")
             }
-            Error::UnknownParameter {
-                name,
-                template,
-                known,
-            } => {
-                write!(
-                    f,
-                    "template `{template}` has no parameter `{name}` (parameters: {})",
-                    list(known)
-                )
-            }
-            Error::ParameterType {
-                name,
-                expected,
-                found,
-            } => write!(f, "parameter `{name}` must be a {expected}, found {found}"),
-            Error::ParameterValue {
-                name,
-                allowed,
-                found,
-            } => {
+            Error::ParameterValue { name, allowed, found } => {
                 let allowed: Vec<String> = allowed.iter().map(ToString::to_string).collect();
-                write!(
-                    f,
-                    "parameter `{name}` must be one of {}, found {found}",
-                    allowed.join(", ")
-                )
+                write!(f, "parameter `{name}` must be one of {}, found {found}", allowed.join(", "))
             }
-            Error::UnknownResource { id, scope } => write!(
-                f,
-                "target `{id}` of scope `{scope}` is not in the inventory"
-            ),
-            Error::WrongResourceType {
-                id,
-                scope,
-                expected,
-                found,
-            } => {
-                write!(
-                    f,
-                    "target `{id}` of scope `{scope}` is a {found}, the scope takes {expected}"
-                )
+            Error::UnknownResource { id, scope } => {
+                write!(f, "target `{id}` of scope `{scope}` is not in the inventory")
             }
-            Error::ScopeSize {
-                scope,
-                count,
-                min,
-                max,
-            } => {
+            Error::WrongResourceType { id, scope, expected, found } => {
+                write!(f, "target `{id}` of scope `{scope}` is a {found}, the scope takes {expected}")
+            }
+            Error::ScopeSize { scope, count, min, max } => {
                 write!(f, "scope `{scope}` has {count} resources")?;
                 if let Some(m) = min {
                     write!(f, "; at least {m} needed")?;
@@ -236,35 +125,20 @@ impl fmt::Display for Error {
                 Ok(())
             }
             Error::UnknownTarget { name, template } => {
-                write!(
-                    f,
-                    "the intent targets `{name}`, which no scope of template `{template}` reads"
-                )
+                write!(f, "the intent targets `{name}`, which no scope of template `{template}` reads")
             }
-            Error::UnknownScope {
-                scope,
-                capability,
-                jobs,
-            } if capability.is_empty() => {
+            Error::UnknownScope { scope, capability, jobs } if capability.is_empty() => {
+                write!(f, "job {} names scope `{scope}`, which the template does not declare", list(jobs))
+            }
+            Error::UnknownScope { scope, capability, jobs } => {
                 write!(
                     f,
-                    "job {} names scope `{scope}`, which the template does not declare",
+                    "{} requires {capability} in scope `{scope}`, which the template does not declare",
                     list(jobs)
                 )
             }
-            Error::UnknownScope {
-                scope,
-                capability,
-                jobs,
-            } => {
-                write!(f, "{} requires {capability} in scope `{scope}`, which the template does not declare", list(jobs))
-            }
             Error::AmbiguousScope { job, scopes } => {
-                write!(
-                    f,
-                    "job `{job}` could fan out over {}; set `scope.target`",
-                    list(scopes)
-                )
+                write!(f, "job `{job}` could fan out over {}; set `scope.target`", list(scopes))
             }
             Error::UnknownJob { id, referenced_by } => {
                 write!(f, "unknown job `{id}` (named by {referenced_by})")
@@ -272,20 +146,12 @@ impl fmt::Display for Error {
             Error::UnknownStage { stage, job } => {
                 write!(f, "job `{job}` names unknown stage `{stage}`")
             }
-            Error::TwoProviders { output, jobs } => write!(
-                f,
-                "{output} is provided by two jobs: {} and {}",
-                jobs[0], jobs[1]
-            ),
+            Error::TwoProviders { output, jobs } => {
+                write!(f, "{output} is provided by two jobs: {} and {}", jobs[0], jobs[1])
+            }
             Error::Unprovided { job, what, scope } => match scope {
-                Some(s) => write!(
-                    f,
-                    "job `{job}` requires {what} in scope {s}, and no job of the plan provides it"
-                ),
-                None => write!(
-                    f,
-                    "job `{job}` requires {what}, and no job of the plan provides it"
-                ),
+                Some(s) => write!(f, "job `{job}` requires {what} in scope {s}, and no job of the plan provides it"),
+                None => write!(f, "job `{job}` requires {what}, and no job of the plan provides it"),
             },
             Error::DuplicateNode { id } => write!(f, "two nodes of the plan have the id `{id}`"),
             Error::UnknownDependency { job, dependency } => {

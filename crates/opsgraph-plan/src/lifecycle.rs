@@ -158,12 +158,7 @@ pub struct IllegalTransition {
 
 impl fmt::Display for IllegalTransition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cannot apply `{}` to an operation in state `{}`",
-            self.event,
-            state_name(self.state)
-        )?;
+        write!(f, "cannot apply `{}` to an operation in state `{}`", self.event, state_name(self.state))?;
         if !self.hint.is_empty() {
             write!(f, ": {}", self.hint)?;
         }
@@ -193,54 +188,32 @@ pub fn state_name(kind: OperationStateKind) -> &'static str {
 
 /// True when no event but none can follow.
 pub fn is_terminal(state: &OperationState) -> bool {
-    matches!(
-        state,
-        OperationState::Completed | OperationState::Cancelled { .. }
-    )
+    matches!(state, OperationState::Completed | OperationState::Cancelled { .. })
 }
 
 /// The one transition function.
-pub fn apply(
-    state: &OperationState,
-    event: &Event,
-) -> Result<(OperationState, Vec<Effect>), IllegalTransition> {
+pub fn apply(state: &OperationState, event: &Event) -> Result<(OperationState, Vec<Effect>), IllegalTransition> {
     use Effect as F;
     use Event as E;
     use OperationState as S;
-    let illegal = |hint: &'static str| IllegalTransition {
-        state: state.kind(),
-        event: event.name(),
-        hint,
-    };
+    let illegal = |hint: &'static str| IllegalTransition { state: state.kind(), event: event.name(), hint };
     let next = match (state, event) {
         // Cancel is allowed from every state that is not terminal.
-        (S::Completed, E::Cancel { .. }) => {
-            return Err(illegal("a completed operation cannot be cancelled"))
-        }
+        (S::Completed, E::Cancel { .. }) => return Err(illegal("a completed operation cannot be cancelled")),
         (S::Cancelled { .. }, E::Cancel { .. }) => return Err(illegal("it is already cancelled")),
-        (_, E::Cancel { reason }) => (
-            S::Cancelled {
-                reason: reason.clone(),
-            },
-            vec![F::StopDispatch, F::CancelRunningJobs],
-        ),
+        (_, E::Cancel { reason }) => {
+            (S::Cancelled { reason: reason.clone() }, vec![F::StopDispatch, F::CancelRunningJobs])
+        }
 
         (S::DraftIntent, E::PlanBuilt) => (S::PlanPreview, vec![]),
         (S::PlanPreview, E::Resolve) => (S::CapabilityResolution, vec![F::ResolveRequirements]),
 
-        (S::CapabilityResolution, E::NeedInput { gates }) => (
-            S::WaitingForInput {
-                gates: gates.clone(),
-            },
-            vec![F::OpenGates {
-                gates: gates.clone(),
-            }],
-        ),
+        (S::CapabilityResolution, E::NeedInput { gates }) => {
+            (S::WaitingForInput { gates: gates.clone() }, vec![F::OpenGates { gates: gates.clone() }])
+        }
         (S::WaitingForInput { gates }, E::InputProvided { gate }) => {
             if !gates.contains(gate) {
-                return Err(illegal(
-                    "that gate is not open; it may have been answered already",
-                ));
+                return Err(illegal("that gate is not open; it may have been answered already"));
             }
             let rest: Vec<String> = gates.iter().filter(|g| *g != gate).cloned().collect();
             if rest.is_empty() {
@@ -249,19 +222,12 @@ pub fn apply(
                 (S::WaitingForInput { gates: rest }, vec![])
             }
         }
-        (S::CapabilityResolution, E::NeedApproval { gates }) => (
-            S::WaitingForApproval {
-                gates: gates.clone(),
-            },
-            vec![F::OpenGates {
-                gates: gates.clone(),
-            }],
-        ),
+        (S::CapabilityResolution, E::NeedApproval { gates }) => {
+            (S::WaitingForApproval { gates: gates.clone() }, vec![F::OpenGates { gates: gates.clone() }])
+        }
         (S::WaitingForApproval { gates }, E::Approved { gate }) => {
             if !gates.contains(gate) {
-                return Err(illegal(
-                    "that gate is not open; it may have been answered already",
-                ));
+                return Err(illegal("that gate is not open; it may have been answered already"));
             }
             let rest: Vec<String> = gates.iter().filter(|g| *g != gate).cloned().collect();
             if rest.is_empty() {
@@ -272,33 +238,16 @@ pub fn apply(
         }
         (S::CapabilityResolution, E::Start) => (S::Running, vec![F::DispatchReadyJobs]),
 
-        (S::Running, E::Pause { reason }) => (
-            S::Paused {
-                reason: reason.clone(),
-            },
-            vec![F::StopDispatch],
-        ),
+        (S::Running, E::Pause { reason }) => (S::Paused { reason: reason.clone() }, vec![F::StopDispatch]),
         (S::Paused { .. }, E::Resume) => (S::Running, vec![F::DispatchReadyJobs]),
         (S::Running, E::JobFailed { reason, .. }) => (
-            S::Failed {
-                reason: reason.clone(),
-            },
-            vec![
-                F::StopDispatch,
-                F::MarkResourceFailed {
-                    reason: reason.clone(),
-                },
-            ],
+            S::Failed { reason: reason.clone() },
+            vec![F::StopDispatch, F::MarkResourceFailed { reason: reason.clone() }],
         ),
         (S::Running, E::Complete) => (S::Completed, vec![F::UpdateResource]),
 
         (S::Failed { .. }, E::Diagnose) => (S::Diagnosing, vec![F::RunDiagnosis]),
-        (S::Diagnosing, E::ProposePatch { patch }) => (
-            S::PlanPatchReview {
-                patch: patch.clone(),
-            },
-            vec![],
-        ),
+        (S::Diagnosing, E::ProposePatch { patch }) => (S::PlanPatchReview { patch: patch.clone() }, vec![]),
         (S::PlanPatchReview { patch: open }, E::PatchApplied { patch, .. }) => {
             if open != patch {
                 return Err(illegal("a different patch is under review"));
@@ -309,37 +258,20 @@ pub fn apply(
             if open != patch {
                 return Err(illegal("a different patch is under review"));
             }
-            (
-                S::Failed {
-                    reason: format!("patch {patch} rejected: {reason}"),
-                },
-                vec![],
-            )
+            (S::Failed { reason: format!("patch {patch} rejected: {reason}") }, vec![])
         }
-        (S::Failed { .. }, E::Retry { jobs }) => (
-            S::Running,
-            vec![F::ResetJobs { jobs: jobs.clone() }, F::DispatchReadyJobs],
-        ),
+        (S::Failed { .. }, E::Retry { jobs }) => {
+            (S::Running, vec![F::ResetJobs { jobs: jobs.clone() }, F::DispatchReadyJobs])
+        }
         (S::Failed { .. }, E::ManuallyFixed { intervention }) => (
-            S::Verification {
-                intervention: intervention.clone(),
-            },
-            vec![F::RunVerification {
-                intervention: intervention.clone(),
-            }],
+            S::Verification { intervention: intervention.clone() },
+            vec![F::RunVerification { intervention: intervention.clone() }],
         ),
         (S::Verification { .. }, E::Verified) => (S::Running, vec![F::DispatchReadyJobs]),
-        (S::Verification { .. }, E::StillBroken { reason }) => (
-            S::Failed {
-                reason: reason.clone(),
-            },
-            vec![],
-        ),
+        (S::Verification { .. }, E::StillBroken { reason }) => (S::Failed { reason: reason.clone() }, vec![]),
 
         // Everything else is refused, with a hint where a person would likely try it.
-        (S::Completed, E::Resume | E::Retry { .. }) => {
-            return Err(illegal("the operation is completed"))
-        }
+        (S::Completed, E::Resume | E::Retry { .. }) => return Err(illegal("the operation is completed")),
         (S::WaitingForApproval { .. } | S::WaitingForInput { .. }, E::Start | E::Resume) => {
             return Err(illegal("answer the open gates first"))
         }

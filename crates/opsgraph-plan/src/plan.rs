@@ -4,11 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use opsgraph_model::{
-    Attributes, CapabilityPolicy, Gate, GateType, Intent, Job, ParamType, PlanTemplate, Provider,
-    Requirement, Resource, RiskLevel,
+    Attributes, CapabilityPolicy, Gate, GateType, Intent, Job, ParamType, PlanTemplate, Provider, Requirement,
+    Resource, RiskLevel,
 };
 use opsgraph_pack::Pack;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -28,7 +28,7 @@ pub struct Input<'a> {
 }
 
 /// A plan revision.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub pack: String,
     pub template: String,
@@ -44,14 +44,14 @@ pub struct Plan {
     pub revision: Revision,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Revision {
     pub number: u32,
     /// `sha256:<hex>` over the plan's content.
     pub hash: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stage {
     pub id: String,
     pub name: String,
@@ -59,7 +59,7 @@ pub struct Stage {
 }
 
 /// One job of the template, on one resource of its scope (or once, unscoped).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobInstance {
     /// `install-runtime@worker-3`, or the job id when unscoped.
     pub id: String,
@@ -75,7 +75,7 @@ pub struct JobInstance {
     pub destructive: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanGate {
     pub id: String,
     #[serde(rename = "type")]
@@ -89,14 +89,14 @@ pub struct PlanGate {
     pub source: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Risk {
     pub level: RiskLevel,
     pub reasons: Vec<String>,
 }
 
 /// The plan of a provider's create action, run first as a child operation.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubOperation {
     pub requirement: String,
     pub provider: String,
@@ -119,23 +119,15 @@ impl Plan {
             stages: Vec::new(),
             jobs: Vec::new(),
             gates: Vec::new(),
-            risk: Risk {
-                level: RiskLevel::Low,
-                reasons: Vec::new(),
-            },
+            risk: Risk { level: RiskLevel::Low, reasons: Vec::new() },
             sub_operations: Vec::new(),
-            revision: Revision {
-                number: 0,
-                hash: String::new(),
-            },
+            revision: Revision { number: 0, hash: String::new() },
         }
     }
 
     /// True when a requirement cannot be met: the plan cannot run.
     pub fn is_blocked(&self) -> bool {
-        self.resolution
-            .iter()
-            .any(|r| matches!(r.outcome, Outcome::Unsatisfiable { .. }))
+        self.resolution.iter().any(|r| matches!(r.outcome, Outcome::Unsatisfiable { .. }))
     }
 
     /// `sha256:<hex>` over the plan's content, serialised straight into the hasher.
@@ -216,18 +208,13 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             let key = from.strip_prefix("targets.").unwrap_or(from);
             for id in intent.targets.get(key).into_iter().flatten() {
                 match input.inventory.get(id) {
-                    None => errors.push(Error::UnknownResource {
+                    None => errors.push(Error::UnknownResource { id: id.clone(), scope: name.clone() }),
+                    Some(r) if r.type_ != spec.resource_type => errors.push(Error::WrongResourceType {
                         id: id.clone(),
                         scope: name.clone(),
+                        expected: spec.resource_type.clone(),
+                        found: r.type_.clone(),
                     }),
-                    Some(r) if r.type_ != spec.resource_type => {
-                        errors.push(Error::WrongResourceType {
-                            id: id.clone(),
-                            scope: name.clone(),
-                            expected: spec.resource_type.clone(),
-                            found: r.type_.clone(),
-                        })
-                    }
                     Some(r) if seen.insert(r.id.as_str()) => resources.push(r),
                     Some(_) => {}
                 }
@@ -235,42 +222,24 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         }
         let n = resources.len() as u32;
         if spec.min.is_some_and(|m| n < m) || spec.max.is_some_and(|m| n > m) {
-            errors.push(Error::ScopeSize {
-                scope: name.clone(),
-                count: n,
-                min: spec.min,
-                max: spec.max,
-            });
+            errors.push(Error::ScopeSize { scope: name.clone(), count: n, min: spec.min, max: spec.max });
         }
         scopes.insert(name, resources);
     }
     for key in intent.targets.keys() {
-        let used = template.scopes.values().any(|s| {
-            s.from
-                .iter()
-                .any(|f| f.strip_prefix("targets.") == Some(key))
-        });
+        let used = template.scopes.values().any(|s| s.from.iter().any(|f| f.strip_prefix("targets.") == Some(key)));
         if !used {
-            errors.push(Error::UnknownTarget {
-                name: key.clone(),
-                template: template.id.clone(),
-            });
+            errors.push(Error::UnknownTarget { name: key.clone(), template: template.id.clone() });
         }
     }
 
     // Jobs, their scopes and instances.
-    let stage_of: HashMap<&str, &str> = template
-        .stages
-        .iter()
-        .flat_map(|s| s.jobs.iter().map(move |j| (j.as_str(), s.id.as_str())))
-        .collect();
+    let stage_of: HashMap<&str, &str> =
+        template.stages.iter().flat_map(|s| s.jobs.iter().map(move |j| (j.as_str(), s.id.as_str()))).collect();
     let mut jobs: Vec<(&Job, Option<&str>)> = Vec::new();
     for entry in &template.jobs {
         let Some(job) = pack.job(template, entry.id()) else {
-            errors.push(Error::UnknownJob {
-                id: entry.id().to_string(),
-                referenced_by: template.id.clone(),
-            });
+            errors.push(Error::UnknownJob { id: entry.id().to_string(), referenced_by: template.id.clone() });
             continue;
         };
         match job_scope(job, template) {
@@ -288,11 +257,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         let list = match scope {
             Some(s) => scopes
                 .get(s)
-                .map(|rs| {
-                    rs.iter()
-                        .map(|r| (Some(r.id.as_str()), instance_id(&job.id, Some(r))))
-                        .collect()
-                })
+                .map(|rs| rs.iter().map(|r| (Some(r.id.as_str()), instance_id(&job.id, Some(r)))).collect())
                 .unwrap_or_default(),
             None => vec![(None, job.id.clone())],
         };
@@ -302,10 +267,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     // (job id, resource id) -> instance id, for edges between instances on the same resource.
     let on_resource: HashMap<(&str, &str), &String> = instances
         .iter()
-        .flat_map(|(job, list)| {
-            list.iter()
-                .filter_map(move |(r, id)| r.map(|r| ((*job, r), id)))
-        })
+        .flat_map(|(job, list)| list.iter().filter_map(move |(r, id)| r.map(|r| ((*job, r), id))))
         .collect();
 
     // Who provides what.
@@ -350,13 +312,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         }
         None => external.push((req.clone(), vec![by.to_string()])),
     };
-    for req in template
-        .requires
-        .as_ref()
-        .unwrap_or(&pack.manifest.requires)
-        .iter()
-        .chain(&intent.requires)
-    {
+    for req in template.requires.as_ref().unwrap_or(&pack.manifest.requires).iter().chain(&intent.requires) {
         add_external(req, "pack");
     }
     let mut job_edits = Vec::new();
@@ -388,10 +344,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             if instances.contains_key(after.as_str()) {
                 links.push((after, true, "after (explicit ordering)".to_string()));
             } else {
-                errors.push(Error::UnknownJob {
-                    id: after.clone(),
-                    referenced_by: job.id.clone(),
-                });
+                errors.push(Error::UnknownJob { id: after.clone(), referenced_by: job.id.clone() });
             }
         }
         let stage = stage_of.get(job.id.as_str()).copied().unwrap_or("");
@@ -404,11 +357,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                     (true, Some(r)) => on_resource.get(&(*provider, *r)).copied(),
                     _ => None,
                 };
-                let all = instances
-                    .get(provider)
-                    .into_iter()
-                    .flatten()
-                    .map(|(_, i)| i);
+                let all = instances.get(provider).into_iter().flatten().map(|(_, i)| i);
                 for t in same.into_iter().chain(all.filter(|_| same.is_none())) {
                     if t != id && seen.insert(t.as_str()) {
                         depends_on.push(t.clone());
@@ -447,18 +396,11 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     };
     let mut resolution = Vec::new();
     for (req, by) in external {
-        let scoped = req
-            .scope
-            .as_deref()
-            .and_then(|s| scopes.get(s).map(|rs| (s, rs)));
+        let scoped = req.scope.as_deref().and_then(|s| scopes.get(s).map(|rs| (s, rs)));
         let r = match (req.scope.as_deref(), scoped) {
             (Some(s), Some((_, rs))) => resolve::resolve_scoped(&cx, &req, s, rs, by),
             (Some(s), None) => {
-                errors.push(Error::UnknownScope {
-                    scope: s.to_string(),
-                    capability: req.capability.clone(),
-                    jobs: by,
-                });
+                errors.push(Error::UnknownScope { scope: s.to_string(), capability: req.capability.clone(), jobs: by });
                 continue;
             }
             (None, _) => resolve::resolve(&cx, &req, by),
@@ -471,58 +413,27 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     if depth < MAX_DEPTH {
         for r in &mut resolution {
             let creates: Vec<(String, String, String, Attributes, bool)> = match &r.outcome {
-                Outcome::Create {
-                    provider,
-                    pack,
-                    action,
-                    parameters,
-                } => {
-                    vec![(
-                        provider.clone(),
-                        pack.clone(),
-                        action.clone(),
-                        parameters.clone(),
-                        true,
-                    )]
+                Outcome::Create { provider, pack, action, parameters } => {
+                    vec![(provider.clone(), pack.clone(), action.clone(), parameters.clone(), true)]
                 }
                 Outcome::Gate { gate } => gate
                     .options
                     .iter()
                     .filter_map(|o| match o {
-                        GateOption::Create {
-                            provider,
-                            pack,
-                            action,
-                            parameters,
-                            ..
-                        } => Some((
-                            provider.clone(),
-                            pack.clone(),
-                            action.clone(),
-                            parameters.clone(),
-                            false,
-                        )),
+                        GateOption::Create { provider, pack, action, parameters, .. } => {
+                            Some((provider.clone(), pack.clone(), action.clone(), parameters.clone(), false))
+                        }
                         _ => None,
                     })
                     .collect(),
                 _ => Vec::new(),
             };
             for (provider, pack_id, action, params, chosen) in creates {
-                let sub = sub_operation(
-                    input,
-                    &r.requirement,
-                    &provider,
-                    &pack_id,
-                    &action,
-                    &params,
-                    chosen,
-                    depth,
-                );
+                let sub = sub_operation(input, &r.requirement, &provider, &pack_id, &action, &params, chosen, depth);
                 if chosen {
                     if let Some(e) = &sub.error {
-                        r.outcome = Outcome::Unsatisfiable {
-                            reason: format!("provider {provider} cannot be created: {e}"),
-                        };
+                        r.outcome =
+                            Outcome::Unsatisfiable { reason: format!("provider {provider} cannot be created: {e}") };
                     }
                 }
                 subs.push(sub);
@@ -531,33 +442,16 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     }
 
     // Gates.
-    let roots: Vec<String> = job_edits
-        .iter()
-        .filter(|j| j.depends_on.is_empty())
-        .map(|j| j.id.clone())
-        .collect();
+    let roots: Vec<String> = job_edits.iter().filter(|j| j.depends_on.is_empty()).map(|j| j.id.clone()).collect();
     let instances_of = |job_ids: &[String]| -> Vec<String> {
         let wanted: BTreeSet<&str> = job_ids.iter().map(String::as_str).collect();
-        job_edits
-            .iter()
-            .filter(|j| wanted.contains(j.job.as_str()))
-            .map(|j| j.id.clone())
-            .collect()
+        job_edits.iter().filter(|j| wanted.contains(j.job.as_str())).map(|j| j.id.clone()).collect()
     };
     let mut gates: Vec<PlanGate> = Vec::new();
     for r in &resolution {
         if let Outcome::Gate { gate } = &r.outcome {
-            let users: Vec<String> = r
-                .required_by
-                .iter()
-                .filter(|u| *u != "pack")
-                .cloned()
-                .collect();
-            let before = if users.is_empty() {
-                roots.clone()
-            } else {
-                instances_of(&users)
-            };
+            let users: Vec<String> = r.required_by.iter().filter(|u| *u != "pack").cloned().collect();
+            let before = if users.is_empty() { roots.clone() } else { instances_of(&users) };
             gates.push(PlanGate {
                 id: gate.id.clone(),
                 type_: gate.type_,
@@ -570,22 +464,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         }
     }
     for g in &template.gates {
-        gates.push(plan_gate(
-            g,
-            if g.before.is_empty() {
-                roots.clone()
-            } else {
-                instances_of(&g.before)
-            },
-            "template",
-        ));
+        gates.push(plan_gate(g, if g.before.is_empty() { roots.clone() } else { instances_of(&g.before) }, "template"));
     }
     for (param, users) in &missing {
-        let before = if users.is_empty() {
-            roots.clone()
-        } else {
-            instances_of(users)
-        };
+        let before = if users.is_empty() { roots.clone() } else { instances_of(users) };
         gates.push(PlanGate {
             id: format!("input-{}", param.replace('_', "-")),
             type_: GateType::MissingInput,
@@ -628,10 +510,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     for j in jobs.iter().filter(|(j, _)| j.controls.destructive) {
         reasons.push(format!("destructive job {}", j.0.id));
     }
-    let creates = resolution
-        .iter()
-        .filter(|r| matches!(r.outcome, Outcome::Create { .. }))
-        .count();
+    let creates = resolution.iter().filter(|r| matches!(r.outcome, Outcome::Create { .. })).count();
     if creates > 0 {
         reasons.push(format!("{creates} provider(s) created as sub-operations"));
     }
@@ -644,10 +523,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     }
 
     for s in &template.stages {
-        edits.push(Edit::AddStage {
-            id: s.id.clone(),
-            name: s.name.clone(),
-        });
+        edits.push(Edit::AddStage { id: s.id.clone(), name: s.name.clone() });
     }
     edits.extend(job_edits.into_iter().map(Edit::AddJob));
     edits.extend(gates.into_iter().map(Edit::AddGate));
@@ -680,11 +556,7 @@ fn sub_operation(
             .first()
             .cloned()
             .ok_or_else(|| format!("pack {pack_id} manages no resource type"))?;
-        let parent = input
-            .intent
-            .name
-            .clone()
-            .unwrap_or_else(|| "operation".into());
+        let parent = input.intent.name.clone().unwrap_or_else(|| "operation".into());
         let sub_intent = Intent {
             id: None,
             target_resource_type: target,
@@ -698,32 +570,18 @@ fn sub_operation(
             targets: BTreeMap::new(),
             requires: Vec::new(),
         };
-        let sub_input = Input {
-            intent: &sub_intent,
-            ..*input
-        };
-        build_at(&sub_input, depth + 1).map_err(|errs| {
-            errs.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
+        let sub_input = Input { intent: &sub_intent, ..*input };
+        build_at(&sub_input, depth + 1)
+            .map_err(|errs| errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
     })();
     let (plan, error) = match result {
-        Ok(p) if p.is_blocked() => (
-            Some(Box::new(p)),
-            Some("its own plan has an unsatisfiable requirement".to_string()),
-        ),
+        Ok(p) if p.is_blocked() => {
+            (Some(Box::new(p)), Some("its own plan has an unsatisfiable requirement".to_string()))
+        }
         Ok(p) => (Some(Box::new(p)), None),
         Err(e) => (None, Some(e)),
     };
-    SubOperation {
-        requirement: req.capability.clone(),
-        provider: provider.to_string(),
-        chosen,
-        plan,
-        error,
-    }
+    SubOperation { requirement: req.capability.clone(), provider: provider.to_string(), chosen, plan, error }
 }
 
 fn plan_gate(g: &Gate, before: Vec<String>, source: &str) -> PlanGate {
@@ -740,30 +598,18 @@ fn plan_gate(g: &Gate, before: Vec<String>, source: &str) -> PlanGate {
 
 fn find_pack<'a>(packs: &'a [Pack], intent: &Intent) -> Result<&'a Pack, Error> {
     if let Some(id) = &intent.pack {
-        return packs
-            .iter()
-            .find(|p| p.manifest.id == *id)
-            .ok_or_else(|| Error::UnknownPack {
-                id: id.clone(),
-                available: packs.iter().map(|p| p.manifest.id.clone()).collect(),
-            });
+        return packs.iter().find(|p| p.manifest.id == *id).ok_or_else(|| Error::UnknownPack {
+            id: id.clone(),
+            available: packs.iter().map(|p| p.manifest.id.clone()).collect(),
+        });
     }
-    let found: Vec<&Pack> = packs
-        .iter()
-        .filter(|p| {
-            p.manifest
-                .resource_types
-                .contains(&intent.target_resource_type)
-        })
-        .collect();
+    let found: Vec<&Pack> =
+        packs.iter().filter(|p| p.manifest.resource_types.contains(&intent.target_resource_type)).collect();
     match found.as_slice() {
         [one] => Ok(one),
         [] => Err(Error::NoPackForType {
             resource_type: intent.target_resource_type.clone(),
-            available: packs
-                .iter()
-                .flat_map(|p| p.manifest.resource_types.iter().cloned())
-                .collect(),
+            available: packs.iter().flat_map(|p| p.manifest.resource_types.iter().cloned()).collect(),
         }),
         several => Err(Error::AmbiguousPack {
             resource_type: intent.target_resource_type.clone(),
@@ -783,11 +629,7 @@ fn job_scope<'a>(job: &'a Job, template: &'a PlanTemplate) -> Result<Option<&'a 
         return if template.scopes.contains_key(target) {
             Ok(Some(target))
         } else {
-            Err(Error::UnknownScope {
-                scope: target.into(),
-                capability: String::new(),
-                jobs: vec![job.id.clone()],
-            })
+            Err(Error::UnknownScope { scope: target.into(), capability: String::new(), jobs: vec![job.id.clone()] })
         };
     }
     let of_type: Vec<&str> = template
@@ -805,13 +647,7 @@ fn job_scope<'a>(job: &'a Job, template: &'a PlanTemplate) -> Result<Option<&'a 
         .capabilities
         .iter()
         .filter_map(|r| r.scope.as_deref())
-        .chain(
-            job.outputs
-                .provides
-                .capabilities
-                .iter()
-                .filter_map(|p| p.scope.as_deref()),
-        )
+        .chain(job.outputs.provides.capabilities.iter().filter_map(|p| p.scope.as_deref()))
         .filter(|s| of_type.contains(s))
         .collect();
     match named.len() {
@@ -821,10 +657,9 @@ fn job_scope<'a>(job: &'a Job, template: &'a PlanTemplate) -> Result<Option<&'a 
             capability: String::new(),
             jobs: vec![job.id.clone()],
         }),
-        _ => Err(Error::AmbiguousScope {
-            job: job.id.clone(),
-            scopes: of_type.iter().map(|s| s.to_string()).collect(),
-        }),
+        _ => {
+            Err(Error::AmbiguousScope { job: job.id.clone(), scopes: of_type.iter().map(|s| s.to_string()).collect() })
+        }
     }
 }
 
@@ -887,10 +722,7 @@ fn parameters(
     // A missing parameter waits before the jobs that take it as input.
     for (name, users) in &mut missing {
         for entry in &template.jobs {
-            if pack
-                .job(template, entry.id())
-                .is_some_and(|job| job.inputs.parameters.contains_key(name))
-            {
+            if pack.job(template, entry.id()).is_some_and(|job| job.inputs.parameters.contains_key(name)) {
                 users.push(entry.id().to_string());
             }
         }
@@ -900,11 +732,7 @@ fn parameters(
 
 /// The job-level graph (instances collapsed to their job), for people and tests.
 pub fn job_edges(plan: &Plan) -> BTreeSet<(String, String)> {
-    let job_of: HashMap<&str, &str> = plan
-        .jobs
-        .iter()
-        .map(|j| (j.id.as_str(), j.job.as_str()))
-        .collect();
+    let job_of: HashMap<&str, &str> = plan.jobs.iter().map(|j| (j.id.as_str(), j.job.as_str())).collect();
     let mut edges = BTreeSet::new();
     for j in &plan.jobs {
         for d in &j.depends_on {
@@ -921,11 +749,7 @@ pub fn transitive_reduction(edges: &BTreeSet<(String, String)>) -> BTreeSet<(Str
     let mut out = BTreeSet::new();
     for (a, b) in edges {
         // Is b reachable from a without the direct edge?
-        let mut stack: Vec<&str> = edges
-            .iter()
-            .filter(|(x, y)| x == a && y != b)
-            .map(|(_, y)| y.as_str())
-            .collect();
+        let mut stack: Vec<&str> = edges.iter().filter(|(x, y)| x == a && y != b).map(|(_, y)| y.as_str()).collect();
         let mut seen = BTreeSet::new();
         let mut implied = false;
         while let Some(n) = stack.pop() {
@@ -934,12 +758,7 @@ pub fn transitive_reduction(edges: &BTreeSet<(String, String)>) -> BTreeSet<(Str
                 break;
             }
             if seen.insert(n) {
-                stack.extend(
-                    edges
-                        .iter()
-                        .filter(|(x, _)| x == n)
-                        .map(|(_, y)| y.as_str()),
-                );
+                stack.extend(edges.iter().filter(|(x, _)| x == n).map(|(_, y)| y.as_str()));
             }
         }
         if !implied {

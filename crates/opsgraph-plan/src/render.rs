@@ -32,11 +32,7 @@ fn resolution_json(r: &Resolution) -> Value {
         "considered": r.considered,
     });
     match &r.outcome {
-        Outcome::Bind {
-            resource,
-            provider,
-            because,
-        } => {
+        Outcome::Bind { resource, provider, because } => {
             v["provider"] = json!(provider);
             v["resource"] = json!(resource);
             v["because"] = json!(because);
@@ -45,12 +41,7 @@ fn resolution_json(r: &Resolution) -> Value {
             v["provider"] = json!(format!("scope {scope}"));
             v["resources"] = json!(resources);
         }
-        Outcome::Create {
-            provider,
-            pack,
-            action,
-            parameters,
-        } => {
+        Outcome::Create { provider, pack, action, parameters } => {
             v["provider"] = json!(provider);
             v["create"] = json!({"pack": pack, "action": action, "parameters": parameters});
         }
@@ -104,10 +95,7 @@ pub fn text(plan: &Plan) -> String {
         i.action,
         i.target_resource_type,
         i.name.as_deref().unwrap_or("(unnamed)"),
-        i.environment
-            .as_deref()
-            .map(|e| format!(" in {e}"))
-            .unwrap_or_default()
+        i.environment.as_deref().map(|e| format!(" in {e}")).unwrap_or_default()
     );
     let _ = writeln!(
         s,
@@ -120,9 +108,7 @@ pub fn text(plan: &Plan) -> String {
     let width = plan
         .resolution
         .iter()
-        .map(|r| {
-            r.requirement.capability.len() + r.requirement.scope.as_ref().map_or(0, |x| x.len() + 3)
-        })
+        .map(|r| r.requirement.capability.len() + r.requirement.scope.as_ref().map_or(0, |x| x.len() + 3))
         .max()
         .unwrap_or(0);
     for r in &plan.resolution {
@@ -131,34 +117,21 @@ pub fn text(plan: &Plan) -> String {
             None => r.requirement.capability.clone(),
         };
         let what = match &r.outcome {
-            Outcome::Bind {
-                resource, because, ..
-            } => format!("{resource} ({because})"),
+            Outcome::Bind { resource, because, .. } => format!("{resource} ({because})"),
             Outcome::BindScope { resources, .. } => abbreviate(resources),
-            Outcome::Create {
-                provider,
-                pack,
-                action,
-                ..
-            } => format!("provider {provider} through {pack} {action} (sub-operation)"),
+            Outcome::Create { provider, pack, action, .. } => {
+                format!("provider {provider} through {pack} {action} (sub-operation)")
+            }
             Outcome::Gate { gate } => format!("gate {}", gate.id),
             Outcome::Unsatisfiable { reason } => reason.clone(),
         };
         let _ = writeln!(s, "  {name:<width$}  {:<13}  {what}", r.outcome.name());
         for rej in &r.rejected {
-            let _ = writeln!(
-                s,
-                "  {:<width$}    rejected {}: {}",
-                "", rej.candidate, rej.reason
-            );
+            let _ = writeln!(s, "  {:<width$}    rejected {}: {}", "", rej.candidate, rej.reason);
         }
         let total: usize = r.rejected_by_rule.values().sum();
         if total > r.rejected.len() {
-            let rules: Vec<String> = r
-                .rejected_by_rule
-                .iter()
-                .map(|(k, n)| format!("{n} {k}"))
-                .collect();
+            let rules: Vec<String> = r.rejected_by_rule.iter().map(|(k, n)| format!("{n} {k}")).collect();
             let _ = writeln!(
                 s,
                 "  {:<width$}    ... {} more rejected ({})",
@@ -171,13 +144,7 @@ pub fn text(plan: &Plan) -> String {
     if !plan.gates.is_empty() {
         let _ = writeln!(s, "\nGates");
         for g in &plan.gates {
-            let _ = writeln!(
-                s,
-                "  {} ({}), answered by {}",
-                g.id,
-                g.type_,
-                g.required_roles.join(" or ")
-            );
+            let _ = writeln!(s, "  {} ({}), answered by {}", g.id, g.type_, g.required_roles.join(" or "));
             let _ = writeln!(s, "    {}", g.reason);
             if !g.options.is_empty() {
                 let _ = writeln!(s, "    options: {}", g.options.join(" | "));
@@ -194,11 +161,7 @@ pub fn text(plan: &Plan) -> String {
             let Some(j) = by_id.get(id.as_str()) else {
                 continue;
             };
-            let on = j
-                .resource
-                .as_deref()
-                .map(|r| r.rsplit('/').next().unwrap_or(r))
-                .unwrap_or("");
+            let on = j.resource.as_deref().map(|r| r.rsplit('/').next().unwrap_or(r)).unwrap_or("");
             match by_job.iter_mut().find(|(job, _)| *job == j.job) {
                 Some((_, rs)) => rs.push(on),
                 None => by_job.push((&j.job, vec![on])),
@@ -207,11 +170,7 @@ pub fn text(plan: &Plan) -> String {
         let jobs: Vec<String> = by_job
             .iter()
             .map(|(job, rs)| {
-                let rs: Vec<String> = rs
-                    .iter()
-                    .filter(|r| !r.is_empty())
-                    .map(|r| r.to_string())
-                    .collect();
+                let rs: Vec<String> = rs.iter().filter(|r| !r.is_empty()).map(|r| r.to_string()).collect();
                 if rs.is_empty() {
                     job.to_string()
                 } else {
@@ -224,11 +183,7 @@ pub fn text(plan: &Plan) -> String {
     if !plan.sub_operations.is_empty() {
         let _ = writeln!(s, "\nSub-operations");
         for sub in &plan.sub_operations {
-            let role = if sub.chosen {
-                "runs first".to_string()
-            } else {
-                "if chosen at its gate".to_string()
-            };
+            let role = if sub.chosen { "runs first".to_string() } else { "if chosen at its gate".to_string() };
             match (&sub.plan, &sub.error) {
                 (Some(p), None) => {
                     let _ = writeln!(
@@ -243,16 +198,11 @@ pub fn text(plan: &Plan) -> String {
                         p.gates.len()
                     );
                     for r in &p.resolution {
-                        let _ =
-                            writeln!(s, "    {} {}", r.requirement.capability, r.outcome.name());
+                        let _ = writeln!(s, "    {} {}", r.requirement.capability, r.outcome.name());
                     }
                 }
                 (_, Some(e)) => {
-                    let _ = writeln!(
-                        s,
-                        "  {} for {} ({role}): cannot be planned: {e}",
-                        sub.provider, sub.requirement
-                    );
+                    let _ = writeln!(s, "  {} for {} ({role}): cannot be planned: {e}", sub.provider, sub.requirement);
                 }
                 (None, None) => {}
             }
@@ -280,11 +230,7 @@ fn abbreviate(items: &[String]) -> String {
     if items.len() <= SHOWN {
         items.join(", ")
     } else {
-        format!(
-            "{}, ... ({} in all)",
-            items[..SHOWN].join(", "),
-            items.len()
-        )
+        format!("{}, ... ({} in all)", items[..SHOWN].join(", "), items.len())
     }
 }
 
@@ -293,28 +239,16 @@ pub fn dot(plan: &Plan) -> String {
     let mut s = String::new();
     let q = |x: &str| format!("\"{}\"", x.replace('\\', "\\\\").replace('"', "\\\""));
     let _ = writeln!(s, "digraph {} {{", q(&plan.template));
-    let _ = writeln!(
-        s,
-        "  rankdir=LR;\n  node [shape=box, fontname=\"sans-serif\"];"
-    );
+    let _ = writeln!(s, "  rankdir=LR;\n  node [shape=box, fontname=\"sans-serif\"];");
     for (n, stage) in plan.stages.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "  subgraph cluster_{n} {{\n    label={};",
-            q(&stage.name)
-        );
+        let _ = writeln!(s, "  subgraph cluster_{n} {{\n    label={};", q(&stage.name));
         for j in &stage.jobs {
             let _ = writeln!(s, "    {};", q(j));
         }
         let _ = writeln!(s, "  }}");
     }
     for g in &plan.gates {
-        let _ = writeln!(
-            s,
-            "  {} [shape=diamond, label={}];",
-            q(&g.id),
-            q(&format!("{}\n({})", g.id, g.type_))
-        );
+        let _ = writeln!(s, "  {} [shape=diamond, label={}];", q(&g.id), q(&format!("{}\n({})", g.id, g.type_)));
     }
     for j in &plan.jobs {
         for d in &j.depends_on {

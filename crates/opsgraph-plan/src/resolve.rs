@@ -6,10 +6,9 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use opsgraph_model::{
-    Attributes, CapabilityPolicy, EnvironmentPolicy, GateType, Health, Intent, Provider,
-    Requirement, Resource,
+    Attributes, CapabilityPolicy, EnvironmentPolicy, GateType, Health, Intent, Provider, Requirement, Resource,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::columns::{FastFail, Group, Prepared, Strings};
 use serde_json::Value;
@@ -50,12 +49,7 @@ impl<'a> Inventory<'a> {
                     .push(&mut strings, r, i as u32, j as u32);
             }
         }
-        Inventory {
-            resources,
-            by_id,
-            by_capability,
-            strings,
-        }
+        Inventory { resources, by_id, by_capability, strings }
     }
 
     pub fn get(&self, id: &str) -> Option<&'a Resource> {
@@ -78,7 +72,7 @@ pub struct Context<'a> {
     pub requester: &'a str,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Resolution {
     pub requirement: Requirement,
     /// The jobs (or `pack`) that need it.
@@ -92,7 +86,7 @@ pub struct Resolution {
     pub considered: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// An existing resource is bound.
@@ -133,7 +127,7 @@ impl Outcome {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolutionGate {
     pub id: String,
     #[serde(rename = "type")]
@@ -143,27 +137,13 @@ pub struct ResolutionGate {
     pub required_roles: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum GateOption {
-    Bind {
-        label: String,
-        resource: String,
-    },
-    Create {
-        label: String,
-        provider: String,
-        pack: String,
-        action: String,
-        parameters: Attributes,
-    },
-    BindExternal {
-        label: String,
-        provider: String,
-    },
-    Cancel {
-        label: String,
-    },
+    Bind { label: String, resource: String },
+    Create { label: String, provider: String, pack: String, action: String, parameters: Attributes },
+    BindExternal { label: String, provider: String },
+    Cancel { label: String },
 }
 
 impl GateOption {
@@ -177,7 +157,7 @@ impl GateOption {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rejection {
     pub candidate: String,
     pub reason: String,
@@ -187,25 +167,13 @@ pub struct Rejection {
 /// nothing; only the listed ones are rendered into sentences.
 #[derive(Debug, Clone)]
 enum Fail<'a> {
-    Environment {
-        theirs: &'a str,
-    },
+    Environment { theirs: &'a str },
     NoPolicyRule,
-    NotAllowed {
-        provider: &'a str,
-    },
+    NotAllowed { provider: &'a str },
     NoProviderId,
-    EncryptionRequired {
-        observed: Option<Cow<'a, Value>>,
-    },
-    Unhealthy {
-        health: Health,
-    },
-    Constraint {
-        key: &'a str,
-        want: &'a Value,
-        observed: Option<Cow<'a, Value>>,
-    },
+    EncryptionRequired { observed: Option<Cow<'a, Value>> },
+    Unhealthy { health: Health },
+    Constraint { key: &'a str, want: &'a Value, observed: Option<Cow<'a, Value>> },
     NotProvided,
 }
 
@@ -249,37 +217,19 @@ impl<'a> Fail<'a> {
     }
 
     /// The sentence a person reads.
-    fn describe(
-        &self,
-        cx: &Context<'_>,
-        req: &Requirement,
-        rule: Option<&EnvironmentPolicy>,
-    ) -> String {
-        let env = cx
-            .intent
-            .environment
-            .as_deref()
-            .unwrap_or("any environment");
+    fn describe(&self, cx: &Context<'_>, req: &Requirement, rule: Option<&EnvironmentPolicy>) -> String {
+        let env = cx.intent.environment.as_deref().unwrap_or("any environment");
         match self {
             Fail::Environment { theirs } => {
                 format!("it is in environment {theirs}, the intent is for {env}")
             }
             Fail::NoPolicyRule => {
-                format!(
-                    "the capability policy for {} has no rule for environment {env}",
-                    req.capability
-                )
+                format!("the capability policy for {} has no rule for environment {env}", req.capability)
             }
             Fail::NotAllowed { provider } => format!("provider {provider} is not allowed in {env}"),
             Fail::NoProviderId => {
-                let allowed = rule
-                    .and_then(|r| r.allowed_providers.clone())
-                    .unwrap_or_default();
-                let allowed = if allowed.is_empty() {
-                    "none".to_string()
-                } else {
-                    allowed.join(", ")
-                };
+                let allowed = rule.and_then(|r| r.allowed_providers.clone()).unwrap_or_default();
+                let allowed = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
                 format!("it names no provider, and {env} allows only {allowed}")
             }
             Fail::EncryptionRequired { observed: Some(v) } => {
@@ -289,38 +239,20 @@ impl<'a> Fail<'a> {
                 format!("{env} requires encryption, and it declares no encryption attribute")
             }
             Fail::Unhealthy { health } => format!("its health is {}", health_word(*health)),
-            Fail::Constraint {
-                key,
-                want,
-                observed,
-            } => {
+            Fail::Constraint { key, want, observed } => {
                 let want = match want {
-                    Value::String(s) if s == "same-as-workload" => {
-                        match workload_value(cx.intent, key) {
-                            Some(w) => format!("same-as-workload ({})", plain(&w)),
-                            None => {
-                                "same-as-workload (the intent gives no value for it)".to_string()
-                            }
-                        }
-                    }
+                    Value::String(s) if s == "same-as-workload" => match workload_value(cx.intent, key) {
+                        Some(w) => format!("same-as-workload ({})", plain(&w)),
+                        None => "same-as-workload (the intent gives no value for it)".to_string(),
+                    },
                     Value::Array(options) => {
-                        format!(
-                            "one of [{}]",
-                            options.iter().map(plain).collect::<Vec<_>>().join(", ")
-                        )
+                        format!("one of [{}]", options.iter().map(plain).collect::<Vec<_>>().join(", "))
                     }
                     other => plain(other),
                 };
                 match observed {
-                    Some(v) => format!(
-                        "constraint {key}: {want} is not met ({} is {})",
-                        attr_name(key),
-                        plain(v)
-                    ),
-                    None => format!(
-                        "constraint {key}: {want} is not met (it has no {} attribute)",
-                        attr_name(key)
-                    ),
+                    Some(v) => format!("constraint {key}: {want} is not met ({} is {})", attr_name(key), plain(v)),
+                    None => format!("constraint {key}: {want} is not met (it has no {} attribute)", attr_name(key)),
                 }
             }
             Fail::NotProvided => format!("it does not provide {}", req.capability),
@@ -338,9 +270,7 @@ fn health_word(h: Health) -> &'static str {
 }
 
 fn attr_name(key: &str) -> &str {
-    key.strip_prefix("min_")
-        .or_else(|| key.strip_prefix("max_"))
-        .unwrap_or(key)
+    key.strip_prefix("min_").or_else(|| key.strip_prefix("max_")).unwrap_or(key)
 }
 
 fn plain(v: &Value) -> String {
@@ -362,11 +292,7 @@ struct Subject<'a> {
 
 impl<'a> Subject<'a> {
     fn get(&self, key: &str) -> Option<Cow<'a, Value>> {
-        if let Some(v) = self
-            .capability
-            .get(key)
-            .or_else(|| self.attributes.get(key))
-        {
+        if let Some(v) = self.capability.get(key).or_else(|| self.attributes.get(key)) {
             return Some(Cow::Borrowed(v));
         }
         let field = match key {
@@ -397,11 +323,7 @@ fn as_number(v: &Value) -> Option<f64> {
 
 /// The value of `key` for the workload: the intent's constraints, its parameters, its fields.
 fn workload_value(intent: &Intent, key: &str) -> Option<Value> {
-    if let Some(v) = intent
-        .constraints
-        .get(key)
-        .or_else(|| intent.parameters.get(key))
-    {
+    if let Some(v) = intent.constraints.get(key).or_else(|| intent.parameters.get(key)) {
         return Some(v.clone());
     }
     match key {
@@ -427,30 +349,21 @@ enum Check {
 }
 
 impl<'a> Constraints<'a> {
-    fn new(
-        constraints: &'a Attributes,
-        intent: &Intent,
-        only_declared: Option<&Subject<'_>>,
-    ) -> Constraints<'a> {
+    fn new(constraints: &'a Attributes, intent: &Intent, only_declared: Option<&Subject<'_>>) -> Constraints<'a> {
         let mut items = Vec::new();
         for (key, want) in constraints {
             if only_declared.is_some_and(|s| s.get(attr_name(key)).is_none()) {
                 continue;
             }
-            let bound = key
-                .strip_prefix("min_")
-                .or_else(|| key.strip_prefix("max_"))
-                .and(as_number(want));
+            let bound = key.strip_prefix("min_").or_else(|| key.strip_prefix("max_")).and(as_number(want));
             let check = match (bound, want) {
                 (Some(n), _) if key.starts_with("min_") => Check::Min(n),
                 (Some(n), _) => Check::Max(n),
                 (None, Value::String(s)) if s == "required" => Check::Required,
-                (None, Value::String(s)) if s == "same-as-workload" => {
-                    match workload_value(intent, key) {
-                        Some(w) => Check::Equal(w),
-                        None => Check::NoWorkloadValue,
-                    }
-                }
+                (None, Value::String(s)) if s == "same-as-workload" => match workload_value(intent, key) {
+                    Some(w) => Check::Equal(w),
+                    None => Check::NoWorkloadValue,
+                },
                 (None, Value::Array(_)) => Check::OneOf,
                 (None, other) => Check::Equal(other.clone()),
             };
@@ -467,32 +380,18 @@ impl<'a> Constraints<'a> {
         for (key, want, check) in &self.items {
             let observed = subject.get(attr_name(key));
             let ok = match check {
-                Check::Min(n) => observed
-                    .as_deref()
-                    .and_then(as_number)
-                    .is_some_and(|v| v >= *n),
-                Check::Max(n) => observed
-                    .as_deref()
-                    .and_then(as_number)
-                    .is_some_and(|v| v <= *n),
+                Check::Min(n) => observed.as_deref().and_then(as_number).is_some_and(|v| v >= *n),
+                Check::Max(n) => observed.as_deref().and_then(as_number).is_some_and(|v| v <= *n),
                 Check::Required => matches!(observed.as_deref(), Some(Value::Bool(true))),
                 Check::Equal(w) => observed.as_deref().is_some_and(|o| loosely_equal(o, w)),
                 Check::NoWorkloadValue => false,
                 Check::OneOf => {
-                    let Value::Array(options) = want else {
-                        unreachable!("OneOf is built from arrays")
-                    };
-                    observed
-                        .as_deref()
-                        .is_some_and(|o| options.iter().any(|w| loosely_equal(o, w)))
+                    let Value::Array(options) = want else { unreachable!("OneOf is built from arrays") };
+                    observed.as_deref().is_some_and(|o| options.iter().any(|w| loosely_equal(o, w)))
                 }
             };
             if !ok {
-                return Err(Fail::Constraint {
-                    key,
-                    want,
-                    observed,
-                });
+                return Err(Fail::Constraint { key, want, observed });
             }
         }
         Ok(())
@@ -501,10 +400,7 @@ impl<'a> Constraints<'a> {
 
 /// The policy rule that applies; `Err` when the capability has a policy but not for this
 /// environment (then nothing is allowed there).
-fn policy_rule<'a>(
-    cx: &Context<'a>,
-    capability: &str,
-) -> Result<Option<&'a EnvironmentPolicy>, ()> {
+fn policy_rule<'a>(cx: &Context<'a>, capability: &str) -> Result<Option<&'a EnvironmentPolicy>, ()> {
     let Some(envs) = cx.policy.rules.get(capability) else {
         return Ok(None);
     };
@@ -514,10 +410,7 @@ fn policy_rule<'a>(
     envs.get(env).map(Some).ok_or(())
 }
 
-fn allowed<'s>(
-    rule: Option<&EnvironmentPolicy>,
-    provider: Option<&'s str>,
-) -> Result<(), Fail<'s>> {
+fn allowed<'s>(rule: Option<&EnvironmentPolicy>, provider: Option<&'s str>) -> Result<(), Fail<'s>> {
     let Some(list) = rule.and_then(|r| r.allowed_providers.as_ref()) else {
         return Ok(());
     };
@@ -556,10 +449,7 @@ struct Rejections<'a> {
 
 impl<'a> Rejections<'a> {
     fn new() -> Rejections<'a> {
-        Rejections {
-            listed: Vec::new(),
-            counts: Vec::new(),
-        }
+        Rejections { listed: Vec::new(), counts: Vec::new() }
     }
 
     fn count(&mut self, rule: Rule<'a>, n: usize) {
@@ -582,23 +472,13 @@ impl<'a> Rejections<'a> {
     ) {
         self.count(fail.rule(), 1);
         if self.wants_more() {
-            self.listed.push((
-                order,
-                Rejection {
-                    candidate: candidate(),
-                    reason: reason(),
-                },
-            ));
+            self.listed.push((order, Rejection { candidate: candidate(), reason: reason() }));
         }
     }
 
     fn finish(mut self) -> (Vec<Rejection>, BTreeMap<String, usize>) {
         self.listed.sort_by_key(|(order, _)| *order);
-        let by_rule = self
-            .counts
-            .into_iter()
-            .map(|(r, n)| (r.name(), n))
-            .collect();
+        let by_rule = self.counts.into_iter().map(|(r, n)| (r.name(), n)).collect();
         (self.listed.into_iter().map(|(_, r)| r).collect(), by_rule)
     }
 }
@@ -609,17 +489,8 @@ pub fn resolve(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>) ->
 }
 
 /// `fast: false` evaluates every candidate the slow, exact way (for tests of the fast path).
-fn resolve_with(
-    cx: &Context<'_>,
-    req: &Requirement,
-    required_by: Vec<String>,
-    fast: bool,
-) -> Resolution {
-    let env = cx
-        .intent
-        .environment
-        .as_deref()
-        .unwrap_or("any environment");
+fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, fast: bool) -> Resolution {
+    let env = cx.intent.environment.as_deref().unwrap_or("any environment");
     let mut rejections = Rejections::new();
     let mut considered = 0;
     let rule = policy_rule(cx, &req.capability);
@@ -629,8 +500,7 @@ fn resolve_with(
 
     let mut matches: Vec<&Resource> = Vec::new();
     if let Some(index) = cx.inventory.by_capability.get(req.capability.as_str()) {
-        let prepared = Prepared::new(&cx.inventory.strings, req, cx.intent, rule, workload_value)
-            .filter(|_| fast);
+        let prepared = Prepared::new(&cx.inventory.strings, req, cx.intent, rule, workload_value).filter(|_| fast);
         for (group_env, group) in &index.by_env {
             let members = &group.members;
             considered += members.len();
@@ -647,10 +517,7 @@ fn resolve_with(
                         break;
                     }
                     let r = &cx.inventory.resources[i as usize];
-                    let rejection = Rejection {
-                        candidate: r.id.clone(),
-                        reason: fail.describe(cx, req, None),
-                    };
+                    let rejection = Rejection { candidate: r.id.clone(), reason: fail.describe(cx, req, None) };
                     rejections.listed.push((i as usize, rejection));
                 }
                 continue;
@@ -674,18 +541,14 @@ fn resolve_with(
             };
             for (m, &(i, j)) in members.iter().enumerate() {
                 let r = &cx.inventory.resources[i as usize];
-                let fast = prepared
-                    .as_ref()
-                    .and_then(|p| p.verdict(&cx.inventory.strings, group, *group_env, m));
+                let fast = prepared.as_ref().and_then(|p| p.verdict(&cx.inventory.strings, group, *group_env, m));
                 match fast {
                     Some(Ok(())) => matches.push(r),
                     Some(Err(f)) if !rejections.wants_more() => rejections.count(fast_rule(f), 1),
                     _ => match slow(i, j) {
                         Ok(()) => matches.push(r),
                         Err(fail) => {
-                            debug_assert!(
-                                fast.is_none_or(|f| f.is_err_and(|f| fast_rule(f) == fail.rule()))
-                            );
+                            debug_assert!(fast.is_none_or(|f| f.is_err_and(|f| fast_rule(f) == fail.rule())));
                             rejections.add(
                                 i as usize,
                                 &fail,
@@ -704,12 +567,7 @@ fn resolve_with(
     let mut creatable: Vec<&Provider> = Vec::new();
     let mut external: Vec<&Provider> = Vec::new();
     let base = cx.inventory.resources.len();
-    for (n, p) in cx
-        .providers
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.capability == req.capability)
-    {
+    for (n, p) in cx.providers.iter().enumerate().filter(|(_, p)| p.capability == req.capability) {
         if p.create.is_none() && p.bind.is_none() {
             continue; // Bind-only providers are judged through their resources above.
         }
@@ -752,33 +610,22 @@ fn resolve_with(
     let outcome = if !matches.is_empty() {
         let default = rule.and_then(|r| r.default_provider.as_deref());
         let chosen: Option<(&Resource, String)> = match matches.as_slice() {
-            [one] => Some((
-                one,
-                "the only candidate that satisfies every rule".to_string(),
-            )),
+            [one] => Some((one, "the only candidate that satisfies every rule".to_string())),
             several => {
-                let defaults: Vec<&&Resource> = several
-                    .iter()
-                    .filter(|r| default.is_some() && r.provider.as_deref() == default)
-                    .collect();
+                let defaults: Vec<&&Resource> =
+                    several.iter().filter(|r| default.is_some() && r.provider.as_deref() == default).collect();
                 match defaults.as_slice() {
-                    [one] => Some((
-                        one,
-                        format!(
-                            "the policy's default provider in {env} ({})",
-                            default.unwrap_or_default()
-                        ),
-                    )),
+                    [one] => {
+                        Some((one, format!("the policy's default provider in {env} ({})", default.unwrap_or_default())))
+                    }
                     _ => None,
                 }
             }
         };
         match (chosen, require_approval) {
-            (Some((r, because)), false) => Outcome::Bind {
-                resource: r.id.clone(),
-                provider: r.provider.clone(),
-                because,
-            },
+            (Some((r, because)), false) => {
+                Outcome::Bind { resource: r.id.clone(), provider: r.provider.clone(), because }
+            }
             (chosen, _) => {
                 let candidates: Vec<&Resource> = match chosen {
                     Some((r, _)) => vec![r],
@@ -786,14 +633,9 @@ fn resolve_with(
                 };
                 let mut options: Vec<GateOption> = candidates
                     .iter()
-                    .map(|r| GateOption::Bind {
-                        label: format!("bind {}", r.id),
-                        resource: r.id.clone(),
-                    })
+                    .map(|r| GateOption::Bind { label: format!("bind {}", r.id), resource: r.id.clone() })
                     .collect();
-                options.push(GateOption::Cancel {
-                    label: "cancel operation".into(),
-                });
+                options.push(GateOption::Cancel { label: "cancel operation".into() });
                 let (type_, id, reason) = if require_approval {
                     (
                         GateType::Approval,
@@ -815,32 +657,21 @@ fn resolve_with(
                         ),
                     )
                 };
-                Outcome::Gate {
-                    gate: ResolutionGate {
-                        id,
-                        type_,
-                        reason,
-                        options,
-                        required_roles: roles.clone(),
-                    },
-                }
+                Outcome::Gate { gate: ResolutionGate { id, type_, reason, options, required_roles: roles.clone() } }
             }
         }
     } else if creatable.is_empty() && external.is_empty() {
         let reason = if considered == 0 {
-            format!("nothing provides {}: no resource in the inventory and no provider that can create it", req.capability)
-        } else {
             format!(
-                "none of {considered} candidates for {} is acceptable in {env}",
+                "nothing provides {}: no resource in the inventory and no provider that can create it",
                 req.capability
             )
+        } else {
+            format!("none of {considered} candidates for {} is acceptable in {env}", req.capability)
         };
         Outcome::Unsatisfiable { reason }
     } else if let ([p], [], false) = (creatable.as_slice(), external.as_slice(), require_approval) {
-        let create = p
-            .create
-            .as_ref()
-            .expect("creatable providers have a create action");
+        let create = p.create.as_ref().expect("creatable providers have a create action");
         Outcome::Create {
             provider: p.id.clone(),
             pack: create.pack.clone(),
@@ -851,15 +682,9 @@ fn resolve_with(
         let mut options: Vec<GateOption> = creatable
             .iter()
             .map(|p| {
-                let create = p
-                    .create
-                    .as_ref()
-                    .expect("creatable providers have a create action");
+                let create = p.create.as_ref().expect("creatable providers have a create action");
                 GateOption::Create {
-                    label: p
-                        .title
-                        .clone()
-                        .unwrap_or_else(|| format!("create {}", p.id)),
+                    label: p.title.clone().unwrap_or_else(|| format!("create {}", p.id)),
                     provider: p.id.clone(),
                     pack: create.pack.clone(),
                     action: create.action.clone(),
@@ -867,18 +692,11 @@ fn resolve_with(
                 }
             })
             .collect();
-        options.extend(external.iter().map(|p| {
-            GateOption::BindExternal {
-                label: p
-                    .title
-                    .clone()
-                    .unwrap_or_else(|| format!("bind external {}", p.id)),
-                provider: p.id.clone(),
-            }
+        options.extend(external.iter().map(|p| GateOption::BindExternal {
+            label: p.title.clone().unwrap_or_else(|| format!("bind external {}", p.id)),
+            provider: p.id.clone(),
         }));
-        options.push(GateOption::Cancel {
-            label: "cancel operation".into(),
-        });
+        options.push(GateOption::Cancel { label: "cancel operation".into() });
         let id = match (require_approval, creatable.first()) {
             (true, Some(p)) => format!("approve-{}", slug(&p.id)),
             (true, None) => format!("approve-{}", slug(&req.capability)),
@@ -887,15 +705,8 @@ fn resolve_with(
         Outcome::Gate {
             gate: ResolutionGate {
                 id,
-                type_: if require_approval {
-                    GateType::Approval
-                } else {
-                    GateType::ProviderSelection
-                },
-                reason: format!(
-                    "{} requires {} and no existing {env} provider matches.",
-                    cx.requester, req.capability
-                ),
+                type_: if require_approval { GateType::Approval } else { GateType::ProviderSelection },
+                reason: format!("{} requires {} and no existing {env} provider matches.", cx.requester, req.capability),
                 options,
                 required_roles: roles,
             },
@@ -903,14 +714,7 @@ fn resolve_with(
     };
 
     let (rejected, rejected_by_rule) = rejections.finish();
-    Resolution {
-        requirement: req.clone(),
-        required_by,
-        outcome,
-        rejected,
-        rejected_by_rule,
-        considered,
-    }
+    Resolution { requirement: req.clone(), required_by, outcome, rejected, rejected_by_rule, considered }
 }
 
 /// Checks a scoped requirement: every resource of the scope must provide it.
@@ -941,10 +745,7 @@ pub fn resolve_scoped(
         }
     }
     let outcome = if failed == 0 {
-        Outcome::BindScope {
-            scope: scope.to_string(),
-            resources: resources.iter().map(|r| r.id.clone()).collect(),
-        }
+        Outcome::BindScope { scope: scope.to_string(), resources: resources.iter().map(|r| r.id.clone()).collect() }
     } else {
         Outcome::Unsatisfiable {
             reason: format!(
@@ -1005,16 +806,9 @@ mod tests {
             attributes,
             desired_state: None,
             observed_state: None,
-            health: if i % 17 == 0 {
-                Health::Error
-            } else {
-                Health::Healthy
-            },
+            health: if i % 17 == 0 { Health::Error } else { Health::Healthy },
             status: None,
-            provides: vec![opsgraph_model::ProvidedCapability {
-                capability: "s3".into(),
-                attributes: cap,
-            }],
+            provides: vec![opsgraph_model::ProvidedCapability { capability: "s3".into(), attributes: cap }],
             access: None,
         }
     }
@@ -1045,21 +839,9 @@ mod tests {
         let constraints: Vec<Attributes> = vec![
             Attributes::new(),
             [("region".to_string(), json!("same-as-workload"))].into(),
-            [
-                ("min_capacity_gb".to_string(), json!(500)),
-                ("access_mode".to_string(), json!("dedicated")),
-            ]
-            .into(),
-            [
-                ("max_capacity_gb".to_string(), json!(900)),
-                ("encryption".to_string(), json!("required")),
-            ]
-            .into(),
-            [
-                ("access_mode".to_string(), json!(["shared", 1])),
-                ("environment".to_string(), json!("prod")),
-            ]
-            .into(),
+            [("min_capacity_gb".to_string(), json!(500)), ("access_mode".to_string(), json!("dedicated"))].into(),
+            [("max_capacity_gb".to_string(), json!(900)), ("encryption".to_string(), json!("required"))].into(),
+            [("access_mode".to_string(), json!(["shared", 1])), ("environment".to_string(), json!("prod"))].into(),
             [("region".to_string(), json!("nowhere"))].into(),
             [("zone".to_string(), json!("same-as-workload"))].into(),
         ];
@@ -1080,18 +862,8 @@ mod tests {
                         requires: vec![],
                     };
                     intent.constraints.insert("region".into(), json!("eu"));
-                    let cx = Context {
-                        inventory: &inventory,
-                        providers: &[],
-                        policy,
-                        intent: &intent,
-                        requester: "T",
-                    };
-                    let req = Requirement {
-                        capability: "s3".into(),
-                        constraints: c.clone(),
-                        scope: None,
-                    };
+                    let cx = Context { inventory: &inventory, providers: &[], policy, intent: &intent, requester: "T" };
+                    let req = Requirement { capability: "s3".into(), constraints: c.clone(), scope: None };
                     let fast = resolve_with(&cx, &req, vec![], true);
                     let slow = resolve_with(&cx, &req, vec![], false);
                     assert_eq!(fast, slow, "env {env}, constraints {c:?}");

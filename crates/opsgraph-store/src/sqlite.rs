@@ -7,8 +7,8 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use crate::{
-    ArtifactRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter,
-    OperationRecord, ResourceRecord, Store, TimelineEntry, Write,
+    ArtifactRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter, OperationRecord, ResourceRecord,
+    Store, TimelineEntry, Write,
 };
 use crate::{Error, OperationState};
 
@@ -127,10 +127,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the store file and brings its schema up to date.
     pub fn open(path: &Path, durability: Durability) -> Result<SqliteStore, Error> {
-        let open_err = |source| Error::Open {
-            path: path.display().to_string(),
-            source,
-        };
+        let open_err = |source| Error::Open { path: path.display().to_string(), source };
         let conn = Connection::open(path).map_err(open_err)?;
         let sync = match durability {
             Durability::Full => "FULL",
@@ -147,10 +144,7 @@ impl SqliteStore {
 
     /// An in-memory store, for tests.
     pub fn memory() -> Result<SqliteStore, Error> {
-        let conn = Connection::open_in_memory().map_err(|source| Error::Open {
-            path: ":memory:".into(),
-            source,
-        })?;
+        let conn = Connection::open_in_memory().map_err(|source| Error::Open { path: ":memory:".into(), source })?;
         let mut store = SqliteStore { conn };
         store.migrate()?;
         Ok(store)
@@ -158,21 +152,14 @@ impl SqliteStore {
 
     /// The schema version after migrations.
     pub fn schema_version(&self) -> Result<i64, Error> {
-        Ok(self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+        Ok(self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
     }
 
     fn migrate(&mut self) -> Result<(), Error> {
-        let current: i64 = self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let current: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         let supported = MIGRATIONS.len() as i64;
         if current > supported {
-            return Err(Error::TooNew {
-                found: current,
-                supported,
-            });
+            return Err(Error::TooNew { found: current, supported });
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
             let tx = self.conn.transaction()?;
@@ -185,10 +172,7 @@ impl SqliteStore {
 }
 
 fn state_kind(state: &OperationState) -> Result<String, Error> {
-    Ok(serde_json::to_value(state.kind())?
-        .as_str()
-        .unwrap_or_default()
-        .to_string())
+    Ok(serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string())
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Result<String, Error> {
@@ -214,9 +198,7 @@ fn operation_row(r: &Row<'_>) -> rusqlite::Result<(OperationRecord, String, Stri
     ))
 }
 
-fn finish_operation(
-    (mut op, intent, state): (OperationRecord, String, String),
-) -> Result<OperationRecord, Error> {
+fn finish_operation((mut op, intent, state): (OperationRecord, String, String)) -> Result<OperationRecord, Error> {
     op.intent = serde_json::from_str(&intent)?;
     op.state = serde_json::from_str(&state)?;
     Ok(op)
@@ -253,36 +235,21 @@ impl Store for SqliteStore {
                         params![op.plan_revision, op.id, json(plan)?],
                     )?;
                 }
-                Write::SetPlan {
-                    operation,
-                    revision,
-                    plan,
-                } => {
+                Write::SetPlan { operation, revision, plan } => {
                     tx.execute(
                         "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
                         params![revision, operation, json(plan)?],
                     )?;
-                    tx.execute(
-                        "UPDATE operations SET plan_revision = ?2 WHERE id = ?1",
-                        params![operation, revision],
-                    )?;
+                    tx.execute("UPDATE operations SET plan_revision = ?2 WHERE id = ?1", params![operation, revision])?;
                 }
-                Write::Transition {
-                    operation,
-                    expect_version,
-                    state,
-                    entry,
-                } => {
+                Write::Transition { operation, expect_version, state, entry } => {
                     let changed = tx.execute(
                         "UPDATE operations SET state = ?2, state_kind = ?3, updated_at = ?4, version = version + 1
                          WHERE id = ?1 AND version = ?5",
                         params![operation, json(state)?, state_kind(state)?, entry.at, expect_version],
                     )?;
                     if changed != 1 {
-                        return Err(Error::Conflict {
-                            id: operation.clone(),
-                            expected: *expect_version,
-                        });
+                        return Err(Error::Conflict { id: operation.clone(), expected: *expect_version });
                     }
                     insert_timeline(&tx, entry)?;
                 }
@@ -348,13 +315,7 @@ impl Store for SqliteStore {
                         params![r.id, json(&r.doc)?, r.last_operation, r.updated_at],
                     )?;
                 }
-                Write::Idempotency {
-                    key,
-                    resource,
-                    operation,
-                    job,
-                    at,
-                } => {
+                Write::Idempotency { key, resource, operation, job, at } => {
                     tx.execute(
                         "INSERT OR REPLACE INTO idempotency (key, resource, operation, job, at) VALUES (?1, ?2, ?3, ?4, ?5)",
                         params![key, resource, operation, job, at],
@@ -369,11 +330,7 @@ impl Store for SqliteStore {
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {
         let row = self
             .conn
-            .query_row(
-                &format!("SELECT {OPERATION_COLUMNS} FROM operations WHERE id = ?1"),
-                [id],
-                operation_row,
-            )
+            .query_row(&format!("SELECT {OPERATION_COLUMNS} FROM operations WHERE id = ?1"), [id], operation_row)
             .optional()?;
         row.map(finish_operation).transpose()
     }
@@ -388,14 +345,8 @@ impl Store for SqliteStore {
     }
 
     fn plan(&self, revision: &str) -> Result<Option<Value>, Error> {
-        let text: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT plan FROM plans WHERE revision = ?1",
-                [revision],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let text: Option<String> =
+            self.conn.query_row("SELECT plan FROM plans WHERE revision = ?1", [revision], |r| r.get(0)).optional()?;
         Ok(text.map(|t| serde_json::from_str(&t)).transpose()?)
     }
 
@@ -531,9 +482,7 @@ impl Store for SqliteStore {
     }
 
     fn resources(&self) -> Result<Vec<ResourceRecord>, Error> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id")?;
+        let mut stmt = self.conn.prepare("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id")?;
         let rows = stmt.query_map([], resource_row)?;
         rows.map(|r| finish_resource(r?)).collect()
     }
@@ -541,11 +490,7 @@ impl Store for SqliteStore {
     fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error> {
         let row = self
             .conn
-            .query_row(
-                "SELECT id, doc, last_operation, updated_at FROM resources WHERE id = ?1",
-                [id],
-                resource_row,
-            )
+            .query_row("SELECT id, doc, last_operation, updated_at FROM resources WHERE id = ?1", [id], resource_row)
             .optional()?;
         row.map(finish_resource).transpose()
     }
@@ -553,23 +498,14 @@ impl Store for SqliteStore {
     fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error> {
         Ok(self
             .conn
-            .query_row(
-                "SELECT operation, job FROM idempotency WHERE key = ?1",
-                [key],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .query_row("SELECT operation, job FROM idempotency WHERE key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?)
     }
 }
 
 fn resource_row(r: &Row<'_>) -> rusqlite::Result<(ResourceRecord, String)> {
     Ok((
-        ResourceRecord {
-            id: r.get(0)?,
-            doc: Value::Null,
-            last_operation: r.get(2)?,
-            updated_at: r.get(3)?,
-        },
+        ResourceRecord { id: r.get(0)?, doc: Value::Null, last_operation: r.get(2)?, updated_at: r.get(3)? },
         r.get(1)?,
     ))
 }

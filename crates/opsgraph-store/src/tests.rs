@@ -43,12 +43,7 @@ fn times_render_as_rfc3339() {
 #[test]
 fn a_transition_and_its_timeline_entry_land_together_or_not_at_all() {
     let mut store = SqliteStore::memory().unwrap();
-    store
-        .commit(&[Write::CreateOperation {
-            op: op("op-1"),
-            plan: json!({"jobs": []}),
-        }])
-        .unwrap();
+    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}) }]).unwrap();
     store
         .commit(&[Write::Transition {
             operation: "op-1".into(),
@@ -76,10 +71,7 @@ fn a_transition_and_its_timeline_entry_land_together_or_not_at_all() {
         .unwrap_err();
     assert!(matches!(err, Error::Conflict { expected: 0, .. }), "{err}");
     assert_eq!(store.timeline("op-1").unwrap().len(), 1);
-    assert_eq!(
-        store.operation("op-1").unwrap().unwrap().state,
-        OperationState::PlanPreview
-    );
+    assert_eq!(store.operation("op-1").unwrap().unwrap().state, OperationState::PlanPreview);
 }
 
 #[test]
@@ -135,10 +127,7 @@ fn every_record_round_trips() {
     };
     store
         .commit(&[
-            Write::CreateOperation {
-                op: op("op-1"),
-                plan: json!({"p": 1}),
-            },
+            Write::CreateOperation { op: op("op-1"), plan: json!({"p": 1}) },
             Write::Job(job.clone()),
             Write::Evidence(evidence.clone()),
             Write::Gate(gate.clone()),
@@ -151,11 +140,7 @@ fn every_record_round_trips() {
                 job: "install@w1".into(),
                 at: now(),
             },
-            Write::SetPlan {
-                operation: "op-1".into(),
-                revision: "sha256:bb".into(),
-                plan: json!({"p": 2}),
-            },
+            Write::SetPlan { operation: "op-1".into(), revision: "sha256:bb".into(), plan: json!({"p": 2}) },
         ])
         .unwrap();
     assert_eq!(store.jobs("op-1").unwrap(), vec![job]);
@@ -164,29 +149,12 @@ fn every_record_round_trips() {
     assert_eq!(store.artifacts("op-1").unwrap(), vec![artifact]);
     assert_eq!(store.resources().unwrap(), vec![resource.clone()]);
     assert_eq!(store.resource("tempo.instance/t").unwrap(), Some(resource));
-    assert_eq!(
-        store.idempotency("k:w1").unwrap(),
-        Some(("op-1".into(), "install@w1".into()))
-    );
+    assert_eq!(store.idempotency("k:w1").unwrap(), Some(("op-1".into(), "install@w1".into())));
     assert_eq!(store.plan("sha256:bb").unwrap(), Some(json!({"p": 2})));
-    assert_eq!(
-        store.operation("op-1").unwrap().unwrap().plan_revision,
-        "sha256:bb"
-    );
-    let filtered = store
-        .operations(&OperationFilter {
-            state: Some("draft_intent".into()),
-            resource: None,
-        })
-        .unwrap();
+    assert_eq!(store.operation("op-1").unwrap().unwrap().plan_revision, "sha256:bb");
+    let filtered = store.operations(&OperationFilter { state: Some("draft_intent".into()), resource: None }).unwrap();
     assert_eq!(filtered.len(), 1);
-    assert!(store
-        .operations(&OperationFilter {
-            state: Some("running".into()),
-            resource: None
-        })
-        .unwrap()
-        .is_empty());
+    assert!(store.operations(&OperationFilter { state: Some("running".into()), resource: None }).unwrap().is_empty());
 }
 
 #[test]
@@ -197,33 +165,16 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     {
         let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
         assert_eq!(store.schema_version().unwrap(), 1);
-        let mode: String = store
-            .conn
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-            .unwrap();
-        let sync: i64 = store
-            .conn
-            .query_row("PRAGMA synchronous", [], |r| r.get(0))
-            .unwrap();
+        let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
         assert_eq!((mode.as_str(), sync), ("wal", 2));
-        store
-            .commit(&[Write::CreateOperation {
-                op: op("op-1"),
-                plan: json!({}),
-            }])
-            .unwrap();
+        store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }]).unwrap();
     }
     let store = SqliteStore::open(&path, Durability::Full).unwrap();
     assert!(store.operation("op-1").unwrap().is_some());
-    store
-        .conn
-        .execute_batch("PRAGMA user_version = 99")
-        .unwrap();
+    store.conn.execute_batch("PRAGMA user_version = 99").unwrap();
     drop(store);
     let err = SqliteStore::open(&path, Durability::Full).err().unwrap();
-    assert_eq!(
-        err.to_string(),
-        "the store's schema version 99 is newer than this binary's 1; upgrade opsgraph"
-    );
+    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 1; upgrade opsgraph");
     std::fs::remove_dir_all(&dir).unwrap();
 }

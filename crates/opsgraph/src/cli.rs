@@ -12,6 +12,9 @@ use crate::load::{self, Source};
 #[derive(Debug, Parser)]
 #[command(name = "opsgraph", version, about = "A control plane for infrastructure operations", long_about = None)]
 pub struct Cli {
+    /// Where operations are stored [default: $OPSGRAPH_DATA_DIR, else ~/.local/share/opsgraph].
+    #[arg(long, global = true)]
+    pub data_dir: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -49,8 +52,91 @@ pub enum Command {
     },
     /// Preview the plan for an intent: resolved capabilities, stages, jobs, gates, risk.
     Plan(PlanArgs),
-    /// Preview the bundled example operation (runs nothing yet: see the README).
+    /// Preview a plan, confirm, and run it with a live view of stages and jobs.
+    Apply {
+        #[command(flatten)]
+        plan: PlanArgs,
+        /// Apply without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// List operations, resources, or the jobs of an operation.
+    Get {
+        /// operations | resources | jobs
+        what: String,
+        /// The operation, for `jobs`.
+        operation: Option<String>,
+        #[arg(short = 'o', long = "output", default_value = "text")]
+        output: String,
+    },
+    /// Everything about an operation or a resource: the full chain of reasons.
+    Describe {
+        /// operation | resource
+        what: String,
+        id: String,
+        #[arg(short = 'o', long = "output", default_value = "yaml")]
+        output: String,
+    },
+    /// The captured output of an operation's jobs.
+    Logs { operation: String, job: Option<String> },
+    /// Gates.
+    Gate {
+        #[command(subcommand)]
+        command: GateCommand,
+    },
+    /// Stop starting new jobs; running ones finish.
+    Pause { operation: String },
+    /// Continue a paused operation.
+    Resume {
+        operation: String,
+        #[command(flatten)]
+        world: WorldArgs,
+    },
+    /// Cancel an operation: running jobs are stopped.
+    Cancel { operation: String },
+    /// Run failed jobs again (all of them, or the one named).
+    Retry {
+        operation: String,
+        job: Option<String>,
+        #[command(flatten)]
+        world: WorldArgs,
+    },
+    /// Run the bundled lab scenario end to end in a fresh data directory.
     Demo,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WorldArgs {
+    /// Pack directories (default `bundled:packs`).
+    #[arg(long = "packs")]
+    pub packs: Vec<String>,
+    /// Inventory files or directories (for executors to reach resources).
+    #[arg(long = "inventory")]
+    pub inventory: Vec<String>,
+    /// Return at once instead of driving the operation on.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GateCommand {
+    /// Answer an open gate.
+    Answer {
+        gate: String,
+        /// The operation (needed when the gate id is open in several).
+        #[arg(long)]
+        operation: Option<String>,
+        #[arg(long)]
+        option: String,
+        /// The user answering; their roles come from `<data-dir>/config.yaml`.
+        #[arg(long = "as")]
+        user: String,
+        /// A typed value, for missing-input gates (JSON, or taken as a string).
+        #[arg(long)]
+        value: Option<String>,
+        #[command(flatten)]
+        world: WorldArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -81,8 +167,58 @@ pub struct PlanArgs {
 }
 
 /// Runs a command; the exit code is 0 for success, 1 when the input has problems.
-pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+    use crate::ops_cmd::{self, Action, Control};
+    let data_dir = cli.data_dir.clone().unwrap_or_else(ops_cmd::default_data_dir);
+    let control = |world: &WorldArgs| Control {
+        data_dir: data_dir.clone(),
+        packs: &[],
+        world: world.inventory.clone(),
+        wait: !world.no_wait,
+    };
     match cli.command {
+        Command::Apply { plan, yes } => {
+            let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+            let args = ops_cmd::ApplyArgs {
+                intent: &plan.intent,
+                packs: &plan.packs,
+                world: plan.inventory.iter().chain(&plan.policy).cloned().collect(),
+                data_dir,
+                yes,
+                actor,
+            };
+            ops_cmd::apply(&args, input, out, err)
+        }
+        Command::Get { what, operation, output } => ops_cmd::get(&data_dir, &what, operation.as_deref(), &output, out),
+        Command::Describe { what, id, output } => ops_cmd::describe(&data_dir, &what, &id, &output, out),
+        Command::Logs { operation, job } => ops_cmd::logs(&data_dir, &operation, job.as_deref(), out),
+        Command::Gate { command: GateCommand::Answer { gate, operation, option, user, value, world } } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            let action = Action::Answer {
+                gate: &gate,
+                operation: operation.as_deref(),
+                option: &option,
+                user: &user,
+                value: value.as_deref(),
+            };
+            ops_cmd::control(&c, action, out)
+        }
+        Command::Pause { operation } => {
+            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true };
+            ops_cmd::control(&control(&world), Action::Pause(&operation), out)
+        }
+        Command::Resume { operation, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            ops_cmd::control(&c, Action::Resume(&operation), out)
+        }
+        Command::Cancel { operation } => {
+            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true };
+            ops_cmd::control(&control(&world), Action::Cancel(&operation), out)
+        }
+        Command::Retry { operation, job, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            ops_cmd::control(&c, Action::Retry(&operation, job.into_iter().collect()), out)
+        }
         Command::Validate { files } => {
             let sources: Vec<Source> = files.iter().map(|f| Source::parse(f)).collect();
             let (docs, diags) = load::documents(&sources);
@@ -91,21 +227,14 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
             if diags.iter().any(Diagnostic::is_error) {
                 return Ok(1);
             }
-            writeln!(
-                out,
-                "ok: {n} document{} valid",
-                if n == 1 { "" } else { "s" }
-            )?;
+            writeln!(out, "ok: {n} document{} valid", if n == 1 { "" } else { "s" })?;
             Ok(0)
         }
         Command::Schema { markdown: true, .. } => {
             write!(out, "{}", opsgraph_pack::markdown_reference())?;
             Ok(0)
         }
-        Command::Schema {
-            kind,
-            markdown: false,
-        } => {
+        Command::Schema { kind, markdown: false } => {
             let schema = opsgraph_pack::json_schema(kind.as_deref()).with_context(|| {
                 format!(
                     "unknown kind `{}`; expected one of {}",
@@ -116,9 +245,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
             writeln!(out, "{}", serde_json::to_string_pretty(&schema)?)?;
             Ok(0)
         }
-        Command::Pack {
-            command: PackCommand::Validate { dirs },
-        } => {
+        Command::Pack { command: PackCommand::Validate { dirs } } => {
             let sources: Vec<Source> = dirs.iter().map(|d| Source::parse(d)).collect();
             let (packs, diags) = load::packs(&sources);
             report(err, &diags)?;
@@ -141,7 +268,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
             Ok(0)
         }
         Command::Plan(args) => crate::plan_cmd::plan(&args, out, err),
-        Command::Demo => crate::plan_cmd::demo(out, err),
+        Command::Demo => crate::plan_cmd::demo(cli.data_dir.as_deref(), out, err),
     }
 }
 
@@ -154,12 +281,7 @@ pub fn report(err: &mut dyn Write, diags: &[Diagnostic]) -> std::io::Result<()> 
     let warnings = diags.len() - errors;
     if errors + warnings > 0 {
         let plural = |n: usize, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
-        writeln!(
-            err,
-            "{}, {}",
-            plural(errors, "error"),
-            plural(warnings, "warning")
-        )?;
+        writeln!(err, "{}, {}", plural(errors, "error"), plural(warnings, "warning"))?;
     }
     Ok(())
 }

@@ -5,4 +5,5 @@
 
 pub mod cli;
 pub mod load;
+pub mod ops_cmd;
 pub mod plan_cmd;

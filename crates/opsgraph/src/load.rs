@@ -42,10 +42,7 @@ impl Source {
     fn files(&self) -> std::io::Result<Vec<(String, String)>> {
         match self {
             Source::Disk(path) if path.is_file() => {
-                let name = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().to_string())
-                    .unwrap_or_default();
+                let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
                 Ok(vec![(name, std::fs::read_to_string(path)?)])
             }
             Source::Disk(path) => {
@@ -70,10 +67,7 @@ impl Source {
                     })
                     .collect();
                 if files.is_empty() {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        "no such bundled path",
-                    ));
+                    return Err(std::io::Error::new(std::io::ErrorKind::NotFound, "no such bundled path"));
                 }
                 Ok(files)
             }
@@ -98,32 +92,19 @@ impl Source {
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
     entries.sort();
     for path in entries {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_default();
+        let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         if name.starts_with('.') {
             continue;
         }
         if path.is_dir() {
             walk(root, &path, out)?;
         } else {
-            let rel = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .replace('\\', "/");
+            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
             // Scripts are listed (their existence is checked) but not read as YAML.
-            let text = if is_yaml(&rel) {
-                std::fs::read_to_string(&path)?
-            } else {
-                String::new()
-            };
+            let text = if is_yaml(&rel) { std::fs::read_to_string(&path)? } else { String::new() };
             out.push((rel, text));
         }
     }
@@ -135,12 +116,7 @@ fn is_yaml(path: &str) -> bool {
 }
 
 fn io_error(source: &Source, e: &std::io::Error) -> Diagnostic {
-    Diagnostic::error(
-        Pos { line: 0, col: 0 },
-        Code::Syntax,
-        format!("cannot read: {e}"),
-    )
-    .in_file(&source.display())
+    Diagnostic::error(Pos { line: 0, col: 0 }, Code::Syntax, format!("cannot read: {e}")).in_file(&source.display())
 }
 
 /// Every YAML document under the sources (files or directories), parsed and checked.
@@ -157,11 +133,7 @@ pub fn documents(sources: &[Source]) -> (Vec<Located>, Vec<Diagnostic>) {
         };
         let single = source.is_file();
         for (rel, text) in files.iter().filter(|(p, _)| single || is_yaml(p)) {
-            let name = if single {
-                source.display()
-            } else {
-                source.join(rel)
-            };
+            let name = if single { source.display() } else { source.join(rel) };
             let parsed = parse_file(&name, text);
             docs.extend(parsed.docs);
             diags.extend(parsed.diagnostics);
@@ -218,10 +190,7 @@ pub fn packs(sources: &[Source]) -> (Vec<Pack>, Vec<Diagnostic>) {
                         continue;
                     }
                     if is_yaml(&rel) {
-                        yaml.push(PackFile {
-                            path: rel.clone(),
-                            text: text.clone(),
-                        });
+                        yaml.push(PackFile { path: rel.clone(), text: text.clone() });
                     }
                     all.insert(rel);
                 }
@@ -238,11 +207,8 @@ fn roots_contains_prefix(files: &[(String, String)], root: &str, rel: &str) -> b
     // True when `rel` lies in a subdirectory of `root` that has its own pack.yaml.
     let mut dir = rel;
     while let Some((parent, _)) = dir.rsplit_once('/') {
-        let manifest = if root.is_empty() {
-            format!("{parent}/pack.yaml")
-        } else {
-            format!("{root}/{parent}/pack.yaml")
-        };
+        let manifest =
+            if root.is_empty() { format!("{parent}/pack.yaml") } else { format!("{root}/{parent}/pack.yaml") };
         if files.iter().any(|(p, _)| *p == manifest) {
             return true;
         }
@@ -271,13 +237,9 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
             Document::Resource(r) => {
                 if let Some(first) = ids.insert(format!("resource {}", r.id), here.clone()) {
                     diags.push(
-                        Diagnostic::error(
-                            d.pos,
-                            Code::Duplicate,
-                            format!("resource `{}` is declared twice", r.id),
-                        )
-                        .in_file(&d.file)
-                        .hint(format!("first declared at {first}")),
+                        Diagnostic::error(d.pos, Code::Duplicate, format!("resource `{}` is declared twice", r.id))
+                            .in_file(&d.file)
+                            .hint(format!("first declared at {first}")),
                     );
                     continue;
                 }
@@ -286,13 +248,9 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
             Document::Provider(p) => {
                 if let Some(first) = ids.insert(format!("provider {}", p.id), here.clone()) {
                     diags.push(
-                        Diagnostic::error(
-                            d.pos,
-                            Code::Duplicate,
-                            format!("provider `{}` is declared twice", p.id),
-                        )
-                        .in_file(&d.file)
-                        .hint(format!("first declared at {first}")),
+                        Diagnostic::error(d.pos, Code::Duplicate, format!("provider `{}` is declared twice", p.id))
+                            .in_file(&d.file)
+                            .hint(format!("first declared at {first}")),
                     );
                     continue;
                 }
@@ -301,9 +259,7 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
             Document::CapabilityPolicy(p) => {
                 for (cap, envs) in p.rules {
                     for (env, rule) in envs {
-                        if let Some(first) =
-                            policy_origin.insert((cap.clone(), env.clone()), here.clone())
-                        {
+                        if let Some(first) = policy_origin.insert((cap.clone(), env.clone()), here.clone()) {
                             diags.push(
                                 Diagnostic::error(
                                     d.pos,
@@ -315,12 +271,7 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
                             );
                             continue;
                         }
-                        world
-                            .policy
-                            .rules
-                            .entry(cap.clone())
-                            .or_default()
-                            .insert(env, rule);
+                        world.policy.rules.entry(cap.clone()).or_default().insert(env, rule);
                     }
                 }
             }
@@ -330,10 +281,7 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
                 Diagnostic::warning(
                     d.pos,
                     Code::Pack,
-                    format!(
-                        "a `{}` document belongs in a pack; ignored here",
-                        other.kind()
-                    ),
+                    format!("a `{}` document belongs in a pack; ignored here", other.kind()),
                 )
                 .in_file(&d.file)
                 .hint("pass pack directories with --packs"),
@@ -341,4 +289,20 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
         }
     }
     world
+}
+
+/// Writes the bundled tree (`packs/`, `examples/`) under `root`, so its scripts exist on disk.
+/// Files are rewritten only when their content differs.
+pub fn materialize(root: &Path) -> std::io::Result<()> {
+    for (rel, text) in bundled::FILES {
+        let path = root.join(rel);
+        if std::fs::read_to_string(&path).is_ok_and(|t| t == *text) {
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, text)?;
+    }
+    Ok(())
 }

@@ -6,7 +6,8 @@ fn main() -> ExitCode {
     let cli = opsgraph::cli::Cli::parse();
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
-    match opsgraph::cli::run(cli, &mut out, &mut err) {
+    let mut input = std::io::stdin().lock();
+    match opsgraph::cli::run(cli, &mut input, &mut out, &mut err) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             use std::io::Write as _;

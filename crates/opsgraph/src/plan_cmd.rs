@@ -64,12 +64,7 @@ pub fn load_inputs(intent: &Source, packs: &[Source], world: &[Source]) -> Loade
             }
         }
     };
-    Loaded {
-        intent,
-        packs,
-        world,
-        diagnostics: diags,
-    }
+    Loaded { intent, packs, world, diagnostics: diags }
 }
 
 /// Builds the plan from loaded inputs.
@@ -90,25 +85,28 @@ pub fn plan(args: &PlanArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow
     } else {
         args.packs.iter().map(|p| Source::parse(p)).collect()
     };
-    let world: Vec<Source> = args
-        .inventory
-        .iter()
-        .chain(&args.policy)
-        .map(|p| Source::parse(p))
-        .collect();
+    let world: Vec<Source> = args.inventory.iter().chain(&args.policy).map(|p| Source::parse(p)).collect();
     let loaded = load_inputs(&Source::parse(&args.intent), &packs, &world);
     preview(&loaded, args.output, out, err)
 }
 
-fn preview(
+fn preview(loaded: &Loaded, output: Output, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+    Ok(match preview_to(loaded, output, out, err)? {
+        Some(plan) if !plan.is_blocked() => 0,
+        _ => 1,
+    })
+}
+
+/// Prints the diagnostics or the preview; the plan when it could be built.
+pub fn preview_to(
     loaded: &Loaded,
     output: Output,
     out: &mut dyn Write,
     err: &mut dyn Write,
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<Option<Plan>> {
     report(err, &loaded.diagnostics)?;
     if loaded.diagnostics.iter().any(Diagnostic::is_error) {
-        return Ok(1);
+        return Ok(None);
     }
     let plan = match build(loaded) {
         Ok(plan) => plan,
@@ -122,42 +120,93 @@ fn preview(
                 errors.len(),
                 if errors.len() == 1 { "" } else { "s" }
             )?;
-            return Ok(1);
+            return Ok(None);
         }
     };
     match output {
         Output::Text => write!(out, "{}", render::text(&plan))?,
-        Output::Json => writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&render::json(&plan))?
-        )?,
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&render::json(&plan))?)?,
         Output::Dot => write!(out, "{}", render::dot(&plan))?,
     }
-    Ok(if plan.is_blocked() { 1 } else { 0 })
+    Ok(Some(plan))
 }
 
-/// The README's main command. Until the durable runtime lands (issue [B]) it previews the
-/// bundled example operation and says plainly that nothing ran.
-pub fn demo(out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
-    let world = [
-        Source::parse("bundled:examples/inventory"),
-        Source::parse("bundled:examples/providers.yaml"),
-        Source::parse("bundled:examples/policy.yaml"),
-    ];
-    writeln!(
-        out,
-        "opsgraph demo: install Tempo in prod, from the bundled packs and example world\n"
+/// The README's main command: a fresh data directory, the bundled lab packs and inventory, and
+/// one whole operation — preview, a gate answered by the demo's user, the live run, evidence,
+/// the resource it produced.
+pub fn demo(data_dir: Option<&std::path::Path>, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+    use crate::ops_cmd;
+    use opsgraph_model::OperationState;
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let base = data_dir.map(std::path::Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("opsgraph-demo-{stamp}"));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("config.yaml"),
+        "# Local users and their roles.\nusers:\n  demo: [operator, sre, platform_admin]\n",
     )?;
+    let root = dir.join("bundled");
+    load::materialize(&root)?;
+    writeln!(out, "opsgraph demo: create a lab Kubernetes-style cluster of 3 nodes, following the protocol's DAG")?;
+    writeln!(out, "data directory: {}\n", dir.display())?;
     let loaded = load_inputs(
-        &Source::parse("bundled:examples/intents/tempo-prod.yaml"),
-        &[Source::parse("bundled:packs")],
-        &world,
+        &Source::Disk(root.join("examples/lab/intents/lab-create-cluster.yaml")),
+        &[Source::Disk(root.join("packs"))],
+        &[Source::Disk(root.join("examples/lab/inventory"))],
     );
-    let code = preview(&loaded, Output::Text, out, err)?;
-    writeln!(
-        out,
-        "\nThis is a preview only: the durable runtime that applies plans is not built yet, so the demo\nstops here and nothing was executed. Try `opsgraph plan -f examples/intents/tempo-dev.yaml\n--inventory examples/inventory --policy examples/policy.yaml --policy examples/providers.yaml`."
-    )?;
+    let Some(plan) = preview_to(&loaded, Output::Text, out, err)? else { return Ok(1) };
+    let store = ops_cmd::open_store(&dir)?;
+    let mut rt = opsgraph_runtime::Runtime::new(
+        Box::new(store),
+        loaded.packs.clone(),
+        loaded.world.resources.clone(),
+        dir.clone(),
+    );
+    writeln!(out, "\nApplying as user demo.")?;
+    let mut lines: Vec<String> = Vec::new();
+    let id = rt.create(&plan, "user:demo", &mut |e| {
+        lines.push(format!(
+            "{}  operation {} -> {}: {}",
+            e.at.get(11..19).unwrap_or(""),
+            e.from.clone().unwrap_or_default(),
+            e.to.clone().unwrap_or_default(),
+            e.reason
+        ))
+    })?;
+    for l in lines.iter().filter(|l| !l.contains("operation  -> ")) {
+        writeln!(out, "{l}")?;
+    }
+    let op = rt.store().operation(&id)?.ok_or_else(|| anyhow::anyhow!("operation {id} vanished"))?;
+    if let OperationState::WaitingForApproval { gates } | OperationState::WaitingForInput { gates } = &op.state {
+        for gate in gates.clone() {
+            let g = rt
+                .store()
+                .gates(&id)?
+                .into_iter()
+                .find(|x| x.id == gate)
+                .ok_or_else(|| anyhow::anyhow!("gate {gate} vanished"))?;
+            let option = g.options.first().cloned().unwrap_or_else(|| "approve".into());
+            writeln!(out, "gate {gate}: {} -> demo answers `{option}` as sre", g.reason)?;
+            let answer =
+                opsgraph_runtime::GateAnswer { option, actor: "user:demo".into(), role: "sre".into(), value: None };
+            rt.answer_gate(&id, &gate, &answer, &mut |_| {})?;
+        }
+    }
+    let code = ops_cmd::drive_and_finish(&mut rt, &id, out)?;
+    writeln!(out, "\nEvidence recorded:")?;
+    for e in rt.store().evidence(&id)? {
+        writeln!(
+            out,
+            "  {:<6} {:<30} {:<26} expected {}, observed {}",
+            if e.passed { "pass" } else { "FAIL" },
+            e.job,
+            e.check,
+            e.expected,
+            e.observed
+        )?;
+    }
+    writeln!(out, "\nExplore: opsgraph --data-dir {} describe operation {id}", dir.display())?;
+    writeln!(out, "The lab nodes are directories under {}/lab with real background processes;", dir.display())?;
+    writeln!(out, "stop them with: pkill -f '{}/lab'", dir.display())?;
     Ok(code)
 }

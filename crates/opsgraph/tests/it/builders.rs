@@ -3,26 +3,18 @@
 use std::collections::BTreeMap;
 
 use opsgraph_model::{
-    Attributes, CapabilityPolicy, Controls, EnvironmentPolicy, Health, Intent, Job, JobEntry,
-    JobScope, PlanTemplate, ProvidedCapability, Provider, Provision, Requirement, Resource, Risk,
-    ScenarioPack, ScopeSpec, StageSpec,
+    Attributes, CapabilityPolicy, Controls, EnvironmentPolicy, Health, Intent, Job, JobEntry, JobScope, PlanTemplate,
+    ProvidedCapability, Provider, Provision, Requirement, Resource, Risk, ScenarioPack, ScopeSpec, StageSpec,
 };
 use opsgraph_pack::Pack;
 use serde_json::Value;
 
 pub(crate) fn attrs(pairs: &[(&str, Value)]) -> Attributes {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
 }
 
 pub(crate) fn req(capability: &str) -> Requirement {
-    Requirement {
-        capability: capability.into(),
-        constraints: Attributes::new(),
-        scope: None,
-    }
+    Requirement { capability: capability.into(), constraints: Attributes::new(), scope: None }
 }
 
 pub(crate) trait RequirementExt {
@@ -61,10 +53,7 @@ pub(crate) fn job(id: &str) -> JobB {
 
 impl JobB {
     pub(crate) fn on(mut self, scope: &str) -> Self {
-        self.0.scope = Some(JobScope {
-            resources: Vec::new(),
-            target: Some(scope.into()),
-        });
+        self.0.scope = Some(JobScope { resources: Vec::new(), target: Some(scope.into()) });
         self
     }
     pub(crate) fn requires(mut self, r: Requirement) -> Self {
@@ -197,10 +186,7 @@ impl ResourceB {
         self
     }
     pub(crate) fn provides(mut self, capability: &str, attributes: Attributes) -> Self {
-        self.0.provides.push(ProvidedCapability {
-            capability: capability.into(),
-            attributes,
-        });
+        self.0.provides.push(ProvidedCapability { capability: capability.into(), attributes });
         self
     }
     pub(crate) fn attr(mut self, key: &str, value: Value) -> Self {
@@ -211,14 +197,7 @@ impl ResourceB {
 
 pub(crate) fn policy(capability: &str, rules: &[(&str, EnvironmentPolicy)]) -> CapabilityPolicy {
     CapabilityPolicy {
-        rules: [(
-            capability.to_string(),
-            rules
-                .iter()
-                .map(|(e, r)| (e.to_string(), r.clone()))
-                .collect(),
-        )]
-        .into(),
+        rules: [(capability.to_string(), rules.iter().map(|(e, r)| (e.to_string(), r.clone())).collect())].into(),
     }
 }
 
@@ -229,12 +208,7 @@ pub(crate) fn allow(providers: &[&str]) -> EnvironmentPolicy {
     }
 }
 
-pub(crate) fn creatable(
-    id: &str,
-    capability: &str,
-    pack: &str,
-    attributes: Attributes,
-) -> Provider {
+pub(crate) fn creatable(id: &str, capability: &str, pack: &str, attributes: Attributes) -> Provider {
     Provider {
         id: id.into(),
         capability: capability.into(),

@@ -19,15 +19,7 @@ const WORLD: [&str; 6] = [
 
 fn plan(intent: &str, output: &str) -> crate::support::Run {
     let intent = format!("{{root}}/examples/intents/{intent}");
-    let mut args = vec![
-        "plan",
-        "-f",
-        &intent,
-        "--packs",
-        "{root}/packs",
-        "-o",
-        output,
-    ];
+    let mut args = vec!["plan", "-f", &intent, "--packs", "{root}/packs", "-o", output];
     args.extend(WORLD);
     opsgraph(&args)
 }
@@ -40,19 +32,11 @@ fn plan_json(intent: &str) -> Value {
 /// One requirement's resolution, as `outcome provider/resource` and its rejections.
 fn check_resolution(intent: &str, capability: &str, expect: Expect) {
     let p = plan_json(intent);
-    let r = p["resolution"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["requirement"] == capability)
-        .expect("resolved");
+    let r = p["resolution"].as_array().unwrap().iter().find(|r| r["requirement"] == capability).expect("resolved");
     let mut s = format!(
         "{} {}\n",
         r["outcome"].as_str().unwrap(),
-        r.get("resource")
-            .or(r.get("gate"))
-            .and_then(Value::as_str)
-            .unwrap_or("-")
+        r.get("resource").or(r.get("gate")).and_then(Value::as_str).unwrap_or("-")
     );
     for rej in r["rejected"].as_array().unwrap() {
         s.push_str(&format!(
@@ -71,6 +55,7 @@ fn bundled_packs_and_examples_are_valid() {
         exit: 0
         --- stdout
         ok: pack kubernetes@1.0.0 (2 templates, 16 jobs, 19 evidence checks, 10 artifacts, 1 remedies)
+        ok: pack lab-cluster@1.0.0 (2 templates, 16 jobs, 25 evidence checks, 9 artifacts, 1 remedies)
         ok: pack minio@1.0.0 (1 templates, 5 jobs, 5 evidence checks, 5 artifacts, 0 remedies)
         ok: pack postgresql@1.0.0 (1 templates, 6 jobs, 7 evidence checks, 4 artifacts, 0 remedies)
         ok: pack tempo@1.0.0 (1 templates, 6 jobs, 4 evidence checks, 4 artifacts, 0 remedies)
@@ -236,12 +221,8 @@ fn an_unsatisfiable_requirement_lists_every_candidate() {
 #[test]
 fn kubernetes_create_cluster_has_exactly_the_seed_dag() {
     let p = plan_json("k8s-create-cluster.yaml");
-    let job_of: std::collections::HashMap<&str, &str> = p["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| (j["id"].as_str().unwrap(), j["job"].as_str().unwrap()))
-        .collect();
+    let job_of: std::collections::HashMap<&str, &str> =
+        p["jobs"].as_array().unwrap().iter().map(|j| (j["id"].as_str().unwrap(), j["job"].as_str().unwrap())).collect();
     let mut edges = BTreeSet::new();
     for j in p["jobs"].as_array().unwrap() {
         for d in j["depends_on"].as_array().unwrap() {
@@ -267,45 +248,24 @@ fn kubernetes_create_cluster_has_exactly_the_seed_dag() {
     .collect();
     assert_eq!(edges, seed);
     // Per instance: a worker's network preparation waits only for its own validation.
-    let prep = p["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|j| j["id"] == "prepare-network@worker-2")
-        .unwrap();
-    expect![[r#"["validate-nodes@worker-2","validate-credentials"]"#]]
-        .assert_eq(&prep["depends_on"].to_string());
+    let prep = p["jobs"].as_array().unwrap().iter().find(|j| j["id"] == "prepare-network@worker-2").unwrap();
+    expect![[r#"["validate-nodes@worker-2","validate-credentials"]"#]].assert_eq(&prep["depends_on"].to_string());
 }
 
 #[test]
 fn dot_output_draws_stages_and_gates() {
     let run = plan("k8s-add-node.yaml", "dot");
     assert_eq!(run.code, 0);
-    assert!(
-        run.out.starts_with("digraph \"kubernetes.add_node\" {"),
-        "{}",
-        run.out
-    );
-    assert!(
-        run.out.contains("\"approve-plan\" [shape=diamond"),
-        "{}",
-        run.out
-    );
-    assert!(
-        run.out
-            .contains("\"create-join-token@master-1\" -> \"join-node@worker-6\";"),
-        "{}",
-        run.out
-    );
+    assert!(run.out.starts_with("digraph \"kubernetes.add_node\" {"), "{}", run.out);
+    assert!(run.out.contains("\"approve-plan\" [shape=diamond"), "{}", run.out);
+    assert!(run.out.contains("\"create-join-token@master-1\" -> \"join-node@worker-6\";"), "{}", run.out);
 }
 
 #[test]
 fn every_example_intent_plans() {
     let mut summary = String::new();
-    let mut names: Vec<_> = std::fs::read_dir(path("examples/intents"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let mut names: Vec<_> =
+        std::fs::read_dir(path("examples/intents")).unwrap().map(|e| e.unwrap().file_name()).collect();
     names.sort();
     for name in names {
         let name = name.to_string_lossy().to_string();
@@ -330,12 +290,23 @@ fn every_example_intent_plans() {
     .assert_eq(&summary);
 }
 
+/// The README's main command runs a whole operation on lab nodes: preview, gate, run, evidence.
 #[test]
-fn demo_previews_and_says_nothing_ran() {
-    let run = opsgraph(&["demo"]);
+fn demo_runs_the_lab_scenario_end_to_end() {
+    let dir = temp_dir(&[]);
+    std::fs::create_dir_all(dir.join("")).unwrap();
+    let data = dir.display().to_string();
+    let run = opsgraph(&["demo", "--data-dir", &data]);
+    // The lab nodes' background processes belong to this test: stop them whatever happened.
+    let _ = std::process::Command::new("pkill").args(["-f", &format!("{data}/")]).status();
     assert_eq!(run.code, 0, "{}", run.render());
-    assert!(run
-        .out
-        .contains("Tempo requires object_storage.s3 and no existing prod provider matches."));
-    assert!(run.out.contains("nothing was executed"));
+    for needle in [
+        "Plan lab-cluster.create",
+        "demo answers `approve` as sre",
+        "operation running -> completed: every job's outputs are verified by evidence",
+        "Resource lab.cluster/lab-k8s: status running, health healthy",
+    ] {
+        assert!(run.out.contains(needle), "missing {needle:?} in:\n{}", run.out);
+    }
+    assert!(!run.out.contains("FAIL"), "{}", run.out);
 }

@@ -16,26 +16,15 @@ fn check(yaml: &str, expect: Expect) {
 #[test]
 fn seed_examples_are_valid_documents() {
     let dir = path("crates/opsgraph/tests/it/fixtures/seed");
-    let mut names: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     names.sort();
-    assert_eq!(
-        names.len(),
-        9,
-        "one fixture per seed section: §5 §6 §8 §9 §10 §12 §13 §14 §15"
-    );
+    assert_eq!(names.len(), 9, "one fixture per seed section: §5 §6 §8 §9 §10 §12 §13 §14 §15");
     let mut summary = String::new();
     for file in names {
         let text = std::fs::read_to_string(&file).unwrap();
         let name = file.file_name().unwrap().to_string_lossy().to_string();
         let parsed = opsgraph_pack::parse_file(&name, &text);
-        assert!(
-            parsed.diagnostics.is_empty(),
-            "{name}: {:?}",
-            parsed.diagnostics
-        );
+        assert!(parsed.diagnostics.is_empty(), "{name}: {:?}", parsed.diagnostics);
         assert_eq!(parsed.docs.len(), 1, "{name}");
         let doc = &parsed.docs[0].doc;
         // Round trip: the normal form reads back as the same value.

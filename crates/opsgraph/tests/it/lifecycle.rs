@@ -11,10 +11,7 @@ fn check(events: &[Event], expect: Expect) {
     for e in events {
         match apply(&state, e) {
             Ok((next, effects)) => {
-                let effects: Vec<String> = effects
-                    .iter()
-                    .map(|f| serde_json::to_string(f).unwrap())
-                    .collect();
+                let effects: Vec<String> = effects.iter().map(|f| serde_json::to_string(f).unwrap()).collect();
                 let line = format!(
                     "{} --{}--> {} {}",
                     state_name(state.kind()),
@@ -42,33 +39,17 @@ fn happy_path_with_gates() {
         &[
             Event::PlanBuilt,
             Event::Resolve,
-            Event::NeedInput {
-                gates: vec!["select-s3".into()],
-            },
-            Event::InputProvided {
-                gate: "select-s3".into(),
-            },
-            Event::NeedApproval {
-                gates: vec!["approve-plan".into(), "approve-s3".into()],
-            },
-            Event::Approved {
-                gate: "approve-plan".into(),
-            },
-            Event::Approved {
-                gate: "approve-plan".into(),
-            },
-            Event::Approved {
-                gate: "approve-s3".into(),
-            },
-            Event::Pause {
-                reason: "maintenance window".into(),
-            },
+            Event::NeedInput { gates: vec!["select-s3".into()] },
+            Event::InputProvided { gate: "select-s3".into() },
+            Event::NeedApproval { gates: vec!["approve-plan".into(), "approve-s3".into()] },
+            Event::Approved { gate: "approve-plan".into() },
+            Event::Approved { gate: "approve-plan".into() },
+            Event::Approved { gate: "approve-s3".into() },
+            Event::Pause { reason: "maintenance window".into() },
             Event::Resume,
             Event::Complete,
             Event::Resume,
-            Event::Cancel {
-                reason: "too late".into(),
-            },
+            Event::Cancel { reason: "too late".into() },
         ],
         expect![[r#"
             draft_intent --plan_built--> plan_preview
@@ -92,41 +73,18 @@ fn happy_path_with_gates() {
 fn repair_paths() {
     let mut events = to_running();
     events.extend([
-        Event::JobFailed {
-            job: "init-control-plane".into(),
-            reason: "exit 1".into(),
-        },
+        Event::JobFailed { job: "init-control-plane".into(), reason: "exit 1".into() },
         Event::Diagnose,
         Event::ProposePatch { patch: "p1".into() },
-        Event::PatchApplied {
-            patch: "p2".into(),
-            revision: "r2".into(),
-        },
-        Event::PatchApplied {
-            patch: "p1".into(),
-            revision: "r2".into(),
-        },
-        Event::JobFailed {
-            job: "join-workers@worker-3".into(),
-            reason: "kubelet not ready".into(),
-        },
-        Event::ManuallyFixed {
-            intervention: "i1".into(),
-        },
-        Event::StillBroken {
-            reason: "node_registered failed".into(),
-        },
-        Event::ManuallyFixed {
-            intervention: "i2".into(),
-        },
+        Event::PatchApplied { patch: "p2".into(), revision: "r2".into() },
+        Event::PatchApplied { patch: "p1".into(), revision: "r2".into() },
+        Event::JobFailed { job: "join-workers@worker-3".into(), reason: "kubelet not ready".into() },
+        Event::ManuallyFixed { intervention: "i1".into() },
+        Event::StillBroken { reason: "node_registered failed".into() },
+        Event::ManuallyFixed { intervention: "i2".into() },
         Event::Verified,
-        Event::JobFailed {
-            job: "verify".into(),
-            reason: "flaky".into(),
-        },
-        Event::Retry {
-            jobs: vec!["verify".into()],
-        },
+        Event::JobFailed { job: "verify".into(), reason: "flaky".into() },
+        Event::Retry { jobs: vec!["verify".into()] },
         Event::Complete,
     ]);
     check(
@@ -159,9 +117,7 @@ fn illegal_transitions_name_state_and_event() {
             Event::Start,
             Event::Approved { gate: "g".into() },
             Event::Complete,
-            Event::Cancel {
-                reason: "stop".into(),
-            },
+            Event::Cancel { reason: "stop".into() },
             Event::Resume,
         ],
         expect![[r#"

@@ -7,5 +7,6 @@ mod documents;
 mod lifecycle;
 mod plan;
 mod resolve;
+mod runtime;
 mod support;
 mod tidy;

@@ -27,32 +27,18 @@ fn world(pack: Pack, intent: Intent) -> World {
 }
 
 fn nodes(n: usize) -> Vec<Resource> {
-    (1..=n)
-        .map(|i| {
-            resource("compute_node", &format!("n{i}"))
-                .provides("linux.host", Default::default())
-                .0
-        })
-        .collect()
+    (1..=n).map(|i| resource("compute_node", &format!("n{i}")).provides("linux.host", Default::default()).0).collect()
 }
 
 fn targets(intent: &mut Intent, n: usize) {
-    intent.targets.insert(
-        "nodes".into(),
-        (1..=n).map(|i| format!("compute_node/n{i}")).collect(),
-    );
+    intent.targets.insert("nodes".into(), (1..=n).map(|i| format!("compute_node/n{i}")).collect());
 }
 
 /// Builds the plan and shows its jobs with their dependencies, its gates — or its errors.
 fn check(w: World, expect: Expect) {
     let inventory = Inventory::new(&w.resources);
-    let input = Input {
-        intent: &w.intent,
-        packs: &w.packs,
-        inventory: &inventory,
-        providers: &w.providers,
-        policy: &w.policy,
-    };
+    let input =
+        Input { intent: &w.intent, packs: &w.packs, inventory: &inventory, providers: &w.providers, policy: &w.policy };
     let text = match opsgraph_plan::build(&input) {
         Ok(plan) => {
             let mut s = String::new();
@@ -60,19 +46,11 @@ fn check(w: World, expect: Expect) {
                 s.push_str(&format!("{} <- [{}]\n", j.id, j.depends_on.join(", ")));
             }
             for g in &plan.gates {
-                s.push_str(&format!(
-                    "gate {} ({}) before [{}]\n",
-                    g.id,
-                    g.type_,
-                    g.before.join(", ")
-                ));
+                s.push_str(&format!("gate {} ({}) before [{}]\n", g.id, g.type_, g.before.join(", ")));
             }
             s
         }
-        Err(errors) => errors
-            .iter()
-            .map(|e| format!("error[{}]: {e}\n", e.code()))
-            .collect(),
+        Err(errors) => errors.iter().map(|e| format!("error[{}]: {e}\n", e.code())).collect(),
     };
     expect.assert_eq(&text);
 }
@@ -91,13 +69,8 @@ fn edges_come_from_contracts_per_instance() {
                 .needs("spec")
                 .requires(req("linux.host").scoped("nodes"))
                 .provides("net.ready", Some("nodes")),
-            job("install")
-                .on("nodes")
-                .requires(req("net.ready").scoped("nodes"))
-                .provides("runtime", Some("nodes")),
-            job("init")
-                .requires(req("runtime").scoped("nodes"))
-                .produces("kubeconfig"),
+            job("install").on("nodes").requires(req("net.ready").scoped("nodes")).provides("runtime", Some("nodes")),
+            job("init").requires(req("runtime").scoped("nodes")).produces("kubeconfig"),
             job("verify").needs("kubeconfig").after("validate"),
         ],
     );
@@ -127,11 +100,7 @@ fn planning_errors_name_the_problem() {
     let p = pack(
         "c",
         "thing",
-        vec![
-            job("a").needs("y").produces("x"),
-            job("b").needs("x").produces("y"),
-            job("c").after("a"),
-        ],
+        vec![job("a").needs("y").produces("x"), job("b").needs("x").produces("y"), job("c").after("a")],
     );
     check(
         world(p, intent("thing", "dev")),
@@ -143,11 +112,7 @@ fn planning_errors_name_the_problem() {
     let p = pack(
         "d",
         "thing",
-        vec![
-            job("a").provides("k", None),
-            job("b").provides("k", None).needs("ghost"),
-            job("c").after("nope"),
-        ],
+        vec![job("a").provides("k", None), job("b").provides("k", None).needs("ghost"), job("c").after("nope")],
     );
     check(
         world(p, intent("thing", "dev")),
@@ -160,10 +125,7 @@ fn planning_errors_name_the_problem() {
     // Targets that do not exist or have the wrong type; a target no scope reads.
     let p = pack("e", "thing", vec![job("a").on("nodes")]);
     let mut i = intent("thing", "dev");
-    i.targets.insert(
-        "nodes".into(),
-        vec!["compute_node/ghost".into(), "cluster/c1".into()],
-    );
+    i.targets.insert("nodes".into(), vec!["compute_node/ghost".into(), "cluster/c1".into()]);
     i.targets.insert("workers".into(), vec![]);
     let mut w = world(p, i);
     w.resources = vec![resource("cluster", "c1").0];
@@ -195,32 +157,17 @@ fn planning_errors_name_the_problem() {
 
 #[test]
 fn scoped_requirements_must_hold_on_every_target() {
-    let p = pack(
-        "g",
-        "thing",
-        vec![job("a")
-            .on("nodes")
-            .requires(req("package.manager.apt").scoped("nodes"))],
-    );
+    let p = pack("g", "thing", vec![job("a").on("nodes").requires(req("package.manager.apt").scoped("nodes"))]);
     let mut i = intent("thing", "dev");
     targets(&mut i, 2);
     let mut w = world(p, i);
     w.resources = vec![
-        resource("compute_node", "n1")
-            .provides("package.manager.apt", Default::default())
-            .0,
-        resource("compute_node", "n2")
-            .provides("linux.host", Default::default())
-            .0,
+        resource("compute_node", "n1").provides("package.manager.apt", Default::default()).0,
+        resource("compute_node", "n2").provides("linux.host", Default::default()).0,
     ];
     let inventory = Inventory::new(&w.resources);
-    let input = Input {
-        intent: &w.intent,
-        packs: &w.packs,
-        inventory: &inventory,
-        providers: &w.providers,
-        policy: &w.policy,
-    };
+    let input =
+        Input { intent: &w.intent, packs: &w.packs, inventory: &inventory, providers: &w.providers, policy: &w.policy };
     let plan = opsgraph_plan::build(&input).unwrap();
     assert!(plan.is_blocked());
     expect![[r#"
@@ -233,14 +180,7 @@ fn scoped_requirements_must_hold_on_every_target() {
 
 #[test]
 fn destructive_jobs_get_a_gate_before_them() {
-    let p = pack(
-        "h",
-        "thing",
-        vec![
-            job("backup").produces("dump"),
-            job("drop").needs("dump").destructive(),
-        ],
-    );
+    let p = pack("h", "thing", vec![job("backup").produces("dump"), job("drop").needs("dump").destructive()]);
     check(
         world(p, intent("thing", "dev")),
         expect![[r#"
@@ -272,10 +212,8 @@ pub(crate) fn section(text: &str, heading: &str) -> String {
 #[test]
 fn fan_out_scales_to_ten_thousand_instances() {
     // 1,000 nodes x 10 jobs: the shape of the performance goal, checked here for correctness only.
-    let mut jobs = vec![job("j0")
-        .on("nodes")
-        .requires(req("linux.host").scoped("nodes"))
-        .provides("c0", Some("nodes"))];
+    let mut jobs =
+        vec![job("j0").on("nodes").requires(req("linux.host").scoped("nodes")).provides("c0", Some("nodes"))];
     for k in 1..10 {
         jobs.push(
             job(&format!("j{k}"))
@@ -290,13 +228,8 @@ fn fan_out_scales_to_ten_thousand_instances() {
     let mut w = world(p, i);
     w.resources = nodes(1000);
     let inventory = Inventory::new(&w.resources);
-    let input = Input {
-        intent: &w.intent,
-        packs: &w.packs,
-        inventory: &inventory,
-        providers: &w.providers,
-        policy: &w.policy,
-    };
+    let input =
+        Input { intent: &w.intent, packs: &w.packs, inventory: &inventory, providers: &w.providers, policy: &w.policy };
     let plan = opsgraph_plan::build(&input).unwrap();
     assert_eq!(plan.jobs.len(), 10_000);
     let j5 = plan.jobs.iter().find(|j| j.id == "j5@n500").unwrap();

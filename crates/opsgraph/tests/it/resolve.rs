@@ -2,9 +2,7 @@
 //! outcome, and the reason each rejected candidate was rejected.
 
 use expect_test::{expect, Expect};
-use opsgraph_model::{
-    CapabilityPolicy, EnvironmentPolicy, Health, Intent, Provider, Requirement, Resource,
-};
+use opsgraph_model::{CapabilityPolicy, EnvironmentPolicy, Health, Intent, Provider, Requirement, Resource};
 use opsgraph_plan::resolve::{resolve, Context};
 use opsgraph_plan::Inventory;
 use serde_json::json;
@@ -20,15 +18,8 @@ struct Case {
 
 fn case(env: &str) -> Case {
     let mut intent = intent("tempo.instance", env);
-    intent
-        .constraints
-        .insert("region".into(), json!("eu-west-1"));
-    Case {
-        resources: Vec::new(),
-        providers: Vec::new(),
-        policy: CapabilityPolicy::default(),
-        intent,
-    }
+    intent.constraints.insert("region".into(), json!("eu-west-1"));
+    Case { resources: Vec::new(), providers: Vec::new(), policy: CapabilityPolicy::default(), intent }
 }
 
 /// Resolves `req` and shows the outcome and each rejection.
@@ -67,41 +58,25 @@ fn every_constraint_form() {
             "big",
             "prod",
             "p",
-            &[
-                ("encryption", json!(true)),
-                ("capacity_gb", json!(1000)),
-                ("access_mode", json!("dedicated")),
-            ],
+            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
         ),
         s3(
             "small",
             "prod",
             "p",
-            &[
-                ("encryption", json!(true)),
-                ("capacity_gb", json!(100)),
-                ("access_mode", json!("dedicated")),
-            ],
+            &[("encryption", json!(true)), ("capacity_gb", json!(100)), ("access_mode", json!("dedicated"))],
         ),
         s3(
             "plain",
             "prod",
             "p",
-            &[
-                ("encryption", json!(false)),
-                ("capacity_gb", json!(1000)),
-                ("access_mode", json!("dedicated")),
-            ],
+            &[("encryption", json!(false)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
         ),
         s3(
             "shared",
             "prod",
             "p",
-            &[
-                ("encryption", json!(true)),
-                ("capacity_gb", json!(1000)),
-                ("access_mode", json!("shared")),
-            ],
+            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("shared"))],
         ),
         resource("object_storage", "far")
             .env("prod")
@@ -120,31 +95,19 @@ fn every_constraint_form() {
             "huge",
             "prod",
             "p",
-            &[
-                ("encryption", json!(true)),
-                ("capacity_gb", json!(90000)),
-                ("access_mode", json!("dedicated")),
-            ],
+            &[("encryption", json!(true)), ("capacity_gb", json!(90000)), ("access_mode", json!("dedicated"))],
         ),
         s3(
             "devbox",
             "dev",
             "p",
-            &[
-                ("encryption", json!(true)),
-                ("capacity_gb", json!(1000)),
-                ("access_mode", json!("dedicated")),
-            ],
+            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
         ),
         s3(
             "broken",
             "prod",
             "p",
-            &[
-                ("encryption", json!(true)),
-                ("capacity_gb", json!(1000)),
-                ("access_mode", json!("dedicated")),
-            ],
+            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
         ),
     ];
     c.resources.last_mut().unwrap().health = Health::Error;
@@ -176,30 +139,10 @@ fn every_constraint_form() {
 fn policy_allowed_default_and_encryption() {
     let mut c = case("stage");
     c.resources = vec![
-        s3(
-            "shared-stage",
-            "stage",
-            "shared_minio",
-            &[("encryption", json!(true))],
-        ),
-        s3(
-            "dedicated-stage",
-            "stage",
-            "dedicated_minio",
-            &[("encryption", json!(true))],
-        ),
-        s3(
-            "legacy-stage",
-            "stage",
-            "legacy",
-            &[("encryption", json!(true))],
-        ),
-        s3(
-            "shared-dev",
-            "dev",
-            "shared_minio",
-            &[("encryption", json!(true))],
-        ),
+        s3("shared-stage", "stage", "shared_minio", &[("encryption", json!(true))]),
+        s3("dedicated-stage", "stage", "dedicated_minio", &[("encryption", json!(true))]),
+        s3("legacy-stage", "stage", "legacy", &[("encryption", json!(true))]),
+        s3("shared-dev", "dev", "shared_minio", &[("encryption", json!(true))]),
     ];
     c.policy = policy(
         "object_storage.s3",
@@ -221,10 +164,7 @@ fn policy_allowed_default_and_encryption() {
         "#]],
     );
     // Without a default, two equal matches go to a person.
-    c.policy = policy(
-        "object_storage.s3",
-        &[("stage", allow(&["shared_minio", "dedicated_minio"]))],
-    );
+    c.policy = policy("object_storage.s3", &[("stage", allow(&["shared_minio", "dedicated_minio"]))]);
     check(
         &c,
         req("object_storage.s3"),
@@ -251,12 +191,8 @@ fn policy_allowed_default_and_encryption() {
 #[test]
 fn create_when_nothing_matches_and_one_provider_can() {
     let mut c = case("dev");
-    c.providers = vec![creatable(
-        "dedicated_minio",
-        "object_storage.s3",
-        "minio",
-        attrs(&[("encryption", json!(true))]),
-    )];
+    c.providers =
+        vec![creatable("dedicated_minio", "object_storage.s3", "minio", attrs(&[("encryption", json!(true))]))];
     check(
         &c,
         req("object_storage.s3").constraint("encryption", json!("required")),
@@ -269,36 +205,16 @@ fn create_when_nothing_matches_and_one_provider_can() {
 #[test]
 fn require_approval_gates_with_roles() {
     let mut c = case("prod");
-    c.resources = vec![s3(
-        "legacy",
-        "prod",
-        "shared_minio",
-        &[("encryption", json!(false))],
-    )];
+    c.resources = vec![s3("legacy", "prod", "shared_minio", &[("encryption", json!(false))])];
     c.providers = vec![
-        creatable(
-            "dedicated_minio",
-            "object_storage.s3",
-            "minio",
-            attrs(&[("encryption", json!(true))]),
-        ),
+        creatable("dedicated_minio", "object_storage.s3", "minio", attrs(&[("encryption", json!(true))])),
         Provider {
             bind: Some(opsgraph_model::BindMode::External),
             create: None,
             title: Some("bind external S3".into()),
-            ..creatable(
-                "aws_s3",
-                "object_storage.s3",
-                "x",
-                attrs(&[("encryption", json!(true))]),
-            )
+            ..creatable("aws_s3", "object_storage.s3", "x", attrs(&[("encryption", json!(true))]))
         },
-        creatable(
-            "cheap_minio",
-            "object_storage.s3",
-            "minio",
-            attrs(&[("encryption", json!(false))]),
-        ),
+        creatable("cheap_minio", "object_storage.s3", "minio", attrs(&[("encryption", json!(false))])),
     ];
     c.policy = policy(
         "object_storage.s3",
@@ -326,10 +242,8 @@ fn require_approval_gates_with_roles() {
 #[test]
 fn unsatisfiable_lists_every_candidate() {
     let mut c = case("dev");
-    c.resources = vec![
-        s3("a", "dev", "p", &[("capacity_gb", json!(10))]),
-        s3("b", "prod", "p", &[("capacity_gb", json!(900))]),
-    ];
+    c.resources =
+        vec![s3("a", "dev", "p", &[("capacity_gb", json!(10))]), s3("b", "prod", "p", &[("capacity_gb", json!(900))])];
     check(
         &c,
         req("object_storage.s3").constraint("min_capacity_gb", json!(500)),
@@ -351,9 +265,7 @@ fn unsatisfiable_lists_every_candidate() {
 #[test]
 fn large_inventories_list_a_sample_and_count_the_rest() {
     let mut c = case("dev");
-    c.resources = (0..500)
-        .map(|i| s3(&format!("r{i}"), "prod", "p", &[]))
-        .collect();
+    c.resources = (0..500).map(|i| s3(&format!("r{i}"), "prod", "p", &[])).collect();
     let inventory = Inventory::new(&c.resources);
     let cx = Context {
         inventory: &inventory,

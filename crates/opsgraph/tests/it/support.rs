@@ -6,10 +6,7 @@ use clap::Parser as _;
 
 /// The repository root.
 pub(crate) fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 /// A path under the repository root, as an argument.
@@ -42,24 +39,14 @@ impl Run {
 /// Runs `opsgraph ARGS...` in-process. `{root}` in an argument is the repository root.
 pub(crate) fn opsgraph(args: &[&str]) -> Run {
     let root = root().display().to_string();
-    let args: Vec<String> = std::iter::once("opsgraph".to_string())
-        .chain(args.iter().map(|a| a.replace("{root}", &root)))
-        .collect();
+    let args: Vec<String> =
+        std::iter::once("opsgraph".to_string()).chain(args.iter().map(|a| a.replace("{root}", &root))).collect();
     let cli = opsgraph::cli::Cli::try_parse_from(&args).expect("arguments parse");
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let code = opsgraph::cli::run(cli, &mut out, &mut err).expect("command runs");
-    let clean = |b: Vec<u8>| {
-        String::from_utf8(b)
-            .unwrap()
-            .replace(&format!("{root}/"), "")
-            .replace(&root, ".")
-    };
-    Run {
-        code,
-        out: clean(out),
-        err: clean(err),
-    }
+    let code = opsgraph::cli::run(cli, &mut std::io::empty(), &mut out, &mut err).expect("command runs");
+    let clean = |b: Vec<u8>| String::from_utf8(b).unwrap().replace(&format!("{root}/"), "").replace(&root, ".");
+    Run { code, out: clean(out), err: clean(err) }
 }
 
 /// A temporary directory, removed when dropped.
@@ -85,11 +72,8 @@ impl Drop for TempDir {
 pub(crate) fn temp_dir(files: &[(&str, &str)]) -> TempDir {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "opsgraph-it-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("opsgraph-it-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
     let _ = std::fs::remove_dir_all(&dir);
     for (name, text) in files {
         let p = dir.join(name);

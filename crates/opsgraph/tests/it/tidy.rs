@@ -5,14 +5,7 @@ use crate::support::root;
 /// `model`, `pack` and `plan` do no IO: no filesystem, processes, network or async runtime.
 #[test]
 fn core_crates_do_no_io() {
-    let forbidden = [
-        "std::fs",
-        "std::process",
-        "std::net",
-        "tokio",
-        "File::open",
-        "Command::new",
-    ];
+    let forbidden = ["std::fs", "std::process", "std::net", "tokio", "File::open", "Command::new"];
     for krate in ["opsgraph-model", "opsgraph-pack", "opsgraph-plan"] {
         let dir = root().join("crates").join(krate);
         let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
@@ -24,11 +17,7 @@ fn core_crates_do_no_io() {
         for f in files {
             let text = std::fs::read_to_string(&f).unwrap();
             for word in forbidden {
-                assert!(
-                    !text.contains(word),
-                    "{} uses {word}: {krate} must do no IO",
-                    f.display()
-                );
+                assert!(!text.contains(word), "{} uses {word}: {krate} must do no IO", f.display());
             }
         }
     }
@@ -54,8 +43,5 @@ fn document_reference_is_current() {
         std::fs::write(&path, &want).unwrap();
     }
     let have = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        have == want,
-        "docs/reference/documents.md is stale: run `UPDATE_EXPECT=1 cargo test --test it tidy`"
-    );
+    assert!(have == want, "docs/reference/documents.md is stale: run `UPDATE_EXPECT=1 cargo test --test it tidy`");
 }

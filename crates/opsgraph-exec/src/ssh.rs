@@ -1,0 +1,329 @@
+//! Commands on another machine, through the system's OpenSSH client.
+//!
+//! An SSH exec request carries one string that the remote login shell parses. So the remote
+//! command is built here from single-quoted words only ([`shell_quote`]), and it is the only
+//! place where a parameter meets a shell:
+//!
+//! ```text
+//! [cd -- '<workdir>' &&] NAME='<value>' ... '<argv0>' '<argv1>' ...
+//! [cd -- '<workdir>' &&] NAME='<value>' ... sh -euc '<script text>' '<script path>' '<arg>' ...
+//! [cd -- '<workdir>' &&] NAME='<value>' ... sh -c '<shell line>'
+//! ```
+//!
+//! Variables are set as assignment words in front of the command rather than through
+//! `env NAME=value argv...`: `env` would read an `argv[0]` containing `=` as one more assignment
+//! and one starting with `-` as its own option, while a quoted word is never an assignment, a
+//! keyword or an option to the shell. The remote account's login shell must be a POSIX shell
+//! (sh, dash, bash, ksh, zsh).
+//!
+//! Scripts travel as the text of `sh -euc`, not on stdin to `sh -eu -s`: with `-s`, any command
+//! of the script that reads stdin would eat the rest of the script, and the job's own stdin would
+//! be taken. The cost is a limit: the whole remote command is one argument of the remote shell,
+//! at most 128 KiB on Linux.
+//!
+//! Host keys: `StrictHostKeyChecking=yes` always. With `known_hosts` the host key is checked
+//! against that file only (`GlobalKnownHostsFile=/dev/null`); without it, against the user's and
+//! the system's known_hosts. An unknown or changed host key fails the run
+//! ([`Outcome::CouldNotStart`]); we never accept a host key silently. `BatchMode=yes`: no
+//! password or passphrase prompts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use crate::{process, Cancel, Executor, Outcome, Program, Run, Spec};
+
+/// The longest remote command: Linux's limit on one argument (`MAX_ARG_STRLEN`, with its NUL).
+const MAX_REMOTE_COMMAND: usize = 128 * 1024 - 1;
+/// How long an idle multiplexing master stays up.
+const CONTROL_PERSIST: &str = "60s";
+
+/// Serialises starting multiplexing masters, so two runs do not start two.
+static MASTER_START: Mutex<()> = Mutex::new(());
+
+/// `s` as one word for any POSIX shell: inside single quotes, with each `'` written `'\''`.
+/// Every string comes back as exactly itself: empty (`''`), newlines, a leading `-` (quoting does
+/// not stop a program from reading it as an option: pass `--` where that matters), `$`, `` ` ``,
+/// `\`, globs. (A NUL cannot be in an argument or an environment value at all.)
+pub fn shell_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The string the remote login shell runs for `spec` (see the module doc). Scripts are read
+/// from this machine.
+pub(crate) fn remote_command(spec: &Spec) -> Result<String, String> {
+    let mut out = String::new();
+    if let Some(dir) = &spec.workdir {
+        let dir = dir.to_str().ok_or("the working directory is not valid UTF-8")?;
+        out.push_str("cd -- ");
+        out.push_str(&shell_quote(dir));
+        out.push_str(" && ");
+    }
+    if let Some(error) = spec.env_error() {
+        return Err(error);
+    }
+    for (name, value) in &spec.env {
+        out.push_str(name);
+        out.push('=');
+        out.push_str(&shell_quote(value));
+        out.push(' ');
+    }
+    match &spec.program {
+        Program::Argv(argv) => {
+            if argv.is_empty() {
+                return Err("the command is empty".to_owned());
+            }
+            let words: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
+            out.push_str(&words.join(" "));
+        }
+        Program::Script { path, args } => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("failed to read script {}: {e}", path.display()))?;
+            let name = path.to_str().ok_or("the script path is not valid UTF-8")?;
+            out.push_str("sh -euc ");
+            out.push_str(&shell_quote(&text));
+            out.push(' ');
+            out.push_str(&shell_quote(name));
+            for arg in args {
+                out.push(' ');
+                out.push_str(&shell_quote(arg));
+            }
+        }
+        Program::Shell(line) => {
+            out.push_str("sh -c ");
+            out.push_str(&shell_quote(line));
+        }
+        Program::Http { .. } => return Err("the ssh executor runs commands, not http requests".to_owned()),
+    }
+    if out.len() > MAX_REMOTE_COMMAND {
+        return Err(format!(
+            "the remote command is {} bytes; one shell argument holds at most {MAX_REMOTE_COMMAND}",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// Runs commands on `host` with the system `ssh` (see the module doc for the remote command and
+/// the host key policy).
+///
+/// With `control_dir`, one multiplexing master per host/port/user is started on first use
+/// (`ControlMaster`, `ControlPersist=60s`) and later runs reuse its connection (about 11 ms a
+/// command instead of about 230 ms). Keep `control_dir` short: the socket path
+/// (`<dir>/<user>@<host>:<port>`) must fit in 104 bytes.
+///
+/// Only the local `ssh` client is signalled on timeout or cancel; see the crate doc.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshExecutor {
+    pub host: String,
+    pub port: u16,
+    pub user: Option<String>,
+    /// Private key file (`-i`, with `IdentitiesOnly=yes`).
+    pub key: Option<PathBuf>,
+    /// The only known_hosts file to trust.
+    pub known_hosts: Option<PathBuf>,
+    pub control_dir: Option<PathBuf>,
+}
+
+impl SshExecutor {
+    pub fn new(host: impl Into<String>, port: u16) -> SshExecutor {
+        SshExecutor { host: host.into(), port, user: None, key: None, known_hosts: None, control_dir: None }
+    }
+
+    /// From a resource's `access.ssh`.
+    pub fn from_access(access: &opsgraph_model::SshAccess, control_dir: Option<PathBuf>) -> SshExecutor {
+        SshExecutor {
+            host: access.host.clone(),
+            port: access.port,
+            user: access.user.clone(),
+            key: access.key.as_ref().map(PathBuf::from),
+            known_hosts: access.known_hosts.as_ref().map(PathBuf::from),
+            control_dir,
+        }
+    }
+
+    fn control_path(&self) -> Option<PathBuf> {
+        let dir = self.control_dir.as_ref()?;
+        let name: String = format!("{}@{}:{}", self.user.as_deref().unwrap_or(""), self.host, self.port)
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || "._@:-".contains(c) { c } else { '_' })
+            .collect();
+        Some(dir.join(name))
+    }
+
+    /// Options common to every `ssh` invocation.
+    fn options(&self) -> Result<Vec<String>, String> {
+        let mut args: Vec<String> = [
+            "-T",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "ConnectTimeout=10",
+            "-o",
+            "ServerAliveInterval=15",
+            "-o",
+            "ServerAliveCountMax=3",
+            "-o",
+            "ForwardAgent=no",
+            "-o",
+            "ForwardX11=no",
+            "-o",
+            "ClearAllForwardings=yes",
+            "-o",
+            "LogLevel=ERROR",
+        ]
+        .map(str::to_owned)
+        .into();
+        args.extend(["-p".to_owned(), self.port.to_string()]);
+        if let Some(file) = &self.known_hosts {
+            args.extend(["-o".to_owned(), format!("UserKnownHostsFile={}", option_path(file)?)]);
+            args.extend(["-o".to_owned(), "GlobalKnownHostsFile=/dev/null".to_owned()]);
+        }
+        if let Some(key) = &self.key {
+            args.extend(["-i".to_owned(), path_str(key)?.to_owned(), "-o".to_owned(), "IdentitiesOnly=yes".to_owned()]);
+        }
+        if let Some(user) = &self.user {
+            args.extend(["-l".to_owned(), user.clone()]);
+        }
+        if let Some(path) = self.control_path() {
+            args.extend(["-o".to_owned(), format!("ControlPath={}", option_path(&path)?)]);
+        }
+        Ok(args)
+    }
+
+    /// Starts the multiplexing master unless its socket exists. Failures are left to the run
+    /// itself, which then connects on its own and reports them.
+    fn ensure_master(&self, options: &[String]) {
+        let (Some(dir), Some(socket)) = (&self.control_dir, self.control_path()) else {
+            return;
+        };
+        let _guard = MASTER_START.lock().unwrap_or_else(|e| e.into_inner());
+        if socket.exists() {
+            return;
+        }
+        let _ = std::fs::create_dir_all(dir);
+        // `-f` forks after authentication; the master keeps stdout and stderr, so they are null.
+        let _ = Command::new("ssh")
+            .args(options)
+            .args(["-o", "ControlMaster=yes", "-o"])
+            .arg(format!("ControlPersist={CONTROL_PERSIST}"))
+            .args(["-f", "-N", "--", &self.host])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// Stops the multiplexing master, if there is one.
+    pub fn close(&self) {
+        let Some(socket) = self.control_path() else {
+            return;
+        };
+        if !socket.exists() {
+            return;
+        }
+        if let Ok(options) = self.options() {
+            let _ = Command::new("ssh")
+                .args(&options)
+                .args(["-O", "exit", "--", &self.host])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Executor for SshExecutor {
+    fn run(&self, spec: &Spec, cancel: &Cancel) -> Run {
+        if self.host.is_empty() || self.host.starts_with('-') {
+            return Run::could_not_start(format!("invalid ssh host `{}`", self.host));
+        }
+        let remote = match remote_command(spec) {
+            Ok(remote) => remote,
+            Err(error) => return Run::could_not_start(error),
+        };
+        let options = match self.options() {
+            Ok(options) => options,
+            Err(error) => return Run::could_not_start(error),
+        };
+        if cancel.is_cancelled() {
+            return Run::cancelled();
+        }
+        self.ensure_master(&options);
+        let mut cmd = Command::new("ssh");
+        // The local client keeps the control plane's environment (HOME, SSH_AUTH_SOCK): it is ours.
+        cmd.args(&options).args(["-o", "ControlMaster=no", "--", &self.host, &remote]);
+        let mut run = process::run(cmd, "ssh", spec, cancel);
+        if let Outcome::Exited { code: 255 } = run.outcome {
+            if let Some(outcome) = classify_ssh_failure(&run.output.stderr_lossy()) {
+                run.outcome = outcome;
+            }
+        }
+        run
+    }
+}
+
+fn path_str(path: &Path) -> Result<&str, String> {
+    path.to_str().ok_or_else(|| format!("path {} is not valid UTF-8", path.display()))
+}
+
+/// A path as an `ssh -o` value: quoted when it holds spaces (the value is a list).
+fn option_path(path: &Path) -> Result<String, String> {
+    let s = path_str(path)?;
+    if s.contains(['"', '%']) {
+        return Err(format!("path {s} holds `\"` or `%`, which ssh options cannot carry"));
+    }
+    Ok(if s.contains(char::is_whitespace) { format!("\"{s}\"") } else { s.to_owned() })
+}
+
+/// `ssh` exits 255 for its own failures, and a remote command may exit 255 too. Its stderr tells
+/// which: a failure before the command ran (connection, host key, authentication) could not
+/// start; a dropped connection is lost; anything else is the command's own 255.
+fn classify_ssh_failure(stderr: &str) -> Option<Outcome> {
+    const LOST: &[&str] = &[
+        "closed by remote host",
+        "Broken pipe",
+        "Connection reset",
+        "Timeout, server",
+        "client_loop:",
+        "packet_write_wait",
+    ];
+    const NOT_STARTED: &[&str] = &[
+        "Host key verification failed",
+        "REMOTE HOST IDENTIFICATION HAS CHANGED",
+        "host key for",
+        "Permission denied",
+        "Too many authentication failures",
+        "Could not resolve hostname",
+        "Connection refused",
+        "Connection timed out",
+        "No route to host",
+        "Network is unreachable",
+        "kex_exchange_identification",
+        "banner exchange",
+        "Connection closed by",
+        "Unable to negotiate",
+        "Bad configuration option",
+        "Identity file",
+        "Load key",
+    ];
+    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if let Some(line) = lines.iter().rev().find(|l| LOST.iter().any(|p| l.contains(p))) {
+        return Some(Outcome::Lost { reason: format!("ssh: {}", line.trim_start_matches("ssh: ")) });
+    }
+    let line = lines.iter().find(|l| NOT_STARTED.iter().any(|p| l.contains(p)))?;
+    Some(Outcome::CouldNotStart { error: format!("ssh: {}", line.trim_start_matches("ssh: ")) })
+}

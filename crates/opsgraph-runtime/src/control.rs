@@ -1,0 +1,213 @@
+//! What people do to an operation: answer gates, pause, resume, cancel, retry.
+
+use opsgraph_model::{GateType, OperationState};
+use opsgraph_plan::lifecycle::Event;
+use opsgraph_store::{now, GateRecord, JobRecord, JobState, Write};
+use serde_json::{json, Value};
+
+use crate::drive::{entry, Progress};
+use crate::{Error, Runtime};
+
+/// An answer to a gate.
+#[derive(Debug, Clone)]
+pub struct GateAnswer {
+    pub option: String,
+    /// Who answers (recorded), and the role they act in (checked against the gate's roles).
+    pub actor: String,
+    pub role: String,
+    /// A typed value, for missing-input gates.
+    pub value: Option<Value>,
+}
+
+impl Runtime {
+    /// Answers a gate. Refused when the gate is unknown or already answered, the role may not
+    /// answer it, or the option is not one of its options.
+    pub fn answer_gate(
+        &mut self,
+        op_id: &str,
+        gate_id: &str,
+        answer: &GateAnswer,
+        progress: Progress<'_>,
+    ) -> Result<OperationState, Error> {
+        let (op, plan) = self.load(op_id)?;
+        let gates = self.store.gates(op_id)?;
+        let gate = gates
+            .iter()
+            .find(|g| g.id == gate_id)
+            .ok_or_else(|| Error::NoGate { operation: op_id.to_string(), gate: gate_id.to_string() })?;
+        if let (Some(a), Some(by), Some(at)) = (&gate.answer, &gate.answered_by, &gate.answered_at) {
+            return Err(Error::AlreadyAnswered {
+                gate: gate_id.into(),
+                answer: a.clone(),
+                by: by.clone(),
+                at: at.clone(),
+            });
+        }
+        if !gate.required_roles.is_empty() && !gate.required_roles.contains(&answer.role) {
+            return Err(Error::Forbidden {
+                gate: gate_id.into(),
+                role: answer.role.clone(),
+                required: gate.required_roles.join(", "),
+            });
+        }
+        if !gate.options.is_empty() && !gate.options.contains(&answer.option) {
+            return Err(Error::NoOption {
+                gate: gate_id.into(),
+                option: answer.option.clone(),
+                options: gate.options.join(", "),
+            });
+        }
+        let plan_gate = plan.gates.iter().find(|g| g.id == gate_id);
+        let is_create = plan
+            .resolution
+            .iter()
+            .filter_map(|r| match &r.outcome {
+                opsgraph_plan::Outcome::Gate { gate } if gate.id == gate_id => Some(gate),
+                _ => None,
+            })
+            .flat_map(|g| g.options.iter())
+            .any(|o| {
+                o.label() == answer.option
+                    && !matches!(
+                        o,
+                        opsgraph_plan::resolve::GateOption::Bind { .. }
+                            | opsgraph_plan::resolve::GateOption::Cancel { .. }
+                    )
+            });
+        if is_create {
+            return Err(Error::Unsupported(format!(
+                "`{}` needs a sub-operation or an external binding, which the runtime does not run yet; answer `cancel operation`, or change the inventory or policy and plan again",
+                answer.option
+            )));
+        }
+        if plan_gate.is_some_and(|g| g.type_ == GateType::MissingInput)
+            && answer.option != "cancel operation"
+            && answer.value.is_none()
+        {
+            return Err(Error::Unsupported(format!("gate `{gate_id}` needs a value: answer it with --value")));
+        }
+        let at = now();
+        let record = GateRecord {
+            answer: Some(answer.option.clone()),
+            answered_by: Some(answer.actor.clone()),
+            answered_at: Some(at.clone()),
+            value: answer.value.clone(),
+            ..gate.clone()
+        };
+        let note = Write::Timeline(entry(
+            op_id,
+            &answer.actor,
+            "gate_answered",
+            format!("{gate_id}: {} (as {})", answer.option, answer.role),
+            json!({"gate": gate_id, "option": answer.option, "role": answer.role}),
+        ));
+        let writes = vec![Write::Gate(record), note];
+        if answer.option == "cancel operation" {
+            let reason = format!("gate {gate_id} answered `cancel operation` by {}", answer.actor);
+            let op = self.transition(
+                &op,
+                Event::Cancel { reason: reason.clone() },
+                &answer.actor,
+                &reason,
+                writes,
+                progress,
+            )?;
+            return Ok(op.state);
+        }
+        let next = match &op.state {
+            OperationState::WaitingForApproval { .. } => {
+                let event = Event::Approved { gate: gate_id.to_string() };
+                let op =
+                    self.transition(&op, event, &answer.actor, &format!("{gate_id} approved"), writes, progress)?;
+                op.state
+            }
+            OperationState::WaitingForInput { .. } => {
+                let event = Event::InputProvided { gate: gate_id.to_string() };
+                let op =
+                    self.transition(&op, event, &answer.actor, &format!("{gate_id} answered"), writes, progress)?;
+                if matches!(op.state, OperationState::CapabilityResolution) {
+                    let actor = answer.actor.clone();
+                    self.after_resolution(&op, &plan, &actor, progress)?.state
+                } else {
+                    op.state
+                }
+            }
+            OperationState::Paused { reason } if reason.starts_with("waiting for gate") => {
+                let op = self.transition(
+                    &op,
+                    Event::Resume,
+                    &answer.actor,
+                    &format!("{gate_id} answered"),
+                    writes,
+                    progress,
+                )?;
+                op.state
+            }
+            // A gate in the DAG answered while the run goes on: it only unblocks its descendants.
+            _ => {
+                self.store.commit(&writes)?;
+                for w in &writes {
+                    if let Write::Timeline(t) = w {
+                        progress(t);
+                    }
+                }
+                op.state
+            }
+        };
+        Ok(next)
+    }
+
+    pub fn pause(
+        &mut self,
+        op_id: &str,
+        actor: &str,
+        reason: &str,
+        progress: Progress<'_>,
+    ) -> Result<OperationState, Error> {
+        let (op, _) = self.load(op_id)?;
+        Ok(self.transition(&op, Event::Pause { reason: reason.to_string() }, actor, reason, vec![], progress)?.state)
+    }
+
+    pub fn resume(&mut self, op_id: &str, actor: &str, progress: Progress<'_>) -> Result<OperationState, Error> {
+        let (op, _) = self.load(op_id)?;
+        Ok(self.transition(&op, Event::Resume, actor, "resumed", vec![], progress)?.state)
+    }
+
+    pub fn cancel(
+        &mut self,
+        op_id: &str,
+        actor: &str,
+        reason: &str,
+        progress: Progress<'_>,
+    ) -> Result<OperationState, Error> {
+        let (op, _) = self.load(op_id)?;
+        Ok(self.transition(&op, Event::Cancel { reason: reason.to_string() }, actor, reason, vec![], progress)?.state)
+    }
+
+    /// Runs failed jobs again (all failed ones when `jobs` is empty).
+    pub fn retry(
+        &mut self,
+        op_id: &str,
+        jobs: &[String],
+        actor: &str,
+        progress: Progress<'_>,
+    ) -> Result<OperationState, Error> {
+        let (op, _) = self.load(op_id)?;
+        let records = self.store.jobs(op_id)?;
+        let chosen: Vec<&JobRecord> = records
+            .iter()
+            .filter(|j| matches!(j.state, JobState::Failed | JobState::Cancelled))
+            .filter(|j| jobs.is_empty() || jobs.contains(&j.id))
+            .collect();
+        if chosen.is_empty() {
+            return Err(Error::Unsupported("no failed job to retry".into()));
+        }
+        let ids: Vec<String> = chosen.iter().map(|j| j.id.clone()).collect();
+        let mut writes = Vec::new();
+        for j in chosen {
+            writes.push(Write::Job(JobRecord { state: JobState::Pending, updated_at: now(), ..j.clone() }));
+        }
+        let reason = format!("retry {}", ids.join(", "));
+        Ok(self.transition(&op, Event::Retry { jobs: ids }, actor, &reason, writes, progress)?.state)
+    }
+}

@@ -1,0 +1,843 @@
+//! Creating an operation and driving it: the dispatcher loop.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opsgraph_exec::{Cancel, Executor, LocalExecutor, Program, SshExecutor};
+use opsgraph_model::{GateType, Health, OperationState, ProvidedCapability, Resource, ResourceStatus};
+use opsgraph_pack::Pack;
+use opsgraph_plan::lifecycle::{self, state_name, Event};
+use opsgraph_plan::{JobInstance, Plan};
+use opsgraph_store::{
+    now, ArtifactRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter, OperationRecord,
+    ResourceRecord, TimelineEntry, Write,
+};
+use serde_json::{json, Value};
+
+use crate::jobs::{self, artifact_env, param_text, render_key, Task, TaskResult};
+use crate::{new_operation_id, Error, Runtime};
+
+/// What the driver reports as it goes: each timeline entry once it is committed.
+pub type Progress<'a> = &'a mut dyn FnMut(&TimelineEntry);
+
+pub(crate) fn entry(op: &str, actor: &str, event: &str, reason: impl Into<String>, data: Value) -> TimelineEntry {
+    TimelineEntry {
+        seq: 0,
+        operation: op.to_string(),
+        at: now(),
+        actor: actor.to_string(),
+        event: event.to_string(),
+        from: None,
+        to: None,
+        reason: reason.into(),
+        data,
+    }
+}
+
+/// Gates answered before the run starts; the others block their descendants mid-run.
+pub(crate) fn is_pre_run(source: &str) -> bool {
+    matches!(source, "resolution" | "risk" | "missing_input")
+}
+
+pub(crate) fn is_input_gate(t: GateType) -> bool {
+    matches!(t, GateType::MissingInput | GateType::ProviderSelection)
+}
+
+impl Runtime {
+    /// Applies a lifecycle event and commits the new state, its timeline entry and `extra` in one
+    /// transaction. Returns the new record.
+    pub(crate) fn transition(
+        &mut self,
+        op: &OperationRecord,
+        event: Event,
+        actor: &str,
+        reason: &str,
+        extra: Vec<Write>,
+        progress: Progress<'_>,
+    ) -> Result<OperationRecord, Error> {
+        let (state, _effects) = lifecycle::apply(&op.state, &event)?;
+        let mut e = entry(&op.id, actor, event.name(), reason, serde_json::to_value(&event).unwrap_or(Value::Null));
+        e.from = Some(state_name(op.state.kind()).to_string());
+        e.to = Some(state_name(state.kind()).to_string());
+        let mut writes = vec![Write::Transition {
+            operation: op.id.clone(),
+            expect_version: op.version,
+            state: state.clone(),
+            entry: e.clone(),
+        }];
+        writes.extend(extra);
+        self.store.commit(&writes)?;
+        progress(&e);
+        for w in &writes[1..] {
+            if let Write::Timeline(t) = w {
+                progress(t);
+            }
+        }
+        let mut next = op.clone();
+        next.state = state;
+        next.version += 1;
+        Ok(next)
+    }
+
+    fn commit_timeline(&mut self, writes: Vec<Write>, progress: Progress<'_>) -> Result<(), Error> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        self.store.commit(&writes)?;
+        for w in &writes {
+            if let Write::Timeline(t) = w {
+                progress(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records an operation for a plan and takes it as far as it goes without running anything:
+    /// to `running`, or to a wait for input or approval.
+    pub fn create(&mut self, plan: &Plan, actor: &str, progress: Progress<'_>) -> Result<String, Error> {
+        if plan.is_blocked() {
+            let reasons: Vec<String> = plan
+                .resolution
+                .iter()
+                .filter_map(|r| match &r.outcome {
+                    opsgraph_plan::Outcome::Unsatisfiable { reason } => {
+                        Some(format!("{}: {reason}", r.requirement.capability))
+                    }
+                    _ => None,
+                })
+                .collect();
+            return Err(Error::Blocked(reasons.join("; ")));
+        }
+        let resource = Runtime::target_resource(&plan.intent);
+        if let Some(resource) = &resource {
+            let busy = self.store.operations(&OperationFilter { state: None, resource: Some(resource.clone()) })?;
+            if let Some(other) = busy.iter().find(|o| !lifecycle::is_terminal(&o.state)) {
+                return Err(Error::Busy {
+                    resource: resource.clone(),
+                    operation: other.id.clone(),
+                    state: state_name(other.state.kind()).to_string(),
+                });
+            }
+        }
+        let id = new_operation_id();
+        let at = now();
+        let record = OperationRecord {
+            id: id.clone(),
+            parent: None,
+            intent: serde_json::to_value(&plan.intent).unwrap_or(Value::Null),
+            resource,
+            state: OperationState::DraftIntent,
+            plan_revision: plan.revision.hash.clone(),
+            actor: actor.to_string(),
+            created_at: at.clone(),
+            updated_at: at.clone(),
+            version: 0,
+        };
+        let mut writes = vec![
+            Write::CreateOperation { op: record.clone(), plan: serde_json::to_value(plan).unwrap_or(Value::Null) },
+            Write::Timeline(entry(
+                &id,
+                actor,
+                "created",
+                format!("{} {} from {}", plan.action, plan.pack, plan.template),
+                json!({"revision": plan.revision.hash}),
+            )),
+        ];
+        for j in &plan.jobs {
+            writes.push(Write::Job(JobRecord {
+                operation: id.clone(),
+                id: j.id.clone(),
+                state: JobState::Pending,
+                attempts: 0,
+                outcome: Value::Null,
+                updated_at: at.clone(),
+            }));
+        }
+        for g in &plan.gates {
+            writes.push(Write::Gate(GateRecord {
+                operation: id.clone(),
+                id: g.id.clone(),
+                gate_type: g.type_.to_string(),
+                reason: g.reason.clone(),
+                options: g.options.clone(),
+                required_roles: g.required_roles.clone(),
+                answer: None,
+                answered_by: None,
+                answered_at: None,
+                value: None,
+            }));
+        }
+        self.commit_timeline(writes, progress)?;
+        let op = self.transition(&record, Event::PlanBuilt, actor, "plan preview built", vec![], progress)?;
+        let op = self.transition(&op, Event::Resolve, actor, "capabilities resolved", vec![], progress)?;
+        self.after_resolution(&op, plan, actor, progress)?;
+        Ok(id)
+    }
+
+    /// From capability resolution: wait for input, then approval, then run.
+    pub(crate) fn after_resolution(
+        &mut self,
+        op: &OperationRecord,
+        plan: &Plan,
+        actor: &str,
+        progress: Progress<'_>,
+    ) -> Result<OperationRecord, Error> {
+        let answered: HashSet<String> =
+            self.store.gates(&op.id)?.into_iter().filter(|g| g.answer.is_some()).map(|g| g.id).collect();
+        let open = |input: bool| -> Vec<String> {
+            plan.gates
+                .iter()
+                .filter(|g| is_pre_run(&g.source) && is_input_gate(g.type_) == input && !answered.contains(&g.id))
+                .map(|g| g.id.clone())
+                .collect()
+        };
+        let (inputs, approvals) = (open(true), open(false));
+        if !inputs.is_empty() {
+            let reason = format!("waiting for input at {}", inputs.join(", "));
+            return self.transition(op, Event::NeedInput { gates: inputs }, actor, &reason, vec![], progress);
+        }
+        if !approvals.is_empty() {
+            let reason = format!("waiting for approval at {}", approvals.join(", "));
+            return self.transition(op, Event::NeedApproval { gates: approvals }, actor, &reason, vec![], progress);
+        }
+        self.transition(op, Event::Start, actor, "no approval needed", vec![], progress)
+    }
+
+    pub(crate) fn load(&self, id: &str) -> Result<(OperationRecord, Plan), Error> {
+        let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
+        let plan = self.store.plan(&op.plan_revision)?.ok_or_else(|| Error::Plan(op.plan_revision.clone()))?;
+        let plan: Plan = serde_json::from_value(plan).map_err(|_| Error::Plan(op.plan_revision.clone()))?;
+        Ok((op, plan))
+    }
+
+    fn pack(&self, plan: &Plan) -> Result<&Pack, Error> {
+        let id = plan.pack.split('@').next().unwrap_or_default();
+        self.packs.iter().find(|p| p.manifest.id == id).ok_or_else(|| Error::NoPack(plan.pack.clone()))
+    }
+
+    /// Where an instance runs: locally when it has no resource, its resource is this machine or
+    /// the job says `executor: local`; over SSH when its resource has SSH access; else nowhere
+    /// (the attempt fails as "could not start" rather than running on the wrong machine).
+    fn executor_for(&self, instance: &JobInstance, job: &opsgraph_model::Job) -> Arc<dyn Executor> {
+        use opsgraph_model::ExecutorKind;
+        let resource = instance.resource.as_ref().and_then(|id| self.resources.iter().find(|r| r.id == *id));
+        let wants = job.run.as_ref().and_then(|r| r.executor);
+        let access = resource.and_then(|r| r.access.as_ref());
+        let ssh = access.and_then(|a| a.ssh.as_ref());
+        let local = instance.resource.is_none() || access.is_some_and(|a| a.local);
+        match (wants, ssh) {
+            (Some(ExecutorKind::Http), _) => Arc::new(opsgraph_exec::HttpExecutor),
+            (Some(ExecutorKind::Local), _) => Arc::new(LocalExecutor),
+            (Some(ExecutorKind::Ssh) | None, Some(ssh)) => Arc::new(SshExecutor {
+                host: ssh.host.clone(),
+                port: ssh.port,
+                user: ssh.user.clone(),
+                key: ssh.key.as_ref().map(PathBuf::from),
+                known_hosts: ssh.known_hosts.as_ref().map(PathBuf::from),
+                control_dir: Some(self.data_dir.join("ssh")),
+            }),
+            (None, None) if local => Arc::new(LocalExecutor),
+            (Some(ExecutorKind::Ssh) | None, None) => Arc::new(Unreachable(format!(
+                "{} has no {}access in the inventory",
+                instance.resource.as_deref().unwrap_or("the control host"),
+                if wants == Some(ExecutorKind::Ssh) { "SSH " } else { "" }
+            ))),
+        }
+    }
+
+    /// The environment of a job instance: parameters, target, operation, artifacts it requires.
+    fn environment(
+        &self,
+        op: &OperationRecord,
+        plan: &Plan,
+        instance: &JobInstance,
+        job: &opsgraph_model::Job,
+        inputs: &BTreeMap<String, Value>,
+    ) -> Result<BTreeMap<String, String>, Error> {
+        let mut env = BTreeMap::new();
+        for (k, v) in job.inputs.parameters.iter().chain(plan.parameters.iter()).chain(inputs.iter()) {
+            env.insert(opsgraph_exec::param_env(k), param_text(v));
+        }
+        env.insert("OPSGRAPH_OPERATION_ID".into(), op.id.clone());
+        env.insert("OPSGRAPH_JOB_ID".into(), instance.id.clone());
+        if let Some(name) = &plan.intent.name {
+            env.insert("OPSGRAPH_INTENT_NAME".into(), name.clone());
+        }
+        if let Some(r) = &instance.resource {
+            env.insert("OPSGRAPH_TARGET_ID".into(), r.clone());
+            env.insert("OPSGRAPH_TARGET_NAME".into(), r.rsplit('/').next().unwrap_or(r).to_string());
+        }
+        let lab = self.data_dir.join("lab");
+        std::fs::create_dir_all(&lab).map_err(|source| Error::Io { path: lab.display().to_string(), source })?;
+        env.insert("OPSGRAPH_LAB_DIR".into(), lab.display().to_string());
+        // Required artifacts: the file of the dependency that produced it (on the same resource
+        // when there is one).
+        let artifacts = self.store.artifacts(&op.id)?;
+        for a in &job.inputs.requires.artifacts {
+            let mut candidates: Vec<&ArtifactRecord> =
+                artifacts.iter().filter(|r| r.id == *a && instance.depends_on.contains(&r.job)).collect();
+            candidates.sort_by_key(|r| {
+                let same = plan.jobs.iter().find(|j| j.id == r.job).is_some_and(|j| j.resource == instance.resource);
+                !same
+            });
+            if let Some(r) = candidates.first() {
+                env.insert(artifact_env(a), self.data_dir.join(&r.location).display().to_string());
+            }
+        }
+        Ok(env)
+    }
+
+    /// Values given at answered missing-input gates, by parameter name.
+    fn gate_inputs(&self, op: &str) -> Result<BTreeMap<String, Value>, Error> {
+        Ok(self
+            .store
+            .gates(op)?
+            .into_iter()
+            .filter_map(|g| {
+                let param = g.id.strip_prefix("input-")?.replace('-', "_");
+                Some((param, g.value?))
+            })
+            .collect())
+    }
+
+    /// Runs an operation until it completes, fails, is cancelled, or waits for a person.
+    /// Returns the state it stopped in.
+    pub fn drive(&mut self, id: &str, progress: Progress<'_>) -> Result<OperationState, Error> {
+        let (_, plan) = self.load(id)?;
+        let pack = self.pack(&plan)?.clone();
+        let template = pack.templates.iter().find(|t| t.id == plan.template).cloned();
+        let inputs = self.gate_inputs(id)?;
+        let actor = self.actor.clone();
+        let (tx, rx) = mpsc::channel::<TaskResult>();
+        let mut in_flight: HashMap<String, Cancel> = HashMap::new();
+        let mut not_before: HashMap<String, Instant> = HashMap::new();
+        // The idempotency key of each attempt in flight, as rendered when it started.
+        let mut keys: HashMap<String, Option<String>> = HashMap::new();
+        let mut recovered_checked = false;
+        let instances: HashMap<&str, &JobInstance> = plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+
+        loop {
+            let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
+            let running = matches!(op.state, OperationState::Running);
+            if !running {
+                // Stop: cancel running jobs when cancelled, let them finish otherwise.
+                if matches!(op.state, OperationState::Cancelled { .. }) {
+                    for c in in_flight.values() {
+                        c.cancel();
+                    }
+                }
+                if in_flight.is_empty() {
+                    return Ok(op.state);
+                }
+            }
+            let jobs = self.store.jobs(id)?;
+            let state_of: HashMap<&str, JobState> = jobs.iter().map(|j| (j.id.as_str(), j.state)).collect();
+            let gates = self.store.gates(id)?;
+            let gate_done: HashMap<&str, bool> = gates
+                .iter()
+                .map(|g| (g.id.as_str(), g.answer.as_deref().is_some_and(|a| a != "cancel operation")))
+                .collect();
+
+            // Recovery: attempts recorded as started whose outcome nobody recorded.
+            if running && !recovered_checked {
+                recovered_checked = true;
+                let orphans: Vec<&JobRecord> =
+                    jobs.iter().filter(|j| j.state == JobState::Running && !in_flight.contains_key(&j.id)).collect();
+                if !orphans.is_empty() {
+                    let orphans: Vec<JobRecord> = orphans.into_iter().cloned().collect();
+                    self.recover(&op, &plan, &pack, &orphans, &inputs, progress)?;
+                    continue;
+                }
+            }
+
+            if running {
+                // Ready: pending, dependencies done, gates answered, not waiting for a retry.
+                let now_i = Instant::now();
+                let ready: Vec<&JobInstance> = plan
+                    .jobs
+                    .iter()
+                    .filter(|j| {
+                        state_of.get(j.id.as_str()) == Some(&JobState::Pending) && !in_flight.contains_key(&j.id)
+                    })
+                    .filter(|j| not_before.get(&j.id).is_none_or(|t| *t <= now_i))
+                    .filter(|j| {
+                        j.depends_on.iter().all(|d| match state_of.get(d.as_str()) {
+                            Some(s) => s.is_done(),
+                            None => gate_done.get(d.as_str()).copied().unwrap_or(false),
+                        })
+                    })
+                    .collect();
+                let free = self.concurrency.saturating_sub(in_flight.len());
+                let ready: Vec<&JobInstance> = ready.into_iter().take(free).collect();
+
+                if ready.is_empty() && in_flight.is_empty() {
+                    if plan.jobs.iter().all(|j| state_of.get(j.id.as_str()).is_some_and(|s| s.is_done())) {
+                        let extra = self.completion_writes(&op, &plan, &pack)?;
+                        self.transition(
+                            &op,
+                            Event::Complete,
+                            &actor,
+                            "every job's outputs are verified by evidence",
+                            extra,
+                            progress,
+                        )?;
+                        continue;
+                    }
+                    let waiting =
+                        not_before.iter().filter(|(j, _)| state_of.get(j.as_str()) == Some(&JobState::Pending));
+                    if let Some(wait) = waiting.map(|(_, t)| t.saturating_duration_since(now_i)).min() {
+                        std::thread::sleep(wait.min(Duration::from_secs(5)));
+                        continue;
+                    }
+                    let blocking: Vec<&str> =
+                        gates.iter().filter(|g| g.answer.is_none()).map(|g| g.id.as_str()).collect();
+                    let reason = if blocking.is_empty() {
+                        "no job can start".to_string()
+                    } else {
+                        format!("waiting for gate {}", blocking.join(", "))
+                    };
+                    self.transition(&op, Event::Pause { reason: reason.clone() }, &actor, &reason, vec![], progress)?;
+                    continue;
+                }
+
+                // Start: record each attempt before its process exists (one commit for all).
+                let mut writes = Vec::new();
+                let mut tasks = Vec::new();
+                for instance in ready {
+                    let job = pack
+                        .job(template.as_ref().ok_or_else(|| Error::NoPack(plan.template.clone()))?, &instance.job)
+                        .cloned()
+                        .ok_or_else(|| Error::NoPack(format!("{} (job {})", plan.pack, instance.job)))?;
+                    let record = jobs.iter().find(|j| j.id == instance.id).cloned();
+                    let attempt = record.map_or(0, |r| r.attempts) + 1;
+                    let env = self.environment(&op, &plan, instance, &job, &inputs)?;
+                    let key_values = self.key_values(&op, &plan, instance, &env);
+                    let key = job.controls.idempotency.as_ref().map(|k| render_key(&k.key, &key_values));
+                    let check_first = match &key {
+                        Some(k) => self.store.idempotency(k)?.is_some(),
+                        None => false,
+                    };
+                    let dir =
+                        self.data_dir.join("runs").join(&op.id).join(&instance.id).join(format!("attempt-{attempt}"));
+                    let program = job.run.as_ref().and_then(|r| {
+                        if let Some(script) = &r.script {
+                            Some(Program::Script { path: PathBuf::from(&pack.root).join(script), args: vec![] })
+                        } else if let Some(cmd) = &r.command {
+                            Some(opsgraph_exec::program_for(cmd))
+                        } else {
+                            r.url.as_ref().map(|url| Program::Http {
+                                method: r.method.clone().unwrap_or_else(|| "GET".into()),
+                                url: url.clone(),
+                                headers: vec![],
+                                body: vec![],
+                            })
+                        }
+                    });
+                    let timeout = job
+                        .run
+                        .as_ref()
+                        .and_then(|r| r.timeout.as_deref())
+                        .and_then(|t| opsgraph_exec::parse_duration(t).ok());
+                    let evidence = job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
+                    writes.push(Write::Job(JobRecord {
+                        operation: op.id.clone(),
+                        id: instance.id.clone(),
+                        state: JobState::Running,
+                        attempts: attempt,
+                        outcome: json!({"key": key}),
+                        updated_at: now(),
+                    }));
+                    writes.push(Write::Timeline(entry(
+                        &op.id,
+                        &actor,
+                        "job_started",
+                        format!(
+                            "{} attempt {attempt}{}",
+                            instance.id,
+                            if check_first { " (idempotency key seen before: evidence first)" } else { "" }
+                        ),
+                        json!({"job": instance.id, "attempt": attempt, "key": key}),
+                    )));
+                    let cancel = Cancel::new();
+                    not_before.remove(&instance.id);
+                    keys.insert(instance.id.clone(), key.clone());
+                    in_flight.insert(instance.id.clone(), cancel.clone());
+                    tasks.push(Task {
+                        instance: instance.id.clone(),
+                        attempt,
+                        executor: self.executor_for(instance, &job),
+                        job,
+                        evidence,
+                        program,
+                        env,
+                        timeout,
+                        dir,
+                        cancel,
+                        check_first,
+                    });
+                }
+                self.commit_timeline(writes, progress)?;
+                for task in tasks {
+                    let tx = tx.clone();
+                    std::thread::spawn(move || {
+                        let _ = tx.send(jobs::run(task));
+                    });
+                }
+            }
+
+            if in_flight.is_empty() {
+                continue;
+            }
+            // Wait for one result, then take every other one that is ready: one commit for all.
+            let first = match rx.recv_timeout(Duration::from_millis(250)) {
+                Ok(r) => r,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => continue,
+            };
+            let mut results = vec![first];
+            results.extend(rx.try_iter());
+            let mut writes = Vec::new();
+            let mut failed: Option<(String, String)> = None;
+            for r in results {
+                in_flight.remove(&r.instance);
+                let Some(instance) = instances.get(r.instance.as_str()) else { continue };
+                let job = template.as_ref().and_then(|t| pack.job(t, &instance.job)).cloned();
+                let max_attempts =
+                    job.as_ref().and_then(|j| j.controls.retry_policy.as_ref()).map_or(1, |p| p.max_attempts);
+                let key = keys.remove(&r.instance).flatten();
+                self.result_writes(&op, instance, &r, &mut writes)?;
+                let state = match (&r.failure, r.satisfied_without_run) {
+                    (None, true) => JobState::AlreadySatisfied,
+                    (None, false) => JobState::Succeeded,
+                    (Some(_), _) if r.cancelled => JobState::Cancelled,
+                    (Some(_), _) if r.attempt < max_attempts && running => JobState::Pending,
+                    (Some(_), _) => JobState::Failed,
+                };
+                if state == JobState::Pending {
+                    let backoff = job
+                        .as_ref()
+                        .and_then(|j| j.controls.retry_policy.as_ref())
+                        .and_then(|p| p.backoff.as_deref())
+                        .and_then(|b| opsgraph_exec::parse_duration(b).ok())
+                        .unwrap_or(Duration::ZERO);
+                    let delay = backoff.saturating_mul(1 << (r.attempt - 1).min(16));
+                    not_before.insert(r.instance.clone(), Instant::now() + delay);
+                }
+                if matches!(state, JobState::Succeeded) {
+                    if let Some(k) = &key {
+                        writes.push(Write::Idempotency {
+                            key: k.clone(),
+                            resource: instance.resource.clone(),
+                            operation: op.id.clone(),
+                            job: r.instance.clone(),
+                            at: now(),
+                        });
+                    }
+                }
+                let event = match state {
+                    JobState::Succeeded => "job_succeeded",
+                    JobState::AlreadySatisfied => "job_already_satisfied",
+                    JobState::Pending => "job_retry",
+                    JobState::Cancelled => "job_cancelled",
+                    _ => "job_failed",
+                };
+                let reason = match &r.failure {
+                    None if r.satisfied_without_run => format!("{}: already satisfied, evidence passes", r.instance),
+                    None => format!("{}: {} ({} evidence checks passed)", r.instance, r.outcome, r.evidence.len()),
+                    Some(f) if state == JobState::Pending => {
+                        format!("{}: {f}; attempt {} of {max_attempts}, retrying", r.instance, r.attempt)
+                    }
+                    Some(f) => format!("{}: {f}", r.instance),
+                };
+                writes.push(Write::Job(JobRecord {
+                    operation: op.id.clone(),
+                    id: r.instance.clone(),
+                    state,
+                    attempts: r.attempt,
+                    outcome: json!({
+                        "outcome": r.outcome, "failure": r.failure, "key": key,
+                        "log": r.log.as_ref().map(|p| p.display().to_string()),
+                        "duration_ms": r.duration.as_millis() as u64,
+                    }),
+                    updated_at: now(),
+                }));
+                writes.push(Write::Timeline(entry(
+                    &op.id,
+                    &actor,
+                    event,
+                    reason.clone(),
+                    json!({"job": r.instance, "attempt": r.attempt}),
+                )));
+                if state == JobState::Failed && failed.is_none() {
+                    failed = Some((r.instance.clone(), reason));
+                }
+            }
+            match failed {
+                Some((job, reason)) if running => {
+                    let mut extra = writes;
+                    extra.extend(self.failure_writes(&op, &plan, &reason)?);
+                    self.transition(
+                        &op,
+                        Event::JobFailed { job, reason: reason.clone() },
+                        &actor,
+                        &reason,
+                        extra,
+                        progress,
+                    )?;
+                }
+                _ => self.commit_timeline(writes, progress)?,
+            }
+        }
+    }
+
+    fn key_values(
+        &self,
+        op: &OperationRecord,
+        plan: &Plan,
+        instance: &JobInstance,
+        env: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut values: BTreeMap<String, String> =
+            plan.parameters.iter().map(|(k, v)| (k.clone(), param_text(v))).collect();
+        for (k, v) in env {
+            if let Some(p) = k.strip_prefix("OPSGRAPH_PARAM_") {
+                values.insert(p.to_lowercase(), v.clone());
+            }
+        }
+        if let Some(r) = &instance.resource {
+            values.insert("node_id".into(), r.rsplit('/').next().unwrap_or(r).to_string());
+            values.insert("resource".into(), r.clone());
+        }
+        if let Some(n) = &plan.intent.name {
+            values.insert("name".into(), n.clone());
+        }
+        values.insert("operation_id".into(), op.id.clone());
+        values
+    }
+
+    /// Evidence records and stored artifacts of one attempt.
+    fn result_writes(
+        &self,
+        op: &OperationRecord,
+        instance: &JobInstance,
+        r: &TaskResult,
+        writes: &mut Vec<Write>,
+    ) -> Result<(), Error> {
+        for (check, result) in &r.evidence {
+            writes.push(Write::Evidence(EvidenceRecord {
+                operation: op.id.clone(),
+                job: r.instance.clone(),
+                check: check.id.clone(),
+                source: serde_json::to_value(check.source)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                command: check
+                    .command
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .or_else(|| check.url.clone())
+                    .or_else(|| check.path.clone())
+                    .or_else(|| check.host.as_ref().map(|h| format!("{h}:{}", check.port.unwrap_or(0))))
+                    .unwrap_or_default(),
+                expected: result.expected.clone(),
+                observed: result.observed.clone(),
+                passed: result.passed,
+                at: now(),
+                resource: instance.resource.clone(),
+                capability: None,
+            }));
+        }
+        if r.failure.is_none() {
+            for (id, path) in &r.produced {
+                let (location, size) = jobs::store_blob(&self.data_dir, path)
+                    .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+                let sensitivity = self
+                    .packs
+                    .iter()
+                    .find_map(|p| p.artifacts.get(id))
+                    .and_then(|a| serde_json::to_value(a.sensitivity).ok())
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_else(|| "internal".into());
+                writes.push(Write::Artifact(ArtifactRecord {
+                    operation: op.id.clone(),
+                    job: r.instance.clone(),
+                    id: id.clone(),
+                    sensitivity,
+                    location,
+                    size,
+                    at: now(),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    fn resource_doc(&self, plan: &Plan) -> Option<Resource> {
+        let id = Runtime::target_resource(&plan.intent)?;
+        let existing =
+            self.store.resource(&id).ok().flatten().and_then(|r| serde_json::from_value::<Resource>(r.doc).ok());
+        Some(existing.unwrap_or_else(|| Resource {
+            id: id.clone(),
+            type_: plan.intent.target_resource_type.clone(),
+            name: plan.intent.name.clone().unwrap_or_default(),
+            environment: plan.intent.environment.clone(),
+            provider: None,
+            labels: BTreeMap::new(),
+            attributes: plan.intent.constraints.clone(),
+            desired_state: None,
+            observed_state: None,
+            health: Health::Unknown,
+            status: Some(ResourceStatus::Provisioning),
+            provides: Vec::new(),
+            access: None,
+        }))
+    }
+
+    /// The resource an operation completed: its capabilities, desired and observed state, health.
+    fn completion_writes(&self, op: &OperationRecord, plan: &Plan, pack: &Pack) -> Result<Vec<Write>, Error> {
+        let Some(mut doc) = self.resource_doc(plan) else { return Ok(vec![]) };
+        let template = pack.templates.iter().find(|t| t.id == plan.template);
+        let provisions = template
+            .map(|t| t.provides.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| pack.manifest.provides.clone());
+        for p in provisions {
+            if !doc.provides.iter().any(|c| c.capability == p.capability) {
+                doc.provides.push(ProvidedCapability { capability: p.capability, attributes: p.attributes });
+            }
+        }
+        let evidence = self.store.evidence(&op.id)?;
+        let passed = evidence.iter().filter(|e| e.passed).count();
+        doc.desired_state = plan
+            .intent
+            .desired_result
+            .clone()
+            .or_else(|| Some(format!("{} {}", plan.action, plan.intent.target_resource_type)));
+        doc.observed_state = Some(format!("{} jobs done; {passed} evidence checks passed", plan.jobs.len()));
+        doc.health = Health::Healthy;
+        doc.status = Some(ResourceStatus::Running);
+        Ok(vec![Write::Resource(ResourceRecord {
+            id: doc.id.clone(),
+            doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+            last_operation: Some(op.id.clone()),
+            updated_at: now(),
+        })])
+    }
+
+    fn failure_writes(&self, op: &OperationRecord, plan: &Plan, reason: &str) -> Result<Vec<Write>, Error> {
+        let Some(mut doc) = self.resource_doc(plan) else { return Ok(vec![]) };
+        doc.health = Health::Error;
+        doc.status = Some(ResourceStatus::Error);
+        doc.observed_state = Some(format!("operation {} failed: {reason}", op.id));
+        Ok(vec![Write::Resource(ResourceRecord {
+            id: doc.id.clone(),
+            doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+            last_operation: Some(op.id.clone()),
+            updated_at: now(),
+        })])
+    }
+
+    /// Crash recovery for attempts with no recorded outcome: evidence first.
+    fn recover(
+        &mut self,
+        op: &OperationRecord,
+        plan: &Plan,
+        pack: &Pack,
+        orphans: &[JobRecord],
+        inputs: &BTreeMap<String, Value>,
+        progress: Progress<'_>,
+    ) -> Result<(), Error> {
+        let template = pack.templates.iter().find(|t| t.id == plan.template);
+        let mut writes = Vec::new();
+        let mut unknown: Option<String> = None;
+        for record in orphans {
+            let Some(instance) = plan.jobs.iter().find(|j| j.id == record.id) else { continue };
+            let Some(job) = template.and_then(|t| pack.job(t, &instance.job)).cloned() else { continue };
+            let env = self.environment(op, plan, instance, &job, inputs)?;
+            let executor = self.executor_for(instance, &job);
+            let checks: Vec<opsgraph_model::Evidence> =
+                job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
+            let (results, failure) = if checks.is_empty() {
+                (vec![], Some("it declares no evidence".to_string()))
+            } else {
+                jobs::evidence(&checks, &*executor, &env, &Cancel::new())
+            };
+            let result = TaskResult {
+                instance: record.id.clone(),
+                attempt: record.attempts,
+                outcome: "outcome unknown after a restart".into(),
+                failure: failure.clone(),
+                satisfied_without_run: true,
+                evidence: results,
+                produced: vec![],
+                log: None,
+                duration: Duration::ZERO,
+                cancelled: false,
+            };
+            self.result_writes(op, instance, &result, &mut writes)?;
+            let max_attempts = job.controls.retry_policy.as_ref().map_or(1, |p| p.max_attempts);
+            let retry_allowed = job.controls.idempotency.is_some() && record.attempts < max_attempts;
+            let (state, event, reason) = match &failure {
+                None => (JobState::Recovered, "job_recovered", format!("{}: outcome unknown after a restart; its evidence passes", record.id)),
+                Some(f) if retry_allowed => (
+                    JobState::Pending,
+                    "job_retry",
+                    format!("{}: outcome unknown after a restart and {f}; idempotent, retrying", record.id),
+                ),
+                Some(f) => (
+                    JobState::Failed,
+                    "job_outcome_unknown",
+                    format!("{}: outcome unknown after a restart and {f}; not retried without an idempotency key and attempts left: a person decides", record.id),
+                ),
+            };
+            if state == JobState::Failed && unknown.is_none() {
+                unknown = Some(reason.clone());
+            }
+            writes.push(Write::Job(JobRecord {
+                operation: op.id.clone(),
+                id: record.id.clone(),
+                state,
+                attempts: record.attempts,
+                outcome: json!({"outcome": "unknown", "failure": failure, "recovered": failure.is_none()}),
+                updated_at: now(),
+            }));
+            writes.push(Write::Timeline(entry(&op.id, &self.actor, event, reason, json!({"job": record.id}))));
+        }
+        match unknown {
+            Some(reason) => {
+                let job = reason.split(':').next().unwrap_or_default().to_string();
+                let mut extra = writes;
+                extra.extend(self.failure_writes(op, plan, &reason)?);
+                let actor = self.actor.clone();
+                self.transition(
+                    op,
+                    Event::JobFailed { job, reason: reason.clone() },
+                    &actor,
+                    &reason,
+                    extra,
+                    progress,
+                )?;
+            }
+            None => self.commit_timeline(writes, progress)?,
+        }
+        Ok(())
+    }
+}
+
+/// An executor for a target nothing can reach: every run is "could not start".
+struct Unreachable(String);
+
+impl Executor for Unreachable {
+    fn run(&self, _: &opsgraph_exec::Spec, _: &Cancel) -> opsgraph_exec::Run {
+        opsgraph_exec::Run {
+            outcome: opsgraph_exec::Outcome::CouldNotStart { error: self.0.clone() },
+            output: opsgraph_exec::Output::default(),
+            http_status: None,
+            leaked: false,
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! One attempt of one job instance: prepare its environment, run it, check its evidence, collect
+//! its artifacts. Runs on a worker thread; everything it needs is owned.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor, Program, Spec};
+use opsgraph_model::{Evidence, Job};
+
+/// Everything a worker needs for one attempt.
+pub(crate) struct Task {
+    pub(crate) instance: String,
+    pub(crate) attempt: u32,
+    pub(crate) job: Job,
+    pub(crate) evidence: Vec<Evidence>,
+    pub(crate) program: Option<Program>,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) executor: Arc<dyn Executor>,
+    /// The attempt's directory: `out/` for produced artifacts, `output.log`.
+    pub(crate) dir: PathBuf,
+    pub(crate) cancel: Cancel,
+    /// Check evidence first: when it all passes, the job is already satisfied and does not run.
+    pub(crate) check_first: bool,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskResult {
+    pub(crate) instance: String,
+    pub(crate) attempt: u32,
+    pub(crate) outcome: String,
+    /// `None` when the job's output contract is proven.
+    pub(crate) failure: Option<String>,
+    /// Evidence passed without running the job (idempotency or recovery).
+    pub(crate) satisfied_without_run: bool,
+    pub(crate) evidence: Vec<(Evidence, EvidenceResult)>,
+    pub(crate) produced: Vec<(String, PathBuf)>,
+    pub(crate) log: Option<PathBuf>,
+    pub(crate) duration: Duration,
+    pub(crate) cancelled: bool,
+}
+
+/// Runs every evidence check; the first failing one is the reason.
+pub(crate) fn evidence(
+    checks: &[Evidence],
+    executor: &dyn Executor,
+    env: &BTreeMap<String, String>,
+    cancel: &Cancel,
+) -> (Vec<(Evidence, EvidenceResult)>, Option<String>) {
+    let mut results = Vec::new();
+    let mut failure = None;
+    for check in checks {
+        let r = check_evidence(check, executor, env, cancel);
+        if !r.passed && failure.is_none() {
+            failure = Some(format!(
+                "evidence {} failed: expected {}, observed {}",
+                check.id,
+                r.expected,
+                if r.observed.is_empty() { "nothing".to_string() } else { r.observed.clone() }
+            ));
+        }
+        results.push((check.clone(), r));
+    }
+    (results, failure)
+}
+
+pub(crate) fn run(task: Task) -> TaskResult {
+    let started = Instant::now();
+    let mut result = TaskResult {
+        instance: task.instance.clone(),
+        attempt: task.attempt,
+        outcome: String::new(),
+        failure: None,
+        satisfied_without_run: false,
+        evidence: Vec::new(),
+        produced: Vec::new(),
+        log: None,
+        duration: Duration::ZERO,
+        cancelled: false,
+    };
+    if task.check_first && !task.evidence.is_empty() {
+        let (checks, failure) = evidence(&task.evidence, &*task.executor, &task.env, &task.cancel);
+        if failure.is_none() {
+            result.outcome = "evidence already passes".into();
+            result.satisfied_without_run = true;
+            result.evidence = checks;
+            result.duration = started.elapsed();
+            return result;
+        }
+    }
+    let out = task.dir.join("out");
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        result.outcome = "could not start".into();
+        result.failure = Some(format!("could not create {}: {e}", out.display()));
+        return result;
+    }
+    let mut env = task.env.clone();
+    env.insert("OPSGRAPH_OUT".into(), out.display().to_string());
+    if let Some(program) = task.program.clone() {
+        let mut spec = Spec::new(program);
+        spec.env = env.clone();
+        spec.timeout = task.timeout;
+        spec.workdir = Some(task.dir.clone());
+        let run = task.executor.run(&spec, &task.cancel);
+        let log = task.dir.join("output.log");
+        let mut text = run.output.stdout.clone();
+        if !run.output.stderr.is_empty() {
+            text.extend_from_slice(b"--- stderr\n");
+            text.extend_from_slice(&run.output.stderr);
+        }
+        let _ = std::fs::write(&log, &text);
+        result.log = Some(log);
+        result.outcome = run.outcome.to_string();
+        result.cancelled = matches!(run.outcome, opsgraph_exec::Outcome::Cancelled);
+        if !run.outcome.is_success() {
+            let tail = last_line(&run.output.stderr).or_else(|| last_line(&run.output.stdout));
+            result.failure = Some(match tail {
+                Some(line) => format!("{}: {line}", run.outcome),
+                None => run.outcome.to_string(),
+            });
+            result.duration = started.elapsed();
+            return result;
+        }
+    } else {
+        result.outcome = "nothing to run".into();
+    }
+    for artifact in &task.job.outputs.artifacts {
+        let path = out.join(artifact);
+        if path.is_file() {
+            result.produced.push((artifact.clone(), path));
+        } else if result.failure.is_none() {
+            result.failure =
+                Some(format!("artifact {artifact} was not produced (expected at $OPSGRAPH_OUT/{artifact})"));
+        }
+    }
+    // Evidence decides, whatever the exit code said.
+    let (checks, failure) = evidence(&task.evidence, &*task.executor, &env, &task.cancel);
+    result.evidence = checks;
+    if result.failure.is_none() {
+        result.failure = failure;
+    }
+    result.duration = started.elapsed();
+    result
+}
+
+fn last_line(bytes: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(bytes);
+    text.lines().rev().map(str::trim).find(|l| !l.is_empty()).map(|l| l.chars().take(300).collect())
+}
+
+/// `OPSGRAPH_ARTIFACT_<ID>`: uppercased, `.` and `-` turned into `_`.
+pub(crate) fn artifact_env(id: &str) -> String {
+    let mut name = String::from("OPSGRAPH_ARTIFACT_");
+    name.extend(id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }));
+    name
+}
+
+/// A parameter value as the text a command receives.
+pub(crate) fn param_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Renders `{placeholder}`s of an idempotency key; unknown ones stay as written.
+pub(crate) fn render_key(template: &str, values: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        match rest[start..].find('}') {
+            Some(end) => {
+                let name = &rest[start + 1..start + end];
+                match values.get(name) {
+                    Some(v) => out.push_str(v),
+                    None => out.push_str(&rest[start..=start + end]),
+                }
+                rest = &rest[start + end + 1..];
+            }
+            None => {
+                out.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Copies a produced artifact into the content-addressed blob store; returns its location
+/// relative to the data directory. A user's artifact name never becomes a path.
+pub(crate) fn store_blob(data_dir: &Path, file: &Path) -> std::io::Result<(String, i64)> {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(file)?;
+    let digest = Sha256::digest(&bytes);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let rel = format!("blobs/{}/{}", &hex[..2], &hex[2..]);
+    let path = data_dir.join(&rel);
+    if !path.exists() {
+        std::fs::create_dir_all(path.parent().unwrap_or(data_dir))?;
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &bytes)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+        }
+        std::fs::rename(&tmp, &path)?;
+    }
+    Ok((rel, bytes.len() as i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_render_known_placeholders() {
+        let values: BTreeMap<String, String> =
+            [("node_id".to_string(), "worker-3".to_string()), ("version".to_string(), "1.7.x".to_string())].into();
+        assert_eq!(render_key("install-containerd:{node_id}:{version}", &values), "install-containerd:worker-3:1.7.x");
+        assert_eq!(render_key("x:{unknown}:{node_id", &values), "x:{unknown}:{node_id");
+        assert_eq!(artifact_env("kubeconfig.admin"), "OPSGRAPH_ARTIFACT_KUBECONFIG_ADMIN");
+    }
+}

@@ -1,0 +1,109 @@
+//! The durable operation runtime: it takes a plan revision, records an operation, and walks it
+//! through the lifecycle (`opsgraph_plan::lifecycle`) by running job instances on executors,
+//! deciding success by evidence, and storing every step before acting on it.
+//!
+//! Guarantees:
+//! - Every transition and its timeline entry are one transaction, committed before the side
+//!   effect they guard: a job is recorded `running` (attempt N) before its process starts.
+//! - Results that arrive together are committed together (group commit).
+//! - A job succeeds only when every evidence check of its output contract passes.
+//! - After a crash, a job recorded `running` without an outcome is checked by its evidence first:
+//!   pass -> `recovered`; fail -> retried when its retry policy and idempotency key allow; else the
+//!   operation fails with "outcome unknown" and waits for a person.
+//! - Control from other processes (pause, cancel, gate answers) goes through the store; the
+//!   driving loop re-reads the operation between steps, and a stale writer is refused by the
+//!   operation's version.
+
+mod control;
+mod drive;
+mod jobs;
+
+use std::path::PathBuf;
+
+use opsgraph_model::{Intent, Resource};
+use opsgraph_pack::Pack;
+use opsgraph_store::Store;
+
+pub use control::GateAnswer;
+pub use drive::Progress;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("store failed")]
+    Store(#[from] opsgraph_store::Error),
+    #[error(transparent)]
+    Illegal(#[from] opsgraph_plan::lifecycle::IllegalTransition),
+    #[error("no operation `{0}`")]
+    NoOperation(String),
+    #[error("the plan is blocked: {0}")]
+    Blocked(String),
+    #[error("resource `{resource}` is being changed by operation `{operation}` ({state}); wait for it or cancel it")]
+    Busy { resource: String, operation: String, state: String },
+    #[error("no gate `{gate}` in operation `{operation}`")]
+    NoGate { operation: String, gate: String },
+    #[error("gate `{gate}` was already answered `{answer}` by {by} at {at}")]
+    AlreadyAnswered { gate: String, answer: String, by: String, at: String },
+    #[error("role `{role}` may not answer gate `{gate}`; it needs one of: {required}")]
+    Forbidden { gate: String, role: String, required: String },
+    #[error("`{option}` is not an option of gate `{gate}`; options: {options}")]
+    NoOption { gate: String, option: String, options: String },
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("plan revision {0} is not stored or not readable")]
+    Plan(String),
+    #[error("the pack `{0}` of this operation is not loaded")]
+    NoPack(String),
+    #[error("failed to prepare the data directory {path}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What the runtime needs to run operations.
+pub struct Runtime {
+    pub(crate) store: Box<dyn Store>,
+    pub(crate) packs: Vec<Pack>,
+    pub(crate) resources: Vec<Resource>,
+    pub(crate) data_dir: PathBuf,
+    /// How many jobs run at once.
+    pub concurrency: usize,
+    /// Who the runtime acts as in the timeline.
+    pub actor: String,
+}
+
+impl Runtime {
+    /// `resources` is the inventory executors reach (access) and that completed operations
+    /// update; `data_dir` holds logs, run directories and artifact blobs.
+    pub fn new(store: Box<dyn Store>, packs: Vec<Pack>, resources: Vec<Resource>, data_dir: PathBuf) -> Runtime {
+        Runtime { store, packs, resources, data_dir, concurrency: 8, actor: "opsgraph".to_string() }
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
+    }
+
+    /// The resource an intent creates or changes: `<type>/<name>`.
+    pub fn target_resource(intent: &Intent) -> Option<String> {
+        intent.name.as_ref().map(|n| format!("{}/{n}", intent.target_resource_type))
+    }
+}
+
+/// A short, sortable operation id.
+pub(crate) fn new_operation_id() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let ms = now.as_millis() as u64;
+    let salt = (now.subsec_nanos() ^ std::process::id().rotate_left(16)) % 46_656;
+    format!("op-{}{}", base36(ms, 9), base36(salt as u64, 3))
+}
+
+fn base36(mut n: u64, width: usize) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = vec![b'0'; width];
+    for slot in out.iter_mut().rev() {
+        *slot = DIGITS[(n % 36) as usize];
+        n /= 36;
+    }
+    String::from_utf8(out).unwrap_or_default()
+}

@@ -1,0 +1,533 @@
+//! Commands that run and inspect operations: `apply`, `get`, `describe`, `logs`, `gate answer`,
+//! `pause`, `resume`, `cancel`, `retry`, and the running half of `demo`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+use opsgraph_model::OperationState;
+use opsgraph_plan::lifecycle::state_name;
+use opsgraph_runtime::{GateAnswer, Runtime};
+use opsgraph_store::{Durability, OperationFilter, SqliteStore, Store, TimelineEntry};
+use serde_json::{json, Value};
+
+use crate::load::{self, Source};
+use crate::plan_cmd;
+
+/// Where operations are stored: `--data-dir`, `$OPSGRAPH_DATA_DIR`, else
+/// `$XDG_DATA_HOME/opsgraph` or `~/.local/share/opsgraph`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("OPSGRAPH_DATA_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME") {
+        return PathBuf::from(d).join("opsgraph");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/share/opsgraph"),
+        None => PathBuf::from(".opsgraph"),
+    }
+}
+
+pub fn open_store(data_dir: &Path) -> anyhow::Result<SqliteStore> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("failed to create the data directory {}", data_dir.display()))?;
+    let durability = match std::env::var("OPSGRAPH_SYNC").as_deref() {
+        Ok("normal") => Durability::Normal,
+        _ => Durability::Full,
+    };
+    Ok(SqliteStore::open(&data_dir.join("opsgraph.db"), durability)?)
+}
+
+/// Bundled packs are written into the data directory, so their scripts exist on disk.
+pub fn pack_sources(packs: &[String], data_dir: &Path) -> anyhow::Result<Vec<Source>> {
+    let packs: Vec<String> = if packs.is_empty() { vec!["bundled:packs".into()] } else { packs.to_vec() };
+    packs
+        .iter()
+        .map(|p| match Source::parse(p) {
+            Source::Bundled(rel) => {
+                let root = data_dir.join("bundled");
+                load::materialize(&root)?;
+                Ok(Source::Disk(root.join(rel)))
+            }
+            disk => Ok(disk),
+        })
+        .collect()
+}
+
+/// The users and their roles (`<data-dir>/config.yaml`, `users: {alice: [sre]}`). A local
+/// stand-in for the identities of the server (issue [C]).
+pub fn roles_of(data_dir: &Path, user: &str) -> anyhow::Result<Vec<String>> {
+    let path = data_dir.join("config.yaml");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("no user config at {}: create it with `users: {{{user}: [sre]}}`", path.display()))?;
+    let docs = opsgraph_pack::yaml::parse_stream(&text)
+        .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.pos.line, e.message))?;
+    let config = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
+    let roles =
+        config["users"][user].as_array().with_context(|| format!("user `{user}` is not in {}", path.display()))?;
+    Ok(roles.iter().filter_map(|r| r.as_str().map(str::to_string)).collect())
+}
+
+fn stage_of(plan: &opsgraph_plan::Plan) -> BTreeMap<String, String> {
+    let names: BTreeMap<&str, &str> = plan.stages.iter().map(|s| (s.id.as_str(), s.name.as_str())).collect();
+    plan.jobs.iter().map(|j| (j.id.clone(), names.get(j.stage.as_str()).unwrap_or(&"").to_string())).collect()
+}
+
+/// The live view: one line per committed step, jobs prefixed by their stage.
+fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> impl FnMut(&TimelineEntry) + 'a {
+    move |e: &TimelineEntry| {
+        let time = e.at.get(11..19).unwrap_or(&e.at);
+        let job = e.data.get("job").and_then(Value::as_str).unwrap_or("");
+        let stage = stages.get(job).map_or("", String::as_str);
+        let line = match (&e.from, &e.to, e.event.as_str()) {
+            (Some(from), Some(to), _) => format!("{time}  operation {from} -> {to}: {}", e.reason),
+            (_, _, "job_started") => format!("{time}  {stage:<18} started   {}", e.reason),
+            (_, _, "job_succeeded" | "job_already_satisfied" | "job_recovered") => {
+                format!("{time}  {stage:<18} done      {}", e.reason)
+            }
+            (_, _, "job_failed" | "job_outcome_unknown") => format!("{time}  {stage:<18} FAILED    {}", e.reason),
+            (_, _, "job_retry") => format!("{time}  {stage:<18} retry     {}", e.reason),
+            (_, _, "job_cancelled") => format!("{time}  {stage:<18} cancelled {}", e.reason),
+            (_, _, other) => format!("{time}  {other}: {}", e.reason),
+        };
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+pub struct ApplyArgs<'a> {
+    pub intent: &'a str,
+    pub packs: &'a [String],
+    pub world: Vec<String>,
+    pub data_dir: PathBuf,
+    pub yes: bool,
+    pub actor: String,
+}
+
+/// Loads inputs and a runtime over the data directory.
+fn runtime(
+    data_dir: &Path,
+    packs: &[String],
+    world: &[String],
+) -> anyhow::Result<(Runtime, plan_cmd::Loaded, Vec<Source>)> {
+    let pack_sources = pack_sources(packs, data_dir)?;
+    let world_sources: Vec<Source> = world.iter().map(|p| Source::parse(p)).collect();
+    let (packs, diags) = load::packs(&pack_sources);
+    if diags.iter().any(|d| d.is_error()) {
+        let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
+        bail!("the packs have problems:\n{}", text.join("\n"));
+    }
+    let (docs, mut diags) = load::documents(&world_sources);
+    let world = load::world(docs, &mut diags);
+    let store = open_store(data_dir)?;
+    let loaded = plan_cmd::Loaded { intent: empty_intent(), packs: packs.clone(), world, diagnostics: diags };
+    let rt = Runtime::new(Box::new(store), packs, loaded.world.resources.clone(), data_dir.to_path_buf());
+    Ok((rt, loaded, pack_sources))
+}
+
+fn empty_intent() -> opsgraph_model::Intent {
+    opsgraph_model::Intent {
+        id: None,
+        target_resource_type: String::new(),
+        action: String::new(),
+        pack: None,
+        name: None,
+        environment: None,
+        desired_result: None,
+        parameters: Default::default(),
+        constraints: Default::default(),
+        targets: Default::default(),
+        requires: Vec::new(),
+    }
+}
+
+pub fn apply(
+    args: &ApplyArgs<'_>,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let pack_sources = pack_sources(args.packs, &args.data_dir)?;
+    let world: Vec<Source> = args.world.iter().map(|p| Source::parse(p)).collect();
+    let loaded = plan_cmd::load_inputs(&Source::parse(args.intent), &pack_sources, &world);
+    let plan = match plan_cmd::preview_to(&loaded, crate::cli::Output::Text, out, err)? {
+        Some(plan) => plan,
+        None => return Ok(1),
+    };
+    if plan.is_blocked() {
+        writeln!(err, "nothing applied: a requirement cannot be met")?;
+        return Ok(1);
+    }
+    if !args.yes {
+        write!(out, "\nApply this plan? Type `yes` to go on: ")?;
+        out.flush()?;
+        let mut answer = String::new();
+        input.read_line(&mut answer)?;
+        if answer.trim() != "yes" {
+            writeln!(err, "not applied")?;
+            return Ok(1);
+        }
+    }
+    let store = open_store(&args.data_dir)?;
+    let mut rt =
+        Runtime::new(Box::new(store), loaded.packs.clone(), loaded.world.resources.clone(), args.data_dir.clone());
+    writeln!(out)?;
+    let stages = stage_of(&plan);
+    let id = {
+        let mut view = live(out, stages.clone());
+        let id = rt.create(&plan, &args.actor, &mut view)?;
+        rt.drive(&id, &mut view)?;
+        id
+    };
+    finish(&rt, &id, out)
+}
+
+/// The end of a run: outcome, evidence, resource, and what to do next.
+fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let store = rt.store();
+    let op = store.operation(id)?.with_context(|| format!("no operation {id}"))?;
+    writeln!(out, "\nOperation {id}: {}", describe_state(&op.state))?;
+    let evidence = store.evidence(id)?;
+    if !evidence.is_empty() {
+        let passed = evidence.iter().filter(|e| e.passed).count();
+        writeln!(out, "Evidence: {passed} of {} checks passed", evidence.len())?;
+        for e in evidence.iter().filter(|e| !e.passed) {
+            writeln!(out, "  FAILED {} on {}: expected {}, observed {}", e.check, e.job, e.expected, e.observed)?;
+        }
+    }
+    if let Some(r) = op.resource.as_deref().and_then(|r| store.resource(r).ok().flatten()) {
+        writeln!(
+            out,
+            "Resource {}: status {}, health {}; {}",
+            r.id,
+            r.doc["status"].as_str().unwrap_or("unknown"),
+            r.doc["health"].as_str().unwrap_or("unknown"),
+            r.doc["observed_state"].as_str().unwrap_or("")
+        )?;
+    }
+    match &op.state {
+        OperationState::WaitingForApproval { gates } | OperationState::WaitingForInput { gates } => {
+            for g in store.gates(id)?.iter().filter(|g| gates.contains(&g.id)) {
+                writeln!(
+                    out,
+                    "Gate {} ({}): {}\n  options: {}\n  answered by: {}",
+                    g.id,
+                    g.gate_type,
+                    g.reason,
+                    g.options.join(" | "),
+                    g.required_roles.join(" or ")
+                )?;
+                writeln!(
+                    out,
+                    "  opsgraph gate answer {} --operation {id} --option '{}' --as USER",
+                    g.id,
+                    g.options.first().cloned().unwrap_or_default()
+                )?;
+            }
+        }
+        OperationState::Paused { .. } => writeln!(out, "Resume with: opsgraph resume {id}")?,
+        OperationState::Failed { .. } => writeln!(
+            out,
+            "Inspect with: opsgraph describe operation {id}; opsgraph logs {id}; retry with: opsgraph retry {id}"
+        )?,
+        _ => {}
+    }
+    Ok(match op.state {
+        OperationState::Completed => 0,
+        OperationState::Failed { .. } | OperationState::Cancelled { .. } => 1,
+        _ => 0,
+    })
+}
+
+fn describe_state(state: &OperationState) -> String {
+    match state {
+        OperationState::Failed { reason } => format!("failed: {reason}"),
+        OperationState::Paused { reason } => format!("paused: {reason}"),
+        OperationState::Cancelled { reason } => format!("cancelled: {reason}"),
+        OperationState::WaitingForApproval { gates } => format!("waiting for approval at {}", gates.join(", ")),
+        OperationState::WaitingForInput { gates } => format!("waiting for input at {}", gates.join(", ")),
+        other => state_name(other.kind()).to_string(),
+    }
+}
+
+/// `get operations|resources|jobs`.
+pub fn get(
+    data_dir: &Path,
+    what: &str,
+    operation: Option<&str>,
+    output: &str,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let store = open_store(data_dir)?;
+    let value: Value = match what {
+        "operations" | "operation" | "ops" => json!(store
+            .operations(&OperationFilter::default())?
+            .iter()
+            .map(|o| json!({"id": o.id, "state": state_name(o.state.kind()), "resource": o.resource, "actor": o.actor, "created_at": o.created_at, "detail": describe_state(&o.state)}))
+            .collect::<Vec<_>>()),
+        "resources" | "resource" => json!(store.resources()?.iter().map(|r| json!({"id": r.id, "status": r.doc["status"], "health": r.doc["health"], "last_operation": r.last_operation, "observed_state": r.doc["observed_state"]})).collect::<Vec<_>>()),
+        "jobs" | "job" => {
+            let op = operation.context("`get jobs` needs an operation: opsgraph get jobs OP")?;
+            json!(store.jobs(op)?.iter().map(|j| json!({"id": j.id, "state": j.state.as_str(), "attempts": j.attempts, "outcome": j.outcome["outcome"], "failure": j.outcome["failure"]})).collect::<Vec<_>>())
+        }
+        other => bail!("cannot get `{other}`: expected operations, resources or jobs"),
+    };
+    print(&value, output, out)?;
+    Ok(0)
+}
+
+fn print(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+    match output {
+        "json" => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
+        "yaml" => write!(out, "{}", to_yaml(value, 0))?,
+        _ => {
+            let rows = value.as_array().cloned().unwrap_or_else(|| vec![value.clone()]);
+            let Some(first) = rows.first().and_then(Value::as_object) else {
+                writeln!(out, "(none)")?;
+                return Ok(());
+            };
+            let cols: Vec<&String> = first.keys().collect();
+            let cell = |v: &Value| match v {
+                Value::String(s) => s.clone(),
+                Value::Null => "-".into(),
+                other => other.to_string(),
+            };
+            let widths: Vec<usize> = cols
+                .iter()
+                .map(|c| {
+                    rows.iter().map(|r| cell(&r[c.as_str()]).chars().count()).max().unwrap_or(0).max(c.len()).min(60)
+                })
+                .collect();
+            let header: Vec<String> =
+                cols.iter().zip(&widths).map(|(c, w)| format!("{:<w$}", c.to_uppercase(), w = w)).collect();
+            writeln!(out, "{}", header.join("  ").trim_end())?;
+            for r in &rows {
+                let line: Vec<String> = cols
+                    .iter()
+                    .zip(&widths)
+                    .map(|(c, w)| {
+                        let text: String = cell(&r[c.as_str()]).chars().take(*w).collect();
+                        format!("{text:<w$}", w = w)
+                    })
+                    .collect();
+                writeln!(out, "{}", line.join("  ").trim_end())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A small YAML emitter for output (block style; strings quoted when YAML would misread them).
+pub fn to_yaml(v: &Value, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    match v {
+        Value::Object(m) if m.is_empty() => "{}\n".into(),
+        Value::Array(a) if a.is_empty() => "[]\n".into(),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::Object(x) if !x.is_empty() => {
+                    format!("{pad}{}:\n{}", scalar(&Value::String(k.clone())), to_yaml(v, indent + 2))
+                }
+                Value::Array(x) if !x.is_empty() => {
+                    format!("{pad}{}:\n{}", scalar(&Value::String(k.clone())), to_yaml(v, indent))
+                }
+                _ => format!("{pad}{}: {}", scalar(&Value::String(k.clone())), to_yaml(v, indent + 2).trim_start()),
+            })
+            .collect(),
+        Value::Array(a) => a
+            .iter()
+            .map(|v| {
+                let inner = to_yaml(v, indent + 2);
+                format!("{pad}- {}", inner.trim_start())
+            })
+            .collect(),
+        other => format!("{}\n", scalar(other)),
+    }
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => {
+            let plain = !s.is_empty()
+                && !s.starts_with(|c: char| "-?:,[]{}#&*!|>'\"%@` ".contains(c))
+                && !s.contains(": ")
+                && !s.contains(" #")
+                && !s.ends_with(' ')
+                && !s.contains('\n')
+                && !matches!(s.as_str(), "true" | "false" | "null" | "~" | "yes" | "no")
+                && s.parse::<f64>().is_err();
+            if plain {
+                s.clone()
+            } else {
+                serde_json::to_string(s).unwrap_or_default()
+            }
+        }
+        Value::Null => "null".into(),
+        other => other.to_string(),
+    }
+}
+
+/// `describe operation|resource ID`: the full chain of reasons.
+pub fn describe(data_dir: &Path, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let store = open_store(data_dir)?;
+    let value = match what {
+        "operation" | "op" => {
+            let op = store.operation(id)?.with_context(|| format!("no operation `{id}`"))?;
+            json!({
+                "id": op.id,
+                "state": state_name(op.state.kind()),
+                "detail": describe_state(&op.state),
+                "resource": op.resource,
+                "actor": op.actor,
+                "plan_revision": op.plan_revision,
+                "intent": op.intent,
+                "gates": store.gates(id)?,
+                "jobs": store.jobs(id)?,
+                "evidence": store.evidence(id)?,
+                "artifacts": store.artifacts(id)?.iter().map(|a| json!({"id": a.id, "job": a.job, "sensitivity": a.sensitivity, "size": a.size, "location": if a.sensitivity == "secret" { Value::String("(secret: shown by reference only)".into()) } else { Value::String(a.location.clone()) }})).collect::<Vec<_>>(),
+                "timeline": store.timeline(id)?.iter().map(|e| json!({"at": e.at, "actor": e.actor, "event": e.event, "from": e.from, "to": e.to, "reason": e.reason})).collect::<Vec<_>>(),
+            })
+        }
+        "resource" => {
+            let r = store.resource(id)?.with_context(|| format!("no resource `{id}` recorded by an operation"))?;
+            let ops: Vec<Value> = store
+                .operations(&OperationFilter { state: None, resource: Some(id.to_string()) })?
+                .iter()
+                .map(|o| json!({"id": o.id, "state": state_name(o.state.kind()), "detail": describe_state(&o.state), "at": o.updated_at}))
+                .collect();
+            json!({"resource": r.doc, "last_operation": r.last_operation, "operations": ops})
+        }
+        other => bail!("cannot describe `{other}`: expected operation or resource"),
+    };
+    match output {
+        "json" => writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?,
+        _ => write!(out, "{}", to_yaml(&value, 0))?,
+    }
+    Ok(0)
+}
+
+/// `logs OP [JOB]`: the captured output of each attempt.
+pub fn logs(data_dir: &Path, op: &str, job: Option<&str>, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let store = open_store(data_dir)?;
+    store.operation(op)?.with_context(|| format!("no operation `{op}`"))?;
+    let runs = data_dir.join("runs").join(op);
+    for j in store.jobs(op)?.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@")))) {
+        for attempt in 1..=j.attempts {
+            let log = runs.join(&j.id).join(format!("attempt-{attempt}")).join("output.log");
+            if let Ok(text) = std::fs::read_to_string(&log) {
+                writeln!(out, "==> {} attempt {attempt} <==", j.id)?;
+                write!(out, "{text}")?;
+                if !text.ends_with('\n') && !text.is_empty() {
+                    writeln!(out)?;
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Drives an operation with the live view, then prints how it ended.
+pub fn drive_and_finish(rt: &mut Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+    drive_on(rt, id, out)
+}
+
+/// After a control command: drive the operation on, with the live view, until it waits again.
+fn drive_on(rt: &mut Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let (_, plan) = {
+        let op = rt.store().operation(id)?.with_context(|| format!("no operation `{id}`"))?;
+        let plan: opsgraph_plan::Plan =
+            serde_json::from_value(rt.store().plan(&op.plan_revision)?.unwrap_or(Value::Null))?;
+        (op, plan)
+    };
+    {
+        let mut view = live(out, stage_of(&plan));
+        rt.drive(id, &mut view)?;
+    }
+    finish(rt, id, out)
+}
+
+pub struct Control<'a> {
+    pub data_dir: PathBuf,
+    pub packs: &'a [String],
+    pub world: Vec<String>,
+    pub wait: bool,
+}
+
+pub enum Action<'a> {
+    Answer { gate: &'a str, operation: Option<&'a str>, option: &'a str, user: &'a str, value: Option<&'a str> },
+    Pause(&'a str),
+    Resume(&'a str),
+    Cancel(&'a str),
+    Retry(&'a str, Vec<String>),
+}
+
+pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let (mut rt, _, _) = runtime(&c.data_dir, c.packs, &c.world)?;
+    let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+    let mut note = |e: &TimelineEntry| {
+        let _ = e;
+    };
+    let id = match action {
+        Action::Answer { gate, operation, option, user, value } => {
+            let id = match operation {
+                Some(id) => id.to_string(),
+                None => find_gate(rt.store(), gate)?,
+            };
+            let roles = roles_of(&c.data_dir, user)?;
+            let required =
+                rt.store().gates(&id)?.into_iter().find(|g| g.id == gate).map(|g| g.required_roles).unwrap_or_default();
+            let role = roles
+                .iter()
+                .find(|r| required.is_empty() || required.contains(r))
+                .cloned()
+                .unwrap_or_else(|| roles.join("+"));
+            let value = value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())));
+            let answer = GateAnswer { option: option.to_string(), actor: format!("user:{user}"), role, value };
+            rt.answer_gate(&id, gate, &answer, &mut note)?;
+            writeln!(out, "gate {gate} of {id}: {option} (by {user})")?;
+            id
+        }
+        Action::Pause(id) => {
+            rt.pause(id, &actor, "paused by a person", &mut note)?;
+            writeln!(out, "{id}: paused; running jobs finish, no new job starts")?;
+            return Ok(0);
+        }
+        Action::Resume(id) => {
+            rt.resume(id, &actor, &mut note)?;
+            id.to_string()
+        }
+        Action::Cancel(id) => {
+            rt.cancel(id, &actor, "cancelled by a person", &mut note)?;
+            writeln!(out, "{id}: cancelled")?;
+            return Ok(0);
+        }
+        Action::Retry(id, jobs) => {
+            rt.retry(id, &jobs, &actor, &mut note)?;
+            id.to_string()
+        }
+    };
+    if c.wait {
+        drive_on(&mut rt, &id, out)
+    } else {
+        Ok(0)
+    }
+}
+
+fn find_gate(store: &dyn Store, gate: &str) -> anyhow::Result<String> {
+    let mut found = Vec::new();
+    for op in store.operations(&OperationFilter::default())? {
+        if opsgraph_plan::lifecycle::is_terminal(&op.state) {
+            continue;
+        }
+        if store.gates(&op.id)?.iter().any(|g| g.id == gate && g.answer.is_none()) {
+            found.push(op.id);
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("no open gate `{gate}` in any operation"),
+        many => bail!("gate `{gate}` is open in several operations ({}); name one with --operation", many.join(", ")),
+    }
+}

@@ -1,0 +1,389 @@
+//! The durable runtime on a small pack of real shell jobs and a real SQLite store: evidence
+//! decides, retries, gates and roles, idempotency, crash recovery.
+
+use std::collections::BTreeSet;
+
+use expect_test::{expect, Expect};
+use opsgraph_model::OperationState;
+use opsgraph_runtime::{GateAnswer, Runtime};
+use opsgraph_store::{Durability, JobState, SqliteStore, Store, Write};
+
+use crate::support::{temp_dir, TempDir};
+
+const PACK: &[(&str, &str)] = &[
+    (
+        "mini/pack.yaml",
+        "scenario_pack:\n  id: mini\n  version: 1.0.0\n  title: Mini\n  resource_types: [mini.app]\n  actions: [install]\n  provides: [app.service]\n  plan_templates: [{id: mini.install}]\n",
+    ),
+    (
+        "mini/templates.yaml",
+        r#"plan_template:
+  id: mini.install
+  action: install
+  parameters:
+    port: {type: integer, default: 8080}
+    expect_port: {type: integer, default: 8080}
+    gate_verify: {type: boolean, default: false}
+  scopes:
+    nodes: {resource_type: compute_node, from: targets.nodes}
+  stages:
+    - {id: config, name: Configure, jobs: [make-config]}
+    - {id: start, name: Start, jobs: [start-app, flaky]}
+    - {id: verify, name: Verify, jobs: [verify]}
+  jobs: [make-config, start-app, flaky, verify]
+"#,
+    ),
+    (
+        "mini/jobs.yaml",
+        r#"job:
+  id: make-config
+  outputs: {artifacts: [app_config]}
+  run: {command: "printf 'port=%s\n' \"$OPSGRAPH_PARAM_PORT\" > \"$OPSGRAPH_OUT/app_config\""}
+---
+job:
+  id: start-app
+  scope: {resources: [compute_node]}
+  inputs:
+    requires:
+      artifacts: [app_config]
+      capabilities: [{key: linux.host, scope: nodes}]
+  outputs:
+    provides: {capabilities: [{key: app.running, scope: nodes}]}
+    evidence: [app_configured]
+  controls:
+    idempotency: {key: "start-app:{node_id}:{port}"}
+  run: {script: scripts/start-app.sh}
+---
+job:
+  id: flaky
+  outputs:
+    provides: {capabilities: [app.flaky_done]}
+    evidence: [flaky_done]
+  controls:
+    retry_policy: {max_attempts: 3, backoff: 10ms}
+  run: {script: scripts/flaky.sh}
+---
+job:
+  id: verify
+  inputs:
+    requires:
+      capabilities: [{key: app.running, scope: nodes}, app.flaky_done]
+  outputs:
+    provides: {capabilities: [app.service]}
+    evidence: [all_nodes_up]
+  run: {command: [true]}
+"#,
+    ),
+    (
+        "mini/evidence.yaml",
+        r#"evidence:
+  - id: app_configured
+    source: command
+    command: cat "$OPSGRAPH_LAB_DIR/$OPSGRAPH_TARGET_NAME/app.conf"
+    expected: "port=8080"
+  - id: flaky_done
+    source: command
+    command: cat "$OPSGRAPH_LAB_DIR/flaky.count"
+    expected: "3"
+  - id: all_nodes_up
+    source: command
+    command: ls "$OPSGRAPH_LAB_DIR" | grep -c '^n'
+    expected: "2"
+"#,
+    ),
+    ("mini/artifacts.yaml", "artifact: {id: app_config, type: app.config, sensitivity: internal}\n"),
+    (
+        "mini/scripts/start-app.sh",
+        "mkdir -p \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_TARGET_NAME\"\ncp \"$OPSGRAPH_ARTIFACT_APP_CONFIG\" \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_TARGET_NAME/app.conf\"\necho started >> \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_TARGET_NAME/runs\"\n",
+    ),
+    (
+        "mini/scripts/flaky.sh",
+        "f=\"$OPSGRAPH_LAB_DIR/flaky.count\"\nn=$(cat \"$f\" 2>/dev/null || echo 0)\nn=$((n + 1))\necho \"$n\" > \"$f\"\nif [ \"$n\" -lt 3 ]; then echo \"transient failure $n\" >&2; exit 1; fi\n",
+    ),
+    (
+        "world.yaml",
+        "resource: {type: compute_node, name: n1, access: {local: true}, provides: [linux.host]}\n---\nresource: {type: compute_node, name: n2, access: {local: true}, provides: [linux.host]}\n",
+    ),
+    (
+        "intent.yaml",
+        "intent:\n  target_resource_type: mini.app\n  action: install\n  name: app-1\n  environment: dev\n  targets: {nodes: [compute_node/n1, compute_node/n2]}\n",
+    ),
+];
+
+struct Lab {
+    dir: TempDir,
+}
+
+impl Lab {
+    fn new(extra: &[(&str, &str)]) -> Lab {
+        let mut files: Vec<(&str, &str)> = PACK.to_vec();
+        files.retain(|(p, _)| !extra.iter().any(|(q, _)| q == p));
+        files.extend_from_slice(extra);
+        Lab { dir: temp_dir(&files) }
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.dir.join(rel).display().to_string()
+    }
+
+    fn loaded(&self) -> opsgraph::plan_cmd::Loaded {
+        use opsgraph::load::Source;
+        opsgraph::plan_cmd::load_inputs(
+            &Source::parse(&self.path("intent.yaml")),
+            &[Source::parse(&self.path("mini"))],
+            &[Source::parse(&self.path("world.yaml"))],
+        )
+    }
+
+    fn runtime(&self) -> Runtime {
+        let loaded = self.loaded();
+        assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
+        let data = self.dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let store = SqliteStore::open(&data.join("opsgraph.db"), Durability::Full).unwrap();
+        Runtime::new(Box::new(store), loaded.packs, loaded.world.resources, data)
+    }
+
+    fn plan(&self) -> opsgraph_plan::Plan {
+        opsgraph::plan_cmd::build(&self.loaded()).unwrap()
+    }
+}
+
+/// Creates and drives an operation; shows the timeline (events and reasons) and the end state.
+fn run_all(rt: &mut Runtime, plan: &opsgraph_plan::Plan) -> (String, String) {
+    let mut lines = Vec::new();
+    let mut progress = |e: &opsgraph_store::TimelineEntry| lines.push(format!("{} {}", e.event, e.reason));
+    let id = rt.create(plan, "user:alice", &mut progress).unwrap();
+    let state = rt.drive(&id, &mut progress).unwrap();
+    lines.push(format!("=> {}", opsgraph_plan::lifecycle::state_name(state.kind())));
+    (id, lines.join("\n"))
+}
+
+fn check_timeline(text: &str, expect: Expect) {
+    // Job order within one group commit depends on thread timing: compare sorted runs of job lines.
+    let mut out = Vec::new();
+    let mut group: Vec<String> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("job_") {
+            group.push(line.to_string());
+        } else {
+            group.sort();
+            out.append(&mut group);
+            out.push(line.to_string());
+        }
+    }
+    group.sort();
+    out.append(&mut group);
+    expect.assert_eq(&(out.join("\n") + "\n"));
+}
+
+#[test]
+fn an_operation_runs_to_completion_and_evidence_decides() {
+    let lab = Lab::new(&[]);
+    let mut rt = lab.runtime();
+    let plan = lab.plan();
+    let (id, timeline) = run_all(&mut rt, &plan);
+    check_timeline(
+        &timeline,
+        expect![[r#"
+            created install mini@1.0.0 from mini.install
+            plan_built plan preview built
+            resolve capabilities resolved
+            start no approval needed
+            job_retry flaky: exited with code 1: transient failure 1; attempt 1 of 3, retrying
+            job_retry flaky: exited with code 1: transient failure 2; attempt 2 of 3, retrying
+            job_started flaky attempt 1
+            job_started flaky attempt 2
+            job_started flaky attempt 3
+            job_started make-config attempt 1
+            job_started start-app@n1 attempt 1
+            job_started start-app@n2 attempt 1
+            job_started verify attempt 1
+            job_succeeded flaky: exited with code 0 (1 evidence checks passed)
+            job_succeeded make-config: exited with code 0 (0 evidence checks passed)
+            job_succeeded start-app@n1: exited with code 0 (1 evidence checks passed)
+            job_succeeded start-app@n2: exited with code 0 (1 evidence checks passed)
+            job_succeeded verify: exited with code 0 (1 evidence checks passed)
+            complete every job's outputs are verified by evidence
+            => completed
+        "#]],
+    );
+    let store = rt.store();
+    let evidence: Vec<String> = store
+        .evidence(&id)
+        .unwrap()
+        .iter()
+        .filter(|e| e.passed)
+        .map(|e| format!("{} {} expected {:?} observed {:?}", e.job, e.check, e.expected, e.observed))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    expect![[r#"
+        flaky flaky_done expected "3" observed "3"
+        start-app@n1 app_configured expected "port=8080" observed "port=8080"
+        start-app@n2 app_configured expected "port=8080" observed "port=8080"
+        verify all_nodes_up expected "2" observed "2""#]]
+    .assert_eq(&evidence.join("\n"));
+    let artifacts = store.artifacts(&id).unwrap();
+    assert_eq!(artifacts.len(), 1);
+    assert_eq!(std::fs::read_to_string(lab.dir.join("data").join(&artifacts[0].location)).unwrap(), "port=8080\n");
+    let resource = store.resource("mini.app/app-1").unwrap().unwrap();
+    expect![[r#"{"id":"mini.app/app-1","type":"mini.app","name":"app-1","environment":"dev","desired_state":"install mini.app","observed_state":"5 jobs done; 4 evidence checks passed","health":"healthy","status":"running","provides":[{"capability":"app.service"}]}"#]]
+    .assert_eq(&serde_json::to_string(&resource.doc).unwrap());
+    // A completed run cannot be resumed, and says why.
+    let err = rt.resume(&id, "user:alice", &mut |_| {}).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot apply `resume` to an operation in state `completed`: the operation is completed"
+    );
+}
+
+#[test]
+fn exit_zero_with_failing_evidence_is_a_failure_naming_the_check() {
+    let lab = Lab::new(&[(
+        "intent.yaml",
+        "intent:\n  target_resource_type: mini.app\n  action: install\n  name: app-1\n  parameters: {port: 9090}\n  targets: {nodes: [compute_node/n1, compute_node/n2]}\n",
+    )]);
+    let mut rt = lab.runtime();
+    let (id, _) = run_all(&mut rt, &lab.plan());
+    let op = rt.store().operation(&id).unwrap().unwrap();
+    let OperationState::Failed { reason } = op.state else { panic!("{:?}", op.state) };
+    assert!(
+        reason.ends_with("evidence app_configured failed: expected `port=8080`, observed `port=9090`")
+            || reason.contains("evidence app_configured failed"),
+        "{reason}"
+    );
+    let resource = rt.store().resource("mini.app/app-1").unwrap().unwrap();
+    assert_eq!(resource.doc["health"], "error");
+    assert_eq!(resource.last_operation.as_deref(), Some(id.as_str()));
+}
+
+#[test]
+fn gates_block_descendants_and_check_roles() {
+    let gate = "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n    port: {type: integer, default: 8080}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: config, name: Configure, jobs: [make-config]}\n    - {id: start, name: Start, jobs: [start-app, flaky]}\n    - {id: verify, name: Verify, jobs: [verify]}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {id: look-before-verify, type: approval, reason: an SRE checks the nodes, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}\n";
+    let lab = Lab::new(&[("mini/templates.yaml", gate)]);
+    let mut rt = lab.runtime();
+    let (id, timeline) = run_all(&mut rt, &lab.plan());
+    assert!(timeline.ends_with("pause waiting for gate look-before-verify\n=> paused"), "{timeline}");
+    let answer =
+        |role: &str| GateAnswer { option: "proceed".into(), actor: "user:bob".into(), role: role.into(), value: None };
+    let err = rt.answer_gate(&id, "look-before-verify", &answer("viewer"), &mut |_| {}).unwrap_err();
+    assert_eq!(err.to_string(), "role `viewer` may not answer gate `look-before-verify`; it needs one of: sre");
+    let state = rt.answer_gate(&id, "look-before-verify", &answer("sre"), &mut |_| {}).unwrap();
+    assert_eq!(state, OperationState::Running);
+    let err = rt.answer_gate(&id, "look-before-verify", &answer("sre"), &mut |_| {}).unwrap_err();
+    assert!(
+        err.to_string().starts_with("gate `look-before-verify` was already answered `proceed` by user:bob at "),
+        "{err}"
+    );
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+}
+
+#[test]
+fn a_succeeded_idempotency_key_with_passing_evidence_is_not_run_again() {
+    let lab = Lab::new(&[]);
+    let mut rt = lab.runtime();
+    let plan = lab.plan();
+    run_all(&mut rt, &plan);
+    std::fs::remove_file(lab.dir.join("data/lab/flaky.count")).unwrap();
+    let (id, _) = run_all(&mut rt, &plan);
+    let jobs = rt.store().jobs(&id).unwrap();
+    let start = jobs.iter().filter(|j| j.id.starts_with("start-app@")).map(|j| j.state).collect::<Vec<_>>();
+    assert_eq!(start, vec![JobState::AlreadySatisfied, JobState::AlreadySatisfied]);
+    // The script ran once per node in all.
+    assert_eq!(std::fs::read_to_string(lab.dir.join("data/lab/n1/runs")).unwrap(), "started\n");
+}
+
+/// An operation whose `start-app@n1` was recorded as started when the process died.
+fn crashed(lab: &Lab, rt: &mut Runtime) -> String {
+    let id = rt.create(&lab.plan(), "user:alice", &mut |_| {}).unwrap();
+    let mut store = SqliteStore::open(&lab.dir.join("data/opsgraph.db"), Durability::Full).unwrap();
+    let mut j = store.jobs(&id).unwrap().into_iter().find(|j| j.id == "start-app@n1").unwrap();
+    j.state = JobState::Running;
+    j.attempts = 1;
+    store.commit(&[Write::Job(j)]).unwrap();
+    id
+}
+
+#[test]
+fn after_a_crash_passing_evidence_means_recovered_not_run_again() {
+    let lab = Lab::new(&[]);
+    let mut rt = lab.runtime();
+    let id = crashed(&lab, &mut rt);
+    // The job had done its work before the crash.
+    std::fs::create_dir_all(lab.dir.join("data/lab/n1")).unwrap();
+    std::fs::write(lab.dir.join("data/lab/n1/app.conf"), "port=8080\n").unwrap();
+    let mut events = Vec::new();
+    let state = rt.drive(&id, &mut |e| events.push(format!("{} {}", e.event, e.reason))).unwrap();
+    assert_eq!(state, OperationState::Completed, "{events:#?}");
+    assert!(
+        events
+            .contains(&"job_recovered start-app@n1: outcome unknown after a restart; its evidence passes".to_string()),
+        "{events:#?}"
+    );
+    assert!(!lab.dir.join("data/lab/n1/runs").exists(), "start-app@n1 was run again");
+    let job = rt.store().jobs(&id).unwrap().into_iter().find(|j| j.id == "start-app@n1").unwrap();
+    assert_eq!(job.state, JobState::Recovered);
+}
+
+#[test]
+fn after_a_crash_failing_evidence_without_retry_waits_for_a_person() {
+    let lab = Lab::new(&[]);
+    let mut rt = lab.runtime();
+    let id = crashed(&lab, &mut rt);
+    let state = rt.drive(&id, &mut |_| {}).unwrap();
+    let OperationState::Failed { reason } = state else { panic!("{state:?}") };
+    assert!(
+        reason.starts_with("start-app@n1: outcome unknown after a restart and evidence app_configured failed"),
+        "{reason}"
+    );
+    assert!(reason.ends_with("a person decides"), "{reason}");
+}
+
+/// The CLI over the same pack: apply with a live view, then get, describe and logs.
+#[test]
+fn cli_apply_then_inspect() {
+    use crate::support::opsgraph;
+    let lab = Lab::new(&[]);
+    let data = lab.path("cli-data");
+    let (mini, world, intent) = (lab.path("mini"), lab.path("world.yaml"), lab.path("intent.yaml"));
+    let run =
+        opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--packs", &mini, "--inventory", &world, "--yes"]);
+    assert_eq!(run.code, 0, "{}", run.render());
+    assert!(run.out.contains("done      start-app@n2: exited with code 0 (1 evidence checks passed)"), "{}", run.out);
+    assert!(run.out.contains("Evidence: 4 of 4 checks passed"), "{}", run.out);
+    assert!(run.out.contains("Resource mini.app/app-1: status running, health healthy"), "{}", run.out);
+    let ops: serde_json::Value =
+        serde_json::from_str(&opsgraph(&["--data-dir", &data, "get", "operations", "-o", "json"]).out).unwrap();
+    let id = ops[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(ops[0]["state"], "completed");
+    let jobs = opsgraph(&["--data-dir", &data, "get", "jobs", &id]);
+    expect![[r#"
+        ID            STATE      ATTEMPTS  OUTCOME             FAILURE
+        make-config   succeeded  1         exited with code 0  -
+        start-app@n1  succeeded  1         exited with code 0  -
+        start-app@n2  succeeded  1         exited with code 0  -
+        flaky         succeeded  3         exited with code 0  -
+        verify        succeeded  1         exited with code 0  -
+    "#]]
+    .assert_eq(&jobs.out);
+    let describe = opsgraph(&["--data-dir", &data, "describe", "operation", &id]);
+    assert!(describe.out.contains("event: job_retry"), "{}", describe.out);
+    let logs = opsgraph(&["--data-dir", &data, "logs", &id, "flaky"]);
+    expect![[r#"
+        ==> flaky attempt 1 <==
+        --- stderr
+        transient failure 1
+        ==> flaky attempt 2 <==
+        --- stderr
+        transient failure 2
+        ==> flaky attempt 3 <==
+    "#]]
+    .assert_eq(&logs.out);
+    let resources = opsgraph(&["--data-dir", &data, "get", "resources", "-o", "yaml"]);
+    assert!(resources.out.contains("- id: mini.app/app-1"), "{}", resources.out);
+    // Applying again while nothing runs is fine; the second run finds its work done.
+    let again =
+        opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--packs", &mini, "--inventory", &world, "--yes"]);
+    assert!(again.out.contains("already satisfied"), "{}", again.out);
+}

@@ -1,0 +1,27 @@
+#!/bin/sh
+# opsgraph pack lab-cluster - job verify-node: a newly joined lab node is Ready.
+#
+# Runs on each new node after join-node. Checks the node is registered in its cluster and its
+# kubelet heartbeat is fresh (waiting up to 3 s), and marks it Ready.
+#
+# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Parameters: fail_job, fail_mode
+# Provides:   lab.kubernetes.node.ready
+set -eu
+case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
+# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
+. "$LAB_SCRIPTS/lab-lib.sh"
+lab_init
+lab_node
+lab_cluster
+# shellcheck source-path=SCRIPTDIR source=cluster-lib.sh disable=SC1091
+. "$LAB_SCRIPTS/cluster-lib.sh"
+
+[ -f "$CLUSTER_DIR/nodes/$NODE" ] || fail "Error from server (NotFound): nodes \"$NODE\" not found"
+lab_failpoint "error: timed out waiting for the condition on nodes/$NODE"
+lab_wait_fresh kubelet "$NODE_DIR" ||
+    fail "error: timed out waiting for the condition on nodes/$NODE (kubelet stopped posting node status)"
+if lab_proven; then
+    set_status "$NODE" Ready
+fi
+log "ok: $NODE is Ready in $CLUSTER"
