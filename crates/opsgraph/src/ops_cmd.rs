@@ -495,7 +495,12 @@ pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyh
             return Ok(0);
         }
         Action::Resume(id) => {
-            rt.resume(id, &actor, &mut note)?;
+            // A `running` operation whose driver died (a crash, a closed terminal) is simply
+            // driven again: recovery checks the evidence of attempts left without an outcome.
+            let running = rt.store().operation(id)?.is_some_and(|o| matches!(o.state, OperationState::Running));
+            if !running {
+                rt.resume(id, &actor, &mut note)?;
+            }
             id.to_string()
         }
         Action::Cancel(id) => {

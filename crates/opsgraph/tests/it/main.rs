@@ -3,6 +3,7 @@
 
 mod builders;
 mod bundled;
+mod crash;
 mod documents;
 mod lifecycle;
 mod plan;
