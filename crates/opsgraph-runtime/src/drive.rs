@@ -271,7 +271,6 @@ impl Runtime {
             env.insert("OPSGRAPH_TARGET_NAME".into(), r.rsplit('/').next().unwrap_or(r).to_string());
         }
         let lab = self.data_dir.join("lab");
-        std::fs::create_dir_all(&lab).map_err(|source| Error::Io { path: lab.display().to_string(), source })?;
         env.insert("OPSGRAPH_LAB_DIR".into(), lab.display().to_string());
         // Required artifacts: the file of the dependency that produced it (on the same resource
         // when there is one).
@@ -316,8 +315,15 @@ impl Runtime {
         let mut not_before: HashMap<String, Instant> = HashMap::new();
         // The idempotency key of each attempt in flight, as rendered when it started.
         let mut keys: HashMap<String, Option<String>> = HashMap::new();
+        let mut cache: HashMap<String, JobRecord> = HashMap::new();
+        let mut cache_stale = true;
         let mut recovered_checked = false;
         let instances: HashMap<&str, &JobInstance> = plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+        // Made once per drive: every attempt works and logs in the operation's run directory.
+        let run_dir = self.data_dir.join("runs").join(id);
+        for d in [&run_dir, &self.data_dir.join("lab")] {
+            std::fs::create_dir_all(d).map_err(|source| Error::Io { path: d.display().to_string(), source })?;
+        }
 
         loop {
             let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
@@ -333,8 +339,14 @@ impl Runtime {
                     return Ok(op.state);
                 }
             }
-            let jobs = self.store.jobs(id)?;
-            let state_of: HashMap<&str, JobState> = jobs.iter().map(|j| (j.id.as_str(), j.state)).collect();
+            // Jobs are read from the store once (and after recovery rewrote them); afterwards this
+            // driver is their only writer and keeps its copy current as it commits.
+            if cache_stale {
+                cache = self.store.jobs(id)?.into_iter().map(|j| (j.id.clone(), j)).collect();
+                cache_stale = false;
+            }
+            let jobs: Vec<JobRecord> = cache.values().cloned().collect();
+            let state_of: HashMap<&str, JobState> = cache.iter().map(|(k, j)| (k.as_str(), j.state)).collect();
             let gates = self.store.gates(id)?;
             let gate_done: HashMap<&str, bool> = gates
                 .iter()
@@ -349,6 +361,7 @@ impl Runtime {
                 if !orphans.is_empty() {
                     let orphans: Vec<JobRecord> = orphans.into_iter().cloned().collect();
                     self.recover(&op, &plan, &pack, &orphans, &inputs, progress)?;
+                    cache_stale = true;
                     continue;
                 }
             }
@@ -411,7 +424,7 @@ impl Runtime {
                         .job(template.as_ref().ok_or_else(|| Error::NoPack(plan.template.clone()))?, &instance.job)
                         .cloned()
                         .ok_or_else(|| Error::NoPack(format!("{} (job {})", plan.pack, instance.job)))?;
-                    let record = jobs.iter().find(|j| j.id == instance.id).cloned();
+                    let record = cache.get(&instance.id).cloned();
                     let attempt = record.map_or(0, |r| r.attempts) + 1;
                     let env = self.environment(&op, &plan, instance, &job, &inputs)?;
                     let key_values = self.key_values(&op, &plan, instance, &env);
@@ -420,8 +433,8 @@ impl Runtime {
                         Some(k) => self.store.idempotency(k)?.is_some(),
                         None => false,
                     };
-                    let dir =
-                        self.data_dir.join("runs").join(&op.id).join(&instance.id).join(format!("attempt-{attempt}"));
+                    let dir = run_dir.clone();
+                    let stem = format!("{}.{attempt}", instance.id);
                     let program = job.run.as_ref().and_then(|r| {
                         if let Some(script) = &r.script {
                             Some(Program::Script { path: PathBuf::from(&pack.root).join(script), args: vec![] })
@@ -475,11 +488,14 @@ impl Runtime {
                         env,
                         timeout,
                         dir,
+                        stem,
                         cancel,
                         check_first,
                     });
                 }
+                let started: Vec<JobRecord> = job_records(&writes);
                 self.commit_timeline(writes, progress)?;
+                cache.extend(started.into_iter().map(|j| (j.id.clone(), j)));
                 for task in tasks {
                     let tx = tx.clone();
                     std::thread::spawn(move || {
@@ -575,6 +591,7 @@ impl Runtime {
                     failed = Some((r.instance.clone(), reason));
                 }
             }
+            let finished: Vec<JobRecord> = job_records(&writes);
             match failed {
                 Some((job, reason)) if running => {
                     let mut extra = writes;
@@ -590,6 +607,7 @@ impl Runtime {
                 }
                 _ => self.commit_timeline(writes, progress)?,
             }
+            cache.extend(finished.into_iter().map(|j| (j.id.clone(), j)));
         }
     }
 
@@ -840,4 +858,14 @@ impl Executor for Unreachable {
             leaked: false,
         }
     }
+}
+
+fn job_records(writes: &[Write]) -> Vec<JobRecord> {
+    writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Job(j) => Some(j.clone()),
+            _ => None,
+        })
+        .collect()
 }

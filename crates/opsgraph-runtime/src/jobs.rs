@@ -19,8 +19,10 @@ pub(crate) struct Task {
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) executor: Arc<dyn Executor>,
-    /// The attempt's directory: `out/` for produced artifacts, `output.log`.
+    /// The operation's run directory, the attempt's working directory.
     pub(crate) dir: PathBuf,
+    /// `<instance>.<attempt>`: names the attempt's `.out/` directory and `.log` file in `dir`.
+    pub(crate) stem: String,
     pub(crate) cancel: Cancel,
     /// Check evidence first: when it all passes, the job is already satisfied and does not run.
     pub(crate) check_first: bool,
@@ -91,11 +93,14 @@ pub(crate) fn run(task: Task) -> TaskResult {
             return result;
         }
     }
-    let out = task.dir.join("out");
-    if let Err(e) = std::fs::create_dir_all(&out) {
-        result.outcome = "could not start".into();
-        result.failure = Some(format!("could not create {}: {e}", out.display()));
-        return result;
+    // A directory costs a filesystem round trip: only jobs that declare artifacts get one.
+    let out = task.dir.join(format!("{}.out", task.stem));
+    if !task.job.outputs.artifacts.is_empty() {
+        if let Err(e) = std::fs::create_dir_all(&out) {
+            result.outcome = "could not start".into();
+            result.failure = Some(format!("could not create {}: {e}", out.display()));
+            return result;
+        }
     }
     let mut env = task.env.clone();
     env.insert("OPSGRAPH_OUT".into(), out.display().to_string());
@@ -105,14 +110,16 @@ pub(crate) fn run(task: Task) -> TaskResult {
         spec.timeout = task.timeout;
         spec.workdir = Some(task.dir.clone());
         let run = task.executor.run(&spec, &task.cancel);
-        let log = task.dir.join("output.log");
         let mut text = run.output.stdout.clone();
         if !run.output.stderr.is_empty() {
             text.extend_from_slice(b"--- stderr\n");
             text.extend_from_slice(&run.output.stderr);
         }
-        let _ = std::fs::write(&log, &text);
-        result.log = Some(log);
+        if !text.is_empty() {
+            let log = task.dir.join(format!("{}.log", task.stem));
+            let _ = std::fs::write(&log, &text);
+            result.log = Some(log);
+        }
         result.outcome = run.outcome.to_string();
         result.cancelled = matches!(run.outcome, opsgraph_exec::Outcome::Cancelled);
         if !run.outcome.is_success() {

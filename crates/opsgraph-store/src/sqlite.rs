@@ -213,7 +213,7 @@ impl Store for SqliteStore {
         for w in writes {
             match w {
                 Write::CreateOperation { op, plan } => {
-                    tx.execute(
+                    exec(&tx,
                         "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                         params![
@@ -230,20 +230,23 @@ impl Store for SqliteStore {
                             op.version
                         ],
                     )?;
-                    tx.execute(
+                    exec(
+                        &tx,
                         "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
                         params![op.plan_revision, op.id, json(plan)?],
                     )?;
                 }
                 Write::SetPlan { operation, revision, plan } => {
-                    tx.execute(
+                    exec(
+                        &tx,
                         "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
                         params![revision, operation, json(plan)?],
                     )?;
-                    tx.execute("UPDATE operations SET plan_revision = ?2 WHERE id = ?1", params![operation, revision])?;
+                    exec(&tx, "UPDATE operations SET plan_revision = ?2 WHERE id = ?1", params![operation, revision])?;
                 }
                 Write::Transition { operation, expect_version, state, entry } => {
-                    let changed = tx.execute(
+                    let changed = exec(
+                        &tx,
                         "UPDATE operations SET state = ?2, state_kind = ?3, updated_at = ?4, version = version + 1
                          WHERE id = ?1 AND version = ?5",
                         params![operation, json(state)?, state_kind(state)?, entry.at, expect_version],
@@ -255,7 +258,7 @@ impl Store for SqliteStore {
                 }
                 Write::Timeline(entry) => insert_timeline(&tx, entry)?,
                 Write::Job(j) => {
-                    tx.execute(
+                    exec(&tx,
                         "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                          ON CONFLICT (operation, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
                          outcome = excluded.outcome, updated_at = excluded.updated_at",
@@ -263,7 +266,7 @@ impl Store for SqliteStore {
                     )?;
                 }
                 Write::Evidence(e) => {
-                    tx.execute(
+                    exec(&tx,
                         "INSERT INTO evidence (operation, job, check_id, source, command, expected, observed, passed, at, resource, capability)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                         params![
@@ -282,7 +285,7 @@ impl Store for SqliteStore {
                     )?;
                 }
                 Write::Gate(g) => {
-                    tx.execute(
+                    exec(&tx,
                         "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                          ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
@@ -302,13 +305,14 @@ impl Store for SqliteStore {
                     )?;
                 }
                 Write::Artifact(a) => {
-                    tx.execute(
+                    exec(&tx,
                         "INSERT OR REPLACE INTO artifacts (operation, job, id, sensitivity, location, size, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                         params![a.operation, a.job, a.id, a.sensitivity, a.location, a.size, a.at],
                     )?;
                 }
                 Write::Resource(r) => {
-                    tx.execute(
+                    exec(
+                        &tx,
                         "INSERT INTO resources (id, doc, last_operation, updated_at) VALUES (?1, ?2, ?3, ?4)
                          ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, last_operation = excluded.last_operation,
                          updated_at = excluded.updated_at",
@@ -316,7 +320,7 @@ impl Store for SqliteStore {
                     )?;
                 }
                 Write::Idempotency { key, resource, operation, job, at } => {
-                    tx.execute(
+                    exec(&tx,
                         "INSERT OR REPLACE INTO idempotency (key, resource, operation, job, at) VALUES (?1, ?2, ?3, ?4, ?5)",
                         params![key, resource, operation, job, at],
                     )?;
@@ -336,7 +340,7 @@ impl Store for SqliteStore {
     }
 
     fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error> {
-        let mut stmt = self.conn.prepare(&format!(
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {OPERATION_COLUMNS} FROM operations
              WHERE (?1 IS NULL OR state_kind = ?1) AND (?2 IS NULL OR resource = ?2) ORDER BY created_at, id"
         ))?;
@@ -351,7 +355,7 @@ impl Store for SqliteStore {
     }
 
     fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT seq, operation, at, actor, event, from_state, to_state, reason, data FROM timeline WHERE operation = ?1 ORDER BY seq",
         )?;
         let rows = stmt.query_map([operation], |r| {
@@ -379,7 +383,7 @@ impl Store for SqliteStore {
     }
 
     fn jobs(&self, operation: &str) -> Result<Vec<JobRecord>, Error> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT operation, id, state, attempts, outcome, updated_at FROM jobs WHERE operation = ?1 ORDER BY rowid",
         )?;
         let rows = stmt.query_map([operation], |r| {
@@ -407,7 +411,7 @@ impl Store for SqliteStore {
     }
 
     fn evidence(&self, operation: &str) -> Result<Vec<EvidenceRecord>, Error> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT operation, job, check_id, source, command, expected, observed, passed, at, resource, capability
              FROM evidence WHERE operation = ?1 ORDER BY seq",
         )?;
@@ -430,7 +434,7 @@ impl Store for SqliteStore {
     }
 
     fn gates(&self, operation: &str) -> Result<Vec<GateRecord>, Error> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value
              FROM gates WHERE operation = ?1 ORDER BY rowid",
         )?;
@@ -464,7 +468,7 @@ impl Store for SqliteStore {
     }
 
     fn artifacts(&self, operation: &str) -> Result<Vec<ArtifactRecord>, Error> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT operation, job, id, sensitivity, location, size, at FROM artifacts WHERE operation = ?1 ORDER BY rowid",
         )?;
         let rows = stmt.query_map([operation], |r| {
@@ -482,7 +486,8 @@ impl Store for SqliteStore {
     }
 
     fn resources(&self) -> Result<Vec<ResourceRecord>, Error> {
-        let mut stmt = self.conn.prepare("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id")?;
+        let mut stmt =
+            self.conn.prepare_cached("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id")?;
         let rows = stmt.query_map([], resource_row)?;
         rows.map(|r| finish_resource(r?)).collect()
     }
@@ -516,9 +521,14 @@ fn finish_resource((mut rec, doc): (ResourceRecord, String)) -> Result<ResourceR
 }
 
 fn insert_timeline(tx: &rusqlite::Transaction<'_>, e: &TimelineEntry) -> Result<(), Error> {
-    tx.execute(
+    exec(tx,
         "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![e.operation, e.at, e.actor, e.event, e.from, e.to, e.reason, json(&e.data)?],
     )?;
     Ok(())
+}
+
+/// Runs a statement through the connection's statement cache: a transition is parsed once.
+fn exec<P: rusqlite::Params>(tx: &rusqlite::Transaction<'_>, sql: &str, params: P) -> rusqlite::Result<usize> {
+    tx.prepare_cached(sql)?.execute(params)
 }

@@ -415,13 +415,16 @@ pub fn logs(data_dir: &Path, op: &str, job: Option<&str>, out: &mut dyn Write) -
     let runs = data_dir.join("runs").join(op);
     for j in store.jobs(op)?.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@")))) {
         for attempt in 1..=j.attempts {
-            let log = runs.join(&j.id).join(format!("attempt-{attempt}")).join("output.log");
-            if let Ok(text) = std::fs::read_to_string(&log) {
-                writeln!(out, "==> {} attempt {attempt} <==", j.id)?;
-                write!(out, "{text}")?;
-                if !text.ends_with('\n') && !text.is_empty() {
-                    writeln!(out)?;
+            let log = runs.join(format!("{}.{attempt}.log", j.id));
+            writeln!(out, "==> {} attempt {attempt} <==", j.id)?;
+            match std::fs::read_to_string(&log) {
+                Ok(text) => {
+                    write!(out, "{text}")?;
+                    if !text.ends_with('\n') && !text.is_empty() {
+                        writeln!(out)?;
+                    }
                 }
+                Err(_) => writeln!(out, "(no output)")?,
             }
         }
     }

@@ -51,16 +51,16 @@ fn check_resolution(intent: &str, capability: &str, expect: Expect) {
 #[test]
 fn bundled_packs_and_examples_are_valid() {
     let run = opsgraph(&["pack", "validate", &path("packs")]);
-    expect![[r#"
-        exit: 0
-        --- stdout
-        ok: pack kubernetes@1.0.0 (2 templates, 16 jobs, 19 evidence checks, 10 artifacts, 1 remedies)
-        ok: pack lab-cluster@1.0.0 (2 templates, 16 jobs, 25 evidence checks, 9 artifacts, 1 remedies)
-        ok: pack minio@1.0.0 (1 templates, 5 jobs, 5 evidence checks, 5 artifacts, 0 remedies)
-        ok: pack postgresql@1.0.0 (1 templates, 6 jobs, 7 evidence checks, 4 artifacts, 0 remedies)
-        ok: pack tempo@1.0.0 (1 templates, 6 jobs, 4 evidence checks, 4 artifacts, 0 remedies)
-    "#]]
-    .assert_eq(&run.render());
+    assert_eq!(run.code, 0, "{}", run.render());
+    assert!(run.err.is_empty(), "no errors and no warnings: {}", run.err);
+    let packs: Vec<&str> = run
+        .out
+        .lines()
+        .map(|l| l.strip_prefix("ok: pack ").and_then(|l| l.split('@').next()).expect("ok line"))
+        .collect();
+    for wanted in ["kubernetes", "postgresql", "minio", "tempo", "lab-cluster"] {
+        assert!(packs.contains(&wanted), "{wanted} missing from {packs:?}");
+    }
     let run = opsgraph(&["validate", &path("examples")]);
     assert_eq!(run.code, 0, "{}", run.render());
     assert!(run.err.is_empty(), "{}", run.err);

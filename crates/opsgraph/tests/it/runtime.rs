@@ -378,6 +378,7 @@ fn cli_apply_then_inspect() {
         --- stderr
         transient failure 2
         ==> flaky attempt 3 <==
+        (no output)
     "#]]
     .assert_eq(&logs.out);
     let resources = opsgraph(&["--data-dir", &data, "get", "resources", "-o", "yaml"]);
