@@ -46,9 +46,53 @@ pub(crate) fn is_input_gate(t: GateType) -> bool {
     matches!(t, GateType::MissingInput | GateType::ProviderSelection)
 }
 
+/// What follows capability resolution: wait for input, then for approval, then run.
+fn resolution_event(plan: &Plan, answered: &HashSet<String>) -> (Event, String) {
+    let open = |input: bool| -> Vec<String> {
+        plan.gates
+            .iter()
+            .filter(|g| is_pre_run(&g.source) && is_input_gate(g.type_) == input && !answered.contains(&g.id))
+            .map(|g| g.id.clone())
+            .collect()
+    };
+    let (inputs, approvals) = (open(true), open(false));
+    if !inputs.is_empty() {
+        let reason = format!("waiting for input at {}", inputs.join(", "));
+        (Event::NeedInput { gates: inputs }, reason)
+    } else if !approvals.is_empty() {
+        let reason = format!("waiting for approval at {}", approvals.join(", "));
+        (Event::NeedApproval { gates: approvals }, reason)
+    } else {
+        (Event::Start, "no approval needed".to_string())
+    }
+}
+
 impl Runtime {
     /// Applies a lifecycle event and commits the new state, its timeline entry and `extra` in one
     /// transaction. Returns the new record.
+    /// The write of a lifecycle transition (state, version check, timeline entry), not committed.
+    pub(crate) fn transition_write(
+        op: &OperationRecord,
+        event: &Event,
+        actor: &str,
+        reason: &str,
+    ) -> Result<(OperationRecord, Write, TimelineEntry), Error> {
+        let (state, _effects) = lifecycle::apply(&op.state, event)?;
+        let mut e = entry(&op.id, actor, event.name(), reason, serde_json::to_value(event).unwrap_or(Value::Null));
+        e.from = Some(state_name(op.state.kind()).to_string());
+        e.to = Some(state_name(state.kind()).to_string());
+        let write = Write::Transition {
+            operation: op.id.clone(),
+            expect_version: op.version,
+            state: state.clone(),
+            entry: e.clone(),
+        };
+        let mut next = op.clone();
+        next.state = state;
+        next.version += 1;
+        Ok((next, write, e))
+    }
+
     pub(crate) fn transition(
         &mut self,
         op: &OperationRecord,
@@ -58,16 +102,8 @@ impl Runtime {
         extra: Vec<Write>,
         progress: Progress<'_>,
     ) -> Result<OperationRecord, Error> {
-        let (state, _effects) = lifecycle::apply(&op.state, &event)?;
-        let mut e = entry(&op.id, actor, event.name(), reason, serde_json::to_value(&event).unwrap_or(Value::Null));
-        e.from = Some(state_name(op.state.kind()).to_string());
-        e.to = Some(state_name(state.kind()).to_string());
-        let mut writes = vec![Write::Transition {
-            operation: op.id.clone(),
-            expect_version: op.version,
-            state: state.clone(),
-            entry: e.clone(),
-        }];
+        let (next, write, e) = Runtime::transition_write(op, &event, actor, reason)?;
+        let mut writes = vec![write];
         writes.extend(extra);
         self.store.commit(&writes)?;
         progress(&e);
@@ -76,9 +112,6 @@ impl Runtime {
                 progress(t);
             }
         }
-        let mut next = op.clone();
-        next.state = state;
-        next.version += 1;
         Ok(next)
     }
 
@@ -170,10 +203,26 @@ impl Runtime {
                 value: None,
             }));
         }
-        self.commit_timeline(writes, progress)?;
-        let op = self.transition(&record, Event::PlanBuilt, actor, "plan preview built", vec![], progress)?;
-        let op = self.transition(&op, Event::Resolve, actor, "capabilities resolved", vec![], progress)?;
-        self.after_resolution(&op, plan, actor, progress)?;
+        // The record and every step up to running (or a wait for a person) are one transaction:
+        // a crash never leaves an operation half created.
+        let (event, reason) = resolution_event(plan, &HashSet::new());
+        let mut op = record;
+        for (event, reason) in [
+            (Event::PlanBuilt, "plan preview built".to_string()),
+            (Event::Resolve, "capabilities resolved".to_string()),
+            (event, reason),
+        ] {
+            let (next, write, _) = Runtime::transition_write(&op, &event, actor, &reason)?;
+            writes.push(write);
+            op = next;
+        }
+        self.store.commit(&writes)?;
+        for w in &writes {
+            match w {
+                Write::Timeline(e) | Write::Transition { entry: e, .. } => progress(e),
+                _ => {}
+            }
+        }
         Ok(id)
     }
 
@@ -187,23 +236,8 @@ impl Runtime {
     ) -> Result<OperationRecord, Error> {
         let answered: HashSet<String> =
             self.store.gates(&op.id)?.into_iter().filter(|g| g.answer.is_some()).map(|g| g.id).collect();
-        let open = |input: bool| -> Vec<String> {
-            plan.gates
-                .iter()
-                .filter(|g| is_pre_run(&g.source) && is_input_gate(g.type_) == input && !answered.contains(&g.id))
-                .map(|g| g.id.clone())
-                .collect()
-        };
-        let (inputs, approvals) = (open(true), open(false));
-        if !inputs.is_empty() {
-            let reason = format!("waiting for input at {}", inputs.join(", "));
-            return self.transition(op, Event::NeedInput { gates: inputs }, actor, &reason, vec![], progress);
-        }
-        if !approvals.is_empty() {
-            let reason = format!("waiting for approval at {}", approvals.join(", "));
-            return self.transition(op, Event::NeedApproval { gates: approvals }, actor, &reason, vec![], progress);
-        }
-        self.transition(op, Event::Start, actor, "no approval needed", vec![], progress)
+        let (event, reason) = resolution_event(plan, &answered);
+        self.transition(op, event, actor, &reason, vec![], progress)
     }
 
     pub(crate) fn load(&self, id: &str) -> Result<(OperationRecord, Plan), Error> {

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         Err(e) => {
             use std::io::Write as _;
             let _ = writeln!(err, "error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(1)
         }
     }
 }

@@ -51,7 +51,8 @@ pub fn pack_sources(packs: &[String], data_dir: &Path) -> anyhow::Result<Vec<Sou
                 load::materialize(&root)?;
                 Ok(Source::Disk(root.join(rel)))
             }
-            disk => Ok(disk),
+            // Scripts run from the operation's run directory: pack paths must not be relative.
+            Source::Disk(path) => Ok(Source::Disk(std::path::absolute(&path).unwrap_or(path))),
         })
         .collect()
 }
@@ -150,7 +151,16 @@ pub fn apply(
 ) -> anyhow::Result<u8> {
     let pack_sources = pack_sources(args.packs, &args.data_dir)?;
     let world: Vec<Source> = args.world.iter().map(|p| Source::parse(p)).collect();
-    let loaded = plan_cmd::load_inputs(&Source::parse(args.intent), &pack_sources, &world);
+    let mut loaded = plan_cmd::load_inputs(&Source::parse(args.intent), &pack_sources, &world);
+    // Resources earlier operations created or changed are part of the world too (the inventory
+    // given on the command line wins for a resource it also describes).
+    for r in open_store(&args.data_dir)?.resources()? {
+        if let Ok(doc) = serde_json::from_value::<opsgraph_model::Resource>(r.doc) {
+            if !loaded.world.resources.iter().any(|x| x.id == doc.id) {
+                loaded.world.resources.push(doc);
+            }
+        }
+    }
     let plan = match plan_cmd::preview_to(&loaded, crate::cli::Output::Text, out, err)? {
         Some(plan) => plan,
         None => return Ok(1),

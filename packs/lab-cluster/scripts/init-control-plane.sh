@@ -41,7 +41,7 @@ lab_alive containerd "$NODE_DIR" ||
 [ -f "$NODE_DIR/kubernetes/version.env" ] || fail "kubeadm is not installed on $NODE: install-runtime has not run"
 [ -x "$NODE_DIR/bin/lab-daemon" ] || fail "$NODE_DIR/bin/lab-daemon is missing: install-runtime has not run"
 
-PULL_ERROR="failed to pull image \"registry-1.docker.io/library/kube-apiserver:$TAG\": failed to pull and unpack image \"registry-1.docker.io/library/kube-apiserver:$TAG\": failed to resolve reference \"registry-1.docker.io/library/kube-apiserver:$TAG\": failed to do request: Head \"https://registry-1.docker.io/v2/library/kube-apiserver/manifests/$TAG\": dial tcp 54.236.113.205:443: i/o timeout"
+PULL_ERROR="failed to pull image \"registry-1.docker.io/library/kube-apiserver:$TAG\": failed to resolve reference: failed to do request: Head \"https://registry-1.docker.io/v2/library/kube-apiserver/manifests/$TAG\": dial tcp 54.236.113.205:443: i/o timeout"
 registry_error() {
     lab_fail_now "[init] Using Kubernetes version: $TAG" \
         "[preflight] Running pre-flight checks" \

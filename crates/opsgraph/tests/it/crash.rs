@@ -78,7 +78,10 @@ fn kill_9_at_random_points_loses_nothing_and_runs_nothing_twice() {
         .unwrap();
         let intent = intent.display().to_string();
         let mut child = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--packs", &pack, "--yes"]);
+        let mut rounds = 0;
         loop {
+            rounds += 1;
+            assert!(rounds < 200, "operation t{operations} makes no progress after {rounds} restarts (seed {seed})");
             std::thread::sleep(Duration::from_millis(rng.next(250)));
             let finished = child.try_wait().unwrap().is_some();
             if !finished {
@@ -100,10 +103,11 @@ fn kill_9_at_random_points_loses_nothing_and_runs_nothing_twice() {
             };
             match op["state"].as_str().unwrap() {
                 "completed" | "failed" => break,
-                _ => {
+                "running" => {
                     let id = op["id"].as_str().unwrap();
                     child = opsgraph(&["--data-dir", &data, "resume", id, "--packs", &pack]);
                 }
+                other => panic!("operation t{operations} is left in state {other} (seed {seed})"),
             }
         }
     }

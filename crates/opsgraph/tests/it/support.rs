@@ -44,7 +44,15 @@ pub(crate) fn opsgraph(args: &[&str]) -> Run {
     let cli = opsgraph::cli::Cli::try_parse_from(&args).expect("arguments parse");
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let code = opsgraph::cli::run(cli, &mut std::io::empty(), &mut out, &mut err).expect("command runs");
+    // As `main` does: a refused request is an error line and exit status 1.
+    let code = match opsgraph::cli::run(cli, &mut std::io::empty(), &mut out, &mut err) {
+        Ok(code) => code,
+        Err(e) => {
+            use std::io::Write as _;
+            writeln!(err, "error: {e:#}").unwrap();
+            1
+        }
+    };
     let clean = |b: Vec<u8>| String::from_utf8(b).unwrap().replace(&format!("{root}/"), "").replace(&root, ".");
     Run { code, out: clean(out), err: clean(err) }
 }

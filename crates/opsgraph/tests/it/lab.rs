@@ -1,0 +1,138 @@
+//! The bundled lab packs through the real CLI: a cluster created then grown, a lab database, a
+//! failure that looks like a real one, and — where PostgreSQL's server binaries are installed —
+//! the real PostgreSQL on localhost.
+
+use crate::support::{opsgraph, path, temp_dir, Run, TempDir};
+
+struct Data {
+    dir: TempDir,
+}
+
+impl Data {
+    fn new() -> Data {
+        let dir = temp_dir(&[("data/config.yaml", "users:\n  alice: [sre]\n  victor: [viewer]\n")]);
+        Data { dir }
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn apply(&self, intent: &str, extra: &[&str]) -> Run {
+        let intent = path(&format!("examples/lab/intents/{intent}"));
+        let inventory = path("examples/lab/inventory");
+        let data = self.data();
+        let mut args = vec!["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"];
+        args.extend(extra);
+        opsgraph(&args)
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        let data = self.data();
+        let mut all = vec!["--data-dir", data.as_str()];
+        all.extend(args);
+        opsgraph(&all)
+    }
+}
+
+impl Drop for Data {
+    /// Lab nodes run real background processes: stop every one started under this directory.
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("pkill").args(["-f", &format!("{}/", self.dir.display())]).status();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn operation_id(run: &Run) -> String {
+    let line = run.out.lines().find(|l| l.starts_with("Operation op-")).unwrap_or_else(|| panic!("{}", run.render()));
+    line["Operation ".len()..].split(':').next().unwrap().to_string()
+}
+
+#[test]
+fn lab_cluster_created_at_a_gate_then_grown() {
+    let d = Data::new();
+    let run = d.apply("lab-create-cluster.yaml", &[]);
+    assert!(run.out.contains("waiting for approval at approve-plan"), "{}", run.render());
+    let op = operation_id(&run);
+    // A viewer may not approve; an SRE may, once.
+    let denied = d.run(&["gate", "answer", "approve-plan", "--option", "approve", "--as", "victor"]);
+    assert!(denied.err.contains("role `viewer` may not answer gate `approve-plan`"), "{}", denied.render());
+    let approved =
+        d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    assert_eq!(approved.code, 0, "{}", approved.render());
+    assert!(approved.out.contains("operation running -> completed"), "{}", approved.out);
+    let again = d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    assert!(again.err.contains("was already answered `approve` by user:alice"), "{}", again.render());
+
+    // The cluster the first operation recorded is what add_node binds.
+    let grow = d.apply("lab-add-node.yaml", &[]);
+    assert!(grow.out.contains("lab.kubernetes.cluster"), "{}", grow.out);
+    let op2 = operation_id(&grow);
+    let approved =
+        d.run(&["gate", "answer", "approve-plan", "--operation", &op2, "--option", "approve", "--as", "alice"]);
+    assert!(approved.out.contains("operation running -> completed"), "{}", approved.render());
+    let describe = d.run(&["describe", "resource", "lab.cluster/lab-k8s", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&describe.out).unwrap();
+    assert_eq!(v["resource"]["health"], "healthy");
+    assert_eq!(v["operations"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_failing_job_fails_the_way_real_ones_do() {
+    let d = Data::new();
+    let dir = temp_dir(&[(
+        "intent.yaml",
+        "intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-broken\n  environment: lab\n  parameters: {fail_job: init-control-plane, fail_mode: exit}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n",
+    )]);
+    let data = d.data();
+    let intent = dir.join("intent.yaml").display().to_string();
+    let inventory = path("examples/lab/inventory");
+    let run = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"]);
+    let op = operation_id(&run);
+    let answered =
+        d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    assert_eq!(answered.code, 1, "{}", answered.render());
+    assert!(answered.out.contains("failed: init-control-plane@lab-1"), "{}", answered.out);
+    assert!(answered.out.contains("registry-1.docker.io"), "{}", answered.out);
+    let resource = d.run(&["get", "resources", "-o", "json"]);
+    assert!(resource.out.contains("\"health\": \"error\""), "{}", resource.out);
+    // The jobs after it never started.
+    let jobs = d.run(&["get", "jobs", &op, "-o", "json"]);
+    let jobs: serde_json::Value = serde_json::from_str(&jobs.out).unwrap();
+    let state = |id: &str| jobs.as_array().unwrap().iter().find(|j| j["id"] == id).unwrap()["state"].clone();
+    assert_eq!(state("install-cni@lab-1"), "pending");
+    assert_eq!(state("init-control-plane@lab-1"), "failed");
+}
+
+#[test]
+fn lab_database_installs_and_proves_itself() {
+    let d = Data::new();
+    let run = d.apply("lab-database.yaml", &[]);
+    assert_eq!(run.code, 0, "{}", run.render());
+    assert!(run.out.contains("operation running -> completed"), "{}", run.out);
+    assert!(!run.out.contains("FAILED"), "{}", run.out);
+}
+
+/// The real PostgreSQL pack on localhost, where PostgreSQL's server binaries are installed (CI
+/// has them): initdb, start on a free port, a database and a user, proven by `pg_isready` and a
+/// query.
+#[test]
+fn postgresql_local_where_the_server_binaries_exist() {
+    let found = std::fs::read_dir("/usr/lib/postgresql").ok().and_then(|mut d| d.next()).is_some();
+    if !found {
+        println!("SKIPPED postgresql_local_where_the_server_binaries_exist: no /usr/lib/postgresql/*/bin here");
+        return;
+    }
+    let d = Data::new();
+    let run = d.apply("postgresql-local.yaml", &[]);
+    assert_eq!(run.code, 0, "{}", run.render());
+    assert!(run.out.contains("operation running -> completed"), "{}", run.out);
+    let op = operation_id(&run);
+    let describe = d.run(&["describe", "operation", &op, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&describe.out).unwrap();
+    let checks: Vec<String> =
+        v["evidence"].as_array().unwrap().iter().map(|e| format!("{} {}", e["check"], e["passed"])).collect();
+    assert!(checks.iter().all(|c| c.ends_with("true")), "{checks:?}");
+    // Stop the server the test started.
+    let _ = opsgraph(&["--data-dir", &d.data(), "get", "operations"]);
+}
