@@ -203,6 +203,19 @@ impl Runtime {
                 value: None,
             }));
         }
+        // The inventory entries the plan runs on are kept, so later commands reach them without
+        // being given the inventory again.
+        let targets: HashSet<&str> = plan.jobs.iter().filter_map(|j| j.resource.as_deref()).collect();
+        for r in self.resources.iter().filter(|r| targets.contains(r.id.as_str())) {
+            if self.store.resource(&r.id)?.is_none() {
+                writes.push(Write::Resource(ResourceRecord {
+                    id: r.id.clone(),
+                    doc: serde_json::to_value(r).unwrap_or(Value::Null),
+                    last_operation: None,
+                    updated_at: at.clone(),
+                }));
+            }
+        }
         // The record and every step up to running (or a wait for a person) are one transaction:
         // a crash never leaves an operation half created.
         let (event, reason) = resolution_event(plan, &HashSet::new());
@@ -257,7 +270,14 @@ impl Runtime {
     /// (the attempt fails as "could not start" rather than running on the wrong machine).
     fn executor_for(&self, instance: &JobInstance, job: &opsgraph_model::Job) -> Arc<dyn Executor> {
         use opsgraph_model::ExecutorKind;
-        let resource = instance.resource.as_ref().and_then(|id| self.resources.iter().find(|r| r.id == *id));
+        let stored: Option<Resource> = instance.resource.as_ref().and_then(|id| {
+            if self.resources.iter().any(|r| r.id == *id) {
+                return None;
+            }
+            self.store.resource(id).ok().flatten().and_then(|r| serde_json::from_value(r.doc).ok())
+        });
+        let resource =
+            instance.resource.as_ref().and_then(|id| self.resources.iter().find(|r| r.id == *id)).or(stored.as_ref());
         let wants = job.run.as_ref().and_then(|r| r.executor);
         let access = resource.and_then(|r| r.access.as_ref());
         let ssh = access.and_then(|a| a.ssh.as_ref());

@@ -106,12 +106,8 @@ pub struct ApplyArgs<'a> {
     pub actor: String,
 }
 
-/// Loads inputs and a runtime over the data directory.
-fn runtime(
-    data_dir: &Path,
-    packs: &[String],
-    world: &[String],
-) -> anyhow::Result<(Runtime, plan_cmd::Loaded, Vec<Source>)> {
+/// A runtime over the data directory, with packs and the inventory given on the command line.
+fn runtime(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Result<Runtime> {
     let pack_sources = pack_sources(packs, data_dir)?;
     let world_sources: Vec<Source> = world.iter().map(|p| Source::parse(p)).collect();
     let (packs, diags) = load::packs(&pack_sources);
@@ -122,25 +118,7 @@ fn runtime(
     let (docs, mut diags) = load::documents(&world_sources);
     let world = load::world(docs, &mut diags);
     let store = open_store(data_dir)?;
-    let loaded = plan_cmd::Loaded { intent: empty_intent(), packs: packs.clone(), world, diagnostics: diags };
-    let rt = Runtime::new(Box::new(store), packs, loaded.world.resources.clone(), data_dir.to_path_buf());
-    Ok((rt, loaded, pack_sources))
-}
-
-fn empty_intent() -> opsgraph_model::Intent {
-    opsgraph_model::Intent {
-        id: None,
-        target_resource_type: String::new(),
-        action: String::new(),
-        pack: None,
-        name: None,
-        environment: None,
-        desired_result: None,
-        parameters: Default::default(),
-        constraints: Default::default(),
-        targets: Default::default(),
-        requires: Vec::new(),
-    }
+    Ok(Runtime::new(Box::new(store), packs, world.resources, data_dir.to_path_buf()))
 }
 
 pub fn apply(
@@ -477,7 +455,7 @@ pub enum Action<'a> {
 }
 
 pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let (mut rt, _, _) = runtime(&c.data_dir, c.packs, &c.world)?;
+    let mut rt = runtime(&c.data_dir, c.packs, &c.world)?;
     let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
     let mut note = |e: &TimelineEntry| {
         let _ = e;
