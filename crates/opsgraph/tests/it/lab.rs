@@ -136,3 +136,34 @@ fn postgresql_local_where_the_server_binaries_exist() {
     // Stop the server the test started.
     let _ = opsgraph(&["--data-dir", &d.data(), "get", "operations"]);
 }
+
+/// A required parameter the intent lacks is a missing-input gate: a typed answer fills it in.
+#[test]
+fn a_missing_input_is_asked_for_and_used() {
+    let d = Data::new();
+    let dir = temp_dir(&[(
+        "intent.yaml",
+        "intent:\n  target_resource_type: lab.database\n  action: install\n  name: lab-asks-db\n  environment: lab\n  targets: {target_nodes: [compute_node/lab-4]}\n",
+    )]);
+    let (data, intent, inventory) =
+        (d.data(), dir.join("intent.yaml").display().to_string(), path("examples/lab/inventory"));
+    let run = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"]);
+    assert!(run.out.contains("waiting for input at input-db-password"), "{}", run.render());
+    let op = operation_id(&run);
+    let no_value = d.run(&["gate", "answer", "input-db-password", "--option", "provide a value", "--as", "alice"]);
+    assert!(no_value.err.contains("needs a value: answer it with --value"), "{}", no_value.render());
+    let answered = d.run(&[
+        "gate",
+        "answer",
+        "input-db-password",
+        "--operation",
+        &op,
+        "--option",
+        "provide a value",
+        "--value",
+        "typed-in-at-the-gate-1",
+        "--as",
+        "alice",
+    ]);
+    assert!(answered.out.contains("operation running -> completed"), "{}", answered.render());
+}
