@@ -105,7 +105,19 @@ impl Runtime {
         let (next, write, e) = Runtime::transition_write(op, &event, actor, reason)?;
         let mut writes = vec![write];
         writes.extend(extra);
-        self.store.commit(&writes)?;
+        if let Err(err) = self.store.commit(&writes) {
+            // Someone else moved the operation first (a person cancelled or paused it): what this
+            // writer observed — job results, evidence — is still true and is kept.
+            if matches!(err, opsgraph_store::Error::Conflict { .. }) && writes.len() > 1 {
+                self.store.commit(&writes[1..])?;
+                for w in &writes[1..] {
+                    if let Write::Timeline(t) = w {
+                        progress(t);
+                    }
+                }
+            }
+            return Err(err.into());
+        }
         progress(&e);
         for w in &writes[1..] {
             if let Write::Timeline(t) = w {
@@ -401,7 +413,7 @@ impl Runtime {
             }
             let jobs: Vec<JobRecord> = cache.values().cloned().collect();
             let state_of: HashMap<&str, JobState> = cache.iter().map(|(k, j)| (k.as_str(), j.state)).collect();
-            let gates = self.store.gates(id)?;
+            let gates = if plan.gates.is_empty() { Vec::new() } else { self.store.gates(id)? };
             let gate_done: HashMap<&str, bool> = gates
                 .iter()
                 .map(|g| (g.id.as_str(), g.answer.as_deref().is_some_and(|a| a != "cancel operation")))
@@ -443,14 +455,14 @@ impl Runtime {
                 if ready.is_empty() && in_flight.is_empty() {
                     if plan.jobs.iter().all(|j| state_of.get(j.id.as_str()).is_some_and(|s| s.is_done())) {
                         let extra = self.completion_writes(&op, &plan, &pack)?;
-                        self.transition(
+                        raced(self.transition(
                             &op,
                             Event::Complete,
                             &actor,
                             "every job's outputs are verified by evidence",
                             extra,
                             progress,
-                        )?;
+                        ))?;
                         continue;
                     }
                     let waiting =
@@ -466,7 +478,14 @@ impl Runtime {
                     } else {
                         format!("waiting for gate {}", blocking.join(", "))
                     };
-                    self.transition(&op, Event::Pause { reason: reason.clone() }, &actor, &reason, vec![], progress)?;
+                    raced(self.transition(
+                        &op,
+                        Event::Pause { reason: reason.clone() },
+                        &actor,
+                        &reason,
+                        vec![],
+                        progress,
+                    ))?;
                     continue;
                 }
 
@@ -650,14 +669,14 @@ impl Runtime {
                 Some((job, reason)) if running => {
                     let mut extra = writes;
                     extra.extend(self.failure_writes(&op, &plan, &reason)?);
-                    self.transition(
+                    raced(self.transition(
                         &op,
                         Event::JobFailed { job, reason: reason.clone() },
                         &actor,
                         &reason,
                         extra,
                         progress,
-                    )?;
+                    ))?;
                 }
                 _ => self.commit_timeline(writes, progress)?,
             }
@@ -922,4 +941,14 @@ fn job_records(writes: &[Write]) -> Vec<JobRecord> {
             _ => None,
         })
         .collect()
+}
+
+/// A transition that lost a race with another writer is not an error of the driver: it re-reads
+/// the operation and goes on from the state the other writer left.
+fn raced<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => Ok(None),
+        Err(e) => Err(e),
+    }
 }

@@ -388,3 +388,29 @@ fn cli_apply_then_inspect() {
         opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--packs", &mini, "--inventory", &world, "--yes"]);
     assert!(again.out.contains("already satisfied"), "{}", again.out);
 }
+
+/// A person cancels from another process while the driver runs jobs: the driver stops them,
+/// keeps what it observed, and ends in the state the person chose.
+#[test]
+fn cancel_from_another_process_stops_running_jobs_and_keeps_results() {
+    let slow = "mkdir -p \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_TARGET_NAME\"\nsleep 5\n";
+    let lab = Lab::new(&[("mini/scripts/start-app.sh", slow)]);
+    let mut rt = lab.runtime();
+    let id = rt.create(&lab.plan(), "user:alice", &mut |_| {}).unwrap();
+    let driver = {
+        let id = id.clone();
+        std::thread::spawn(move || rt.drive(&id, &mut |_| {}).unwrap())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let mut other = lab.runtime();
+    other.cancel(&id, "user:bob", "wrong cluster", &mut |_| {}).unwrap();
+    let started = std::time::Instant::now();
+    let state = driver.join().unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(4), "running jobs were not stopped");
+    assert_eq!(state, OperationState::Cancelled { reason: "wrong cluster".into() });
+    let jobs = other.store().jobs(&id).unwrap();
+    let state_of = |id: &str| jobs.iter().find(|j| j.id == id).unwrap().state;
+    assert_eq!(state_of("make-config"), JobState::Succeeded);
+    assert_eq!(state_of("start-app@n1"), JobState::Cancelled);
+    assert_eq!(state_of("verify"), JobState::Pending);
+}
