@@ -322,6 +322,7 @@ impl Runtime {
         instance: &JobInstance,
         job: &opsgraph_model::Job,
         inputs: &BTreeMap<String, Value>,
+        pending: &[ArtifactRecord],
     ) -> Result<BTreeMap<String, String>, Error> {
         let mut env = BTreeMap::new();
         for (k, v) in job.inputs.parameters.iter().chain(plan.parameters.iter()).chain(inputs.iter()) {
@@ -340,7 +341,8 @@ impl Runtime {
         env.insert("OPSGRAPH_LAB_DIR".into(), lab.display().to_string());
         // Required artifacts: the file of the dependency that produced it (on the same resource
         // when there is one).
-        let artifacts = self.store.artifacts(&op.id)?;
+        let mut artifacts = self.store.artifacts(&op.id)?;
+        artifacts.extend(pending.iter().cloned());
         for a in &job.inputs.requires.artifacts {
             let mut candidates: Vec<&ArtifactRecord> =
                 artifacts.iter().filter(|r| r.id == *a && instance.depends_on.contains(&r.job)).collect();
@@ -384,6 +386,9 @@ impl Runtime {
         let mut cache: HashMap<String, JobRecord> = HashMap::new();
         let mut cache_stale = true;
         let mut recovered_checked = false;
+        // Results not yet committed: they go into the same transaction as the attempts they let
+        // start (one commit per job on a chain), or alone before the driver waits or stops.
+        let mut carry: Vec<Write> = Vec::new();
         let instances: HashMap<&str, &JobInstance> = plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
         // Made once per drive: every attempt works and logs in the operation's run directory.
         let run_dir = self.data_dir.join("runs").join(id);
@@ -394,6 +399,9 @@ impl Runtime {
         loop {
             let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
             let running = matches!(op.state, OperationState::Running);
+            if !running && !carry.is_empty() {
+                self.commit_timeline(std::mem::take(&mut carry), progress)?;
+            }
             if !running {
                 // Stop: cancel running jobs when cancelled, let them finish otherwise.
                 if matches!(op.state, OperationState::Cancelled { .. }) {
@@ -411,7 +419,6 @@ impl Runtime {
                 cache = self.store.jobs(id)?.into_iter().map(|j| (j.id.clone(), j)).collect();
                 cache_stale = false;
             }
-            let jobs: Vec<JobRecord> = cache.values().cloned().collect();
             let state_of: HashMap<&str, JobState> = cache.iter().map(|(k, j)| (k.as_str(), j.state)).collect();
             let gates = if plan.gates.is_empty() { Vec::new() } else { self.store.gates(id)? };
             let gate_done: HashMap<&str, bool> = gates
@@ -422,10 +429,12 @@ impl Runtime {
             // Recovery: attempts recorded as started whose outcome nobody recorded.
             if running && !recovered_checked {
                 recovered_checked = true;
-                let orphans: Vec<&JobRecord> =
-                    jobs.iter().filter(|j| j.state == JobState::Running && !in_flight.contains_key(&j.id)).collect();
+                let orphans: Vec<JobRecord> = cache
+                    .values()
+                    .filter(|j| j.state == JobState::Running && !in_flight.contains_key(&j.id))
+                    .cloned()
+                    .collect();
                 if !orphans.is_empty() {
-                    let orphans: Vec<JobRecord> = orphans.into_iter().cloned().collect();
                     self.recover(&op, &plan, &pack, &orphans, &inputs, progress)?;
                     cache_stale = true;
                     continue;
@@ -451,6 +460,9 @@ impl Runtime {
                     .collect();
                 let free = self.concurrency.saturating_sub(in_flight.len());
                 let ready: Vec<&JobInstance> = ready.into_iter().take(free).collect();
+                if ready.is_empty() && !carry.is_empty() {
+                    self.commit_timeline(std::mem::take(&mut carry), progress)?;
+                }
 
                 if ready.is_empty() && in_flight.is_empty() {
                     if plan.jobs.iter().all(|j| state_of.get(j.id.as_str()).is_some_and(|s| s.is_done())) {
@@ -489,8 +501,16 @@ impl Runtime {
                     continue;
                 }
 
-                // Start: record each attempt before its process exists (one commit for all).
-                let mut writes = Vec::new();
+                // Start: record each attempt before its process exists (one commit for all, with the
+                // results that made them ready).
+                let mut writes = std::mem::take(&mut carry);
+                let pending: Vec<ArtifactRecord> = writes
+                    .iter()
+                    .filter_map(|w| match w {
+                        Write::Artifact(a) => Some(a.clone()),
+                        _ => None,
+                    })
+                    .collect();
                 let mut tasks = Vec::new();
                 for instance in ready {
                     let job = pack
@@ -499,7 +519,7 @@ impl Runtime {
                         .ok_or_else(|| Error::NoPack(format!("{} (job {})", plan.pack, instance.job)))?;
                     let record = cache.get(&instance.id).cloned();
                     let attempt = record.map_or(0, |r| r.attempts) + 1;
-                    let env = self.environment(&op, &plan, instance, &job, &inputs)?;
+                    let env = self.environment(&op, &plan, instance, &job, &inputs, &pending)?;
                     let key_values = self.key_values(&op, &plan, instance, &env);
                     let key = job.controls.idempotency.as_ref().map(|k| render_key(&k.key, &key_values));
                     let check_first = match &key {
@@ -678,7 +698,7 @@ impl Runtime {
                         progress,
                     ))?;
                 }
-                _ => self.commit_timeline(writes, progress)?,
+                _ => carry.extend(writes),
             }
             cache.extend(finished.into_iter().map(|j| (j.id.clone(), j)));
         }
@@ -848,7 +868,7 @@ impl Runtime {
         for record in orphans {
             let Some(instance) = plan.jobs.iter().find(|j| j.id == record.id) else { continue };
             let Some(job) = template.and_then(|t| pack.job(t, &instance.job)).cloned() else { continue };
-            let env = self.environment(op, plan, instance, &job, inputs)?;
+            let env = self.environment(op, plan, instance, &job, inputs, &[])?;
             let executor = self.executor_for(instance, &job);
             let checks: Vec<opsgraph_model::Evidence> =
                 job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();

@@ -5,7 +5,9 @@
 //! Guarantees:
 //! - Every transition and its timeline entry are one transaction, committed before the side
 //!   effect they guard: a job is recorded `running` (attempt N) before its process starts.
-//! - Results that arrive together are committed together (group commit).
+//! - Results that arrive together are committed together, and with the attempts they let start
+//!   (group commit: one commit per job on a chain). A result is committed before anything it
+//!   unblocks runs; a crash before that commit is what recovery (below) is for.
 //! - A job succeeds only when every evidence check of its output contract passes.
 //! - After a crash, a job recorded `running` without an outcome is checked by its evidence first:
 //!   pass -> `recovered`; fail -> retried when its retry policy and idempotency key allow; else the
