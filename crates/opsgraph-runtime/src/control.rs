@@ -58,27 +58,40 @@ impl Runtime {
             });
         }
         let plan_gate = plan.gates.iter().find(|g| g.id == gate_id);
-        let is_create = plan
+        use opsgraph_plan::resolve::GateOption;
+        let chosen: Option<(String, &GateOption)> = plan
             .resolution
             .iter()
             .filter_map(|r| match &r.outcome {
-                opsgraph_plan::Outcome::Gate { gate } if gate.id == gate_id => Some(gate),
+                opsgraph_plan::Outcome::Gate { gate } if gate.id == gate_id => {
+                    Some((r.requirement.capability.clone(), gate))
+                }
                 _ => None,
             })
-            .flat_map(|g| g.options.iter())
-            .any(|o| {
-                o.label() == answer.option
-                    && !matches!(
-                        o,
-                        opsgraph_plan::resolve::GateOption::Bind { .. }
-                            | opsgraph_plan::resolve::GateOption::Cancel { .. }
-                    )
-            });
-        if is_create {
-            return Err(Error::Unsupported(format!(
-                "`{}` needs a sub-operation or an external binding, which the runtime does not run yet; answer `cancel operation`, or change the inventory or policy and plan again",
-                answer.option
-            )));
+            .flat_map(|(cap, g)| g.options.iter().map(move |o| (cap.clone(), o)))
+            .find(|(_, o)| o.label() == answer.option);
+        // Choosing to create a provider starts its sub-operation (from the plan the preview showed).
+        let mut sub_operation: Option<(String, String, opsgraph_plan::Plan)> = None;
+        match chosen {
+            Some((cap, GateOption::Create { provider, .. })) => {
+                let sub = plan.sub_operations.iter().find(|s| s.provider == *provider && s.requirement == cap);
+                match sub.and_then(|s| s.plan.as_deref()) {
+                    Some(p) => sub_operation = Some((cap, provider.clone(), p.clone())),
+                    None => {
+                        return Err(Error::Unsupported(format!(
+                            "provider {provider} has no plan to create it: {}",
+                            sub.and_then(|s| s.error.clone()).unwrap_or_else(|| "its pack is not loaded".into())
+                        )))
+                    }
+                }
+            }
+            Some((_, GateOption::BindExternal { .. })) => {
+                return Err(Error::Unsupported(format!(
+                    "`{}` needs a person to describe the external resource, which is not supported yet; add it to the inventory and plan again, or answer `cancel operation`",
+                    answer.option
+                )));
+            }
+            _ => {}
         }
         if plan_gate.is_some_and(|g| g.type_ == GateType::MissingInput)
             && answer.option != "cancel operation"
@@ -102,6 +115,9 @@ impl Runtime {
             json!({"gate": gate_id, "option": answer.option, "role": answer.role}),
         ));
         let writes = vec![Write::Gate(record), note];
+        if let Some((cap, provider, sub)) = &sub_operation {
+            self.start_sub_operation(op_id, cap, provider, sub, &answer.actor, progress)?;
+        }
         if answer.option == "cancel operation" {
             let reason = format!("gate {gate_id} answered `cancel operation` by {}", answer.actor);
             let op = self.transition(

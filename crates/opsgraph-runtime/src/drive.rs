@@ -143,6 +143,52 @@ impl Runtime {
     /// Records an operation for a plan and takes it as far as it goes without running anything:
     /// to `running`, or to a wait for input or approval.
     pub fn create(&mut self, plan: &Plan, actor: &str, progress: Progress<'_>) -> Result<String, Error> {
+        let id = self.create_operation(plan, None, actor, progress)?;
+        // Providers the resolution creates run first, as child operations.
+        let chosen: Vec<(String, String, Plan)> = plan
+            .sub_operations
+            .iter()
+            .filter(|s| s.chosen)
+            .filter_map(|s| s.plan.as_deref().map(|p| (s.requirement.clone(), s.provider.clone(), p.clone())))
+            .collect();
+        for (requirement, provider, sub) in chosen {
+            self.start_sub_operation(&id, &requirement, &provider, &sub, actor, progress)?;
+        }
+        Ok(id)
+    }
+
+    /// Records a child operation that creates `provider` for `requirement` of `parent`.
+    pub(crate) fn start_sub_operation(
+        &mut self,
+        parent: &str,
+        requirement: &str,
+        provider: &str,
+        plan: &Plan,
+        actor: &str,
+        progress: Progress<'_>,
+    ) -> Result<String, Error> {
+        let child = self.create_operation(plan, Some(parent), actor, progress)?;
+        let note = entry(
+            parent,
+            actor,
+            "sub_operation_created",
+            format!(
+                "{requirement}: provider {provider} is created by operation {child} ({} {})",
+                plan.action, plan.pack
+            ),
+            json!({"child": child, "requirement": requirement, "provider": provider}),
+        );
+        self.commit_timeline(vec![Write::Timeline(note)], progress)?;
+        Ok(child)
+    }
+
+    fn create_operation(
+        &mut self,
+        plan: &Plan,
+        parent: Option<&str>,
+        actor: &str,
+        progress: Progress<'_>,
+    ) -> Result<String, Error> {
         if plan.is_blocked() {
             let reasons: Vec<String> = plan
                 .resolution
@@ -171,7 +217,7 @@ impl Runtime {
         let at = now();
         let record = OperationRecord {
             id: id.clone(),
-            parent: None,
+            parent: parent.map(str::to_string),
             intent: serde_json::to_value(&plan.intent).unwrap_or(Value::Null),
             resource,
             state: OperationState::DraftIntent,
@@ -426,6 +472,31 @@ impl Runtime {
                 .map(|g| (g.id.as_str(), g.answer.as_deref().is_some_and(|a| a != "cancel operation")))
                 .collect();
 
+            // Sub-operations: providers created for this operation run first; the jobs that need
+            // what they provide wait for them.
+            let mut blocked_jobs: HashSet<String> = HashSet::new();
+            let mut waiting_children: Vec<String> = Vec::new();
+            if running {
+                match self.sub_operations(id, &plan, &actor, progress)? {
+                    Children::Failed(reason) => {
+                        raced(self.transition(
+                            &op,
+                            Event::JobFailed { job: "sub-operation".into(), reason: reason.clone() },
+                            &actor,
+                            &reason,
+                            vec![],
+                            progress,
+                        ))?;
+                        continue;
+                    }
+                    Children::Progressed => continue,
+                    Children::Blocking { jobs, waiting } => {
+                        blocked_jobs = jobs;
+                        waiting_children = waiting;
+                    }
+                }
+            }
+
             // Recovery: attempts recorded as started whose outcome nobody recorded.
             if running && !recovered_checked {
                 recovered_checked = true;
@@ -451,6 +522,7 @@ impl Runtime {
                         state_of.get(j.id.as_str()) == Some(&JobState::Pending) && !in_flight.contains_key(&j.id)
                     })
                     .filter(|j| not_before.get(&j.id).is_none_or(|t| *t <= now_i))
+                    .filter(|j| !blocked_jobs.contains(&j.job))
                     .filter(|j| {
                         j.depends_on.iter().all(|d| match state_of.get(d.as_str()) {
                             Some(s) => s.is_done(),
@@ -485,7 +557,9 @@ impl Runtime {
                     }
                     let blocking: Vec<&str> =
                         gates.iter().filter(|g| g.answer.is_none()).map(|g| g.id.as_str()).collect();
-                    let reason = if blocking.is_empty() {
+                    let reason = if !waiting_children.is_empty() {
+                        format!("waiting for sub-operation {}", waiting_children.join(", "))
+                    } else if blocking.is_empty() {
                         "no job can start".to_string()
                     } else {
                         format!("waiting for gate {}", blocking.join(", "))
@@ -702,6 +776,74 @@ impl Runtime {
             }
             cache.extend(finished.into_iter().map(|j| (j.id.clone(), j)));
         }
+    }
+
+    /// Drives this operation's sub-operations as far as they go. Returns which jobs must still
+    /// wait, and for which children; or that one failed; or that one made progress (look again).
+    fn sub_operations(
+        &mut self,
+        id: &str,
+        plan: &Plan,
+        actor: &str,
+        progress: Progress<'_>,
+    ) -> Result<Children, Error> {
+        let mut jobs = HashSet::new();
+        let mut waiting = Vec::new();
+        if plan.sub_operations.is_empty() {
+            return Ok(Children::Blocking { jobs, waiting });
+        }
+        let timeline = self.store.timeline(id)?;
+        let bound: HashSet<String> = timeline
+            .iter()
+            .filter(|e| e.event == "sub_operation_bound")
+            .filter_map(|e| e.data.get("child").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        let children: Vec<(String, String)> = timeline
+            .iter()
+            .filter(|e| e.event == "sub_operation_created")
+            .filter_map(|e| {
+                Some((e.data.get("child")?.as_str()?.to_string(), e.data.get("requirement")?.as_str()?.to_string()))
+            })
+            .collect();
+        for (child, requirement) in children {
+            let Some(record) = self.store.operation(&child)? else { continue };
+            match &record.state {
+                OperationState::Completed => {
+                    if !bound.contains(&child) {
+                        let note = entry(
+                            id,
+                            actor,
+                            "sub_operation_bound",
+                            format!(
+                                "{requirement}: bound to {} created by {child}",
+                                record.resource.clone().unwrap_or_default()
+                            ),
+                            json!({"child": child, "requirement": requirement, "resource": record.resource}),
+                        );
+                        self.commit_timeline(vec![Write::Timeline(note)], progress)?;
+                    }
+                }
+                OperationState::Failed { reason } | OperationState::Cancelled { reason } => {
+                    return Ok(Children::Failed(format!(
+                        "sub-operation {child} for {requirement} did not complete: {reason}"
+                    )));
+                }
+                OperationState::Running => {
+                    self.drive(&child, progress)?;
+                    return Ok(Children::Progressed);
+                }
+                other => {
+                    waiting.push(format!("{child} ({})", state_name(other.kind())));
+                    for r in plan.resolution.iter().filter(|r| r.requirement.capability == requirement) {
+                        if r.required_by.iter().all(|u| u == "pack") {
+                            jobs.extend(plan.jobs.iter().map(|j| j.job.clone()));
+                        }
+                        jobs.extend(r.required_by.iter().filter(|u| *u != "pack").cloned());
+                    }
+                }
+            }
+        }
+        Ok(Children::Blocking { jobs, waiting })
     }
 
     fn key_values(
@@ -971,4 +1113,15 @@ fn raced<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
         Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+enum Children {
+    /// These jobs wait for these children (which wait for a person).
+    Blocking {
+        jobs: HashSet<String>,
+        waiting: Vec<String>,
+    },
+    Failed(String),
+    /// A child was driven: look again.
+    Progressed,
 }

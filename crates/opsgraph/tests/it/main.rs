@@ -10,5 +10,6 @@ mod lifecycle;
 mod plan;
 mod resolve;
 mod runtime;
+mod subop;
 mod support;
 mod tidy;
