@@ -53,8 +53,19 @@ fn check(spec: Spec, expect: Expect) {
     expect.assert_eq(&render(&local(&spec)));
 }
 
+/// Dead, or dying: a process sent SIGKILL is gone within moments, but not always before the
+/// executor returns on a loaded machine, so this waits up to two seconds for it.
 fn dead(pid: &str) -> bool {
-    process_state(pid).is_none_or(|(state, _)| state == 'Z' || state == 'X')
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        if process_state(pid).is_none_or(|(state, _)| state == 'Z' || state == 'X') {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn write_script(dir: &TempDir, name: &str, text: &str) -> std::path::PathBuf {
