@@ -374,6 +374,19 @@ impl Runtime {
         for (k, v) in job.inputs.parameters.iter().chain(plan.parameters.iter()).chain(inputs.iter()) {
             env.insert(opsgraph_exec::param_env(k), param_text(v));
         }
+        // What each external requirement is bound to: OPSGRAPH_BINDING_<CAPABILITY>_RESOURCE and
+        // one variable per attribute of the bound capability and resource.
+        for (capability, resource) in self.bindings(&op.id, plan)? {
+            let prefix = format!("OPSGRAPH_BINDING_{}", env_word(&capability));
+            let doc = self.resource_by_id(&resource);
+            env.insert(format!("{prefix}_RESOURCE"), resource.clone());
+            if let Some(doc) = doc {
+                let provided = doc.provides.iter().find(|c| c.capability == capability).map(|c| &c.attributes);
+                for (k, v) in doc.attributes.iter().chain(provided.into_iter().flatten()) {
+                    env.insert(format!("{prefix}_{}", env_word(k)), param_text(v));
+                }
+            }
+        }
         env.insert("OPSGRAPH_OPERATION_ID".into(), op.id.clone());
         env.insert("OPSGRAPH_JOB_ID".into(), instance.id.clone());
         if let Some(name) = &plan.intent.name {
@@ -401,6 +414,53 @@ impl Runtime {
             }
         }
         Ok(env)
+    }
+
+    /// Requirement -> bound resource id: bound at planning, chosen at a gate, or created by a
+    /// sub-operation.
+    fn bindings(&self, op: &str, plan: &Plan) -> Result<Vec<(String, String)>, Error> {
+        let mut out = Vec::new();
+        let answers: HashMap<String, String> = if plan.gates.is_empty() {
+            HashMap::new()
+        } else {
+            self.store.gates(op)?.into_iter().filter_map(|g| Some((g.id, g.answer?))).collect()
+        };
+        for r in &plan.resolution {
+            match &r.outcome {
+                opsgraph_plan::Outcome::Bind { resource, .. } => {
+                    out.push((r.requirement.capability.clone(), resource.clone()))
+                }
+                opsgraph_plan::Outcome::Gate { gate } => {
+                    let chosen = answers.get(&gate.id).and_then(|a| {
+                        gate.options.iter().find_map(|o| match o {
+                            opsgraph_plan::resolve::GateOption::Bind { label, resource } if label == a => {
+                                Some(resource.clone())
+                            }
+                            _ => None,
+                        })
+                    });
+                    out.extend(chosen.map(|res| (r.requirement.capability.clone(), res)));
+                }
+                _ => {}
+            }
+        }
+        if !plan.sub_operations.is_empty() {
+            for e in self.store.timeline(op)?.into_iter().filter(|e| e.event == "sub_operation_bound") {
+                if let (Some(cap), Some(res)) =
+                    (e.data.get("requirement").and_then(Value::as_str), e.data.get("resource").and_then(Value::as_str))
+                {
+                    out.push((cap.to_string(), res.to_string()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn resource_by_id(&self, id: &str) -> Option<Resource> {
+        if let Some(r) = self.resources.iter().find(|r| r.id == id) {
+            return Some(r.clone());
+        }
+        self.store.resource(id).ok().flatten().and_then(|r| serde_json::from_value(r.doc).ok())
     }
 
     /// Values given at answered missing-input gates, by parameter name.
@@ -1124,4 +1184,9 @@ enum Children {
     Failed(String),
     /// A child was driven: look again.
     Progressed,
+}
+
+/// `object_storage.s3` -> `OBJECT_STORAGE_S3`.
+fn env_word(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
 }

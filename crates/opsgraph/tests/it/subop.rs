@@ -19,7 +19,7 @@ const WORLD: &[(&str, &str)] = &[
     (
         "packs/app/jobs.yaml",
         "job: {id: prepare, outputs: {provides: {capabilities: [app.prepared]}, evidence: [prepared]}, run: {command: 'touch \"$OPSGRAPH_LAB_DIR/prepared\"'}}\n---\n\
-         job:\n  id: use-bucket\n  inputs: {requires: {capabilities: [app.prepared, store.bucket]}}\n  outputs: {provides: {capabilities: [app.running]}, evidence: [used]}\n  run: {command: 'test -f \"$OPSGRAPH_LAB_DIR/bucket.made\" && touch \"$OPSGRAPH_LAB_DIR/used\"'}\n",
+         job:\n  id: use-bucket\n  inputs: {requires: {capabilities: [app.prepared, store.bucket]}}\n  outputs: {provides: {capabilities: [app.running]}, evidence: [used]}\n  run: {command: 'test -f \"$OPSGRAPH_LAB_DIR/bucket.made\" && printf %s \"$OPSGRAPH_BINDING_STORE_BUCKET_RESOURCE\" > \"$OPSGRAPH_LAB_DIR/bound-to\" && touch \"$OPSGRAPH_LAB_DIR/used\"'}\n",
     ),
     (
         "packs/app/evidence.yaml",
@@ -92,6 +92,9 @@ fn a_created_provider_runs_first_and_its_users_wait_for_it() {
     let bound = ev.iter().position(|e| e.starts_with("sub_operation_bound")).unwrap();
     let used = ev.iter().position(|e| e.starts_with("job_started use-bucket")).unwrap();
     assert!(created < bound && bound < used, "{ev:#?}");
+    // The job that needed the bucket was told which resource it is bound to.
+    let bound_to = std::fs::read_to_string(w.dir.join("data/lab/bound-to")).unwrap();
+    assert_eq!(bound_to, "bucket.thing/bucket-maker-app-1");
 }
 
 #[test]
