@@ -19,6 +19,7 @@ pub enum Document {
     Resource(Resource),
     Provider(Provider),
     CapabilityPolicy(CapabilityPolicy),
+    OperationsPolicy(OperationsPolicy),
     Intent(Intent),
     ScenarioPack(ScenarioPack),
     PlanTemplate(PlanTemplate),
@@ -39,6 +40,7 @@ impl Document {
             Document::Resource(_) => "resource",
             Document::Provider(_) => "provider",
             Document::CapabilityPolicy(_) => "capability_policy",
+            Document::OperationsPolicy(_) => "operations_policy",
             Document::Intent(_) => "intent",
             Document::ScenarioPack(_) => "scenario_pack",
             Document::PlanTemplate(_) => "plan_template",
@@ -220,6 +222,53 @@ pub struct EnvironmentPolicy {
     pub require_approval: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approval_roles: Vec<String>,
+    /// Rules a plan may break only by exception: a `policy_exception` gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft: Option<SoftPolicy>,
+    /// The roles that grant an exception to `soft` (default `platform_admin`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exception_roles: Vec<String>,
+}
+
+/// The soft part of an environment policy: what is preferred, and breakable by exception.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SoftPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_providers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_encryption: bool,
+    /// Why the rule exists, shown at the gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `operations_policy`: environment (or `default`) -> rules about operations as a whole.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OperationsPolicy {
+    pub environments: BTreeMap<String, EnvironmentOperations>,
+}
+
+impl OperationsPolicy {
+    /// The rule of an environment, else the `default` one.
+    pub fn for_environment(&self, env: Option<&str>) -> Option<&EnvironmentOperations> {
+        env.and_then(|e| self.environments.get(e)).or_else(|| self.environments.get("default"))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentOperations {
+    /// A plan whose cost estimate is above this needs a `cost_confirmation` gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_cost_above: Option<f64>,
+    /// The roles that confirm the cost (default `sre`, `platform_admin`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cost_roles: Vec<String>,
+    /// How cost figures are labelled (`USD/month`); display only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_unit: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------

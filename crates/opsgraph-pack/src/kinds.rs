@@ -230,10 +230,35 @@ static ENV_POLICY: Obj = Obj {
         field("require_encryption", &BOOL, "candidates must have `encryption: true`"),
         field("require_approval", &BOOL, "binding or creating needs an approval gate"),
         field("approval_roles", &IDS, "the roles that answer the gate"),
+        field("soft", &Shape::Obj(&SOFT_POLICY), "rules broken only by exception, at a `policy_exception` gate"),
+        field("exception_roles", &IDS, "the roles that grant an exception (default `platform_admin`)"),
     ],
     one_of: &[],
     normalize: None,
 };
+static SOFT_POLICY: Obj = Obj {
+    name: "soft policy",
+    doc: "Preferred rules: a candidate that breaks them is used only if nothing else fits, after an exception.",
+    fields: &[
+        field("allowed_providers", &IDS, "the preferred providers"),
+        field("require_encryption", &BOOL, "prefer candidates with `encryption: true`"),
+        field("reason", &STR, "why the rule exists, shown at the gate"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static ENV_OPERATIONS: Obj = Obj {
+    name: "environment operations policy",
+    doc: "Rules about whole operations in one environment (`default`: any environment without its own).",
+    fields: &[
+        field("confirm_cost_above", &NUMBER, "a plan estimated above this needs a `cost_confirmation` gate"),
+        field("cost_roles", &IDS, "the roles that confirm the cost (default `sre`, `platform_admin`)"),
+        field("cost_unit", &STR, "how cost figures are labelled (`USD/month`)"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+pub(crate) static OPERATIONS_POLICY: Shape = Shape::Map { key: &ID, value: &Shape::Obj(&ENV_OPERATIONS) };
 static ENV_POLICIES: Shape = Shape::Map { key: &ID, value: &Shape::Obj(&ENV_POLICY) };
 pub(crate) static CAPABILITY_POLICY: Shape = Shape::Map { key: &CAP, value: &ENV_POLICIES };
 
@@ -742,6 +767,7 @@ pub(crate) static KINDS: &[(&str, &Shape)] = &[
     ("resource", &Shape::Obj(&RESOURCE)),
     ("provider", &Shape::Obj(&PROVIDER)),
     ("capability_policy", &CAPABILITY_POLICY),
+    ("operations_policy", &OPERATIONS_POLICY),
     ("intent", &Shape::Obj(&INTENT)),
     ("scenario_pack", &Shape::Obj(&SCENARIO_PACK)),
     ("plan_template", &Shape::Obj(&PLAN_TEMPLATE)),

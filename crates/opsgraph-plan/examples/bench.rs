@@ -174,6 +174,7 @@ fn bench_plans(sizes: &[usize], runs: usize) -> Vec<(Duration, usize, usize)> {
                 inventory: &inventory,
                 providers: &[],
                 policy: &policy,
+                operations: &Default::default(),
             })
             .expect("the bench plan builds");
             times[k].push(start.elapsed());

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use opsgraph_model::Attributes;
 
-use crate::plan::{JobInstance, Plan, PlanGate, Risk, Stage, SubOperation};
+use crate::plan::{Cost, JobInstance, Plan, PlanGate, Risk, Stage, SubOperation};
 use crate::resolve::Resolution;
 use crate::Error;
 
@@ -19,6 +19,7 @@ pub enum Edit {
     SetResolution(Vec<Resolution>),
     SetRisk(Risk),
     SetSubOperations(Vec<SubOperation>),
+    SetCost(Option<Cost>),
 }
 
 /// Applies edits and returns the next revision, or every problem it would have.
@@ -53,6 +54,7 @@ pub fn apply(mut plan: Plan, edits: Vec<Edit>) -> Result<Plan, Vec<Error>> {
             Edit::SetResolution(r) => plan.resolution = r,
             Edit::SetRisk(r) => plan.risk = r,
             Edit::SetSubOperations(s) => plan.sub_operations = s,
+            Edit::SetCost(c) => plan.cost = c,
         }
     }
     validate(&plan, &mut errors);

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use opsgraph_model::{
-    Attributes, CapabilityPolicy, Gate, GateType, Intent, Job, ParamType, PlanTemplate, Provider, Requirement,
-    Resource, RiskLevel,
+    Attributes, CapabilityPolicy, Gate, GateType, Intent, Job, OperationsPolicy, ParamType, PlanTemplate, Provider,
+    Requirement, Resource, RiskLevel,
 };
 use opsgraph_pack::Pack;
 use serde::{Deserialize, Serialize};
@@ -25,6 +25,8 @@ pub struct Input<'a> {
     /// Providers of the world; the packs' own providers are added to them.
     pub providers: &'a [Provider],
     pub policy: &'a CapabilityPolicy,
+    /// Rules about whole operations: the cost confirmation threshold.
+    pub operations: &'a OperationsPolicy,
 }
 
 /// A plan revision.
@@ -41,7 +43,27 @@ pub struct Plan {
     pub gates: Vec<PlanGate>,
     pub risk: Risk,
     pub sub_operations: Vec<SubOperation>,
+    /// The cost estimate, from the cost annotations of jobs and created providers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
     pub revision: Revision,
+}
+
+/// What a plan is estimated to cost, item by item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    pub total: f64,
+    /// `cost_unit` of the operations policy, when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    pub items: Vec<CostItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostItem {
+    /// `job install-runtime × 3`, `provider dedicated_minio`.
+    pub what: String,
+    pub amount: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,6 +143,7 @@ impl Plan {
             gates: Vec::new(),
             risk: Risk { level: RiskLevel::Low, reasons: Vec::new() },
             sub_operations: Vec::new(),
+            cost: None,
             revision: Revision { number: 0, hash: String::new() },
         }
     }
@@ -142,6 +165,8 @@ impl Plan {
             stages: &'a [Stage],
             jobs: &'a [JobInstance],
             gates: &'a [PlanGate],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cost: &'a Option<Cost>,
         }
         struct Hasher(Sha256);
         impl std::io::Write for Hasher {
@@ -162,6 +187,7 @@ impl Plan {
             stages: &self.stages,
             jobs: &self.jobs,
             gates: &self.gates,
+            cost: &self.cost,
         };
         let mut hasher = Hasher(Sha256::new());
         serde_json::to_writer(&mut hasher, &content).expect("a plan always serialises");
@@ -463,6 +489,20 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             });
         }
     }
+    for r in &resolution {
+        if let Some(ex) = &r.exception {
+            let users: Vec<String> = r.required_by.iter().filter(|u| *u != "pack").cloned().collect();
+            gates.push(PlanGate {
+                id: ex.gate.clone(),
+                type_: GateType::PolicyException,
+                reason: ex.reason.clone(),
+                options: vec!["grant exception".into(), "cancel operation".into()],
+                required_roles: ex.required_roles.clone(),
+                before: if users.is_empty() { roots.clone() } else { instances_of(&users) },
+                source: "policy".into(),
+            });
+        }
+    }
     for g in &template.gates {
         gates.push(plan_gate(g, if g.before.is_empty() { roots.clone() } else { instances_of(&g.before) }, "template"));
     }
@@ -506,6 +546,57 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         });
     }
 
+    // Cost: each job instance's annotation, plus each provider the plan creates (its own
+    // estimate, else the estimate of its sub-operation's plan).
+    let ops_rule = input.operations.for_environment(intent.environment.as_deref());
+    let mut items: Vec<CostItem> = Vec::new();
+    for (job, _) in &jobs {
+        if let Some(c) = job.cost {
+            let n = job_edits.iter().filter(|j| j.job == job.id).count();
+            let what = if n == 1 { format!("job {}", job.id) } else { format!("job {} × {n}", job.id) };
+            items.push(CostItem { what, amount: c * n as f64 });
+        }
+    }
+    for r in &resolution {
+        if let Outcome::Create { provider, .. } = &r.outcome {
+            let own = providers.iter().find(|p| p.id == *provider).and_then(|p| p.cost);
+            let sub = subs.iter().find(|s| s.provider == *provider).and_then(|s| s.plan.as_ref()?.cost.as_ref());
+            if let Some(amount) = own.or(sub.map(|c| c.total)) {
+                items.push(CostItem { what: format!("provider {provider}"), amount });
+            }
+        }
+    }
+    let cost = (!items.is_empty()).then(|| Cost {
+        total: items.iter().map(|i| i.amount).sum(),
+        unit: ops_rule.and_then(|r| r.cost_unit.clone()),
+        items,
+    });
+    if let (Some(cost), Some(limit)) = (&cost, ops_rule.and_then(|r| r.confirm_cost_above)) {
+        if cost.total > limit {
+            let unit = cost.unit.as_deref().map(|u| format!(" {u}")).unwrap_or_default();
+            let env = intent.environment.as_deref().unwrap_or("this environment");
+            let roles = ops_rule.map(|r| r.cost_roles.clone()).filter(|r| !r.is_empty());
+            gates.push(PlanGate {
+                id: "confirm-cost".into(),
+                type_: GateType::CostConfirmation,
+                reason: format!(
+                    "the plan is estimated at {}{unit}, above the {}{unit} that {env} allows without confirmation ({})",
+                    amount(cost.total),
+                    amount(limit),
+                    cost.items
+                        .iter()
+                        .map(|i| format!("{}: {}", i.what, amount(i.amount)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                options: vec!["confirm cost".into(), "cancel operation".into()],
+                required_roles: roles.unwrap_or_else(|| vec!["sre".into(), "platform_admin".into()]),
+                before: roots.clone(),
+                source: "cost".into(),
+            });
+        }
+    }
+
     let mut reasons = vec![format!("{} risk level of {}", level, pack.manifest.id)];
     for j in jobs.iter().filter(|(j, _)| j.controls.destructive) {
         reasons.push(format!("destructive job {}", j.0.id));
@@ -530,6 +621,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     edits.push(Edit::SetResolution(resolution));
     edits.push(Edit::SetRisk(Risk { level, reasons }));
     edits.push(Edit::SetSubOperations(subs));
+    edits.push(Edit::SetCost(cost));
     apply(Plan::empty(pack, template, intent), edits)
 }
 
@@ -582,6 +674,15 @@ fn sub_operation(
         Err(e) => (None, Some(e)),
     };
     SubOperation { requirement: req.capability.clone(), provider: provider.to_string(), chosen, plan, error }
+}
+
+/// `640`, `12.5`: a figure without noise.
+pub(crate) fn amount(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        format!("{x:.2}")
+    }
 }
 
 fn plan_gate(g: &Gate, before: Vec<String>, source: &str) -> PlanGate {

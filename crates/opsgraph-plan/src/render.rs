@@ -72,6 +72,7 @@ pub fn json(plan: &Plan) -> Value {
         })).collect::<Vec<_>>(),
         "gates": plan.gates,
         "risk": plan.risk,
+        "cost": plan.cost,
         "sub_operations": plan.sub_operations.iter().map(|s| json!({
             "requirement": s.requirement, "provider": s.provider, "chosen": s.chosen,
             "error": s.error, "plan": s.plan.as_deref().map(json),
@@ -104,6 +105,12 @@ pub fn text(plan: &Plan) -> String {
         short_hash(&plan.revision.hash),
         plan.risk.level
     );
+    if let Some(c) = &plan.cost {
+        let unit = c.unit.as_deref().map(|u| format!(" {u}")).unwrap_or_default();
+        let items: Vec<String> =
+            c.items.iter().map(|i| format!("{} {}", i.what, crate::plan::amount(i.amount))).collect();
+        let _ = writeln!(s, "Cost estimate: {}{unit} ({})", crate::plan::amount(c.total), items.join(", "));
+    }
     let _ = writeln!(s, "\nCapabilities");
     let width = plan
         .resolution

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use opsgraph_model::{
     Attributes, CapabilityPolicy, EnvironmentPolicy, GateType, Health, Intent, Provider, Requirement, Resource,
+    SoftPolicy,
 };
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +85,17 @@ pub struct Resolution {
     pub rejected_by_rule: BTreeMap<String, usize>,
     /// How many candidates were considered.
     pub considered: usize,
+    /// The soft policy rule the outcome breaks: a person must grant an exception.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exception: Option<PolicyException>,
+}
+
+/// A soft rule broken by the chosen candidate(s), granted at a `policy_exception` gate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyException {
+    pub gate: String,
+    pub reason: String,
+    pub required_roles: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -484,6 +496,24 @@ impl<'a> Rejections<'a> {
 }
 
 /// Resolves one unscoped requirement by policy.
+/// Why a candidate breaks the soft rule, or `None` when it keeps it.
+fn soft_breach(soft: &SoftPolicy, env: &str, provider: Option<&str>, encryption: Option<&Value>) -> Option<String> {
+    let mut why = Vec::new();
+    if let Some(list) = &soft.allowed_providers {
+        match provider {
+            Some(p) if list.iter().any(|a| a == p) => {}
+            Some(p) => {
+                why.push(format!("provider {p} is not among the preferred providers in {env} ({})", list.join(", ")))
+            }
+            None => why.push(format!("it names no provider, and {env} prefers {}", list.join(", "))),
+        }
+    }
+    if soft.require_encryption && encryption != Some(&Value::Bool(true)) {
+        why.push(format!("{env} prefers encrypted candidates, and it is not declared encrypted"));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
 pub fn resolve(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>) -> Resolution {
     resolve_with(cx, req, required_by, true)
 }
@@ -600,6 +630,35 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
         }
     }
     let rule = rule.ok().flatten();
+
+    // Soft rules: keep to the candidates that respect them when there are any; otherwise every
+    // candidate breaks them, and what is chosen needs an exception.
+    let mut breaches: Vec<(String, String)> = Vec::new();
+    if let Some(soft) = rule.and_then(|r| r.soft.as_ref()) {
+        let of_resource = |r: &Resource| {
+            let enc = r
+                .provides
+                .iter()
+                .find(|c| c.capability == req.capability)
+                .and_then(|c| c.attributes.get("encryption"))
+                .or_else(|| r.attributes.get("encryption"));
+            soft_breach(soft, env, r.provider.as_deref(), enc)
+        };
+        let of_provider = |p: &Provider| soft_breach(soft, env, Some(&p.id), p.attributes.get("encryption"));
+        let keeps = matches.iter().any(|r| of_resource(r).is_none())
+            || creatable.iter().chain(&external).any(|p| of_provider(p).is_none());
+        if keeps {
+            matches.retain(|r| of_resource(r).is_none());
+            creatable.retain(|p| of_provider(p).is_none());
+            external.retain(|p| of_provider(p).is_none());
+        } else {
+            breaches.extend(matches.iter().filter_map(|r| Some((r.id.clone(), of_resource(r)?))));
+            breaches.extend(
+                creatable.iter().chain(&external).filter_map(|p| Some((format!("provider {}", p.id), of_provider(p)?))),
+            );
+        }
+    }
+
     let require_approval = rule.is_some_and(|r| r.require_approval);
     let roles = match rule {
         Some(r) if !r.approval_roles.is_empty() => r.approval_roles.clone(),
@@ -713,8 +772,38 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
         }
     };
 
+    let exception = match rule {
+        Some(rule) if !breaches.is_empty() && !matches!(outcome, Outcome::Unsatisfiable { .. }) => {
+            let chosen = match &outcome {
+                Outcome::Bind { resource, .. } => Some(resource.clone()),
+                Outcome::Create { provider, .. } => Some(format!("provider {provider}")),
+                _ => None,
+            };
+            let listed: Vec<String> = breaches
+                .iter()
+                .filter(|(who, _)| chosen.as_ref().is_none_or(|c| c == who))
+                .map(|(who, why)| format!("{who}: {why}"))
+                .collect();
+            let why = rule.soft.as_ref().and_then(|s| s.reason.clone());
+            Some(PolicyException {
+                gate: format!("exception-{}", slug(&req.capability)),
+                reason: format!(
+                    "no candidate for {} keeps the soft policy in {env}{}: {}",
+                    req.capability,
+                    why.map(|w| format!(" ({w})")).unwrap_or_default(),
+                    listed.join("; ")
+                ),
+                required_roles: if rule.exception_roles.is_empty() {
+                    vec!["platform_admin".to_string()]
+                } else {
+                    rule.exception_roles.clone()
+                },
+            })
+        }
+        _ => None,
+    };
     let (rejected, rejected_by_rule) = rejections.finish();
-    Resolution { requirement: req.clone(), required_by, outcome, rejected, rejected_by_rule, considered }
+    Resolution { requirement: req.clone(), required_by, outcome, rejected, rejected_by_rule, considered, exception }
 }
 
 /// Checks a scoped requirement: every resource of the scope must provide it.
@@ -763,6 +852,7 @@ pub fn resolve_scoped(
         rejected,
         rejected_by_rule,
         considered: resources.len(),
+        exception: None,
     }
 }
 

@@ -164,6 +164,7 @@ fn chain(n: usize, dir: &std::path::Path) -> Duration {
         inventory: &inventory,
         providers: &[],
         policy: &CapabilityPolicy::default(),
+        operations: &Default::default(),
     })
     .expect("chain plan");
     let data = dir.join(format!("chain-{}", std::process::id()));

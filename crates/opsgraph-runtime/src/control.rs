@@ -29,6 +29,46 @@ impl Runtime {
         answer: &GateAnswer,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
+        let state = self.answer_gate_here(op_id, gate_id, answer, progress)?;
+        self.wake_parents(op_id, &answer.actor, progress)?;
+        Ok(state)
+    }
+
+    /// The operation at the top of `id`'s chain of parents: the one to drive.
+    pub fn root_of(&self, id: &str) -> Result<String, Error> {
+        let mut id = id.to_string();
+        for _ in 0..16 {
+            match self.store.operation(&id)?.and_then(|o| o.parent) {
+                Some(parent) => id = parent,
+                None => break,
+            }
+        }
+        Ok(id)
+    }
+
+    /// Parents paused while this child waited for a person run again once it can go on.
+    fn wake_parents(&mut self, id: &str, actor: &str, progress: Progress<'_>) -> Result<(), Error> {
+        let mut child = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
+        while let Some(parent) = child.parent.clone() {
+            let Some(p) = self.store.operation(&parent)? else { break };
+            if let OperationState::Paused { reason } = &p.state {
+                if reason.starts_with("waiting for sub-operation") {
+                    let why = format!("sub-operation {} can go on", child.id);
+                    self.transition(&p, Event::Resume, actor, &why, vec![], progress)?;
+                }
+            }
+            child = p;
+        }
+        Ok(())
+    }
+
+    fn answer_gate_here(
+        &mut self,
+        op_id: &str,
+        gate_id: &str,
+        answer: &GateAnswer,
+        progress: Progress<'_>,
+    ) -> Result<OperationState, Error> {
         let (op, plan) = self.load(op_id)?;
         let gates = self.store.gates(op_id)?;
         let gate = gates
@@ -70,13 +110,13 @@ impl Runtime {
             })
             .flat_map(|(cap, g)| g.options.iter().map(move |o| (cap.clone(), o)))
             .find(|(_, o)| o.label() == answer.option);
-        // Choosing to create a provider starts its sub-operation (from the plan the preview showed).
-        let mut sub_operation: Option<(String, String, opsgraph_plan::Plan)> = None;
+        // Choosing to create a provider starts its sub-operation (from the plan the preview showed)
+        // when the run starts.
         match chosen {
             Some((cap, GateOption::Create { provider, .. })) => {
                 let sub = plan.sub_operations.iter().find(|s| s.provider == *provider && s.requirement == cap);
                 match sub.and_then(|s| s.plan.as_deref()) {
-                    Some(p) => sub_operation = Some((cap, provider.clone(), p.clone())),
+                    Some(_) => {}
                     None => {
                         return Err(Error::Unsupported(format!(
                             "provider {provider} has no plan to create it: {}",
@@ -115,9 +155,6 @@ impl Runtime {
             json!({"gate": gate_id, "option": answer.option, "role": answer.role}),
         ));
         let writes = vec![Write::Gate(record), note];
-        if let Some((cap, provider, sub)) = &sub_operation {
-            self.start_sub_operation(op_id, cap, provider, sub, &answer.actor, progress)?;
-        }
         if answer.option == "cancel operation" {
             let reason = format!("gate {gate_id} answered `cancel operation` by {}", answer.actor);
             let op = self.transition(

@@ -39,7 +39,7 @@ pub(crate) fn entry(op: &str, actor: &str, event: &str, reason: impl Into<String
 
 /// Gates answered before the run starts; the others block their descendants mid-run.
 pub(crate) fn is_pre_run(source: &str) -> bool {
-    matches!(source, "resolution" | "risk" | "missing_input")
+    matches!(source, "resolution" | "risk" | "missing_input" | "policy" | "cost")
 }
 
 pub(crate) fn is_input_gate(t: GateType) -> bool {
@@ -143,21 +143,13 @@ impl Runtime {
     /// Records an operation for a plan and takes it as far as it goes without running anything:
     /// to `running`, or to a wait for input or approval.
     pub fn create(&mut self, plan: &Plan, actor: &str, progress: Progress<'_>) -> Result<String, Error> {
-        let id = self.create_operation(plan, None, actor, progress)?;
-        // Providers the resolution creates run first, as child operations.
-        let chosen: Vec<(String, String, Plan)> = plan
-            .sub_operations
-            .iter()
-            .filter(|s| s.chosen)
-            .filter_map(|s| s.plan.as_deref().map(|p| (s.requirement.clone(), s.provider.clone(), p.clone())))
-            .collect();
-        for (requirement, provider, sub) in chosen {
-            self.start_sub_operation(&id, &requirement, &provider, &sub, actor, progress)?;
-        }
-        Ok(id)
+        // Providers the resolution creates run first, as child operations, once the run starts
+        // (after every gate before the run is answered: a cost or approval gate also guards them).
+        self.create_operation(plan, None, new_operation_id(), vec![], actor, progress)
     }
 
-    /// Records a child operation that creates `provider` for `requirement` of `parent`.
+    /// Records a child operation that creates `provider` for `requirement` of `parent`; the
+    /// child and the parent's note of it are one transaction.
     pub(crate) fn start_sub_operation(
         &mut self,
         parent: &str,
@@ -167,7 +159,7 @@ impl Runtime {
         actor: &str,
         progress: Progress<'_>,
     ) -> Result<String, Error> {
-        let child = self.create_operation(plan, Some(parent), actor, progress)?;
+        let child = new_operation_id();
         let note = entry(
             parent,
             actor,
@@ -178,14 +170,15 @@ impl Runtime {
             ),
             json!({"child": child, "requirement": requirement, "provider": provider}),
         );
-        self.commit_timeline(vec![Write::Timeline(note)], progress)?;
-        Ok(child)
+        self.create_operation(plan, Some(parent), child, vec![Write::Timeline(note)], actor, progress)
     }
 
     fn create_operation(
         &mut self,
         plan: &Plan,
         parent: Option<&str>,
+        id: String,
+        extra: Vec<Write>,
         actor: &str,
         progress: Progress<'_>,
     ) -> Result<String, Error> {
@@ -213,7 +206,6 @@ impl Runtime {
                 });
             }
         }
-        let id = new_operation_id();
         let at = now();
         let record = OperationRecord {
             id: id.clone(),
@@ -287,6 +279,7 @@ impl Runtime {
             writes.push(write);
             op = next;
         }
+        writes.extend(extra);
         self.store.commit(&writes)?;
         for w in &writes {
             match w {
@@ -865,6 +858,38 @@ impl Runtime {
                 Some((e.data.get("child")?.as_str()?.to_string(), e.data.get("requirement")?.as_str()?.to_string()))
             })
             .collect();
+        // Providers to create: chosen by the resolution, or by a person at its gate.
+        let answers: HashMap<String, String> =
+            self.store.gates(id)?.into_iter().filter_map(|g| Some((g.id, g.answer?))).collect();
+        for r in &plan.resolution {
+            let provider = match &r.outcome {
+                opsgraph_plan::Outcome::Create { provider, .. } => Some(provider.clone()),
+                opsgraph_plan::Outcome::Gate { gate } => answers.get(&gate.id).and_then(|a| {
+                    gate.options.iter().find_map(|o| match o {
+                        opsgraph_plan::resolve::GateOption::Create { label, provider, .. } if label == a => {
+                            Some(provider.clone())
+                        }
+                        _ => None,
+                    })
+                }),
+                _ => None,
+            };
+            let Some(provider) = provider else { continue };
+            let cap = &r.requirement.capability;
+            if children.iter().any(|(_, req)| req == cap) {
+                continue;
+            }
+            let sub = plan.sub_operations.iter().find(|s| s.provider == provider && s.requirement == *cap);
+            let Some(sub_plan) = sub.and_then(|s| s.plan.as_deref()) else {
+                return Ok(Children::Failed(format!(
+                    "provider {provider} for {cap} has no plan to create it: {}",
+                    sub.and_then(|s| s.error.clone()).unwrap_or_else(|| "its pack is not loaded".into())
+                )));
+            };
+            let sub_plan = sub_plan.clone();
+            self.start_sub_operation(id, cap, &provider, &sub_plan, actor, progress)?;
+            return Ok(Children::Progressed);
+        }
         for (child, requirement) in children {
             let Some(record) = self.store.operation(&child)? else { continue };
             match &record.state {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use opsgraph_model::{CapabilityPolicy, Document, Intent, Provider, Resource};
+use opsgraph_model::{CapabilityPolicy, Document, Intent, OperationsPolicy, Provider, Resource};
 use opsgraph_pack::{check_pack, parse_file, Code, Diagnostic, Located, Pack, PackFile, Pos};
 
 mod bundled {
@@ -223,6 +223,7 @@ pub struct World {
     pub resources: Vec<Resource>,
     pub providers: Vec<Provider>,
     pub policy: CapabilityPolicy,
+    pub operations: OperationsPolicy,
     pub intents: Vec<(String, Intent)>,
 }
 
@@ -231,6 +232,7 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
     let mut world = World::default();
     let mut ids: BTreeMap<String, String> = BTreeMap::new();
     let mut policy_origin: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut ops_origin: BTreeMap<String, String> = BTreeMap::new();
     for d in docs {
         let here = format!("{}:{}:{}", d.file, d.pos.line, d.pos.col);
         match d.doc {
@@ -273,6 +275,23 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
                         }
                         world.policy.rules.entry(cap.clone()).or_default().insert(env, rule);
                     }
+                }
+            }
+            Document::OperationsPolicy(p) => {
+                for (env, rule) in p.environments {
+                    if let Some(first) = ops_origin.insert(env.clone(), here.clone()) {
+                        diags.push(
+                            Diagnostic::error(
+                                d.pos,
+                                Code::Duplicate,
+                                format!("operations policy for `{env}` is declared twice"),
+                            )
+                            .in_file(&d.file)
+                            .hint(format!("first declared at {first}")),
+                        );
+                        continue;
+                    }
+                    world.operations.environments.insert(env, rule);
                 }
             }
             Document::Intent(i) => world.intents.push((d.file.clone(), i)),

@@ -478,7 +478,8 @@ pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyh
             let answer = GateAnswer { option: option.to_string(), actor: format!("user:{user}"), role, value };
             rt.answer_gate(&id, gate, &answer, &mut note)?;
             writeln!(out, "gate {gate} of {id}: {option} (by {user})")?;
-            id
+            // A child operation is driven by its parent.
+            rt.root_of(&id)?
         }
         Action::Pause(id) => {
             rt.pause(id, &actor, "paused by a person", &mut note)?;

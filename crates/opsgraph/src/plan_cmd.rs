@@ -76,6 +76,7 @@ pub fn build(loaded: &Loaded) -> Result<Plan, Vec<opsgraph_plan::Error>> {
         inventory: &inventory,
         providers: &loaded.world.providers,
         policy: &loaded.world.policy,
+        operations: &loaded.world.operations,
     })
 }
 

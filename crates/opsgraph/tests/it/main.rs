@@ -5,6 +5,7 @@ mod builders;
 mod bundled;
 mod crash;
 mod documents;
+mod gates;
 mod lab;
 mod lifecycle;
 mod plan;

@@ -2,7 +2,7 @@
 //! and every documented planning error.
 
 use expect_test::{expect, Expect};
-use opsgraph_model::{CapabilityPolicy, Intent, Provider, Resource};
+use opsgraph_model::{CapabilityPolicy, Intent, OperationsPolicy, Provider, Resource};
 use opsgraph_pack::Pack;
 use opsgraph_plan::{Input, Inventory};
 
@@ -13,6 +13,7 @@ struct World {
     resources: Vec<Resource>,
     providers: Vec<Provider>,
     policy: CapabilityPolicy,
+    operations: OperationsPolicy,
     intent: Intent,
 }
 
@@ -22,6 +23,7 @@ fn world(pack: Pack, intent: Intent) -> World {
         resources: Vec::new(),
         providers: Vec::new(),
         policy: CapabilityPolicy::default(),
+        operations: OperationsPolicy::default(),
         intent,
     }
 }
@@ -37,8 +39,14 @@ fn targets(intent: &mut Intent, n: usize) {
 /// Builds the plan and shows its jobs with their dependencies, its gates — or its errors.
 fn check(w: World, expect: Expect) {
     let inventory = Inventory::new(&w.resources);
-    let input =
-        Input { intent: &w.intent, packs: &w.packs, inventory: &inventory, providers: &w.providers, policy: &w.policy };
+    let input = Input {
+        intent: &w.intent,
+        packs: &w.packs,
+        inventory: &inventory,
+        providers: &w.providers,
+        policy: &w.policy,
+        operations: &w.operations,
+    };
     let text = match opsgraph_plan::build(&input) {
         Ok(plan) => {
             let mut s = String::new();
@@ -166,8 +174,14 @@ fn scoped_requirements_must_hold_on_every_target() {
         resource("compute_node", "n2").provides("linux.host", Default::default()).0,
     ];
     let inventory = Inventory::new(&w.resources);
-    let input =
-        Input { intent: &w.intent, packs: &w.packs, inventory: &inventory, providers: &w.providers, policy: &w.policy };
+    let input = Input {
+        intent: &w.intent,
+        packs: &w.packs,
+        inventory: &inventory,
+        providers: &w.providers,
+        policy: &w.policy,
+        operations: &w.operations,
+    };
     let plan = opsgraph_plan::build(&input).unwrap();
     assert!(plan.is_blocked());
     expect![[r#"
@@ -228,8 +242,14 @@ fn fan_out_scales_to_ten_thousand_instances() {
     let mut w = world(p, i);
     w.resources = nodes(1000);
     let inventory = Inventory::new(&w.resources);
-    let input =
-        Input { intent: &w.intent, packs: &w.packs, inventory: &inventory, providers: &w.providers, policy: &w.policy };
+    let input = Input {
+        intent: &w.intent,
+        packs: &w.packs,
+        inventory: &inventory,
+        providers: &w.providers,
+        policy: &w.policy,
+        operations: &w.operations,
+    };
     let plan = opsgraph_plan::build(&input).unwrap();
     assert_eq!(plan.jobs.len(), 10_000);
     let j5 = plan.jobs.iter().find(|j| j.id == "j5@n500").unwrap();

@@ -42,18 +42,18 @@ const WORLD: &[(&str, &str)] = &[
     ("intent.yaml", "intent: {target_resource_type: app.thing, action: run, name: app-1, environment: dev}\n"),
 ];
 
-struct World {
-    dir: TempDir,
+pub(crate) struct World {
+    pub(crate) dir: TempDir,
 }
 
 impl World {
-    fn new(extra: &[(&str, &str)]) -> World {
+    pub(crate) fn new(extra: &[(&str, &str)]) -> World {
         let mut files = WORLD.to_vec();
         files.extend_from_slice(extra);
         World { dir: temp_dir(&files) }
     }
 
-    fn loaded(&self) -> opsgraph::plan_cmd::Loaded {
+    pub(crate) fn loaded(&self) -> opsgraph::plan_cmd::Loaded {
         use opsgraph::load::Source;
         let p = |r: &str| Source::parse(&self.dir.join(r).display().to_string());
         let loaded = opsgraph::plan_cmd::load_inputs(&p("intent.yaml"), &[p("packs")], &[p("world")]);
@@ -61,7 +61,7 @@ impl World {
         loaded
     }
 
-    fn runtime(&self) -> Runtime {
+    pub(crate) fn runtime(&self) -> Runtime {
         let loaded = self.loaded();
         let data = self.dir.join("data");
         std::fs::create_dir_all(&data).unwrap();
@@ -70,7 +70,7 @@ impl World {
     }
 }
 
-fn events(rt: &Runtime, id: &str) -> Vec<String> {
+pub(crate) fn events(rt: &Runtime, id: &str) -> Vec<String> {
     rt.store().timeline(id).unwrap().into_iter().map(|e| format!("{} {}", e.event, e.reason)).collect()
 }
 

@@ -1,0 +1,125 @@
+//! The gates a plan places from policy: a soft rule broken (policy exception, answered only by a
+//! higher role), a cost estimate above the environment's threshold (cost confirmation) — and a
+//! parent that waits for a child operation's gate.
+
+use expect_test::expect;
+use opsgraph_model::OperationState;
+use opsgraph_runtime::{Error, GateAnswer, Runtime};
+
+use crate::subop::{events, World};
+
+fn answer(option: &str, role: &str) -> GateAnswer {
+    GateAnswer { option: option.into(), actor: format!("user:{role}-person"), role: role.into(), value: None }
+}
+
+fn state(rt: &Runtime, id: &str) -> OperationState {
+    rt.store().operation(id).unwrap().unwrap().state
+}
+
+fn children(rt: &Runtime, id: &str) -> usize {
+    rt.store().operations(&Default::default()).unwrap().iter().filter(|o| o.parent.as_deref() == Some(id)).count()
+}
+
+const SOFT: &str = "capability_policy:
+  store.bucket:
+    dev:
+      allowed_providers: [bucket_maker]
+      soft: {allowed_providers: [bucket_deluxe], reason: plain buckets are being retired}
+";
+
+#[test]
+fn a_broken_soft_rule_needs_an_exception_from_a_higher_role() {
+    let w = World::new(&[("world/policy.yaml", SOFT)]);
+    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+    let gate = plan.gates.iter().find(|g| g.type_ == opsgraph_model::GateType::PolicyException).unwrap();
+    expect![[r#"
+        exception-store-bucket answered by platform_admin, blocks use-bucket
+        no candidate for store.bucket keeps the soft policy in dev (plain buckets are being retired): provider bucket_maker: provider bucket_maker is not among the preferred providers in dev (bucket_deluxe)"#]]
+    .assert_eq(&format!(
+        "{} answered by {}, blocks {}\n{}",
+        gate.id,
+        gate.required_roles.join(", "),
+        gate.before.join(", "),
+        gate.reason
+    ));
+    let mut rt = w.runtime();
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    assert!(matches!(state(&rt, &id), OperationState::WaitingForApproval { .. }));
+    // Nothing is created before the exception is granted.
+    assert_eq!(children(&rt, &id), 0);
+    let err = rt.answer_gate(&id, "exception-store-bucket", &answer("grant exception", "sre"), &mut |_| {});
+    assert!(matches!(err, Err(Error::Forbidden { .. })), "{err:?}");
+    rt.answer_gate(&id, "exception-store-bucket", &answer("grant exception", "platform_admin"), &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
+    assert_eq!(children(&rt, &id), 1);
+}
+
+#[test]
+fn a_candidate_that_keeps_the_soft_rule_is_preferred_without_a_gate() {
+    let providers = "provider: {id: bucket_maker, capability: store.bucket, title: make a bucket, create: {pack: bucket, action: make}}
+---
+provider: {id: bucket_deluxe, capability: store.bucket, title: make a deluxe bucket, create: {pack: bucket, action: make}}
+";
+    let policy = SOFT.replace("[bucket_maker]", "[bucket_maker, bucket_deluxe]");
+    let w = World::new(&[("world/providers.yaml", providers), ("world/policy.yaml", &policy)]);
+    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+    assert!(plan.gates.is_empty(), "{:?}", plan.gates);
+    assert!(
+        matches!(&plan.resolution[0].outcome, opsgraph_plan::Outcome::Create { provider, .. } if provider == "bucket_deluxe"),
+        "{:?}",
+        plan.resolution[0].outcome
+    );
+}
+
+#[test]
+fn a_plan_above_the_cost_threshold_waits_for_confirmation_before_anything_runs() {
+    let providers = "provider: {id: bucket_maker, capability: store.bucket, title: make a bucket, cost: 300, create: {pack: bucket, action: make}}\n";
+    let ops =
+        "operations_policy:\n  dev: {confirm_cost_above: 250, cost_unit: USD/month, cost_roles: [platform_admin]}\n";
+    let w = World::new(&[("world/providers.yaml", providers), ("world/ops.yaml", ops)]);
+    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+    let text = opsgraph_plan::render::text(&plan);
+    let lines: Vec<&str> =
+        text.lines().filter(|l| l.contains("Cost") || l.contains("confirm-cost") || l.contains("estimated")).collect();
+    expect![[r#"
+        Cost estimate: 300 USD/month (provider bucket_maker 300)
+          confirm-cost (cost_confirmation), answered by platform_admin
+            the plan is estimated at 300 USD/month, above the 250 USD/month that dev allows without confirmation (provider bucket_maker: 300)"#]]
+    .assert_eq(&lines.join("\n"));
+
+    let mut rt = w.runtime();
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    assert!(matches!(state(&rt, &id), OperationState::WaitingForApproval { .. }));
+    assert_eq!(children(&rt, &id), 0, "the provider is not created before the cost is confirmed");
+    rt.answer_gate(&id, "confirm-cost", &answer("confirm cost", "platform_admin"), &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
+
+    // Under the threshold: no gate.
+    let ops = "operations_policy:\n  default: {confirm_cost_above: 1000}\n";
+    let w = World::new(&[("world/providers.yaml", providers), ("world/ops.yaml", ops)]);
+    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+    assert!(plan.gates.is_empty(), "{:?}", plan.gates);
+    assert_eq!(plan.cost.as_ref().map(|c| c.total), Some(300.0));
+}
+
+#[test]
+fn a_parent_waiting_on_a_childs_gate_goes_on_when_it_is_answered() {
+    let risky = "scenario_pack:\n  id: bucket\n  version: 1.0.0\n  resource_types: [bucket.thing]\n  actions: [make]\n  provides: [store.bucket]\n  plan_templates: [{id: bucket.make}]\n  risk: {default_level: high}\n";
+    let w = World::new(&[("packs/bucket/pack.yaml", risky)]);
+    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+    let mut rt = w.runtime();
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let stopped = rt.drive(&id, &mut |_| {}).unwrap();
+    assert!(
+        matches!(&stopped, OperationState::Paused { reason } if reason.starts_with("waiting for sub-operation")),
+        "{stopped:?}"
+    );
+    let child = rt.store().operations(&Default::default()).unwrap().into_iter().find(|o| o.parent.is_some()).unwrap();
+    assert!(matches!(child.state, OperationState::WaitingForApproval { .. }), "{:?}", child.state);
+    rt.answer_gate(&child.id, "approve-plan", &answer("approve", "sre"), &mut |_| {}).unwrap();
+    // The parent is running again, and driving it (the root) finishes both.
+    assert_eq!(state(&rt, &id), OperationState::Running);
+    assert_eq!(rt.root_of(&child.id).unwrap(), id);
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
+    assert_eq!(state(&rt, &child.id), OperationState::Completed);
+}
