@@ -964,6 +964,16 @@ impl Runtime {
         r: &TaskResult,
         writes: &mut Vec<Write>,
     ) -> Result<(), Error> {
+        // What the checks prove: the capabilities the job provides, on its resource (or the
+        // operation's target when the job runs once).
+        let proves: Vec<String> = self
+            .packs
+            .iter()
+            .find_map(|p| p.jobs.get(&instance.job))
+            .map(|j| j.outputs.provides.capabilities.iter().map(|c| c.capability.clone()).collect())
+            .unwrap_or_default();
+        let capability = (!proves.is_empty()).then(|| proves.join(", "));
+        let resource = instance.resource.clone().or_else(|| op.resource.clone());
         for (check, result) in &r.evidence {
             writes.push(Write::Evidence(EvidenceRecord {
                 operation: op.id.clone(),
@@ -985,8 +995,8 @@ impl Runtime {
                 observed: result.observed.clone(),
                 passed: result.passed,
                 at: now(),
-                resource: instance.resource.clone(),
-                capability: None,
+                resource: resource.clone(),
+                capability: capability.clone(),
             }));
         }
         if r.failure.is_none() {

@@ -25,7 +25,9 @@ pub enum Output {
     Text,
     /// JSON for machines.
     Json,
-    /// Graphviz.
+    /// YAML for machines and people.
+    Yaml,
+    /// Graphviz (plan only).
     Dot,
 }
 
@@ -178,6 +180,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
     };
     match cli.command {
         Command::Apply { plan, yes } => {
+            let output = plan.output;
             let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
             let args = ops_cmd::ApplyArgs {
                 intent: &plan.intent,
@@ -186,6 +189,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 data_dir,
                 yes,
                 actor,
+                output,
             };
             ops_cmd::apply(&args, input, out, err)
         }

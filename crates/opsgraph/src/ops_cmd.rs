@@ -1,7 +1,7 @@
 //! Commands that run and inspect operations: `apply`, `get`, `describe`, `logs`, `gate answer`,
 //! `pause`, `resume`, `cancel`, `retry`, and the running half of `demo`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
@@ -104,6 +104,9 @@ pub struct ApplyArgs<'a> {
     pub data_dir: PathBuf,
     pub yes: bool,
     pub actor: String,
+    /// `text`: preview, confirmation and live view. `json` / `yaml`: no preview and no live view
+    /// (needs `--yes`); the operation as `describe operation` shows it, once it stops.
+    pub output: crate::cli::Output,
 }
 
 /// A runtime over the data directory, with packs and the inventory given on the command line.
@@ -139,7 +142,16 @@ pub fn apply(
             }
         }
     }
-    let plan = match plan_cmd::preview_to(&loaded, crate::cli::Output::Text, out, err)? {
+    use crate::cli::Output;
+    let machine = match args.output {
+        Output::Text => false,
+        Output::Json | Output::Yaml if args.yes => true,
+        Output::Json | Output::Yaml => bail!("`apply -o json|yaml` prints no preview to confirm: add --yes"),
+        Output::Dot => bail!("`apply` has no dot output; `opsgraph plan -o dot` draws the plan"),
+    };
+    let mut sink = std::io::sink();
+    let preview: &mut dyn Write = if machine { &mut sink } else { out };
+    let plan = match plan_cmd::preview_to(&loaded, Output::Text, preview, err)? {
         Some(plan) => plan,
         None => return Ok(1),
     };
@@ -160,6 +172,12 @@ pub fn apply(
     let store = open_store(&args.data_dir)?;
     let mut rt =
         Runtime::new(Box::new(store), loaded.packs.clone(), loaded.world.resources.clone(), args.data_dir.clone());
+    if machine {
+        let id = rt.create(&plan, &args.actor, &mut |_| {})?;
+        let state = rt.drive(&id, &mut |_| {})?;
+        describe_to(rt.store(), "operation", &id, if args.output == Output::Json { "json" } else { "yaml" }, out)?;
+        return Ok(exit_code(&state));
+    }
     writeln!(out)?;
     let stages = stage_of(&plan);
     let id = {
@@ -180,6 +198,23 @@ fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     if !evidence.is_empty() {
         let passed = evidence.iter().filter(|e| e.passed).count();
         writeln!(out, "Evidence: {passed} of {} checks passed", evidence.len())?;
+        // What they prove: each capability, with its checks and the resources they ran on.
+        let mut proves: BTreeMap<&str, (usize, BTreeSet<&str>)> = BTreeMap::new();
+        for e in evidence.iter().filter(|e| e.passed) {
+            if let Some(cap) = e.capability.as_deref() {
+                let entry = proves.entry(cap).or_default();
+                entry.0 += 1;
+                entry.1.extend(e.resource.as_deref());
+            }
+        }
+        for (cap, (checks, resources)) in &proves {
+            let on = match resources.len() {
+                0 => String::new(),
+                1 => format!(" on {}", resources.iter().next().copied().unwrap_or_default()),
+                n => format!(" on {n} resources"),
+            };
+            writeln!(out, "  proves {cap}: {checks} check{}{on}", if *checks == 1 { "" } else { "s" })?;
+        }
         for e in evidence.iter().filter(|e| !e.passed) {
             writeln!(out, "  FAILED {} on {}: expected {}, observed {}", e.check, e.job, e.expected, e.observed)?;
         }
@@ -221,11 +256,15 @@ fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
         )?,
         _ => {}
     }
-    Ok(match op.state {
-        OperationState::Completed => 0,
+    Ok(exit_code(&op.state))
+}
+
+/// 1 when the operation failed or was cancelled; 0 when it completed or waits for a person.
+fn exit_code(state: &OperationState) -> u8 {
+    match state {
         OperationState::Failed { .. } | OperationState::Cancelled { .. } => 1,
         _ => 0,
-    })
+    }
 }
 
 fn describe_state(state: &OperationState) -> String {
@@ -360,6 +399,10 @@ fn scalar(v: &Value) -> String {
 /// `describe operation|resource ID`: the full chain of reasons.
 pub fn describe(data_dir: &Path, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = open_store(data_dir)?;
+    describe_to(&store, what, id, output, out)
+}
+
+fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let value = match what {
         "operation" | "op" => {
             let op = store.operation(id)?.with_context(|| format!("no operation `{id}`"))?;

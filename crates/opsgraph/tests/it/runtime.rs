@@ -353,6 +353,9 @@ fn cli_apply_then_inspect() {
     assert!(run.out.contains("done      start-app@n2: exited with code 0 (1 evidence checks passed)"), "{}", run.out);
     assert!(run.out.contains("Evidence: 4 of 4 checks passed"), "{}", run.out);
     assert!(run.out.contains("Resource mini.app/app-1: status running, health healthy"), "{}", run.out);
+    // Evidence says what it proves, and where.
+    assert!(run.out.contains("  proves app.running: 2 checks on 2 resources"), "{}", run.out);
+    assert!(run.out.contains("  proves app.service: 1 check on mini.app/app-1"), "{}", run.out);
     let ops: serde_json::Value =
         serde_json::from_str(&opsgraph(&["--data-dir", &data, "get", "operations", "-o", "json"]).out).unwrap();
     let id = ops[0]["id"].as_str().unwrap().to_string();
@@ -387,6 +390,33 @@ fn cli_apply_then_inspect() {
     let again =
         opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--packs", &mini, "--inventory", &world, "--yes"]);
     assert!(again.out.contains("already satisfied"), "{}", again.out);
+}
+
+#[test]
+fn cli_apply_for_machines() {
+    use crate::support::opsgraph;
+    let lab = Lab::new(&[]);
+    let data = lab.path("cli-data");
+    let (mini, world, intent) = (lab.path("mini"), lab.path("world.yaml"), lab.path("intent.yaml"));
+    // No preview, no live view: the operation once it stops, as `describe operation` shows it.
+    let args = ["--data-dir", &data, "apply", "-f", &intent, "--packs", &mini, "--inventory", &world];
+    let refused = opsgraph(&[&args[..], &["-o", "json"]].concat());
+    assert_eq!(
+        (refused.code, refused.err.trim()),
+        (1, "error: `apply -o json|yaml` prints no preview to confirm: add --yes")
+    );
+    let json = opsgraph(&[&args[..], &["-o", "json", "--yes"]].concat());
+    assert_eq!(json.code, 0, "{}", json.render());
+    let doc: serde_json::Value = serde_json::from_str(&json.out).unwrap();
+    assert_eq!(doc["state"], "completed");
+    let proven: Vec<&str> =
+        doc["evidence"].as_array().unwrap().iter().filter_map(|e| e["capability"].as_str()).collect();
+    assert!(proven.contains(&"app.service"), "{proven:?}");
+    let id = doc["id"].as_str().unwrap();
+    let yaml = opsgraph(&["--data-dir", &data, "describe", "operation", id, "-o", "yaml"]);
+    assert!(yaml.out.starts_with(&format!("id: {id}\n")), "{}", yaml.out);
+    let dot = opsgraph(&[&args[..], &["-o", "dot", "--yes"]].concat());
+    assert!(dot.err.contains("`apply` has no dot output"), "{}", dot.render());
 }
 
 /// A person cancels from another process while the driver runs jobs: the driver stops them,
