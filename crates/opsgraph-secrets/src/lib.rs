@@ -1,6 +1,6 @@
 //! Secrets at rest and in output: the [`Secret`] type, the master [`Keyring`] that seals and opens
-//! secret values with an AEAD cipher, key rotation, and the [`Masker`] that will scrub secret
-//! values from captured job output.
+//! secret values with an AEAD cipher, key rotation, and the [`Masker`] that scrubs secret values
+//! from captured job output.
 //!
 //! This is threat T2 of the reliability research (secret leakage through logs, artifacts, API and
 //! UI). The crate is a library: the store decides which rows are sealed, the runtime decides which
@@ -62,10 +62,12 @@
 //! (the header has a fixed length).
 
 mod keyring;
+mod mask;
 mod sealed;
 mod secret;
 
 pub use keyring::{retire, rotate, KeyId, KeySource, Keyring, MasterKey, Rotation, ENV_VAR, KEY_FILE};
+pub use mask::{MaskStream, Masker, MASK, MIN_SECRET_LEN};
 pub use sealed::{sealed_key_id, SEALED_OVERHEAD};
 pub use secret::Secret;
 
@@ -120,6 +122,8 @@ pub enum Error {
     Inauthentic { key: KeyId },
     #[error("the secret is too long to seal")]
     TooLong,
+    #[error("cannot build the output masker")]
+    Masker(#[from] aho_corasick::BuildError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,3 +1,4 @@
+use std::fmt::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,6 +52,26 @@ fn mode(path: &Path) -> u32 {
 fn write_key_file(dir: &TempDir, text: &str, mode: u32) {
     std::fs::write(dir.key_file(), text).unwrap();
     std::fs::set_permissions(dir.key_file(), std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A deterministic generator (xorshift64*), so property loops need no dependency and replay.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn bytes(&mut self, len: usize, alphabet: &[u8]) -> Vec<u8> {
+        (0..len).map(|_| alphabet[self.below(alphabet.len())]).collect()
+    }
 }
 
 // --- Secret ---
@@ -394,4 +415,211 @@ fn rotating_without_a_key_file_says_so() {
     let dir = TempDir::new();
     let err = rotate(&dir.0).unwrap_err();
     expect!["$DIR/master.key: open failed"].assert_eq(&dir.show(&err));
+}
+
+// --- Masking ---
+
+fn check_mask(secrets: &[&str], input: &str, expect: Expect) {
+    let masker = Masker::new(secrets).unwrap();
+    let masked = masker.mask(input);
+    assert_eq!(masked.as_bytes(), masker.mask_bytes(input.as_bytes()), "str and bytes agree");
+    expect.assert_eq(&masked);
+}
+
+#[test]
+fn masking_examples() {
+    check_mask(&["hunter22"], "password=hunter22 ok", expect!["password=*** ok"]);
+    check_mask(&["hunter22"], "hunter22hunter22 and hunter2", expect!["*** and hunter2"]);
+    // Overlapping secrets leave nothing of either; so does a secret inside another.
+    check_mask(&["abcdef", "defghi"], "x abcdefghi y", expect!["x *** y"]);
+    check_mask(&["token-1234", "1234"], "token-12345 1234", expect!["***5 ***"]);
+    // Too short to mask: left alone, and counted.
+    check_mask(&["443", "on", ""], "port 443 is on", expect!["port 443 is on"]);
+    assert_eq!(Masker::new(["443", "on", "", "long enough"]).unwrap().ignored(), 3);
+    assert!(Masker::new(["443"]).unwrap().is_empty());
+    // Encoded forms.
+    check_mask(&["hunter22"], "b64 aHVudGVyMjI= hex 68756e7465723232", expect!["b64 *** hex ***"]);
+    check_mask(&["p@ss word"], "url p%40ss%20word form p%40ss+word", expect!["url *** form ***"]);
+    check_mask(&["say \"hi\"\n"], r#"{"msg":"say \"hi\"\n"}"#, expect![[r#"{"msg":"***"}"#]]);
+    // A multi-line secret through a terminal.
+    check_mask(&["line one\nline two"], "> line one\r\nline two\r\n", expect!["> ***\r\n"]);
+    // Inside a longer base64 text (basic auth): only boundary characters stay.
+    check_mask(
+        &["hunter22"],
+        "Authorization: Basic dXNlcjpodW50ZXIyMg==",
+        expect!["Authorization: Basic dXNlcjp***g=="],
+    );
+}
+
+#[test]
+fn a_binary_secret_never_splits_a_character() {
+    // 0xA9 is the second byte of `é`; masking it alone would leave half a character.
+    let masker = Masker::new([[0xA9, b'a', b'b', b'c']]).unwrap();
+    assert_eq!(masker.mask("caf\u{e9}abc!"), "caf***!");
+    assert_eq!(masker.mask_bytes("caf\u{e9}abc!".as_bytes()), b"caf\xC3***!");
+}
+
+/// A canary with characters every encoding treats specially, and its forms as other tools write
+/// them (Python's base64, binascii, urllib and json, JavaScript's encodeURIComponent and
+/// JSON.stringify, Go's HTML-safe JSON, PHP's escaped slashes), computed outside this crate.
+const CANARY: &str = "Tok3n/w1th+sp ce&\"\u{e9}<?~";
+const CANARY_FORMS: &[(&str, &str)] = &[
+    ("raw", CANARY),
+    ("base64", "VG9rM24vdzF0aCtzcCBjZSYiw6k8P34="),
+    ("base64 unpadded", "VG9rM24vdzF0aCtzcCBjZSYiw6k8P34"),
+    ("hex", "546f6b336e2f773174682b73702063652622c3a93c3f7e"),
+    ("HEX", "546F6B336E2F773174682B73702063652622C3A93C3F7E"),
+    ("percent", "Tok3n%2Fw1th%2Bsp%20ce%26%22%C3%A9%3C%3F~"),
+    ("percent lower", "Tok3n%2fw1th%2bsp%20ce%26%22%c3%a9%3c%3f~"),
+    ("form", "Tok3n%2Fw1th%2Bsp+ce%26%22%C3%A9%3C%3F~"),
+    ("json", "Tok3n/w1th+sp ce&\\\"\u{e9}<?~"),
+    ("json ascii", "Tok3n/w1th+sp ce&\\\"\\u00e9<?~"),
+    ("json html", "Tok3n/w1th+sp ce\\u0026\\\"\u{e9}\\u003c?~"),
+    ("json slash", "Tok3n\\/w1th+sp ce&\\\"\u{e9}<?~"),
+    ("json in json", "\\\"Tok3n/w1th+sp ce&\\\\\\\"\u{e9}<?~\\\""),
+    ("basic auth", "Basic dXNlcjpUb2szbi93MXRoK3NwIGNlJiLDqTw/fg=="),
+    ("basic auth url-safe", "Basic dXNlcjpUb2szbi93MXRoK3NwIGNlJiLDqTw_fg=="),
+    ("in base64 kubeconfig", "eGFwaVZlcnNpb246IHYxCnRva2VuOiBUb2szbi93MXRoK3NwIGNlJiLDqTw/fgpraW5kOiBDb25maWcK"),
+    ("in base64, skew 2", "YWJUb2szbi93MXRoK3NwIGNlJiLDqTw/fgo="),
+];
+
+#[test]
+fn canaries_are_masked_in_every_encoding() {
+    let masker = Masker::new([CANARY]).unwrap();
+    let mut table = String::new();
+    for (name, form) in CANARY_FORMS {
+        let line = format!("before {form} after");
+        let masked = masker.mask(&line);
+        writeln!(table, "{name}: {masked}").unwrap();
+    }
+    expect![[r#"
+        raw: before *** after
+        base64: before *** after
+        base64 unpadded: before *** after
+        hex: before *** after
+        HEX: before *** after
+        percent: before *** after
+        percent lower: before *** after
+        form: before *** after
+        json: before *** after
+        json ascii: before *** after
+        json html: before *** after
+        json slash: before *** after
+        json in json: before \"***\" after
+        basic auth: before Basic dXNlcjp***g== after
+        basic auth url-safe: before Basic dXNlcjp***g== after
+        in base64 kubeconfig: before eGFwaVZlcnNpb246IHYxCnRva2VuOiB***gpraW5kOiBDb25maWcK after
+        in base64, skew 2: before YWJ***go= after
+    "#]]
+    .assert_eq(&table);
+}
+
+#[test]
+fn unrelated_output_is_untouched() {
+    let masker = Masker::new([CANARY, "hunter22", "ghp_0123456789abcdefghij"]).unwrap();
+    let log = "\
+2024-05-01T10:00:00Z INFO starting kubelet v1.30.1 on worker-3 (10.0.0.7:10250)
+sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+{\"level\":\"info\",\"msg\":\"token rotated\",\"user\":\"alice\",\"path\":\"/etc/kubernetes/admin.conf\"}
+certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJkekNDQVIyZ0F3SUJBZ0lCQURBS0JnZ3Foa2pPUFFRREFqQWpNU0V3SHdZRFZRUUREQmhyTTNNdGMyVnkK
+curl -fsS https://example.test/api?q=a%20b&x=1 -> 200 OK; hunter2 is not hunter22's prefix match
+";
+    let masked = masker.mask(log);
+    let expected = log.replace("hunter22", "***");
+    assert_eq!(masked, expected);
+}
+
+#[test]
+fn streaming_examples() {
+    let masker = Masker::new(["hunter22", "abcdef", "defghi"]).unwrap();
+    let run = |chunks: &[&str]| {
+        let mut stream = masker.stream();
+        let mut out = Vec::new();
+        let mut seen = Vec::new();
+        for chunk in chunks {
+            stream.push(chunk.as_bytes(), &mut out);
+            seen.push(String::from_utf8_lossy(&out).into_owned());
+        }
+        stream.finish(&mut out);
+        seen.push(String::from_utf8_lossy(&out).into_owned());
+        seen.join(" | ")
+    };
+    // What a live view shows after each chunk, then after finish.
+    expect![" |  | password=*** | password=*** ok, | password=*** ok, *** done"].assert_eq(&run(&[
+        "pass",
+        "word=hun",
+        "ter22 ok, abcd",
+        "efghi done",
+    ]));
+    expect![" |  |  |  |  |  |  |  |  |  |  | ***hun"]
+        .assert_eq(&run(&["h", "u", "n", "t", "e", "r", "2", "2", "h", "u", "n"]));
+    let short = Masker::new(["no"]).unwrap();
+    let mut stream = short.stream();
+    let mut out = Vec::new();
+    stream.push(b"no secrets here", &mut out);
+    assert_eq!(out, b"no secrets here", "nothing to mask: nothing held back");
+}
+
+/// The secret's forms computed independently of the masker, for the property loop.
+fn independent_forms(secret: &[u8]) -> Vec<Vec<u8>> {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    use base64::Engine;
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    vec![
+        secret.to_vec(),
+        STANDARD.encode(secret).into_bytes(),
+        URL_SAFE_NO_PAD.encode(secret).into_bytes(),
+        hex.into_bytes(),
+    ]
+}
+
+#[test]
+fn property_masked_output_never_contains_a_secret() {
+    // Bytes for secrets and filler; no `*`, which the mark itself is made of (see `Masker`).
+    let alphabet: Vec<u8> = (0..=255u8).filter(|&b| b != b'*').collect();
+    let narrow = b"abcdAB01+/=%\\\" \n";
+    let mut rng = Rng(0x0b5e_5510_5ec2_e75d);
+    for case in 0..400 {
+        let secrets: Vec<Vec<u8>> = (0..1 + rng.below(3))
+            .map(|_| {
+                let len = MIN_SECRET_LEN + rng.below(20);
+                // Half the secrets come from a narrow alphabet, so that they overlap and repeat.
+                if rng.below(2) == 0 {
+                    rng.bytes(len, narrow)
+                } else {
+                    rng.bytes(len, &alphabet)
+                }
+            })
+            .collect();
+        let masker = Masker::new(&secrets).unwrap();
+        let mut input = Vec::new();
+        for _ in 0..1 + rng.below(6) {
+            let filler_len = rng.below(12);
+            let filler_alphabet = if rng.below(2) == 0 { &narrow[..] } else { &alphabet[..] };
+            input.extend(rng.bytes(filler_len, filler_alphabet));
+            let secret = &secrets[rng.below(secrets.len())];
+            let forms = independent_forms(secret);
+            input.extend(&forms[rng.below(forms.len())]);
+        }
+        let masked = masker.mask_bytes(&input);
+        for secret in &secrets {
+            for form in independent_forms(secret) {
+                assert!(
+                    !masked.windows(form.len()).any(|w| w == form),
+                    "case {case}: a form of secret {secret:?} survives in {masked:?}"
+                );
+            }
+        }
+        // Streaming gives the same bytes whatever the chunking.
+        let mut stream = masker.stream();
+        let mut streamed = Vec::new();
+        let mut rest = &input[..];
+        while !rest.is_empty() {
+            let n = 1 + rng.below(rest.len().min(9));
+            stream.push(&rest[..n], &mut streamed);
+            rest = &rest[n..];
+        }
+        stream.finish(&mut streamed);
+        assert_eq!(streamed, masked, "case {case}: streaming differs");
+    }
 }
