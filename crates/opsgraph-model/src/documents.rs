@@ -109,6 +109,10 @@ pub struct Resource {
     pub provides: Vec<ProvidedCapability>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<Access>,
+    /// Capability -> where the credentials to use it are: an absolute file path, or
+    /// `artifact:<operation>/<artifact>` for one an operation produced.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub credentials: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -325,6 +329,9 @@ pub struct Provision {
     pub provider: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: Attributes,
+    /// The artifact of the operation that holds the credentials to use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------

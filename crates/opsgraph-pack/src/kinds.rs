@@ -104,6 +104,11 @@ static PROVISION_OBJ: Obj = Obj {
         field("scope", &ID, "the template scope it is provided on"),
         field("provider", &ID, "a provider id this pack can create"),
         field("attributes", &ATTRS, "attributes the provided capability has"),
+        field(
+            "credentials",
+            &ID,
+            "the artifact this operation produces that holds the credentials to use it (a kubeconfig, a key file)",
+        ),
     ],
     one_of: &[],
     normalize: None,
@@ -177,6 +182,11 @@ pub(crate) static RESOURCE: Obj = Obj {
         field("status", &RESOURCE_STATUS, "provisioning | running | degraded | error"),
         field("provides", &Shape::List(&PROVIDED), "the capabilities it provides"),
         field("access", &Shape::Obj(&ACCESS), "how executors reach it"),
+        field(
+            "credentials",
+            &STR_MAP,
+            "capability -> an absolute file path, or `artifact:<operation>/<artifact>`: handed to jobs bound to it",
+        ),
     ],
     one_of: &[],
     normalize: Some(|mut m| {

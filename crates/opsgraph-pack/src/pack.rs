@@ -402,6 +402,27 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
         }
     }
 
+    // What a pack provides may name the artifact holding its credentials: it must be declared.
+    let provisions =
+        std::iter::once((*manifest, &manifest_doc.provides)).chain(docs.iter().filter_map(|d| match &d.doc {
+            Document::PlanTemplate(t) => Some((d, &t.provides)),
+            _ => None,
+        }));
+    for (d, provides) in provisions {
+        for (i, p) in provides.iter().enumerate() {
+            let Some(a) = p.credentials.as_ref().filter(|a| !pack.artifacts.contains_key(*a)) else { continue };
+            let at = pos_at(&d.node, &[PathSeg::Key("provides"), PathSeg::Index(i), PathSeg::Key("credentials")]);
+            diags.push(
+                Diagnostic::error(
+                    at,
+                    Code::UnknownRef,
+                    format!("unknown artifact `{a}` for the credentials of {}", p.capability),
+                )
+                .in_file(&d.file)
+                .expected("an artifact declared in this pack, produced by one of its jobs"),
+            );
+        }
+    }
     diag::sort(&mut diags);
     let ok = !diags.iter().any(Diagnostic::is_error);
     (ok.then_some(pack), diags)

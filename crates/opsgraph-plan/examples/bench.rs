@@ -58,6 +58,7 @@ fn job(k: usize) -> Job {
                     scope: Some("nodes".into()),
                     provider: None,
                     attributes: Attributes::new(),
+                    credentials: None,
                 }],
             },
             artifacts: vec![],
@@ -138,6 +139,7 @@ fn node(i: usize) -> Resource {
         status: None,
         provides: vec![ProvidedCapability { capability: "linux.host".into(), attributes: Attributes::new() }],
         access: None,
+        credentials: Default::default(),
     }
 }
 
@@ -211,6 +213,7 @@ fn storage(i: usize) -> Resource {
             .into(),
         }],
         access: None,
+        credentials: Default::default(),
     }
 }
 

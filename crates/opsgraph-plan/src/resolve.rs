@@ -806,6 +806,26 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
     Resolution { requirement: req.clone(), required_by, outcome, rejected, rejected_by_rule, considered, exception }
 }
 
+/// Whether a resource a person described (an external binding) meets a requirement's
+/// constraints; `Err` says which constraint fails and why.
+pub fn meets_constraints(req: &Requirement, intent: &Intent, r: &Resource) -> Result<(), String> {
+    let empty = Attributes::new();
+    let subject = Subject {
+        capability: r.provides.iter().find(|c| c.capability == req.capability).map_or(&empty, |c| &c.attributes),
+        attributes: &r.attributes,
+        environment: r.environment.as_deref(),
+        name: Some(&r.name),
+        provider: r.provider.as_deref(),
+    };
+    let constraints = Constraints::new(&req.constraints, intent, None);
+    constraints.check(&subject).map_err(|fail| {
+        let inventory = Inventory::new(&[]);
+        let policy = CapabilityPolicy::default();
+        let cx = Context { inventory: &inventory, providers: &[], policy: &policy, intent, requester: "" };
+        fail.describe(&cx, req, None)
+    })
+}
+
 /// Checks a scoped requirement: every resource of the scope must provide it.
 pub fn resolve_scoped(
     cx: &Context<'_>,
@@ -900,6 +920,7 @@ mod tests {
             status: None,
             provides: vec![opsgraph_model::ProvidedCapability { capability: "s3".into(), attributes: cap }],
             access: None,
+            credentials: Default::default(),
         }
     }
 

@@ -62,6 +62,84 @@ impl Runtime {
         Ok(())
     }
 
+    /// The resource a person describes when binding an external provider at a gate: `--value`
+    /// is `{"name": ..., "attributes": {...}, "credentials": "/abs/path"}`; it must meet the
+    /// requirement's constraints.
+    fn external_resource(
+        &self,
+        plan: &opsgraph_plan::Plan,
+        cap: &str,
+        provider: &str,
+        answer: &GateAnswer,
+    ) -> Result<(String, opsgraph_model::Resource), Error> {
+        let usage = || {
+            format!(
+                "`{}` binds a resource outside the inventory: describe it with --value '{{\"name\": \"...\", \"attributes\": {{...}}, \"credentials\": \"/absolute/path\"}}'",
+                answer.option
+            )
+        };
+        let Some(Value::Object(v)) = &answer.value else { return Err(Error::Unsupported(usage())) };
+        if let Some(k) = v.keys().find(|k| !matches!(k.as_str(), "name" | "attributes" | "credentials")) {
+            return Err(Error::Unsupported(format!("unknown field `{k}`; {}", usage())));
+        }
+        let name = v.get("name").and_then(Value::as_str).unwrap_or_default();
+        let valid = !name.is_empty()
+            && name.len() <= 63
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !valid {
+            return Err(Error::Unsupported(format!(
+                "`name` must be 1 to 63 letters, digits, `-`, `_` or `.`, starting with a letter or digit; {}",
+                usage()
+            )));
+        }
+        let attributes: opsgraph_model::Attributes = match v.get("attributes") {
+            None => Default::default(),
+            Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Some(_) => return Err(Error::Unsupported(format!("`attributes` must be a mapping; {}", usage()))),
+        };
+        let mut credentials = std::collections::BTreeMap::new();
+        match v.get("credentials") {
+            None => {}
+            Some(Value::String(p)) if std::path::Path::new(p).is_absolute() => {
+                credentials.insert(cap.to_string(), p.clone());
+            }
+            Some(_) => return Err(Error::Unsupported(format!("`credentials` must be an absolute path; {}", usage()))),
+        }
+        let type_ = cap.split('.').next().unwrap_or(cap).to_string();
+        let r = opsgraph_model::Resource {
+            id: format!("{type_}/{name}"),
+            type_,
+            name: name.to_string(),
+            environment: plan.intent.environment.clone(),
+            provider: Some(provider.to_string()),
+            labels: Default::default(),
+            attributes: Default::default(),
+            desired_state: None,
+            observed_state: Some(format!("described by {} at gate, not observed", answer.actor)),
+            health: opsgraph_model::Health::Unknown,
+            status: Some(opsgraph_model::ResourceStatus::Running),
+            provides: vec![opsgraph_model::ProvidedCapability { capability: cap.to_string(), attributes }],
+            access: None,
+            credentials,
+        };
+        if self.store.resource(&r.id)?.is_some() || self.resources.iter().any(|x| x.id == r.id) {
+            return Err(Error::Unsupported(format!(
+                "resource {} already exists; bind it by planning again, or choose another name",
+                r.id
+            )));
+        }
+        let req = plan
+            .resolution
+            .iter()
+            .find(|x| x.requirement.capability == cap)
+            .map(|x| &x.requirement)
+            .ok_or_else(|| Error::Unsupported(format!("the plan has no requirement {cap}")))?;
+        opsgraph_plan::resolve::meets_constraints(req, &plan.intent, &r)
+            .map_err(|why| Error::Unsupported(format!("{} does not meet the requirement: {why}", r.id)))?;
+        Ok((cap.to_string(), r))
+    }
+
     fn answer_gate_here(
         &mut self,
         op_id: &str,
@@ -111,7 +189,8 @@ impl Runtime {
             .flat_map(|(cap, g)| g.options.iter().map(move |o| (cap.clone(), o)))
             .find(|(_, o)| o.label() == answer.option);
         // Choosing to create a provider starts its sub-operation (from the plan the preview showed)
-        // when the run starts.
+        // when the run starts. Binding an external one records the resource the person described.
+        let mut external: Option<(String, opsgraph_model::Resource)> = None;
         match chosen {
             Some((cap, GateOption::Create { provider, .. })) => {
                 let sub = plan.sub_operations.iter().find(|s| s.provider == *provider && s.requirement == cap);
@@ -125,11 +204,8 @@ impl Runtime {
                     }
                 }
             }
-            Some((_, GateOption::BindExternal { .. })) => {
-                return Err(Error::Unsupported(format!(
-                    "`{}` needs a person to describe the external resource, which is not supported yet; add it to the inventory and plan again, or answer `cancel operation`",
-                    answer.option
-                )));
+            Some((cap, GateOption::BindExternal { provider, .. })) => {
+                external = Some(self.external_resource(&plan, &cap, provider, answer)?);
             }
             _ => {}
         }
@@ -154,7 +230,27 @@ impl Runtime {
             format!("{gate_id}: {} (as {})", answer.option, answer.role),
             json!({"gate": gate_id, "option": answer.option, "role": answer.role}),
         ));
-        let writes = vec![Write::Gate(record), note];
+        let mut writes = vec![Write::Gate(record), note];
+        if let Some((cap, r)) = external {
+            writes.push(Write::Timeline(entry(
+                op_id,
+                &answer.actor,
+                "external_bound",
+                format!(
+                    "{cap}: bound to {} ({}), described by {}",
+                    r.id,
+                    r.provider.clone().unwrap_or_default(),
+                    answer.actor
+                ),
+                json!({"requirement": cap, "resource": r.id, "provider": r.provider}),
+            )));
+            writes.push(Write::Resource(opsgraph_store::ResourceRecord {
+                id: r.id.clone(),
+                doc: serde_json::to_value(&r).unwrap_or(Value::Null),
+                last_operation: Some(op_id.to_string()),
+                updated_at: now(),
+            }));
+        }
         if answer.option == "cancel operation" {
             let reason = format!("gate {gate_id} answered `cancel operation` by {}", answer.actor);
             let op = self.transition(

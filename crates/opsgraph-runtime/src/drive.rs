@@ -1,7 +1,7 @@
 //! Creating an operation and driving it: the dispatcher loop.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -373,6 +373,21 @@ impl Runtime {
             let prefix = format!("OPSGRAPH_BINDING_{}", env_word(&capability));
             let doc = self.resource_by_id(&resource);
             env.insert(format!("{prefix}_RESOURCE"), resource.clone());
+            if let Some(reference) = doc.as_ref().and_then(|d| d.credentials.get(&capability)) {
+                // An unusable reference does not stop the driver: the job is told why, and fails
+                // with that reason when it needs the credentials.
+                match self.credentials_path(reference) {
+                    Ok(path) => {
+                        if capability == "kubernetes.cluster" {
+                            env.insert("KUBECONFIG".into(), path.clone());
+                        }
+                        env.insert(format!("{prefix}_CREDENTIALS"), path);
+                    }
+                    Err(e) => {
+                        env.insert(format!("{prefix}_CREDENTIALS_ERROR"), e.to_string());
+                    }
+                }
+            }
             if let Some(doc) = doc {
                 let provided = doc.provides.iter().find(|c| c.capability == capability).map(|c| &c.attributes);
                 for (k, v) in doc.attributes.iter().chain(provided.into_iter().flatten()) {
@@ -437,8 +452,13 @@ impl Runtime {
                 _ => {}
             }
         }
-        if !plan.sub_operations.is_empty() {
-            for e in self.store.timeline(op)?.into_iter().filter(|e| e.event == "sub_operation_bound") {
+        // Bound while running: a provider created by a sub-operation, an external resource a
+        // person described at a gate.
+        if !plan.sub_operations.is_empty() || plan.gates.iter().any(|g| g.source == "resolution") {
+            for e in self.store.timeline(op)? {
+                if !matches!(e.event.as_str(), "sub_operation_bound" | "external_bound") {
+                    continue;
+                }
                 if let (Some(cap), Some(res)) =
                     (e.data.get("requirement").and_then(Value::as_str), e.data.get("resource").and_then(Value::as_str))
                 {
@@ -447,6 +467,26 @@ impl Runtime {
             }
         }
         Ok(out)
+    }
+
+    /// The file behind a credentials reference: an artifact an operation produced (its blob), or
+    /// an absolute path the inventory names.
+    fn credentials_path(&self, reference: &str) -> Result<String, Error> {
+        let bad = |why: &str| Error::Unsupported(format!("credentials `{reference}`: {why}"));
+        match reference.strip_prefix("artifact:") {
+            Some(rest) => {
+                let (op, id) = rest.split_once('/').ok_or_else(|| bad("expected artifact:<operation>/<artifact>"))?;
+                let record = self
+                    .store
+                    .artifacts(op)?
+                    .into_iter()
+                    .rfind(|a| a.id == id)
+                    .ok_or_else(|| bad("no such artifact was produced"))?;
+                Ok(self.data_dir.join(record.location).display().to_string())
+            }
+            None if Path::new(reference).is_absolute() => Ok(reference.to_string()),
+            None => Err(bad("expected an absolute path or artifact:<operation>/<artifact>")),
+        }
     }
 
     fn resource_by_id(&self, id: &str) -> Option<Resource> {
@@ -1042,6 +1082,7 @@ impl Runtime {
             status: Some(ResourceStatus::Provisioning),
             provides: Vec::new(),
             access: None,
+            credentials: BTreeMap::new(),
         }))
     }
 
@@ -1053,7 +1094,12 @@ impl Runtime {
             .map(|t| t.provides.clone())
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| pack.manifest.provides.clone());
+        let artifacts = self.store.artifacts(&op.id)?;
         for p in provisions {
+            // The credentials to use it: a reference to the artifact, never its content.
+            if let Some(a) = p.credentials.as_ref().filter(|a| artifacts.iter().any(|r| r.id == **a)) {
+                doc.credentials.insert(p.capability.clone(), format!("artifact:{}/{a}", op.id));
+            }
             if !doc.provides.iter().any(|c| c.capability == p.capability) {
                 doc.provides.push(ProvidedCapability { capability: p.capability, attributes: p.attributes });
             }

@@ -66,6 +66,7 @@ impl JobB {
             scope: scope.map(Into::into),
             provider: None,
             attributes: Attributes::new(),
+            credentials: None,
         });
         self
     }
@@ -173,6 +174,7 @@ pub(crate) fn resource(type_: &str, name: &str) -> ResourceB {
         status: None,
         provides: Vec::new(),
         access: None,
+        credentials: BTreeMap::new(),
     })
 }
 

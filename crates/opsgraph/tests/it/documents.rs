@@ -345,7 +345,7 @@ fn pack_cross_references() {
         &[
             (
                 "demo/pack.yaml",
-                "scenario_pack:\n  id: demo\n  version: 1.0.0\n  resource_types: [demo.thing]\n  actions: [install, upgrade]\n  plan_templates:\n    - {id: demo.install, entrypoint: instal}\n    - {id: demo.upgrade}\n",
+                "scenario_pack:\n  id: demo\n  version: 1.0.0\n  resource_types: [demo.thing]\n  actions: [install, upgrade]\n  provides: [{capability: demo.installed, credentials: demo_key}]\n  plan_templates:\n    - {id: demo.install, entrypoint: instal}\n    - {id: demo.upgrade}\n",
             ),
             (
                 "demo/templates.yaml",
@@ -382,9 +382,11 @@ fn pack_cross_references() {
             $TMP/demo/jobs.yaml:21:7: error[E008]: job `verify` is declared twice
               = hint: first declared at $TMP/demo/jobs.yaml:16:7
             $TMP/demo/pack.yaml:5:12: warning[E010]: action `upgrade` has no plan template yet; intents for it cannot be planned
-            $TMP/demo/pack.yaml:7:38: error[E009]: unknown entrypoint job `instal`
+            $TMP/demo/pack.yaml:6:56: error[E009]: unknown artifact `demo_key` for the credentials of demo.installed
+              = expected: an artifact declared in this pack, produced by one of its jobs
+            $TMP/demo/pack.yaml:8:38: error[E009]: unknown entrypoint job `instal`
               = hint: did you mean `install`?
-            $TMP/demo/pack.yaml:8:12: error[E009]: unknown plan template `demo.upgrade`
+            $TMP/demo/pack.yaml:9:12: error[E009]: unknown plan template `demo.upgrade`
               = expected: one of demo.install
             $TMP/demo/remedies.yaml:3:16: error[E009]: unknown job `instal`
               = hint: did you mean `install`?
@@ -397,7 +399,7 @@ fn pack_cross_references() {
               = expected: one of configure, install, verify
             $TMP/demo/templates.yaml:9:36: error[E009]: unknown job of this template `verfy`
               = hint: did you mean `verify`?
-            14 errors, 2 warnings
+            15 errors, 2 warnings
         "#]],
     );
 }

@@ -123,3 +123,92 @@ fn a_parent_waiting_on_a_childs_gate_goes_on_when_it_is_answered() {
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
     assert_eq!(state(&rt, &child.id), OperationState::Completed);
 }
+
+/// The app's job writes what it was told about its bucket.
+const TELL: &str = "job: {id: prepare, outputs: {provides: {capabilities: [app.prepared]}}, run: {command: [true]}}
+---
+job:
+  id: use-bucket
+  inputs: {requires: {capabilities: [app.prepared, store.bucket]}}
+  outputs: {provides: {capabilities: [app.running]}}
+  run: {command: 'env | grep ^OPSGRAPH_BINDING_ | sort > \"$OPSGRAPH_LAB_DIR/told\"; cat \"$OPSGRAPH_BINDING_STORE_BUCKET_CREDENTIALS\" > \"$OPSGRAPH_LAB_DIR/creds-seen\"'}
+";
+
+#[test]
+fn a_person_binds_an_external_resource_at_the_gate() {
+    let providers =
+        "provider: {id: bucket_ext, capability: store.bucket, title: bind external bucket, bind: external}\n";
+    let policy = "capability_policy:\n  store.bucket:\n    dev: {allowed_providers: [bucket_ext]}\n";
+    let intent = "intent:\n  target_resource_type: app.thing\n  action: run\n  name: app-1\n  environment: dev\n  requires: [{capability: store.bucket, constraints: {encryption: required}}]\n";
+    let w = World::new(&[
+        ("world/providers.yaml", providers),
+        ("world/policy.yaml", policy),
+        ("intent.yaml", intent),
+        ("packs/app/jobs.yaml", TELL),
+        ("secrets/ext.creds", "ACCESS_KEY=AKIA-test\n"),
+    ]);
+    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+    let gate = plan.gates[0].id.clone();
+    assert_eq!(plan.gates[0].options, ["bind external bucket", "cancel operation"]);
+    let mut rt = w.runtime();
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let mut try_answer = |value: serde_json::Value| {
+        let a = GateAnswer { value: Some(value), ..answer("bind external bucket", "sre") };
+        rt.answer_gate(&id, &gate, &a, &mut |_| {}).map_err(|e| e.to_string())
+    };
+    let creds = w.dir.join("secrets/ext.creds").display().to_string();
+    let refused: Vec<String> = [
+        serde_json::json!("just a string"),
+        serde_json::json!({"name": "../etc", "attributes": {}}),
+        serde_json::json!({"name": "ext-1", "attributes": {"encryption": false}}),
+        serde_json::json!({"name": "ext-1", "attributes": {"encryption": true}, "credentials": "relative/path"}),
+        serde_json::json!({"name": "ext-1", "region": "eu"}),
+    ]
+    .into_iter()
+    .map(|v| try_answer(v).unwrap_err())
+    .collect();
+    expect![[r#"
+        `bind external bucket` binds a resource outside the inventory: describe it with --value '{"name": "...", "attributes": {...}, "credentials": "/absolute/path"}'
+        `name` must be 1 to 63 letters, digits, `-`, `_` or `.`, starting with a letter or digit; `bind external bucket` binds a resource outside the inventory: describe it with --value '{"name": "...", "attributes": {...}, "credentials": "/absolute/path"}'
+        store/ext-1 does not meet the requirement: constraint encryption: required is not met (encryption is false)
+        `credentials` must be an absolute path; `bind external bucket` binds a resource outside the inventory: describe it with --value '{"name": "...", "attributes": {...}, "credentials": "/absolute/path"}'
+        unknown field `region`; `bind external bucket` binds a resource outside the inventory: describe it with --value '{"name": "...", "attributes": {...}, "credentials": "/absolute/path"}'"#]]
+    .assert_eq(&refused.join("\n"));
+    // Refused answers change nothing: the gate is still open.
+    try_answer(serde_json::json!({"name": "ext-1", "attributes": {"encryption": true, "endpoint": "https://s3.example"}, "credentials": creds})).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
+    let told = std::fs::read_to_string(w.dir.join("data/lab/told")).unwrap();
+    let told = told.replace(&creds, "$CREDS");
+    expect![[r#"
+        OPSGRAPH_BINDING_STORE_BUCKET_CREDENTIALS=$CREDS
+        OPSGRAPH_BINDING_STORE_BUCKET_ENCRYPTION=true
+        OPSGRAPH_BINDING_STORE_BUCKET_ENDPOINT=https://s3.example
+        OPSGRAPH_BINDING_STORE_BUCKET_RESOURCE=store/ext-1
+    "#]]
+    .assert_eq(&told);
+    assert_eq!(std::fs::read_to_string(w.dir.join("data/lab/creds-seen")).unwrap(), "ACCESS_KEY=AKIA-test\n");
+    assert!(rt.store().resource("store/ext-1").unwrap().is_some());
+}
+
+#[test]
+fn a_created_provider_hands_its_credentials_artifact_to_the_jobs_bound_to_it() {
+    let manifest = "scenario_pack:\n  id: bucket\n  version: 1.0.0\n  resource_types: [bucket.thing]\n  actions: [make]\n  provides: [{capability: store.bucket, credentials: bucket_key}]\n  plan_templates: [{id: bucket.make}]\n";
+    let jobs = "job: {id: make-bucket, outputs: {provides: {capabilities: [store.bucket]}, artifacts: [bucket_key], evidence: [made]}, run: {command: 'touch \"$OPSGRAPH_LAB_DIR/bucket.made\"; printf \"SECRET_KEY=s3cr3t\\n\" > \"$OPSGRAPH_OUT/bucket_key\"'}}\n";
+    let artifact = "artifact: {id: bucket_key, type: s3.credentials, sensitivity: secret}\n";
+    let w = World::new(&[
+        ("packs/bucket/pack.yaml", manifest),
+        ("packs/bucket/jobs.yaml", jobs),
+        ("packs/bucket/artifacts.yaml", artifact),
+        ("packs/app/jobs.yaml", TELL),
+    ]);
+    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+    let mut rt = w.runtime();
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
+    assert_eq!(std::fs::read_to_string(w.dir.join("data/lab/creds-seen")).unwrap(), "SECRET_KEY=s3cr3t\n");
+    // The resource keeps a reference to the artifact, never its content.
+    let r = rt.store().resource("bucket.thing/bucket-maker-app-1").unwrap().unwrap();
+    let reference = r.doc["credentials"]["store.bucket"].as_str().unwrap();
+    assert!(reference.starts_with("artifact:op-") && reference.ends_with("/bucket_key"), "{reference}");
+    assert!(!r.doc.to_string().contains("s3cr3t"));
+}
