@@ -108,6 +108,35 @@ pub struct Spec {
     pub output_cap: usize,
     /// Bytes written to the program's stdin (it reads end-of-file at once when `None`).
     pub stdin: Option<Vec<u8>>,
+    /// Files that cross to and from a remote host (the SSH executor); local runs ignore it.
+    pub transfer: Option<Transfer>,
+}
+
+/// Files a remote run needs and produces. With a transfer, the SSH executor ignores
+/// [`Spec::workdir`] (a directory of the control host) and, when there is anything to move,
+/// runs in a fresh private directory on the remote host that it removes afterwards.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Transfer {
+    /// Variables of [`Spec::env`] whose values are paths of local files: each file is copied to
+    /// the remote directory (mode 0600) and the variable names the copy there.
+    pub upload: Vec<String>,
+    /// A variable set to a remote directory the program writes into (`OPSGRAPH_OUT`), and the
+    /// files fetched from it into a local directory afterwards (missing ones are skipped).
+    pub download: Option<Download>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    pub env: String,
+    pub local_dir: PathBuf,
+    /// Plain file names (no `/`), as the pack declares its artifacts.
+    pub files: Vec<String>,
+}
+
+impl Transfer {
+    pub fn is_empty(&self) -> bool {
+        self.upload.is_empty() && self.download.as_ref().is_none_or(|d| d.files.is_empty())
+    }
 }
 
 impl Spec {
@@ -125,6 +154,7 @@ impl Spec {
             grace: Spec::DEFAULT_GRACE,
             output_cap: Spec::DEFAULT_OUTPUT_CAP,
             stdin: None,
+            transfer: None,
         }
     }
 
@@ -152,6 +182,7 @@ impl fmt::Debug for Spec {
             .field("grace", &self.grace)
             .field("output_cap", &self.output_cap)
             .field("stdin", &self.stdin.as_ref().map(|s| format!("<{} bytes>", s.len())))
+            .field("transfer", &self.transfer)
             .finish()
     }
 }

@@ -246,11 +246,131 @@ impl SshExecutor {
     }
 }
 
+impl SshExecutor {
+    /// One helper command on the host (through the master when there is one): its stdout, or
+    /// why it failed.
+    fn helper(&self, options: &[String], remote: &str, stdin: Option<&Path>) -> Result<Vec<u8>, String> {
+        let mut cmd = Command::new("ssh");
+        cmd.args(options).args(["-o", "ControlMaster=no", "--", &self.host, remote]);
+        cmd.stdin(match stdin {
+            Some(path) => {
+                Stdio::from(std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?)
+            }
+            None => Stdio::null(),
+        });
+        let out = cmd.output().map_err(|e| format!("failed to start ssh: {e}"))?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            let err = String::from_utf8_lossy(&out.stderr);
+            Err(format!("`{remote}` failed on {}: {}", self.host, err.trim()))
+        }
+    }
+
+    /// Makes the remote directory and uploads the files of `transfer`; returns the directory and
+    /// the spec to run there.
+    fn stage_in(&self, options: &[String], spec: &Spec, transfer: &crate::Transfer) -> Result<(String, Spec), String> {
+        let made = self.helper(
+            options,
+            "umask 077 && d=$(mktemp -d \"${TMPDIR:-/tmp}/opsgraph.XXXXXXXX\") && mkdir \"$d/in\" \"$d/out\" && printf %s \"$d\"",
+            None,
+        )?;
+        let dir = String::from_utf8(made).map_err(|_| "the remote temporary directory is not UTF-8".to_owned())?;
+        if !dir.starts_with('/') || dir.contains(['\n', '\'']) {
+            return Err(format!("unexpected remote temporary directory `{dir}`"));
+        }
+        let mut staged = spec.clone();
+        staged.workdir = Some(PathBuf::from(&dir));
+        for (n, name) in transfer.upload.iter().enumerate() {
+            let Some(local) = spec.env.get(name) else { continue };
+            let base: String = Path::new(local)
+                .file_name()
+                .map(|f| {
+                    f.to_string_lossy()
+                        .chars()
+                        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let target = format!("{dir}/in/{n}-{base}");
+            self.helper(options, &format!("umask 077 && cat > {}", shell_quote(&target)), Some(Path::new(local)))?;
+            staged.env.insert(name.clone(), target);
+        }
+        if let Some(d) = &transfer.download {
+            staged.env.insert(d.env.clone(), format!("{dir}/out"));
+        }
+        Ok((dir, staged))
+    }
+
+    /// Fetches the produced files, then removes the remote directory. Missing files are skipped
+    /// (the caller reports what was not produced).
+    fn stage_out(&self, options: &[String], dir: &str, transfer: &crate::Transfer) -> Result<(), String> {
+        let mut result = Ok(());
+        if let Some(d) = &transfer.download {
+            for file in &d.files {
+                if file.is_empty() || file.contains('/') || file == "." || file == ".." {
+                    result = Err(format!("`{file}` is not a plain file name"));
+                    break;
+                }
+                let remote = format!("{dir}/out/{file}");
+                let q = shell_quote(&remote);
+                match self.helper(
+                    options,
+                    &format!("if [ -f {q} ]; then printf 1; cat -- {q}; else printf 0; fi"),
+                    None,
+                ) {
+                    Ok(bytes) if bytes.first() == Some(&b'1') => {
+                        let write = std::fs::create_dir_all(&d.local_dir)
+                            .and_then(|()| std::fs::write(d.local_dir.join(file), &bytes[1..]));
+                        if let Err(e) = write {
+                            result = Err(format!("cannot write {}: {e}", d.local_dir.join(file).display()));
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = self.helper(options, &format!("rm -rf -- {}", shell_quote(dir)), None);
+        result
+    }
+}
+
 impl Executor for SshExecutor {
     fn run(&self, spec: &Spec, cancel: &Cancel) -> Run {
         if self.host.is_empty() || self.host.starts_with('-') {
             return Run::could_not_start(format!("invalid ssh host `{}`", self.host));
         }
+        let Some(transfer) = spec.transfer.as_ref() else { return self.run_here(spec, cancel) };
+        if transfer.is_empty() {
+            // The control host's directory means nothing there: run in the login directory.
+            return self.run_here(&Spec { workdir: None, ..spec.clone() }, cancel);
+        }
+        let options = match self.options() {
+            Ok(options) => options,
+            Err(error) => return Run::could_not_start(error),
+        };
+        self.ensure_master(&options);
+        let (dir, staged) = match self.stage_in(&options, spec, transfer) {
+            Ok(staged) => staged,
+            Err(error) => return Run::could_not_start(format!("could not stage files on {}: {error}", self.host)),
+        };
+        let mut run = self.run_here(&staged, cancel);
+        if let Err(error) = self.stage_out(&options, &dir, transfer) {
+            if run.outcome.is_success() {
+                run.outcome = Outcome::Lost { reason: format!("could not fetch produced files: {error}") };
+            }
+        }
+        run
+    }
+}
+
+impl SshExecutor {
+    fn run_here(&self, spec: &Spec, cancel: &Cancel) -> Run {
         let remote = match remote_command(spec) {
             Ok(remote) => remote,
             Err(error) => return Run::could_not_start(error),

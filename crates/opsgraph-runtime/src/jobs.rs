@@ -109,6 +109,20 @@ pub(crate) fn run(task: Task) -> TaskResult {
         spec.env = env.clone();
         spec.timeout = task.timeout;
         spec.workdir = Some(task.dir.clone());
+        // On a remote host: required artifacts and credentials go there first, produced ones
+        // come back (local runs use the files where they are).
+        spec.transfer = Some(opsgraph_exec::Transfer {
+            upload: env
+                .keys()
+                .filter(|k| k.starts_with("OPSGRAPH_ARTIFACT_") || k.ends_with("_CREDENTIALS") || *k == "KUBECONFIG")
+                .cloned()
+                .collect(),
+            download: Some(opsgraph_exec::Download {
+                env: "OPSGRAPH_OUT".into(),
+                local_dir: out.clone(),
+                files: task.job.outputs.artifacts.clone(),
+            }),
+        });
         let run = task.executor.run(&spec, &task.cancel);
         let mut text = run.output.stdout.clone();
         if !run.output.stderr.is_empty() {

@@ -9,6 +9,7 @@ mod gates;
 mod lab;
 mod lifecycle;
 mod plan;
+mod remote;
 mod resolve;
 mod runtime;
 mod subop;

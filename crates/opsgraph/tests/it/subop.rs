@@ -53,6 +53,11 @@ impl World {
         World { dir: temp_dir(&files) }
     }
 
+    /// A world of exactly `files` (none of the default ones).
+    pub(crate) fn replacing(files: &[(&str, &str)]) -> World {
+        World { dir: temp_dir(files) }
+    }
+
     pub(crate) fn loaded(&self) -> opsgraph::plan_cmd::Loaded {
         use opsgraph::load::Source;
         let p = |r: &str| Source::parse(&self.dir.join(r).display().to_string());

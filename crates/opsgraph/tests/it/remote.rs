@@ -1,0 +1,76 @@
+//! Jobs on a remote host through the runtime, against a real sshd (when root and
+//! /usr/sbin/sshd are here): required artifacts and credentials are copied there first, produced
+//! ones come back, and the job runs in a private directory of the remote host — not in the control
+//! host's run directory.
+
+use opsgraph_exec::testing::Sshd;
+use opsgraph_model::OperationState;
+
+use crate::subop::{events, World};
+
+const PACK: &[(&str, &str)] = &[
+    (
+        "packs/app/pack.yaml",
+        "scenario_pack:\n  id: app\n  version: 1.0.0\n  resource_types: [app.thing]\n  actions: [run]\n  plan_templates: [{id: app.run}]\n",
+    ),
+    (
+        "packs/app/templates.yaml",
+        "plan_template:\n  id: app.run\n  action: run\n  scopes: {hosts: {resource_type: host, from: targets.hosts}}\n  stages: [{id: all, name: All, jobs: [write-report, copy-report]}]\n  jobs: [write-report, copy-report]\n",
+    ),
+    (
+        "packs/app/jobs.yaml",
+        r#"job:
+  id: write-report
+  scope: {target: hosts}
+  outputs: {artifacts: [report]}
+  run: {executor: ssh, command: 'printf "cwd=%s\nout=%s\n" "$PWD" "$OPSGRAPH_OUT" > "$OPSGRAPH_OUT/report"'}
+---
+job:
+  id: copy-report
+  scope: {target: hosts}
+  inputs: {requires: {artifacts: [report]}}
+  outputs: {artifacts: [copy]}
+  run: {executor: ssh, command: '{ cat "$OPSGRAPH_ARTIFACT_REPORT"; printf "from=%s\n" "$OPSGRAPH_ARTIFACT_REPORT"; } > "$OPSGRAPH_OUT/copy"'}
+"#,
+    ),
+    ("packs/app/artifacts.yaml", "artifact: {id: report, type: text, sensitivity: internal}\n---\nartifact: {id: copy, type: text, sensitivity: internal}\n"),
+    ("packs/bucket/pack.yaml", "scenario_pack:\n  id: bucket\n  version: 1.0.0\n  resource_types: [bucket.thing]\n  actions: [make]\n  plan_templates: []\n"),
+    ("intent.yaml", "intent: {target_resource_type: app.thing, action: run, name: app-1, environment: dev, targets: {hosts: [host/h1]}}\n"),
+];
+
+#[test]
+fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
+    if let Some(why) = Sshd::unavailable() {
+        eprintln!("SKIPPED ssh_jobs_receive_and_produce_artifacts_on_the_remote_host: {why}");
+        return;
+    }
+    let sshd = Sshd::start();
+    let host = format!(
+        "resource:\n  type: host\n  name: h1\n  environment: dev\n  access:\n    ssh: {{host: 127.0.0.1, port: {}, user: {}, key: {}, known_hosts: {}}}\n",
+        sshd.port,
+        sshd.user,
+        sshd.key.display(),
+        sshd.known_hosts.display()
+    );
+    let mut files: Vec<(&str, &str)> = PACK.to_vec();
+    files.push(("world/host.yaml", &host));
+    let w = World::replacing(&files);
+    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+    let mut rt = w.runtime();
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
+    let data = w.dir.join("data");
+    let artifacts = rt.store().artifacts(&id).unwrap();
+    let copy = artifacts.iter().find(|a| a.id == "copy").expect("the copy came back");
+    let text = std::fs::read_to_string(data.join(&copy.location)).unwrap();
+    let line = |key: &str| text.lines().find_map(|l| l.strip_prefix(&format!("{key}="))).unwrap_or("").to_string();
+    // The first job ran in a private remote directory and wrote its report there.
+    let cwd = line("cwd");
+    assert!(cwd.contains("/opsgraph."), "{text}");
+    assert_eq!(line("out"), format!("{cwd}/out"), "{text}");
+    assert!(!cwd.starts_with(&data.display().to_string()), "ran in the control host's directory: {text}");
+    // The second job read the report from its own remote copy.
+    assert!(line("from").contains("/opsgraph.") && line("from").contains("/in/"), "{text}");
+    // Remote directories are removed afterwards.
+    assert!(!std::path::Path::new(&cwd).exists(), "{cwd} is left behind");
+}
