@@ -80,14 +80,24 @@ pub enum Command {
         output: String,
     },
     /// The captured output of an operation's jobs.
-    Logs { operation: String, job: Option<String> },
+    Logs {
+        operation: String,
+        job: Option<String>,
+        /// `text`, or `json` / `yaml`: a list of `{job, attempt, output}`.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// Gates.
     Gate {
         #[command(subcommand)]
         command: GateCommand,
     },
     /// Stop starting new jobs; running ones finish.
-    Pause { operation: String },
+    Pause {
+        operation: String,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// Continue a paused operation.
     Resume {
         operation: String,
@@ -95,7 +105,11 @@ pub enum Command {
         world: WorldArgs,
     },
     /// Cancel an operation: running jobs are stopped.
-    Cancel { operation: String },
+    Cancel {
+        operation: String,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// Run failed jobs again (all of them, or the one named).
     Retry {
         operation: String,
@@ -118,6 +132,10 @@ pub struct WorldArgs {
     /// Return at once instead of driving the operation on.
     #[arg(long)]
     pub no_wait: bool,
+    /// `text`: what happens, live. `json` / `yaml`: the operation once it stops, as `describe`
+    /// shows it.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,6 +195,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         packs: &[],
         world: world.inventory.clone(),
         wait: !world.no_wait,
+        output: world.output,
     };
     match cli.command {
         Command::Apply { plan, yes } => {
@@ -195,7 +214,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Get { what, operation, output } => ops_cmd::get(&data_dir, &what, operation.as_deref(), &output, out),
         Command::Describe { what, id, output } => ops_cmd::describe(&data_dir, &what, &id, &output, out),
-        Command::Logs { operation, job } => ops_cmd::logs(&data_dir, &operation, job.as_deref(), out),
+        Command::Logs { operation, job, output } => ops_cmd::logs(&data_dir, &operation, job.as_deref(), output, out),
         Command::Gate { command: GateCommand::Answer { gate, operation, option, user, value, world } } => {
             let c = Control { packs: &world.packs, ..control(&world) };
             let action = Action::Answer {
@@ -207,16 +226,16 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             };
             ops_cmd::control(&c, action, out)
         }
-        Command::Pause { operation } => {
-            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true };
+        Command::Pause { operation, output } => {
+            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true, output };
             ops_cmd::control(&control(&world), Action::Pause(&operation), out)
         }
         Command::Resume { operation, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
             ops_cmd::control(&c, Action::Resume(&operation), out)
         }
-        Command::Cancel { operation } => {
-            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true };
+        Command::Cancel { operation, output } => {
+            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true, output };
             ops_cmd::control(&control(&world), Action::Cancel(&operation), out)
         }
         Command::Retry { operation, job, world } => {

@@ -440,11 +440,36 @@ fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut 
 }
 
 /// `logs OP [JOB]`: the captured output of each attempt.
-pub fn logs(data_dir: &Path, op: &str, job: Option<&str>, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn logs(
+    data_dir: &Path,
+    op: &str,
+    job: Option<&str>,
+    output: crate::cli::Output,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    use crate::cli::Output;
     let store = open_store(data_dir)?;
     store.operation(op)?.with_context(|| format!("no operation `{op}`"))?;
     let runs = data_dir.join("runs").join(op);
-    for j in store.jobs(op)?.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@")))) {
+    let jobs = store.jobs(op)?;
+    let selected = jobs.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@"))));
+    if output != Output::Text {
+        let mut list = Vec::new();
+        for j in selected {
+            for attempt in 1..=j.attempts {
+                let text = std::fs::read(runs.join(format!("{}.{attempt}.log", j.id))).ok();
+                let text = text.map(|b| String::from_utf8_lossy(&b).into_owned());
+                list.push(json!({"job": j.id, "attempt": attempt, "output": text}));
+            }
+        }
+        match output {
+            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?,
+            Output::Yaml => write!(out, "{}", to_yaml(&Value::Array(list), 0))?,
+            _ => bail!("`logs` prints text, json or yaml"),
+        }
+        return Ok(0);
+    }
+    for j in selected {
         for attempt in 1..=j.attempts {
             let log = runs.join(format!("{}.{attempt}.log", j.id));
             writeln!(out, "==> {} attempt {attempt} <==", j.id)?;
@@ -487,8 +512,10 @@ pub struct Control<'a> {
     pub packs: &'a [String],
     pub world: Vec<String>,
     pub wait: bool,
+    pub output: crate::cli::Output,
 }
 
+#[derive(Clone)]
 pub enum Action<'a> {
     Answer { gate: &'a str, operation: Option<&'a str>, option: &'a str, user: &'a str, value: Option<&'a str> },
     Pause(&'a str),
@@ -498,6 +525,57 @@ pub enum Action<'a> {
 }
 
 pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
+    use crate::cli::Output;
+    let format = match c.output {
+        Output::Text => None,
+        Output::Json => Some("json"),
+        Output::Yaml => Some("yaml"),
+        Output::Dot => bail!("only `plan` draws dot"),
+    };
+    let Some(format) = format else { return control_text(c, action, out) };
+    // For machines: act (and drive on, unless --no-wait) silently, then print the operation.
+    let mut sink = std::io::sink();
+    control_text(c, action.clone(), &mut sink)?;
+    let id = action.operation_hint();
+    let store = open_store(&c.data_dir)?;
+    let id = match id {
+        Some(id) => id.to_string(),
+        None => match &action {
+            Action::Answer { gate, .. } => answered_gate_operation(&store, gate)?,
+            _ => unreachable!("every other action names its operation"),
+        },
+    };
+    let root = runtime(&c.data_dir, c.packs, &c.world)?.root_of(&id)?;
+    describe_to(&store, "operation", &root, format, out)?;
+    let state = store.operation(&root)?.map(|o| o.state);
+    Ok(state.as_ref().map(exit_code).unwrap_or(0))
+}
+
+/// The operation whose gate `gate` was answered last.
+fn answered_gate_operation(store: &dyn Store, gate: &str) -> anyhow::Result<String> {
+    let mut found: Option<(String, String)> = None;
+    for op in store.operations(&OperationFilter::default())? {
+        for g in store.gates(&op.id)?.into_iter().filter(|g| g.id == gate) {
+            if let Some(at) = g.answered_at {
+                if found.as_ref().is_none_or(|(_, t)| at > *t) {
+                    found = Some((op.id.clone(), at));
+                }
+            }
+        }
+    }
+    found.map(|(id, _)| id).with_context(|| format!("no answered gate `{gate}`"))
+}
+
+impl Action<'_> {
+    fn operation_hint(&self) -> Option<&str> {
+        match self {
+            Action::Answer { operation, .. } => *operation,
+            Action::Pause(id) | Action::Resume(id) | Action::Cancel(id) | Action::Retry(id, _) => Some(id),
+        }
+    }
+}
+
+fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
     let mut rt = runtime(&c.data_dir, c.packs, &c.world)?;
     let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
     let mut note = |e: &TimelineEntry| {

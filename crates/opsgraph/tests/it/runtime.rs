@@ -417,6 +417,55 @@ fn cli_apply_for_machines() {
     assert!(yaml.out.starts_with(&format!("id: {id}\n")), "{}", yaml.out);
     let dot = opsgraph(&[&args[..], &["-o", "dot", "--yes"]].concat());
     assert!(dot.err.contains("`apply` has no dot output"), "{}", dot.render());
+    let logs: serde_json::Value =
+        serde_json::from_str(&opsgraph(&["--data-dir", &data, "logs", id, "flaky", "-o", "json"]).out).unwrap();
+    assert_eq!(logs.as_array().unwrap().len(), 3, "{logs}");
+    assert_eq!(logs[0]["output"], "--- stderr\ntransient failure 1\n");
+}
+
+#[test]
+fn cli_control_commands_for_machines() {
+    use crate::support::opsgraph;
+    let gate = "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n    port: {type: integer, default: 8080}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: config, name: Configure, jobs: [make-config]}\n    - {id: start, name: Start, jobs: [start-app, flaky]}\n    - {id: verify, name: Verify, jobs: [verify]}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {id: look-before-verify, type: approval, reason: an SRE checks, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}\n";
+    let lab = Lab::new(&[("mini/templates.yaml", gate), ("cli-data/config.yaml", "users:\n  alice: [sre]\n")]);
+    let data = lab.path("cli-data");
+    let (mini, world, intent) = (lab.path("mini"), lab.path("world.yaml"), lab.path("intent.yaml"));
+    let run = opsgraph(&[
+        "--data-dir",
+        &data,
+        "apply",
+        "-f",
+        &intent,
+        "--packs",
+        &mini,
+        "--inventory",
+        &world,
+        "--yes",
+        "-o",
+        "json",
+    ]);
+    let doc: serde_json::Value = serde_json::from_str(&run.out).unwrap_or_else(|_| panic!("{}", run.render()));
+    assert_eq!(doc["state"], "paused", "{doc}");
+    let answered = opsgraph(&[
+        "--data-dir",
+        &data,
+        "gate",
+        "answer",
+        "look-before-verify",
+        "--option",
+        "proceed",
+        "--as",
+        "alice",
+        "--packs",
+        &mini,
+        "--inventory",
+        &world,
+        "-o",
+        "yaml",
+    ]);
+    assert!(answered.out.contains("\nstate: completed\n"), "{}", answered.render());
+    let paused = opsgraph(&["--data-dir", &data, "pause", doc["id"].as_str().unwrap(), "-o", "json"]);
+    assert!(paused.err.contains("completed"), "{}", paused.render());
 }
 
 /// A person cancels from another process while the driver runs jobs: the driver stops them,
