@@ -13,8 +13,8 @@
 //!   pass -> `recovered`; fail -> retried when its retry policy and idempotency key allow; else the
 //!   operation fails with "outcome unknown" and waits for a person.
 //! - Control from other processes (pause, cancel, gate answers) goes through the store; the
-//!   driving loop re-reads the operation between steps, and a stale writer is refused by the
-//!   operation's version.
+//!   driving loop re-reads the operation between steps when the store's data version shows that
+//!   another writer committed, and a stale writer is refused by the operation's version.
 
 mod control;
 mod drive;
