@@ -1,14 +1,22 @@
 //! One child process in its own process group, to its end: capture, timeout, cancel, TERM/KILL.
 //! Shared by the local executor and the SSH executor (which runs the local `ssh` client).
+//!
+//! The calling thread does all the waiting: it reads both output pipes with `poll(2)` and reaps
+//! the leader with `try_wait`, so a run costs no thread of its own (one only to feed stdin, when
+//! there is some). End of output wakes it at once; while the leader runs with its output open,
+//! it also wakes every few milliseconds to see whether the leader exited (its output may be held
+//! by something it left behind).
 
+use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
@@ -22,11 +30,10 @@ const LEAK_TIMEOUT: Duration = Duration::from_millis(250);
 /// How long to wait for pipes to close after SIGKILL (holders that left the group keep them).
 const AFTER_KILL: Duration = Duration::from_millis(500);
 const GROUP_POLL: Duration = Duration::from_millis(10);
-
-enum Event {
-    Exited(io::Result<ExitStatus>),
-    Eof,
-}
+/// How often a running leader whose output is still open is checked for having exited.
+const EXIT_POLL: Duration = Duration::from_millis(10);
+/// The first nap while waiting for a leader whose output is closed (it is usually exiting).
+const FIRST_NAP: Duration = Duration::from_micros(50);
 
 #[derive(Clone, Copy)]
 enum Stop {
@@ -50,7 +57,6 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         Err(e) => return Run::could_not_start(format!("failed to start {what}: {e}")),
     };
     let pgid = child.id() as i32;
-    let (tx, rx) = mpsc::channel();
 
     if let (Some(mut stdin), Some(bytes)) = (child.stdin.take(), spec.stdin.clone()) {
         // A program need not read its input: a broken pipe here is not an error.
@@ -58,22 +64,15 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
             let _ = stdin.write_all(&bytes);
         });
     }
-    let captures = [Capture::new(spec.output_cap), Capture::new(spec.output_cap)].map(|c| Arc::new(Mutex::new(c)));
-    let mut open_streams = 0;
-    if let Some(stdout) = child.stdout.take() {
-        open_streams += 1;
-        spawn_reader(stdout, captures[0].clone(), tx.clone());
-    }
-    if let Some(stderr) = child.stderr.take() {
-        open_streams += 1;
-        spawn_reader(stderr, captures[1].clone(), tx.clone());
-    }
-    thread::spawn(move || {
-        let status = child.wait();
-        let _ = tx.send(Event::Exited(status));
-    });
-
-    let mut waiter = Waiter { rx, open_streams, status: None };
+    let stdout = child.stdout.take().map(|s| File::from(OwnedFd::from(s)));
+    let stderr = child.stderr.take().map(|s| File::from(OwnedFd::from(s)));
+    let mut waiter = Waiter {
+        child,
+        streams: [stdout, stderr],
+        captures: [Capture::new(spec.output_cap), Capture::new(spec.output_cap)],
+        status: None,
+        buf: vec![0u8; 32 * 1024],
+    };
     let deadline = spec.timeout.map(|t| start + t);
     let mut stop: Option<(Stop, Instant)> = None;
     let mut killed = false;
@@ -133,11 +132,11 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         }
         None => {
             waiter.wait_until(Instant::now() + LEAK_TIMEOUT);
-            if waiter.open_streams > 0 {
+            if waiter.open_streams() > 0 {
                 leaked = true;
                 signal_group(pgid, Signal::SIGTERM);
                 waiter.wait_until(Instant::now() + spec.grace);
-                if waiter.open_streams > 0 {
+                if waiter.open_streams() > 0 {
                     signal_group(pgid, Signal::SIGKILL);
                     waiter.wait_until(Instant::now() + AFTER_KILL);
                 }
@@ -156,10 +155,7 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         (None, Some(Err(e))) => Outcome::Lost { reason: format!("failed to wait for the process: {e}") },
         (None, None) => Outcome::Lost { reason: "the process could not be waited for".to_owned() },
     };
-    let [stdout, stderr] = captures.map(|c| {
-        let c = c.lock().unwrap_or_else(|e| e.into_inner());
-        (c.bytes(), c.truncated())
-    });
+    let [stdout, stderr] = waiter.captures.map(|c| (c.bytes(), c.truncated()));
     Run {
         outcome,
         output: Output {
@@ -174,63 +170,90 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
 }
 
 struct Waiter {
-    rx: mpsc::Receiver<Event>,
-    open_streams: u32,
+    child: Child,
+    /// stdout and stderr while they are open.
+    streams: [Option<File>; 2],
+    captures: [Capture; 2],
     status: Option<io::Result<ExitStatus>>,
+    buf: Vec<u8>,
 }
 
 impl Waiter {
-    /// Waits `d`, taking events meanwhile.
+    fn open_streams(&self) -> usize {
+        self.streams.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Waits `d`, taking output meanwhile.
     fn pause(&mut self, d: Duration) {
         let until = Instant::now() + d;
         self.wait_until(until);
         thread::sleep(until.saturating_duration_since(Instant::now()));
     }
 
-    /// Takes events until `until`, or until the leader exited (when it had not), or until both
+    /// Takes output until `until`, or until the leader exited (when it had not), or until both
     /// streams closed (when the leader had exited).
     fn wait_until(&mut self, until: Instant) {
         let had_exited = self.status.is_some();
+        let mut nap = FIRST_NAP;
         loop {
-            if had_exited && self.open_streams == 0 {
+            if !had_exited {
+                match self.child.try_wait() {
+                    Ok(Some(status)) => self.status = Some(Ok(status)),
+                    Ok(None) => {}
+                    Err(e) => self.status = Some(Err(e)),
+                }
+                if self.status.is_some() {
+                    return;
+                }
+            } else if self.open_streams() == 0 {
                 return;
             }
             let left = until.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(Event::Exited(status)) => {
-                    self.status = Some(status);
-                    if !had_exited {
-                        return;
-                    }
-                }
-                Ok(Event::Eof) => self.open_streams = self.open_streams.saturating_sub(1),
-                Err(RecvTimeoutError::Timeout) => return,
-                Err(RecvTimeoutError::Disconnected) => {
-                    // Every thread is done: nothing more will come.
-                    self.open_streams = 0;
-                    if self.status.is_none() {
-                        self.status = Some(Err(io::Error::other("the waiting thread ended")));
-                    }
-                    return;
-                }
+            if left.is_zero() {
+                return;
+            }
+            if self.open_streams() > 0 {
+                self.read_ready(if had_exited { left } else { left.min(EXIT_POLL) });
+            } else {
+                // Output closed, leader not reaped yet: it is most likely exiting right now.
+                thread::sleep(nap.min(left));
+                nap = (nap * 2).min(EXIT_POLL);
             }
         }
     }
-}
 
-fn spawn_reader(mut stream: impl Read + Send + 'static, capture: Arc<Mutex<Capture>>, tx: mpsc::Sender<Event>) {
-    thread::spawn(move || {
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            match stream.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => capture.lock().unwrap_or_else(|e| e.into_inner()).push(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+    /// Waits at most `timeout` for output, and reads what is there; end of file closes a stream.
+    fn read_ready(&mut self, timeout: Duration) {
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as u64;
+        let mut ready = [false; 2];
+        {
+            let open: Vec<usize> = (0..2).filter(|i| self.streams[*i].is_some()).collect();
+            let mut fds: Vec<PollFd<'_>> = open
+                .iter()
+                .filter_map(|i| self.streams[*i].as_ref())
+                .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
+                .collect();
+            match poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)) {
+                Ok(0) | Err(Errno::EINTR) => return,
+                Ok(_) => {
+                    for (fd, i) in fds.iter().zip(&open) {
+                        ready[*i] = fd.revents().is_some_and(|r| !r.is_empty());
+                    }
+                }
+                // Not expected with valid descriptors; as a reader would, treat it as the end.
+                Err(_) => ready = [true; 2],
             }
         }
-        let _ = tx.send(Event::Eof);
-    });
+        for (i, is_ready) in ready.into_iter().enumerate() {
+            let Some(stream) = self.streams[i].as_mut().filter(|_| is_ready) else { continue };
+            match stream.read(&mut self.buf) {
+                Ok(0) => self.streams[i] = None,
+                Ok(n) => self.captures[i].push(&self.buf[..n]),
+                Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {}
+                Err(_) => self.streams[i] = None,
+            }
+        }
+    }
 }
 
 fn signal_group(pgid: i32, signal: Signal) {

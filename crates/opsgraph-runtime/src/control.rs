@@ -294,7 +294,7 @@ impl Runtime {
             }
             // A gate in the DAG answered while the run goes on: it only unblocks its descendants.
             _ => {
-                self.store.commit(&writes)?;
+                self.commit(&writes)?;
                 for w in &writes {
                     if let Write::Timeline(t) = w {
                         progress(t);

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use opsgraph_exec::{Cancel, Executor, LocalExecutor, Program, SshExecutor};
@@ -105,11 +105,11 @@ impl Runtime {
         let (next, write, e) = Runtime::transition_write(op, &event, actor, reason)?;
         let mut writes = vec![write];
         writes.extend(extra);
-        if let Err(err) = self.store.commit(&writes) {
+        if let Err(err) = self.commit(&writes) {
             // Someone else moved the operation first (a person cancelled or paused it): what this
             // writer observed — job results, evidence — is still true and is kept.
             if matches!(err, opsgraph_store::Error::Conflict { .. }) && writes.len() > 1 {
-                self.store.commit(&writes[1..])?;
+                self.commit(&writes[1..])?;
                 for w in &writes[1..] {
                     if let Write::Timeline(t) = w {
                         progress(t);
@@ -131,7 +131,7 @@ impl Runtime {
         if writes.is_empty() {
             return Ok(());
         }
-        self.store.commit(&writes)?;
+        self.commit(&writes)?;
         for w in &writes {
             if let Write::Timeline(t) = w {
                 progress(t);
@@ -280,7 +280,7 @@ impl Runtime {
             op = next;
         }
         writes.extend(extra);
-        self.store.commit(&writes)?;
+        self.commit(&writes)?;
         for w in &writes {
             match w {
                 Write::Timeline(e) | Write::Transition { entry: e, .. } => progress(e),
@@ -408,6 +408,9 @@ impl Runtime {
         env.insert("OPSGRAPH_LAB_DIR".into(), lab.display().to_string());
         // Required artifacts: the file of the dependency that produced it (on the same resource
         // when there is one).
+        if job.inputs.requires.artifacts.is_empty() {
+            return Ok(env);
+        }
         let mut artifacts = self.store.artifacts(&op.id)?;
         artifacts.extend(pending.iter().cloned());
         for a in &job.inputs.requires.artifacts {
@@ -534,9 +537,24 @@ impl Runtime {
         for d in [&run_dir, &self.data_dir.join("lab")] {
             std::fs::create_dir_all(d).map_err(|source| Error::Io { path: d.display().to_string(), source })?;
         }
+        let mut workers = Workers::new(tx);
+        // The operation row as last read, with the store's data version and this runtime's count of
+        // operation writes at that moment: while neither changed, nobody changed the row (pause,
+        // cancel and gate answers from other processes change the data version).
+        let mut op_seen: Option<(i64, u64, OperationRecord)> = None;
+        // Jobs before this index of `plan.jobs` are all done: the search for ready jobs starts here.
+        let mut done_prefix = 0;
 
         loop {
-            let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
+            let data_version = self.store.data_version()?;
+            let op = match (&op_seen, data_version) {
+                (Some((v, w, op)), Some(now)) if *v == now && *w == self.operation_writes => op.clone(),
+                _ => {
+                    let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
+                    op_seen = data_version.map(|v| (v, self.operation_writes, op.clone()));
+                    op
+                }
+            };
             let running = matches!(op.state, OperationState::Running);
             if !running && !carry.is_empty() {
                 self.commit_timeline(std::mem::take(&mut carry), progress)?;
@@ -557,8 +575,9 @@ impl Runtime {
             if cache_stale {
                 cache = self.store.jobs(id)?.into_iter().map(|j| (j.id.clone(), j)).collect();
                 cache_stale = false;
+                done_prefix = 0;
             }
-            let state_of: HashMap<&str, JobState> = cache.iter().map(|(k, j)| (k.as_str(), j.state)).collect();
+            let state_of = |id: &str| cache.get(id).map(|j| j.state);
             let gates = if plan.gates.is_empty() { Vec::new() } else { self.store.gates(id)? };
             let gate_done: HashMap<&str, bool> = gates
                 .iter()
@@ -606,31 +625,32 @@ impl Runtime {
             }
 
             if running {
-                // Ready: pending, dependencies done, gates answered, not waiting for a retry.
+                // Ready: pending, dependencies done, gates answered, not waiting for a retry; in plan
+                // order, as many as there are free slots.
                 let now_i = Instant::now();
-                let ready: Vec<&JobInstance> = plan
-                    .jobs
+                while plan.jobs.get(done_prefix).is_some_and(|j| state_of(&j.id).is_some_and(JobState::is_done)) {
+                    done_prefix += 1;
+                }
+                let free = self.concurrency.max(1).saturating_sub(in_flight.len());
+                let ready: Vec<&JobInstance> = plan.jobs[done_prefix..]
                     .iter()
-                    .filter(|j| {
-                        state_of.get(j.id.as_str()) == Some(&JobState::Pending) && !in_flight.contains_key(&j.id)
-                    })
+                    .filter(|j| state_of(&j.id) == Some(JobState::Pending) && !in_flight.contains_key(&j.id))
                     .filter(|j| not_before.get(&j.id).is_none_or(|t| *t <= now_i))
                     .filter(|j| !blocked_jobs.contains(&j.job))
                     .filter(|j| {
-                        j.depends_on.iter().all(|d| match state_of.get(d.as_str()) {
+                        j.depends_on.iter().all(|d| match state_of(d) {
                             Some(s) => s.is_done(),
                             None => gate_done.get(d.as_str()).copied().unwrap_or(false),
                         })
                     })
+                    .take(free)
                     .collect();
-                let free = self.concurrency.saturating_sub(in_flight.len());
-                let ready: Vec<&JobInstance> = ready.into_iter().take(free).collect();
                 if ready.is_empty() && !carry.is_empty() {
                     self.commit_timeline(std::mem::take(&mut carry), progress)?;
                 }
 
                 if ready.is_empty() && in_flight.is_empty() {
-                    if plan.jobs.iter().all(|j| state_of.get(j.id.as_str()).is_some_and(|s| s.is_done())) {
+                    if plan.jobs.iter().all(|j| state_of(&j.id).is_some_and(JobState::is_done)) {
                         let extra = self.completion_writes(&op, &plan, &pack)?;
                         raced(self.transition(
                             &op,
@@ -642,8 +662,7 @@ impl Runtime {
                         ))?;
                         continue;
                     }
-                    let waiting =
-                        not_before.iter().filter(|(j, _)| state_of.get(j.as_str()) == Some(&JobState::Pending));
+                    let waiting = not_before.iter().filter(|(j, _)| state_of(j) == Some(JobState::Pending));
                     if let Some(wait) = waiting.map(|(_, t)| t.saturating_duration_since(now_i)).min() {
                         std::thread::sleep(wait.min(Duration::from_secs(5)));
                         continue;
@@ -757,10 +776,7 @@ impl Runtime {
                 self.commit_timeline(writes, progress)?;
                 cache.extend(started.into_iter().map(|j| (j.id.clone(), j)));
                 for task in tasks {
-                    let tx = tx.clone();
-                    std::thread::spawn(move || {
-                        let _ = tx.send(jobs::run(task));
-                    });
+                    workers.run(task, in_flight.len());
                 }
             }
 
@@ -1219,6 +1235,42 @@ impl Runtime {
             None => self.commit_timeline(writes, progress)?,
         }
         Ok(())
+    }
+}
+
+/// The threads that run one drive's attempts: started as attempts need them, never more than
+/// are in flight at once (so at most the concurrency), reused for the rest of the drive, ended
+/// when the drive returns. Each attempt still runs alone on its thread from start to result.
+struct Workers {
+    tasks: mpsc::Sender<Task>,
+    queue: Arc<Mutex<mpsc::Receiver<Task>>>,
+    results: mpsc::Sender<TaskResult>,
+    started: usize,
+}
+
+impl Workers {
+    fn new(results: mpsc::Sender<TaskResult>) -> Workers {
+        let (tasks, queue) = mpsc::channel();
+        Workers { tasks, queue: Arc::new(Mutex::new(queue)), results, started: 0 }
+    }
+
+    /// Hands `task` to a worker; `in_flight` counts the attempts started and not yet reported,
+    /// this one included. A worker is free for every one of them.
+    fn run(&mut self, task: Task, in_flight: usize) {
+        while self.started < in_flight {
+            let queue = Arc::clone(&self.queue);
+            let results = self.results.clone();
+            std::thread::spawn(move || loop {
+                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let Ok(task) = next else { break };
+                if results.send(jobs::run(task)).is_err() {
+                    break;
+                }
+            });
+            self.started += 1;
+        }
+        // The receiving side lives as long as a worker does; a send fails only if none could start.
+        let _ = self.tasks.send(task);
     }
 }
 

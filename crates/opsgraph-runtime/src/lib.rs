@@ -13,8 +13,8 @@
 //!   pass -> `recovered`; fail -> retried when its retry policy and idempotency key allow; else the
 //!   operation fails with "outcome unknown" and waits for a person.
 //! - Control from other processes (pause, cancel, gate answers) goes through the store; the
-//!   driving loop re-reads the operation between steps, and a stale writer is refused by the
-//!   operation's version.
+//!   driving loop re-reads the operation between steps when the store's data version shows that
+//!   another writer committed, and a stale writer is refused by the operation's version.
 
 mod control;
 mod drive;
@@ -69,17 +69,47 @@ pub struct Runtime {
     pub(crate) packs: Vec<Pack>,
     pub(crate) resources: Vec<Resource>,
     pub(crate) data_dir: PathBuf,
-    /// How many jobs run at once.
+    /// How many jobs of one operation run at once (8 unless set). Each running job occupies one
+    /// worker thread of the driver; more than the machine can spawn in parallel only queues.
     pub concurrency: usize,
     /// Who the runtime acts as in the timeline.
     pub actor: String,
+    /// Bumped by every commit of this runtime that changes an operation row: with the store's
+    /// `data_version` (other writers), it tells the driver when its copy of the row is current.
+    pub(crate) operation_writes: u64,
 }
 
 impl Runtime {
     /// `resources` is the inventory executors reach (access) and that completed operations
     /// update; `data_dir` holds logs, run directories and artifact blobs.
     pub fn new(store: Box<dyn Store>, packs: Vec<Pack>, resources: Vec<Resource>, data_dir: PathBuf) -> Runtime {
-        Runtime { store, packs, resources, data_dir, concurrency: 8, actor: "opsgraph".to_string() }
+        Runtime {
+            store,
+            packs,
+            resources,
+            data_dir,
+            concurrency: 8,
+            actor: "opsgraph".to_string(),
+            operation_writes: 0,
+        }
+    }
+
+    /// Sets how many jobs of one operation run at once (at least one).
+    pub fn set_concurrency(&mut self, n: usize) {
+        self.concurrency = n.max(1);
+    }
+
+    /// Every commit of the runtime goes through here, so the driver knows when it changed an
+    /// operation row itself.
+    pub(crate) fn commit(&mut self, writes: &[opsgraph_store::Write]) -> Result<(), opsgraph_store::Error> {
+        use opsgraph_store::Write;
+        if writes
+            .iter()
+            .any(|w| matches!(w, Write::Transition { .. } | Write::CreateOperation { .. } | Write::SetPlan { .. }))
+        {
+            self.operation_writes += 1;
+        }
+        self.store.commit(writes)
     }
 
     pub fn store(&self) -> &dyn Store {

@@ -252,6 +252,13 @@ pub trait Store: Send {
     fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error>;
     /// The operation that last succeeded with this idempotency key, if any.
     fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error>;
+    /// A number that changes when another connection (another process, or another store value
+    /// on the same file) commits; this store's own commits leave it alone. A reader that keeps a
+    /// copy of what it read and what it wrote itself may skip re-reading while it is unchanged.
+    /// `None`: the backend cannot tell, re-read every time.
+    fn data_version(&self) -> Result<Option<i64>, Error> {
+        Ok(None)
+    }
 }
 
 /// Now, as RFC 3339 UTC with milliseconds.

@@ -506,6 +506,11 @@ impl Store for SqliteStore {
             .query_row("SELECT operation, job FROM idempotency WHERE key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?)
     }
+
+    /// `PRAGMA data_version`: changes when another connection commits, not on this one's commits.
+    fn data_version(&self) -> Result<Option<i64>, Error> {
+        Ok(Some(self.conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?))
+    }
 }
 
 fn resource_row(r: &Row<'_>) -> rusqlite::Result<(ResourceRecord, String)> {

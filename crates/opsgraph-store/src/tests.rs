@@ -178,3 +178,28 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 1; upgrade opsgraph");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The driver skips re-reading an operation while the data version stands still: it must move
+/// when another connection commits, and only then.
+#[test]
+fn data_version_moves_on_other_connections_commits_only() {
+    let dir = std::env::temp_dir().join(format!("opsgraph-store-dv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("opsgraph.db");
+    let mut mine = SqliteStore::open(&path, Durability::Full).unwrap();
+    let mut other = SqliteStore::open(&path, Durability::Full).unwrap();
+    let before = mine.data_version().unwrap().expect("sqlite knows its data version");
+    mine.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }]).unwrap();
+    assert_eq!(mine.data_version().unwrap(), Some(before), "its own commit");
+    other
+        .commit(&[Write::Transition {
+            operation: "op-1".into(),
+            expect_version: 0,
+            state: OperationState::PlanPreview,
+            entry: entry("op-1", "plan_built"),
+        }])
+        .unwrap();
+    assert_ne!(mine.data_version().unwrap(), Some(before), "another connection's commit");
+    let _ = std::fs::remove_dir_all(&dir);
+}
