@@ -15,6 +15,9 @@ pub struct Cli {
     /// Where operations are stored [default: $OPSGRAPH_DATA_DIR, else ~/.local/share/opsgraph].
     #[arg(long, global = true)]
     pub data_dir: Option<std::path::PathBuf>,
+    /// How many jobs of one operation run at once when this command drives it [default: 8].
+    #[arg(long, global = true, env = "OPSGRAPH_CONCURRENCY", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub concurrency: Option<u16>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -196,6 +199,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         world: world.inventory.clone(),
         wait: !world.no_wait,
         output: world.output,
+        concurrency: cli.concurrency,
     };
     match cli.command {
         Command::Apply { plan, yes } => {
@@ -209,6 +213,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 yes,
                 actor,
                 output,
+                concurrency: cli.concurrency,
             };
             ops_cmd::apply(&args, input, out, err)
         }

@@ -107,10 +107,11 @@ pub struct ApplyArgs<'a> {
     /// `text`: preview, confirmation and live view. `json` / `yaml`: no preview and no live view
     /// (needs `--yes`); the operation as `describe operation` shows it, once it stops.
     pub output: crate::cli::Output,
+    pub concurrency: Option<u16>,
 }
 
 /// A runtime over the data directory, with packs and the inventory given on the command line.
-fn runtime(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Result<Runtime> {
+fn runtime(data_dir: &Path, packs: &[String], world: &[String], concurrency: Option<u16>) -> anyhow::Result<Runtime> {
     let pack_sources = pack_sources(packs, data_dir)?;
     let world_sources: Vec<Source> = world.iter().map(|p| Source::parse(p)).collect();
     let (packs, diags) = load::packs(&pack_sources);
@@ -121,7 +122,11 @@ fn runtime(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Resul
     let (docs, mut diags) = load::documents(&world_sources);
     let world = load::world(docs, &mut diags);
     let store = open_store(data_dir)?;
-    Ok(Runtime::new(Box::new(store), packs, world.resources, data_dir.to_path_buf()))
+    let mut rt = Runtime::new(Box::new(store), packs, world.resources, data_dir.to_path_buf());
+    if let Some(n) = concurrency {
+        rt.set_concurrency(n.into());
+    }
+    Ok(rt)
 }
 
 pub fn apply(
@@ -172,6 +177,9 @@ pub fn apply(
     let store = open_store(&args.data_dir)?;
     let mut rt =
         Runtime::new(Box::new(store), loaded.packs.clone(), loaded.world.resources.clone(), args.data_dir.clone());
+    if let Some(n) = args.concurrency {
+        rt.set_concurrency(n.into());
+    }
     if machine {
         let id = rt.create(&plan, &args.actor, &mut |_| {})?;
         let state = rt.drive(&id, &mut |_| {})?;
@@ -513,6 +521,7 @@ pub struct Control<'a> {
     pub world: Vec<String>,
     pub wait: bool,
     pub output: crate::cli::Output,
+    pub concurrency: Option<u16>,
 }
 
 #[derive(Clone)]
@@ -545,7 +554,7 @@ pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyh
             _ => unreachable!("every other action names its operation"),
         },
     };
-    let root = runtime(&c.data_dir, c.packs, &c.world)?.root_of(&id)?;
+    let root = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?.root_of(&id)?;
     describe_to(&store, "operation", &root, format, out)?;
     let state = store.operation(&root)?.map(|o| o.state);
     Ok(state.as_ref().map(exit_code).unwrap_or(0))
@@ -576,7 +585,7 @@ impl Action<'_> {
 }
 
 fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let mut rt = runtime(&c.data_dir, c.packs, &c.world)?;
+    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
     let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
     let mut note = |e: &TimelineEntry| {
         let _ = e;

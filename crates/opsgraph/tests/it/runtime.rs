@@ -405,10 +405,20 @@ fn cli_apply_for_machines() {
         (refused.code, refused.err.trim()),
         (1, "error: `apply -o json|yaml` prints no preview to confirm: add --yes")
     );
-    let json = opsgraph(&[&args[..], &["-o", "json", "--yes"]].concat());
+    let json = opsgraph(&[&args[..], &["-o", "json", "--yes", "--concurrency", "1"]].concat());
     assert_eq!(json.code, 0, "{}", json.render());
     let doc: serde_json::Value = serde_json::from_str(&json.out).unwrap();
     assert_eq!(doc["state"], "completed");
+    // One job at a time: every start follows the end of the one before.
+    let mut running = 0;
+    for e in doc["timeline"].as_array().unwrap() {
+        match e["event"].as_str().unwrap() {
+            "job_started" => running += 1,
+            "job_succeeded" | "job_failed" | "job_retry" => running -= 1,
+            _ => {}
+        }
+        assert!(running <= 1, "two jobs at once with --concurrency 1: {}", doc["timeline"]);
+    }
     let proven: Vec<&str> =
         doc["evidence"].as_array().unwrap().iter().filter_map(|e| e["capability"].as_str()).collect();
     assert!(proven.contains(&"app.service"), "{proven:?}");
