@@ -216,11 +216,21 @@ impl Runtime {
             return Err(Error::Unsupported(format!("gate `{gate_id}` needs a value: answer it with --value")));
         }
         let at = now();
+        // The value of a secret parameter is stored sealed.
+        let secret = plan_gate.is_some_and(|g| g.type_ == GateType::MissingInput)
+            && gate_id.strip_prefix("input-").is_some_and(|p| self.secret_params(&plan).contains(&p.replace('-', "_")));
+        let value = match &answer.value {
+            Some(v) if secret => {
+                let text = crate::jobs::param_text(v);
+                Some(Value::String(self.seal_text(&text, &format!("gate:{op_id}/{gate_id}"))?))
+            }
+            other => other.clone(),
+        };
         let record = GateRecord {
             answer: Some(answer.option.clone()),
             answered_by: Some(answer.actor.clone()),
             answered_at: Some(at.clone()),
-            value: answer.value.clone(),
+            value,
             ..gate.clone()
         };
         let note = Write::Timeline(entry(

@@ -206,11 +206,14 @@ impl Runtime {
                 });
             }
         }
+        // Secret parameter values are stored sealed (in the plan and in the intent).
+        let mut stored = plan.clone();
+        self.seal_plan(&mut stored)?;
         let at = now();
         let record = OperationRecord {
             id: id.clone(),
             parent: parent.map(str::to_string),
-            intent: serde_json::to_value(&plan.intent).unwrap_or(Value::Null),
+            intent: serde_json::to_value(&stored.intent).unwrap_or(Value::Null),
             resource,
             state: OperationState::DraftIntent,
             plan_revision: plan.revision.hash.clone(),
@@ -220,7 +223,7 @@ impl Runtime {
             version: 0,
         };
         let mut writes = vec![
-            Write::CreateOperation { op: record.clone(), plan: serde_json::to_value(plan).unwrap_or(Value::Null) },
+            Write::CreateOperation { op: record.clone(), plan: serde_json::to_value(&stored).unwrap_or(Value::Null) },
             Write::Timeline(entry(
                 &id,
                 actor,
@@ -354,6 +357,7 @@ impl Runtime {
     }
 
     /// The environment of a job instance: parameters, target, operation, artifacts it requires.
+    #[expect(clippy::too_many_arguments, reason = "the inputs of one job's environment, each distinct")]
     fn environment(
         &self,
         op: &OperationRecord,
@@ -362,10 +366,23 @@ impl Runtime {
         job: &opsgraph_model::Job,
         inputs: &BTreeMap<String, Value>,
         pending: &[ArtifactRecord],
+        secrets: &mut Vec<Vec<u8>>,
     ) -> Result<BTreeMap<String, String>, Error> {
         let mut env = BTreeMap::new();
+        let secret_params = self.secret_params(plan);
+        let private = self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id);
         for (k, v) in job.inputs.parameters.iter().chain(plan.parameters.iter()).chain(inputs.iter()) {
-            env.insert(opsgraph_exec::param_env(k), param_text(v));
+            let text = if secret_params.contains(k.as_str()) && crate::secrets::is_sealed(v) {
+                let aad = format!("param:{}/{k}", plan.revision.hash);
+                let plain = self.open_text(v.as_str().unwrap_or_default(), &aad)?;
+                String::from_utf8_lossy(plain.expose()).into_owned()
+            } else {
+                param_text(v)
+            };
+            if secret_params.contains(k.as_str()) {
+                secrets.push(text.as_bytes().to_vec());
+            }
+            env.insert(opsgraph_exec::param_env(k), text);
         }
         // What each external requirement is bound to: OPSGRAPH_BINDING_<CAPABILITY>_RESOURCE and
         // one variable per attribute of the bound capability and resource.
@@ -376,7 +393,7 @@ impl Runtime {
             if let Some(reference) = doc.as_ref().and_then(|d| d.credentials.get(&capability)) {
                 // An unusable reference does not stop the driver: the job is told why, and fails
                 // with that reason when it needs the credentials.
-                match self.credentials_path(reference) {
+                match self.credentials_path(reference, &private, secrets) {
                     Ok(path) => {
                         if capability == "kubernetes.cluster" {
                             env.insert("KUBECONFIG".into(), path.clone());
@@ -421,7 +438,7 @@ impl Runtime {
                 !same
             });
             if let Some(r) = candidates.first() {
-                env.insert(artifact_env(a), self.data_dir.join(&r.location).display().to_string());
+                env.insert(artifact_env(a), self.artifact_file(r, &private, secrets)?);
             }
         }
         Ok(env)
@@ -472,9 +489,52 @@ impl Runtime {
         Ok(out)
     }
 
+    /// Seals the values of secret parameters (and those of the sub-operations' plans).
+    fn seal_plan(&self, plan: &mut Plan) -> Result<(), Error> {
+        let names = self.secret_params(plan);
+        for name in &names {
+            let aad = format!("param:{}/{name}", plan.revision.hash);
+            for map in [&mut plan.parameters, &mut plan.intent.parameters] {
+                if let Some(v) = map.get_mut(name).filter(|v| !v.is_null() && !crate::secrets::is_sealed(v)) {
+                    *v = Value::String(self.seal_text(&param_text(v), &aad)?);
+                }
+            }
+        }
+        for sub in &mut plan.sub_operations {
+            if let Some(p) = sub.plan.as_deref_mut() {
+                self.seal_plan(p)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The names of the plan's secret parameters.
+    pub(crate) fn secret_params(&self, plan: &Plan) -> HashSet<String> {
+        let Ok(pack) = self.pack(plan) else { return HashSet::new() };
+        let template = pack.templates.iter().find(|t| t.id == plan.template);
+        template
+            .into_iter()
+            .flat_map(|t| t.parameters.iter())
+            .filter(|(_, spec)| spec.secret)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// The file a job reads for an artifact: its blob, or for a secret one, a plaintext copy in
+    /// the job's private directory (removed when the attempt's result is recorded).
+    fn artifact_file(&self, r: &ArtifactRecord, private: &Path, secrets: &mut Vec<Vec<u8>>) -> Result<String, Error> {
+        if r.sensitivity != "secret" {
+            return Ok(self.data_dir.join(&r.location).display().to_string());
+        }
+        let aad = crate::secrets::artifact_aad(&r.operation, &r.job, &r.id);
+        let (path, plain) = self.open_artifact_into(&r.location, &aad, private, &r.id)?;
+        secrets.push(plain.expose().to_vec());
+        Ok(path.display().to_string())
+    }
+
     /// The file behind a credentials reference: an artifact an operation produced (its blob), or
     /// an absolute path the inventory names.
-    fn credentials_path(&self, reference: &str) -> Result<String, Error> {
+    fn credentials_path(&self, reference: &str, private: &Path, secrets: &mut Vec<Vec<u8>>) -> Result<String, Error> {
         let bad = |why: &str| Error::Unsupported(format!("credentials `{reference}`: {why}"));
         match reference.strip_prefix("artifact:") {
             Some(rest) => {
@@ -485,7 +545,7 @@ impl Runtime {
                     .into_iter()
                     .rfind(|a| a.id == id)
                     .ok_or_else(|| bad("no such artifact was produced"))?;
-                Ok(self.data_dir.join(record.location).display().to_string())
+                self.artifact_file(&record, private, secrets)
             }
             None if Path::new(reference).is_absolute() => Ok(reference.to_string()),
             None => Err(bad("expected an absolute path or artifact:<operation>/<artifact>")),
@@ -501,15 +561,22 @@ impl Runtime {
 
     /// Values given at answered missing-input gates, by parameter name.
     fn gate_inputs(&self, op: &str) -> Result<BTreeMap<String, Value>, Error> {
-        Ok(self
-            .store
+        self.store
             .gates(op)?
             .into_iter()
             .filter_map(|g| {
                 let param = g.id.strip_prefix("input-")?.replace('-', "_");
-                Some((param, g.value?))
+                let value = g.value?;
+                if !crate::secrets::is_sealed(&value) {
+                    return Some(Ok((param, value)));
+                }
+                let aad = format!("gate:{op}/{}", g.id);
+                Some(
+                    self.open_text(value.as_str().unwrap_or_default(), &aad)
+                        .map(|plain| (param, Value::String(String::from_utf8_lossy(plain.expose()).into_owned()))),
+                )
             })
-            .collect())
+            .collect::<Result<_, Error>>()
     }
 
     /// Runs an operation until it completes, fails, is cancelled, or waits for a person.
@@ -537,6 +604,8 @@ impl Runtime {
         for d in [&run_dir, &self.data_dir.join("lab")] {
             std::fs::create_dir_all(d).map_err(|source| Error::Io { path: d.display().to_string(), source })?;
         }
+        // Plaintext copies of secrets a crashed driver left behind.
+        let _ = std::fs::remove_dir_all(run_dir.join("secrets"));
         let mut workers = Workers::new(tx);
         // The operation row as last read, with the store's data version and this runtime's count of
         // operation writes at that moment: while neither changed, nobody changed the row (pause,
@@ -705,7 +774,8 @@ impl Runtime {
                         .ok_or_else(|| Error::NoPack(format!("{} (job {})", plan.pack, instance.job)))?;
                     let record = cache.get(&instance.id).cloned();
                     let attempt = record.map_or(0, |r| r.attempts) + 1;
-                    let env = self.environment(&op, &plan, instance, &job, &inputs, &pending)?;
+                    let mut mask = Vec::new();
+                    let env = self.environment(&op, &plan, instance, &job, &inputs, &pending, &mut mask)?;
                     let key_values = self.key_values(&op, &plan, instance, &env);
                     let key = job.controls.idempotency.as_ref().map(|k| render_key(&k.key, &key_values));
                     let check_first = match &key {
@@ -757,6 +827,15 @@ impl Runtime {
                     not_before.remove(&instance.id);
                     keys.insert(instance.id.clone(), key.clone());
                     in_flight.insert(instance.id.clone(), cancel.clone());
+                    let job_secret_outputs: Vec<String> = job
+                        .outputs
+                        .artifacts
+                        .iter()
+                        .filter(|a| {
+                            pack.artifacts.get(*a).is_some_and(|d| d.sensitivity == opsgraph_model::Sensitivity::Secret)
+                        })
+                        .cloned()
+                        .collect();
                     tasks.push(Task {
                         instance: instance.id.clone(),
                         attempt,
@@ -770,6 +849,8 @@ impl Runtime {
                         stem,
                         cancel,
                         check_first,
+                        secret_outputs: job_secret_outputs,
+                        mask,
                     });
                 }
                 let started: Vec<JobRecord> = job_records(&writes);
@@ -795,6 +876,8 @@ impl Runtime {
             let mut failed: Option<(String, String)> = None;
             for r in results {
                 in_flight.remove(&r.instance);
+                // Plaintext copies of secrets live only while the attempt runs.
+                let _ = std::fs::remove_dir_all(run_dir.join("secrets").join(&r.instance));
                 let Some(instance) = instances.get(r.instance.as_str()) else { continue };
                 let job = template.as_ref().and_then(|t| pack.job(t, &instance.job)).cloned();
                 let max_attempts =
@@ -1001,6 +1084,10 @@ impl Runtime {
                 values.insert(p.to_lowercase(), v.clone());
             }
         }
+        // A key is stored and shown: a secret parameter never goes into one.
+        for name in self.secret_params(plan) {
+            values.insert(name, "(secret)".into());
+        }
         if let Some(r) = &instance.resource {
             values.insert("node_id".into(), r.rsplit('/').next().unwrap_or(r).to_string());
             values.insert("resource".into(), r.clone());
@@ -1057,8 +1144,6 @@ impl Runtime {
         }
         if r.failure.is_none() {
             for (id, path) in &r.produced {
-                let (location, size) = jobs::store_blob(&self.data_dir, path)
-                    .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
                 let sensitivity = self
                     .packs
                     .iter()
@@ -1066,6 +1151,13 @@ impl Runtime {
                     .and_then(|a| serde_json::to_value(a.sensitivity).ok())
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_else(|| "internal".into());
+                // Secret artifacts are sealed before they are stored; the plaintext file goes.
+                let (location, size) = if sensitivity == "secret" {
+                    self.seal_artifact(path, &crate::secrets::artifact_aad(&op.id, &r.instance, id))?
+                } else {
+                    jobs::store_blob(&self.data_dir, path)
+                        .map_err(|source| Error::Io { path: path.display().to_string(), source })?
+                };
                 writes.push(Write::Artifact(ArtifactRecord {
                     operation: op.id.clone(),
                     job: r.instance.clone(),
@@ -1167,7 +1259,7 @@ impl Runtime {
         for record in orphans {
             let Some(instance) = plan.jobs.iter().find(|j| j.id == record.id) else { continue };
             let Some(job) = template.and_then(|t| pack.job(t, &instance.job)).cloned() else { continue };
-            let env = self.environment(op, plan, instance, &job, inputs, &[])?;
+            let env = self.environment(op, plan, instance, &job, inputs, &[], &mut Vec::new())?;
             let executor = self.executor_for(instance, &job);
             let checks: Vec<opsgraph_model::Evidence> =
                 job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();

@@ -26,6 +26,10 @@ pub(crate) struct Task {
     pub(crate) cancel: Cancel,
     /// Check evidence first: when it all passes, the job is already satisfied and does not run.
     pub(crate) check_first: bool,
+    /// Declared outputs that are secret: their content is masked in the output too.
+    pub(crate) secret_outputs: Vec<String>,
+    /// Secret values the job was given, masked in its captured output and evidence.
+    pub(crate) mask: Vec<Vec<u8>>,
 }
 
 /// How an attempt ended.
@@ -88,7 +92,7 @@ pub(crate) fn run(task: Task) -> TaskResult {
         if failure.is_none() {
             result.outcome = "evidence already passes".into();
             result.satisfied_without_run = true;
-            result.evidence = checks;
+            result.evidence = Masking::new(task.mask.clone()).evidence(checks);
             result.duration = started.elapsed();
             return result;
         }
@@ -104,6 +108,7 @@ pub(crate) fn run(task: Task) -> TaskResult {
     }
     let mut env = task.env.clone();
     env.insert("OPSGRAPH_OUT".into(), out.display().to_string());
+    let mut masker = Masking::new(task.mask.clone());
     if let Some(program) = task.program.clone() {
         let mut spec = Spec::new(program);
         spec.env = env.clone();
@@ -123,7 +128,17 @@ pub(crate) fn run(task: Task) -> TaskResult {
                 files: task.job.outputs.artifacts.clone(),
             }),
         });
-        let run = task.executor.run(&spec, &task.cancel);
+        let mut run = task.executor.run(&spec, &task.cancel);
+        // Secret values (given, and produced) never reach the log or a failure reason.
+        let mut values = task.mask.clone();
+        for id in &task.secret_outputs {
+            if let Ok(bytes) = std::fs::read(out.join(id)) {
+                values.push(bytes);
+            }
+        }
+        masker = Masking::new(values);
+        run.output.stdout = masker.bytes(&run.output.stdout);
+        run.output.stderr = masker.bytes(&run.output.stderr);
         let mut text = run.output.stdout.clone();
         if !run.output.stderr.is_empty() {
             text.extend_from_slice(b"--- stderr\n");
@@ -159,12 +174,60 @@ pub(crate) fn run(task: Task) -> TaskResult {
     }
     // Evidence decides, whatever the exit code said.
     let (checks, failure) = evidence(&task.evidence, &*task.executor, &env, &task.cancel);
-    result.evidence = checks;
+    result.evidence = masker.evidence(checks);
     if result.failure.is_none() {
-        result.failure = failure;
+        result.failure = failure.map(|f| masker.text(&f));
     }
     result.duration = started.elapsed();
     result
+}
+
+/// Masks secret values in what a job shows. When the masker cannot be built, output is
+/// withheld rather than shown unmasked (fail closed).
+enum Masking {
+    None,
+    Mask(opsgraph_secrets::Masker),
+    Withhold,
+}
+
+impl Masking {
+    fn new(values: Vec<Vec<u8>>) -> Masking {
+        if values.is_empty() {
+            return Masking::None;
+        }
+        match opsgraph_secrets::Masker::new(values) {
+            Ok(m) => Masking::Mask(m),
+            Err(_) => Masking::Withhold,
+        }
+    }
+
+    fn bytes(&self, b: &[u8]) -> Vec<u8> {
+        match self {
+            Masking::None => b.to_vec(),
+            Masking::Mask(m) => m.mask_bytes(b),
+            Masking::Withhold if b.is_empty() => Vec::new(),
+            Masking::Withhold => b"(output withheld: secrets could not be masked)\n".to_vec(),
+        }
+    }
+
+    fn text(&self, t: &str) -> String {
+        String::from_utf8_lossy(&self.bytes(t.as_bytes())).into_owned()
+    }
+
+    fn evidence(&self, checks: Vec<(Evidence, EvidenceResult)>) -> Vec<(Evidence, EvidenceResult)> {
+        if matches!(self, Masking::None) {
+            return checks;
+        }
+        checks
+            .into_iter()
+            .map(|(e, mut r)| {
+                r.observed = self.text(&r.observed);
+                r.expected = self.text(&r.expected);
+                r.detail = self.text(&r.detail);
+                (e, r)
+            })
+            .collect()
+    }
 }
 
 fn last_line(bytes: &[u8]) -> Option<String> {
@@ -216,16 +279,20 @@ pub(crate) fn render_key(template: &str, values: &BTreeMap<String, String>) -> S
 /// Copies a produced artifact into the content-addressed blob store; returns its location
 /// relative to the data directory. A user's artifact name never becomes a path.
 pub(crate) fn store_blob(data_dir: &Path, file: &Path) -> std::io::Result<(String, i64)> {
+    store_blob_bytes(data_dir, &std::fs::read(file)?)
+}
+
+/// Stores `bytes` content-addressed (`blobs/ab/cdef…`, 0600); returns the location and size.
+pub(crate) fn store_blob_bytes(data_dir: &Path, bytes: &[u8]) -> std::io::Result<(String, i64)> {
     use sha2::{Digest, Sha256};
-    let bytes = std::fs::read(file)?;
-    let digest = Sha256::digest(&bytes);
+    let digest = Sha256::digest(bytes);
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     let rel = format!("blobs/{}/{}", &hex[..2], &hex[2..]);
     let path = data_dir.join(&rel);
     if !path.exists() {
         std::fs::create_dir_all(path.parent().unwrap_or(data_dir))?;
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, &bytes)?;
+        std::fs::write(&tmp, bytes)?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

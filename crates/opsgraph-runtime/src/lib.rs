@@ -19,6 +19,7 @@
 mod control;
 mod drive;
 mod jobs;
+mod secrets;
 
 use std::path::PathBuf;
 
@@ -55,6 +56,8 @@ pub enum Error {
     Plan(String),
     #[error("the pack `{0}` of this operation is not loaded")]
     NoPack(String),
+    #[error("secrets: {0}")]
+    Secrets(String),
     #[error("failed to prepare the data directory {path}")]
     Io {
         path: String,
@@ -77,6 +80,8 @@ pub struct Runtime {
     /// Bumped by every commit of this runtime that changes an operation row: with the store's
     /// `data_version` (other writers), it tells the driver when its copy of the row is current.
     pub(crate) operation_writes: u64,
+    /// The master keyring, loaded when a secret is first sealed or opened.
+    pub(crate) keyring: std::sync::OnceLock<Result<std::sync::Arc<opsgraph_secrets::Keyring>, String>>,
 }
 
 impl Runtime {
@@ -91,6 +96,7 @@ impl Runtime {
             concurrency: 8,
             actor: "opsgraph".to_string(),
             operation_writes: 0,
+            keyring: std::sync::OnceLock::new(),
         }
     }
 

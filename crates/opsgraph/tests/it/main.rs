@@ -12,6 +12,7 @@ mod plan;
 mod remote;
 mod resolve;
 mod runtime;
+mod secrets;
 mod subop;
 mod support;
 mod tidy;
