@@ -22,6 +22,8 @@ pub enum Code {
     UnknownRef,
     /// A pack-level rule: coverage, contracts, scripts.
     Pack,
+    /// A size limit: bytes of a file, nesting depth, nodes after alias expansion.
+    Limit,
 }
 
 impl Code {
@@ -37,6 +39,7 @@ impl Code {
             Code::Duplicate => "E008",
             Code::UnknownRef => "E009",
             Code::Pack => "E010",
+            Code::Limit => "E011",
         }
     }
 
@@ -52,6 +55,7 @@ impl Code {
             Code::Duplicate => "duplicate",
             Code::UnknownRef => "unknown-ref",
             Code::Pack => "pack",
+            Code::Limit => "limit",
         }
     }
 }

@@ -51,14 +51,30 @@ pub fn kinds() -> impl Iterator<Item = &'static str> {
 }
 
 /// Parses and checks every document of one file.
+/// The largest file of documents read.
+pub const MAX_FILE_BYTES: usize = 1 << 20;
+
 pub fn parse_file(file: &str, text: &str) -> Parsed {
     let mut parsed = Parsed::default();
+    if text.len() > MAX_FILE_BYTES {
+        parsed.diagnostics.push(
+            Diagnostic::error(
+                Pos { line: 1, col: 1 },
+                Code::Limit,
+                format!("the file is {} bytes; the limit is {MAX_FILE_BYTES} bytes (1 MiB) per file", text.len()),
+            )
+            .in_file(file)
+            .hint("split it into several files"),
+        );
+        return parsed;
+    }
     let roots = match yaml::parse_stream(text) {
         Ok(roots) => roots,
         Err(e) => {
-            parsed
-                .diagnostics
-                .push(Diagnostic::error(e.pos, Code::Syntax, format!("invalid YAML: {}", e.message)).in_file(file));
+            parsed.diagnostics.push(match e.limit {
+                true => Diagnostic::error(e.pos, Code::Limit, e.message).in_file(file),
+                false => Diagnostic::error(e.pos, Code::Syntax, format!("invalid YAML: {}", e.message)).in_file(file),
+            });
             return parsed;
         }
     };

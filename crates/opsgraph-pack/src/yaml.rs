@@ -76,15 +76,23 @@ impl Node {
 pub struct SyntaxError {
     pub pos: Pos,
     pub message: String,
+    /// A size limit, not malformed YAML.
+    pub limit: bool,
 }
 
 /// Parses every document of a YAML stream.
+/// The deepest nesting of sequences and mappings a document may have.
+pub const MAX_DEPTH: usize = 64;
+/// How many nodes a stream may make, aliases expanded (a guard against "billion laughs").
+pub const MAX_NODES: usize = 1_000_000;
+
 pub fn parse_stream(text: &str) -> Result<Vec<Node>, SyntaxError> {
-    let mut builder = Builder { anchors: Vec::new(), stack: Vec::new(), docs: Vec::new() };
+    let mut builder = Builder { anchors: Vec::new(), stack: Vec::new(), docs: Vec::new(), nodes: 0 };
     for event in Parser::new_from_str(text) {
         let (event, span) = event.map_err(|e| SyntaxError {
             pos: Pos { line: e.marker().line() as u32, col: e.marker().col() as u32 + 1 },
             message: e.info().to_string(),
+            limit: false,
         })?;
         builder.event(event, span)?;
     }
@@ -97,9 +105,19 @@ enum Frame {
 }
 
 struct Builder {
-    anchors: Vec<(usize, Node)>,
+    /// Anchor id, the node, and how many nodes it holds.
+    anchors: Vec<(usize, Node, usize)>,
     stack: Vec<Frame>,
     docs: Vec<Node>,
+    nodes: usize,
+}
+
+fn size(node: &Node) -> usize {
+    match &node.kind {
+        NodeKind::Scalar(..) => 1,
+        NodeKind::Seq(items) => 1 + items.iter().map(size).sum::<usize>(),
+        NodeKind::Map(entries) => 1 + entries.iter().map(|(k, v)| size(k) + size(v)).sum::<usize>(),
+    }
 }
 
 impl Builder {
@@ -109,14 +127,15 @@ impl Builder {
             Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
             Event::DocumentStart(_) => {}
             Event::Alias(id) => {
-                let node = self
-                    .anchors
-                    .iter()
-                    .rev()
-                    .find(|(a, _)| *a == id)
-                    .map(|(_, n)| Node { kind: n.kind.clone(), pos })
-                    .ok_or(SyntaxError { pos, message: "unknown alias".to_string() })?;
-                self.push(node)?;
+                let i = self.anchors.iter().rposition(|(a, _, _)| *a == id).ok_or(SyntaxError {
+                    pos,
+                    message: "unknown alias".to_string(),
+                    limit: false,
+                })?;
+                // Counted before it is copied: an expansion past the limit is never built.
+                self.count(self.anchors[i].2, pos)?;
+                let kind = self.anchors[i].1.kind.clone();
+                self.push(Node { kind, pos })?;
             }
             Event::Scalar(value, style, anchor, _tag) => {
                 let scalar = match style {
@@ -124,13 +143,18 @@ impl Builder {
                     _ => Scalar::Str,
                 };
                 let node = Node { kind: NodeKind::Scalar(scalar, value.into_owned()), pos };
+                self.count(1, pos)?;
                 if anchor != 0 {
-                    self.anchors.push((anchor, node.clone()));
+                    self.anchors.push((anchor, node.clone(), 1));
                 }
                 self.push(node)?;
             }
-            Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq { items: Vec::new(), pos, anchor }),
+            Event::SequenceStart(anchor, _) => {
+                self.open(pos)?;
+                self.stack.push(Frame::Seq { items: Vec::new(), pos, anchor })
+            }
             Event::MappingStart(anchor, _) => {
+                self.open(pos)?;
                 self.stack.push(Frame::Map { entries: Vec::new(), pending_key: None, pos, anchor })
             }
             Event::SequenceEnd | Event::MappingEnd => {
@@ -139,13 +163,38 @@ impl Builder {
                     Some(Frame::Map { entries, pos, anchor, .. }) => {
                         (Node { kind: NodeKind::Map(entries), pos }, anchor)
                     }
-                    None => return Err(SyntaxError { pos, message: "unbalanced".to_string() }),
+                    None => return Err(SyntaxError { pos, message: "unbalanced".to_string(), limit: false }),
                 };
                 if anchor != 0 {
-                    self.anchors.push((anchor, node.clone()));
+                    let n = size(&node);
+                    self.anchors.push((anchor, node.clone(), n));
                 }
                 self.push(node)?;
             }
+        }
+        Ok(())
+    }
+
+    /// A new sequence or mapping: one node, one level deeper.
+    fn open(&mut self, pos: Pos) -> Result<(), SyntaxError> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(SyntaxError {
+                pos,
+                message: format!("nesting deeper than {MAX_DEPTH} levels (limit: depth of a document)"),
+                limit: true,
+            });
+        }
+        self.count(1, pos)
+    }
+
+    fn count(&mut self, n: usize, pos: Pos) -> Result<(), SyntaxError> {
+        self.nodes = self.nodes.saturating_add(n);
+        if self.nodes > MAX_NODES {
+            return Err(SyntaxError {
+                pos,
+                message: format!("more than {MAX_NODES} nodes with aliases expanded (limit: nodes of a file)"),
+                limit: true,
+            });
         }
         Ok(())
     }
@@ -160,6 +209,7 @@ impl Builder {
                         return Err(SyntaxError {
                             pos: node.pos,
                             message: "a mapping key must be a scalar".to_string(),
+                            limit: false,
                         });
                     }
                     if let Some((first, _)) = entries.iter().find(|(k, _)| k.as_str() == node.as_str()) {
@@ -170,6 +220,7 @@ impl Builder {
                                 node.as_str().unwrap_or_default(),
                                 first.pos.line
                             ),
+                            limit: false,
                         });
                     }
                     *pending_key = Some(node);

@@ -23,26 +23,113 @@ pub use resolve::{Inventory, Outcome, Resolution};
 /// Why a plan could not be built. Each names what to fix.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Error {
-    UnknownPack { id: String, available: Vec<String> },
-    NoPackForType { resource_type: String, available: Vec<String> },
-    AmbiguousPack { resource_type: String, packs: Vec<String> },
-    UnknownAction { pack: String, action: String, available: Vec<String> },
-    UnknownParameter { name: String, template: String, known: Vec<String> },
-    ParameterType { name: String, expected: String, found: serde_json::Value },
-    ParameterValue { name: String, allowed: Vec<serde_json::Value>, found: serde_json::Value },
-    UnknownResource { id: String, scope: String },
-    WrongResourceType { id: String, scope: String, expected: String, found: String },
-    ScopeSize { scope: String, count: u32, min: Option<u32>, max: Option<u32> },
-    UnknownTarget { name: String, template: String },
-    UnknownScope { scope: String, capability: String, jobs: Vec<String> },
-    AmbiguousScope { job: String, scopes: Vec<String> },
-    UnknownJob { id: String, referenced_by: String },
-    UnknownStage { stage: String, job: String },
-    TwoProviders { output: String, jobs: [String; 2] },
-    Unprovided { job: String, what: String, scope: Option<String> },
-    DuplicateNode { id: String },
-    UnknownDependency { job: String, dependency: String },
-    Cycle { path: Vec<String> },
+    UnknownPack {
+        id: String,
+        available: Vec<String>,
+    },
+    NoPackForType {
+        resource_type: String,
+        available: Vec<String>,
+    },
+    AmbiguousPack {
+        resource_type: String,
+        packs: Vec<String>,
+    },
+    UnknownAction {
+        pack: String,
+        action: String,
+        available: Vec<String>,
+    },
+    UnknownParameter {
+        name: String,
+        template: String,
+        known: Vec<String>,
+    },
+    ParameterType {
+        name: String,
+        expected: String,
+        found: serde_json::Value,
+    },
+    ParameterValue {
+        name: String,
+        allowed: Vec<serde_json::Value>,
+        found: serde_json::Value,
+    },
+    UnknownResource {
+        id: String,
+        scope: String,
+    },
+    WrongResourceType {
+        id: String,
+        scope: String,
+        expected: String,
+        found: String,
+    },
+    ScopeSize {
+        scope: String,
+        count: u32,
+        min: Option<u32>,
+        max: Option<u32>,
+    },
+    UnknownTarget {
+        name: String,
+        template: String,
+    },
+    UnknownScope {
+        scope: String,
+        capability: String,
+        jobs: Vec<String>,
+    },
+    AmbiguousScope {
+        job: String,
+        scopes: Vec<String>,
+    },
+    UnknownJob {
+        id: String,
+        referenced_by: String,
+    },
+    UnknownStage {
+        stage: String,
+        job: String,
+    },
+    TwoProviders {
+        output: String,
+        jobs: [String; 2],
+    },
+    Unprovided {
+        job: String,
+        what: String,
+        scope: Option<String>,
+    },
+    DuplicateNode {
+        id: String,
+    },
+    UnknownDependency {
+        job: String,
+        dependency: String,
+    },
+    Cycle {
+        path: Vec<String>,
+    },
+    /// A documented limit is exceeded.
+    Limit {
+        what: &'static str,
+        limit: usize,
+        found: usize,
+    },
+}
+
+/// Limits on what one plan may hold, checked before anything is stored (docs/operations.md).
+pub mod limits {
+    /// Job instances of one plan (jobs × the resources they fan out over).
+    pub const MAX_INSTANCES: usize = 100_000;
+    /// Resources of one scope: how far one job fans out.
+    pub const MAX_FAN_OUT: usize = 10_000;
+    /// Dependency edges of one plan.
+    pub const MAX_EDGES: usize = 1_000_000;
+    /// Parameters of one intent, and the bytes of one parameter's value (as JSON).
+    pub const MAX_PARAMETERS: usize = 256;
+    pub const MAX_PARAMETER_BYTES: usize = 64 * 1024;
 }
 
 impl Error {
@@ -64,6 +151,7 @@ impl Error {
             Error::TwoProviders { .. } => "P007",
             Error::Unprovided { .. } => "P008",
             Error::Cycle { .. } => "P009",
+            Error::Limit { .. } => "P010",
         }
     }
 }
@@ -159,6 +247,7 @@ impl fmt::Display for Error {
                 write!(f, "job `{job}` depends on unknown node `{dependency}`")
             }
             Error::Cycle { path } => write!(f, "the plan has a cycle: {}", path.join(" -> ")),
+            Error::Limit { what, limit, found } => write!(f, "{what}: {found}, above the limit of {limit}"),
         }
     }
 }

@@ -221,6 +221,23 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     let mut errors = Vec::new();
     let mut edits = Vec::new();
 
+    // Limits first: nothing below is worth computing for an input past them.
+    use crate::limits::*;
+    let limit = |what, limit, found| Error::Limit { what, limit, found };
+    if intent.parameters.len() > MAX_PARAMETERS {
+        return Err(vec![limit("parameters of the intent", MAX_PARAMETERS, intent.parameters.len())]);
+    }
+    for v in intent.parameters.values() {
+        let n = serde_json::to_string(v).map_or(0, |t| t.len());
+        if n > MAX_PARAMETER_BYTES {
+            return Err(vec![limit("bytes of one parameter value", MAX_PARAMETER_BYTES, n)]);
+        }
+    }
+    let targets: usize = intent.targets.values().map(Vec::len).max().unwrap_or(0);
+    if targets > MAX_FAN_OUT {
+        return Err(vec![limit("resources of one target list (fan-out)", MAX_FAN_OUT, targets)]);
+    }
+
     // Parameters.
     let (parameters, missing) = parameters(pack, template, intent, &mut errors);
     edits.push(Edit::SetParameters(parameters.clone()));
@@ -288,6 +305,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             None => vec![(None, job.id.clone())],
         };
         instances.insert(job.id.as_str(), list);
+    }
+    let total: usize = instances.values().map(Vec::len).sum();
+    if total > MAX_INSTANCES {
+        return Err(vec![limit("job instances of the plan", MAX_INSTANCES, total)]);
     }
 
     // (job id, resource id) -> instance id, for edges between instances on the same resource.
@@ -403,6 +424,11 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 destructive: job.controls.destructive,
             });
         }
+    }
+
+    let edges: usize = job_edits.iter().map(|j| j.depends_on.len()).sum();
+    if edges > MAX_EDGES {
+        return Err(vec![limit("dependency edges of the plan", MAX_EDGES, edges)]);
     }
 
     // Resolution.

@@ -403,3 +403,37 @@ fn pack_cross_references() {
         "#]],
     );
 }
+
+#[test]
+fn limits_stop_hostile_documents_before_they_cost_anything() {
+    let deep = format!("intent: {}{}\n", "[".repeat(70), "]".repeat(70));
+    check(
+        &deep,
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/doc.yaml:1:72: error[E011]: nesting deeper than 64 levels (limit: depth of a document)
+            1 error, 0 warnings
+        "#]],
+    );
+    // "Billion laughs": each level doubles the one before; expanded, it would be 2^40 nodes.
+    let mut laughs = String::from("a0: &a0 [lol, lol]\n");
+    for i in 1..40 {
+        laughs.push_str(&format!("a{i}: &a{i} [*a{}, *a{}]\n", i - 1, i - 1));
+    }
+    let text = format!("intent:\n  parameters:\n{}", laughs.lines().map(|l| format!("    {l}\n")).collect::<String>());
+    let dir = temp_dir(&[("doc.yaml", &text)]);
+    let run = opsgraph(&["validate", &dir.join("doc.yaml").display().to_string()]);
+    assert!(run.err.contains("error[E011]: more than 1000000 nodes with aliases expanded"), "{}", run.render());
+    let big = format!("# {}\nintent: {{target_resource_type: x, action: y}}\n", "x".repeat(1 << 20));
+    check(
+        &big,
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/doc.yaml:1:1: error[E011]: the file is 1048624 bytes; the limit is 1048576 bytes (1 MiB) per file
+              = hint: split it into several files
+            1 error, 0 warnings
+        "#]],
+    );
+}

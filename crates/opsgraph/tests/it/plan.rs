@@ -255,3 +255,34 @@ fn fan_out_scales_to_ten_thousand_instances() {
     let j5 = plan.jobs.iter().find(|j| j.id == "j5@n500").unwrap();
     assert_eq!(j5.depends_on, vec!["j4@n500"]);
 }
+
+#[test]
+fn limits_refuse_oversized_plans_before_building_them() {
+    let p = pack("lim", "thing", vec![job("a").on("nodes").requires(req("linux.host").scoped("nodes"))]);
+    let mut i = intent("thing", "dev");
+    targets(&mut i, 10_001);
+    check(
+        world(p.clone(), i),
+        expect![[r#"
+            error[P010]: resources of one target list (fan-out): 10001, above the limit of 10000
+        "#]],
+    );
+    let mut i = intent("thing", "dev");
+    i.parameters.insert("blob".into(), serde_json::json!("x".repeat(70_000)));
+    check(
+        world(p.clone(), i),
+        expect![[r#"
+            error[P010]: bytes of one parameter value: 70002, above the limit of 65536
+        "#]],
+    );
+    let mut i = intent("thing", "dev");
+    for n in 0..300 {
+        i.parameters.insert(format!("p{n}"), serde_json::json!(n));
+    }
+    check(
+        world(p, i),
+        expect![[r#"
+            error[P010]: parameters of the intent: 300, above the limit of 256
+        "#]],
+    );
+}
