@@ -29,6 +29,7 @@ use opsgraph_store::Store;
 
 pub use control::GateAnswer;
 pub use drive::Progress;
+pub use secrets::Rotation;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -92,3 +92,150 @@ pub(crate) fn private_file(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Res
     f.write_all(bytes)?;
     Ok(path)
 }
+
+/// What a key rotation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotation {
+    pub active: String,
+    pub retired: String,
+    /// Sealed values moved to the new key: plan and intent parameters, gate values, artifacts.
+    pub resealed: usize,
+}
+
+impl Runtime {
+    /// Rotates the master key: a new active key, every sealed value of the data directory sealed
+    /// again under it in one transaction, then the old key retired. With `OPSGRAPH_MASTER_KEY`
+    /// the keys live in the environment: rotating means putting the new key first there.
+    pub fn rotate_master_key(&mut self) -> Result<Rotation, Error> {
+        if std::env::var_os(opsgraph_secrets::ENV_VAR).is_some() {
+            return Err(Error::Secrets(format!(
+                "the master key comes from {}: rotate it there (the new key first, the old one after a comma), \
+                 then unset the old one once `opsgraph secrets reseal` has run",
+                opsgraph_secrets::ENV_VAR
+            )));
+        }
+        self.keyring()?; // the key file exists before it is rotated
+        let r = opsgraph_secrets::rotate(&self.data_dir).map_err(|e| Error::Secrets(e.to_string()))?;
+        self.keyring = std::sync::OnceLock::new();
+        let resealed = self.reseal_all()?;
+        opsgraph_secrets::retire(&self.data_dir, r.retired).map_err(|e| Error::Secrets(e.to_string()))?;
+        self.keyring = std::sync::OnceLock::new();
+        Ok(Rotation { active: r.active.to_string(), retired: r.retired.to_string(), resealed })
+    }
+
+    /// Seals every value not sealed under the active key again under it, in one transaction;
+    /// returns how many moved.
+    pub fn reseal_all(&mut self) -> Result<usize, Error> {
+        let keys = self.keyring()?;
+        let active = keys.active_id();
+        let mut writes = Vec::new();
+        let mut old_blobs = Vec::new();
+        let mut moved = 0;
+        for op in self.store.operations(&Default::default())? {
+            if let Some(value) = self.store.plan(&op.plan_revision)? {
+                let mut plan: opsgraph_plan::Plan =
+                    serde_json::from_value(value).map_err(|_| Error::Plan(op.plan_revision.clone()))?;
+                let n = self.reseal_plan(&keys, &mut plan)?;
+                if n > 0 {
+                    moved += n;
+                    let plan = serde_json::to_value(&plan).unwrap_or_default();
+                    writes.push(opsgraph_store::Write::ReplacePlan { revision: op.plan_revision.clone(), plan });
+                }
+            }
+            let mut intent = op.intent.clone();
+            let mut n = 0;
+            if let Some(params) = intent.get_mut("parameters").and_then(|p| p.as_object_mut()) {
+                for (name, v) in params.iter_mut() {
+                    n += reseal_value(&keys, v, &format!("param:{}/{name}", op.plan_revision))?;
+                }
+            }
+            if n > 0 {
+                moved += n;
+                writes.push(opsgraph_store::Write::ReplaceIntent { operation: op.id.clone(), intent });
+            }
+            for mut g in self.store.gates(&op.id)? {
+                let aad = format!("gate:{}/{}", op.id, g.id);
+                if let Some(v) = g.value.as_mut() {
+                    if reseal_value(&keys, v, &aad)? > 0 {
+                        moved += 1;
+                        writes.push(opsgraph_store::Write::Gate(g));
+                    }
+                }
+            }
+            for mut a in self.store.artifacts(&op.id)?.into_iter().filter(|a| a.sensitivity == "secret") {
+                let path = self.data_dir.join(&a.location);
+                let io = |source| Error::Io { path: path.display().to_string(), source };
+                let sealed = std::fs::read(&path).map_err(io)?;
+                if opsgraph_secrets::sealed_key_id(&sealed).is_ok_and(|id| id == active) {
+                    continue;
+                }
+                let aad = artifact_aad(&a.operation, &a.job, &a.id);
+                let again = keys.reseal(&sealed, aad.as_bytes()).map_err(|e| Error::Secrets(format!("{aad}: {e}")))?;
+                let (location, _) = crate::jobs::store_blob_bytes(&self.data_dir, &again).map_err(io)?;
+                old_blobs.push(path.clone());
+                a.location = location;
+                moved += 1;
+                writes.push(opsgraph_store::Write::Artifact(a));
+            }
+        }
+        if !writes.is_empty() {
+            self.commit(&writes)?;
+        }
+        for b in old_blobs {
+            let _ = std::fs::remove_file(b);
+        }
+        Ok(moved)
+    }
+
+    fn reseal_plan(&self, keys: &Keyring, plan: &mut opsgraph_plan::Plan) -> Result<usize, Error> {
+        let mut n = 0;
+        for name in self.secret_params(plan) {
+            let aad = format!("param:{}/{name}", plan.revision.hash);
+            for map in [&mut plan.parameters, &mut plan.intent.parameters] {
+                if let Some(v) = map.get_mut(&name) {
+                    n += reseal_value(keys, v, &aad)?;
+                }
+            }
+        }
+        for sub in &mut plan.sub_operations {
+            if let Some(p) = sub.plan.as_deref_mut() {
+                n += self.reseal_plan(keys, p)?;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Seals a `sealed:` value again under the active key; 1 when it moved, 0 when it was already
+/// there or is not sealed.
+fn reseal_value(keys: &Keyring, v: &mut serde_json::Value, aad: &str) -> Result<usize, Error> {
+    let Some(b64) = v.as_str().and_then(|s| s.strip_prefix(PREFIX)) else { return Ok(0) };
+    let engine = base64::engine::general_purpose::STANDARD;
+    let sealed = engine.decode(b64).map_err(|_| Error::Secrets(format!("{aad}: the sealed value is not base64")))?;
+    if opsgraph_secrets::sealed_key_id(&sealed).is_ok_and(|id| id == keys.active_id()) {
+        return Ok(0);
+    }
+    let again = keys.reseal(&sealed, aad.as_bytes()).map_err(|e| Error::Secrets(format!("{aad}: {e}")))?;
+    *v = serde_json::Value::String(format!("{PREFIX}{}", engine.encode(again)));
+    Ok(1)
+}
+
+impl Runtime {
+    /// The content of an artifact an operation produced (the last one of that id): a secret one
+    /// opened with the master key. The caller decides who may see it and records that it did.
+    pub fn reveal_artifact(&self, operation: &str, id: &str) -> Result<Secret, Error> {
+        let record = self
+            .store
+            .artifacts(operation)?
+            .into_iter()
+            .rfind(|a| a.id == id)
+            .ok_or_else(|| Error::Unsupported(format!("operation {operation} produced no artifact `{id}`")))?;
+        let path = self.data_dir.join(&record.location);
+        let bytes = std::fs::read(&path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+        if record.sensitivity != "secret" {
+            return Ok(Secret::new(bytes));
+        }
+        let aad = artifact_aad(&record.operation, &record.job, &record.id);
+        self.keyring()?.open(&bytes, aad.as_bytes()).map_err(|e| Error::Secrets(format!("{aad}: {e}")))
+    }
+}

@@ -204,6 +204,17 @@ pub enum Write {
         revision: String,
         plan: Value,
     },
+    /// The stored text of a plan revision changes without changing what it means (secrets
+    /// sealed again under a new key).
+    ReplacePlan {
+        revision: String,
+        plan: Value,
+    },
+    /// The same, for an operation's intent.
+    ReplaceIntent {
+        operation: String,
+        intent: Value,
+    },
     /// A state change and its timeline entry; refused when `expect_version` is stale.
     Transition {
         operation: String,

@@ -244,6 +244,12 @@ impl Store for SqliteStore {
                     )?;
                     exec(&tx, "UPDATE operations SET plan_revision = ?2 WHERE id = ?1", params![operation, revision])?;
                 }
+                Write::ReplacePlan { revision, plan } => {
+                    exec(&tx, "UPDATE plans SET plan = ?2 WHERE revision = ?1", params![revision, json(plan)?])?;
+                }
+                Write::ReplaceIntent { operation, intent } => {
+                    exec(&tx, "UPDATE operations SET intent = ?2 WHERE id = ?1", params![operation, json(intent)?])?;
+                }
                 Write::Transition { operation, expect_version, state, entry } => {
                     let changed = exec(
                         &tx,

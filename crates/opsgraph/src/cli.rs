@@ -122,6 +122,11 @@ pub enum Command {
     },
     /// Run the bundled lab scenario end to end in a fresh data directory.
     Demo,
+    /// The master key that seals secrets at rest.
+    Secrets {
+        #[command(subcommand)]
+        command: SecretsCommand,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -160,6 +165,16 @@ pub enum GateCommand {
         #[command(flatten)]
         world: WorldArgs,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Make a new master key, seal every secret of the data directory again under it, retire the
+    /// old one (`DATA_DIR/master.key`).
+    Rotate,
+    /// Seal again under the active key whatever an older key sealed (after putting a new key
+    /// first in `OPSGRAPH_MASTER_KEY`).
+    Reseal,
 }
 
 #[derive(Debug, Subcommand)]
@@ -297,6 +312,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Plan(args) => crate::plan_cmd::plan(&args, out, err),
         Command::Demo => crate::plan_cmd::demo(cli.data_dir.as_deref(), out, err),
+        Command::Secrets { command } => ops_cmd::secrets(&data_dir, &command, out),
     }
 }
 

@@ -31,7 +31,13 @@ pub fn default_data_dir() -> PathBuf {
 }
 
 pub fn open_store(data_dir: &Path) -> anyhow::Result<SqliteStore> {
-    std::fs::create_dir_all(data_dir)
+    // The data directory holds the database, logs and blobs: this user's only (a directory that
+    // exists already keeps its mode).
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data_dir)
         .with_context(|| format!("failed to create the data directory {}", data_dir.display()))?;
     let durability = match std::env::var("OPSGRAPH_SYNC").as_deref() {
         Ok("normal") => Durability::Normal,
@@ -657,4 +663,27 @@ fn find_gate(store: &dyn Store, gate: &str) -> anyhow::Result<String> {
         [] => bail!("no open gate `{gate}` in any operation"),
         many => bail!("gate `{gate}` is open in several operations ({}); name one with --operation", many.join(", ")),
     }
+}
+
+/// `secrets rotate|reseal`.
+pub fn secrets(data_dir: &Path, command: &crate::cli::SecretsCommand, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let mut rt = Runtime::new(Box::new(open_store(data_dir)?), vec![], vec![], data_dir.to_path_buf());
+    match command {
+        crate::cli::SecretsCommand::Rotate => {
+            let r = rt.rotate_master_key()?;
+            writeln!(
+                out,
+                "master key rotated: active {}, retired {}; {} sealed value{} moved to the new key",
+                r.active,
+                r.retired,
+                r.resealed,
+                if r.resealed == 1 { "" } else { "s" }
+            )?;
+        }
+        crate::cli::SecretsCommand::Reseal => {
+            let n = rt.reseal_all()?;
+            writeln!(out, "{n} sealed value{} moved to the active key", if n == 1 { "" } else { "s" })?;
+        }
+    }
+    Ok(0)
 }

@@ -117,4 +117,26 @@ fn canary_secrets_never_appear_in_plain_text() {
     for c in canaries {
         assert!(!describe.out.contains(c), "{c} in describe output");
     }
+
+    // Rotation: a new key, every sealed value moved to it in one transaction, the old key gone.
+    let before = std::fs::read_to_string(data.join("master.key")).unwrap();
+    let rotation = rt.rotate_master_key().unwrap();
+    assert_eq!(rotation.resealed, 5, "plan and intent parameters, the intent, the gate value, the artifact");
+    let after = std::fs::read_to_string(data.join("master.key")).unwrap();
+    assert_ne!(before, after);
+    assert!(after.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).count() == 1, "{after}");
+    assert!(after.contains(&format!("active {}", rotation.active)), "{after}");
+    // Only the new key remains, and it opens what was sealed before.
+    assert_eq!(rt.reveal_artifact(&id, "token").unwrap().expose(), TOKEN.as_bytes());
+    assert_eq!(rt.reseal_all().unwrap(), 0, "everything is under the active key");
+    let mut all = Vec::new();
+    files(&data, &mut all);
+    for (path, bytes) in &all {
+        if path.ends_with("token-file") || path.ends_with("params-ok") {
+            continue;
+        }
+        for c in canaries {
+            assert!(!contains(bytes, c), "{c} in plain text in {} after rotation", path.display());
+        }
+    }
 }
