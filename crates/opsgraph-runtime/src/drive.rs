@@ -1109,14 +1109,21 @@ impl Runtime {
     ) -> Result<(), Error> {
         // What the checks prove: the capabilities the job provides, on its resource (or the
         // operation's target when the job runs once).
-        let proves: Vec<String> = self
+        let provisions = self
             .packs
             .iter()
             .find_map(|p| p.jobs.get(&instance.job))
-            .map(|j| j.outputs.provides.capabilities.iter().map(|c| c.capability.clone()).collect())
+            .map(|j| j.outputs.provides.capabilities.clone())
             .unwrap_or_default();
+        let proves: Vec<String> = provisions.iter().map(|c| c.capability.clone()).collect();
         let capability = (!proves.is_empty()).then(|| proves.join(", "));
-        let resource = instance.resource.clone().or_else(|| op.resource.clone());
+        // A capability provided in a scope belongs to the resource the job ran on; one provided
+        // unscoped belongs to what the operation creates or changes.
+        let resource = if provisions.iter().any(|c| c.scope.is_none()) {
+            op.resource.clone().or_else(|| instance.resource.clone())
+        } else {
+            instance.resource.clone().or_else(|| op.resource.clone())
+        };
         for (check, result) in &r.evidence {
             writes.push(Write::Evidence(EvidenceRecord {
                 operation: op.id.clone(),
@@ -1259,15 +1266,18 @@ impl Runtime {
         for record in orphans {
             let Some(instance) = plan.jobs.iter().find(|j| j.id == record.id) else { continue };
             let Some(job) = template.and_then(|t| pack.job(t, &instance.job)).cloned() else { continue };
-            let env = self.environment(op, plan, instance, &job, inputs, &[], &mut Vec::new())?;
+            let mut mask = Vec::new();
+            let env = self.environment(op, plan, instance, &job, inputs, &[], &mut mask)?;
             let executor = self.executor_for(instance, &job);
             let checks: Vec<opsgraph_model::Evidence> =
                 job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
             let (results, failure) = if checks.is_empty() {
                 (vec![], Some("it declares no evidence".to_string()))
             } else {
-                jobs::evidence(&checks, &*executor, &env, &Cancel::new())
+                let (results, failure) = jobs::evidence(&checks, &*executor, &env, &Cancel::new());
+                jobs::masked(mask, results, failure)
             };
+            let _ = std::fs::remove_dir_all(self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id));
             let result = TaskResult {
                 instance: record.id.clone(),
                 attempt: record.attempts,

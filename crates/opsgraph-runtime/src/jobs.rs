@@ -182,6 +182,17 @@ pub(crate) fn run(task: Task) -> TaskResult {
     result
 }
 
+/// Evidence results and their failure with `values` masked.
+pub(crate) fn masked(
+    values: Vec<Vec<u8>>,
+    checks: Vec<(Evidence, EvidenceResult)>,
+    failure: Option<String>,
+) -> (Vec<(Evidence, EvidenceResult)>, Option<String>) {
+    let m = Masking::new(values);
+    let failure = failure.map(|f| m.text(&f));
+    (m.evidence(checks), failure)
+}
+
 /// Masks secret values in what a job shows. When the masker cannot be built, output is
 /// withheld rather than shown unmasked (fail closed).
 enum Masking {
