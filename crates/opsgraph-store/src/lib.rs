@@ -9,6 +9,8 @@
 
 mod sqlite;
 
+use std::collections::BTreeMap;
+
 use opsgraph_model::OperationState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -247,6 +249,26 @@ pub struct OperationFilter {
 }
 
 /// The storage an operation runtime needs.
+/// What `/metrics` reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// Operation state kind (`running`, `failed`, ...) -> how many.
+    pub operations: BTreeMap<String, u64>,
+    /// Job state -> how many, across operations.
+    pub jobs: BTreeMap<String, u64>,
+    /// Jobs waiting to start in running operations.
+    pub queue_depth: u64,
+    /// Durations of finished attempts, in milliseconds, as cumulative buckets:
+    /// (upper bound, count of attempts at or under it); then the total count and sum.
+    pub duration_buckets: Vec<(f64, u64)>,
+    pub duration_count: u64,
+    pub duration_sum_ms: f64,
+}
+
+/// The upper bounds of the job duration histogram, in milliseconds.
+pub const DURATION_BUCKETS_MS: &[f64] =
+    &[10.0, 50.0, 100.0, 500.0, 1_000.0, 5_000.0, 10_000.0, 60_000.0, 300_000.0, 1_800_000.0];
+
 pub trait Store: Send {
     /// Applies every write in one transaction: all or nothing.
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error>;
@@ -263,6 +285,11 @@ pub trait Store: Send {
     fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error>;
     /// The operation that last succeeded with this idempotency key, if any.
     fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error>;
+    /// Timeline entries after `after` (a `seq`), of one operation or of all, oldest first, at most
+    /// `limit`: what a live stream sends next.
+    fn timeline_after(&self, operation: Option<&str>, after: i64, limit: usize) -> Result<Vec<TimelineEntry>, Error>;
+    /// Counts for monitoring: operations by state, jobs by state, finished attempts' durations.
+    fn stats(&self) -> Result<Stats, Error>;
     /// A number that changes when another connection (another process, or another store value
     /// on the same file) commits; this store's own commits leave it alone. A reader that keeps a
     /// copy of what it read and what it wrote itself may skip re-reading while it is unchanged.

@@ -388,6 +388,72 @@ impl Store for SqliteStore {
         .collect()
     }
 
+    fn timeline_after(&self, operation: Option<&str>, after: i64, limit: usize) -> Result<Vec<TimelineEntry>, Error> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, operation, at, actor, event, from_state, to_state, reason, data FROM timeline
+             WHERE seq > ?1 AND (?2 IS NULL OR operation = ?2) ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![after, operation, limit as i64], |r| {
+            Ok((
+                TimelineEntry {
+                    seq: r.get(0)?,
+                    operation: r.get(1)?,
+                    at: r.get(2)?,
+                    actor: r.get(3)?,
+                    event: r.get(4)?,
+                    from: r.get(5)?,
+                    to: r.get(6)?,
+                    reason: r.get(7)?,
+                    data: Value::Null,
+                },
+                r.get::<_, String>(8)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (mut e, data) = r?;
+            e.data = serde_json::from_str(&data)?;
+            Ok(e)
+        })
+        .collect()
+    }
+
+    fn stats(&self) -> Result<crate::Stats, Error> {
+        let mut stats = crate::Stats::default();
+        let mut stmt = self.conn.prepare_cached("SELECT state_kind, COUNT(*) FROM operations GROUP BY state_kind")?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+            let (k, n) = row?;
+            stats.operations.insert(k, n as u64);
+        }
+        let mut stmt = self.conn.prepare_cached("SELECT state, COUNT(*) FROM jobs GROUP BY state")?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+            let (k, n) = row?;
+            stats.jobs.insert(k, n as u64);
+        }
+        stats.queue_depth = self.conn.query_row(
+            "SELECT COUNT(*) FROM jobs j JOIN operations o ON o.id = j.operation
+             WHERE o.state_kind = 'running' AND j.state = 'pending'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )? as u64;
+        let mut counts = vec![0u64; crate::DURATION_BUCKETS_MS.len()];
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT json_extract(outcome, '$.duration_ms') FROM jobs
+             WHERE json_valid(outcome) AND json_extract(outcome, '$.duration_ms') IS NOT NULL",
+        )?;
+        for row in stmt.query_map([], |r| r.get::<_, f64>(0))? {
+            let ms = row?;
+            stats.duration_count += 1;
+            stats.duration_sum_ms += ms;
+            for (i, bound) in crate::DURATION_BUCKETS_MS.iter().enumerate() {
+                if ms <= *bound {
+                    counts[i] += 1;
+                }
+            }
+        }
+        stats.duration_buckets = crate::DURATION_BUCKETS_MS.iter().copied().zip(counts).collect();
+        Ok(stats)
+    }
+
     fn jobs(&self, operation: &str) -> Result<Vec<JobRecord>, Error> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT operation, id, state, attempts, outcome, updated_at FROM jobs WHERE operation = ?1 ORDER BY rowid",

@@ -203,3 +203,54 @@ fn data_version_moves_on_other_connections_commits_only() {
     assert_ne!(mine.data_version().unwrap(), Some(before), "another connection's commit");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn timeline_after_pages_one_operation_or_all_and_stats_count() {
+    let mut store = SqliteStore::memory().unwrap();
+    let mut running = op("op-2");
+    running.state = OperationState::Running;
+    store
+        .commit(&[
+            Write::CreateOperation { op: op("op-1"), plan: json!({}) },
+            Write::CreateOperation { op: running, plan: json!({}) },
+            Write::Timeline(entry("op-1", "a")),
+            Write::Timeline(entry("op-2", "b")),
+            Write::Timeline(entry("op-1", "c")),
+        ])
+        .unwrap();
+    let events = |op: Option<&str>, after: i64, limit: usize| -> Vec<String> {
+        store.timeline_after(op, after, limit).unwrap().iter().map(|e| format!("{}:{}", e.seq, e.event)).collect()
+    };
+    assert_eq!(events(None, 0, 10), ["1:a", "2:b", "3:c"]);
+    assert_eq!(events(None, 1, 1), ["2:b"]);
+    assert_eq!(events(Some("op-1"), 1, 10), ["3:c"]);
+    assert!(events(Some("op-1"), 3, 10).is_empty());
+
+    let job = |id: &str, state: JobState, ms: Option<u64>| {
+        Write::Job(JobRecord {
+            operation: "op-2".into(),
+            id: id.into(),
+            state,
+            attempts: 1,
+            outcome: ms.map_or(json!(null), |ms| json!({"duration_ms": ms})),
+            updated_at: rfc3339(1_700_000_002, 0),
+        })
+    };
+    store
+        .commit(&[
+            job("a", JobState::Succeeded, Some(40)),
+            job("b", JobState::Failed, Some(2_000)),
+            job("c", JobState::Pending, None),
+            job("d", JobState::Pending, None),
+        ])
+        .unwrap();
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.operations.get("running"), Some(&1));
+    assert_eq!(stats.operations.get("draft_intent"), Some(&1));
+    assert_eq!(stats.jobs.get("pending"), Some(&2));
+    assert_eq!(stats.queue_depth, 2);
+    assert_eq!((stats.duration_count, stats.duration_sum_ms), (2, 2_040.0));
+    // Cumulative: 40 ms is under every bound from 50 ms, 2 s from 5 s.
+    let at = |bound: f64| stats.duration_buckets.iter().find(|(b, _)| *b == bound).unwrap().1;
+    assert_eq!((at(10.0), at(50.0), at(1_000.0), at(5_000.0)), (0, 1, 1, 2));
+}
