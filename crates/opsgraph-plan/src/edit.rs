@@ -66,6 +66,11 @@ pub fn apply(mut plan: Plan, edits: Vec<Edit>) -> Result<Plan, Vec<Error>> {
     Ok(plan)
 }
 
+/// The next revision of an edited plan: validated, numbered and hashed afresh.
+pub(crate) fn revise(plan: Plan) -> Result<Plan, Vec<Error>> {
+    apply(plan, Vec::new())
+}
+
 /// Node ids are unique, every dependency exists, and the graph has no cycle.
 fn validate(plan: &Plan, errors: &mut Vec<Error>) {
     let mut ids: HashMap<&str, usize> = HashMap::with_capacity(plan.jobs.len() + plan.gates.len());

@@ -7,6 +7,7 @@
 mod columns;
 mod edit;
 pub mod lifecycle;
+pub mod patch;
 mod plan;
 pub mod render;
 pub mod resolve;

@@ -95,6 +95,9 @@ pub struct JobInstance {
     /// Why each dependency exists, in the order of `depends_on`.
     pub because: Vec<String>,
     pub destructive: bool,
+    /// Skipped by a patch, with its reason: counts as done, does not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -422,6 +425,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 depends_on,
                 because,
                 destructive: job.controls.destructive,
+                skipped: None,
             });
         }
     }

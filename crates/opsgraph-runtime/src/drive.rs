@@ -236,7 +236,8 @@ impl Runtime {
             writes.push(Write::Job(JobRecord {
                 operation: id.clone(),
                 id: j.id.clone(),
-                state: JobState::Pending,
+                // Skipped by a patch to the preview: done without running.
+                state: if j.skipped.is_some() { JobState::Skipped } else { JobState::Pending },
                 attempts: 0,
                 outcome: Value::Null,
                 updated_at: at.clone(),

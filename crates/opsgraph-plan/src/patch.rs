@@ -1,0 +1,438 @@
+//! Plan patches (seed §14): an allow-list of structured changes to a plan revision, reviewed and
+//! applied through the one edit path. A patch either yields a new, validated revision with its
+//! diff and the reviewer's findings, or is refused with findings that say why — nothing in
+//! between.
+//!
+//! The change kinds and their rules:
+//! - `insert_after` / `insert_before`: jobs from the pack's job library, chained in the order
+//!   given, on each resource the anchor runs on (or once, when the anchor is unscoped). After:
+//!   the anchor's dependents then also wait for the last inserted job. Before: the first
+//!   inserted job takes the anchor's dependencies, and the anchor waits for the last one. Each
+//!   inserted job's required artifacts and capabilities must be provided by the plan or bound by
+//!   its resolution; a destructive one gets a `destructive_action` gate.
+//! - `retry`: a job's instances (and with `with_descendants`, everything downstream) run again;
+//!   the plan is unchanged, the diff lists them for the runtime.
+//! - `skip`: refused when a job that is not skipped requires a capability or artifact of it.
+//! - `set_parameters`: template parameters, each checked against its declared type and `enum`.
+//! - `add_gate`: a gate before the named jobs (all of their instances).
+
+use std::collections::{BTreeSet, HashSet};
+
+use opsgraph_model::{Gate, GateType, Job, ParamType, PatchChange, PlanPatch};
+use opsgraph_pack::Pack;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::plan::{JobInstance, Plan, PlanGate};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The patch is refused.
+    Error,
+    /// Applied, but a person should look.
+    Warning,
+    /// What the reviewer did or noticed (a gate it added).
+    Info,
+}
+
+/// One thing the reviewer found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub severity: Severity,
+    /// A stable code: `unknown-job`, `contract`, `skip-required`, `parameter`, `cycle`, ...
+    pub code: &'static str,
+    /// The change it is about (0-based), if one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change: Option<usize>,
+    pub message: String,
+}
+
+/// What a patch changes, for people (text) and machines (JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Diff {
+    /// Job instances added, with what each waits for.
+    pub added_jobs: Vec<(String, Vec<String>)>,
+    /// Existing instances that now also wait for another node: (instance, new dependency).
+    pub added_edges: Vec<(String, String)>,
+    pub added_gates: Vec<String>,
+    /// Instances to run again.
+    pub retried: Vec<String>,
+    /// Instances skipped, with the reason.
+    pub skipped: Vec<(String, String)>,
+    /// Parameters changed: (name, before, after).
+    pub parameters: Vec<(String, Option<Value>, Value)>,
+}
+
+impl Diff {
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        for (j, deps) in &self.added_jobs {
+            s.push_str(&format!(
+                "+ job {j} (after {})\n",
+                if deps.is_empty() { "nothing".into() } else { deps.join(", ") }
+            ));
+        }
+        for (j, d) in &self.added_edges {
+            s.push_str(&format!("~ {j} now also waits for {d}\n"));
+        }
+        for g in &self.added_gates {
+            s.push_str(&format!("+ gate {g}\n"));
+        }
+        for (j, why) in &self.skipped {
+            s.push_str(&format!("- skip {j}: {why}\n"));
+        }
+        for j in &self.retried {
+            s.push_str(&format!("↻ retry {j}\n"));
+        }
+        for (name, before, after) in &self.parameters {
+            let before = before.as_ref().map_or("(unset)".to_string(), ToString::to_string);
+            s.push_str(&format!("~ parameter {name}: {before} -> {after}\n"));
+        }
+        s
+    }
+}
+
+/// A patched plan: the new revision, what changed, and what the reviewer found.
+#[derive(Debug, Clone)]
+pub struct Patched {
+    pub plan: Plan,
+    pub diff: Diff,
+    pub findings: Vec<Finding>,
+}
+
+/// Reviews `patch` against `plan` and applies it. Refused (every finding, errors among them)
+/// unless every change is allowed and the result is a valid plan.
+pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patched, Vec<Finding>> {
+    let mut next = plan.clone();
+    let mut diff = Diff::default();
+    let mut findings = Vec::new();
+    let template = pack.templates.iter().find(|t| t.id == plan.template);
+    for (n, change) in patch.changes.iter().enumerate() {
+        let mut f =
+            |severity, code, message: String| findings.push(Finding { severity, code, change: Some(n), message });
+        match change {
+            PatchChange::InsertAfter { anchor, jobs } => insert(&mut next, pack, anchor, jobs, true, &mut diff, &mut f),
+            PatchChange::InsertBefore { anchor, jobs } => {
+                insert(&mut next, pack, anchor, jobs, false, &mut diff, &mut f)
+            }
+            PatchChange::Retry { job, with_descendants } => {
+                let ids = instances(&next, job);
+                if ids.is_empty() {
+                    f(Severity::Error, "unknown-job", format!("retry: the plan has no job `{job}`"));
+                    continue;
+                }
+                let mut all: BTreeSet<String> = ids.into_iter().collect();
+                if *with_descendants {
+                    all.extend(descendants(&next, &all));
+                }
+                let order: Vec<String> =
+                    next.jobs.iter().filter(|j| all.contains(&j.id)).map(|j| j.id.clone()).collect();
+                diff.retried.extend(order);
+            }
+            PatchChange::Skip { job, reason } => {
+                let ids: HashSet<String> = instances(&next, job).into_iter().collect();
+                if ids.is_empty() {
+                    f(Severity::Error, "unknown-job", format!("skip: the plan has no job `{job}`"));
+                    continue;
+                }
+                // A job whose output another (not skipped) job requires cannot be skipped.
+                let needed: Vec<String> = next
+                    .jobs
+                    .iter()
+                    .filter(|j| j.skipped.is_none() && !ids.contains(&j.id))
+                    .flat_map(|j| {
+                        j.depends_on
+                            .iter()
+                            .zip(&j.because)
+                            .filter(|(d, why)| ids.contains(*d) && why.starts_with("requires"))
+                            .map(move |(d, why)| format!("{} {why} from {d}", j.id))
+                    })
+                    .collect();
+                if !needed.is_empty() {
+                    f(
+                        Severity::Error,
+                        "skip-required",
+                        format!("skip {job}: what it provides is required: {}", needed.join("; ")),
+                    );
+                    continue;
+                }
+                for j in next.jobs.iter_mut().filter(|j| ids.contains(&j.id)) {
+                    j.skipped = Some(reason.clone());
+                    diff.skipped.push((j.id.clone(), reason.clone()));
+                }
+            }
+            PatchChange::SetParameters { job: Some(job), .. } => f(
+                Severity::Error,
+                "parameter",
+                format!("set_parameters for one job (`{job}`) is not supported; set template parameters (no `job`)"),
+            ),
+            PatchChange::SetParameters { job: None, parameters } => {
+                for (name, value) in parameters {
+                    let Some(spec) = template.and_then(|t| t.parameters.get(name)) else {
+                        f(Severity::Error, "parameter", format!("the template has no parameter `{name}`"));
+                        continue;
+                    };
+                    if !type_ok(spec.type_, value) {
+                        f(
+                            Severity::Error,
+                            "parameter",
+                            format!("parameter `{name}` must be a {:?}, found {value}", spec.type_).to_lowercase(),
+                        );
+                        continue;
+                    }
+                    if !spec.enum_.is_empty() && !spec.enum_.contains(value) {
+                        f(
+                            Severity::Error,
+                            "parameter",
+                            format!("parameter `{name}` must be one of {:?}, found {value}", spec.enum_),
+                        );
+                        continue;
+                    }
+                    if spec.secret {
+                        f(
+                            Severity::Error,
+                            "parameter",
+                            format!("parameter `{name}` is secret: a patch cannot carry it"),
+                        );
+                        continue;
+                    }
+                    let before = next.parameters.insert(name.clone(), value.clone());
+                    diff.parameters.push((name.clone(), before, value.clone()));
+                }
+            }
+            PatchChange::AddGate(g) => add_gate(&mut next, g, "patch", &mut diff, &mut f),
+        }
+    }
+    if findings.iter().any(|f| f.severity == Severity::Error) {
+        return Err(findings);
+    }
+    match crate::edit::revise(next) {
+        Ok(plan) => Ok(Patched { plan, diff, findings }),
+        Err(errors) => {
+            findings.extend(errors.into_iter().map(|e| Finding {
+                severity: Severity::Error,
+                code: if matches!(e, crate::Error::Cycle { .. }) { "cycle" } else { "invalid" },
+                change: None,
+                message: e.to_string(),
+            }));
+            Err(findings)
+        }
+    }
+}
+
+/// The instances of a template job (`install`), or the instance named (`install@node-1`).
+fn instances(plan: &Plan, job: &str) -> Vec<String> {
+    plan.jobs.iter().filter(|j| j.job == job || j.id == job).map(|j| j.id.clone()).collect()
+}
+
+fn descendants(plan: &Plan, from: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut found: BTreeSet<String> = BTreeSet::new();
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for j in &plan.jobs {
+            if !found.contains(&j.id) && j.depends_on.iter().any(|d| from.contains(d) || found.contains(d)) {
+                found.insert(j.id.clone());
+                changed = true;
+            }
+        }
+    }
+    found
+}
+
+fn type_ok(t: ParamType, v: &Value) -> bool {
+    match t {
+        ParamType::String => v.is_string() || v.is_number(),
+        ParamType::Integer => v.is_i64() || v.is_u64(),
+        ParamType::Number => v.is_number(),
+        ParamType::Boolean => v.is_boolean(),
+        ParamType::List => v.is_array(),
+        ParamType::Map => v.is_object(),
+    }
+}
+
+fn add_gate(
+    plan: &mut Plan,
+    g: &Gate,
+    source: &str,
+    diff: &mut Diff,
+    f: &mut impl FnMut(Severity, &'static str, String),
+) {
+    if plan.gates.iter().any(|x| x.id == g.id) || plan.jobs.iter().any(|j| j.id == g.id) {
+        f(Severity::Error, "duplicate", format!("the plan already has a node `{}`", g.id));
+        return;
+    }
+    let mut before = Vec::new();
+    for b in &g.before {
+        let ids = instances(plan, b);
+        if ids.is_empty() {
+            f(Severity::Error, "unknown-job", format!("gate {}: the plan has no job `{b}`", g.id));
+            return;
+        }
+        before.extend(ids);
+    }
+    if before.is_empty() {
+        f(Severity::Error, "gate", format!("gate {} names no job to stand before", g.id));
+        return;
+    }
+    for j in plan.jobs.iter_mut().filter(|j| before.contains(&j.id)) {
+        j.depends_on.push(g.id.clone());
+        j.because.push(format!("waits for gate {}", g.id));
+    }
+    plan.gates.push(PlanGate {
+        id: g.id.clone(),
+        type_: g.type_,
+        reason: g.reason.clone(),
+        options: if g.options.is_empty() {
+            vec!["proceed".into(), "cancel operation".into()]
+        } else {
+            g.options.clone()
+        },
+        required_roles: if g.required_roles.is_empty() {
+            vec!["sre".into(), "platform_admin".into()]
+        } else {
+            g.required_roles.clone()
+        },
+        before,
+        source: source.into(),
+    });
+    diff.added_gates.push(g.id.clone());
+}
+
+/// Inserts `jobs` (chained, in order) after or before every instance of `anchor`.
+fn insert(
+    plan: &mut Plan,
+    pack: &Pack,
+    anchor: &str,
+    jobs: &[String],
+    after: bool,
+    diff: &mut Diff,
+    f: &mut impl FnMut(Severity, &'static str, String),
+) {
+    let anchors: Vec<JobInstance> = plan.jobs.iter().filter(|j| j.job == anchor || j.id == anchor).cloned().collect();
+    if anchors.is_empty() {
+        f(
+            Severity::Error,
+            "unknown-job",
+            format!("the plan has no job `{anchor}` to insert {}", if after { "after" } else { "before" }),
+        );
+        return;
+    }
+    let mut library: Vec<&Job> = Vec::new();
+    for id in jobs {
+        match pack.jobs.get(id) {
+            Some(j) => library.push(j),
+            None => {
+                f(
+                    Severity::Error,
+                    "unknown-job",
+                    format!("job `{id}` is not in pack {}'s job library", pack.manifest.id),
+                );
+                return;
+            }
+        }
+    }
+    // What the plan provides, for the inserted jobs' contracts.
+    let mut capabilities: HashSet<String> = plan.resolution.iter().map(|r| r.requirement.capability.clone()).collect();
+    let mut artifacts: HashSet<String> = HashSet::new();
+    for j in &plan.jobs {
+        if let Some(job) = pack.jobs.get(&j.job) {
+            capabilities.extend(job.outputs.provides.capabilities.iter().map(|c| c.capability.clone()));
+            artifacts.extend(job.outputs.artifacts.iter().cloned());
+        }
+    }
+    for job in &library {
+        for c in &job.inputs.requires.capabilities {
+            if !capabilities.contains(&c.capability) {
+                f(
+                    Severity::Error,
+                    "contract",
+                    format!("{} requires capability {}, which nothing in the plan provides", job.id, c.capability),
+                );
+            }
+        }
+        for a in &job.inputs.requires.artifacts {
+            if !artifacts.contains(a) {
+                f(
+                    Severity::Error,
+                    "contract",
+                    format!("{} requires artifact {a}, which no job of the plan produces", job.id),
+                );
+            }
+        }
+        capabilities.extend(job.outputs.provides.capabilities.iter().map(|c| c.capability.clone()));
+        artifacts.extend(job.outputs.artifacts.iter().cloned());
+    }
+
+    let existing: HashSet<String> = plan.jobs.iter().map(|j| j.id.clone()).collect();
+    for a in &anchors {
+        let on = a.resource.as_deref().map(|r| r.rsplit('/').next().unwrap_or(r).to_string());
+        let id_of = |job: &str| match &on {
+            Some(name) => format!("{job}@{name}"),
+            None => job.to_string(),
+        };
+        // The chain: after the anchor (or after the anchor's dependencies, when before).
+        let mut prev: Vec<String> = if after { vec![a.id.clone()] } else { a.depends_on.clone() };
+        let mut added = Vec::new();
+        for job in &library {
+            let id = id_of(&job.id);
+            if existing.contains(&id) || added.iter().any(|x: &JobInstance| x.id == id) {
+                f(Severity::Error, "duplicate", format!("the plan already has a job `{id}`"));
+                return;
+            }
+            let because = prev
+                .iter()
+                .map(|p| format!("inserted by a patch {} {p}", if after { "after" } else { "before" }))
+                .collect();
+            added.push(JobInstance {
+                id: id.clone(),
+                job: job.id.clone(),
+                title: job.title.clone(),
+                stage: a.stage.clone(),
+                scope: a.scope.clone(),
+                resource: a.resource.clone(),
+                depends_on: prev.clone(),
+                because,
+                destructive: job.controls.destructive,
+                skipped: None,
+            });
+            prev = vec![id];
+        }
+        let last = prev.first().cloned().unwrap_or_default();
+        if after {
+            // The anchor's dependents also wait for the last inserted job.
+            for j in plan.jobs.iter_mut().filter(|j| j.depends_on.contains(&a.id)) {
+                j.depends_on.push(last.clone());
+                j.because.push(format!("waits for {last}, inserted by a patch"));
+                diff.added_edges.push((j.id.clone(), last.clone()));
+            }
+        } else if let Some(anchor) = plan.jobs.iter_mut().find(|j| j.id == a.id) {
+            anchor.depends_on.push(last.clone());
+            anchor.because.push(format!("waits for {last}, inserted by a patch"));
+            diff.added_edges.push((anchor.id.clone(), last.clone()));
+        }
+        for j in added {
+            if let Some(stage) = plan.stages.iter_mut().find(|s| s.id == j.stage) {
+                stage.jobs.push(j.id.clone());
+            }
+            diff.added_jobs.push((j.id.clone(), j.depends_on.clone()));
+            plan.jobs.push(j);
+        }
+    }
+    // A destructive job the patch brings in waits for a person.
+    for job in library.iter().filter(|j| j.controls.destructive) {
+        let gate = Gate {
+            id: format!("confirm-{}", job.id),
+            type_: GateType::DestructiveAction,
+            reason: format!("job {} is destructive (inserted by a patch)", job.id),
+            options: vec!["proceed".into(), "cancel operation".into()],
+            required_roles: vec!["sre".into(), "platform_admin".into()],
+            before: vec![job.id.clone()],
+        };
+        if !plan.gates.iter().any(|g| g.id == gate.id) {
+            add_gate(plan, &gate, "destructive", diff, f);
+            f(Severity::Info, "gate-added", format!("{} is destructive: gate {} added before it", job.id, gate.id));
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Plan patches on the bundled lab cluster's plan: the seed's §14 patch applies and shows its
+//! diff; changes outside the rules are refused with findings, and nothing changes.
+
+use expect_test::{expect, Expect};
+use opsgraph_model::PlanPatch;
+use opsgraph_plan::patch::{apply_patch, Finding};
+
+use crate::support::path;
+
+fn lab_plan() -> (opsgraph_plan::Plan, opsgraph_pack::Pack) {
+    use opsgraph::load::Source;
+    let intent = Source::parse(&path("examples/lab/intents/lab-create-cluster.yaml"));
+    let inventory = Source::parse(&path("examples/lab/inventory"));
+    let loaded = opsgraph::plan_cmd::load_inputs(&intent, &[Source::parse(&path("packs/lab-cluster"))], &[inventory]);
+    let plan = opsgraph::plan_cmd::build(&loaded).unwrap();
+    let pack = loaded.packs.into_iter().find(|p| p.manifest.id == "lab-cluster").unwrap();
+    (plan, pack)
+}
+
+fn patch(yaml: &str) -> PlanPatch {
+    let parsed = opsgraph_pack::parse_file("patch.yaml", yaml);
+    assert!(parsed.diagnostics.is_empty(), "{:?}", parsed.diagnostics);
+    match parsed.docs.into_iter().next().unwrap().doc {
+        opsgraph_model::Document::PlanPatch(p) => p,
+        other => panic!("not a patch: {other:?}"),
+    }
+}
+
+fn refused(findings: &[Finding]) -> String {
+    findings.iter().map(|f| format!("{:?} {} (change {:?}): {}\n", f.severity, f.code, f.change, f.message)).collect()
+}
+
+fn check(yaml: &str, expect: Expect) {
+    check_patch(&patch(yaml), expect)
+}
+
+fn check_patch(patch: &PlanPatch, expect: Expect) {
+    let (plan, pack) = lab_plan();
+    let text = match apply_patch(&plan, &pack, patch) {
+        Ok(p) => {
+            assert_eq!(p.plan.revision.number, plan.revision.number + 1);
+            assert_ne!(p.plan.revision.hash, plan.revision.hash);
+            format!("{}{}", p.diff.text(), refused(&p.findings))
+        }
+        Err(findings) => format!("refused\n{}", refused(&findings)),
+    };
+    expect.assert_eq(&text);
+}
+
+#[test]
+fn the_registry_remedy_patch_applies_with_its_diff() {
+    let (_, pack) = lab_plan();
+    let remedy = pack.remedies.iter().find(|r| r.id == "registry-unreachable").unwrap();
+    check_patch(
+        &remedy.plan_patch,
+        expect![[r#"
+            + job configure-containerd-registry-mirror@lab-1 (after install-runtime@lab-1)
+            + job restart-containerd@lab-1 (after configure-containerd-registry-mirror@lab-1)
+            + job pre-pull-kubernetes-images@lab-1 (after restart-containerd@lab-1)
+            + job configure-containerd-registry-mirror@lab-2 (after install-runtime@lab-2)
+            + job restart-containerd@lab-2 (after configure-containerd-registry-mirror@lab-2)
+            + job pre-pull-kubernetes-images@lab-2 (after restart-containerd@lab-2)
+            + job configure-containerd-registry-mirror@lab-3 (after install-runtime@lab-3)
+            + job restart-containerd@lab-3 (after configure-containerd-registry-mirror@lab-3)
+            + job pre-pull-kubernetes-images@lab-3 (after restart-containerd@lab-3)
+            ~ init-control-plane@lab-1 now also waits for pre-pull-kubernetes-images@lab-1
+            ~ init-control-plane@lab-1 now also waits for pre-pull-kubernetes-images@lab-2
+            ~ init-control-plane@lab-1 now also waits for pre-pull-kubernetes-images@lab-3
+            ↻ retry init-control-plane@lab-1
+        "#]],
+    );
+}
+
+#[test]
+fn changes_outside_the_rules_are_refused() {
+    check(
+        "plan_patch:\n  changes:\n    - skip: {job: init-control-plane, reason: not needed}\n",
+        expect![[r#"
+            refused
+            Error skip-required (change Some(0)): skip init-control-plane: what it provides is required: install-cni@lab-1 requires capability lab.kubernetes.control_plane from init-control-plane@lab-1; join-workers@lab-2 requires artifact join_token from init-control-plane@lab-1; join-workers@lab-3 requires artifact join_token from init-control-plane@lab-1
+        "#]],
+    );
+    check(
+        "plan_patch:\n  changes:\n    - insert_after: install-runtime\n      jobs: [no-such-job]\n",
+        expect![[r#"
+            refused
+            Error unknown-job (change Some(0)): job `no-such-job` is not in pack lab-cluster's job library
+        "#]],
+    );
+    check(
+        "plan_patch:\n  changes:\n    - set_parameters: {parameters: {node_count: many, kubernetes_version: [1, 30]}}\n",
+        expect![[r#"
+            refused
+            Error parameter (change Some(0)): parameter `kubernetes_version` must be a string, found [1,30]
+            Error parameter (change Some(0)): the template has no parameter `node_count`
+        "#]],
+    );
+    check(
+        "plan_patch:\n  changes:\n    - retry: {job: verify, with_descendants: true}\n    - add_gate: {id: look, reason: an SRE looks first, before: [verify]}\n",
+        expect![[r#"
+            + gate look
+            ↻ retry verify@lab-1
+        "#]],
+    );
+}
+
+#[test]
+fn parameters_and_inserts_before_change_the_plan() {
+    check(
+        "plan_patch:\n  changes:\n    - set_parameters: {parameters: {kubernetes_version: '1.31'}}\n    - insert_before: init-control-plane\n      jobs: [configure-containerd-registry-mirror, restart-containerd, pre-pull-kubernetes-images]\n",
+        expect![[r#"
+            + job configure-containerd-registry-mirror@lab-1 (after install-runtime@lab-1, install-runtime@lab-2, install-runtime@lab-3)
+            + job restart-containerd@lab-1 (after configure-containerd-registry-mirror@lab-1)
+            + job pre-pull-kubernetes-images@lab-1 (after restart-containerd@lab-1)
+            ~ init-control-plane@lab-1 now also waits for pre-pull-kubernetes-images@lab-1
+            ~ parameter kubernetes_version: "1.30" -> "1.31"
+        "#]],
+    );
+    // Alone, the last job's contract is not met: what it requires nothing provides.
+    check(
+        "plan_patch:\n  changes:\n    - insert_before: init-control-plane\n      jobs: [pre-pull-kubernetes-images]\n",
+        expect![[r#"
+            refused
+            Error contract (change Some(0)): pre-pull-kubernetes-images requires capability lab.container.runtime.registry_mirror, which nothing in the plan provides
+        "#]],
+    );
+}
