@@ -2,6 +2,7 @@
 
 use opsgraph_model::{GateType, OperationState};
 use opsgraph_plan::lifecycle::Event;
+use opsgraph_plan::Plan;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, Write};
 use serde_json::{json, Value};
 
@@ -29,7 +30,8 @@ impl Runtime {
         answer: &GateAnswer,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
-        let state = self.answer_gate_here(op_id, gate_id, answer, progress)?;
+        let attached = self.take_attached();
+        let state = self.answer_gate_here(op_id, gate_id, answer, attached, progress)?;
         self.wake_parents(op_id, &answer.actor, progress)?;
         Ok(state)
     }
@@ -67,6 +69,7 @@ impl Runtime {
         op_id: &str,
         gate_id: &str,
         answer: &GateAnswer,
+        attached: Vec<Write>,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
         let (op, plan) = self.load(op_id)?;
@@ -154,7 +157,8 @@ impl Runtime {
             format!("{gate_id}: {} (as {})", answer.option, answer.role),
             json!({"gate": gate_id, "option": answer.option, "role": answer.role}),
         ));
-        let writes = vec![Write::Gate(record), note];
+        let mut writes = vec![Write::Gate(record), note];
+        writes.extend(attached);
         if answer.option == "cancel operation" {
             let reason = format!("gate {gate_id} answered `cancel operation` by {}", answer.actor);
             let op = self.transition(
@@ -210,6 +214,13 @@ impl Runtime {
         Ok(next)
     }
 
+    /// Records an operation under an id the caller chose (`new_operation_id`), so that writes
+    /// attached to its creation (an audit record, an idempotency record) can name it.
+    pub fn create_as(&mut self, id: &str, plan: &Plan, actor: &str, progress: Progress<'_>) -> Result<String, Error> {
+        let attached = self.take_attached();
+        self.create_operation(plan, None, id.to_string(), attached, actor, progress)
+    }
+
     pub fn pause(
         &mut self,
         op_id: &str,
@@ -217,13 +228,16 @@ impl Runtime {
         reason: &str,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
+        let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
-        Ok(self.transition(&op, Event::Pause { reason: reason.to_string() }, actor, reason, vec![], progress)?.state)
+        let event = Event::Pause { reason: reason.to_string() };
+        Ok(self.transition(&op, event, actor, reason, attached, progress)?.state)
     }
 
     pub fn resume(&mut self, op_id: &str, actor: &str, progress: Progress<'_>) -> Result<OperationState, Error> {
+        let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
-        Ok(self.transition(&op, Event::Resume, actor, "resumed", vec![], progress)?.state)
+        Ok(self.transition(&op, Event::Resume, actor, "resumed", attached, progress)?.state)
     }
 
     pub fn cancel(
@@ -233,8 +247,10 @@ impl Runtime {
         reason: &str,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
+        let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
-        Ok(self.transition(&op, Event::Cancel { reason: reason.to_string() }, actor, reason, vec![], progress)?.state)
+        let event = Event::Cancel { reason: reason.to_string() };
+        Ok(self.transition(&op, event, actor, reason, attached, progress)?.state)
     }
 
     /// Runs failed jobs again (all failed ones when `jobs` is empty).
@@ -245,6 +261,7 @@ impl Runtime {
         actor: &str,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
+        let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
         let records = self.store.jobs(op_id)?;
         let chosen: Vec<&JobRecord> = records
@@ -260,6 +277,7 @@ impl Runtime {
         for j in chosen {
             writes.push(Write::Job(JobRecord { state: JobState::Pending, updated_at: now(), ..j.clone() }));
         }
+        writes.extend(attached);
         let reason = format!("retry {}", ids.join(", "));
         Ok(self.transition(&op, Event::Retry { jobs: ids }, actor, &reason, writes, progress)?.state)
     }

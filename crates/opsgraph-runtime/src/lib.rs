@@ -24,7 +24,7 @@ use std::path::PathBuf;
 
 use opsgraph_model::{Intent, Resource};
 use opsgraph_pack::Pack;
-use opsgraph_store::Store;
+use opsgraph_store::{Store, Write};
 
 pub use control::GateAnswer;
 pub use drive::Progress;
@@ -73,13 +73,34 @@ pub struct Runtime {
     pub concurrency: usize,
     /// Who the runtime acts as in the timeline.
     pub actor: String,
+    /// Writes that join the transaction of the next change made on a person's behalf.
+    pub(crate) attached: Vec<Write>,
 }
 
 impl Runtime {
     /// `resources` is the inventory executors reach (access) and that completed operations
     /// update; `data_dir` holds logs, run directories and artifact blobs.
     pub fn new(store: Box<dyn Store>, packs: Vec<Pack>, resources: Vec<Resource>, data_dir: PathBuf) -> Runtime {
-        Runtime { store, packs, resources, data_dir, concurrency: 8, actor: "opsgraph".to_string() }
+        Runtime {
+            store,
+            packs,
+            resources,
+            data_dir,
+            concurrency: 8,
+            actor: "opsgraph".to_string(),
+            attached: Vec::new(),
+        }
+    }
+
+    /// Adds `writes` (an audit record, an idempotency record) to the transaction of the next
+    /// change a person asks for: `create`, `create_as`, `answer_gate`, `pause`, `resume`,
+    /// `cancel`, `retry`. They land with that change or not at all: a refused request drops them.
+    pub fn attach(&mut self, writes: Vec<Write>) {
+        self.attached.extend(writes);
+    }
+
+    pub(crate) fn take_attached(&mut self) -> Vec<Write> {
+        std::mem::take(&mut self.attached)
     }
 
     pub fn store(&self) -> &dyn Store {
@@ -93,7 +114,7 @@ impl Runtime {
 }
 
 /// A short, sortable operation id.
-pub(crate) fn new_operation_id() -> String {
+pub fn new_operation_id() -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let ms = now.as_millis() as u64;
     let salt = (now.subsec_nanos() ^ std::process::id().rotate_left(16)) % 46_656;

@@ -33,6 +33,13 @@ pub enum Error {
     NoOperation(String),
     #[error("operation `{id}` changed concurrently (expected version {expected})")]
     Conflict { id: String, expected: i64 },
+    /// A gate answers once: a second answer is refused inside the transaction, so two people
+    /// answering at the same moment cannot both win.
+    #[error("gate `{gate}` of operation `{operation}` is already answered")]
+    GateAnswered { operation: String, gate: String },
+    /// An idempotency key is recorded once per actor.
+    #[error("idempotency key `{key}` of {actor} is already recorded")]
+    RequestRecorded { actor: String, key: String },
 }
 
 /// An operation as stored.
@@ -191,6 +198,58 @@ pub struct ResourceRecord {
     pub updated_at: String,
 }
 
+/// An API token. Only the SHA-256 of the token is stored; the token itself is shown once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub id: String,
+    pub name: String,
+    /// `sha256:<hex>` of the token.
+    pub hash: String,
+    pub roles: Vec<String>,
+    /// The actor who created it (`token:<id>`, `user:<name>`, `bootstrap`).
+    pub created_by: String,
+    pub created_at: String,
+    pub revoked_at: Option<String>,
+}
+
+/// Who changed what, recorded in the transaction of the change itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Assigned by the store; ignored when writing.
+    pub seq: i64,
+    pub at: String,
+    pub actor: String,
+    /// What was done: `operation.create`, `gate.answer`, `token.revoke`, ...
+    pub action: String,
+    /// What it was done to: an operation id, `op/gate`, a token id.
+    pub target: String,
+    pub operation: Option<String>,
+    pub resource: Option<String>,
+    pub detail: Value,
+}
+
+/// Filters for reading the audit log; every field narrows it.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub actor: Option<String>,
+    pub operation: Option<String>,
+    pub resource: Option<String>,
+    /// Rows at or after this RFC 3339 time.
+    pub since: Option<String>,
+}
+
+/// The stored result of a request made with an `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub actor: String,
+    pub key: String,
+    /// `sha256:<hex>` of the method, path and body: the same key with another request is refused.
+    pub fingerprint: String,
+    pub status: u16,
+    pub response: Value,
+    pub at: String,
+}
+
 /// One change. A batch of them is one transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
@@ -226,6 +285,11 @@ pub enum Write {
         job: String,
         at: String,
     },
+    /// A token created, or revoked (`revoked_at` set).
+    Token(TokenRecord),
+    Audit(AuditRecord),
+    /// The result of a request with an idempotency key; refused when the key is recorded.
+    Request(RequestRecord),
 }
 
 /// Filters for listing operations.
@@ -252,6 +316,12 @@ pub trait Store: Send {
     fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error>;
     /// The operation that last succeeded with this idempotency key, if any.
     fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error>;
+    fn tokens(&self) -> Result<Vec<TokenRecord>, Error>;
+    /// The token with this hash (`sha256:<hex>`), revoked or not.
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error>;
+    /// Audit rows in the order they were written.
+    fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, Error>;
+    fn request(&self, actor: &str, key: &str) -> Result<Option<RequestRecord>, Error>;
 }
 
 /// Now, as RFC 3339 UTC with milliseconds.
