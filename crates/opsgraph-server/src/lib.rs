@@ -245,6 +245,9 @@ pub fn serve(addr: SocketAddr, state: AppState) -> Result<(), Error> {
     listener.serve(state, None)
 }
 
+#[cfg(test)]
+mod tests;
+
 /// Structured logs on standard error: text, or JSON lines when `json` (`OPSGRAPH_LOG=json`).
 pub fn init_logging(json: bool) {
     let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false);

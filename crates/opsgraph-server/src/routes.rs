@@ -384,7 +384,7 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
                 .filter(|kv| !kv.is_empty())
                 .map(|kv| {
                     let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    (percent_decode(k), percent_decode(v))
+                    (percent_decode(&k.replace('+', " ")), percent_decode(&v.replace('+', " ")))
                 })
                 .collect()
         })
@@ -463,7 +463,7 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<
 
 /// The values of `{name}` and `{*name}` segments of `pattern` in the request path,
 /// percent-decoded (`compute_node%2Fn1` and `compute_node/n1` are the same id).
-fn path_params(uri: &axum::http::Uri, pattern: &str) -> BTreeMap<String, String> {
+pub(crate) fn path_params(uri: &axum::http::Uri, pattern: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let path: Vec<&str> = uri.path().split('/').collect();
     for (i, seg) in pattern.split('/').enumerate() {
@@ -478,7 +478,8 @@ fn path_params(uri: &axum::http::Uri, pattern: &str) -> BTreeMap<String, String>
     out
 }
 
-fn percent_decode(s: &str) -> String {
+/// `%XX` escapes decoded (a `+` stays a `+`: in query strings it is turned into a space first).
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -496,10 +497,6 @@ fn percent_decode(s: &str) -> String {
                         i += 1;
                     }
                 }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
             }
             b => {
                 out.push(b);

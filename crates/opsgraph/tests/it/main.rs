@@ -11,6 +11,7 @@ mod lifecycle;
 mod plan;
 mod resolve;
 mod runtime;
+mod server;
 mod subop;
 mod support;
 mod tidy;
