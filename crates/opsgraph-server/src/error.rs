@@ -84,6 +84,7 @@ impl From<opsgraph_store::Error> for ApiError {
         match &e {
             S::GateAnswered { .. } => ApiError::conflict("gate_answered", e.to_string()),
             S::Conflict { .. } => ApiError::conflict("conflict", format!("{e}; read it again and retry")),
+            S::StalePlan { .. } => ApiError::conflict("stale_revision", e.to_string()),
             S::RequestRecorded { .. } => ApiError::conflict("idempotency_key_in_flight", e.to_string()),
             S::NoOperation(_) => ApiError::not_found("no_operation", e.to_string()),
             S::Open { .. } | S::TooNew { .. } | S::Sqlite(_) | S::Json(_) => ApiError::internal("store failed", &e),

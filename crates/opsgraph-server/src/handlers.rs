@@ -378,14 +378,20 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = state.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let mut rt = ctx.runtime()?;
     let root = rt.root_of(&op.id)?;
-    rt.attach(vec![Write::Audit(auth::audit(
-        &actor,
-        "gate.answer",
-        &format!("{}/{gate_id}", op.id),
-        Some(&op.id),
-        op.resource.as_deref(),
-        json!({"option": body.option, "role": role, "revision": revision, "value_given": body.value.is_some()}),
-    ))]);
+    // The revision is checked again inside the answer's transaction: a plan changed since the
+    // check above voids the answer.
+    let guard = Write::ExpectPlan { operation: op.id.clone(), revision: revision.clone() };
+    rt.attach(vec![
+        guard,
+        Write::Audit(auth::audit(
+            &actor,
+            "gate.answer",
+            &format!("{}/{gate_id}", op.id),
+            Some(&op.id),
+            op.resource.as_deref(),
+            json!({"option": body.option, "role": role, "revision": revision, "value_given": body.value.is_some()}),
+        )),
+    ]);
     let answer =
         GateAnswer { option: body.option.clone(), actor: actor.clone(), role: role.clone(), value: body.value };
     let next = rt.answer_gate(&op.id, &gate_id, &answer, &mut |_| {})?;

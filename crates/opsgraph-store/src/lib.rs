@@ -37,6 +37,9 @@ pub enum Error {
     /// answering at the same moment cannot both win.
     #[error("gate `{gate}` of operation `{operation}` is already answered")]
     GateAnswered { operation: String, gate: String },
+    /// The operation no longer runs the plan revision a change was made for.
+    #[error("operation `{operation}` runs plan revision {current}, not {expected}")]
+    StalePlan { operation: String, expected: String, current: String },
     /// An idempotency key is recorded once per actor.
     #[error("idempotency key `{key}` of {actor} is already recorded")]
     RequestRecorded { actor: String, key: String },
@@ -284,6 +287,12 @@ pub enum Write {
         operation: String,
         job: String,
         at: String,
+    },
+    /// A guard, not a change: the transaction is refused unless the operation still runs this
+    /// plan revision (an approval is bound to the plan it approved).
+    ExpectPlan {
+        operation: String,
+        revision: String,
     },
     /// A token created, or revoked (`revoked_at` set).
     Token(TokenRecord),

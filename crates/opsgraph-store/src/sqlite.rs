@@ -364,6 +364,20 @@ impl Store for SqliteStore {
                         params![key, resource, operation, job, at],
                     )?;
                 }
+                Write::ExpectPlan { operation, revision } => {
+                    let current: Option<String> = tx
+                        .prepare_cached("SELECT plan_revision FROM operations WHERE id = ?1")?
+                        .query_row([operation], |r| r.get(0))
+                        .optional()?;
+                    let current = current.ok_or_else(|| Error::NoOperation(operation.clone()))?;
+                    if current != *revision {
+                        return Err(Error::StalePlan {
+                            operation: operation.clone(),
+                            expected: revision.clone(),
+                            current,
+                        });
+                    }
+                }
                 Write::Token(t) => {
                     exec(
                         &tx,

@@ -209,6 +209,11 @@ fn a_gate_answers_once_inside_the_transaction() {
         resource: None,
         detail: json!({}),
     };
+    // An answer for another plan revision is refused with everything in its transaction.
+    let guard = Write::ExpectPlan { operation: "op-1".into(), revision: "sha256:old".into() };
+    let err = store.commit(&[Write::Audit(audit.clone()), guard]).unwrap_err();
+    assert_eq!(err.to_string(), "operation `op-1` runs plan revision sha256:aa, not sha256:old");
+    store.commit(&[Write::ExpectPlan { operation: "op-1".into(), revision: "sha256:aa".into() }]).unwrap();
     // The second answer is refused, and its audit row with it.
     let err = store.commit(&[Write::Audit(audit), Write::Gate(gate(Some("approve")))]).unwrap_err();
     assert_eq!(err.to_string(), "gate `approve` of operation `op-1` is already answered");
