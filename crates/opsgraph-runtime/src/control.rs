@@ -2,6 +2,7 @@
 
 use opsgraph_model::{GateType, OperationState};
 use opsgraph_plan::lifecycle::Event;
+use opsgraph_plan::Plan;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, Write};
 use serde_json::{json, Value};
 
@@ -29,7 +30,8 @@ impl Runtime {
         answer: &GateAnswer,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
-        let state = self.answer_gate_here(op_id, gate_id, answer, progress)?;
+        let attached = self.take_attached();
+        let state = self.answer_gate_here(op_id, gate_id, answer, attached, progress)?;
         self.wake_parents(op_id, &answer.actor, progress)?;
         Ok(state)
     }
@@ -145,6 +147,7 @@ impl Runtime {
         op_id: &str,
         gate_id: &str,
         answer: &GateAnswer,
+        attached: Vec<Write>,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
         let (op, plan) = self.load(op_id)?;
@@ -261,6 +264,7 @@ impl Runtime {
                 updated_at: now(),
             }));
         }
+        writes.extend(attached);
         if answer.option == "cancel operation" {
             let reason = format!("gate {gate_id} answered `cancel operation` by {}", answer.actor);
             let op = self.transition(
@@ -316,6 +320,13 @@ impl Runtime {
         Ok(next)
     }
 
+    /// Records an operation under an id the caller chose (`new_operation_id`), so that writes
+    /// attached to its creation (an audit record, an idempotency record) can name it.
+    pub fn create_as(&mut self, id: &str, plan: &Plan, actor: &str, progress: Progress<'_>) -> Result<String, Error> {
+        let attached = self.take_attached();
+        self.create_operation(plan, None, id.to_string(), attached, actor, progress)
+    }
+
     pub fn pause(
         &mut self,
         op_id: &str,
@@ -323,13 +334,16 @@ impl Runtime {
         reason: &str,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
+        let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
-        Ok(self.transition(&op, Event::Pause { reason: reason.to_string() }, actor, reason, vec![], progress)?.state)
+        let event = Event::Pause { reason: reason.to_string() };
+        Ok(self.transition(&op, event, actor, reason, attached, progress)?.state)
     }
 
     pub fn resume(&mut self, op_id: &str, actor: &str, progress: Progress<'_>) -> Result<OperationState, Error> {
+        let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
-        Ok(self.transition(&op, Event::Resume, actor, "resumed", vec![], progress)?.state)
+        Ok(self.transition(&op, Event::Resume, actor, "resumed", attached, progress)?.state)
     }
 
     pub fn cancel(
@@ -339,8 +353,10 @@ impl Runtime {
         reason: &str,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
+        let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
-        Ok(self.transition(&op, Event::Cancel { reason: reason.to_string() }, actor, reason, vec![], progress)?.state)
+        let event = Event::Cancel { reason: reason.to_string() };
+        Ok(self.transition(&op, event, actor, reason, attached, progress)?.state)
     }
 
     /// Runs failed jobs again (all failed ones when `jobs` is empty).
@@ -351,6 +367,7 @@ impl Runtime {
         actor: &str,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
+        let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
         let records = self.store.jobs(op_id)?;
         let chosen: Vec<&JobRecord> = records
@@ -366,6 +383,7 @@ impl Runtime {
         for j in chosen {
             writes.push(Write::Job(JobRecord { state: JobState::Pending, updated_at: now(), ..j.clone() }));
         }
+        writes.extend(attached);
         let reason = format!("retry {}", ids.join(", "));
         Ok(self.transition(&op, Event::Retry { jobs: ids }, actor, &reason, writes, progress)?.state)
     }

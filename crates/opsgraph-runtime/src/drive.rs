@@ -108,7 +108,9 @@ impl Runtime {
         if let Err(err) = self.commit(&writes) {
             // Someone else moved the operation first (a person cancelled or paused it): what this
             // writer observed — job results, evidence — is still true and is kept.
-            if matches!(err, opsgraph_store::Error::Conflict { .. }) && writes.len() > 1 {
+            // An audit record alone is not kept: it describes the change that was refused.
+            let observed = writes[1..].iter().any(|w| !matches!(w, Write::Audit(_)));
+            if matches!(err, opsgraph_store::Error::Conflict { .. }) && observed {
                 self.commit(&writes[1..])?;
                 for w in &writes[1..] {
                     if let Write::Timeline(t) = w {
@@ -145,7 +147,8 @@ impl Runtime {
     pub fn create(&mut self, plan: &Plan, actor: &str, progress: Progress<'_>) -> Result<String, Error> {
         // Providers the resolution creates run first, as child operations, once the run starts
         // (after every gate before the run is answered: a cost or approval gate also guards them).
-        self.create_operation(plan, None, new_operation_id(), vec![], actor, progress)
+        let attached = self.take_attached();
+        self.create_operation(plan, None, new_operation_id(), attached, actor, progress)
     }
 
     /// Records a child operation that creates `provider` for `requirement` of `parent`; the
@@ -173,7 +176,7 @@ impl Runtime {
         self.create_operation(plan, Some(parent), child, vec![Write::Timeline(note)], actor, progress)
     }
 
-    fn create_operation(
+    pub(crate) fn create_operation(
         &mut self,
         plan: &Plan,
         parent: Option<&str>,

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 
 use opsgraph_model::{Intent, Resource};
 use opsgraph_pack::Pack;
-use opsgraph_store::Store;
+use opsgraph_store::{Store, Write};
 
 pub use control::GateAnswer;
 pub use drive::Progress;
@@ -83,6 +83,8 @@ pub struct Runtime {
     pub(crate) operation_writes: u64,
     /// The master keyring, loaded when a secret is first sealed or opened.
     pub(crate) keyring: std::sync::OnceLock<Result<std::sync::Arc<opsgraph_secrets::Keyring>, String>>,
+    /// Writes that join the transaction of the next change made on a person's behalf.
+    pub(crate) attached: Vec<Write>,
 }
 
 impl Runtime {
@@ -98,6 +100,7 @@ impl Runtime {
             actor: "opsgraph".to_string(),
             operation_writes: 0,
             keyring: std::sync::OnceLock::new(),
+            attached: Vec::new(),
         }
     }
 
@@ -119,6 +122,17 @@ impl Runtime {
         self.store.commit(writes)
     }
 
+    /// Adds `writes` (an audit record, an idempotency record) to the transaction of the next
+    /// change a person asks for: `create`, `create_as`, `answer_gate`, `pause`, `resume`,
+    /// `cancel`, `retry`. They land with that change or not at all: a refused request drops them.
+    pub fn attach(&mut self, writes: Vec<Write>) {
+        self.attached.extend(writes);
+    }
+
+    pub(crate) fn take_attached(&mut self) -> Vec<Write> {
+        std::mem::take(&mut self.attached)
+    }
+
     pub fn store(&self) -> &dyn Store {
         &*self.store
     }
@@ -130,7 +144,7 @@ impl Runtime {
 }
 
 /// A short, sortable operation id.
-pub(crate) fn new_operation_id() -> String {
+pub fn new_operation_id() -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let ms = now.as_millis() as u64;
     let salt = (now.subsec_nanos() ^ std::process::id().rotate_left(16)) % 46_656;

@@ -158,7 +158,11 @@ impl Runtime {
                 if let Some(v) = g.value.as_mut() {
                     if reseal_value(&keys, v, &aad)? > 0 {
                         moved += 1;
-                        writes.push(opsgraph_store::Write::Gate(g));
+                        writes.push(opsgraph_store::Write::ReplaceGateValue {
+                            operation: op.id.clone(),
+                            gate: g.id.clone(),
+                            value: v.clone(),
+                        });
                     }
                 }
             }

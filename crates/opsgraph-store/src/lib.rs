@@ -35,6 +35,16 @@ pub enum Error {
     NoOperation(String),
     #[error("operation `{id}` changed concurrently (expected version {expected})")]
     Conflict { id: String, expected: i64 },
+    /// A gate answers once: a second answer is refused inside the transaction, so two people
+    /// answering at the same moment cannot both win.
+    #[error("gate `{gate}` of operation `{operation}` is already answered")]
+    GateAnswered { operation: String, gate: String },
+    /// The operation no longer runs the plan revision a change was made for.
+    #[error("operation `{operation}` runs plan revision {current}, not {expected}")]
+    StalePlan { operation: String, expected: String, current: String },
+    /// An idempotency key is recorded once per actor.
+    #[error("idempotency key `{key}` of {actor} is already recorded")]
+    RequestRecorded { actor: String, key: String },
 }
 
 /// An operation as stored.
@@ -193,6 +203,58 @@ pub struct ResourceRecord {
     pub updated_at: String,
 }
 
+/// An API token. Only the SHA-256 of the token is stored; the token itself is shown once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub id: String,
+    pub name: String,
+    /// `sha256:<hex>` of the token.
+    pub hash: String,
+    pub roles: Vec<String>,
+    /// The actor who created it (`token:<id>`, `user:<name>`, `bootstrap`).
+    pub created_by: String,
+    pub created_at: String,
+    pub revoked_at: Option<String>,
+}
+
+/// Who changed what, recorded in the transaction of the change itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Assigned by the store; ignored when writing.
+    pub seq: i64,
+    pub at: String,
+    pub actor: String,
+    /// What was done: `operation.create`, `gate.answer`, `token.revoke`, ...
+    pub action: String,
+    /// What it was done to: an operation id, `op/gate`, a token id.
+    pub target: String,
+    pub operation: Option<String>,
+    pub resource: Option<String>,
+    pub detail: Value,
+}
+
+/// Filters for reading the audit log; every field narrows it.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub actor: Option<String>,
+    pub operation: Option<String>,
+    pub resource: Option<String>,
+    /// Rows at or after this RFC 3339 time.
+    pub since: Option<String>,
+}
+
+/// The stored result of a request made with an `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub actor: String,
+    pub key: String,
+    /// `sha256:<hex>` of the method, path and body: the same key with another request is refused.
+    pub fingerprint: String,
+    pub status: u16,
+    pub response: Value,
+    pub at: String,
+}
+
 /// One change. A batch of them is one transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
@@ -217,6 +279,12 @@ pub enum Write {
         operation: String,
         intent: Value,
     },
+    /// The same, for the value given at an answered gate (the answer itself never changes).
+    ReplaceGateValue {
+        operation: String,
+        gate: String,
+        value: Value,
+    },
     /// A state change and its timeline entry; refused when `expect_version` is stale.
     Transition {
         operation: String,
@@ -239,6 +307,17 @@ pub enum Write {
         job: String,
         at: String,
     },
+    /// A guard, not a change: the transaction is refused unless the operation still runs this
+    /// plan revision (an approval is bound to the plan it approved).
+    ExpectPlan {
+        operation: String,
+        revision: String,
+    },
+    /// A token created, or revoked (`revoked_at` set).
+    Token(TokenRecord),
+    Audit(AuditRecord),
+    /// The result of a request with an idempotency key; refused when the key is recorded.
+    Request(RequestRecord),
 }
 
 /// Filters for listing operations.
@@ -297,6 +376,12 @@ pub trait Store: Send {
     fn data_version(&self) -> Result<Option<i64>, Error> {
         Ok(None)
     }
+    fn tokens(&self) -> Result<Vec<TokenRecord>, Error>;
+    /// The token with this hash (`sha256:<hex>`), revoked or not.
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error>;
+    /// Audit rows in the order they were written.
+    fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, Error>;
+    fn request(&self, actor: &str, key: &str) -> Result<Option<RequestRecord>, Error>;
 }
 
 /// Now, as RFC 3339 UTC with milliseconds.

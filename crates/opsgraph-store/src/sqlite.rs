@@ -7,8 +7,8 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use crate::{
-    ArtifactRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter, OperationRecord, ResourceRecord,
-    Store, TimelineEntry, Write,
+    ArtifactRecord, AuditFilter, AuditRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter,
+    OperationRecord, RequestRecord, ResourceRecord, Store, TimelineEntry, TokenRecord, Write,
 };
 use crate::{Error, OperationState};
 
@@ -116,6 +116,40 @@ const MIGRATIONS: &[&str] = &[
         operation TEXT NOT NULL,
         job TEXT NOT NULL,
         at TEXT NOT NULL
+    );
+    ",
+    // 2: identities, the audit log and idempotency keys of API requests.
+    "
+    CREATE TABLE tokens (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        hash TEXT NOT NULL UNIQUE,
+        roles TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+    );
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        target TEXT NOT NULL,
+        operation TEXT,
+        resource TEXT,
+        detail TEXT NOT NULL
+    );
+    CREATE INDEX audit_actor ON audit(actor, seq);
+    CREATE INDEX audit_operation ON audit(operation, seq);
+    CREATE INDEX audit_resource ON audit(resource, seq);
+    CREATE TABLE requests (
+        actor TEXT NOT NULL,
+        key TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        status INTEGER NOT NULL,
+        response TEXT NOT NULL,
+        at TEXT NOT NULL,
+        PRIMARY KEY (actor, key)
     );
     ",
 ];
@@ -247,6 +281,13 @@ impl Store for SqliteStore {
                 Write::ReplacePlan { revision, plan } => {
                     exec(&tx, "UPDATE plans SET plan = ?2 WHERE revision = ?1", params![revision, json(plan)?])?;
                 }
+                Write::ReplaceGateValue { operation, gate, value } => {
+                    exec(
+                        &tx,
+                        "UPDATE gates SET value = ?3 WHERE operation = ?1 AND id = ?2",
+                        params![operation, gate, json(value)?],
+                    )?;
+                }
                 Write::ReplaceIntent { operation, intent } => {
                     exec(&tx, "UPDATE operations SET intent = ?2 WHERE id = ?1", params![operation, json(intent)?])?;
                 }
@@ -291,11 +332,13 @@ impl Store for SqliteStore {
                     )?;
                 }
                 Write::Gate(g) => {
-                    exec(&tx,
+                    // An answered gate is never answered again: the update matches no row and the
+                    // whole transaction is refused.
+                    let changed = exec(&tx,
                         "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                          ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
-                         answered_at = excluded.answered_at, value = excluded.value",
+                         answered_at = excluded.answered_at, value = excluded.value WHERE gates.answer IS NULL",
                         params![
                             g.operation,
                             g.id,
@@ -309,6 +352,9 @@ impl Store for SqliteStore {
                             g.value.as_ref().map(json).transpose()?
                         ],
                     )?;
+                    if changed != 1 {
+                        return Err(Error::GateAnswered { operation: g.operation.clone(), gate: g.id.clone() });
+                    }
                 }
                 Write::Artifact(a) => {
                     exec(&tx,
@@ -330,6 +376,48 @@ impl Store for SqliteStore {
                         "INSERT OR REPLACE INTO idempotency (key, resource, operation, job, at) VALUES (?1, ?2, ?3, ?4, ?5)",
                         params![key, resource, operation, job, at],
                     )?;
+                }
+                Write::ExpectPlan { operation, revision } => {
+                    let current: Option<String> = tx
+                        .prepare_cached("SELECT plan_revision FROM operations WHERE id = ?1")?
+                        .query_row([operation], |r| r.get(0))
+                        .optional()?;
+                    let current = current.ok_or_else(|| Error::NoOperation(operation.clone()))?;
+                    if current != *revision {
+                        return Err(Error::StalePlan {
+                            operation: operation.clone(),
+                            expected: revision.clone(),
+                            current,
+                        });
+                    }
+                }
+                Write::Token(t) => {
+                    exec(
+                        &tx,
+                        "INSERT INTO tokens (id, name, hash, roles, created_by, created_at, revoked_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                         ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at",
+                        params![t.id, t.name, t.hash, json(&t.roles)?, t.created_by, t.created_at, t.revoked_at],
+                    )?;
+                }
+                Write::Audit(a) => {
+                    exec(
+                        &tx,
+                        "INSERT INTO audit (at, actor, action, target, operation, resource, detail)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![a.at, a.actor, a.action, a.target, a.operation, a.resource, json(&a.detail)?],
+                    )?;
+                }
+                Write::Request(r) => {
+                    let changed = exec(
+                        &tx,
+                        "INSERT OR IGNORE INTO requests (actor, key, fingerprint, status, response, at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![r.actor, r.key, r.fingerprint, r.status, json(&r.response)?, r.at],
+                    )?;
+                    if changed != 1 {
+                        return Err(Error::RequestRecorded { actor: r.actor.clone(), key: r.key.clone() });
+                    }
                 }
             }
         }
@@ -583,6 +671,99 @@ impl Store for SqliteStore {
     fn data_version(&self) -> Result<Option<i64>, Error> {
         Ok(Some(self.conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?))
     }
+    fn tokens(&self) -> Result<Vec<TokenRecord>, Error> {
+        let mut stmt =
+            self.conn.prepare_cached(&format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id"))?;
+        let rows = stmt.query_map([], token_row)?;
+        rows.map(|r| finish_token(r?)).collect()
+    }
+
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error> {
+        let row = self
+            .conn
+            .query_row(&format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = ?1"), [hash], token_row)
+            .optional()?;
+        row.map(finish_token).transpose()
+    }
+
+    fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRecord>, Error> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, at, actor, action, target, operation, resource, detail FROM audit
+             WHERE (?1 IS NULL OR actor = ?1) AND (?2 IS NULL OR operation = ?2) AND (?3 IS NULL OR resource = ?3)
+             AND (?4 IS NULL OR at >= ?4) ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(params![f.actor, f.operation, f.resource, f.since], |r| {
+            Ok((
+                AuditRecord {
+                    seq: r.get(0)?,
+                    at: r.get(1)?,
+                    actor: r.get(2)?,
+                    action: r.get(3)?,
+                    target: r.get(4)?,
+                    operation: r.get(5)?,
+                    resource: r.get(6)?,
+                    detail: Value::Null,
+                },
+                r.get::<_, String>(7)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (mut a, detail) = r?;
+            a.detail = serde_json::from_str(&detail)?;
+            Ok(a)
+        })
+        .collect()
+    }
+
+    fn request(&self, actor: &str, key: &str) -> Result<Option<RequestRecord>, Error> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT actor, key, fingerprint, status, response, at FROM requests WHERE actor = ?1 AND key = ?2",
+                [actor, key],
+                |r| {
+                    Ok((
+                        RequestRecord {
+                            actor: r.get(0)?,
+                            key: r.get(1)?,
+                            fingerprint: r.get(2)?,
+                            status: r.get(3)?,
+                            response: Value::Null,
+                            at: r.get(5)?,
+                        },
+                        r.get::<_, String>(4)?,
+                    ))
+                },
+            )
+            .optional()?;
+        row.map(|(mut rec, response)| {
+            rec.response = serde_json::from_str(&response)?;
+            Ok(rec)
+        })
+        .transpose()
+    }
+}
+
+const TOKEN_COLUMNS: &str = "id, name, hash, roles, created_by, created_at, revoked_at";
+
+fn token_row(r: &Row<'_>) -> rusqlite::Result<(TokenRecord, String)> {
+    Ok((
+        TokenRecord {
+            id: r.get(0)?,
+            name: r.get(1)?,
+            hash: r.get(2)?,
+            roles: Vec::new(),
+            created_by: r.get(4)?,
+            created_at: r.get(5)?,
+            revoked_at: r.get(6)?,
+        },
+        r.get(3)?,
+    ))
+}
+
+fn finish_token((mut t, roles): (TokenRecord, String)) -> Result<TokenRecord, Error> {
+    t.roles = serde_json::from_str(&roles)?;
+    Ok(t)
 }
 
 fn resource_row(r: &Row<'_>) -> rusqlite::Result<(ResourceRecord, String)> {

@@ -164,7 +164,7 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     let path = dir.join("opsgraph.db");
     {
         let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 1);
+        assert_eq!(store.schema_version().unwrap(), 2);
         let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
         assert_eq!((mode.as_str(), sync), ("wal", 2));
@@ -175,7 +175,7 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     store.conn.execute_batch("PRAGMA user_version = 99").unwrap();
     drop(store);
     let err = SqliteStore::open(&path, Durability::Full).err().unwrap();
-    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 1; upgrade opsgraph");
+    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 2; upgrade opsgraph");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -253,4 +253,99 @@ fn timeline_after_pages_one_operation_or_all_and_stats_count() {
     // Cumulative: 40 ms is under every bound from 50 ms, 2 s from 5 s.
     let at = |bound: f64| stats.duration_buckets.iter().find(|(b, _)| *b == bound).unwrap().1;
     assert_eq!((at(10.0), at(50.0), at(1_000.0), at(5_000.0)), (0, 1, 1, 2));
+}
+
+fn gate(answer: Option<&str>) -> GateRecord {
+    GateRecord {
+        operation: "op-1".into(),
+        id: "approve".into(),
+        gate_type: "approval".into(),
+        reason: "risky".into(),
+        options: vec!["approve".into()],
+        required_roles: vec!["sre".into()],
+        answer: answer.map(str::to_string),
+        answered_by: answer.map(|_| "user:bob".to_string()),
+        answered_at: answer.map(|_| now()),
+        value: None,
+    }
+}
+
+#[test]
+fn a_gate_answers_once_inside_the_transaction() {
+    let mut store = SqliteStore::memory().unwrap();
+    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }, Write::Gate(gate(None))]).unwrap();
+    store.commit(&[Write::Gate(gate(Some("approve")))]).unwrap();
+    let audit = AuditRecord {
+        seq: 0,
+        at: now(),
+        actor: "token:t2".into(),
+        action: "gate.answer".into(),
+        target: "op-1/approve".into(),
+        operation: Some("op-1".into()),
+        resource: None,
+        detail: json!({}),
+    };
+    // An answer for another plan revision is refused with everything in its transaction.
+    let guard = Write::ExpectPlan { operation: "op-1".into(), revision: "sha256:old".into() };
+    let err = store.commit(&[Write::Audit(audit.clone()), guard]).unwrap_err();
+    assert_eq!(err.to_string(), "operation `op-1` runs plan revision sha256:aa, not sha256:old");
+    store.commit(&[Write::ExpectPlan { operation: "op-1".into(), revision: "sha256:aa".into() }]).unwrap();
+    // The second answer is refused, and its audit row with it.
+    let err = store.commit(&[Write::Audit(audit), Write::Gate(gate(Some("approve")))]).unwrap_err();
+    assert_eq!(err.to_string(), "gate `approve` of operation `op-1` is already answered");
+    assert!(store.audit(&AuditFilter::default()).unwrap().is_empty());
+}
+
+#[test]
+fn tokens_audit_rows_and_request_keys_round_trip() {
+    let mut store = SqliteStore::memory().unwrap();
+    let token = TokenRecord {
+        id: "tok-1".into(),
+        name: "ci".into(),
+        hash: "sha256:00ff".into(),
+        roles: vec!["operator".into()],
+        created_by: "bootstrap".into(),
+        created_at: rfc3339(1_700_000_000, 0),
+        revoked_at: None,
+    };
+    let audit = |actor: &str, operation: Option<&str>, at: i64| AuditRecord {
+        seq: 0,
+        at: rfc3339(at, 0),
+        actor: actor.into(),
+        action: "token.create".into(),
+        target: "tok-1".into(),
+        operation: operation.map(str::to_string),
+        resource: None,
+        detail: json!({"roles": ["operator"]}),
+    };
+    store.commit(&[Write::Token(token.clone()), Write::Audit(audit("bootstrap", None, 1_700_000_000))]).unwrap();
+    store.commit(&[Write::Audit(audit("token:tok-1", Some("op-1"), 1_700_000_100))]).unwrap();
+    assert_eq!(store.token_by_hash("sha256:00ff").unwrap(), Some(token.clone()));
+    assert_eq!(store.token_by_hash("sha256:00fe").unwrap(), None);
+    let revoked = TokenRecord { revoked_at: Some(now()), name: "ignored".into(), ..token.clone() };
+    store.commit(&[Write::Token(revoked.clone())]).unwrap();
+    // Revoking sets only `revoked_at`.
+    assert_eq!(store.tokens().unwrap(), vec![TokenRecord { name: "ci".into(), ..revoked }]);
+
+    let all = store.audit(&AuditFilter::default()).unwrap();
+    assert_eq!(all.iter().map(|a| a.seq).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(all[0].detail, json!({"roles": ["operator"]}));
+    let by = |f: AuditFilter| store.audit(&f).unwrap().len();
+    assert_eq!(by(AuditFilter { actor: Some("bootstrap".into()), ..Default::default() }), 1);
+    assert_eq!(by(AuditFilter { operation: Some("op-1".into()), ..Default::default() }), 1);
+    assert_eq!(by(AuditFilter { since: Some(rfc3339(1_700_000_050, 0)), ..Default::default() }), 1);
+
+    let request = RequestRecord {
+        actor: "token:tok-1".into(),
+        key: "k1".into(),
+        fingerprint: "sha256:ab".into(),
+        status: 201,
+        response: json!({"id": "op-1"}),
+        at: now(),
+    };
+    store.commit(&[Write::Request(request.clone())]).unwrap();
+    assert_eq!(store.request("token:tok-1", "k1").unwrap(), Some(request.clone()));
+    assert_eq!(store.request("token:other", "k1").unwrap(), None);
+    let err = store.commit(&[Write::Request(request)]).unwrap_err();
+    assert_eq!(err.to_string(), "idempotency key `k1` of token:tok-1 is already recorded");
 }

@@ -127,6 +127,39 @@ pub enum Command {
         #[command(subcommand)]
         command: SecretsCommand,
     },
+    /// Serve the REST API under /api/v1 (the admin token is printed at first start).
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8437")]
+        listen: std::net::SocketAddr,
+        /// Pack directories (default `bundled:packs`).
+        #[arg(long = "packs")]
+        packs: Vec<String>,
+        /// Inventory, provider and policy files or directories plans are made in.
+        #[arg(long = "inventory")]
+        inventory: Vec<String>,
+    },
+    /// API tokens of the local data directory.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; it is printed once and only its hash is kept.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// A role (repeat for several): viewer, operator, sre, platform_admin, or a custom role.
+        #[arg(long = "role", required = true)]
+        roles: Vec<String>,
+    },
+    /// List tokens (never their secret).
+    List,
+    /// Revoke a token by id.
+    Revoke { id: String },
 }
 
 #[derive(Debug, clap::Args)]
@@ -313,6 +346,14 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Plan(args) => crate::plan_cmd::plan(&args, out, err),
         Command::Demo => crate::plan_cmd::demo(cli.data_dir.as_deref(), out, err),
         Command::Secrets { command } => ops_cmd::secrets(&data_dir, &command, out),
+        Command::Serve { listen, packs, inventory } => {
+            crate::serve_cmd::serve(&data_dir, listen, &packs, &inventory, out)
+        }
+        Command::Token { command: TokenCommand::Create { name, roles } } => {
+            crate::serve_cmd::token_create(&data_dir, &name, &roles, out)
+        }
+        Command::Token { command: TokenCommand::List } => crate::serve_cmd::token_list(&data_dir, out),
+        Command::Token { command: TokenCommand::Revoke { id } } => crate::serve_cmd::token_revoke(&data_dir, &id, out),
     }
 }
 

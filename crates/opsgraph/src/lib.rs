@@ -7,3 +7,4 @@ pub mod cli;
 pub mod load;
 pub mod ops_cmd;
 pub mod plan_cmd;
+pub mod serve_cmd;

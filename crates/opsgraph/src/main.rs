@@ -5,7 +5,8 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = opsgraph::cli::Cli::parse();
     let mut out = std::io::stdout().lock();
-    let mut err = std::io::stderr().lock();
+    // Not locked for the whole run: `serve` logs to standard error from other threads.
+    let mut err = std::io::stderr();
     let mut input = std::io::stdin().lock();
     match opsgraph::cli::run(cli, &mut input, &mut out, &mut err) {
         Ok(code) => ExitCode::from(code),

@@ -14,6 +14,7 @@ mod remote;
 mod resolve;
 mod runtime;
 mod secrets;
+mod server;
 mod subop;
 mod support;
 mod tidy;

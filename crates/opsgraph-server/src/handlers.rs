@@ -1,0 +1,586 @@
+//! The handlers: synchronous functions of a request context, run on a blocking thread after the
+//! route's access was checked. A mutation commits its audit record with the change itself.
+
+use std::collections::BTreeMap;
+
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use opsgraph_model::{Document, GateType, Intent, Resource};
+use opsgraph_plan::lifecycle::state_name;
+use opsgraph_plan::{render, Input, Inventory, Plan};
+use opsgraph_runtime::{GateAnswer, Runtime};
+use opsgraph_store::{now, AuditFilter, OperationFilter, OperationRecord, RequestRecord, Store, Write};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::auth::{self, hex, Identity};
+use crate::error::ApiError;
+use crate::{views, AppState};
+
+/// What a handler gets: the caller (checked), path and query parameters, the body (within its
+/// limit) and a store connection of its own.
+pub(crate) struct Ctx {
+    pub(crate) state: AppState,
+    pub(crate) who: Option<Identity>,
+    pub(crate) params: BTreeMap<String, String>,
+    pub(crate) query: BTreeMap<String, String>,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Vec<u8>,
+    pub(crate) method: Method,
+    pub(crate) store: Box<dyn Store>,
+}
+
+/// A JSON reply.
+pub(crate) struct Reply {
+    status: StatusCode,
+    body: Value,
+    replayed: bool,
+}
+
+impl Reply {
+    fn ok(body: Value) -> Result<Reply, ApiError> {
+        Ok(Reply { status: StatusCode::OK, body, replayed: false })
+    }
+
+    fn created(body: Value) -> Result<Reply, ApiError> {
+        Ok(Reply { status: StatusCode::CREATED, body, replayed: false })
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(self.body)).into_response();
+        if self.replayed {
+            r.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+        }
+        r
+    }
+}
+
+impl Ctx {
+    fn param(&self, name: &str) -> String {
+        self.params.get(name).cloned().unwrap_or_default()
+    }
+
+    fn who(&self) -> Result<&Identity, ApiError> {
+        // Routes that reach a handler using this are not public: the router authenticated them.
+        self.who.as_ref().ok_or_else(|| ApiError::unauthorized("unauthenticated", "this route needs a token"))
+    }
+
+    /// The JSON body; `{}` when there is none and `optional`.
+    fn json<T: DeserializeOwned>(&self, optional: bool) -> Result<T, ApiError> {
+        let body: &[u8] = if self.body.iter().all(u8::is_ascii_whitespace) && optional { b"{}" } else { &self.body };
+        serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request("invalid_json", format!("the body is not the JSON this route takes: {e}"))
+        })
+    }
+
+    fn operation_record(&self) -> Result<OperationRecord, ApiError> {
+        let id = self.param("id");
+        self.store.operation(&id)?.ok_or_else(|| ApiError::not_found("no_operation", format!("no operation `{id}`")))
+    }
+
+    fn runtime(&self) -> Result<Runtime, ApiError> {
+        Ok(self.state.runtime()?)
+    }
+
+    /// The intent document of the body (YAML or JSON), checked like `opsgraph validate` does.
+    fn intent(&self) -> Result<Intent, ApiError> {
+        let text = std::str::from_utf8(&self.body)
+            .map_err(|_| ApiError::bad_request("invalid_body", "the body is not UTF-8 text"))?;
+        if text.trim().is_empty() {
+            return Err(ApiError::bad_request("invalid_body", "the body is empty: send one `intent` document"));
+        }
+        let parsed = opsgraph_pack::parse_file("request", text);
+        if parsed.has_errors() {
+            let diags: Vec<String> = parsed.diagnostics.iter().map(ToString::to_string).collect();
+            return Err(ApiError::unprocessable("invalid_document", "the intent document has problems")
+                .with_details(json!({ "diagnostics": diags })));
+        }
+        let mut docs = parsed.docs.into_iter().map(|d| d.doc);
+        match (docs.next(), docs.next()) {
+            (Some(Document::Intent(i)), None) => Ok(i),
+            _ => {
+                Err(ApiError::unprocessable("expected_one_intent", "the body must hold exactly one `intent` document"))
+            }
+        }
+    }
+
+    /// Builds the plan with the server's packs and world, plus the resources operations recorded.
+    fn plan(&self, intent: &Intent) -> Result<Plan, ApiError> {
+        let w = &self.state.0.world;
+        let mut resources = w.resources.clone();
+        for r in self.store.resources()? {
+            if let Ok(doc) = serde_json::from_value::<Resource>(r.doc) {
+                if !resources.iter().any(|x| x.id == doc.id) {
+                    resources.push(doc);
+                }
+            }
+        }
+        let inventory = Inventory::new(&resources);
+        opsgraph_plan::build(&Input {
+            intent,
+            packs: &w.packs,
+            inventory: &inventory,
+            providers: &w.providers,
+            policy: &w.policy,
+            operations: &w.operations,
+        })
+        .map_err(|errors| {
+            let list: Vec<Value> = errors.iter().map(|e| json!({"code": e.code(), "message": e.to_string()})).collect();
+            ApiError::unprocessable("plan_error", "the plan cannot be built").with_details(json!({ "errors": list }))
+        })
+    }
+}
+
+pub(crate) fn health(_: &mut Ctx) -> Result<Reply, ApiError> {
+    Reply::ok(json!({"status": "ok"}))
+}
+
+pub(crate) fn ready(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    match ctx.store.operations(&OperationFilter { state: Some("-".into()), resource: None }) {
+        Ok(_) => Reply::ok(json!({"status": "ready"})),
+        Err(e) => {
+            tracing::error!(error = %e, "not ready: the store does not answer");
+            Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "the store does not answer"))
+        }
+    }
+}
+
+pub(crate) fn openapi_doc(_: &mut Ctx) -> Result<Reply, ApiError> {
+    Reply::ok(crate::routes::openapi())
+}
+
+pub(crate) fn me(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let who = ctx.who()?;
+    Reply::ok(json!({
+        "name": who.name,
+        "actor": who.actor(),
+        "token": who.token,
+        "roles": who.roles,
+        "permissions": who.permissions,
+    }))
+}
+
+pub(crate) fn roles(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let builtin: Vec<&str> = auth::BUILTIN_ROLES.iter().map(|(r, _)| *r).collect();
+    let roles: Vec<Value> = ctx
+        .state
+        .config()
+        .table()
+        .into_iter()
+        .map(|(name, perms)| json!({"name": name, "builtin": builtin.contains(&name.as_str()), "permissions": perms}))
+        .collect();
+    Reply::ok(json!({ "roles": roles }))
+}
+
+pub(crate) fn plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let intent = ctx.intent()?;
+    let plan = ctx.plan(&intent)?;
+    Reply::ok(render::json(&plan))
+}
+
+pub(crate) fn operations(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let filter =
+        OperationFilter { state: ctx.query.get("state").cloned(), resource: ctx.query.get("resource").cloned() };
+    let ops: Vec<Value> = ctx.store.operations(&filter)?.iter().map(views::operation_summary).collect();
+    Reply::ok(json!({ "operations": ops }))
+}
+
+pub(crate) fn operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    Reply::ok(views::operation(&*ctx.store, &op)?)
+}
+
+pub(crate) fn jobs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    Reply::ok(json!({ "jobs": ctx.store.jobs(&op.id)? }))
+}
+
+pub(crate) fn timeline(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    let entries: Vec<Value> = ctx.store.timeline(&op.id)?.iter().map(views::timeline_entry).collect();
+    Reply::ok(json!({ "timeline": entries }))
+}
+
+pub(crate) fn evidence(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    Reply::ok(json!({ "evidence": ctx.store.evidence(&op.id)? }))
+}
+
+pub(crate) fn artifacts(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    let list: Vec<Value> = ctx.store.artifacts(&op.id)?.iter().map(views::artifact).collect();
+    Reply::ok(json!({ "artifacts": list }))
+}
+
+pub(crate) fn gates(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    Reply::ok(json!({ "plan_revision": op.plan_revision, "gates": ctx.store.gates(&op.id)? }))
+}
+
+/// `POST /api/v1/operations`: intent -> plan -> a recorded operation, driven in the background.
+/// With an `Idempotency-Key`, the result is recorded in the creating transaction: the same key
+/// and body get the same result, the same key with another body 422.
+pub(crate) fn create_operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let actor = ctx.who()?.actor();
+    let key = idempotency_key(ctx)?;
+    let intent = ctx.intent()?;
+    let fingerprint = {
+        let mut h = Sha256::new();
+        h.update(ctx.method.as_str().as_bytes());
+        h.update(b" /api/v1/operations\n");
+        h.update(&ctx.body);
+        format!("sha256:{}", hex(&h.finalize()))
+    };
+    let state = ctx.state.clone();
+    let _write = state.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(key) = &key {
+        if let Some(done) = ctx.store.request(&actor, key)? {
+            if done.fingerprint != fingerprint {
+                return Err(ApiError::unprocessable(
+                    "idempotency_key_reused",
+                    format!("Idempotency-Key `{key}` was used at {} for a different request", done.at),
+                ));
+            }
+            let status = StatusCode::from_u16(done.status).unwrap_or(StatusCode::OK);
+            return Ok(Reply { status, body: done.response, replayed: true });
+        }
+    }
+    let plan = ctx.plan(&intent)?;
+    let id = opsgraph_runtime::new_operation_id();
+    let response = json!({
+        "id": id,
+        "plan_revision": plan.revision.hash,
+        "href": format!("/api/v1/operations/{id}"),
+    });
+    let resource = Runtime::target_resource(&plan.intent);
+    let mut attached = vec![Write::Audit(auth::audit(
+        &actor,
+        "operation.create",
+        &id,
+        Some(&id),
+        resource.as_deref(),
+        json!({"pack": plan.pack, "action": plan.action, "revision": plan.revision.hash, "idempotency_key": key}),
+    ))];
+    if let Some(key) = key {
+        attached.push(Write::Request(RequestRecord {
+            actor: actor.clone(),
+            key,
+            fingerprint,
+            status: StatusCode::CREATED.as_u16(),
+            response: response.clone(),
+            at: now(),
+        }));
+    }
+    let mut rt = ctx.runtime()?;
+    rt.attach(attached);
+    rt.create_as(&id, &plan, &actor, &mut |_| {})?;
+    drop(_write);
+    state.wake(&id);
+    Reply::created(response)
+}
+
+fn idempotency_key(ctx: &Ctx) -> Result<Option<String>, ApiError> {
+    let Some(v) = ctx.headers.get("idempotency-key") else { return Ok(None) };
+    let key = v.to_str().map_err(|_| ApiError::bad_request("invalid_header", "Idempotency-Key is not ASCII"))?.trim();
+    let max = ctx.state.0.limits.idempotency_key_bytes;
+    if key.is_empty() {
+        return Err(ApiError::bad_request("invalid_header", "Idempotency-Key is empty"));
+    }
+    if key.len() > max {
+        return Err(ApiError::unprocessable(
+            "limit_exceeded",
+            format!("Idempotency-Key is longer than limits.idempotency_key_bytes ({max} bytes)"),
+        )
+        .with_details(json!({"limit": "idempotency_key_bytes", "max": max})));
+    }
+    Ok(Some(key.to_string()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    option: String,
+    #[serde(default)]
+    value: Option<Value>,
+    /// The plan revision the answer was given for; it must be the operation's current one.
+    #[serde(default)]
+    revision: Option<String>,
+}
+
+/// Gates whose answer approves something: their operation's creator may not answer them
+/// (except to cancel) unless `allow_self_approval` is set.
+fn is_approval(gate_type: &str) -> bool {
+    [GateType::Approval, GateType::DestructiveAction, GateType::PolicyException, GateType::CostConfirmation]
+        .iter()
+        .any(|t| t.to_string() == gate_type)
+}
+
+pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let who = ctx.who()?.clone();
+    let body: AnswerBody = ctx.json(false)?;
+    let op = ctx.operation_record()?;
+    let gate_id = ctx.param("gate");
+    let gate = ctx
+        .store
+        .gates(&op.id)?
+        .into_iter()
+        .find(|g| g.id == gate_id)
+        .ok_or_else(|| ApiError::not_found("no_gate", format!("no gate `{gate_id}` in operation `{}`", op.id)))?;
+    let role = if gate.required_roles.is_empty() {
+        who.roles.first().cloned()
+    } else {
+        who.roles.iter().find(|r| gate.required_roles.contains(r)).cloned()
+    };
+    let Some(role) = role else {
+        return Err(ApiError::forbidden(
+            "role_not_allowed",
+            format!(
+                "gate `{gate_id}` is answered by {}; your roles: {}",
+                gate.required_roles.join(" or "),
+                who.roles.join(", ")
+            ),
+        ));
+    };
+    let cancelling = body.option == "cancel operation";
+    if is_approval(&gate.gate_type) && op.actor == who.actor() && !cancelling && !ctx.state.config().allow_self_approval
+    {
+        return Err(ApiError::forbidden(
+            "self_approval",
+            format!("{} created operation `{}` and may not approve its gate `{gate_id}`", who.actor(), op.id),
+        ));
+    }
+    let Some(revision) = body.revision else {
+        return Err(ApiError::unprocessable(
+            "revision_required",
+            format!("an answer names the plan revision it approves: `\"revision\": \"{}\"`", op.plan_revision),
+        ));
+    };
+    if revision != op.plan_revision {
+        return Err(ApiError::conflict(
+            "stale_revision",
+            format!("the operation now runs plan revision {}; read it and answer again", op.plan_revision),
+        )
+        .with_details(json!({"current": op.plan_revision, "given": revision})));
+    }
+    if let (Some(answer), Some(by), Some(at)) = (&gate.answer, &gate.answered_by, &gate.answered_at) {
+        return Err(ApiError::conflict(
+            "gate_answered",
+            format!("gate `{gate_id}` was already answered `{answer}` by {by} at {at}"),
+        )
+        .with_details(json!({"answer": answer, "answered_by": by, "answered_at": at})));
+    }
+    let actor = who.actor();
+    let state = ctx.state.clone();
+    let _write = state.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rt = ctx.runtime()?;
+    let root = rt.root_of(&op.id)?;
+    // The revision is checked again inside the answer's transaction: a plan changed since the
+    // check above voids the answer.
+    let guard = Write::ExpectPlan { operation: op.id.clone(), revision: revision.clone() };
+    rt.attach(vec![
+        guard,
+        Write::Audit(auth::audit(
+            &actor,
+            "gate.answer",
+            &format!("{}/{gate_id}", op.id),
+            Some(&op.id),
+            op.resource.as_deref(),
+            json!({"option": body.option, "role": role, "revision": revision, "value_given": body.value.is_some()}),
+        )),
+    ]);
+    let answer =
+        GateAnswer { option: body.option.clone(), actor: actor.clone(), role: role.clone(), value: body.value };
+    let next = rt.answer_gate(&op.id, &gate_id, &answer, &mut |_| {})?;
+    drop(_write);
+    state.wake(&root);
+    Reply::ok(json!({
+        "operation": op.id,
+        "gate": gate_id,
+        "answer": body.option,
+        "answered_by": actor,
+        "role": role,
+        "state": state_name(next.kind()),
+    }))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ReasonBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RetryBody {
+    #[serde(default)]
+    jobs: Vec<String>,
+}
+
+/// The audit record of a control request on `op`.
+fn control_audit(actor: &str, action: &str, op: &OperationRecord, detail: Value) -> Write {
+    Write::Audit(auth::audit(actor, action, &op.id, Some(&op.id), op.resource.as_deref(), detail))
+}
+
+fn control_reply(id: &str, state: &opsgraph_model::OperationState) -> Result<Reply, ApiError> {
+    Reply::ok(json!({"id": id, "state": state_name(state.kind()), "detail": views::detail(state)}))
+}
+
+pub(crate) fn pause(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let actor = ctx.who()?.actor();
+    let body: ReasonBody = ctx.json(true)?;
+    let op = ctx.operation_record()?;
+    let reason = body.reason.unwrap_or_else(|| "paused by a person".into());
+    let _write = ctx.state.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rt = ctx.runtime()?;
+    rt.attach(vec![control_audit(&actor, "operation.pause", &op, json!({"reason": reason}))]);
+    let state = rt.pause(&op.id, &actor, &reason, &mut |_| {})?;
+    control_reply(&op.id, &state)
+}
+
+pub(crate) fn resume(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let actor = ctx.who()?.actor();
+    let _: ReasonBody = ctx.json(true)?;
+    let op = ctx.operation_record()?;
+    let app = ctx.state.clone();
+    let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rt = ctx.runtime()?;
+    // A running operation is only driven again (nothing changes, nothing to audit).
+    let state = if matches!(op.state, opsgraph_model::OperationState::Running) {
+        op.state.clone()
+    } else {
+        rt.attach(vec![control_audit(&actor, "operation.resume", &op, json!({}))]);
+        rt.resume(&op.id, &actor, &mut |_| {})?
+    };
+    let root = rt.root_of(&op.id)?;
+    drop(_write);
+    app.wake(&root);
+    control_reply(&op.id, &state)
+}
+
+pub(crate) fn cancel(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let actor = ctx.who()?.actor();
+    let body: ReasonBody = ctx.json(true)?;
+    let op = ctx.operation_record()?;
+    let reason = body.reason.unwrap_or_else(|| "cancelled by a person".into());
+    let _write = ctx.state.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rt = ctx.runtime()?;
+    rt.attach(vec![control_audit(&actor, "operation.cancel", &op, json!({"reason": reason}))]);
+    let state = rt.cancel(&op.id, &actor, &reason, &mut |_| {})?;
+    control_reply(&op.id, &state)
+}
+
+pub(crate) fn retry(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let actor = ctx.who()?.actor();
+    let body: RetryBody = ctx.json(true)?;
+    let op = ctx.operation_record()?;
+    let app = ctx.state.clone();
+    let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rt = ctx.runtime()?;
+    rt.attach(vec![control_audit(&actor, "operation.retry", &op, json!({"jobs": body.jobs}))]);
+    let state = rt.retry(&op.id, &body.jobs, &actor, &mut |_| {})?;
+    let root = rt.root_of(&op.id)?;
+    drop(_write);
+    app.wake(&root);
+    control_reply(&op.id, &state)
+}
+
+pub(crate) fn resources(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let list: Vec<Value> = ctx
+        .store
+        .resources()?
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "status": r.doc["status"],
+                "health": r.doc["health"],
+                "last_operation": r.last_operation,
+                "observed_state": r.doc["observed_state"],
+                "updated_at": r.updated_at,
+            })
+        })
+        .collect();
+    Reply::ok(json!({ "resources": list }))
+}
+
+pub(crate) fn resource(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let id = ctx.param("id");
+    let r =
+        ctx.store.resource(&id)?.ok_or_else(|| ApiError::not_found("no_resource", format!("no resource `{id}`")))?;
+    let ops: Vec<Value> = ctx
+        .store
+        .operations(&OperationFilter { state: None, resource: Some(id.clone()) })?
+        .iter()
+        .map(views::operation_summary)
+        .collect();
+    Reply::ok(
+        json!({"id": r.id, "resource": r.doc, "last_operation": r.last_operation, "updated_at": r.updated_at, "operations": ops}),
+    )
+}
+
+pub(crate) fn audit(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let since = ctx.query.get("since").cloned();
+    if let Some(s) = &since {
+        let b = s.as_bytes();
+        let shaped = b.len() >= 10 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-';
+        if !shaped {
+            return Err(ApiError::bad_request(
+                "invalid_parameter",
+                "`since` is an RFC 3339 time (2026-01-31T12:00:00Z)",
+            ));
+        }
+    }
+    let filter = AuditFilter {
+        actor: ctx.query.get("actor").cloned(),
+        operation: ctx.query.get("operation").cloned(),
+        resource: ctx.query.get("resource").cloned(),
+        since,
+    };
+    let rows: Vec<Value> = ctx.store.audit(&filter)?.iter().map(views::audit).collect();
+    Reply::ok(json!({ "audit": rows }))
+}
+
+pub(crate) fn tokens(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let list: Vec<Value> = ctx.store.tokens()?.iter().map(views::token).collect();
+    Reply::ok(json!({ "tokens": list }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenBody {
+    name: String,
+    roles: Vec<String>,
+}
+
+pub(crate) fn create_token(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let who = ctx.who()?.clone();
+    let body: TokenBody = ctx.json(false)?;
+    let state = ctx.state.clone();
+    let _write = state.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    let (record, token) = auth::create_token(
+        &mut *ctx.store,
+        state.config(),
+        &body.name,
+        &body.roles,
+        &who.actor(),
+        Some(&who.permissions),
+        None,
+    )?;
+    let mut v = views::token(&record);
+    v["token"] = json!(token);
+    Reply::created(v)
+}
+
+pub(crate) fn revoke_token(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let who = ctx.who()?.clone();
+    let id = ctx.param("id");
+    let state = ctx.state.clone();
+    let _write = state.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    let record = auth::revoke_token(&mut *ctx.store, state.config(), &id, &who.actor(), Some(&who.permissions))?;
+    Reply::ok(views::token(&record))
+}

@@ -1,0 +1,255 @@
+//! `opsgraph serve`: the REST API under `/api/v1`.
+//!
+//! - [`routes::ROUTES`] is the one table of routes: each names its method, path, the permission it
+//!   needs and its handler. The router and the OpenAPI document are both built from it.
+//! - Deny by default: a route's permission is checked (bearer token -> roles -> permissions, one
+//!   table in [`auth`]) before its handler runs; a route with no permission is public by name.
+//! - Every mutation commits its audit record in the same store transaction as the change
+//!   (`Runtime::attach` for changes the runtime makes): no audit, no change.
+//! - Handlers are synchronous functions on a blocking thread with their own store connection;
+//!   operations are driven by one driver thread each (`drivers`), which people steer through
+//!   the store as they do from the CLI.
+
+pub mod auth;
+mod error;
+mod handlers;
+pub mod routes;
+mod views;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use opsgraph_model::{CapabilityPolicy, OperationsPolicy, Provider, Resource};
+use opsgraph_pack::Pack;
+use opsgraph_runtime::Runtime;
+use opsgraph_store::Store;
+
+pub use auth::{Config, Identity, Permission};
+pub use error::ApiError;
+pub use routes::{openapi, router, Access, Route, ROUTES};
+
+/// Opens a connection to the store; called per request and per driver.
+pub type OpenStore = dyn Fn() -> Result<Box<dyn Store>, opsgraph_store::Error> + Send + Sync;
+
+/// What plans are made from: the packs and the world the server was started with.
+#[derive(Default)]
+pub struct World {
+    pub packs: Vec<Pack>,
+    pub resources: Vec<Resource>,
+    pub providers: Vec<Provider>,
+    pub policy: CapabilityPolicy,
+    pub operations: OperationsPolicy,
+}
+
+/// Documented limits, enforced with 413 or 422 naming the limit.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// `limits.body_bytes`: the largest request body.
+    pub body_bytes: usize,
+    /// `limits.idempotency_key_bytes`: the longest `Idempotency-Key`.
+    pub idempotency_key_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { body_bytes: 1 << 20, idempotency_key_bytes: 255 }
+    }
+}
+
+/// The server's state, shared by every request and driver.
+#[derive(Clone)]
+pub struct AppState(pub(crate) Arc<Inner>);
+
+pub(crate) struct Inner {
+    pub(crate) open: Box<OpenStore>,
+    pub(crate) world: World,
+    pub(crate) config: Config,
+    pub(crate) limits: Limits,
+    pub(crate) data_dir: PathBuf,
+    /// Mutations made through the API take this lock: check-then-act (resource busy, idempotency
+    /// keys, token names) is not raced by another request of this server.
+    pub(crate) write: Mutex<()>,
+    /// Operations being driven, and whether they were woken while driven (drive once more).
+    pub(crate) drivers: Mutex<HashMap<String, bool>>,
+    pub(crate) idle: Condvar,
+}
+
+impl AppState {
+    pub fn new(open: Box<OpenStore>, world: World, config: Config, data_dir: PathBuf) -> AppState {
+        AppState(Arc::new(Inner {
+            open,
+            world,
+            config,
+            limits: Limits::default(),
+            data_dir,
+            write: Mutex::new(()),
+            drivers: Mutex::new(HashMap::new()),
+            idle: Condvar::new(),
+        }))
+    }
+
+    pub fn with_limits(self, limits: Limits) -> AppState {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                inner.limits = limits;
+                AppState(Arc::new(inner))
+            }
+            Err(shared) => AppState(shared),
+        }
+    }
+
+    pub fn store(&self) -> Result<Box<dyn Store>, opsgraph_store::Error> {
+        (self.0.open)()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.0.config
+    }
+
+    pub(crate) fn runtime(&self) -> Result<Runtime, opsgraph_store::Error> {
+        let w = &self.0.world;
+        Ok(Runtime::new(self.store()?, w.packs.clone(), w.resources.clone(), self.0.data_dir.clone()))
+    }
+
+    /// Drives an operation on a driver thread of its own; when one already drives it, that one
+    /// goes round once more (it may have just decided to stop).
+    pub fn wake(&self, id: &str) {
+        let mut drivers = self.0.drivers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(again) = drivers.get_mut(id) {
+            *again = true;
+            return;
+        }
+        drivers.insert(id.to_string(), false);
+        let state = self.clone();
+        let id = id.to_string();
+        let spawned = std::thread::Builder::new().name(format!("drive {id}")).spawn({
+            let id = id.clone();
+            move || state.drive_loop(&id)
+        });
+        if let Err(e) = spawned {
+            tracing::error!(operation = %id, error = %e, "failed to start a driver thread");
+            drivers.remove(&id);
+        }
+    }
+
+    fn drive_loop(&self, id: &str) {
+        loop {
+            match self.runtime() {
+                Ok(mut rt) => match rt.drive(id, &mut |e| {
+                    tracing::info!(operation = %e.operation, event = %e.event, actor = %e.actor, "{}", e.reason)
+                }) {
+                    Ok(state) => tracing::info!(operation = %id, state = ?state.kind(), "driver stopped"),
+                    Err(e) => tracing::warn!(operation = %id, error = %e, "driver stopped with an error"),
+                },
+                Err(e) => tracing::error!(operation = %id, error = %e, "driver could not open the store"),
+            }
+            let mut drivers = self.0.drivers.lock().unwrap_or_else(|e| e.into_inner());
+            match drivers.get_mut(id) {
+                Some(again) if *again => *again = false,
+                _ => {
+                    drivers.remove(id);
+                    self.0.idle.notify_all();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits until no operation is being driven (tests, shutdown); false on timeout.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let drivers = self.0.drivers.lock().unwrap_or_else(|e| e.into_inner());
+        let (drivers, result) =
+            self.0.idle.wait_timeout_while(drivers, timeout, |d| !d.is_empty()).unwrap_or_else(|e| e.into_inner());
+        drop(drivers);
+        !result.timed_out()
+    }
+
+    /// Operations left `running` by an earlier server are driven again (recovery checks the
+    /// evidence of attempts left without an outcome first).
+    pub fn resume_running(&self) -> Result<usize, opsgraph_store::Error> {
+        let store = self.store()?;
+        let filter = opsgraph_store::OperationFilter { state: Some("running".into()), resource: None };
+        let ops: Vec<String> =
+            store.operations(&filter)?.into_iter().filter(|o| o.parent.is_none()).map(|o| o.id).collect();
+        for id in &ops {
+            self.wake(id);
+        }
+        Ok(ops.len())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the server failed")]
+    Serve(#[source] std::io::Error),
+    #[error("failed to start the async runtime")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// A bound listener: its address is known before it serves (port 0 picks one).
+pub struct Listener {
+    listener: std::net::TcpListener,
+}
+
+impl Listener {
+    pub fn bind(addr: SocketAddr) -> Result<Listener, Error> {
+        let listener = std::net::TcpListener::bind(addr).map_err(|source| Error::Bind { addr, source })?;
+        listener.set_nonblocking(true).map_err(|source| Error::Bind { addr, source })?;
+        Ok(Listener { listener })
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Serves the API until the process ends (or `shutdown` resolves), on a tokio runtime of its
+    /// own; blocks the calling thread.
+    pub fn serve(self, state: AppState, shutdown: Option<tokio::sync::oneshot::Receiver<()>>) -> Result<(), Error> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(self.listener).map_err(Error::Serve)?;
+            let app = router(state);
+            let serve = axum::serve(listener, app);
+            match shutdown {
+                Some(rx) => serve
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.await;
+                    })
+                    .await
+                    .map_err(Error::Serve),
+                None => serve.await.map_err(Error::Serve),
+            }
+        })
+    }
+}
+
+/// Binds `addr` and serves the API (blocking). Operations left running are driven again first.
+pub fn serve(addr: SocketAddr, state: AppState) -> Result<(), Error> {
+    let listener = Listener::bind(addr)?;
+    if let Err(e) = state.resume_running() {
+        tracing::error!(error = %e, "could not look for operations left running");
+    }
+    listener.serve(state, None)
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Structured logs on standard error: text, or JSON lines when `json` (`OPSGRAPH_LOG=json`).
+pub fn init_logging(json: bool) {
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false);
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}

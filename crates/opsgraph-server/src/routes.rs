@@ -1,0 +1,589 @@
+//! The route table, the router built from it, and the OpenAPI document built from it.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{on, MethodFilter};
+use axum::Router;
+use serde_json::{json, Value};
+
+use crate::auth::{token_hash, Identity, Permission};
+use crate::error::ApiError;
+use crate::handlers::{self, Ctx, Reply};
+use crate::AppState;
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, without a token (health, readiness, the API description).
+    Public,
+    /// Any valid token.
+    Authenticated,
+    /// A token whose roles hold this permission.
+    Need(Permission),
+}
+
+pub(crate) type Handler = fn(&mut Ctx) -> Result<Reply, ApiError>;
+
+/// One route. `path` uses axum's syntax (`{id}`, `{*id}` for the rest of the path).
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub access: Access,
+    pub summary: &'static str,
+    /// The request body, for the document: `none`, `json`, `intent` (YAML or JSON).
+    pub body: &'static str,
+    /// Query parameters, for the document.
+    pub query: &'static [&'static str],
+    /// The success status.
+    pub status: u16,
+    pub(crate) handler: Handler,
+}
+
+use Access::*;
+use Permission::*;
+
+macro_rules! route {
+    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal, $query:expr, $handler:path, $summary:literal) => {
+        Route {
+            method: $method,
+            path: $path,
+            access: $access,
+            summary: $summary,
+            body: $body,
+            query: $query,
+            status: $status,
+            handler: $handler,
+        }
+    };
+}
+
+/// Every route of the API. Deny by default: a route is reachable only through this table, and
+/// its access is checked before its handler runs.
+pub static ROUTES: &[Route] = &[
+    route!("GET", "/api/v1/health", Public, 200, "none", &[], handlers::health, "The server process is up."),
+    route!("GET", "/api/v1/ready", Public, 200, "none", &[], handlers::ready, "The store answers (503 when not)."),
+    route!(
+        "GET",
+        "/api/v1/openapi.json",
+        Public,
+        200,
+        "none",
+        &[],
+        handlers::openapi_doc,
+        "This API's OpenAPI 3.1 document."
+    ),
+    route!(
+        "GET",
+        "/api/v1/me",
+        Authenticated,
+        200,
+        "none",
+        &[],
+        handlers::me,
+        "The caller's identity, roles and permissions."
+    ),
+    route!("GET", "/api/v1/roles", Need(Read), 200, "none", &[], handlers::roles, "Every role and its permissions."),
+    route!(
+        "POST",
+        "/api/v1/plans",
+        Need(Read),
+        200,
+        "intent",
+        &[],
+        handlers::plan,
+        "Plan preview of an intent document; nothing runs."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations",
+        Need(Read),
+        200,
+        "none",
+        &["state", "resource"],
+        handlers::operations,
+        "Operations, filtered by state and resource."
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations",
+        Need(Apply),
+        201,
+        "intent",
+        &[],
+        handlers::create_operation,
+        "Plan an intent and run it (honours Idempotency-Key)."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::operation,
+        "Everything about one operation."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}/jobs",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::jobs,
+        "The operation's job instances."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}/timeline",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::timeline,
+        "The operation's timeline."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}/evidence",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::evidence,
+        "The operation's evidence records."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}/artifacts",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::artifacts,
+        "The operation's artifacts (secret ones by reference)."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}/gates",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::gates,
+        "The operation's gates and their answers."
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations/{id}/gates/{gate}/answer",
+        Need(AnswerGates),
+        200,
+        "json",
+        &[],
+        handlers::answer_gate,
+        "Answer a gate for the operation's current plan revision."
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations/{id}/pause",
+        Need(Apply),
+        200,
+        "json",
+        &[],
+        handlers::pause,
+        "Stop starting new jobs."
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations/{id}/resume",
+        Need(Apply),
+        200,
+        "json",
+        &[],
+        handlers::resume,
+        "Continue a paused operation."
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations/{id}/cancel",
+        Need(Apply),
+        200,
+        "json",
+        &[],
+        handlers::cancel,
+        "Cancel: running jobs are stopped."
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations/{id}/retry",
+        Need(Intervene),
+        200,
+        "json",
+        &[],
+        handlers::retry,
+        "Run failed jobs again."
+    ),
+    route!(
+        "GET",
+        "/api/v1/resources",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::resources,
+        "Resources recorded by operations."
+    ),
+    route!(
+        "GET",
+        "/api/v1/resources/{*id}",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::resource,
+        "One resource (its id holds `/`) and the operations that explain it."
+    ),
+    route!(
+        "GET",
+        "/api/v1/audit",
+        Need(Read),
+        200,
+        "none",
+        &["actor", "operation", "resource", "since"],
+        handlers::audit,
+        "The audit log."
+    ),
+    route!(
+        "GET",
+        "/api/v1/tokens",
+        Need(ManageTokens),
+        200,
+        "none",
+        &[],
+        handlers::tokens,
+        "API tokens (never their secret)."
+    ),
+    route!(
+        "POST",
+        "/api/v1/tokens",
+        Need(ManageTokens),
+        201,
+        "json",
+        &[],
+        handlers::create_token,
+        "Create a token; it is shown once."
+    ),
+    route!(
+        "DELETE",
+        "/api/v1/tokens/{id}",
+        Need(ManageTokens),
+        200,
+        "none",
+        &[],
+        handlers::revoke_token,
+        "Revoke a token."
+    ),
+];
+
+fn method_filter(method: &str) -> MethodFilter {
+    match method {
+        "GET" => MethodFilter::GET,
+        "POST" => MethodFilter::POST,
+        "DELETE" => MethodFilter::DELETE,
+        "PUT" => MethodFilter::PUT,
+        "PATCH" => MethodFilter::PATCH,
+        other => panic!("route table: unsupported method {other}"),
+    }
+}
+
+/// The API router: every route of [`ROUTES`], and JSON errors for everything else.
+pub fn router(state: AppState) -> Router {
+    let mut router: Router<AppState> = Router::new();
+    for route in ROUTES {
+        router = router.route(
+            route.path,
+            on(method_filter(route.method), move |State(state): State<AppState>, req: Request| {
+                dispatch(state, route, req)
+            }),
+        );
+    }
+    router
+        .fallback(|| async {
+            ApiError::not_found("no_route", "no such route; see /api/v1/openapi.json").into_response()
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
+                .into_response()
+        })
+        .with_state(state)
+}
+
+/// Authenticate, authorize, read the body within its limit, run the handler on a blocking thread.
+async fn dispatch(state: AppState, route: &'static Route, req: Request) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let result = handle(state, route, req).await;
+    let (response, actor) = match result {
+        Ok((reply, actor)) => (reply.into_response(), actor),
+        Err((e, actor)) => {
+            if e.status.is_server_error() {
+                tracing::error!(code = e.code, "{}", e.message);
+            }
+            (e.into_response(), actor)
+        }
+    };
+    tracing::info!(
+        method = %method,
+        path = %path,
+        route = route.path,
+        status = response.status().as_u16(),
+        actor = actor.as_deref().unwrap_or("-"),
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "request"
+    );
+    response
+}
+
+type Outcome = Result<(Reply, Option<String>), (ApiError, Option<String>)>;
+
+async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome {
+    let (parts, body) = req.into_parts();
+    let bearer = bearer(&parts.headers);
+    let who = match route.access {
+        Public => None,
+        Authenticated | Need(_) => {
+            let s = state.clone();
+            let who = blocking(move || authenticate(&s, bearer)).await.map_err(|e| (e, None))?;
+            if let Need(p) = route.access {
+                if !who.may(p) {
+                    let e = ApiError::forbidden(
+                        "forbidden",
+                        format!("roles {} do not allow `{}`", who.roles.join(", "), p.as_str()),
+                    )
+                    .with_details(json!({"needs": p.as_str(), "roles": who.roles}));
+                    return Err((e, Some(who.actor())));
+                }
+            }
+            Some(who)
+        }
+    };
+    let actor = who.as_ref().map(Identity::actor);
+    let body = read_body(body, &parts.headers, state.0.limits.body_bytes).await.map_err(|e| (e, actor.clone()))?;
+    let params = path_params(&parts.uri, route.path);
+    let query: BTreeMap<String, String> = parts
+        .uri
+        .query()
+        .map(|q| {
+            q.split('&')
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    (percent_decode(&k.replace('+', " ")), percent_decode(&v.replace('+', " ")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(k) = query.keys().find(|k| !route.query.contains(&k.as_str())) {
+        let allowed = if route.query.is_empty() { "none".to_string() } else { route.query.join(", ") };
+        let e = ApiError::bad_request(
+            "unknown_parameter",
+            format!("unknown query parameter `{k}`; this route takes: {allowed}"),
+        );
+        return Err((e, actor));
+    }
+    let method = parts.method.clone();
+    let headers = parts.headers;
+    let a = actor.clone();
+    blocking(move || {
+        let store = state.store()?;
+        let mut ctx = Ctx { state, who, params, query, headers, body, method, store };
+        (route.handler)(&mut ctx)
+    })
+    .await
+    .map(|reply| (reply, a))
+    .map_err(|e| (e, actor))
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result,
+        Err(e) => Err(ApiError::internal("a request handler panicked", &e)),
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())
+}
+
+fn authenticate(state: &AppState, bearer: Option<String>) -> Result<Identity, ApiError> {
+    let token = bearer
+        .ok_or_else(|| ApiError::unauthorized("unauthenticated", "this route needs `Authorization: Bearer <token>`"))?;
+    let store = state.store()?;
+    let hash = token_hash(&token);
+    let record = store
+        .token_by_hash(&hash)?
+        .filter(|t| t.hash == hash)
+        .ok_or_else(|| ApiError::unauthorized("invalid_token", "the token is not known"))?;
+    if let Some(at) = record.revoked_at {
+        return Err(ApiError::unauthorized("token_revoked", format!("the token was revoked at {at}")));
+    }
+    let permissions = state.config().union(&record.roles);
+    Ok(Identity { token: record.id, name: record.name, roles: record.roles, permissions })
+}
+
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is larger than limits.body_bytes ({limit} bytes)"),
+        )
+        .with_details(json!({"limit": "body_bytes", "max": limit}))
+    };
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => Ok(bytes.to_vec()),
+        Err(_) => Err(too_large()),
+    }
+}
+
+/// The values of `{name}` and `{*name}` segments of `pattern` in the request path,
+/// percent-decoded (`compute_node%2Fn1` and `compute_node/n1` are the same id).
+pub(crate) fn path_params(uri: &axum::http::Uri, pattern: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let path: Vec<&str> = uri.path().split('/').collect();
+    for (i, seg) in pattern.split('/').enumerate() {
+        if let Some(name) = seg.strip_prefix("{*").and_then(|s| s.strip_suffix('}')) {
+            out.insert(name.to_string(), percent_decode(&path.get(i..).unwrap_or_default().join("/")));
+            break;
+        }
+        if let Some(name) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+            out.insert(name.to_string(), percent_decode(path.get(i).copied().unwrap_or_default()));
+        }
+    }
+    out
+}
+
+/// `%XX` escapes decoded (a `+` stays a `+`: in query strings it is turned into a space first).
+pub(crate) fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The OpenAPI path of a route: `{*id}` becomes `{id}`.
+pub fn openapi_path(path: &str) -> String {
+    path.replace("{*", "{")
+}
+
+/// The OpenAPI 3.1 document, generated from [`ROUTES`].
+pub fn openapi() -> Value {
+    let mut paths = serde_json::Map::new();
+    for r in ROUTES {
+        let path = openapi_path(r.path);
+        let mut parameters: Vec<Value> = r
+            .path
+            .split('/')
+            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(|name| {
+                let (name, rest) = match name.strip_prefix('*') {
+                    Some(n) => (n, true),
+                    None => (name, false),
+                };
+                let mut p = json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
+                if rest {
+                    p["description"] = json!("May contain `/`, literally or percent-encoded as `%2F`.");
+                }
+                p
+            })
+            .collect();
+        parameters.extend(
+            r.query.iter().map(|q| json!({"name": q, "in": "query", "required": false, "schema": {"type": "string"}})),
+        );
+        if r.method == "POST" && r.path == "/api/v1/operations" {
+            parameters.push(json!({"name": "Idempotency-Key", "in": "header", "required": false, "schema": {"type": "string", "maxLength": 255}}));
+        }
+        let mut op = json!({
+            "summary": r.summary,
+            "operationId": format!("{} {}", r.method.to_lowercase(), path),
+            "parameters": parameters,
+            "responses": {
+                r.status.to_string(): {"description": "success", "content": {"application/json": {"schema": {}}}},
+                "default": {"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+            },
+        });
+        match r.access {
+            Public => op["security"] = json!([]),
+            Authenticated => op["x-opsgraph-permission"] = json!(null),
+            Need(p) => op["x-opsgraph-permission"] = json!(p.as_str()),
+        }
+        match r.body {
+            "intent" => {
+                op["requestBody"] = json!({"required": true, "content": {
+                    "application/yaml": {"schema": {"type": "string"}},
+                    "application/json": {"schema": {"type": "object"}},
+                }});
+            }
+            "json" => {
+                op["requestBody"] =
+                    json!({"required": false, "content": {"application/json": {"schema": {"type": "object"}}}});
+            }
+            _ => {}
+        }
+        let entry = paths.entry(path).or_insert_with(|| json!({}));
+        entry[r.method.to_lowercase()] = op;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Opsgraph API", "version": "v1"},
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
+                    "code": {"type": "string"}, "message": {"type": "string"}, "details": {}
+                }}},
+            }},
+        },
+    })
+}

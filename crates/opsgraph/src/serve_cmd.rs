@@ -1,0 +1,122 @@
+//! `opsgraph serve` and `opsgraph token create|list|revoke`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::{bail, Context as _};
+use opsgraph_server::{auth, AppState, Config, World};
+use opsgraph_store::{Durability, SqliteStore, Store};
+
+use crate::load::{self, Source};
+use crate::ops_cmd::{open_store, pack_sources};
+
+/// The server's state over a data directory: packs (default `bundled:packs`), the world
+/// documents given, `config.yaml` (custom roles, self-approval) and a store connection per use.
+pub fn state(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Result<AppState> {
+    let pack_sources = pack_sources(packs, data_dir)?;
+    let (packs, diags) = load::packs(&pack_sources);
+    let (docs, mut world_diags) = load::documents(&world.iter().map(|p| Source::parse(p)).collect::<Vec<_>>());
+    let w = load::world(docs, &mut world_diags);
+    let problems: Vec<String> =
+        diags.iter().chain(&world_diags).filter(|d| d.is_error()).map(ToString::to_string).collect();
+    if !problems.is_empty() {
+        bail!("the packs or world documents have problems:\n{}", problems.join("\n"));
+    }
+    let config = Config::load(data_dir)?;
+    open_store(data_dir)?; // creates the directory and migrates once, before any request
+    let db = data_dir.join("opsgraph.db");
+    let durability = match std::env::var("OPSGRAPH_SYNC").as_deref() {
+        Ok("normal") => Durability::Normal,
+        _ => Durability::Full,
+    };
+    let open =
+        move || -> Result<Box<dyn Store>, opsgraph_store::Error> { Ok(Box::new(SqliteStore::open(&db, durability)?)) };
+    let world =
+        World { packs, resources: w.resources, providers: w.providers, policy: w.policy, operations: w.operations };
+    Ok(AppState::new(Box::new(open), world, config, data_dir.to_path_buf()))
+}
+
+/// Creates the admin token of a store that has none: from `$OPSGRAPH_ADMIN_TOKEN_FILE`, or new
+/// and printed once (only its hash is kept).
+pub fn bootstrap(state: &AppState, out: &mut dyn Write) -> anyhow::Result<()> {
+    let file = std::env::var_os("OPSGRAPH_ADMIN_TOKEN_FILE").map(std::path::PathBuf::from);
+    let mut store = state.store()?;
+    match auth::bootstrap_admin(&mut *store, state.config(), file.as_deref())? {
+        Some((record, Some(token))) => {
+            writeln!(out, "admin token (platform_admin, id {}); shown once, only its hash is kept:", record.id)?;
+            writeln!(out, "{token}")?;
+        }
+        Some((record, None)) => {
+            writeln!(out, "admin token {} read from $OPSGRAPH_ADMIN_TOKEN_FILE", record.id)?;
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+pub fn serve(
+    data_dir: &Path,
+    listen: SocketAddr,
+    packs: &[String],
+    world: &[String],
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    opsgraph_server::init_logging(std::env::var("OPSGRAPH_LOG").is_ok_and(|v| v == "json"));
+    let state = state(data_dir, packs, world)?;
+    bootstrap(&state, out)?;
+    let listener = opsgraph_server::Listener::bind(listen)?;
+    let addr = listener.local_addr().unwrap_or(listen);
+    writeln!(out, "serving the API on http://{addr}/api/v1 (data directory {})", data_dir.display())?;
+    out.flush()?;
+    let resumed = state.resume_running()?;
+    if resumed > 0 {
+        writeln!(out, "driving {resumed} operation(s) left running")?;
+    }
+    listener.serve(state, None)?;
+    Ok(0)
+}
+
+/// The actor of local token commands: whoever can write the data directory administers it.
+fn local_actor() -> String {
+    std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into())
+}
+
+pub fn token_create(data_dir: &Path, name: &str, roles: &[String], out: &mut dyn Write) -> anyhow::Result<u8> {
+    let config = Config::load(data_dir)?;
+    let mut store = open_store(data_dir)?;
+    let (record, token) = auth::create_token(&mut store, &config, name, roles, &local_actor(), None, None)?;
+    writeln!(
+        out,
+        "token {} ({}; roles {}); shown once, only its hash is kept:",
+        record.id,
+        record.name,
+        roles.join(", ")
+    )?;
+    writeln!(out, "{token}")?;
+    Ok(0)
+}
+
+pub fn token_list(data_dir: &Path, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let store = open_store(data_dir)?;
+    let tokens = store.tokens()?;
+    if tokens.is_empty() {
+        writeln!(out, "(no tokens)")?;
+        return Ok(0);
+    }
+    writeln!(out, "{:<18} {:<20} {:<28} {:<24} STATUS", "ID", "NAME", "ROLES", "CREATED")?;
+    for t in tokens {
+        let status = t.revoked_at.as_deref().map_or("active".to_string(), |at| format!("revoked {at}"));
+        writeln!(out, "{:<18} {:<20} {:<28} {:<24} {status}", t.id, t.name, t.roles.join(","), t.created_at)?;
+    }
+    Ok(0)
+}
+
+pub fn token_revoke(data_dir: &Path, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let config = Config::load(data_dir)?;
+    let mut store = open_store(data_dir)?;
+    let record = auth::revoke_token(&mut store, &config, id, &local_actor(), None)
+        .with_context(|| format!("failed to revoke token {id}"))?;
+    writeln!(out, "token {} ({}) revoked", record.id, record.name)?;
+    Ok(0)
+}
