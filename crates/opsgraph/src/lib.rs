@@ -6,4 +6,6 @@
 pub mod cli;
 pub mod load;
 pub mod ops_cmd;
+pub mod pack_cmd;
 pub mod plan_cmd;
+pub mod registry;
