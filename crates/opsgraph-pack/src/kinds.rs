@@ -281,7 +281,11 @@ pub(crate) static INTENT: Obj = Obj {
         field("id", &ID, "an id for the intent"),
         required("target_resource_type", &ID, "the type of resource to create or change"),
         required("action", &ID, "the pack action (`install`, `create_cluster`)"),
-        field("pack", &ID, "the pack to use; by default the one for the target type"),
+        field(
+            "pack",
+            &Shape::PackRef,
+            "the pack to use, `id` or `id@version`; by default the one for the target type, highest version",
+        ),
         field("name", &ID, "the resource the operation creates or changes"),
         field("environment", &ID, "the environment; selects the policy"),
         field("desired_result", &STR, "the result, in words"),

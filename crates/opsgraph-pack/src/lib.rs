@@ -9,6 +9,7 @@
 //! several fields. [`pack`] then checks the references between the documents of a pack.
 
 pub mod diag;
+pub mod digest;
 mod kinds;
 pub mod pack;
 mod semantic;
@@ -19,6 +20,7 @@ use opsgraph_model::Document;
 use serde_json::{json, Map, Value};
 
 pub use diag::{Code, Diagnostic, Severity};
+pub use digest::{compare_versions, content_digest, short_digest, split_pack_ref};
 pub use pack::{check_pack, Pack, PackFile};
 pub use yaml::{Node, Pos};
 

@@ -23,6 +23,9 @@ pub struct PackFile {
 pub struct Pack {
     /// Where it was loaded from, as the caller named it.
     pub root: String,
+    /// `sha256:<hex>` over its files ([`crate::content_digest`]), set by the loader that read
+    /// them; empty when the pack was not read from files (tests, benchmarks).
+    pub digest: String,
     pub manifest: ScenarioPack,
     pub templates: Vec<PlanTemplate>,
     pub jobs: BTreeMap<String, Job>,
@@ -35,6 +38,11 @@ pub struct Pack {
 impl Pack {
     pub fn id(&self) -> &str {
         &self.manifest.id
+    }
+
+    /// `id@version`, as plans record it.
+    pub fn reference(&self) -> String {
+        format!("{}@{}", self.manifest.id, self.manifest.version)
     }
 
     /// The template for an action.
@@ -91,6 +99,7 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
     let mut cx = Cx { diags: &mut diags, ids: BTreeMap::new() };
     let mut pack = Pack {
         root: root.to_string(),
+        digest: String::new(),
         manifest: manifest_doc.clone(),
         templates: Vec::new(),
         jobs: BTreeMap::new(),

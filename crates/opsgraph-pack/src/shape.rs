@@ -15,6 +15,8 @@ pub enum Shape {
     Str,
     /// An id: lowercase `[a-z0-9][a-z0-9._-]*`.
     Id,
+    /// A pack: its id, or `id@version`.
+    PackRef,
     /// A dotted capability key.
     CapKey,
     /// `<type>/<name>`.
@@ -113,7 +115,7 @@ impl Checker<'_> {
                 NodeKind::Scalar(_, text) => Some(Value::String(text.clone())),
                 _ => self.wrong_type(node, expected(shape)),
             },
-            Shape::Id | Shape::CapKey | Shape::ResourceId => {
+            Shape::Id | Shape::PackRef | Shape::CapKey | Shape::ResourceId => {
                 let text = match &node.kind {
                     NodeKind::Scalar(Scalar::Null, _) => return self.wrong_type(node, expected(shape)),
                     NodeKind::Scalar(_, text) => text,
@@ -121,6 +123,7 @@ impl Checker<'_> {
                 };
                 let ok = match shape {
                     Shape::Id => opsgraph_model::is_id(text),
+                    Shape::PackRef => is_pack_ref(text),
                     Shape::CapKey => opsgraph_model::is_capability_key(text),
                     _ => opsgraph_model::is_resource_id(text),
                 };
@@ -131,6 +134,7 @@ impl Checker<'_> {
                             .expected(expected(shape));
                     let valid = match shape {
                         Shape::Id => opsgraph_model::is_id(&lower),
+                        Shape::PackRef => is_pack_ref(&lower),
                         Shape::CapKey => opsgraph_model::is_capability_key(&lower),
                         _ => opsgraph_model::is_resource_id(&lower),
                     };
@@ -385,6 +389,7 @@ fn list_words<'a>(words: impl Iterator<Item = &'a str>) -> String {
 fn name_of(shape: &Shape) -> &'static str {
     match shape {
         Shape::Id => "id",
+        Shape::PackRef => "pack reference",
         Shape::CapKey => "capability key",
         Shape::ResourceId => "resource id",
         _ => "value",
@@ -396,6 +401,7 @@ pub fn expected(shape: &Shape) -> String {
     match shape {
         Shape::Str => "a string".to_string(),
         Shape::Id => "an id: lowercase letters, digits, `.`, `_`, `-`, starting with a letter or digit".to_string(),
+        Shape::PackRef => "a pack id, or `id@version` such as `tempo@1.1.0`".to_string(),
         Shape::CapKey => "a dotted capability key such as `object_storage.s3`".to_string(),
         Shape::ResourceId => "a resource id `<type>/<name>` such as `compute_node/worker-3`".to_string(),
         Shape::Duration => "a duration such as `30s`, `10m`, `1h`".to_string(),
@@ -434,6 +440,7 @@ pub fn json_schema(shape: &Shape, defs: &mut Map<String, Value>) -> Value {
     match shape {
         Shape::Str => json!({"type": ["string", "number", "boolean"]}),
         Shape::Id => json!({"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]*$"}),
+        Shape::PackRef => json!({"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]*(@[a-z0-9][a-z0-9._-]*)?$"}),
         Shape::CapKey => {
             json!({"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*(\\.[a-z0-9][a-z0-9_-]*)*$"})
         }
@@ -586,6 +593,7 @@ fn brief(shape: &Shape) -> String {
     match shape {
         Shape::Str => "string".into(),
         Shape::Id => "id".into(),
+        Shape::PackRef => "id or id@version".into(),
         Shape::CapKey => "capability key".into(),
         Shape::ResourceId => "resource id".into(),
         Shape::Duration => "duration".into(),
@@ -606,5 +614,13 @@ fn brief(shape: &Shape) -> String {
             .map(|(s, _)| brief(s))
             .collect::<Vec<_>>()
             .join(" or "),
+    }
+}
+
+/// `tempo` or `tempo@1.1.0`: a pack id, optionally with a version that is an id too.
+fn is_pack_ref(s: &str) -> bool {
+    match s.split_once('@') {
+        Some((id, version)) => opsgraph_model::is_id(id) && opsgraph_model::is_id(version),
+        None => opsgraph_model::is_id(s),
     }
 }

@@ -102,6 +102,7 @@ fn pack() -> Pack {
     };
     Pack {
         root: "bench".into(),
+        digest: String::new(),
         manifest: ScenarioPack {
             id: "bench".into(),
             version: "1.0.0".into(),

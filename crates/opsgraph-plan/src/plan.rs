@@ -32,7 +32,11 @@ pub struct Input<'a> {
 /// A plan revision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
+    /// `id@version` of the pack the plan comes from.
     pub pack: String,
+    /// The pack's content digest (`sha256:<hex>`), when it was read from files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack_digest: Option<String>,
     pub template: String,
     pub action: String,
     pub intent: Intent,
@@ -135,7 +139,8 @@ impl Plan {
     /// An empty plan: building is applying edits to it.
     pub(crate) fn empty(pack: &Pack, template: &PlanTemplate, intent: &Intent) -> Plan {
         Plan {
-            pack: format!("{}@{}", pack.manifest.id, pack.manifest.version),
+            pack: pack.reference(),
+            pack_digest: Some(pack.digest.clone()).filter(|d| !d.is_empty()),
             template: template.id.clone(),
             action: template.action.clone(),
             intent: intent.clone(),
@@ -161,6 +166,8 @@ impl Plan {
         #[derive(Serialize)]
         struct Content<'a> {
             pack: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pack_digest: &'a Option<String>,
             template: &'a str,
             intent: &'a Intent,
             parameters: &'a Attributes,
@@ -183,6 +190,7 @@ impl Plan {
         }
         let content = Content {
             pack: &self.pack,
+            pack_digest: &self.pack_digest,
             template: &self.template,
             intent: &self.intent,
             parameters: &self.parameters,
@@ -667,10 +675,7 @@ fn sub_operation(
     depth: usize,
 ) -> SubOperation {
     let result = (|| {
-        let pack = input
-            .packs
-            .iter()
-            .find(|p| p.manifest.id == pack_id)
+        let pack = highest(input.packs.iter().filter(|p| p.manifest.id == pack_id))
             .ok_or_else(|| format!("pack {pack_id} is not loaded"))?;
         let target = pack
             .manifest
@@ -727,15 +732,33 @@ fn plan_gate(g: &Gate, before: Vec<String>, source: &str) -> PlanGate {
     }
 }
 
+/// The pack an intent names (`id`, or `id@version`), else the one managing its target type.
+/// Several versions of one pack may be loaded side by side: without a version, the highest wins
+/// ([`opsgraph_pack::compare_versions`]).
 fn find_pack<'a>(packs: &'a [Pack], intent: &Intent) -> Result<&'a Pack, Error> {
-    if let Some(id) = &intent.pack {
-        return packs.iter().find(|p| p.manifest.id == *id).ok_or_else(|| Error::UnknownPack {
-            id: id.clone(),
-            available: packs.iter().map(|p| p.manifest.id.clone()).collect(),
+    if let Some(r) = &intent.pack {
+        let (id, version) = opsgraph_pack::split_pack_ref(r);
+        let same_id = packs.iter().filter(|p| p.manifest.id == id);
+        let found = match version {
+            Some(v) => same_id.into_iter().find(|p| p.manifest.version == v),
+            None => highest(same_id),
+        };
+        return found.ok_or_else(|| Error::UnknownPack {
+            id: r.clone(),
+            available: packs.iter().map(Pack::reference).collect(),
         });
     }
-    let found: Vec<&Pack> =
-        packs.iter().filter(|p| p.manifest.resource_types.contains(&intent.target_resource_type)).collect();
+    let mut found: Vec<&Pack> = Vec::new();
+    for p in packs.iter().filter(|p| p.manifest.resource_types.contains(&intent.target_resource_type)) {
+        match found.iter_mut().find(|f| f.manifest.id == p.manifest.id) {
+            Some(f) => {
+                if opsgraph_pack::compare_versions(&p.manifest.version, &f.manifest.version).is_gt() {
+                    *f = p;
+                }
+            }
+            None => found.push(p),
+        }
+    }
     match found.as_slice() {
         [one] => Ok(one),
         [] => Err(Error::NoPackForType {
@@ -747,6 +770,14 @@ fn find_pack<'a>(packs: &'a [Pack], intent: &Intent) -> Result<&'a Pack, Error> 
             packs: several.iter().map(|p| p.manifest.id.clone()).collect(),
         }),
     }
+}
+
+/// The highest version among packs (the first one loaded among equal versions).
+fn highest<'a>(packs: impl Iterator<Item = &'a Pack>) -> Option<&'a Pack> {
+    packs.fold(None, |best: Option<&Pack>, p| match best {
+        Some(b) if opsgraph_pack::compare_versions(&p.manifest.version, &b.manifest.version).is_le() => Some(b),
+        _ => Some(p),
+    })
 }
 
 /// The template scope a job fans out over. A job without `scope` runs once. `scope.target` names

@@ -58,6 +58,7 @@ fn resolution_json(r: &Resolution) -> Value {
 pub fn json(plan: &Plan) -> Value {
     json!({
         "pack": plan.pack,
+        "pack_digest": plan.pack_digest,
         "template": plan.template,
         "action": plan.action,
         "intent": plan.intent,

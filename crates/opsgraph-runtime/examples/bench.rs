@@ -88,6 +88,7 @@ fn chain_pack(n: usize, chained: bool) -> Pack {
     };
     Pack {
         root: "/nonexistent".into(),
+        digest: String::new(),
         manifest: ScenarioPack {
             id: "chain".into(),
             version: "1.0.0".into(),

@@ -318,9 +318,24 @@ impl Runtime {
         Ok((op, plan))
     }
 
+    /// The pack version the plan was made from (`id@version`; several versions may be loaded).
+    /// When the plan recorded a digest, the loaded pack must have it: an operation runs the
+    /// files that were planned and approved, not whatever now carries the same version.
     fn pack(&self, plan: &Plan) -> Result<&Pack, Error> {
-        let id = plan.pack.split('@').next().unwrap_or_default();
-        self.packs.iter().find(|p| p.manifest.id == id).ok_or_else(|| Error::NoPack(plan.pack.clone()))
+        let same = self.packs.iter().filter(|p| p.reference() == plan.pack);
+        let mut first = None;
+        for p in same {
+            match plan.pack_digest.as_deref() {
+                Some(d) if p.digest != d => first = first.or(Some(p)),
+                _ => return Ok(p),
+            }
+        }
+        match (first, plan.pack_digest.as_deref()) {
+            (Some(p), Some(d)) => {
+                Err(Error::PackChanged { pack: plan.pack.clone(), planned: d.to_string(), loaded: p.digest.clone() })
+            }
+            _ => Err(Error::NoPack(plan.pack.clone())),
+        }
     }
 
     /// Where an instance runs: locally when it has no resource, its resource is this machine or

@@ -57,6 +57,8 @@ pub enum Error {
     Plan(String),
     #[error("the pack `{0}` of this operation is not loaded")]
     NoPack(String),
+    #[error("the pack {pack} changed since the plan was made: planned with {planned}, loaded {loaded}")]
+    PackChanged { pack: String, planned: String, loaded: String },
     #[error("secrets: {0}")]
     Secrets(String),
     #[error("failed to prepare the data directory {path}")]

@@ -217,6 +217,31 @@ pub enum PackCommand {
         #[arg(required = true)]
         dirs: Vec<String>,
     },
+    /// Install a pack from a directory or a .tar.gz into the data directory, pinned by digest.
+    Install {
+        path: std::path::PathBuf,
+        /// Replace an installed pack of the same id@version whose content differs.
+        #[arg(long)]
+        replace: bool,
+    },
+    /// The packs commands use: bundled and installed, with their digests.
+    List {
+        #[arg(short = 'o', long = "output", default_value = "text")]
+        output: String,
+    },
+    /// What a pack would do: templates, jobs with the commands and scripts they run, evidence,
+    /// artifacts.
+    Show {
+        /// `id` (the highest version) or `id@version`.
+        pack: String,
+        #[arg(short = 'o', long = "output", default_value = "text")]
+        output: String,
+    },
+    /// Remove an installed pack version (refused while an unfinished operation ran it).
+    Remove {
+        /// `id@version`.
+        pack: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -331,9 +356,10 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             for p in &packs {
                 writeln!(
                     out,
-                    "ok: pack {}@{} ({} templates, {} jobs, {} evidence checks, {} artifacts, {} remedies)",
+                    "ok: pack {}@{} {} ({} templates, {} jobs, {} evidence checks, {} artifacts, {} remedies)",
                     p.manifest.id,
                     p.manifest.version,
+                    p.digest,
                     p.templates.len(),
                     p.jobs.len(),
                     p.evidence.len(),
@@ -343,7 +369,16 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             }
             Ok(0)
         }
-        Command::Plan(args) => crate::plan_cmd::plan(&args, out, err),
+        Command::Pack { command: PackCommand::Install { path, replace } } => {
+            let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+            crate::pack_cmd::install(&data_dir, &path, replace, &actor, out)
+        }
+        Command::Pack { command: PackCommand::List { output } } => crate::pack_cmd::list(&data_dir, &output, out, err),
+        Command::Pack { command: PackCommand::Show { pack, output } } => {
+            crate::pack_cmd::show(&data_dir, &pack, &output, out, err)
+        }
+        Command::Pack { command: PackCommand::Remove { pack } } => crate::pack_cmd::remove(&data_dir, &pack, out),
+        Command::Plan(args) => crate::plan_cmd::plan(&args, &data_dir, out, err),
         Command::Demo => crate::plan_cmd::demo(cli.data_dir.as_deref(), out, err),
         Command::Secrets { command } => ops_cmd::secrets(&data_dir, &command, out),
         Command::Serve { listen, packs, inventory } => {

@@ -6,5 +6,7 @@
 pub mod cli;
 pub mod load;
 pub mod ops_cmd;
+pub mod pack_cmd;
 pub mod plan_cmd;
+pub mod registry;
 pub mod serve_cmd;

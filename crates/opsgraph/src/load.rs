@@ -38,12 +38,13 @@ impl Source {
         }
     }
 
-    /// Every file under this source: (path relative to it, text). A file source yields itself.
-    fn files(&self) -> std::io::Result<Vec<(String, String)>> {
+    /// Every file under this source: (path relative to it, bytes). A file source yields itself.
+    /// Names starting with `.` are skipped.
+    fn files(&self) -> std::io::Result<Vec<(String, Vec<u8>)>> {
         match self {
             Source::Disk(path) if path.is_file() => {
                 let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-                Ok(vec![(name, std::fs::read_to_string(path)?)])
+                Ok(vec![(name, std::fs::read(path)?)])
             }
             Source::Disk(path) => {
                 let mut out = Vec::new();
@@ -51,19 +52,19 @@ impl Source {
                 Ok(out)
             }
             Source::Bundled(prefix) => {
-                let files: Vec<(String, String)> = bundled::FILES
+                let files: Vec<(String, Vec<u8>)> = bundled::FILES
                     .iter()
                     .filter_map(|(p, text)| {
                         if p == prefix {
                             let name = p.rsplit('/').next().unwrap_or(p).to_string();
-                            return Some((name, text.to_string()));
+                            return Some((name, text.as_bytes().to_vec()));
                         }
                         let rel = if prefix.is_empty() {
                             Some(*p)
                         } else {
                             p.strip_prefix(prefix.as_str())?.strip_prefix('/')
                         };
-                        rel.map(|r| (r.to_string(), text.to_string()))
+                        rel.map(|r| (r.to_string(), text.as_bytes().to_vec()))
                     })
                     .collect();
                 if files.is_empty() {
@@ -91,7 +92,7 @@ impl Source {
     }
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> std::io::Result<()> {
+fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
     entries.sort();
     for path in entries {
@@ -103,9 +104,8 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> std::io::Re
             walk(root, &path, out)?;
         } else {
             let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
-            // Scripts are listed (their existence is checked) but not read as YAML.
-            let text = if is_yaml(&rel) { std::fs::read_to_string(&path)? } else { String::new() };
-            out.push((rel, text));
+            // Every file is read: scripts count in a pack's digest.
+            out.push((rel, std::fs::read(&path)?));
         }
     }
     Ok(())
@@ -113,6 +113,12 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> std::io::Re
 
 fn is_yaml(path: &str) -> bool {
     path.ends_with(".yaml") || path.ends_with(".yml")
+}
+
+/// The text of a YAML file; invalid UTF-8 is an error, as reading it as text would be.
+fn text_of(bytes: &[u8]) -> std::io::Result<String> {
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
 }
 
 fn io_error(source: &Source, e: &std::io::Error) -> Diagnostic {
@@ -132,9 +138,16 @@ pub fn documents(sources: &[Source]) -> (Vec<Located>, Vec<Diagnostic>) {
             }
         };
         let single = source.is_file();
-        for (rel, text) in files.iter().filter(|(p, _)| single || is_yaml(p)) {
+        for (rel, bytes) in files.iter().filter(|(p, _)| single || is_yaml(p)) {
             let name = if single { source.display() } else { source.join(rel) };
-            let parsed = parse_file(&name, text);
+            let text = match text_of(bytes) {
+                Ok(text) => text,
+                Err(e) => {
+                    diags.push(io_error(&Source::parse(&name), &e));
+                    continue;
+                }
+            };
+            let parsed = parse_file(&name, &text);
             docs.extend(parsed.docs);
             diags.extend(parsed.diagnostics);
         }
@@ -181,21 +194,17 @@ pub fn packs(sources: &[Source]) -> (Vec<Pack>, Vec<Diagnostic>) {
                     p.strip_prefix(&root)?.strip_prefix('/').map(str::to_string)
                 }
             };
-            let mut yaml = Vec::new();
-            let mut all = BTreeSet::new();
-            for (p, text) in &files {
+            let mut mine = Vec::new();
+            for (p, bytes) in &files {
                 if let Some(rel) = inside(p) {
                     // A nested pack belongs to itself, not to this one.
                     if rel.contains('/') && roots_contains_prefix(&files, &root, &rel) {
                         continue;
                     }
-                    if is_yaml(&rel) {
-                        yaml.push(PackFile { path: rel.clone(), text: text.clone() });
-                    }
-                    all.insert(rel);
+                    mine.push((rel, bytes.as_slice()));
                 }
             }
-            let (pack, d) = check_pack(&source.join(&root), &yaml, &all);
+            let (pack, d) = check_files(&source.join(&root), &mine);
             diags.extend(d);
             packs.extend(pack);
         }
@@ -203,7 +212,27 @@ pub fn packs(sources: &[Source]) -> (Vec<Pack>, Vec<Diagnostic>) {
     (packs, diags)
 }
 
-fn roots_contains_prefix(files: &[(String, String)], root: &str, rel: &str) -> bool {
+/// Checks the files of one pack (paths relative to its root) and stamps its content digest.
+pub fn check_files(root: &str, files: &[(String, &[u8])]) -> (Option<Pack>, Vec<Diagnostic>) {
+    let mut yaml = Vec::new();
+    let mut diags = Vec::new();
+    for (rel, bytes) in files.iter().filter(|(p, _)| is_yaml(p)) {
+        match text_of(bytes) {
+            Ok(text) => yaml.push(PackFile { path: rel.clone(), text }),
+            Err(e) => diags.push(io_error(&Source::parse(&format!("{}/{rel}", root.trim_end_matches('/'))), &e)),
+        }
+    }
+    let all: BTreeSet<String> = files.iter().map(|(p, _)| p.clone()).collect();
+    let (pack, d) = check_pack(root, &yaml, &all);
+    diags.extend(d);
+    let pack = pack.map(|mut p| {
+        p.digest = opsgraph_pack::content_digest(files.iter().map(|(p, b)| (p.as_str(), *b)));
+        p
+    });
+    (pack, diags)
+}
+
+fn roots_contains_prefix(files: &[(String, Vec<u8>)], root: &str, rel: &str) -> bool {
     // True when `rel` lies in a subdirectory of `root` that has its own pack.yaml.
     let mut dir = rel;
     while let Some((parent, _)) = dir.rsplit_once('/') {
@@ -324,4 +353,10 @@ pub fn materialize(root: &Path) -> std::io::Result<()> {
         std::fs::write(&path, text)?;
     }
     Ok(())
+}
+
+/// The bytes of one file of a loaded pack (`rel` relative to its root), bundled or on disk.
+pub fn pack_file(pack_root: &str, rel: &str) -> Option<Vec<u8>> {
+    let source = Source::parse(&format!("{}/{}", pack_root.trim_end_matches('/'), rel.trim_start_matches("./")));
+    source.is_file().then(|| source.files().ok()).flatten()?.pop().map(|(_, b)| b)
 }

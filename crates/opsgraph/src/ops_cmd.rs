@@ -46,21 +46,40 @@ pub fn open_store(data_dir: &Path) -> anyhow::Result<SqliteStore> {
     Ok(SqliteStore::open(&data_dir.join("opsgraph.db"), durability)?)
 }
 
-/// Bundled packs are written into the data directory, so their scripts exist on disk.
-pub fn pack_sources(packs: &[String], data_dir: &Path) -> anyhow::Result<Vec<Source>> {
+/// Where packs come from. With `materialize`, bundled packs are written into the data directory
+/// first, so their scripts exist on disk (commands that run jobs need that; `plan` does not).
+pub fn pack_sources(packs: &[String], data_dir: &Path, materialize: bool) -> anyhow::Result<Vec<Source>> {
     let packs: Vec<String> = if packs.is_empty() { vec!["bundled:packs".into()] } else { packs.to_vec() };
     packs
         .iter()
         .map(|p| match Source::parse(p) {
-            Source::Bundled(rel) => {
+            Source::Bundled(rel) if materialize => {
                 let root = data_dir.join("bundled");
                 load::materialize(&root)?;
                 Ok(Source::Disk(root.join(rel)))
             }
+            bundled @ Source::Bundled(_) => Ok(bundled),
             // Scripts run from the operation's run directory: pack paths must not be relative.
             Source::Disk(path) => Ok(Source::Disk(std::path::absolute(&path).unwrap_or(path))),
         })
         .collect()
+}
+
+/// The packs a command uses: those of `--packs`; without it, the bundled packs plus the packs
+/// installed in the data directory (an installed `id@version` replaces the bundled one). Several
+/// versions of a pack may be loaded side by side; the plan picks one.
+pub fn load_packs(
+    packs: &[String],
+    data_dir: &Path,
+    materialize: bool,
+) -> anyhow::Result<(Vec<opsgraph_pack::Pack>, Vec<opsgraph_pack::Diagnostic>)> {
+    let (loaded, mut diags) = load::packs(&pack_sources(packs, data_dir, materialize)?);
+    if !packs.is_empty() {
+        return Ok((loaded, diags));
+    }
+    let (installed, d) = crate::registry::load_installed(data_dir)?;
+    diags.extend(d);
+    Ok((crate::registry::merge(loaded, installed), diags))
 }
 
 /// The users and their roles (`<data-dir>/config.yaml`, `users: {alice: [sre]}`). A local
@@ -118,9 +137,8 @@ pub struct ApplyArgs<'a> {
 
 /// A runtime over the data directory, with packs and the inventory given on the command line.
 fn runtime(data_dir: &Path, packs: &[String], world: &[String], concurrency: Option<u16>) -> anyhow::Result<Runtime> {
-    let pack_sources = pack_sources(packs, data_dir)?;
     let world_sources: Vec<Source> = world.iter().map(|p| Source::parse(p)).collect();
-    let (packs, diags) = load::packs(&pack_sources);
+    let (packs, diags) = load_packs(packs, data_dir, true)?;
     if diags.iter().any(|d| d.is_error()) {
         let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
         bail!("the packs have problems:\n{}", text.join("\n"));
@@ -141,9 +159,9 @@ pub fn apply(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let pack_sources = pack_sources(args.packs, &args.data_dir)?;
+    let packs = load_packs(args.packs, &args.data_dir, true)?;
     let world: Vec<Source> = args.world.iter().map(|p| Source::parse(p)).collect();
-    let mut loaded = plan_cmd::load_inputs(&Source::parse(args.intent), &pack_sources, &world);
+    let mut loaded = plan_cmd::load_inputs(&Source::parse(args.intent), packs, &world);
     // Resources earlier operations created or changed are part of the world too (the inventory
     // given on the command line wins for a resource it also describes).
     for r in open_store(&args.data_dir)?.resources()? {
@@ -318,7 +336,7 @@ pub fn get(
     Ok(0)
 }
 
-fn print(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+pub(crate) fn print(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Result<()> {
     match output {
         "json" => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
         "yaml" => write!(out, "{}", to_yaml(value, 0))?,
@@ -420,6 +438,8 @@ fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut 
     let value = match what {
         "operation" | "op" => {
             let op = store.operation(id)?.with_context(|| format!("no operation `{id}`"))?;
+            let plan: Option<opsgraph_plan::Plan> =
+                store.plan(&op.plan_revision)?.and_then(|v| serde_json::from_value(v).ok());
             json!({
                 "id": op.id,
                 "state": state_name(op.state.kind()),
@@ -427,6 +447,8 @@ fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut 
                 "resource": op.resource,
                 "actor": op.actor,
                 "plan_revision": op.plan_revision,
+                "pack": plan.as_ref().map(|p| p.pack.clone()),
+                "pack_digest": plan.as_ref().and_then(|p| p.pack_digest.clone()),
                 "intent": op.intent,
                 "gates": store.gates(id)?,
                 "jobs": store.jobs(id)?,

@@ -17,10 +17,10 @@ pub struct Loaded {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Loads packs, world documents and the intent. The intent file may hold other documents too:
-/// every document is routed by its kind.
-pub fn load_inputs(intent: &Source, packs: &[Source], world: &[Source]) -> Loaded {
-    let (packs, mut diags) = load::packs(packs);
+/// Loads world documents and the intent, next to packs already loaded. The intent file may hold
+/// other documents too: every document is routed by its kind.
+pub fn load_inputs(intent: &Source, packs: (Vec<opsgraph_pack::Pack>, Vec<Diagnostic>), world: &[Source]) -> Loaded {
+    let (packs, mut diags) = packs;
     let mut sources = world.to_vec();
     sources.push(intent.clone());
     let (docs, d) = load::documents(&sources);
@@ -80,14 +80,16 @@ pub fn build(loaded: &Loaded) -> Result<Plan, Vec<opsgraph_plan::Error>> {
     })
 }
 
-pub fn plan(args: &PlanArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
-    let packs: Vec<Source> = if args.packs.is_empty() {
-        vec![Source::parse("bundled:packs")]
-    } else {
-        args.packs.iter().map(|p| Source::parse(p)).collect()
-    };
+/// `plan`: nothing runs and nothing is written; the installed packs of `data_dir` are read.
+pub fn plan(
+    args: &PlanArgs,
+    data_dir: &std::path::Path,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let packs = crate::ops_cmd::load_packs(&args.packs, data_dir, false)?;
     let world: Vec<Source> = args.inventory.iter().chain(&args.policy).map(|p| Source::parse(p)).collect();
-    let loaded = load_inputs(&Source::parse(&args.intent), &packs, &world);
+    let loaded = load_inputs(&Source::parse(&args.intent), packs, &world);
     preview(&loaded, args.output, out, err)
 }
 
@@ -153,7 +155,7 @@ pub fn demo(data_dir: Option<&std::path::Path>, out: &mut dyn Write, err: &mut d
     writeln!(out, "data directory: {}\n", dir.display())?;
     let loaded = load_inputs(
         &Source::Disk(root.join("examples/lab/intents/lab-create-cluster.yaml")),
-        &[Source::Disk(root.join("packs"))],
+        load::packs(&[Source::Disk(root.join("packs"))]),
         &[Source::Disk(root.join("examples/lab/inventory"))],
     );
     let Some(plan) = preview_to(&loaded, Output::Text, out, err)? else { return Ok(1) };

@@ -9,13 +9,13 @@ use opsgraph_server::{auth, AppState, Config, World};
 use opsgraph_store::{Durability, SqliteStore, Store};
 
 use crate::load::{self, Source};
-use crate::ops_cmd::{open_store, pack_sources};
+use crate::ops_cmd::open_store;
 
 /// The server's state over a data directory: packs (default `bundled:packs`), the world
 /// documents given, `config.yaml` (custom roles, self-approval) and a store connection per use.
 pub fn state(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Result<AppState> {
-    let pack_sources = pack_sources(packs, data_dir)?;
-    let (packs, diags) = load::packs(&pack_sources);
+    // The server runs jobs: bundled packs are written out; installed packs count too.
+    let (packs, diags) = crate::ops_cmd::load_packs(packs, data_dir, true)?;
     let (docs, mut world_diags) = load::documents(&world.iter().map(|p| Source::parse(p)).collect::<Vec<_>>());
     let w = load::world(docs, &mut world_diags);
     let problems: Vec<String> =

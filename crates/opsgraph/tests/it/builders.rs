@@ -119,6 +119,7 @@ pub(crate) fn pack(id: &str, resource_type: &str, jobs: Vec<JobB>) -> Pack {
     };
     Pack {
         root: format!("fixture/{id}"),
+        digest: String::new(),
         manifest: ScenarioPack {
             id: id.into(),
             version: "1.0.0".into(),

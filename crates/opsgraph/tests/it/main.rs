@@ -8,6 +8,7 @@ mod documents;
 mod gates;
 mod lab;
 mod lifecycle;
+mod packs;
 mod patch;
 mod plan;
 mod remote;

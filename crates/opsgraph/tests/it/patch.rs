@@ -11,7 +11,8 @@ fn lab_plan() -> (opsgraph_plan::Plan, opsgraph_pack::Pack) {
     use opsgraph::load::Source;
     let intent = Source::parse(&path("examples/lab/intents/lab-create-cluster.yaml"));
     let inventory = Source::parse(&path("examples/lab/inventory"));
-    let loaded = opsgraph::plan_cmd::load_inputs(&intent, &[Source::parse(&path("packs/lab-cluster"))], &[inventory]);
+    let packs = opsgraph::load::packs(&[Source::parse(&path("packs/lab-cluster"))]);
+    let loaded = opsgraph::plan_cmd::load_inputs(&intent, packs, &[inventory]);
     let plan = opsgraph::plan_cmd::build(&loaded).unwrap();
     let pack = loaded.packs.into_iter().find(|p| p.manifest.id == "lab-cluster").unwrap();
     (plan, pack)

@@ -130,7 +130,7 @@ impl Lab {
         use opsgraph::load::Source;
         opsgraph::plan_cmd::load_inputs(
             &Source::parse(&self.path("intent.yaml")),
-            &[Source::parse(&self.path("mini"))],
+            opsgraph::load::packs(&[Source::parse(&self.path("mini"))]),
             &[Source::parse(&self.path("world.yaml"))],
         )
     }

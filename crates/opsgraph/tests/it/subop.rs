@@ -61,7 +61,8 @@ impl World {
     pub(crate) fn loaded(&self) -> opsgraph::plan_cmd::Loaded {
         use opsgraph::load::Source;
         let p = |r: &str| Source::parse(&self.dir.join(r).display().to_string());
-        let loaded = opsgraph::plan_cmd::load_inputs(&p("intent.yaml"), &[p("packs")], &[p("world")]);
+        let loaded =
+            opsgraph::plan_cmd::load_inputs(&p("intent.yaml"), opsgraph::load::packs(&[p("packs")]), &[p("world")]);
         assert!(!loaded.diagnostics.iter().any(|d| d.is_error()), "{:?}", loaded.diagnostics);
         loaded
     }

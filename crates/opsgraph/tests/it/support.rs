@@ -39,8 +39,13 @@ impl Run {
 /// Runs `opsgraph ARGS...` in-process. `{root}` in an argument is the repository root.
 pub(crate) fn opsgraph(args: &[&str]) -> Run {
     let root = root().display().to_string();
-    let args: Vec<String> =
+    let mut args: Vec<String> =
         std::iter::once("opsgraph".to_string()).chain(args.iter().map(|a| a.replace("{root}", &root))).collect();
+    // Hermetic: without `--data-dir`, a data directory that does not exist, never the user's.
+    if !args.iter().any(|a| a == "--data-dir") {
+        args.push("--data-dir".into());
+        args.push(std::env::temp_dir().join("opsgraph-it-no-data-dir").display().to_string());
+    }
     let cli = opsgraph::cli::Cli::try_parse_from(&args).expect("arguments parse");
     let mut out = Vec::new();
     let mut err = Vec::new();
