@@ -14,7 +14,7 @@ pub mod auth;
 mod error;
 mod handlers;
 pub mod routes;
-mod views;
+pub mod views;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,11 +1,12 @@
-//! The JSON shapes of stored records, as `describe` and `get` show them.
+//! The JSON shapes of stored records, as `describe` and `get` show them — for the API and for
+//! the CLI alike, so the two cannot drift.
 
 use opsgraph_model::OperationState;
 use opsgraph_plan::lifecycle::state_name;
 use opsgraph_store::{ArtifactRecord, AuditRecord, OperationRecord, Store, TimelineEntry, TokenRecord};
 use serde_json::{json, Value};
 
-pub(crate) fn detail(state: &OperationState) -> String {
+pub fn detail(state: &OperationState) -> String {
     match state {
         OperationState::Failed { reason } => format!("failed: {reason}"),
         OperationState::Paused { reason } => format!("paused: {reason}"),
@@ -16,7 +17,7 @@ pub(crate) fn detail(state: &OperationState) -> String {
     }
 }
 
-pub(crate) fn operation_summary(o: &OperationRecord) -> Value {
+pub fn operation_summary(o: &OperationRecord) -> Value {
     json!({
         "id": o.id,
         "parent": o.parent,
@@ -31,7 +32,7 @@ pub(crate) fn operation_summary(o: &OperationRecord) -> Value {
 }
 
 /// Secret artifacts are shown by reference only; others with where they are kept.
-pub(crate) fn artifact(a: &ArtifactRecord) -> Value {
+pub fn artifact(a: &ArtifactRecord) -> Value {
     let mut v = json!({
         "id": a.id,
         "job": a.job,
@@ -46,7 +47,7 @@ pub(crate) fn artifact(a: &ArtifactRecord) -> Value {
     v
 }
 
-pub(crate) fn timeline_entry(e: &TimelineEntry) -> Value {
+pub fn timeline_entry(e: &TimelineEntry) -> Value {
     json!({
         "seq": e.seq,
         "at": e.at,
@@ -60,8 +61,12 @@ pub(crate) fn timeline_entry(e: &TimelineEntry) -> Value {
 }
 
 /// Everything about an operation, as `opsgraph describe operation` shows it.
-pub(crate) fn operation(store: &dyn Store, o: &OperationRecord) -> Result<Value, opsgraph_store::Error> {
+pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<Value, opsgraph_store::Error> {
     let mut v = operation_summary(o);
+    // The pack it ran, pinned by digest.
+    let plan = store.plan(&o.plan_revision)?;
+    v["pack"] = plan.as_ref().map_or(Value::Null, |p| p["pack"].clone());
+    v["pack_digest"] = plan.as_ref().map_or(Value::Null, |p| p["pack_digest"].clone());
     v["intent"] = o.intent.clone();
     v["gates"] = json!(store.gates(&o.id)?);
     v["jobs"] = json!(store.jobs(&o.id)?);

@@ -438,24 +438,8 @@ fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut 
     let value = match what {
         "operation" | "op" => {
             let op = store.operation(id)?.with_context(|| format!("no operation `{id}`"))?;
-            let plan: Option<opsgraph_plan::Plan> =
-                store.plan(&op.plan_revision)?.and_then(|v| serde_json::from_value(v).ok());
-            json!({
-                "id": op.id,
-                "state": state_name(op.state.kind()),
-                "detail": describe_state(&op.state),
-                "resource": op.resource,
-                "actor": op.actor,
-                "plan_revision": op.plan_revision,
-                "pack": plan.as_ref().map(|p| p.pack.clone()),
-                "pack_digest": plan.as_ref().and_then(|p| p.pack_digest.clone()),
-                "intent": op.intent,
-                "gates": store.gates(id)?,
-                "jobs": store.jobs(id)?,
-                "evidence": store.evidence(id)?,
-                "artifacts": store.artifacts(id)?.iter().map(|a| json!({"id": a.id, "job": a.job, "sensitivity": a.sensitivity, "size": a.size, "location": if a.sensitivity == "secret" { Value::String("(secret: shown by reference only)".into()) } else { Value::String(a.location.clone()) }})).collect::<Vec<_>>(),
-                "timeline": store.timeline(id)?.iter().map(|e| json!({"at": e.at, "actor": e.actor, "event": e.event, "from": e.from, "to": e.to, "reason": e.reason})).collect::<Vec<_>>(),
-            })
+            // The same document the API serves (`GET /api/v1/operations/{id}`).
+            opsgraph_server::views::operation(store, &op)?
         }
         "resource" => {
             let r = store.resource(id)?.with_context(|| format!("no resource `{id}` recorded by an operation"))?;
