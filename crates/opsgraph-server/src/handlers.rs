@@ -179,7 +179,12 @@ pub(crate) fn roles(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let intent = ctx.intent()?;
     let plan = ctx.plan(&intent)?;
-    Reply::ok(render::json(&plan))
+    let mut v = render::json(&plan);
+    // `?format=text`: the preview a person reads, as `opsgraph plan` prints it, beside the JSON.
+    if ctx.query.get("format").is_some_and(|f| f == "text") {
+        v["text"] = Value::String(render::text(&plan));
+    }
+    Reply::ok(v)
 }
 
 pub(crate) fn operations(ctx: &mut Ctx) -> Result<Reply, ApiError> {

@@ -94,7 +94,7 @@ pub static ROUTES: &[Route] = &[
         Need(Read),
         200,
         "intent",
-        &[],
+        &["format"],
         handlers::plan,
         "Plan preview of an intent document; nothing runs."
     ),

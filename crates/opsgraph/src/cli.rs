@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
 use opsgraph_pack::Diagnostic;
 
@@ -18,6 +18,13 @@ pub struct Cli {
     /// How many jobs of one operation run at once when this command drives it [default: 8].
     #[arg(long, global = true, env = "OPSGRAPH_CONCURRENCY", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub concurrency: Option<u16>,
+    /// Talk to `opsgraph serve` at this URL instead of the data directory [env: OPSGRAPH_SERVER];
+    /// the token comes from OPSGRAPH_TOKEN (or OPSGRAPH_TOKEN_FILE).
+    #[arg(long, global = true)]
+    pub server: Option<String>,
+    /// A file holding the API token (instead of OPSGRAPH_TOKEN).
+    #[arg(long, global = true)]
+    pub token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -138,6 +145,20 @@ pub enum Command {
         /// Inventory, provider and policy files or directories plans are made in.
         #[arg(long = "inventory")]
         inventory: Vec<String>,
+    },
+    /// The audit log: every change, who made it, when.
+    Audit {
+        #[arg(long)]
+        actor: Option<String>,
+        #[arg(long)]
+        operation: Option<String>,
+        #[arg(long)]
+        resource: Option<String>,
+        /// RFC 3339 time (2026-12-01T00:00:00Z).
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(short = 'o', long = "output", default_value = "text")]
+        output: String,
     },
     /// API tokens of the local data directory.
     Token {
@@ -274,7 +295,56 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         output: world.output,
         concurrency: cli.concurrency,
     };
+    // With a server, the commands that read or change operations go through its API.
+    if let Some(remote) = crate::remote::Remote::from_env(cli.server.as_deref(), cli.token_file.as_deref())? {
+        use crate::remote::RemoteAction as R;
+        let wait = |w: &WorldArgs| !w.no_wait;
+        match &cli.command {
+            Command::Plan(p) => return remote.plan(&p.intent, p.output, out),
+            Command::Apply { plan, yes } => return remote.apply(&plan.intent, *yes, plan.output, input, out, err),
+            Command::Get { what, operation, output } => {
+                return remote.get_rows(what, operation.as_deref(), output, out)
+            }
+            Command::Describe { what, id, output } => return remote.describe(what, id, output, out),
+            Command::Gate { command: GateCommand::Answer { gate, operation, option, value, world, .. } } => {
+                let a = R::Answer { gate, operation: operation.as_deref(), option, value: value.as_deref() };
+                return remote.control(&a, wait(world), world.output, out);
+            }
+            Command::Pause { operation, output } => return remote.control(&R::Pause(operation), false, *output, out),
+            Command::Resume { operation, world } => {
+                return remote.control(&R::Resume(operation), wait(world), world.output, out)
+            }
+            Command::Cancel { operation, output } => return remote.control(&R::Cancel(operation), false, *output, out),
+            Command::Retry { operation, job, world } => {
+                let jobs = job.iter().cloned().collect();
+                return remote.control(&R::Retry(operation, jobs), wait(world), world.output, out);
+            }
+            Command::Audit { actor, operation, resource, since, output } => {
+                let filter = [
+                    ("actor", actor.as_deref()),
+                    ("operation", operation.as_deref()),
+                    ("resource", resource.as_deref()),
+                    ("since", since.as_deref()),
+                ];
+                return remote.audit(&filter, output, out);
+            }
+            Command::Logs { .. } => {
+                bail!(
+                    "job logs are kept on the server's host: run `opsgraph logs` there (the API has no logs route yet)"
+                )
+            }
+            // Documents, schemas, packs, the demo, secrets, serve and tokens act on this machine.
+            _ => {}
+        }
+    }
     match cli.command {
+        Command::Audit { actor, operation, resource, since, output } => {
+            let store = ops_cmd::open_store(&data_dir)?;
+            let filter = opsgraph_store::AuditFilter { actor, operation, resource, since };
+            let rows = serde_json::to_value(opsgraph_store::Store::audit(&store, &filter)?)?;
+            ops_cmd::print(&crate::remote::audit_rows(&rows), &output, out)?;
+            Ok(0)
+        }
         Command::Apply { plan, yes } => {
             let output = plan.output;
             let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());

@@ -9,4 +9,5 @@ pub mod ops_cmd;
 pub mod pack_cmd;
 pub mod plan_cmd;
 pub mod registry;
+pub mod remote;
 pub mod serve_cmd;

@@ -96,13 +96,13 @@ pub fn roles_of(data_dir: &Path, user: &str) -> anyhow::Result<Vec<String>> {
     Ok(roles.iter().filter_map(|r| r.as_str().map(str::to_string)).collect())
 }
 
-fn stage_of(plan: &opsgraph_plan::Plan) -> BTreeMap<String, String> {
+pub(crate) fn stage_of(plan: &opsgraph_plan::Plan) -> BTreeMap<String, String> {
     let names: BTreeMap<&str, &str> = plan.stages.iter().map(|s| (s.id.as_str(), s.name.as_str())).collect();
     plan.jobs.iter().map(|j| (j.id.clone(), names.get(j.stage.as_str()).unwrap_or(&"").to_string())).collect()
 }
 
 /// The live view: one line per committed step, jobs prefixed by their stage.
-fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> impl FnMut(&TimelineEntry) + 'a {
+pub(crate) fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> impl FnMut(&TimelineEntry) + 'a {
     move |e: &TimelineEntry| {
         let time = e.at.get(11..19).unwrap_or(&e.at);
         let job = e.data.get("job").and_then(Value::as_str).unwrap_or("");
@@ -225,8 +225,20 @@ pub fn apply(
 fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = rt.store();
     let op = store.operation(id)?.with_context(|| format!("no operation {id}"))?;
-    writeln!(out, "\nOperation {id}: {}", describe_state(&op.state))?;
-    let evidence = store.evidence(id)?;
+    let view = opsgraph_server::views::operation(store, &op)?;
+    let resource = op.resource.as_deref().and_then(|r| store.resource(r).ok().flatten()).map(|r| r.doc);
+    print_finish(&view, resource.as_ref(), out)
+}
+
+/// The end of a run, from the operation document the API serves (and its resource's document):
+/// the outcome, what the evidence proves, the resource, what to do next. The same text whether
+/// the CLI ran the operation itself or a server did.
+pub(crate) fn print_finish(view: &Value, resource: Option<&Value>, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let id = view["id"].as_str().unwrap_or_default();
+    let state = view["state"].as_str().unwrap_or_default();
+    writeln!(out, "\nOperation {id}: {}", view["detail"].as_str().unwrap_or(state))?;
+    let evidence: Vec<opsgraph_store::EvidenceRecord> =
+        serde_json::from_value(view["evidence"].clone()).unwrap_or_default();
     if !evidence.is_empty() {
         let passed = evidence.iter().filter(|e| e.passed).count();
         writeln!(out, "Evidence: {passed} of {} checks passed", evidence.len())?;
@@ -251,19 +263,24 @@ fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
             writeln!(out, "  FAILED {} on {}: expected {}, observed {}", e.check, e.job, e.expected, e.observed)?;
         }
     }
-    if let Some(r) = op.resource.as_deref().and_then(|r| store.resource(r).ok().flatten()) {
+    if let Some(doc) = resource {
         writeln!(
             out,
             "Resource {}: status {}, health {}; {}",
-            r.id,
-            r.doc["status"].as_str().unwrap_or("unknown"),
-            r.doc["health"].as_str().unwrap_or("unknown"),
-            r.doc["observed_state"].as_str().unwrap_or("")
+            doc["id"].as_str().unwrap_or_default(),
+            doc["status"].as_str().unwrap_or("unknown"),
+            doc["health"].as_str().unwrap_or("unknown"),
+            doc["observed_state"].as_str().unwrap_or("")
         )?;
     }
-    match &op.state {
-        OperationState::WaitingForApproval { gates } | OperationState::WaitingForInput { gates } => {
-            for g in store.gates(id)?.iter().filter(|g| gates.contains(&g.id)) {
+    match state {
+        "waiting_for_approval" | "waiting_for_input" => {
+            let gates: Vec<opsgraph_store::GateRecord> =
+                serde_json::from_value(view["gates"].clone()).unwrap_or_default();
+            // The gates it waits at, as its detail names them ("waiting for approval at a, b").
+            let detail = view["detail"].as_str().unwrap_or_default();
+            let waiting: Vec<&str> = detail.split_once(" at ").map_or(vec![], |(_, l)| l.split(", ").collect());
+            for g in gates.iter().filter(|g| g.answer.is_none() && waiting.contains(&g.id.as_str())) {
                 writeln!(
                     out,
                     "Gate {} ({}): {}\n  options: {}\n  answered by: {}",
@@ -281,14 +298,14 @@ fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
                 )?;
             }
         }
-        OperationState::Paused { .. } => writeln!(out, "Resume with: opsgraph resume {id}")?,
-        OperationState::Failed { .. } => writeln!(
+        "paused" => writeln!(out, "Resume with: opsgraph resume {id}")?,
+        "failed" => writeln!(
             out,
             "Inspect with: opsgraph describe operation {id}; opsgraph logs {id}; retry with: opsgraph retry {id}"
         )?,
         _ => {}
     }
-    Ok(exit_code(&op.state))
+    Ok(if matches!(state, "failed" | "cancelled") { 1 } else { 0 })
 }
 
 /// 1 when the operation failed or was cancelled; 0 when it completed or waits for a person.
@@ -336,7 +353,7 @@ pub fn get(
     Ok(0)
 }
 
-pub(crate) fn print(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn print(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Result<()> {
     match output {
         "json" => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
         "yaml" => write!(out, "{}", to_yaml(value, 0))?,

@@ -597,3 +597,61 @@ fn token_commands_work_on_the_local_data_directory_and_are_audited() {
     let actions: Vec<String> = store.audit(&Default::default()).unwrap().iter().map(|a| a.action.clone()).collect();
     assert_eq!(actions, ["token.create", "token.revoke"]);
 }
+
+/// The CLI as the server's client: the same commands, the same output, over a real socket; a
+/// second identity answers the gate the first one may not.
+#[test]
+fn the_cli_drives_an_operation_through_the_server_with_a_second_identity_at_its_gate() {
+    let api = Api::new("");
+    let files = temp_dir(&[
+        ("sam.token", &api.token("sam", &["operator"])),
+        ("bob.token", &api.token("bob", &["sre"])),
+        ("intent.yaml", &intent("h7")),
+    ]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let as_ = |who: &str, args: &[&str]| {
+        let token = files.join(&format!("{who}.token")).display().to_string();
+        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
+    };
+    let intent = files.join("intent.yaml").display().to_string();
+
+    let preview = as_("sam", &["plan", "-f", &intent]);
+    assert!(preview.out.starts_with("Plan hello.install"), "{}", preview.render());
+    let applied = as_("sam", &["apply", "-f", &intent, "--yes"]);
+    assert_eq!(applied.code, 0, "{}", applied.render());
+    let id =
+        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    assert!(
+        applied.out.contains(&format!("Operation {id}: paused: waiting for gate approve-hello")),
+        "{}",
+        applied.out
+    );
+    // The operator may not answer; the SRE may, and the CLI follows the run to its end.
+    let refused = as_("sam", &["gate", "answer", "approve-hello", "--option", "approve", "--as", "sam"]);
+    assert_eq!(refused.code, 1);
+    assert!(refused.err.contains("403 role_not_allowed"), "{}", refused.render());
+    let answered = as_("bob", &["gate", "answer", "approve-hello", "--option", "approve", "--as", "bob"]);
+    assert_eq!(answered.code, 0, "{}", answered.render());
+    assert!(answered.out.contains("done      say-hello"), "{}", answered.out);
+    assert!(answered.out.contains(&format!("Operation {id}: completed")), "{}", answered.out);
+    assert!(answered.out.contains("Evidence: 1 of 1 checks passed"), "{}", answered.out);
+
+    // Reads print what they print locally: the same document, the same rows.
+    let remote = as_("sam", &["describe", "operation", &id, "-o", "json"]);
+    let data = api.dir.join("data").display().to_string();
+    let local = crate::support::opsgraph(&["--data-dir", &data, "describe", "operation", &id, "-o", "json"]);
+    assert_eq!(remote.out, local.out);
+    let rows = as_("sam", &["get", "jobs", &id]);
+    assert_eq!(rows.out, crate::support::opsgraph(&["--data-dir", &data, "get", "jobs", &id]).out);
+    let audit = as_("sam", &["audit", "--operation", &id]);
+    assert!(audit.out.contains("user:bob") && audit.out.contains("gate"), "{}", audit.out);
+    let no_token = crate::support::opsgraph(&["--server", &url, "--token-file", "/nonexistent", "get", "operations"]);
+    assert!(no_token.err.contains("cannot read the token file"), "{}", no_token.render());
+
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}

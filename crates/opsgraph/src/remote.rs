@@ -1,0 +1,403 @@
+//! The CLI as a client of `opsgraph serve`: with `--server URL` (or `OPSGRAPH_SERVER`) and
+//! `OPSGRAPH_TOKEN`, the commands that read or change operations go through the REST API and
+//! print what they print locally. The token is read from the environment (or
+//! `OPSGRAPH_TOKEN_FILE`), never from a flag, so it does not show in `ps`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use serde_json::{json, Value};
+
+use crate::cli::Output;
+use crate::ops_cmd::{live, print, print_finish, to_yaml};
+
+pub struct Remote {
+    base: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote").field("base", &self.base).field("token", &"<redacted>").finish()
+    }
+}
+
+/// States an operation stays in only while something drives it.
+fn moving(state: &str) -> bool {
+    matches!(state, "running" | "draft_intent" | "plan_preview" | "capability_resolution")
+}
+
+/// Percent-encodes one path segment (resource ids hold `/`).
+fn segment(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Remote {
+    /// The server to talk to, when one is configured.
+    pub fn from_env(server: Option<&str>, token_file: Option<&std::path::Path>) -> anyhow::Result<Option<Remote>> {
+        let Some(base) = server.map(str::to_string).or_else(|| std::env::var("OPSGRAPH_SERVER").ok()) else {
+            return Ok(None);
+        };
+        if base.is_empty() {
+            return Ok(None);
+        }
+        let file =
+            token_file.map(|p| p.display().to_string()).ok_or(()).or_else(|()| std::env::var("OPSGRAPH_TOKEN_FILE"));
+        let token = match (std::env::var("OPSGRAPH_TOKEN"), file) {
+            (Ok(t), _) if !t.is_empty() && token_file.is_none() => t,
+            (_, Ok(file)) => std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read the token file {file}"))?
+                .trim()
+                .to_string(),
+            _ => bail!("talking to {base} needs a token: set OPSGRAPH_TOKEN (or OPSGRAPH_TOKEN_FILE)"),
+        };
+        Ok(Some(Remote::new(&base, &token)))
+    }
+
+    pub fn new(base: &str, token: &str) -> Remote {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        Remote { base: base.trim_end_matches('/').to_string(), token: token.to_string(), agent }
+    }
+
+    /// One request; a non-2xx answer is an error carrying the server's code and message.
+    fn call(&self, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let auth = format!("Bearer {}", self.token);
+        let result = match (method, body) {
+            ("GET", _) => self.agent.get(&url).header("Authorization", &auth).call(),
+            ("DELETE", _) => self.agent.delete(&url).header("Authorization", &auth).call(),
+            ("POST", Some((ctype, bytes))) => {
+                self.agent.post(&url).header("Authorization", &auth).header("Content-Type", ctype).send(&bytes[..])
+            }
+            ("POST", None) => self.agent.post(&url).header("Authorization", &auth).send_empty(),
+            (other, _) => bail!("unsupported method {other}"),
+        };
+        let mut resp = result.with_context(|| format!("cannot reach {}", self.base))?;
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if !(200..300).contains(&status) {
+            let code = value["error"]["code"].as_str().unwrap_or("error");
+            let message = value["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+            bail!("the server refused ({status} {code}): {message}");
+        }
+        Ok(value)
+    }
+
+    fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.call("GET", path, None)
+    }
+
+    fn post_json(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call("POST", path, Some(("application/json", serde_json::to_vec(&body)?)))
+    }
+
+    fn operation(&self, id: &str) -> anyhow::Result<Value> {
+        self.get(&format!("/api/v1/operations/{}", segment(id)))
+    }
+
+    /// `plan -f INTENT`: the server's preview of an intent file.
+    pub fn plan(&self, intent: &str, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let text = std::fs::read_to_string(intent).with_context(|| format!("cannot read {intent}"))?;
+        let format = if output == Output::Text { "?format=text" } else { "" };
+        let plan =
+            self.call("POST", &format!("/api/v1/plans{format}"), Some(("application/yaml", text.into_bytes())))?;
+        match output {
+            Output::Text => write!(out, "{}", plan["text"].as_str().unwrap_or_default())?,
+            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&plan)?)?,
+            Output::Yaml => write!(out, "{}", to_yaml(&plan, 0))?,
+            Output::Dot => bail!("`plan -o dot` draws locally: run it without --server"),
+        }
+        Ok(if plan["status"] == "blocked" { 1 } else { 0 })
+    }
+
+    /// `apply -f INTENT`: preview, confirmation, then the server runs it while this follows.
+    pub fn apply(
+        &self,
+        intent: &str,
+        yes: bool,
+        output: Output,
+        input: &mut dyn BufRead,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) -> anyhow::Result<u8> {
+        let text = std::fs::read_to_string(intent).with_context(|| format!("cannot read {intent}"))?;
+        let machine = match output {
+            Output::Text => false,
+            Output::Json | Output::Yaml if yes => true,
+            Output::Json | Output::Yaml => bail!("`apply -o json|yaml` prints no preview to confirm: add --yes"),
+            Output::Dot => bail!("`apply` has no dot output; `opsgraph plan -o dot` draws the plan"),
+        };
+        let preview =
+            self.call("POST", "/api/v1/plans?format=text", Some(("application/yaml", text.clone().into_bytes())))?;
+        if !machine {
+            write!(out, "{}", preview["text"].as_str().unwrap_or_default())?;
+        }
+        if preview["status"] == "blocked" {
+            writeln!(err, "nothing applied: a requirement cannot be met")?;
+            return Ok(1);
+        }
+        if !yes {
+            write!(out, "\nApply this plan? Type `yes` to go on: ")?;
+            out.flush()?;
+            let mut answer = String::new();
+            input.read_line(&mut answer)?;
+            if answer.trim() != "yes" {
+                writeln!(err, "not applied")?;
+                return Ok(1);
+            }
+        }
+        let created = self.call("POST", "/api/v1/operations", Some(("application/yaml", text.into_bytes())))?;
+        let id = created["id"].as_str().context("the server did not say which operation it created")?.to_string();
+        if machine {
+            let view = self.follow(&id, &mut std::io::sink(), &preview)?;
+            match output {
+                Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?,
+                _ => write!(out, "{}", to_yaml(&view, 0))?,
+            }
+            return Ok(if matches!(view["state"].as_str(), Some("failed" | "cancelled")) { 1 } else { 0 });
+        }
+        writeln!(out)?;
+        self.follow_and_finish(&id, &preview, out)
+    }
+
+    /// Prints the timeline as the server records it, until the operation stops moving; returns
+    /// the operation document.
+    fn follow(&self, id: &str, out: &mut dyn Write, plan: &Value) -> anyhow::Result<Value> {
+        let stages: BTreeMap<String, String> = {
+            let names: BTreeMap<&str, &str> = plan["stages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| Some((s["id"].as_str()?, s["name"].as_str()?)))
+                .collect();
+            plan["jobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|j| {
+                    Some((j["id"].as_str()?.to_string(), names.get(j["stage"].as_str()?).copied()?.to_string()))
+                })
+                .collect()
+        };
+        let mut view = live(out, stages);
+        let mut seen = 0i64;
+        let mut quiet = 0;
+        loop {
+            let op = self.operation(id)?;
+            for e in op["timeline"].as_array().into_iter().flatten() {
+                let seq = e["seq"].as_i64().unwrap_or(0);
+                if seq > seen {
+                    seen = seq;
+                    let entry = opsgraph_store::TimelineEntry {
+                        seq,
+                        operation: id.to_string(),
+                        at: e["at"].as_str().unwrap_or_default().to_string(),
+                        actor: e["actor"].as_str().unwrap_or_default().to_string(),
+                        event: e["event"].as_str().unwrap_or_default().to_string(),
+                        from: e["from"].as_str().map(str::to_string),
+                        to: e["to"].as_str().map(str::to_string),
+                        reason: e["reason"].as_str().unwrap_or_default().to_string(),
+                        data: e["data"].clone(),
+                    };
+                    view(&entry);
+                }
+            }
+            // A stopped operation is done once two reads agree (its last entries are in).
+            if !moving(op["state"].as_str().unwrap_or_default()) {
+                quiet += 1;
+                if quiet > 1 {
+                    return Ok(op);
+                }
+            } else {
+                quiet = 0;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn follow_and_finish(&self, id: &str, plan: &Value, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let view = self.follow(id, out, plan)?;
+        let resource = match view["resource"].as_str() {
+            Some(r) => self.get(&format!("/api/v1/resources/{}", segment(r))).ok().map(|v| v["resource"].clone()),
+            None => None,
+        };
+        print_finish(&view, resource.as_ref(), out)
+    }
+
+    /// `get operations|resources|jobs OP`: the rows `get` prints locally.
+    pub fn get_rows(
+        &self,
+        what: &str,
+        operation: Option<&str>,
+        output: &str,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<u8> {
+        let value: Value = match what {
+            "operations" | "operation" | "ops" => json!(self.get("/api/v1/operations")?["operations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|o| json!({"id": o["id"], "state": o["state"], "resource": o["resource"], "actor": o["actor"], "created_at": o["created_at"], "detail": o["detail"]}))
+                .collect::<Vec<_>>()),
+            "resources" | "resource" => json!(self.get("/api/v1/resources")?["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| json!({"id": r["id"], "status": r["status"], "health": r["health"], "last_operation": r["last_operation"], "observed_state": r["observed_state"]}))
+                .collect::<Vec<_>>()),
+            "jobs" | "job" => {
+                let op = operation.context("`get jobs` needs an operation: opsgraph get jobs OP")?;
+                json!(self.get(&format!("/api/v1/operations/{}/jobs", segment(op)))?["jobs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|j| json!({"id": j["id"], "state": j["state"], "attempts": j["attempts"], "outcome": j["outcome"]["outcome"], "failure": j["outcome"]["failure"]}))
+                    .collect::<Vec<_>>())
+            }
+            other => bail!("cannot get `{other}`: expected operations, resources or jobs"),
+        };
+        print(&value, output, out)?;
+        Ok(0)
+    }
+
+    /// `describe operation|resource ID`.
+    pub fn describe(&self, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let value = match what {
+            "operation" | "op" => self.operation(id)?,
+            "resource" => self.get(&format!("/api/v1/resources/{}", segment(id)))?,
+            other => bail!("cannot describe `{other}`: expected operation or resource"),
+        };
+        match output {
+            "json" => writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?,
+            _ => write!(out, "{}", to_yaml(&value, 0))?,
+        }
+        Ok(0)
+    }
+
+    /// `gate answer`, `pause`, `resume`, `cancel`, `retry`, then (unless `--no-wait`) follow the
+    /// operation as the server drives it.
+    pub fn control(
+        &self,
+        action: &RemoteAction<'_>,
+        wait: bool,
+        output: Output,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<u8> {
+        let id = match action {
+            RemoteAction::Answer { gate, operation: Some(id), .. } => {
+                let _ = gate;
+                id.to_string()
+            }
+            RemoteAction::Answer { gate, operation: None, .. } => self.find_gate(gate)?,
+            RemoteAction::Pause(id) | RemoteAction::Resume(id) | RemoteAction::Cancel(id) => id.to_string(),
+            RemoteAction::Retry(id, _) => id.to_string(),
+        };
+        let base = format!("/api/v1/operations/{}", segment(&id));
+        let mut sink = std::io::sink();
+        let text: &mut dyn Write = if output == Output::Text { out } else { &mut sink };
+        match action {
+            RemoteAction::Answer { gate, option, value, .. } => {
+                let op = self.operation(&id)?;
+                let value = value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())));
+                self.post_json(
+                    &format!("{base}/gates/{}/answer", segment(gate)),
+                    json!({"option": option, "value": value, "revision": op["plan_revision"]}),
+                )?;
+                writeln!(text, "gate {gate} of {id}: {option}")?;
+            }
+            RemoteAction::Pause(_) => {
+                self.call("POST", &format!("{base}/pause"), None)?;
+                writeln!(text, "{id}: paused; running jobs finish, no new job starts")?;
+            }
+            RemoteAction::Resume(_) => {
+                self.call("POST", &format!("{base}/resume"), None)?;
+            }
+            RemoteAction::Cancel(_) => {
+                self.call("POST", &format!("{base}/cancel"), None)?;
+                writeln!(text, "{id}: cancelled")?;
+            }
+            RemoteAction::Retry(_, jobs) => {
+                self.post_json(&format!("{base}/retry"), json!({"jobs": jobs}))?;
+            }
+        }
+        let waits = wait && !matches!(action, RemoteAction::Pause(_) | RemoteAction::Cancel(_));
+        if output != Output::Text {
+            let view = if waits { self.follow(&id, &mut std::io::sink(), &json!({}))? } else { self.operation(&id)? };
+            match output {
+                Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?,
+                _ => write!(out, "{}", to_yaml(&view, 0))?,
+            }
+            return Ok(if matches!(view["state"].as_str(), Some("failed" | "cancelled")) { 1 } else { 0 });
+        }
+        if !waits {
+            return Ok(0);
+        }
+        self.follow_and_finish(&id, &json!({}), out)
+    }
+
+    fn find_gate(&self, gate: &str) -> anyhow::Result<String> {
+        let mut found = Vec::new();
+        for op in self.get("/api/v1/operations")?["operations"].as_array().into_iter().flatten() {
+            let Some(id) = op["id"].as_str() else { continue };
+            if matches!(op["state"].as_str(), Some("completed" | "cancelled")) {
+                continue;
+            }
+            let gates = self.get(&format!("/api/v1/operations/{}/gates", segment(id)))?;
+            if gates["gates"].as_array().into_iter().flatten().any(|g| g["id"] == gate && g["answer"].is_null()) {
+                found.push(id.to_string());
+            }
+        }
+        match found.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => bail!("no open gate `{gate}` in any operation"),
+            many => {
+                bail!("gate `{gate}` is open in several operations ({}); name one with --operation", many.join(", "))
+            }
+        }
+    }
+
+    /// `audit [--actor ..] [--operation ..] [--resource ..] [--since ..]`.
+    pub fn audit(&self, filter: &[(&str, Option<&str>)], output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let query: Vec<String> = filter.iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", segment(v)))).collect();
+        let path =
+            if query.is_empty() { "/api/v1/audit".to_string() } else { format!("/api/v1/audit?{}", query.join("&")) };
+        let rows = self.get(&path)?;
+        print(&audit_rows(&rows["audit"]), output, out)?;
+        Ok(0)
+    }
+}
+
+/// Audit records as `audit` prints them.
+pub(crate) fn audit_rows(records: &Value) -> Value {
+    json!(records
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| json!({"seq": a["seq"], "at": a["at"], "actor": a["actor"], "action": a["action"], "target": a["target"], "operation": a["operation"]}))
+        .collect::<Vec<_>>())
+}
+
+/// What a control command asks of the server.
+pub enum RemoteAction<'a> {
+    Answer { gate: &'a str, operation: Option<&'a str>, option: &'a str, value: Option<&'a str> },
+    Pause(&'a str),
+    Resume(&'a str),
+    Cancel(&'a str),
+    Retry(&'a str, Vec<String>),
+}
