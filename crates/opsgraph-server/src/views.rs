@@ -67,8 +67,8 @@ pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<Value, opsgra
     let plan = store.plan(&o.plan_revision)?;
     v["pack"] = plan.as_ref().map_or(Value::Null, |p| p["pack"].clone());
     v["pack_digest"] = plan.as_ref().map_or(Value::Null, |p| p["pack_digest"].clone());
-    v["intent"] = o.intent.clone();
-    v["gates"] = json!(store.gates(&o.id)?);
+    v["intent"] = hide_sealed(o.intent.clone());
+    v["gates"] = hide_sealed(json!(store.gates(&o.id)?));
     v["jobs"] = json!(store.jobs(&o.id)?);
     v["evidence"] = json!(store.evidence(&o.id)?);
     v["artifacts"] = json!(store.artifacts(&o.id)?.iter().map(artifact).collect::<Vec<_>>());
@@ -89,4 +89,15 @@ pub(crate) fn token(t: &TokenRecord) -> Value {
 
 pub(crate) fn audit(a: &AuditRecord) -> Value {
     json!(a)
+}
+
+/// Sealed values (secret parameters, secret gate answers) are shown as references, never as
+/// their ciphertext: `{"secret": "sealed"}`.
+pub fn hide_sealed(v: Value) -> Value {
+    match v {
+        Value::String(s) if s.starts_with("sealed:") => json!({"secret": "sealed"}),
+        Value::Array(items) => Value::Array(items.into_iter().map(hide_sealed).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, hide_sealed(v))).collect()),
+        other => other,
+    }
 }

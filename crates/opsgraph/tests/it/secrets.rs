@@ -117,6 +117,9 @@ fn canary_secrets_never_appear_in_plain_text() {
     for c in canaries {
         assert!(!describe.out.contains(c), "{c} in describe output");
     }
+    // Secrets show as references, not even as ciphertext.
+    assert!(!describe.out.contains("sealed:"), "{}", describe.out);
+    assert!(describe.out.contains(r#""secret": "sealed""#), "{}", describe.out);
 
     // Rotation: a new key, every sealed value moved to it in one transaction, the old key gone.
     let before = std::fs::read_to_string(data.join("master.key")).unwrap();
