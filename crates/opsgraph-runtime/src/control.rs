@@ -265,6 +265,14 @@ impl Runtime {
             }));
         }
         writes.extend(attached);
+        // The approval of a plan patch under review.
+        if let OperationState::PlanPatchReview { patch } = &op.state {
+            if gate_id == format!("patch-{patch}") {
+                let approve = answer.option == "approve patch";
+                let patch = patch.clone();
+                return self.decide_patch(&op, &patch, approve, &answer.actor, writes, progress);
+            }
+        }
         if answer.option == "cancel operation" {
             let reason = format!("gate {gate_id} answered `cancel operation` by {}", answer.actor);
             let op = self.transition(

@@ -321,7 +321,7 @@ impl Runtime {
     /// The pack version the plan was made from (`id@version`; several versions may be loaded).
     /// When the plan recorded a digest, the loaded pack must have it: an operation runs the
     /// files that were planned and approved, not whatever now carries the same version.
-    fn pack(&self, plan: &Plan) -> Result<&Pack, Error> {
+    pub(crate) fn pack(&self, plan: &Plan) -> Result<&Pack, Error> {
         let same = self.packs.iter().filter(|p| p.reference() == plan.pack);
         let mut first = None;
         for p in same {

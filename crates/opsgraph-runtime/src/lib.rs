@@ -19,6 +19,7 @@
 mod control;
 mod drive;
 mod jobs;
+mod patch;
 mod secrets;
 
 use std::path::PathBuf;
@@ -29,6 +30,7 @@ use opsgraph_store::{Store, Write};
 
 pub use control::GateAnswer;
 pub use drive::Progress;
+pub use patch::Proposal;
 pub use secrets::Rotation;
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +61,8 @@ pub enum Error {
     NoPack(String),
     #[error("the pack {pack} changed since the plan was made: planned with {planned}, loaded {loaded}")]
     PackChanged { pack: String, planned: String, loaded: String },
+    #[error("the patch is refused:\n{0}")]
+    PatchRefused(String),
     #[error("secrets: {0}")]
     Secrets(String),
     #[error("failed to prepare the data directory {path}")]

@@ -110,6 +110,7 @@ impl From<opsgraph_runtime::Error> for ApiError {
             R::Plan(_) | R::NoPack(_) | R::Io { .. } => ApiError::internal("the runtime failed", &e),
             R::Secrets(_) => ApiError::internal("secrets are unavailable (master key)", &e),
             R::PackChanged { .. } => ApiError::conflict("pack_changed", message),
+            R::PatchRefused(_) => ApiError::unprocessable("patch_refused", message),
         }
     }
 }

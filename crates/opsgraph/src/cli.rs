@@ -146,6 +146,25 @@ pub enum Command {
         #[arg(long = "inventory")]
         inventory: Vec<String>,
     },
+    /// Propose a plan patch for a failed operation: reviewed, then applied (or waiting for its
+    /// approval), and the run goes on from where it stopped.
+    Patch {
+        operation: String,
+        /// A `plan_patch` document.
+        #[arg(short = 'f', long = "file", conflicts_with = "remedy", required_unless_present = "remedy")]
+        file: Option<String>,
+        /// The patch of one of the pack's remedies (`registry-unreachable`).
+        #[arg(long)]
+        remedy: Option<String>,
+        /// Who proposes it (default: $USER).
+        #[arg(long = "as")]
+        user: Option<String>,
+        /// Review and show the diff only; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        world: WorldArgs,
+    },
     /// The audit log: every change, who made it, when.
     Audit {
         #[arg(long)]
@@ -338,6 +357,17 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
     }
     match cli.command {
+        Command::Patch { operation, file, remedy, user, dry_run, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            let args = ops_cmd::PatchArgs {
+                operation: &operation,
+                file: file.as_deref(),
+                remedy: remedy.as_deref(),
+                user: user.as_deref(),
+                dry_run,
+            };
+            ops_cmd::patch(&c, &args, out)
+        }
         Command::Audit { actor, operation, resource, since, output } => {
             let store = ops_cmd::open_store(&data_dir)?;
             let filter = opsgraph_store::AuditFilter { actor, operation, resource, since };

@@ -710,3 +710,87 @@ pub fn secrets(data_dir: &Path, command: &crate::cli::SecretsCommand, out: &mut 
     }
     Ok(0)
 }
+
+pub struct PatchArgs<'a> {
+    pub operation: &'a str,
+    pub file: Option<&'a str>,
+    pub remedy: Option<&'a str>,
+    pub user: Option<&'a str>,
+    pub dry_run: bool,
+}
+
+/// `patch OP -f PATCH | --remedy ID`: review, then apply or wait for approval, then drive on.
+pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
+    let op = rt.store().operation(args.operation)?.with_context(|| format!("no operation `{}`", args.operation))?;
+    let plan: opsgraph_plan::Plan = serde_json::from_value(rt.store().plan(&op.plan_revision)?.unwrap_or(Value::Null))
+        .context("the operation's plan cannot be read")?;
+    let pack_id = plan.pack.split('@').next().unwrap_or_default().to_string();
+    let (packs, _) = load_packs(c.packs, &c.data_dir, true)?;
+    let pack = packs
+        .iter()
+        .find(|p| format!("{}@{}", p.manifest.id, p.manifest.version) == plan.pack)
+        .or_else(|| packs.iter().find(|p| p.manifest.id == pack_id))
+        .with_context(|| format!("the pack {} of this operation is not loaded", plan.pack))?;
+    let patch = match (args.file, args.remedy) {
+        (Some(file), _) => {
+            let (docs, diags) = load::documents(&[Source::parse(file)]);
+            if diags.iter().any(|d| d.is_error()) {
+                let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
+                bail!("{}", text.join("\n"));
+            }
+            docs.into_iter()
+                .find_map(|d| match d.doc {
+                    opsgraph_model::Document::PlanPatch(p) => Some(p),
+                    _ => None,
+                })
+                .with_context(|| format!("{file} holds no plan_patch document"))?
+        }
+        (None, Some(id)) => {
+            pack.remedies.iter().find(|r| r.id == id).map(|r| r.plan_patch.clone()).with_context(|| {
+                let known: Vec<&str> = pack.remedies.iter().map(|r| r.id.as_str()).collect();
+                format!("pack {} has no remedy `{id}` (remedies: {})", plan.pack, known.join(", "))
+            })?
+        }
+        (None, None) => bail!("name a patch: -f PATCH.yaml or --remedy ID"),
+    };
+    let user = args.user.map(str::to_string).or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "local".into());
+    let author = format!("user:{user}");
+    if args.dry_run {
+        return match opsgraph_plan::patch::apply_patch(&plan, pack, &patch) {
+            Ok(p) => {
+                write!(out, "{}", p.diff.text())?;
+                for f in &p.findings {
+                    writeln!(out, "{:?} {}: {}", f.severity, f.code, f.message)?;
+                }
+                writeln!(out, "(dry run: nothing changed)")?;
+                Ok(0)
+            }
+            Err(findings) => {
+                for f in &findings {
+                    writeln!(out, "{:?} {}: {}", f.severity, f.code, f.message)?;
+                }
+                Ok(1)
+            }
+        };
+    }
+    let proposal = rt.propose_patch(args.operation, &patch, &author, &mut |_| {})?;
+    writeln!(out, "patch {} of {}:", proposal.patch, args.operation)?;
+    write!(out, "{}", proposal.diff.text())?;
+    for f in &proposal.findings {
+        writeln!(out, "{:?} {}: {}", f.severity, f.code, f.message)?;
+    }
+    if let Some(g) = &proposal.gate {
+        writeln!(
+            out,
+            "waiting for approval at {g}: opsgraph gate answer {g} --operation {} --option 'approve patch' --as USER",
+            args.operation
+        )?;
+        return Ok(0);
+    }
+    if c.wait {
+        drive_on(&mut rt, args.operation, out)
+    } else {
+        Ok(0)
+    }
+}

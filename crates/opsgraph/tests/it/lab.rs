@@ -10,7 +10,7 @@ struct Data {
 
 impl Data {
     fn new() -> Data {
-        let dir = temp_dir(&[("data/config.yaml", "users:\n  alice: [sre]\n  victor: [viewer]\n")]);
+        let dir = temp_dir(&[("data/config.yaml", "users:\n  alice: [sre]\n  bob: [sre]\n  victor: [viewer]\n")]);
         Data { dir }
     }
 
@@ -102,6 +102,36 @@ fn a_failing_job_fails_the_way_real_ones_do() {
     let state = |id: &str| jobs.as_array().unwrap().iter().find(|j| j["id"] == id).unwrap()["state"].clone();
     assert_eq!(state("install-cni@lab-1"), "pending");
     assert_eq!(state("init-control-plane@lab-1"), "failed");
+
+    // Story (a) of the seed: the pack's remedy is proposed as a plan patch; its author may not
+    // approve it; another SRE does; the run goes on from where it stopped and completes.
+    let dry = d.run(&["patch", &op, "--remedy", "registry-unreachable", "--dry-run"]);
+    assert!(
+        dry.out.contains("+ job configure-containerd-registry-mirror@lab-1 (after install-runtime@lab-1)"),
+        "{}",
+        dry.render()
+    );
+    assert!(dry.out.contains("(dry run: nothing changed)"), "{}", dry.out);
+    let proposed = d.run(&["patch", &op, "--remedy", "registry-unreachable", "--as", "alice"]);
+    assert_eq!(proposed.code, 0, "{}", proposed.render());
+    assert!(proposed.out.contains("↻ retry init-control-plane@lab-1"), "{}", proposed.out);
+    assert!(proposed.out.contains("waiting for approval at patch-p1"), "{}", proposed.out);
+    let own = d.run(&["gate", "answer", "patch-p1", "--operation", &op, "--option", "approve patch", "--as", "alice"]);
+    assert!(own.err.contains("user:alice proposed patch p1 and may not approve it"), "{}", own.render());
+    let viewer =
+        d.run(&["gate", "answer", "patch-p1", "--operation", &op, "--option", "approve patch", "--as", "victor"]);
+    assert!(viewer.err.contains("may not answer gate `patch-p1`"), "{}", viewer.render());
+    let approved =
+        d.run(&["gate", "answer", "patch-p1", "--operation", &op, "--option", "approve patch", "--as", "bob"]);
+    assert_eq!(approved.code, 0, "{}", approved.render());
+    assert!(approved.out.contains("done      pre-pull-kubernetes-images@lab-1"), "{}", approved.out);
+    assert!(approved.out.contains(&format!("Operation {op}: completed")), "{}", approved.out);
+    let described = d.run(&["describe", "operation", &op, "-o", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&described.out).unwrap();
+    let events: Vec<&str> = doc["timeline"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    for e in ["diagnose", "patch_proposed", "propose_patch", "gate_answered", "patch_applied", "complete"] {
+        assert!(events.contains(&e), "no {e} in {events:?}");
+    }
 }
 
 #[test]

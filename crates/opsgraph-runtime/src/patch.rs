@@ -1,0 +1,246 @@
+//! Plan patches on a failed operation (seed §3, §14): failed -> diagnosing -> plan patch review
+//! -> running. The patch is reviewed (`opsgraph_plan::patch`); a refused patch changes nothing.
+//! One that needs approval waits at a `patch-<id>` gate, answered by its roles and never by its
+//! author; once approved it becomes the operation's next plan revision — new jobs recorded, the
+//! jobs it retries reset, the ones it skips skipped — and the run goes on from where it stopped.
+
+use opsgraph_model::{GateType, OperationState, PlanPatch};
+use opsgraph_plan::lifecycle::Event;
+use opsgraph_plan::patch::{apply_patch, Diff, Finding, Severity};
+use opsgraph_plan::Plan;
+use opsgraph_store::{now, GateRecord, JobRecord, JobState, OperationRecord, Write};
+use serde_json::{json, Value};
+
+use crate::drive::{entry, Progress};
+use crate::{Error, Runtime};
+
+/// What proposing a patch did.
+#[derive(Debug, Clone)]
+pub struct Proposal {
+    pub patch: String,
+    pub diff: Diff,
+    pub findings: Vec<Finding>,
+    /// The gate that waits for an approval, when the patch needs one.
+    pub gate: Option<String>,
+    pub state: OperationState,
+}
+
+/// The default roles that approve a patch that asks for approval without naming any.
+const APPROVERS: &[&str] = &["sre", "platform_admin"];
+
+impl Runtime {
+    /// Reviews `patch` for a failed operation and, when it passes, opens its review: applied at
+    /// once when it needs no approval, else waiting at its gate. Refused findings change nothing.
+    pub fn propose_patch(
+        &mut self,
+        op_id: &str,
+        patch: &PlanPatch,
+        author: &str,
+        progress: Progress<'_>,
+    ) -> Result<Proposal, Error> {
+        let (op, plan) = self.load(op_id)?;
+        if !matches!(op.state, OperationState::Failed { .. }) {
+            return Err(Error::Unsupported(format!(
+                "a plan patch applies to a failed operation; {op_id} is {}",
+                opsgraph_plan::lifecycle::state_name(op.state.kind())
+            )));
+        }
+        let pack = self.pack(&plan)?.clone();
+        let reviewed = apply_patch(&plan, &pack, patch).map_err(|f| Error::PatchRefused(render(&f)))?;
+        let n = self.store.timeline(op_id)?.iter().filter(|e| e.event == "patch_proposed").count() + 1;
+        let id = patch.id.clone().unwrap_or_else(|| format!("p{n}"));
+        // An AI author always needs a person; otherwise the patch's own approval block decides.
+        let approval = patch.approval.as_ref();
+        let needs = approval.is_some_and(|a| a.required) || author.starts_with("ai-agent:");
+        let roles: Vec<String> = match approval.map(|a| a.roles.clone()).filter(|r| !r.is_empty()) {
+            Some(r) => r,
+            None => APPROVERS.iter().map(|r| r.to_string()).collect(),
+        };
+        let attached = self.take_attached();
+        let data = json!({
+            "patch": id,
+            "author": author,
+            "reason": patch.reason,
+            "changes": patch,
+            "diff": reviewed.diff,
+            "findings": reviewed.findings,
+            "revision": reviewed.plan.revision.hash,
+        });
+        let op = self.transition(&op, Event::Diagnose, author, "a plan patch is proposed", vec![], progress)?;
+        let mut writes = vec![Write::Timeline(entry(
+            op_id,
+            author,
+            "patch_proposed",
+            format!("patch {id} by {author}: {}", reviewed.diff.text().lines().collect::<Vec<_>>().join("; ")),
+            data,
+        ))];
+        let gate = needs.then(|| format!("patch-{id}"));
+        if let Some(g) = &gate {
+            writes.push(Write::Gate(GateRecord {
+                operation: op_id.to_string(),
+                id: g.clone(),
+                gate_type: GateType::Approval.to_string(),
+                reason: format!(
+                    "plan patch {id} by {author}{}",
+                    patch.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+                ),
+                options: vec!["approve patch".into(), "reject patch".into()],
+                required_roles: roles,
+                answer: None,
+                answered_by: None,
+                answered_at: None,
+                value: None,
+            }));
+        }
+        writes.extend(attached);
+        let op = self.transition(
+            &op,
+            Event::ProposePatch { patch: id.clone() },
+            author,
+            "patch under review",
+            writes,
+            progress,
+        )?;
+        let state =
+            if gate.is_none() { self.apply_reviewed(&op, &plan, &id, patch, author, progress)? } else { op.state };
+        Ok(Proposal { patch: id, diff: reviewed.diff, findings: reviewed.findings, gate, state })
+    }
+
+    /// The patch under review of `op`, its author and its changes, from the timeline.
+    pub(crate) fn patch_under_review(&self, op_id: &str, patch: &str) -> Result<(PlanPatch, String), Error> {
+        let proposed = self
+            .store
+            .timeline(op_id)?
+            .into_iter()
+            .rev()
+            .find(|e| e.event == "patch_proposed" && e.data["patch"] == patch)
+            .ok_or_else(|| Error::Unsupported(format!("no patch {patch} was proposed for {op_id}")))?;
+        let changes: PlanPatch = serde_json::from_value(proposed.data["changes"].clone())
+            .map_err(|e| Error::Unsupported(format!("patch {patch} cannot be read back: {e}")))?;
+        Ok((changes, proposed.data["author"].as_str().unwrap_or_default().to_string()))
+    }
+
+    /// An answer at a `patch-<id>` gate: approve (the author may not) applies it, reject sends
+    /// the operation back to failed.
+    pub(crate) fn decide_patch(
+        &mut self,
+        op: &OperationRecord,
+        patch: &str,
+        approve: bool,
+        actor: &str,
+        writes: Vec<Write>,
+        progress: Progress<'_>,
+    ) -> Result<OperationState, Error> {
+        let (changes, author) = self.patch_under_review(&op.id, patch)?;
+        if approve && author == actor {
+            return Err(Error::Unsupported(format!("{actor} proposed patch {patch} and may not approve it")));
+        }
+        if !approve {
+            let reason = format!("rejected by {actor}");
+            let event = Event::PatchRejected { patch: patch.to_string(), reason: reason.clone() };
+            return Ok(self.transition(op, event, actor, &reason, writes, progress)?.state);
+        }
+        self.commit(&writes)?;
+        let (op, plan) = self.load(&op.id)?;
+        self.apply_reviewed(&op, &plan, patch, &changes, actor, progress)
+    }
+
+    /// Makes the reviewed patch the operation's plan, in one transaction with its job records and
+    /// the transition back to running.
+    fn apply_reviewed(
+        &mut self,
+        op: &OperationRecord,
+        plan: &Plan,
+        patch_id: &str,
+        patch: &PlanPatch,
+        actor: &str,
+        progress: Progress<'_>,
+    ) -> Result<OperationState, Error> {
+        let pack = self.pack(plan)?.clone();
+        let reviewed = apply_patch(plan, &pack, patch).map_err(|f| Error::PatchRefused(render(&f)))?;
+        let mut next = reviewed.plan;
+        let revision = next.revision.hash.clone();
+        // Sealed parameters are bound to their revision: seal them again for the new one.
+        let mut intent = op.intent.clone();
+        for name in self.secret_params(&next) {
+            let (old, new) = (format!("param:{}/{name}", plan.revision.hash), format!("param:{revision}/{name}"));
+            for v in [next.parameters.get_mut(&name), next.intent.parameters.get_mut(&name)].into_iter().flatten() {
+                if crate::secrets::is_sealed(v) {
+                    let plain = self.open_text(v.as_str().unwrap_or_default(), &old)?;
+                    *v = Value::String(self.seal_text(&String::from_utf8_lossy(plain.expose()), &new)?);
+                }
+            }
+            if let Some(v) = intent.get_mut("parameters").and_then(|p| p.get_mut(&name)) {
+                if crate::secrets::is_sealed(v) {
+                    let plain = self.open_text(v.as_str().unwrap_or_default(), &old)?;
+                    *v = Value::String(self.seal_text(&String::from_utf8_lossy(plain.expose()), &new)?);
+                }
+            }
+        }
+        let at = now();
+        let mut writes = vec![
+            Write::SetPlan {
+                operation: op.id.clone(),
+                revision: revision.clone(),
+                plan: serde_json::to_value(&next).unwrap_or(Value::Null),
+            },
+            Write::ReplaceIntent { operation: op.id.clone(), intent },
+        ];
+        let records = self.store.jobs(&op.id)?;
+        let job = |id: &str, state: JobState| {
+            let old = records.iter().find(|r| r.id == id);
+            Write::Job(JobRecord {
+                operation: op.id.clone(),
+                id: id.to_string(),
+                state,
+                attempts: old.map_or(0, |r| r.attempts),
+                outcome: old.map_or(Value::Null, |r| r.outcome.clone()),
+                updated_at: at.clone(),
+            })
+        };
+        for (id, _) in &reviewed.diff.added_jobs {
+            writes.push(job(id, JobState::Pending));
+        }
+        for id in &reviewed.diff.retried {
+            writes.push(job(id, JobState::Pending));
+        }
+        for (id, _) in &reviewed.diff.skipped {
+            writes.push(job(id, JobState::Skipped));
+        }
+        for g in next.gates.iter().filter(|g| reviewed.diff.added_gates.contains(&g.id)) {
+            writes.push(Write::Gate(GateRecord {
+                operation: op.id.clone(),
+                id: g.id.clone(),
+                gate_type: g.type_.to_string(),
+                reason: g.reason.clone(),
+                options: g.options.clone(),
+                required_roles: g.required_roles.clone(),
+                answer: None,
+                answered_by: None,
+                answered_at: None,
+                value: None,
+            }));
+        }
+        let event = Event::PatchApplied { patch: patch_id.to_string(), revision: revision.clone() };
+        let reason = format!("patch {patch_id} applied: plan revision {}", next.revision.number);
+        Ok(self.transition(op, event, actor, &reason, writes, progress)?.state)
+    }
+}
+
+/// Findings as one message: each on its line, errors first.
+pub(crate) fn render(findings: &[Finding]) -> String {
+    let mut f: Vec<&Finding> = findings.iter().collect();
+    f.sort_by_key(|f| f.severity);
+    f.iter()
+        .map(|f| {
+            let sev = match f.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+                Severity::Info => "info",
+            };
+            let at = f.change.map(|c| format!(" (change {})", c + 1)).unwrap_or_default();
+            format!("{sev}[{}]{at}: {}", f.code, f.message)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
