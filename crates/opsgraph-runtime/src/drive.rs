@@ -341,7 +341,7 @@ impl Runtime {
     /// Where an instance runs: locally when it has no resource, its resource is this machine or
     /// the job says `executor: local`; over SSH when its resource has SSH access; else nowhere
     /// (the attempt fails as "could not start" rather than running on the wrong machine).
-    fn executor_for(&self, instance: &JobInstance, job: &opsgraph_model::Job) -> Arc<dyn Executor> {
+    pub(crate) fn executor_for(&self, instance: &JobInstance, job: &opsgraph_model::Job) -> Arc<dyn Executor> {
         use opsgraph_model::ExecutorKind;
         let stored: Option<Resource> = instance.resource.as_ref().and_then(|id| {
             if self.resources.iter().any(|r| r.id == *id) {
@@ -377,7 +377,7 @@ impl Runtime {
 
     /// The environment of a job instance: parameters, target, operation, artifacts it requires.
     #[expect(clippy::too_many_arguments, reason = "the inputs of one job's environment, each distinct")]
-    fn environment(
+    pub(crate) fn environment(
         &self,
         op: &OperationRecord,
         plan: &Plan,
@@ -579,7 +579,7 @@ impl Runtime {
     }
 
     /// Values given at answered missing-input gates, by parameter name.
-    fn gate_inputs(&self, op: &str) -> Result<BTreeMap<String, Value>, Error> {
+    pub(crate) fn gate_inputs(&self, op: &str) -> Result<BTreeMap<String, Value>, Error> {
         self.store
             .gates(op)?
             .into_iter()
@@ -753,6 +753,16 @@ impl Runtime {
                     let waiting = not_before.iter().filter(|(j, _)| state_of(j) == Some(JobState::Pending));
                     if let Some(wait) = waiting.map(|(_, t)| t.saturating_duration_since(now_i)).min() {
                         std::thread::sleep(wait.min(Duration::from_secs(5)));
+                        continue;
+                    }
+                    // A job still failed (kept failed by a person's retry of others, or one an
+                    // intervention did not cover) fails the run again, naming it.
+                    if let Some(j) = plan.jobs.iter().find(|j| state_of(&j.id) == Some(JobState::Failed)) {
+                        let why = cache.get(&j.id).and_then(|r| r.outcome["failure"].as_str()).unwrap_or("it failed");
+                        let reason = format!("{}: {why}", j.id);
+                        let event = Event::JobFailed { job: j.id.clone(), reason: reason.clone() };
+                        let extra = self.failure_writes(&op, &plan, &reason)?;
+                        raced(self.transition(&op, event, &actor, &reason, extra, progress))?;
                         continue;
                     }
                     let blocking: Vec<&str> =
@@ -1119,7 +1129,7 @@ impl Runtime {
     }
 
     /// Evidence records and stored artifacts of one attempt.
-    fn result_writes(
+    pub(crate) fn result_writes(
         &self,
         op: &OperationRecord,
         instance: &JobInstance,

@@ -18,6 +18,7 @@
 
 mod control;
 mod drive;
+mod intervene;
 mod jobs;
 mod patch;
 mod secrets;
@@ -30,6 +31,7 @@ use opsgraph_store::{Store, Write};
 
 pub use control::GateAnswer;
 pub use drive::Progress;
+pub use intervene::Verified;
 pub use patch::Proposal;
 pub use secrets::Rotation;
 

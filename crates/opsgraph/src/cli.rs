@@ -165,6 +165,30 @@ pub enum Command {
         #[command(flatten)]
         world: WorldArgs,
     },
+    /// Record a manual fix of a failed operation and verify it with the evidence named; the run
+    /// goes on when it passes, and stays failed (with the evidence) when it does not.
+    Intervene {
+        operation: String,
+        /// An `intervention` document (instead of the flags below).
+        #[arg(short = 'f', long = "file")]
+        file: Option<String>,
+        /// The stage that was fixed (its id or name).
+        #[arg(long)]
+        stage: Option<String>,
+        /// The job that was fixed (`join-workers` or `join-workers@worker-3`).
+        #[arg(long)]
+        job: Option<String>,
+        /// What was done.
+        #[arg(long, required_unless_present = "file")]
+        note: Option<String>,
+        /// Evidence checks that prove the fix, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        verify: Vec<String>,
+        #[arg(long = "as")]
+        user: Option<String>,
+        #[command(flatten)]
+        world: WorldArgs,
+    },
     /// The audit log: every change, who made it, when.
     Audit {
         #[arg(long)]
@@ -357,6 +381,22 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
     }
     match cli.command {
+        Command::Intervene { operation, file, stage, job, note, verify, user, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            let iv = match file {
+                Some(f) => ops_cmd::intervention_file(&f)?,
+                None => opsgraph_model::Intervention {
+                    type_: opsgraph_model::InterventionType::ManuallyFixed,
+                    operation: Some(operation.clone()),
+                    target_stage: stage,
+                    target_job: job,
+                    actor: user.clone(),
+                    note: note.unwrap_or_default(),
+                    requires_verification: verify,
+                },
+            };
+            ops_cmd::intervene(&c, &operation, &iv, user.as_deref(), out)
+        }
         Command::Patch { operation, file, remedy, user, dry_run, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
             let args = ops_cmd::PatchArgs {

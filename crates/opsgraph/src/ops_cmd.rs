@@ -794,3 +794,48 @@ pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyh
         Ok(0)
     }
 }
+
+/// The `intervention` document of a file.
+pub fn intervention_file(file: &str) -> anyhow::Result<opsgraph_model::Intervention> {
+    let (docs, diags) = load::documents(&[Source::parse(file)]);
+    if diags.iter().any(|d| d.is_error()) {
+        let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
+        bail!("{}", text.join("\n"));
+    }
+    docs.into_iter()
+        .find_map(|d| match d.doc {
+            opsgraph_model::Document::Intervention(i) => Some(i),
+            _ => None,
+        })
+        .with_context(|| format!("{file} holds no intervention document"))
+}
+
+/// `intervene OP ...`: record, verify, and drive on when verified.
+pub fn intervene(
+    c: &Control<'_>,
+    op: &str,
+    iv: &opsgraph_model::Intervention,
+    user: Option<&str>,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
+    let user = user
+        .map(str::to_string)
+        .or_else(|| iv.actor.clone())
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "local".into());
+    let v = rt.intervene(op, iv, &format!("user:{user}"), &mut |_| {})?;
+    writeln!(out, "intervention {} on {}: {}", v.intervention, v.jobs.join(", "), iv.note)?;
+    for (job, check, passed, expected, observed) in &v.checks {
+        let word = if *passed { "pass" } else { "FAIL" };
+        writeln!(out, "  {word}  {job}  {check}  expected {expected}, observed {observed}")?;
+    }
+    match &v.state {
+        OperationState::Running if c.wait => drive_on(&mut rt, op, out),
+        OperationState::Failed { reason } => {
+            writeln!(out, "still failed: {reason}")?;
+            Ok(1)
+        }
+        _ => Ok(0),
+    }
+}

@@ -6,6 +6,7 @@ mod bundled;
 mod crash;
 mod documents;
 mod gates;
+mod intervene;
 mod lab;
 mod lifecycle;
 mod packs;
