@@ -16,6 +16,7 @@
 //!   driving loop re-reads the operation between steps when the store's data version shows that
 //!   another writer committed, and a stale writer is refused by the operation's version.
 
+mod analyze;
 mod control;
 mod drive;
 mod intervene;
@@ -29,6 +30,7 @@ use opsgraph_model::{Intent, Resource};
 use opsgraph_pack::Pack;
 use opsgraph_store::{Store, Write};
 
+pub use analyze::Diagnosis;
 pub use control::GateAnswer;
 pub use drive::Progress;
 pub use intervene::Verified;

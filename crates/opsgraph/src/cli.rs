@@ -165,6 +165,16 @@ pub enum Command {
         #[command(flatten)]
         world: WorldArgs,
     },
+    /// Diagnose a failed operation against its pack's remedies (the offline rules analyzer);
+    /// with --propose, the matching remedy's patch is proposed as `ai-agent:planner` and waits
+    /// for a person's approval.
+    Diagnose {
+        operation: String,
+        #[arg(long)]
+        propose: bool,
+        #[command(flatten)]
+        world: WorldArgs,
+    },
     /// Record a manual fix of a failed operation and verify it with the evidence named; the run
     /// goes on when it passes, and stays failed (with the evidence) when it does not.
     Intervene {
@@ -381,6 +391,10 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
     }
     match cli.command {
+        Command::Diagnose { operation, propose, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            ops_cmd::diagnose(&c, &operation, propose, world.output, out)
+        }
         Command::Intervene { operation, file, stage, job, note, verify, user, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
             let iv = match file {

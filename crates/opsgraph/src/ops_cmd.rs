@@ -839,3 +839,51 @@ pub fn intervene(
         _ => Ok(0),
     }
 }
+
+/// `diagnose OP [--propose]`: what the rules analyzer finds, and the patch it would propose.
+pub fn diagnose(
+    c: &Control<'_>,
+    op: &str,
+    propose: bool,
+    output: crate::cli::Output,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
+    let found = rt.diagnose(op)?;
+    if found.is_empty() {
+        bail!("operation {op} has no failed job to diagnose");
+    }
+    match output {
+        crate::cli::Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&found)?)?,
+        crate::cli::Output::Yaml => write!(out, "{}", to_yaml(&serde_json::to_value(&found)?, 0))?,
+        _ => {
+            for d in &found {
+                writeln!(out, "Diagnosis of {} ({} analyzer, confidence {:.1})", d.job, d.analyzer, d.confidence)?;
+                writeln!(out, "  {}", d.summary)?;
+                writeln!(out, "  cause: {}", d.cause)?;
+                writeln!(out, "  based on: {}", d.evidence.join("; "))?;
+                match &d.remedy {
+                    Some(r) => writeln!(out, "  remedy: {r}")?,
+                    None => writeln!(out, "  no remedy applies: nothing is proposed")?,
+                }
+            }
+        }
+    }
+    if !propose {
+        return Ok(0);
+    }
+    let Some(patch) = found.iter().find_map(|d| d.patch.clone()) else {
+        writeln!(out, "nothing to propose: no remedy matches")?;
+        return Ok(1);
+    };
+    let proposal = rt.propose_patch(op, &patch, "ai-agent:planner", &mut |_| {})?;
+    writeln!(out, "patch {} proposed by ai-agent:planner:", proposal.patch)?;
+    write!(out, "{}", proposal.diff.text())?;
+    if let Some(g) = &proposal.gate {
+        writeln!(
+            out,
+            "waiting for approval at {g}: opsgraph gate answer {g} --operation {op} --option 'approve patch' --as USER"
+        )?;
+    }
+    Ok(0)
+}

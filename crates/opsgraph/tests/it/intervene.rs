@@ -62,6 +62,11 @@ fn a_manual_fix_is_verified_before_the_run_goes_on() {
     let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
     assert!(matches!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Failed { .. }));
     let state = |rt: &opsgraph_runtime::Runtime| rt.store().operation(&id).unwrap().unwrap().state;
+    // The pack has no remedy for this: the analyzer says so instead of guessing.
+    let found = rt.diagnose(&id).unwrap();
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found.iter().all(|d| d.remedy.is_none() && d.patch.is_none() && d.confidence == 0.0), "{found:?}");
+    assert!(found[0].summary.starts_with("no remedy of pack fix matches"), "{found:?}");
 
     // A job whose contract forbids it is refused; so is naming no evidence, or unknown evidence.
     let err = rt.intervene(&id, &iv(None, Some("strict"), &["file_present"]), "user:bob", &mut |_| {}).unwrap_err();

@@ -112,12 +112,24 @@ fn a_failing_job_fails_the_way_real_ones_do() {
         dry.render()
     );
     assert!(dry.out.contains("(dry run: nothing changed)"), "{}", dry.out);
+    // The rules analyzer recognises the failure by its output and names the pack's remedy.
+    let diagnosed = d.run(&["diagnose", &op]);
+    assert!(
+        diagnosed.out.contains("Diagnosis of init-control-plane@lab-1 (rules analyzer, confidence 0.9)"),
+        "{}",
+        diagnosed.render()
+    );
+    assert!(diagnosed.out.contains("remedy: registry-unreachable"), "{}", diagnosed.out);
+    assert!(diagnosed.out.contains("registry-1.docker.io"), "{}", diagnosed.out);
     let proposed = d.run(&["patch", &op, "--remedy", "registry-unreachable", "--as", "alice"]);
     assert_eq!(proposed.code, 0, "{}", proposed.render());
     assert!(proposed.out.contains("↻ retry init-control-plane@lab-1"), "{}", proposed.out);
     assert!(proposed.out.contains("waiting for approval at patch-p1"), "{}", proposed.out);
     let own = d.run(&["gate", "answer", "patch-p1", "--operation", &op, "--option", "approve patch", "--as", "alice"]);
     assert!(own.err.contains("user:alice proposed patch p1 and may not approve it"), "{}", own.render());
+    // A second proposal while one is under review is refused by the lifecycle.
+    let twice = d.run(&["diagnose", &op, "--propose"]);
+    assert_eq!(twice.code, 1, "{}", twice.render());
     let viewer =
         d.run(&["gate", "answer", "patch-p1", "--operation", &op, "--option", "approve patch", "--as", "victor"]);
     assert!(viewer.err.contains("may not answer gate `patch-p1`"), "{}", viewer.render());

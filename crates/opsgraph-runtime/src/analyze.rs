@@ -1,0 +1,104 @@
+//! The rules analyzer (seed §14, offline): a failed job's output, exit code and failed evidence
+//! matched against its pack's remedies. A match is a Diagnosis with the remedy's patch; no match
+//! is said plainly — never a guess dressed as a fix.
+
+use opsgraph_model::PlanPatch;
+use opsgraph_store::JobState;
+use serde::Serialize;
+
+use crate::{Error, Runtime};
+
+/// What the analyzer found for one failed job.
+#[derive(Debug, Clone, Serialize)]
+pub struct Diagnosis {
+    pub operation: String,
+    /// The failed job instance.
+    pub job: String,
+    pub summary: String,
+    pub cause: String,
+    /// 0 to 1: how sure the match is (an output signature is surer than an exit code).
+    pub confidence: f64,
+    /// What the diagnosis rests on: `log:<file>`, `exit:<code>`, `evidence:<check>`.
+    pub evidence: Vec<String>,
+    pub remedy: Option<String>,
+    pub patch: Option<PlanPatch>,
+    /// Who diagnosed: `rules` (the pack's remedies).
+    pub analyzer: String,
+}
+
+impl Runtime {
+    /// Diagnoses every failed job of `op_id` against its pack's remedies.
+    pub fn diagnose(&self, op_id: &str) -> Result<Vec<Diagnosis>, Error> {
+        let (_, plan) = self.load(op_id)?;
+        let pack = self.pack(&plan)?;
+        let mut out = Vec::new();
+        let evidence = self.store.evidence(op_id)?;
+        for record in self.store.jobs(op_id)?.into_iter().filter(|j| j.state == JobState::Failed) {
+            let Some(instance) = plan.jobs.iter().find(|j| j.id == record.id) else { continue };
+            let log_file = format!("{}.{}.log", record.id, record.attempts);
+            let log =
+                std::fs::read_to_string(self.data_dir.join("runs").join(op_id).join(&log_file)).unwrap_or_default();
+            let outcome = record.outcome["outcome"].as_str().unwrap_or_default();
+            let exit: Option<i32> = outcome.strip_prefix("exited with code ").and_then(|c| c.trim().parse().ok());
+            let failed_checks: Vec<&str> =
+                evidence.iter().filter(|e| e.job == record.id && !e.passed).map(|e| e.check.as_str()).collect();
+            let mut best: Option<Diagnosis> = None;
+            for remedy in pack.remedies.iter().filter(|r| r.applies_to.contains(&instance.job)) {
+                let sig = &remedy.signature;
+                let mut refs = Vec::new();
+                let mut confidence: f64 = 0.0;
+                if !sig.output_matches.is_empty() {
+                    let hit = sig.output_matches.iter().find_map(|p| {
+                        let re = regex::Regex::new(p).ok()?;
+                        re.find(&log).map(|m| m.as_str().to_string())
+                    });
+                    let Some(hit) = hit else { continue };
+                    refs.push(format!("log:{log_file}: {hit}"));
+                    confidence = confidence.max(0.9);
+                }
+                if !sig.exit_codes.is_empty() {
+                    let Some(code) = exit.filter(|c| sig.exit_codes.contains(c)) else { continue };
+                    refs.push(format!("exit:{code}"));
+                    confidence = confidence.max(0.6);
+                }
+                if !sig.failed_evidence.is_empty() {
+                    let hits: Vec<&str> =
+                        failed_checks.iter().copied().filter(|c| sig.failed_evidence.iter().any(|f| f == c)).collect();
+                    if hits.is_empty() {
+                        continue;
+                    }
+                    refs.extend(hits.iter().map(|c| format!("evidence:{c}")));
+                    confidence = confidence.max(0.7);
+                }
+                if refs.is_empty() {
+                    continue; // a remedy without any signature matches nothing
+                }
+                if best.as_ref().is_none_or(|b| b.confidence < confidence) {
+                    best = Some(Diagnosis {
+                        operation: op_id.to_string(),
+                        job: record.id.clone(),
+                        summary: remedy.diagnosis.clone(),
+                        cause: format!("{} matches remedy {} of pack {}", record.id, remedy.id, pack.manifest.id),
+                        confidence,
+                        evidence: refs,
+                        remedy: Some(remedy.id.clone()),
+                        patch: Some(remedy.plan_patch.clone()),
+                        analyzer: "rules".into(),
+                    });
+                }
+            }
+            out.push(best.unwrap_or_else(|| Diagnosis {
+                operation: op_id.to_string(),
+                job: record.id.clone(),
+                summary: format!("no remedy of pack {} matches this failure", pack.manifest.id),
+                cause: record.outcome["failure"].as_str().unwrap_or(outcome).to_string(),
+                confidence: 0.0,
+                evidence: vec![format!("log:{log_file}")],
+                remedy: None,
+                patch: None,
+                analyzer: "rules".into(),
+            }));
+        }
+        Ok(out)
+    }
+}
