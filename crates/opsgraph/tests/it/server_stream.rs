@@ -653,3 +653,29 @@ fn canaries_never_reach_viewers_operators_logs_or_files_and_a_reveal_is_audited(
         }
     }
 }
+
+#[test]
+fn packs_providers_and_policies_show_what_the_server_loaded() {
+    let api = Api::new("");
+    let vera = api.token("vera", &["viewer"]);
+    let list = api.get("/api/v1/packs", &vera).body;
+    let hello = &list["packs"][0];
+    assert_eq!(
+        (hello["reference"].as_str(), hello["jobs"].clone()),
+        (Some("hello@1.0.0"), json!(["say-hello"])),
+        "{list}"
+    );
+    assert!(hello["digest"].as_str().unwrap().starts_with("sha256:"), "{hello}");
+    assert_eq!(hello["templates"], json!([{"id": "hello.install", "action": "install"}]));
+    for id in ["hello", "hello@1.0.0"] {
+        let r = api.get(&format!("/api/v1/packs/{id}"), &vera);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = &r.body["versions"][0];
+        assert!(v["jobs"]["say-hello"]["run"]["command"].to_string().contains("OPSGRAPH_PARAM_WORD"), "{v}");
+        assert_eq!(v["templates"][0]["gates"][0]["id"], "approve-hello");
+    }
+    let r = api.get("/api/v1/packs/hello@9.9.9", &vera);
+    assert_eq!((r.status, r.code()), (404, "no_pack"));
+    assert_eq!(api.get("/api/v1/providers", &vera).body, json!({"providers": []}));
+    assert_eq!(api.get("/api/v1/policies", &vera).body, json!({"capability_policy": {}, "operations_policy": {}}));
+}
