@@ -25,10 +25,14 @@ pub enum Permission {
     ManagePacks,
     ManageResources,
     ManageTokens,
+    /// `GET /metrics`: counts only. Its own permission, so that a scraper's token (a custom role
+    /// `scraper: [metrics]`) reads nothing else; of the built-in roles only `platform_admin`
+    /// holds it, so no existing role or token gains anything.
+    Metrics,
 }
 
 impl Permission {
-    pub const ALL: [Permission; 10] = [
+    pub const ALL: [Permission; 11] = [
         Permission::Read,
         Permission::Apply,
         Permission::AnswerGates,
@@ -39,6 +43,7 @@ impl Permission {
         Permission::ManagePacks,
         Permission::ManageResources,
         Permission::ManageTokens,
+        Permission::Metrics,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -53,6 +58,7 @@ impl Permission {
             Permission::ManagePacks => "manage_packs",
             Permission::ManageResources => "manage_resources",
             Permission::ManageTokens => "manage_tokens",
+            Permission::Metrics => "metrics",
         }
     }
 
@@ -82,6 +88,7 @@ pub const BUILTIN_ROLES: &[(&str, &[Permission])] = &[
             ManagePacks,
             ManageResources,
             ManageTokens,
+            Metrics,
         ],
     ),
 ];

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use opsgraph_model::{Document, GateType, Intent, Resource};
 use opsgraph_plan::lifecycle::state_name;
@@ -32,26 +32,61 @@ pub(crate) struct Ctx {
     pub(crate) store: Box<dyn Store>,
 }
 
-/// A JSON reply.
+/// A handler's answer: JSON (most routes), bytes of a media type (artifacts, metrics), or a
+/// streaming response (server-sent events) that a thread of its own feeds.
 pub(crate) struct Reply {
     status: StatusCode,
-    body: Value,
+    body: Content,
     replayed: bool,
 }
 
+pub(crate) enum Content {
+    Json(Value),
+    Bytes {
+        content_type: &'static str,
+        bytes: Vec<u8>,
+        /// `Cache-Control: no-store`: a revealed secret is not kept by caches.
+        no_store: bool,
+    },
+    Stream(Response),
+}
+
 impl Reply {
-    fn ok(body: Value) -> Result<Reply, ApiError> {
-        Ok(Reply { status: StatusCode::OK, body, replayed: false })
+    pub(crate) fn ok(body: Value) -> Result<Reply, ApiError> {
+        Ok(Reply { status: StatusCode::OK, body: Content::Json(body), replayed: false })
     }
 
     fn created(body: Value) -> Result<Reply, ApiError> {
-        Ok(Reply { status: StatusCode::CREATED, body, replayed: false })
+        Ok(Reply { status: StatusCode::CREATED, body: Content::Json(body), replayed: false })
+    }
+
+    pub(crate) fn bytes(content_type: &'static str, bytes: Vec<u8>, no_store: bool) -> Result<Reply, ApiError> {
+        Ok(Reply::with(StatusCode::OK, Content::Bytes { content_type, bytes, no_store }))
+    }
+
+    pub(crate) fn with(status: StatusCode, body: Content) -> Reply {
+        Reply { status, body, replayed: false }
+    }
+
+    pub(crate) fn stream(response: Response) -> Reply {
+        Reply::with(StatusCode::OK, Content::Stream(response))
     }
 }
 
 impl IntoResponse for Reply {
     fn into_response(self) -> Response {
-        let mut r = (self.status, axum::Json(self.body)).into_response();
+        let mut r = match self.body {
+            Content::Json(body) => (self.status, axum::Json(body)).into_response(),
+            Content::Bytes { content_type, bytes, no_store } => {
+                let mut r = (self.status, bytes).into_response();
+                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+                if no_store {
+                    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                }
+                r
+            }
+            Content::Stream(r) => r,
+        };
         if self.replayed {
             r.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
         }
@@ -60,29 +95,29 @@ impl IntoResponse for Reply {
 }
 
 impl Ctx {
-    fn param(&self, name: &str) -> String {
+    pub(crate) fn param(&self, name: &str) -> String {
         self.params.get(name).cloned().unwrap_or_default()
     }
 
-    fn who(&self) -> Result<&Identity, ApiError> {
+    pub(crate) fn who(&self) -> Result<&Identity, ApiError> {
         // Routes that reach a handler using this are not public: the router authenticated them.
         self.who.as_ref().ok_or_else(|| ApiError::unauthorized("unauthenticated", "this route needs a token"))
     }
 
     /// The JSON body; `{}` when there is none and `optional`.
-    fn json<T: DeserializeOwned>(&self, optional: bool) -> Result<T, ApiError> {
+    pub(crate) fn json<T: DeserializeOwned>(&self, optional: bool) -> Result<T, ApiError> {
         let body: &[u8] = if self.body.iter().all(u8::is_ascii_whitespace) && optional { b"{}" } else { &self.body };
         serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request("invalid_json", format!("the body is not the JSON this route takes: {e}"))
         })
     }
 
-    fn operation_record(&self) -> Result<OperationRecord, ApiError> {
+    pub(crate) fn operation_record(&self) -> Result<OperationRecord, ApiError> {
         let id = self.param("id");
         self.store.operation(&id)?.ok_or_else(|| ApiError::not_found("no_operation", format!("no operation `{id}`")))
     }
 
-    fn runtime(&self) -> Result<Runtime, ApiError> {
+    pub(crate) fn runtime(&self) -> Result<Runtime, ApiError> {
         Ok(self.state.runtime()?)
     }
 
@@ -251,7 +286,7 @@ pub(crate) fn create_operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
                 ));
             }
             let status = StatusCode::from_u16(done.status).unwrap_or(StatusCode::OK);
-            return Ok(Reply { status, body: done.response, replayed: true });
+            return Ok(Reply { status, body: Content::Json(done.response), replayed: true });
         }
     }
     let plan = ctx.plan(&intent)?;

@@ -11,14 +11,19 @@
 //!   the store as they do from the CLI.
 
 pub mod auth;
+mod catalog;
 mod error;
 mod handlers;
+mod observe;
+mod reveal;
 pub mod routes;
+mod stream;
 pub mod views;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -51,11 +56,14 @@ pub struct Limits {
     pub body_bytes: usize,
     /// `limits.idempotency_key_bytes`: the longest `Idempotency-Key`.
     pub idempotency_key_bytes: usize,
+    /// `limits.event_streams`: server-sent event streams open at once (each holds a blocking
+    /// thread and a store connection).
+    pub event_streams: usize,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { body_bytes: 1 << 20, idempotency_key_bytes: 255 }
+        Limits { body_bytes: 1 << 20, idempotency_key_bytes: 255, event_streams: 64 }
     }
 }
 
@@ -75,6 +83,12 @@ pub(crate) struct Inner {
     /// Operations being driven, and whether they were woken while driven (drive once more).
     pub(crate) drivers: Mutex<HashMap<String, bool>>,
     pub(crate) idle: Condvar,
+    /// Event streams open now.
+    pub(crate) streams: AtomicUsize,
+    /// Set when the server shuts down: event streams end.
+    pub(crate) closing: AtomicBool,
+    /// Requests answered: (method, route, status) -> count, for `/metrics`.
+    pub(crate) requests: Mutex<BTreeMap<(&'static str, &'static str, u16), u64>>,
 }
 
 impl AppState {
@@ -88,6 +102,9 @@ impl AppState {
             write: Mutex::new(()),
             drivers: Mutex::new(HashMap::new()),
             idle: Condvar::new(),
+            streams: AtomicUsize::new(0),
+            closing: AtomicBool::new(false),
+            requests: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -221,12 +238,14 @@ impl Listener {
             .map_err(Error::Runtime)?;
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(self.listener).map_err(Error::Serve)?;
-            let app = router(state);
+            let app = router(state.clone());
             let serve = axum::serve(listener, app);
             match shutdown {
                 Some(rx) => serve
                     .with_graceful_shutdown(async move {
                         let _ = rx.await;
+                        // Open event streams end, so that their connections close.
+                        state.0.closing.store(true, std::sync::atomic::Ordering::SeqCst);
                     })
                     .await
                     .map_err(Error::Serve),

@@ -15,6 +15,7 @@ use crate::auth::{token_hash, Identity, Permission};
 use crate::error::ApiError;
 use crate::handlers::{self, Ctx, Reply};
 use crate::AppState;
+use crate::{catalog, observe, reveal};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,14 +42,30 @@ pub struct Route {
     pub query: &'static [&'static str],
     /// The success status.
     pub status: u16,
+    /// The media type of a success: `application/json`, `text/event-stream` (a stream of
+    /// server-sent events), `application/octet-stream` (an artifact's content) or the Prometheus
+    /// text format.
+    pub produces: &'static str,
     pub(crate) handler: Handler,
 }
+
+/// The media type of most routes.
+pub const JSON: &str = "application/json";
+/// Server-sent events: the handler answers with a stream that a blocking thread feeds.
+pub const EVENT_STREAM: &str = "text/event-stream";
+/// Bytes as stored (artifacts).
+pub const OCTETS: &str = "application/octet-stream";
+/// The Prometheus text exposition format 0.0.4.
+pub const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 use Access::*;
 use Permission::*;
 
 macro_rules! route {
     ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal, $query:expr, $handler:path, $summary:literal) => {
+        route!($method, $path, $access, $status, $body, $query, $handler, $summary, JSON)
+    };
+    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal, $query:expr, $handler:path, $summary:literal, $produces:expr) => {
         Route {
             method: $method,
             path: $path,
@@ -57,6 +74,7 @@ macro_rules! route {
             body: $body,
             query: $query,
             status: $status,
+            produces: $produces,
             handler: $handler,
         }
     };
@@ -170,6 +188,39 @@ pub static ROUTES: &[Route] = &[
     ),
     route!(
         "GET",
+        "/api/v1/operations/{id}/artifacts/{artifact}",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        reveal::artifact_content,
+        "The content of a non-secret artifact (the last one of that id); secret ones only by reveal.",
+        OCTETS
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations/{id}/artifacts/{artifact}/reveal",
+        Need(RevealSecrets),
+        200,
+        "json",
+        &[],
+        reveal::reveal_artifact,
+        "Reveal an artifact's content, secret ones included; audited before the value is sent.",
+        OCTETS
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}/events",
+        Need(Read),
+        200,
+        "none",
+        &["after"],
+        observe::operation_events,
+        "The operation's timeline as server-sent events (resume with Last-Event-ID); ends when it is terminal.",
+        EVENT_STREAM
+    ),
+    route!(
+        "GET",
         "/api/v1/operations/{id}/gates",
         Need(Read),
         200,
@@ -230,6 +281,17 @@ pub static ROUTES: &[Route] = &[
     ),
     route!(
         "GET",
+        "/api/v1/events",
+        Need(Read),
+        200,
+        "none",
+        &["after"],
+        observe::all_events,
+        "Every operation's timeline as server-sent events (resume with Last-Event-ID).",
+        EVENT_STREAM
+    ),
+    route!(
+        "GET",
         "/api/v1/resources",
         Need(Read),
         200,
@@ -257,6 +319,57 @@ pub static ROUTES: &[Route] = &[
         &["actor", "operation", "resource", "since"],
         handlers::audit,
         "The audit log."
+    ),
+    route!(
+        "GET",
+        "/api/v1/packs",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        catalog::packs,
+        "The packs the server loaded: id, version, digest, templates."
+    ),
+    route!(
+        "GET",
+        "/api/v1/packs/{id}",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        catalog::pack,
+        "One pack (`id` for every loaded version, `id@version` for one): templates, jobs and what they run."
+    ),
+    route!(
+        "GET",
+        "/api/v1/providers",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        catalog::providers,
+        "Providers of the world documents and of the packs."
+    ),
+    route!(
+        "GET",
+        "/api/v1/policies",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        catalog::policies,
+        "The capability policy and the operations policy."
+    ),
+    route!(
+        "GET",
+        "/metrics",
+        Need(Metrics),
+        200,
+        "none",
+        &[],
+        observe::metrics,
+        "Prometheus metrics (text exposition format 0.0.4).",
+        PROMETHEUS
     ),
     route!(
         "GET",
@@ -328,6 +441,7 @@ async fn dispatch(state: AppState, route: &'static Route, req: Request) -> Respo
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let state_for_count = state.clone();
     let result = handle(state, route, req).await;
     let (response, actor) = match result {
         Ok((reply, actor)) => (reply.into_response(), actor),
@@ -338,6 +452,10 @@ async fn dispatch(state: AppState, route: &'static Route, req: Request) -> Respo
             (e.into_response(), actor)
         }
     };
+    {
+        let mut requests = state_for_count.0.requests.lock().unwrap_or_else(|e| e.into_inner());
+        *requests.entry((route.method, route.path, response.status().as_u16())).or_insert(0) += 1;
+    }
     tracing::info!(
         method = %method,
         path = %path,
@@ -512,6 +630,16 @@ pub fn openapi_path(path: &str) -> String {
     path.replace("{*", "{")
 }
 
+fn success_schema(produces: &str) -> Value {
+    match produces {
+        JSON => json!({"schema": {}}),
+        EVENT_STREAM => {
+            json!({"schema": {"type": "string", "description": "`id: <seq>` and `data: <timeline entry as JSON>` per event; `event: end` when the operation is terminal"}})
+        }
+        _ => json!({"schema": {"type": "string"}}),
+    }
+}
+
 /// The OpenAPI 3.1 document, generated from [`ROUTES`].
 pub fn openapi() -> Value {
     let mut paths = serde_json::Map::new();
@@ -536,6 +664,9 @@ pub fn openapi() -> Value {
         parameters.extend(
             r.query.iter().map(|q| json!({"name": q, "in": "query", "required": false, "schema": {"type": "string"}})),
         );
+        if r.produces == EVENT_STREAM {
+            parameters.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string"}, "description": "Resume after this event id (a timeline seq); wins over `after`."}));
+        }
         if r.method == "POST" && r.path == "/api/v1/operations" {
             parameters.push(json!({"name": "Idempotency-Key", "in": "header", "required": false, "schema": {"type": "string", "maxLength": 255}}));
         }
@@ -544,7 +675,7 @@ pub fn openapi() -> Value {
             "operationId": format!("{} {}", r.method.to_lowercase(), path),
             "parameters": parameters,
             "responses": {
-                r.status.to_string(): {"description": "success", "content": {"application/json": {"schema": {}}}},
+                r.status.to_string(): {"description": "success", "content": {r.produces: success_schema(r.produces)}},
                 "default": {"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
             },
         });

@@ -36,7 +36,7 @@ fn custom_roles_come_from_the_config_and_bad_ones_are_refused() {
     assert_eq!(err("roles: {sre: [read]}\n"), "config.yaml: role `sre` is built in and cannot be redefined");
     assert_eq!(
         err("roles: {x: [rule]}\n"),
-        "config.yaml: role `x`: unknown permission `\"rule\"`; expected one of read, apply, answer_gates, patch, approve_patches, intervene, reveal_secrets, manage_packs, manage_resources, manage_tokens"
+        "config.yaml: role `x`: unknown permission `\"rule\"`; expected one of read, apply, answer_gates, patch, approve_patches, intervene, reveal_secrets, manage_packs, manage_resources, manage_tokens, metrics"
     );
     assert_eq!(
         err("allow_self_approval: maybe\n"),
@@ -65,7 +65,7 @@ fn route_paths_are_unique_and_wildcards_become_plain_parameters_in_the_document(
     let mut seen = BTreeSet::new();
     for r in ROUTES {
         assert!(seen.insert((r.method, r.path)), "{} {} twice", r.method, r.path);
-        assert!(r.path.starts_with("/api/v1/"));
+        assert!(r.path.starts_with("/api/v1/") || r.path == "/metrics", "{}", r.path);
     }
     assert_eq!(openapi_path("/api/v1/resources/{*id}"), "/api/v1/resources/{id}");
 }

@@ -17,6 +17,7 @@ mod resolve;
 mod runtime;
 mod secrets;
 mod server;
+mod server_stream;
 mod subop;
 mod support;
 mod tidy;

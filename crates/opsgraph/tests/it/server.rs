@@ -15,7 +15,7 @@ use tower::ServiceExt as _;
 use crate::support::{temp_dir, TempDir};
 
 /// A pack of one shell job behind an approval gate that only an SRE may answer.
-const PACK: &[(&str, &str)] = &[
+pub(crate) const PACK: &[(&str, &str)] = &[
     (
         "hello/pack.yaml",
         "scenario_pack:\n  id: hello\n  version: 1.0.0\n  title: Hello\n  resource_types: [hello.app]\n  actions: [install]\n  provides: [hello.greeting]\n  plan_templates: [{id: hello.install}]\n",
@@ -55,30 +55,30 @@ const PACK: &[(&str, &str)] = &[
     ),
 ];
 
-fn intent(name: &str) -> String {
+pub(crate) fn intent(name: &str) -> String {
     format!("intent:\n  target_resource_type: hello.app\n  action: install\n  name: {name}\n  environment: dev\n")
 }
 
-struct Api {
-    dir: TempDir,
-    state: AppState,
-    rt: tokio::runtime::Runtime,
+pub(crate) struct Api {
+    pub(crate) dir: TempDir,
+    pub(crate) state: AppState,
+    pub(crate) rt: tokio::runtime::Runtime,
 }
 
-struct Reply {
-    status: u16,
-    body: Value,
-    headers: axum::http::HeaderMap,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
+    pub(crate) headers: axum::http::HeaderMap,
 }
 
 impl Reply {
-    fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or("")
     }
 }
 
 impl Api {
-    fn new(config: &str) -> Api {
+    pub(crate) fn new(config: &str) -> Api {
         let dir = temp_dir(PACK);
         let data = dir.join("data");
         std::fs::create_dir_all(&data).unwrap();
@@ -90,13 +90,20 @@ impl Api {
     }
 
     /// A token for a person with these roles (minted locally, as `opsgraph token create` does).
-    fn token(&self, name: &str, roles: &[&str]) -> String {
+    pub(crate) fn token(&self, name: &str, roles: &[&str]) -> String {
         let mut store = self.state.store().unwrap();
         let roles: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
         auth::create_token(&mut *store, self.state.config(), name, &roles, "test", None, None).unwrap().1
     }
 
-    fn call(&self, method: &str, path: &str, token: Option<&str>, body: &str, headers: &[(&str, &str)]) -> Reply {
+    pub(crate) fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> Reply {
         let mut req = Request::builder().method(method).uri(path);
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
@@ -108,25 +115,29 @@ impl Api {
         let response = self.rt.block_on(router(self.state.clone()).oneshot(req)).unwrap();
         let status = response.status().as_u16();
         let headers = response.headers().clone();
+        if headers.get("content-type").is_some_and(|t| t == "text/event-stream") {
+            // A stream may not end: its body is dropped unread (tests of streams use a socket).
+            return Reply { status, body: Value::Null, headers };
+        }
         let bytes = self.rt.block_on(axum::body::to_bytes(response.into_body(), usize::MAX)).unwrap();
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         Reply { status, body, headers }
     }
 
-    fn get(&self, path: &str, token: &str) -> Reply {
+    pub(crate) fn get(&self, path: &str, token: &str) -> Reply {
         self.call("GET", path, Some(token), "", &[])
     }
 
-    fn post(&self, path: &str, token: &str, body: &str) -> Reply {
+    pub(crate) fn post(&self, path: &str, token: &str, body: &str) -> Reply {
         self.call("POST", path, Some(token), body, &[])
     }
 
-    fn idle(&self) {
+    pub(crate) fn idle(&self) {
         assert!(self.state.wait_idle(Duration::from_secs(30)), "operations still being driven");
     }
 
     /// (actor, action, target) of every audit row not written by the test's own token minting.
-    fn audit(&self) -> Vec<String> {
+    pub(crate) fn audit(&self) -> Vec<String> {
         let store = self.state.store().unwrap();
         store
             .audit(&Default::default())
@@ -152,26 +163,29 @@ impl Api {
 
 /// A path of the route table with its parameters filled in.
 fn concrete(path: &str) -> String {
-    path.replace("{id}", "op-none").replace("{gate}", "no-gate").replace("{*id}", "compute_node/none")
+    path.replace("{id}", "op-none")
+        .replace("{gate}", "no-gate")
+        .replace("{artifact}", "no-artifact")
+        .replace("{*id}", "compute_node/none")
 }
 
 #[test]
 fn the_authorization_matrix_follows_the_permission_table() {
-    let api = Api::new("roles:\n  auditor: [read]\n  token_admin: [read, manage_tokens]\n");
+    let api = Api::new("roles:\n  auditor: [read]\n  token_admin: [read, manage_tokens]\n  scraper: [metrics]\n");
     let mut roles: Vec<(String, BTreeSet<opsgraph_server::Permission>)> = api.state.config().table();
     roles.sort_by_key(|(r, _)| auth::BUILTIN_ROLES.iter().position(|(b, _)| b == r).unwrap_or(99));
     let tokens: BTreeMap<String, String> =
         roles.iter().map(|(role, _)| (role.clone(), api.token(&role.replace('_', "-"), &[role]))).collect();
     let mut unexpected = Vec::new();
     let mut table = String::new();
-    table.push_str(&format!("{:<52}", "route"));
+    table.push_str(&format!("{:<60}", "route"));
     for (role, _) in &roles {
         table.push_str(&format!(" {:<8}", &role[..role.len().min(8)]));
     }
     table.push('\n');
     for route in ROUTES {
         let path = concrete(route.path);
-        table.push_str(&format!("{:<52}", format!("{} {}", route.method, route.path)));
+        table.push_str(&format!("{:<60}", format!("{} {}", route.method, route.path)));
         // Without a token: only public routes answer.
         let anonymous = api.call(route.method, &path, None, "", &[]);
         let public = route.access == Access::Public;
@@ -194,32 +208,41 @@ fn the_authorization_matrix_follows_the_permission_table() {
     }
     assert!(unexpected.is_empty(), "unexpected answers:\n{}", unexpected.join("\n"));
     expect![[r#"
-        route                                                viewer   operator sre      platform auditor  token_ad
-        GET /api/v1/health                                   allow    allow    allow    allow    allow    allow
-        GET /api/v1/ready                                    allow    allow    allow    allow    allow    allow
-        GET /api/v1/openapi.json                             allow    allow    allow    allow    allow    allow
-        GET /api/v1/me                                       allow    allow    allow    allow    allow    allow
-        GET /api/v1/roles                                    allow    allow    allow    allow    allow    allow
-        POST /api/v1/plans                                   allow    allow    allow    allow    allow    allow
-        GET /api/v1/operations                               allow    allow    allow    allow    allow    allow
-        POST /api/v1/operations                              -        allow    allow    allow    -        -
-        GET /api/v1/operations/{id}                          allow    allow    allow    allow    allow    allow
-        GET /api/v1/operations/{id}/jobs                     allow    allow    allow    allow    allow    allow
-        GET /api/v1/operations/{id}/timeline                 allow    allow    allow    allow    allow    allow
-        GET /api/v1/operations/{id}/evidence                 allow    allow    allow    allow    allow    allow
-        GET /api/v1/operations/{id}/artifacts                allow    allow    allow    allow    allow    allow
-        GET /api/v1/operations/{id}/gates                    allow    allow    allow    allow    allow    allow
-        POST /api/v1/operations/{id}/gates/{gate}/answer     -        allow    allow    allow    -        -
-        POST /api/v1/operations/{id}/pause                   -        allow    allow    allow    -        -
-        POST /api/v1/operations/{id}/resume                  -        allow    allow    allow    -        -
-        POST /api/v1/operations/{id}/cancel                  -        allow    allow    allow    -        -
-        POST /api/v1/operations/{id}/retry                   -        -        allow    allow    -        -
-        GET /api/v1/resources                                allow    allow    allow    allow    allow    allow
-        GET /api/v1/resources/{*id}                          allow    allow    allow    allow    allow    allow
-        GET /api/v1/audit                                    allow    allow    allow    allow    allow    allow
-        GET /api/v1/tokens                                   -        -        -        allow    -        allow
-        POST /api/v1/tokens                                  -        -        -        allow    -        allow
-        DELETE /api/v1/tokens/{id}                           -        -        -        allow    -        allow
+        route                                                        viewer   operator sre      platform auditor  scraper  token_ad
+        GET /api/v1/health                                           allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/ready                                            allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/openapi.json                                     allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/me                                               allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/roles                                            allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/plans                                           allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations                                       allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/operations                                      -        allow    allow    allow    -        -        -
+        GET /api/v1/operations/{id}                                  allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/jobs                             allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/timeline                         allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/evidence                         allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/artifacts                        allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/artifacts/{artifact}             allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/operations/{id}/artifacts/{artifact}/reveal     -        -        -        allow    -        -        -
+        GET /api/v1/operations/{id}/events                           allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/gates                            allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/operations/{id}/gates/{gate}/answer             -        allow    allow    allow    -        -        -
+        POST /api/v1/operations/{id}/pause                           -        allow    allow    allow    -        -        -
+        POST /api/v1/operations/{id}/resume                          -        allow    allow    allow    -        -        -
+        POST /api/v1/operations/{id}/cancel                          -        allow    allow    allow    -        -        -
+        POST /api/v1/operations/{id}/retry                           -        -        allow    allow    -        -        -
+        GET /api/v1/events                                           allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/resources                                        allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/resources/{*id}                                  allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/audit                                            allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/packs                                            allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/packs/{id}                                       allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/providers                                        allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/policies                                         allow    allow    allow    allow    allow    -        allow
+        GET /metrics                                                 -        -        -        allow    -        allow    -
+        GET /api/v1/tokens                                           -        -        -        allow    -        -        allow
+        POST /api/v1/tokens                                          -        -        -        allow    -        -        allow
+        DELETE /api/v1/tokens/{id}                                   -        -        -        allow    -        -        allow
     "#]]
     .assert_eq(&table);
     // Nothing above changed anything: no audit row but the test's own token minting.
@@ -497,7 +520,7 @@ fn the_openapi_document_and_the_routes_are_the_same_set() {
     assert_eq!(documented, routed);
     // Every documented operation reaches a handler of the real router.
     for (method, path) in &documented {
-        let concrete = path.replace("{id}", "op-none").replace("{gate}", "g");
+        let concrete = path.replace("{id}", "op-none").replace("{gate}", "g").replace("{artifact}", "a");
         let r = api.call(method, &concrete, Some(&admin), "", &[]);
         assert!(!matches!(r.code(), "no_route" | "method_not_allowed"), "{method} {path}: {}", r.body);
     }

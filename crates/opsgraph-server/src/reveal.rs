@@ -1,0 +1,108 @@
+//! Artifact content: non-secret artifacts for readers; any artifact, secret ones included, by an
+//! explicit and audited reveal. Fail closed: the audit row is committed before the value leaves
+//! the server, and when it cannot be, the value is not sent.
+
+use opsgraph_pack::Pack;
+use opsgraph_plan::Plan;
+use opsgraph_store::{ArtifactRecord, OperationRecord, Write};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::auth;
+use crate::error::ApiError;
+use crate::handlers::{Ctx, Reply};
+use crate::routes::OCTETS;
+
+fn record(ctx: &Ctx, op: &OperationRecord) -> Result<ArtifactRecord, ApiError> {
+    let id = ctx.param("artifact");
+    ctx.store
+        .artifacts(&op.id)?
+        .into_iter()
+        .rfind(|a| a.id == id)
+        .ok_or_else(|| ApiError::not_found("no_artifact", format!("operation `{}` produced no artifact `{id}`", op.id)))
+}
+
+/// The pack an operation's plan was made from, as the runtime finds it (same reference, and the
+/// same digest when the plan recorded one).
+fn pack_of<'a>(ctx: &'a Ctx, op: &OperationRecord) -> Option<&'a Pack> {
+    let plan: Plan = serde_json::from_value(ctx.store.plan(&op.plan_revision).ok()??).ok()?;
+    ctx.state.0.world.packs.iter().find(|p| {
+        p.reference() == plan.pack && plan.pack_digest.as_deref().is_none_or(|d| d.is_empty() || p.digest == d)
+    })
+}
+
+/// The role by which the caller may see this artifact: one of its declaration's
+/// `visible_to_roles`, or any of the caller's roles when the declaration names none. Fails closed
+/// when the declaration cannot be found (the pack is no longer loaded, or changed).
+fn visible_as(ctx: &Ctx, op: &OperationRecord, a: &ArtifactRecord) -> Result<String, ApiError> {
+    let who = ctx.who()?;
+    let declared = pack_of(ctx, op).and_then(|p| p.artifacts.get(&a.id)).ok_or_else(|| {
+        ApiError::conflict(
+            "visibility_unknown",
+            format!(
+                "the pack that declared artifact `{}` is not loaded as it was planned, so who may see it is unknown; \
+                 it is not shown",
+                a.id
+            ),
+        )
+    })?;
+    if declared.visible_to_roles.is_empty() {
+        return Ok(who.roles.first().cloned().unwrap_or_default());
+    }
+    who.roles.iter().find(|r| declared.visible_to_roles.contains(r)).cloned().ok_or_else(|| {
+        ApiError::forbidden(
+            "role_not_allowed",
+            format!(
+                "artifact `{}` is visible to {}; your roles: {}",
+                a.id,
+                declared.visible_to_roles.join(", "),
+                who.roles.join(", ")
+            ),
+        )
+    })
+}
+
+/// `GET .../artifacts/{artifact}`: the content of a non-secret artifact.
+pub(crate) fn artifact_content(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    let a = record(ctx, &op)?;
+    if a.sensitivity == "secret" {
+        return Err(ApiError::forbidden(
+            "secret_artifact",
+            format!("artifact `{}` is secret: POST .../artifacts/{}/reveal (permission reveal_secrets)", a.id, a.id),
+        ));
+    }
+    visible_as(ctx, &op, &a)?;
+    let content = ctx.runtime()?.reveal_artifact(&op.id, &a.id)?;
+    Reply::bytes(OCTETS, content.expose().to_vec(), false)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RevealBody {
+    /// Why, for the audit log.
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST .../artifacts/{artifact}/reveal`: the content of any artifact, after its audit row (who,
+/// which artifact, the role, the reason; never the value) is committed.
+pub(crate) fn reveal_artifact(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let actor = ctx.who()?.actor();
+    let body: RevealBody = ctx.json(true)?;
+    let op = ctx.operation_record()?;
+    let a = record(ctx, &op)?;
+    let role = visible_as(ctx, &op, &a)?;
+    let content = ctx.runtime()?.reveal_artifact(&op.id, &a.id)?;
+    let audit = auth::audit(
+        &actor,
+        "artifact.reveal",
+        &format!("{}/{}/{}", op.id, a.job, a.id),
+        Some(&op.id),
+        op.resource.as_deref(),
+        json!({"job": a.job, "artifact": a.id, "sensitivity": a.sensitivity, "size": a.size, "role": role, "reason": body.reason}),
+    );
+    // No row, no value: `content` is dropped (and zeroized) when the commit fails.
+    ctx.store.commit(&[Write::Audit(audit)])?;
+    Reply::bytes(OCTETS, content.expose().to_vec(), true)
+}

@@ -1,0 +1,140 @@
+//! Server-sent events: a timeline, live. A blocking thread polls `Store::timeline_after` and
+//! feeds a bounded channel; the response body reads it. Each event carries its timeline `seq` as
+//! its id, so a client that reconnects with `Last-Event-ID` gets exactly what it missed: seqs are
+//! assigned in commit order by the one writer, so nothing commits behind an id already sent.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use opsgraph_plan::lifecycle::{is_terminal, state_name};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::error::ApiError;
+use crate::{views, AppState};
+
+/// How often the store is asked for new entries when the last answer had none to spare.
+const POLL: Duration = Duration::from_millis(200);
+/// The most entries read (and sent) per query.
+const BATCH: usize = 500;
+/// Events buffered for a slow client before the reader waits for it.
+const BUFFER: usize = 64;
+/// A comment line sent when nothing happened for this long, so proxies keep the connection.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// A slot among `limits.event_streams`, given back when the stream ends.
+pub(crate) struct Slot(AppState);
+
+impl Slot {
+    pub(crate) fn take(state: &AppState) -> Result<Slot, ApiError> {
+        let max = state.0.limits.event_streams;
+        let taken = state.0.streams.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1));
+        match taken {
+            Ok(_) => Ok(Slot(state.clone())),
+            Err(_) => Err(ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams",
+                format!("{max} event streams are open, the most limits.event_streams allows; try again later"),
+            )
+            .with_details(json!({"limit": "event_streams", "max": max}))),
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0 .0.streams.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The body side: events as the channel delivers them; ends when the reader thread does.
+struct Events(mpsc::Receiver<Event>);
+
+impl futures_core::Stream for Events {
+    type Item = Result<Event, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx).map(|e| e.map(Ok))
+    }
+}
+
+/// Starts streaming the timeline of `operation` (or of all operations) after `after`; called on
+/// a blocking thread by a handler whose route and operation were checked.
+pub(crate) fn start(state: &AppState, operation: Option<String>, after: i64) -> Result<Response, ApiError> {
+    let slot = Slot::take(state)?;
+    let (tx, rx) = mpsc::channel(BUFFER);
+    let state = state.clone();
+    std::thread::Builder::new()
+        .name("event stream".into())
+        .spawn(move || {
+            let _slot = slot;
+            feed(&state, operation.as_deref(), after, &tx);
+        })
+        .map_err(|e| ApiError::internal("failed to start an event stream thread", &e))?;
+    let sse = Sse::new(Events(rx)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"));
+    let mut response = sse.into_response();
+    // Proxies that buffer would hold events back.
+    response.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+/// Reads new timeline entries and sends them until the client goes away, the server shuts down,
+/// or (one operation) the operation is terminal and every entry was sent.
+fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Sender<Event>) {
+    let store = match state.store() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "event stream: the store does not open");
+            return;
+        }
+    };
+    loop {
+        if tx.is_closed() || state.0.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        // The state is read before the entries: when it is terminal here, its last entry is in
+        // what the next queries return.
+        let terminal = match operation {
+            Some(id) => match store.operation(id) {
+                Ok(Some(op)) => is_terminal(&op.state).then(|| state_name(op.state.kind())),
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(operation = id, error = %e, "event stream: reading the operation failed");
+                    return;
+                }
+            },
+            None => None,
+        };
+        let batch = match store.timeline_after(operation, after, BATCH) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "event stream: reading the timeline failed");
+                return;
+            }
+        };
+        let full = batch.len() == BATCH;
+        for entry in &batch {
+            let mut data = views::timeline_entry(entry);
+            data["operation"] = json!(entry.operation);
+            let event = Event::default().id(entry.seq.to_string()).data(data.to_string());
+            if tx.blocking_send(event).is_err() {
+                return;
+            }
+            after = entry.seq;
+        }
+        if full {
+            continue;
+        }
+        if let (Some(id), Some(state)) = (operation, terminal) {
+            let end = json!({"operation": id, "state": state, "last_event_id": after});
+            let _ = tx.blocking_send(Event::default().event("end").data(end.to_string()));
+            return;
+        }
+        std::thread::sleep(POLL);
+    }
+}

@@ -1,0 +1,681 @@
+//! The API's live and operator-facing parts: server-sent events over a real socket (resumed with
+//! `Last-Event-ID` without loss or duplicates), Prometheus metrics after a real operation,
+//! audited reveals of secret artifacts, and canary secrets that no API response to a viewer or
+//! operator, no log line of the real `opsgraph serve` and no file of its data directory holds.
+
+use std::io::{BufRead as _, Read as _, Write as _};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::Request;
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tower::ServiceExt as _;
+
+use crate::server::{intent, Api};
+use crate::support::temp_dir;
+
+/// A raw HTTP/1.1 answer: status, header lines (lower-cased names) and the body, de-chunked.
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// The body of a chunked transfer, as far as it has arrived whole.
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].strip_prefix("\r\n").unwrap_or(&after[n..]);
+    }
+    out
+}
+
+fn parse(text: &str) -> Raw {
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    Raw { status, body: if chunked { dechunk(body) } else { body.to_string() }, headers }
+}
+
+fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    extra: &[(&str, &str)],
+    body: &str,
+) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req =
+        format!("{method} {path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n");
+    for (k, v) in extra {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    s.write_all(req.as_bytes()).unwrap();
+    s
+}
+
+/// One request over a real socket, read to its end.
+fn http(addr: SocketAddr, method: &str, path: &str, token: &str, extra: &[(&str, &str)], body: &str) -> Raw {
+    let mut s = send(addr, method, path, token, extra, body);
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes).unwrap();
+    parse(&String::from_utf8_lossy(&bytes))
+}
+
+/// Reads a stream that does not end until `done` holds for what has arrived; then hangs up.
+fn read_until(addr: SocketAddr, path: &str, token: &str, done: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
+    let mut s = send(addr, "GET", path, token, &[("Accept", "text/event-stream")], "");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        bytes.extend_from_slice(&buf[..n]);
+        let events = events(&parse(&String::from_utf8_lossy(&bytes)).body);
+        if done(&events) || n == 0 {
+            return events;
+        }
+        assert!(Instant::now() < deadline, "the stream never held what was expected: {events:?}");
+    }
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq)]
+struct Sse {
+    id: Option<i64>,
+    event: Option<String>,
+    data: Value,
+}
+
+/// The events of a stream's text; comments (keep-alives) are left out.
+fn events(body: &str) -> Vec<Sse> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut e = Sse { id: None, event: None, data: Value::Null };
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    e.id = Some(v.trim().parse().unwrap());
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    e.event = Some(v.trim().to_string());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                }
+            }
+            (!data.is_empty()).then(|| Sse { data: serde_json::from_str(&data).unwrap(), ..e })
+        })
+        .collect()
+}
+
+/// The whole stream of one operation (it ends once the operation is terminal).
+fn stream(addr: SocketAddr, path: &str, token: &str, extra: &[(&str, &str)]) -> (Raw, Vec<Sse>) {
+    let raw = http(addr, "GET", path, token, &[&[("Accept", "text/event-stream")], extra].concat(), "");
+    let events = events(&raw.body);
+    (raw, events)
+}
+
+fn ids(events: &[Sse]) -> Vec<i64> {
+    events.iter().filter_map(|e| e.id).collect()
+}
+
+struct Server {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), opsgraph_server::Error>>>,
+}
+
+impl Server {
+    fn start(api: &Api) -> Server {
+        let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let state = api.state.clone();
+        let thread = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+        Server { addr, stop: Some(stop), thread: Some(thread) }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        let result = self.thread.take().unwrap().join();
+        if !std::thread::panicking() {
+            result.unwrap().unwrap();
+        }
+    }
+}
+
+fn wait_for(addr: SocketAddr, id: &str, token: &str, want: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let op = http(addr, "GET", &format!("/api/v1/operations/{id}"), token, &[], "").json();
+        if op["detail"] == want || op["state"] == want {
+            return op;
+        }
+        assert!(Instant::now() < deadline, "never {want}: {op}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn events_stream_live_and_resume_without_loss_or_duplicates() {
+    let api = Api::new("");
+    let sam = api.token("sam", &["operator"]);
+    let bob = api.token("bob", &["sre"]);
+    let server = Server::start(&api);
+    let addr = server.addr;
+
+    let created = http(addr, "POST", "/api/v1/operations", &sam, &[], &intent("h1")).json();
+    let id = created["id"].as_str().unwrap().to_string();
+    let op = wait_for(addr, &id, &sam, "paused: waiting for gate approve-hello");
+
+    // Live: a client follows the operation from before the gate is answered to its end.
+    let live = {
+        let (id, sam) = (id.clone(), sam.clone());
+        std::thread::spawn(move || stream(addr, &format!("/api/v1/operations/{id}/events"), &sam, &[]))
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    let answer = json!({"option": "approve", "revision": op["plan_revision"]}).to_string();
+    let r = http(addr, "POST", &format!("/api/v1/operations/{id}/gates/approve-hello/answer"), &bob, &[], &answer);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (raw, live) = live.join().unwrap();
+    assert_eq!(raw.status, 200, "{}", raw.body);
+    assert_eq!(raw.header("content-type"), Some("text/event-stream"));
+    assert_eq!(raw.header("cache-control"), Some("no-cache"));
+
+    // Every timeline entry once, in order, in the timeline's own shape (plus its operation), then
+    // `end` with the terminal state.
+    let timeline = http(addr, "GET", &format!("/api/v1/operations/{id}/timeline"), &sam, &[], "").json();
+    let entries = timeline["timeline"].as_array().unwrap().clone();
+    let seqs: Vec<i64> = entries.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    let (end, sent) = live.split_last().unwrap();
+    assert_eq!(ids(sent), seqs, "{live:#?}");
+    for (e, entry) in sent.iter().zip(&entries) {
+        let mut want = entry.clone();
+        want["operation"] = json!(id);
+        assert_eq!(e.data, want);
+        assert_eq!(e.event, None);
+    }
+    assert!(sent.iter().any(|e| e.data["to"] == "completed"), "{live:#?}");
+    assert_eq!(end.event.as_deref(), Some("end"));
+    assert_eq!(end.data, json!({"operation": id, "state": "completed", "last_event_id": seqs.last()}));
+    assert!(seqs.len() >= 5, "{seqs:?}");
+
+    // Resuming after any event gets exactly the ones after it: by Last-Event-ID, by `after`, and
+    // the header wins over the query (a reconnecting EventSource sends both).
+    let path = format!("/api/v1/operations/{id}/events");
+    for (i, seq) in seqs.iter().enumerate() {
+        let (_, resumed) = stream(addr, &path, &sam, &[("Last-Event-ID", &seq.to_string())]);
+        assert_eq!(ids(&resumed), seqs[i + 1..], "after {seq}");
+        assert_eq!(resumed.last().unwrap().event.as_deref(), Some("end"));
+    }
+    let (_, resumed) = stream(addr, &format!("{path}?after={}", seqs[2]), &sam, &[]);
+    assert_eq!(ids(&resumed), seqs[3..]);
+    let (_, resumed) =
+        stream(addr, &format!("{path}?after={}", seqs[3]), &sam, &[("Last-Event-ID", &seqs[1].to_string())]);
+    assert_eq!(ids(&resumed), seqs[2..]);
+    let bad = http(addr, "GET", &path, &sam, &[("Last-Event-ID", "x")], "");
+    assert_eq!((bad.status, bad.json()["error"]["code"].as_str()), (400, Some("invalid_header")));
+    let bad = http(addr, "GET", &format!("{path}?after=-1"), &sam, &[], "");
+    assert_eq!((bad.status, bad.json()["error"]["code"].as_str()), (400, Some("invalid_parameter")));
+    let none = http(addr, "GET", "/api/v1/operations/op-none/events", &sam, &[], "");
+    assert_eq!((none.status, none.json()["error"]["code"].as_str()), (404, Some("no_operation")));
+
+    // All operations: a second operation's entries arrive on the same stream, after the first's.
+    let id2 =
+        http(addr, "POST", "/api/v1/operations", &sam, &[], &intent("h2")).json()["id"].as_str().unwrap().to_string();
+    wait_for(addr, &id2, &sam, "paused: waiting for gate approve-hello");
+    let timeline2 = http(addr, "GET", &format!("/api/v1/operations/{id2}/timeline"), &sam, &[], "").json();
+    let seqs2: Vec<i64> =
+        timeline2["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    let last = *seqs2.last().unwrap();
+    let all = read_until(addr, "/api/v1/events", &sam, |e| e.iter().any(|e| e.id == Some(last)));
+    let mine: Vec<i64> = all.iter().filter(|e| e.data["operation"] == id).filter_map(|e| e.id).collect();
+    let theirs: Vec<i64> = all.iter().filter(|e| e.data["operation"] == id2.as_str()).filter_map(|e| e.id).collect();
+    assert_eq!((mine, theirs), (seqs.clone(), seqs2.clone()));
+    let all_ids = ids(&all);
+    assert!(all_ids.windows(2).all(|w| w[0] < w[1]), "{all_ids:?}");
+    let after = read_until(addr, &format!("/api/v1/events?after={}", seqs.last().unwrap()), &sam, |e| {
+        e.iter().any(|e| e.id == Some(last))
+    });
+    assert_eq!(ids(&after), seqs2);
+
+    // A viewer may follow; an unknown token may not.
+    let viewer = api.token("vera", &["viewer"]);
+    let (raw, _) = stream(addr, &format!("/api/v1/operations/{id}/events"), &viewer, &[]);
+    assert_eq!(raw.status, 200);
+    let raw = http(addr, "GET", "/api/v1/events", "og_nope", &[], "");
+    assert_eq!(raw.status, 401);
+    drop(server); // returns although a stream of all operations was open (streams end at shutdown)
+}
+
+#[test]
+fn event_streams_are_limited_and_end_when_the_server_shuts_down() {
+    let Api { dir, state, rt } = Api::new("");
+    let state = state.with_limits(opsgraph_server::Limits { event_streams: 1, ..Default::default() });
+    let api = Api { dir, state, rt };
+    let sam = api.token("sam", &["viewer"]);
+    let server = Server::start(&api);
+    let mut first = send(server.addr, "GET", "/api/v1/events", &sam, &[], "");
+    let mut head = [0u8; 12];
+    first.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let second = http(server.addr, "GET", "/api/v1/events", &sam, &[], "");
+    assert_eq!((second.status, second.json()["error"]["code"].as_str()), (429, Some("too_many_streams")));
+    assert_eq!(second.json()["error"]["details"], json!({"limit": "event_streams", "max": 1}));
+    drop(server);
+    let mut rest = Vec::new();
+    first.read_to_end(&mut rest).unwrap(); // the server closed it
+}
+
+/// Each line of a text exposition: a comment, or `name{labels} value` with a valid name, quoted
+/// label values and a number. Returns the samples.
+fn prometheus(text: &str) -> Vec<(String, Value, f64)> {
+    let mut samples = Vec::new();
+    let mut typed = std::collections::BTreeSet::new();
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+            && !n.starts_with(|c: char| c.is_ascii_digit())
+    };
+    for line in text.lines() {
+        if let Some(c) = line.strip_prefix("# ") {
+            let mut words = c.split(' ');
+            match (words.next(), words.next(), words.next()) {
+                (Some("HELP"), Some(n), Some(_)) => assert!(name_ok(n), "{line}"),
+                (Some("TYPE"), Some(n), Some(t)) => {
+                    assert!(
+                        name_ok(n) && ["counter", "gauge", "histogram", "summary", "untyped"].contains(&t),
+                        "{line}"
+                    );
+                    typed.insert(n.to_string());
+                }
+                _ => panic!("not a HELP or TYPE comment: {line}"),
+            }
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("not a sample: {line}"));
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("not a number: {line}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((n, rest)) => {
+                let body = rest.strip_suffix('}').unwrap_or_else(|| panic!("labels not closed: {line}"));
+                let mut labels = serde_json::Map::new();
+                for pair in body.split("\",").filter(|p| !p.is_empty()) {
+                    let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("bad label: {line}"));
+                    assert!(name_ok(k), "{line}");
+                    labels.insert(k.to_string(), json!(v.trim_end_matches('"')));
+                }
+                (n, Value::Object(labels))
+            }
+            None => (series, json!({})),
+        };
+        assert!(name_ok(name), "{line}");
+        let family = ["_bucket", "_sum", "_count", "_total"].iter().fold(name, |n, s| n.strip_suffix(s).unwrap_or(n));
+        assert!(typed.contains(name) || typed.contains(family), "sample before its TYPE: {line}");
+        samples.push((name.to_string(), labels, value));
+    }
+    samples
+}
+
+#[test]
+fn metrics_are_valid_prometheus_text_and_count_a_real_operation() {
+    let api = Api::new("roles:\n  scraper: [metrics]\n");
+    let sam = api.token("sam", &["operator"]);
+    let bob = api.token("bob", &["sre"]);
+    let scraper = api.token("prometheus", &["scraper"]);
+    let id = api.post("/api/v1/operations", &sam, &intent("h1")).body["id"].as_str().unwrap().to_string();
+    api.idle();
+    let rev = api.get(&format!("/api/v1/operations/{id}"), &sam).body["plan_revision"].clone();
+    let answer = json!({"option": "approve", "revision": rev}).to_string();
+    assert_eq!(api.post(&format!("/api/v1/operations/{id}/gates/approve-hello/answer"), &bob, &answer).status, 200);
+    api.idle();
+    assert_eq!(api.get(&format!("/api/v1/operations/{id}"), &sam).body["state"], "completed");
+
+    let scrape = |token: &str| {
+        let req =
+            Request::get("/metrics").header("authorization", format!("Bearer {token}")).body(Body::empty()).unwrap();
+        let response = api.rt.block_on(opsgraph_server::router(api.state.clone()).oneshot(req)).unwrap();
+        let status = response.status().as_u16();
+        let kind = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+        let bytes = api.rt.block_on(axum::body::to_bytes(response.into_body(), usize::MAX)).unwrap();
+        (status, kind, String::from_utf8(bytes.to_vec()).unwrap())
+    };
+    let (status, kind, text) = scrape(&scraper);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(kind.as_deref(), Some("text/plain; version=0.0.4; charset=utf-8"));
+    let samples = prometheus(&text);
+    let value = |name: &str, labels: Value| {
+        samples
+            .iter()
+            .find(|(n, l, _)| n == name && *l == labels)
+            .map(|s| s.2)
+            .unwrap_or_else(|| panic!("no {name} {labels}:\n{text}"))
+    };
+    assert_eq!(value("opsgraph_operations", json!({"state": "completed"})), 1.0);
+    assert_eq!(value("opsgraph_operations", json!({"state": "running"})), 0.0);
+    assert_eq!(value("opsgraph_jobs", json!({"state": "succeeded"})), 1.0);
+    assert_eq!(value("opsgraph_jobs", json!({"state": "failed"})), 0.0);
+    assert_eq!(value("opsgraph_queue_depth", json!({})), 0.0);
+    assert_eq!(value("opsgraph_job_duration_milliseconds_count", json!({})), 1.0);
+    assert!(value("opsgraph_job_duration_milliseconds_sum", json!({})) > 0.0);
+    let buckets: Vec<f64> =
+        samples.iter().filter(|(n, _, _)| n == "opsgraph_job_duration_milliseconds_bucket").map(|s| s.2).collect();
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "buckets are cumulative: {buckets:?}");
+    assert_eq!(value("opsgraph_job_duration_milliseconds_bucket", json!({"le": "+Inf"})), 1.0);
+    assert_eq!(value("opsgraph_job_duration_milliseconds_bucket", json!({"le": "1800000"})), 1.0);
+    let requests = |method: &str, route: &str, status: &str| {
+        value("opsgraph_http_requests_total", json!({"method": method, "route": route, "status": status}))
+    };
+    assert_eq!(requests("POST", "/api/v1/operations", "201"), 1.0);
+    assert_eq!(requests("GET", "/api/v1/operations/{id}", "200"), 2.0);
+    assert_eq!(requests("POST", "/api/v1/operations/{id}/gates/{gate}/answer", "200"), 1.0);
+    // The scraper reads metrics and nothing else; a viewer does not read metrics.
+    assert_eq!(api.get("/api/v1/operations", &scraper).status, 403);
+    let viewer = api.token("vera", &["viewer"]);
+    let (status, _, text) = scrape(&viewer);
+    assert_eq!(status, 403, "{text}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets through the API, against the real binary.
+
+const VAULT: &[(&str, &str)] = &[
+    (
+        "packs/vault/pack.yaml",
+        "scenario_pack:\n  id: vault\n  version: 1.0.0\n  resource_types: [vault.thing]\n  actions: [run]\n  plan_templates: [{id: vault.run}]\n",
+    ),
+    (
+        "packs/vault/templates.yaml",
+        "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true}\n    api_key: {type: string, secret: true, required: true}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n",
+    ),
+    (
+        "packs/vault/jobs.yaml",
+        r#"job:
+  id: make-token
+  outputs: {artifacts: [token, notes]}
+  run:
+    command: |
+      echo "password is $OPSGRAPH_PARAM_DB_PASSWORD, key is $OPSGRAPH_PARAM_API_KEY"
+      printf 'ART%s' "${OPSGRAPH_PARAM_DB_PASSWORD#PW}" > "$OPSGRAPH_OUT/token"
+      printf 'notes of %s' "$OPSGRAPH_INTENT_NAME" > "$OPSGRAPH_OUT/notes"
+---
+job:
+  id: use-token
+  inputs: {requires: {artifacts: [token]}}
+  outputs: {provides: {capabilities: [vault.used]}, evidence: [token_readable]}
+  run:
+    command: |
+      echo "token: $(cat "$OPSGRAPH_ARTIFACT_TOKEN")"
+      echo "key: $OPSGRAPH_PARAM_API_KEY" >&2
+"#,
+    ),
+    (
+        "packs/vault/evidence.yaml",
+        "evidence:\n  - {id: token_readable, source: command, command: 'cat \"$OPSGRAPH_ARTIFACT_TOKEN\"', contains: CANARY}\n",
+    ),
+    (
+        "packs/vault/artifacts.yaml",
+        "artifact: {id: token, type: token, sensitivity: secret, visible_to_roles: [platform_admin, sre]}\n---\nartifact: {id: notes, type: notes, sensitivity: internal}\n",
+    ),
+    ("data/config.yaml", "roles:\n  revealer: [read, reveal_secrets]\n"),
+];
+
+/// `opsgraph serve` as a process of its own, with JSON logs on standard error (kept in a file).
+struct Served {
+    child: std::process::Child,
+    addr: SocketAddr,
+    admin: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(data: &std::path::Path, packs: &std::path::Path, log: &std::path::Path) -> Served {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+        .args(["--data-dir", &data.display().to_string(), "serve", "--listen", "127.0.0.1:0"])
+        .args(["--packs", &packs.display().to_string()])
+        .env("OPSGRAPH_LOG", "json")
+        .env_remove("OPSGRAPH_MASTER_KEY")
+        .env_remove("OPSGRAPH_ADMIN_TOKEN_FILE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut admin = None;
+    let mut addr = None;
+    for line in lines.by_ref().map_while(Result::ok) {
+        if line.starts_with("og_") {
+            admin = Some(line);
+        } else if let Some(rest) = line.strip_prefix("serving the API on http://") {
+            addr = rest.split('/').next().and_then(|a| a.parse().ok());
+            break;
+        }
+    }
+    // Keep reading standard output, so that the server never writes into a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    let (Some(addr), Some(admin)) = (addr, admin) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the server did not print its admin token and address");
+    };
+    Served { child, addr, admin }
+}
+
+fn files(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files(&p, out);
+        } else if let Ok(b) = std::fs::read(&p) {
+            out.push((p, b));
+        }
+    }
+}
+
+fn holds(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn canaries_never_reach_viewers_operators_logs_or_files_and_a_reveal_is_audited() {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let nonce = format!("{:x}{nanos:x}", std::process::id());
+    let password = format!("PW-CANARY-{nonce}");
+    let artifact = format!("ART-CANARY-{nonce}"); // what make-token makes of the password
+    let key = format!("KEY-CANARY-{nonce}");
+    let canaries = [password.as_str(), artifact.as_str(), key.as_str()];
+
+    let dir = temp_dir(VAULT);
+    let data = dir.join("data");
+    let log = dir.join("server.log");
+    let server = serve(&data, &dir.join("packs/vault"), &log);
+    let addr = server.addr;
+    let admin = server.admin.clone();
+    let mint = |name: &str, role: &str| {
+        let out = crate::support::opsgraph(&[
+            "--data-dir",
+            &data.display().to_string(),
+            "token",
+            "create",
+            "--name",
+            name,
+            "--role",
+            role,
+        ]);
+        assert_eq!(out.code, 0, "{}", out.render());
+        out.out.lines().nth(1).unwrap().to_string()
+    };
+    let operator = mint("olga", "operator");
+    let viewer = mint("vera", "viewer");
+    let sre = mint("sven", "sre");
+    let revealer = mint("rita", "revealer");
+
+    // What a viewer or operator is answered, all of it.
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let intent = json!({"intent": {"target_resource_type": "vault.thing", "action": "run", "name": "v-1", "environment": "dev",
+        "parameters": {"db_password": password, "api_key": key}}});
+    let created = http(addr, "POST", "/api/v1/operations", &operator, &[], &intent.to_string());
+    assert_eq!(created.status, 201, "{}", created.body);
+    seen.push(("POST /operations".into(), created.body.clone()));
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let op = wait_for(addr, &id, &operator, "completed");
+    assert_eq!(op["jobs"].as_array().unwrap().len(), 2, "{op}");
+
+    let reads = [
+        format!("/api/v1/operations/{id}"),
+        format!("/api/v1/operations/{id}/jobs"),
+        format!("/api/v1/operations/{id}/timeline"),
+        format!("/api/v1/operations/{id}/evidence"),
+        format!("/api/v1/operations/{id}/artifacts"),
+        format!("/api/v1/operations/{id}/gates"),
+        format!("/api/v1/operations/{id}/events"),
+        format!("/api/v1/operations/{id}/artifacts/notes"),
+        format!("/api/v1/operations/{id}/artifacts/token"),
+        "/api/v1/operations".into(),
+        "/api/v1/resources".into(),
+        "/api/v1/audit".into(),
+        "/api/v1/packs/vault".into(),
+    ];
+    for token in [&viewer, &operator] {
+        for path in &reads {
+            let r = http(addr, "GET", path, token, &[], "");
+            seen.push((format!("GET {path}"), format!("{} {:?} {}", r.status, r.headers, r.body)));
+        }
+        let last = ids(&stream(addr, &format!("/api/v1/operations/{id}/events"), token, &[]).1).pop().unwrap();
+        let all = read_until(addr, "/api/v1/events", token, |e| e.iter().any(|e| e.id == Some(last)));
+        seen.push(("GET /api/v1/events".into(), format!("{all:?}")));
+        // Neither may reveal.
+        let r = http(addr, "POST", &format!("/api/v1/operations/{id}/artifacts/token/reveal"), token, &[], "");
+        assert_eq!((r.status, r.json()["error"]["code"].as_str()), (403, Some("forbidden")), "{}", r.body);
+        seen.push(("POST reveal".into(), r.body));
+    }
+    let artifacts = http(addr, "GET", &format!("/api/v1/operations/{id}/artifacts"), &viewer, &[], "").json();
+    let token_ref = artifacts["artifacts"].as_array().unwrap().iter().find(|a| a["id"] == "token").unwrap().clone();
+    assert_eq!(token_ref["reference"], format!("artifact:{id}/make-token/token"));
+    assert!(token_ref.get("location").is_none(), "{token_ref}");
+    let notes = http(addr, "GET", &format!("/api/v1/operations/{id}/artifacts/notes"), &viewer, &[], "");
+    assert_eq!((notes.status, notes.body.as_str()), (200, "notes of v-1"));
+    assert_eq!(notes.header("content-type"), Some("application/octet-stream"));
+    let secret = http(addr, "GET", &format!("/api/v1/operations/{id}/artifacts/token"), &viewer, &[], "");
+    assert_eq!((secret.status, secret.json()["error"]["code"].as_str()), (403, Some("secret_artifact")));
+
+    // An SRE may see the artifact by its declaration but lacks the permission; a role with the
+    // permission but outside `visible_to_roles` is refused too. No reveal, no audit row.
+    let reveal = format!("/api/v1/operations/{id}/artifacts/token/reveal");
+    let r = http(addr, "POST", &reveal, &sre, &[], "");
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (403, Some("forbidden")));
+    let r = http(addr, "POST", &reveal, &revealer, &[], "");
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (403, Some("role_not_allowed")), "{}", r.body);
+    assert_eq!(
+        r.json()["error"]["message"],
+        "artifact `token` is visible to platform_admin, sre; your roles: revealer"
+    );
+    let audit =
+        |token: &str| http(addr, "GET", "/api/v1/audit", token, &[], "").json()["audit"].as_array().unwrap().clone();
+    assert!(audit(&viewer).iter().all(|a| a["action"] != "artifact.reveal"));
+    let r = http(addr, "POST", &format!("/api/v1/operations/{id}/artifacts/nothing/reveal"), &admin, &[], "");
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (404, Some("no_artifact")));
+
+    // The platform admin reveals it: the value, not cached, and one audit row without it.
+    let r = http(addr, "POST", &reveal, &admin, &[], &json!({"reason": "rotate the db user"}).to_string());
+    assert_eq!((r.status, r.body.as_str()), (200, artifact.as_str()));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+    let rows: Vec<Value> = audit(&viewer).into_iter().filter(|a| a["action"] == "artifact.reveal").collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = &rows[0];
+    assert_eq!(
+        (row["actor"].as_str(), row["target"].as_str()),
+        (Some("user:admin"), Some(format!("{id}/make-token/token").as_str()))
+    );
+    assert_eq!(row["operation"], json!(id));
+    assert_eq!(
+        row["detail"],
+        json!({"job": "make-token", "artifact": "token", "sensitivity": "secret", "size": artifact.len(), "role": "platform_admin", "reason": "rotate the db user"})
+    );
+    seen.push(("GET /api/v1/audit after the reveal".into(), format!("{rows:?}")));
+    let r = http(addr, "POST", &reveal, &admin, &[], "{\"why\": 1}");
+    assert_eq!(r.json()["error"]["code"], "invalid_json");
+
+    drop(server);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    for (what, text) in &seen {
+        for c in canaries {
+            assert!(!text.contains(c) && !text.contains(&b64(c)), "{c} in the answer to {what}: {text}");
+        }
+    }
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(log_text.lines().count() > 10, "{log_text}");
+    for line in log_text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|_| panic!("not a JSON log line: {line}"));
+        assert!(v.get("timestamp").is_some(), "{line}");
+    }
+    assert!(log_text.contains("/reveal"), "the reveal requests are logged");
+    let mut all = vec![(log.clone(), log_text.into_bytes())];
+    files(&data, &mut all);
+    assert!(all.iter().any(|(p, _)| p.ends_with("opsgraph.db")), "no database file scanned");
+    for (path, bytes) in &all {
+        for c in canaries {
+            assert!(!holds(bytes, c) && !holds(bytes, &b64(c)), "{c} in {}", path.display());
+        }
+    }
+}
+
+#[test]
+fn packs_providers_and_policies_show_what_the_server_loaded() {
+    let api = Api::new("");
+    let vera = api.token("vera", &["viewer"]);
+    let list = api.get("/api/v1/packs", &vera).body;
+    let hello = &list["packs"][0];
+    assert_eq!(
+        (hello["reference"].as_str(), hello["jobs"].clone()),
+        (Some("hello@1.0.0"), json!(["say-hello"])),
+        "{list}"
+    );
+    assert!(hello["digest"].as_str().unwrap().starts_with("sha256:"), "{hello}");
+    assert_eq!(hello["templates"], json!([{"id": "hello.install", "action": "install"}]));
+    for id in ["hello", "hello@1.0.0"] {
+        let r = api.get(&format!("/api/v1/packs/{id}"), &vera);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = &r.body["versions"][0];
+        assert!(v["jobs"]["say-hello"]["run"]["command"].to_string().contains("OPSGRAPH_PARAM_WORD"), "{v}");
+        assert_eq!(v["templates"][0]["gates"][0]["id"], "approve-hello");
+    }
+    let r = api.get("/api/v1/packs/hello@9.9.9", &vera);
+    assert_eq!((r.status, r.code()), (404, "no_pack"));
+    assert_eq!(api.get("/api/v1/providers", &vera).body, json!({"providers": []}));
+    assert_eq!(api.get("/api/v1/policies", &vera).body, json!({"capability_policy": {}, "operations_policy": {}}));
+}
