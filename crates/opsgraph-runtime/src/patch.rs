@@ -106,6 +106,16 @@ impl Runtime {
         Ok(Proposal { patch: id, diff: reviewed.diff, findings: reviewed.findings, gate, state })
     }
 
+    /// The patch of remedy `id` of the operation's pack.
+    pub fn remedy_patch(&self, op_id: &str, id: &str) -> Result<PlanPatch, Error> {
+        let (_, plan) = self.load(op_id)?;
+        let pack = self.pack(&plan)?;
+        pack.remedies.iter().find(|r| r.id == id).map(|r| r.plan_patch.clone()).ok_or_else(|| {
+            let known: Vec<&str> = pack.remedies.iter().map(|r| r.id.as_str()).collect();
+            Error::Unsupported(format!("pack {} has no remedy `{id}` (remedies: {})", plan.pack, known.join(", ")))
+        })
+    }
+
     /// The patch under review of `op`, its author and its changes, from the timeline.
     pub(crate) fn patch_under_review(&self, op_id: &str, patch: &str) -> Result<(PlanPatch, String), Error> {
         let proposed = self

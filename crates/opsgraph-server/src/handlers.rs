@@ -122,6 +122,26 @@ impl Ctx {
     }
 
     /// The intent document of the body (YAML or JSON), checked like `opsgraph validate` does.
+    /// The one document of `kind` the body holds (YAML or JSON).
+    fn document(&self, kind: &str) -> Result<Document, ApiError> {
+        let text = std::str::from_utf8(&self.body)
+            .map_err(|_| ApiError::bad_request("invalid_body", "the body is not UTF-8 text"))?;
+        let parsed = opsgraph_pack::parse_file("request", text);
+        if parsed.has_errors() {
+            let diags: Vec<String> = parsed.diagnostics.iter().map(ToString::to_string).collect();
+            return Err(ApiError::unprocessable("invalid_document", format!("the {kind} document has problems"))
+                .with_details(json!({ "diagnostics": diags })));
+        }
+        let mut docs = parsed.docs.into_iter().map(|d| d.doc);
+        match (docs.next(), docs.next()) {
+            (Some(d), None) if d.kind() == kind => Ok(d),
+            _ => Err(ApiError::unprocessable(
+                "expected_one_document",
+                format!("the body must hold exactly one `{kind}` document"),
+            )),
+        }
+    }
+
     fn intent(&self) -> Result<Intent, ApiError> {
         let text = std::str::from_utf8(&self.body)
             .map_err(|_| ApiError::bad_request("invalid_body", "the body is not UTF-8 text"))?;
@@ -370,6 +390,13 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         .into_iter()
         .find(|g| g.id == gate_id)
         .ok_or_else(|| ApiError::not_found("no_gate", format!("no gate `{gate_id}` in operation `{}`", op.id)))?;
+    // A plan patch's gate also needs the permission to approve patches.
+    if gate_id.starts_with("patch-") && !who.may(auth::Permission::ApprovePatches) {
+        return Err(ApiError::forbidden(
+            "approve_patches_needed",
+            format!("gate `{gate_id}` approves a plan patch: it needs the approve_patches permission"),
+        ));
+    }
     let role = if gate.required_roles.is_empty() {
         who.roles.first().cloned()
     } else {
@@ -623,4 +650,97 @@ pub(crate) fn revoke_token(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = state.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let record = auth::revoke_token(&mut *ctx.store, state.config(), &id, &who.actor(), Some(&who.permissions))?;
     Reply::ok(views::token(&record))
+}
+
+/// `POST /operations/{id}/patches`: propose a plan patch for a failed operation.
+pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let actor = ctx.who()?.actor();
+    let op = ctx.operation_record()?;
+    // `?remedy=ID`: the patch of one of the operation's pack remedies; else a `plan_patch` body.
+    let patch = match ctx.query.get("remedy").cloned() {
+        Some(id) => {
+            let rt = ctx.runtime()?;
+            rt.remedy_patch(&op.id, &id)?
+        }
+        None => {
+            let Document::PlanPatch(p) = ctx.document("plan_patch")? else { unreachable!("kind checked") };
+            p
+        }
+    };
+    let app = ctx.state.clone();
+    let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rt = ctx.runtime()?;
+    rt.attach(vec![control_audit(&actor, "operation.patch", &op, json!({"reason": patch.reason}))]);
+    let p = rt.propose_patch(&op.id, &patch, &actor, &mut |_| {})?;
+    let root = rt.root_of(&op.id)?;
+    drop(_write);
+    app.wake(&root);
+    Reply::ok(json!({
+        "id": op.id,
+        "patch": p.patch,
+        "diff": p.diff,
+        "diff_text": p.diff.text(),
+        "findings": p.findings,
+        "gate": p.gate,
+        "state": state_name(p.state.kind()),
+        "detail": views::detail(&p.state),
+    }))
+}
+
+/// `POST /operations/{id}/interventions`: record a manual fix and verify it.
+pub(crate) fn intervene(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let actor = ctx.who()?.actor();
+    let Document::Intervention(iv) = ctx.document("intervention")? else { unreachable!("kind checked") };
+    let op = ctx.operation_record()?;
+    let app = ctx.state.clone();
+    let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rt = ctx.runtime()?;
+    rt.attach(vec![control_audit(&actor, "operation.intervene", &op, json!({"note": iv.note}))]);
+    let v = rt.intervene(&op.id, &iv, &actor, &mut |_| {})?;
+    let root = rt.root_of(&op.id)?;
+    drop(_write);
+    app.wake(&root);
+    let checks: Vec<Value> = v
+        .checks
+        .iter()
+        .map(|(job, check, passed, expected, observed)| {
+            json!({"job": job, "check": check, "passed": passed, "expected": expected, "observed": observed})
+        })
+        .collect();
+    Reply::ok(json!({
+        "id": op.id,
+        "intervention": v.intervention,
+        "jobs": v.jobs,
+        "checks": checks,
+        "state": state_name(v.state.kind()),
+        "detail": views::detail(&v.state),
+    }))
+}
+
+/// `GET /operations/{id}/diagnosis`: the rules analyzer on the failed jobs.
+pub(crate) fn diagnosis(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    let rt = ctx.runtime()?;
+    Reply::ok(json!({ "diagnosis": rt.diagnose(&op.id)? }))
+}
+
+/// `GET /operations/{id}/logs[?job=]`: each attempt's captured (masked) output.
+pub(crate) fn logs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    let job = ctx.query.get("job").cloned();
+    let runs = ctx.state.0.data_dir.join("runs").join(&op.id);
+    let mut list = Vec::new();
+    for j in ctx
+        .store
+        .jobs(&op.id)?
+        .iter()
+        .filter(|j| job.as_deref().is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@"))))
+    {
+        for attempt in 1..=j.attempts {
+            let text = std::fs::read(runs.join(format!("{}.{attempt}.log", j.id))).ok();
+            let text = text.map(|b| String::from_utf8_lossy(&b).into_owned());
+            list.push(json!({"job": j.id, "attempt": attempt, "output": text}));
+        }
+    }
+    Reply::ok(json!({ "logs": list }))
 }

@@ -271,6 +271,46 @@ pub static ROUTES: &[Route] = &[
     ),
     route!(
         "POST",
+        "/api/v1/operations/{id}/patches",
+        Need(Patch),
+        200,
+        "plan_patch",
+        &["remedy"],
+        handlers::propose_patch,
+        "Propose a plan patch for a failed operation: reviewed, then applied or waiting at its patch gate."
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations/{id}/interventions",
+        Need(Intervene),
+        200,
+        "intervention",
+        &[],
+        handlers::intervene,
+        "Record a manual fix of a failed operation and verify it with the evidence it names."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}/diagnosis",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::diagnosis,
+        "The rules analyzer's diagnosis of the failed jobs: the matching remedy, or none."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}/logs",
+        Need(Read),
+        200,
+        "none",
+        &["job"],
+        handlers::logs,
+        "Each attempt's captured output (secret values masked)."
+    ),
+    route!(
+        "POST",
         "/api/v1/operations/{id}/retry",
         Need(Intervene),
         200,
@@ -685,7 +725,8 @@ pub fn openapi() -> Value {
             Need(p) => op["x-opsgraph-permission"] = json!(p.as_str()),
         }
         match r.body {
-            "intent" => {
+            // One document (YAML, or its JSON form) of the kind named.
+            "intent" | "plan_patch" | "intervention" => {
                 op["requestBody"] = json!({"required": true, "content": {
                     "application/yaml": {"schema": {"type": "string"}},
                     "application/json": {"schema": {"type": "object"}},

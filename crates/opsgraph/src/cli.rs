@@ -381,10 +381,28 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 ];
                 return remote.audit(&filter, output, out);
             }
-            Command::Logs { .. } => {
-                bail!(
-                    "job logs are kept on the server's host: run `opsgraph logs` there (the API has no logs route yet)"
-                )
+            Command::Logs { operation, job, output } => return remote.logs(operation, job.as_deref(), *output, out),
+            Command::Patch { operation, file, remedy, dry_run: false, .. } => {
+                return remote.patch(operation, file.as_deref(), remedy.as_deref(), out)
+            }
+            Command::Patch { dry_run: true, .. } => bail!("`patch --dry-run` reviews locally: run it without --server"),
+            Command::Diagnose { operation, propose, world } => {
+                return remote.diagnose(operation, *propose, world.output, out)
+            }
+            Command::Intervene { operation, file, stage, job, note, verify, .. } => {
+                let iv = match file {
+                    Some(f) => crate::ops_cmd::intervention_file(f)?,
+                    None => opsgraph_model::Intervention {
+                        type_: opsgraph_model::InterventionType::ManuallyFixed,
+                        operation: Some(operation.clone()),
+                        target_stage: stage.clone(),
+                        target_job: job.clone(),
+                        actor: None,
+                        note: note.clone().unwrap_or_default(),
+                        requires_verification: verify.clone(),
+                    },
+                };
+                return remote.intervene(operation, &iv, out);
             }
             // Documents, schemas, packs, the demo, secrets, serve and tokens act on this machine.
             _ => {}

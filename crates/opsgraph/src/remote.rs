@@ -401,3 +401,149 @@ pub enum RemoteAction<'a> {
     Cancel(&'a str),
     Retry(&'a str, Vec<String>),
 }
+
+impl Remote {
+    /// `logs OP [JOB]`.
+    pub fn logs(&self, op: &str, job: Option<&str>, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let query = job.map(|j| format!("?job={}", segment(j))).unwrap_or_default();
+        let logs = self.get(&format!("/api/v1/operations/{}/logs{query}", segment(op)))?;
+        match output {
+            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&logs["logs"])?)?,
+            Output::Yaml => write!(out, "{}", to_yaml(&logs["logs"], 0))?,
+            _ => {
+                for l in logs["logs"].as_array().into_iter().flatten() {
+                    writeln!(out, "==> {} attempt {} <==", l["job"].as_str().unwrap_or_default(), l["attempt"])?;
+                    match l["output"].as_str() {
+                        Some(text) => {
+                            write!(out, "{text}")?;
+                            if !text.ends_with('\n') && !text.is_empty() {
+                                writeln!(out)?;
+                            }
+                        }
+                        None => writeln!(out, "(no output)")?,
+                    }
+                }
+            }
+        }
+        Ok(0)
+    }
+
+    /// `patch OP -f PATCH | --remedy ID`.
+    pub fn patch(&self, op: &str, file: Option<&str>, remedy: Option<&str>, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let base = format!("/api/v1/operations/{}/patches", segment(op));
+        let reply = match (file, remedy) {
+            (Some(f), _) => {
+                let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {f}"))?;
+                self.call("POST", &base, Some(("application/yaml", text.into_bytes())))?
+            }
+            (None, Some(id)) => self.call("POST", &format!("{base}?remedy={}", segment(id)), None)?,
+            (None, None) => bail!("name a patch: -f PATCH.yaml or --remedy ID"),
+        };
+        self.print_patch(op, &reply, out)
+    }
+
+    fn print_patch(&self, op: &str, reply: &Value, out: &mut dyn Write) -> anyhow::Result<u8> {
+        writeln!(out, "patch {} of {op}:", reply["patch"].as_str().unwrap_or_default())?;
+        write!(out, "{}", reply["diff_text"].as_str().unwrap_or_default())?;
+        for f in reply["findings"].as_array().into_iter().flatten() {
+            writeln!(
+                out,
+                "{} {}: {}",
+                f["severity"].as_str().unwrap_or_default(),
+                f["code"].as_str().unwrap_or_default(),
+                f["message"].as_str().unwrap_or_default()
+            )?;
+        }
+        if let Some(g) = reply["gate"].as_str() {
+            writeln!(
+                out,
+                "waiting for approval at {g}: opsgraph gate answer {g} --operation {op} --option 'approve patch'"
+            )?;
+        }
+        Ok(0)
+    }
+
+    /// `intervene OP ...`.
+    pub fn intervene(&self, op: &str, iv: &opsgraph_model::Intervention, out: &mut dyn Write) -> anyhow::Result<u8> {
+        // The document's own shape, as JSON (YAML's subset).
+        let doc = json!({"intervention": {
+            "type": "manually_fixed",
+            "target_stage": iv.target_stage,
+            "target_job": iv.target_job,
+            "note": iv.note,
+            "requires_verification": iv.requires_verification,
+        }});
+        let mut doc = doc;
+        if let Some(m) = doc["intervention"].as_object_mut() {
+            m.retain(|_, v| !v.is_null());
+        }
+        let reply = self.post_json(&format!("/api/v1/operations/{}/interventions", segment(op)), doc)?;
+        let jobs: Vec<&str> = reply["jobs"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        writeln!(
+            out,
+            "intervention {} on {}: {}",
+            reply["intervention"].as_str().unwrap_or_default(),
+            jobs.join(", "),
+            iv.note
+        )?;
+        for c in reply["checks"].as_array().into_iter().flatten() {
+            let word = if c["passed"] == true { "pass" } else { "FAIL" };
+            writeln!(
+                out,
+                "  {word}  {}  {}  expected {}, observed {}",
+                c["job"].as_str().unwrap_or_default(),
+                c["check"].as_str().unwrap_or_default(),
+                c["expected"].as_str().unwrap_or_default(),
+                c["observed"].as_str().unwrap_or_default()
+            )?;
+        }
+        if reply["state"] == "failed" {
+            writeln!(out, "still {}", reply["detail"].as_str().unwrap_or("failed"))?;
+            return Ok(1);
+        }
+        Ok(0)
+    }
+
+    /// `diagnose OP [--propose]`.
+    pub fn diagnose(&self, op: &str, propose: bool, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let found = self.get(&format!("/api/v1/operations/{}/diagnosis", segment(op)))?;
+        let list = found["diagnosis"].as_array().cloned().unwrap_or_default();
+        if list.is_empty() {
+            bail!("operation {op} has no failed job to diagnose");
+        }
+        match output {
+            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?,
+            Output::Yaml => write!(out, "{}", to_yaml(&Value::Array(list.clone()), 0))?,
+            _ => {
+                for d in &list {
+                    writeln!(
+                        out,
+                        "Diagnosis of {} ({} analyzer, confidence {:.1})",
+                        d["job"].as_str().unwrap_or_default(),
+                        d["analyzer"].as_str().unwrap_or_default(),
+                        d["confidence"].as_f64().unwrap_or(0.0)
+                    )?;
+                    writeln!(out, "  {}", d["summary"].as_str().unwrap_or_default())?;
+                    writeln!(out, "  cause: {}", d["cause"].as_str().unwrap_or_default())?;
+                    let refs: Vec<&str> =
+                        d["evidence"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                    writeln!(out, "  based on: {}", refs.join("; "))?;
+                    match d["remedy"].as_str() {
+                        Some(r) => writeln!(out, "  remedy: {r}")?,
+                        None => writeln!(out, "  no remedy applies: nothing is proposed")?,
+                    }
+                }
+            }
+        }
+        if !propose {
+            return Ok(0);
+        }
+        let Some(remedy) = list.iter().find_map(|d| d["remedy"].as_str()) else {
+            writeln!(out, "nothing to propose: no remedy matches")?;
+            return Ok(1);
+        };
+        let reply =
+            self.call("POST", &format!("/api/v1/operations/{}/patches?remedy={}", segment(op), segment(remedy)), None)?;
+        self.print_patch(op, &reply, out)
+    }
+}

@@ -230,6 +230,10 @@ fn the_authorization_matrix_follows_the_permission_table() {
         POST /api/v1/operations/{id}/pause                           -        allow    allow    allow    -        -        -
         POST /api/v1/operations/{id}/resume                          -        allow    allow    allow    -        -        -
         POST /api/v1/operations/{id}/cancel                          -        allow    allow    allow    -        -        -
+        POST /api/v1/operations/{id}/patches                         -        -        allow    allow    -        -        -
+        POST /api/v1/operations/{id}/interventions                   -        -        allow    allow    -        -        -
+        GET /api/v1/operations/{id}/diagnosis                        allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/logs                             allow    allow    allow    allow    allow    -        allow
         POST /api/v1/operations/{id}/retry                           -        -        allow    allow    -        -        -
         GET /api/v1/events                                           allow    allow    allow    allow    allow    -        allow
         GET /api/v1/resources                                        allow    allow    allow    allow    allow    -        allow
@@ -674,6 +678,64 @@ fn the_cli_drives_an_operation_through_the_server_with_a_second_identity_at_its_
     assert!(audit.out.contains("user:bob") && audit.out.contains("gate"), "{}", audit.out);
     let no_token = crate::support::opsgraph(&["--server", &url, "--token-file", "/nonexistent", "get", "operations"]);
     assert!(no_token.err.contains("cannot read the token file"), "{}", no_token.render());
+
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}
+
+/// The repair loop through the server: a failed run is diagnosed (no remedy: said plainly), a
+/// plan patch is proposed by one SRE, refused to its own author, approved by another person with
+/// the approve_patches permission, and the run completes; logs come over the API too.
+#[test]
+fn a_failed_operation_is_repaired_through_the_server_by_patch_and_approval() {
+    let api = Api::new("");
+    let files = temp_dir(&[
+        ("bob.token", &api.token("bob", &["sre"])),
+        ("ada.token", &api.token("ada", &["sre", "platform_admin"])),
+        ("intent.yaml", "intent:\n  target_resource_type: hello.app\n  action: install\n  name: h9\n  environment: dev\n  parameters: {word: bye}\n"),
+        (
+            "fix.yaml",
+            "plan_patch:\n  reason: the greeting must be hello\n  changes:\n    - set_parameters: {parameters: {word: hello}}\n    - retry: {job: say-hello}\n  approval: {required: true, roles: [sre, platform_admin]}\n",
+        ),
+    ]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let as_ = |who: &str, args: &[&str]| {
+        let token = files.join(&format!("{who}.token")).display().to_string();
+        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
+    };
+    let intent = files.join("intent.yaml").display().to_string();
+    let applied = as_("bob", &["apply", "-f", &intent, "--yes"]);
+    let id =
+        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let failed =
+        as_("bob", &["gate", "answer", "approve-hello", "--operation", &id, "--option", "approve", "--as", "bob"]);
+    // bob created it: the server refuses his own approval of the plan gate; ada approves it.
+    assert!(failed.err.contains("self_approval"), "{}", failed.render());
+    let failed =
+        as_("ada", &["gate", "answer", "approve-hello", "--operation", &id, "--option", "approve", "--as", "ada"]);
+    assert!(failed.out.contains("failed: say-hello"), "{}", failed.render());
+    let diagnosed = as_("bob", &["diagnose", &id]);
+    assert!(diagnosed.out.contains("no remedy applies: nothing is proposed"), "{}", diagnosed.render());
+    let logs = as_("bob", &["logs", &id, "-o", "json"]);
+    assert!(logs.out.contains("\"attempt\": 1"), "{}", logs.render());
+
+    let fix = files.join("fix.yaml").display().to_string();
+    let proposed = as_("bob", &["patch", &id, "-f", &fix]);
+    assert!(proposed.out.contains("~ parameter word: \"bye\" -> \"hello\""), "{}", proposed.render());
+    assert!(proposed.out.contains("waiting for approval at patch-p1"), "{}", proposed.out);
+    let own =
+        as_("bob", &["gate", "answer", "patch-p1", "--operation", &id, "--option", "approve patch", "--as", "bob"]);
+    assert!(own.err.contains("may not approve"), "{}", own.render());
+    let approved =
+        as_("ada", &["gate", "answer", "patch-p1", "--operation", &id, "--option", "approve patch", "--as", "ada"]);
+    assert_eq!(approved.code, 0, "{}", approved.render());
+    assert!(approved.out.contains(&format!("Operation {id}: completed")), "{}", approved.out);
+    let greeting = std::fs::read_to_string(api.dir.join("data/lab/greeting-h9")).unwrap();
+    assert_eq!(greeting, "hello");
 
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
