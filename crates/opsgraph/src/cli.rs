@@ -404,7 +404,12 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 };
                 return remote.intervene(operation, &iv, out);
             }
-            // Documents, schemas, packs, the demo, secrets, serve and tokens act on this machine.
+            Command::Token { command: TokenCommand::Create { name, roles } } => {
+                return remote.token_create(name, roles, out)
+            }
+            Command::Token { command: TokenCommand::List } => return remote.token_list(out),
+            Command::Token { command: TokenCommand::Revoke { id } } => return remote.token_revoke(id, out),
+            // Documents, schemas, packs, the demo, secrets and serve act on this machine.
             _ => {}
         }
     }

@@ -547,3 +547,49 @@ impl Remote {
         self.print_patch(op, &reply, out)
     }
 }
+
+impl Remote {
+    /// `token create|list|revoke` through the API (the server holds the caller to the rule that
+    /// nobody grants what they do not hold).
+    pub fn token_create(&self, name: &str, roles: &[String], out: &mut dyn Write) -> anyhow::Result<u8> {
+        let t = self.post_json("/api/v1/tokens", json!({"name": name, "roles": roles}))?;
+        writeln!(
+            out,
+            "token {} ({}; roles {}); shown once, only its hash is kept:",
+            t["id"].as_str().unwrap_or_default(),
+            t["name"].as_str().unwrap_or_default(),
+            roles.join(", ")
+        )?;
+        writeln!(out, "{}", t["token"].as_str().unwrap_or_default())?;
+        Ok(0)
+    }
+
+    pub fn token_list(&self, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let list = self.get("/api/v1/tokens")?;
+        let tokens = list["tokens"].as_array().cloned().unwrap_or_default();
+        if tokens.is_empty() {
+            writeln!(out, "(no tokens)")?;
+            return Ok(0);
+        }
+        writeln!(out, "{:<18} {:<20} {:<28} {:<24} STATUS", "ID", "NAME", "ROLES", "CREATED")?;
+        for t in tokens {
+            let roles: Vec<&str> = t["roles"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            let status = t["revoked_at"].as_str().map_or("active".to_string(), |at| format!("revoked {at}"));
+            writeln!(
+                out,
+                "{:<18} {:<20} {:<28} {:<24} {status}",
+                t["id"].as_str().unwrap_or_default(),
+                t["name"].as_str().unwrap_or_default(),
+                roles.join(","),
+                t["created_at"].as_str().unwrap_or_default()
+            )?;
+        }
+        Ok(0)
+    }
+
+    pub fn token_revoke(&self, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let t = self.call("DELETE", &format!("/api/v1/tokens/{}", segment(id)), None)?;
+        writeln!(out, "token {} ({}) revoked", t["id"].as_str().unwrap_or(id), t["name"].as_str().unwrap_or_default())?;
+        Ok(0)
+    }
+}

@@ -737,6 +737,19 @@ fn a_failed_operation_is_repaired_through_the_server_by_patch_and_approval() {
     let greeting = std::fs::read_to_string(api.dir.join("data/lab/greeting-h9")).unwrap();
     assert_eq!(greeting, "hello");
 
+    // Tokens through the API: shown once, listed without it, revoked; a grant beyond one's own
+    // permissions is refused.
+    let created = as_("ada", &["token", "create", "--name", "carol", "--role", "viewer"]);
+    assert_eq!(created.code, 0, "{}", created.render());
+    let carol = created.out.lines().nth(1).unwrap().to_string();
+    assert!(carol.starts_with("og_"), "{}", created.out);
+    let listed = as_("ada", &["token", "list"]);
+    assert!(listed.out.contains("carol") && !listed.out.contains(&carol), "{}", listed.out);
+    let carol_id = created.out.split_whitespace().nth(1).unwrap().to_string();
+    assert_eq!(as_("ada", &["token", "revoke", &carol_id]).code, 0);
+    let escalate = as_("bob", &["token", "create", "--name", "mallory", "--role", "platform_admin"]);
+    assert!(escalate.err.contains("403"), "{}", escalate.render());
+
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
 }
