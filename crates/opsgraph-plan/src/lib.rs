@@ -11,6 +11,7 @@ pub mod patch;
 mod plan;
 pub mod render;
 pub mod resolve;
+pub mod rollback;
 
 use std::fmt;
 

@@ -1233,6 +1233,21 @@ impl Runtime {
     /// The resource an operation completed: its capabilities, desired and observed state, health.
     fn completion_writes(&self, op: &OperationRecord, plan: &Plan, pack: &Pack) -> Result<Vec<Write>, Error> {
         let Some(mut doc) = self.resource_doc(plan) else { return Ok(vec![]) };
+        if plan.action == "rollback" {
+            // Undone: it provides nothing any more, and nobody has observed it since.
+            doc.provides.clear();
+            doc.credentials.clear();
+            doc.desired_state = Some("rolled back".into());
+            doc.observed_state = Some(format!("rolled back by operation {}: {} jobs undone", op.id, plan.jobs.len()));
+            doc.health = Health::Unknown;
+            doc.status = None;
+            return Ok(vec![Write::Resource(ResourceRecord {
+                id: doc.id.clone(),
+                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+                last_operation: Some(op.id.clone()),
+                updated_at: now(),
+            })]);
+        }
         let template = pack.templates.iter().find(|t| t.id == plan.template);
         let provisions = template
             .map(|t| t.provides.clone())

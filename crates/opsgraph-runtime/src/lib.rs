@@ -22,6 +22,7 @@ mod drive;
 mod intervene;
 mod jobs;
 mod patch;
+mod rollback;
 mod secrets;
 
 use std::path::PathBuf;

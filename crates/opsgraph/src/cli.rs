@@ -165,6 +165,16 @@ pub enum Command {
         #[command(flatten)]
         world: WorldArgs,
     },
+    /// Undo an operation's completed jobs, in reverse order, as a new operation (previewed and
+    /// gated like any plan). A failed or paused operation is cancelled first.
+    Rollback {
+        operation: String,
+        /// Roll back without asking.
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        world: WorldArgs,
+    },
     /// Diagnose a failed operation against its pack's remedies (the offline rules analyzer);
     /// with --propose, the matching remedy's patch is proposed as `ai-agent:planner` and waits
     /// for a person's approval.
@@ -414,6 +424,10 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
     }
     match cli.command {
+        Command::Rollback { operation, yes, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            ops_cmd::rollback(&c, &operation, yes, input, out, err)
+        }
         Command::Diagnose { operation, propose, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
             ops_cmd::diagnose(&c, &operation, propose, world.output, out)

@@ -887,3 +887,46 @@ pub fn diagnose(
     }
     Ok(0)
 }
+
+/// `rollback OP`: preview the plan that undoes it, confirm, run it as a new operation.
+pub fn rollback(
+    c: &Control<'_>,
+    op: &str,
+    yes: bool,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
+    let rb = rt.rollback_plan(op)?;
+    write!(out, "{}", opsgraph_plan::render::text(&rb.plan))?;
+    for u in &rb.unsupported {
+        writeln!(out, "cannot undo: {u}")?;
+    }
+    for p in &rb.partial {
+        writeln!(out, "only partly undone: {p}")?;
+    }
+    if rb.plan.jobs.is_empty() {
+        writeln!(err, "nothing to roll back: no completed job of {op} can be undone")?;
+        return Ok(1);
+    }
+    if !yes {
+        write!(out, "\nRoll back {op} with this plan? Type `yes` to go on: ")?;
+        out.flush()?;
+        let mut answer = String::new();
+        input.read_line(&mut answer)?;
+        if answer.trim() != "yes" {
+            writeln!(err, "not rolled back")?;
+            return Ok(1);
+        }
+    }
+    let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+    writeln!(out)?;
+    let id = {
+        let mut view = live(out, stage_of(&rb.plan));
+        let id = rt.start_rollback(op, &rb, &actor, &mut view)?;
+        rt.drive(&id, &mut view)?;
+        id
+    };
+    finish(&rt, &id, out)
+}

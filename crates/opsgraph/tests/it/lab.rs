@@ -209,3 +209,42 @@ fn a_missing_input_is_asked_for_and_used() {
     ]);
     assert!(answered.out.contains("operation running -> completed"), "{}", answered.render());
 }
+
+#[test]
+fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
+    let d = Data::new();
+    let dir = temp_dir(&[(
+        "intent.yaml",
+        "intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-rb\n  environment: lab\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n",
+    )]);
+    let data = d.data();
+    let intent = dir.join("intent.yaml").display().to_string();
+    let inventory = path("examples/lab/inventory");
+    let run = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"]);
+    let op = operation_id(&run);
+    let done = d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    assert!(done.out.contains(&format!("Operation {op}: completed")), "{}", done.render());
+    let lab = std::path::Path::new(&data).join("lab");
+    assert!(lab.join("lab-2").exists());
+
+    let rb = d.run(&["rollback", &op, "--yes", "--inventory", &inventory]);
+    assert_eq!(rb.code, 0, "{}", rb.render());
+    // Each node is reset once, the worker before the control plane; the run waits for approval.
+    assert!(rb.out.contains("lab-reset @ lab-1, lab-2"), "{}", rb.out);
+    assert!(rb.out.contains("cannot undo:"), "{}", rb.out);
+    let rb_op = operation_id(&rb);
+    assert!(rb.out.contains("waiting for approval at approve-rollback"), "{}", rb.out);
+    let approved =
+        d.run(&["gate", "answer", "approve-rollback", "--operation", &rb_op, "--option", "approve", "--as", "alice"]);
+    // The reset is destructive: a person confirms it once more, before it runs on any node.
+    assert!(approved.out.contains("waiting for gate confirm-lab-reset"), "{}", approved.render());
+    let approved =
+        d.run(&["gate", "answer", "confirm-lab-reset", "--operation", &rb_op, "--option", "proceed", "--as", "alice"]);
+    assert!(approved.out.contains(&format!("Operation {rb_op}: completed")), "{}", approved.render());
+    let worker = approved.out.find("done      lab-reset@lab-2").expect("the worker was reset");
+    let control = approved.out.find("started   lab-reset@lab-1").expect("the control plane was reset");
+    assert!(worker < control, "{}", approved.out);
+    assert!(!lab.join("lab-2").exists() && !lab.join("lab-1").exists(), "the nodes are gone");
+    let resource = d.run(&["describe", "resource", "lab.cluster/lab-rb", "-o", "json"]);
+    assert!(resource.out.contains("rolled back by operation"), "{}", resource.out);
+}

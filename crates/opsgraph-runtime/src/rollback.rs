@@ -1,0 +1,61 @@
+//! Rolling back an operation: a plan that undoes its completed jobs in reverse order
+//! (`opsgraph_plan::rollback`), run as a new operation on the same resource.
+
+use std::collections::HashSet;
+
+use opsgraph_model::OperationState;
+use opsgraph_plan::lifecycle::{self, Event};
+use opsgraph_plan::rollback::{rollback, RollbackPlan};
+
+use crate::drive::Progress;
+use crate::{new_operation_id, Error, Runtime};
+
+impl Runtime {
+    /// The rollback plan of `op_id`: what it would undo, and what it cannot.
+    pub fn rollback_plan(&self, op_id: &str) -> Result<RollbackPlan, Error> {
+        let (_, plan) = self.load(op_id)?;
+        let pack = self.pack(&plan)?;
+        let done: HashSet<String> = self
+            .store
+            .jobs(op_id)?
+            .into_iter()
+            .filter(|j| j.state.is_done() && j.state != opsgraph_store::JobState::Skipped)
+            .map(|j| j.id)
+            .collect();
+        rollback(&plan, pack, &done).map_err(|errs| {
+            Error::Unsupported(format!(
+                "the rollback plan cannot be built: {}",
+                errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+            ))
+        })
+    }
+
+    /// Starts the rollback of `op_id` as a new operation. A failed or paused operation is
+    /// cancelled first (the rollback replaces it); a running one must be paused or cancelled by a
+    /// person before.
+    pub fn start_rollback(
+        &mut self,
+        op_id: &str,
+        rb: &RollbackPlan,
+        actor: &str,
+        progress: Progress<'_>,
+    ) -> Result<String, Error> {
+        let (op, _) = self.load(op_id)?;
+        let id = new_operation_id();
+        match &op.state {
+            s if lifecycle::is_terminal(s) => {}
+            OperationState::Failed { .. } | OperationState::Paused { .. } => {
+                let reason = format!("rolled back by operation {id}");
+                self.transition(&op, Event::Cancel { reason: reason.clone() }, actor, &reason, vec![], progress)?;
+            }
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "operation {op_id} is {}: pause or cancel it before rolling it back",
+                    lifecycle::state_name(other.kind())
+                )))
+            }
+        }
+        self.create_as(&id, &rb.plan, actor, progress)?;
+        Ok(id)
+    }
+}
