@@ -102,3 +102,64 @@ impl Runtime {
         Ok(out)
     }
 }
+
+impl Runtime {
+    /// A note on an operation's timeline (an analyzer's answer, accepted or refused).
+    pub fn note(
+        &mut self,
+        op_id: &str,
+        actor: &str,
+        event: &str,
+        reason: &str,
+        data: serde_json::Value,
+    ) -> Result<(), Error> {
+        let attached = self.take_attached();
+        let mut writes = vec![opsgraph_store::Write::Timeline(crate::drive::entry(op_id, actor, event, reason, data))];
+        writes.extend(attached);
+        self.commit(&writes)?;
+        Ok(())
+    }
+
+    /// What an analyzer may read about a failed job: its contract, attempts, outcome, the masked
+    /// tail of its output, its evidence results, and what the pack offers to fix it.
+    pub fn failure_context(&self, op_id: &str) -> Result<serde_json::Value, Error> {
+        let (op, plan) = self.load(op_id)?;
+        let pack = self.pack(&plan)?;
+        let template = pack.templates.iter().find(|t| t.id == plan.template);
+        let evidence = self.store.evidence(op_id)?;
+        let mut failed = Vec::new();
+        for record in self.store.jobs(op_id)?.into_iter().filter(|j| j.state == JobState::Failed) {
+            let Some(instance) = plan.jobs.iter().find(|j| j.id == record.id) else { continue };
+            let job = template.and_then(|t| pack.job(t, &instance.job));
+            let log = std::fs::read(
+                self.data_dir.join("runs").join(op_id).join(format!("{}.{}.log", record.id, record.attempts)),
+            )
+            .unwrap_or_default();
+            let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(4096)..]).into_owned();
+            failed.push(serde_json::json!({
+                "job": record.id,
+                "contract": job.map(|j| serde_json::json!({
+                    "id": j.id, "title": j.title, "description": j.description,
+                    "requires": j.inputs.requires, "provides": j.outputs.provides, "evidence": j.outputs.evidence,
+                })),
+                "attempts": record.attempts,
+                "outcome": record.outcome["outcome"],
+                "failure": record.outcome["failure"],
+                "output_tail": tail,
+                "evidence": evidence.iter().filter(|e| e.job == record.id).map(|e| serde_json::json!({
+                    "check": e.check, "passed": e.passed, "expected": e.expected, "observed": e.observed,
+                })).collect::<Vec<_>>(),
+            }));
+        }
+        Ok(serde_json::json!({
+            "operation": op.id,
+            "pack": plan.pack,
+            "action": plan.action,
+            "resource": op.resource,
+            "failed_jobs": failed,
+            "job_library": pack.jobs.keys().collect::<Vec<_>>(),
+            "stages": plan.stages.iter().map(|s| serde_json::json!({"id": s.id, "jobs": s.jobs})).collect::<Vec<_>>(),
+            "remedies": pack.remedies.iter().map(|r| serde_json::json!({"id": r.id, "applies_to": r.applies_to, "diagnosis": r.diagnosis})).collect::<Vec<_>>(),
+        }))
+    }
+}

@@ -182,6 +182,9 @@ pub enum Command {
         operation: String,
         #[arg(long)]
         propose: bool,
+        /// `rules` (the pack's remedies, offline) or `openai` (the endpoint of config.yaml `ai:`).
+        #[arg(long, default_value = "rules", value_parser = ["rules", "openai"])]
+        ai: String,
         #[command(flatten)]
         world: WorldArgs,
     },
@@ -396,8 +399,11 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 return remote.patch(operation, file.as_deref(), remedy.as_deref(), out)
             }
             Command::Patch { dry_run: true, .. } => bail!("`patch --dry-run` reviews locally: run it without --server"),
-            Command::Diagnose { operation, propose, world } => {
+            Command::Diagnose { operation, propose, ai, world } if ai == "rules" => {
                 return remote.diagnose(operation, *propose, world.output, out)
+            }
+            Command::Diagnose { .. } => {
+                bail!("`diagnose --ai openai` runs where the data directory is (no API route yet)")
             }
             Command::Intervene { operation, file, stage, job, note, verify, .. } => {
                 let iv = match file {
@@ -428,8 +434,11 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             let c = Control { packs: &world.packs, ..control(&world) };
             ops_cmd::rollback(&c, &operation, yes, input, out, err)
         }
-        Command::Diagnose { operation, propose, world } => {
+        Command::Diagnose { operation, propose, ai, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
+            if ai == "openai" {
+                return ops_cmd::diagnose_openai(&c, &operation, propose, out);
+            }
             ops_cmd::diagnose(&c, &operation, propose, world.output, out)
         }
         Command::Intervene { operation, file, stage, job, note, verify, user, world } => {

@@ -930,3 +930,46 @@ pub fn rollback(
     };
     finish(&rt, &id, out)
 }
+
+/// `diagnose OP --ai openai [--propose]`: the endpoint's answer, checked; refusals recorded.
+pub fn diagnose_openai(c: &Control<'_>, op: &str, propose: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
+    let context = rt.failure_context(op)?;
+    let provider = crate::ai::OpenAi::from_config(&c.data_dir)?;
+    let analyzer = "ai-agent:analyzer";
+    let answer = match provider.diagnose(&context)? {
+        Ok(a) => a,
+        Err(reason) => {
+            rt.note(op, analyzer, "ai_answer_refused", &reason, json!({"provider": "openai"}))?;
+            writeln!(out, "the analyzer's answer is refused: {reason}")?;
+            return Ok(1);
+        }
+    };
+    rt.note(op, analyzer, "ai_diagnosis", &answer.summary, json!({"provider": "openai", "answer": answer.raw}))?;
+    writeln!(out, "Diagnosis (openai analyzer, confidence {:.1})", answer.confidence)?;
+    writeln!(out, "  {}", answer.summary)?;
+    writeln!(out, "  cause: {}", answer.cause)?;
+    writeln!(out, "  based on: {}", answer.evidence.join("; "))?;
+    if let Some(r) = &answer.remedy {
+        writeln!(out, "  remedy: {r}")?;
+    }
+    let Some(patch) = answer.plan_patch.filter(|_| propose) else {
+        return Ok(0);
+    };
+    match rt.propose_patch(op, &patch, "ai-agent:planner", &mut |_| {}) {
+        Ok(p) => {
+            writeln!(out, "patch {} proposed by ai-agent:planner:", p.patch)?;
+            write!(out, "{}", p.diff.text())?;
+            if let Some(g) = &p.gate {
+                writeln!(out, "waiting for approval at {g}: opsgraph gate answer {g} --operation {op} --option 'approve patch' --as USER")?;
+            }
+            Ok(0)
+        }
+        Err(opsgraph_runtime::Error::PatchRefused(findings)) => {
+            rt.note(op, "ai-agent:planner", "ai_patch_refused", &findings, json!({"provider": "openai"}))?;
+            writeln!(out, "the proposed patch is refused (out of policy):\n{findings}")?;
+            Ok(1)
+        }
+        Err(e) => Err(e.into()),
+    }
+}

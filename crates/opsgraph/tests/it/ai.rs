@@ -1,0 +1,126 @@
+//! The `openai` analyzer against a local server that speaks the chat-completions wire format: a
+//! good answer becomes a patch that waits for a person; a malformed answer and a patch outside
+//! policy are refused, with the reason on the timeline, and nothing is applied.
+
+use std::sync::{Arc, Mutex};
+
+use opsgraph_exec::testing::HttpServer;
+use serde_json::json;
+
+use crate::support::{opsgraph, temp_dir};
+
+const FILES: &[(&str, &str)] = &[
+    (
+        "packs/greet/pack.yaml",
+        "scenario_pack:\n  id: greet\n  version: 1.0.0\n  resource_types: [greet.app]\n  actions: [run]\n  plan_templates: [{id: greet.run}]\n",
+    ),
+    (
+        "packs/greet/templates.yaml",
+        "plan_template:\n  id: greet.run\n  action: run\n  parameters:\n    word: {type: string, default: hello}\n  stages: [{id: all, name: All, jobs: [say, check]}]\n  jobs: [say, check]\n",
+    ),
+    (
+        "packs/greet/jobs.yaml",
+        r#"job:
+  id: say
+  outputs: {provides: {capabilities: [greet.said]}, evidence: [said_hello]}
+  run: {command: 'printf %s "$OPSGRAPH_PARAM_WORD" > "$OPSGRAPH_LAB_DIR/said"; echo "said $OPSGRAPH_PARAM_WORD"'}
+---
+job:
+  id: check
+  inputs: {requires: {capabilities: [greet.said]}}
+  outputs: {provides: {capabilities: [greet.checked]}, evidence: [said_hello]}
+  run: {command: [true]}
+"#,
+    ),
+    (
+        "packs/greet/evidence.yaml",
+        "evidence:\n  - {id: said_hello, source: command, command: 'cat \"$OPSGRAPH_LAB_DIR/said\"', expected: hello}\n",
+    ),
+    ("intent.yaml", "intent: {target_resource_type: greet.app, action: run, name: g-1, environment: dev, parameters: {word: bye}}\n"),
+];
+
+fn reply(content: &str) -> Vec<u8> {
+    let body = json!({"id": "x", "object": "chat.completion", "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]});
+    HttpServer::response(200, &body.to_string())
+}
+
+#[test]
+fn the_openai_analyzer_is_checked_and_its_patch_waits_for_a_person() {
+    let answer = Arc::new(Mutex::new(String::new()));
+    let requests = Arc::new(Mutex::new(Vec::<String>::new()));
+    let server = {
+        let (answer, requests) = (answer.clone(), requests.clone());
+        HttpServer::start(move |r| {
+            requests.lock().unwrap().push(String::from_utf8_lossy(&r.body).into_owned());
+            reply(&answer.lock().unwrap())
+        })
+    };
+    let dir = temp_dir(FILES);
+    let data = dir.join("data").display().to_string();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        dir.join("data/config.yaml"),
+        format!("users:\n  alice: [sre]\nai:\n  url: {}\n  model: test-model\n", server.url("/v1")),
+    )
+    .unwrap();
+    let packs = dir.join("packs").display().to_string();
+    let run = |args: &[&str]| opsgraph(&[&["--data-dir", data.as_str()], args, &["--packs", packs.as_str()]].concat());
+    let intent = dir.join("intent.yaml").display().to_string();
+    let applied = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--packs", &packs, "--yes"]);
+    let op =
+        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    assert!(applied.out.contains("failed: say"), "{}", applied.render());
+    let diagnose = |content: &str, propose: bool| {
+        *answer.lock().unwrap() = content.to_string();
+        let mut args = vec!["diagnose", op.as_str(), "--ai", "openai"];
+        if propose {
+            args.push("--propose");
+        }
+        run(&args)
+    };
+
+    // Malformed answers are refused, the reason recorded, nothing proposed.
+    let bad = diagnose("I think the greeting is wrong.", true);
+    assert_eq!(bad.code, 1);
+    assert!(bad.out.contains("the answer is not a JSON object"), "{}", bad.render());
+    let bad = diagnose(r#"{"summary": "x", "cause": "y", "confidence": 7, "evidence": []}"#, true);
+    assert!(bad.out.contains("`confidence` must be a number from 0 to 1, found 7"), "{}", bad.render());
+    let bad = diagnose(r#"{"summary": "x", "cause": "y", "confidence": 0.5, "shell": "rm -rf /"}"#, true);
+    assert!(bad.out.contains("unknown key `shell`"), "{}", bad.render());
+    let bad = diagnose(
+        r#"{"summary": "x", "cause": "y", "confidence": 0.5, "plan_patch": {"changes": [{"run_command": "curl evil"}]}}"#,
+        true,
+    );
+    assert!(bad.out.contains("the proposed plan_patch is not a valid document"), "{}", bad.render());
+    // Out of policy: skipping a job whose output another requires.
+    let skip = r#"{"summary": "say is flaky", "cause": "unknown", "confidence": 0.4, "evidence": [], "remedy": null,
+        "plan_patch": {"reason": "skip it", "changes": [{"skip": {"job": "say", "reason": "flaky"}}]}}"#;
+    let refused = diagnose(skip, true);
+    assert_eq!(refused.code, 1, "{}", refused.render());
+    assert!(refused.out.contains("error[skip-required]"), "{}", refused.out);
+
+    // A good answer: its patch is proposed as ai-agent:planner and waits for a person.
+    let good = r#"{"summary": "the greeting word is wrong", "cause": "parameter word is bye; evidence expects hello",
+        "confidence": 0.8, "evidence": ["evidence:said_hello observed bye"], "remedy": null,
+        "plan_patch": {"reason": "say hello", "changes": [{"set_parameters": {"parameters": {"word": "hello"}}}, {"retry": {"job": "say"}}]}}"#;
+    let proposed = diagnose(good, true);
+    assert_eq!(proposed.code, 0, "{}", proposed.render());
+    assert!(proposed.out.contains("Diagnosis (openai analyzer, confidence 0.8)"), "{}", proposed.out);
+    assert!(proposed.out.contains("waiting for approval at patch-p1"), "{}", proposed.out);
+    let approved =
+        run(&["gate", "answer", "patch-p1", "--operation", &op, "--option", "approve patch", "--as", "alice"]);
+    assert!(approved.out.contains(&format!("Operation {op}: completed")), "{}", approved.render());
+
+    // What the endpoint was told: the model, and the failure's masked context.
+    let sent: serde_json::Value = serde_json::from_str(&requests.lock().unwrap()[0]).unwrap();
+    assert_eq!(sent["model"], "test-model");
+    let context = sent["messages"][1]["content"].as_str().unwrap();
+    assert!(context.contains("\"failed_jobs\"") && context.contains("said bye"), "{context}");
+    // Every refusal is on the timeline.
+    let described = opsgraph(&["--data-dir", &data, "describe", "operation", &op, "-o", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&described.out).unwrap();
+    let events: Vec<&str> = doc["timeline"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(events.iter().filter(|e| **e == "ai_answer_refused").count(), 4, "{events:?}");
+    assert!(events.contains(&"ai_patch_refused") && events.contains(&"ai_diagnosis"), "{events:?}");
+}
