@@ -20,12 +20,12 @@ use std::collections::{BTreeSet, HashSet};
 
 use opsgraph_model::{Gate, GateType, Job, ParamType, PatchChange, PlanPatch};
 use opsgraph_pack::Pack;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::plan::{JobInstance, Plan, PlanGate};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     /// The patch is refused.
@@ -37,13 +37,13 @@ pub enum Severity {
 }
 
 /// One thing the reviewer found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     pub severity: Severity,
     /// A stable code: `unknown-job`, `contract`, `skip-required`, `parameter`, `cycle`, ...
-    pub code: &'static str,
+    pub code: String,
     /// The change it is about (0-based), if one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change: Option<usize>,
     pub message: String,
 }
@@ -109,8 +109,9 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
     let mut findings = Vec::new();
     let template = pack.templates.iter().find(|t| t.id == plan.template);
     for (n, change) in patch.changes.iter().enumerate() {
-        let mut f =
-            |severity, code, message: String| findings.push(Finding { severity, code, change: Some(n), message });
+        let mut f = |severity, code: &'static str, message: String| {
+            findings.push(Finding { severity, code: code.into(), change: Some(n), message })
+        };
         match change {
             PatchChange::InsertAfter { anchor, jobs } => insert(&mut next, pack, anchor, jobs, true, &mut diff, &mut f),
             PatchChange::InsertBefore { anchor, jobs } => {
@@ -207,12 +208,13 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
     if findings.iter().any(|f| f.severity == Severity::Error) {
         return Err(findings);
     }
+    next.review = review(&next, pack);
     match crate::edit::revise(next) {
         Ok(plan) => Ok(Patched { plan, diff, findings }),
         Err(errors) => {
             findings.extend(errors.into_iter().map(|e| Finding {
                 severity: Severity::Error,
-                code: if matches!(e, crate::Error::Cycle { .. }) { "cycle" } else { "invalid" },
+                code: if matches!(e, crate::Error::Cycle { .. }) { "cycle" } else { "invalid" }.into(),
                 change: None,
                 message: e.to_string(),
             }));
@@ -435,4 +437,69 @@ fn insert(
             f(Severity::Info, "gate-added", format!("{} is destructive: gate {} added before it", job.id, gate.id));
         }
     }
+}
+
+/// The reviewer's look at a plan before it runs: what a careful SRE would point out. Warnings
+/// and notes, not refusals: the plan is valid; a person decides.
+pub fn review(plan: &Plan, pack: &Pack) -> Vec<Finding> {
+    let template = pack.templates.iter().find(|t| t.id == plan.template);
+    let mut out = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let risky = plan.risk.level >= opsgraph_model::RiskLevel::High;
+    for j in &plan.jobs {
+        if !seen.insert(j.job.as_str()) {
+            continue;
+        }
+        let Some(job) = template.and_then(|t| pack.job(t, &j.job)) else { continue };
+        let note =
+            |severity, code: &str, message: String| Finding { severity, code: code.into(), change: None, message };
+        if !job.outputs.provides.capabilities.is_empty() && job.outputs.evidence.is_empty() {
+            out.push(note(
+                Severity::Warning,
+                "no-evidence",
+                format!(
+                    "{} provides {} but no evidence proves it: its exit code alone decides",
+                    j.job,
+                    job.outputs
+                        .provides
+                        .capabilities
+                        .iter()
+                        .map(|c| c.capability.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        if job.controls.destructive
+            && !plan.jobs.iter().filter(|i| i.job == j.job).all(|i| {
+                i.depends_on
+                    .iter()
+                    .any(|d| plan.gates.iter().any(|g| g.id == *d && g.type_ == GateType::DestructiveAction))
+            })
+        {
+            out.push(note(
+                Severity::Error,
+                "destructive-ungated",
+                format!("{} is destructive and no destructive_action gate stands before it", j.job),
+            ));
+        }
+        let undo = job.controls.rollback.as_ref().map(|r| r.supported);
+        if (risky || job.controls.destructive)
+            && matches!(undo, None | Some(opsgraph_model::RollbackSupport::None))
+            && job.type_ != opsgraph_model::JobType::Verification
+            && job.type_ != opsgraph_model::JobType::Rollback
+        {
+            out.push(note(
+                Severity::Warning,
+                "no-rollback",
+                format!(
+                    "{} cannot be undone (rollback {}) in a {}-risk plan",
+                    j.job,
+                    if undo.is_none() { "not declared" } else { "none" },
+                    plan.risk.level
+                ),
+            ));
+        }
+    }
+    out
 }

@@ -50,6 +50,9 @@ pub struct Plan {
     /// The cost estimate, from the cost annotations of jobs and created providers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// What the reviewer points out before the plan runs (derived; not part of its hash).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub review: Vec<crate::patch::Finding>,
     pub revision: Revision,
 }
 
@@ -152,6 +155,7 @@ impl Plan {
             risk: Risk { level: RiskLevel::Low, reasons: Vec::new() },
             sub_operations: Vec::new(),
             cost: None,
+            review: Vec::new(),
             revision: Revision { number: 0, hash: String::new() },
         }
     }
@@ -660,7 +664,9 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     edits.push(Edit::SetRisk(Risk { level, reasons }));
     edits.push(Edit::SetSubOperations(subs));
     edits.push(Edit::SetCost(cost));
-    apply(Plan::empty(pack, template, intent), edits)
+    let mut plan = apply(Plan::empty(pack, template, intent), edits)?;
+    plan.review = crate::patch::review(&plan, pack);
+    Ok(plan)
 }
 
 #[expect(clippy::too_many_arguments)]

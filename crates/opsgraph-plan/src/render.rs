@@ -74,6 +74,7 @@ pub fn json(plan: &Plan) -> Value {
         "gates": plan.gates,
         "risk": plan.risk,
         "cost": plan.cost,
+        "review": plan.review,
         "sub_operations": plan.sub_operations.iter().map(|s| json!({
             "requirement": s.requirement, "provider": s.provider, "chosen": s.chosen,
             "error": s.error, "plan": s.plan.as_deref().map(json),
@@ -158,6 +159,17 @@ pub fn text(plan: &Plan) -> String {
                 let _ = writeln!(s, "    options: {}", g.options.join(" | "));
             }
             let _ = writeln!(s, "    blocks: {}", abbreviate(&g.before));
+        }
+    }
+    if !plan.review.is_empty() {
+        let _ = writeln!(s, "\nReview");
+        for f in &plan.review {
+            let sev = match f.severity {
+                crate::patch::Severity::Error => "error",
+                crate::patch::Severity::Warning => "warning",
+                crate::patch::Severity::Info => "note",
+            };
+            let _ = writeln!(s, "  {sev}[{}]: {}", f.code, f.message);
         }
     }
     let _ = writeln!(s, "\nStages");

@@ -286,3 +286,27 @@ fn limits_refuse_oversized_plans_before_building_them() {
         "#]],
     );
 }
+
+#[test]
+fn the_reviewer_points_out_unproven_outputs_and_what_cannot_be_undone() {
+    let mut p = pack("rv", "thing", vec![job("make").provides("rv.made", None), job("drop").destructive()]);
+    p.manifest.risk.default_level = opsgraph_model::RiskLevel::High;
+    let w = world(p, intent("thing", "dev"));
+    let inventory = Inventory::new(&w.resources);
+    let input = Input {
+        intent: &w.intent,
+        packs: &w.packs,
+        inventory: &inventory,
+        providers: &w.providers,
+        policy: &w.policy,
+        operations: &w.operations,
+    };
+    let plan = opsgraph_plan::build(&input).unwrap();
+    expect![[r#"
+        Review
+          warning[no-evidence]: make provides rv.made but no evidence proves it: its exit code alone decides
+          warning[no-rollback]: make cannot be undone (rollback not declared) in a high-risk plan
+          warning[no-rollback]: drop cannot be undone (rollback not declared) in a high-risk plan
+    "#]]
+    .assert_eq(&section(&opsgraph_plan::render::text(&plan), "Review"));
+}
