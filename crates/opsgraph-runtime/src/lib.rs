@@ -35,7 +35,7 @@ pub use analyze::Diagnosis;
 pub use control::GateAnswer;
 pub use drive::Progress;
 pub use intervene::Verified;
-pub use patch::Proposal;
+pub use patch::{AiPolicy, Proposal};
 pub use secrets::Rotation;
 
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +96,8 @@ pub struct Runtime {
     pub(crate) keyring: std::sync::OnceLock<Result<std::sync::Arc<opsgraph_secrets::Keyring>, String>>,
     /// Writes that join the transaction of the next change made on a person's behalf.
     pub(crate) attached: Vec<Write>,
+    /// What an AI's plan patch may do without a person.
+    pub ai_policy: patch::AiPolicy,
 }
 
 impl Runtime {
@@ -112,6 +114,7 @@ impl Runtime {
             operation_writes: 0,
             keyring: std::sync::OnceLock::new(),
             attached: Vec::new(),
+            ai_policy: patch::AiPolicy::default(),
         }
     }
 

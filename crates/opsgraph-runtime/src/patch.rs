@@ -25,6 +25,60 @@ pub struct Proposal {
     pub state: OperationState,
 }
 
+/// What an AI's patch may do without a person (config.yaml `ai_policy: {auto_apply: [...]}`):
+/// `retry_idempotent` (retry jobs whose idempotency key makes a second run safe) and
+/// `insert_diagnostic` (insert read-only diagnostic or verification jobs). Everything else an AI
+/// proposes waits for a person; by default, everything does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AiPolicy {
+    pub retry_idempotent: bool,
+    pub insert_diagnostic: bool,
+}
+
+impl AiPolicy {
+    /// `auto_apply` names; an unknown one is an error naming the known ones.
+    pub fn parse(names: &[String]) -> Result<AiPolicy, String> {
+        let mut p = AiPolicy::default();
+        for n in names {
+            match n.as_str() {
+                "retry_idempotent" => p.retry_idempotent = true,
+                "insert_diagnostic" => p.insert_diagnostic = true,
+                other => {
+                    return Err(format!(
+                        "unknown ai_policy.auto_apply `{other}`; known: retry_idempotent, insert_diagnostic"
+                    ))
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// Whether every change of `patch` is one this policy lets an AI apply alone.
+    fn allows(&self, patch: &PlanPatch, plan: &Plan, pack: &opsgraph_pack::Pack) -> bool {
+        use opsgraph_model::{JobType, PatchChange};
+        let template = pack.templates.iter().find(|t| t.id == plan.template);
+        let job = |id: &str| template.and_then(|t| pack.job(t, id));
+        !patch.changes.is_empty()
+            && patch.changes.iter().all(|c| match c {
+                PatchChange::Retry { job: j, with_descendants: false } => {
+                    let base = plan.jobs.iter().find(|i| i.id == *j || i.job == *j).map(|i| i.job.clone());
+                    self.retry_idempotent
+                        && base.and_then(|b| job(&b)).is_some_and(|d| d.controls.idempotency.is_some())
+                }
+                PatchChange::InsertAfter { jobs, .. } | PatchChange::InsertBefore { jobs, .. } => {
+                    self.insert_diagnostic
+                        && jobs.iter().all(|j| {
+                            job(j).is_some_and(|d| {
+                                matches!(d.type_, JobType::Diagnostic | JobType::Verification)
+                                    && !d.controls.destructive
+                            })
+                        })
+                }
+                _ => false,
+            })
+    }
+}
+
 /// The default roles that approve a patch that asks for approval without naming any.
 const APPROVERS: &[&str] = &["sre", "platform_admin"];
 
@@ -49,9 +103,11 @@ impl Runtime {
         let reviewed = apply_patch(&plan, &pack, patch).map_err(|f| Error::PatchRefused(render(&f)))?;
         let n = self.store.timeline(op_id)?.iter().filter(|e| e.event == "patch_proposed").count() + 1;
         let id = patch.id.clone().unwrap_or_else(|| format!("p{n}"));
-        // An AI author always needs a person; otherwise the patch's own approval block decides.
+        // An AI author needs a person unless the AI policy allows every change; otherwise the
+        // patch's own approval block decides.
         let approval = patch.approval.as_ref();
-        let needs = approval.is_some_and(|a| a.required) || author.starts_with("ai-agent:");
+        let ai = author.starts_with("ai-agent:");
+        let needs = approval.is_some_and(|a| a.required) || (ai && !self.ai_policy.allows(patch, &plan, &pack));
         let roles: Vec<String> = match approval.map(|a| a.roles.clone()).filter(|r| !r.is_empty()) {
             Some(r) => r,
             None => APPROVERS.iter().map(|r| r.to_string()).collect(),

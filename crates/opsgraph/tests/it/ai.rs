@@ -124,3 +124,69 @@ fn the_openai_analyzer_is_checked_and_its_patch_waits_for_a_person() {
     assert_eq!(events.iter().filter(|e| **e == "ai_answer_refused").count(), 4, "{events:?}");
     assert!(events.contains(&"ai_patch_refused") && events.contains(&"ai_diagnosis"), "{events:?}");
 }
+
+/// Within `ai_policy`, an AI's retry of an idempotent job is applied without a person; a retry of
+/// a job without an idempotency key still waits.
+#[test]
+fn the_ai_policy_lets_an_idempotent_retry_through_and_nothing_else() {
+    let files: &[(&str, &str)] = &[
+        (
+            "packs/flaky/pack.yaml",
+            "scenario_pack:\n  id: flaky\n  version: 1.0.0\n  resource_types: [flaky.app]\n  actions: [run]\n  plan_templates: [{id: flaky.run}]\n",
+        ),
+        (
+            "packs/flaky/templates.yaml",
+            "plan_template:\n  id: flaky.run\n  action: run\n  stages: [{id: all, name: All, jobs: [once, twice]}]\n  jobs: [once, twice]\n",
+        ),
+        (
+            "packs/flaky/jobs.yaml",
+            r#"job:
+  id: once
+  outputs: {provides: {capabilities: [flaky.once]}}
+  controls: {idempotency: {key: "once:{name}"}}
+  run: {command: 'if [ -e "$OPSGRAPH_LAB_DIR/tried-once" ]; then exit 0; fi; touch "$OPSGRAPH_LAB_DIR/tried-once"; echo "connection reset" >&2; exit 1'}
+---
+job:
+  id: twice
+  outputs: {provides: {capabilities: [flaky.twice]}}
+  run: {command: 'if [ -e "$OPSGRAPH_LAB_DIR/tried-twice" ]; then exit 0; fi; touch "$OPSGRAPH_LAB_DIR/tried-twice"; exit 1'}
+"#,
+        ),
+        ("intent.yaml", "intent: {target_resource_type: flaky.app, action: run, name: f-1, environment: dev}\n"),
+    ];
+    let answer = Arc::new(Mutex::new(String::new()));
+    let server = {
+        let answer = answer.clone();
+        HttpServer::start(move |_| reply(&answer.lock().unwrap()))
+    };
+    let dir = temp_dir(files);
+    let data = dir.join("data").display().to_string();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        dir.join("data/config.yaml"),
+        format!("ai:\n  url: {}\n  model: m\nai_policy:\n  auto_apply: [retry_idempotent]\n", server.url("/v1")),
+    )
+    .unwrap();
+    let packs = dir.join("packs").display().to_string();
+    let intent = dir.join("intent.yaml").display().to_string();
+    let applied =
+        opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--packs", &packs, "--yes", "--concurrency", "1"]);
+    let op =
+        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    assert!(applied.out.contains("failed: once"), "{}", applied.render());
+    let ask = |content: &str| {
+        *answer.lock().unwrap() = content.to_string();
+        opsgraph(&["--data-dir", &data, "diagnose", &op, "--ai", "openai", "--propose", "--packs", &packs])
+    };
+    let retry = |job: &str| {
+        format!(
+            r#"{{"summary": "transient", "cause": "a reset connection", "confidence": 0.7, "evidence": [], "remedy": null, "plan_patch": {{"changes": [{{"retry": {{"job": "{job}"}}}}]}}}}"#
+        )
+    };
+    let auto = ask(&retry("once"));
+    assert!(auto.out.contains("applied without approval: every change is within ai_policy"), "{}", auto.render());
+    // `twice` ran after `once` succeeded and failed the first time: the run is failed again.
+    assert!(auto.out.contains("failed: twice"), "{}", auto.out);
+    let waits = ask(&retry("twice"));
+    assert!(waits.out.contains("waiting for approval at patch-p2"), "{}", waits.render());
+}
