@@ -9,6 +9,7 @@ mod gates;
 mod intervene;
 mod lab;
 mod lifecycle;
+mod manage;
 mod packs;
 mod patch;
 mod plan;
