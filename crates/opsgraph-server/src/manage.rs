@@ -210,7 +210,9 @@ pub(crate) fn remove_pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         reg.remove(&id, &version)?;
         return Err(ApiError::not_found("no_pack", format!("pack {reference} is not installed")));
     };
-    in_use(ctx, &reference, Some(&digest))?;
+    // An unreadable install record (digest unknown): any operation of this id@version holds it.
+    let known = Some(digest.as_str()).filter(|d| d.starts_with("sha256:"));
+    in_use(ctx, &reference, known)?;
     reg.remove(&id, &version)?;
     if let Err(e) = audit_after(ctx, "pack.remove", &reference, json!({"digest": digest})) {
         tracing::error!(pack = %reference, "removed without its audit row");
