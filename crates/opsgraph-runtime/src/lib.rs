@@ -21,6 +21,7 @@ mod control;
 mod drive;
 mod intervene;
 mod jobs;
+pub mod manage;
 mod patch;
 mod rollback;
 mod secrets;

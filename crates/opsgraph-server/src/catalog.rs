@@ -67,15 +67,17 @@ fn detail(p: &Pack) -> Value {
 }
 
 pub(crate) fn packs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let list: Vec<Value> = ctx.state.0.world.packs.iter().map(summary).collect();
-    Reply::ok(json!({ "packs": list }))
+    let list: Vec<Value> = ctx.state.world().packs.iter().map(summary).collect();
+    // `registry`: the rows `opsgraph pack list` prints (bundled and installed, with their status),
+    // null when the server was started with `--packs`.
+    Reply::ok(json!({ "packs": list, "registry": crate::manage::registry_rows(ctx)? }))
 }
 
 /// `{id}` is a pack id (every loaded version, highest last as loaded) or `id@version`.
 pub(crate) fn pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let wanted = ctx.param("id");
     let found: Vec<Value> =
-        ctx.state.0.world.packs.iter().filter(|p| p.id() == wanted || p.reference() == wanted).map(detail).collect();
+        ctx.state.world().packs.iter().filter(|p| p.id() == wanted || p.reference() == wanted).map(detail).collect();
     if found.is_empty() {
         return Err(ApiError::not_found("no_pack", format!("no pack `{wanted}` is loaded; see /api/v1/packs")));
     }
@@ -83,7 +85,7 @@ pub(crate) fn pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 }
 
 pub(crate) fn providers(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let w = &ctx.state.0.world;
+    let w = ctx.state.world();
     let mut list: Vec<Value> = w
         .providers
         .iter()
@@ -104,6 +106,6 @@ pub(crate) fn providers(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 }
 
 pub(crate) fn policies(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let w = &ctx.state.0.world;
+    let w = ctx.state.world();
     Reply::ok(json!({ "capability_policy": w.policy, "operations_policy": w.operations }))
 }

@@ -121,9 +121,9 @@ impl Ctx {
         Ok(self.state.runtime()?)
     }
 
-    /// The intent document of the body (YAML or JSON), checked like `opsgraph validate` does.
-    /// The one document of `kind` the body holds (YAML or JSON).
-    fn document(&self, kind: &str) -> Result<Document, ApiError> {
+    /// The one document of `kind` the body holds (YAML or JSON), checked like `opsgraph validate`
+    /// does.
+    pub(crate) fn document(&self, kind: &str) -> Result<Document, ApiError> {
         let text = std::str::from_utf8(&self.body)
             .map_err(|_| ApiError::bad_request("invalid_body", "the body is not UTF-8 text"))?;
         let parsed = opsgraph_pack::parse_file("request", text);
@@ -165,7 +165,7 @@ impl Ctx {
 
     /// Builds the plan with the server's packs and world, plus the resources operations recorded.
     fn plan(&self, intent: &Intent) -> Result<Plan, ApiError> {
-        let w = &self.state.0.world;
+        let w = self.state.world();
         let mut resources = w.resources.clone();
         for r in self.store.resources()? {
             if let Ok(doc) = serde_json::from_value::<Resource>(r.doc) {

@@ -14,6 +14,7 @@ pub mod auth;
 mod catalog;
 mod error;
 mod handlers;
+mod manage;
 mod observe;
 mod reveal;
 pub mod routes;
@@ -24,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
 use opsgraph_model::{CapabilityPolicy, OperationsPolicy, Provider, Resource};
@@ -34,13 +35,16 @@ use opsgraph_store::Store;
 
 pub use auth::{Config, Identity, Permission};
 pub use error::ApiError;
+pub use manage::{Installation, PackRegistry, RegistryError};
 pub use routes::{openapi, router, Access, Route, ROUTES};
 
 /// Opens a connection to the store; called per request and per driver.
 pub type OpenStore = dyn Fn() -> Result<Box<dyn Store>, opsgraph_store::Error> + Send + Sync;
 
-/// What plans are made from: the packs and the world the server was started with.
-#[derive(Default)]
+/// What plans are made from: the packs and the world the server was started with. The packs are
+/// loaded again (bundled + installed) after a pack is installed or removed through the API; the
+/// world documents stay as started.
+#[derive(Default, Clone)]
 pub struct World {
     pub packs: Vec<Pack>,
     pub resources: Vec<Resource>,
@@ -59,11 +63,14 @@ pub struct Limits {
     /// `limits.event_streams`: server-sent event streams open at once (each holds a blocking
     /// thread and a store connection).
     pub event_streams: usize,
+    /// `limits.archive_bytes`: the largest pack archive (`POST /api/v1/packs`), the registry's
+    /// limit on the files of one pack.
+    pub archive_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { body_bytes: 1 << 20, idempotency_key_bytes: 255, event_streams: 64 }
+        Limits { body_bytes: 1 << 20, idempotency_key_bytes: 255, event_streams: 64, archive_bytes: 16 << 20 }
     }
 }
 
@@ -73,7 +80,11 @@ pub struct AppState(pub(crate) Arc<Inner>);
 
 pub(crate) struct Inner {
     pub(crate) open: Box<OpenStore>,
-    pub(crate) world: World,
+    /// Swapped whole when the packs are loaded again: a request or a driver works with the
+    /// snapshot it took.
+    pub(crate) world: RwLock<Arc<World>>,
+    /// The installed-pack registry, when the server uses it (not with `--packs`).
+    pub(crate) registry: Option<Box<dyn PackRegistry>>,
     pub(crate) config: Config,
     pub(crate) limits: Limits,
     pub(crate) data_dir: PathBuf,
@@ -95,7 +106,8 @@ impl AppState {
     pub fn new(open: Box<OpenStore>, world: World, config: Config, data_dir: PathBuf) -> AppState {
         AppState(Arc::new(Inner {
             open,
-            world,
+            world: RwLock::new(Arc::new(world)),
+            registry: None,
             config,
             limits: Limits::default(),
             data_dir,
@@ -118,6 +130,36 @@ impl AppState {
         }
     }
 
+    /// Pack installs and removals through the API go to this registry; without one they are
+    /// refused (409 `packs_fixed`).
+    pub fn with_registry(self, registry: Box<dyn PackRegistry>) -> AppState {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                inner.registry = Some(registry);
+                AppState(Arc::new(inner))
+            }
+            Err(shared) => AppState(shared),
+        }
+    }
+
+    /// The packs and world plans are made from now.
+    pub fn world(&self) -> Arc<World> {
+        self.0.world.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Loads the packs again from the registry (bundled + installed) and swaps them in. Packs
+    /// that do not load are left out and logged, as at start. Operations already created keep
+    /// the pack id@version and digest they recorded: the runtime refuses to run other files.
+    pub(crate) fn reload_packs(&self) -> Result<(), RegistryError> {
+        let Some(registry) = &self.0.registry else { return Ok(()) };
+        let packs = registry.load()?;
+        let mut world = self.0.world.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = World::clone(&world);
+        next.packs = packs;
+        *world = Arc::new(next);
+        Ok(())
+    }
+
     pub fn store(&self) -> Result<Box<dyn Store>, opsgraph_store::Error> {
         (self.0.open)()
     }
@@ -127,7 +169,7 @@ impl AppState {
     }
 
     pub(crate) fn runtime(&self) -> Result<Runtime, opsgraph_store::Error> {
-        let w = &self.0.world;
+        let w = self.world();
         Ok(Runtime::new(self.store()?, w.packs.clone(), w.resources.clone(), self.0.data_dir.clone()))
     }
 

@@ -24,11 +24,16 @@ fn record(ctx: &Ctx, op: &OperationRecord) -> Result<ArtifactRecord, ApiError> {
 
 /// The pack an operation's plan was made from, as the runtime finds it (same reference, and the
 /// same digest when the plan recorded one).
-fn pack_of<'a>(ctx: &'a Ctx, op: &OperationRecord) -> Option<&'a Pack> {
+fn pack_of(ctx: &Ctx, op: &OperationRecord) -> Option<Pack> {
     let plan: Plan = serde_json::from_value(ctx.store.plan(&op.plan_revision).ok()??).ok()?;
-    ctx.state.0.world.packs.iter().find(|p| {
-        p.reference() == plan.pack && plan.pack_digest.as_deref().is_none_or(|d| d.is_empty() || p.digest == d)
-    })
+    ctx.state
+        .world()
+        .packs
+        .iter()
+        .find(|p| {
+            p.reference() == plan.pack && plan.pack_digest.as_deref().is_none_or(|d| d.is_empty() || p.digest == d)
+        })
+        .cloned()
 }
 
 /// The role by which the caller may see this artifact: one of its declaration's
@@ -36,7 +41,7 @@ fn pack_of<'a>(ctx: &'a Ctx, op: &OperationRecord) -> Option<&'a Pack> {
 /// when the declaration cannot be found (the pack is no longer loaded, or changed).
 fn visible_as(ctx: &Ctx, op: &OperationRecord, a: &ArtifactRecord) -> Result<String, ApiError> {
     let who = ctx.who()?;
-    let declared = pack_of(ctx, op).and_then(|p| p.artifacts.get(&a.id)).ok_or_else(|| {
+    let declared = pack_of(ctx, op).and_then(|p| p.artifacts.get(&a.id).cloned()).ok_or_else(|| {
         ApiError::conflict(
             "visibility_unknown",
             format!(

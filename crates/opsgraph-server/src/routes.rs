@@ -15,7 +15,7 @@ use crate::auth::{token_hash, Identity, Permission};
 use crate::error::ApiError;
 use crate::handlers::{self, Ctx, Reply};
 use crate::AppState;
-use crate::{catalog, observe, reveal};
+use crate::{catalog, manage, observe, reveal};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,9 @@ pub struct Route {
     pub path: &'static str,
     pub access: Access,
     pub summary: &'static str,
-    /// The request body, for the document: `none`, `json`, `intent` (YAML or JSON).
+    /// The request body, for the document: `none`, `json`, `archive` (a `.tar.gz`, within
+    /// `limits.archive_bytes`), or the kind of the one document it holds (`intent`, `resource`,
+    /// …; YAML or JSON).
     pub body: &'static str,
     /// Query parameters, for the document.
     pub query: &'static [&'static str],
@@ -341,6 +343,16 @@ pub static ROUTES: &[Route] = &[
         "Resources recorded by operations."
     ),
     route!(
+        "POST",
+        "/api/v1/resources",
+        Need(ManageResources),
+        201,
+        "resource",
+        &[],
+        manage::apply_resource,
+        "Store one `resource` document (insert or replace; 201 when new); refused while an unfinished operation targets it."
+    ),
+    route!(
         "GET",
         "/api/v1/resources/{*id}",
         Need(Read),
@@ -349,6 +361,16 @@ pub static ROUTES: &[Route] = &[
         &[],
         handlers::resource,
         "One resource (its id holds `/`) and the operations that explain it."
+    ),
+    route!(
+        "DELETE",
+        "/api/v1/resources/{*id}",
+        Need(ManageResources),
+        200,
+        "none",
+        &[],
+        manage::delete_resource,
+        "Delete a stored resource; refused while an unfinished operation targets it."
     ),
     route!(
         "GET",
@@ -371,6 +393,16 @@ pub static ROUTES: &[Route] = &[
         "The packs the server loaded: id, version, digest, templates."
     ),
     route!(
+        "POST",
+        "/api/v1/packs",
+        Need(ManagePacks),
+        201,
+        "archive",
+        &["replace"],
+        manage::install_pack,
+        "Install a pack from a .tar.gz archive (`Content-Type: application/gzip`), as `opsgraph pack install` does; 200 when the same content is installed."
+    ),
+    route!(
         "GET",
         "/api/v1/packs/{id}",
         Need(Read),
@@ -379,6 +411,16 @@ pub static ROUTES: &[Route] = &[
         &[],
         catalog::pack,
         "One pack (`id` for every loaded version, `id@version` for one): templates, jobs and what they run."
+    ),
+    route!(
+        "DELETE",
+        "/api/v1/packs/{id}",
+        Need(ManagePacks),
+        200,
+        "none",
+        &[],
+        manage::remove_pack,
+        "Remove an installed pack version (`id@version`); refused while an unfinished operation runs it."
     ),
     route!(
         "GET",
@@ -532,7 +574,12 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
         }
     };
     let actor = who.as_ref().map(Identity::actor);
-    let body = read_body(body, &parts.headers, state.0.limits.body_bytes).await.map_err(|e| (e, actor.clone()))?;
+    let limit = if route.body == "archive" {
+        ("archive_bytes", state.0.limits.archive_bytes)
+    } else {
+        ("body_bytes", state.0.limits.body_bytes)
+    };
+    let body = read_body(body, &parts.headers, limit).await.map_err(|e| (e, actor.clone()))?;
     let params = path_params(&parts.uri, route.path);
     let query: BTreeMap<String, String> = parts
         .uri
@@ -597,14 +644,14 @@ fn authenticate(state: &AppState, bearer: Option<String>) -> Result<Identity, Ap
     Ok(Identity { token: record.id, name: record.name, roles: record.roles, permissions })
 }
 
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, ApiError> {
+async fn read_body(body: Body, headers: &HeaderMap, (name, limit): (&str, usize)) -> Result<Vec<u8>, ApiError> {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
-            format!("the request body is larger than limits.body_bytes ({limit} bytes)"),
+            format!("the request body is larger than limits.{name} ({limit} bytes)"),
         )
-        .with_details(json!({"limit": "body_bytes", "max": limit}))
+        .with_details(json!({"limit": name, "max": limit}))
     };
     let declared = headers
         .get(axum::http::header::CONTENT_LENGTH)
@@ -726,10 +773,15 @@ pub fn openapi() -> Value {
         }
         match r.body {
             // One document (YAML, or its JSON form) of the kind named.
-            "intent" | "plan_patch" | "intervention" => {
+            "intent" | "plan_patch" | "intervention" | "resource" => {
                 op["requestBody"] = json!({"required": true, "content": {
                     "application/yaml": {"schema": {"type": "string"}},
                     "application/json": {"schema": {"type": "object"}},
+                }});
+            }
+            "archive" => {
+                op["requestBody"] = json!({"required": true, "content": {
+                    "application/gzip": {"schema": {"type": "string", "contentEncoding": "binary"}},
                 }});
             }
             "json" => {

@@ -299,6 +299,9 @@ pub enum Write {
     Gate(GateRecord),
     Artifact(ArtifactRecord),
     Resource(ResourceRecord),
+    /// A resource removed from the resources table (a person's `resource delete`); nothing when
+    /// there is no such row.
+    DeleteResource(String),
     /// An idempotency key succeeded on a resource.
     Idempotency {
         key: String,

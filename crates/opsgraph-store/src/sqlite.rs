@@ -371,6 +371,9 @@ impl Store for SqliteStore {
                         params![r.id, json(&r.doc)?, r.last_operation, r.updated_at],
                     )?;
                 }
+                Write::DeleteResource(id) => {
+                    exec(&tx, "DELETE FROM resources WHERE id = ?1", params![id])?;
+                }
                 Write::Idempotency { key, resource, operation, job, at } => {
                     exec(&tx,
                         "INSERT OR REPLACE INTO idempotency (key, resource, operation, job, at) VALUES (?1, ?2, ?3, ?4, ?5)",

@@ -155,6 +155,10 @@ fn every_record_round_trips() {
     let filtered = store.operations(&OperationFilter { state: Some("draft_intent".into()), resource: None }).unwrap();
     assert_eq!(filtered.len(), 1);
     assert!(store.operations(&OperationFilter { state: Some("running".into()), resource: None }).unwrap().is_empty());
+    // A resource row is deleted; deleting one that is not there changes nothing.
+    store.commit(&[Write::DeleteResource("tempo.instance/t".into())]).unwrap();
+    assert_eq!(store.resource("tempo.instance/t").unwrap(), None);
+    store.commit(&[Write::DeleteResource("tempo.instance/t".into())]).unwrap();
 }
 
 #[test]

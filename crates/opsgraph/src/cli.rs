@@ -226,11 +226,29 @@ pub enum Command {
         #[arg(short = 'o', long = "output", default_value = "text")]
         output: String,
     },
+    /// Resources stored by hand (the data directory's resources table, or the server's): later
+    /// plans see them as they see resources operations recorded.
+    Resource {
+        #[command(subcommand)]
+        command: ResourceCommand,
+    },
     /// API tokens of the local data directory.
     Token {
         #[command(subcommand)]
         command: TokenCommand,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ResourceCommand {
+    /// Store one `resource` document (insert or replace); refused while an unfinished operation
+    /// targets the resource.
+    Apply {
+        #[arg(short = 'f', long = "file")]
+        file: String,
+    },
+    /// Delete a stored resource; refused while an unfinished operation targets it.
+    Delete { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -425,7 +443,17 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             }
             Command::Token { command: TokenCommand::List } => return remote.token_list(out),
             Command::Token { command: TokenCommand::Revoke { id } } => return remote.token_revoke(id, out),
-            // Documents, schemas, packs, the demo, secrets and serve act on this machine.
+            Command::Pack { command: PackCommand::Install { path, replace } } => {
+                return remote.pack_install(path, *replace, out)
+            }
+            Command::Pack { command: PackCommand::Remove { pack } } => return remote.pack_remove(pack, out),
+            Command::Pack { command: PackCommand::List { output } } => return remote.pack_list(output, out, err),
+            Command::Resource { command: ResourceCommand::Apply { file } } => {
+                return remote.resource_apply(file, out, err)
+            }
+            Command::Resource { command: ResourceCommand::Delete { id } } => return remote.resource_delete(id, out),
+            // Documents, schemas, `pack validate|show`, the demo, secrets and serve act on this
+            // machine.
             _ => {}
         }
     }
@@ -583,6 +611,13 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Secrets { command } => ops_cmd::secrets(&data_dir, &command, out),
         Command::Serve { listen, packs, inventory } => {
             crate::serve_cmd::serve(&data_dir, listen, &packs, &inventory, out)
+        }
+        Command::Resource { command } => {
+            let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+            match command {
+                ResourceCommand::Apply { file } => crate::resource_cmd::apply(&data_dir, &file, &actor, out, err),
+                ResourceCommand::Delete { id } => crate::resource_cmd::delete(&data_dir, &id, &actor, out),
+            }
         }
         Command::Token { command: TokenCommand::Create { name, roles } } => {
             crate::serve_cmd::token_create(&data_dir, &name, &roles, out)

@@ -11,4 +11,5 @@ pub mod pack_cmd;
 pub mod plan_cmd;
 pub mod registry;
 pub mod remote;
+pub mod resource_cmd;
 pub mod serve_cmd;

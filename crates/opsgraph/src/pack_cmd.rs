@@ -5,7 +5,6 @@ use std::path::Path;
 
 use anyhow::{bail, Context as _};
 use opsgraph_pack::{short_digest, split_pack_ref, Pack};
-use opsgraph_store::{OperationFilter, Store};
 use serde_json::{json, Value};
 
 use crate::load::{self, Source};
@@ -13,28 +12,72 @@ use crate::ops_cmd::{open_store, print, to_yaml};
 use crate::registry::{self, Installation};
 
 pub fn install(data_dir: &Path, path: &Path, replace: bool, actor: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
-    match registry::install(data_dir, path, replace, actor)? {
-        Installation::Installed(r) => {
-            writeln!(out, "installed pack {}@{} {} from {}", r.id, r.version, r.digest, r.source)?
-        }
-        Installation::Replaced { record: r, previous } => {
-            writeln!(out, "replaced pack {}@{}: {previous} -> {} from {}", r.id, r.version, r.digest, r.source)?
-        }
-        Installation::AlreadyInstalled(r) => writeln!(
-            out,
-            "pack {}@{} {} is already installed with this content; nothing to do",
-            r.id, r.version, r.digest
-        )?,
-    }
+    print_installation(&installation_json(&registry::install(data_dir, path, replace, actor)?), out)?;
     Ok(0)
 }
 
+/// What an install did, as `POST /api/v1/packs` answers it.
+pub fn installation_json(i: &Installation) -> Value {
+    let (result, r, previous) = match i {
+        Installation::Installed(r) => ("installed", r, None),
+        Installation::Replaced { record, previous } => ("replaced", record, Some(previous.clone())),
+        Installation::AlreadyInstalled(r) => ("unchanged", r, None),
+    };
+    json!({
+        "result": result, "id": r.id, "version": r.version, "reference": format!("{}@{}", r.id, r.version),
+        "digest": r.digest, "previous": previous, "source": r.source,
+    })
+}
+
+/// The line `pack install` prints, locally and through a server.
+pub fn print_installation(v: &Value, out: &mut dyn Write) -> anyhow::Result<()> {
+    let s = |k: &str| v[k].as_str().unwrap_or("-").to_string();
+    let (reference, digest, source) = (s("reference"), s("digest"), s("source"));
+    match v["result"].as_str() {
+        Some("replaced") => writeln!(out, "replaced pack {reference}: {} -> {digest} from {source}", s("previous"))?,
+        Some("unchanged") => {
+            writeln!(out, "pack {reference} {digest} is already installed with this content; nothing to do")?
+        }
+        _ => writeln!(out, "installed pack {reference} {digest} from {source}")?,
+    }
+    Ok(())
+}
+
 pub fn list(data_dir: &Path, output: &str, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+    let (rows, problems) = rows(data_dir)?;
+    print_rows(rows, &problems, output, out, err)
+}
+
+/// Prints `pack list` rows (full digests; shortened for text) and the problems; 1 when there are
+/// problems. Shared by the local command and the one through a server.
+pub fn print_rows(
+    mut rows: Vec<Value>,
+    problems: &[String],
+    output: &str,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    for p in problems {
+        writeln!(err, "{p}")?;
+    }
+    if output == "text" {
+        for r in &mut rows {
+            if let Some(d) = r["digest"].as_str() {
+                r["digest"] = json!(short_digest(d));
+            }
+        }
+    }
+    print(&Value::Array(rows), output, out)?;
+    Ok(if problems.is_empty() { 0 } else { 1 })
+}
+
+/// The rows of `pack list` (bundled and installed packs, full digests) and the problems of
+/// installed packs that do not load.
+pub fn rows(data_dir: &Path) -> anyhow::Result<(Vec<Value>, Vec<String>)> {
     let (bundled, _) = load::packs(&[Source::parse("bundled:packs")]);
     let installed = registry::installed(data_dir)?;
     let mut rows = Vec::new();
-    let full = output != "text";
-    let digest = |d: &str| if full { d.to_string() } else { short_digest(d) };
+    let digest = |d: &str| d.to_string();
     for p in &bundled {
         let replaced = installed.iter().any(|i| i.pack.as_ref().is_some_and(|x| x.reference() == p.reference()));
         rows.push(json!({
@@ -43,13 +86,10 @@ pub fn list(data_dir: &Path, output: &str, out: &mut dyn Write, err: &mut dyn Wr
             "status": if replaced { "replaced by installed" } else { "bundled" },
         }));
     }
-    let mut code = 0;
+    let mut problems = Vec::new();
     for i in &installed {
         let status = if i.problems.is_empty() { "installed" } else { "INVALID" };
-        for d in &i.problems {
-            writeln!(err, "{d}")?;
-            code = 1;
-        }
+        problems.extend(i.problems.iter().map(ToString::to_string));
         let r = i.record.as_ref();
         rows.push(json!({
             "id": i.id, "version": i.version,
@@ -64,8 +104,7 @@ pub fn list(data_dir: &Path, output: &str, out: &mut dyn Write, err: &mut dyn Wr
             opsgraph_pack::compare_versions(a["version"].as_str().unwrap_or(""), b["version"].as_str().unwrap_or(""))
         })
     });
-    print(&Value::Array(rows), output, out)?;
-    Ok(code)
+    Ok((rows, problems))
 }
 
 /// The pack `reference` names among the packs commands use (bundled and installed).
@@ -261,26 +300,12 @@ pub fn remove(data_dir: &Path, reference: &str, out: &mut dyn Write) -> anyhow::
     let digest = entry.record.as_ref().map(|r| r.digest.clone());
     if data_dir.join("opsgraph.db").exists() {
         let store = open_store(data_dir)?;
-        for op in store.operations(&OperationFilter::default())? {
-            if opsgraph_plan::lifecycle::is_terminal(&op.state) {
-                continue;
-            }
-            let Some(plan) = store.plan(&op.plan_revision)? else { continue };
-            let plan: opsgraph_plan::Plan = match serde_json::from_value(plan) {
-                Ok(p) => p,
-                Err(_) => continue,
-            };
-            let same_files = match (&plan.pack_digest, &digest) {
-                (Some(a), Some(b)) => a == b,
-                _ => true,
-            };
-            if plan.pack == reference && same_files {
-                bail!(
-                    "pack {reference} is in use by operation {} ({}): wait for it to finish or cancel it",
-                    op.id,
-                    opsgraph_plan::lifecycle::state_name(op.state.kind())
-                );
-            }
+        if let Some(op) = opsgraph_runtime::manage::operation_using_pack(&store, reference, digest.as_deref())? {
+            bail!(
+                "pack {reference} is in use by operation {} ({}): wait for it to finish or cancel it",
+                op.id,
+                opsgraph_plan::lifecycle::state_name(op.state.kind())
+            );
         }
     }
     registry::remove(data_dir, id, version)?;

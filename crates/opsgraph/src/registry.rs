@@ -139,6 +139,18 @@ pub fn load_installed(data_dir: &Path) -> anyhow::Result<(Vec<Pack>, Vec<Diagnos
     Ok((packs, diags))
 }
 
+/// The same id@version is installed with other content (HTTP 409).
+#[derive(Debug)]
+pub struct Conflict(pub String);
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Conflict {}
+
 /// What `install` did.
 #[derive(Debug)]
 pub enum Installation {
@@ -171,13 +183,9 @@ pub fn install(data_dir: &Path, path: &Path, replace: bool, actor: &str) -> anyh
     install_files(data_dir, files, &source, replace, actor)
 }
 
-fn install_files(
-    data_dir: &Path,
-    files: Files,
-    source: &str,
-    replace: bool,
-    actor: &str,
-) -> anyhow::Result<Installation> {
+/// The pack `files` hold, checked as an install checks it (one pack, valid, a version that can
+/// name a directory).
+fn check_pack(files: &Files, source: &str) -> anyhow::Result<Pack> {
     if let Some((nested, _)) = files.iter().find(|(p, _)| p.ends_with("/pack.yaml")) {
         bail!("{source}: one pack per install: `{nested}` is a second pack inside it");
     }
@@ -187,10 +195,64 @@ fn install_files(
     let Some(pack) = pack.filter(|_| errors.is_empty()) else {
         bail!("{source} is not a valid pack; nothing installed:\n{}", errors.join("\n"));
     };
-    let (id, version) = (pack.manifest.id.clone(), pack.manifest.version.clone());
-    if !opsgraph_model::is_id(&version) {
+    let (id, version) = (&pack.manifest.id, &pack.manifest.version);
+    if !opsgraph_model::is_id(version) {
         bail!("pack {id}: version `{version}` cannot name a directory: use letters, digits, `.`, `_`, `-`");
     }
+    Ok(pack)
+}
+
+/// The pack in a `.tar.gz` held in memory, every entry checked; nothing is written.
+pub fn inspect_archive(bytes: &[u8], source: &str) -> anyhow::Result<Pack> {
+    if bytes.len() as u64 > MAX_TOTAL_BYTES {
+        bail!("{source}: refused: the archive is {} bytes, over the limit of {MAX_TOTAL_BYTES}", bytes.len());
+    }
+    let files = read_archive(bytes).with_context(|| format!("{source}: refused"))?;
+    check_pack(&files, source)
+}
+
+/// Installs a pack from a `.tar.gz` held in memory (what the server receives); `source` is
+/// recorded as where it came from.
+pub fn install_archive(
+    data_dir: &Path,
+    bytes: &[u8],
+    source: &str,
+    replace: bool,
+    actor: &str,
+) -> anyhow::Result<Installation> {
+    if bytes.len() as u64 > MAX_TOTAL_BYTES {
+        bail!("{source}: refused: the archive is {} bytes, over the limit of {MAX_TOTAL_BYTES}", bytes.len());
+    }
+    let files = read_archive(bytes).with_context(|| format!("{source}: refused"))?;
+    install_files(data_dir, files, source, replace, actor)
+}
+
+/// A pack directory as a `.tar.gz` in memory (for sending to a server), read with the checks of
+/// a directory install: no links, no special files, the same limits.
+pub fn archive_dir(dir: &Path) -> anyhow::Result<Vec<u8>> {
+    let files = read_dir_tree(dir)?;
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut b = tar::Builder::new(gz);
+    for (path, bytes) in &files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(bytes.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_cksum();
+        b.append_data(&mut h, path, bytes.as_slice())?;
+    }
+    Ok(b.into_inner()?.finish()?)
+}
+
+fn install_files(
+    data_dir: &Path,
+    files: Files,
+    source: &str,
+    replace: bool,
+    actor: &str,
+) -> anyhow::Result<Installation> {
+    let pack = check_pack(&files, source)?;
+    let (id, version) = (pack.manifest.id.clone(), pack.manifest.version.clone());
     let id_dir = root(data_dir).join(&id);
     let target = id_dir.join(&version);
     let record = Record {
@@ -210,12 +272,15 @@ fn install_files(
                 return Ok(Installation::AlreadyInstalled(old.record.unwrap_or(record)));
             }
             _ if replace => previous = Some(old_digest.unwrap_or_else(|| "(unknown)".into())),
-            d => bail!(
-                "conflict (409): pack {id}@{version} is already installed with digest {}; {source} has digest {}. \
-                 Give the new content a new version, or pass --replace",
-                d.unwrap_or_else(|| "(unreadable record)".into()),
-                pack.digest
-            ),
+            d => {
+                return Err(Conflict(format!(
+                    "conflict (409): pack {id}@{version} is already installed with digest {}; {source} has digest {}. \
+                     Give the new content a new version, or pass --replace",
+                    d.unwrap_or_else(|| "(unreadable record)".into()),
+                    pack.digest
+                ))
+                .into())
+            }
         }
     }
     std::fs::create_dir_all(&id_dir).with_context(|| format!("cannot create {}", id_dir.display()))?;

@@ -546,6 +546,62 @@ impl Remote {
             self.call("POST", &format!("/api/v1/operations/{}/patches?remedy={}", segment(op), segment(remedy)), None)?;
         self.print_patch(op, &reply, out)
     }
+
+    /// `pack install FILE.tar.gz|DIR`: a directory is packed into a `.tar.gz` in memory first,
+    /// with the checks of a local directory install.
+    pub fn pack_install(&self, path: &std::path::Path, replace: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes = if meta.is_dir() {
+            crate::registry::archive_dir(path)?
+        } else {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?
+        };
+        let query = if replace { "?replace=true" } else { "" };
+        let v = self.call("POST", &format!("/api/v1/packs{query}"), Some(("application/gzip", bytes)))?;
+        crate::pack_cmd::print_installation(&v, out)?;
+        Ok(0)
+    }
+
+    /// `pack remove ID@VERSION`.
+    pub fn pack_remove(&self, reference: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+        if !reference.contains('@') {
+            bail!("name the version to remove: opsgraph pack remove {reference}@VERSION");
+        }
+        self.call("DELETE", &format!("/api/v1/packs/{}", segment(reference)), None)?;
+        writeln!(out, "removed pack {reference}")?;
+        Ok(0)
+    }
+
+    /// `pack list`: the server's registry, as the local command prints it.
+    pub fn pack_list(&self, output: &str, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+        let v = self.get("/api/v1/packs")?;
+        if v["registry"].is_null() {
+            bail!("the server was started with --packs and uses no installed packs; `opsgraph get` shows what it loaded via GET /api/v1/packs");
+        }
+        let rows = v["registry"]["rows"].as_array().cloned().unwrap_or_default();
+        let problems: Vec<String> = v["registry"]["problems"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str().map(str::to_string))
+            .collect();
+        crate::pack_cmd::print_rows(rows, &problems, output, out, err)
+    }
+
+    /// `resource apply -f FILE`: checked here first (the same diagnostics as locally), then sent.
+    pub fn resource_apply(&self, file: &str, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+        let Some((_, text)) = crate::resource_cmd::read(file, err)? else { return Ok(1) };
+        let v = self.call("POST", "/api/v1/resources", Some(("application/yaml", text.into_bytes())))?;
+        crate::resource_cmd::print_applied(&v, out)?;
+        Ok(0)
+    }
+
+    /// `resource delete ID`.
+    pub fn resource_delete(&self, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+        self.call("DELETE", &format!("/api/v1/resources/{}", segment(id)), None)?;
+        writeln!(out, "resource {id} deleted")?;
+        Ok(0)
+    }
 }
 
 impl Remote {

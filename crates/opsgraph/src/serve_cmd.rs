@@ -5,15 +5,17 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
-use opsgraph_server::{auth, AppState, Config, World};
+use opsgraph_server::{auth, AppState, Config, Installation, PackRegistry, RegistryError, World};
 use opsgraph_store::{Durability, SqliteStore, Store};
 
 use crate::load::{self, Source};
 use crate::ops_cmd::open_store;
+use crate::registry;
 
 /// The server's state over a data directory: packs (default `bundled:packs`), the world
 /// documents given, `config.yaml` (custom roles, self-approval) and a store connection per use.
 pub fn state(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Result<AppState> {
+    let packs_given = !packs.is_empty();
     // The server runs jobs: bundled packs are written out; installed packs count too.
     let (packs, diags) = crate::ops_cmd::load_packs(packs, data_dir, true)?;
     let (docs, mut world_diags) = load::documents(&world.iter().map(|p| Source::parse(p)).collect::<Vec<_>>());
@@ -34,7 +36,88 @@ pub fn state(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Res
         move || -> Result<Box<dyn Store>, opsgraph_store::Error> { Ok(Box::new(SqliteStore::open(&db, durability)?)) };
     let world =
         World { packs, resources: w.resources, providers: w.providers, policy: w.policy, operations: w.operations };
-    Ok(AppState::new(Box::new(open), world, config, data_dir.to_path_buf()))
+    let state = AppState::new(Box::new(open), world, config, data_dir.to_path_buf());
+    // With `--packs` the server plans with those directories only: installed packs are not used,
+    // so the API does not install any.
+    if !packs_given {
+        return Ok(state.with_registry(Box::new(DataDirRegistry { data_dir: data_dir.to_path_buf() })));
+    }
+    Ok(state)
+}
+
+/// The installed-pack registry of the data directory, for `POST`/`DELETE /api/v1/packs`.
+struct DataDirRegistry {
+    data_dir: std::path::PathBuf,
+}
+
+fn failed(e: anyhow::Error) -> RegistryError {
+    RegistryError::Failed(format!("{e:#}"))
+}
+
+impl PackRegistry for DataDirRegistry {
+    fn inspect(&self, archive: &[u8]) -> Result<(String, String, String), RegistryError> {
+        let p =
+            registry::inspect_archive(archive, "the archive").map_err(|e| RegistryError::Refused(format!("{e:#}")))?;
+        Ok((p.manifest.id.clone(), p.manifest.version.clone(), p.digest.clone()))
+    }
+
+    fn install(&self, archive: &[u8], source: &str, replace: bool, actor: &str) -> Result<Installation, RegistryError> {
+        let done = registry::install_archive(&self.data_dir, archive, source, replace, actor).map_err(|e| {
+            match e.downcast_ref::<registry::Conflict>() {
+                Some(c) => RegistryError::Conflict(c.to_string()),
+                None => failed(e),
+            }
+        })?;
+        let v = crate::pack_cmd::installation_json(&done);
+        let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+        let result = match v["result"].as_str() {
+            Some("replaced") => "replaced",
+            Some("unchanged") => "unchanged",
+            _ => "installed",
+        };
+        Ok(Installation {
+            result,
+            id: s("id"),
+            version: s("version"),
+            digest: s("digest"),
+            previous: v["previous"].as_str().map(str::to_string),
+            source: s("source"),
+        })
+    }
+
+    fn installed_digest(&self, id: &str, version: &str) -> Result<Option<String>, RegistryError> {
+        let installed = registry::installed(&self.data_dir).map_err(failed)?;
+        Ok(installed
+            .into_iter()
+            .find(|i| i.id == id && i.version == version)
+            .map(|i| i.record.map(|r| r.digest).unwrap_or_else(|| "(unknown)".into())))
+    }
+
+    fn remove(&self, id: &str, version: &str) -> Result<(), RegistryError> {
+        if self.installed_digest(id, version)?.is_none() {
+            let reference = format!("{id}@{version}");
+            let (bundled, _) = load::packs(&[Source::parse("bundled:packs")]);
+            if bundled.iter().any(|p| p.reference() == reference) {
+                return Err(RegistryError::Bundled(format!(
+                    "pack {reference} is bundled with this binary, not installed: it cannot be removed"
+                )));
+            }
+            return Err(RegistryError::NotInstalled(format!("pack {reference} is not installed")));
+        }
+        registry::remove(&self.data_dir, id, version).map_err(failed)
+    }
+
+    fn load(&self) -> Result<Vec<opsgraph_pack::Pack>, RegistryError> {
+        let (packs, diags) = crate::ops_cmd::load_packs(&[], &self.data_dir, true).map_err(failed)?;
+        for d in diags.iter().filter(|d| d.is_error()) {
+            tracing::error!("{d}");
+        }
+        Ok(packs)
+    }
+
+    fn list(&self) -> Result<(Vec<serde_json::Value>, Vec<String>), RegistryError> {
+        crate::pack_cmd::rows(&self.data_dir).map_err(failed)
+    }
 }
 
 /// Creates the admin token of a store that has none: from `$OPSGRAPH_ADMIN_TOKEN_FILE`, or new

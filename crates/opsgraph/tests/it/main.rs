@@ -10,6 +10,7 @@ mod gates;
 mod intervene;
 mod lab;
 mod lifecycle;
+mod manage;
 mod packs;
 mod patch;
 mod plan;

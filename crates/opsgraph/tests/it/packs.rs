@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::support::{opsgraph, temp_dir, TempDir};
 
 /// The files of a one-job pack `hello` at `version`; `gate` adds an approval gate before the job.
-fn hello(version: &str, gate: bool) -> Vec<(String, String)> {
+pub(crate) fn hello(version: &str, gate: bool) -> Vec<(String, String)> {
     let gates = if gate {
         "\n  gates:\n    - {id: confirm, type: approval, reason: say it, options: [proceed, cancel operation], required_roles: [sre], before: [say]}"
     } else {
@@ -130,7 +130,7 @@ fn validate_digest(dir: &str) -> String {
 }
 
 /// A tar.gz of `files`, under `top/` when given.
-fn tar_gz(files: &[(String, String)], top: Option<&str>) -> Vec<u8> {
+pub(crate) fn tar_gz(files: &[(String, String)], top: Option<&str>) -> Vec<u8> {
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut b = tar::Builder::new(gz);
     for (p, text) in files {

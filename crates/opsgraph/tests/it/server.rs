@@ -104,6 +104,18 @@ impl Api {
         body: &str,
         headers: &[(&str, &str)],
     ) -> Reply {
+        self.call_bytes(method, path, token, body.as_bytes().to_vec(), headers)
+    }
+
+    /// A request with a body of bytes (pack archives).
+    pub(crate) fn call_bytes(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
         let mut req = Request::builder().method(method).uri(path);
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
@@ -111,7 +123,7 @@ impl Api {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req.body(Body::from(body.to_string())).unwrap();
+        let req = req.body(Body::from(body)).unwrap();
         let response = self.rt.block_on(router(self.state.clone()).oneshot(req)).unwrap();
         let status = response.status().as_u16();
         let headers = response.headers().clone();
@@ -237,10 +249,14 @@ fn the_authorization_matrix_follows_the_permission_table() {
         POST /api/v1/operations/{id}/retry                           -        -        allow    allow    -        -        -
         GET /api/v1/events                                           allow    allow    allow    allow    allow    -        allow
         GET /api/v1/resources                                        allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/resources                                       -        -        -        allow    -        -        -
         GET /api/v1/resources/{*id}                                  allow    allow    allow    allow    allow    -        allow
+        DELETE /api/v1/resources/{*id}                               -        -        -        allow    -        -        -
         GET /api/v1/audit                                            allow    allow    allow    allow    allow    -        allow
         GET /api/v1/packs                                            allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/packs                                           -        -        -        allow    -        -        -
         GET /api/v1/packs/{id}                                       allow    allow    allow    allow    allow    -        allow
+        DELETE /api/v1/packs/{id}                                    -        -        -        allow    -        -        -
         GET /api/v1/providers                                        allow    allow    allow    allow    allow    -        allow
         GET /api/v1/policies                                         allow    allow    allow    allow    allow    -        allow
         GET /metrics                                                 -        -        -        allow    -        allow    -

@@ -1,0 +1,121 @@
+//! Changes people make to what operations work with — resources stored by hand, installed packs —
+//! and the guards shared by the CLI and the server: nothing an unfinished operation depends on is
+//! changed under it.
+
+use opsgraph_model::Resource;
+use opsgraph_plan::lifecycle;
+use opsgraph_store::{now, AuditRecord, OperationFilter, OperationRecord, ResourceRecord, Store, Write};
+use serde_json::{json, Value};
+
+use crate::Error;
+
+/// The unfinished operation (not `completed` or `cancelled`) that targets `resource`, if any.
+pub fn operation_changing(store: &dyn Store, resource: &str) -> Result<Option<OperationRecord>, Error> {
+    let ops = store.operations(&OperationFilter { state: None, resource: Some(resource.to_string()) })?;
+    Ok(ops.into_iter().find(|o| !lifecycle::is_terminal(&o.state)))
+}
+
+/// The unfinished operation whose plan runs pack `reference` (`id@version`) with these files
+/// (`digest`; `None` matches any), if any.
+pub fn operation_using_pack(
+    store: &dyn Store,
+    reference: &str,
+    digest: Option<&str>,
+) -> Result<Option<OperationRecord>, Error> {
+    for op in store.operations(&OperationFilter::default())? {
+        if lifecycle::is_terminal(&op.state) {
+            continue;
+        }
+        let Some(plan) = store.plan(&op.plan_revision)? else { continue };
+        let Ok(plan) = serde_json::from_value::<opsgraph_plan::Plan>(plan) else { continue };
+        let same_files = match (plan.pack_digest.as_deref(), digest) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        if plan.pack == reference && same_files {
+            return Ok(Some(op));
+        }
+    }
+    Ok(None)
+}
+
+fn busy(op: OperationRecord, resource: &str) -> Error {
+    Error::Busy {
+        resource: resource.to_string(),
+        operation: op.id,
+        state: lifecycle::state_name(op.state.kind()).to_string(),
+    }
+}
+
+/// What [`apply_resource`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upsert {
+    Created,
+    Updated,
+    /// The stored document is the same: nothing written, nothing audited.
+    Unchanged,
+}
+
+impl Upsert {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Upsert::Created => "created",
+            Upsert::Updated => "updated",
+            Upsert::Unchanged => "unchanged",
+        }
+    }
+}
+
+fn audit(actor: &str, action: &str, resource: &str, detail: Value) -> Write {
+    Write::Audit(AuditRecord {
+        seq: 0,
+        at: now(),
+        actor: actor.to_string(),
+        action: action.to_string(),
+        target: resource.to_string(),
+        operation: None,
+        resource: Some(resource.to_string()),
+        detail,
+    })
+}
+
+/// Stores a resource document (insert or replace) with its `resource.apply` audit row in one
+/// transaction. Refused (`Error::Busy`) while an unfinished operation targets it. The operation
+/// that last wrote the row stays recorded.
+pub fn apply_resource(store: &mut dyn Store, resource: &Resource, actor: &str) -> Result<Upsert, Error> {
+    if let Some(op) = operation_changing(&*store, &resource.id)? {
+        return Err(busy(op, &resource.id));
+    }
+    let doc = serde_json::to_value(resource).map_err(opsgraph_store::Error::from)?;
+    let old = store.resource(&resource.id)?;
+    let result = match &old {
+        None => Upsert::Created,
+        Some(r) if r.doc == doc => return Ok(Upsert::Unchanged),
+        Some(_) => Upsert::Updated,
+    };
+    let record = ResourceRecord {
+        id: resource.id.clone(),
+        doc,
+        last_operation: old.and_then(|r| r.last_operation),
+        updated_at: now(),
+    };
+    store.commit(&[
+        Write::Resource(record),
+        audit(actor, "resource.apply", &resource.id, json!({"result": result.as_str(), "type": resource.type_})),
+    ])?;
+    Ok(result)
+}
+
+/// Deletes a stored resource with its `resource.delete` audit row in one transaction; `false`
+/// when there is none. Refused (`Error::Busy`) while an unfinished operation targets it.
+pub fn delete_resource(store: &mut dyn Store, id: &str, actor: &str) -> Result<bool, Error> {
+    let Some(old) = store.resource(id)? else { return Ok(false) };
+    if let Some(op) = operation_changing(&*store, id)? {
+        return Err(busy(op, id));
+    }
+    store.commit(&[
+        Write::DeleteResource(id.to_string()),
+        audit(actor, "resource.delete", id, json!({"last_operation": old.last_operation})),
+    ])?;
+    Ok(true)
+}
