@@ -248,3 +248,74 @@ fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
     let resource = d.run(&["describe", "resource", "lab.cluster/lab-rb", "-o", "json"]);
     assert!(resource.out.contains("rolled back by operation"), "{}", resource.out);
 }
+
+/// Story (b) of the seed (§13): joining a worker fails; a person fixes it by hand (restarts its
+/// kubelet, registers it); the intervention is verified by kubelet and registration evidence and
+/// the run goes on. Claimed before the fix, the same intervention leaves the operation failed.
+#[test]
+fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
+    let d = Data::new();
+    let dir = temp_dir(&[(
+        "intent.yaml",
+        "intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-iv\n  environment: lab\n  parameters: {fail_job: join-workers@lab-2, fail_mode: evidence}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n",
+    )]);
+    let data = d.data();
+    let intent = dir.join("intent.yaml").display().to_string();
+    let inventory = path("examples/lab/inventory");
+    let run = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"]);
+    let op = operation_id(&run);
+    let failed = d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    assert!(failed.out.contains("failed: join-workers@lab-2"), "{}", failed.render());
+
+    let intervene = |d: &Data| {
+        d.run(&[
+            "intervene",
+            &op,
+            "--stage",
+            "workers",
+            "--note",
+            "restarted kubelet on lab-2",
+            "--verify",
+            "lab_kubelet_alive,lab_node_registered",
+            "--as",
+            "alice",
+            "--inventory",
+            &inventory,
+        ])
+    };
+    // Claimed, not done: verification fails and says why.
+    let claimed = intervene(&d);
+    assert_eq!(claimed.code, 1, "{}", claimed.render());
+    assert!(claimed.out.contains("FAIL  join-workers@lab-2  lab_kubelet_alive"), "{}", claimed.out);
+    assert!(claimed.out.contains("still failed: verification of iv1 failed"), "{}", claimed.out);
+
+    // The fix, by hand: the node's kubelet started, the node registered.
+    let lab = std::path::Path::new(&data).join("lab");
+    let node = lab.join("lab-2");
+    let address = std::fs::read_to_string(node.join("node.env")).unwrap();
+    let address = address.lines().find_map(|l| l.strip_prefix("ADDRESS=")).unwrap_or("").to_string();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"mkdir -p "$1/log" && setsid sh "$1/bin/lab-daemon" kubelet "$1" containerd >>"$1/log/kubelet.log" 2>&1 </dev/null &
+            i=0; until [ -s "$1/run/kubelet.heartbeat" ]; do i=$((i+1)); [ $i -lt 50 ] || exit 1; sleep 0.1; done
+            mkdir -p "$2" && printf 'NODE=lab-2\nROLE=worker\nADDRESS=%s\nSTATUS=Joined\n' "$3" > "$2/lab-2""#)
+        .arg("fix")
+        .arg(&node)
+        .arg(lab.join("lab-iv/nodes"))
+        .arg(&address)
+        .status()
+        .unwrap();
+    let log = std::fs::read_to_string(node.join("log/kubelet.log")).unwrap_or_default();
+    let ls = std::process::Command::new("ls").arg("-la").arg(node.join("run")).output().unwrap();
+    assert!(status.success(), "{log}\n{}", String::from_utf8_lossy(&ls.stdout));
+    let fixed = intervene(&d);
+    assert_eq!(fixed.code, 0, "{}", fixed.render());
+    assert!(fixed.out.contains("pass  join-workers@lab-2  lab_node_registered"), "{}", fixed.out);
+    assert!(fixed.out.contains(&format!("Operation {op}: completed")), "{}", fixed.out);
+    let jobs = d.run(&["get", "jobs", &op]);
+    assert!(
+        jobs.out.lines().any(|l| l.starts_with("join-workers@lab-2") && l.contains("manually_fixed")),
+        "{}",
+        jobs.out
+    );
+}
