@@ -365,6 +365,9 @@ pub struct PlanArgs {
     pub policy: Vec<String>,
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// A `plan_patch` that customises the plan before it runs (reviewed like any patch).
+    #[arg(long = "patch")]
+    pub patch: Option<String>,
 }
 
 /// Runs a command; the exit code is 0 for success, 1 when the input has problems.
@@ -384,6 +387,9 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         use crate::remote::RemoteAction as R;
         let wait = |w: &WorldArgs| !w.no_wait;
         match &cli.command {
+            Command::Plan(p) | Command::Apply { plan: p, .. } if p.patch.is_some() => {
+                bail!("--patch customises a plan locally: run it without --server, or patch the operation")
+            }
             Command::Plan(p) => return remote.plan(&p.intent, p.output, out),
             Command::Apply { plan, yes } => return remote.apply(&plan.intent, *yes, plan.output, input, out, err),
             Command::Get { what, operation, output } => {
@@ -515,6 +521,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 actor,
                 output,
                 concurrency: cli.concurrency,
+                patch: plan.patch.as_deref(),
             };
             ops_cmd::apply(&args, input, out, err)
         }

@@ -133,6 +133,23 @@ pub struct ApplyArgs<'a> {
     /// (needs `--yes`); the operation as `describe operation` shows it, once it stops.
     pub output: crate::cli::Output,
     pub concurrency: Option<u16>,
+    /// `--patch FILE`: a plan patch applied to the preview before anything runs.
+    pub patch: Option<&'a str>,
+}
+
+/// The `plan_patch` document of a file.
+pub fn patch_file(file: &str) -> anyhow::Result<opsgraph_model::PlanPatch> {
+    let (docs, diags) = load::documents(&[Source::parse(file)]);
+    if diags.iter().any(|d| d.is_error()) {
+        let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
+        bail!("{}", text.join("\n"));
+    }
+    docs.into_iter()
+        .find_map(|d| match d.doc {
+            opsgraph_model::Document::PlanPatch(p) => Some(p),
+            _ => None,
+        })
+        .with_context(|| format!("{file} holds no plan_patch document"))
 }
 
 /// A runtime over the data directory, with packs and the inventory given on the command line.
@@ -179,6 +196,7 @@ pub fn apply(
     let packs = load_packs(args.packs, &args.data_dir, true)?;
     let world: Vec<Source> = args.world.iter().map(|p| Source::parse(p)).collect();
     let mut loaded = plan_cmd::load_inputs(&Source::parse(args.intent), packs, &world);
+    loaded.patch = args.patch.map(patch_file).transpose()?;
     // Resources earlier operations created or changed are part of the world too (the inventory
     // given on the command line wins for a resource it also describes).
     for r in open_store(&args.data_dir)?.resources()? {

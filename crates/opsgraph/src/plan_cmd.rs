@@ -15,6 +15,8 @@ pub struct Loaded {
     pub packs: Vec<opsgraph_pack::Pack>,
     pub world: load::World,
     pub diagnostics: Vec<Diagnostic>,
+    /// A plan patch that customises the preview before anything runs (`--patch`).
+    pub patch: Option<opsgraph_model::PlanPatch>,
 }
 
 /// Loads world documents and the intent, next to packs already loaded. The intent file may hold
@@ -64,7 +66,7 @@ pub fn load_inputs(intent: &Source, packs: (Vec<opsgraph_pack::Pack>, Vec<Diagno
             }
         }
     };
-    Loaded { intent, packs, world, diagnostics: diags }
+    Loaded { intent, packs, world, diagnostics: diags, patch: None }
 }
 
 /// Builds the plan from loaded inputs.
@@ -89,7 +91,8 @@ pub fn plan(
 ) -> anyhow::Result<u8> {
     let packs = crate::ops_cmd::load_packs(&args.packs, data_dir, false)?;
     let world: Vec<Source> = args.inventory.iter().chain(&args.policy).map(|p| Source::parse(p)).collect();
-    let loaded = load_inputs(&Source::parse(&args.intent), packs, &world);
+    let mut loaded = load_inputs(&Source::parse(&args.intent), packs, &world);
+    loaded.patch = args.patch.as_deref().map(crate::ops_cmd::patch_file).transpose()?;
     preview(&loaded, args.output, out, err)
 }
 
@@ -126,6 +129,39 @@ pub fn preview_to(
             return Ok(None);
         }
     };
+    // A patch to the preview: reviewed like any other; refused, nothing is previewed.
+    let mut diff = None;
+    let plan = match &loaded.patch {
+        None => plan,
+        Some(patch) => {
+            let pack = loaded
+                .packs
+                .iter()
+                .find(|p| p.reference() == plan.pack)
+                .expect("the plan's pack is among the loaded ones");
+            match opsgraph_plan::patch::apply_patch(&plan, pack, patch) {
+                Ok(p) => {
+                    diff = Some((p.diff, p.findings));
+                    p.plan
+                }
+                Err(findings) => {
+                    for f in &findings {
+                        writeln!(err, "{:?} {}: {}", f.severity, f.code, f.message)?;
+                    }
+                    writeln!(err, "the patch is refused: the plan is not previewed")?;
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    if let (Output::Text, Some((d, findings))) = (output, &diff) {
+        writeln!(out, "Patched before the run:")?;
+        write!(out, "{}", d.text())?;
+        for f in findings {
+            writeln!(out, "{:?} {}: {}", f.severity, f.code, f.message)?;
+        }
+        writeln!(out)?;
+    }
     match output {
         Output::Text => write!(out, "{}", render::text(&plan))?,
         Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&render::json(&plan))?)?,

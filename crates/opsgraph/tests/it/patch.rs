@@ -126,3 +126,33 @@ fn parameters_and_inserts_before_change_the_plan() {
         "#]],
     );
 }
+
+#[test]
+fn a_patch_customises_the_preview_before_anything_runs() {
+    use crate::support::{opsgraph, temp_dir};
+    let dir = temp_dir(&[
+        ("gate.yaml", "plan_patch:\n  reason: look before verifying\n  changes:\n    - add_gate: {id: look, reason: an SRE looks at the nodes, before: [verify]}\n"),
+        ("skip.yaml", "plan_patch:\n  changes:\n    - skip: {job: init-control-plane, reason: not needed}\n"),
+    ]);
+    let intent = path("examples/lab/intents/lab-create-cluster.yaml");
+    let inventory = path("examples/lab/inventory");
+    let plan = |patch: &str| {
+        let p = dir.join(patch).display().to_string();
+        opsgraph(&["plan", "-f", &intent, "--inventory", &inventory, "--patch", &p])
+    };
+    let gated = plan("gate.yaml");
+    assert_eq!(gated.code, 0, "{}", gated.render());
+    assert!(gated.out.starts_with("Patched before the run:\n+ gate look\n"), "{}", gated.out);
+    assert!(
+        gated.out.contains("Revision 2 ") && gated.out.contains("  look (approval), answered by sre or platform_admin"),
+        "{}",
+        gated.out
+    );
+    let refused = plan("skip.yaml");
+    assert_eq!(refused.code, 1, "{}", refused.render());
+    assert!(
+        refused.err.contains("skip-required") && refused.err.contains("the patch is refused"),
+        "{}",
+        refused.render()
+    );
+}
