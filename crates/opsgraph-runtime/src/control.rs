@@ -150,6 +150,13 @@ impl Runtime {
         attached: Vec<Write>,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
+        // An AI proposes; a person decides. An AI identity never answers a gate.
+        if answer.actor.starts_with("ai-agent:") {
+            return Err(Error::Unsupported(format!(
+                "{} is an AI identity: gates are answered by people",
+                answer.actor
+            )));
+        }
         let (op, plan) = self.load(op_id)?;
         let gates = self.store.gates(op_id)?;
         let gate = gates

@@ -76,6 +76,15 @@ fn a_manual_fix_is_verified_before_the_run_goes_on() {
     let err = rt.intervene(&id, &iv(None, Some("make-file"), &["nope"]), "user:bob", &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("no evidence check `nope`"), "{err}");
     assert!(matches!(state(&rt), OperationState::Failed { .. }), "refusals change nothing");
+    // An AI identity never answers a gate.
+    let answer = opsgraph_runtime::GateAnswer {
+        option: "approve".into(),
+        actor: "ai-agent:planner".into(),
+        role: "sre".into(),
+        value: None,
+    };
+    let err = rt.answer_gate(&id, "any", &answer, &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("is an AI identity: gates are answered by people"), "{err}");
 
     // Claimed fixed but not: verification fails, the operation is failed again, with the evidence.
     let v = rt.intervene(&id, &iv(None, Some("make-file"), &["file_present"]), "user:bob", &mut |_| {}).unwrap();
