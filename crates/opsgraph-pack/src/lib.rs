@@ -48,6 +48,11 @@ impl Parsed {
 }
 
 /// The names of every document kind, in the order of documents.md.
+/// The change kinds a plan patch may use (the allow-list of the `change` shape).
+pub fn patch_change_kinds() -> &'static [&'static str] {
+    kinds::CHANGE.one_of
+}
+
 pub fn kinds() -> impl Iterator<Item = &'static str> {
     kinds::KINDS.iter().map(|(k, _)| *k)
 }

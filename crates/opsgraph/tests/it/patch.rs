@@ -156,3 +156,32 @@ fn a_patch_customises_the_preview_before_anything_runs() {
         refused.render()
     );
 }
+
+/// Every change kind the document shape allows has a rule in the reviewer, proven by an example
+/// here: a kind added to the shape without one fails this test.
+#[test]
+fn every_change_kind_of_the_shape_has_a_reviewed_rule() {
+    let examples: &[(&str, &str)] = &[
+        ("insert_after", "- insert_after: install-runtime\n  jobs: [no-such-job]\n"),
+        ("insert_before", "- insert_before: verify\n  jobs: [no-such-job]\n"),
+        ("retry", "- retry: {job: no-such-job}\n"),
+        ("skip", "- skip: {job: no-such-job, reason: r}\n"),
+        ("set_parameters", "- set_parameters: {parameters: {no_such_parameter: 1}}\n"),
+        ("add_gate", "- add_gate: {id: g, reason: r, before: [no-such-job]}\n"),
+    ];
+    let mut shape: Vec<&str> = opsgraph_pack::patch_change_kinds().to_vec();
+    let mut covered: Vec<&str> = examples.iter().map(|(k, _)| *k).collect();
+    shape.sort();
+    covered.sort();
+    assert_eq!(shape, covered, "a change kind without a reviewed example");
+    let (plan, pack) = lab_plan();
+    for (kind, change) in examples {
+        let yaml =
+            format!("plan_patch:\n  changes:\n{}", change.lines().map(|l| format!("    {l}\n")).collect::<String>());
+        let findings = apply_patch(&plan, &pack, &patch(&yaml)).expect_err(kind);
+        assert!(
+            findings.iter().any(|f| f.change == Some(0) && f.severity == opsgraph_plan::patch::Severity::Error),
+            "{kind}: {findings:?}"
+        );
+    }
+}
