@@ -34,6 +34,29 @@ insert_after/insert_before {anchor, jobs from job_library}, retry {job, with_des
 set_parameters {parameters}, add_gate). Never propose anything outside that list. If you are not sure, say so \
 with a low confidence and no plan_patch.";
 
+/// The JSON Schema of an analyzer's answer (`opsgraph schema diagnosis`), sent with every
+/// question; `check` enforces it (and, for `plan_patch`, the document shapes).
+pub fn diagnosis_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Diagnosis",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["summary", "cause", "confidence"],
+        "properties": {
+            "summary": {"type": "string", "minLength": 1, "description": "what went wrong"},
+            "cause": {"type": "string", "minLength": 1, "description": "why"},
+            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+            "evidence": {"type": "array", "items": {"type": "string"}, "description": "what in the context supports it"},
+            "remedy": {"type": ["string", "null"], "description": "the id of a listed remedy, or null"},
+            "plan_patch": {
+                "type": ["object", "null"],
+                "description": "a plan_patch document body (`opsgraph schema plan_patch`), or null",
+            },
+        },
+    })
+}
+
 /// A checked answer.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -80,7 +103,7 @@ impl OpenAi {
             "temperature": 0,
             "response_format": {"type": "json_object"},
             "messages": [
-                {"role": "system", "content": SYSTEM},
+                {"role": "system", "content": format!("{SYSTEM}\nThe answer's JSON Schema: {}", diagnosis_schema())},
                 {"role": "user", "content": context.to_string()},
             ],
         });

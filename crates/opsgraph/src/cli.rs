@@ -570,6 +570,10 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             write!(out, "{}", opsgraph_pack::markdown_reference())?;
             Ok(0)
         }
+        Command::Schema { kind: Some(k), markdown: false } if k == "diagnosis" => {
+            writeln!(out, "{}", serde_json::to_string_pretty(&crate::ai::diagnosis_schema())?)?;
+            Ok(0)
+        }
         Command::Schema { kind, markdown: false } => {
             let schema = opsgraph_pack::json_schema(kind.as_deref()).with_context(|| {
                 format!(

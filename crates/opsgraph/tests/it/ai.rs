@@ -115,6 +115,10 @@ fn the_openai_analyzer_is_checked_and_its_patch_waits_for_a_person() {
     // What the endpoint was told: the model, and the failure's masked context.
     let sent: serde_json::Value = serde_json::from_str(&requests.lock().unwrap()[0]).unwrap();
     assert_eq!(sent["model"], "test-model");
+    assert!(sent["messages"][0]["content"].as_str().unwrap().contains("\"title\":\"Diagnosis\""), "{sent}");
+    let schema = opsgraph(&["schema", "diagnosis"]);
+    let schema: serde_json::Value = serde_json::from_str(&schema.out).unwrap();
+    assert_eq!(schema["required"], json!(["summary", "cause", "confidence"]));
     let context = sent["messages"][1]["content"].as_str().unwrap();
     assert!(context.contains("\"failed_jobs\"") && context.contains("said bye"), "{context}");
     // Every refusal is on the timeline.
