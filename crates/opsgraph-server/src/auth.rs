@@ -73,6 +73,9 @@ use Permission::*;
 /// authorization matrix test all read it.
 pub const BUILTIN_ROLES: &[(&str, &[Permission])] = &[
     ("viewer", &[Read]),
+    // An AI agent reads and proposes patches; it acts as `ai-agent:<name>`, never answers a gate
+    // (the runtime refuses it whatever other role the token holds) and never reveals secrets.
+    ("ai_agent", &[Read, Patch]),
     ("operator", &[Read, Apply, AnswerGates]),
     ("sre", &[Read, Apply, AnswerGates, Patch, ApprovePatches, Intervene]),
     (
@@ -115,6 +118,8 @@ pub struct Config {
     pub roles: BTreeMap<String, BTreeSet<Permission>>,
     /// May the creator of an operation answer its approval gates? Default: no.
     pub allow_self_approval: bool,
+    /// `ai_policy.auto_apply`: what an AI agent's patch may do without a person.
+    pub ai_auto_apply: Vec<String>,
 }
 
 impl Config {
@@ -142,6 +147,15 @@ impl Config {
             Value::Null => {}
             Value::Bool(b) => config.allow_self_approval = *b,
             other => return Err(invalid(format!("`allow_self_approval` must be true or false, not {other}"))),
+        }
+        match &value["ai_policy"]["auto_apply"] {
+            Value::Null => {}
+            Value::Array(names) => {
+                let names: Vec<String> = names.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect();
+                opsgraph_runtime::AiPolicy::parse(&names).map_err(invalid)?;
+                config.ai_auto_apply = names;
+            }
+            other => return Err(invalid(format!("`ai_policy.auto_apply` must be a list, not {other}"))),
         }
         match &value["roles"] {
             Value::Null => {}
@@ -207,7 +221,11 @@ pub struct Identity {
 impl Identity {
     /// The actor recorded in timelines and the audit log; the same as `--as NAME` in the CLI.
     pub fn actor(&self) -> String {
-        format!("user:{}", self.name)
+        if self.roles.iter().any(|r| r == "ai_agent") {
+            format!("ai-agent:{}", self.name)
+        } else {
+            format!("user:{}", self.name)
+        }
     }
 
     pub fn may(&self, p: Permission) -> bool {

@@ -170,7 +170,9 @@ impl AppState {
 
     pub(crate) fn runtime(&self) -> Result<Runtime, opsgraph_store::Error> {
         let w = self.world();
-        Ok(Runtime::new(self.store()?, w.packs.clone(), w.resources.clone(), self.0.data_dir.clone()))
+        let mut rt = Runtime::new(self.store()?, w.packs.clone(), w.resources.clone(), self.0.data_dir.clone());
+        rt.ai_policy = opsgraph_runtime::AiPolicy::parse(&self.config().ai_auto_apply).unwrap_or_default();
+        Ok(rt)
     }
 
     /// Drives an operation on a driver thread of its own; when one already drives it, that one

@@ -220,49 +220,49 @@ fn the_authorization_matrix_follows_the_permission_table() {
     }
     assert!(unexpected.is_empty(), "unexpected answers:\n{}", unexpected.join("\n"));
     expect![[r#"
-        route                                                        viewer   operator sre      platform auditor  scraper  token_ad
-        GET /api/v1/health                                           allow    allow    allow    allow    allow    allow    allow
-        GET /api/v1/ready                                            allow    allow    allow    allow    allow    allow    allow
-        GET /api/v1/openapi.json                                     allow    allow    allow    allow    allow    allow    allow
-        GET /api/v1/me                                               allow    allow    allow    allow    allow    allow    allow
-        GET /api/v1/roles                                            allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/plans                                           allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations                                       allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/operations                                      -        allow    allow    allow    -        -        -
-        GET /api/v1/operations/{id}                                  allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/jobs                             allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/timeline                         allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/evidence                         allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/artifacts                        allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/artifacts/{artifact}             allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/operations/{id}/artifacts/{artifact}/reveal     -        -        -        allow    -        -        -
-        GET /api/v1/operations/{id}/events                           allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/gates                            allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/operations/{id}/gates/{gate}/answer             -        allow    allow    allow    -        -        -
-        POST /api/v1/operations/{id}/pause                           -        allow    allow    allow    -        -        -
-        POST /api/v1/operations/{id}/resume                          -        allow    allow    allow    -        -        -
-        POST /api/v1/operations/{id}/cancel                          -        allow    allow    allow    -        -        -
-        POST /api/v1/operations/{id}/patches                         -        -        allow    allow    -        -        -
-        POST /api/v1/operations/{id}/interventions                   -        -        allow    allow    -        -        -
-        GET /api/v1/operations/{id}/diagnosis                        allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/logs                             allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/operations/{id}/retry                           -        -        allow    allow    -        -        -
-        GET /api/v1/events                                           allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/resources                                        allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/resources                                       -        -        -        allow    -        -        -
-        GET /api/v1/resources/{*id}                                  allow    allow    allow    allow    allow    -        allow
-        DELETE /api/v1/resources/{*id}                               -        -        -        allow    -        -        -
-        GET /api/v1/audit                                            allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/packs                                            allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/packs                                           -        -        -        allow    -        -        -
-        GET /api/v1/packs/{id}                                       allow    allow    allow    allow    allow    -        allow
-        DELETE /api/v1/packs/{id}                                    -        -        -        allow    -        -        -
-        GET /api/v1/providers                                        allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/policies                                         allow    allow    allow    allow    allow    -        allow
-        GET /metrics                                                 -        -        -        allow    -        allow    -
-        GET /api/v1/tokens                                           -        -        -        allow    -        -        allow
-        POST /api/v1/tokens                                          -        -        -        allow    -        -        allow
-        DELETE /api/v1/tokens/{id}                                   -        -        -        allow    -        -        allow
+        route                                                        viewer   ai_agent operator sre      platform auditor  scraper  token_ad
+        GET /api/v1/health                                           allow    allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/ready                                            allow    allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/openapi.json                                     allow    allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/me                                               allow    allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/roles                                            allow    allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/plans                                           allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations                                       allow    allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/operations                                      -        -        allow    allow    allow    -        -        -
+        GET /api/v1/operations/{id}                                  allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/jobs                             allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/timeline                         allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/evidence                         allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/artifacts                        allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/artifacts/{artifact}             allow    allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/operations/{id}/artifacts/{artifact}/reveal     -        -        -        -        allow    -        -        -
+        GET /api/v1/operations/{id}/events                           allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/gates                            allow    allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/operations/{id}/gates/{gate}/answer             -        -        allow    allow    allow    -        -        -
+        POST /api/v1/operations/{id}/pause                           -        -        allow    allow    allow    -        -        -
+        POST /api/v1/operations/{id}/resume                          -        -        allow    allow    allow    -        -        -
+        POST /api/v1/operations/{id}/cancel                          -        -        allow    allow    allow    -        -        -
+        POST /api/v1/operations/{id}/patches                         -        allow    -        allow    allow    -        -        -
+        POST /api/v1/operations/{id}/interventions                   -        -        -        allow    allow    -        -        -
+        GET /api/v1/operations/{id}/diagnosis                        allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/logs                             allow    allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/operations/{id}/retry                           -        -        -        allow    allow    -        -        -
+        GET /api/v1/events                                           allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/resources                                        allow    allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/resources                                       -        -        -        -        allow    -        -        -
+        GET /api/v1/resources/{*id}                                  allow    allow    allow    allow    allow    allow    -        allow
+        DELETE /api/v1/resources/{*id}                               -        -        -        -        allow    -        -        -
+        GET /api/v1/audit                                            allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/packs                                            allow    allow    allow    allow    allow    allow    -        allow
+        POST /api/v1/packs                                           -        -        -        -        allow    -        -        -
+        GET /api/v1/packs/{id}                                       allow    allow    allow    allow    allow    allow    -        allow
+        DELETE /api/v1/packs/{id}                                    -        -        -        -        allow    -        -        -
+        GET /api/v1/providers                                        allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/policies                                         allow    allow    allow    allow    allow    allow    -        allow
+        GET /metrics                                                 -        -        -        -        allow    -        allow    -
+        GET /api/v1/tokens                                           -        -        -        -        allow    -        -        allow
+        POST /api/v1/tokens                                          -        -        -        -        allow    -        -        allow
+        DELETE /api/v1/tokens/{id}                                   -        -        -        -        allow    -        -        allow
     "#]]
     .assert_eq(&table);
     // Nothing above changed anything: no audit row but the test's own token minting.
@@ -486,7 +486,7 @@ fn tokens_are_shown_once_and_nobody_grants_what_they_do_not_hold() {
     .collect();
     expect![[r#"
         lesser grants sre: 403 grant_refused cannot grant role `sre`: it allows apply, answer_gates, patch, approve_patches, intervene, which you do not hold
-        lesser grants a role nobody knows: 422 unknown_role unknown role `root`; roles: viewer, operator, sre, platform_admin, token_admin
+        lesser grants a role nobody knows: 422 unknown_role unknown role `root`; roles: viewer, ai_agent, operator, sre, platform_admin, token_admin
         a name taken: 409 token_name_taken an active token is already named `ci`; revoke it first
         a bad name: 422 invalid_token_request token name `Bad Name` is not valid: use 1 to 64 of a-z, 0-9, `.`, `_`, `-`, starting with a letter or digit
         no role: 422 invalid_token_request a token needs at least one role"#]]
@@ -708,6 +708,11 @@ fn a_failed_operation_is_repaired_through_the_server_by_patch_and_approval() {
     let files = temp_dir(&[
         ("bob.token", &api.token("bob", &["sre"])),
         ("ada.token", &api.token("ada", &["sre", "platform_admin"])),
+        ("planner.token", &api.token("planner", &["ai_agent"])),
+        (
+            "ai-fix.yaml",
+            "plan_patch:\n  reason: the greeting must be hello\n  changes:\n    - set_parameters: {parameters: {word: hello}}\n    - retry: {job: say-hello}\n",
+        ),
         ("intent.yaml", "intent:\n  target_resource_type: hello.app\n  action: install\n  name: h9\n  environment: dev\n  parameters: {word: bye}\n"),
         (
             "fix.yaml",
@@ -739,15 +744,29 @@ fn a_failed_operation_is_repaired_through_the_server_by_patch_and_approval() {
     let logs = as_("bob", &["logs", &id, "-o", "json"]);
     assert!(logs.out.contains("\"attempt\": 1"), "{}", logs.render());
 
+    // An AI agent may propose, never decide: its patch waits for a person, its answer is refused.
+    let ai_fix = files.join("ai-fix.yaml").display().to_string();
+    let by_ai = as_("planner", &["patch", &id, "-f", &ai_fix]);
+    assert!(by_ai.out.contains("waiting for approval at patch-p1"), "{}", by_ai.render());
+    let ai_answers = as_(
+        "planner",
+        &["gate", "answer", "patch-p1", "--operation", &id, "--option", "approve patch", "--as", "planner"],
+    );
+    assert!(ai_answers.err.contains("403"), "{}", ai_answers.render());
+    let rejected =
+        as_("ada", &["gate", "answer", "patch-p1", "--operation", &id, "--option", "reject patch", "--as", "ada"]);
+    assert_eq!(rejected.code, 1, "{}", rejected.render());
+    assert!(rejected.out.contains("patch p1 rejected"), "{}", rejected.out);
+
     let fix = files.join("fix.yaml").display().to_string();
     let proposed = as_("bob", &["patch", &id, "-f", &fix]);
     assert!(proposed.out.contains("~ parameter word: \"bye\" -> \"hello\""), "{}", proposed.render());
-    assert!(proposed.out.contains("waiting for approval at patch-p1"), "{}", proposed.out);
+    assert!(proposed.out.contains("waiting for approval at patch-p2"), "{}", proposed.out);
     let own =
-        as_("bob", &["gate", "answer", "patch-p1", "--operation", &id, "--option", "approve patch", "--as", "bob"]);
+        as_("bob", &["gate", "answer", "patch-p2", "--operation", &id, "--option", "approve patch", "--as", "bob"]);
     assert!(own.err.contains("may not approve"), "{}", own.render());
     let approved =
-        as_("ada", &["gate", "answer", "patch-p1", "--operation", &id, "--option", "approve patch", "--as", "ada"]);
+        as_("ada", &["gate", "answer", "patch-p2", "--operation", &id, "--option", "approve patch", "--as", "ada"]);
     assert_eq!(approved.code, 0, "{}", approved.render());
     assert!(approved.out.contains(&format!("Operation {id}: completed")), "{}", approved.out);
     let greeting = std::fs::read_to_string(api.dir.join("data/lab/greeting-h9")).unwrap();
