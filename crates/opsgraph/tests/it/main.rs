@@ -13,6 +13,7 @@ mod lifecycle;
 mod packs;
 mod patch;
 mod plan;
+mod remedies;
 mod remote;
 mod resolve;
 mod runtime;
