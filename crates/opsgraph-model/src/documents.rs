@@ -30,6 +30,7 @@ pub enum Document {
     Intervention(Intervention),
     PlanPatch(PlanPatch),
     Remedy(Remedy),
+    Failure(Failure),
     /// The seed's §5 fragment: a bare `requires:` list.
     Requires(Vec<Requirement>),
 }
@@ -51,6 +52,7 @@ impl Document {
             Document::Intervention(_) => "intervention",
             Document::PlanPatch(_) => "plan_patch",
             Document::Remedy(_) => "remedy",
+            Document::Failure(_) => "failure",
             Document::Requires(_) => "requires",
         }
     }
@@ -936,6 +938,65 @@ pub struct Remedy {
     pub signature: Signature,
     pub diagnosis: String,
     pub plan_patch: PlanPatch,
+    /// Outputs the signature must and must not match (`opsgraph pack test`).
+    #[serde(default, skip_serializing_if = "RemedyExamples::is_empty")]
+    pub examples: RemedyExamples,
+}
+
+/// A remedy's examples: failures its signature must recognise, and near misses it must not.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemedyExamples {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matches: Vec<RemedyExample>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub does_not_match: Vec<RemedyExample>,
+}
+
+impl RemedyExamples {
+    pub fn is_empty(&self) -> bool {
+        self.matches.is_empty() && self.does_not_match.is_empty()
+    }
+}
+
+/// One example failure: the job's output, and optionally its exit code and failed checks.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemedyExample {
+    pub output: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_evidence: Vec<String>,
+}
+
+/// A failed job described outside any operation (`opsgraph diagnose FILE`): for pack authors and
+/// for triage of a failure seen elsewhere.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Failure {
+    /// `id` (the highest version) or `id@version`.
+    pub pack: String,
+    /// The job id (or an instance id `job@resource`).
+    pub job: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub output: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<FailureEvidence>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_state: Option<serde_json::Value>,
+}
+
+/// One evidence result of a [`Failure`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureEvidence {
+    pub check: String,
+    pub passed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

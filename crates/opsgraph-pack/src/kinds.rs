@@ -771,6 +771,66 @@ pub(crate) static REMEDY: Obj = Obj {
         required("signature", &Shape::Obj(&SIGNATURE), "how the failure is recognised"),
         required("diagnosis", &STR, "what went wrong, in words"),
         required("plan_patch", &Shape::Obj(&PLAN_PATCH), "the fix"),
+        field(
+            "examples",
+            &Shape::Obj(&REMEDY_EXAMPLES),
+            "outputs the signature must and must not match, checked by `opsgraph pack test`",
+        ),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+static REMEDY_EXAMPLES: Obj = Obj {
+    name: "remedy examples",
+    doc: "Failures a remedy must recognise, and near misses it must not (`opsgraph pack test`).",
+    fields: &[
+        field("matches", &Shape::List(&REMEDY_EXAMPLE), "failures the remedy must be the best match for"),
+        field("does_not_match", &Shape::List(&REMEDY_EXAMPLE), "failures its signature must not match"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static REMEDY_EXAMPLE: Shape = Shape::Alt(&Alt {
+    doc: "the job's output, or a mapping with `output`, `exit_code`, `failed_evidence`",
+    scalar: Some((&STR, Wrap::Field("output"))),
+    seq: None,
+    map: Some((&Shape::Obj(&REMEDY_EXAMPLE_OBJ), Wrap::Keep)),
+});
+static REMEDY_EXAMPLE_OBJ: Obj = Obj {
+    name: "remedy example",
+    doc: "An example failure: output, exit code, failed evidence checks.",
+    fields: &[
+        required("output", &STR, "the job's output"),
+        field("exit_code", &EXIT_CODE, "its exit code"),
+        field("failed_evidence", &IDS, "evidence checks that failed"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+static FAILURE_EVIDENCE: Obj = Obj {
+    name: "evidence result",
+    doc: "One evidence check's result.",
+    fields: &[
+        required("check", &ID, "the evidence check id"),
+        required("passed", &BOOL, "whether it passed"),
+        field("observed", &ANY, "what it observed"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+pub(crate) static FAILURE: Obj = Obj {
+    name: "failure",
+    doc: "A failed job described outside any operation, for `opsgraph diagnose FILE`.",
+    fields: &[
+        required("pack", &STR, "the pack: `id` (its highest version) or `id@version`"),
+        required("job", &STR, "the job id (or an instance id `job@resource`)"),
+        field("exit_code", &EXIT_CODE, "the job's exit code"),
+        field("output", &STR, "the job's output (stdout and stderr)"),
+        field("evidence", &Shape::List(&Shape::Obj(&FAILURE_EVIDENCE)), "the job's evidence results"),
+        field("observed_state", &ANY, "what was observed on the resource, free-form"),
     ],
     one_of: &[],
     normalize: None,
@@ -792,5 +852,6 @@ pub(crate) static KINDS: &[(&str, &Shape)] = &[
     ("intervention", &Shape::Obj(&INTERVENTION)),
     ("plan_patch", &Shape::Obj(&PLAN_PATCH)),
     ("remedy", &Shape::Obj(&REMEDY)),
+    ("failure", &Shape::Obj(&FAILURE)),
     ("requires", &Shape::OneOrList(&REQUIREMENT)),
 ];

@@ -12,6 +12,7 @@ pub mod diag;
 pub mod digest;
 mod kinds;
 pub mod pack;
+pub mod remedy;
 mod semantic;
 pub mod shape;
 pub mod yaml;

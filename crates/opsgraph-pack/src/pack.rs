@@ -358,6 +358,21 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
                 );
             }
         }
+        for (i, pattern) in r.signature.output_matches.iter().enumerate() {
+            if let Err(e) = regex::Regex::new(pattern) {
+                let at =
+                    pos_at(&d.node, &[PathSeg::Key("signature"), PathSeg::Key("output_matches"), PathSeg::Index(i)]);
+                let first = e.to_string().lines().last().unwrap_or_default().trim().to_string();
+                cx.diags.push(
+                    Diagnostic::error(
+                        at,
+                        Code::BadValue,
+                        format!("remedy `{}`: invalid regular expression ({first})", r.id),
+                    )
+                    .in_file(&d.file),
+                );
+            }
+        }
         for (ci, change) in r.plan_patch.changes.iter().enumerate() {
             let at = pos_at(&d.node, &[PathSeg::Key("plan_patch"), PathSeg::Key("changes"), PathSeg::Index(ci)]);
             let known = |id: &str| {

@@ -1,8 +1,10 @@
 //! The rules analyzer (seed §14, offline): a failed job's output, exit code and failed evidence
 //! matched against its pack's remedies. A match is a Diagnosis with the remedy's patch; no match
-//! is said plainly — never a guess dressed as a fix.
+//! is said plainly — never a guess dressed as a fix. The matching is `opsgraph_pack::remedy`'s,
+//! the same `diagnose FILE` and `pack test` use.
 
 use opsgraph_model::PlanPatch;
+use opsgraph_pack::remedy::Basis;
 use opsgraph_store::JobState;
 use serde::Serialize;
 
@@ -42,51 +44,31 @@ impl Runtime {
             let exit: Option<i32> = outcome.strip_prefix("exited with code ").and_then(|c| c.trim().parse().ok());
             let failed_checks: Vec<&str> =
                 evidence.iter().filter(|e| e.job == record.id && !e.passed).map(|e| e.check.as_str()).collect();
-            let mut best: Option<Diagnosis> = None;
-            for remedy in pack.remedies.iter().filter(|r| r.applies_to.contains(&instance.job)) {
-                let sig = &remedy.signature;
-                let mut refs = Vec::new();
-                let mut confidence: f64 = 0.0;
-                if !sig.output_matches.is_empty() {
-                    let hit = sig.output_matches.iter().find_map(|p| {
-                        let re = regex::Regex::new(p).ok()?;
-                        re.find(&log).map(|m| m.as_str().to_string())
-                    });
-                    let Some(hit) = hit else { continue };
-                    refs.push(format!("log:{log_file}: {hit}"));
-                    confidence = confidence.max(0.9);
-                }
-                if !sig.exit_codes.is_empty() {
-                    let Some(code) = exit.filter(|c| sig.exit_codes.contains(c)) else { continue };
-                    refs.push(format!("exit:{code}"));
-                    confidence = confidence.max(0.6);
-                }
-                if !sig.failed_evidence.is_empty() {
-                    let hits: Vec<&str> =
-                        failed_checks.iter().copied().filter(|c| sig.failed_evidence.iter().any(|f| f == c)).collect();
-                    if hits.is_empty() {
-                        continue;
-                    }
-                    refs.extend(hits.iter().map(|c| format!("evidence:{c}")));
-                    confidence = confidence.max(0.7);
-                }
-                if refs.is_empty() {
-                    continue; // a remedy without any signature matches nothing
-                }
-                if best.as_ref().is_none_or(|b| b.confidence < confidence) {
-                    best = Some(Diagnosis {
-                        operation: op_id.to_string(),
-                        job: record.id.clone(),
-                        summary: remedy.diagnosis.clone(),
-                        cause: format!("{} matches remedy {} of pack {}", record.id, remedy.id, pack.manifest.id),
-                        confidence,
-                        evidence: refs,
-                        remedy: Some(remedy.id.clone()),
-                        patch: Some(remedy.plan_patch.clone()),
-                        analyzer: "rules".into(),
-                    });
-                }
-            }
+            let symptoms = opsgraph_pack::remedy::Symptoms {
+                job: &instance.job,
+                output: &log,
+                exit_code: exit,
+                failed_evidence: &failed_checks,
+            };
+            let best = opsgraph_pack::remedy::best_match(&pack.remedies, &symptoms).map(|m| Diagnosis {
+                operation: op_id.to_string(),
+                job: record.id.clone(),
+                summary: m.remedy.diagnosis.clone(),
+                cause: format!("{} matches remedy {} of pack {}", record.id, m.remedy.id, pack.manifest.id),
+                confidence: m.confidence,
+                evidence: m
+                    .basis
+                    .iter()
+                    .map(|b| match b {
+                        Basis::Output(hit) => format!("log:{log_file}: {hit}"),
+                        Basis::Exit(code) => format!("exit:{code}"),
+                        Basis::Evidence(c) => format!("evidence:{c}"),
+                    })
+                    .collect(),
+                remedy: Some(m.remedy.id.clone()),
+                patch: Some(m.remedy.plan_patch.clone()),
+                analyzer: "rules".into(),
+            });
             out.push(best.unwrap_or_else(|| Diagnosis {
                 operation: op_id.to_string(),
                 job: record.id.clone(),

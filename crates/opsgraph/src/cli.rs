@@ -177,8 +177,10 @@ pub enum Command {
     },
     /// Diagnose a failed operation against its pack's remedies (the offline rules analyzer);
     /// with --propose, the matching remedy's patch is proposed as `ai-agent:planner` and waits
-    /// for a person's approval.
+    /// for a person's approval. Given a file holding a `failure` document instead, diagnose
+    /// that failure without an operation (exit 1 when no remedy applies).
     Diagnose {
+        /// An operation id, or a file holding a `failure` document.
         operation: String,
         #[arg(long)]
         propose: bool,
@@ -322,6 +324,12 @@ pub enum PackCommand {
         #[arg(required = true)]
         dirs: Vec<String>,
     },
+    /// Run every remedy's examples through the matcher `diagnose` uses (exit 1 on any failure,
+    /// and for a remedy without a `matches` example).
+    Test {
+        #[arg(required = true)]
+        dirs: Vec<String>,
+    },
     /// Install a pack from a directory or a .tar.gz into the data directory, pinned by digest.
     Install {
         path: std::path::PathBuf,
@@ -382,6 +390,15 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         output: world.output,
         concurrency: cli.concurrency,
     };
+    // A failure file is diagnosed here, without an operation (and without a server).
+    if let Command::Diagnose { operation, propose, ai, world } = &cli.command {
+        if crate::remedy_cmd::is_failure_file(operation) {
+            if *propose || ai != "rules" {
+                bail!("`diagnose FILE` uses the rules analyzer and proposes nothing: --propose and --ai need an operation");
+            }
+            return crate::remedy_cmd::diagnose_file(operation, &world.packs, &data_dir, world.output, out, err);
+        }
+    }
     // With a server, the commands that read or change operations go through its API.
     if let Some(remote) = crate::remote::Remote::from_env(cli.server.as_deref(), cli.token_file.as_deref())? {
         use crate::remote::RemoteAction as R;
@@ -608,6 +625,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             }
             Ok(0)
         }
+        Command::Pack { command: PackCommand::Test { dirs } } => crate::remedy_cmd::pack_test(&dirs, out, err),
         Command::Pack { command: PackCommand::Install { path, replace } } => {
             let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
             crate::pack_cmd::install(&data_dir, &path, replace, &actor, out)

@@ -10,6 +10,7 @@ pub mod ops_cmd;
 pub mod pack_cmd;
 pub mod plan_cmd;
 pub mod registry;
+pub mod remedy_cmd;
 pub mod remote;
 pub mod resource_cmd;
 pub mod serve_cmd;

@@ -108,7 +108,7 @@ pub fn rows(data_dir: &Path) -> anyhow::Result<(Vec<Value>, Vec<String>)> {
 }
 
 /// The pack `reference` names among the packs commands use (bundled and installed).
-fn find<'a>(packs: &'a [Pack], reference: &str) -> anyhow::Result<&'a Pack> {
+pub(crate) fn find<'a>(packs: &'a [Pack], reference: &str) -> anyhow::Result<&'a Pack> {
     let (id, version) = split_pack_ref(reference);
     let mut same: Vec<&Pack> = packs.iter().filter(|p| p.manifest.id == id).collect();
     same.sort_by(|a, b| opsgraph_pack::compare_versions(&a.manifest.version, &b.manifest.version));

@@ -154,13 +154,13 @@ fn document_roots() {
             exit: 1
             --- stderr
             $TMP/doc.yaml:1:1: error[E002]: a document has one root key; found gate, job
-              = expected: exactly one of resource, provider, capability_policy, operations_policy, intent, scenario_pack, plan_template, job, evidence, artifact, gate, intervention, plan_patch, remedy, requires
+              = expected: exactly one of resource, provider, capability_policy, operations_policy, intent, scenario_pack, plan_template, job, evidence, artifact, gate, intervention, plan_patch, remedy, failure, requires
               = hint: separate documents with a line `---`
             $TMP/doc.yaml:4:1: error[E002]: unknown document kind `Gate`
-              = expected: one of resource, provider, capability_policy, operations_policy, intent, scenario_pack, plan_template, job, evidence, artifact, gate, intervention, plan_patch, remedy, requires
+              = expected: one of resource, provider, capability_policy, operations_policy, intent, scenario_pack, plan_template, job, evidence, artifact, gate, intervention, plan_patch, remedy, failure, requires
               = hint: did you mean `gate`?
             $TMP/doc.yaml:6:1: error[E002]: a document must be a mapping, found a list
-              = expected: a mapping with one root key: resource, provider, capability_policy, operations_policy, intent, scenario_pack, plan_template, job, evidence, artifact, gate, intervention, plan_patch, remedy, requires
+              = expected: a mapping with one root key: resource, provider, capability_policy, operations_policy, intent, scenario_pack, plan_template, job, evidence, artifact, gate, intervention, plan_patch, remedy, failure, requires
             3 errors, 0 warnings
         "#]],
     );
@@ -329,7 +329,7 @@ fn schema_for_editors() {
         assert_eq!(schema["required"][0], kind);
     }
     let all: serde_json::Value = serde_json::from_str(&opsgraph(&["schema"]).out).unwrap();
-    assert_eq!(all["oneOf"].as_array().unwrap().len(), 15);
+    assert_eq!(all["oneOf"].as_array().unwrap().len(), 16);
 }
 
 /// Validates a pack directory made of `files` and compares the whole outcome.

@@ -14,6 +14,7 @@ mod manage;
 mod packs;
 mod patch;
 mod plan;
+mod remedies;
 mod remote;
 mod resolve;
 mod runtime;
