@@ -10,12 +10,19 @@ fn perms(role: &str) -> BTreeSet<Permission> {
 #[test]
 fn each_builtin_role_holds_the_one_below_it_and_the_admin_holds_everything() {
     let names: Vec<&str> = BUILTIN_ROLES.iter().map(|(r, _)| *r).collect();
-    assert_eq!(names, ["viewer", "operator", "sre", "platform_admin"]);
-    for pair in names.windows(2) {
+    assert_eq!(names, ["viewer", "ai_agent", "operator", "sre", "platform_admin"]);
+    // The people's chain; the AI agent sits beside it: within sre, and never deciding.
+    let people = ["viewer", "operator", "sre", "platform_admin"];
+    for pair in people.windows(2) {
         assert!(perms(pair[0]).is_subset(&perms(pair[1])), "{} is not within {}", pair[0], pair[1]);
     }
     assert_eq!(perms("platform_admin"), Permission::ALL.into_iter().collect());
     assert!(!perms("sre").contains(&Permission::RevealSecrets));
+    let ai = perms("ai_agent");
+    assert!(ai.is_subset(&perms("sre")));
+    for p in [Permission::AnswerGates, Permission::ApprovePatches, Permission::RevealSecrets, Permission::Apply] {
+        assert!(!ai.contains(&p), "ai_agent holds {}", p.as_str());
+    }
     for p in Permission::ALL {
         assert_eq!(Permission::parse(p.as_str()), Some(p));
     }
@@ -31,7 +38,7 @@ fn custom_roles_come_from_the_config_and_bad_ones_are_refused() {
     assert!(c.allow_self_approval);
     assert_eq!(c.permissions("auditor"), Some([Permission::Read].into_iter().collect()));
     assert_eq!(c.union(&["auditor".into(), "tokens".into(), "nobody".into()]).len(), 2);
-    assert_eq!(c.table().len(), 6);
+    assert_eq!(c.table().len(), 7);
     let err = |text: &str| Config::parse("config.yaml", text).unwrap_err().to_string();
     assert_eq!(err("roles: {sre: [read]}\n"), "config.yaml: role `sre` is built in and cannot be redefined");
     assert_eq!(
