@@ -185,3 +185,45 @@ fn every_change_kind_of_the_shape_has_a_reviewed_rule() {
         );
     }
 }
+
+/// Every bundled remedy's patch applies to a plan of its pack that runs the jobs it is about.
+#[test]
+fn bundled_remedy_patches_apply_to_their_packs_plans() {
+    use opsgraph::load::Source;
+    let intents = [
+        "examples/intents/k8s-create-cluster.yaml",
+        "examples/intents/k8s-add-node.yaml",
+        "examples/intents/postgresql-install.yaml",
+        "examples/intents/tempo-dev.yaml",
+        "examples/intents/minio-install.yaml",
+        "examples/lab/intents/lab-create-cluster.yaml",
+    ];
+    let mut report = String::new();
+    let mut tried = 0;
+    for intent in intents {
+        let world = if intent.contains("/lab/") {
+            vec![Source::parse(&path("examples/lab/inventory"))]
+        } else {
+            vec![
+                Source::parse(&path("examples/inventory")),
+                Source::parse(&path("examples/policy.yaml")),
+                Source::parse(&path("examples/providers.yaml")),
+            ]
+        };
+        let packs = opsgraph::load::packs(&[Source::parse(&path("packs"))]);
+        let loaded = opsgraph::plan_cmd::load_inputs(&Source::parse(&path(intent)), packs, &world);
+        let Ok(plan) = opsgraph::plan_cmd::build(&loaded) else { continue };
+        let pack = loaded.packs.iter().find(|p| p.reference() == plan.pack).unwrap();
+        for r in &pack.remedies {
+            if !r.applies_to.iter().all(|j| plan.jobs.iter().any(|i| i.job == *j)) {
+                continue;
+            }
+            tried += 1;
+            if let Err(findings) = apply_patch(&plan, pack, &r.plan_patch) {
+                report.push_str(&format!("{} {} on {intent}:\n{}", pack.manifest.id, r.id, refused(&findings)));
+            }
+        }
+    }
+    assert!(tried >= 10, "only {tried} remedies tried");
+    assert!(report.is_empty(), "{report}");
+}
