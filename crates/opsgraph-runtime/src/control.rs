@@ -272,13 +272,20 @@ impl Runtime {
             }));
         }
         writes.extend(attached);
-        // The approval of a plan patch under review.
+        // The approval of a plan patch under review (of a failed operation), or of a paused one.
         if let OperationState::PlanPatchReview { patch } = &op.state {
             if gate_id == format!("patch-{patch}") {
                 let approve = answer.option == "approve patch";
                 let patch = patch.clone();
                 return self.decide_patch(&op, &patch, approve, &answer.actor, writes, progress);
             }
+        }
+        let proposed = |p: &str| self.patch_under_review(&op.id, p).is_ok();
+        if let (OperationState::Paused { .. }, Some(patch)) =
+            (&op.state, gate_id.strip_prefix("patch-").filter(|p| proposed(p)))
+        {
+            let approve = answer.option == "approve patch";
+            return self.decide_patch(&op, patch, approve, &answer.actor, writes, progress);
         }
         if answer.option == "cancel operation" {
             let reason = format!("gate {gate_id} answered `cancel operation` by {}", answer.actor);

@@ -93,9 +93,12 @@ impl Runtime {
         progress: Progress<'_>,
     ) -> Result<Proposal, Error> {
         let (op, plan) = self.load(op_id)?;
-        if !matches!(op.state, OperationState::Failed { .. }) {
+        // A failed operation goes through diagnosing and review; a paused one stays paused while
+        // its patch waits, and resumes when the patch is applied.
+        let paused = matches!(op.state, OperationState::Paused { .. });
+        if !paused && !matches!(op.state, OperationState::Failed { .. }) {
             return Err(Error::Unsupported(format!(
-                "a plan patch applies to a failed operation; {op_id} is {}",
+                "a plan patch applies to a failed or paused operation; {op_id} is {}",
                 opsgraph_plan::lifecycle::state_name(op.state.kind())
             )));
         }
@@ -122,7 +125,11 @@ impl Runtime {
             "findings": reviewed.findings,
             "revision": reviewed.plan.revision.hash,
         });
-        let op = self.transition(&op, Event::Diagnose, author, "a plan patch is proposed", vec![], progress)?;
+        let op = if paused {
+            op
+        } else {
+            self.transition(&op, Event::Diagnose, author, "a plan patch is proposed", vec![], progress)?
+        };
         let mut writes = vec![Write::Timeline(entry(
             op_id,
             author,
@@ -149,16 +156,24 @@ impl Runtime {
             }));
         }
         writes.extend(attached);
-        let op = self.transition(
-            &op,
-            Event::ProposePatch { patch: id.clone() },
-            author,
-            "patch under review",
-            writes,
-            progress,
-        )?;
-        let state =
-            if gate.is_none() { self.apply_reviewed(&op, &plan, &id, patch, author, progress)? } else { op.state };
+        let op = if paused {
+            self.commit(&writes)?;
+            op
+        } else {
+            self.transition(
+                &op,
+                Event::ProposePatch { patch: id.clone() },
+                author,
+                "patch under review",
+                writes,
+                progress,
+            )?
+        };
+        let state = if gate.is_none() {
+            self.apply_reviewed(&op, &plan, &id, patch, author, paused, progress)?
+        } else {
+            op.state
+        };
         Ok(Proposal { patch: id, diff: reviewed.diff, findings: reviewed.findings, gate, state })
     }
 
@@ -201,6 +216,19 @@ impl Runtime {
         if approve && author == actor {
             return Err(Error::Unsupported(format!("{actor} proposed patch {patch} and may not approve it")));
         }
+        let paused = matches!(op.state, OperationState::Paused { .. });
+        if paused && !approve {
+            let mut writes = writes;
+            writes.push(Write::Timeline(entry(
+                &op.id,
+                actor,
+                "patch_rejected",
+                format!("patch {patch} rejected by {actor}; the operation stays paused"),
+                json!({"patch": patch}),
+            )));
+            self.commit(&writes)?;
+            return Ok(op.state.clone());
+        }
         if !approve {
             let reason = format!("rejected by {actor}");
             let event = Event::PatchRejected { patch: patch.to_string(), reason: reason.clone() };
@@ -208,11 +236,12 @@ impl Runtime {
         }
         self.commit(&writes)?;
         let (op, plan) = self.load(&op.id)?;
-        self.apply_reviewed(&op, &plan, patch, &changes, actor, progress)
+        self.apply_reviewed(&op, &plan, patch, &changes, actor, paused, progress)
     }
 
     /// Makes the reviewed patch the operation's plan, in one transaction with its job records and
     /// the transition back to running.
+    #[expect(clippy::too_many_arguments, reason = "the patch, where it applies, and how the run goes on")]
     fn apply_reviewed(
         &mut self,
         op: &OperationRecord,
@@ -220,6 +249,7 @@ impl Runtime {
         patch_id: &str,
         patch: &PlanPatch,
         actor: &str,
+        paused: bool,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
         let pack = self.pack(plan)?.clone();
@@ -287,7 +317,12 @@ impl Runtime {
                 value: None,
             }));
         }
-        let event = Event::PatchApplied { patch: patch_id.to_string(), revision: revision.clone() };
+        // From review, the patch applied; from a pause, the run resumes with it.
+        let event = if paused {
+            Event::Resume
+        } else {
+            Event::PatchApplied { patch: patch_id.to_string(), revision: revision.clone() }
+        };
         let reason = format!("patch {patch_id} applied: plan revision {}", next.revision.number);
         Ok(self.transition(op, event, actor, &reason, writes, progress)?.state)
     }

@@ -503,3 +503,53 @@ fn cancel_from_another_process_stops_running_jobs_and_keeps_results() {
     assert_eq!(state_of("start-app@n1"), JobState::Cancelled);
     assert_eq!(state_of("verify"), JobState::Pending);
 }
+
+/// A patch to a paused operation: it stays paused while the patch waits; rejected, nothing
+/// changes; approved by another person, the plan's next revision runs on.
+#[test]
+fn a_paused_operation_is_patched_and_resumes_with_the_new_revision() {
+    let gate = "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n    port: {type: integer, default: 8080}\n    expect_port: {type: integer, default: 8080}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: config, name: Configure, jobs: [make-config]}\n    - {id: start, name: Start, jobs: [start-app, flaky]}\n    - {id: verify, name: Verify, jobs: [verify]}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {id: look-before-verify, type: approval, reason: an SRE checks, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}\n";
+    let lab = Lab::new(&[("mini/templates.yaml", gate)]);
+    let mut rt = lab.runtime();
+    let (id, _) = run_all(&mut rt, &lab.plan());
+    let before = rt.store().operation(&id).unwrap().unwrap();
+    assert!(matches!(before.state, OperationState::Paused { .. }), "{:?}", before.state);
+    let patch = |reason: &str| opsgraph_model::PlanPatch {
+        id: None,
+        operation: None,
+        author: None,
+        reason: Some(reason.into()),
+        changes: vec![opsgraph_model::PatchChange::AddGate(opsgraph_model::Gate {
+            id: format!("second-look-{reason}"),
+            type_: opsgraph_model::GateType::Approval,
+            reason: "a second SRE checks".into(),
+            options: vec!["proceed".into(), "cancel operation".into()],
+            required_roles: vec!["sre".into()],
+            before: vec!["verify".into()],
+        })],
+        approval: Some(opsgraph_model::Approval { required: true, roles: vec!["sre".into()] }),
+    };
+    let answer = |option: &str, actor: &str| GateAnswer {
+        option: option.into(),
+        actor: actor.into(),
+        role: "sre".into(),
+        value: None,
+    };
+    let p = rt.propose_patch(&id, &patch("first"), "user:alice", &mut |_| {}).unwrap();
+    assert_eq!(p.gate.as_deref(), Some("patch-p1"));
+    assert!(matches!(p.state, OperationState::Paused { .. }), "it stays paused: {:?}", p.state);
+    let state = rt.answer_gate(&id, "patch-p1", &answer("reject patch", "user:bob"), &mut |_| {}).unwrap();
+    assert!(matches!(state, OperationState::Paused { .. }), "{state:?}");
+    assert_eq!(rt.store().operation(&id).unwrap().unwrap().plan_revision, before.plan_revision);
+
+    rt.propose_patch(&id, &patch("second"), "user:alice", &mut |_| {}).unwrap();
+    let state = rt.answer_gate(&id, "patch-p2", &answer("approve patch", "user:bob"), &mut |_| {}).unwrap();
+    assert_eq!(state, OperationState::Running);
+    let after = rt.store().operation(&id).unwrap().unwrap();
+    assert_ne!(after.plan_revision, before.plan_revision, "the next revision runs");
+    rt.answer_gate(&id, "look-before-verify", &answer("proceed", "user:bob"), &mut |_| {}).unwrap();
+    // The patch's own gate now stands before verify too.
+    assert!(matches!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Paused { .. }));
+    rt.answer_gate(&id, "second-look-second", &answer("proceed", "user:bob"), &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+}
