@@ -13,7 +13,8 @@
 //! - `retry`: a job's instances (and with `with_descendants`, everything downstream) run again;
 //!   the plan is unchanged, the diff lists them for the runtime.
 //! - `skip`: refused when a job that is not skipped requires a capability or artifact of it.
-//! - `set_parameters`: template parameters, each checked against its declared type and `enum`.
+//! - `set_parameters`: template parameters, each checked against its declared type and `enum`;
+//!   with `job`, for that job's instances alone (its own parameters, or template ones it reads).
 //! - `add_gate`: a gate before the named jobs (all of their instances).
 
 use std::collections::{BTreeSet, HashSet};
@@ -163,11 +164,47 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                     diff.skipped.push((j.id.clone(), reason.clone()));
                 }
             }
-            PatchChange::SetParameters { job: Some(job), .. } => f(
-                Severity::Error,
-                "parameter",
-                format!("set_parameters for one job (`{job}`) is not supported; set template parameters (no `job`)"),
-            ),
+            PatchChange::SetParameters { job: Some(job), parameters } => {
+                let ids: HashSet<String> = instances(&next, job).into_iter().collect();
+                let Some(def) = template.and_then(|t| pack.job(t, job)) else {
+                    f(Severity::Error, "unknown-job", format!("set_parameters: the plan has no job `{job}`"));
+                    continue;
+                };
+                if ids.is_empty() {
+                    f(Severity::Error, "unknown-job", format!("set_parameters: the plan has no job `{job}`"));
+                    continue;
+                }
+                for (name, value) in parameters {
+                    // A job's own parameter, or a template parameter it reads: typed by the template.
+                    let spec = template.and_then(|t| t.parameters.get(name));
+                    if spec.is_none() && !def.inputs.parameters.contains_key(name) {
+                        f(Severity::Error, "parameter", format!("job `{job}` has no parameter `{name}`"));
+                        continue;
+                    }
+                    if let Some(spec) = spec {
+                        if !type_ok(spec.type_, value) || (!spec.enum_.is_empty() && !spec.enum_.contains(value)) {
+                            f(Severity::Error, "parameter", format!("parameter `{name}` of job `{job}` does not fit its declared type or values, found {value}"));
+                            continue;
+                        }
+                        if spec.secret {
+                            f(
+                                Severity::Error,
+                                "parameter",
+                                format!("parameter `{name}` is secret: a patch cannot carry it"),
+                            );
+                            continue;
+                        }
+                    }
+                    let mut before = None;
+                    for j in next.jobs.iter_mut().filter(|j| ids.contains(&j.id)) {
+                        before = j.parameters.insert(name.clone(), value.clone()).or(before);
+                    }
+                    let before = before
+                        .or_else(|| next.parameters.get(name).cloned())
+                        .or_else(|| def.inputs.parameters.get(name).cloned());
+                    diff.parameters.push((format!("{name} of {job}"), before, value.clone()));
+                }
+            }
             PatchChange::SetParameters { job: None, parameters } => {
                 for (name, value) in parameters {
                     let Some(spec) = template.and_then(|t| t.parameters.get(name)) else {
@@ -398,6 +435,7 @@ fn insert(
                 because,
                 destructive: job.controls.destructive,
                 skipped: None,
+                parameters: Default::default(),
             });
             prev = vec![id];
         }

@@ -105,6 +105,9 @@ pub struct JobInstance {
     /// Skipped by a patch, with its reason: counts as done, does not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// Parameters a patch set for this job alone (they win over the plan's).
+    #[serde(default, skip_serializing_if = "Attributes::is_empty")]
+    pub parameters: Attributes,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -438,6 +441,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 because,
                 destructive: job.controls.destructive,
                 skipped: None,
+                parameters: Attributes::new(),
             });
         }
     }

@@ -66,6 +66,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             because: Vec::new(),
             destructive: def.controls.destructive,
             skipped: None,
+            parameters: Default::default(),
         });
     }
     // Where each undo stands: the latest (in forward topological order) of the jobs it undoes.

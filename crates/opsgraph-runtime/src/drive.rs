@@ -390,7 +390,14 @@ impl Runtime {
         let mut env = BTreeMap::new();
         let secret_params = self.secret_params(plan);
         let private = self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id);
-        for (k, v) in job.inputs.parameters.iter().chain(plan.parameters.iter()).chain(inputs.iter()) {
+        for (k, v) in job
+            .inputs
+            .parameters
+            .iter()
+            .chain(plan.parameters.iter())
+            .chain(inputs.iter())
+            .chain(instance.parameters.iter())
+        {
             let text = if secret_params.contains(k.as_str()) && crate::secrets::is_sealed(v) {
                 let aad = format!("param:{}/{k}", plan.revision.hash);
                 let plain = self.open_text(v.as_str().unwrap_or_default(), &aad)?;

@@ -227,3 +227,30 @@ fn bundled_remedy_patches_apply_to_their_packs_plans() {
     assert!(tried >= 10, "only {tried} remedies tried");
     assert!(report.is_empty(), "{report}");
 }
+
+#[test]
+fn parameters_can_be_set_for_one_job() {
+    check(
+        "plan_patch:\n  changes:\n    - set_parameters: {job: init-control-plane, parameters: {kubernetes_version: '1.31'}}\n",
+        expect![[r#"
+            ~ parameter kubernetes_version of init-control-plane: "1.30" -> "1.31"
+        "#]],
+    );
+    check(
+        "plan_patch:\n  changes:\n    - set_parameters: {job: init-control-plane, parameters: {nope: 1}}\n",
+        expect![[r#"
+            refused
+            Error parameter (change Some(0)): job `init-control-plane` has no parameter `nope`
+        "#]],
+    );
+    let (plan, pack) = lab_plan();
+    let p = apply_patch(
+        &plan,
+        &pack,
+        &patch("plan_patch:\n  changes:\n    - set_parameters: {job: init-control-plane, parameters: {kubernetes_version: '1.31'}}\n"),
+    )
+    .unwrap();
+    let init = p.plan.jobs.iter().find(|j| j.job == "init-control-plane").unwrap();
+    assert_eq!(init.parameters["kubernetes_version"], "1.31");
+    assert!(p.plan.jobs.iter().filter(|j| j.job != "init-control-plane").all(|j| j.parameters.is_empty()));
+}
