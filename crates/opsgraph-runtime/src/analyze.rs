@@ -133,11 +133,25 @@ impl Runtime {
                 })).collect::<Vec<_>>(),
             }));
         }
+        // Artifacts by metadata only (never content), and what was last observed of the resource.
+        let artifacts: Vec<serde_json::Value> = self
+            .store
+            .artifacts(op_id)?
+            .iter()
+            .map(|a| serde_json::json!({"id": a.id, "job": a.job, "sensitivity": a.sensitivity, "size": a.size}))
+            .collect();
+        let observed = op
+            .resource
+            .as_deref()
+            .and_then(|r| self.store.resource(r).ok().flatten())
+            .map(|r| serde_json::json!({"status": r.doc["status"], "health": r.doc["health"], "observed_state": r.doc["observed_state"]}));
         Ok(serde_json::json!({
             "operation": op.id,
             "pack": plan.pack,
             "action": plan.action,
             "resource": op.resource,
+            "resource_observed": observed,
+            "artifacts": artifacts,
             "failed_jobs": failed,
             "job_library": pack.jobs.keys().collect::<Vec<_>>(),
             "stages": plan.stages.iter().map(|s| serde_json::json!({"id": s.id, "jobs": s.jobs})).collect::<Vec<_>>(),

@@ -121,6 +121,7 @@ fn the_openai_analyzer_is_checked_and_its_patch_waits_for_a_person() {
     assert_eq!(schema["required"], json!(["summary", "cause", "confidence"]));
     let context = sent["messages"][1]["content"].as_str().unwrap();
     assert!(context.contains("\"failed_jobs\"") && context.contains("said bye"), "{context}");
+    assert!(context.contains("\"resource_observed\"") && context.contains("\"artifacts\""), "{context}");
     // Every refusal is on the timeline.
     let described = opsgraph(&["--data-dir", &data, "describe", "operation", &op, "-o", "json"]);
     let doc: serde_json::Value = serde_json::from_str(&described.out).unwrap();
