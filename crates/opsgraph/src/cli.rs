@@ -146,8 +146,10 @@ pub enum Command {
         #[arg(long = "inventory")]
         inventory: Vec<String>,
     },
-    /// Propose a plan patch for a failed operation: reviewed, then applied (or waiting for its
-    /// approval), and the run goes on from where it stopped.
+    /// Propose a plan patch for a failed or paused operation.
+    ///
+    /// Reviewed, then applied (or waiting for its approval), and the run goes on from where it
+    /// stopped.
     Patch {
         operation: String,
         /// A `plan_patch` document.
@@ -165,8 +167,10 @@ pub enum Command {
         #[command(flatten)]
         world: WorldArgs,
     },
-    /// Undo an operation's completed jobs, in reverse order, as a new operation (previewed and
-    /// gated like any plan). A failed or paused operation is cancelled first.
+    /// Undo an operation's completed jobs as a new operation.
+    ///
+    /// In reverse order, previewed and gated like any plan. A failed or paused operation is
+    /// cancelled first.
     Rollback {
         operation: String,
         /// Roll back without asking.
@@ -175,10 +179,10 @@ pub enum Command {
         #[command(flatten)]
         world: WorldArgs,
     },
-    /// Diagnose a failed operation against its pack's remedies (the offline rules analyzer);
-    /// with --propose, the matching remedy's patch is proposed as `ai-agent:planner` and waits
-    /// for a person's approval. Given a file holding a `failure` document instead, diagnose
-    /// that failure without an operation (exit 1 when no remedy applies).
+    /// Diagnose a failed operation (or a `failure` document) against its pack's remedies.
+    ///
+    /// The offline rules analyzer, or `--ai openai`. With --propose, the patch found is proposed
+    /// as `ai-agent:planner` and waits for a person's approval. Exit 1 when no remedy applies.
     Diagnose {
         /// An operation id, or a file holding a `failure` document.
         operation: String,
@@ -190,8 +194,10 @@ pub enum Command {
         #[command(flatten)]
         world: WorldArgs,
     },
-    /// Record a manual fix of a failed operation and verify it with the evidence named; the run
-    /// goes on when it passes, and stays failed (with the evidence) when it does not.
+    /// Record a manual fix of a failed operation and verify it.
+    ///
+    /// The evidence named runs on the failed jobs' targets; the run goes on when it passes, and
+    /// stays failed (with the evidence) when it does not.
     Intervene {
         operation: String,
         /// An `intervention` document (instead of the flags below).
@@ -228,8 +234,9 @@ pub enum Command {
         #[arg(short = 'o', long = "output", default_value = "text")]
         output: String,
     },
-    /// Resources stored by hand (the data directory's resources table, or the server's): later
-    /// plans see them as they see resources operations recorded.
+    /// Resources stored by hand, which later plans see.
+    ///
+    /// In the data directory's resources table, or the server's with --server.
     Resource {
         #[command(subcommand)]
         command: ResourceCommand,
