@@ -93,7 +93,20 @@ impl Remote {
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if !(200..300).contains(&status) {
             let code = value["error"]["code"].as_str().unwrap_or("error");
-            let message = value["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+            let mut message =
+                value["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+            // The details say why: each plan error, each document diagnostic, each finding.
+            let details = &value["error"]["details"];
+            for key in ["errors", "diagnostics", "findings"] {
+                for d in details[key].as_array().into_iter().flatten() {
+                    let line = match (d.as_str(), d["code"].as_str(), d["message"].as_str()) {
+                        (Some(text), _, _) => text.to_string(),
+                        (None, Some(code), Some(text)) => format!("error[{code}]: {text}"),
+                        _ => d.to_string(),
+                    };
+                    message.push_str(&format!("\n  {line}"));
+                }
+            }
             bail!("the server refused ({status} {code}): {message}");
         }
         Ok(value)
