@@ -227,12 +227,34 @@ function simpleView(op) {
   }));
 }
 
+// The pack's job contracts (inputs, outputs), fetched once per pack version.
+const contracts = {};
+async function loadContracts(pack) {
+  if (!pack || contracts[pack]) return;
+  try {
+    const v = ((await api("GET", "/api/v1/packs/" + enc(pack))).versions || [])[0] || {};
+    contracts[pack] = v.jobs || {};
+  } catch (_) {
+    contracts[pack] = {};
+  }
+}
+
+function contractView(op, instance) {
+  const job = (contracts[op.pack] || {})[instance.split("@")[0]];
+  if (!job) return h("span", { class: "muted" }, "not available");
+  const compact = (v) => JSON.stringify(v || {});
+  return h("dl", { class: "contract" },
+    h("dt", {}, "inputs"), h("dd", {}, h("code", {}, compact(job.inputs))),
+    h("dt", {}, "outputs"), h("dd", {}, h("code", {}, compact(job.outputs))));
+}
+
 function advancedView(op) {
   const evidence = op.evidence || [];
   return h("table", { "data-testid": "jobs" },
-    h("thead", {}, h("tr", {}, ["Job", "State", "Attempts", "Outcome", "Evidence"].map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", {}, h("tr", {}, ["Job", "Contract", "State", "Attempts", "Outcome", "Evidence"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, (op.jobs || []).map((j) => h("tr", { "data-testid": "job", "data-job": j.id },
       h("td", {}, j.id),
+      h("td", {}, contractView(op, j.id)),
       h("td", {}, stateEl(j.state)),
       h("td", {}, String(j.attempts)),
       h("td", {}, h("pre", {}, j.outcome === null ? "" : JSON.stringify(j.outcome, null, 1))),
@@ -258,6 +280,7 @@ async function operationPage(id) {
       status("Could not load the operation: " + e.message, true);
       return;
     }
+    if (advanced) await loadContracts(op.pack);
     // An event that changed nothing shown leaves the page (and its focus) alone.
     const key = JSON.stringify([advanced, (me && me.name), op]);
     if (key === shown && force !== true) return;

@@ -204,9 +204,11 @@ fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
     browser.wait("[data-testid=stage][data-stage=greet]", |t| t.contains("1 of 1 jobs done"));
     assert!(browser.find("button[data-testid=gate-option]").is_none(), "no open gate is left");
     browser.wait("[data-testid=timeline]", |t| t.contains("user:bob"));
-    // Advanced mode: jobs with attempts, outcome and evidence.
+    // Advanced mode: jobs with their contracts, attempts, outcome and evidence.
     browser.click_when("#mode-toggle", |t| t == "Advanced view");
-    browser.wait("tr[data-job=say-hello]", |t| t.contains("succeeded") && t.contains("greeting_written: passed"));
+    browser.wait("tr[data-job=say-hello]", |t| {
+        t.contains("succeeded") && t.contains("greeting_written: passed") && t.contains("hello.greeting")
+    });
     browser.screenshot(&shots, "operation-advanced");
     let (_, op) = http(addr, "GET", &format!("/api/v1/operations/{watched}"), &sam, "");
     assert_eq!(op["state"], "completed", "{op}");
