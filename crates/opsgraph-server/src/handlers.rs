@@ -49,6 +49,12 @@ pub(crate) enum Content {
         no_store: bool,
     },
     Stream(Response),
+    /// A file of the web UI: served with a content security policy that allows only this
+    /// origin's files (no inline script or style).
+    Page {
+        content_type: &'static str,
+        text: &'static str,
+    },
 }
 
 impl Reply {
@@ -86,6 +92,17 @@ impl IntoResponse for Reply {
                 r
             }
             Content::Stream(r) => r,
+            Content::Page { content_type, text } => {
+                let mut r = (self.status, text).into_response();
+                let h = r.headers_mut();
+                h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+                h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(crate::ui::CSP));
+                h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+                h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+                h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+                r
+            }
         };
         if self.replayed {
             r.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));

@@ -1,4 +1,4 @@
-//! `opsgraph serve`: the REST API under `/api/v1`.
+//! `opsgraph serve`: the REST API under `/api/v1`, and the web UI at `/` (static files, [`ui`]).
 //!
 //! - [`routes::ROUTES`] is the one table of routes: each names its method, path, the permission it
 //!   needs and its handler. The router and the OpenAPI document are both built from it.
@@ -19,6 +19,7 @@ mod observe;
 mod reveal;
 pub mod routes;
 mod stream;
+mod ui;
 pub mod views;
 
 use std::collections::{BTreeMap, HashMap};

@@ -15,7 +15,7 @@ use crate::auth::{token_hash, Identity, Permission};
 use crate::error::ApiError;
 use crate::handlers::{self, Ctx, Reply};
 use crate::AppState;
-use crate::{catalog, manage, observe, reveal};
+use crate::{catalog, manage, observe, reveal, ui};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +57,8 @@ pub const JSON: &str = "application/json";
 pub const EVENT_STREAM: &str = "text/event-stream";
 /// Bytes as stored (artifacts).
 pub const OCTETS: &str = "application/octet-stream";
+/// The web UI's page.
+pub const HTML: &str = "text/html; charset=utf-8";
 /// The Prometheus text exposition format 0.0.4.
 pub const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -85,6 +87,18 @@ macro_rules! route {
 /// Every route of the API. Deny by default: a route is reachable only through this table, and
 /// its access is checked before its handler runs.
 pub static ROUTES: &[Route] = &[
+    route!("GET", "/", Public, 200, "none", &[], ui::index, "The web UI (it signs in with a token).", HTML),
+    route!(
+        "GET",
+        "/ui/{file}",
+        Public,
+        200,
+        "none",
+        &[],
+        ui::file,
+        "A file of the web UI (`app.js`, `app.css`).",
+        "text/javascript; charset=utf-8"
+    ),
     route!("GET", "/api/v1/health", Public, 200, "none", &[], handlers::health, "The server process is up."),
     route!("GET", "/api/v1/ready", Public, 200, "none", &[], handlers::ready, "The store answers (503 when not)."),
     route!(

@@ -72,7 +72,8 @@ fn route_paths_are_unique_and_wildcards_become_plain_parameters_in_the_document(
     let mut seen = BTreeSet::new();
     for r in ROUTES {
         assert!(seen.insert((r.method, r.path)), "{} {} twice", r.method, r.path);
-        assert!(r.path.starts_with("/api/v1/") || r.path == "/metrics", "{}", r.path);
+        let ui = r.access == crate::routes::Access::Public && (r.path == "/" || r.path.starts_with("/ui/"));
+        assert!(r.path.starts_with("/api/v1/") || r.path == "/metrics" || ui, "{}", r.path);
     }
     assert_eq!(openapi_path("/api/v1/resources/{*id}"), "/api/v1/resources/{id}");
 }

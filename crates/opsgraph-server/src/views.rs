@@ -67,6 +67,7 @@ pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<Value, opsgra
     let plan = store.plan(&o.plan_revision)?;
     v["pack"] = plan.as_ref().map_or(Value::Null, |p| p["pack"].clone());
     v["pack_digest"] = plan.as_ref().map_or(Value::Null, |p| p["pack_digest"].clone());
+    v["stages"] = plan.as_ref().map_or(json!([]), stages);
     v["intent"] = hide_sealed(o.intent.clone());
     v["gates"] = hide_sealed(json!(store.gates(&o.id)?));
     v["jobs"] = json!(store.jobs(&o.id)?);
@@ -74,6 +75,21 @@ pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<Value, opsgra
     v["artifacts"] = json!(store.artifacts(&o.id)?.iter().map(artifact).collect::<Vec<_>>());
     v["timeline"] = json!(store.timeline(&o.id)?.iter().map(timeline_entry).collect::<Vec<_>>());
     Ok(v)
+}
+
+/// The plan's stages, each with the job instances in it (the plan names template jobs; an
+/// instance records its stage).
+fn stages(plan: &Value) -> Value {
+    let empty = Vec::new();
+    let jobs = plan["jobs"].as_array().unwrap_or(&empty);
+    let stages = plan["stages"].as_array().unwrap_or(&empty);
+    json!(stages
+        .iter()
+        .map(|s| {
+            let in_stage: Vec<&Value> = jobs.iter().filter(|j| j["stage"] == s["id"]).map(|j| &j["id"]).collect();
+            json!({"id": s["id"], "name": s["name"], "jobs": in_stage})
+        })
+        .collect::<Vec<_>>())
 }
 
 pub(crate) fn token(t: &TokenRecord) -> Value {

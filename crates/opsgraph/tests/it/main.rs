@@ -24,3 +24,4 @@ mod server_stream;
 mod subop;
 mod support;
 mod tidy;
+mod ui;

@@ -179,6 +179,7 @@ fn concrete(path: &str) -> String {
         .replace("{gate}", "no-gate")
         .replace("{artifact}", "no-artifact")
         .replace("{*id}", "compute_node/none")
+        .replace("{file}", "app.js")
 }
 
 #[test]
@@ -221,6 +222,8 @@ fn the_authorization_matrix_follows_the_permission_table() {
     assert!(unexpected.is_empty(), "unexpected answers:\n{}", unexpected.join("\n"));
     expect![[r#"
         route                                                        viewer   ai_agent operator sre      platform auditor  scraper  token_ad
+        GET /                                                        allow    allow    allow    allow    allow    allow    allow    allow
+        GET /ui/{file}                                               allow    allow    allow    allow    allow    allow    allow    allow
         GET /api/v1/health                                           allow    allow    allow    allow    allow    allow    allow    allow
         GET /api/v1/ready                                            allow    allow    allow    allow    allow    allow    allow    allow
         GET /api/v1/openapi.json                                     allow    allow    allow    allow    allow    allow    allow    allow
@@ -552,7 +555,7 @@ fn the_openapi_document_and_the_routes_are_the_same_set() {
 }
 
 /// One HTTP/1.1 request over a real socket.
-fn http(addr: std::net::SocketAddr, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
+pub(crate) fn http(addr: std::net::SocketAddr, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();

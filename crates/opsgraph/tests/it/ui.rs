@@ -1,0 +1,282 @@
+//! The web UI in headless Chromium, driven over WebDriver (plain JSON over HTTP): a person
+//! signs in with a token, watches an operation, answers its gate and sees it complete; a viewer
+//! sees no answer button and a forged answer is refused. Screenshots of the main pages are
+//! written out. Skipped when Debian's `chromium` and `chromium-driver` are not installed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::server::{http, intent, Api};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The W3C WebDriver key of an element reference.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A chromedriver child process and one browser session on it; both end on drop.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    agent: ureq::Agent,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        let mut b = Browser { driver, base: format!("http://127.0.0.1:{port}"), session: String::new(), agent };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while b.call("GET", "/status", None).map(|v| v["ready"] != true).unwrap_or(true) {
+            assert!(Instant::now() < deadline, "chromedriver never became ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"],
+        }}}});
+        let created = b.call("POST", "/session", Some(caps)).expect("a browser session");
+        b.session = created["sessionId"].as_str().expect("a session id").to_string();
+        b
+    }
+
+    /// One WebDriver command: its `value`, or the WebDriver error as text.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let url = format!("{}{path}", self.base);
+        let result = match method {
+            "GET" => self.agent.get(&url).call(),
+            "DELETE" => self.agent.delete(&url).call(),
+            _ => self
+                .agent
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .send(body.unwrap_or(json!({})).to_string()),
+        };
+        let mut resp = result.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+        if status == 200 {
+            Ok(v["value"].clone())
+        } else {
+            Err(format!("{status} {}", v["value"]))
+        }
+    }
+
+    fn cmd(&self, method: &str, path: &str, body: Value) -> Result<Value, String> {
+        self.call(method, &format!("/session/{}{path}", self.session), Some(body))
+    }
+
+    fn go(&self, url: &str) {
+        self.cmd("POST", "/url", json!({ "url": url })).unwrap();
+    }
+
+    fn find(&self, css: &str) -> Option<String> {
+        let v = self.cmd("POST", "/element", json!({"using": "css selector", "value": css})).ok()?;
+        v[ELEMENT].as_str().map(str::to_string)
+    }
+
+    fn text(&self, el: &str) -> String {
+        self.cmd("GET", &format!("/element/{el}/text"), Value::Null)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default()
+    }
+
+    /// Waits for an element matching `css` whose text satisfies `ok`; its reference.
+    fn wait(&self, css: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(el) = self.find(css) {
+                if ok(&self.text(&el)) {
+                    return el;
+                }
+            }
+            let status = self.find("#status").map(|s| self.text(&s)).unwrap_or_default();
+            assert!(Instant::now() < deadline, "never saw {css} (status area: {status:?})");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn click(&self, el: &str) {
+        self.cmd("POST", &format!("/element/{el}/click"), json!({})).unwrap();
+    }
+
+    /// Waits for `css` (text satisfying `ok`) and clicks it; again when a live update replaced
+    /// the element in between.
+    fn click_when(&self, css: &str, ok: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let el = self.wait(css, &ok);
+            match self.cmd("POST", &format!("/element/{el}/click"), json!({})) {
+                Ok(_) => return,
+                Err(e) if e.contains("stale element") && Instant::now() < deadline => continue,
+                Err(e) => panic!("clicking {css}: {e}"),
+            }
+        }
+    }
+
+    fn type_in(&self, el: &str, text: &str) {
+        self.cmd("POST", &format!("/element/{el}/value"), json!({ "text": text })).unwrap();
+    }
+
+    fn screenshot(&self, dir: &Path, name: &str) -> PathBuf {
+        let b64 = self.cmd("GET", "/screenshot", Value::Null).unwrap();
+        let png = base64::engine::general_purpose::STANDARD.decode(b64.as_str().unwrap()).unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+        eprintln!("screenshot: {}", path.display());
+        path
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = self.call("DELETE", &format!("/session/{}", self.session), None);
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+#[test]
+fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        eprintln!("SKIPPED the UI test: chromium/chromedriver not installed ({CHROMIUM}, {CHROMEDRIVER})");
+        return;
+    }
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let api = Api::new("");
+    let sam = api.token("sam", &["operator"]); // creates the operations
+    let bob = api.token("bob", &["sre"]); // answers the gate in the browser
+    let vera = api.token("vera", &["viewer"]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let base = format!("http://{addr}");
+
+    let create = |name: &str| {
+        let (status, created) = http(addr, "POST", "/api/v1/operations", &sam, &intent(name));
+        assert_eq!(status, 201, "{created}");
+        created["id"].as_str().unwrap().to_string()
+    };
+    let watched = create("ui1");
+    let other = create("ui2");
+
+    let browser = Browser::start();
+    browser.go(&format!("{base}/"));
+    // Sign in: a labelled password input.
+    assert!(browser.find("label[for=token]").is_some(), "the token input has a label");
+    let input = browser.wait("input#token[type=password]", |_| true);
+    browser.type_in(&input, &bob);
+    browser.click(&browser.find("#signin-submit").unwrap());
+    browser.wait("[data-testid=whoami]", |t| t.contains("bob") && t.contains("sre"));
+    browser.wait(&format!("tr[data-id='{watched}']"), |t| t.contains("paused"));
+    browser.screenshot(&shots, "operations");
+
+    // The operation page: stages, the gate with its options, live updates.
+    browser.click_when(&format!("tr[data-id='{watched}'] a"), |_| true);
+    browser.wait("[data-testid=stage][data-stage=greet]", |t| t.contains("0 of 1 jobs done"));
+    browser.wait("button[data-gate=approve-hello][data-option=approve]", |t| t == "approve");
+    assert!(browser.find("button[data-option='cancel operation']").is_some());
+    browser.screenshot(&shots, "operation-gate");
+    browser.click_when("button[data-gate=approve-hello][data-option=approve]", |t| t == "approve");
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+    browser.wait("[data-testid=stage][data-stage=greet]", |t| t.contains("1 of 1 jobs done"));
+    assert!(browser.find("button[data-testid=gate-option]").is_none(), "no open gate is left");
+    browser.wait("[data-testid=timeline]", |t| t.contains("user:bob"));
+    // Advanced mode: jobs with their contracts, attempts, outcome and evidence.
+    browser.click_when("#mode-toggle", |t| t == "Advanced view");
+    browser.wait("tr[data-job=say-hello]", |t| {
+        t.contains("succeeded") && t.contains("greeting_written: passed") && t.contains("hello.greeting")
+    });
+    browser.screenshot(&shots, "operation-advanced");
+    let (_, op) = http(addr, "GET", &format!("/api/v1/operations/{watched}"), &sam, "");
+    assert_eq!(op["state"], "completed", "{op}");
+
+    // A viewer: signed in with the keyboard (Enter), sees the other gate but no button for it.
+    browser.click_when("#signout", |_| true);
+    let input = browser.wait("input#token", |_| true);
+    browser.type_in(&input, &format!("{vera}\u{E007}"));
+    browser.wait("[data-testid=whoami]", |t| t.contains("vera") && t.contains("viewer"));
+    browser.go(&format!("{base}/#/operations/{other}"));
+    browser.wait("[data-testid=gate][data-gate=approve-hello]", |t| t.contains("Needs one of the roles sre"));
+    assert!(browser.find("button[data-testid=gate-option]").is_none(), "a viewer sees no answer button");
+    browser.screenshot(&shots, "operation-viewer");
+    let (_, op) = http(addr, "GET", &format!("/api/v1/operations/{other}"), &sam, "");
+    let forged = json!({"option": "approve", "revision": op["plan_revision"]}).to_string();
+    let (status, body) =
+        http(addr, "POST", &format!("/api/v1/operations/{other}/gates/approve-hello/answer"), &vera, &forged);
+    assert_eq!(status, 403, "{body}");
+
+    // The files are served with a content security policy and no inline script.
+    let page = browser.agent.get(&format!("{base}/")).call().unwrap();
+    assert_eq!(
+        page.headers()["content-security-policy"].to_str().unwrap().split(';').next(),
+        Some("default-src 'self'")
+    );
+    drop(browser);
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}
+
+/// Without a browser: the UI's files, their content types and policy, and the stages the
+/// operation page draws.
+#[test]
+fn the_ui_files_are_served_with_a_content_security_policy_and_no_inline_script() {
+    let api = Api::new("");
+    let raw = |path: &str| {
+        let req = axum::http::Request::builder().uri(path).body(axum::body::Body::empty()).unwrap();
+        let response =
+            api.rt.block_on(tower::ServiceExt::oneshot(opsgraph_server::router(api.state.clone()), req)).unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = api.rt.block_on(axum::body::to_bytes(response.into_body(), usize::MAX)).unwrap();
+        (status, headers, String::from_utf8(bytes.to_vec()).unwrap())
+    };
+    for (path, media) in [("/", "text/html"), ("/ui/app.js", "text/javascript"), ("/ui/app.css", "text/css")] {
+        let (status, headers, text) = raw(path);
+        assert_eq!(status, 200, "{path}");
+        assert!(headers["content-type"].to_str().unwrap().starts_with(media), "{path}");
+        assert!(headers["content-security-policy"].to_str().unwrap().starts_with("default-src 'self'"), "{path}");
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert!(!text.is_empty());
+        if path == "/" {
+            // Every script is a file of this origin: nothing inline, no handlers in attributes.
+            assert_eq!(text.matches("<script").count(), text.matches("<script src=\"/ui/").count());
+            assert!(!text.contains(" onclick=") && !text.contains(" style="));
+        }
+    }
+    let r = api.call("GET", "/ui/secret.txt", None, "", &[]);
+    assert_eq!((r.status, r.code()), (404, "no_ui_file"));
+    let r = api.call("GET", "/ui/../Cargo.toml", None, "", &[]);
+    assert_eq!(r.status, 404);
+
+    // The operation document carries the plan's stages with their job instances.
+    let sam = api.token("sam", &["operator"]);
+    let created = api.call("POST", "/api/v1/operations", Some(&sam), &intent("st1"), &[]);
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.body["id"].as_str().unwrap();
+    let op = api.call("GET", &format!("/api/v1/operations/{id}"), Some(&sam), "", &[]).body;
+    assert_eq!(op["stages"], json!([{"id": "greet", "name": "Greet", "jobs": ["say-hello"]}]));
+    assert!(api.state.wait_idle(Duration::from_secs(30)));
+}
