@@ -452,60 +452,22 @@ impl Store for SqliteStore {
     }
 
     fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, operation, at, actor, event, from_state, to_state, reason, data FROM timeline WHERE operation = ?1 ORDER BY seq",
-        )?;
-        let rows = stmt.query_map([operation], |r| {
-            Ok((
-                TimelineEntry {
-                    seq: r.get(0)?,
-                    operation: r.get(1)?,
-                    at: r.get(2)?,
-                    actor: r.get(3)?,
-                    event: r.get(4)?,
-                    from: r.get(5)?,
-                    to: r.get(6)?,
-                    reason: r.get(7)?,
-                    data: Value::Null,
-                },
-                r.get::<_, String>(8)?,
-            ))
-        })?;
-        rows.map(|r| {
-            let (mut e, data) = r?;
-            e.data = serde_json::from_str(&data)?;
-            Ok(e)
-        })
-        .collect()
+        self.timeline_query(&format!("{TIMELINE_SELECT} WHERE operation = ?1 ORDER BY seq"), params![operation])
     }
 
     fn timeline_after(&self, operation: Option<&str>, after: i64, limit: usize) -> Result<Vec<TimelineEntry>, Error> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, operation, at, actor, event, from_state, to_state, reason, data FROM timeline
-             WHERE seq > ?1 AND (?2 IS NULL OR operation = ?2) ORDER BY seq LIMIT ?3",
-        )?;
-        let rows = stmt.query_map(params![after, operation, limit as i64], |r| {
-            Ok((
-                TimelineEntry {
-                    seq: r.get(0)?,
-                    operation: r.get(1)?,
-                    at: r.get(2)?,
-                    actor: r.get(3)?,
-                    event: r.get(4)?,
-                    from: r.get(5)?,
-                    to: r.get(6)?,
-                    reason: r.get(7)?,
-                    data: Value::Null,
-                },
-                r.get::<_, String>(8)?,
-            ))
-        })?;
-        rows.map(|r| {
-            let (mut e, data) = r?;
-            e.data = serde_json::from_str(&data)?;
-            Ok(e)
-        })
-        .collect()
+        // Two statements, so each uses its index: (operation, seq) for one operation, seq for all.
+        let limit = limit.min(i64::MAX as usize) as i64;
+        match operation {
+            Some(op) => self.timeline_query(
+                &format!("{TIMELINE_SELECT} WHERE operation = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"),
+                params![op, after, limit],
+            ),
+            None => self.timeline_query(
+                &format!("{TIMELINE_SELECT} WHERE seq > ?1 ORDER BY seq LIMIT ?2"),
+                params![after, limit],
+            ),
+        }
     }
 
     fn stats(&self) -> Result<crate::Stats, Error> {
@@ -744,6 +706,38 @@ impl Store for SqliteStore {
             Ok(rec)
         })
         .transpose()
+    }
+}
+
+const TIMELINE_SELECT: &str =
+    "SELECT seq, operation, at, actor, event, from_state, to_state, reason, data FROM timeline";
+
+impl SqliteStore {
+    /// Timeline entries of a `TIMELINE_SELECT` query.
+    fn timeline_query(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<TimelineEntry>, Error> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(args, |r| {
+            Ok((
+                TimelineEntry {
+                    seq: r.get(0)?,
+                    operation: r.get(1)?,
+                    at: r.get(2)?,
+                    actor: r.get(3)?,
+                    event: r.get(4)?,
+                    from: r.get(5)?,
+                    to: r.get(6)?,
+                    reason: r.get(7)?,
+                    data: Value::Null,
+                },
+                r.get::<_, String>(8)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (mut e, data) = r?;
+            e.data = serde_json::from_str(&data)?;
+            Ok(e)
+        })
+        .collect()
     }
 }
 
