@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""Opsgraph beside the tools users would pick instead, measured in one run (issue [G], docs/benchmarks.md).
+
+Called by bench/run, which builds the release binaries and the Ansible virtual environment first.
+Standard library only. Every figure is a median of interleaved runs; ratios compare figures taken
+side by side in this run.
+
+  OPSGRAPH=path/to/opsgraph ANSIBLE_BIN=venv/bin SSHFAN=path/to/sshfan python3 bench/compare.py [--quick]
+"""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+QUICK = "--quick" in sys.argv
+OPSGRAPH = os.environ["OPSGRAPH"]
+ANSIBLE_BIN = os.environ.get("ANSIBLE_BIN")
+SSHFAN = os.environ.get("SSHFAN")
+ROUNDS = 3 if QUICK else 5
+WORK = tempfile.mkdtemp(prefix="opsgraph-bench-")
+
+rows = []  # (group, figure, value, unit, note)
+
+
+def record(group, figure, value, unit, note=""):
+    rows.append((group, figure, value, unit, note))
+    print(f"  {figure}: {value:.3f} {unit} {note}".rstrip(), flush=True)
+
+
+def timed(argv, env=None, cwd=None):
+    """Wall time of one command, in seconds; fails loudly when the command fails."""
+    t = time.perf_counter()
+    p = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        sys.exit(f"bench: {' '.join(argv[:3])} ... failed ({p.returncode}):\n{p.stdout.decode(errors='replace')[-3000:]}")
+    return dt
+
+
+def median_of(fns, rounds=ROUNDS):
+    """Runs each function `rounds` times, interleaved; returns the median time of each."""
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, f in enumerate(fns):
+            times[i].append(f())
+    return [statistics.median(t) for t in times]
+
+
+# ---------------------------------------------------------------------------------------------
+# Documents: a pack whose template runs N jobs, each `command: [/bin/true]`, chained or fanned
+# out over target nodes; an inventory of nodes (local or SSH access); an intent.
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def bench_pack(root, chain=0, per_node=0):
+    """chain: a template `chain.run` of `chain` jobs, each after the one before. per_node: a
+    template `fan.run` of `per_node` independent jobs, each fanned out over target_nodes."""
+    write(f"{root}/pack.yaml", """scenario_pack:
+  id: bench
+  version: 1.0.0
+  title: Benchmark pack
+  resource_types: [bench.thing]
+  actions: [chain, fan]
+  plan_templates:
+    - {id: bench.chain, entrypoint: c0, action: chain}
+    - {id: bench.fan, entrypoint: f0, action: fan}
+""")
+    jobs = []
+    for k in range(max(chain, 1)):
+        after = f"\n  after: [c{k - 1}]" if k else ""
+        jobs.append(f"""job:
+  id: c{k}
+  type: noop{after}
+  run: {{executor: local, command: [/bin/true]}}
+""")
+    for k in range(max(per_node, 1)):
+        jobs.append(f"""job:
+  id: f{k}
+  type: noop
+  scope: {{resources: [compute_node], target: target_nodes}}
+  run: {{command: [/bin/true]}}
+""")
+    write(f"{root}/jobs.yaml", "---\n".join(jobs))
+    c_ids = [f"c{k}" for k in range(max(chain, 1))]
+    f_ids = [f"f{k}" for k in range(max(per_node, 1))]
+    write(f"{root}/templates.yaml", f"""plan_template:
+  id: bench.chain
+  action: chain
+  stages:
+    - {{id: all, name: All, jobs: [{", ".join(c_ids)}]}}
+  jobs: [{", ".join(c_ids)}]
+---
+plan_template:
+  id: bench.fan
+  action: fan
+  scopes:
+    target_nodes: {{resource_type: compute_node, from: targets.target_nodes, min: 1}}
+  stages:
+    - {{id: all, name: All, jobs: [{", ".join(f_ids)}]}}
+  jobs: [{", ".join(f_ids)}]
+""")
+
+
+def inventory(path, nodes):
+    """nodes: list of (name, access dict as YAML flow text)."""
+    docs = []
+    for name, access in nodes:
+        docs.append(f"""resource:
+  type: compute_node
+  name: {name}
+  environment: bench
+  provides: [linux.host]
+  access: {access}
+""")
+    write(path, "---\n".join(docs) if docs else "")
+
+
+def intent(path, action, nodes=()):
+    targets = ""
+    if nodes:
+        targets = "\n  targets:\n    target_nodes: [" + ", ".join(f"compute_node/{n}" for n in nodes) + "]"
+    write(path, f"""intent:
+  target_resource_type: bench.thing
+  action: {action}
+  name: bench
+  environment: bench{targets}
+""")
+
+
+def opsgraph_apply(pack, intent_file, inv=None, concurrency=8, extra_env=None):
+    """`opsgraph apply --yes` in a fresh data directory; returns its wall time."""
+    data = tempfile.mkdtemp(dir=WORK, prefix="data-")
+    argv = [OPSGRAPH, "apply", "--yes", "-f", intent_file, "--packs", pack, "--data-dir", data,
+            "--concurrency", str(concurrency)]
+    if inv:
+        argv += ["--inventory", inv]
+    env = dict(os.environ, **(extra_env or {}))
+    dt = timed(argv, env=env)
+    shutil.rmtree(data, ignore_errors=True)
+    return dt
+
+
+# ---------------------------------------------------------------------------------------------
+# Ansible: the same work as playbooks.
+
+def ansible_env():
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+        "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
+        "ANSIBLE_LOCAL_TEMP": os.path.join(WORK, "ansible-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+    })
+    return env
+
+
+def ansible_playbook(play, inv, forks, control_dir=None):
+    env = ansible_env()
+    if control_dir:
+        # A fresh control-socket directory per run: connections are opened anew, as for Opsgraph.
+        d = tempfile.mkdtemp(dir=WORK, prefix="cp-")
+        env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = d
+    argv = [os.path.join(ANSIBLE_BIN, "ansible-playbook"), "-i", inv, "-f", str(forks), play]
+    return timed(argv, env=env)
+
+
+def shell_tasks_play(path, n, hosts="all"):
+    tasks = "".join(f"    - name: t{k}\n      ansible.builtin.command: /bin/true\n" for k in range(n))
+    write(path, f"- hosts: {hosts}\n  gather_facts: false\n  tasks:\n{tasks}")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def spawn_floor(n):
+    """n x /bin/true started and waited for, one after the other, from this process."""
+    t = time.perf_counter()
+    for _ in range(n):
+        subprocess.run(["/bin/true"])
+    return time.perf_counter() - t
+
+
+def per_job_vs_ansible():
+    print("(a) per-job overhead: a chain of N `/bin/true` jobs vs N Ansible shell tasks on localhost", flush=True)
+    n_og, n_an = (100, 10) if QUICK else (400, 40)
+    big, small = f"{WORK}/chain-big", f"{WORK}/chain-small"
+    bench_pack(big, chain=n_og)
+    bench_pack(small, chain=1)
+    intent(f"{WORK}/chain.yaml", "chain")
+    shell_tasks_play(f"{WORK}/an-big.yml", n_an, hosts="localhost")
+    shell_tasks_play(f"{WORK}/an-small.yml", 1, hosts="localhost")
+    write(f"{WORK}/an-local.ini", "localhost ansible_connection=local\n")
+    og_big, og_small, an_big, an_small, floor = median_of([
+        lambda: opsgraph_apply(big, f"{WORK}/chain.yaml"),
+        lambda: opsgraph_apply(small, f"{WORK}/chain.yaml"),
+        lambda: ansible_playbook(f"{WORK}/an-big.yml", f"{WORK}/an-local.ini", 5),
+        lambda: ansible_playbook(f"{WORK}/an-small.yml", f"{WORK}/an-local.ini", 5),
+        lambda: spawn_floor(n_og),
+    ])
+    og_per = (og_big - og_small) / (n_og - 1)
+    an_per = (an_big - an_small) / (n_an - 1)
+    spawn = floor / n_og
+    over = og_per - spawn
+    record("a", f"opsgraph apply, 1 job (whole command)", og_small * 1e3, "ms")
+    record("a", f"opsgraph per job ({n_og}-job chain, durable)", og_per * 1e3, "ms")
+    record("a", "spawn floor per process (/bin/true)", spawn * 1e3, "ms")
+    record("a", "opsgraph orchestration overhead per job", over * 1e3, "ms", "(per job - spawn floor)")
+    record("a", f"ansible-playbook, 1 task (whole command)", an_small * 1e3, "ms")
+    record("a", f"ansible per task ({n_an} tasks, connection=local)", an_per * 1e3, "ms")
+    record("a", "ansible per task / opsgraph overhead per job", an_per / over, "x", "(target >= 300x)")
+    record("a", "ansible per task / opsgraph per job", an_per / og_per, "x")
+
+
+def fanout_local():
+    print("(a) one command fanned out over M hosts (local connection)", flush=True)
+    m = 20 if QUICK else 50
+    pack = f"{WORK}/fan"
+    bench_pack(pack, per_node=1)
+    names = [f"h{k}" for k in range(m)]
+    inventory(f"{WORK}/fan-inv.yaml", [(n, "{local: true}") for n in names])
+    intent(f"{WORK}/fan.yaml", "fan", names)
+    write(f"{WORK}/an-fan.ini", "".join(f"{n} ansible_connection=local\n" for n in names))
+    shell_tasks_play(f"{WORK}/an-fan.yml", 1)
+    og, an = median_of([
+        lambda: opsgraph_apply(pack, f"{WORK}/fan.yaml", f"{WORK}/fan-inv.yaml", concurrency=8),
+        lambda: ansible_playbook(f"{WORK}/an-fan.yml", f"{WORK}/an-fan.ini", 8),
+    ])
+    record("a", f"opsgraph: 1 command over {m} hosts, 8 at once (whole command)", og * 1e3, "ms")
+    record("a", f"ansible: 1 command over {m} hosts, forks 8 (whole command)", an * 1e3, "ms")
+    record("a", "ansible / opsgraph", an / og, "x")
+
+
+def first_job_latency():
+    print("(f) from the command line to the first job started", flush=True)
+    root = f"{WORK}/first"
+    write(f"{root}/pack.yaml", """scenario_pack:
+  id: bench
+  version: 1.0.0
+  resource_types: [bench.thing]
+  actions: [chain]
+  plan_templates:
+    - {id: bench.chain, entrypoint: c0, action: chain}
+""")
+    stamp = f"{WORK}/first-stamp"
+    write(f"{root}/jobs.yaml", f"""job:
+  id: c0
+  type: noop
+  run: {{executor: local, command: [sh, -c, 'date +%s.%N > {stamp}']}}
+""")
+    write(f"{root}/templates.yaml", """plan_template:
+  id: bench.chain
+  action: chain
+  stages: [{id: all, name: All, jobs: [c0]}]
+  jobs: [c0]
+""")
+    intent(f"{WORK}/first.yaml", "chain")
+    lat = []
+    for _ in range(ROUNDS * 2 + 1):
+        data = tempfile.mkdtemp(dir=WORK, prefix="data-")
+        t0 = time.time()
+        timed([OPSGRAPH, "apply", "--yes", "-f", f"{WORK}/first.yaml", "--packs", root, "--data-dir", data])
+        with open(stamp) as f:
+            lat.append(float(f.read()) - t0)
+        shutil.rmtree(data, ignore_errors=True)
+    # The job's own `sh` start is part of the figure (about one spawn).
+    record("f", "command line to first job started (fresh data directory)", statistics.median(lat) * 1e3, "ms",
+           "(target <= 50 ms)")
+
+
+def memory_10k():
+    print("(d) peak memory and time of a 10,000-job operation (100 jobs x 100 nodes)", flush=True)
+    pack = f"{WORK}/mem"
+    per, m = (10, 100) if QUICK else (100, 100)
+    bench_pack(pack, per_node=per)
+    names = [f"n{k}" for k in range(m)]
+    inventory(f"{WORK}/mem-inv.yaml", [(n, "{local: true}") for n in names])
+    intent(f"{WORK}/mem.yaml", "fan", names)
+    data = tempfile.mkdtemp(dir=WORK, prefix="data-")
+    argv = ["/usr/bin/time", "-f", "%M %e", OPSGRAPH, "apply", "--yes", "-f", f"{WORK}/mem.yaml", "--packs", pack,
+            "--inventory", f"{WORK}/mem-inv.yaml", "--data-dir", data, "--concurrency", "8"]
+    p = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        sys.exit("bench: the 10,000-job operation failed:\n" + p.stderr.decode(errors="replace")[-3000:])
+    kb, secs = p.stderr.decode().strip().splitlines()[-1].split()
+    jobs = per * m
+    record("d", f"peak RSS of `opsgraph apply`, {jobs:,} jobs", int(kb) / 1024, "MB", "(target < 200 MB)")
+    record("d", f"wall time, {jobs:,} jobs at concurrency 8", float(secs), "s", f"({jobs / float(secs):,.0f} jobs/s)")
+    shutil.rmtree(data, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# (e) SSH: 20 real sshd on loopback ports (started by the sshfan example), fresh and warm.
+
+def ssh_base(h):
+    return ["ssh", "-i", h["key"], "-p", str(h["port"]), "-o", f"UserKnownHostsFile={h['known_hosts']}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ControlMaster=no"]
+
+
+def ssh_fanout():
+    if not SSHFAN:
+        print("(e) SSH fan-out: SKIPPED (no sshfan example: needs root and openssh-server)", flush=True)
+        return
+    hosts_n = 20
+    print(f"(e) one command over {hosts_n} hosts through SSH", flush=True)
+    proc = subprocess.Popen([SSHFAN, str(hosts_n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("["):
+        proc.kill()
+        print(f"(e) SSH fan-out: SKIPPED ({line.strip()})", flush=True)
+        return
+    hosts = json.loads(line)
+    try:
+        def floor():
+            t = time.perf_counter()
+            ps = [subprocess.Popen(ssh_base(h) + [f"{h['user']}@127.0.0.1", "true"]) for h in hosts]
+            for p in ps:
+                assert p.wait() == 0, "ssh floor failed"
+            return time.perf_counter() - t
+
+        pack = f"{WORK}/sshfan"
+        bench_pack(pack, per_node=1)
+        names = [f"s{k}" for k in range(hosts_n)]
+        inventory(f"{WORK}/ssh-inv.yaml", [
+            (n, "{ssh: {host: 127.0.0.1, port: %d, user: %s, key: %s, known_hosts: %s}}"
+             % (h["port"], h["user"], h["key"], h["known_hosts"])) for n, h in zip(names, hosts)])
+        intent(f"{WORK}/sshfan.yaml", "fan", names)
+        write(f"{WORK}/an-ssh.ini", "".join(
+            f"{n} ansible_host=127.0.0.1 ansible_port={h['port']} ansible_user={h['user']} "
+            f"ansible_ssh_private_key_file={h['key']} "
+            f"ansible_ssh_common_args='-o UserKnownHostsFile={h['known_hosts']}'\n" for n, h in zip(names, hosts)))
+        shell_tasks_play(f"{WORK}/an-ssh.yml", 1)
+        fl, og, an = median_of([
+            floor,
+            lambda: opsgraph_apply(pack, f"{WORK}/sshfan.yaml", f"{WORK}/ssh-inv.yaml", concurrency=hosts_n),
+            lambda: ansible_playbook(f"{WORK}/an-ssh.yml", f"{WORK}/an-ssh.ini", hosts_n, control_dir=True),
+        ])
+        record("e", f"OpenSSH floor: {hosts_n} parallel `ssh host true`, fresh connections", fl * 1e3, "ms")
+        record("e", f"opsgraph apply: 1 job over {hosts_n} SSH hosts (whole command)", og * 1e3, "ms")
+        record("e", f"ansible-playbook: 1 task over {hosts_n} SSH hosts, forks {hosts_n}", an * 1e3, "ms")
+        record("e", "opsgraph / OpenSSH floor", og / fl, "x", "(target <= 1.3x)")
+        record("e", "ansible / opsgraph", an / og, "x", "(target >= 3x)")
+
+        # Warm: a chain of K jobs on one host; the second and later jobs reuse the connection.
+        k = 20 if QUICK else 50
+        h = hosts[0]
+        warm_pack = f"{WORK}/sshwarm"
+        bench_pack(warm_pack, per_node=k)
+        # per_node jobs are independent; chain them on the one host with concurrency 1.
+        inventory(f"{WORK}/ssh1-inv.yaml", [
+            ("s0", "{ssh: {host: 127.0.0.1, port: %d, user: %s, key: %s, known_hosts: %s}}"
+             % (h["port"], h["user"], h["key"], h["known_hosts"]))])
+        intent(f"{WORK}/sshwarm.yaml", "fan", ["s0"])
+        one_pack = f"{WORK}/sshone"
+        bench_pack(one_pack, per_node=1)
+        ctl = os.path.join(WORK, "mux.sock")
+        master = subprocess.Popen(ssh_base(h)[:-2] + ["-o", "ControlMaster=yes", "-o", f"ControlPath={ctl}", "-N",
+                                                      f"{h['user']}@127.0.0.1"])
+        deadline = time.time() + 10
+        while not os.path.exists(ctl):
+            assert time.time() < deadline, "ssh master did not start"
+            time.sleep(0.02)
+
+        def mux(n=20):
+            t = time.perf_counter()
+            for _ in range(n):
+                subprocess.run(["ssh", "-o", f"ControlPath={ctl}", "-p", str(h["port"]), f"{h['user']}@127.0.0.1",
+                                "true"], check=True)
+            return (time.perf_counter() - t) / n
+
+        big, one, mx = median_of([
+            lambda: opsgraph_apply(warm_pack, f"{WORK}/sshwarm.yaml", f"{WORK}/ssh1-inv.yaml", concurrency=1),
+            lambda: opsgraph_apply(one_pack, f"{WORK}/sshwarm.yaml", f"{WORK}/ssh1-inv.yaml", concurrency=1),
+            mux,
+        ])
+        master.terminate()
+        per = (big - one) / (k - 1)
+        record("e", "ssh over a warm multiplexed connection, per command", mx * 1e3, "ms")
+        record("e", f"opsgraph per job over its warm connection ({k} jobs, one host)", per * 1e3, "ms")
+        record("e", "opsgraph warm per job - ssh multiplexed per command", (per - mx) * 1e3, "ms", "(target <= 2 ms)")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def main():
+    print(f"bench: work directory {WORK}; {ROUNDS} interleaved rounds per figure", flush=True)
+    try:
+        first_job_latency()
+        if ANSIBLE_BIN:
+            per_job_vs_ansible()
+            fanout_local()
+        else:
+            print("(a) SKIPPED: no Ansible (bench/run installs ansible-core into a virtual environment)")
+        memory_10k()
+        ssh_fanout()
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+    print()
+    print("| group | figure | value | note |")
+    print("|---|---|---|---|")
+    for group, figure, value, unit, note in rows:
+        print(f"| {group} | {figure} | {value:,.3f} {unit} | {note} |")
+
+
+if __name__ == "__main__":
+    main()
