@@ -2,7 +2,7 @@
 //!
 //!     cargo run --release -p opsgraph-runtime --example bench [-- MODE [N] [concurrency=C]]
 //!
-//! MODE is `chain` (the default; a bare number means `chain N`), `wide`, `commit` or `all`. Every
+//! MODE is `chain` (the default; a bare number means `chain N`), `wide`, `noop`, `commit` or `all`. Every
 //! mode measures its floor and the thing measured interleaved in one run, and prints medians.
 //!
 //! - `chain` (N = 200): the spawn floor (N x `/bin/true` exec'd and waited for), the executor
@@ -12,6 +12,8 @@
 //!   (chain - spawn floor) / N.
 //! - `wide` (N = 2,000): N independent no-op jobs driven by the runtime with C jobs at once
 //!   (default 8), against the parallel spawn ceiling: N x `/bin/true` from C plain threads.
+//! - `noop` (N = 10,000): N independent jobs with nothing to run (no `run:`), driven durably: the
+//!   in-process no-op job, against the goal of 10,000 durable jobs per second.
 //! - `commit` (N = 200): the store's commit of one transition (operation row update + timeline
 //!   row) against the same rows committed by rusqlite directly, same schema and pragmas.
 
@@ -181,7 +183,21 @@ fn spawn_ceiling(n: usize, threads: usize) -> Duration {
 
 /// Creates and drives an operation of N no-op jobs, chained or independent.
 fn drive(n: usize, chained: bool, concurrency: usize, dir: &std::path::Path) -> Duration {
-    let pack = chain_pack(n, chained);
+    drive_pack(chain_pack(n, chained), concurrency, dir)
+}
+
+/// N independent jobs with nothing to run: the runtime records each attempt and its result
+/// durably, and no process starts (the in-process no-op job).
+fn noop_pack(n: usize) -> Pack {
+    let mut pack = chain_pack(n, false);
+    for job in pack.jobs.values_mut() {
+        job.run = None;
+    }
+    pack
+}
+
+/// Creates and drives an operation of `pack`'s one template.
+fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration {
     let intent = Intent {
         id: None,
         target_resource_type: "chain.thing".into(),
@@ -272,6 +288,18 @@ fn bench_wide(n: usize, concurrency: usize, dir: &std::path::Path) {
     );
     println!("| wide DAG driven by the runtime (durable) | {:.1} ms | {:.0} |", ms(run), rate(run));
     println!("| runtime / ceiling (goal >= 70%) | | {:.0}% |", 100.0 * rate(run) / rate(ceiling));
+}
+
+fn bench_noop(n: usize, concurrency: usize, dir: &std::path::Path) {
+    let runs = 5;
+    let run = median((0..runs).map(|_| drive_pack(noop_pack(n), concurrency, dir)).collect());
+    let rate = n as f64 / run.as_secs_f64();
+    println!("{n} independent in-process no-op jobs (no process), {concurrency} at once, median of {runs} runs");
+    println!();
+    println!("| measure | total | jobs/s |");
+    println!("|---|---|---|");
+    println!("| durable no-op jobs driven by the runtime | {:.1} ms | {rate:.0} |", ms(run));
+    println!("| against the goal of 10,000 jobs/s | | {:.2}x |", rate / 10_000.0);
 }
 
 /// One transition (operation row update + timeline row) per transaction: through the store, and
@@ -382,7 +410,7 @@ fn main() {
         args.iter().find_map(|a| a.strip_prefix("concurrency=")).and_then(|c| c.parse().ok()).unwrap_or(8);
     let positional: Vec<&String> = args.iter().filter(|a| !a.contains('=')).collect();
     let (mode, n) = match positional.first().map(|s| s.as_str()) {
-        Some(m @ ("chain" | "wide" | "commit" | "all")) => (m, positional.get(1).and_then(|n| n.parse().ok())),
+        Some(m @ ("chain" | "wide" | "noop" | "commit" | "all")) => (m, positional.get(1).and_then(|n| n.parse().ok())),
         Some(n) => ("chain", n.parse().ok()),
         None => ("chain", None),
     };
@@ -396,6 +424,10 @@ fn main() {
     }
     if matches!(mode, "wide" | "all") {
         bench_wide(n.filter(|_| mode == "wide").unwrap_or(2000), concurrency, &dir);
+        println!();
+    }
+    if matches!(mode, "noop" | "all") {
+        bench_noop(n.filter(|_| mode == "noop").unwrap_or(10_000), concurrency, &dir);
         println!();
     }
     if matches!(mode, "commit" | "all") {
