@@ -476,3 +476,142 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
 }
+
+/// A pack with secret parameters, a secret and an internal artifact, and a requirement the world
+/// inventory answers: one candidate bound, two rejected with their reasons.
+const VAULT: &[(&str, &str)] = &[
+    (
+        "vault/pack.yaml",
+        "scenario_pack:\n  id: vault\n  version: 1.0.0\n  title: Vault\n  resource_types: [vault.thing]\n  actions: [run]\n  requires: [{capability: kv.store}]\n  plan_templates: [{id: vault.run}]\n",
+    ),
+    (
+        "vault/templates.yaml",
+        "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true, required: true, description: the database password}\n    size: {type: integer, default: 3}\n    tier: {type: string, enum: [small, large], default: small}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n",
+    ),
+    (
+        "vault/jobs.yaml",
+        r#"job:
+  id: make-token
+  outputs: {artifacts: [token, notes]}
+  run:
+    command: |
+      printf 'ART%s' "${OPSGRAPH_PARAM_DB_PASSWORD#PW}" > "$OPSGRAPH_OUT/token"
+      printf 'notes of %s, size %s, tier %s' "$OPSGRAPH_INTENT_NAME" "$OPSGRAPH_PARAM_SIZE" "$OPSGRAPH_PARAM_TIER" > "$OPSGRAPH_OUT/notes"
+---
+job:
+  id: use-token
+  inputs: {requires: {artifacts: [token]}}
+  outputs: {provides: {capabilities: [vault.used]}, evidence: [token_readable]}
+  run: {command: "true"}
+"#,
+    ),
+    (
+        "vault/evidence.yaml",
+        "evidence:\n  - {id: token_readable, source: command, command: 'cat \"$OPSGRAPH_ARTIFACT_TOKEN\"', contains: CANARY}\n",
+    ),
+    (
+        "vault/artifacts.yaml",
+        "artifact: {id: token, type: token, sensitivity: secret, visible_to_roles: [platform_admin]}\n---\nartifact: {id: notes, type: notes, sensitivity: internal}\n",
+    ),
+    (
+        "world/kv.yaml",
+        "resource: {type: kv, name: good, environment: dev, health: healthy, status: running, provides: [kv.store]}\n---\nresource: {type: kv, name: broken, environment: dev, health: error, status: running, provides: [kv.store]}\n---\nresource: {type: kv, name: prodbox, environment: prod, health: healthy, status: running, provides: [kv.store]}\n",
+    ),
+];
+
+/// Secret parameters are password inputs and never shown; the capability graph shows the binding
+/// and each rejected candidate's reason; an internal artifact is shown to a viewer, a secret one
+/// only revealed by an allowed role, and the reveal is audited.
+#[test]
+fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_binding() {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        eprintln!("SKIPPED the UI test: chromium/chromedriver not installed ({CHROMIUM}, {CHROMEDRIVER})");
+        return;
+    }
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let dir = crate::support::temp_dir(VAULT);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let state = opsgraph::serve_cmd::state(
+        &data,
+        &[dir.join("vault").display().to_string()],
+        &[dir.join("world").display().to_string()],
+    )
+    .expect("server state");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let api = Api { dir, state, rt };
+    let ada = api.token("ada", &["platform_admin"]);
+    let vera = api.token("vera", &["viewer"]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let base = format!("http://{addr}");
+    let password = "PW-CANARY-ui";
+    let artifact = "ART-CANARY-ui";
+
+    let browser = Browser::start();
+    browser.go(&format!("{base}/#/new"));
+    browser.sign_in(&ada, "ada");
+    // The form from the schema: a secret is a password input, an integer a number, an enum a list.
+    browser.wait("[data-testid=param][data-param=db_password]", |t| t.contains("required, secret"));
+    assert!(browser.find("input#param-db_password[type=password][required]").is_some());
+    assert!(browser.find("input#param-size[type=number]").is_some());
+    assert!(browser.find("select#param-tier").is_some());
+    assert_eq!(browser.unlabelled(), json!([]));
+    browser.fill("#new-name", "v-ui");
+    browser.fill("#param-db_password", password);
+    browser.fill("#param-size", "5");
+    // Without a required value the browser does not send the form; with it, the preview.
+    browser.click_when("#preview-btn", |_| true);
+    browser.wait("[data-testid=preview-text]", |t| t.contains("Plan vault.run") && t.contains("kv.store"));
+    browser.click_when("[data-testid=apply]", |_| true);
+    let id = browser.wait("[data-testid=op-id]", |t| t.starts_with("op-"));
+    let id = browser.text(&id);
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+
+    // The capability graph: bound to kv/good; the others rejected, each with its reason.
+    browser.wait("tr[data-testid=capability][data-capability='kv.store']", |t| {
+        t.contains("bind")
+            && t.contains("kv/good")
+            && t.contains("kv/broken")
+            && t.contains("health is error")
+            && t.contains("kv/prodbox")
+    });
+    browser.shot_of(&shots, "#sec-caps", "capability-graph-bound");
+    // The notes are shown; the secret token only after a reveal, with a reason, audited.
+    browser.wait("tr[data-artifact=token][data-sensitivity=secret]", |t| t.contains("Reveal"));
+    browser.click_when("tr[data-artifact=notes] button", |t| t.contains("Show"));
+    browser.wait("tr[data-artifact=notes] [data-testid=artifact-content]", |t| {
+        t.contains("notes of v-ui, size 5, tier small")
+    });
+    let page = browser.js("return document.body.innerText").to_string();
+    assert!(!page.contains(password) && !page.contains(artifact), "no secret on the page before a reveal");
+    browser.fill("#reason-make-token-token", "rotate the db user");
+    browser.click_when("#reveal-make-token-token", |_| true);
+    browser.wait("tr[data-artifact=token] [data-testid=artifact-content]", |t| {
+        t.contains(artifact) && t.contains("audit")
+    });
+    browser.shot_of(&shots, "#sec-artifacts", "artifacts-revealed");
+    let audit = api.audit();
+    assert!(audit.iter().any(|a| a.starts_with("user:ada artifact.reveal")), "{audit:?}");
+
+    // A viewer: the operation's parameters and the token stay hidden, no reveal control.
+    browser.sign_in(&vera, "vera");
+    browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("tr[data-artifact=token] [data-testid=secret-hidden]", |t| t.contains("not shown"));
+    assert!(browser.find("[data-testid=reveal]").is_none(), "a viewer has no reveal button");
+    browser.click_when("#mode-toggle", |t| t == "Advanced view");
+    browser.wait("tr[data-job='use-token']", |t| t.contains("succeeded") && t.contains("token_readable: passed"));
+    let page = browser.js("return document.body.innerText").to_string();
+    assert!(!page.contains(password) && !page.contains(artifact), "no secret on a viewer's page");
+    browser.screenshot(&shots, "artifacts-viewer");
+    let (status, _) = http(addr, "POST", &format!("/api/v1/operations/{id}/artifacts/token/reveal"), &vera, "{}");
+    assert_eq!(status, 403, "a forged reveal is refused");
+
+    drop(browser);
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}
