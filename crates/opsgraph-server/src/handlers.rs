@@ -346,7 +346,10 @@ pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 
 pub(crate) fn gates(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    Reply::ok(json!({ "plan_revision": op.plan_revision, "gates": ctx.store.gates(&op.id)? }))
+    // Sealed values (a secret given at a missing-input gate) as references, as in the operation.
+    Reply::ok(
+        json!({ "plan_revision": op.plan_revision, "gates": views::hide_sealed(json!(ctx.store.gates(&op.id)?)) }),
+    )
 }
 
 /// `POST /api/v1/operations`: intent -> plan -> a recorded operation, driven in the background.

@@ -116,7 +116,8 @@ function stopStream() {
 
 // Follows a server-sent event stream; after a drop it reconnects with `Last-Event-ID`, so no
 // event is missed or seen twice. `event: end` (a terminal operation) ends it.
-async function follow(path, onEvent) {
+async function follow(path, onEvent, gen) {
+  if (!current(gen)) return;
   stopStream();
   const ctl = new AbortController();
   stream = ctl;
@@ -191,11 +192,12 @@ function patchSection(el, key, build) {
 // ---- Operations ----
 
 async function listPage() {
+  const gen = generation;
   const view = $("view");
   const body = h("div", { id: "ops-body" });
   view.replaceChildren(
     h("h2", {}, "Operations"),
-    may("apply") ? h("p", {}, h("a", { href: "#/new", id: "new-op", class: "button", "data-testid": "new-op" }, "New operation")) : null,
+    may("apply") ? h("p", {}, h("a", { href: "#/new", id: "new-op", class: "button", "data-testid": "new-op" }, "New operation")) : "",
     body);
   const draw = async () => {
     let ops;
@@ -221,7 +223,7 @@ async function listPage() {
     });
   };
   await draw();
-  follow("/api/v1/events", debounce(draw));
+  follow("/api/v1/events", debounce(draw), gen);
 }
 
 // ---- Packs and parameter schemas ----
@@ -740,6 +742,7 @@ function timelineView(op) {
 }
 
 async function operationPage(id) {
+  const gen = generation;
   const view = $("view");
   const sec = (name, label) => h("section", { id: "sec-" + name, "data-testid": "sec-" + name, "aria-labelledby": label });
   const parts = {
@@ -796,12 +799,13 @@ async function operationPage(id) {
     patchSection(parts.timeline, JSON.stringify(op.timeline), () => timelineView(op));
   };
   await draw();
-  follow(`/api/v1/operations/${enc(id)}/events`, debounce(draw));
+  follow(`/api/v1/operations/${enc(id)}/events`, debounce(draw), gen);
 }
 
 // ---- Resources ----
 
 async function resourcesPage() {
+  const gen = generation;
   const view = $("view");
   const body = h("div", {});
   view.replaceChildren(h("h2", {}, "Resources"), body);
@@ -825,7 +829,7 @@ async function resourcesPage() {
           h("td", {}, r.updated_at || ""))))));
   };
   await draw();
-  follow("/api/v1/events", debounce(draw));
+  follow("/api/v1/events", debounce(draw), gen);
 }
 
 async function resourcePage(id) {
@@ -851,10 +855,17 @@ async function resourcePage(id) {
         h("li", {}, h("a", { href: "#/operations/" + enc(o.id) }, o.id), " ", stateEl(o.state), ` ${o.detail} · by ${o.actor} · ${o.created_at}`)))));
 }
 
+// Each render is one generation: a page whose render was superseded (another navigation, a
+// sign-out) while it waited for the API neither draws nor opens a stream.
+let generation = 0;
+const current = (gen) => gen === generation;
+
 async function render() {
+  const gen = ++generation;
   stopStream();
   if (!sessionStorage.getItem(KEY)) return showSignIn();
   if (!me && !(await signIn(sessionStorage.getItem(KEY)))) return showSignIn();
+  if (!current(gen)) return;
   $("signin").hidden = true;
   $("signout").hidden = false;
   $("nav").hidden = false;

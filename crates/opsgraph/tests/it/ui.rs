@@ -110,8 +110,11 @@ impl Browser {
             if Instant::now() >= deadline {
                 // The page's console (script errors) says why.
                 let console = self.cmd("POST", "/se/log", json!({"type": "browser"})).unwrap_or_default();
-                let page =
-                    self.cmd("POST", "/execute/sync", json!({"script": "return document.body.innerText", "args": []}));
+                let page = self.cmd(
+                    "POST",
+                    "/execute/sync",
+                    json!({"script": "return location.href + '\\n' + document.body.innerText", "args": []}),
+                );
                 panic!("never saw {css} (status area: {status:?}; console: {console}; page: {page:?})");
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -272,6 +275,7 @@ fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
     browser.type_in(&input, &format!("{vera}\u{E007}"));
     browser.wait("[data-testid=whoami]", |t| t.contains("vera") && t.contains("viewer"));
     browser.go(&format!("{base}/#/operations/{other}"));
+    browser.wait("[data-testid=op-id]", |t| t == other);
     browser.wait("[data-testid=gate][data-gate=approve-hello]", |t| t.contains("Needs one of the roles sre"));
     assert!(browser.find("button[data-testid=gate-option]").is_none(), "a viewer sees no answer button");
     browser.screenshot(&shots, "operation-viewer");
@@ -390,6 +394,7 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     // The SRE answers the gate and watches the run fail its evidence.
     browser.sign_in(&bob, "bob");
     browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
     browser.click_when("button[data-gate=approve-hello][data-option=approve]", |t| t == "approve");
     browser.wait("[data-testid=op-state]", |t| t == "failed");
     browser.wait("[data-testid=stage][data-stage=greet]", |t| t.contains("0 of 1 jobs done") && t.contains("failed"));
@@ -423,6 +428,7 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     // is refused.
     browser.sign_in(&vera, "vera");
     browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
     browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-diff]", |t| t.contains("parameter word"));
     browser.wait("[data-testid=patch-not-yours]", |t| t.contains("approve_patches"));
     assert!(browser.find("button[data-testid=gate-option]").is_none(), "a viewer sees no approve button");
@@ -436,11 +442,13 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     // The author may not approve their own patch: no button for ada either.
     browser.sign_in(&ada, "ada");
     browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
     browser.wait("[data-testid=patch-own]", |t| t.contains("another person must approve"));
 
     // The first SRE reviews the diff and findings and approves with the keyboard alone.
     browser.sign_in(&bob, "bob");
     browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
     browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-diff]", |t| {
         t.contains("~ parameter word: \"bye\" -> \"hello\"") && t.contains("↻ retry say-hello")
     });
@@ -598,9 +606,26 @@ fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_bin
     let audit = api.audit();
     assert!(audit.iter().any(|a| a.starts_with("user:ada artifact.reveal")), "{audit:?}");
 
+    // An intent without the required secret: its run waits at a missing-input gate, answered
+    // with a value typed from the parameter's schema (a password input).
+    let intent = json!({"intent": {"target_resource_type": "vault.thing", "action": "run", "name": "v-two", "environment": "dev"}});
+    let (status, created) = http(addr, "POST", "/api/v1/operations", &ada, &intent.to_string());
+    assert_eq!(status, 201, "{created}");
+    let second = created["id"].as_str().unwrap().to_string();
+    browser.go(&format!("{base}/#/operations/{second}"));
+    browser.wait("[data-testid=op-id]", |t| t == second);
+    browser.wait("[data-testid=gate][data-gate=input-db-password]", |t| t.contains("missing_input"));
+    let value = "input#gate-value-input-db-password-db_password[type=password]";
+    browser.fill(value, "PW-CANARY-two");
+    browser.click_when("button[data-gate=input-db-password][data-option='provide a value']", |_| true);
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+    let (_, gates) = http(addr, "GET", &format!("/api/v1/operations/{second}/gates"), &ada, "");
+    assert_eq!(gates["gates"][0]["value"], json!({"secret": "sealed"}), "{gates}");
+
     // A viewer: the operation's parameters and the token stay hidden, no reveal control.
     browser.sign_in(&vera, "vera");
     browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
     browser.wait("tr[data-artifact=token] [data-testid=secret-hidden]", |t| t.contains("not shown"));
     assert!(browser.find("[data-testid=reveal]").is_none(), "a viewer has no reveal button");
     browser.click_when("#mode-toggle", |t| t == "Advanced view");
