@@ -50,7 +50,7 @@ pub struct Finding {
 }
 
 /// What a patch changes, for people (text) and machines (JSON).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Diff {
     /// Job instances added, with what each waits for.
     pub added_jobs: Vec<(String, Vec<String>)>,

@@ -293,9 +293,63 @@ pub(crate) fn artifacts(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     Reply::ok(json!({ "artifacts": list }))
 }
 
+/// `GET /operations/{id}/plan`: the operation's current plan revision as `plan -o json` shows it
+/// (jobs with what they wait for, the capability resolution with every rejected candidate).
+pub(crate) fn operation_plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    let stored = ctx.store.plan(&op.plan_revision)?.ok_or_else(|| {
+        ApiError::not_found("no_plan", format!("operation `{}` has no stored plan {}", op.id, op.plan_revision))
+    })?;
+    let plan: Plan =
+        serde_json::from_value(stored).map_err(|e| ApiError::internal("a stored plan cannot be read", &e))?;
+    Reply::ok(views::hide_sealed(render::json(&plan)))
+}
+
+/// `GET /operations/{id}/patches`: every plan patch proposed for the operation, from its
+/// timeline: the changes, the diff, the reviewer's findings, and its gate with the answer.
+pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    let gates = ctx.store.gates(&op.id)?;
+    let list: Vec<Value> = ctx
+        .store
+        .timeline(&op.id)?
+        .iter()
+        .filter(|e| e.event == "patch_proposed")
+        .map(|e| {
+            let id = e.data["patch"].as_str().unwrap_or_default();
+            let diff: opsgraph_plan::patch::Diff = serde_json::from_value(e.data["diff"].clone()).unwrap_or_default();
+            let gate = gates.iter().find(|g| g.id == format!("patch-{id}"));
+            let state = match gate.map(|g| g.answer.as_deref()) {
+                None => "applied",
+                Some(None) => "waiting_for_approval",
+                Some(Some("approve patch")) => "approved",
+                Some(Some(_)) => "rejected",
+            };
+            json!({
+                "id": id,
+                "author": e.data["author"],
+                "at": e.at,
+                "reason": e.data["reason"],
+                "changes": views::hide_sealed(e.data["changes"].clone()),
+                "diff": e.data["diff"],
+                "diff_text": diff.text(),
+                "findings": e.data["findings"],
+                "revision": e.data["revision"],
+                "gate": gate.map(|g| g.id.clone()),
+                "answered_by": gate.and_then(|g| g.answered_by.clone()),
+                "state": state,
+            })
+        })
+        .collect();
+    Reply::ok(json!({ "patches": list }))
+}
+
 pub(crate) fn gates(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    Reply::ok(json!({ "plan_revision": op.plan_revision, "gates": ctx.store.gates(&op.id)? }))
+    // Sealed values (a secret given at a missing-input gate) as references, as in the operation.
+    Reply::ok(
+        json!({ "plan_revision": op.plan_revision, "gates": views::hide_sealed(json!(ctx.store.gates(&op.id)?)) }),
+    )
 }
 
 /// `POST /api/v1/operations`: intent -> plan -> a recorded operation, driven in the background.

@@ -237,6 +237,26 @@ pub static ROUTES: &[Route] = &[
     ),
     route!(
         "GET",
+        "/api/v1/operations/{id}/plan",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::operation_plan,
+        "The operation's current plan revision: jobs and what they wait for, the capability resolution."
+    ),
+    route!(
+        "GET",
+        "/api/v1/operations/{id}/patches",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::patches,
+        "The plan patches proposed for the operation: diff, the reviewer's findings, gate and answer."
+    ),
+    route!(
+        "GET",
         "/api/v1/operations/{id}/gates",
         Need(Read),
         200,

@@ -240,6 +240,8 @@ fn the_authorization_matrix_follows_the_permission_table() {
         GET /api/v1/operations/{id}/artifacts/{artifact}             allow    allow    allow    allow    allow    allow    -        allow
         POST /api/v1/operations/{id}/artifacts/{artifact}/reveal     -        -        -        -        allow    -        -        -
         GET /api/v1/operations/{id}/events                           allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/plan                             allow    allow    allow    allow    allow    allow    -        allow
+        GET /api/v1/operations/{id}/patches                          allow    allow    allow    allow    allow    allow    -        allow
         GET /api/v1/operations/{id}/gates                            allow    allow    allow    allow    allow    allow    -        allow
         POST /api/v1/operations/{id}/gates/{gate}/answer             -        -        allow    allow    allow    -        -        -
         POST /api/v1/operations/{id}/pause                           -        -        allow    allow    allow    -        -        -
@@ -790,4 +792,60 @@ fn a_failed_operation_is_repaired_through_the_server_by_patch_and_approval() {
 
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
+}
+
+/// What the web UI draws an operation from: its plan (jobs and what they wait for, the capability
+/// resolution) and its patches (diff, findings, gate and answer); secret values stay sealed.
+#[test]
+fn the_plan_and_the_patches_of_an_operation_are_served() {
+    let api = Api::new("");
+    let bob = api.token("bob", &["sre"]);
+    let ada = api.token("ada", &["sre"]);
+    let vera = api.token("vera", &["viewer"]);
+    let body = "intent:\n  target_resource_type: hello.app\n  action: install\n  name: pp\n  environment: dev\n  parameters: {word: bye}\n";
+    let created = api.post("/api/v1/operations", &bob, body);
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.body["id"].as_str().unwrap().to_string();
+    api.idle();
+
+    let plan = api.get(&format!("/api/v1/operations/{id}/plan"), &vera);
+    assert_eq!(plan.status, 200, "{}", plan.body);
+    assert_eq!(plan.body["jobs"][0]["id"], "say-hello", "{}", plan.body);
+    assert_eq!(plan.body["jobs"][0]["depends_on"], json!(["approve-hello"]), "a job waits for its gate");
+    assert_eq!(plan.body["parameters"]["word"], "bye");
+    assert!(plan.body["resolution"].is_array(), "{}", plan.body);
+    assert_eq!(plan.body["gates"][0]["id"], "approve-hello");
+    assert_eq!(api.get(&format!("/api/v1/operations/{id}/patches"), &vera).body, json!({"patches": []}));
+
+    let op = api.get(&format!("/api/v1/operations/{id}"), &vera).body;
+    let answer = json!({"option": "approve", "revision": op["plan_revision"]}).to_string();
+    let r = api.post(&format!("/api/v1/operations/{id}/gates/approve-hello/answer"), &ada, &answer);
+    assert_eq!(r.status, 200, "{}", r.body);
+    api.idle();
+    let fix = "plan_patch:\n  reason: the greeting must be hello\n  changes:\n    - set_parameters: {parameters: {word: hello}}\n    - retry: {job: say-hello}\n  approval: {required: true, roles: [sre]}\n";
+    let r = api.post(&format!("/api/v1/operations/{id}/patches"), &bob, fix);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let patches = api.get(&format!("/api/v1/operations/{id}/patches"), &vera).body;
+    let p = &patches["patches"][0];
+    assert_eq!(
+        (&p["id"], &p["author"], &p["gate"], &p["state"]),
+        (&json!("p1"), &json!("user:bob"), &json!("patch-p1"), &json!("waiting_for_approval")),
+        "{patches}"
+    );
+    assert_eq!(p["diff_text"], "↻ retry say-hello\n~ parameter word: \"bye\" -> \"hello\"\n", "{patches}");
+    assert!(p["findings"].is_array(), "{patches}");
+
+    let op = api.get(&format!("/api/v1/operations/{id}"), &vera).body;
+    let approve = json!({"option": "approve patch", "revision": op["plan_revision"]}).to_string();
+    let r = api.post(&format!("/api/v1/operations/{id}/gates/patch-p1/answer"), &ada, &approve);
+    assert_eq!(r.status, 200, "{}", r.body);
+    api.idle();
+    let p = api.get(&format!("/api/v1/operations/{id}/patches"), &vera).body["patches"][0].clone();
+    assert_eq!((&p["state"], &p["answered_by"]), (&json!("approved"), &json!("user:ada")), "{p}");
+    // The plan is now the patched revision.
+    let plan = api.get(&format!("/api/v1/operations/{id}/plan"), &vera).body;
+    assert_eq!(plan["parameters"]["word"], "hello", "{plan}");
+    assert_eq!(api.get(&format!("/api/v1/operations/{id}"), &vera).body["state"], "completed");
+    let r = api.get("/api/v1/operations/op-none/plan", &vera);
+    assert_eq!((r.status, r.code()), (404, "no_operation"));
 }

@@ -45,7 +45,7 @@ impl Browser {
             assert!(Instant::now() < deadline, "chromedriver never became ready");
             std::thread::sleep(Duration::from_millis(100));
         }
-        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:loggingPrefs": {"browser": "ALL"}, "goog:chromeOptions": {
             "binary": CHROMIUM,
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"],
         }}}});
@@ -107,7 +107,16 @@ impl Browser {
                 }
             }
             let status = self.find("#status").map(|s| self.text(&s)).unwrap_or_default();
-            assert!(Instant::now() < deadline, "never saw {css} (status area: {status:?})");
+            if Instant::now() >= deadline {
+                // The page's console (script errors) says why.
+                let console = self.cmd("POST", "/se/log", json!({"type": "browser"})).unwrap_or_default();
+                let page = self.cmd(
+                    "POST",
+                    "/execute/sync",
+                    json!({"script": "return location.href + '\\n' + document.body.innerText", "args": []}),
+                );
+                panic!("never saw {css} (status area: {status:?}; console: {console}; page: {page:?})");
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -132,6 +141,53 @@ impl Browser {
 
     fn type_in(&self, el: &str, text: &str) {
         self.cmd("POST", &format!("/element/{el}/value"), json!({ "text": text })).unwrap();
+    }
+
+    /// Runs `script` in the page; its return value.
+    fn js(&self, script: &str) -> Value {
+        self.cmd("POST", "/execute/sync", json!({"script": script, "args": []})).unwrap()
+    }
+
+    /// Presses one key (a WebDriver key code) on whatever has the focus.
+    fn press(&self, key: &str) {
+        let keys = json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+            {"type": "keyDown", "value": key}, {"type": "keyUp", "value": key}]}]});
+        self.cmd("POST", "/actions", keys).unwrap();
+    }
+
+    /// Clears an input and types `text` into it.
+    fn fill(&self, css: &str, text: &str) {
+        let el = self.wait(css, |_| true);
+        self.cmd("POST", &format!("/element/{el}/clear"), json!({})).unwrap();
+        self.type_in(&el, text);
+    }
+
+    /// Signs out (when signed in) and signs in with `token`.
+    fn sign_in(&self, token: &str, name: &str) {
+        if self.js("return document.getElementById('signout').hidden") == json!(false) {
+            self.click_when("#signout", |_| true);
+        }
+        let input = self.wait("input#token", |_| true);
+        self.type_in(&input, &format!("{token}\u{E007}"));
+        self.wait("[data-testid=whoami]", |t| t.contains(name));
+    }
+
+    /// Every input, select and textarea on the page that has no label: their ids.
+    fn unlabelled(&self) -> Value {
+        self.js(
+            "return [...document.querySelectorAll('input, select, textarea')]\
+               .filter(e => e.type !== 'hidden' && !e.closest('[hidden]'))\
+               .filter(e => !(e.id && document.querySelector(`label[for=\"${e.id}\"]`)) && !e.getAttribute('aria-label') && !e.closest('label'))\
+               .map(e => e.id || e.outerHTML)",
+        )
+    }
+
+    /// A screenshot of the window scrolled to one element (a section of a page).
+    fn shot_of(&self, dir: &Path, css: &str, name: &str) -> PathBuf {
+        self.wait(css, |_| true);
+        let css = serde_json::to_string(css).unwrap();
+        self.js(&format!("document.querySelector({css}).scrollIntoView(); return null"));
+        self.screenshot(dir, name)
     }
 
     fn screenshot(&self, dir: &Path, name: &str) -> PathBuf {
@@ -219,6 +275,7 @@ fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
     browser.type_in(&input, &format!("{vera}\u{E007}"));
     browser.wait("[data-testid=whoami]", |t| t.contains("vera") && t.contains("viewer"));
     browser.go(&format!("{base}/#/operations/{other}"));
+    browser.wait("[data-testid=op-id]", |t| t == other);
     browser.wait("[data-testid=gate][data-gate=approve-hello]", |t| t.contains("Needs one of the roles sre"));
     assert!(browser.find("button[data-testid=gate-option]").is_none(), "a viewer sees no answer button");
     browser.screenshot(&shots, "operation-viewer");
@@ -279,4 +336,307 @@ fn the_ui_files_are_served_with_a_content_security_policy_and_no_inline_script()
     let op = api.call("GET", &format!("/api/v1/operations/{id}"), Some(&sam), "", &[]).body;
     assert_eq!(op["stages"], json!([{"id": "greet", "name": "Greet", "jobs": ["say-hello"]}]));
     assert!(api.state.wait_idle(Duration::from_secs(30)));
+}
+
+/// The issue's story in the browser: an operator files an intent from the form generated from
+/// the template's parameter schema, previews the plan and applies it; an SRE answers its gate and
+/// watches the run fail; a second SRE proposes a patch; a viewer sees the patch but no approve
+/// button, and the viewer's forged approval is refused; the first SRE reviews the diff and the
+/// Reviewer's findings and approves with the keyboard; the operation completes; the resource it
+/// made is on the resources page. Screenshots of every main page are written out.
+#[test]
+fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser() {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        eprintln!("SKIPPED the UI test: chromium/chromedriver not installed ({CHROMIUM}, {CHROMEDRIVER})");
+        return;
+    }
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let api = Api::new("");
+    let sam = api.token("sam", &["operator"]); // files the intent
+    let bob = api.token("bob", &["sre"]); // answers the gate, approves the patch
+    let ada = api.token("ada", &["sre"]); // proposes the patch
+    let vera = api.token("vera", &["viewer"]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let base = format!("http://{addr}");
+
+    let browser = Browser::start();
+    browser.go(&format!("{base}/"));
+    browser.sign_in(&sam, "sam");
+    // The new operation form: pack, action, and the template's parameters with their defaults.
+    browser.click_when("#nav-new", |_| true);
+    browser.wait("#new-pack", |t| t.contains("hello@1.0.0"));
+    browser.wait("[data-testid=param][data-param=word]", |t| t.contains("word") && t.contains("string"));
+    let word = browser.wait("input#param-word", |_| true);
+    assert_eq!(browser.js("return document.getElementById('param-word').value"), "hello", "the default is filled in");
+    assert_eq!(browser.unlabelled(), json!([]), "every control of the form has a label");
+    browser.fill("#new-name", "uistory");
+    browser.cmd("POST", &format!("/element/{word}/clear"), json!({})).unwrap();
+    browser.type_in(&word, "bye");
+    browser.click_when("#preview-btn", |_| true);
+    browser.wait("[data-testid=preview-text]", |t| t.contains("Plan hello.install") && t.contains("approve-hello"));
+    browser.screenshot(&shots, "new-operation-preview");
+    assert!(api.state.store().unwrap().operations(&Default::default()).unwrap().is_empty(), "a preview runs nothing");
+    browser.click_when("[data-testid=apply]", |t| t.contains("Apply"));
+    let id = browser.wait("[data-testid=op-id]", |t| t.starts_with("op-"));
+    let id = browser.text(&id);
+    browser.wait("[data-testid=op-detail]", |t| t.contains("waiting for gate approve-hello"));
+    // The operator may not answer this gate: no button, the reason why.
+    browser.wait("[data-testid=gate][data-gate=approve-hello]", |t| t.contains("Needs one of the roles sre"));
+    let (_, op) = http(addr, "GET", &format!("/api/v1/operations/{id}"), &sam, "");
+    assert_eq!(op["intent"]["parameters"]["word"], "bye", "{op}");
+    assert_eq!(op["actor"], "user:sam");
+
+    // The SRE answers the gate and watches the run fail its evidence.
+    browser.sign_in(&bob, "bob");
+    browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
+    browser.click_when("button[data-gate=approve-hello][data-option=approve]", |t| t == "approve");
+    browser.wait("[data-testid=op-state]", |t| t == "failed");
+    browser.wait("[data-testid=stage][data-stage=greet]", |t| t.contains("0 of 1 jobs done") && t.contains("failed"));
+    assert!(browser.find("#op-retry").is_some(), "an SRE may retry a failed run");
+    browser.screenshot(&shots, "operation-simple");
+    // The DAG with live states, and the capability graph.
+    browser.wait("[data-testid=dag-node][data-node=say-hello][data-state=failed]", |_| true);
+    browser.wait("[data-testid=dag-node][data-node=approve-hello][data-state=answered]", |_| true);
+    browser.shot_of(&shots, "#sec-dag", "dag");
+    browser.shot_of(&shots, "#sec-caps", "capability-graph");
+    // Advanced mode: the job's contract, attempts, evidence and its log.
+    browser.click_when("#mode-toggle", |t| t == "Advanced view");
+    browser.wait("tr[data-job=say-hello]", |t| {
+        t.contains("failed")
+            && t.contains("greeting_written: failed")
+            && t.contains("provides")
+            && t.contains("hello.greeting")
+    });
+    browser.click_when("#logs-say-hello", |_| true);
+    browser.wait("tr[data-job=say-hello] [data-testid=logs]", |t| t.contains("attempt 1"));
+    browser.screenshot(&shots, "operation-advanced");
+    assert_eq!(browser.unlabelled(), json!([]), "every control of the operation page has a label");
+
+    // A second SRE proposes the patch; everyone sees it live.
+    let fix = "plan_patch:\n  reason: the greeting must be hello\n  changes:\n    - set_parameters: {parameters: {word: hello}}\n    - retry: {job: say-hello}\n  approval: {required: true, roles: [sre]}\n";
+    let (status, proposed) = http(addr, "POST", &format!("/api/v1/operations/{id}/patches"), &ada, fix);
+    assert_eq!(status, 200, "{proposed}");
+    browser.wait("[data-testid=patch][data-patch=p1]", |t| t.contains("waiting_for_approval"));
+
+    // A viewer sees the patch, its diff and findings, and no approve button; a forged approval
+    // is refused.
+    browser.sign_in(&vera, "vera");
+    browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
+    browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-diff]", |t| t.contains("parameter word"));
+    browser.wait("[data-testid=patch-not-yours]", |t| t.contains("approve_patches"));
+    assert!(browser.find("button[data-testid=gate-option]").is_none(), "a viewer sees no approve button");
+    assert!(browser.find("#op-retry").is_none() && browser.find("#op-cancel").is_none(), "nor controls");
+    browser.screenshot(&shots, "patch-review-viewer");
+    let (_, op) = http(addr, "GET", &format!("/api/v1/operations/{id}"), &vera, "");
+    let forged = json!({"option": "approve patch", "revision": op["plan_revision"]}).to_string();
+    let (status, body) = http(addr, "POST", &format!("/api/v1/operations/{id}/gates/patch-p1/answer"), &vera, &forged);
+    assert_eq!(status, 403, "{body}");
+
+    // The author may not approve their own patch: no button for ada either.
+    browser.sign_in(&ada, "ada");
+    browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
+    browser.wait("[data-testid=patch-own]", |t| t.contains("another person must approve"));
+
+    // The first SRE reviews the diff and findings and approves with the keyboard alone.
+    browser.sign_in(&bob, "bob");
+    browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
+    browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-diff]", |t| {
+        t.contains("~ parameter word: \"bye\" -> \"hello\"") && t.contains("↻ retry say-hello")
+    });
+    browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-findings]", |t| !t.is_empty());
+    browser.wait("button[data-gate=patch-p1][data-option='approve patch']", |t| t == "approve patch");
+    browser.shot_of(&shots, "#sec-patches", "patch-review");
+    let focused = || browser.js("return document.activeElement && document.activeElement.dataset.option || ''");
+    let mut tabs = 0;
+    while focused() != "approve patch" {
+        browser.press("\u{E004}"); // Tab
+        tabs += 1;
+        assert!(tabs < 80, "the approve button is not reachable with Tab");
+    }
+    browser.press("\u{E007}"); // Enter
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+    browser.wait("[data-testid=patch][data-patch=p1]", |t| t.contains("approved") && t.contains("user:bob"));
+    browser.wait("[data-testid=dag-node][data-node=say-hello][data-state=succeeded]", |_| true);
+    browser.screenshot(&shots, "operation-completed");
+    let (_, op) = http(addr, "GET", &format!("/api/v1/operations/{id}"), &sam, "");
+    assert_eq!(op["state"], "completed", "{op}");
+    assert_eq!(std::fs::read_to_string(api.dir.join("data/lab/greeting-uistory")).unwrap(), "hello");
+
+    // The resources page: the resource the operation made, and the operation that explains it.
+    let resource = op["resource"].as_str().expect("the operation names its resource").to_string();
+    browser.click_when("#nav-resources", |_| true);
+    browser.wait(&format!("tr[data-testid=resource-row][data-id='{resource}']"), |t| t.contains(&id));
+    browser.screenshot(&shots, "resources");
+    browser.click_when(&format!("tr[data-id='{resource}'] a"), |_| true);
+    browser.wait("[data-testid=resource-ops]", |t| t.contains(&id) && t.contains("completed"));
+    browser.screenshot(&shots, "resource");
+
+    drop(browser);
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}
+
+/// A pack with secret parameters, a secret and an internal artifact, and a requirement the world
+/// inventory answers: one candidate bound, two rejected with their reasons.
+const VAULT: &[(&str, &str)] = &[
+    (
+        "vault/pack.yaml",
+        "scenario_pack:\n  id: vault\n  version: 1.0.0\n  title: Vault\n  resource_types: [vault.thing]\n  actions: [run]\n  requires: [{capability: kv.store}]\n  plan_templates: [{id: vault.run}]\n",
+    ),
+    (
+        "vault/templates.yaml",
+        "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true, required: true, description: the database password}\n    size: {type: integer, default: 3}\n    tier: {type: string, enum: [small, large], default: small}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n",
+    ),
+    (
+        "vault/jobs.yaml",
+        r#"job:
+  id: make-token
+  outputs: {artifacts: [token, notes]}
+  run:
+    command: |
+      printf 'ART%s' "${OPSGRAPH_PARAM_DB_PASSWORD#PW}" > "$OPSGRAPH_OUT/token"
+      printf 'notes of %s, size %s, tier %s' "$OPSGRAPH_INTENT_NAME" "$OPSGRAPH_PARAM_SIZE" "$OPSGRAPH_PARAM_TIER" > "$OPSGRAPH_OUT/notes"
+---
+job:
+  id: use-token
+  inputs: {requires: {artifacts: [token]}}
+  outputs: {provides: {capabilities: [vault.used]}, evidence: [token_readable]}
+  run: {command: "true"}
+"#,
+    ),
+    (
+        "vault/evidence.yaml",
+        "evidence:\n  - {id: token_readable, source: command, command: 'cat \"$OPSGRAPH_ARTIFACT_TOKEN\"', contains: CANARY}\n",
+    ),
+    (
+        "vault/artifacts.yaml",
+        "artifact: {id: token, type: token, sensitivity: secret, visible_to_roles: [platform_admin]}\n---\nartifact: {id: notes, type: notes, sensitivity: internal}\n",
+    ),
+    (
+        "world/kv.yaml",
+        "resource: {type: kv, name: good, environment: dev, health: healthy, status: running, provides: [kv.store]}\n---\nresource: {type: kv, name: broken, environment: dev, health: error, status: running, provides: [kv.store]}\n---\nresource: {type: kv, name: prodbox, environment: prod, health: healthy, status: running, provides: [kv.store]}\n",
+    ),
+];
+
+/// Secret parameters are password inputs and never shown; the capability graph shows the binding
+/// and each rejected candidate's reason; an internal artifact is shown to a viewer, a secret one
+/// only revealed by an allowed role, and the reveal is audited.
+#[test]
+fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_binding() {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        eprintln!("SKIPPED the UI test: chromium/chromedriver not installed ({CHROMIUM}, {CHROMEDRIVER})");
+        return;
+    }
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let dir = crate::support::temp_dir(VAULT);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let state = opsgraph::serve_cmd::state(
+        &data,
+        &[dir.join("vault").display().to_string()],
+        &[dir.join("world").display().to_string()],
+    )
+    .expect("server state");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let api = Api { dir, state, rt };
+    let ada = api.token("ada", &["platform_admin"]);
+    let vera = api.token("vera", &["viewer"]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let base = format!("http://{addr}");
+    let password = "PW-CANARY-ui";
+    let artifact = "ART-CANARY-ui";
+
+    let browser = Browser::start();
+    browser.go(&format!("{base}/#/new"));
+    browser.sign_in(&ada, "ada");
+    // The form from the schema: a secret is a password input, an integer a number, an enum a list.
+    browser.wait("[data-testid=param][data-param=db_password]", |t| t.contains("required, secret"));
+    assert!(browser.find("input#param-db_password[type=password][required]").is_some());
+    assert!(browser.find("input#param-size[type=number]").is_some());
+    assert!(browser.find("select#param-tier").is_some());
+    assert_eq!(browser.unlabelled(), json!([]));
+    browser.fill("#new-name", "v-ui");
+    browser.fill("#param-db_password", password);
+    browser.fill("#param-size", "5");
+    // Without a required value the browser does not send the form; with it, the preview.
+    browser.click_when("#preview-btn", |_| true);
+    browser.wait("[data-testid=preview-text]", |t| t.contains("Plan vault.run") && t.contains("kv.store"));
+    browser.click_when("[data-testid=apply]", |_| true);
+    let id = browser.wait("[data-testid=op-id]", |t| t.starts_with("op-"));
+    let id = browser.text(&id);
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+
+    // The capability graph: bound to kv/good; the others rejected, each with its reason.
+    browser.wait("tr[data-testid=capability][data-capability='kv.store']", |t| {
+        t.contains("bind")
+            && t.contains("kv/good")
+            && t.contains("kv/broken")
+            && t.contains("health is error")
+            && t.contains("kv/prodbox")
+    });
+    browser.shot_of(&shots, "#sec-caps", "capability-graph-bound");
+    // The notes are shown; the secret token only after a reveal, with a reason, audited.
+    browser.wait("tr[data-artifact=token][data-sensitivity=secret]", |t| t.contains("Reveal"));
+    browser.click_when("tr[data-artifact=notes] button", |t| t.contains("Show"));
+    browser.wait("tr[data-artifact=notes] [data-testid=artifact-content]", |t| {
+        t.contains("notes of v-ui, size 5, tier small")
+    });
+    let page = browser.js("return document.body.innerText").to_string();
+    assert!(!page.contains(password) && !page.contains(artifact), "no secret on the page before a reveal");
+    browser.fill("#reason-make-token-token", "rotate the db user");
+    browser.click_when("#reveal-make-token-token", |_| true);
+    browser.wait("tr[data-artifact=token] [data-testid=artifact-content]", |t| {
+        t.contains(artifact) && t.contains("audit")
+    });
+    browser.shot_of(&shots, "#sec-artifacts", "artifacts-revealed");
+    let audit = api.audit();
+    assert!(audit.iter().any(|a| a.starts_with("user:ada artifact.reveal")), "{audit:?}");
+
+    // An intent without the required secret: its run waits at a missing-input gate, answered
+    // with a value typed from the parameter's schema (a password input).
+    let intent = json!({"intent": {"target_resource_type": "vault.thing", "action": "run", "name": "v-two", "environment": "dev"}});
+    let (status, created) = http(addr, "POST", "/api/v1/operations", &ada, &intent.to_string());
+    assert_eq!(status, 201, "{created}");
+    let second = created["id"].as_str().unwrap().to_string();
+    browser.go(&format!("{base}/#/operations/{second}"));
+    browser.wait("[data-testid=op-id]", |t| t == second);
+    browser.wait("[data-testid=gate][data-gate=input-db-password]", |t| t.contains("missing_input"));
+    let value = "input#gate-value-input-db-password-db_password[type=password]";
+    browser.fill(value, "PW-CANARY-two");
+    browser.click_when("button[data-gate=input-db-password][data-option='provide a value']", |_| true);
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+    let (_, gates) = http(addr, "GET", &format!("/api/v1/operations/{second}/gates"), &ada, "");
+    assert_eq!(gates["gates"][0]["value"], json!({"secret": "sealed"}), "{gates}");
+
+    // A viewer: the operation's parameters and the token stay hidden, no reveal control.
+    browser.sign_in(&vera, "vera");
+    browser.go(&format!("{base}/#/operations/{id}"));
+    browser.wait("[data-testid=op-id]", |t| t == id);
+    browser.wait("tr[data-artifact=token] [data-testid=secret-hidden]", |t| t.contains("not shown"));
+    assert!(browser.find("[data-testid=reveal]").is_none(), "a viewer has no reveal button");
+    browser.click_when("#mode-toggle", |t| t == "Advanced view");
+    browser.wait("tr[data-job='use-token']", |t| t.contains("succeeded") && t.contains("token_readable: passed"));
+    let page = browser.js("return document.body.innerText").to_string();
+    assert!(!page.contains(password) && !page.contains(artifact), "no secret on a viewer's page");
+    browser.screenshot(&shots, "artifacts-viewer");
+    let (status, _) = http(addr, "POST", &format!("/api/v1/operations/{id}/artifacts/token/reveal"), &vera, "{}");
+    assert_eq!(status, 403, "a forged reveal is refused");
+
+    drop(browser);
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
 }
