@@ -263,7 +263,7 @@ pub(crate) fn param_text(v: &serde_json::Value) -> String {
 }
 
 /// Renders `{placeholder}`s of an idempotency key; unknown ones stay as written.
-pub(crate) fn render_key(template: &str, values: &BTreeMap<String, String>) -> String {
+pub fn render_key(template: &str, values: &BTreeMap<String, String>) -> String {
     let mut out = String::new();
     let mut rest = template;
     while let Some(start) = rest.find('{') {
