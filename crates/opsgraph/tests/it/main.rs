@@ -6,6 +6,7 @@ mod builders;
 mod bundled;
 mod crash;
 mod documents;
+mod faults;
 mod gates;
 mod intervene;
 mod lab;
