@@ -12,13 +12,13 @@ use serde_json::{json, Value};
 
 use crate::server::{http, intent, Api};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+pub(crate) const CHROMIUM: &str = "/usr/bin/chromium";
+pub(crate) const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The W3C WebDriver key of an element reference.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A chromedriver child process and one browser session on it; both end on drop.
-struct Browser {
+pub(crate) struct Browser {
     driver: Child,
     base: String,
     session: String,
@@ -26,7 +26,7 @@ struct Browser {
 }
 
 impl Browser {
-    fn start() -> Browser {
+    pub(crate) fn start() -> Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
@@ -81,7 +81,7 @@ impl Browser {
         self.call(method, &format!("/session/{}{path}", self.session), Some(body))
     }
 
-    fn go(&self, url: &str) {
+    pub(crate) fn go(&self, url: &str) {
         self.cmd("POST", "/url", json!({ "url": url })).unwrap();
     }
 
@@ -98,7 +98,7 @@ impl Browser {
     }
 
     /// Waits for an element matching `css` whose text satisfies `ok`; its reference.
-    fn wait(&self, css: &str, ok: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait(&self, css: &str, ok: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(el) = self.find(css) {
@@ -127,7 +127,7 @@ impl Browser {
 
     /// Waits for `css` (text satisfying `ok`) and clicks it; again when a live update replaced
     /// the element in between.
-    fn click_when(&self, css: &str, ok: impl Fn(&str) -> bool) {
+    pub(crate) fn click_when(&self, css: &str, ok: impl Fn(&str) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let el = self.wait(css, &ok);
@@ -144,7 +144,7 @@ impl Browser {
     }
 
     /// Runs `script` in the page; its return value.
-    fn js(&self, script: &str) -> Value {
+    pub(crate) fn js(&self, script: &str) -> Value {
         self.cmd("POST", "/execute/sync", json!({"script": script, "args": []})).unwrap()
     }
 
@@ -163,7 +163,7 @@ impl Browser {
     }
 
     /// Signs out (when signed in) and signs in with `token`.
-    fn sign_in(&self, token: &str, name: &str) {
+    pub(crate) fn sign_in(&self, token: &str, name: &str) {
         if self.js("return document.getElementById('signout').hidden") == json!(false) {
             self.click_when("#signout", |_| true);
         }
