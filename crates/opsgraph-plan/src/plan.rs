@@ -312,6 +312,18 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         Some(r) => format!("{job}@{}", r.name),
         None => job.to_string(),
     };
+    // Counted before a single instance is made: a template of many jobs over a wide scope must
+    // be refused at its limit, not after it has filled memory with instance ids.
+    let total: usize = jobs
+        .iter()
+        .map(|(_, scope)| match scope {
+            Some(s) => scopes.get(s).map_or(0, |rs| rs.len()),
+            None => 1,
+        })
+        .fold(0usize, usize::saturating_add);
+    if total > MAX_INSTANCES {
+        return Err(vec![limit("job instances of the plan", MAX_INSTANCES, total)]);
+    }
     // (job id) -> [(resource id, instance id)]
     let mut instances: HashMap<&str, Vec<(Option<&str>, String)>> = HashMap::new();
     for (job, scope) in &jobs {
@@ -323,10 +335,6 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             None => vec![(None, job.id.clone())],
         };
         instances.insert(job.id.as_str(), list);
-    }
-    let total: usize = instances.values().map(Vec::len).sum();
-    if total > MAX_INSTANCES {
-        return Err(vec![limit("job instances of the plan", MAX_INSTANCES, total)]);
     }
 
     // (job id, resource id) -> instance id, for edges between instances on the same resource.

@@ -11,6 +11,7 @@ mod gates;
 mod intervene;
 mod lab;
 mod lifecycle;
+mod limits;
 mod manage;
 mod packs;
 mod patch;
