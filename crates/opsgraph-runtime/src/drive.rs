@@ -635,7 +635,7 @@ impl Runtime {
         }
         // Plaintext copies of secrets a crashed driver left behind.
         let _ = std::fs::remove_dir_all(run_dir.join("secrets"));
-        let mut workers = Workers::new(tx);
+        let mut workers = Workers::new(tx.clone());
         // The operation row as last read, with the store's data version and this runtime's count of
         // operation writes at that moment: while neither changed, nobody changed the row (pause,
         // cancel and gate answers from other processes change the data version).
@@ -899,7 +899,13 @@ impl Runtime {
                 crate::failpoint::hit("attempts.recorded");
                 cache.extend(started.into_iter().map(|j| (j.id.clone(), j)));
                 for task in tasks {
-                    workers.run(task, in_flight.len());
+                    if task.is_trivial() {
+                        // Nothing to run, check or collect: its result is known now, without a
+                        // thread (the no-op job type; it still went through the attempt record).
+                        let _ = tx.send(jobs::run(task));
+                    } else {
+                        workers.run(task, in_flight.len());
+                    }
                 }
             }
 
