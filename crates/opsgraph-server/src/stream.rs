@@ -2,12 +2,14 @@
 //! feeds a bounded channel; the response body reads it. Each event carries its timeline `seq` as
 //! its id, so a client that reconnects with `Last-Event-ID` gets exactly what it missed: seqs are
 //! assigned in commit order by the one writer, so nothing commits behind an id already sent.
+//! A stream lasts at most `limits.event_stream_duration`: then it ends cleanly with an
+//! `event: reconnect` naming the last id sent, and the client resumes from there.
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -84,8 +86,12 @@ pub(crate) fn start(state: &AppState, operation: Option<String>, after: i64) -> 
 }
 
 /// Reads new timeline entries and sends them until the client goes away, the server shuts down,
-/// or (one operation) the operation is terminal and every entry was sent.
+/// (one operation) the operation is terminal and every entry was sent, or the stream is as old
+/// as `limits.event_stream_duration` (then `event: reconnect`, whose `last_event_id` is the id
+/// to resume after).
 fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Sender<Event>) {
+    let limit = state.0.limits.event_stream_duration;
+    let deadline = Instant::now() + limit;
     let store = match state.store() {
         Ok(s) => s,
         Err(e) => {
@@ -127,14 +133,25 @@ fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Se
             }
             after = entry.seq;
         }
-        if full {
-            continue;
+        if !full {
+            if let (Some(id), Some(state)) = (operation, terminal) {
+                let end = json!({"operation": id, "state": state, "last_event_id": after});
+                let _ = tx.blocking_send(Event::default().event("end").data(end.to_string()));
+                return;
+            }
         }
-        if let (Some(id), Some(state)) = (operation, terminal) {
-            let end = json!({"operation": id, "state": state, "last_event_id": after});
-            let _ = tx.blocking_send(Event::default().event("end").data(end.to_string()));
+        let now = Instant::now();
+        if now >= deadline {
+            // No id: the client's last id stays the last entry it got.
+            let data = json!({
+                "reason": format!("the stream is {} s old, the most limits.event_stream_duration allows: reconnect with Last-Event-ID", limit.as_secs_f64()),
+                "last_event_id": after,
+            });
+            let _ = tx.blocking_send(Event::default().event("reconnect").data(data.to_string()));
             return;
         }
-        std::thread::sleep(POLL);
+        if !full {
+            std::thread::sleep(POLL.min(deadline - now));
+        }
     }
 }

@@ -293,6 +293,90 @@ fn event_streams_are_limited_and_end_when_the_server_shuts_down() {
     first.read_to_end(&mut rest).unwrap(); // the server closed it
 }
 
+/// `limits.event_stream_duration`: a stream that lasts that long is ended by the server, cleanly
+/// (an `event: reconnect` naming the last id sent, then the chunked body's last chunk), and a
+/// client that reconnects with `Last-Event-ID` each time gets every entry once, in order, across
+/// as many reconnections as it takes; the slots of ended streams are given back.
+#[test]
+fn a_stream_ends_cleanly_at_its_maximum_duration_and_resumes_without_loss_or_duplicates() {
+    let Api { dir, state, rt } = Api::new("");
+    let limit = Duration::from_millis(700);
+    let state = state.with_limits(opsgraph_server::Limits { event_stream_duration: limit, ..Default::default() });
+    let api = Api { dir, state, rt };
+    let sam = api.token("sam", &["operator"]);
+    let bob = api.token("bob", &["sre"]);
+    let admin = api.token("ada", &["platform_admin"]);
+    let server = Server::start(&api);
+    let addr = server.addr;
+    let id =
+        http(addr, "POST", "/api/v1/operations", &sam, &[], &intent("d1")).json()["id"].as_str().unwrap().to_string();
+    let op = wait_for(addr, &id, &sam, "paused: waiting for gate approve-hello");
+    let path = format!("/api/v1/operations/{id}/events");
+
+    // One connection: the entries so far, then `reconnect` once the limit is reached, then the
+    // end of the body (not a reset).
+    let started = Instant::now();
+    let mut s = send(addr, "GET", &path, &sam, &[("Accept", "text/event-stream")], "");
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes).unwrap();
+    let took = started.elapsed();
+    assert!(took >= limit && took < limit + Duration::from_secs(5), "{took:?}");
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    assert!(text.ends_with("\r\n0\r\n\r\n"), "the body ends with its last chunk: {text:?}");
+    let first = events(&parse(&text).body);
+    let (reconnect, sent) = first.split_last().unwrap();
+    assert_eq!(reconnect.event.as_deref(), Some("reconnect"), "{first:#?}");
+    assert_eq!((reconnect.id, &reconnect.data["last_event_id"]), (None, &json!(sent.last().unwrap().id.unwrap())));
+    assert!(reconnect.data["reason"].as_str().unwrap().contains("limits.event_stream_duration"), "{reconnect:?}");
+    assert!(sent.iter().all(|e| e.event.is_none() && e.id.is_some()), "{first:#?}");
+
+    // A client that follows the operation to its end: the gate is answered while it reconnects.
+    let answer = {
+        let (id, bob, revision) = (id.clone(), bob.clone(), op["plan_revision"].clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            let body = json!({"option": "approve", "revision": revision}).to_string();
+            http(addr, "POST", &format!("/api/v1/operations/{id}/gates/approve-hello/answer"), &bob, &[], &body)
+        })
+    };
+    let mut seen = ids(sent);
+    let mut reconnections = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let last = seen.last().unwrap().to_string();
+        let (raw, got) = stream(addr, &path, &sam, &[("Last-Event-ID", &last)]);
+        assert_eq!(raw.status, 200, "{}", raw.body);
+        let (tail, entries) = got.split_last().unwrap();
+        seen.extend(ids(entries));
+        match tail.event.as_deref() {
+            Some("reconnect") => {
+                assert_eq!(tail.data["last_event_id"], json!(seen.last().unwrap()), "{got:#?}");
+                reconnections += 1;
+            }
+            Some("end") => break,
+            other => panic!("a stream ended with {other:?}: {got:#?}"),
+        }
+        assert!(Instant::now() < deadline, "the operation never ended: {seen:?}");
+    }
+    assert_eq!(answer.join().unwrap().status, 200);
+    assert!(reconnections >= 2, "{reconnections}");
+    let timeline = http(addr, "GET", &format!("/api/v1/operations/{id}/timeline"), &sam, &[], "").json();
+    let seqs: Vec<i64> = timeline["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seen, seqs, "every entry once, in order, across {reconnections} reconnections");
+
+    // The stream of all operations has the limit too; every ended stream gave its slot back.
+    let (raw, all) = stream(addr, "/api/v1/events", &sam, &[]);
+    assert_eq!(raw.status, 200);
+    assert_eq!(ids(&all[..all.len() - 1]), seqs);
+    assert_eq!(all.last().unwrap().event.as_deref(), Some("reconnect"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !http(addr, "GET", "/metrics", &admin, &[], "").body.contains("\nopsgraph_event_streams 0\n") {
+        assert!(Instant::now() < deadline, "the streams' slots were not given back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(server);
+}
+
 /// Each line of a text exposition: a comment, or `name{labels} value` with a valid name, quoted
 /// label values and a number. Returns the samples.
 fn prometheus(text: &str) -> Vec<(String, Value, f64)> {
