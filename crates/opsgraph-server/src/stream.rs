@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use opsgraph_plan::lifecycle::{is_terminal, state_name};
+use opsgraph_store::{JobState, OperationRecord, Store};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -103,11 +104,13 @@ fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Se
         if tx.is_closed() || state.0.closing.load(Ordering::SeqCst) {
             return;
         }
-        // The state is read before the entries: when it is terminal here, its last entry is in
-        // what the next queries return.
+        // The state and the jobs are read before the entries: when the operation is terminal and
+        // settled here, its last entry is in what the next queries return.
         let terminal = match operation {
             Some(id) => match store.operation(id) {
-                Ok(Some(op)) => is_terminal(&op.state).then(|| state_name(op.state.kind())),
+                Ok(Some(op)) => {
+                    (is_terminal(&op.state) && settled(state, &*store, &op)).then(|| state_name(op.state.kind()))
+                }
                 Ok(None) => return,
                 Err(e) => {
                     tracing::warn!(operation = id, error = %e, "event stream: reading the operation failed");
@@ -154,4 +157,38 @@ fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Se
             std::thread::sleep(POLL.min(deadline - now));
         }
     }
+}
+
+/// Whether nothing more will be written about a terminal operation. A cancelled run's attempts
+/// are stopped after its `cancel` entry, each then recorded with a `job_cancelled` entry (in the
+/// transaction of its job record): until then the stream goes on. An attempt left `running` by
+/// a crash stays so, and nobody drives its operation: then it is settled too.
+fn settled(state: &AppState, store: &dyn Store, op: &OperationRecord) -> bool {
+    match store.jobs(&op.id) {
+        Ok(jobs) if jobs.iter().all(|j| j.state != JobState::Running) => true,
+        Ok(_) => !driven(state, store, op),
+        Err(e) => {
+            tracing::warn!(operation = %op.id, error = %e, "event stream: reading the jobs failed");
+            true
+        }
+    }
+}
+
+/// Whether a driver of this server runs the operation: its own, or the one of an operation it
+/// belongs to (sub-operations are driven by their root's driver).
+fn driven(state: &AppState, store: &dyn Store, op: &OperationRecord) -> bool {
+    let mut id = Some(op.id.clone());
+    let mut parent = op.parent.clone();
+    for _ in 0..64 {
+        let Some(this) = id else { return false };
+        if state.0.drivers.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&this) {
+            return true;
+        }
+        id = parent.take();
+        parent = match &id {
+            Some(p) => store.operation(p).ok().flatten().and_then(|o| o.parent),
+            None => None,
+        };
+    }
+    false
 }

@@ -377,6 +377,49 @@ fn a_stream_ends_cleanly_at_its_maximum_duration_and_resumes_without_loss_or_dup
     drop(server);
 }
 
+/// A cancelled run's attempts are stopped and recorded (`job_cancelled`) after the operation's
+/// own `cancel` entry: its stream ends only once they are sent, so a follower sees the job
+/// cancelled too, not still running.
+#[test]
+fn the_stream_of_a_cancelled_run_ends_after_its_stopped_jobs() {
+    let dir = temp_dir(crate::ui::STEPS);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let state = opsgraph::serve_cmd::state(&data, &[dir.join("steps").display().to_string()], &[]).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let api = Api { dir, state, rt };
+    let sam = api.token("sam", &["operator"]);
+    let server = Server::start(&api);
+    let addr = server.addr;
+    let intent = "intent:\n  target_resource_type: steps.app\n  action: run\n  name: c1\n  environment: dev\n";
+    let id = http(addr, "POST", "/api/v1/operations", &sam, &[], intent).json()["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http(addr, "GET", &format!("/api/v1/operations/{id}"), &sam, &[], "").json()["jobs"][0]["state"] != "running"
+    {
+        assert!(Instant::now() < deadline, "the job never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let live = {
+        let (id, sam) = (id.clone(), sam.clone());
+        std::thread::spawn(move || stream(addr, &format!("/api/v1/operations/{id}/events"), &sam, &[]))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let r = http(addr, "POST", &format!("/api/v1/operations/{id}/cancel"), &sam, &[], "{}");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (_, live) = live.join().unwrap();
+    let (end, sent) = live.split_last().unwrap();
+    assert_eq!((end.event.as_deref(), &end.data["state"]), (Some("end"), &json!("cancelled")), "{live:#?}");
+    let events: Vec<&str> = sent.iter().map(|e| e.data["event"].as_str().unwrap()).collect();
+    let cancel = events.iter().position(|e| *e == "cancel").expect("the cancel entry");
+    assert!(events[cancel..].contains(&"job_cancelled"), "{events:?}");
+    let timeline = http(addr, "GET", &format!("/api/v1/operations/{id}/timeline"), &sam, &[], "").json();
+    let seqs: Vec<i64> = timeline["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(ids(sent), seqs);
+    let op = http(addr, "GET", &format!("/api/v1/operations/{id}"), &sam, &[], "").json();
+    assert_eq!(op["jobs"][0]["state"], "cancelled", "{op}");
+    drop(server);
+}
+
 /// Each line of a text exposition: a comment, or `name{labels} value` with a valid name, quoted
 /// label values and a number. Returns the samples.
 fn prometheus(text: &str) -> Vec<(String, Value, f64)> {

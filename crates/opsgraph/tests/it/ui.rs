@@ -659,7 +659,7 @@ fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_bin
 /// A pack of two stages: `wait-for-go` runs until the test creates `go-<name>` in the lab
 /// directory (so a run stays running as long as the test needs), then `say-hello` writes the
 /// greeting its evidence expects to be `hello`. No gate: an operator's intent runs at once.
-const STEPS: &[(&str, &str)] = &[
+pub(crate) const STEPS: &[(&str, &str)] = &[
     (
         "steps/pack.yaml",
         "scenario_pack:\n  id: steps\n  version: 1.0.0\n  title: Steps\n  resource_types: [steps.app]\n  actions: [run]\n  provides: [steps.greeting]\n  plan_templates: [{id: steps.run}]\n",
