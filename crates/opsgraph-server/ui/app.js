@@ -110,8 +110,9 @@ function showSignIn() {
 // ---- Event streams: fetch + ReadableStream (EventSource cannot send the token) ----
 
 // What the open stream received: every event id in the order it arrived and how often the
-// stream was resumed. The live indicator shows it; the browser test reads it.
-const live = { ids: [], reconnects: 0 };
+// stream was resumed. The live indicator shows it; the browser test reads it. Each stream has
+// its own record, so one being stopped cannot write into the next one's.
+let live = { ids: [], reconnects: 0 };
 
 function showLive(text, state) {
   const el = $("live");
@@ -136,8 +137,8 @@ async function follow(path, onEvent, gen) {
   stopStream();
   const ctl = new AbortController();
   stream = ctl;
-  live.ids = [];
-  live.reconnects = 0;
+  const rec = (live = { ids: [], reconnects: 0 });
+  const show = (text, state) => { if (stream === ctl) showLive(text, state); };
   let last = null;
   let delay = 500;
   let connected = 0;
@@ -150,16 +151,16 @@ async function follow(path, onEvent, gen) {
       const r = await fetch(path, { headers, signal: ctl.signal, cache: "no-store" });
       if (r.status === 401 || r.status === 403 || r.status === 404) {
         status(`The live updates were refused (${r.status}).`, true);
-        showLive("Not live", "refused");
+        show("Not live", "refused");
         return;
       }
       if (r.ok && r.body) {
         connected += 1;
         if (connected > 1) {
-          live.reconnects += 1;
+          rec.reconnects += 1;
           onEvent("reconnected", "{}");
         }
-        showLive("Live", "live");
+        show("Live", "live");
         delay = 500;
         const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
         let buf = "";
@@ -182,7 +183,7 @@ async function follow(path, onEvent, gen) {
             if (event === "end") ended = true;
             if (event === "reconnect") resume = true;
             if (id !== null) {
-              live.ids.push(Number(id));
+              rec.ids.push(Number(id));
               // Never the same event twice, whatever the server sends.
               if (last !== null && Number(id) <= Number(last)) continue;
               last = id;
@@ -197,10 +198,10 @@ async function follow(path, onEvent, gen) {
     }
     if (ctl.signal.aborted) return;
     if (ended) {
-      showLive("Finished", "ended");
+      show("Finished", "ended");
       return;
     }
-    showLive("Reconnecting…", "reconnecting");
+    show("Reconnecting…", "reconnecting");
     if (resume) continue;
     await new Promise((ok) => setTimeout(ok, delay));
     delay = Math.min(delay * 2, 5000);
@@ -571,11 +572,10 @@ function patchesSection(op, ctx) {
       act);
   });
   // What a person types is kept in `ctx.draft` across live redraws; so is the last answer.
+  // Until the person types, the draft retries the first job that failed now.
   const draft = ctx.draft;
-  if (draft.text === null) {
-    const failed = (op.jobs || []).filter((j) => j.state === "failed").map((j) => j.id);
-    draft.text = `plan_patch:\n  reason: \n  changes:\n    - retry: {job: ${failed[0] || ""}}\n`;
-  }
+  const failedNow = (op.jobs || []).filter((j) => j.state === "failed").map((j) => j.id);
+  const initial = `plan_patch:\n  reason: \n  changes:\n    - retry: {job: ${failedNow[0] || ""}}\n`;
   const result = draft.result
     ? h("p", { id: "patch-result", tabindex: "-1", "data-testid": "patch-result", role: draft.result.ok ? "status" : "alert",
         class: draft.result.ok ? "pass" : "fail" }, draft.result.text)
@@ -583,14 +583,14 @@ function patchesSection(op, ctx) {
   let propose = null;
   if ((op.state === "failed" || op.state === "paused") && may("patch")) {
     const text = h("textarea", { id: "patch-yaml", rows: 8, required: true, spellcheck: "false", "aria-describedby": "patch-help",
-      oninput: () => { draft.text = text.value; } }, draft.text);
+      oninput: () => { draft.text = text.value; } }, draft.text === null ? initial : draft.text);
     propose = h("details", { "data-testid": "propose-patch", open: draft.open, ontoggle: (ev) => { draft.open = ev.target.open; } },
       h("summary", { id: "patch-summary" }, "Propose a plan patch"),
       h("form", { id: "patch-form", onsubmit: async (ev) => {
         ev.preventDefault();
         status("Proposing the patch…");
         try {
-          const r = await api("POST", `/api/v1/operations/${enc(op.id)}/patches`, draft.text);
+          const r = await api("POST", `/api/v1/operations/${enc(op.id)}/patches`, text.value);
           draft.result = { ok: true, text: `Patch ${r.patch} proposed: ${r.detail}.` };
           draft.text = null;
           draft.open = false;

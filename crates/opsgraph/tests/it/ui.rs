@@ -922,11 +922,15 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     assert!(entries.iter().any(|e| e.1 == "user:bob" && e.2 == "verified" && e.3 == "running"), "{entries:?}");
 
     // --- A patch proposed from the page: the word corrected and the job retried.
+    // The page is open before the run fails: the failure arrives live, and the form's draft
+    // names the job that failed then.
     let patched = create("px", "bye");
-    go("px");
-    wait_api(&patched, "failed");
+    wait_job(&patched, "wait-for-go", "running");
     browser.go(&format!("{base}/#/operations/{patched}"));
     browser.wait("[data-testid=op-id]", |t| t == patched);
+    browser.wait("[data-testid=op-state]", |t| t == "running");
+    assert!(browser.find("[data-testid=propose-patch]").is_none(), "no patch form for a running run");
+    go("px");
     browser.wait("[data-testid=op-state]", |t| t == "failed");
     browser.click_when("[data-testid=propose-patch] summary", |_| true);
     let draft = browser.js("return document.getElementById('patch-yaml').value");
