@@ -648,7 +648,11 @@ function controlsSection(op, ctx, paint) {
         onclick: () => { ctx.confirmCancel = true; ctx.focus = "op-cancel-yes"; paint(); } }, "Cancel operation"));
     }
   }
-  return buttons.length ? h("div", { class: "actions", role: "group", "aria-label": "Operation controls", "data-focus-group": "controls" }, buttons) : null;
+  if (!buttons.length) {
+    return terminal ? null : h("p", { class: "muted", "data-testid": "no-controls" },
+      `Your roles (${((me && me.roles) || []).join(", ")}) allow no action on this operation now.`);
+  }
+  return h("div", { class: "actions", role: "group", "aria-label": "Operation controls", "data-focus-group": "controls" }, buttons);
 }
 
 // The evidence checks a job's contract names (what verifies a manual fix of it by default).

@@ -971,6 +971,7 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
         let controls =
             "#op-pause, #op-resume, #op-cancel, #op-retry, [data-testid=intervention], [data-testid=propose-patch]";
         assert!(browser.find(controls).is_none(), "a viewer sees no control on {id}");
+        browser.wait("[data-testid=no-controls]", |t| t.contains("(viewer) allow no action"));
     }
     browser.screenshot(&shots, "operation-viewer-failed");
     let forged = [
