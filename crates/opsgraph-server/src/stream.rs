@@ -131,15 +131,15 @@ fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Se
             let mut data = views::timeline_entry(entry);
             data["operation"] = json!(entry.operation);
             let event = Event::default().id(entry.seq.to_string()).data(data.to_string());
-            if tx.blocking_send(event).is_err() {
+            if !send(state, tx, event, deadline) {
                 return;
             }
             after = entry.seq;
         }
         if !full {
-            if let (Some(id), Some(state)) = (operation, terminal) {
-                let end = json!({"operation": id, "state": state, "last_event_id": after});
-                let _ = tx.blocking_send(Event::default().event("end").data(end.to_string()));
+            if let (Some(id), Some(last_state)) = (operation, terminal) {
+                let end = json!({"operation": id, "state": last_state, "last_event_id": after});
+                send(state, tx, Event::default().event("end").data(end.to_string()), deadline);
                 return;
             }
         }
@@ -150,11 +150,34 @@ fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Se
                 "reason": format!("the stream is {} s old, the most limits.event_stream_duration allows: reconnect with Last-Event-ID", limit.as_secs_f64()),
                 "last_event_id": after,
             });
-            let _ = tx.blocking_send(Event::default().event("reconnect").data(data.to_string()));
+            // A second to say so, even to a slow client; then the stream ends either way.
+            send(state, tx, Event::default().event("reconnect").data(data.to_string()), now + Duration::from_secs(1));
             return;
         }
         if !full {
             std::thread::sleep(POLL.min(deadline - now));
+        }
+    }
+}
+
+/// Hands `event` to the response body; false when the client went away, or when it has read
+/// nothing until `deadline` (the buffer stays full): a client that stops reading does not hold
+/// the thread past `limits.event_stream_duration`. What it was sent is still delivered if it
+/// reads again, and it resumes after the last id it got. Nor does it hold a server that shuts
+/// down.
+fn send(state: &AppState, tx: &mpsc::Sender<Event>, event: Event, deadline: Instant) -> bool {
+    let mut event = event;
+    loop {
+        match tx.try_send(event) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            Err(mpsc::error::TrySendError::Full(back)) => {
+                if Instant::now() >= deadline || state.0.closing.load(Ordering::SeqCst) {
+                    return false;
+                }
+                event = back;
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
 }

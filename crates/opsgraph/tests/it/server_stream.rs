@@ -377,6 +377,82 @@ fn a_stream_ends_cleanly_at_its_maximum_duration_and_resumes_without_loss_or_dup
     drop(server);
 }
 
+/// A client that stops reading fills the stream's buffers; the server gives up on it at
+/// `limits.event_stream_duration` all the same, so its thread and slot are given back. What was
+/// already sent still arrives when the client reads again, and it resumes after the last id.
+#[test]
+fn a_client_that_stops_reading_does_not_hold_a_stream_past_its_duration() {
+    let Api { dir, state, rt } = Api::new("");
+    let state = state.with_limits(opsgraph_server::Limits {
+        event_stream_duration: Duration::from_millis(1000),
+        ..Default::default()
+    });
+    let api = Api { dir, state, rt };
+    let sam = api.token("sam", &["operator"]);
+    let admin = api.token("ada", &["platform_admin"]);
+    let server = Server::start(&api);
+    let addr = server.addr;
+    let id =
+        http(addr, "POST", "/api/v1/operations", &sam, &[], &intent("s1")).json()["id"].as_str().unwrap().to_string();
+    wait_for(addr, &id, &sam, "paused: waiting for gate approve-hello");
+    // About 10 MiB of timeline, more than the socket buffers (about 4 MiB here) and the stream's
+    // hold, so the stream's thread waits for a reader.
+    let padding = "x".repeat(4096);
+    let writes: Vec<opsgraph_store::Write> = (0..2500)
+        .map(|i| {
+            opsgraph_store::Write::Timeline(opsgraph_store::TimelineEntry {
+                seq: 0,
+                operation: id.clone(),
+                at: "2026-01-01T00:00:00Z".into(),
+                actor: "test".into(),
+                event: "note".into(),
+                from: None,
+                to: None,
+                reason: format!("{i} {padding}"),
+                data: json!(null),
+            })
+        })
+        .collect();
+    api.state.store().unwrap().commit(&writes).unwrap();
+    let streams = || {
+        let text = http(addr, "GET", "/metrics", &admin, &[], "").body;
+        text.lines().find_map(|l| l.strip_prefix("opsgraph_event_streams ")).unwrap().to_string()
+    };
+
+    let started = Instant::now();
+    let mut stuck = send(addr, "GET", "/api/v1/events", &sam, &[("Accept", "text/event-stream")], "");
+    let mut head = [0u8; 12];
+    stuck.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(streams(), "1", "the stream is open while the client does not read");
+    while streams() != "0" {
+        assert!(started.elapsed() < Duration::from_secs(10), "a client that does not read holds its stream");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(1000), "{:?}", started.elapsed());
+
+    // It reads again: what was sent, then the end of the body; then it resumes. Every entry once.
+    let mut bytes = head.to_vec();
+    stuck.read_to_end(&mut bytes).unwrap();
+    let first = events(&parse(&String::from_utf8_lossy(&bytes)).body);
+    let mut seen = ids(&first);
+    assert!(!seen.is_empty());
+    loop {
+        let last = seen.last().unwrap().to_string();
+        let (_, more) = stream(addr, "/api/v1/events", &sam, &[("Last-Event-ID", &last)]);
+        let got = ids(&more);
+        if got.is_empty() {
+            break;
+        }
+        seen.extend(got);
+    }
+    let timeline = http(addr, "GET", &format!("/api/v1/operations/{id}/timeline"), &sam, &[], "").json();
+    let seqs: Vec<i64> = timeline["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seen, seqs);
+    drop(server);
+}
+
 /// A cancelled run's attempts are stopped and recorded (`job_cancelled`) after the operation's
 /// own `cancel` entry: its stream ends only once they are sent, so a follower sees the job
 /// cancelled too, not still running.
