@@ -255,9 +255,15 @@ function patchSection(el, key, build) {
   const id = active && active.id;
   const box = active && el.contains(active) ? active.closest("[data-focus-group]") : null;
   const group = box ? box.dataset.focusGroup : null;
+  // Where the caret was in a text field being typed in.
+  const caret = active && typeof active.selectionStart === "number" ? [active.selectionStart, active.selectionEnd] : null;
   el.replaceChildren(...[build()].flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
   if (id && $(id)) {
-    if (document.activeElement !== $(id)) $(id).focus();
+    const again = $(id);
+    if (document.activeElement !== again) {
+      again.focus();
+      if (caret && again !== active) try { again.setSelectionRange(caret[0], caret[1]); } catch (_) { /* not a text field */ }
+    }
   } else if (group) {
     const next = el.querySelector(`[data-focus-group="${group}"] button, [data-focus-group="${group}"] input`);
     if (next) next.focus();
@@ -584,7 +590,7 @@ function patchesSection(op, ctx) {
   if ((op.state === "failed" || op.state === "paused") && may("patch")) {
     const text = h("textarea", { id: "patch-yaml", rows: 8, required: true, spellcheck: "false", "aria-describedby": "patch-help",
       oninput: () => { draft.text = text.value; } }, draft.text === null ? initial : draft.text);
-    propose = h("details", { "data-testid": "propose-patch", open: draft.open, ontoggle: (ev) => { draft.open = ev.target.open; } },
+    propose = h("details", { "data-testid": "propose-patch", open: draft.open, ontoggle: (ev) => toggled(ctx, draft, ev) },
       h("summary", { id: "patch-summary" }, "Propose a plan patch"),
       h("form", { id: "patch-form", onsubmit: async (ev) => {
         ev.preventDefault();
@@ -712,7 +718,7 @@ function interventionSection(op, ctx) {
     ctx.focus = "iv-result";
     paintLater(ctx);
   };
-  return [h("details", { "data-testid": "intervention", open: iv.open, ontoggle: (ev) => { iv.open = ev.target.open; } },
+  return [h("details", { "data-testid": "intervention", open: iv.open, ontoggle: (ev) => toggled(ctx, iv, ev) },
     h("summary", { id: "iv-summary" }, "Record a manual fix (intervention)"),
     h("form", { id: "intervention-form", onsubmit: submit },
       h("label", { for: "iv-job" }, "Job fixed"), job,
@@ -720,6 +726,14 @@ function interventionSection(op, ctx) {
       h("label", { for: "iv-checks" }, "Evidence checks that verify it (comma-separated)"), checks,
       h("small", { id: "iv-checks-help", class: "muted" }, "The job's own evidence by default; they run now, and the run goes on only if every one passes."),
       h("button", { type: "submit", id: "iv-submit" }, "Record and verify"))), result];
+}
+
+// A <details> was opened or closed: remembered in `into.open`. The toggle event comes a moment
+// after the click; when a live redraw replaced the element in between, paint again so the new
+// one shows what the person chose.
+function toggled(ctx, into, ev) {
+  into.open = ev.target.open;
+  if (!ev.target.isConnected && ctx.paint) ctx.paint();
 }
 
 // After an action's answer: draw what the page holds now, then ask the API for the rest (the
@@ -968,7 +982,7 @@ async function operationPage(id) {
         ` · by ${op.actor} · revision ${ctx.plan && ctx.plan.revision ? ctx.plan.revision.number : op.plan_revision}`),
       controlsSection(op, ctx, paint)]);
     patchSection(parts.gates, JSON.stringify([op.gates, op.plan_revision, who, op.state]), () => gatesSection(op, ctx));
-    patchSection(parts.patches, JSON.stringify([ctx.patches, op.gates, op.state, op.plan_revision, who, op.jobs.map((j) => j.state), ctx.draft.result]),
+    patchSection(parts.patches, JSON.stringify([ctx.patches, op.gates, op.state, op.plan_revision, who, op.jobs.map((j) => j.state), ctx.draft.result, ctx.draft.open]),
       () => patchesSection(op, ctx));
     patchSection(parts.progress, JSON.stringify([advanced, op.jobs, op.stages, op.evidence, op.plan_revision]), () => [
       h("h3", { id: "progress-h" }, advanced ? "Jobs" : "Stages", " ",
@@ -979,7 +993,7 @@ async function operationPage(id) {
       h("h3", { id: "dag-h" }, "DAG"), h("div", { class: "dag-wrap" }, dagView(op, ctx))]);
     patchSection(parts.caps, JSON.stringify(ctx.revision), () => [h("h3", { id: "caps-h" }, "Capability graph"), capabilityView(ctx)]);
     patchSection(parts.artifacts, JSON.stringify([op.artifacts, who]), () => [h("h3", { id: "artifacts-h" }, "Artifacts"), artifactsView(op)]);
-    patchSection(parts.act, JSON.stringify([op.state, who, op.jobs.map((j) => [j.id, j.state]), ctx.iv.result]), () => interventionSection(op, ctx));
+    patchSection(parts.act, JSON.stringify([op.state, who, op.jobs.map((j) => [j.id, j.state]), ctx.iv.result, ctx.iv.open]), () => interventionSection(op, ctx));
     patchSection(parts.timeline, JSON.stringify(op.timeline), () => timelineView(op));
     if (ctx.focus && $(ctx.focus)) {
       $(ctx.focus).focus();

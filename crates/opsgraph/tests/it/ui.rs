@@ -840,7 +840,17 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     assert_eq!(browser.js("return document.activeElement.id"), "op-cancel");
     browser.press("\u{E007}"); // Enter on Cancel again
     browser.wait("[data-testid=cancel-confirm]", |_| true);
-    browser.fill("#cancel-reason", "not needed any more");
+    browser.fill("#cancel-reason", "not needed any");
+    // Meanwhile someone else pauses it: the page redraws live, and the question, what was typed,
+    // the focus and the caret are all still there.
+    let (status, body) = http(addr, "POST", &format!("/api/v1/operations/{doomed}/pause"), &bob, "{}");
+    assert_eq!(status, 200, "{body}");
+    browser.wait("[data-testid=op-state]", |t| t == "paused");
+    browser.wait("[data-testid=cancel-confirm]", |_| true);
+    assert_eq!(browser.js("return document.activeElement.id"), "cancel-reason");
+    let active = browser.cmd("GET", "/element/active", Value::Null).unwrap();
+    browser.type_in(active[ELEMENT].as_str().unwrap(), " more");
+    assert_eq!(browser.js("return document.getElementById('cancel-reason').value"), "not needed any more");
     browser.tab_to_and_press("op-cancel-yes");
     browser.wait("[data-testid=op-state]", |t| t == "cancelled");
     browser.wait("[data-testid=timeline]", |t| t.contains("user:sam") && t.contains("not needed any more"));
@@ -849,7 +859,12 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     let op = get(&doomed);
     assert_eq!((&op["state"], job_state(&op, "wait-for-go")), (&json!("cancelled"), json!("cancelled")), "{op}");
     let entries = timeline(addr, &doomed, &sam);
-    assert!(entries.iter().any(|e| e.1 == "user:sam" && e.3 == "cancelled"), "{entries:?}");
+    let controls: Vec<(&str, &str)> = entries
+        .iter()
+        .filter(|e| ["pause", "cancel"].contains(&e.2.as_str()))
+        .map(|e| (e.1.as_str(), e.3.as_str()))
+        .collect();
+    assert_eq!(controls, [("user:bob", "paused"), ("user:sam", "cancelled")], "{entries:?}");
     assert!(api.audit().iter().any(|a| a == &format!("user:sam operation.cancel {doomed}")), "{:?}", api.audit());
 
     // --- A failed run: the operator gets no repair controls, and a forged repair is refused.
