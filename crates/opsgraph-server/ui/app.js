@@ -733,7 +733,7 @@ function interventionSection(op, ctx) {
 // one shows what the person chose.
 function toggled(ctx, into, ev) {
   into.open = ev.target.open;
-  if (!ev.target.isConnected && ctx.paint) ctx.paint();
+  if (!ev.target.isConnected && ctx.paint) ctx.paint(true);
 }
 
 // After an action's answer: draw what the page holds now, then ask the API for the rest (the
@@ -971,9 +971,11 @@ async function operationPage(id) {
     iv: { open: false, job: "", note: "", checks: "", result: null },
     draft: { open: false, text: null, result: null },
   };
-  const paint = () => {
+  // `force`: draw every section again, changed or not.
+  const paint = (force) => {
     const op = ctx.op;
     if (!op || !current(gen)) return;
+    if (force === true) Object.values(parts).forEach((p) => { delete p.dataset.key; });
     const who = me && me.actor;
     patchSection(parts.head, JSON.stringify([op.state, op.detail, op.plan_revision, who, ctx.confirmCancel]), () => [
       h("h2", {}, "Operation ", h("span", { "data-testid": "op-id" }, op.id)),
@@ -982,7 +984,7 @@ async function operationPage(id) {
         ` · by ${op.actor} · revision ${ctx.plan && ctx.plan.revision ? ctx.plan.revision.number : op.plan_revision}`),
       controlsSection(op, ctx, paint)]);
     patchSection(parts.gates, JSON.stringify([op.gates, op.plan_revision, who, op.state]), () => gatesSection(op, ctx));
-    patchSection(parts.patches, JSON.stringify([ctx.patches, op.gates, op.state, op.plan_revision, who, op.jobs.map((j) => j.state), ctx.draft.result, ctx.draft.open]),
+    patchSection(parts.patches, JSON.stringify([ctx.patches, op.gates, op.state, op.plan_revision, who, op.jobs.map((j) => j.state), ctx.draft.result]),
       () => patchesSection(op, ctx));
     patchSection(parts.progress, JSON.stringify([advanced, op.jobs, op.stages, op.evidence, op.plan_revision]), () => [
       h("h3", { id: "progress-h" }, advanced ? "Jobs" : "Stages", " ",
@@ -993,7 +995,7 @@ async function operationPage(id) {
       h("h3", { id: "dag-h" }, "DAG"), h("div", { class: "dag-wrap" }, dagView(op, ctx))]);
     patchSection(parts.caps, JSON.stringify(ctx.revision), () => [h("h3", { id: "caps-h" }, "Capability graph"), capabilityView(ctx)]);
     patchSection(parts.artifacts, JSON.stringify([op.artifacts, who]), () => [h("h3", { id: "artifacts-h" }, "Artifacts"), artifactsView(op)]);
-    patchSection(parts.act, JSON.stringify([op.state, who, op.jobs.map((j) => [j.id, j.state]), ctx.iv.result, ctx.iv.open]), () => interventionSection(op, ctx));
+    patchSection(parts.act, JSON.stringify([op.state, who, op.jobs.map((j) => [j.id, j.state]), ctx.iv.result]), () => interventionSection(op, ctx));
     patchSection(parts.timeline, JSON.stringify(op.timeline), () => timelineView(op));
     if (ctx.focus && $(ctx.focus)) {
       $(ctx.focus).focus();

@@ -155,11 +155,21 @@ impl Browser {
         self.cmd("POST", "/actions", keys).unwrap();
     }
 
-    /// Clears an input and types `text` into it.
+    /// Clears an input and types `text` into it; again when a live update replaced the input in
+    /// between (the page keeps what was typed, so the second try starts from it).
     fn fill(&self, css: &str, text: &str) {
-        let el = self.wait(css, |_| true);
-        self.cmd("POST", &format!("/element/{el}/clear"), json!({})).unwrap();
-        self.type_in(&el, text);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let el = self.wait(css, |_| true);
+            let done = self
+                .cmd("POST", &format!("/element/{el}/clear"), json!({}))
+                .and_then(|_| self.cmd("POST", &format!("/element/{el}/value"), json!({ "text": text })));
+            match done {
+                Ok(_) => return,
+                Err(e) if e.contains("stale element") && Instant::now() < deadline => continue,
+                Err(e) => panic!("filling {css}: {e}"),
+            }
+        }
     }
 
     /// Signs out (when signed in) and signs in with `token`.
