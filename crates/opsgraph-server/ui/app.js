@@ -492,7 +492,7 @@ function roleAllows(gate) {
   return may("answer_gates") && (gate.required_roles || []).some((r) => roles.includes(r));
 }
 
-async function answer(op, gate, option, value) {
+async function answer(op, ctx, gate, option, value) {
   status(`Answering ${gate.id}: ${option}…`);
   const body = { option, revision: op.plan_revision };
   if (value !== undefined) body.value = value;
@@ -502,6 +502,7 @@ async function answer(op, gate, option, value) {
   } catch (e) {
     status(`The server refused the answer to ${gate.id}: ${e.message}`, true);
   }
+  reload(ctx);
 }
 
 // The schema of a missing-input gate's parameter (`input-<name>`), from the template.
@@ -511,7 +512,7 @@ function inputSpec(ctx, gate) {
   return { name, spec: (t && t.parameters && t.parameters[name]) || { type: "string" } };
 }
 
-function gateButtons(op, g, read) {
+function gateButtons(op, ctx, g, read) {
   return g.options.map((opt) => h("button", {
     type: "button", class: opt === g.options[0] ? "primary" : null, id: safeId(`gate-${g.id}-${opt}`),
     "data-testid": "gate-option", "data-gate": g.id, "data-option": opt,
@@ -521,7 +522,7 @@ function gateButtons(op, g, read) {
         try { value = read(); } catch (e) { status(e.message, true); return; }
         if (value === undefined) { status(`${g.id} needs a value.`, true); return; }
       }
-      answer(op, g, opt, value);
+      answer(op, ctx, g, opt, value);
     },
   }, opt));
 }
@@ -540,7 +541,7 @@ function gatesSection(op, ctx) {
       h("p", {}, g.reason),
       field ? field.el : null,
       allowed
-        ? gateButtons(op, g, field && field.read)
+        ? gateButtons(op, ctx, g, field && field.read)
         : h("p", { class: "muted", "data-testid": "gate-not-yours" },
             `Needs one of the roles ${g.required_roles.join(", ")}; you hold ${(me.roles || []).join(", ")}.`));
   });
@@ -560,7 +561,7 @@ function patchesSection(op, ctx) {
       else if (!may("approve_patches") || !roleAllows(gate)) {
         act = h("p", { class: "muted", "data-testid": "patch-not-yours" },
           `Approving needs approve_patches and one of the roles ${gate.required_roles.join(", ")}; you hold ${(me.roles || []).join(", ")}.`);
-      } else act = h("div", { class: "actions" }, gateButtons(op, gate));
+      } else act = h("div", { class: "actions" }, gateButtons(op, ctx, gate));
     }
     const findings = p.findings || [];
     return h("article", { class: "patch", "data-testid": "patch", "data-patch": p.id, "aria-labelledby": "patch-h-" + safeId(p.id) },
