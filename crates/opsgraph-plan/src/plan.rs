@@ -298,8 +298,9 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     let stage_of: HashMap<&str, &str> =
         template.stages.iter().flat_map(|s| s.jobs.iter().map(move |j| (j.as_str(), s.id.as_str()))).collect();
     let mut jobs: Vec<(&Job, Option<&str>)> = Vec::new();
+    let index = pack.job_index(template);
     for entry in &template.jobs {
-        let Some(job) = pack.job(template, entry.id()) else {
+        let Some(job) = index.get(entry.id()) else {
             errors.push(Error::UnknownJob { id: entry.id().to_string(), referenced_by: template.id.clone() });
             continue;
         };
@@ -900,9 +901,10 @@ fn parameters(
         }
     }
     // A missing parameter waits before the jobs that take it as input.
+    let index = pack.job_index(template);
     for (name, users) in &mut missing {
         for entry in &template.jobs {
-            if pack.job(template, entry.id()).is_some_and(|job| job.inputs.parameters.contains_key(name)) {
+            if index.get(entry.id()).is_some_and(|job| job.inputs.parameters.contains_key(name)) {
                 users.push(entry.id().to_string());
             }
         }
