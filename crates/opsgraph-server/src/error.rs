@@ -87,6 +87,8 @@ impl From<opsgraph_store::Error> for ApiError {
             S::StalePlan { .. } => ApiError::conflict("stale_revision", e.to_string()),
             S::RequestRecorded { .. } => ApiError::conflict("idempotency_key_in_flight", e.to_string()),
             S::NoOperation(_) => ApiError::not_found("no_operation", e.to_string()),
+            S::StaleLease { .. } => ApiError::conflict("stale_lease", e.to_string()),
+            S::AgentTaskMoved { .. } => ApiError::conflict("conflict", e.to_string()),
             S::Open { .. } | S::TooNew { .. } | S::Sqlite(_) | S::Json(_) => ApiError::internal("store failed", &e),
         }
     }

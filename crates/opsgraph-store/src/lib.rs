@@ -7,7 +7,9 @@
 //! SQLite (WAL, `synchronous=FULL` by default) is the embedded default; the PostgreSQL backend of
 //! issue [F] implements the same trait and runs the same conformance tests.
 
+pub mod agent;
 mod sqlite;
+mod sqlite_agent;
 
 use std::collections::BTreeMap;
 
@@ -15,6 +17,7 @@ use opsgraph_model::OperationState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use agent::{now_ms, AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
 pub use sqlite::{Durability, SqliteStore};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,13 @@ pub enum Error {
     /// An idempotency key is recorded once per actor.
     #[error("idempotency key `{key}` of {actor} is already recorded")]
     RequestRecorded { actor: String, key: String },
+    /// A write of an agent task under a lease that is no longer the task's (it expired and was
+    /// given up, or the task was cancelled or already reported).
+    #[error("the lease on agent task `{task}` is no longer held (the task is {state})")]
+    StaleLease { task: String, state: String },
+    /// The runtime's change of an agent task lost a race: the task moved on meanwhile.
+    #[error("agent task `{task}` moved on")]
+    AgentTaskMoved { task: String },
 }
 
 /// An operation as stored.
@@ -321,6 +331,8 @@ pub enum Write {
     Audit(AuditRecord),
     /// The result of a request with an idempotency key; refused when the key is recorded.
     Request(RequestRecord),
+    /// A change to an agent task (`agent.rs`); lease-fenced changes are refused when stale.
+    Agent(AgentWrite),
 }
 
 /// Filters for listing operations.
@@ -385,6 +397,14 @@ pub trait Store: Send {
     /// Audit rows in the order they were written.
     fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, Error>;
     fn request(&self, actor: &str, key: &str) -> Result<Option<RequestRecord>, Error>;
+    /// Claims the oldest queued agent task the claim matches, with its audit row and timeline
+    /// entry, in one transaction; `None` when there is none.
+    fn agent_claim(&mut self, claim: &AgentClaim) -> Result<Option<AgentTask>, Error>;
+    fn agent_task(&self, id: &str) -> Result<Option<AgentTask>, Error>;
+    /// An operation's agent tasks, oldest first.
+    fn agent_tasks(&self, operation: &str) -> Result<Vec<AgentTask>, Error>;
+    /// A task's log lines after `after` (a `seq`), oldest first.
+    fn agent_log(&self, task: &str, after: i64) -> Result<Vec<AgentLogLine>, Error>;
 }
 
 /// Now, as RFC 3339 UTC with milliseconds.

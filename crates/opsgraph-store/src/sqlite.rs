@@ -152,6 +152,8 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (actor, key)
     );
     ",
+    // 3: agent tasks and their logs (`sqlite_agent.rs`).
+    crate::sqlite_agent::MIGRATION,
 ];
 
 pub struct SqliteStore {
@@ -422,6 +424,7 @@ impl Store for SqliteStore {
                         return Err(Error::RequestRecorded { actor: r.actor.clone(), key: r.key.clone() });
                     }
                 }
+                Write::Agent(a) => crate::sqlite_agent::apply(&tx, a)?,
             }
         }
         tx.commit()?;
@@ -706,6 +709,22 @@ impl Store for SqliteStore {
             Ok(rec)
         })
         .transpose()
+    }
+
+    fn agent_claim(&mut self, claim: &crate::AgentClaim) -> Result<Option<crate::AgentTask>, Error> {
+        crate::sqlite_agent::claim(&mut self.conn, claim)
+    }
+
+    fn agent_task(&self, id: &str) -> Result<Option<crate::AgentTask>, Error> {
+        crate::sqlite_agent::task(&self.conn, id)
+    }
+
+    fn agent_tasks(&self, operation: &str) -> Result<Vec<crate::AgentTask>, Error> {
+        crate::sqlite_agent::tasks(&self.conn, operation)
+    }
+
+    fn agent_log(&self, task: &str, after: i64) -> Result<Vec<crate::AgentLogLine>, Error> {
+        crate::sqlite_agent::log(&self.conn, task, after)
     }
 }
 

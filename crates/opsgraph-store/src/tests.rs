@@ -168,7 +168,7 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     let path = dir.join("opsgraph.db");
     {
         let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.schema_version().unwrap(), 3);
         let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
         assert_eq!((mode.as_str(), sync), ("wal", 2));
@@ -179,7 +179,7 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     store.conn.execute_batch("PRAGMA user_version = 99").unwrap();
     drop(store);
     let err = SqliteStore::open(&path, Durability::Full).err().unwrap();
-    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 2; upgrade opsgraph");
+    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 3; upgrade opsgraph");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -352,4 +352,173 @@ fn tokens_audit_rows_and_request_keys_round_trip() {
     assert_eq!(store.request("token:other", "k1").unwrap(), None);
     let err = store.commit(&[Write::Request(request)]).unwrap_err();
     assert_eq!(err.to_string(), "idempotency key `k1` of token:tok-1 is already recorded");
+}
+
+fn agent_task(id: &str, resource: &str, expires_ms: i64) -> AgentTask {
+    AgentTask {
+        id: id.into(),
+        operation: "op-1".into(),
+        job: format!("j@{id}"),
+        attempt: 1,
+        kind: "run".into(),
+        agent: "pool".into(),
+        resource: resource.into(),
+        state: AgentTaskState::Queued,
+        payload: json!({"sealed": "x"}),
+        lease: None,
+        claimed_by: None,
+        claims: 0,
+        expires_ms,
+        report: None,
+        created_at: rfc3339(1_700_000_000, 0),
+        updated_at: rfc3339(1_700_000_000, 0),
+    }
+}
+
+fn claim_of(agent: &str, resources: &[&str], lease: &str, expires_ms: i64) -> AgentClaim {
+    AgentClaim {
+        agent: agent.into(),
+        resources: resources.iter().map(|r| r.to_string()).collect(),
+        lease: lease.into(),
+        actor: format!("user:{agent}"),
+        expires_ms,
+        at: rfc3339(1_700_000_002, 0),
+        audit: AuditRecord {
+            seq: 0,
+            at: rfc3339(1_700_000_002, 0),
+            actor: format!("user:{agent}"),
+            action: "agent.claim".into(),
+            target: String::new(),
+            operation: None,
+            resource: None,
+            detail: json!({}),
+        },
+        entry: TimelineEntry { event: "agent_claimed".into(), reason: "claimed {task}".into(), ..entry("", "x") },
+    }
+}
+
+/// The agent-task conformance suite, written against the trait: a PostgreSQL store runs it too.
+fn agent_tasks_conform(store: &mut dyn Store) {
+    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}) }]).unwrap();
+    store
+        .commit(&[
+            Write::Agent(AgentWrite::Enqueue(Box::new(agent_task("t1", "compute_node/a", 5_000)))),
+            Write::Agent(AgentWrite::Enqueue(Box::new(agent_task("t2", "compute_node/b", 5_000)))),
+        ])
+        .unwrap();
+    // Only a claimer of the task's agent name, and of its resource when it names resources.
+    assert_eq!(store.agent_claim(&claim_of("other", &[], "l0", 9_000)).unwrap(), None);
+    let got = store.agent_claim(&claim_of("pool", &["compute_node/b"], "l1", 9_000)).unwrap().unwrap();
+    assert_eq!(
+        (got.id.as_str(), got.state, got.lease.as_deref(), got.claims),
+        ("t2", AgentTaskState::Claimed, Some("l1"), 1)
+    );
+    assert_eq!(got.expires_ms, 9_000);
+    let got = store.agent_claim(&claim_of("pool", &[], "l2", 9_000)).unwrap().unwrap();
+    assert_eq!(got.id, "t1");
+    // Nothing is claimed twice.
+    assert_eq!(store.agent_claim(&claim_of("pool", &[], "l3", 9_000)).unwrap(), None);
+    // Each claim landed with its audit row and timeline entry.
+    let audit = store.audit(&AuditFilter::default()).unwrap();
+    assert_eq!(audit.iter().map(|a| a.target.as_str()).collect::<Vec<_>>(), ["t2", "t1"]);
+    assert_eq!(audit[0].resource.as_deref(), Some("compute_node/b"));
+    let timeline = store.timeline("op-1").unwrap();
+    assert_eq!(timeline.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(), ["claimed t2", "claimed t1"]);
+
+    // Lease-fenced writes: the holder's pass, anyone else's are refused and change nothing.
+    let beat = |lease: &str, expires_ms| {
+        Write::Agent(AgentWrite::Heartbeat { task: "t1".into(), lease: lease.into(), expires_ms, at: now() })
+    };
+    let err = store.commit(&[beat("l1", 20_000)]).unwrap_err();
+    assert!(matches!(&err, Error::StaleLease { task, state } if task == "t1" && state == "claimed"), "{err}");
+    store.commit(&[beat("l2", 20_000)]).unwrap();
+    assert_eq!(store.agent_task("t1").unwrap().unwrap().expires_ms, 20_000);
+    let log = |lease: &str, text: &str| {
+        Write::Agent(AgentWrite::Log { task: "t1".into(), lease: lease.into(), text: text.into(), at: now() })
+    };
+    store.commit(&[log("l2", "one\n")]).unwrap();
+    store.commit(&[log("l2", "two\n")]).unwrap();
+    assert!(matches!(store.commit(&[log("bad", "three\n")]), Err(Error::StaleLease { .. })));
+    let lines = store.agent_log("t1", 0).unwrap();
+    assert_eq!(lines.iter().map(|l| l.text.as_str()).collect::<Vec<_>>(), ["one\n", "two\n"]);
+    assert_eq!(store.agent_log("t1", lines[0].seq).unwrap().len(), 1);
+    let report = |task: &str, lease: &str| {
+        Write::Agent(AgentWrite::Report {
+            task: task.into(),
+            lease: lease.into(),
+            report: json!({"ok": true}),
+            at: now(),
+        })
+    };
+    store.commit(&[report("t1", "l2")]).unwrap();
+    let t1 = store.agent_task("t1").unwrap().unwrap();
+    assert_eq!((t1.state, t1.report), (AgentTaskState::Reported, Some(json!({"ok": true}))));
+    // A second report of the same task is refused: one outcome per task.
+    assert!(matches!(store.commit(&[report("t1", "l2")]), Err(Error::StaleLease { state, .. }) if state == "reported"));
+
+    // Giving a task up needs its deadline passed; then its holder is fenced off.
+    let settle = |task: &str, from, to, now_ms| {
+        Write::Agent(AgentWrite::Settle { task: task.into(), from, to, now_ms, at: now() })
+    };
+    let (claimed, lost) = (AgentTaskState::Claimed, AgentTaskState::Lost);
+    assert!(matches!(store.commit(&[settle("t2", claimed, lost, 8_999)]), Err(Error::AgentTaskMoved { .. })));
+    store.commit(&[settle("t2", claimed, lost, 9_001)]).unwrap();
+    assert!(matches!(store.commit(&[report("t2", "l1")]), Err(Error::StaleLease { state, .. }) if state == "lost"));
+    // Queued past its deadline: unclaimed; a cancel needs no deadline.
+    store.commit(&[Write::Agent(AgentWrite::Enqueue(Box::new(agent_task("t3", "compute_node/a", 5_000))))]).unwrap();
+    store.commit(&[Write::Agent(AgentWrite::Enqueue(Box::new(agent_task("t4", "compute_node/a", 5_000))))]).unwrap();
+    let (queued, unclaimed) = (AgentTaskState::Queued, AgentTaskState::Unclaimed);
+    assert!(matches!(store.commit(&[settle("t3", queued, unclaimed, 4_000)]), Err(Error::AgentTaskMoved { .. })));
+    store.commit(&[settle("t3", queued, unclaimed, 6_000)]).unwrap();
+    store.commit(&[settle("t4", queued, AgentTaskState::Cancelled, 0)]).unwrap();
+    assert_eq!(store.agent_claim(&claim_of("pool", &[], "l5", 9_000)).unwrap(), None);
+    let states: Vec<(String, AgentTaskState)> =
+        store.agent_tasks("op-1").unwrap().into_iter().map(|t| (t.id, t.state)).collect();
+    assert_eq!(
+        states,
+        [
+            ("t1".to_string(), AgentTaskState::Reported),
+            ("t2".to_string(), AgentTaskState::Lost),
+            ("t3".to_string(), AgentTaskState::Unclaimed),
+            ("t4".to_string(), AgentTaskState::Cancelled)
+        ]
+    );
+}
+
+#[test]
+fn agent_tasks_are_claimed_once_and_fenced_by_their_lease() {
+    let mut store = SqliteStore::memory().unwrap();
+    agent_tasks_conform(&mut store);
+}
+
+#[test]
+fn agents_racing_on_one_file_claim_each_task_once() {
+    let dir = std::env::temp_dir().join(format!("opsgraph-agent-race-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.db");
+    let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
+    let tasks: Vec<Write> = (0..200)
+        .map(|i| Write::Agent(AgentWrite::Enqueue(Box::new(agent_task(&format!("t{i}"), "compute_node/a", 5_000)))))
+        .collect();
+    store.commit(&tasks).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|n| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
+                let mut mine = Vec::new();
+                while let Some(t) = store.agent_claim(&claim_of("pool", &[], &format!("l{n}"), 9_000)).unwrap() {
+                    mine.push(t.id);
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all: Vec<String> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    all.sort();
+    let n = all.len();
+    all.dedup();
+    assert_eq!((n, all.len()), (200, 200));
+    let _ = std::fs::remove_dir_all(&dir);
 }

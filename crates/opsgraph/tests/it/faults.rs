@@ -166,6 +166,18 @@ impl Store for Faulty {
     fn request(&self, actor: &str, key: &str) -> Result<Option<opsgraph_store::RequestRecord>, Error> {
         read!(self.request(actor, key))
     }
+    fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Option<opsgraph_store::AgentTask>, Error> {
+        self.inner.agent_claim(claim)
+    }
+    fn agent_task(&self, id: &str) -> Result<Option<opsgraph_store::AgentTask>, Error> {
+        read!(self.agent_task(id))
+    }
+    fn agent_tasks(&self, op: &str) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
+        read!(self.agent_tasks(op))
+    }
+    fn agent_log(&self, task: &str, after: i64) -> Result<Vec<opsgraph_store::AgentLogLine>, Error> {
+        read!(self.agent_log(task, after))
+    }
 }
 
 /// One seed: `operations` crashy operations created and driven over a faulty store; every error

@@ -1,0 +1,248 @@
+//! The SQLite statements of agent tasks (`agent.rs`). Plain SQL that PostgreSQL also takes
+//! (`RETURNING`, integer milliseconds, no JSON functions); the claim's sub-select is where a
+//! PostgreSQL port adds `FOR UPDATE SKIP LOCKED`.
+
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, Transaction};
+
+use crate::agent::{AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
+use crate::Error;
+
+/// Migration 3: agent tasks and their logs.
+pub(crate) const MIGRATION: &str = "
+    CREATE TABLE agent_tasks (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        operation TEXT NOT NULL,
+        job TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        state TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        lease TEXT,
+        claimed_by TEXT,
+        claims INTEGER NOT NULL,
+        expires_ms INTEGER NOT NULL,
+        report TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX agent_tasks_queue ON agent_tasks(agent, state, seq);
+    CREATE INDEX agent_tasks_job ON agent_tasks(operation, job);
+    CREATE TABLE agent_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        task TEXT NOT NULL,
+        at TEXT NOT NULL,
+        text TEXT NOT NULL
+    );
+    CREATE INDEX agent_log_task ON agent_log(task, seq);
+";
+
+const COLUMNS: &str = "id, operation, job, attempt, kind, agent, resource, state, payload, lease, claimed_by, claims, \
+                       expires_ms, report, created_at, updated_at";
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String, Error> {
+    Ok(serde_json::to_string(v)?)
+}
+
+type RawTask = (AgentTask, String, String, Option<String>);
+
+fn task_row(r: &Row<'_>) -> rusqlite::Result<RawTask> {
+    Ok((
+        AgentTask {
+            id: r.get(0)?,
+            operation: r.get(1)?,
+            job: r.get(2)?,
+            attempt: r.get(3)?,
+            kind: r.get(4)?,
+            agent: r.get(5)?,
+            resource: r.get(6)?,
+            state: AgentTaskState::Queued,
+            payload: serde_json::Value::Null,
+            lease: r.get(9)?,
+            claimed_by: r.get(10)?,
+            claims: r.get(11)?,
+            expires_ms: r.get(12)?,
+            report: None,
+            created_at: r.get(14)?,
+            updated_at: r.get(15)?,
+        },
+        r.get(7)?,
+        r.get(8)?,
+        r.get(13)?,
+    ))
+}
+
+fn finish((mut t, state, payload, report): RawTask) -> Result<AgentTask, Error> {
+    t.state = AgentTaskState::parse(&state).unwrap_or(AgentTaskState::Lost);
+    t.payload = serde_json::from_str(&payload)?;
+    t.report = report.map(|r| serde_json::from_str(&r)).transpose()?;
+    Ok(t)
+}
+
+fn exec<P: rusqlite::Params>(tx: &Transaction<'_>, sql: &str, params: P) -> rusqlite::Result<usize> {
+    tx.prepare_cached(sql)?.execute(params)
+}
+
+/// A write of an agent task inside `commit`'s transaction.
+pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Error> {
+    match w {
+        AgentWrite::Enqueue(t) => {
+            exec(
+                tx,
+                &format!(
+                    "INSERT INTO agent_tasks ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+                ),
+                params![
+                    t.id,
+                    t.operation,
+                    t.job,
+                    t.attempt,
+                    t.kind,
+                    t.agent,
+                    t.resource,
+                    t.state.as_str(),
+                    json(&t.payload)?,
+                    t.lease,
+                    t.claimed_by,
+                    t.claims,
+                    t.expires_ms,
+                    t.report.as_ref().map(json).transpose()?,
+                    t.created_at,
+                    t.updated_at
+                ],
+            )?;
+        }
+        AgentWrite::Heartbeat { task, lease, expires_ms, at } => {
+            let n = exec(
+                tx,
+                "UPDATE agent_tasks SET expires_ms = ?3, updated_at = ?4 WHERE id = ?1 AND lease = ?2 AND state = 'claimed'",
+                params![task, lease, expires_ms, at],
+            )?;
+            if n != 1 {
+                return Err(stale(tx, task));
+            }
+        }
+        AgentWrite::Log { task, lease, text, at } => {
+            let n = exec(
+                tx,
+                "INSERT INTO agent_log (task, at, text) SELECT ?1, ?3, ?4
+                 WHERE EXISTS (SELECT 1 FROM agent_tasks WHERE id = ?1 AND lease = ?2 AND state = 'claimed')",
+                params![task, lease, at, text],
+            )?;
+            if n != 1 {
+                return Err(stale(tx, task));
+            }
+        }
+        AgentWrite::Report { task, lease, report, at } => {
+            let n = exec(
+                tx,
+                "UPDATE agent_tasks SET state = 'reported', report = ?3, updated_at = ?4
+                 WHERE id = ?1 AND lease = ?2 AND state = 'claimed'",
+                params![task, lease, json(report)?, at],
+            )?;
+            if n != 1 {
+                return Err(stale(tx, task));
+            }
+        }
+        AgentWrite::Settle { task, from, to, now_ms, at } => {
+            // Giving up on time (unclaimed, lost) needs the deadline passed; cancelling does not.
+            let timed = !matches!(to, AgentTaskState::Cancelled);
+            let n = exec(
+                tx,
+                "UPDATE agent_tasks SET state = ?3, updated_at = ?5
+                 WHERE id = ?1 AND state = ?2 AND (?4 = 0 OR expires_ms < ?6)",
+                params![task, from.as_str(), to.as_str(), timed as i64, at, now_ms],
+            )?;
+            if n != 1 {
+                return Err(Error::AgentTaskMoved { task: task.clone() });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The refusal of a write whose lease is not the task's, naming the state the task is in.
+fn stale(tx: &Transaction<'_>, task: &str) -> Error {
+    let state: Option<String> =
+        tx.query_row("SELECT state FROM agent_tasks WHERE id = ?1", [task], |r| r.get(0)).optional().ok().flatten();
+    Error::StaleLease { task: task.to_string(), state: state.unwrap_or_else(|| "unknown".into()) }
+}
+
+pub(crate) fn claim(conn: &mut Connection, c: &AgentClaim) -> Result<Option<AgentTask>, Error> {
+    let tx = conn.transaction()?;
+    let filter = if c.resources.is_empty() {
+        String::new()
+    } else {
+        let marks: Vec<String> = (0..c.resources.len()).map(|i| format!("?{}", i + 6)).collect();
+        format!(" AND resource IN ({})", marks.join(", "))
+    };
+    let sql = format!(
+        "UPDATE agent_tasks SET state = 'claimed', lease = ?1, claimed_by = ?2, claims = claims + 1, expires_ms = ?3,
+         updated_at = ?4
+         WHERE seq = (SELECT seq FROM agent_tasks WHERE state = 'queued' AND agent = ?5{filter} ORDER BY seq LIMIT 1)
+         AND state = 'queued'
+         RETURNING {COLUMNS}"
+    );
+    let mut args: Vec<rusqlite::types::Value> = vec![
+        c.lease.clone().into(),
+        c.actor.clone().into(),
+        c.expires_ms.into(),
+        c.at.clone().into(),
+        c.agent.clone().into(),
+    ];
+    args.extend(c.resources.iter().map(|r| r.clone().into()));
+    let row = tx.prepare_cached(&sql)?.query_row(params_from_iter(args), task_row).optional()?;
+    let Some(raw) = row else {
+        return Ok(None);
+    };
+    let task = finish(raw)?;
+    let a = &c.audit;
+    exec(
+        &tx,
+        "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![a.at, a.actor, a.action, task.id, task.operation, task.resource, json(&a.detail)?],
+    )?;
+    let e = &c.entry;
+    exec(
+        &tx,
+        "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            task.operation,
+            e.at,
+            e.actor,
+            e.event,
+            e.from,
+            e.to,
+            e.reason.replace("{task}", &task.id),
+            json(&serde_json::json!({"task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource}))?
+        ],
+    )?;
+    tx.commit()?;
+    Ok(Some(task))
+}
+
+pub(crate) fn task(conn: &Connection, id: &str) -> Result<Option<AgentTask>, Error> {
+    let row = conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM agent_tasks WHERE id = ?1"))?
+        .query_row([id], task_row)
+        .optional()?;
+    row.map(finish).transpose()
+}
+
+pub(crate) fn tasks(conn: &Connection, operation: &str) -> Result<Vec<AgentTask>, Error> {
+    let mut stmt =
+        conn.prepare_cached(&format!("SELECT {COLUMNS} FROM agent_tasks WHERE operation = ?1 ORDER BY seq"))?;
+    let rows = stmt.query_map([operation], task_row)?;
+    rows.map(|r| finish(r?)).collect()
+}
+
+pub(crate) fn log(conn: &Connection, task: &str, after: i64) -> Result<Vec<AgentLogLine>, Error> {
+    let mut stmt =
+        conn.prepare_cached("SELECT seq, task, at, text FROM agent_log WHERE task = ?1 AND seq > ?2 ORDER BY seq")?;
+    let rows = stmt.query_map(params![task, after], |r| {
+        Ok(AgentLogLine { seq: r.get(0)?, task: r.get(1)?, at: r.get(2)?, text: r.get(3)? })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
