@@ -78,7 +78,7 @@ pub use evidence::{check_evidence, EvidenceResult};
 pub use http::HttpExecutor;
 pub use local::LocalExecutor;
 pub use outcome::{Outcome, Output, Run};
-pub use spec::{param_env, program_for, Cancel, Download, Program, Spec, Transfer};
+pub use spec::{param_env, program_for, Cancel, Download, Program, Spec, Tee, TeeFn, Transfer};
 pub use ssh::{shell_quote, SshExecutor};
 
 /// Runs a [`Spec`] somewhere. Implementations never panic on bad input: what cannot run comes

@@ -72,6 +72,7 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         captures: [Capture::new(spec.output_cap), Capture::new(spec.output_cap)],
         status: None,
         buf: vec![0u8; 32 * 1024],
+        tee: spec.tee.clone(),
     };
     let deadline = spec.timeout.map(|t| start + t);
     let mut stop: Option<(Stop, Instant)> = None;
@@ -176,6 +177,7 @@ struct Waiter {
     captures: [Capture; 2],
     status: Option<io::Result<ExitStatus>>,
     buf: Vec<u8>,
+    tee: Option<crate::Tee>,
 }
 
 impl Waiter {
@@ -248,7 +250,12 @@ impl Waiter {
             let Some(stream) = self.streams[i].as_mut().filter(|_| is_ready) else { continue };
             match stream.read(&mut self.buf) {
                 Ok(0) => self.streams[i] = None,
-                Ok(n) => self.captures[i].push(&self.buf[..n]),
+                Ok(n) => {
+                    self.captures[i].push(&self.buf[..n]);
+                    if let Some(tee) = &self.tee {
+                        (tee.0)(i, &self.buf[..n]);
+                    }
+                }
                 Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {}
                 Err(_) => self.streams[i] = None,
             }

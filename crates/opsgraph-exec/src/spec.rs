@@ -110,7 +110,25 @@ pub struct Spec {
     pub stdin: Option<Vec<u8>>,
     /// Files that cross to and from a remote host (the SSH executor); local runs ignore it.
     pub transfer: Option<Transfer>,
+    /// Sees the output as it arrives, besides the capture (a remote agent streams its log).
+    pub tee: Option<Tee>,
 }
+
+/// Output as it arrives: called with the stream (0 stdout, 1 stderr) and the bytes just read,
+/// on the thread that runs the program; it should not block.
+#[derive(Clone)]
+pub struct Tee(pub Arc<TeeFn>);
+
+/// The function behind a [`Tee`].
+pub type TeeFn = dyn Fn(usize, &[u8]) + Send + Sync;
+
+impl PartialEq for Tee {
+    fn eq(&self, other: &Tee) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Tee {}
 
 /// Files a remote run needs and produces. With a transfer, the SSH executor ignores
 /// [`Spec::workdir`] (a directory of the control host) and, when there is anything to move,
@@ -155,6 +173,7 @@ impl Spec {
             output_cap: Spec::DEFAULT_OUTPUT_CAP,
             stdin: None,
             transfer: None,
+            tee: None,
         }
     }
 
@@ -183,6 +202,7 @@ impl fmt::Debug for Spec {
             .field("output_cap", &self.output_cap)
             .field("stdin", &self.stdin.as_ref().map(|s| format!("<{} bytes>", s.len())))
             .field("transfer", &self.transfer)
+            .field("tee", &self.tee.is_some())
             .finish()
     }
 }

@@ -715,6 +715,12 @@ impl Runtime {
                     .filter(|j| j.state == JobState::Running && !in_flight.contains_key(&j.id))
                     .cloned()
                     .collect();
+                // Attempts handed to agents are waited for again: their agent may still run them.
+                let orphans = self.agent_orphans(&op, &plan, &pack, orphans, &run_dir, |task, key| {
+                    in_flight.insert(task.instance.clone(), task.cancel.clone());
+                    keys.insert(task.instance.clone(), key);
+                    workers.run(task, in_flight.len());
+                })?;
                 if !orphans.is_empty() {
                     self.recover(&op, &plan, &pack, &orphans, &inputs, progress)?;
                     cache_stale = true;
@@ -877,7 +883,7 @@ impl Runtime {
                         })
                         .cloned()
                         .collect();
-                    tasks.push(Task {
+                    let mut task = Task {
                         instance: instance.id.clone(),
                         attempt,
                         executor: self.executor_for(instance, &job),
@@ -892,7 +898,13 @@ impl Runtime {
                         check_first,
                         secret_outputs: job_secret_outputs,
                         mask,
-                    });
+                        agent: None,
+                    };
+                    // A resource an agent serves: the attempt is enqueued for it in this commit.
+                    if let Some(w) = self.agent_enqueue(&op.id, instance, &mut task, key.as_deref())? {
+                        writes.push(w);
+                    }
+                    tasks.push(task);
                 }
                 let started: Vec<JobRecord> = job_records(&writes);
                 self.commit_timeline(writes, progress)?;
@@ -934,6 +946,9 @@ impl Runtime {
                 let key = keys.remove(&r.instance).flatten();
                 self.result_writes(&op, instance, &r, &mut writes)?;
                 let state = match (&r.failure, r.satisfied_without_run) {
+                    // Its agent was lost: decided by its evidence, as after a crash.
+                    (None, _) if r.unknown => JobState::Recovered,
+                    (Some(_), _) if r.unknown && (key.is_none() || r.attempt >= max_attempts) => JobState::Failed,
                     (None, true) => JobState::AlreadySatisfied,
                     (None, false) => JobState::Succeeded,
                     (Some(_), _) if r.cancelled => JobState::Cancelled,
@@ -962,6 +977,8 @@ impl Runtime {
                     }
                 }
                 let event = match state {
+                    JobState::Recovered => "job_recovered",
+                    JobState::Failed if r.unknown => "job_outcome_unknown",
                     JobState::Succeeded => "job_succeeded",
                     JobState::AlreadySatisfied => "job_already_satisfied",
                     JobState::Pending => "job_retry",
@@ -969,6 +986,7 @@ impl Runtime {
                     _ => "job_failed",
                 };
                 let reason = match &r.failure {
+                    None if r.unknown => format!("{}: its agent was lost mid-run; its evidence passes", r.instance),
                     None if r.satisfied_without_run => format!("{}: already satisfied, evidence passes", r.instance),
                     None => format!("{}: {} ({} evidence checks passed)", r.instance, r.outcome, r.evidence.len()),
                     Some(f) if state == JobState::Pending => {
@@ -1374,6 +1392,7 @@ impl Runtime {
                 log: None,
                 duration: Duration::ZERO,
                 cancelled: false,
+                unknown: false,
             };
             self.result_writes(op, instance, &result, &mut writes)?;
             let max_attempts = job.controls.retry_policy.as_ref().map_or(1, |p| p.max_attempts);

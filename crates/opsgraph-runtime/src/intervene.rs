@@ -136,6 +136,7 @@ impl Runtime {
                 log: None,
                 duration: std::time::Duration::ZERO,
                 cancelled: false,
+                unknown: false,
             };
             self.result_writes(&op, t, &result, &mut writes)?;
         }

@@ -30,13 +30,19 @@ pub(crate) struct Task {
     pub(crate) secret_outputs: Vec<String>,
     /// Secret values the job was given, masked in its captured output and evidence.
     pub(crate) mask: Vec<Vec<u8>>,
+    /// Handed to a remote agent: the worker waits for its report instead of running it.
+    pub(crate) agent: Option<crate::agent::Waiting>,
 }
 
 impl Task {
-    /// Nothing to run, no evidence to check, no artifact to collect: the attempt's result is known
-    /// the moment it starts.
+    /// Nothing to run, no evidence to check, no artifact to collect, and not an agent's: the
+    /// attempt's result is known the moment it starts.
     pub(crate) fn is_trivial(&self) -> bool {
-        self.program.is_none() && self.evidence.is_empty() && self.job.outputs.artifacts.is_empty()
+        // One handed to an agent waits for its report: never trivial.
+        self.agent.is_none()
+            && self.program.is_none()
+            && self.evidence.is_empty()
+            && self.job.outputs.artifacts.is_empty()
     }
 }
 
@@ -55,6 +61,8 @@ pub(crate) struct TaskResult {
     pub(crate) log: Option<PathBuf>,
     pub(crate) duration: Duration,
     pub(crate) cancelled: bool,
+    /// Its agent was lost mid-run: `evidence` was checked instead (recovery, as after a crash).
+    pub(crate) unknown: bool,
 }
 
 /// Runs every evidence check; the first failing one is the reason.
@@ -81,7 +89,10 @@ pub(crate) fn evidence(
     (results, failure)
 }
 
-pub(crate) fn run(task: Task) -> TaskResult {
+pub(crate) fn run(mut task: Task) -> TaskResult {
+    if let Some(waiting) = task.agent.take() {
+        return crate::agent::wait(task, waiting);
+    }
     let started = Instant::now();
     let mut result = TaskResult {
         instance: task.instance.clone(),
@@ -94,6 +105,7 @@ pub(crate) fn run(task: Task) -> TaskResult {
         log: None,
         duration: Duration::ZERO,
         cancelled: false,
+        unknown: false,
     };
     if task.check_first && !task.evidence.is_empty() {
         let (checks, failure) = evidence(&task.evidence, &*task.executor, &task.env, &task.cancel);
@@ -203,14 +215,14 @@ pub(crate) fn masked(
 
 /// Masks secret values in what a job shows. When the masker cannot be built, output is
 /// withheld rather than shown unmasked (fail closed).
-enum Masking {
+pub(crate) enum Masking {
     None,
     Mask(opsgraph_secrets::Masker),
     Withhold,
 }
 
 impl Masking {
-    fn new(values: Vec<Vec<u8>>) -> Masking {
+    pub(crate) fn new(values: Vec<Vec<u8>>) -> Masking {
         if values.is_empty() {
             return Masking::None;
         }
@@ -220,7 +232,7 @@ impl Masking {
         }
     }
 
-    fn bytes(&self, b: &[u8]) -> Vec<u8> {
+    pub(crate) fn bytes(&self, b: &[u8]) -> Vec<u8> {
         match self {
             Masking::None => b.to_vec(),
             Masking::Mask(m) => m.mask_bytes(b),

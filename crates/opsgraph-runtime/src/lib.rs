@@ -16,6 +16,7 @@
 //!   driving loop re-reads the operation between steps when the store's data version shows that
 //!   another writer committed, and a stale writer is refused by the operation's version.
 
+pub mod agent;
 mod analyze;
 mod control;
 mod drive;
@@ -33,6 +34,7 @@ use opsgraph_model::{Intent, Resource};
 use opsgraph_pack::Pack;
 use opsgraph_store::{Store, Write};
 
+pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
 pub use analyze::Diagnosis;
 pub use control::GateAnswer;
 pub use drive::Progress;
@@ -102,6 +104,8 @@ pub struct Runtime {
     pub(crate) attached: Vec<Write>,
     /// What an AI's plan patch may do without a person.
     pub ai_policy: patch::AiPolicy,
+    /// How jobs for agent-served resources reach their agents; without it they fail, saying so.
+    pub agents: Option<std::sync::Arc<agent::Agents>>,
 }
 
 impl Runtime {
@@ -119,6 +123,7 @@ impl Runtime {
             keyring: std::sync::OnceLock::new(),
             attached: Vec::new(),
             ai_policy: patch::AiPolicy::default(),
+            agents: None,
         }
     }
 

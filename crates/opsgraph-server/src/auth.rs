@@ -29,10 +29,13 @@ pub enum Permission {
     /// `scraper: [metrics]`) reads nothing else; of the built-in roles only `platform_admin`
     /// holds it, so no existing role or token gains anything.
     Metrics,
+    /// `/api/v1/agent/*`: claim work for the resources whose `access.agent` is the token's
+    /// name, and heartbeat, log and report it. Only the `agent` role and `platform_admin` hold it.
+    AgentWork,
 }
 
 impl Permission {
-    pub const ALL: [Permission; 11] = [
+    pub const ALL: [Permission; 12] = [
         Permission::Read,
         Permission::Apply,
         Permission::AnswerGates,
@@ -44,6 +47,7 @@ impl Permission {
         Permission::ManageResources,
         Permission::ManageTokens,
         Permission::Metrics,
+        Permission::AgentWork,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +63,7 @@ impl Permission {
             Permission::ManageResources => "manage_resources",
             Permission::ManageTokens => "manage_tokens",
             Permission::Metrics => "metrics",
+            Permission::AgentWork => "agent_work",
         }
     }
 
@@ -92,8 +97,12 @@ pub const BUILTIN_ROLES: &[(&str, &[Permission])] = &[
             ManageResources,
             ManageTokens,
             Metrics,
+            AgentWork,
         ],
     ),
+    // A remote agent (`opsgraph agent`): pulls and reports the work of the resources that name
+    // it (`access: {agent: NAME}`, NAME the token's name), and nothing else.
+    ("agent", &[AgentWork]),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -223,6 +232,8 @@ impl Identity {
     pub fn actor(&self) -> String {
         if self.roles.iter().any(|r| r == "ai_agent") {
             format!("ai-agent:{}", self.name)
+        } else if self.roles.iter().any(|r| r == "agent") {
+            format!("agent:{}", self.name)
         } else {
             format!("user:{}", self.name)
         }

@@ -10,6 +10,7 @@
 //!   operations are driven by one driver thread each (`drivers`), which people steer through
 //!   the store as they do from the CLI.
 
+mod agent;
 pub mod auth;
 mod catalog;
 mod error;
@@ -72,6 +73,9 @@ pub struct Limits {
     /// of the body) and the client reconnects with `Last-Event-ID`; a stream's thread and store
     /// connection are never held for good by a client that never goes away.
     pub event_stream_duration: Duration,
+    /// `limits.agent_report_bytes`: the largest agent report (`POST /api/v1/agent/report`),
+    /// which carries the job's produced artifacts.
+    pub agent_report_bytes: usize,
 }
 
 impl Default for Limits {
@@ -82,6 +86,7 @@ impl Default for Limits {
             event_streams: 64,
             archive_bytes: 16 << 20,
             event_stream_duration: Duration::from_secs(600),
+            agent_report_bytes: 16 << 20,
         }
     }
 }
@@ -91,7 +96,7 @@ impl Default for Limits {
 pub struct AppState(pub(crate) Arc<Inner>);
 
 pub(crate) struct Inner {
-    pub(crate) open: Box<OpenStore>,
+    pub(crate) open: Arc<OpenStore>,
     /// Swapped whole when the packs are loaded again: a request or a driver works with the
     /// snapshot it took.
     pub(crate) world: RwLock<Arc<World>>,
@@ -112,10 +117,16 @@ pub(crate) struct Inner {
     pub(crate) closing: AtomicBool,
     /// Requests answered: (method, route, status) -> count, for `/metrics`.
     pub(crate) requests: Mutex<BTreeMap<(&'static str, &'static str, u16), u64>>,
+    /// How drivers reach remote agents, and the bell the agent routes ring and wait on.
+    pub(crate) agents: Arc<opsgraph_runtime::Agents>,
+    /// Jobs of one operation run at once (the runtime's default when `None`).
+    pub(crate) concurrency: Option<usize>,
 }
 
 impl AppState {
     pub fn new(open: Box<OpenStore>, world: World, config: Config, data_dir: PathBuf) -> AppState {
+        let open: Arc<OpenStore> = Arc::from(open);
+        let agents = Arc::new(opsgraph_runtime::Agents::new(open.clone()));
         AppState(Arc::new(Inner {
             open,
             world: RwLock::new(Arc::new(world)),
@@ -129,7 +140,35 @@ impl AppState {
             streams: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
             requests: Mutex::new(BTreeMap::new()),
+            agents,
+            concurrency: None,
         }))
+    }
+
+    /// Agents: how long a claim lasts without a heartbeat, and how long a task waits to be
+    /// claimed before its job fails.
+    pub fn with_agent_times(self, lease: Duration, claim_timeout: Duration) -> AppState {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                let mut agents = opsgraph_runtime::Agents::new(inner.open.clone());
+                agents.lease = lease;
+                agents.claim_timeout = claim_timeout;
+                inner.agents = Arc::new(agents);
+                AppState(Arc::new(inner))
+            }
+            Err(shared) => AppState(shared),
+        }
+    }
+
+    /// How many jobs of one operation its driver runs at once.
+    pub fn with_concurrency(self, n: usize) -> AppState {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                inner.concurrency = Some(n.max(1));
+                AppState(Arc::new(inner))
+            }
+            Err(shared) => AppState(shared),
+        }
     }
 
     pub fn with_limits(self, limits: Limits) -> AppState {
@@ -184,6 +223,10 @@ impl AppState {
         let w = self.world();
         let mut rt = Runtime::new(self.store()?, w.packs.clone(), w.resources.clone(), self.0.data_dir.clone());
         rt.ai_policy = opsgraph_runtime::AiPolicy::parse(&self.config().ai_auto_apply).unwrap_or_default();
+        rt.agents = Some(self.0.agents.clone());
+        if let Some(n) = self.0.concurrency {
+            rt.set_concurrency(n);
+        }
         Ok(rt)
     }
 

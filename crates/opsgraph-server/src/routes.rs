@@ -15,7 +15,7 @@ use crate::auth::{token_hash, Identity, Permission};
 use crate::error::ApiError;
 use crate::handlers::{self, Ctx, Reply};
 use crate::AppState;
-use crate::{catalog, manage, observe, reveal, ui};
+use crate::{agent, catalog, manage, observe, reveal, ui};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -508,6 +508,46 @@ pub static ROUTES: &[Route] = &[
         "Create a token; it is shown once."
     ),
     route!(
+        "POST",
+        "/api/v1/agent/claim",
+        Need(AgentWork),
+        200,
+        "json",
+        &[],
+        agent::claim,
+        "An agent long-polls for the next task of its resources (`{resources, wait_ms}`); `task` is null when none came."
+    ),
+    route!(
+        "POST",
+        "/api/v1/agent/heartbeat",
+        Need(AgentWork),
+        200,
+        "json",
+        &[],
+        agent::heartbeat,
+        "The lease holder is alive (`{task, lease}`): the lease is extended; 409 `stale_lease` when it is no longer held."
+    ),
+    route!(
+        "POST",
+        "/api/v1/agent/log",
+        Need(AgentWork),
+        200,
+        "json",
+        &[],
+        agent::log,
+        "Output of the running job (`{task, lease, text}`), appended to the attempt's log; 409 `stale_lease` when stale."
+    ),
+    route!(
+        "POST",
+        "/api/v1/agent/report",
+        Need(AgentWork),
+        200,
+        "agent_report",
+        &[],
+        agent::report,
+        "The outcome (`{task, lease, report}`), within `limits.agent_report_bytes`; audited; 409 `stale_lease` when stale."
+    ),
+    route!(
         "DELETE",
         "/api/v1/tokens/{id}",
         Need(ManageTokens),
@@ -610,6 +650,8 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
     let actor = who.as_ref().map(Identity::actor);
     let limit = if route.body == "archive" {
         ("archive_bytes", state.0.limits.archive_bytes)
+    } else if route.body == "agent_report" {
+        ("agent_report_bytes", state.0.limits.agent_report_bytes)
     } else {
         ("body_bytes", state.0.limits.body_bytes)
     };
@@ -818,7 +860,7 @@ pub fn openapi() -> Value {
                     "application/gzip": {"schema": {"type": "string", "contentEncoding": "binary"}},
                 }});
             }
-            "json" => {
+            "json" | "agent_report" => {
                 op["requestBody"] =
                     json!({"required": false, "content": {"application/json": {"schema": {"type": "object"}}}});
             }

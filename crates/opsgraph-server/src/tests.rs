@@ -10,7 +10,7 @@ fn perms(role: &str) -> BTreeSet<Permission> {
 #[test]
 fn each_builtin_role_holds_the_one_below_it_and_the_admin_holds_everything() {
     let names: Vec<&str> = BUILTIN_ROLES.iter().map(|(r, _)| *r).collect();
-    assert_eq!(names, ["viewer", "ai_agent", "operator", "sre", "platform_admin"]);
+    assert_eq!(names, ["viewer", "ai_agent", "operator", "sre", "platform_admin", "agent"]);
     // The people's chain; the AI agent sits beside it: within sre, and never deciding.
     let people = ["viewer", "operator", "sre", "platform_admin"];
     for pair in people.windows(2) {
@@ -26,6 +26,9 @@ fn each_builtin_role_holds_the_one_below_it_and_the_admin_holds_everything() {
     for p in Permission::ALL {
         assert_eq!(Permission::parse(p.as_str()), Some(p));
     }
+    // A remote agent does its work and nothing else; no person's role below the admin does it.
+    assert_eq!(perms("agent"), [Permission::AgentWork].into_iter().collect());
+    assert!(!perms("sre").contains(&Permission::AgentWork));
 }
 
 #[test]
@@ -38,12 +41,12 @@ fn custom_roles_come_from_the_config_and_bad_ones_are_refused() {
     assert!(c.allow_self_approval);
     assert_eq!(c.permissions("auditor"), Some([Permission::Read].into_iter().collect()));
     assert_eq!(c.union(&["auditor".into(), "tokens".into(), "nobody".into()]).len(), 2);
-    assert_eq!(c.table().len(), 7);
+    assert_eq!(c.table().len(), 8);
     let err = |text: &str| Config::parse("config.yaml", text).unwrap_err().to_string();
     assert_eq!(err("roles: {sre: [read]}\n"), "config.yaml: role `sre` is built in and cannot be redefined");
     assert_eq!(
         err("roles: {x: [rule]}\n"),
-        "config.yaml: role `x`: unknown permission `\"rule\"`; expected one of read, apply, answer_gates, patch, approve_patches, intervene, reveal_secrets, manage_packs, manage_resources, manage_tokens, metrics"
+        "config.yaml: role `x`: unknown permission `\"rule\"`; expected one of read, apply, answer_gates, patch, approve_patches, intervene, reveal_secrets, manage_packs, manage_resources, manage_tokens, metrics, agent_work"
     );
     assert_eq!(
         err("allow_self_approval: maybe\n"),

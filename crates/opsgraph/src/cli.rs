@@ -145,6 +145,29 @@ pub enum Command {
         /// Inventory, provider and policy files or directories plans are made in.
         #[arg(long = "inventory")]
         inventory: Vec<String>,
+        #[command(flatten)]
+        agents: AgentTimes,
+    },
+    /// Run as a remote agent: pull the jobs of resources served by agents, run them here, report.
+    ///
+    /// Needs `--server` and a token of the `agent` role whose name is the resources'
+    /// `access.agent` (`--token`, OPSGRAPH_TOKEN or `--token-file`).
+    Agent {
+        /// A resource this agent serves (repeatable); every resource naming the token when none.
+        #[arg(long = "resource")]
+        resources: Vec<String>,
+        /// The agent's token (OPSGRAPH_TOKEN or --token-file keep it out of the process list).
+        #[arg(long)]
+        token: Option<String>,
+        /// Where tasks run, a private directory each [default: DATA_DIR/agent].
+        #[arg(long)]
+        work_dir: Option<std::path::PathBuf>,
+        /// Tasks run at once.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+        parallel: u16,
+        /// Stop after this many tasks (for benchmarks and tests).
+        #[arg(long)]
+        max_tasks: Option<u64>,
     },
     /// Propose a plan patch for a failed or paused operation.
     ///
@@ -293,6 +316,22 @@ pub struct WorldArgs {
     pub output: Output,
 }
 
+/// The times of remote agents' work (`opsgraph serve`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentTimes {
+    /// How long an agent's claim lasts without a heartbeat; then the task is recovered
+    /// (evidence first).
+    #[arg(long, env = "OPSGRAPH_AGENT_LEASE", default_value = "30s", value_parser = duration)]
+    pub agent_lease: std::time::Duration,
+    /// How long a job for an agent-served resource waits to be claimed before it fails.
+    #[arg(long, env = "OPSGRAPH_AGENT_CLAIM_TIMEOUT", default_value = "60s", value_parser = duration)]
+    pub agent_claim_timeout: std::time::Duration,
+}
+
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    opsgraph_exec::parse_duration(s).map_err(|e| e.to_string())
+}
+
 #[derive(Debug, Subcommand)]
 pub enum GateCommand {
     /// Answer an open gate.
@@ -405,6 +444,21 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             }
             return crate::remedy_cmd::diagnose_file(operation, &world.packs, &data_dir, world.output, out, err);
         }
+    }
+    if let Command::Agent { resources, token, work_dir, parallel, max_tasks } = &cli.command {
+        let Some(server) = cli.server.clone().or_else(|| std::env::var("OPSGRAPH_SERVER").ok()) else {
+            bail!("`opsgraph agent` needs --server URL (or OPSGRAPH_SERVER)");
+        };
+        let args = crate::agent_cmd::AgentArgs {
+            server,
+            token: crate::agent_cmd::token(token.as_deref(), cli.token_file.as_deref())?,
+            resources: resources.clone(),
+            work_dir: work_dir.clone().unwrap_or_else(|| data_dir.join("agent")),
+            parallel: (*parallel).into(),
+            max_tasks: *max_tasks,
+            wait: std::time::Duration::from_secs(20),
+        };
+        return crate::agent_cmd::run(args, out);
     }
     // With a server, the commands that read or change operations go through its API.
     if let Some(remote) = crate::remote::Remote::from_env(cli.server.as_deref(), cli.token_file.as_deref())? {
@@ -645,9 +699,10 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Plan(args) => crate::plan_cmd::plan(&args, &data_dir, out, err),
         Command::Demo => crate::plan_cmd::demo(cli.data_dir.as_deref(), out, err),
         Command::Secrets { command } => ops_cmd::secrets(&data_dir, &command, out),
-        Command::Serve { listen, packs, inventory } => {
-            crate::serve_cmd::serve(&data_dir, listen, &packs, &inventory, out)
+        Command::Serve { listen, packs, inventory, agents } => {
+            crate::serve_cmd::serve(&data_dir, listen, &packs, &inventory, &agents, cli.concurrency, out)
         }
+        Command::Agent { .. } => unreachable!("handled above"),
         Command::Resource { command } => {
             let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
             match command {

@@ -3,6 +3,7 @@
 //! This crate is the imperative shell: it reads files, picks implementations and prints. The
 //! decisions live in `opsgraph-pack` (documents) and `opsgraph-plan` (resolution and plans).
 
+pub mod agent_cmd;
 pub mod ai;
 pub mod cli;
 pub mod load;

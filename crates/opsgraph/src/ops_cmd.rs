@@ -164,6 +164,7 @@ fn runtime(data_dir: &Path, packs: &[String], world: &[String], concurrency: Opt
     let world = load::world(docs, &mut diags);
     let store = open_store(data_dir)?;
     let mut rt = Runtime::new(Box::new(store), packs, world.resources, data_dir.to_path_buf());
+    rt.agents = Some(crate::agent_cmd::local_agents(data_dir));
     if let Some(n) = concurrency {
         rt.set_concurrency(n.into());
     }
@@ -236,6 +237,7 @@ pub fn apply(
     let store = open_store(&args.data_dir)?;
     let mut rt =
         Runtime::new(Box::new(store), loaded.packs.clone(), loaded.world.resources.clone(), args.data_dir.clone());
+    rt.agents = Some(crate::agent_cmd::local_agents(&args.data_dir));
     if let Some(n) = args.concurrency {
         rt.set_concurrency(n.into());
     }

@@ -143,10 +143,15 @@ pub fn serve(
     listen: SocketAddr,
     packs: &[String],
     world: &[String],
+    agents: &crate::cli::AgentTimes,
+    concurrency: Option<u16>,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     opsgraph_server::init_logging(std::env::var("OPSGRAPH_LOG").is_ok_and(|v| v == "json"));
-    let state = state(data_dir, packs, world)?;
+    let mut state = state(data_dir, packs, world)?.with_agent_times(agents.agent_lease, agents.agent_claim_timeout);
+    if let Some(n) = concurrency {
+        state = state.with_concurrency(n.into());
+    }
     bootstrap(&state, out)?;
     let listener = opsgraph_server::Listener::bind(listen)?;
     let addr = listener.local_addr().unwrap_or(listen);

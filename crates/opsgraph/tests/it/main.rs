@@ -1,6 +1,7 @@
 //! The one integration-test binary: every feature has a `check(input, expect)` helper and its
 //! expectations are snapshots (`UPDATE_EXPECT=1 cargo test` rewrites them).
 
+mod agent;
 mod ai;
 mod builders;
 mod bundled;

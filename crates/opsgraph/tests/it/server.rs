@@ -221,53 +221,57 @@ fn the_authorization_matrix_follows_the_permission_table() {
     }
     assert!(unexpected.is_empty(), "unexpected answers:\n{}", unexpected.join("\n"));
     expect![[r#"
-        route                                                        viewer   ai_agent operator sre      platform auditor  scraper  token_ad
-        GET /                                                        allow    allow    allow    allow    allow    allow    allow    allow
-        GET /ui/{file}                                               allow    allow    allow    allow    allow    allow    allow    allow
-        GET /api/v1/health                                           allow    allow    allow    allow    allow    allow    allow    allow
-        GET /api/v1/ready                                            allow    allow    allow    allow    allow    allow    allow    allow
-        GET /api/v1/openapi.json                                     allow    allow    allow    allow    allow    allow    allow    allow
-        GET /api/v1/me                                               allow    allow    allow    allow    allow    allow    allow    allow
-        GET /api/v1/roles                                            allow    allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/plans                                           allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations                                       allow    allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/operations                                      -        -        allow    allow    allow    -        -        -
-        GET /api/v1/operations/{id}                                  allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/jobs                             allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/timeline                         allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/evidence                         allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/artifacts                        allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/artifacts/{artifact}             allow    allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/operations/{id}/artifacts/{artifact}/reveal     -        -        -        -        allow    -        -        -
-        GET /api/v1/operations/{id}/events                           allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/plan                             allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/patches                          allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/gates                            allow    allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/operations/{id}/gates/{gate}/answer             -        -        allow    allow    allow    -        -        -
-        POST /api/v1/operations/{id}/pause                           -        -        allow    allow    allow    -        -        -
-        POST /api/v1/operations/{id}/resume                          -        -        allow    allow    allow    -        -        -
-        POST /api/v1/operations/{id}/cancel                          -        -        allow    allow    allow    -        -        -
-        POST /api/v1/operations/{id}/patches                         -        allow    -        allow    allow    -        -        -
-        POST /api/v1/operations/{id}/interventions                   -        -        -        allow    allow    -        -        -
-        GET /api/v1/operations/{id}/diagnosis                        allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/operations/{id}/logs                             allow    allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/operations/{id}/retry                           -        -        -        allow    allow    -        -        -
-        GET /api/v1/events                                           allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/resources                                        allow    allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/resources                                       -        -        -        -        allow    -        -        -
-        GET /api/v1/resources/{*id}                                  allow    allow    allow    allow    allow    allow    -        allow
-        DELETE /api/v1/resources/{*id}                               -        -        -        -        allow    -        -        -
-        GET /api/v1/audit                                            allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/packs                                            allow    allow    allow    allow    allow    allow    -        allow
-        POST /api/v1/packs                                           -        -        -        -        allow    -        -        -
-        GET /api/v1/packs/{id}                                       allow    allow    allow    allow    allow    allow    -        allow
-        DELETE /api/v1/packs/{id}                                    -        -        -        -        allow    -        -        -
-        GET /api/v1/providers                                        allow    allow    allow    allow    allow    allow    -        allow
-        GET /api/v1/policies                                         allow    allow    allow    allow    allow    allow    -        allow
-        GET /metrics                                                 -        -        -        -        allow    -        allow    -
-        GET /api/v1/tokens                                           -        -        -        -        allow    -        -        allow
-        POST /api/v1/tokens                                          -        -        -        -        allow    -        -        allow
-        DELETE /api/v1/tokens/{id}                                   -        -        -        -        allow    -        -        allow
+        route                                                        viewer   ai_agent operator sre      platform agent    auditor  scraper  token_ad
+        GET /                                                        allow    allow    allow    allow    allow    allow    allow    allow    allow
+        GET /ui/{file}                                               allow    allow    allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/health                                           allow    allow    allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/ready                                            allow    allow    allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/openapi.json                                     allow    allow    allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/me                                               allow    allow    allow    allow    allow    allow    allow    allow    allow
+        GET /api/v1/roles                                            allow    allow    allow    allow    allow    -        allow    -        allow
+        POST /api/v1/plans                                           allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations                                       allow    allow    allow    allow    allow    -        allow    -        allow
+        POST /api/v1/operations                                      -        -        allow    allow    allow    -        -        -        -
+        GET /api/v1/operations/{id}                                  allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/jobs                             allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/timeline                         allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/evidence                         allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/artifacts                        allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/artifacts/{artifact}             allow    allow    allow    allow    allow    -        allow    -        allow
+        POST /api/v1/operations/{id}/artifacts/{artifact}/reveal     -        -        -        -        allow    -        -        -        -
+        GET /api/v1/operations/{id}/events                           allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/plan                             allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/patches                          allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/gates                            allow    allow    allow    allow    allow    -        allow    -        allow
+        POST /api/v1/operations/{id}/gates/{gate}/answer             -        -        allow    allow    allow    -        -        -        -
+        POST /api/v1/operations/{id}/pause                           -        -        allow    allow    allow    -        -        -        -
+        POST /api/v1/operations/{id}/resume                          -        -        allow    allow    allow    -        -        -        -
+        POST /api/v1/operations/{id}/cancel                          -        -        allow    allow    allow    -        -        -        -
+        POST /api/v1/operations/{id}/patches                         -        allow    -        allow    allow    -        -        -        -
+        POST /api/v1/operations/{id}/interventions                   -        -        -        allow    allow    -        -        -        -
+        GET /api/v1/operations/{id}/diagnosis                        allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/logs                             allow    allow    allow    allow    allow    -        allow    -        allow
+        POST /api/v1/operations/{id}/retry                           -        -        -        allow    allow    -        -        -        -
+        GET /api/v1/events                                           allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/resources                                        allow    allow    allow    allow    allow    -        allow    -        allow
+        POST /api/v1/resources                                       -        -        -        -        allow    -        -        -        -
+        GET /api/v1/resources/{*id}                                  allow    allow    allow    allow    allow    -        allow    -        allow
+        DELETE /api/v1/resources/{*id}                               -        -        -        -        allow    -        -        -        -
+        GET /api/v1/audit                                            allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/packs                                            allow    allow    allow    allow    allow    -        allow    -        allow
+        POST /api/v1/packs                                           -        -        -        -        allow    -        -        -        -
+        GET /api/v1/packs/{id}                                       allow    allow    allow    allow    allow    -        allow    -        allow
+        DELETE /api/v1/packs/{id}                                    -        -        -        -        allow    -        -        -        -
+        GET /api/v1/providers                                        allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/policies                                         allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /metrics                                                 -        -        -        -        allow    -        -        allow    -
+        GET /api/v1/tokens                                           -        -        -        -        allow    -        -        -        allow
+        POST /api/v1/tokens                                          -        -        -        -        allow    -        -        -        allow
+        POST /api/v1/agent/claim                                     -        -        -        -        allow    allow    -        -        -
+        POST /api/v1/agent/heartbeat                                 -        -        -        -        allow    allow    -        -        -
+        POST /api/v1/agent/log                                       -        -        -        -        allow    allow    -        -        -
+        POST /api/v1/agent/report                                    -        -        -        -        allow    allow    -        -        -
+        DELETE /api/v1/tokens/{id}                                   -        -        -        -        allow    -        -        -        allow
     "#]]
     .assert_eq(&table);
     // Nothing above changed anything: no audit row but the test's own token minting.
@@ -491,7 +495,7 @@ fn tokens_are_shown_once_and_nobody_grants_what_they_do_not_hold() {
     .collect();
     expect![[r#"
         lesser grants sre: 403 grant_refused cannot grant role `sre`: it allows apply, answer_gates, patch, approve_patches, intervene, which you do not hold
-        lesser grants a role nobody knows: 422 unknown_role unknown role `root`; roles: viewer, ai_agent, operator, sre, platform_admin, token_admin
+        lesser grants a role nobody knows: 422 unknown_role unknown role `root`; roles: viewer, ai_agent, operator, sre, platform_admin, agent, token_admin
         a name taken: 409 token_name_taken an active token is already named `ci`; revoke it first
         a bad name: 422 invalid_token_request token name `Bad Name` is not valid: use 1 to 64 of a-z, 0-9, `.`, `_`, `-`, starting with a letter or digit
         no role: 422 invalid_token_request a token needs at least one role"#]]

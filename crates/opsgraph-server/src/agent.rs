@@ -1,0 +1,196 @@
+//! `/api/v1/agent/*`: remote agents pull the work of the resources that name them
+//! (`access: {agent: NAME}`, NAME the token's name), keep their lease alive, stream output and
+//! report. Claims and reports are audited in their own transaction; a write under a lease that is
+//! no longer the task's is refused with 409 `stale_lease`.
+
+use std::time::{Duration, Instant};
+
+use opsgraph_store::{now, now_ms, AgentClaim, AgentTask, AgentWrite, Write};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::auth;
+use crate::error::ApiError;
+use crate::handlers::{Ctx, Reply};
+
+/// The longest a claim waits for work.
+const MAX_WAIT: Duration = Duration::from_secs(30);
+/// A log chunk's limit.
+const MAX_LOG_BYTES: usize = 256 << 10;
+/// Resources one claim may name.
+const MAX_RESOURCES: usize = 1000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaimBody {
+    /// Only these resources (all of the agent name's when empty).
+    #[serde(default)]
+    resources: Vec<String>,
+    /// How long to wait for work, in ms (at most 30 s; 0 answers at once).
+    #[serde(default)]
+    wait_ms: u64,
+    /// Which process of the agent name claims (`host/pid`), recorded with the claim.
+    #[serde(default)]
+    instance: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseBody {
+    task: String,
+    lease: String,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    report: Option<Value>,
+}
+
+pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let body: ClaimBody = ctx.json(true)?;
+    if body.resources.len() > MAX_RESOURCES {
+        return Err(ApiError::unprocessable(
+            "too_many_resources",
+            format!("a claim names at most {MAX_RESOURCES} resources"),
+        ));
+    }
+    let who = ctx.who()?.clone();
+    let actor = who.actor();
+    let claimer = match body.instance.as_deref().filter(|i| !i.is_empty()) {
+        Some(i) => format!("{actor}/{}", i.chars().take(100).collect::<String>()),
+        None => actor.clone(),
+    };
+    let agents = ctx.state.0.agents.clone();
+    let lease_ms = agents.lease.as_millis() as i64;
+    let deadline = Instant::now() + Duration::from_millis(body.wait_ms).min(MAX_WAIT);
+    loop {
+        let seen = agents.bell.seen();
+        let lease = auth::new_token().map_err(|e| ApiError::internal("no randomness for a lease", &e))?;
+        let at = now();
+        let entry = opsgraph_store::TimelineEntry {
+            seq: 0,
+            operation: String::new(),
+            at: at.clone(),
+            actor: actor.clone(),
+            event: "agent_claimed".into(),
+            from: None,
+            to: None,
+            reason: format!("{claimer} claimed {{task}}"),
+            data: Value::Null,
+        };
+        let c = AgentClaim {
+            agent: who.name.clone(),
+            resources: body.resources.clone(),
+            lease: lease.clone(),
+            actor: claimer.clone(),
+            expires_ms: now_ms() + lease_ms,
+            at: at.clone(),
+            audit: auth::audit(&actor, "agent.claim", "", None, None, json!({"instance": body.instance})),
+            entry,
+        };
+        if let Some(task) = ctx.store.agent_claim(&c)? {
+            let payload = agents.open_payload(&ctx.state.0.data_dir, &task)?;
+            return Reply::ok(json!({
+                "task": task_view(&task),
+                "lease": lease,
+                "lease_expires_ms": task.expires_ms,
+                "heartbeat_ms": (lease_ms / 3).max(100),
+                "payload": payload,
+            }));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || ctx.state.0.closing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Reply::ok(json!({"task": null}));
+        }
+        // Woken at once by work queued in this process; other writers are seen by polling.
+        agents.bell.wait(seen, left.min(Duration::from_millis(250)));
+    }
+}
+
+fn task_view(t: &AgentTask) -> Value {
+    json!({
+        "id": t.id, "operation": t.operation, "job": t.job, "attempt": t.attempt, "kind": t.kind,
+        "resource": t.resource, "agent": t.agent,
+    })
+}
+
+/// The task named by the body, when it belongs to the caller's agent name.
+fn own_task(ctx: &Ctx, id: &str) -> Result<AgentTask, ApiError> {
+    let who = ctx.who()?;
+    match ctx.store.agent_task(id)? {
+        Some(t) if t.agent == who.name => Ok(t),
+        _ => Err(ApiError::not_found("no_agent_task", format!("no agent task `{id}` for agent `{}`", who.name))),
+    }
+}
+
+pub(crate) fn heartbeat(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let body: LeaseBody = ctx.json(false)?;
+    own_task(ctx, &body.task)?;
+    let expires_ms = now_ms() + ctx.state.0.agents.lease.as_millis() as i64;
+    ctx.store.commit(&[Write::Agent(AgentWrite::Heartbeat {
+        task: body.task,
+        lease: body.lease,
+        expires_ms,
+        at: now(),
+    })])?;
+    Reply::ok(json!({"lease_expires_ms": expires_ms}))
+}
+
+pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let body: LeaseBody = ctx.json(false)?;
+    let text = body.text.unwrap_or_default();
+    if text.len() > MAX_LOG_BYTES {
+        return Err(ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            "log_too_large",
+            format!("a log chunk holds at most {MAX_LOG_BYTES} bytes"),
+        ));
+    }
+    own_task(ctx, &body.task)?;
+    ctx.store.commit(&[Write::Agent(AgentWrite::Log { task: body.task, lease: body.lease, text, at: now() })])?;
+    ctx.state.0.agents.bell.ring();
+    Reply::ok(json!({}))
+}
+
+pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let body: LeaseBody = ctx.json(false)?;
+    let task = own_task(ctx, &body.task)?;
+    let report = body.report.unwrap_or(Value::Null);
+    let parsed: opsgraph_runtime::AgentReport = serde_json::from_value(report.clone())
+        .map_err(|e| ApiError::unprocessable("invalid_report", format!("the report is not an agent report: {e}")))?;
+    let actor = ctx.who()?.actor();
+    let sealed = ctx.state.0.agents.seal_report(&ctx.state.0.data_dir, &task.id, &report)?;
+    let passed = parsed.evidence.iter().filter(|e| e.passed).count();
+    let verdict = match &parsed.failure {
+        None => format!("{passed} evidence checks passed"),
+        Some(f) => f.chars().take(300).collect(),
+    };
+    let reason = format!("{} attempt {} ({}): {}; {verdict}", task.job, task.attempt, task.kind, parsed.outcome);
+    let entry = opsgraph_store::TimelineEntry {
+        seq: 0,
+        operation: task.operation.clone(),
+        at: now(),
+        actor: actor.clone(),
+        event: "agent_reported".into(),
+        from: None,
+        to: None,
+        reason,
+        data: json!({"task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind,
+                     "failed": parsed.failure.is_some()}),
+    };
+    let audit = auth::audit(
+        &actor,
+        "agent.report",
+        &task.id,
+        Some(&task.operation),
+        Some(&task.resource),
+        json!({"kind": task.kind, "outcome": parsed.outcome, "failed": parsed.failure.is_some(),
+               "evidence_passed": passed, "artifacts": parsed.produced.len()}),
+    );
+    ctx.store.commit(&[
+        Write::Agent(AgentWrite::Report { task: task.id.clone(), lease: body.lease, report: sealed, at: now() }),
+        Write::Audit(audit),
+        Write::Timeline(entry),
+    ])?;
+    ctx.state.0.agents.bell.ring();
+    Reply::ok(json!({"task": task.id, "state": "reported"}))
+}

@@ -1,0 +1,334 @@
+//! `opsgraph agent`: a remote agent. It long-polls `opsgraph serve` for the tasks of the
+//! resources that name it (`access: {agent: NAME}`, NAME its token's name), runs each with the
+//! same code as a local attempt (`opsgraph_runtime::agent::execute`: the local executor, the
+//! same evidence checks), streams the output while the job runs, heartbeats its lease and reports.
+//!
+//! It survives the server's restarts (every call is retried with backoff; the lease is only
+//! given up by the server) and its own (a task whose agent died is recovered by the server once
+//! its lease expires: evidence first). A refused heartbeat (409 `stale_lease`: the task was given
+//! up or cancelled) stops the job.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use opsgraph_exec::{Cancel, Tee};
+use opsgraph_runtime::LogStream;
+use serde_json::{json, Value};
+
+/// How `opsgraph agent` runs.
+#[derive(Debug, Clone)]
+pub struct AgentArgs {
+    pub server: String,
+    pub token: String,
+    /// Only these resources (all that name the token's name when empty).
+    pub resources: Vec<String>,
+    /// Where tasks run, one private directory each, removed after the report.
+    pub work_dir: PathBuf,
+    /// Tasks run at once.
+    pub parallel: usize,
+    /// Stop after this many tasks (benchmarks, tests); never when `None`.
+    pub max_tasks: Option<u64>,
+    /// How long one claim waits for work.
+    pub wait: Duration,
+}
+
+/// The token: `--token`, else `OPSGRAPH_TOKEN`, else `--token-file` / `OPSGRAPH_TOKEN_FILE`.
+pub fn token(flag: Option<&str>, file: Option<&Path>) -> anyhow::Result<String> {
+    if let Some(t) = flag.filter(|t| !t.is_empty()) {
+        return Ok(t.to_string());
+    }
+    if let (Ok(t), None) = (std::env::var("OPSGRAPH_TOKEN"), file) {
+        if !t.is_empty() {
+            return Ok(t);
+        }
+    }
+    let file = file.map(Path::to_path_buf).or_else(|| std::env::var("OPSGRAPH_TOKEN_FILE").ok().map(PathBuf::from));
+    match file {
+        Some(f) => Ok(std::fs::read_to_string(&f)
+            .with_context(|| format!("cannot read the token file {}", f.display()))?
+            .trim()
+            .to_string()),
+        None => bail!("an agent needs a token: --token, OPSGRAPH_TOKEN or --token-file (a token of the `agent` role)"),
+    }
+}
+
+/// One HTTP client for the agent's calls.
+struct Client {
+    base: String,
+    auth: String,
+    http: ureq::Agent,
+}
+
+/// How a call ended.
+enum Answer {
+    Ok(Value),
+    /// The server answered with an error (status, code, message).
+    Refused(u16, String, String),
+    /// No answer (the server is down or restarting).
+    Unreachable(String),
+}
+
+impl Client {
+    fn new(base: &str, token: &str) -> Client {
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        Client { base: base.trim_end_matches('/').to_string(), auth: format!("Bearer {token}"), http }
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Answer {
+        let url = format!("{}{path}", self.base);
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let result = self
+            .http
+            .post(&url)
+            .header("Authorization", &self.auth)
+            .header("Content-Type", "application/json")
+            .send(&bytes[..]);
+        let mut resp = match result {
+            Ok(r) => r,
+            Err(e) => return Answer::Unreachable(e.to_string()),
+        };
+        let status = resp.status().as_u16();
+        let text = match resp.body_mut().with_config().limit(64 << 20).read_to_string() {
+            Ok(t) => t,
+            Err(e) => return Answer::Unreachable(e.to_string()),
+        };
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if (200..300).contains(&status) {
+            return Answer::Ok(value);
+        }
+        let code = value["error"]["code"].as_str().unwrap_or("error").to_string();
+        let message = value["error"]["message"].as_str().unwrap_or_default().to_string();
+        // A proxy's or a restarting server's 5xx: try again.
+        if status >= 500 {
+            return Answer::Unreachable(format!("{status} {code}: {message}"));
+        }
+        Answer::Refused(status, code, message)
+    }
+}
+
+/// Backoff between retries: 100 ms doubling to 5 s.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff(Duration::from_millis(100))
+    }
+    fn sleep(&mut self) {
+        std::thread::sleep(self.0);
+        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Runs the agent until `max_tasks` are done (or forever); an unusable token ends it.
+pub fn run(args: AgentArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+    std::fs::create_dir_all(&args.work_dir)
+        .with_context(|| format!("cannot create the work directory {}", args.work_dir.display()))?;
+    let instance = format!(
+        "{}/{}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
+        std::process::id()
+    );
+    writeln!(
+        out,
+        "agent {instance} pulling work from {} for {}",
+        args.server,
+        if args.resources.is_empty() {
+            "every resource naming this token".to_string()
+        } else {
+            args.resources.join(", ")
+        }
+    )?;
+    out.flush()?;
+    let done = Arc::new(AtomicU64::new(0));
+    let fatal: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let lines: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..args.parallel.max(1))
+        .map(|_| {
+            let (args, done, fatal, lines, instance) =
+                (args.clone(), done.clone(), fatal.clone(), lines.clone(), instance.clone());
+            std::thread::spawn(move || worker(&args, &instance, &done, &fatal, &lines))
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+    for l in lines.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        writeln!(out, "{l}")?;
+    }
+    if let Some(why) = fatal.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        bail!("{why}");
+    }
+    Ok(0)
+}
+
+fn worker(
+    args: &AgentArgs,
+    instance: &str,
+    done: &AtomicU64,
+    fatal: &Mutex<Option<String>>,
+    lines: &Mutex<Vec<String>>,
+) {
+    let client = Client::new(&args.server, &args.token);
+    let mut backoff = Backoff::new();
+    loop {
+        if fatal.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            return;
+        }
+        if args.max_tasks.is_some_and(|m| done.load(Ordering::SeqCst) >= m) {
+            return;
+        }
+        let body = json!({"resources": args.resources, "wait_ms": args.wait.as_millis() as u64, "instance": instance});
+        match client.post("/api/v1/agent/claim", &body) {
+            Answer::Ok(v) if v["task"].is_null() => backoff = Backoff::new(),
+            Answer::Ok(v) => {
+                backoff = Backoff::new();
+                if args.max_tasks.is_some_and(|m| done.fetch_add(1, Ordering::SeqCst) >= m) {
+                    // Claimed one too many: it is recovered by the server when its lease expires.
+                    return;
+                }
+                let line = run_task(&client, &args.work_dir, &v);
+                eprintln!("{line}");
+                if args.max_tasks.is_some() {
+                    lines.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                }
+            }
+            Answer::Refused(status, code, message) if matches!(status, 401 | 403) => {
+                *fatal.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(format!("the server refused this agent ({status} {code}): {message}"));
+                return;
+            }
+            Answer::Refused(status, code, message) => {
+                eprintln!("claim refused ({status} {code}): {message}");
+                backoff.sleep();
+            }
+            Answer::Unreachable(why) => {
+                eprintln!("cannot reach {}: {why}; retrying", args.server);
+                backoff.sleep();
+            }
+        }
+    }
+}
+
+/// Runs one claimed task to its report; returns a line saying what happened.
+fn run_task(client: &Client, work_dir: &Path, claimed: &Value) -> String {
+    let id = claimed["task"]["id"].as_str().unwrap_or_default().to_string();
+    let lease = claimed["lease"].as_str().unwrap_or_default().to_string();
+    let beat = Duration::from_millis(claimed["heartbeat_ms"].as_u64().unwrap_or(10_000).max(100));
+    let payload = &claimed["payload"];
+    let dir = work_dir.join(id.replace(['/', '@'], "_"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cancel = Cancel::new();
+    let stream = Arc::new(Mutex::new(LogStream::for_payload(payload)));
+    let tee = {
+        let stream = stream.clone();
+        Tee(Arc::new(move |_, bytes: &[u8]| stream.lock().unwrap_or_else(|e| e.into_inner()).push(bytes)))
+    };
+    let finished = Arc::new(AtomicBool::new(false));
+    let side = {
+        let (client_base, auth) = (client.base.clone(), client.auth.clone());
+        let (id, lease, cancel, stream, finished) =
+            (id.clone(), lease.clone(), cancel.clone(), stream.clone(), finished.clone());
+        std::thread::spawn(move || {
+            let client = Client { base: client_base, auth, http: Client::new("", "").http };
+            let mut last_beat = Instant::now();
+            loop {
+                let end = finished.load(Ordering::SeqCst);
+                loop {
+                    let text = stream.lock().unwrap_or_else(|e| e.into_inner()).take(end);
+                    if text.is_empty() {
+                        break;
+                    }
+                    send_log(&client, &id, &lease, text, &cancel, end);
+                }
+                if end {
+                    return;
+                }
+                if last_beat.elapsed() >= beat {
+                    last_beat = Instant::now();
+                    if let Answer::Refused(409, ..) =
+                        client.post("/api/v1/agent/heartbeat", &json!({"task": id, "lease": lease}))
+                    {
+                        // Given up or cancelled: stop the job.
+                        cancel.cancel();
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100).min(beat));
+            }
+        })
+    };
+    let report = opsgraph_runtime::agent::execute(payload, &dir, Some(tee), &cancel);
+    finished.store(true, Ordering::SeqCst);
+    let _ = side.join();
+    let verdict = match &report.failure {
+        None => "ok".to_string(),
+        Some(f) => format!("failed: {f}"),
+    };
+    let body = json!({"task": id, "lease": lease, "report": report});
+    let mut backoff = Backoff::new();
+    let mut last_beat = Instant::now();
+    let line = loop {
+        match client.post("/api/v1/agent/report", &body) {
+            Answer::Ok(_) => break format!("{id}: reported ({verdict})"),
+            Answer::Refused(status, code, message) => {
+                break format!("{id}: report refused ({status} {code}): {message}")
+            }
+            Answer::Unreachable(why) => {
+                eprintln!("{id}: cannot report yet ({why}); retrying");
+                backoff.sleep();
+                // Keep the lease while the server comes back.
+                if last_beat.elapsed() >= beat {
+                    last_beat = Instant::now();
+                    let _ = client.post("/api/v1/agent/heartbeat", &json!({"task": id, "lease": lease}));
+                }
+            }
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    line
+}
+
+/// Sends a log chunk; retried while the server is unreachable (dropped when the lease is gone).
+fn send_log(client: &Client, id: &str, lease: &str, text: String, cancel: &Cancel, patient: bool) {
+    let body = json!({"task": id, "lease": lease, "text": text});
+    let mut backoff = Backoff::new();
+    for _ in 0..if patient { 50 } else { 3 } {
+        match client.post("/api/v1/agent/log", &body) {
+            Answer::Ok(_) => return,
+            Answer::Refused(409, ..) => {
+                cancel.cancel();
+                return;
+            }
+            Answer::Refused(..) => return,
+            Answer::Unreachable(_) => backoff.sleep(),
+        }
+    }
+}
+
+/// How a runtime of this process (`apply`, `resume`, `retry`) reaches agents: through the data
+/// directory's store, which a server's agent routes share. `OPSGRAPH_AGENT_CLAIM_TIMEOUT` sets
+/// how long a task waits to be claimed.
+pub fn local_agents(data_dir: &Path) -> Arc<opsgraph_runtime::Agents> {
+    let db = data_dir.join("opsgraph.db");
+    let durability = match std::env::var("OPSGRAPH_SYNC").as_deref() {
+        Ok("normal") => opsgraph_store::Durability::Normal,
+        _ => opsgraph_store::Durability::Full,
+    };
+    let open = move || -> Result<Box<dyn opsgraph_store::Store>, opsgraph_store::Error> {
+        Ok(Box::new(opsgraph_store::SqliteStore::open(&db, durability)?))
+    };
+    let mut agents = opsgraph_runtime::Agents::new(Arc::new(open));
+    if let Some(d) =
+        std::env::var("OPSGRAPH_AGENT_CLAIM_TIMEOUT").ok().and_then(|v| opsgraph_exec::parse_duration(&v).ok())
+    {
+        agents.claim_timeout = d;
+    }
+    Arc::new(agents)
+}

@@ -1,0 +1,460 @@
+//! Remote agents (issue [F]) with real processes: `opsgraph serve` and `opsgraph agent`s on
+//! loopback, jobs for resources that say `access: {agent: pool}`. A ledger outside the database
+//! records every run of a job's script.
+//!
+//! - 8 agents race for 2,000 jobs: each is claimed once and runs once.
+//! - An agent `kill -9`ed mid-job: once its lease expires the job's evidence is checked (by an
+//!   agent) before it runs again; the timeline shows that order.
+//! - A stale lease token is refused with 409 `stale_lease`.
+//! - The server is killed and started again while agents work: the operation completes.
+//! - A job that no agent claims fails, naming the resource and the agent it waited for.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use opsgraph_store::{SqliteStore, Store};
+use serde_json::Value;
+
+use crate::support::{temp_dir, TempDir};
+
+/// A pack of `jobs` jobs, each fanned out over the intent's nodes, running `scripts/step.sh`
+/// with evidence `done`; `controls` goes into every job.
+fn pack(jobs: usize, script: &str, controls: &str) -> Vec<(String, String)> {
+    let ids: Vec<String> = (0..jobs).map(|k| format!("j{k}")).collect();
+    let mut files = vec![
+        (
+            "packs/agentpack/pack.yaml".to_string(),
+            "scenario_pack:\n  id: agentpack\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: agentpack.run}]\n".to_string(),
+        ),
+        (
+            "packs/agentpack/templates.yaml".to_string(),
+            format!(
+                "plan_template:\n  id: agentpack.run\n  action: run\n  parameters:\n    ledger: {{type: string, required: true}}\n  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: all, name: All, jobs: [{ids}]}}\n  jobs: [{ids}]\n",
+                ids = ids.join(", ")
+            ),
+        ),
+        (
+            "packs/agentpack/evidence.yaml".to_string(),
+            "evidence:\n  - {id: done, source: command, command: 'test -f \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"'}\n".to_string(),
+        ),
+        ("packs/agentpack/scripts/step.sh".to_string(), script.to_string()),
+    ];
+    let jobs: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            format!("job: {{id: {id}, scope: {{resources: [compute_node], target: nodes}}, outputs: {{evidence: [done]}}, {controls}run: {{script: scripts/step.sh}}}}\n")
+        })
+        .collect();
+    files.push(("packs/agentpack/jobs.yaml".to_string(), jobs.join("---\n")));
+    files
+}
+
+/// Records the run in the ledger, then proves it with the evidence file.
+const STEP: &str = "printf '%s %s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$$\" >> \"$OPSGRAPH_PARAM_LEDGER\"\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
+
+fn nodes(names: &[&str], agent: &str) -> String {
+    names
+        .iter()
+        .map(|n| format!("resource:\n  type: compute_node\n  name: {n}\n  provides: [linux.host]\n  access: {{agent: {agent}}}\n"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn intent(nodes: &[&str], ledger: &Path) -> String {
+    let targets: Vec<String> = nodes.iter().map(|n| format!("compute_node/{n}")).collect();
+    format!(
+        "intent:\n  target_resource_type: agent.batch\n  action: run\n  name: batch\n  environment: dev\n  parameters: {{ledger: {}}}\n  targets:\n    nodes: [{}]\n",
+        ledger.display(),
+        targets.join(", ")
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A data directory, its server process and agent processes; every process is killed on drop.
+struct Cluster {
+    dir: TempDir,
+    port: u16,
+    admin: String,
+    agent_token: PathBuf,
+    server: Option<Child>,
+    agents: Vec<Child>,
+    serve_args: Vec<String>,
+}
+
+impl Cluster {
+    /// `files` are the pack and inventory; the server's agent lease and claim timeout are given.
+    fn new(files: Vec<(String, String)>, lease: &str, claim_timeout: &str) -> Cluster {
+        let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        let dir = temp_dir(&refs);
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let (admin, agent) = {
+            let mut store = opsgraph::ops_cmd::open_store(&data).unwrap();
+            let config = opsgraph_server::Config::default();
+            let roles = |r: &str| vec![r.to_string()];
+            let make = |store: &mut SqliteStore, name: &str, role: &str| {
+                opsgraph_server::auth::create_token(store, &config, name, &roles(role), "test", None, None).unwrap().1
+            };
+            (make(&mut store, "admin", "platform_admin"), make(&mut store, "pool", "agent"))
+        };
+        let agent_token = dir.join("agent.token");
+        std::fs::write(&agent_token, &agent).unwrap();
+        let port = free_port();
+        let serve_args: Vec<String> = [
+            "--data-dir",
+            &data.display().to_string(),
+            "--concurrency",
+            "16",
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--packs",
+            &dir.join("packs").display().to_string(),
+            "--inventory",
+            &dir.join("inventory").display().to_string(),
+            "--agent-lease",
+            lease,
+            "--agent-claim-timeout",
+            claim_timeout,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut c = Cluster { dir, port, admin, agent_token, server: None, agents: vec![], serve_args };
+        c.start_server();
+        c
+    }
+
+    fn start_server(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+            .args(&self.serve_args)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.server = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.call("GET", "/api/v1/health", "", "").0 != 200 {
+            assert!(Instant::now() < deadline, "the server did not start: {}", self.server_log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill_server(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+
+    fn server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts an agent process; `extra` are more arguments of `opsgraph agent`.
+    fn start_agent(&mut self, extra: &[&str]) -> usize {
+        let n = self.agents.len();
+        let log = std::fs::File::create(self.dir.join(&format!("agent-{n}.log"))).unwrap();
+        let work = self.dir.join(&format!("agent-{n}"));
+        let child = Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+            .args(["--server", &self.url(), "--token-file", &self.agent_token.display().to_string()])
+            .args(["--data-dir", &self.dir.join("data").display().to_string()])
+            .args(["agent", "--work-dir", &work.display().to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.agents.push(child);
+        n
+    }
+
+    /// `kill -9` of an agent process.
+    fn kill_agent(&mut self, n: usize) {
+        let _ = self.agents[n].kill();
+        let _ = self.agents[n].wait();
+    }
+
+    /// One request with the admin token (or `token`); an unreachable server is status 0.
+    fn call(&self, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
+        use std::io::{Read as _, Write as _};
+        let token = if token.is_empty() { &self.admin } else { token };
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return (0, Value::Null) };
+        s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+        let _ = write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+        (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    }
+
+    fn create(&self, intent: &str) -> String {
+        let (status, body) = self.call("POST", "/api/v1/operations", "", intent);
+        assert_eq!(status, 201, "{body}\n{}", self.server_log());
+        body["id"].as_str().unwrap().to_string()
+    }
+
+    fn store(&self) -> SqliteStore {
+        opsgraph::ops_cmd::open_store(&self.dir.join("data")).unwrap()
+    }
+
+    /// Waits until the operation is terminal (or the time is up); returns its state and detail.
+    fn wait(&self, id: &str, timeout: Duration) -> (String, String) {
+        let deadline = Instant::now() + timeout;
+        let store = self.store();
+        loop {
+            let op = store.operation(id).unwrap().unwrap();
+            let v = opsgraph_server::views::operation_summary(&op);
+            let state = v["state"].as_str().unwrap_or_default().to_string();
+            if matches!(state.as_str(), "completed" | "failed" | "cancelled") || Instant::now() > deadline {
+                return (state, v["detail"].as_str().unwrap_or_default().to_string());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn timeline(&self, id: &str) -> Vec<(String, String)> {
+        self.store().timeline(id).unwrap().into_iter().map(|e| (e.event, e.reason)).collect()
+    }
+
+    fn agent_logs(&self) -> String {
+        (0..self.agents.len())
+            .map(|n| std::fs::read_to_string(self.dir.join(&format!("agent-{n}.log"))).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for a in &mut self.agents {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+        self.kill_server();
+    }
+}
+
+/// The ledger's lines: (operation, job) -> how many runs.
+fn ledger(path: &Path) -> BTreeMap<(String, String), usize> {
+    let mut runs = BTreeMap::new();
+    for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+        let mut w = line.split(' ');
+        let (Some(op), Some(job)) = (w.next(), w.next()) else { continue };
+        *runs.entry((op.to_string(), job.to_string())).or_insert(0) += 1;
+    }
+    runs
+}
+
+#[test]
+fn eight_agents_racing_for_2000_jobs_claim_and_run_each_once() {
+    let names = ["w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"];
+    let mut files = pack(250, STEP, "");
+    files.push(("inventory/nodes.yaml".into(), nodes(&names, "pool")));
+    let mut c = Cluster::new(files, "10s", "60s");
+    for _ in 0..8 {
+        c.start_agent(&[]);
+    }
+    let ledger_path = c.dir.join("ledger");
+    let started = Instant::now();
+    let id = c.create(&intent(&names, &ledger_path));
+    let (state, detail) = c.wait(&id, Duration::from_secs(150));
+    let elapsed = started.elapsed();
+    assert_eq!(state, "completed", "{detail}\n{}\n{}", c.server_log(), c.agent_logs());
+
+    // The ledger, outside the database: 2,000 runs, each job once.
+    let runs = ledger(&ledger_path);
+    assert_eq!(runs.len(), 2000);
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "run more than once: {twice:?}");
+    // The store: 2,000 tasks, each claimed once and reported; the audit log has each claim once.
+    let store = c.store();
+    let tasks = store.agent_tasks(&id).unwrap();
+    assert_eq!(tasks.len(), 2000);
+    assert!(tasks.iter().all(|t| t.claims == 1 && t.state == opsgraph_store::AgentTaskState::Reported));
+    let claims: Vec<String> = store
+        .audit(&opsgraph_store::AuditFilter { operation: Some(id.clone()), ..Default::default() })
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.action == "agent.claim")
+        .map(|a| a.target)
+        .collect();
+    let distinct: BTreeSet<&String> = claims.iter().collect();
+    assert_eq!((claims.len(), distinct.len()), (2000, 2000));
+    // Every agent took part.
+    let by: BTreeSet<String> = tasks.iter().filter_map(|t| t.claimed_by.clone()).collect();
+    assert_eq!(by.len(), 8, "{by:?}");
+    eprintln!("8 agents, 2000 jobs: {:.1} s, {:.0} jobs/s", elapsed.as_secs_f64(), 2000.0 / elapsed.as_secs_f64());
+}
+
+/// Starts, records its pid, waits for `$LAB/release` (the test's signal), then proves itself.
+const SLOW: &str = "printf '%s %s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$$\" >> \"$OPSGRAPH_PARAM_LEDGER\"\necho \"started $$\"\necho $$ > \"$OPSGRAPH_LAB_DIR/pid\"\nwhile [ ! -f \"$OPSGRAPH_LAB_DIR/release\" ]; do sleep 0.05; done\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
+
+#[test]
+fn an_agent_killed_mid_job_is_recovered_by_evidence_first_then_the_job_runs_again() {
+    let mut files = pack(
+        1,
+        SLOW,
+        "controls: {idempotency: {key: 'slow:{node_id}:{operation_id}'}, retry_policy: {max_attempts: 2}}, ",
+    );
+    files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
+    let mut c = Cluster::new(files, "1500ms", "60s");
+    let ledger_path = c.dir.join("ledger");
+    let lab = c.dir.join("data/lab");
+    let first = c.start_agent(&[]);
+    let id = c.create(&intent(&["w0"], &ledger_path));
+    // The job is running on the agent: its log line streamed to the server while it runs.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let log = c.dir.join(&format!("data/runs/{id}/j0@w0.1.log"));
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("started") {
+        assert!(Instant::now() < deadline, "the job did not start: {}\n{}", c.server_log(), c.agent_logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // kill -9 of the agent, and of the job it left behind (its process group).
+    c.kill_agent(first);
+    let pid = std::fs::read_to_string(lab.join("pid")).unwrap();
+    let _ = Command::new("kill").args(["-9", "--", &format!("-{}", pid.trim())]).status();
+    // A new agent (the agent restarted); the job may finish from now on.
+    c.start_agent(&[]);
+    std::fs::write(lab.join("release"), "").unwrap();
+    let (state, detail) = c.wait(&id, Duration::from_secs(40));
+    assert_eq!(state, "completed", "{detail}\n{}", c.agent_logs());
+    let timeline = c.timeline(&id);
+    let at = |event: &str, text: &str| {
+        timeline
+            .iter()
+            .position(|(e, r)| e == event && r.contains(text))
+            .unwrap_or_else(|| panic!("no {event} with `{text}` in {timeline:#?}"))
+    };
+    let started_1 = at("job_started", "attempt 1");
+    let lost = at("agent_lost", "checking its evidence");
+    let evidence_claimed = at("agent_claimed", "/evidence");
+    let evidence_reported = at("agent_reported", "(evidence)");
+    let retry = at("job_retry", "its agent was lost");
+    let started_2 = at("job_started", "attempt 2");
+    let succeeded = at("job_succeeded", "j0@w0");
+    assert!(started_1 < lost && lost < evidence_claimed && evidence_claimed < evidence_reported, "{timeline:#?}");
+    assert!(evidence_reported < retry && retry < started_2 && started_2 < succeeded, "{timeline:#?}");
+    // Run twice, as its idempotency key allows: once by the killed agent, once after recovery.
+    assert_eq!(ledger(&ledger_path).values().copied().collect::<Vec<_>>(), [2]);
+}
+
+#[test]
+fn a_non_idempotent_job_whose_agent_died_fails_as_outcome_unknown_after_its_evidence_fails() {
+    let mut files = pack(1, SLOW, "");
+    files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
+    let mut c = Cluster::new(files, "1500ms", "60s");
+    let ledger_path = c.dir.join("ledger");
+    let lab = c.dir.join("data/lab");
+    let first = c.start_agent(&[]);
+    let id = c.create(&intent(&["w0"], &ledger_path));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !lab.join("pid").exists() {
+        assert!(Instant::now() < deadline, "the job did not start: {}", c.agent_logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.kill_agent(first);
+    let pid = std::fs::read_to_string(lab.join("pid")).unwrap();
+    let _ = Command::new("kill").args(["-9", "--", &format!("-{}", pid.trim())]).status();
+    c.start_agent(&[]);
+    let (state, detail) = c.wait(&id, Duration::from_secs(40));
+    assert_eq!(state, "failed", "{detail}\n{:#?}\n{}\n{}", c.timeline(&id), c.server_log(), c.agent_logs());
+    assert!(detail.contains("its agent was lost and evidence done failed"), "{detail}");
+    assert!(detail.contains("a person decides"), "{detail}");
+    assert!(c.timeline(&id).iter().any(|(e, _)| e == "job_outcome_unknown"));
+    assert_eq!(ledger(&ledger_path).values().copied().collect::<Vec<_>>(), [1]);
+}
+
+#[test]
+fn a_stale_lease_token_is_refused_with_409_stale_lease() {
+    let mut files = pack(1, STEP, "");
+    files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
+    let c = Cluster::new(files, "1s", "60s");
+    let token = std::fs::read_to_string(&c.agent_token).unwrap();
+    let id = c.create(&intent(&["w0"], &c.dir.join("ledger")));
+    // Claimed by hand: the agent's first call.
+    let (status, claimed) = c.call("POST", "/api/v1/agent/claim", &token, r#"{"wait_ms": 10000}"#);
+    assert_eq!(status, 200, "{claimed}");
+    let task = claimed["task"]["id"].as_str().unwrap().to_string();
+    assert_eq!(task, format!("{id}/j0@w0/1/run"));
+    let lease = claimed["lease"].as_str().unwrap().to_string();
+    assert!(claimed["payload"]["env"]["OPSGRAPH_PARAM_LEDGER"].is_string());
+    // Another lease token: refused, whatever it is.
+    let body = |lease: &str| format!(r#"{{"task": "{task}", "lease": "{lease}"}}"#);
+    let (status, refused) = c.call("POST", "/api/v1/agent/heartbeat", &token, &body("og_not-the-lease"));
+    assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("stale_lease")), "{refused}");
+    // The holder's own token works while its lease holds ...
+    assert_eq!(c.call("POST", "/api/v1/agent/heartbeat", &token, &body(&lease)).0, 200);
+    // ... and is stale once the lease expired and the server gave the task up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.timeline(&id).iter().any(|(e, _)| e == "agent_lost") {
+        assert!(Instant::now() < deadline, "the lease was not given up: {:#?}", c.timeline(&id));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let report = format!(
+        r#"{{"task": "{task}", "lease": "{lease}", "report": {{"outcome": "exit code 0", "failure": null, "satisfied_without_run": false, "cancelled": false, "evidence": [], "produced": [], "duration_ms": 1}}}}"#
+    );
+    let (status, refused) = c.call("POST", "/api/v1/agent/report", &token, &report);
+    assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("stale_lease")), "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("the task is lost"), "{refused}");
+    // Someone else's token has no agent work to do.
+    let (status, refused) = c.call("POST", "/api/v1/agent/claim", "", r#"{"wait_ms": 0}"#);
+    assert_eq!((status, refused["task"].is_null()), (200, true), "the admin serves no resource: {refused}");
+}
+
+#[test]
+fn the_server_restarted_while_agents_work_and_the_operation_completes() {
+    let names = ["w0", "w1"];
+    let slow = STEP.replace("touch", "sleep 0.05\ntouch");
+    let mut files = pack(40, &slow, "");
+    files.push(("inventory/nodes.yaml".into(), nodes(&names, "pool")));
+    let mut c = Cluster::new(files, "5s", "60s");
+    c.start_agent(&["--parallel", "2"]);
+    c.start_agent(&["--parallel", "2"]);
+    let ledger_path = c.dir.join("ledger");
+    let id = c.create(&intent(&names, &ledger_path));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ledger(&ledger_path).len() < 20 {
+        assert!(Instant::now() < deadline, "no progress: {}", c.agent_logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // kill -9 of the server in the middle of the run, down for a second, then started again.
+    c.kill_server();
+    std::thread::sleep(Duration::from_secs(1));
+    c.start_server();
+    let (state, detail) = c.wait(&id, Duration::from_secs(60));
+    assert_eq!(state, "completed", "{detail}\n{}\n{}", c.server_log(), c.agent_logs());
+    let runs = ledger(&ledger_path);
+    assert_eq!(runs.len(), 80);
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "run more than once: {twice:?}");
+}
+
+#[test]
+fn a_job_no_agent_claims_fails_naming_the_resource_and_its_agent() {
+    let mut files = pack(1, STEP, "");
+    files.push(("inventory/nodes.yaml".into(), nodes(&["w9"], "nobody")));
+    let c = Cluster::new(files, "5s", "1500ms");
+    let id = c.create(&intent(&["w9"], &c.dir.join("ledger")));
+    let (state, detail) = c.wait(&id, Duration::from_secs(30));
+    assert_eq!(state, "failed");
+    assert_eq!(
+        detail,
+        "failed: j0@w9: no agent serving compute_node/w9 (agent `nobody`) claimed the job within 1.5s; is `opsgraph agent` running for it?"
+    );
+}
