@@ -32,6 +32,10 @@ struct ClaimBody {
     /// Which process of the agent name claims (`host/pid`), recorded with the claim.
     #[serde(default)]
     instance: Option<String>,
+    /// The lease token to claim under, chosen by the agent (16 to 128 of `A-Za-z0-9_-`) so that
+    /// a claim whose answer was lost can be made again: it returns the task it holds.
+    #[serde(default)]
+    lease: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -62,9 +66,23 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let agents = ctx.state.0.agents.clone();
     let lease_ms = agents.lease.as_millis() as i64;
     let deadline = Instant::now() + Duration::from_millis(body.wait_ms).min(MAX_WAIT);
+    let lease = match body.lease {
+        Some(l)
+            if (16..=128).contains(&l.len()) && l.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b)) =>
+        {
+            l
+        }
+        Some(_) => {
+            return Err(ApiError::unprocessable(
+                "invalid_lease",
+                "a lease token is 16 to 128 of A-Z, a-z, 0-9, `_`, `-`",
+            ))
+        }
+        None => auth::new_token().map_err(|e| ApiError::internal("no randomness for a lease", &e))?,
+    };
     loop {
         let seen = agents.bell.seen();
-        let lease = auth::new_token().map_err(|e| ApiError::internal("no randomness for a lease", &e))?;
+        let lease = lease.clone();
         let at = now();
         let entry = opsgraph_store::TimelineEntry {
             seq: 0,
@@ -154,6 +172,10 @@ pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let body: LeaseBody = ctx.json(false)?;
     let task = own_task(ctx, &body.task)?;
+    // The same report again (its answer was lost): done already.
+    if task.state == opsgraph_store::AgentTaskState::Reported && task.lease.as_deref() == Some(body.lease.as_str()) {
+        return Reply::ok(json!({"task": task.id, "state": "reported"}));
+    }
     let report = body.report.unwrap_or(Value::Null);
     let parsed: opsgraph_runtime::AgentReport = serde_json::from_value(report.clone())
         .map_err(|e| ApiError::unprocessable("invalid_report", format!("the report is not an agent report: {e}")))?;

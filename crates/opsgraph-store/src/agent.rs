@@ -92,7 +92,8 @@ pub struct AgentTask {
 
 /// A claim: the oldest queued task of `agent` (for one of `resources`, when any are named) is
 /// taken under `lease` until `expires_ms`. The claim, its audit row and its timeline entry are
-/// one transaction; the store fills in the task's id, operation and resource.
+/// one transaction; the store fills in the task's id, operation and resource. A claim made again
+/// with the lease of a task it holds (the claimer never saw the answer) returns that task.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentClaim {
     pub agent: String,

@@ -171,7 +171,19 @@ fn stale(tx: &Transaction<'_>, task: &str) -> Error {
 }
 
 pub(crate) fn claim(conn: &mut Connection, c: &AgentClaim) -> Result<Option<AgentTask>, Error> {
-    let tx = conn.transaction()?;
+    // Immediate: it reads before it writes, and a read transaction that then writes would be
+    // refused (not waited for) when another connection wrote in between.
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    // A claim retried with its lease (its answer was lost) gets the task it already holds.
+    let held = tx
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM agent_tasks WHERE lease = ?1 AND agent = ?2 AND state = 'claimed'"
+        ))?
+        .query_row(params![c.lease, c.agent], task_row)
+        .optional()?;
+    if let Some(raw) = held {
+        return Ok(Some(finish(raw)?));
+    }
     let filter = if c.resources.is_empty() {
         String::new()
     } else {

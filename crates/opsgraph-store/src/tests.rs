@@ -416,8 +416,10 @@ fn agent_tasks_conform(store: &mut dyn Store) {
     assert_eq!(got.expires_ms, 9_000);
     let got = store.agent_claim(&claim_of("pool", &[], "l2", 9_000)).unwrap().unwrap();
     assert_eq!(got.id, "t1");
-    // Nothing is claimed twice.
+    // Nothing is claimed twice; a claim retried with its lease gets what it holds, once.
     assert_eq!(store.agent_claim(&claim_of("pool", &[], "l3", 9_000)).unwrap(), None);
+    assert_eq!(store.agent_claim(&claim_of("pool", &[], "l2", 9_000)).unwrap().unwrap().id, "t1");
+    assert_eq!(store.agent_claim(&claim_of("other", &[], "l2", 9_000)).unwrap(), None);
     // Each claim landed with its audit row and timeline entry.
     let audit = store.audit(&AuditFilter::default()).unwrap();
     assert_eq!(audit.iter().map(|a| a.target.as_str()).collect::<Vec<_>>(), ["t2", "t1"]);
@@ -508,7 +510,9 @@ fn agents_racing_on_one_file_claim_each_task_once() {
             std::thread::spawn(move || {
                 let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
                 let mut mine = Vec::new();
-                while let Some(t) = store.agent_claim(&claim_of("pool", &[], &format!("l{n}"), 9_000)).unwrap() {
+                while let Some(t) =
+                    store.agent_claim(&claim_of("pool", &[], &format!("l{n}-{}", mine.len()), 9_000)).unwrap()
+                {
                     mine.push(t.id);
                 }
                 mine

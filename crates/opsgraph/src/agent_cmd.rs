@@ -178,6 +178,10 @@ fn worker(
 ) {
     let client = Client::new(&args.server, &args.token);
     let mut backoff = Backoff::new();
+    // The lease this agent claims under, kept until a task comes with it: a claim whose answer
+    // was lost (the server restarted) is made again with it and gets the task it holds.
+    let new_lease = || opsgraph_server::auth::new_token().unwrap_or_else(|_| format!("og_{}", std::process::id()));
+    let mut lease = new_lease();
     loop {
         if fatal.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
             return;
@@ -185,11 +189,13 @@ fn worker(
         if args.max_tasks.is_some_and(|m| done.load(Ordering::SeqCst) >= m) {
             return;
         }
-        let body = json!({"resources": args.resources, "wait_ms": args.wait.as_millis() as u64, "instance": instance});
+        let body = json!({"resources": args.resources, "wait_ms": args.wait.as_millis() as u64, "instance": instance,
+                          "lease": lease});
         match client.post("/api/v1/agent/claim", &body) {
             Answer::Ok(v) if v["task"].is_null() => backoff = Backoff::new(),
             Answer::Ok(v) => {
                 backoff = Backoff::new();
+                lease = new_lease();
                 if args.max_tasks.is_some_and(|m| done.fetch_add(1, Ordering::SeqCst) >= m) {
                     // Claimed one too many: it is recovered by the server when its lease expires.
                     return;
@@ -232,6 +238,8 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Value) -> String {
         Tee(Arc::new(move |_, bytes: &[u8]| stream.lock().unwrap_or_else(|e| e.into_inner()).push(bytes)))
     };
     let finished = Arc::new(AtomicBool::new(false));
+    // Wakes the side thread at once when the job ends (its last log lines, then the report).
+    let (wake, woken) = std::sync::mpsc::channel::<()>();
     let side = {
         let (client_base, auth) = (client.base.clone(), client.auth.clone());
         let (id, lease, cancel, stream, finished) =
@@ -260,12 +268,13 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Value) -> String {
                         cancel.cancel();
                     }
                 }
-                std::thread::sleep(Duration::from_millis(100).min(beat));
+                let _ = woken.recv_timeout(Duration::from_millis(100).min(beat));
             }
         })
     };
     let report = opsgraph_runtime::agent::execute(payload, &dir, Some(tee), &cancel);
     finished.store(true, Ordering::SeqCst);
+    let _ = wake.send(());
     let _ = side.join();
     let verdict = match &report.failure {
         None => "ok".to_string(),
