@@ -311,8 +311,22 @@ fn eight_agents_racing_for_2000_jobs_claim_and_run_each_once() {
     );
 }
 
+/// `kill -9` of the job's process group (its pid is in `$LAB/pid`).
+fn kill_job(lab: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid = loop {
+        let text = std::fs::read_to_string(lab.join("pid")).unwrap_or_default();
+        if let Ok(pid) = text.trim().parse::<u32>() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no pid in {}", lab.display());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = Command::new("kill").args(["-9", "--", &format!("-{pid}")]).status();
+}
+
 /// Starts, records its pid, waits for `$LAB/release` (the test's signal), then proves itself.
-const SLOW: &str = "printf '%s %s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$$\" >> \"$OPSGRAPH_PARAM_LEDGER\"\necho \"started $$\"\necho $$ > \"$OPSGRAPH_LAB_DIR/pid\"\nwhile [ ! -f \"$OPSGRAPH_LAB_DIR/release\" ]; do sleep 0.05; done\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
+const SLOW: &str = "printf '%s %s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$$\" >> \"$OPSGRAPH_PARAM_LEDGER\"\necho $$ > \"$OPSGRAPH_LAB_DIR/pid\"\necho \"started $$\"\nn=0\nwhile [ ! -f \"$OPSGRAPH_LAB_DIR/release\" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
 
 #[test]
 fn an_agent_killed_mid_job_is_recovered_by_evidence_first_then_the_job_runs_again() {
@@ -336,8 +350,7 @@ fn an_agent_killed_mid_job_is_recovered_by_evidence_first_then_the_job_runs_agai
     }
     // kill -9 of the agent, and of the job it left behind (its process group).
     c.kill_agent(first);
-    let pid = std::fs::read_to_string(lab.join("pid")).unwrap();
-    let _ = Command::new("kill").args(["-9", "--", &format!("-{}", pid.trim())]).status();
+    kill_job(&lab);
     // A new agent (the agent restarted); the job may finish from now on.
     c.start_agent(&[]);
     std::fs::write(lab.join("release"), "").unwrap();
@@ -378,8 +391,7 @@ fn a_non_idempotent_job_whose_agent_died_fails_as_outcome_unknown_after_its_evid
         std::thread::sleep(Duration::from_millis(50));
     }
     c.kill_agent(first);
-    let pid = std::fs::read_to_string(lab.join("pid")).unwrap();
-    let _ = Command::new("kill").args(["-9", "--", &format!("-{}", pid.trim())]).status();
+    kill_job(&lab);
     c.start_agent(&[]);
     let (state, detail) = c.wait(&id, Duration::from_secs(40));
     assert_eq!(state, "failed", "{detail}\n{:#?}\n{}\n{}", c.timeline(&id), c.server_log(), c.agent_logs());
@@ -519,4 +531,72 @@ fn bench_jobs_per_second_through_agents_beside_the_local_executor() {
     for (i, (name, _)) in configs.iter().enumerate() {
         eprintln!("{:<16} {:>10.2} {:>10.0} {:>11.2}x", name, best[i], n / best[i], best[0] / best[i]);
     }
+}
+
+#[test]
+fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
+    const CANARY: &str = "canary-agent-7f3a9c1e5b";
+    let files: Vec<(String, String)> = [
+        (
+            "packs/artpack/pack.yaml",
+            "scenario_pack:\n  id: artpack\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: artpack.run}]\n",
+        ),
+        (
+            "packs/artpack/templates.yaml",
+            "plan_template:\n  id: artpack.run\n  action: run\n  parameters:\n    token: {type: string, required: true, secret: true}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: all, name: All, jobs: [make, use]}\n  jobs: [make, use]\n",
+        ),
+        (
+            "packs/artpack/artifacts.yaml",
+            "artifact: {id: note, type: text, sensitivity: secret, storage: blob}\n",
+        ),
+        (
+            "packs/artpack/jobs.yaml",
+            "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {artifacts: [note], evidence: [made]}, run: {script: scripts/make.sh}}\n---\n\
+             job: {id: use, scope: {resources: [compute_node], target: nodes}, inputs: {requires: {artifacts: [note]}}, outputs: {evidence: [used]}, run: {script: scripts/use.sh}}\n",
+        ),
+        (
+            "packs/artpack/evidence.yaml",
+            "evidence:\n  - {id: made, source: command, command: 'test -s \"$OPSGRAPH_OUT/note\"'}\n---\nevidence:\n  - {id: used, source: command, command: 'grep -q \"note of\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"'}\n",
+        ),
+        (
+            "packs/artpack/scripts/make.sh",
+            "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"\nprintf 'note of %s: %s\\n' \"$OPSGRAPH_TARGET_NAME\" \"$OPSGRAPH_PARAM_TOKEN\" > \"$OPSGRAPH_OUT/note\"\n",
+        ),
+        ("packs/artpack/scripts/use.sh", "cp \"$OPSGRAPH_ARTIFACT_NOTE\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"\n"),
+        ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    let mut c = Cluster::new(files, "10s", "30s");
+    c.start_agent(&[]);
+    let intent = format!(
+        "intent:\n  target_resource_type: agent.batch\n  action: run\n  name: arts\n  environment: dev\n  parameters: {{token: {CANARY}}}\n  targets:\n    nodes: [compute_node/w0]\n"
+    );
+    let id = c.create(&intent);
+    let (state, detail) = c.wait(&id, Duration::from_secs(30));
+    assert_eq!(state, "completed", "{detail}\n{}", c.agent_logs());
+    // The artifact made on the agent came back, sealed (secret), and reached the next job there.
+    let arts = c.store().artifacts(&id).unwrap();
+    assert_eq!(arts.iter().map(|a| (a.id.as_str(), a.sensitivity.as_str())).collect::<Vec<_>>(), [("note", "secret")]);
+    let used = std::fs::read_to_string(c.dir.join("data/lab/used.w0")).unwrap();
+    assert_eq!(used, format!("note of w0: {CANARY}\n"));
+    // The streamed log is masked; nothing of the data directory holds the secret in plain text
+    // (the tasks' payloads and reports are sealed).
+    let log = std::fs::read_to_string(c.dir.join(&format!("data/runs/{id}/make@w0.1.log"))).unwrap();
+    assert_eq!(log, "the token is ***\n");
+    let _ = std::fs::remove_file(c.dir.join("data/lab/used.w0"));
+    let mut found = Vec::new();
+    let mut stack = vec![c.dir.join("data")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if std::fs::read(&p).unwrap_or_default().windows(CANARY.len()).any(|w| w == CANARY.as_bytes()) {
+                found.push(p);
+            }
+        }
+    }
+    assert!(found.is_empty(), "the secret in plain text in {found:?}");
 }
