@@ -30,7 +30,7 @@ pub struct AgentArgs {
     pub work_dir: PathBuf,
     /// Tasks run at once.
     pub parallel: usize,
-    /// Stop after this many tasks (benchmarks, tests); never when `None`.
+    /// Stop claiming after this many tasks (benchmarks, tests); never when `None`.
     pub max_tasks: Option<u64>,
     /// How long one claim waits for work.
     pub wait: Duration,
@@ -196,10 +196,9 @@ fn worker(
             Answer::Ok(v) => {
                 backoff = Backoff::new();
                 lease = new_lease();
-                if args.max_tasks.is_some_and(|m| done.fetch_add(1, Ordering::SeqCst) >= m) {
-                    // Claimed one too many: it is recovered by the server when its lease expires.
-                    return;
-                }
+                // A claimed task is always run (with --parallel, a few past --max-tasks): one
+                // dropped here could only be recovered by its evidence after its lease expired.
+                done.fetch_add(1, Ordering::SeqCst);
                 let line = run_task(&client, &args.work_dir, &v);
                 eprintln!("{line}");
                 if args.max_tasks.is_some() {
