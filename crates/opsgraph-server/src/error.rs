@@ -87,7 +87,12 @@ impl From<opsgraph_store::Error> for ApiError {
             S::StalePlan { .. } => ApiError::conflict("stale_revision", e.to_string()),
             S::RequestRecorded { .. } => ApiError::conflict("idempotency_key_in_flight", e.to_string()),
             S::NoOperation(_) => ApiError::not_found("no_operation", e.to_string()),
-            S::Open { .. } | S::TooNew { .. } | S::Sqlite(_) | S::Json(_) => ApiError::internal("store failed", &e),
+            S::ResourceBusy { .. } => ApiError::conflict("resource_busy", e.to_string()),
+            S::LeaseHeld { .. } => ApiError::conflict("operation_leased", e.to_string()),
+            S::Fenced { .. } => ApiError::conflict("lease_lost", e.to_string()),
+            S::Open { .. } | S::TooNew { .. } | S::Sqlite(_) | S::Json(_) | S::PgOpen { .. } | S::Postgres(_) => {
+                ApiError::internal("store failed", &e)
+            }
         }
     }
 }
