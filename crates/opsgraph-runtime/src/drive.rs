@@ -287,7 +287,16 @@ impl Runtime {
             op = next;
         }
         writes.extend(extra);
-        self.commit(&writes)?;
+        if let Some(resource) = &op.resource {
+            // Checked again inside the transaction: another replica may be creating one too.
+            writes.insert(0, Write::ExpectIdle { resource: resource.clone(), operation: id.clone() });
+        }
+        self.commit(&writes).map_err(|e| match e {
+            opsgraph_store::Error::ResourceBusy { resource, operation, state } => {
+                Error::Busy { resource, operation, state }
+            }
+            e => Error::Store(e),
+        })?;
         for w in &writes {
             match w {
                 Write::Timeline(e) | Write::Transition { entry: e, .. } => progress(e),
@@ -641,6 +650,13 @@ impl Runtime {
         let mut done_prefix = 0;
 
         loop {
+            if let Some(lost) = self.lease_lost() {
+                // Another replica carries on from the store; nothing more is started or recorded here.
+                for c in in_flight.values() {
+                    c.cancel();
+                }
+                return Err(lost);
+            }
             let data_version = self.store.data_version()?;
             let op = match (&op_seen, data_version) {
                 (Some((v, w, op)), Some(now)) if *v == now && *w == self.operation_writes => op.clone(),

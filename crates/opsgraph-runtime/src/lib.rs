@@ -21,6 +21,7 @@ mod control;
 mod drive;
 mod intervene;
 mod jobs;
+pub mod lease;
 pub mod manage;
 mod patch;
 mod rollback;
@@ -71,6 +72,10 @@ pub enum Error {
     PatchRefused(String),
     #[error("secrets: {0}")]
     Secrets(String),
+    /// The keeper could not renew this process's lease in time, or another replica took the
+    /// operation over: this process stops driving it.
+    #[error("lost the lease on operation `{operation}` ({holder}, token {token}); another replica drives it now")]
+    LeaseLost { operation: String, holder: String, token: i64 },
     #[error("failed to prepare the data directory {path}")]
     Io {
         path: String,
@@ -99,6 +104,8 @@ pub struct Runtime {
     pub(crate) attached: Vec<Write>,
     /// What an AI's plan patch may do without a person.
     pub ai_policy: patch::AiPolicy,
+    /// The lease the operation being driven is held under: every commit is fenced with it.
+    pub(crate) lease: Option<std::sync::Arc<lease::Held>>,
 }
 
 impl Runtime {
@@ -116,6 +123,7 @@ impl Runtime {
             keyring: std::sync::OnceLock::new(),
             attached: Vec::new(),
             ai_policy: patch::AiPolicy::default(),
+            lease: None,
         }
     }
 
@@ -134,7 +142,16 @@ impl Runtime {
         {
             self.operation_writes += 1;
         }
-        self.store.commit(writes)
+        match &self.lease {
+            // Under a lease every write is fenced with its token, in the same transaction.
+            Some(held) => {
+                let mut fenced = Vec::with_capacity(writes.len() + 1);
+                fenced.push(held.lease.fence());
+                fenced.extend_from_slice(writes);
+                self.store.commit(&fenced)
+            }
+            None => self.store.commit(writes),
+        }
     }
 
     /// Adds `writes` (an audit record, an idempotency record) to the transaction of the next

@@ -116,6 +116,7 @@ impl From<opsgraph_runtime::Error> for ApiError {
             R::Secrets(_) => ApiError::internal("secrets are unavailable (master key)", &e),
             R::PackChanged { .. } => ApiError::conflict("pack_changed", message),
             R::PatchRefused(_) => ApiError::unprocessable("patch_refused", message),
+            R::LeaseLost { .. } => ApiError::conflict("lease_lost", message),
         }
     }
 }
