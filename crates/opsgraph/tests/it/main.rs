@@ -16,6 +16,7 @@ mod patch;
 mod plan;
 mod remedies;
 mod remote;
+mod replicas;
 mod resolve;
 mod runtime;
 mod secrets;
