@@ -185,7 +185,7 @@ impl From<postgres::Error> for Error {
 }
 
 /// The server's message (with its detail and SQLSTATE), or the client's reason and its causes.
-fn pg_message(e: &postgres::Error) -> String {
+pub(crate) fn pg_message(e: &postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         let detail = db.detail().map(|d| format!(" ({d})")).unwrap_or_default();
         return format!("{}{detail} [SQLSTATE {}]", db.message(), db.code().code());

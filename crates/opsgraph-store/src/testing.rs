@@ -78,7 +78,8 @@ impl TestDb {
         let mut admin = match postgres::Client::connect(&server, postgres::NoTls) {
             Ok(c) => c,
             Err(e) => {
-                let why = format!("PostgreSQL unreachable at {} ({e})", crate::redact(&server));
+                let why =
+                    format!("PostgreSQL unreachable at {} ({})", crate::redact(&server), crate::pg::pg_message(&e));
                 if pg_required() {
                     panic!("{name}: {why}; CI=true requires PostgreSQL (set OPSGRAPH_TEST_PG)");
                 }
