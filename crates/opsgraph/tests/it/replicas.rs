@@ -213,3 +213,83 @@ fn a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice() 
         text.lines().count()
     );
 }
+
+/// In-process, on each backend: a driver whose lease another holder took over (it expired) is
+/// refused at its next commit and stops; nothing it did after the takeover is in the store.
+fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testing::Backend) {
+    use opsgraph::load::Source;
+    use opsgraph_runtime::lease::{Keeper, LeaseConfig};
+    let Some(db) =
+        TestDb::new(backend, &format!("replicas::a_stale_holder_writes_nothing_after_a_takeover ({backend:?})"))
+    else {
+        return;
+    };
+    let files = pack();
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let dir = temp_dir(&files);
+    let (ledger, marks) = (dir.join("ledger"), dir.join("marks"));
+    std::fs::create_dir_all(&marks).unwrap();
+    std::fs::write(
+        dir.join("intent.yaml"),
+        format!(
+            "intent:\n  target_resource_type: many.thing\n  action: run\n  name: m2\n  parameters: {{ledger: '{}', marks: '{}'}}\n",
+            ledger.display(),
+            marks.display()
+        ),
+    )
+    .unwrap();
+    let loaded = opsgraph::plan_cmd::load_inputs(
+        &Source::parse(&dir.join("intent.yaml").display().to_string()),
+        opsgraph::load::packs(&[Source::parse(&dir.join("many").display().to_string())]),
+        &[],
+    );
+    let plan = opsgraph::plan_cmd::build(&loaded).unwrap();
+    let mut rt = opsgraph_runtime::Runtime::new(db.store(), loaded.packs.clone(), vec![], dir.join("data"));
+    rt.set_concurrency(2);
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let url = db.url().to_string();
+    let keeper = Keeper::new(
+        LeaseConfig { holder: "replica-a".into(), ttl: Duration::from_secs(60) },
+        Box::new(move || opsgraph_store::open(&url, opsgraph_store::Durability::Full)),
+    );
+    let driver = {
+        let id = id.clone();
+        std::thread::spawn(move || rt.drive_leased(&id, &keeper, &mut |_| {}))
+    };
+    let mut store = db.store();
+    let started = Instant::now();
+    while store.jobs(&id).unwrap().iter().filter(|j| j.state.is_done()).count() < 6 {
+        assert!(started.elapsed() < Duration::from_secs(60), "no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // replica-a stops renewing (its lease is made to expire now) and replica-b takes over.
+    let a = store.lease(&id).unwrap().unwrap();
+    assert_eq!(a.holder, "replica-a");
+    store.renew_lease(&a, -1).unwrap();
+    let b = store.acquire_lease(&id, "replica-b", 60_000).unwrap();
+    assert!(b.token > a.token);
+    let (jobs, timeline) = (store.jobs(&id).unwrap(), store.timeline(&id).unwrap());
+    let result = driver.join().unwrap();
+    assert!(
+        matches!(
+            &result,
+            Err(opsgraph_runtime::Error::Store(opsgraph_store::Error::Fenced { .. }))
+                | Err(opsgraph_runtime::Error::LeaseLost { .. })
+        ),
+        "{result:?}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(store.jobs(&id).unwrap(), jobs, "the stale holder changed jobs after the takeover");
+    assert_eq!(store.timeline(&id).unwrap(), timeline, "the stale holder wrote to the timeline after the takeover");
+    assert_eq!(store.lease(&id).unwrap().unwrap().holder, "replica-b", "its release changed nothing");
+}
+
+#[test]
+fn a_stale_holder_writes_nothing_after_a_takeover_sqlite() {
+    a_stale_holder_writes_nothing_after_a_takeover(opsgraph_store::testing::Backend::Sqlite);
+}
+
+#[test]
+fn a_stale_holder_writes_nothing_after_a_takeover_postgres() {
+    a_stale_holder_writes_nothing_after_a_takeover(opsgraph_store::testing::Backend::Postgres);
+}
