@@ -20,7 +20,8 @@
 //!   (`OPSGRAPH_TEST_PG`, a database created per run), one replica against two: transitions per
 //!   second (one writer), then `ops` operations of N in-process no-op jobs driven under leases by
 //!   one or two replicas (each replica a keeper, a holder id and a thread per operation it wins;
-//!   in one process, so on one machine it measures coordination, not added capacity).
+//!   in one process, so on one machine it measures coordination, not added capacity). With
+//!   `jobs=process` the jobs run `/bin/true` instead.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -442,7 +443,8 @@ fn main() {
     }
     if mode == "scale" {
         let ops = args.iter().find_map(|a| a.strip_prefix("ops=")).and_then(|c| c.parse().ok()).unwrap_or(4);
-        scale::bench_scale(n.unwrap_or(500), ops, concurrency, &dir);
+        let process = args.iter().any(|a| a == "jobs=process");
+        scale::bench_scale(n.unwrap_or(500), ops, concurrency, process);
     }
 }
 
@@ -584,9 +586,13 @@ mod scale {
         (took, rows)
     }
 
-    pub(super) fn bench_scale(n: usize, ops: usize, concurrency: usize, _dir: &std::path::Path) {
+    pub(super) fn bench_scale(n: usize, ops: usize, concurrency: usize, process: bool) {
         let runs = 3;
-        let pack = super::noop_pack(n);
+        let (pack, kind) = if process {
+            (super::chain_pack(n, false), "`/bin/true` jobs")
+        } else {
+            (super::noop_pack(n), "in-process no-op jobs")
+        };
         let configs: [(&str, Backend, usize); 4] = [
             ("SQLite, 1 replica", Backend::Sqlite, 1),
             ("SQLite, 2 replicas", Backend::Sqlite, 2),
@@ -625,7 +631,7 @@ mod scale {
         println!("| PostgreSQL / SQLite | | {:.2} |", per_backend[1] / per_backend[0]);
         println!();
         println!(
-            "{ops} operations x {n} in-process no-op jobs ({concurrency} at once each), driven under leases, medians of {runs} interleaved runs"
+            "{ops} operations x {n} {kind} ({concurrency} at once each), driven under leases, medians of {runs} interleaved runs"
         );
         println!();
         println!("| configuration | wall time | jobs/s | timeline rows/s |");

@@ -356,8 +356,12 @@ impl Store for PgStore {
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
         let mut client = self.client.borrow_mut();
         let mut tx = Tx { tx: client.transaction()?, statements: &self.statements };
-        // Timeline entries are inserted last, with their seqs: see the module's comment.
+        // Timeline entries are inserted last, with their seqs: see the module's comment. Job
+        // records too, in one statement (nothing in a transaction reads them back; a job written
+        // twice in one batch keeps its last record, as two upserts in a row would).
         let mut timeline: Vec<&TimelineEntry> = Vec::new();
+        let mut jobs: Vec<&JobRecord> = Vec::new();
+        let mut job_at: HashMap<(&str, &str), usize> = HashMap::new();
         for w in writes {
             match w {
                 Write::CreateOperation { op, plan } => {
@@ -414,14 +418,13 @@ impl Store for PgStore {
                     timeline.push(entry);
                 }
                 Write::Timeline(entry) => timeline.push(entry),
-                Write::Job(j) => {
-                    tx.exec(
-                        "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
-                         ON CONFLICT (operation, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-                         outcome = excluded.outcome, updated_at = excluded.updated_at",
-                        &[&j.operation, &j.id, &j.state.as_str(), &(j.attempts as i64), &json(&j.outcome)?, &j.updated_at],
-                    )?;
-                }
+                Write::Job(j) => match job_at.get(&(j.operation.as_str(), j.id.as_str())) {
+                    Some(&i) => jobs[i] = j,
+                    None => {
+                        job_at.insert((j.operation.as_str(), j.id.as_str()), jobs.len());
+                        jobs.push(j);
+                    }
+                },
                 Write::Evidence(e) => {
                     tx.exec(
                         "INSERT INTO evidence (operation, job, check_id, source, command, expected, observed, passed, at, resource, capability)
@@ -566,6 +569,23 @@ impl Store for PgStore {
                 }
             }
         }
+        if !jobs.is_empty() {
+            let outcomes: Vec<String> = jobs.iter().map(|j| json(&j.outcome)).collect::<Result<_, _>>()?;
+            tx.exec(
+                "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[])
+                 ON CONFLICT (operation, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+                 outcome = excluded.outcome, updated_at = excluded.updated_at",
+                &[
+                    &jobs.iter().map(|j| j.operation.as_str()).collect::<Vec<_>>(),
+                    &jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+                    &jobs.iter().map(|j| j.state.as_str()).collect::<Vec<_>>(),
+                    &jobs.iter().map(|j| j.attempts as i64).collect::<Vec<_>>(),
+                    &outcomes,
+                    &jobs.iter().map(|j| j.updated_at.as_str()).collect::<Vec<_>>(),
+                ],
+            )?;
+        }
         if !timeline.is_empty() {
             let rows = tx.query(
                 "UPDATE counters SET value = value + $1 WHERE name = 'timeline' RETURNING value",
@@ -573,23 +593,23 @@ impl Store for PgStore {
             )?;
             let last: i64 = rows.first().map(|r| r.get(0)).unwrap_or_default();
             let first = last - timeline.len() as i64 + 1;
-            for (i, e) in timeline.into_iter().enumerate() {
-                tx.exec(
-                    "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    &[
-                        &(first + i as i64),
-                        &e.operation,
-                        &e.at,
-                        &e.actor,
-                        &e.event,
-                        &e.from,
-                        &e.to,
-                        &e.reason,
-                        &json(&e.data)?,
-                    ],
-                )?;
-            }
+            let data: Vec<String> = timeline.iter().map(|e| json(&e.data)).collect::<Result<_, _>>()?;
+            tx.exec(
+                "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
+                 SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                 $7::text[], $8::text[], $9::text[])",
+                &[
+                    &(first..first + timeline.len() as i64).collect::<Vec<i64>>(),
+                    &timeline.iter().map(|e| e.operation.as_str()).collect::<Vec<_>>(),
+                    &timeline.iter().map(|e| e.at.as_str()).collect::<Vec<_>>(),
+                    &timeline.iter().map(|e| e.actor.as_str()).collect::<Vec<_>>(),
+                    &timeline.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
+                    &timeline.iter().map(|e| e.from.as_deref()).collect::<Vec<_>>(),
+                    &timeline.iter().map(|e| e.to.as_deref()).collect::<Vec<_>>(),
+                    &timeline.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
+                    &data,
+                ],
+            )?;
         }
         tx.tx.commit()?;
         Ok(())

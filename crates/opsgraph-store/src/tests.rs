@@ -493,6 +493,40 @@ fn timeline_seqs_follow_commit_order_across_writers(db: &TestDb) {
     assert!(seen.windows(2).all(|w| w[0] < w[1]));
 }
 
+/// Jobs list in the order they were first written; a job written twice in one batch keeps the
+/// last record, as two upserts in a row would.
+fn jobs_keep_their_order_and_the_last_write_of_a_batch_wins(db: &TestDb) {
+    let mut store = db.store();
+    let job = |id: &str, state: JobState, attempts: u32| {
+        Write::Job(JobRecord {
+            operation: "op-1".into(),
+            id: id.into(),
+            state,
+            attempts,
+            outcome: json!({"attempt": attempts}),
+            updated_at: now(),
+        })
+    };
+    let ids = ["z", "a", "m", "b"];
+    let mut writes = vec![Write::CreateOperation { op: op("op-1"), plan: json!({}) }];
+    writes.extend(ids.iter().map(|id| job(id, JobState::Pending, 0)));
+    store.commit(&writes).unwrap();
+    store
+        .commit(&[job("m", JobState::Pending, 1), job("a", JobState::Running, 1), job("m", JobState::Running, 2)])
+        .unwrap();
+    let got: Vec<(String, JobState, u32)> =
+        store.jobs("op-1").unwrap().into_iter().map(|j| (j.id, j.state, j.attempts)).collect();
+    assert_eq!(
+        got,
+        [
+            ("z".into(), JobState::Pending, 0),
+            ("a".into(), JobState::Running, 1),
+            ("m".into(), JobState::Running, 2),
+            ("b".into(), JobState::Pending, 0)
+        ]
+    );
+}
+
 crate::conformance!(
     a_transition_and_its_timeline_entry_land_together_or_not_at_all,
     every_record_round_trips,
@@ -503,6 +537,7 @@ crate::conformance!(
     one_holder_wins_a_race_for_a_lease,
     a_second_operation_on_a_busy_resource_is_refused,
     timeline_seqs_follow_commit_order_across_writers,
+    jobs_keep_their_order_and_the_last_write_of_a_batch_wins,
 );
 
 #[test]
