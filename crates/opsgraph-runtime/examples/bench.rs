@@ -587,7 +587,7 @@ mod scale {
     }
 
     pub(super) fn bench_scale(n: usize, ops: usize, concurrency: usize, process: bool) {
-        let runs = 3;
+        let runs = 5;
         let (pack, kind) = if process {
             (super::chain_pack(n, false), "`/bin/true` jobs")
         } else {
