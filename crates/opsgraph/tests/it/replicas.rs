@@ -293,3 +293,62 @@ fn a_stale_holder_writes_nothing_after_a_takeover_sqlite() {
 fn a_stale_holder_writes_nothing_after_a_takeover_postgres() {
     a_stale_holder_writes_nothing_after_a_takeover(opsgraph_store::testing::Backend::Postgres);
 }
+
+/// `--database` routes every command to that store: an operation applied on PostgreSQL is listed
+/// with the same `--database` and not in the data directory's SQLite file; `sqlite://PATH` is
+/// that file.
+#[test]
+fn the_cli_uses_the_database_it_is_given() {
+    use crate::support::opsgraph;
+    let Some(db) = TestDb::postgres("replicas::the_cli_uses_the_database_it_is_given") else { return };
+    let files = pack();
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let dir = temp_dir(&files);
+    std::fs::create_dir_all(dir.join("marks")).unwrap();
+    let intent = dir.join("intent.yaml");
+    std::fs::write(
+        &intent,
+        format!(
+            "intent:\n  target_resource_type: many.thing\n  action: run\n  name: cli\n  parameters: {{ledger: '{}', marks: '{}'}}\n",
+            dir.join("ledger").display(),
+            dir.join("marks").display()
+        ),
+    )
+    .unwrap();
+    let data = dir.join("data").display().to_string();
+    let (intent, pack) = (intent.display().to_string(), dir.join("many").display().to_string());
+    let applied = opsgraph(&[
+        "--data-dir",
+        &data,
+        "--database",
+        db.url(),
+        "--concurrency",
+        "16",
+        "apply",
+        "-f",
+        &intent,
+        "--packs",
+        &pack,
+        "--yes",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(applied.code, 0, "{}", applied.render());
+    let listed = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["--data-dir", data.as_str()];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["get", "operations", "-o", "json"]);
+        let run = opsgraph(&all);
+        assert_eq!(run.code, 0, "{}", run.render());
+        serde_json::from_str(&run.out).unwrap()
+    };
+    let on_pg = listed(&["--database", db.url()]);
+    assert_eq!(on_pg.as_array().unwrap().len(), 1, "{on_pg}");
+    assert_eq!(on_pg[0]["state"], "completed");
+    // The operation's lease was released when the command stopped driving it.
+    let lease = db.store().lease(on_pg[0]["id"].as_str().unwrap()).unwrap().unwrap();
+    assert!(lease.expires_in_ms <= 0, "{lease:?}");
+    assert_eq!(listed(&[]), serde_json::json!([]), "the data directory's own SQLite store is untouched");
+    let file = format!("sqlite://{}", dir.join("data/opsgraph.db").display());
+    assert_eq!(listed(&["--database", &file]), serde_json::json!([]));
+}
