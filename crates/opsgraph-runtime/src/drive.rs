@@ -879,6 +879,9 @@ impl Runtime {
                     not_before.remove(&instance.id);
                     keys.insert(instance.id.clone(), key.clone());
                     in_flight.insert(instance.id.clone(), cancel.clone());
+                    if let Some(held) = &self.lease {
+                        held.watch(&instance.id, Some(&cancel));
+                    }
                     let job_secret_outputs: Vec<String> = job
                         .outputs
                         .artifacts
@@ -928,6 +931,9 @@ impl Runtime {
             let mut failed: Option<(String, String)> = None;
             for r in results {
                 in_flight.remove(&r.instance);
+                if let Some(held) = &self.lease {
+                    held.watch(&r.instance, None);
+                }
                 // Plaintext copies of secrets live only while the attempt runs.
                 let _ = std::fs::remove_dir_all(run_dir.join("secrets").join(&r.instance));
                 let Some(instance) = instances.get(r.instance.as_str()) else { continue };

@@ -67,9 +67,29 @@ pub struct Held {
     /// Until when this process may assume the lease is its own (a monotonic clock: the last
     /// successful renewal's start plus the TTL).
     valid_until: Mutex<Instant>,
+    /// The attempts in flight under this lease: cancelled when a commit is refused by the fence.
+    attempts: Mutex<HashMap<String, opsgraph_exec::Cancel>>,
 }
 
 impl Held {
+    /// An attempt started under this lease; `done` once its result arrived.
+    pub(crate) fn watch(&self, instance: &str, cancel: Option<&opsgraph_exec::Cancel>) {
+        let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+        match cancel {
+            Some(c) => attempts.insert(instance.to_string(), c.clone()),
+            None => attempts.remove(instance),
+        };
+    }
+
+    /// The store refused a write made under this lease: it is lost, and the attempts in flight
+    /// stop (the new holder checks their evidence).
+    pub(crate) fn fenced(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+        for (_, c) in self.attempts.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+            c.cancel();
+        }
+    }
+
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
             || Instant::now() >= *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
@@ -110,6 +130,7 @@ impl Keeper {
             lease,
             lost: AtomicBool::new(false),
             valid_until: Mutex::new(started + self.inner.config.ttl),
+            attempts: Mutex::new(HashMap::new()),
         });
         self.inner.held.lock().unwrap_or_else(|e| e.into_inner()).insert(operation.to_string(), Arc::clone(&held));
         self.start_renewer();

@@ -148,7 +148,11 @@ impl Runtime {
                 let mut fenced = Vec::with_capacity(writes.len() + 1);
                 fenced.push(held.lease.fence());
                 fenced.extend_from_slice(writes);
-                self.store.commit(&fenced)
+                let result = self.store.commit(&fenced);
+                if let Err(opsgraph_store::Error::Fenced { .. }) = &result {
+                    held.fenced();
+                }
+                result
             }
             None => self.store.commit(writes),
         }
