@@ -218,6 +218,13 @@ impl PgStore {
 
     fn migrate(&self) -> Result<(), Error> {
         let mut client = self.client.borrow_mut();
+        // The common case, a connection per request to a database already up to date: one read,
+        // no lock, no DDL. A missing table or another version takes the full path.
+        if let Ok(Some(row)) = client.query_opt("SELECT version FROM schema_version", &[]) {
+            if row.get::<_, i32>(0) as usize == MIGRATIONS.len() {
+                return Ok(());
+            }
+        }
         let mut tx = client.transaction()?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
         tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
