@@ -18,6 +18,12 @@ import tempfile
 import time
 
 QUICK = "--quick" in sys.argv
+# `--only=a,e`: some groups of figures only (f, a, d, e).
+ONLY = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
+
+
+def wanted(group):
+    return ONLY is None or group in ONLY
 OPSGRAPH = os.environ["OPSGRAPH"]
 ANSIBLE_BIN = os.environ.get("ANSIBLE_BIN")
 SSHFAN = os.environ.get("SSHFAN")
@@ -396,14 +402,19 @@ def ssh_fanout():
 def main():
     print(f"bench: work directory {WORK}; {ROUNDS} interleaved rounds per figure", flush=True)
     try:
-        first_job_latency()
-        if ANSIBLE_BIN:
+        if wanted("f"):
+            first_job_latency()
+        if not wanted("a"):
+            pass
+        elif ANSIBLE_BIN:
             per_job_vs_ansible()
             fanout_local()
         else:
             print("(a) SKIPPED: no Ansible (bench/run installs ansible-core into a virtual environment)")
-        memory_10k()
-        ssh_fanout()
+        if wanted("d"):
+            memory_10k()
+        if wanted("e"):
+            ssh_fanout()
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
     print()

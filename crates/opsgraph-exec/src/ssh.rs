@@ -27,9 +27,10 @@
 //! ([`Outcome::CouldNotStart`]); we never accept a host key silently. `BatchMode=yes`: no
 //! password or passphrase prompts.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::{process, Cancel, Executor, Outcome, Program, Run, Spec};
 
@@ -38,8 +39,15 @@ const MAX_REMOTE_COMMAND: usize = 128 * 1024 - 1;
 /// How long an idle multiplexing master stays up.
 const CONTROL_PERSIST: &str = "60s";
 
-/// Serialises starting multiplexing masters, so two runs do not start two.
-static MASTER_START: Mutex<()> = Mutex::new(());
+/// One lock per control socket: two runs for the same host do not start two masters, and runs
+/// for different hosts start theirs at the same time (one global lock made a fan-out over 20
+/// hosts wait for 20 handshakes one after another).
+static MASTER_START: Mutex<Option<HashMap<PathBuf, Arc<Mutex<()>>>>> = Mutex::new(None);
+
+fn master_lock(socket: &Path) -> Arc<Mutex<()>> {
+    let mut locks = MASTER_START.lock().unwrap_or_else(|e| e.into_inner());
+    locks.get_or_insert_with(HashMap::new).entry(socket.to_path_buf()).or_default().clone()
+}
 
 /// `s` as one word for any POSIX shell: inside single quotes, with each `'` written `'\''`.
 /// Every string comes back as exactly itself: empty (`''`), newlines, a leading `-` (quoting does
@@ -209,7 +217,8 @@ impl SshExecutor {
         let (Some(dir), Some(socket)) = (&self.control_dir, self.control_path()) else {
             return;
         };
-        let _guard = MASTER_START.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = master_lock(&socket);
+        let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
         if socket.exists() {
             return;
         }

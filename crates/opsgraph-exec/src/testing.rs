@@ -447,5 +447,32 @@ pub fn injection_corpus(marker: &Path) -> Vec<String> {
     );
     corpus.push("a".repeat(4096));
     corpus.push("'\"$`\\\n ".repeat(10_000));
+    // Combinations: each way a shell would start a command, with each spelling of the command,
+    // after each way of leaving a quoting context (an argument that lands inside quotes in
+    // someone's template, or after a backslash).
+    let commands = [
+        format!("touch {m}"),
+        format!("/usr/bin/touch {m}"),
+        format!("t''ouch {m}"),
+        format!("sh -c 'touch {m}'"),
+        format!("$(printf touch) {m}"),
+    ];
+    let starts = [";", "|", "||", "&&", "&", "\n", "\r\n", "$(", "`", "$((", "<(", ">(", "${IFS}", "\u{1}"];
+    let leaves = ["", "'", "\"", "\\", "')", "\")", "x"];
+    for command in &commands {
+        for start in starts {
+            let close = match start {
+                "$(" | "<(" | ">(" => ")",
+                "`" => "`",
+                "$((" => "))",
+                _ => "",
+            };
+            for leave in leaves {
+                corpus.push(format!("{leave}{start}{command}{close}"));
+            }
+        }
+    }
+    corpus.sort();
+    corpus.dedup();
     corpus
 }

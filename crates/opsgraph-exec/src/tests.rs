@@ -641,7 +641,8 @@ fn injection_corpus_local() {
     let dir = TempDir::new();
     let marker = dir.join("marker");
     let corpus = injection_corpus(&marker);
-    assert!(corpus.len() >= 60, "{}", corpus.len());
+    assert!(corpus.len() >= 500, "{}", corpus.len());
+    eprintln!("injection corpus: {} payloads through 4 slots of the local executor", corpus.len());
     run_corpus(&LocalExecutor, &corpus, &dir);
     // The batched harness the SSH test uses, checked here too.
     run_corpus_batched(&LocalExecutor, &corpus, &dir);
@@ -1337,7 +1338,7 @@ fn ssh_multiplexed_and_injection_corpus() {
     let corpus = injection_corpus(&marker);
     let start = Instant::now();
     let runs = run_corpus_batched(&exec, &corpus, &dir);
-    eprintln!("injection corpus over ssh: {runs} runs in {:?}", start.elapsed());
+    eprintln!("injection corpus over ssh: {} payloads, {runs} runs in {:?}", corpus.len(), start.elapsed());
     assert!(!marker.exists(), "a payload ran over ssh");
     assert_eq!(sshd.connections(), 1, "runs did not share one connection:\n{}", sshd.log());
     exec.close();

@@ -22,7 +22,7 @@ use serde_json::{json, Map, Value};
 
 pub use diag::{Code, Diagnostic, Severity};
 pub use digest::{compare_versions, content_digest, short_digest, split_pack_ref};
-pub use pack::{check_pack, Pack, PackFile};
+pub use pack::{check_pack, JobIndex, Pack, PackFile};
 pub use yaml::{Node, Pos};
 
 /// A document and where it came from.

@@ -61,6 +61,32 @@ impl Pack {
             })
             .or_else(|| self.jobs.get(id))
     }
+
+    /// Every job `template` can name, indexed once: [`Pack::job`] scans the template's inline
+    /// jobs, which is quadratic when a loop looks up each job of a template with thousands.
+    pub fn job_index<'a>(&'a self, template: &'a PlanTemplate) -> JobIndex<'a> {
+        let mut inline = std::collections::HashMap::new();
+        for e in &template.jobs {
+            if let JobEntry::Inline(job) = e {
+                // The first inline job of an id wins, as in `job`.
+                inline.entry(job.id.as_str()).or_insert(&**job);
+            }
+        }
+        JobIndex { inline, library: &self.jobs }
+    }
+}
+
+/// The jobs a template can name: its inline jobs shadow the pack's library ([`Pack::job_index`]).
+#[derive(Debug, Clone)]
+pub struct JobIndex<'a> {
+    inline: std::collections::HashMap<&'a str, &'a Job>,
+    library: &'a BTreeMap<String, Job>,
+}
+
+impl<'a> JobIndex<'a> {
+    pub fn get(&self, id: &str) -> Option<&'a Job> {
+        self.inline.get(id).copied().or_else(|| self.library.get(id))
+    }
 }
 
 /// Parses every YAML file of a pack and checks its references. `files` holds the YAML files;

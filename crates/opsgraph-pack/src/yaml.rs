@@ -288,3 +288,17 @@ mod tests {
         assert_eq!(resolve_plain("-3"), Scalar::Int(-3));
     }
 }
+
+#[cfg(test)]
+mod line_breaks {
+    /// Found by `fuzz/` (target `documents`): YAML counts a lone carriage return as a line break,
+    /// as most editors do, so positions count lines that `str::lines` does not. The error is at
+    /// the end of the text: line 6 when `\r` breaks line 4.
+    #[test]
+    fn a_lone_carriage_return_breaks_a_line() {
+        let text = "artifact:\n  type: kubeconfig.admin\n  sensitivity: secret\n  storage: orm_a\rdmin\n";
+        let parsed = crate::parse_file("f.yaml", text);
+        let shown: Vec<String> = parsed.diagnostics.iter().map(|d| d.to_string()).collect();
+        assert_eq!(shown, ["f.yaml:6:1: error[E001]: invalid YAML: simple key expect ':'"]);
+    }
+}

@@ -298,8 +298,9 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     let stage_of: HashMap<&str, &str> =
         template.stages.iter().flat_map(|s| s.jobs.iter().map(move |j| (j.as_str(), s.id.as_str()))).collect();
     let mut jobs: Vec<(&Job, Option<&str>)> = Vec::new();
+    let index = pack.job_index(template);
     for entry in &template.jobs {
-        let Some(job) = pack.job(template, entry.id()) else {
+        let Some(job) = index.get(entry.id()) else {
             errors.push(Error::UnknownJob { id: entry.id().to_string(), referenced_by: template.id.clone() });
             continue;
         };
@@ -312,6 +313,18 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         Some(r) => format!("{job}@{}", r.name),
         None => job.to_string(),
     };
+    // Counted before a single instance is made: a template of many jobs over a wide scope must
+    // be refused at its limit, not after it has filled memory with instance ids.
+    let total: usize = jobs
+        .iter()
+        .map(|(_, scope)| match scope {
+            Some(s) => scopes.get(s).map_or(0, |rs| rs.len()),
+            None => 1,
+        })
+        .fold(0usize, usize::saturating_add);
+    if total > MAX_INSTANCES {
+        return Err(vec![limit("job instances of the plan", MAX_INSTANCES, total)]);
+    }
     // (job id) -> [(resource id, instance id)]
     let mut instances: HashMap<&str, Vec<(Option<&str>, String)>> = HashMap::new();
     for (job, scope) in &jobs {
@@ -323,10 +336,6 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             None => vec![(None, job.id.clone())],
         };
         instances.insert(job.id.as_str(), list);
-    }
-    let total: usize = instances.values().map(Vec::len).sum();
-    if total > MAX_INSTANCES {
-        return Err(vec![limit("job instances of the plan", MAX_INSTANCES, total)]);
     }
 
     // (job id, resource id) -> instance id, for edges between instances on the same resource.
@@ -892,9 +901,10 @@ fn parameters(
         }
     }
     // A missing parameter waits before the jobs that take it as input.
+    let index = pack.job_index(template);
     for (name, users) in &mut missing {
         for entry in &template.jobs {
-            if pack.job(template, entry.id()).is_some_and(|job| job.inputs.parameters.contains_key(name)) {
+            if index.get(entry.id()).is_some_and(|job| job.inputs.parameters.contains_key(name)) {
                 users.push(entry.id().to_string());
             }
         }

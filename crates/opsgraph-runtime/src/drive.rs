@@ -120,6 +120,7 @@ impl Runtime {
             }
             return Err(err.into());
         }
+        crate::failpoint::hit("transition.committed");
         progress(&e);
         for w in &writes[1..] {
             if let Write::Timeline(t) = w {
@@ -297,6 +298,7 @@ impl Runtime {
             }
             e => Error::Store(e),
         })?;
+        crate::failpoint::hit("operation.created");
         for w in &writes {
             match w {
                 Write::Timeline(e) | Write::Transition { entry: e, .. } => progress(e),
@@ -634,6 +636,7 @@ impl Runtime {
         // start (one commit per job on a chain), or alone before the driver waits or stops.
         let mut carry: Vec<Write> = Vec::new();
         let instances: HashMap<&str, &JobInstance> = plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+        let jobs = template.as_ref().map(|t| pack.job_index(t));
         // Made once per drive: every attempt works and logs in the operation's run directory.
         let run_dir = self.data_dir.join("runs").join(id);
         for d in [&run_dir, &self.data_dir.join("lab")] {
@@ -641,7 +644,7 @@ impl Runtime {
         }
         // Plaintext copies of secrets a crashed driver left behind.
         let _ = std::fs::remove_dir_all(run_dir.join("secrets"));
-        let mut workers = Workers::new(tx);
+        let mut workers = Workers::new(tx.clone());
         // The operation row as last read, with the store's data version and this runtime's count of
         // operation writes at that moment: while neither changed, nobody changed the row (pause,
         // cancel and gate answers from other processes change the data version).
@@ -820,8 +823,10 @@ impl Runtime {
                     .collect();
                 let mut tasks = Vec::new();
                 for instance in ready {
-                    let job = pack
-                        .job(template.as_ref().ok_or_else(|| Error::NoPack(plan.template.clone()))?, &instance.job)
+                    let job = jobs
+                        .as_ref()
+                        .ok_or_else(|| Error::NoPack(plan.template.clone()))?
+                        .get(&instance.job)
                         .cloned()
                         .ok_or_else(|| Error::NoPack(format!("{} (job {})", plan.pack, instance.job)))?;
                     let record = cache.get(&instance.id).cloned();
@@ -910,9 +915,16 @@ impl Runtime {
                 }
                 let started: Vec<JobRecord> = job_records(&writes);
                 self.commit_timeline(writes, progress)?;
+                crate::failpoint::hit("attempts.recorded");
                 cache.extend(started.into_iter().map(|j| (j.id.clone(), j)));
                 for task in tasks {
-                    workers.run(task, in_flight.len());
+                    if task.is_trivial() {
+                        // Nothing to run, check or collect: its result is known now, without a
+                        // thread (the no-op job type; it still went through the attempt record).
+                        let _ = tx.send(jobs::run(task));
+                    } else {
+                        workers.run(task, in_flight.len());
+                    }
                 }
             }
 
@@ -927,6 +939,7 @@ impl Runtime {
             };
             let mut results = vec![first];
             results.extend(rx.try_iter());
+            crate::failpoint::hit("job.exited");
             let mut writes = Vec::new();
             let mut failed: Option<(String, String)> = None;
             for r in results {
@@ -937,7 +950,7 @@ impl Runtime {
                 // Plaintext copies of secrets live only while the attempt runs.
                 let _ = std::fs::remove_dir_all(run_dir.join("secrets").join(&r.instance));
                 let Some(instance) = instances.get(r.instance.as_str()) else { continue };
-                let job = template.as_ref().and_then(|t| pack.job(t, &instance.job)).cloned();
+                let job = jobs.as_ref().and_then(|j| j.get(&instance.job)).cloned();
                 let max_attempts =
                     job.as_ref().and_then(|j| j.controls.retry_policy.as_ref()).map_or(1, |p| p.max_attempts);
                 let key = keys.remove(&r.instance).flatten();
@@ -1223,6 +1236,7 @@ impl Runtime {
                     jobs::store_blob(&self.data_dir, path)
                         .map_err(|source| Error::Io { path: path.display().to_string(), source })?
                 };
+                crate::failpoint::hit("artifact.stored");
                 writes.push(Write::Artifact(ArtifactRecord {
                     operation: op.id.clone(),
                     job: r.instance.clone(),
@@ -1334,23 +1348,43 @@ impl Runtime {
         progress: Progress<'_>,
     ) -> Result<(), Error> {
         let template = pack.templates.iter().find(|t| t.id == plan.template);
+        let jobs = template.map(|t| pack.job_index(t));
+        let instances: HashMap<&str, &JobInstance> = plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
         let mut writes = Vec::new();
         let mut unknown: Option<String> = None;
         for record in orphans {
-            let Some(instance) = plan.jobs.iter().find(|j| j.id == record.id) else { continue };
-            let Some(job) = template.and_then(|t| pack.job(t, &instance.job)).cloned() else { continue };
+            let Some(instance) = instances.get(record.id.as_str()).copied() else { continue };
+            let Some(job) = jobs.as_ref().and_then(|j| j.get(&instance.job)).cloned() else { continue };
             let mut mask = Vec::new();
             let env = self.environment(op, plan, instance, &job, inputs, &[], &mut mask)?;
             let executor = self.executor_for(instance, &job);
             let checks: Vec<opsgraph_model::Evidence> =
                 job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
-            let (results, failure) = if checks.is_empty() {
+            let (results, mut failure) = if checks.is_empty() {
                 (vec![], Some("it declares no evidence".to_string()))
             } else {
                 let (results, failure) = jobs::evidence(&checks, &*executor, &env, &Cancel::new());
                 jobs::masked(mask, results, failure)
             };
             let _ = std::fs::remove_dir_all(self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id));
+            // Evidence says the job's effect is there; its declared artifacts must be too (found
+            // by the crash sweep: killed after a blob was stored and before its record, the job
+            // was recovered without its artifact). They are taken from the attempt's output
+            // directory when the files survived; otherwise the outcome stays unknown.
+            let out = self.data_dir.join("runs").join(&op.id).join(format!("{}.{}.out", record.id, record.attempts));
+            let mut produced = Vec::new();
+            if failure.is_none() {
+                for artifact in &job.outputs.artifacts {
+                    let path = out.join(artifact);
+                    if path.is_file() {
+                        produced.push((artifact.clone(), path));
+                    } else {
+                        failure = Some(format!("its artifact {artifact} is not at {}", path.display()));
+                        produced.clear();
+                        break;
+                    }
+                }
+            }
             let result = TaskResult {
                 instance: record.id.clone(),
                 attempt: record.attempts,
@@ -1358,7 +1392,7 @@ impl Runtime {
                 failure: failure.clone(),
                 satisfied_without_run: true,
                 evidence: results,
-                produced: vec![],
+                produced,
                 log: None,
                 duration: Duration::ZERO,
                 cancelled: false,
@@ -1392,6 +1426,7 @@ impl Runtime {
             }));
             writes.push(Write::Timeline(entry(&op.id, &self.actor, event, reason, json!({"job": record.id}))));
         }
+        crate::failpoint::hit("recovery.checked");
         match unknown {
             Some(reason) => {
                 let job = reason.split(':').next().unwrap_or_default().to_string();

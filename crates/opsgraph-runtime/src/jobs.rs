@@ -32,6 +32,14 @@ pub(crate) struct Task {
     pub(crate) mask: Vec<Vec<u8>>,
 }
 
+impl Task {
+    /// Nothing to run, no evidence to check, no artifact to collect: the attempt's result is known
+    /// the moment it starts.
+    pub(crate) fn is_trivial(&self) -> bool {
+        self.program.is_none() && self.evidence.is_empty() && self.job.outputs.artifacts.is_empty()
+    }
+}
+
 /// How an attempt ended.
 #[derive(Debug, Clone)]
 pub(crate) struct TaskResult {
@@ -263,7 +271,7 @@ pub(crate) fn param_text(v: &serde_json::Value) -> String {
 }
 
 /// Renders `{placeholder}`s of an idempotency key; unknown ones stay as written.
-pub(crate) fn render_key(template: &str, values: &BTreeMap<String, String>) -> String {
+pub fn render_key(template: &str, values: &BTreeMap<String, String>) -> String {
     let mut out = String::new();
     let mut rest = template;
     while let Some(start) = rest.find('{') {

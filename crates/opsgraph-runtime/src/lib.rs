@@ -19,6 +19,7 @@
 mod analyze;
 mod control;
 mod drive;
+pub mod failpoint;
 mod intervene;
 mod jobs;
 pub mod lease;
@@ -37,6 +38,8 @@ pub use analyze::Diagnosis;
 pub use control::GateAnswer;
 pub use drive::Progress;
 pub use intervene::Verified;
+/// Idempotency keys are rendered from `{placeholder}`s (public for the fuzz target `templating`).
+pub use jobs::render_key;
 pub use patch::{AiPolicy, Proposal};
 pub use secrets::Rotation;
 

@@ -90,9 +90,13 @@ impl From<opsgraph_store::Error> for ApiError {
             S::ResourceBusy { .. } => ApiError::conflict("resource_busy", e.to_string()),
             S::LeaseHeld { .. } => ApiError::conflict("operation_leased", e.to_string()),
             S::Fenced { .. } => ApiError::conflict("lease_lost", e.to_string()),
-            S::Open { .. } | S::TooNew { .. } | S::Sqlite(_) | S::Json(_) | S::PgOpen { .. } | S::Postgres(_) => {
-                ApiError::internal("store failed", &e)
-            }
+            S::Open { .. }
+            | S::TooNew { .. }
+            | S::Sqlite(_)
+            | S::Json(_)
+            | S::PgOpen { .. }
+            | S::Postgres(_)
+            | S::LeasesUnsupported => ApiError::internal("store failed", &e),
         }
     }
 }

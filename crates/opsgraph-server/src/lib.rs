@@ -68,11 +68,22 @@ pub struct Limits {
     /// `limits.archive_bytes`: the largest pack archive (`POST /api/v1/packs`), the registry's
     /// limit on the files of one pack.
     pub archive_bytes: usize,
+    /// `limits.event_stream_duration`: how long one server-sent event stream stays open. Then
+    /// the server ends it cleanly (an `event: reconnect` naming the last id sent, then the end
+    /// of the body) and the client reconnects with `Last-Event-ID`; a stream's thread and store
+    /// connection are never held for good by a client that never goes away.
+    pub event_stream_duration: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { body_bytes: 1 << 20, idempotency_key_bytes: 255, event_streams: 64, archive_bytes: 16 << 20 }
+        Limits {
+            body_bytes: 1 << 20,
+            idempotency_key_bytes: 255,
+            event_streams: 64,
+            archive_bytes: 16 << 20,
+            event_stream_duration: Duration::from_secs(600),
+        }
     }
 }
 

@@ -2,16 +2,19 @@
 //! feeds a bounded channel; the response body reads it. Each event carries its timeline `seq` as
 //! its id, so a client that reconnects with `Last-Event-ID` gets exactly what it missed: seqs are
 //! assigned in commit order by the one writer, so nothing commits behind an id already sent.
+//! A stream lasts at most `limits.event_stream_duration`: then it ends cleanly with an
+//! `event: reconnect` naming the last id sent, and the client resumes from there.
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use opsgraph_plan::lifecycle::{is_terminal, state_name};
+use opsgraph_store::{JobState, OperationRecord, Store};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -84,8 +87,12 @@ pub(crate) fn start(state: &AppState, operation: Option<String>, after: i64) -> 
 }
 
 /// Reads new timeline entries and sends them until the client goes away, the server shuts down,
-/// or (one operation) the operation is terminal and every entry was sent.
+/// (one operation) the operation is terminal and every entry was sent, or the stream is as old
+/// as `limits.event_stream_duration` (then `event: reconnect`, whose `last_event_id` is the id
+/// to resume after).
 fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Sender<Event>) {
+    let limit = state.0.limits.event_stream_duration;
+    let deadline = Instant::now() + limit;
     let store = match state.store() {
         Ok(s) => s,
         Err(e) => {
@@ -97,11 +104,13 @@ fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Se
         if tx.is_closed() || state.0.closing.load(Ordering::SeqCst) {
             return;
         }
-        // The state is read before the entries: when it is terminal here, its last entry is in
-        // what the next queries return.
+        // The state and the jobs are read before the entries: when the operation is terminal and
+        // settled here, its last entry is in what the next queries return.
         let terminal = match operation {
             Some(id) => match store.operation(id) {
-                Ok(Some(op)) => is_terminal(&op.state).then(|| state_name(op.state.kind())),
+                Ok(Some(op)) => {
+                    (is_terminal(&op.state) && settled(state, &*store, &op)).then(|| state_name(op.state.kind()))
+                }
                 Ok(None) => return,
                 Err(e) => {
                     tracing::warn!(operation = id, error = %e, "event stream: reading the operation failed");
@@ -122,19 +131,87 @@ fn feed(state: &AppState, operation: Option<&str>, mut after: i64, tx: &mpsc::Se
             let mut data = views::timeline_entry(entry);
             data["operation"] = json!(entry.operation);
             let event = Event::default().id(entry.seq.to_string()).data(data.to_string());
-            if tx.blocking_send(event).is_err() {
+            if !send(state, tx, event, deadline) {
                 return;
             }
             after = entry.seq;
         }
-        if full {
-            continue;
+        if !full {
+            if let (Some(id), Some(last_state)) = (operation, terminal) {
+                let end = json!({"operation": id, "state": last_state, "last_event_id": after});
+                send(state, tx, Event::default().event("end").data(end.to_string()), deadline);
+                return;
+            }
         }
-        if let (Some(id), Some(state)) = (operation, terminal) {
-            let end = json!({"operation": id, "state": state, "last_event_id": after});
-            let _ = tx.blocking_send(Event::default().event("end").data(end.to_string()));
+        let now = Instant::now();
+        if now >= deadline {
+            // No id: the client's last id stays the last entry it got.
+            let data = json!({
+                "reason": format!("the stream is {} s old, the most limits.event_stream_duration allows: reconnect with Last-Event-ID", limit.as_secs_f64()),
+                "last_event_id": after,
+            });
+            // A second to say so, even to a slow client; then the stream ends either way.
+            send(state, tx, Event::default().event("reconnect").data(data.to_string()), now + Duration::from_secs(1));
             return;
         }
-        std::thread::sleep(POLL);
+        if !full {
+            std::thread::sleep(POLL.min(deadline - now));
+        }
     }
+}
+
+/// Hands `event` to the response body; false when the client went away, or when it has read
+/// nothing until `deadline` (the buffer stays full): a client that stops reading does not hold
+/// the thread past `limits.event_stream_duration`. What it was sent is still delivered if it
+/// reads again, and it resumes after the last id it got. Nor does it hold a server that shuts
+/// down.
+fn send(state: &AppState, tx: &mpsc::Sender<Event>, event: Event, deadline: Instant) -> bool {
+    let mut event = event;
+    loop {
+        match tx.try_send(event) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            Err(mpsc::error::TrySendError::Full(back)) => {
+                if Instant::now() >= deadline || state.0.closing.load(Ordering::SeqCst) {
+                    return false;
+                }
+                event = back;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Whether nothing more will be written about a terminal operation. A cancelled run's attempts
+/// are stopped after its `cancel` entry, each then recorded with a `job_cancelled` entry (in the
+/// transaction of its job record): until then the stream goes on. An attempt left `running` by
+/// a crash stays so, and nobody drives its operation: then it is settled too.
+fn settled(state: &AppState, store: &dyn Store, op: &OperationRecord) -> bool {
+    match store.jobs(&op.id) {
+        Ok(jobs) if jobs.iter().all(|j| j.state != JobState::Running) => true,
+        Ok(_) => !driven(state, store, op),
+        Err(e) => {
+            tracing::warn!(operation = %op.id, error = %e, "event stream: reading the jobs failed");
+            true
+        }
+    }
+}
+
+/// Whether a driver of this server runs the operation: its own, or the one of an operation it
+/// belongs to (sub-operations are driven by their root's driver).
+fn driven(state: &AppState, store: &dyn Store, op: &OperationRecord) -> bool {
+    let mut id = Some(op.id.clone());
+    let mut parent = op.parent.clone();
+    for _ in 0..64 {
+        let Some(this) = id else { return false };
+        if state.0.drivers.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&this) {
+            return true;
+        }
+        id = parent.take();
+        parent = match &id {
+            Some(p) => store.operation(p).ok().flatten().and_then(|o| o.parent),
+            None => None,
+        };
+    }
+    false
 }

@@ -109,32 +109,58 @@ function showSignIn() {
 
 // ---- Event streams: fetch + ReadableStream (EventSource cannot send the token) ----
 
+// What the open stream received: every event id in the order it arrived and how often the
+// stream was resumed. The live indicator shows it; the browser test reads it. Each stream has
+// its own record, so one being stopped cannot write into the next one's.
+let live = { ids: [], reconnects: 0 };
+
+function showLive(text, state) {
+  const el = $("live");
+  el.textContent = text;
+  el.dataset.state = state;
+  el.dataset.reconnects = String(live.reconnects);
+  el.title = state === "off" ? "" : `live updates: ${live.ids.length} events, resumed ${live.reconnects} time(s)`;
+}
+
 function stopStream() {
   if (stream) stream.abort();
   stream = null;
+  showLive("", "off");
 }
 
-// Follows a server-sent event stream; after a drop it reconnects with `Last-Event-ID`, so no
-// event is missed or seen twice. `event: end` (a terminal operation) ends it.
+// Follows a server-sent event stream; when it ends or drops it reconnects with `Last-Event-ID`
+// set to the last id received, so no event is missed or seen twice. The server ends a stream
+// after `limits.event_stream_duration` with `event: reconnect`: the page resumes at once. After
+// a failure it waits 0.5 s, doubling to 5 s. `event: end` (a terminal operation) ends it.
 async function follow(path, onEvent, gen) {
   if (!current(gen)) return;
   stopStream();
   const ctl = new AbortController();
   stream = ctl;
+  const rec = (live = { ids: [], reconnects: 0 });
+  const show = (text, state) => { if (stream === ctl) showLive(text, state); };
   let last = null;
   let delay = 500;
+  let connected = 0;
   while (!ctl.signal.aborted) {
     let ended = false;
+    let resume = false;
     try {
       const headers = { Authorization: "Bearer " + sessionStorage.getItem(KEY) };
       if (last !== null) headers["Last-Event-ID"] = last;
       const r = await fetch(path, { headers, signal: ctl.signal, cache: "no-store" });
       if (r.status === 401 || r.status === 403 || r.status === 404) {
         status(`The live updates were refused (${r.status}).`, true);
+        show("Not live", "refused");
         return;
       }
       if (r.ok && r.body) {
-        if (last !== null) onEvent("reconnected", "{}");
+        connected += 1;
+        if (connected > 1) {
+          rec.reconnects += 1;
+          onEvent("reconnected", "{}");
+        }
+        show("Live", "live");
         delay = 500;
         const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
         let buf = "";
@@ -154,23 +180,62 @@ async function follow(path, onEvent, gen) {
               else if (line.startsWith("data:")) data += line.slice(5).trim();
               else if (line.startsWith("id:")) id = line.slice(3).trim();
             }
-            if (id !== null) last = id;
             if (event === "end") ended = true;
-            if (data) onEvent(event, data);
+            if (event === "reconnect") resume = true;
+            if (id !== null) {
+              rec.ids.push(Number(id));
+              // Never the same event twice, whatever the server sends.
+              if (last !== null && Number(id) <= Number(last)) continue;
+              last = id;
+            }
+            if (data && event !== "reconnect") onEvent(event, data);
           }
         }
       }
     } catch (e) {
       if (e.name === "AbortError" || ctl.signal.aborted) return;
+      resume = false; // dropped mid-stream: wait before trying again
     }
-    if (ended || ctl.signal.aborted) return;
-    // The stream dropped: try again, with the last id seen.
+    if (ctl.signal.aborted) return;
+    if (ended) {
+      show("Finished", "ended");
+      return;
+    }
+    show("Reconnecting…", "reconnecting");
+    if (resume) continue;
     await new Promise((ok) => setTimeout(ok, delay));
     delay = Math.min(delay * 2, 5000);
   }
 }
 
-// Re-renders at most once per 100 ms however many events arrive.
+// Loads for live redraws: `f` never runs twice at once (a slow answer cannot land after a newer
+// one and draw a stale page) and runs once more when asked while it ran.
+function serial(f) {
+  let busy = false;
+  let queued = false;
+  let queuedArg;
+  const run = async (arg) => {
+    if (busy) {
+      queued = true;
+      queuedArg = queuedArg || arg;
+      return;
+    }
+    busy = true;
+    try {
+      await f(arg);
+    } finally {
+      busy = false;
+      if (queued) {
+        const next = queuedArg;
+        queued = false;
+        queuedArg = undefined;
+        run(next);
+      }
+    }
+  };
+  return run;
+}
+
 function debounce(f) {
   let timer = null;
   return () => {
@@ -180,13 +245,29 @@ function debounce(f) {
 }
 
 // Replaces the children of `el` when `key` differs from the last one drawn there, keeping
-// keyboard focus on the element with the same id.
+// keyboard focus on the element with the same id; when that element is gone, on the first
+// control of the same `data-focus-group` (Pause becomes Resume), so a keyboard user is not sent
+// back to the top of the page.
 function patchSection(el, key, build) {
   if (el.dataset.key === key) return;
   el.dataset.key = key;
-  const id = document.activeElement && document.activeElement.id;
+  const active = document.activeElement;
+  const id = active && active.id;
+  const box = active && el.contains(active) ? active.closest("[data-focus-group]") : null;
+  const group = box ? box.dataset.focusGroup : null;
+  // Where the caret was in a text field being typed in.
+  const caret = active && typeof active.selectionStart === "number" ? [active.selectionStart, active.selectionEnd] : null;
   el.replaceChildren(...[build()].flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
-  if (id && $(id) && document.activeElement !== $(id)) $(id).focus();
+  if (id && $(id)) {
+    const again = $(id);
+    if (document.activeElement !== again) {
+      again.focus();
+      if (caret && again !== active) try { again.setSelectionRange(caret[0], caret[1]); } catch (_) { /* not a text field */ }
+    }
+  } else if (group) {
+    const next = el.querySelector(`[data-focus-group="${group}"] button, [data-focus-group="${group}"] input`);
+    if (next) next.focus();
+  }
 }
 
 // ---- Operations ----
@@ -199,14 +280,15 @@ async function listPage() {
     h("h2", {}, "Operations"),
     may("apply") ? h("p", {}, h("a", { href: "#/new", id: "new-op", class: "button", "data-testid": "new-op" }, "New operation")) : "",
     body);
-  const draw = async () => {
+  const draw = serial(async () => {
     let ops;
     try {
       ops = (await api("GET", "/api/v1/operations")).operations || [];
     } catch (e) {
-      status("Could not load operations: " + e.message, true);
+      if (current(gen)) status("Could not load operations: " + e.message, true);
       return;
     }
+    if (!current(gen)) return;
     patchSection(body, JSON.stringify(ops), () => {
       const rows = ops.map((o) =>
         h("tr", { "data-testid": "op-row", "data-id": o.id },
@@ -221,7 +303,7 @@ async function listPage() {
           h("thead", {}, h("tr", {}, ["Operation", "State", "Detail", "Resource", "By"].map((t) => h("th", { scope: "col" }, t)))),
           h("tbody", {}, rows));
     });
-  };
+  });
   await draw();
   follow("/api/v1/events", debounce(draw), gen);
 }
@@ -285,14 +367,16 @@ function paramField(prefix, name, spec) {
 // ---- A new operation: pack, action, parameters; preview, then apply ----
 
 async function newPage() {
+  const gen = generation;
   const view = $("view");
   let packs;
   try {
     packs = (await api("GET", "/api/v1/packs")).packs || [];
   } catch (e) {
-    status("Could not load the packs: " + e.message, true);
+    if (current(gen)) status("Could not load the packs: " + e.message, true);
     return;
   }
+  if (!current(gen)) return;
   const packSel = h("select", { id: "new-pack", name: "pack", required: true },
     packs.map((p) => h("option", { value: p.reference }, `${p.title || p.id} (${p.reference})`)));
   const actionSel = h("select", { id: "new-template", name: "template", required: true });
@@ -311,10 +395,14 @@ async function newPage() {
     actionSel.replaceChildren(...(p ? p.templates : []).map((t) => h("option", { value: t.id }, `${t.action} (${t.id})`)));
     typeSel.replaceChildren(...(p ? p.resource_types : []).map((t) => h("option", { value: t }, t)));
   };
+  let filling = 0;
   const fillParams = async () => {
     lastPreview = null;
     preview.replaceChildren();
+    const mine = ++filling;
     const detail = await packDetail(packSel.value);
+    // Another choice was made while this one loaded: that one draws the form.
+    if (mine !== filling || !current(gen)) return;
     const t = ((detail && detail.templates) || []).find((x) => x.id === actionSel.value) || {};
     fields = Object.entries(t.parameters || {}).map(([n, spec]) => ({ name: n, ...paramField("param", n, spec) }));
     targets = Object.entries(t.scopes || {}).map(([n, sc]) => {
@@ -404,7 +492,7 @@ function roleAllows(gate) {
   return may("answer_gates") && (gate.required_roles || []).some((r) => roles.includes(r));
 }
 
-async function answer(op, gate, option, value) {
+async function answer(op, ctx, gate, option, value) {
   status(`Answering ${gate.id}: ${option}…`);
   const body = { option, revision: op.plan_revision };
   if (value !== undefined) body.value = value;
@@ -414,6 +502,7 @@ async function answer(op, gate, option, value) {
   } catch (e) {
     status(`The server refused the answer to ${gate.id}: ${e.message}`, true);
   }
+  reload(ctx);
 }
 
 // The schema of a missing-input gate's parameter (`input-<name>`), from the template.
@@ -423,7 +512,7 @@ function inputSpec(ctx, gate) {
   return { name, spec: (t && t.parameters && t.parameters[name]) || { type: "string" } };
 }
 
-function gateButtons(op, g, read) {
+function gateButtons(op, ctx, g, read) {
   return g.options.map((opt) => h("button", {
     type: "button", class: opt === g.options[0] ? "primary" : null, id: safeId(`gate-${g.id}-${opt}`),
     "data-testid": "gate-option", "data-gate": g.id, "data-option": opt,
@@ -433,7 +522,7 @@ function gateButtons(op, g, read) {
         try { value = read(); } catch (e) { status(e.message, true); return; }
         if (value === undefined) { status(`${g.id} needs a value.`, true); return; }
       }
-      answer(op, g, opt, value);
+      answer(op, ctx, g, opt, value);
     },
   }, opt));
 }
@@ -452,7 +541,7 @@ function gatesSection(op, ctx) {
       h("p", {}, g.reason),
       field ? field.el : null,
       allowed
-        ? gateButtons(op, g, field && field.read)
+        ? gateButtons(op, ctx, g, field && field.read)
         : h("p", { class: "muted", "data-testid": "gate-not-yours" },
             `Needs one of the roles ${g.required_roles.join(", ")}; you hold ${(me.roles || []).join(", ")}.`));
   });
@@ -472,7 +561,7 @@ function patchesSection(op, ctx) {
       else if (!may("approve_patches") || !roleAllows(gate)) {
         act = h("p", { class: "muted", "data-testid": "patch-not-yours" },
           `Approving needs approve_patches and one of the roles ${gate.required_roles.join(", ")}; you hold ${(me.roles || []).join(", ")}.`);
-      } else act = h("div", { class: "actions" }, gateButtons(op, gate));
+      } else act = h("div", { class: "actions" }, gateButtons(op, ctx, gate));
     }
     const findings = p.findings || [];
     return h("article", { class: "patch", "data-testid": "patch", "data-patch": p.id, "aria-labelledby": "patch-h-" + safeId(p.id) },
@@ -489,61 +578,174 @@ function patchesSection(op, ctx) {
       p.answered_by ? h("p", { class: "muted" }, `Answered by ${p.answered_by}.`) : null,
       act);
   });
-  const propose = (op.state === "failed" || op.state === "paused") && may("patch")
-    ? h("details", {}, h("summary", {}, "Propose a plan patch"),
-        h("form", { id: "patch-form", onsubmit: async (ev) => {
-          ev.preventDefault();
-          try {
-            const r = await api("POST", `/api/v1/operations/${enc(op.id)}/patches`, $("patch-yaml").value);
-            status(`Patch ${r.patch} proposed: ${r.detail}.`);
-          } catch (e) { status("The patch was refused: " + e.message, true); }
-        } },
-          h("label", { for: "patch-yaml" }, "plan_patch document (YAML)"),
-          h("textarea", { id: "patch-yaml", rows: 6, required: true }, "plan_patch:\n  reason: \n  changes:\n    - retry: {job: }\n"),
-          h("button", { type: "submit" }, "Propose")))
+  // What a person types is kept in `ctx.draft` across live redraws; so is the last answer.
+  // Until the person types, the draft retries the first job that failed now.
+  const draft = ctx.draft;
+  const failedNow = (op.jobs || []).filter((j) => j.state === "failed").map((j) => j.id);
+  const initial = `plan_patch:\n  reason: \n  changes:\n    - retry: {job: ${failedNow[0] || ""}}\n`;
+  const result = draft.result
+    ? h("p", { id: "patch-result", tabindex: "-1", "data-testid": "patch-result", role: draft.result.ok ? "status" : "alert",
+        class: draft.result.ok ? "pass" : "fail" }, draft.result.text)
     : null;
-  return [h("h3", { id: "patches-h" }, "Patches"), items.length ? items : h("p", { class: "muted" }, "No patches."), propose];
+  let propose = null;
+  if ((op.state === "failed" || op.state === "paused") && may("patch")) {
+    const text = h("textarea", { id: "patch-yaml", rows: 8, required: true, spellcheck: "false", "aria-describedby": "patch-help",
+      oninput: () => { draft.text = text.value; } }, draft.text === null ? initial : draft.text);
+    propose = h("details", { "data-testid": "propose-patch", open: draft.open, ontoggle: (ev) => toggled(ctx, draft, ev) },
+      h("summary", { id: "patch-summary" }, "Propose a plan patch"),
+      h("form", { id: "patch-form", onsubmit: async (ev) => {
+        ev.preventDefault();
+        status("Proposing the patch…");
+        try {
+          const r = await api("POST", `/api/v1/operations/${enc(op.id)}/patches`, text.value);
+          draft.result = { ok: true, text: `Patch ${r.patch} proposed: ${r.detail}.` };
+          draft.text = null;
+          draft.open = false;
+        } catch (e) {
+          draft.result = { ok: false, text: "The patch was refused: " + e.message };
+        }
+        status(draft.result.text, !draft.result.ok);
+        ctx.focus = "patch-result";
+        paintLater(ctx);
+      } },
+        h("label", { for: "patch-yaml" }, "plan_patch document (YAML)"),
+        text,
+        h("small", { id: "patch-help", class: "muted" }, "Changes: insert_before / insert_after, retry, skip, set_parameters, add_gate. The Reviewer checks it; one that asks for approval waits for another person."),
+        h("button", { type: "submit", id: "patch-submit" }, "Propose")));
+  }
+  return [h("h3", { id: "patches-h" }, "Patches"), items.length ? items : h("p", { class: "muted" }, "No patches."), result, propose];
 }
 
-function controlsSection(op) {
-  const buttons = [];
-  const control = (what, label, body) => h("button", { type: "button", id: "op-" + what, "data-testid": "op-" + what, onclick: async () => {
+// Pause, resume, retry and cancel, as the caller's permissions allow. Cancel asks first (with an
+// optional reason); the question is kept across live redraws in `ctx.confirmCancel`.
+function controlsSection(op, ctx, paint) {
+  const act = async (what, label, body) => {
     status(`${label}…`);
     try {
       const r = await api("POST", `/api/v1/operations/${enc(op.id)}/${what}`, body || {});
-      status(`${label}: ${r.detail || r.state || "done"}.`);
+      status(`${label}: done; the operation is ${r.state} (${r.detail}).`);
     } catch (e) { status(`The server refused ${what}: ${e.message}`, true); }
-  } }, label);
+    reload(ctx);
+  };
+  const control = (what, label) => h("button", { type: "button", id: "op-" + what, "data-testid": "op-" + what,
+    onclick: () => act(what, label) }, label);
+  const buttons = [];
   const terminal = ["completed", "cancelled"].includes(op.state);
   if (may("apply") && !terminal && !["paused", "failed"].includes(op.state)) buttons.push(control("pause", "Pause"));
   // A run paused at a gate goes on when the gate is answered, not by resume.
   if (may("apply") && op.state === "paused" && !String(op.detail).startsWith("paused: waiting for gate")) buttons.push(control("resume", "Resume"));
   if (may("intervene") && op.state === "failed") buttons.push(control("retry", "Retry failed jobs"));
-  if (may("apply") && !terminal) buttons.push(control("cancel", "Cancel operation"));
-  return buttons.length ? h("div", { class: "actions", role: "group", "aria-label": "Operation controls" }, buttons) : null;
+  if (may("apply") && !terminal) {
+    if (ctx.confirmCancel) {
+      const reason = h("input", { id: "cancel-reason", type: "text", autocomplete: "off", placeholder: "cancelled by a person",
+        value: ctx.cancelReason, oninput: () => { ctx.cancelReason = reason.value; } });
+      buttons.push(h("div", { class: "confirm", role: "group", "aria-labelledby": "cancel-q", "data-testid": "cancel-confirm" },
+        h("p", { id: "cancel-q" }, `Cancel ${op.id}? Its running jobs are stopped, and a cancelled operation cannot be resumed.`),
+        h("label", { for: "cancel-reason" }, "Reason (optional)"), reason,
+        h("div", { class: "actions" },
+          h("button", { type: "button", id: "op-cancel-yes", class: "danger", "data-testid": "op-cancel-yes", onclick: () => {
+            const why = reason.value.trim();
+            ctx.confirmCancel = false;
+            ctx.cancelReason = "";
+            act("cancel", "Cancel", why ? { reason: why } : {});
+          } }, "Yes, cancel the operation"),
+          h("button", { type: "button", id: "op-cancel-no", onclick: () => { ctx.confirmCancel = false; ctx.focus = "op-cancel"; paint(); } }, "No, keep it"))));
+    } else {
+      buttons.push(h("button", { type: "button", id: "op-cancel", "data-testid": "op-cancel",
+        onclick: () => { ctx.confirmCancel = true; ctx.focus = "op-cancel-yes"; paint(); } }, "Cancel operation"));
+    }
+  }
+  if (!buttons.length) {
+    return terminal ? null : h("p", { class: "muted", "data-testid": "no-controls" },
+      `Your roles (${((me && me.roles) || []).join(", ")}) allow no action on this operation now.`);
+  }
+  return h("div", { class: "actions", role: "group", "aria-label": "Operation controls", "data-focus-group": "controls" }, buttons);
 }
 
-function interventionSection(op) {
-  if (!may("intervene") || op.state !== "failed") return null;
+// The evidence checks a job's contract names (what verifies a manual fix of it by default).
+function evidenceOf(ctx, instance) {
+  const job = ((ctx.pack && ctx.pack.jobs) || {})[String(instance).split("@")[0]];
+  return ((job && job.outputs && job.outputs.evidence) || []).map((e) => (typeof e === "string" ? e : e.id || JSON.stringify(e)));
+}
+
+// Record a manual fix: the failed job, what was done, and the evidence checks that verify it.
+// What a person typed is kept in `ctx.iv` across live redraws, and so is the last answer: each
+// check with what it expected and observed, and whether the run goes on or stays failed.
+function interventionSection(op, ctx) {
+  const iv = ctx.iv;
+  let result = null;
+  if (iv.result) {
+    const r = iv.result;
+    result = h("div", { id: "iv-result", tabindex: "-1", "data-testid": "intervention-result", "data-verified": r.verified ? "true" : "false",
+      role: r.verified ? "status" : "alert", class: "result " + (r.verified ? "pass" : "fail") },
+      h("p", {}, h("strong", {}, r.text)),
+      (r.checks || []).length ? h("ul", {}, r.checks.map((c) => h("li", { class: c.passed ? "pass" : "fail" },
+        `${c.job} · ${c.check}: ${c.passed ? "passed" : "failed"} (expected ${c.expected}, observed ${c.observed})`))) : null);
+  }
+  if (op.state === "verification") return [h("p", { class: "muted", "data-testid": "intervention-busy" }, "Verifying the manual fix…"), result];
+  if (!may("intervene") || op.state !== "failed") return result;
   const failed = (op.jobs || []).filter((j) => j.state === "failed");
-  return h("details", { "data-testid": "intervention" }, h("summary", {}, "Record a manual fix (intervention)"),
-    h("form", { id: "intervention-form", onsubmit: async (ev) => {
-      ev.preventDefault();
-      const checks = $("iv-checks").value.split(",").map((x) => x.trim()).filter(Boolean);
-      const doc = { intervention: { type: "manually_fixed", target_job: $("iv-job").value, note: $("iv-note").value, requires_verification: checks } };
-      try {
-        const r = await api("POST", `/api/v1/operations/${enc(op.id)}/interventions`, doc);
-        const passed = (r.checks || []).filter((c) => c.passed).length;
-        status(`Intervention recorded: ${passed} of ${(r.checks || []).length} checks passed; ${r.detail}.`);
-      } catch (e) { status("The intervention was refused: " + e.message, true); }
-    } },
-      h("label", { for: "iv-job" }, "Job fixed"),
-      h("select", { id: "iv-job", required: true }, failed.map((j) => h("option", { value: j.id }, j.id))),
-      h("label", { for: "iv-note" }, "What was done"),
-      h("textarea", { id: "iv-note", rows: 3, required: true }),
-      h("label", { for: "iv-checks" }, "Evidence checks that verify it (comma-separated)"),
-      h("input", { id: "iv-checks", type: "text", autocomplete: "off" }),
-      h("button", { type: "submit" }, "Record and verify")));
+  if (!failed.some((j) => j.id === iv.job)) {
+    iv.job = failed.length ? failed[0].id : "";
+    iv.checks = evidenceOf(ctx, iv.job).join(", ");
+  }
+  const job = h("select", { id: "iv-job", required: true, onchange: () => {
+    const before = evidenceOf(ctx, iv.job).join(", ");
+    iv.job = job.value;
+    if (iv.checks === before) { iv.checks = evidenceOf(ctx, iv.job).join(", "); checks.value = iv.checks; }
+  } }, failed.map((j) => h("option", { value: j.id, selected: j.id === iv.job }, j.id)));
+  const note = h("textarea", { id: "iv-note", rows: 3, required: true, oninput: () => { iv.note = note.value; } }, iv.note);
+  const checks = h("input", { id: "iv-checks", type: "text", autocomplete: "off", required: true, value: iv.checks,
+    "aria-describedby": "iv-checks-help", oninput: () => { iv.checks = checks.value; } });
+  const submit = async (ev) => {
+    ev.preventDefault();
+    const names = iv.checks.split(",").map((x) => x.trim()).filter(Boolean);
+    const doc = { intervention: { type: "manually_fixed", target_job: iv.job, note: iv.note, requires_verification: names } };
+    status(`Recording the fix of ${iv.job} and checking ${names.join(", ")}…`);
+    try {
+      const r = await api("POST", `/api/v1/operations/${enc(op.id)}/interventions`, doc);
+      const list = r.checks || [];
+      const verified = r.state !== "failed" && list.every((c) => c.passed);
+      const passed = list.filter((c) => c.passed).length;
+      iv.result = { verified, checks: list, text: verified
+        ? `Verified: ${passed} of ${list.length} checks passed; the run goes on (${r.detail}).`
+        : `Not verified: the evidence refutes the fix (${passed} of ${list.length} checks passed); the operation stays failed.` };
+      if (verified) iv.note = "";
+      status(iv.result.text, !verified);
+    } catch (e) {
+      iv.result = { verified: false, checks: [], text: "The intervention was refused: " + e.message };
+      status(iv.result.text, true);
+    }
+    ctx.focus = "iv-result";
+    paintLater(ctx);
+  };
+  return [h("details", { "data-testid": "intervention", open: iv.open, ontoggle: (ev) => toggled(ctx, iv, ev) },
+    h("summary", { id: "iv-summary" }, "Record a manual fix (intervention)"),
+    h("form", { id: "intervention-form", onsubmit: submit },
+      h("label", { for: "iv-job" }, "Job fixed"), job,
+      h("label", { for: "iv-note" }, "What was done"), note,
+      h("label", { for: "iv-checks" }, "Evidence checks that verify it (comma-separated)"), checks,
+      h("small", { id: "iv-checks-help", class: "muted" }, "The job's own evidence by default; they run now, and the run goes on only if every one passes."),
+      h("button", { type: "submit", id: "iv-submit" }, "Record and verify"))), result];
+}
+
+// A <details> was opened or closed: remembered in `into.open`. The toggle event comes a moment
+// after the click; when a live redraw replaced the element in between, paint again so the new
+// one shows what the person chose.
+function toggled(ctx, into, ev) {
+  into.open = ev.target.open;
+  if (!ev.target.isConnected && ctx.paint) ctx.paint(true);
+}
+
+// After an action's answer: draw what the page holds now, then ask the API for the rest (the
+// live stream would bring it too).
+function paintLater(ctx) {
+  if (ctx.paint) ctx.paint();
+  reload(ctx);
+}
+
+function reload(ctx) {
+  if (ctx.reload) ctx.reload();
 }
 
 function jobIndex(op) {
@@ -761,8 +963,48 @@ async function operationPage(id) {
       [["gates", "Gates"], ["patches", "Patches"], ["progress", "Progress"], ["dag", "DAG"], ["caps", "Capabilities"], ["artifacts", "Artifacts"], ["timeline", "Timeline"]]
         .map(([k, t]) => h("li", {}, h("a", { href: "#/operations/" + enc(id), "data-section": k, onclick: (ev) => { ev.preventDefault(); $("sec-" + k).scrollIntoView(); } }, t))))),
     ...Object.values(parts));
-  const ctx = { plan: null, revision: null, pack: null, patches: [] };
-  const draw = async (force) => {
+  // What the page knows (the last answers of the API) and what the person is doing on it (forms
+  // half filled, a question asked): `paint` draws the sections from it without asking the API,
+  // `load` asks the API, one call at a time, then paints.
+  const ctx = {
+    op: null, plan: null, revision: null, pack: null, patches: [],
+    confirmCancel: false, cancelReason: "", focus: null,
+    iv: { open: false, job: "", note: "", checks: "", result: null },
+    draft: { open: false, text: null, result: null },
+  };
+  // `force`: draw every section again, changed or not.
+  const paint = (force) => {
+    const op = ctx.op;
+    if (!op || !current(gen)) return;
+    if (force === true) Object.values(parts).forEach((p) => { delete p.dataset.key; });
+    const who = me && me.actor;
+    patchSection(parts.head, JSON.stringify([op.state, op.detail, op.plan_revision, who, ctx.confirmCancel]), () => [
+      h("h2", {}, "Operation ", h("span", { "data-testid": "op-id" }, op.id)),
+      h("p", {}, "State: ", stateEl(op.state, "op-state"), " ", h("span", { class: "muted", "data-testid": "op-detail" }, op.detail)),
+      h("p", { class: "muted" }, `${op.pack || ""} · resource `, op.resource ? h("a", { href: "#/resources/" + enc(op.resource) }, op.resource) : "-",
+        ` · by ${op.actor} · revision ${ctx.plan && ctx.plan.revision ? ctx.plan.revision.number : op.plan_revision}`),
+      controlsSection(op, ctx, paint)]);
+    patchSection(parts.gates, JSON.stringify([op.gates, op.plan_revision, who, op.state]), () => gatesSection(op, ctx));
+    patchSection(parts.patches, JSON.stringify([ctx.patches, op.gates, op.state, op.plan_revision, who, op.jobs.map((j) => j.state), ctx.draft.result]),
+      () => patchesSection(op, ctx));
+    patchSection(parts.progress, JSON.stringify([advanced, op.jobs, op.stages, op.evidence, op.plan_revision]), () => [
+      h("h3", { id: "progress-h" }, advanced ? "Jobs" : "Stages", " ",
+        h("button", { type: "button", id: "mode-toggle", "data-testid": "mode-toggle", "aria-pressed": advanced ? "true" : "false",
+          onclick: () => { advanced = !advanced; paint(); } }, advanced ? "Simple view" : "Advanced view")),
+      advanced ? advancedView(op, ctx) : simpleView(op)]);
+    patchSection(parts.dag, JSON.stringify([ctx.revision, op.jobs.map((j) => j.state), op.gates.map((g) => g.answer)]), () => [
+      h("h3", { id: "dag-h" }, "DAG"), h("div", { class: "dag-wrap" }, dagView(op, ctx))]);
+    patchSection(parts.caps, JSON.stringify(ctx.revision), () => [h("h3", { id: "caps-h" }, "Capability graph"), capabilityView(ctx)]);
+    patchSection(parts.artifacts, JSON.stringify([op.artifacts, who]), () => [h("h3", { id: "artifacts-h" }, "Artifacts"), artifactsView(op)]);
+    patchSection(parts.act, JSON.stringify([op.state, who, op.jobs.map((j) => [j.id, j.state]), ctx.iv.result]), () => interventionSection(op, ctx));
+    patchSection(parts.timeline, JSON.stringify(op.timeline), () => timelineView(op));
+    if (ctx.focus && $(ctx.focus)) {
+      $(ctx.focus).focus();
+      ctx.focus = null;
+    }
+  };
+  ctx.paint = paint;
+  const load = ctx.reload = serial(async () => {
     let op;
     try {
       op = await api("GET", "/api/v1/operations/" + enc(id));
@@ -773,33 +1015,14 @@ async function operationPage(id) {
       if (!ctx.pack) ctx.pack = await packDetail(op.pack);
       ctx.patches = (await api("GET", `/api/v1/operations/${enc(id)}/patches`)).patches || [];
     } catch (e) {
-      status("Could not load the operation: " + e.message, true);
+      if (current(gen)) status("Could not load the operation: " + e.message, true);
       return;
     }
-    const who = me && me.actor;
-    if (force === true) Object.values(parts).forEach((p) => { delete p.dataset.key; });
-    patchSection(parts.head, JSON.stringify([op.state, op.detail, op.plan_revision, who]), () => [
-      h("h2", {}, "Operation ", h("span", { "data-testid": "op-id" }, op.id)),
-      h("p", {}, "State: ", stateEl(op.state, "op-state"), " ", h("span", { class: "muted", "data-testid": "op-detail" }, op.detail)),
-      h("p", { class: "muted" }, `${op.pack || ""} · resource `, op.resource ? h("a", { href: "#/resources/" + enc(op.resource) }, op.resource) : "-",
-        ` · by ${op.actor} · revision ${ctx.plan && ctx.plan.revision ? ctx.plan.revision.number : op.plan_revision}`),
-      controlsSection(op)]);
-    patchSection(parts.gates, JSON.stringify([op.gates, op.plan_revision, who, op.state]), () => gatesSection(op, ctx));
-    patchSection(parts.patches, JSON.stringify([ctx.patches, op.gates, op.state, op.plan_revision, who]), () => patchesSection(op, ctx));
-    patchSection(parts.progress, JSON.stringify([advanced, op.jobs, op.stages, op.evidence, op.plan_revision]), () => [
-      h("h3", { id: "progress-h" }, advanced ? "Jobs" : "Stages", " ",
-        h("button", { type: "button", id: "mode-toggle", "data-testid": "mode-toggle", "aria-pressed": advanced ? "true" : "false",
-          onclick: () => { advanced = !advanced; draw(true); } }, advanced ? "Simple view" : "Advanced view")),
-      advanced ? advancedView(op, ctx) : simpleView(op)]);
-    patchSection(parts.dag, JSON.stringify([ctx.revision, op.jobs.map((j) => j.state), op.gates.map((g) => g.answer)]), () => [
-      h("h3", { id: "dag-h" }, "DAG"), h("div", { class: "dag-wrap" }, dagView(op, ctx))]);
-    patchSection(parts.caps, JSON.stringify(ctx.revision), () => [h("h3", { id: "caps-h" }, "Capability graph"), capabilityView(ctx)]);
-    patchSection(parts.artifacts, JSON.stringify([op.artifacts, who]), () => [h("h3", { id: "artifacts-h" }, "Artifacts"), artifactsView(op)]);
-    patchSection(parts.act, JSON.stringify([op.state, who, op.jobs.map((j) => [j.id, j.state])]), () => [interventionSection(op)]);
-    patchSection(parts.timeline, JSON.stringify(op.timeline), () => timelineView(op));
-  };
-  await draw();
-  follow(`/api/v1/operations/${enc(id)}/events`, debounce(draw), gen);
+    ctx.op = op;
+    paint();
+  });
+  await load();
+  follow(`/api/v1/operations/${enc(id)}/events`, debounce(load), gen);
 }
 
 // ---- Resources ----
@@ -809,14 +1032,15 @@ async function resourcesPage() {
   const view = $("view");
   const body = h("div", {});
   view.replaceChildren(h("h2", {}, "Resources"), body);
-  const draw = async () => {
+  const draw = serial(async () => {
     let list;
     try {
       list = (await api("GET", "/api/v1/resources")).resources || [];
     } catch (e) {
-      status("Could not load resources: " + e.message, true);
+      if (current(gen)) status("Could not load resources: " + e.message, true);
       return;
     }
+    if (!current(gen)) return;
     patchSection(body, JSON.stringify(list), () => list.length === 0 ? h("p", { class: "muted" }, "No resources recorded yet.") :
       h("table", { "data-testid": "resources" },
         h("thead", {}, h("tr", {}, ["Resource", "Status", "Health", "Observed", "Explained by", "Updated"].map((t) => h("th", { scope: "col" }, t)))),
@@ -827,20 +1051,22 @@ async function resourcesPage() {
           h("td", {}, h("code", {}, r.observed_state ? JSON.stringify(r.observed_state) : "-")),
           h("td", {}, r.last_operation ? h("a", { href: "#/operations/" + enc(r.last_operation) }, r.last_operation) : "-"),
           h("td", {}, r.updated_at || ""))))));
-  };
+  });
   await draw();
   follow("/api/v1/events", debounce(draw), gen);
 }
 
 async function resourcePage(id) {
+  const gen = generation;
   const view = $("view");
   let r;
   try {
     r = await api("GET", "/api/v1/resources/" + id.split("/").map(enc).join("/"));
   } catch (e) {
-    status("Could not load the resource: " + e.message, true);
+    if (current(gen)) status("Could not load the resource: " + e.message, true);
     return;
   }
+  if (!current(gen)) return;
   const doc = r.resource || {};
   const desired = Object.fromEntries(Object.entries(doc).filter(([k]) => !["observed_state", "health", "status"].includes(k)));
   view.replaceChildren(

@@ -67,6 +67,8 @@ pub enum Error {
     /// operation over (or it was never leased to this holder). Nothing of the batch is written.
     #[error("operation `{operation}`: lease token {token} of {holder} is stale ({current}); the write is refused")]
     Fenced { operation: String, holder: String, token: i64, current: String },
+    #[error("this store does not implement leases")]
+    LeasesUnsupported,
     /// Another operation that is not completed or cancelled changes the resource.
     #[error("resource `{resource}` is being changed by operation `{operation}` ({state})")]
     ResourceBusy { resource: String, operation: String, state: String },
@@ -431,17 +433,34 @@ pub trait Store: Send {
     /// when nobody holds it, its holder's lease expired, or `holder` holds it already (then it is
     /// renewed and keeps its token). A new acquisition gets a token greater than every earlier
     /// one of this operation. Refused with [`Error::LeaseHeld`] while another holder's is live.
-    fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<Lease, Error>;
+    ///
+    /// The lease methods have defaults that refuse (`LeasesUnsupported`), so a store that wraps
+    /// another (a test's fault injector) compiles without them; both backends implement them.
+    fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<Lease, Error> {
+        let _ = (operation, holder, ttl_ms);
+        Err(Error::LeasesUnsupported)
+    }
     /// Extends a lease that is still current (same holder and token, even if it expired while
     /// nobody took it); [`Error::Fenced`] when another acquisition happened.
-    fn renew_lease(&mut self, lease: &Lease, ttl_ms: i64) -> Result<Lease, Error>;
+    fn renew_lease(&mut self, lease: &Lease, ttl_ms: i64) -> Result<Lease, Error> {
+        let _ = (lease, ttl_ms);
+        Err(Error::LeasesUnsupported)
+    }
     /// Lets the lease go (it expires now; its token stays, so tokens keep increasing). Nothing
     /// when it is no longer current.
-    fn release_lease(&mut self, lease: &Lease) -> Result<(), Error>;
+    fn release_lease(&mut self, lease: &Lease) -> Result<(), Error> {
+        let _ = lease;
+        Err(Error::LeasesUnsupported)
+    }
     /// The operation's lease as stored (expired or not); `expires_in_ms` by the store's clock.
-    fn lease(&self, operation: &str) -> Result<Option<Lease>, Error>;
+    fn lease(&self, operation: &str) -> Result<Option<Lease>, Error> {
+        let _ = operation;
+        Err(Error::LeasesUnsupported)
+    }
     /// Top-level operations in `running` whose lease is absent or expired: what a replica adopts.
-    fn adoptable(&self) -> Result<Vec<String>, Error>;
+    fn adoptable(&self) -> Result<Vec<String>, Error> {
+        Err(Error::LeasesUnsupported)
+    }
 }
 
 /// Now, as RFC 3339 UTC with milliseconds.

@@ -293,6 +293,209 @@ fn event_streams_are_limited_and_end_when_the_server_shuts_down() {
     first.read_to_end(&mut rest).unwrap(); // the server closed it
 }
 
+/// `limits.event_stream_duration`: a stream that lasts that long is ended by the server, cleanly
+/// (an `event: reconnect` naming the last id sent, then the chunked body's last chunk), and a
+/// client that reconnects with `Last-Event-ID` each time gets every entry once, in order, across
+/// as many reconnections as it takes; the slots of ended streams are given back.
+#[test]
+fn a_stream_ends_cleanly_at_its_maximum_duration_and_resumes_without_loss_or_duplicates() {
+    let Api { dir, state, rt } = Api::new("");
+    let limit = Duration::from_millis(700);
+    let state = state.with_limits(opsgraph_server::Limits { event_stream_duration: limit, ..Default::default() });
+    let api = Api { dir, state, rt };
+    let sam = api.token("sam", &["operator"]);
+    let bob = api.token("bob", &["sre"]);
+    let admin = api.token("ada", &["platform_admin"]);
+    let server = Server::start(&api);
+    let addr = server.addr;
+    let id =
+        http(addr, "POST", "/api/v1/operations", &sam, &[], &intent("d1")).json()["id"].as_str().unwrap().to_string();
+    let op = wait_for(addr, &id, &sam, "paused: waiting for gate approve-hello");
+    let path = format!("/api/v1/operations/{id}/events");
+
+    // One connection: the entries so far, then `reconnect` once the limit is reached, then the
+    // end of the body (not a reset).
+    let started = Instant::now();
+    let mut s = send(addr, "GET", &path, &sam, &[("Accept", "text/event-stream")], "");
+    let mut bytes = Vec::new();
+    s.read_to_end(&mut bytes).unwrap();
+    let took = started.elapsed();
+    assert!(took >= limit && took < limit + Duration::from_secs(5), "{took:?}");
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    assert!(text.ends_with("\r\n0\r\n\r\n"), "the body ends with its last chunk: {text:?}");
+    let first = events(&parse(&text).body);
+    let (reconnect, sent) = first.split_last().unwrap();
+    assert_eq!(reconnect.event.as_deref(), Some("reconnect"), "{first:#?}");
+    assert_eq!((reconnect.id, &reconnect.data["last_event_id"]), (None, &json!(sent.last().unwrap().id.unwrap())));
+    assert!(reconnect.data["reason"].as_str().unwrap().contains("limits.event_stream_duration"), "{reconnect:?}");
+    assert!(sent.iter().all(|e| e.event.is_none() && e.id.is_some()), "{first:#?}");
+
+    // A client that follows the operation to its end: the gate is answered while it reconnects.
+    let answer = {
+        let (id, bob, revision) = (id.clone(), bob.clone(), op["plan_revision"].clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            let body = json!({"option": "approve", "revision": revision}).to_string();
+            http(addr, "POST", &format!("/api/v1/operations/{id}/gates/approve-hello/answer"), &bob, &[], &body)
+        })
+    };
+    let mut seen = ids(sent);
+    let mut reconnections = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let last = seen.last().unwrap().to_string();
+        let (raw, got) = stream(addr, &path, &sam, &[("Last-Event-ID", &last)]);
+        assert_eq!(raw.status, 200, "{}", raw.body);
+        let (tail, entries) = got.split_last().unwrap();
+        seen.extend(ids(entries));
+        match tail.event.as_deref() {
+            Some("reconnect") => {
+                assert_eq!(tail.data["last_event_id"], json!(seen.last().unwrap()), "{got:#?}");
+                reconnections += 1;
+            }
+            Some("end") => break,
+            other => panic!("a stream ended with {other:?}: {got:#?}"),
+        }
+        assert!(Instant::now() < deadline, "the operation never ended: {seen:?}");
+    }
+    assert_eq!(answer.join().unwrap().status, 200);
+    assert!(reconnections >= 2, "{reconnections}");
+    let timeline = http(addr, "GET", &format!("/api/v1/operations/{id}/timeline"), &sam, &[], "").json();
+    let seqs: Vec<i64> = timeline["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seen, seqs, "every entry once, in order, across {reconnections} reconnections");
+
+    // The stream of all operations has the limit too; every ended stream gave its slot back.
+    let (raw, all) = stream(addr, "/api/v1/events", &sam, &[]);
+    assert_eq!(raw.status, 200);
+    assert_eq!(ids(&all[..all.len() - 1]), seqs);
+    assert_eq!(all.last().unwrap().event.as_deref(), Some("reconnect"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !http(addr, "GET", "/metrics", &admin, &[], "").body.contains("\nopsgraph_event_streams 0\n") {
+        assert!(Instant::now() < deadline, "the streams' slots were not given back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(server);
+}
+
+/// A client that stops reading fills the stream's buffers; the server gives up on it at
+/// `limits.event_stream_duration` all the same, so its thread and slot are given back. What was
+/// already sent still arrives when the client reads again, and it resumes after the last id.
+#[test]
+fn a_client_that_stops_reading_does_not_hold_a_stream_past_its_duration() {
+    let Api { dir, state, rt } = Api::new("");
+    let state = state.with_limits(opsgraph_server::Limits {
+        event_stream_duration: Duration::from_millis(1000),
+        ..Default::default()
+    });
+    let api = Api { dir, state, rt };
+    let sam = api.token("sam", &["operator"]);
+    let admin = api.token("ada", &["platform_admin"]);
+    let server = Server::start(&api);
+    let addr = server.addr;
+    let id =
+        http(addr, "POST", "/api/v1/operations", &sam, &[], &intent("s1")).json()["id"].as_str().unwrap().to_string();
+    wait_for(addr, &id, &sam, "paused: waiting for gate approve-hello");
+    // About 10 MiB of timeline, more than the socket buffers (about 4 MiB here) and the stream's
+    // hold, so the stream's thread waits for a reader.
+    let padding = "x".repeat(4096);
+    let writes: Vec<opsgraph_store::Write> = (0..2500)
+        .map(|i| {
+            opsgraph_store::Write::Timeline(opsgraph_store::TimelineEntry {
+                seq: 0,
+                operation: id.clone(),
+                at: "2026-01-01T00:00:00Z".into(),
+                actor: "test".into(),
+                event: "note".into(),
+                from: None,
+                to: None,
+                reason: format!("{i} {padding}"),
+                data: json!(null),
+            })
+        })
+        .collect();
+    api.state.store().unwrap().commit(&writes).unwrap();
+    let streams = || {
+        let text = http(addr, "GET", "/metrics", &admin, &[], "").body;
+        text.lines().find_map(|l| l.strip_prefix("opsgraph_event_streams ")).unwrap().to_string()
+    };
+
+    let started = Instant::now();
+    let mut stuck = send(addr, "GET", "/api/v1/events", &sam, &[("Accept", "text/event-stream")], "");
+    let mut head = [0u8; 12];
+    stuck.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(streams(), "1", "the stream is open while the client does not read");
+    while streams() != "0" {
+        assert!(started.elapsed() < Duration::from_secs(10), "a client that does not read holds its stream");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(1000), "{:?}", started.elapsed());
+
+    // It reads again: what was sent, then the end of the body; then it resumes. Every entry once.
+    let mut bytes = head.to_vec();
+    stuck.read_to_end(&mut bytes).unwrap();
+    let first = events(&parse(&String::from_utf8_lossy(&bytes)).body);
+    let mut seen = ids(&first);
+    assert!(!seen.is_empty());
+    loop {
+        let last = seen.last().unwrap().to_string();
+        let (_, more) = stream(addr, "/api/v1/events", &sam, &[("Last-Event-ID", &last)]);
+        let got = ids(&more);
+        if got.is_empty() {
+            break;
+        }
+        seen.extend(got);
+    }
+    let timeline = http(addr, "GET", &format!("/api/v1/operations/{id}/timeline"), &sam, &[], "").json();
+    let seqs: Vec<i64> = timeline["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seen, seqs);
+    drop(server);
+}
+
+/// A cancelled run's attempts are stopped and recorded (`job_cancelled`) after the operation's
+/// own `cancel` entry: its stream ends only once they are sent, so a follower sees the job
+/// cancelled too, not still running.
+#[test]
+fn the_stream_of_a_cancelled_run_ends_after_its_stopped_jobs() {
+    let dir = temp_dir(crate::ui::STEPS);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let state = opsgraph::serve_cmd::state(&data, &[dir.join("steps").display().to_string()], &[]).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let api = Api { dir, state, rt };
+    let sam = api.token("sam", &["operator"]);
+    let server = Server::start(&api);
+    let addr = server.addr;
+    let intent = "intent:\n  target_resource_type: steps.app\n  action: run\n  name: c1\n  environment: dev\n";
+    let id = http(addr, "POST", "/api/v1/operations", &sam, &[], intent).json()["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http(addr, "GET", &format!("/api/v1/operations/{id}"), &sam, &[], "").json()["jobs"][0]["state"] != "running"
+    {
+        assert!(Instant::now() < deadline, "the job never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let live = {
+        let (id, sam) = (id.clone(), sam.clone());
+        std::thread::spawn(move || stream(addr, &format!("/api/v1/operations/{id}/events"), &sam, &[]))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let r = http(addr, "POST", &format!("/api/v1/operations/{id}/cancel"), &sam, &[], "{}");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (_, live) = live.join().unwrap();
+    let (end, sent) = live.split_last().unwrap();
+    assert_eq!((end.event.as_deref(), &end.data["state"]), (Some("end"), &json!("cancelled")), "{live:#?}");
+    let events: Vec<&str> = sent.iter().map(|e| e.data["event"].as_str().unwrap()).collect();
+    let cancel = events.iter().position(|e| *e == "cancel").expect("the cancel entry");
+    assert!(events[cancel..].contains(&"job_cancelled"), "{events:?}");
+    let timeline = http(addr, "GET", &format!("/api/v1/operations/{id}/timeline"), &sam, &[], "").json();
+    let seqs: Vec<i64> = timeline["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(ids(sent), seqs);
+    let op = http(addr, "GET", &format!("/api/v1/operations/{id}"), &sam, &[], "").json();
+    assert_eq!(op["jobs"][0]["state"], "cancelled", "{op}");
+    drop(server);
+}
+
 /// Each line of a text exposition: a comment, or `name{labels} value` with a valid name, quoted
 /// label values and a number. Returns the samples.
 fn prometheus(text: &str) -> Vec<(String, Value, f64)> {
@@ -630,8 +833,97 @@ fn canaries_never_reach_viewers_operators_logs_or_files_and_a_reveal_is_audited(
     let r = http(addr, "POST", &reveal, &admin, &[], "{\"why\": 1}");
     assert_eq!(r.json()["error"]["code"], "invalid_json");
 
+    // Every GET route of the API, as the administrator (who may read everything there is to
+    // read; only the audited reveal above shows a secret, on purpose), streams included.
+    let mut routes = 0;
+    for route in opsgraph_server::ROUTES.iter().filter(|r| r.method == "GET") {
+        let paths: Vec<String> = if route.path.contains("{artifact}") {
+            ["token", "notes"].iter().map(|a| route.path.replace("{id}", &id).replace("{artifact}", a)).collect()
+        } else {
+            vec![route
+                .path
+                .replace("{file}", "app.js")
+                .replace("{*id}", "vault.thing/v-1")
+                .replace("/packs/{id}", "/packs/vault")
+                .replace("{id}", &id)]
+        };
+        for path in paths {
+            routes += 1;
+            let text = if route.produces == opsgraph_server::routes::EVENT_STREAM {
+                // The operation's stream ends (it is terminal); the server's goes on: read it up
+                // to the operation's last event.
+                let (_, own) = stream(addr, &format!("/api/v1/operations/{id}/events"), &admin, &[]);
+                let last = ids(&own).pop().unwrap();
+                let all = if path.ends_with(&format!("{id}/events")) {
+                    own
+                } else {
+                    read_until(addr, &path, &admin, |e| e.iter().any(|e| e.id == Some(last)))
+                };
+                format!("{all:?}")
+            } else {
+                let r = http(addr, "GET", &path, &admin, &[], "");
+                assert!(r.status < 500, "GET {path}: {} {}", r.status, r.body);
+                format!("{} {:?} {}", r.status, r.headers, r.body)
+            };
+            seen.push((format!("API GET {path}"), text));
+        }
+    }
+    assert!(routes >= 25, "only {routes} GET routes");
+
+    // What the command line prints about it (on the same data directory).
+    let data_dir = data.display().to_string();
+    for args in [
+        vec!["describe", "operation", id.as_str(), "-o", "json"],
+        vec!["describe", "operation", id.as_str()],
+        vec!["get", "operations", "-o", "json"],
+        vec!["logs", id.as_str()],
+        vec!["audit"],
+    ] {
+        let out = crate::support::opsgraph(&[&["--data-dir", data_dir.as_str()][..], &args].concat());
+        assert_eq!(out.code, 0, "{}", out.render());
+        seen.push((format!("CLI {}", args.join(" ")), format!("{}{}", out.out, out.err)));
+    }
+
+    // The web UI as a browser renders it: the operation in both modes, its artifacts, resources.
+    if std::path::Path::new(crate::ui::CHROMIUM).exists() && std::path::Path::new(crate::ui::CHROMEDRIVER).exists() {
+        let browser = crate::ui::Browser::start();
+        let base = format!("http://{addr}");
+        browser.go(&format!("{base}/"));
+        browser.sign_in(&admin, "admin");
+        browser.go(&format!("{base}/#/operations/{id}"));
+        browser.wait("[data-testid=op-state]", |t| t == "completed");
+        seen.push((
+            "UI HTML operation (simple)".into(),
+            browser.js("return document.documentElement.outerHTML").to_string(),
+        ));
+        browser.click_when("#mode-toggle", |t| t == "Advanced view");
+        browser.wait("tr[data-job='use-token']", |t| t.contains("succeeded"));
+        seen.push((
+            "UI HTML operation (advanced)".into(),
+            browser.js("return document.documentElement.outerHTML").to_string(),
+        ));
+        for page in ["#/operations", "#/resources"] {
+            browser.go(&format!("{base}/{page}"));
+            std::thread::sleep(Duration::from_millis(500));
+            seen.push((format!("UI HTML {page}"), browser.js("return document.documentElement.outerHTML").to_string()));
+        }
+    } else {
+        eprintln!("SKIPPED the UI sink of the canary sweep: chromium/chromedriver not installed");
+    }
+
+    // The write-ahead log while the server still holds it open (it is checkpointed at exit).
+    for name in ["opsgraph.db-wal", "opsgraph.db"] {
+        let bytes = std::fs::read(data.join(name)).unwrap_or_default();
+        seen.push((format!("file data/{name} (while serving)"), String::from_utf8_lossy(&bytes).into_owned()));
+    }
+
     drop(server);
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let mut table = Vec::new();
+    for (what, text) in &seen {
+        let hits: usize = canaries.iter().map(|c| text.matches(c).count() + text.matches(&b64(c)).count()).sum();
+        table.push(format!("{hits:>4}  {:>8} B  {what}", text.len()));
+    }
     for (what, text) in &seen {
         for c in canaries {
             assert!(!text.contains(c) && !text.contains(&b64(c)), "{c} in the answer to {what}: {text}");
@@ -648,10 +940,15 @@ fn canaries_never_reach_viewers_operators_logs_or_files_and_a_reveal_is_audited(
     files(&data, &mut all);
     assert!(all.iter().any(|(p, _)| p.ends_with("opsgraph.db")), "no database file scanned");
     for (path, bytes) in &all {
+        let hits: usize =
+            canaries.iter().map(|c| usize::from(holds(bytes, c)) + usize::from(holds(bytes, &b64(c)))).sum();
+        let rel = path.strip_prefix(dir.path()).unwrap_or(path);
+        table.push(format!("{hits:>4}  {:>8} B  file {}", bytes.len(), rel.display()));
         for c in canaries {
             assert!(!holds(bytes, c) && !holds(bytes, &b64(c)), "{c} in {}", path.display());
         }
     }
+    println!("canary sweep: {} sinks, 0 hits (hits, bytes scanned, sink)\n{}", table.len(), table.join("\n"));
 }
 
 #[test]

@@ -73,6 +73,10 @@ impl TempDir {
     pub(crate) fn display(&self) -> std::path::Display<'_> {
         self.0.display()
     }
+
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.0
+    }
 }
 
 impl Drop for TempDir {

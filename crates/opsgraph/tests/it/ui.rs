@@ -12,13 +12,13 @@ use serde_json::{json, Value};
 
 use crate::server::{http, intent, Api};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+pub(crate) const CHROMIUM: &str = "/usr/bin/chromium";
+pub(crate) const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The W3C WebDriver key of an element reference.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A chromedriver child process and one browser session on it; both end on drop.
-struct Browser {
+pub(crate) struct Browser {
     driver: Child,
     base: String,
     session: String,
@@ -26,7 +26,7 @@ struct Browser {
 }
 
 impl Browser {
-    fn start() -> Browser {
+    pub(crate) fn start() -> Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
@@ -81,7 +81,7 @@ impl Browser {
         self.call(method, &format!("/session/{}{path}", self.session), Some(body))
     }
 
-    fn go(&self, url: &str) {
+    pub(crate) fn go(&self, url: &str) {
         self.cmd("POST", "/url", json!({ "url": url })).unwrap();
     }
 
@@ -98,7 +98,7 @@ impl Browser {
     }
 
     /// Waits for an element matching `css` whose text satisfies `ok`; its reference.
-    fn wait(&self, css: &str, ok: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait(&self, css: &str, ok: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(el) = self.find(css) {
@@ -127,7 +127,7 @@ impl Browser {
 
     /// Waits for `css` (text satisfying `ok`) and clicks it; again when a live update replaced
     /// the element in between.
-    fn click_when(&self, css: &str, ok: impl Fn(&str) -> bool) {
+    pub(crate) fn click_when(&self, css: &str, ok: impl Fn(&str) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let el = self.wait(css, &ok);
@@ -144,7 +144,7 @@ impl Browser {
     }
 
     /// Runs `script` in the page; its return value.
-    fn js(&self, script: &str) -> Value {
+    pub(crate) fn js(&self, script: &str) -> Value {
         self.cmd("POST", "/execute/sync", json!({"script": script, "args": []})).unwrap()
     }
 
@@ -155,15 +155,25 @@ impl Browser {
         self.cmd("POST", "/actions", keys).unwrap();
     }
 
-    /// Clears an input and types `text` into it.
+    /// Clears an input and types `text` into it; again when a live update replaced the input in
+    /// between (the page keeps what was typed, so the second try starts from it).
     fn fill(&self, css: &str, text: &str) {
-        let el = self.wait(css, |_| true);
-        self.cmd("POST", &format!("/element/{el}/clear"), json!({})).unwrap();
-        self.type_in(&el, text);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let el = self.wait(css, |_| true);
+            let done = self
+                .cmd("POST", &format!("/element/{el}/clear"), json!({}))
+                .and_then(|_| self.cmd("POST", &format!("/element/{el}/value"), json!({ "text": text })));
+            match done {
+                Ok(_) => return,
+                Err(e) if e.contains("stale element") && Instant::now() < deadline => continue,
+                Err(e) => panic!("filling {css}: {e}"),
+            }
+        }
     }
 
     /// Signs out (when signed in) and signs in with `token`.
-    fn sign_in(&self, token: &str, name: &str) {
+    pub(crate) fn sign_in(&self, token: &str, name: &str) {
         if self.js("return document.getElementById('signout').hidden") == json!(false) {
             self.click_when("#signout", |_| true);
         }
@@ -172,14 +182,29 @@ impl Browser {
         self.wait("[data-testid=whoami]", |t| t.contains(name));
     }
 
-    /// Every input, select and textarea on the page that has no label: their ids.
+    /// Every control on the page that has no accessible name: inputs, selects and textareas
+    /// without a label, buttons, links and summaries without text or `aria-label`; their ids.
     fn unlabelled(&self) -> Value {
         self.js(
-            "return [...document.querySelectorAll('input, select, textarea')]\
-               .filter(e => e.type !== 'hidden' && !e.closest('[hidden]'))\
-               .filter(e => !(e.id && document.querySelector(`label[for=\"${e.id}\"]`)) && !e.getAttribute('aria-label') && !e.closest('label'))\
-               .map(e => e.id || e.outerHTML)",
+            "const shown = (e) => e.type !== 'hidden' && !e.closest('[hidden]');\
+             const fields = [...document.querySelectorAll('input, select, textarea')].filter(shown)\
+               .filter(e => !(e.id && document.querySelector(`label[for=\"${e.id}\"]`)) && !e.getAttribute('aria-label') && !e.closest('label'));\
+             const named = [...document.querySelectorAll('button, a[href], summary')].filter(shown)\
+               .filter(e => !e.textContent.trim() && !e.getAttribute('aria-label'));\
+             return [...fields, ...named].map(e => e.id || e.outerHTML)",
         )
+    }
+
+    /// Presses Tab until the control with this id has the focus, then Enter: a keyboard user.
+    fn tab_to_and_press(&self, id: &str) {
+        let focused = || self.js("return document.activeElement ? document.activeElement.id : ''");
+        let mut tabs = 0;
+        while focused() != id {
+            self.press("\u{E004}"); // Tab
+            tabs += 1;
+            assert!(tabs < 100, "#{id} is not reachable with Tab (focus on {})", focused());
+        }
+        self.press("\u{E007}"); // Enter
     }
 
     /// A screenshot of the window scrolled to one element (a section of a page).
@@ -637,6 +662,363 @@ fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_bin
     assert_eq!(status, 403, "a forged reveal is refused");
 
     drop(browser);
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}
+
+/// A pack of two stages: `wait-for-go` runs until the test creates `go-<name>` in the lab
+/// directory (so a run stays running as long as the test needs), then `say-hello` writes the
+/// greeting its evidence expects to be `hello`. No gate: an operator's intent runs at once.
+pub(crate) const STEPS: &[(&str, &str)] = &[
+    (
+        "steps/pack.yaml",
+        "scenario_pack:\n  id: steps\n  version: 1.0.0\n  title: Steps\n  resource_types: [steps.app]\n  actions: [run]\n  provides: [steps.greeting]\n  plan_templates: [{id: steps.run}]\n",
+    ),
+    (
+        "steps/templates.yaml",
+        "plan_template:\n  id: steps.run\n  action: run\n  parameters:\n    word: {type: string, default: hello}\n  stages:\n    - {id: wait, name: Wait, jobs: [wait-for-go]}\n    - {id: greet, name: Greet, jobs: [say-hello]}\n  jobs: [wait-for-go, say-hello]\n",
+    ),
+    (
+        "steps/jobs.yaml",
+        r#"job:
+  id: wait-for-go
+  run: {command: "i=0; while [ ! -e \"$OPSGRAPH_LAB_DIR/go-$OPSGRAPH_INTENT_NAME\" ]; do i=$((i+1)); [ $i -lt 900 ] || exit 1; sleep 0.1; done"}
+---
+job:
+  id: say-hello
+  after: [wait-for-go]
+  outputs:
+    provides: {capabilities: [steps.greeting]}
+    evidence: [greeting_written]
+  run: {command: "printf '%s' \"$OPSGRAPH_PARAM_WORD\" > \"$OPSGRAPH_LAB_DIR/greeting-$OPSGRAPH_INTENT_NAME\""}
+"#,
+    ),
+    (
+        "steps/evidence.yaml",
+        "evidence:\n  - id: greeting_written\n    source: command\n    command: cat \"$OPSGRAPH_LAB_DIR/greeting-$OPSGRAPH_INTENT_NAME\"\n    expected: \"hello\"\n",
+    ),
+];
+
+/// The timeline of an operation as the API shows it: (seq, actor, event, to).
+fn timeline(addr: std::net::SocketAddr, id: &str, token: &str) -> Vec<(i64, String, String, String)> {
+    let (status, body) = http(addr, "GET", &format!("/api/v1/operations/{id}/timeline"), token, "");
+    assert_eq!(status, 200, "{body}");
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    body["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["seq"].as_i64().unwrap(), s(&e["actor"]), s(&e["event"]), s(&e["to"])))
+        .collect()
+}
+
+/// The operator's and the SRE's controls, with the keyboard where it matters: an operator pauses
+/// and resumes a run with Tab and Enter, cancels another after the page asks, and has no repair
+/// controls; an SRE records a manual fix that the evidence refutes (the page says why and keeps
+/// what was typed), then one that verifies, and proposes a patch from the page that completes a
+/// third run; a viewer sees none of these controls and each forged request is refused (403
+/// `forbidden`). Each effect is checked on the page and through the API. Event streams last 1.5 s
+/// here: the page resumes them with `Last-Event-ID`, sees updates after each forced end, and
+/// receives every timeline entry once.
+#[test]
+fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_failed_runs() {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        eprintln!("SKIPPED the UI test: chromium/chromedriver not installed ({CHROMIUM}, {CHROMEDRIVER})");
+        return;
+    }
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let dir = crate::support::temp_dir(STEPS);
+    let data = dir.join("data");
+    let lab = data.join("lab");
+    std::fs::create_dir_all(&lab).unwrap();
+    let state = opsgraph::serve_cmd::state(&data, &[dir.join("steps").display().to_string()], &[])
+        .expect("server state")
+        .with_limits(opsgraph_server::Limits {
+            event_stream_duration: Duration::from_millis(1500),
+            ..Default::default()
+        });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let api = Api { dir, state, rt };
+    let sam = api.token("sam", &["operator"]);
+    let bob = api.token("bob", &["sre"]);
+    let vera = api.token("vera", &["viewer"]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let base = format!("http://{addr}");
+    let go = |name: &str| std::fs::write(lab.join(format!("go-{name}")), "").unwrap();
+    let create = |name: &str, word: &str| {
+        let intent = format!(
+            "intent:\n  target_resource_type: steps.app\n  action: run\n  name: {name}\n  environment: dev\n  parameters: {{word: {word}}}\n"
+        );
+        let (status, created) = http(addr, "POST", "/api/v1/operations", &sam, &intent);
+        assert_eq!(status, 201, "{created}");
+        created["id"].as_str().unwrap().to_string()
+    };
+    let get = |id: &str| http(addr, "GET", &format!("/api/v1/operations/{id}"), &sam, "").1;
+    let wait_api = |id: &str, want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let op = get(id);
+            if op["state"] == want {
+                return op;
+            }
+            assert!(Instant::now() < deadline, "{id} never became {want}: {op}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let job_state = |op: &Value, job: &str| {
+        op["jobs"].as_array().unwrap().iter().find(|j| j["id"] == job).map(|j| j["state"].clone()).unwrap_or_default()
+    };
+    let wait_job = |id: &str, job: &str, want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while job_state(&get(id), job) != want {
+            assert!(Instant::now() < deadline, "{id}: {job} never became {want}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // --- The operator pauses and resumes a running operation with Tab and Enter alone.
+    let run = create("pr", "hello");
+    wait_job(&run, "wait-for-go", "running");
+    let browser = Browser::start();
+    browser.go(&format!("{base}/#/operations/{run}"));
+    browser.sign_in(&sam, "sam");
+    browser.wait("[data-testid=op-id]", |t| t == run);
+    browser.wait("[data-testid=stage][data-stage=wait]", |t| t.contains("running"));
+    browser.wait("#op-pause", |t| t == "Pause");
+    assert!(browser.find("[data-testid=intervention]").is_none(), "an operator may not intervene");
+    assert_eq!(browser.unlabelled(), json!([]), "every control of the running operation has a name");
+    browser.tab_to_and_press("op-pause");
+    browser.wait("[data-testid=op-state]", |t| t == "paused");
+    browser.wait("[data-testid=op-detail]", |t| t.contains("paused by a person"));
+    assert_eq!(get(&run)["state"], "paused");
+    // Focus moved from Pause (gone) to Resume, the control that took its place.
+    browser.wait("#op-resume", |t| t == "Resume");
+    assert_eq!(browser.js("return document.activeElement.id"), "op-resume", "focus follows the control");
+    browser.screenshot(&shots, "operation-paused");
+    // The stream of this page has been ended by the server (1.5 s) and resumed meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while browser.js("return live.reconnects") == json!(0) {
+        assert!(Instant::now() < deadline, "the page never resumed its stream");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    browser.tab_to_and_press("op-resume");
+    browser.wait("[data-testid=op-state]", |t| t == "running");
+    assert_eq!(get(&run)["state"], "running");
+    let entries = timeline(addr, &run, &sam);
+    let controls: Vec<(&str, &str, &str)> = entries
+        .iter()
+        .filter(|e| ["pause", "resume"].contains(&e.2.as_str()))
+        .map(|e| (e.1.as_str(), e.2.as_str(), e.3.as_str()))
+        .collect();
+    assert_eq!(controls, [("user:sam", "pause", "paused"), ("user:sam", "resume", "running")], "{entries:?}");
+    // Updates keep coming after forced ends: the job's progress arrives only by the stream.
+    let resumed = browser.js("return live.reconnects").as_i64().unwrap();
+    while browser.js("return live.reconnects").as_i64().unwrap() == resumed {
+        assert!(Instant::now() < deadline + Duration::from_secs(10), "the stream was not ended again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    go("pr");
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+    browser.wait("[data-testid=stage][data-stage=greet]", |t| t.contains("1 of 1 jobs done"));
+    browser.wait("#live[data-state=ended]", |_| true);
+    let received: Vec<i64> = serde_json::from_value(browser.js("return live.ids")).unwrap();
+    let seqs: Vec<i64> = timeline(addr, &run, &sam).iter().map(|e| e.0).collect();
+    assert_eq!(received, seqs, "every entry once, in order, over {} streams", browser.js("return live.reconnects"));
+    assert!(browser.find("#op-pause, #op-resume, #op-cancel").is_none(), "no controls on a completed run");
+
+    // --- Cancel, on another operation: the page asks first, with an optional reason.
+    let doomed = create("cx", "hello");
+    wait_job(&doomed, "wait-for-go", "running");
+    browser.go(&format!("{base}/#/operations/{doomed}"));
+    browser.wait("[data-testid=op-id]", |t| t == doomed);
+    browser.wait("[data-testid=stage][data-stage=wait]", |t| t.contains("running"));
+    browser.tab_to_and_press("op-cancel");
+    browser.wait("[data-testid=cancel-confirm]", |t| t.contains("cannot be resumed"));
+    assert_eq!(browser.js("return document.activeElement.id"), "op-cancel-yes", "the question has the focus");
+    assert_eq!(get(&doomed)["state"], "running", "asking cancels nothing");
+    assert_eq!(browser.unlabelled(), json!([]));
+    browser.screenshot(&shots, "operation-cancel-confirm");
+    // No: nothing happens and focus is back on Cancel. Then yes, with a reason.
+    browser.tab_to_and_press("op-cancel-no");
+    browser.wait("#op-cancel", |_| true);
+    assert!(browser.find("[data-testid=cancel-confirm]").is_none());
+    assert_eq!(browser.js("return document.activeElement.id"), "op-cancel");
+    browser.press("\u{E007}"); // Enter on Cancel again
+    browser.wait("[data-testid=cancel-confirm]", |_| true);
+    browser.fill("#cancel-reason", "not needed any");
+    // Meanwhile someone else pauses it: the page redraws live, and the question, what was typed,
+    // the focus and the caret are all still there.
+    let (status, body) = http(addr, "POST", &format!("/api/v1/operations/{doomed}/pause"), &bob, "{}");
+    assert_eq!(status, 200, "{body}");
+    browser.wait("[data-testid=op-state]", |t| t == "paused");
+    browser.wait("[data-testid=cancel-confirm]", |_| true);
+    assert_eq!(browser.js("return document.activeElement.id"), "cancel-reason");
+    let active = browser.cmd("GET", "/element/active", Value::Null).unwrap();
+    browser.type_in(active[ELEMENT].as_str().unwrap(), " more");
+    assert_eq!(browser.js("return document.getElementById('cancel-reason').value"), "not needed any more");
+    browser.tab_to_and_press("op-cancel-yes");
+    browser.wait("[data-testid=op-state]", |t| t == "cancelled");
+    browser.wait("[data-testid=timeline]", |t| t.contains("user:sam") && t.contains("not needed any more"));
+    browser.wait("[data-testid=stage][data-stage=wait]", |t| t.contains("cancelled"));
+    assert!(browser.find("#op-pause, #op-resume, #op-cancel").is_none(), "no controls on a cancelled run");
+    let op = get(&doomed);
+    assert_eq!((&op["state"], job_state(&op, "wait-for-go")), (&json!("cancelled"), json!("cancelled")), "{op}");
+    let entries = timeline(addr, &doomed, &sam);
+    let controls: Vec<(&str, &str)> = entries
+        .iter()
+        .filter(|e| ["pause", "cancel"].contains(&e.2.as_str()))
+        .map(|e| (e.1.as_str(), e.3.as_str()))
+        .collect();
+    assert_eq!(controls, [("user:bob", "paused"), ("user:sam", "cancelled")], "{entries:?}");
+    assert!(api.audit().iter().any(|a| a == &format!("user:sam operation.cancel {doomed}")), "{:?}", api.audit());
+
+    // --- A failed run: the operator gets no repair controls, and a forged repair is refused.
+    let failed = create("fx", "bye");
+    go("fx");
+    wait_api(&failed, "failed");
+    browser.go(&format!("{base}/#/operations/{failed}"));
+    browser.wait("[data-testid=op-id]", |t| t == failed);
+    browser.wait("[data-testid=op-state]", |t| t == "failed");
+    assert!(browser.find("#op-cancel").is_some(), "an operator may cancel a failed run");
+    assert!(browser.find("[data-testid=intervention]").is_none(), "an operator may not intervene");
+    assert!(browser.find("[data-testid=propose-patch]").is_none() && browser.find("#op-retry").is_none());
+    let fix = |note: &str| {
+        json!({"intervention": {"type": "manually_fixed", "target_job": "say-hello", "note": note, "requires_verification": ["greeting_written"]}}).to_string()
+    };
+    let (status, body) =
+        http(addr, "POST", &format!("/api/v1/operations/{failed}/interventions"), &sam, &fix("forged"));
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("forbidden")), "{body}");
+    assert_eq!(body["error"]["details"]["needs"], "intervene", "{body}");
+
+    // --- The SRE records a fix the evidence refutes: the page shows why, the run stays failed.
+    browser.sign_in(&bob, "bob");
+    browser.go(&format!("{base}/#/operations/{failed}"));
+    browser.wait("[data-testid=op-id]", |t| t == failed);
+    browser.click_when("[data-testid=intervention] summary", |_| true);
+    browser.wait("#iv-job", |t| t.contains("say-hello"));
+    assert_eq!(
+        browser.js("return document.getElementById('iv-checks').value"),
+        "greeting_written",
+        "the job's evidence"
+    );
+    assert_eq!(browser.unlabelled(), json!([]), "every control of the intervention form has a name");
+    browser.fill("#iv-note", "rewrote the greeting by hand");
+    browser.click_when("#iv-submit", |_| true);
+    browser.wait("[data-testid=intervention-result][data-verified=false]", |t| {
+        t.contains("Not verified") && t.contains("greeting_written: failed") && t.contains("hello") && t.contains("bye")
+    });
+    browser.wait("[data-testid=status]", |t| t.contains("the evidence refutes the fix"));
+    browser.wait("[data-testid=op-state]", |t| t == "failed");
+    browser.wait("[data-testid=timeline]", |t| t.contains("intervention_recorded"));
+    // What was typed is still there after the live redraws, for the next try.
+    assert_eq!(browser.js("return document.getElementById('iv-note').value"), "rewrote the greeting by hand");
+    browser.shot_of(&shots, "#op-act", "intervention-refused");
+    assert_eq!(get(&failed)["state"], "failed");
+    let entries = timeline(addr, &failed, &sam);
+    let recorded = |entries: &[(i64, String, String, String)]| {
+        entries.iter().filter(|e| e.1 == "user:bob" && e.2 == "intervention_recorded").count()
+    };
+    assert_eq!(recorded(&entries), 1, "{entries:?}");
+    let last = entries.last().unwrap();
+    assert_eq!(
+        (last.1.as_str(), last.2.as_str(), last.3.as_str()),
+        ("user:bob", "still_broken", "failed"),
+        "{entries:?}"
+    );
+
+    // --- The real fix, then the same form again: verified, and the run completes.
+    std::fs::write(lab.join("greeting-fx"), "hello").unwrap();
+    browser.fill("#iv-note", "wrote hello into the greeting");
+    browser.click_when("#iv-submit", |_| true);
+    browser.wait("[data-testid=intervention-result][data-verified=true]", |t| {
+        t.contains("Verified") && t.contains("greeting_written: passed")
+    });
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+    browser.shot_of(&shots, "#op-act", "intervention-verified");
+    let op = wait_api(&failed, "completed");
+    assert_eq!(job_state(&op, "say-hello"), "manually_fixed", "{op}");
+    let entries = timeline(addr, &failed, &sam);
+    assert_eq!(recorded(&entries), 2, "{entries:?}");
+    assert!(entries.iter().any(|e| e.1 == "user:bob" && e.2 == "verified" && e.3 == "running"), "{entries:?}");
+
+    // --- A patch proposed from the page: the word corrected and the job retried.
+    // The page is open before the run fails: the failure arrives live, and the form's draft
+    // names the job that failed then.
+    let patched = create("px", "bye");
+    wait_job(&patched, "wait-for-go", "running");
+    browser.go(&format!("{base}/#/operations/{patched}"));
+    browser.wait("[data-testid=op-id]", |t| t == patched);
+    browser.wait("[data-testid=op-state]", |t| t == "running");
+    assert!(browser.find("[data-testid=propose-patch]").is_none(), "no patch form for a running run");
+    go("px");
+    browser.wait("[data-testid=op-state]", |t| t == "failed");
+    browser.click_when("[data-testid=propose-patch] summary", |_| true);
+    let draft = browser.js("return document.getElementById('patch-yaml').value");
+    assert!(draft.as_str().unwrap().contains("retry: {job: say-hello}"), "the failed job is in the draft: {draft}");
+    assert_eq!(browser.unlabelled(), json!([]), "every control of the patch form has a name");
+    let doc = "plan_patch:\n  reason: the greeting must be hello\n  changes:\n    - set_parameters: {parameters: {word: hello}}\n    - retry: {job: say-hello}\n";
+    browser.fill("#patch-yaml", "plan_patch:\n  changes: [{retry: {job: no-such-job}}]\n");
+    browser.click_when("#patch-submit", |_| true);
+    browser.wait("[data-testid=patch-result]", |t| t.contains("The patch was refused") && t.contains("no-such-job"));
+    assert_eq!(get(&patched)["state"], "failed", "a refused patch changes nothing");
+    browser.fill("#patch-yaml", doc);
+    browser.shot_of(&shots, "#sec-patches", "patch-form");
+    browser.click_when("#patch-submit", |_| true);
+    browser.wait("[data-testid=patch-result]", |t| t.contains("Patch p1 proposed"));
+    browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-diff]", |t| {
+        t.contains("parameter word") && t.contains("retry say-hello")
+    });
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+    let op = wait_api(&patched, "completed");
+    assert_eq!(op["intent"]["parameters"]["word"], "bye", "the intent is kept; the plan changed: {op}");
+    assert_eq!(std::fs::read_to_string(lab.join("greeting-px")).unwrap(), "hello");
+    let (_, patches) = http(addr, "GET", &format!("/api/v1/operations/{patched}/patches"), &sam, "");
+    assert_eq!(patches["patches"][0]["author"], "user:bob", "{patches}");
+    let entries = timeline(addr, &patched, &sam);
+    assert!(entries.iter().any(|e| e.1 == "user:bob" && e.2 == "patch_proposed"), "{entries:?}");
+
+    // --- A viewer: none of these controls, and each forged request is refused.
+    let running = create("vx", "hello");
+    let broken = create("vf", "bye");
+    go("vf");
+    wait_job(&running, "wait-for-go", "running");
+    wait_api(&broken, "failed");
+    browser.sign_in(&vera, "vera");
+    for id in [&running, &broken] {
+        browser.go(&format!("{base}/#/operations/{id}"));
+        browser.wait("[data-testid=op-id]", |t| t == id);
+        browser.wait("[data-testid=timeline]", |t| t.contains("user:sam"));
+        let controls =
+            "#op-pause, #op-resume, #op-cancel, #op-retry, [data-testid=intervention], [data-testid=propose-patch]";
+        assert!(browser.find(controls).is_none(), "a viewer sees no control on {id}");
+        browser.wait("[data-testid=no-controls]", |t| t.contains("(viewer) allow no action"));
+    }
+    browser.screenshot(&shots, "operation-viewer-failed");
+    let forged = [
+        (&running, "pause", "{}".to_string(), "apply"),
+        (&running, "cancel", "{}".to_string(), "apply"),
+        (&running, "resume", "{}".to_string(), "apply"),
+        (&broken, "retry", "{}".to_string(), "intervene"),
+        (&broken, "interventions", fix("forged by a viewer"), "intervene"),
+        (&broken, "patches", "plan_patch:\n  changes: [{retry: {job: say-hello}}]\n".to_string(), "patch"),
+    ];
+    for (id, what, body, needs) in forged {
+        let (status, answer) = http(addr, "POST", &format!("/api/v1/operations/{id}/{what}"), &vera, &body);
+        assert_eq!((status, &answer["error"]["code"]), (403, &json!("forbidden")), "{what}: {answer}");
+        assert_eq!(answer["error"]["details"]["needs"], needs, "{what}: {answer}");
+    }
+    assert_eq!((get(&running)["state"].clone(), get(&broken)["state"].clone()), (json!("running"), json!("failed")));
+    assert!(!timeline(addr, &running, &sam).iter().any(|e| e.1 == "user:vera"), "a refused request changes nothing");
+
+    drop(browser);
+    go("vx");
+    wait_api(&running, "completed");
+    assert!(api.state.wait_idle(Duration::from_secs(30)));
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
 }
