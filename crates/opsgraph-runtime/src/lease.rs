@@ -35,15 +35,10 @@ pub struct LeaseConfig {
 
 impl LeaseConfig {
     pub fn from_env() -> LeaseConfig {
-        let holder = std::env::var("OPSGRAPH_REPLICA_ID").ok().filter(|h| !h.trim().is_empty()).unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .or_else(|| std::env::var("HOSTNAME").ok())
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| "localhost".into());
-            format!("{host}-{}", std::process::id())
-        });
+        let holder = std::env::var("OPSGRAPH_REPLICA_ID")
+            .ok()
+            .filter(|h| !h.trim().is_empty())
+            .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
         let ttl_ms = std::env::var("OPSGRAPH_LEASE_TTL_MS")
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
@@ -102,6 +97,32 @@ struct Inner {
     held: Mutex<HashMap<String, Arc<Held>>>,
 }
 
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Whether `holder` is a default replica id (`<hostname>-<pid>`) of this host whose process no
+/// longer runs (absent, or a zombie nobody reaped yet).
+fn gone_from_this_host(holder: &str) -> bool {
+    let Some(pid) = holder.strip_prefix(&format!("{}-", hostname())).and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    if pid == std::process::id() {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        // No such process, if /proc can tell at all.
+        Err(_) => std::path::Path::new("/proc/self/stat").exists(),
+    }
+}
+
 /// This process's leases and the thread that renews them (started with the first lease; it ends
 /// when the keeper is dropped).
 pub struct Keeper {
@@ -124,7 +145,18 @@ impl Keeper {
     pub fn acquire(&self, store: &mut dyn Store, operation: &str) -> Result<(Arc<Held>, Option<Lease>), Error> {
         let before = store.lease(operation)?;
         let started = Instant::now();
-        let lease = store.acquire_lease(operation, &self.inner.config.holder, self.inner.config.ttl_ms())?;
+        let (holder, ttl) = (&self.inner.config.holder, self.inner.config.ttl_ms());
+        let lease = match store.acquire_lease(operation, holder, ttl) {
+            // A holder of this host whose process is gone (a command or server killed while it
+            // drove) cannot renew: its lease is let go now rather than at its expiry. Were the
+            // judgement wrong, the fence would still refuse that holder's writes.
+            Err(opsgraph_store::Error::LeaseHeld { holder: other, token, .. }) if gone_from_this_host(&other) => {
+                let dead = Lease { operation: operation.to_string(), holder: other, token, expires_in_ms: 0 };
+                store.release_lease(&dead)?;
+                store.acquire_lease(operation, holder, ttl)?
+            }
+            result => result?,
+        };
         let previous = before.filter(|b| b.holder != lease.holder || b.token != lease.token);
         let held = Arc::new(Held {
             lease,
@@ -251,5 +283,28 @@ impl Runtime {
     /// Where logs, run directories and artifact blobs are kept.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data_dir
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{gone_from_this_host, hostname};
+
+    #[test]
+    fn a_holder_is_gone_only_when_it_is_of_this_host_and_its_process_ended() {
+        let host = hostname();
+        let mut live = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        ended.wait().unwrap();
+        assert!(gone_from_this_host(&format!("{host}-{}", ended.id())), "a reaped process");
+        assert!(!gone_from_this_host(&format!("{host}-{}", live.id())), "a running process");
+        assert!(!gone_from_this_host(&format!("{host}-{}", std::process::id())), "this process");
+        assert!(!gone_from_this_host(&format!("another-{host}-{}", ended.id())), "another host");
+        assert!(!gone_from_this_host("replica-a"), "an id that is not host-pid");
+        live.kill().unwrap();
+        // Killed and not yet reaped: a zombie, gone all the same.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(gone_from_this_host(&format!("{host}-{}", live.id())), "a zombie");
+        live.wait().unwrap();
     }
 }

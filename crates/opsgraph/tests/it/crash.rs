@@ -55,15 +55,7 @@ impl Rng {
 }
 
 fn opsgraph(args: &[&str]) -> std::process::Child {
-    // A killed command's lease on its operation lasts until the TTL: short, so that the next
-    // `resume` is not refused for long.
-    Command::new(env!("CARGO_BIN_EXE_opsgraph"))
-        .args(args)
-        .env("OPSGRAPH_LEASE_TTL_MS", "300")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_opsgraph")).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
 }
 
 #[test]
