@@ -1,0 +1,23 @@
+//! Templating: any intent (parameters, targets, constraints) against the lab cluster's pack and
+//! inventory is either planned — parameters typed, scopes filled, jobs fanned out — and
+//! rendered, or refused with errors; never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use opsgraph_model::Document;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let lab = opsgraph_fuzz::lab();
+    for located in opsgraph_pack::parse_file("intent.yaml", text).docs {
+        let Document::Intent(intent) = located.doc else { continue };
+        match opsgraph_fuzz::build(&lab.pack, &lab.resources, &intent) {
+            Ok(plan) => {
+                let _ = opsgraph_plan::render::text(&plan);
+                let _ = opsgraph_plan::render::json(&plan);
+                let _ = opsgraph_plan::render::dot(&plan);
+            }
+            Err(errors) => assert!(!errors.is_empty(), "a refusal says why"),
+        }
+    }
+});
