@@ -151,7 +151,8 @@ impl Keeper {
             // drove) cannot renew: its lease is let go now rather than at its expiry. Were the
             // judgement wrong, the fence would still refuse that holder's writes.
             Err(opsgraph_store::Error::LeaseHeld { holder: other, token, .. }) if gone_from_this_host(&other) => {
-                let dead = Lease { operation: operation.to_string(), holder: other, token, expires_in_ms: 0 };
+                let dead =
+                    Lease { operation: operation.to_string(), holder: other, token, expires_in_ms: 0, released: false };
                 store.release_lease(&dead)?;
                 store.acquire_lease(operation, holder, ttl)?
             }
@@ -246,11 +247,14 @@ impl Runtime {
         let (held, previous) = keeper.acquire(&mut *self.store, id)?;
         self.lease = Some(Arc::clone(&held));
         let result = (|| {
-            if let Some(p) = previous.filter(|p| p.holder != held.lease.holder) {
-                let reason = format!(
-                    "{} took the operation over from {} (its lease {} ended {} ms ago)",
-                    held.lease.holder, p.holder, p.token, -p.expires_in_ms
-                );
+            // A takeover: the last holder was another one and did not let the lease go.
+            if let Some(p) = previous.filter(|p| p.holder != held.lease.holder && !p.released) {
+                let how = if p.expires_in_ms <= 0 {
+                    format!("its lease {} expired {} ms ago", p.token, -p.expires_in_ms)
+                } else {
+                    format!("its lease {} was live but its process on this host is gone", p.token)
+                };
+                let reason = format!("{} took the operation over from {} ({how})", held.lease.holder, p.holder);
                 let note = entry(
                     id,
                     &self.actor,

@@ -19,6 +19,10 @@ pub struct Lease {
     /// Milliseconds left when it was read, by the store's clock (negative: expired). Relative,
     /// so replicas whose clocks disagree with each other still agree with the store.
     pub expires_in_ms: i64,
+    /// Let go by its holder (`release_lease`) rather than expired: a later holder took nothing
+    /// over from it.
+    #[serde(default)]
+    pub released: bool,
 }
 
 impl Lease {
@@ -84,6 +88,7 @@ pub(crate) fn sqlite_lease(conn: &Connection, operation: &str) -> Result<Option<
                 holder: r.get(1)?,
                 token: r.get(2)?,
                 expires_in_ms: r.get::<_, i64>(3)? - now,
+                released: r.get::<_, i64>(3)? == 0,
             })
         })
         .optional()?)
@@ -117,7 +122,13 @@ pub(crate) fn sqlite_acquire(
         params![operation, holder, token, now + ttl_ms],
     )?;
     tx.commit()?;
-    Ok(Lease { operation: operation.to_string(), holder: holder.to_string(), token, expires_in_ms: ttl_ms })
+    Ok(Lease {
+        operation: operation.to_string(),
+        holder: holder.to_string(),
+        token,
+        expires_in_ms: ttl_ms,
+        released: false,
+    })
 }
 
 pub(crate) fn sqlite_renew(conn: &mut Connection, lease: &Lease, ttl_ms: i64) -> Result<Lease, Error> {
@@ -126,7 +137,7 @@ pub(crate) fn sqlite_renew(conn: &mut Connection, lease: &Lease, ttl_ms: i64) ->
         params![lease.operation, lease.holder, lease.token, now_ms() + ttl_ms],
     )?;
     if changed == 1 {
-        return Ok(Lease { expires_in_ms: ttl_ms, ..lease.clone() });
+        return Ok(Lease { expires_in_ms: ttl_ms, released: false, ..lease.clone() });
     }
     let current = sqlite_lease(conn, &lease.operation)?.map(|l| (l.holder, l.token));
     Err(Error::Fenced {
@@ -139,8 +150,8 @@ pub(crate) fn sqlite_renew(conn: &mut Connection, lease: &Lease, ttl_ms: i64) ->
 
 pub(crate) fn sqlite_release(conn: &Connection, lease: &Lease) -> Result<(), Error> {
     conn.execute(
-        "UPDATE leases SET expires_at = MIN(expires_at, ?4) WHERE operation = ?1 AND holder = ?2 AND token = ?3",
-        params![lease.operation, lease.holder, lease.token, now_ms()],
+        "UPDATE leases SET expires_at = 0 WHERE operation = ?1 AND holder = ?2 AND token = ?3",
+        params![lease.operation, lease.holder, lease.token],
     )?;
     Ok(())
 }

@@ -355,8 +355,9 @@ fn resource(r: &Row) -> Result<ResourceRecord, Error> {
     Ok(ResourceRecord { id: r.get(0), doc: parse(r.get(1))?, last_operation: r.get(2), updated_at: r.get(3) })
 }
 
+/// operation, holder, token, expires_in_ms, released.
 fn lease(r: &Row) -> Lease {
-    Lease { operation: r.get(0), holder: r.get(1), token: r.get(2), expires_in_ms: r.get(3) }
+    Lease { operation: r.get(0), holder: r.get(1), token: r.get(2), expires_in_ms: r.get(3), released: r.get(4) }
 }
 
 impl Store for PgStore {
@@ -856,7 +857,7 @@ impl Store for PgStore {
              ON CONFLICT (operation) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at,
                token = CASE WHEN l.holder = excluded.holder AND l.expires_at > {NOW_MS} THEN l.token ELSE l.token + 1 END
              WHERE l.holder = excluded.holder OR l.expires_at <= {NOW_MS}
-             RETURNING operation, holder, token, expires_at - {NOW_MS}"
+             RETURNING operation, holder, token, expires_at - {NOW_MS}, false"
         );
         if let Some(row) = self.query_opt(&sql, &[&operation, &holder, &ttl_ms])? {
             return Ok(lease(&row));
@@ -876,7 +877,7 @@ impl Store for PgStore {
     fn renew_lease(&mut self, l: &Lease, ttl_ms: i64) -> Result<Lease, Error> {
         let sql = format!(
             "UPDATE leases SET expires_at = {NOW_MS} + $4 WHERE operation = $1 AND holder = $2 AND token = $3
-             RETURNING operation, holder, token, expires_at - {NOW_MS}"
+             RETURNING operation, holder, token, expires_at - {NOW_MS}, false"
         );
         match self.query_opt(&sql, &[&l.operation, &l.holder, &l.token, &ttl_ms])? {
             Some(row) => Ok(lease(&row)),
@@ -893,15 +894,16 @@ impl Store for PgStore {
     }
 
     fn release_lease(&mut self, l: &Lease) -> Result<(), Error> {
-        let sql = format!(
-            "UPDATE leases SET expires_at = LEAST(expires_at, {NOW_MS}) WHERE operation = $1 AND holder = $2 AND token = $3"
-        );
-        self.query(&sql, &[&l.operation, &l.holder, &l.token])?;
+        // 0 marks a lease let go (`Lease::released`), not one that expired.
+        let sql = "UPDATE leases SET expires_at = 0 WHERE operation = $1 AND holder = $2 AND token = $3";
+        self.query(sql, &[&l.operation, &l.holder, &l.token])?;
         Ok(())
     }
 
     fn lease(&self, operation: &str) -> Result<Option<Lease>, Error> {
-        let sql = format!("SELECT operation, holder, token, expires_at - {NOW_MS} FROM leases WHERE operation = $1");
+        let sql = format!(
+            "SELECT operation, holder, token, expires_at - {NOW_MS}, expires_at = 0 FROM leases WHERE operation = $1"
+        );
         Ok(self.query_opt(&sql, &[&operation])?.as_ref().map(lease))
     }
 

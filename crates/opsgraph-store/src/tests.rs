@@ -384,6 +384,7 @@ fn leases_are_acquired_renewed_expired_and_fenced(db: &TestDb) {
     store.acquire_lease("op-1", "replica-a", 1).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(30));
     assert_eq!(store.adoptable().unwrap(), ["op-1"], "its lease expired");
+    assert!(!store.lease("op-1").unwrap().unwrap().released, "expired, not released");
     let b = store.acquire_lease("op-1", "replica-b", 60_000).unwrap();
     assert_eq!(b.token, 2);
     let err = store.commit(&[fence("replica-a", 1), Write::Timeline(entry("op-1", "stale"))]).unwrap_err();
@@ -397,8 +398,10 @@ fn leases_are_acquired_renewed_expired_and_fenced(db: &TestDb) {
     store.commit(&[fence("replica-b", 2), Write::Timeline(entry("op-1", "c"))]).unwrap();
     assert_eq!(store.timeline("op-1").unwrap().iter().map(|e| e.event.as_str()).collect::<Vec<_>>(), ["a", "c"]);
 
+    assert!(!store.lease("op-1").unwrap().unwrap().released, "taken, not let go");
     // Released: adoptable at once, and the next acquisition's token is greater still.
     store.release_lease(&b).unwrap();
+    assert!(store.lease("op-1").unwrap().unwrap().released);
     assert_eq!(store.adoptable().unwrap(), ["op-1"]);
     assert_eq!(store.acquire_lease("op-1", "replica-a", 60_000).unwrap().token, 3);
     // A fence on an operation never leased is refused too.
