@@ -2,7 +2,7 @@
 //!
 //!     cargo run --release -p opsgraph-runtime --example bench [-- MODE [N] [concurrency=C]]
 //!
-//! MODE is `chain` (the default; a bare number means `chain N`), `wide`, `noop`, `commit` or `all`. Every
+//! MODE is `chain` (the default; a bare number means `chain N`), `wide`, `noop`, `commit`, `scale` or `all`. Every
 //! mode measures its floor and the thing measured interleaved in one run, and prints medians.
 //!
 //! - `chain` (N = 200): the spawn floor (N x `/bin/true` exec'd and waited for), the executor
@@ -16,6 +16,12 @@
 //!   in-process no-op job, against the goal of 10,000 durable jobs per second.
 //! - `commit` (N = 200): the store's commit of one transition (operation row update + timeline
 //!   row) against the same rows committed by rusqlite directly, same schema and pragmas.
+//! - `scale` (N = 500 jobs per operation, `ops=4`): SQLite against PostgreSQL
+//!   (`OPSGRAPH_TEST_PG`, a database created per run), one replica against two: transitions per
+//!   second (one writer), then `ops` operations of N in-process no-op jobs driven under leases by
+//!   one or two replicas (each replica a keeper, a holder id and a thread per operation it wins;
+//!   in one process, so on one machine it measures coordination, not added capacity). With
+//!   `jobs=process` the jobs run `/bin/true` instead.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -410,7 +416,9 @@ fn main() {
         args.iter().find_map(|a| a.strip_prefix("concurrency=")).and_then(|c| c.parse().ok()).unwrap_or(8);
     let positional: Vec<&String> = args.iter().filter(|a| !a.contains('=')).collect();
     let (mode, n) = match positional.first().map(|s| s.as_str()) {
-        Some(m @ ("chain" | "wide" | "noop" | "commit" | "all")) => (m, positional.get(1).and_then(|n| n.parse().ok())),
+        Some(m @ ("chain" | "wide" | "noop" | "commit" | "scale" | "all")) => {
+            (m, positional.get(1).and_then(|n| n.parse().ok()))
+        }
         Some(n) => ("chain", n.parse().ok()),
         None => ("chain", None),
     };
@@ -432,5 +440,210 @@ fn main() {
     }
     if matches!(mode, "commit" | "all") {
         bench_commit(n.filter(|_| mode == "commit").unwrap_or(200), &dir);
+    }
+    if mode == "scale" {
+        let ops = args.iter().find_map(|a| a.strip_prefix("ops=")).and_then(|c| c.parse().ok()).unwrap_or(4);
+        let process = args.iter().any(|a| a == "jobs=process");
+        scale::bench_scale(n.unwrap_or(500), ops, concurrency, process);
+    }
+}
+
+/// SQLite against PostgreSQL, one replica against two.
+mod scale {
+    use std::time::{Duration, Instant};
+
+    use opsgraph_model::{Attributes, CapabilityPolicy, Intent, OperationState};
+    use opsgraph_pack::Pack;
+    use opsgraph_plan::{Input, Inventory};
+    use opsgraph_runtime::lease::{Keeper, LeaseConfig};
+    use opsgraph_runtime::Runtime;
+    use opsgraph_store::testing::TestDb;
+    use opsgraph_store::{Store, Write};
+
+    use super::{median, ms};
+
+    #[derive(Clone, Copy)]
+    enum Backend {
+        Sqlite,
+        Postgres,
+    }
+
+    fn db(backend: Backend) -> Option<TestDb> {
+        match backend {
+            Backend::Sqlite => Some(TestDb::sqlite()),
+            Backend::Postgres => TestDb::postgres("bench scale"),
+        }
+    }
+
+    /// N single-transition commits (operation row update + timeline row) on one connection.
+    fn transitions(db: &TestDb, n: usize) -> Duration {
+        let mut store = db.store();
+        let record = opsgraph_store::OperationRecord {
+            id: "op-bench".into(),
+            parent: None,
+            intent: serde_json::json!({}),
+            resource: None,
+            state: OperationState::Running,
+            plan_revision: "sha256:bench".into(),
+            actor: "bench".into(),
+            created_at: opsgraph_store::now(),
+            updated_at: opsgraph_store::now(),
+            version: 0,
+        };
+        store.commit(&[Write::CreateOperation { op: record, plan: serde_json::json!({}) }]).unwrap();
+        let states = [OperationState::Paused { reason: "no job can start".into() }, OperationState::Running];
+        let start = Instant::now();
+        for i in 0..n {
+            let entry = opsgraph_store::TimelineEntry {
+                seq: 0,
+                operation: "op-bench".into(),
+                at: opsgraph_store::now(),
+                actor: "opsgraph".into(),
+                event: "pause".into(),
+                from: Some("running".into()),
+                to: Some("paused".into()),
+                reason: format!("no job can start ({i})"),
+                data: serde_json::json!({"pause": {"reason": "no job can start"}}),
+            };
+            let w = Write::Transition {
+                operation: "op-bench".into(),
+                expect_version: i as i64,
+                state: states[i % 2].clone(),
+                entry,
+            };
+            store.commit(&[w]).unwrap();
+        }
+        start.elapsed()
+    }
+
+    /// `ops` operations of `pack` created, then driven under leases by `replicas` replicas: each
+    /// replica starts a thread per operation and drives those whose lease it wins. Returns the
+    /// wall time from the first drive to the last completion and the timeline rows written.
+    fn drive(db: &TestDb, pack: &Pack, ops: usize, replicas: usize, concurrency: usize) -> (Duration, usize) {
+        let intent = Intent {
+            id: None,
+            target_resource_type: "chain.thing".into(),
+            action: "run".into(),
+            pack: None,
+            name: None,
+            environment: None,
+            desired_result: None,
+            parameters: Attributes::new(),
+            constraints: Attributes::new(),
+            targets: Default::default(),
+            requires: vec![],
+        };
+        let packs = vec![pack.clone()];
+        let inventory = Inventory::new(&[]);
+        let plan = opsgraph_plan::build(&Input {
+            intent: &intent,
+            packs: &packs,
+            inventory: &inventory,
+            providers: &[],
+            policy: &CapabilityPolicy::default(),
+            operations: &Default::default(),
+        })
+        .expect("plan");
+        let data = std::env::temp_dir().join(format!("opsgraph-bench-scale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).unwrap();
+        let mut rt = Runtime::new(db.store(), packs.clone(), vec![], data.clone());
+        let ids: Vec<String> = (0..ops).map(|_| rt.create(&plan, "bench", &mut |_| {}).unwrap()).collect();
+        drop(rt);
+        let url = db.url().to_string();
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            for r in 0..replicas {
+                let url = url.clone();
+                let keeper = std::sync::Arc::new(Keeper::new(
+                    LeaseConfig { holder: format!("bench-replica-{r}"), ttl: Duration::from_secs(10) },
+                    Box::new(move || opsgraph_store::open(&url, opsgraph_store::Durability::Full)),
+                ));
+                for k in 0..ops {
+                    // Each replica tries the operations in its own order, as scanners find them.
+                    let id = ids[(k + r * ops / replicas.max(1)) % ops].clone();
+                    let (keeper, packs, data) = (std::sync::Arc::clone(&keeper), packs.clone(), data.clone());
+                    s.spawn(move || {
+                        let mut rt = Runtime::new(db.store(), packs, vec![], data);
+                        rt.set_concurrency(concurrency);
+                        match rt.drive_leased(&id, &keeper, &mut |_| {}) {
+                            Ok(state) => assert_eq!(state, OperationState::Completed),
+                            Err(opsgraph_runtime::Error::Store(opsgraph_store::Error::LeaseHeld { .. })) => {}
+                            Err(e) => panic!("{id}: {e}"),
+                        }
+                    });
+                }
+            }
+        });
+        let took = start.elapsed();
+        let store = db.store();
+        let mut rows = 0;
+        for id in &ids {
+            assert_eq!(store.operation(id).unwrap().unwrap().state, OperationState::Completed);
+            rows += store.timeline(id).unwrap().len();
+        }
+        let _ = std::fs::remove_dir_all(&data);
+        (took, rows)
+    }
+
+    pub(super) fn bench_scale(n: usize, ops: usize, concurrency: usize, process: bool) {
+        let runs = 5;
+        let (pack, kind) = if process {
+            (super::chain_pack(n, false), "`/bin/true` jobs")
+        } else {
+            (super::noop_pack(n), "in-process no-op jobs")
+        };
+        let configs: [(&str, Backend, usize); 4] = [
+            ("SQLite, 1 replica", Backend::Sqlite, 1),
+            ("SQLite, 2 replicas", Backend::Sqlite, 2),
+            ("PostgreSQL, 1 replica", Backend::Postgres, 1),
+            ("PostgreSQL, 2 replicas", Backend::Postgres, 2),
+        ];
+        let commits = 200;
+        let mut commit_times: Vec<Vec<Duration>> = vec![vec![], vec![]];
+        let mut drive_times: Vec<Vec<Duration>> = vec![vec![]; configs.len()];
+        let mut rows = vec![0usize; configs.len()];
+        for _ in 0..runs {
+            for (b, backend) in [Backend::Sqlite, Backend::Postgres].into_iter().enumerate() {
+                let Some(db) = db(backend) else { return };
+                commit_times[b].push(transitions(&db, commits));
+            }
+            for (c, (_, backend, replicas)) in configs.iter().enumerate() {
+                let Some(db) = db(*backend) else { return };
+                let (took, r) = drive(&db, &pack, ops, *replicas, concurrency);
+                drive_times[c].push(took);
+                rows[c] = r;
+            }
+        }
+        let rate = |count: usize, d: Duration| count as f64 / d.as_secs_f64();
+        println!(
+            "transitions: {commits} single-transition commits on one connection, medians of {runs} interleaved runs"
+        );
+        println!();
+        println!("| backend | per commit | transitions/s |");
+        println!("|---|---|---|");
+        let mut per_backend = vec![];
+        for (b, name) in ["SQLite (WAL, synchronous=FULL)", "PostgreSQL 15 (loopback, fsync on)"].iter().enumerate() {
+            let d = median(commit_times[b].clone());
+            per_backend.push(rate(commits, d));
+            println!("| {name} | {:.3} ms | {:.0} |", ms(d) / commits as f64, rate(commits, d));
+        }
+        println!("| PostgreSQL / SQLite | | {:.2} |", per_backend[1] / per_backend[0]);
+        println!();
+        println!(
+            "{ops} operations x {n} {kind} ({concurrency} at once each), driven under leases, medians of {runs} interleaved runs"
+        );
+        println!();
+        println!("| configuration | wall time | jobs/s | timeline rows/s |");
+        println!("|---|---|---|---|");
+        let mut jobs_rate = vec![];
+        for (c, (name, _, _)) in configs.iter().enumerate() {
+            let d = median(drive_times[c].clone());
+            jobs_rate.push(rate(ops * n, d));
+            println!("| {name} | {:.0} ms | {:.0} | {:.0} |", ms(d), rate(ops * n, d), rate(rows[c], d));
+        }
+        println!("| PostgreSQL / SQLite, 1 replica | | {:.2} | |", jobs_rate[2] / jobs_rate[0]);
+        println!("| 2 replicas / 1 replica, SQLite | | {:.2} | |", jobs_rate[1] / jobs_rate[0]);
+        println!("| 2 replicas / 1 replica, PostgreSQL | | {:.2} | |", jobs_rate[3] / jobs_rate[2]);
     }
 }

@@ -288,7 +288,16 @@ impl Runtime {
             op = next;
         }
         writes.extend(extra);
-        self.commit(&writes)?;
+        if let Some(resource) = &op.resource {
+            // Checked again inside the transaction: another replica may be creating one too.
+            writes.insert(0, Write::ExpectIdle { resource: resource.clone(), operation: id.clone() });
+        }
+        self.commit(&writes).map_err(|e| match e {
+            opsgraph_store::Error::ResourceBusy { resource, operation, state } => {
+                Error::Busy { resource, operation, state }
+            }
+            e => Error::Store(e),
+        })?;
         crate::failpoint::hit("operation.created");
         for w in &writes {
             match w {
@@ -644,6 +653,13 @@ impl Runtime {
         let mut done_prefix = 0;
 
         loop {
+            if let Some(lost) = self.lease_lost() {
+                // Another replica carries on from the store; nothing more is started or recorded here.
+                for c in in_flight.values() {
+                    c.cancel();
+                }
+                return Err(lost);
+            }
             let data_version = self.store.data_version()?;
             let op = match (&op_seen, data_version) {
                 (Some((v, w, op)), Some(now)) if *v == now && *w == self.operation_writes => op.clone(),
@@ -874,6 +890,9 @@ impl Runtime {
                     not_before.remove(&instance.id);
                     keys.insert(instance.id.clone(), key.clone());
                     in_flight.insert(instance.id.clone(), cancel.clone());
+                    if let Some(held) = &self.lease {
+                        held.watch(&instance.id, Some(&cancel));
+                    }
                     let job_secret_outputs: Vec<String> = job
                         .outputs
                         .artifacts
@@ -937,6 +956,9 @@ impl Runtime {
             let mut failed: Option<(String, String)> = None;
             for r in results {
                 in_flight.remove(&r.instance);
+                if let Some(held) = &self.lease {
+                    held.watch(&r.instance, None);
+                }
                 // Plaintext copies of secrets live only while the attempt runs.
                 let _ = std::fs::remove_dir_all(run_dir.join("secrets").join(&r.instance));
                 let Some(instance) = instances.get(r.instance.as_str()) else { continue };

@@ -23,6 +23,7 @@ mod drive;
 pub mod failpoint;
 mod intervene;
 mod jobs;
+pub mod lease;
 pub mod manage;
 mod patch;
 mod rollback;
@@ -76,6 +77,10 @@ pub enum Error {
     PatchRefused(String),
     #[error("secrets: {0}")]
     Secrets(String),
+    /// The keeper could not renew this process's lease in time, or another replica took the
+    /// operation over: this process stops driving it.
+    #[error("lost the lease on operation `{operation}` ({holder}, token {token}); another replica drives it now")]
+    LeaseLost { operation: String, holder: String, token: i64 },
     #[error("failed to prepare the data directory {path}")]
     Io {
         path: String,
@@ -106,6 +111,8 @@ pub struct Runtime {
     pub ai_policy: patch::AiPolicy,
     /// How jobs for agent-served resources reach their agents; without it they fail, saying so.
     pub agents: Option<std::sync::Arc<agent::Agents>>,
+    /// The lease the operation being driven is held under: every commit is fenced with it.
+    pub(crate) lease: Option<std::sync::Arc<lease::Held>>,
 }
 
 impl Runtime {
@@ -124,6 +131,7 @@ impl Runtime {
             attached: Vec::new(),
             ai_policy: patch::AiPolicy::default(),
             agents: None,
+            lease: None,
         }
     }
 
@@ -142,7 +150,20 @@ impl Runtime {
         {
             self.operation_writes += 1;
         }
-        self.store.commit(writes)
+        match &self.lease {
+            // Under a lease every write is fenced with its token, in the same transaction.
+            Some(held) => {
+                let mut fenced = Vec::with_capacity(writes.len() + 1);
+                fenced.push(held.lease.fence());
+                fenced.extend_from_slice(writes);
+                let result = self.store.commit(&fenced);
+                if let Err(opsgraph_store::Error::Fenced { .. }) = &result {
+                    held.fenced();
+                }
+                result
+            }
+            None => self.store.commit(writes),
+        }
     }
 
     /// Adds `writes` (an audit record, an idempotency record) to the transaction of the next

@@ -89,7 +89,16 @@ impl From<opsgraph_store::Error> for ApiError {
             S::NoOperation(_) => ApiError::not_found("no_operation", e.to_string()),
             S::StaleLease { .. } => ApiError::conflict("stale_lease", e.to_string()),
             S::AgentTaskMoved { .. } => ApiError::conflict("conflict", e.to_string()),
-            S::Open { .. } | S::TooNew { .. } | S::Sqlite(_) | S::Json(_) => ApiError::internal("store failed", &e),
+            S::ResourceBusy { .. } => ApiError::conflict("resource_busy", e.to_string()),
+            S::LeaseHeld { .. } => ApiError::conflict("operation_leased", e.to_string()),
+            S::Fenced { .. } => ApiError::conflict("lease_lost", e.to_string()),
+            S::Open { .. }
+            | S::TooNew { .. }
+            | S::Sqlite(_)
+            | S::Json(_)
+            | S::PgOpen { .. }
+            | S::Postgres(_)
+            | S::LeasesUnsupported => ApiError::internal("store failed", &e),
         }
     }
 }
@@ -113,6 +122,7 @@ impl From<opsgraph_runtime::Error> for ApiError {
             R::Secrets(_) => ApiError::internal("secrets are unavailable (master key)", &e),
             R::PackChanged { .. } => ApiError::conflict("pack_changed", message),
             R::PatchRefused(_) => ApiError::unprocessable("patch_refused", message),
+            R::LeaseLost { .. } => ApiError::conflict("lease_lost", message),
         }
     }
 }

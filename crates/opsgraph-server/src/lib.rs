@@ -17,6 +17,7 @@ mod error;
 mod handlers;
 mod manage;
 mod observe;
+mod replica;
 mod reveal;
 pub mod routes;
 mod stream;
@@ -97,6 +98,8 @@ pub struct AppState(pub(crate) Arc<Inner>);
 
 pub(crate) struct Inner {
     pub(crate) open: Arc<OpenStore>,
+    /// This replica's leases on the operations it drives (`opsgraph_runtime::lease`).
+    pub(crate) keeper: opsgraph_runtime::lease::Keeper,
     /// Swapped whole when the packs are loaded again: a request or a driver works with the
     /// snapshot it took.
     pub(crate) world: RwLock<Arc<World>>,
@@ -127,8 +130,14 @@ impl AppState {
     pub fn new(open: Box<OpenStore>, world: World, config: Config, data_dir: PathBuf) -> AppState {
         let open: Arc<OpenStore> = Arc::from(open);
         let agents = Arc::new(opsgraph_runtime::Agents::new(open.clone()));
+        let renewals = Arc::clone(&open);
+        let keeper = opsgraph_runtime::lease::Keeper::new(
+            opsgraph_runtime::lease::LeaseConfig::from_env(),
+            Box::new(move || renewals()),
+        );
         AppState(Arc::new(Inner {
             open,
+            keeper,
             world: RwLock::new(Arc::new(world)),
             registry: None,
             config,
@@ -254,10 +263,13 @@ impl AppState {
     fn drive_loop(&self, id: &str) {
         loop {
             match self.runtime() {
-                Ok(mut rt) => match rt.drive(id, &mut |e| {
+                Ok(mut rt) => match rt.drive_leased(id, &self.0.keeper, &mut |e| {
                     tracing::info!(operation = %e.operation, event = %e.event, actor = %e.actor, "{}", e.reason)
                 }) {
                     Ok(state) => tracing::info!(operation = %id, state = ?state.kind(), "driver stopped"),
+                    Err(opsgraph_runtime::Error::Store(e @ opsgraph_store::Error::LeaseHeld { .. })) => {
+                        tracing::info!(operation = %id, "not driven here: {e}")
+                    }
                     Err(e) => tracing::warn!(operation = %id, error = %e, "driver stopped with an error"),
                 },
                 Err(e) => tracing::error!(operation = %id, error = %e, "driver could not open the store"),
@@ -354,12 +366,14 @@ impl Listener {
     }
 }
 
-/// Binds `addr` and serves the API (blocking). Operations left running are driven again first.
+/// Binds `addr` and serves the API (blocking). Operations left running are driven again first,
+/// and the replica scanner adopts those whose lease expires later.
 pub fn serve(addr: SocketAddr, state: AppState) -> Result<(), Error> {
     let listener = Listener::bind(addr)?;
     if let Err(e) = state.resume_running() {
         tracing::error!(error = %e, "could not look for operations left running");
     }
+    state.start_scanner();
     listener.serve(state, None)
 }
 

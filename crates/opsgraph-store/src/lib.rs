@@ -4,12 +4,21 @@
 //! That is how a transition and its timeline event land together, and how the runtime's single
 //! writer group-commits many transitions with one fsync. Reads are plain queries.
 //!
-//! SQLite (WAL, `synchronous=FULL` by default) is the embedded default; the PostgreSQL backend of
-//! issue [F] implements the same trait and runs the same conformance tests.
+//! SQLite (WAL, `synchronous=FULL` by default) is the embedded default; [`PgStore`] (issue [F])
+//! implements the same trait for several replicas on one PostgreSQL, and both run the same
+//! conformance tests (`tests.rs`, through [`testing::TestDb`]). [`open`] picks one by URL.
+//!
+//! Leases ([`Lease`]): whoever drives an operation holds its lease; every commit it makes carries
+//! a [`Write::Fence`] with the lease's token, checked in the same transaction, so a holder whose
+//! lease was taken over is refused ([`Error::Fenced`]) instead of writing over the new holder.
 
 pub mod agent;
+mod lease;
+mod pg;
+mod pg_agent;
 mod sqlite;
 mod sqlite_agent;
+pub mod testing;
 
 use std::collections::BTreeMap;
 
@@ -18,6 +27,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use agent::{now_ms, AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
+pub use lease::{is_postgres, open, redact, Lease, DEFAULT_LEASE_TTL_MS};
+pub use pg::PgStore;
 pub use sqlite::{Durability, SqliteStore};
 
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +66,23 @@ pub enum Error {
     /// The runtime's change of an agent task lost a race: the task moved on meanwhile.
     #[error("agent task `{task}` moved on")]
     AgentTaskMoved { task: String },
+    #[error("failed to connect to PostgreSQL at {url}: {reason}")]
+    PgOpen { url: String, reason: String },
+    /// A PostgreSQL statement failed: the server's message, or why the connection broke.
+    #[error("PostgreSQL: {0}")]
+    Postgres(String),
+    /// Another holder's lease on the operation has not expired.
+    #[error("operation `{operation}` is driven by {holder} (lease token {token}, expires in {expires_in_ms} ms)")]
+    LeaseHeld { operation: String, holder: String, token: i64, expires_in_ms: i64 },
+    /// The lease a write was fenced with is no longer the current one: another holder took the
+    /// operation over (or it was never leased to this holder). Nothing of the batch is written.
+    #[error("operation `{operation}`: lease token {token} of {holder} is stale ({current}); the write is refused")]
+    Fenced { operation: String, holder: String, token: i64, current: String },
+    #[error("this store does not implement leases")]
+    LeasesUnsupported,
+    /// Another operation that is not completed or cancelled changes the resource.
+    #[error("resource `{resource}` is being changed by operation `{operation}` ({state})")]
+    ResourceBusy { resource: String, operation: String, state: String },
 }
 
 /// An operation as stored.
@@ -333,6 +361,22 @@ pub enum Write {
     Request(RequestRecord),
     /// A change to an agent task (`agent.rs`); lease-fenced changes are refused when stale.
     Agent(AgentWrite),
+    /// A guard, not a change: the transaction is refused with [`Error::Fenced`] unless `holder`
+    /// holds the operation's lease with this `token` (no later acquisition). PostgreSQL locks the
+    /// lease row until the commit, so a takeover waits for this transaction and sees its writes.
+    Fence {
+        operation: String,
+        holder: String,
+        token: i64,
+    },
+    /// A guard: refused with [`Error::ResourceBusy`] when an operation other than `operation`
+    /// that is neither completed nor cancelled changes `resource`. Serialised per resource
+    /// (an advisory lock on PostgreSQL, the single writer on SQLite), so two replicas creating
+    /// operations on one resource at once cannot both pass.
+    ExpectIdle {
+        resource: String,
+        operation: String,
+    },
 }
 
 /// Filters for listing operations.
@@ -405,6 +449,39 @@ pub trait Store: Send {
     fn agent_tasks(&self, operation: &str) -> Result<Vec<AgentTask>, Error>;
     /// A task's log lines after `after` (a `seq`), oldest first.
     fn agent_log(&self, task: &str, after: i64) -> Result<Vec<AgentLogLine>, Error>;
+
+    /// Takes the operation's lease for `holder` until `ttl_ms` from now (the store's clock):
+    /// when nobody holds it, its holder's lease expired, or `holder` holds it already (then it is
+    /// renewed and keeps its token). A new acquisition gets a token greater than every earlier
+    /// one of this operation. Refused with [`Error::LeaseHeld`] while another holder's is live.
+    ///
+    /// The lease methods have defaults that refuse (`LeasesUnsupported`), so a store that wraps
+    /// another (a test's fault injector) compiles without them; both backends implement them.
+    fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<Lease, Error> {
+        let _ = (operation, holder, ttl_ms);
+        Err(Error::LeasesUnsupported)
+    }
+    /// Extends a lease that is still current (same holder and token, even if it expired while
+    /// nobody took it); [`Error::Fenced`] when another acquisition happened.
+    fn renew_lease(&mut self, lease: &Lease, ttl_ms: i64) -> Result<Lease, Error> {
+        let _ = (lease, ttl_ms);
+        Err(Error::LeasesUnsupported)
+    }
+    /// Lets the lease go (it expires now; its token stays, so tokens keep increasing). Nothing
+    /// when it is no longer current.
+    fn release_lease(&mut self, lease: &Lease) -> Result<(), Error> {
+        let _ = lease;
+        Err(Error::LeasesUnsupported)
+    }
+    /// The operation's lease as stored (expired or not); `expires_in_ms` by the store's clock.
+    fn lease(&self, operation: &str) -> Result<Option<Lease>, Error> {
+        let _ = operation;
+        Err(Error::LeasesUnsupported)
+    }
+    /// Top-level operations in `running` whose lease is absent or expired: what a replica adopts.
+    fn adoptable(&self) -> Result<Vec<String>, Error> {
+        Err(Error::LeasesUnsupported)
+    }
 }
 
 /// Now, as RFC 3339 UTC with milliseconds.

@@ -154,6 +154,16 @@ const MIGRATIONS: &[&str] = &[
     ",
     // 3: agent tasks and their logs (`sqlite_agent.rs`).
     crate::sqlite_agent::MIGRATION,
+    // 4: leases on operations (issue [F]): who drives one, until when, with which fencing token.
+    // Rows are never deleted, so tokens only grow.
+    "
+    CREATE TABLE leases (
+        operation TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        token INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+    );
+    ",
 ];
 
 pub struct SqliteStore {
@@ -198,7 +208,12 @@ impl SqliteStore {
             return Err(Error::TooNew { found: current, supported });
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-            let tx = self.conn.transaction()?;
+            // Under the write lock, and only if nobody (a server and a CLI starting together)
+            // applied it meanwhile.
+            let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            if tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? > i as i64 {
+                continue;
+            }
             tx.execute_batch(sql)?;
             tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
             tx.commit()?;
@@ -245,7 +260,12 @@ const OPERATION_COLUMNS: &str =
 
 impl Store for SqliteStore {
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
-        let tx = self.conn.transaction()?;
+        // A batch with a guard that reads takes the write lock first: its check and its writes
+        // see one state, and a concurrent writer waits instead of failing the upgrade.
+        let guarded = writes.iter().any(|w| matches!(w, Write::Fence { .. } | Write::ExpectIdle { .. }));
+        let behavior =
+            if guarded { rusqlite::TransactionBehavior::Immediate } else { rusqlite::TransactionBehavior::Deferred };
+        let tx = self.conn.transaction_with_behavior(behavior)?;
         for w in writes {
             match w {
                 Write::CreateOperation { op, plan } => {
@@ -425,10 +445,34 @@ impl Store for SqliteStore {
                     }
                 }
                 Write::Agent(a) => crate::sqlite_agent::apply(&tx, a)?,
+                Write::Fence { operation, holder, token } => {
+                    crate::lease::sqlite_fence(&tx, operation, holder, *token)?
+                }
+                Write::ExpectIdle { resource, operation } => crate::lease::sqlite_idle(&tx, resource, operation)?,
             }
         }
         tx.commit()?;
         Ok(())
+    }
+
+    fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<crate::Lease, Error> {
+        crate::lease::sqlite_acquire(&mut self.conn, operation, holder, ttl_ms)
+    }
+
+    fn renew_lease(&mut self, lease: &crate::Lease, ttl_ms: i64) -> Result<crate::Lease, Error> {
+        crate::lease::sqlite_renew(&mut self.conn, lease, ttl_ms)
+    }
+
+    fn release_lease(&mut self, lease: &crate::Lease) -> Result<(), Error> {
+        crate::lease::sqlite_release(&self.conn, lease)
+    }
+
+    fn lease(&self, operation: &str) -> Result<Option<crate::Lease>, Error> {
+        crate::lease::sqlite_lease(&self.conn, operation)
+    }
+
+    fn adoptable(&self) -> Result<Vec<String>, Error> {
+        crate::lease::sqlite_adoptable(&self.conn)
     }
 
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {

@@ -2,6 +2,7 @@ use opsgraph_model::OperationState;
 use serde_json::json;
 
 use super::*;
+use crate::testing::TestDb;
 
 fn op(id: &str) -> OperationRecord {
     OperationRecord {
@@ -40,9 +41,8 @@ fn times_render_as_rfc3339() {
     assert!(now().ends_with('Z'));
 }
 
-#[test]
-fn a_transition_and_its_timeline_entry_land_together_or_not_at_all() {
-    let mut store = SqliteStore::memory().unwrap();
+fn a_transition_and_its_timeline_entry_land_together_or_not_at_all(db: &TestDb) {
+    let mut store = db.store();
     store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}) }]).unwrap();
     store
         .commit(&[Write::Transition {
@@ -74,9 +74,8 @@ fn a_transition_and_its_timeline_entry_land_together_or_not_at_all() {
     assert_eq!(store.operation("op-1").unwrap().unwrap().state, OperationState::PlanPreview);
 }
 
-#[test]
-fn every_record_round_trips() {
-    let mut store = SqliteStore::memory().unwrap();
+fn every_record_round_trips(db: &TestDb) {
+    let mut store = db.store();
     let job = JobRecord {
         operation: "op-1".into(),
         id: "install@w1".into(),
@@ -168,7 +167,7 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     let path = dir.join("opsgraph.db");
     {
         let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 3);
+        assert_eq!(store.schema_version().unwrap(), 4);
         let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
         assert_eq!((mode.as_str(), sync), ("wal", 2));
@@ -179,7 +178,7 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     store.conn.execute_batch("PRAGMA user_version = 99").unwrap();
     drop(store);
     let err = SqliteStore::open(&path, Durability::Full).err().unwrap();
-    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 3; upgrade opsgraph");
+    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 4; upgrade opsgraph");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -208,9 +207,8 @@ fn data_version_moves_on_other_connections_commits_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn timeline_after_pages_one_operation_or_all_and_stats_count() {
-    let mut store = SqliteStore::memory().unwrap();
+fn timeline_after_pages_one_operation_or_all_and_stats_count(db: &TestDb) {
+    let mut store = db.store();
     let mut running = op("op-2");
     running.state = OperationState::Running;
     store
@@ -274,9 +272,8 @@ fn gate(answer: Option<&str>) -> GateRecord {
     }
 }
 
-#[test]
-fn a_gate_answers_once_inside_the_transaction() {
-    let mut store = SqliteStore::memory().unwrap();
+fn a_gate_answers_once_inside_the_transaction(db: &TestDb) {
+    let mut store = db.store();
     store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }, Write::Gate(gate(None))]).unwrap();
     store.commit(&[Write::Gate(gate(Some("approve")))]).unwrap();
     let audit = AuditRecord {
@@ -300,9 +297,8 @@ fn a_gate_answers_once_inside_the_transaction() {
     assert!(store.audit(&AuditFilter::default()).unwrap().is_empty());
 }
 
-#[test]
-fn tokens_audit_rows_and_request_keys_round_trip() {
-    let mut store = SqliteStore::memory().unwrap();
+fn tokens_audit_rows_and_request_keys_round_trip(db: &TestDb) {
+    let mut store = db.store();
     let token = TokenRecord {
         id: "tok-1".into(),
         name: "ci".into(),
@@ -487,10 +483,189 @@ fn agent_tasks_conform(store: &mut dyn Store) {
     );
 }
 
-#[test]
-fn agent_tasks_are_claimed_once_and_fenced_by_their_lease() {
-    let mut store = SqliteStore::memory().unwrap();
-    agent_tasks_conform(&mut store);
+fn running(id: &str) -> OperationRecord {
+    OperationRecord { state: OperationState::Running, ..op(id) }
+}
+
+fn fence(holder: &str, token: i64) -> Write {
+    Write::Fence { operation: "op-1".into(), holder: holder.into(), token }
+}
+
+fn leases_are_acquired_renewed_expired_and_fenced(db: &TestDb) {
+    let mut store = db.store();
+    store.commit(&[Write::CreateOperation { op: running("op-1"), plan: json!({}) }]).unwrap();
+    assert_eq!(store.adoptable().unwrap(), ["op-1"], "running and never leased");
+    assert_eq!(store.lease("op-1").unwrap(), None);
+
+    let a = store.acquire_lease("op-1", "replica-a", 60_000).unwrap();
+    assert_eq!((a.holder.as_str(), a.token), ("replica-a", 1));
+    assert!(a.expires_in_ms > 50_000, "{a:?}");
+    assert!(store.adoptable().unwrap().is_empty());
+    // Another holder waits for the expiry; the holder itself renews and keeps its token.
+    let err = store.acquire_lease("op-1", "replica-b", 60_000).unwrap_err();
+    assert!(matches!(&err, Error::LeaseHeld { holder, token: 1, .. } if holder == "replica-a"), "{err}");
+    assert_eq!(store.acquire_lease("op-1", "replica-a", 60_000).unwrap().token, 1);
+    assert_eq!(store.renew_lease(&a, 60_000).unwrap().token, 1);
+
+    // Writes fenced with the current token land; with any other, the whole batch is refused.
+    store.commit(&[fence("replica-a", 1), Write::Timeline(entry("op-1", "a"))]).unwrap();
+    let err = store.commit(&[Write::Timeline(entry("op-1", "b")), fence("replica-b", 1)]).unwrap_err();
+    assert!(matches!(err, Error::Fenced { .. }), "{err}");
+    assert_eq!(store.timeline("op-1").unwrap().len(), 1);
+
+    // It expires: another holder takes it over with a greater token and the old one is fenced.
+    store.acquire_lease("op-1", "replica-a", 1).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    assert_eq!(store.adoptable().unwrap(), ["op-1"], "its lease expired");
+    assert!(!store.lease("op-1").unwrap().unwrap().released, "expired, not released");
+    let b = store.acquire_lease("op-1", "replica-b", 60_000).unwrap();
+    assert_eq!(b.token, 2);
+    let err = store.commit(&[fence("replica-a", 1), Write::Timeline(entry("op-1", "stale"))]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "operation `op-1`: lease token 1 of replica-a is stale (the lease is now replica-b's with token 2); the write is refused"
+    );
+    assert!(matches!(store.renew_lease(&a, 60_000).unwrap_err(), Error::Fenced { .. }));
+    store.release_lease(&a).unwrap();
+    assert_eq!(store.lease("op-1").unwrap().unwrap().holder, "replica-b", "a stale release changes nothing");
+    store.commit(&[fence("replica-b", 2), Write::Timeline(entry("op-1", "c"))]).unwrap();
+    assert_eq!(store.timeline("op-1").unwrap().iter().map(|e| e.event.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+
+    assert!(!store.lease("op-1").unwrap().unwrap().released, "taken, not let go");
+    // Released: adoptable at once, and the next acquisition's token is greater still.
+    store.release_lease(&b).unwrap();
+    assert!(store.lease("op-1").unwrap().unwrap().released);
+    assert_eq!(store.adoptable().unwrap(), ["op-1"]);
+    assert_eq!(store.acquire_lease("op-1", "replica-a", 60_000).unwrap().token, 3);
+    // A fence on an operation never leased is refused too.
+    let err = store.commit(&[Write::Fence { operation: "op-9".into(), holder: "x".into(), token: 1 }]).unwrap_err();
+    assert!(err.to_string().contains("never leased"), "{err}");
+}
+
+/// Two holders race for one expired lease: exactly one wins each round.
+fn one_holder_wins_a_race_for_a_lease(db: &TestDb) {
+    db.store().commit(&[Write::CreateOperation { op: running("op-1"), plan: json!({}) }]).unwrap();
+    for round in 0..5 {
+        let wins: Vec<bool> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|i| {
+                    s.spawn(move || {
+                        let mut store = db.store();
+                        store.acquire_lease("op-1", &format!("r{round}-{i}"), 60_000).is_ok()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(wins.iter().filter(|w| **w).count(), 1, "round {round}: {wins:?}");
+        let mut store = db.store();
+        let l = store.lease("op-1").unwrap().unwrap();
+        assert_eq!(l.token, round + 1);
+        store.release_lease(&l).unwrap();
+    }
+}
+
+fn a_second_operation_on_a_busy_resource_is_refused(db: &TestDb) {
+    let mut store = db.store();
+    let idle = |id: &str| Write::ExpectIdle { resource: "tempo.instance/tempo-dev".into(), operation: id.into() };
+    store.commit(&[idle("op-1"), Write::CreateOperation { op: running("op-1"), plan: json!({}) }]).unwrap();
+    let err = store.commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}) }]).unwrap_err();
+    assert_eq!(err.to_string(), "resource `tempo.instance/tempo-dev` is being changed by operation `op-1` (running)");
+    assert!(store.operation("op-2").unwrap().is_none());
+    // The operation itself does not count, and a finished one frees the resource.
+    store.commit(&[idle("op-1")]).unwrap();
+    store
+        .commit(&[Write::Transition {
+            operation: "op-1".into(),
+            expect_version: 0,
+            state: OperationState::Completed,
+            entry: entry("op-1", "completed"),
+        }])
+        .unwrap();
+    store.commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}) }]).unwrap();
+}
+
+/// Writers on their own connections append timeline entries while a reader pages with
+/// `timeline_after`, as a live stream does: the reader must see every entry, in seq order, none
+/// skipped because it committed after a later seq was read.
+fn timeline_seqs_follow_commit_order_across_writers(db: &TestDb) {
+    const WRITERS: usize = 4;
+    const EACH: usize = 40;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    drop(db.store()); // migrated once, before the writers connect
+    let seen = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let store = db.store();
+            let mut seen: Vec<i64> = Vec::new();
+            loop {
+                let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                let after = seen.last().copied().unwrap_or(0);
+                let page = store.timeline_after(None, after, 1000).unwrap();
+                seen.extend(page.iter().map(|e| e.seq));
+                if finished && page.is_empty() {
+                    return seen;
+                }
+            }
+        });
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                s.spawn(move || {
+                    let mut store = db.store();
+                    for i in 0..EACH {
+                        let e = entry(&format!("op-{w}"), &format!("e{i}"));
+                        store.commit(&[Write::Timeline(e.clone()), Write::Timeline(e)]).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let results: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(results.iter().all(Result::is_ok), "a writer failed");
+        reader.join().unwrap()
+    });
+    let all = db.store().timeline_after(None, 0, 10_000).unwrap();
+    assert_eq!(all.len(), WRITERS * EACH * 2);
+    assert_eq!(seen, all.iter().map(|e| e.seq).collect::<Vec<_>>(), "the reader missed or reordered entries");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]));
+}
+
+/// Jobs list in the order they were first written; a job written twice in one batch keeps the
+/// last record, as two upserts in a row would.
+fn jobs_keep_their_order_and_the_last_write_of_a_batch_wins(db: &TestDb) {
+    let mut store = db.store();
+    let job = |id: &str, state: JobState, attempts: u32| {
+        Write::Job(JobRecord {
+            operation: "op-1".into(),
+            id: id.into(),
+            state,
+            attempts,
+            outcome: json!({"attempt": attempts}),
+            updated_at: now(),
+        })
+    };
+    let ids = ["z", "a", "m", "b"];
+    let mut writes = vec![Write::CreateOperation { op: op("op-1"), plan: json!({}) }];
+    writes.extend(ids.iter().map(|id| job(id, JobState::Pending, 0)));
+    store.commit(&writes).unwrap();
+    store
+        .commit(&[job("m", JobState::Pending, 1), job("a", JobState::Running, 1), job("m", JobState::Running, 2)])
+        .unwrap();
+    let got: Vec<(String, JobState, u32)> =
+        store.jobs("op-1").unwrap().into_iter().map(|j| (j.id, j.state, j.attempts)).collect();
+    assert_eq!(
+        got,
+        [
+            ("z".into(), JobState::Pending, 0),
+            ("a".into(), JobState::Running, 1),
+            ("m".into(), JobState::Running, 2),
+            ("b".into(), JobState::Pending, 0)
+        ]
+    );
+}
+
+fn agent_tasks_are_claimed_once_and_fenced_by_their_lease(db: &TestDb) {
+    let mut store = db.store();
+    agent_tasks_conform(&mut *store);
 }
 
 #[test]
@@ -525,4 +700,39 @@ fn agents_racing_on_one_file_claim_each_task_once() {
     all.dedup();
     assert_eq!((n, all.len()), (200, 200));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+crate::conformance!(
+    a_transition_and_its_timeline_entry_land_together_or_not_at_all,
+    every_record_round_trips,
+    timeline_after_pages_one_operation_or_all_and_stats_count,
+    a_gate_answers_once_inside_the_transaction,
+    tokens_audit_rows_and_request_keys_round_trip,
+    leases_are_acquired_renewed_expired_and_fenced,
+    one_holder_wins_a_race_for_a_lease,
+    a_second_operation_on_a_busy_resource_is_refused,
+    timeline_seqs_follow_commit_order_across_writers,
+    jobs_keep_their_order_and_the_last_write_of_a_batch_wins,
+    agent_tasks_are_claimed_once_and_fenced_by_their_lease,
+);
+
+#[test]
+fn postgres_schema_is_versioned_and_a_newer_one_refused() {
+    let Some(db) = TestDb::postgres("postgres_schema_is_versioned_and_a_newer_one_refused") else { return };
+    let store = PgStore::connect(db.url()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 2);
+    drop(store);
+    // Connecting again migrates nothing.
+    let store = PgStore::connect(db.url()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 2);
+    drop(store);
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    admin.batch_execute("UPDATE schema_version SET version = 99").unwrap();
+    let err = PgStore::connect(db.url()).err().unwrap();
+    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 2; upgrade opsgraph");
+    let err = PgStore::connect("postgres://postgres:hunter2@127.0.0.1:1/nowhere").err().unwrap();
+    assert!(
+        err.to_string().starts_with("failed to connect to PostgreSQL at postgres://postgres:***@127.0.0.1:1/nowhere: "),
+        "{err}"
+    );
 }

@@ -25,6 +25,10 @@ pub struct Cli {
     /// A file holding the API token (instead of OPSGRAPH_TOKEN).
     #[arg(long, global = true)]
     pub token_file: Option<std::path::PathBuf>,
+    /// The store: `postgres://user@host:port/db` for PostgreSQL (shared by server replicas), or a
+    /// SQLite file path [default: DATA_DIR/opsgraph.db].
+    #[arg(long, global = true, env = "OPSGRAPH_DATABASE")]
+    pub database: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -428,6 +432,7 @@ pub struct PlanArgs {
 pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
     use crate::ops_cmd::{self, Action, Control};
     let data_dir = cli.data_dir.clone().unwrap_or_else(ops_cmd::default_data_dir);
+    ops_cmd::use_database(&data_dir, cli.database.clone());
     let control = |world: &WorldArgs| Control {
         data_dir: data_dir.clone(),
         packs: &[],
@@ -583,7 +588,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Audit { actor, operation, resource, since, output } => {
             let store = ops_cmd::open_store(&data_dir)?;
             let filter = opsgraph_store::AuditFilter { actor, operation, resource, since };
-            let rows = serde_json::to_value(opsgraph_store::Store::audit(&store, &filter)?)?;
+            let rows = serde_json::to_value(opsgraph_store::Store::audit(&*store, &filter)?)?;
             ops_cmd::print(&crate::remote::audit_rows(&rows), &output, out)?;
             Ok(0)
         }

@@ -9,7 +9,7 @@ use anyhow::{bail, Context as _};
 use opsgraph_model::OperationState;
 use opsgraph_plan::lifecycle::state_name;
 use opsgraph_runtime::{GateAnswer, Runtime};
-use opsgraph_store::{Durability, OperationFilter, SqliteStore, Store, TimelineEntry};
+use opsgraph_store::{Durability, OperationFilter, Store, TimelineEntry};
 use serde_json::{json, Value};
 
 use crate::load::{self, Source};
@@ -30,20 +30,59 @@ pub fn default_data_dir() -> PathBuf {
     }
 }
 
-pub fn open_store(data_dir: &Path) -> anyhow::Result<SqliteStore> {
-    // The data directory holds the database, logs and blobs: this user's only (a directory that
-    // exists already keeps its mode).
+/// The databases given with `--database` (or `OPSGRAPH_DATABASE`), by data directory: commands
+/// run in-process (tests) with several data directories at once.
+static DATABASES: std::sync::Mutex<BTreeMap<PathBuf, String>> = std::sync::Mutex::new(BTreeMap::new());
+
+/// Sets (or, with `None`, forgets) the database of a data directory for this process.
+pub fn use_database(data_dir: &Path, url: Option<String>) {
+    let mut map = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
+    match url.filter(|u| !u.trim().is_empty()) {
+        Some(u) => map.insert(data_dir.to_path_buf(), u),
+        None => map.remove(data_dir),
+    };
+}
+
+/// The store URL of a data directory: `--database`, else its SQLite file `opsgraph.db`.
+pub fn database_url(data_dir: &Path) -> String {
+    let map = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
+    map.get(data_dir).cloned().unwrap_or_else(|| data_dir.join("opsgraph.db").display().to_string())
+}
+
+/// Opens the store of a data directory: the one way commands and the server reach it. A
+/// `postgres://` URL (`--database`) is PostgreSQL; otherwise SQLite (`OPSGRAPH_SYNC=normal` trades
+/// the last commits on power loss for speed).
+pub fn open_store(data_dir: &Path) -> anyhow::Result<Box<dyn Store>> {
+    // The data directory holds the database (SQLite), logs and blobs: this user's only (a
+    // directory that exists already keeps its mode).
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(data_dir)
         .with_context(|| format!("failed to create the data directory {}", data_dir.display()))?;
-    let durability = match std::env::var("OPSGRAPH_SYNC").as_deref() {
+    let url = database_url(data_dir);
+    opsgraph_store::open(&url, durability())
+        .with_context(|| format!("failed to open the store {}", opsgraph_store::redact(&url)))
+}
+
+pub fn durability() -> Durability {
+    match std::env::var("OPSGRAPH_SYNC").as_deref() {
         Ok("normal") => Durability::Normal,
         _ => Durability::Full,
-    };
-    Ok(SqliteStore::open(&data_dir.join("opsgraph.db"), durability)?)
+    }
+}
+
+/// Drives an operation under its lease, so that no server replica (or other CLI) drives it at
+/// the same time; refused while another holds it.
+pub fn drive(rt: &mut Runtime, id: &str, progress: opsgraph_runtime::Progress<'_>) -> anyhow::Result<OperationState> {
+    let data_dir = rt.data_dir().to_path_buf();
+    let opener = data_dir.clone();
+    let keeper = opsgraph_runtime::lease::Keeper::new(
+        opsgraph_runtime::lease::LeaseConfig::from_env(),
+        Box::new(move || open_store(&opener).map_err(|e| opsgraph_store::Error::Postgres(format!("{e:#}")))),
+    );
+    Ok(rt.drive_leased(id, &keeper, progress)?)
 }
 
 /// Where packs come from. With `materialize`, bundled packs are written into the data directory
@@ -243,7 +282,7 @@ pub fn apply(
     }
     if machine {
         let id = rt.create(&plan, &args.actor, &mut |_| {})?;
-        let state = rt.drive(&id, &mut |_| {})?;
+        let state = drive(&mut rt, &id, &mut |_| {})?;
         describe_to(rt.store(), "operation", &id, if args.output == Output::Json { "json" } else { "yaml" }, out)?;
         return Ok(exit_code(&state));
     }
@@ -252,7 +291,7 @@ pub fn apply(
     let id = {
         let mut view = live(out, stages.clone());
         let id = rt.create(&plan, &args.actor, &mut view)?;
-        rt.drive(&id, &mut view)?;
+        drive(&mut rt, &id, &mut view)?;
         id
     };
     finish(&rt, &id, out)
@@ -576,7 +615,7 @@ fn drive_on(rt: &mut Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u
     };
     {
         let mut view = live(out, stage_of(&plan));
-        rt.drive(id, &mut view)?;
+        drive(rt, id, &mut view)?;
     }
     finish(rt, id, out)
 }
@@ -962,7 +1001,7 @@ pub fn rollback(
     let id = {
         let mut view = live(out, stage_of(&rb.plan));
         let id = rt.start_rollback(op, &rb, &actor, &mut view)?;
-        rt.drive(&id, &mut view)?;
+        drive(&mut rt, &id, &mut view)?;
         id
     };
     finish(&rt, &id, out)

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context as _};
 use opsgraph_server::{auth, AppState, Config, Installation, PackRegistry, RegistryError, World};
-use opsgraph_store::{Durability, SqliteStore, Store};
+use opsgraph_store::Store;
 
 use crate::load::{self, Source};
 use crate::ops_cmd::open_store;
@@ -27,13 +27,9 @@ pub fn state(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Res
     }
     let config = Config::load(data_dir)?;
     open_store(data_dir)?; // creates the directory and migrates once, before any request
-    let db = data_dir.join("opsgraph.db");
-    let durability = match std::env::var("OPSGRAPH_SYNC").as_deref() {
-        Ok("normal") => Durability::Normal,
-        _ => Durability::Full,
-    };
-    let open =
-        move || -> Result<Box<dyn Store>, opsgraph_store::Error> { Ok(Box::new(SqliteStore::open(&db, durability)?)) };
+    let url = crate::ops_cmd::database_url(data_dir);
+    let durability = crate::ops_cmd::durability();
+    let open = move || -> Result<Box<dyn Store>, opsgraph_store::Error> { opsgraph_store::open(&url, durability) };
     let world =
         World { packs, resources: w.resources, providers: w.providers, policy: w.policy, operations: w.operations };
     let state = AppState::new(Box::new(open), world, config, data_dir.to_path_buf());
@@ -156,11 +152,20 @@ pub fn serve(
     let listener = opsgraph_server::Listener::bind(listen)?;
     let addr = listener.local_addr().unwrap_or(listen);
     writeln!(out, "serving the API on http://{addr}/api/v1 (data directory {})", data_dir.display())?;
+    let lease = state.lease_config();
+    writeln!(
+        out,
+        "replica {} on {} (lease TTL {} ms)",
+        lease.holder,
+        opsgraph_store::redact(&crate::ops_cmd::database_url(data_dir)),
+        lease.ttl.as_millis()
+    )?;
     out.flush()?;
     let resumed = state.resume_running()?;
     if resumed > 0 {
         writeln!(out, "driving {resumed} operation(s) left running")?;
     }
+    state.start_scanner();
     listener.serve(state, None)?;
     Ok(0)
 }

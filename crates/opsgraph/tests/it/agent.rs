@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use opsgraph_store::{SqliteStore, Store};
+use opsgraph_store::Store;
 use serde_json::Value;
 
 use crate::support::{temp_dir, TempDir};
@@ -97,8 +97,10 @@ impl Cluster {
             let mut store = opsgraph::ops_cmd::open_store(&data).unwrap();
             let config = opsgraph_server::Config::default();
             let roles = |r: &str| vec![r.to_string()];
-            let make = |store: &mut SqliteStore, name: &str, role: &str| {
-                opsgraph_server::auth::create_token(store, &config, name, &roles(role), "test", None, None).unwrap().1
+            let make = |store: &mut Box<dyn Store>, name: &str, role: &str| {
+                opsgraph_server::auth::create_token(&mut **store, &config, name, &roles(role), "test", None, None)
+                    .unwrap()
+                    .1
             };
             (make(&mut store, "admin", "platform_admin"), make(&mut store, "pool", "agent"))
         };
@@ -209,7 +211,7 @@ impl Cluster {
         body["id"].as_str().unwrap().to_string()
     }
 
-    fn store(&self) -> SqliteStore {
+    fn store(&self) -> Box<dyn Store> {
         opsgraph::ops_cmd::open_store(&self.dir.join("data")).unwrap()
     }
 

@@ -19,6 +19,7 @@ mod patch;
 mod plan;
 mod remedies;
 mod remote;
+mod replicas;
 mod resolve;
 mod runtime;
 mod secrets;

@@ -1,0 +1,378 @@
+//! Two `opsgraph serve` replicas on one PostgreSQL database (created for the test, dropped after):
+//! a 200-job operation, `kill -9` of the replica driving it in the middle of the run; the other
+//! adopts it once the lease expires and completes it. A ledger outside the database (each job
+//! appends a line) shows that no non-idempotent job ran twice. Skipped with a `SKIPPED` line when
+//! PostgreSQL is unreachable, except under `CI=true`.
+
+use std::collections::BTreeMap;
+use std::io::BufRead as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use opsgraph_model::OperationState;
+use opsgraph_store::testing::TestDb;
+
+use crate::support::temp_dir;
+
+const JOBS: usize = 200;
+const TTL_MS: u64 = 2_000;
+
+/// A pack of `JOBS` independent jobs; the even ones are idempotent (a key, retried), the odd ones
+/// are not: after a crash those may only be recovered by their evidence.
+fn pack() -> Vec<(String, String)> {
+    let ids: Vec<String> = (0..JOBS).map(|i| format!("j{i:03}")).collect();
+    let mut jobs = String::new();
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            jobs.push_str("---\n");
+        }
+        let controls = if i % 2 == 0 {
+            format!(", controls: {{idempotency: {{key: '{id}:{{operation_id}}'}}, retry_policy: {{max_attempts: 3}}}}")
+        } else {
+            String::new()
+        };
+        jobs.push_str(&format!(
+            "job: {{id: {id}, outputs: {{evidence: [done]}}, run: {{script: scripts/step.sh}}{controls}}}\n"
+        ));
+    }
+    vec![
+        (
+            "many/pack.yaml".into(),
+            "scenario_pack:\n  id: many\n  version: 1.0.0\n  resource_types: [many.thing]\n  actions: [run]\n  plan_templates: [{id: many.run}]\n".into(),
+        ),
+        (
+            "many/templates.yaml".into(),
+            format!(
+                "plan_template:\n  id: many.run\n  action: run\n  parameters:\n    ledger: {{type: string, required: true}}\n    marks: {{type: string, required: true}}\n  stages:\n    - {{id: all, name: All, jobs: [{0}]}}\n  jobs: [{0}]\n",
+                ids.join(", ")
+            ),
+        ),
+        ("many/jobs.yaml".into(), jobs),
+        (
+            "many/evidence.yaml".into(),
+            "evidence:\n  - {id: done, source: command, command: 'test -f \"$OPSGRAPH_PARAM_MARKS/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"'}\n".into(),
+        ),
+        (
+            "many/scripts/step.sh".into(),
+            "printf '%s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" >> \"$OPSGRAPH_PARAM_LEDGER\"\nsleep 0.05\ntouch \"$OPSGRAPH_PARAM_MARKS/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n".into(),
+        ),
+    ]
+}
+
+/// One replica: `opsgraph serve` as a process of its own on the shared database.
+struct Replica {
+    child: std::process::Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn replica(id: &str, data: &Path, database: &str, pack: &Path, token_file: &Path, log: &Path) -> Replica {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+        .args(["--data-dir", &data.display().to_string(), "--database", database])
+        .args(["serve", "--listen", "127.0.0.1:0", "--packs", &pack.display().to_string()])
+        .env("OPSGRAPH_REPLICA_ID", id)
+        .env("OPSGRAPH_LEASE_TTL_MS", TTL_MS.to_string())
+        .env("OPSGRAPH_ADMIN_TOKEN_FILE", token_file)
+        .env("OPSGRAPH_MASTER_KEY", "a".repeat(64))
+        .env("OPSGRAPH_LOG", "json")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut addr = None;
+    for line in lines.by_ref().map_while(Result::ok) {
+        if let Some(rest) = line.strip_prefix("serving the API on http://") {
+            addr = rest.split('/').next().and_then(|a| a.parse().ok());
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    let Some(addr) = addr else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("replica {id} did not start: {}", std::fs::read_to_string(log).unwrap_or_default());
+    };
+    Replica { child, addr }
+}
+
+#[test]
+fn a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice() {
+    let Some(db) =
+        TestDb::postgres("replicas::a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice")
+    else {
+        return;
+    };
+    let files = pack();
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let dir = temp_dir(&files);
+    let ledger = dir.join("ledger");
+    let marks = dir.join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let token = format!("og_{}", "r".repeat(43));
+    let token_file = dir.join("admin.token");
+    std::fs::write(&token_file, &token).unwrap();
+    let pack = dir.join("many");
+    let mut replicas: BTreeMap<String, Replica> = BTreeMap::new();
+    for id in ["replica-a", "replica-b"] {
+        let data = dir.join(&format!("data-{id}"));
+        let r = replica(id, &data, db.url(), &pack, &token_file, &dir.join(&format!("{id}.log")));
+        replicas.insert(id.to_string(), r);
+    }
+
+    let intent = format!(
+        "intent:\n  target_resource_type: many.thing\n  action: run\n  name: m1\n  parameters: {{ledger: '{}', marks: '{}'}}\n",
+        ledger.display(),
+        marks.display()
+    );
+    let (status, created) =
+        crate::server::http(replicas["replica-a"].addr, "POST", "/api/v1/operations", &token, &intent);
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+
+    // Mid-run: a third of the jobs have run. Kill the replica that holds the lease.
+    let store = db.store();
+    let lines = || std::fs::read_to_string(&ledger).unwrap_or_default().lines().count();
+    let started = Instant::now();
+    while lines() < JOBS / 3 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the operation does not run: {:?}", store.jobs(&id));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let first = store.lease(&id).unwrap().expect("the driving replica holds a lease");
+    let mut victim = replicas.remove(&first.holder).unwrap();
+    victim.child.kill().unwrap(); // SIGKILL
+    victim.child.wait().unwrap();
+    let killed = Instant::now();
+    let ran_before = lines();
+    let survivor = if first.holder == "replica-a" { "replica-b" } else { "replica-a" };
+
+    // The survivor adopts it within the TTL (plus the scanner's half-TTL period) and completes it.
+    let takeover = loop {
+        let l = store.lease(&id).unwrap().unwrap();
+        if l.holder == survivor {
+            assert!(l.token > first.token, "a takeover has a greater token: {l:?} after {first:?}");
+            break killed.elapsed();
+        }
+        assert!(killed.elapsed() < Duration::from_secs(30), "nobody adopted the operation: {l:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let limit = Duration::from_millis(TTL_MS + TTL_MS / 2 + 1_500);
+    assert!(takeover < limit, "takeover after {takeover:?}, more than {limit:?}");
+    let wait_stop = || loop {
+        let op = store.operation(&id).unwrap().unwrap();
+        if !matches!(op.state, OperationState::Running) {
+            break op.state;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(60), "not done a minute after the kill");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut state = wait_stop();
+    let mut unknown = None;
+    if let OperationState::Failed { reason } = &state {
+        // The one end other than completion the protocol allows: killed after a non-idempotent
+        // job's attempt was recorded and before its process started, its evidence fails and its
+        // outcome is unknown: a person decides. Then it must not have run, and a person's retry
+        // (on the survivor) completes the operation.
+        assert!(reason.contains("outcome unknown"), "{reason}");
+        let job = reason.split(':').next().unwrap().to_string();
+        let ran = std::fs::read_to_string(&ledger).unwrap().lines().filter(|l| l.ends_with(&format!(" {job}"))).count();
+        assert_eq!(ran, 0, "{job} ran, yet its outcome is unknown: {reason}");
+        let body = serde_json::json!({"jobs": [job]}).to_string();
+        let (status, answer) = crate::server::http(
+            replicas[survivor].addr,
+            "POST",
+            &format!("/api/v1/operations/{id}/retry"),
+            &token,
+            &body,
+        );
+        assert_eq!(status, 200, "{answer}");
+        unknown = Some(job);
+        state = wait_stop();
+    }
+    let done = killed.elapsed();
+    assert_eq!(
+        state,
+        OperationState::Completed,
+        "{:#?}",
+        store.timeline(&id).unwrap().iter().rev().take(5).collect::<Vec<_>>()
+    );
+
+    // Every job is done; the ledger holds no second run of a non-idempotent job.
+    let jobs = store.jobs(&id).unwrap();
+    assert_eq!(jobs.len(), JOBS);
+    assert!(jobs.iter().all(|j| j.state.is_done()), "{jobs:?}");
+    let text = std::fs::read_to_string(&ledger).unwrap();
+    let mut runs: BTreeMap<String, usize> = BTreeMap::new();
+    for line in text.lines() {
+        let (op, job) = line.split_once(' ').unwrap();
+        assert_eq!(op, id);
+        *runs.entry(job.to_string()).or_default() += 1;
+    }
+    let twice: Vec<_> = runs.iter().filter(|(job, n)| **n > 1 && job[1..].parse::<usize>().unwrap() % 2 == 1).collect();
+    assert!(twice.is_empty(), "non-idempotent jobs ran twice: {twice:?}");
+    let recovered = jobs.iter().filter(|j| j.state == opsgraph_store::JobState::Recovered).count();
+
+    // The timeline says who took over; seqs only grow; no transition lost.
+    let timeline = store.timeline(&id).unwrap();
+    let adopted: Vec<_> = timeline.iter().filter(|e| e.event == "lease_adopted").collect();
+    assert_eq!(adopted.len(), 1, "{adopted:#?}");
+    assert!(adopted[0].reason.starts_with(&format!("{survivor} took the operation over from {}", first.holder)));
+    assert!(timeline.windows(2).all(|w| w[0].seq < w[1].seq));
+    let transitions: Vec<_> = timeline.iter().filter(|e| e.from.is_some()).collect();
+    for pair in transitions.windows(2) {
+        assert_eq!(pair[0].to, pair[1].from, "{:?} then {:?}", pair[0].event, pair[1].event);
+    }
+    println!(
+        "replicas: {} killed after {ran_before} of {JOBS} job runs; {survivor} took over after {takeover:?} (TTL {TTL_MS} ms) \
+         and completed after {done:?}{}; {recovered} recovered by evidence; ledger {} runs, 0 non-idempotent repeats",
+        first.holder,
+        unknown.map(|j| format!(" (after a person's retry of {j}, whose attempt was recorded but never started)")).unwrap_or_default(),
+        text.lines().count()
+    );
+}
+
+/// In-process, on each backend: a driver whose lease another holder took over (it expired) is
+/// refused at its next commit and stops; nothing it did after the takeover is in the store.
+fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testing::Backend) {
+    use opsgraph::load::Source;
+    use opsgraph_runtime::lease::{Keeper, LeaseConfig};
+    let Some(db) =
+        TestDb::new(backend, &format!("replicas::a_stale_holder_writes_nothing_after_a_takeover ({backend:?})"))
+    else {
+        return;
+    };
+    let files = pack();
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let dir = temp_dir(&files);
+    let (ledger, marks) = (dir.join("ledger"), dir.join("marks"));
+    std::fs::create_dir_all(&marks).unwrap();
+    std::fs::write(
+        dir.join("intent.yaml"),
+        format!(
+            "intent:\n  target_resource_type: many.thing\n  action: run\n  name: m2\n  parameters: {{ledger: '{}', marks: '{}'}}\n",
+            ledger.display(),
+            marks.display()
+        ),
+    )
+    .unwrap();
+    let loaded = opsgraph::plan_cmd::load_inputs(
+        &Source::parse(&dir.join("intent.yaml").display().to_string()),
+        opsgraph::load::packs(&[Source::parse(&dir.join("many").display().to_string())]),
+        &[],
+    );
+    let plan = opsgraph::plan_cmd::build(&loaded).unwrap();
+    let mut rt = opsgraph_runtime::Runtime::new(db.store(), loaded.packs.clone(), vec![], dir.join("data"));
+    rt.set_concurrency(2);
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let url = db.url().to_string();
+    let keeper = Keeper::new(
+        LeaseConfig { holder: "replica-a".into(), ttl: Duration::from_secs(60) },
+        Box::new(move || opsgraph_store::open(&url, opsgraph_store::Durability::Full)),
+    );
+    let driver = {
+        let id = id.clone();
+        std::thread::spawn(move || rt.drive_leased(&id, &keeper, &mut |_| {}))
+    };
+    let mut store = db.store();
+    let started = Instant::now();
+    while store.jobs(&id).unwrap().iter().filter(|j| j.state.is_done()).count() < 6 {
+        assert!(started.elapsed() < Duration::from_secs(60), "no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // replica-a stops renewing (its lease is made to expire now) and replica-b takes over.
+    let a = store.lease(&id).unwrap().unwrap();
+    assert_eq!(a.holder, "replica-a");
+    store.renew_lease(&a, -1).unwrap();
+    let b = store.acquire_lease(&id, "replica-b", 60_000).unwrap();
+    assert!(b.token > a.token);
+    let (jobs, timeline) = (store.jobs(&id).unwrap(), store.timeline(&id).unwrap());
+    let result = driver.join().unwrap();
+    assert!(
+        matches!(
+            &result,
+            Err(opsgraph_runtime::Error::Store(opsgraph_store::Error::Fenced { .. }))
+                | Err(opsgraph_runtime::Error::LeaseLost { .. })
+        ),
+        "{result:?}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(store.jobs(&id).unwrap(), jobs, "the stale holder changed jobs after the takeover");
+    assert_eq!(store.timeline(&id).unwrap(), timeline, "the stale holder wrote to the timeline after the takeover");
+    assert_eq!(store.lease(&id).unwrap().unwrap().holder, "replica-b", "its release changed nothing");
+}
+
+#[test]
+fn a_stale_holder_writes_nothing_after_a_takeover_sqlite() {
+    a_stale_holder_writes_nothing_after_a_takeover(opsgraph_store::testing::Backend::Sqlite);
+}
+
+#[test]
+fn a_stale_holder_writes_nothing_after_a_takeover_postgres() {
+    a_stale_holder_writes_nothing_after_a_takeover(opsgraph_store::testing::Backend::Postgres);
+}
+
+/// `--database` routes every command to that store: an operation applied on PostgreSQL is listed
+/// with the same `--database` and not in the data directory's SQLite file; `sqlite://PATH` is
+/// that file.
+#[test]
+fn the_cli_uses_the_database_it_is_given() {
+    use crate::support::opsgraph;
+    let Some(db) = TestDb::postgres("replicas::the_cli_uses_the_database_it_is_given") else { return };
+    let files = pack();
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let dir = temp_dir(&files);
+    std::fs::create_dir_all(dir.join("marks")).unwrap();
+    let intent = dir.join("intent.yaml");
+    std::fs::write(
+        &intent,
+        format!(
+            "intent:\n  target_resource_type: many.thing\n  action: run\n  name: cli\n  parameters: {{ledger: '{}', marks: '{}'}}\n",
+            dir.join("ledger").display(),
+            dir.join("marks").display()
+        ),
+    )
+    .unwrap();
+    let data = dir.join("data").display().to_string();
+    let (intent, pack) = (intent.display().to_string(), dir.join("many").display().to_string());
+    let applied = opsgraph(&[
+        "--data-dir",
+        &data,
+        "--database",
+        db.url(),
+        "--concurrency",
+        "16",
+        "apply",
+        "-f",
+        &intent,
+        "--packs",
+        &pack,
+        "--yes",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(applied.code, 0, "{}", applied.render());
+    let listed = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["--data-dir", data.as_str()];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["get", "operations", "-o", "json"]);
+        let run = opsgraph(&all);
+        assert_eq!(run.code, 0, "{}", run.render());
+        serde_json::from_str(&run.out).unwrap()
+    };
+    let on_pg = listed(&["--database", db.url()]);
+    assert_eq!(on_pg.as_array().unwrap().len(), 1, "{on_pg}");
+    assert_eq!(on_pg[0]["state"], "completed");
+    // The operation's lease was released when the command stopped driving it.
+    let lease = db.store().lease(on_pg[0]["id"].as_str().unwrap()).unwrap().unwrap();
+    assert!(lease.expires_in_ms <= 0, "{lease:?}");
+    assert_eq!(listed(&[]), serde_json::json!([]), "the data directory's own SQLite store is untouched");
+    let file = format!("sqlite://{}", dir.join("data/opsgraph.db").display());
+    assert_eq!(listed(&["--database", &file]), serde_json::json!([]));
+}
