@@ -226,9 +226,11 @@ pub fn demo(data_dir: Option<&std::path::Path>, out: &mut dyn Write, err: &mut d
                 .find(|x| x.id == gate)
                 .ok_or_else(|| anyhow::anyhow!("gate {gate} vanished"))?;
             let option = g.options.first().cloned().unwrap_or_else(|| "approve".into());
-            writeln!(out, "gate {gate}: {} -> demo answers `{option}` as sre", g.reason)?;
+            // Four eyes: the demo's operation is created by user:demo and approved by another
+            // person, as it must be.
+            writeln!(out, "gate {gate}: {} -> demo answers `{option}` as user:demo-sre (sre)", g.reason)?;
             let answer =
-                opsgraph_runtime::GateAnswer { option, actor: "user:demo".into(), role: "sre".into(), value: None };
+                opsgraph_runtime::GateAnswer { option, actor: "user:demo-sre".into(), role: "sre".into(), value: None };
             rt.answer_gate(&id, &gate, &answer, &mut |_| {})?;
         }
     }

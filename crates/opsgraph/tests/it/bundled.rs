@@ -302,7 +302,7 @@ fn demo_runs_the_lab_scenario_end_to_end() {
     assert_eq!(run.code, 0, "{}", run.render());
     for needle in [
         "Plan lab-cluster.create",
-        "demo answers `approve` as sre",
+        "demo answers `approve` as user:demo-sre (sre)",
         "operation running -> completed: every job's outputs are verified by evidence",
         "Resource lab.cluster/lab-k8s: status running, health healthy",
     ] {
