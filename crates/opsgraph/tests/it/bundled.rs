@@ -297,9 +297,13 @@ fn demo_runs_the_lab_scenario_end_to_end() {
     std::fs::create_dir_all(dir.join("")).unwrap();
     let data = dir.display().to_string();
     let run = opsgraph(&["demo", "--data-dir", &data]);
-    // The lab nodes' background processes belong to this test: stop them whatever happened.
+    // The demo stops the lab nodes' background processes itself ([H] 7): none is left.
+    let left = std::process::Command::new("pgrep").args(["-f", &format!("{data}/")]).output().unwrap();
+    // Should that fail, they still belong to this test: stop them.
     let _ = std::process::Command::new("pkill").args(["-f", &format!("{data}/")]).status();
     assert_eq!(run.code, 0, "{}", run.render());
+    assert_eq!(String::from_utf8_lossy(&left.stdout), "", "lab processes left running after the demo");
+    assert!(run.out.contains("Stopped the lab nodes' "), "{}", run.out);
     for needle in [
         "Plan lab-cluster.create",
         "demo answers `approve` as user:demo-sre (sre)",
