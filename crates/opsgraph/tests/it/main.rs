@@ -26,6 +26,7 @@ mod runtime;
 mod secrets;
 mod server;
 mod server_stream;
+mod shellcheck;
 mod subop;
 mod support;
 mod tidy;
