@@ -96,7 +96,14 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        66 checks
+        73 checks
+        etcd/etcd_cluster_healthy: failed, exit code 127
+        etcd/etcd_member_key_private: failed, exit code 1
+        etcd/etcd_members_started: failed, exit code 127
+        etcd/etcd_server_installed: failed, could not start: failed to start `etcd`: No such file or directory (os error 2)
+        etcd/etcd_unit_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        etcd/etcd_unit_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        etcd/etcdctl_installed: failed, could not start: failed to start `etcdctl`: No such file or directory (os error 2)
         kubernetes/apiserver_readyz: failed, (empty output)
         kubernetes/br_netfilter_enabled: failed, could not start: failed to start `sysctl`: No such file or directory (os error 2)
         kubernetes/cni_daemonsets_ready: failed, exit code 127
