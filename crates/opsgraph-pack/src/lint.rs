@@ -87,7 +87,15 @@ pub fn shell(text: &str) -> Vec<Finding> {
             let prints_only = stage.first().and_then(|t| t.word()).is_some_and(|w| w == "printf" || w == "echo")
                 && stage.iter().all(|s| s.depth == t.depth && !s.subst);
             if !prints_only {
-                let first = stage.iter().find(|s| s.depth == t.depth).and_then(|s| s.word()).unwrap_or("(…)");
+                // The command that can fail unseen: the stage's, or the first one of a command
+                // substitution a printing stage hides it in.
+                let prints = stage.first().and_then(|t| t.word()).is_some_and(|w| w == "printf" || w == "echo");
+                let first = stage
+                    .iter()
+                    .filter_map(|s| Some((s.depth, s.word()?)))
+                    .find(|(depth, _)| if prints { *depth > t.depth } else { *depth == t.depth })
+                    .map(|(_, word)| word)
+                    .unwrap_or("(…)");
                 findings.push(Finding {
                     code: Code::Pipeline,
                     offset: t.offset,

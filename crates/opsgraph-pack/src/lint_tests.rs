@@ -46,8 +46,8 @@ fn pipelines() {
     check(
         r#"printf '%s\n' "$(kubectl get nodes)" | wc -l"#,
         expect![[r#"
-        1:38 W001: a pipeline without pipefail: its status is its last stage's, so `printf` failing or missing goes unnoticed
-    "#]],
+            1:38 W001: a pipeline without pipefail: its status is its last stage's, so `kubectl` failing or missing goes unnoticed
+        "#]],
     );
     // Pipelines inside a command substitution, in double quotes.
     check(
