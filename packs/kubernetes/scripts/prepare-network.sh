@@ -5,10 +5,11 @@
 # rewritten when their content differs; swap entries are commented out once, with a backup.
 #
 # Inside a container host (systemd-detect-virt --container; a fleet host in its own namespaces)
-# the kernel is the machine's: a module already loaded there is used as it is, and a sysctl that
-# already has the needed value is left alone. Anything else that cannot be done from inside -
-# a module that is not loaded, a sysctl that cannot be written, swap that cannot be turned off -
-# fails with a message that says to do it on the machine. Nothing is skipped that kubelet needs.
+# the kernel is the machine's: a module it already has (loaded or built in) is used as it is,
+# and a sysctl that already has the needed value is left alone. Anything else that cannot be
+# done from inside - a module the kernel lacks, a sysctl that cannot be written, swap that cannot
+# be turned off - fails with a message that says to do it on the machine. Nothing kubelet needs
+# is skipped.
 #
 # Conventions (packs/README.md):
 #   run with `sh -eu`; POSIX sh; idempotent (safe to run again)
@@ -84,10 +85,16 @@ write_file /etc/modules-load.d/kubernetes.conf 0644 <<'CONF'
 overlay
 br_netfilter
 CONF
+# What each module gives, however the kernel has it (loaded, built in): nothing to load then.
+module_ready() {
+    case $1 in
+        overlay) grep -qw overlay /proc/filesystems ;;
+        br_netfilter) [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] ;;
+        *) return 1 ;;
+    esac
+}
 for module in overlay br_netfilter; do
-    if [ -d "/sys/module/$module" ]; then
-        continue
-    fi
+    module_ready "$module" && continue
     modprobe "$module" || fail "kernel module $module is not loaded and cannot be loaded$(on_machine "run modprobe $module")"
 done
 

@@ -12,6 +12,7 @@ mod evidence;
 mod faults;
 mod gates;
 mod intervene;
+mod k8s_network;
 mod lab;
 mod lifecycle;
 mod limits;
