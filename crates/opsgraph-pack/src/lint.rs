@@ -9,8 +9,8 @@
 //!   (`printf`/`echo` without a command substitution): the capture-then-pipe form
 //!   `out=$(tool …) && printf '%s\n' "$out" | awk …` is the portable equivalent, since Debian 12's
 //!   `sh` (dash 0.5.12) has no `pipefail`;
-//! - a swallowed failure: `|| true`, `|| :`, `|| exit 0`, `|| return 0`, and a trailing `; true`,
-//!   `; :` or `; exit 0`.
+//! - a swallowed failure: `|| true`, `|| :`, `|| exit 0`, `|| return 0`, a trailing `; true`,
+//!   `; :` or `; exit 0`, and a command put in the background with `&`.
 //!
 //! [`evidence`] adds the rule that needs the check itself: a pipeline whose output is compared
 //! (`expected`, `contains`, `matches`) without `expected_exit_code` has its exit status ignored,
@@ -118,6 +118,15 @@ pub fn shell(text: &str) -> Vec<Finding> {
                             .to_owned(),
                 });
             }
+        }
+        if t.is_op("&") {
+            findings.push(Finding {
+                code: Code::Swallowed,
+                offset: t.offset,
+                message: "a command run in the background (`&`) cannot fail the check: its status is never waited for"
+                    .to_owned(),
+                hint: "run it in the foreground".to_owned(),
+            });
         }
         if (t.is_op(";") || t.is_op("\n")) && t.depth == 0 {
             let next = words_after(&toks, i);

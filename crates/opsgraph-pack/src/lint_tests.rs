@@ -109,6 +109,13 @@ fn swallowed_failures() {
         1:12 W002: a final `:` makes the whole command succeed whatever came before
     "#]],
     );
+    check(
+        "check-thing &",
+        expect![[r#"
+        1:13 W002: a command run in the background (`&`) cannot fail the check: its status is never waited for
+    "#]],
+    );
+    check("check-thing 2>&1 >/dev/null && echo ok", expect!["clean\n"]);
     // A fallback value, a failure made explicit, a `true` in the middle: not swallowed.
     check(r#"hb=$(cat f 2>/dev/null) || hb=0; test "$hb" -gt 0"#, expect!["clean\n"]);
     check("check-thing || exit 1", expect!["clean\n"]);
