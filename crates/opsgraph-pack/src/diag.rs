@@ -28,8 +28,6 @@ pub enum Code {
     Pipeline,
     /// Warning: an evidence command swallows a failure (`|| true`, a final `; true`).
     Swallowed,
-    /// Warning: an evidence pipeline's output is compared but its exit status is not.
-    ExitIgnored,
 }
 
 impl Code {
@@ -48,7 +46,6 @@ impl Code {
             Code::Limit => "E011",
             Code::Pipeline => "W001",
             Code::Swallowed => "W002",
-            Code::ExitIgnored => "W003",
         }
     }
 
@@ -67,7 +64,6 @@ impl Code {
             Code::Limit => "limit",
             Code::Pipeline => "pipeline-without-pipefail",
             Code::Swallowed => "swallowed-failure",
-            Code::ExitIgnored => "exit-status-ignored",
         }
     }
 }

@@ -38,21 +38,6 @@ pub fn evidence(ev: &Evidence) -> Vec<Finding> {
         return Vec::new();
     };
     let mut findings = shell(&text);
-    let compares_output = ev.expected.is_some() || ev.contains.is_some() || ev.matches.is_some();
-    let toks = scan(&text);
-    // Without pipefail, W001 already names the pipeline (or its first stages only print).
-    if compares_output && ev.expected_exit_code.is_none() && pipefail_at(&toks, toks.len()) {
-        if let Some(pipe) = toks.iter().find(|t| t.is_op("|")) {
-            findings.push(Finding {
-                code: Code::ExitIgnored,
-                offset: pipe.offset,
-                message:
-                    "the output of a pipeline is compared but not its exit status, so pipefail cannot make it fail"
-                        .to_owned(),
-                hint: "add `expected_exit_code: 0` beside the output comparison".to_owned(),
-            });
-        }
-    }
     findings.sort_by_key(|f| f.offset);
     findings
 }

@@ -98,15 +98,15 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     expect![[r#"
         73 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
-        etcd/etcd_member_key_private: failed, exit code 1
-        etcd/etcd_members_started: failed, exit code 127
+        etcd/etcd_member_key_private: failed, (empty output)
+        etcd/etcd_members_started: failed, (empty output)
         etcd/etcd_server_installed: failed, could not start: failed to start `etcd`: No such file or directory (os error 2)
         etcd/etcd_unit_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         etcd/etcd_unit_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         etcd/etcdctl_installed: failed, could not start: failed to start `etcdctl`: No such file or directory (os error 2)
         kubernetes/apiserver_readyz: failed, (empty output)
         kubernetes/br_netfilter_enabled: failed, could not start: failed to start `sysctl`: No such file or directory (os error 2)
-        kubernetes/cni_daemonsets_ready: failed, exit code 127
+        kubernetes/cni_daemonsets_ready: failed, (empty output)
         kubernetes/containerd_service_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/containerd_systemd_cgroup: failed, could not start: failed to start `containerd`: No such file or directory (os error 2)
         kubernetes/control_plane_pods_ready: failed, exit code 127
@@ -118,8 +118,8 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         kubernetes/kubelet_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/kubelet_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/kubernetes_images_present: failed, exit code 127
-        kubernetes/node_ready_self: failed, exit code 127
-        kubernetes/nodes_all_ready: failed, exit code 127
+        kubernetes/node_ready_self: failed, (empty output)
+        kubernetes/nodes_all_ready: failed, (empty output)
         kubernetes/swap_disabled: failed, (empty output)
         lab-cluster/lab_admin_conf_present: failed, exit code 127
         lab-cluster/lab_apiserver_alive: failed, exit code 1
