@@ -877,17 +877,19 @@ fn parameters(
                     ParamType::List => v.is_array(),
                     ParamType::Map => v.is_object(),
                 };
+                // A secret value is never quoted back, not even in an error.
+                let found = || if spec.secret { Value::String(crate::render::SECRET.into()) } else { v.clone() };
                 if !ok {
                     errors.push(Error::ParameterType {
                         name: name.clone(),
                         expected: format!("{:?}", spec.type_).to_lowercase(),
-                        found: v.clone(),
+                        found: found(),
                     });
                 } else if !spec.enum_.is_empty() && !spec.enum_.contains(v) {
                     errors.push(Error::ParameterValue {
                         name: name.clone(),
                         allowed: spec.enum_.clone(),
-                        found: v.clone(),
+                        found: found(),
                     });
                 }
                 let v = match (spec.type_, v) {
