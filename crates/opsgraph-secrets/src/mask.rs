@@ -257,6 +257,10 @@ impl MaskStream<'_> {
     /// covers at most `reach` bytes, and at least that many follow `cut`), so every match that
     /// touches the written part is known now.
     fn drain(&mut self, cut: usize, edges: Edges, out: &mut Vec<u8>) {
+        if cut == 0 && !edges.complete {
+            // Nothing can be written yet; a mark still open (`forced`) stays open.
+            return;
+        }
         let mut spans = self.masker.spans(&self.held, edges);
         if self.forced > 0 {
             spans.insert(0, (0, self.forced));
@@ -491,6 +495,8 @@ impl View {
         let mut text = Zeroizing::new(Vec::with_capacity(hay.len()));
         let mut origin = Vec::with_capacity(hay.len());
         let mut start = 0;
+        // Whether the line before was joined to this one.
+        let mut joined = false;
         while start < hay.len() {
             let (end, next, broken) = match hay[start..].iter().position(|&b| b == b'\n') {
                 Some(n) => (start + n, start + n + 1, true),
@@ -502,14 +508,17 @@ impl View {
             let mut join = false;
             match self {
                 View::Base64 => {
-                    for (i, &b) in line.iter().enumerate() {
-                        text.push(b);
-                        origin.push((start + i, start + i + 1));
-                    }
                     join = readable
                         && broken
                         && line.len() >= MIN_BASE64_LINE
                         && line.iter().all(|&b| b.is_ascii_alphanumeric() || b"+/-_".contains(&b));
+                    // Only lines at a join: what lies within one line the output itself shows.
+                    if join || joined {
+                        for (i, &b) in line.iter().enumerate() {
+                            text.push(b);
+                            origin.push((start + i, start + i + 1));
+                        }
+                    }
                 }
                 View::Dump if readable => {
                     for i in dump_digits(line) {
@@ -520,10 +529,11 @@ impl View {
                 }
                 View::Dump => {}
             }
-            if !join {
+            if !join && text.last() != Some(&b'\n') {
                 text.push(b'\n');
                 origin.push((start, start));
             }
+            joined = join;
             start = next;
         }
         (text, origin)

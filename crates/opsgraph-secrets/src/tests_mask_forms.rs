@@ -160,3 +160,85 @@ fn transforms_are_not_masked() {
     "#]]
     .assert_eq(&table);
 }
+
+/// Random secrets inside random bytes, dumped `od -An -tx1` style at a random width or base64
+/// wrapped at a random width: with the line breaks and spaces taken out, the secret's hex and
+/// its base64 (at the alignment it was written) are gone; a stream cut anywhere agrees.
+#[test]
+fn property_dumps_and_wrapped_base64_never_keep_a_secret() {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine as _;
+    let seed = std::cell::Cell::new(0x5eed_1234_abcd_ef01u64);
+    let next = |n: usize| {
+        let mut x = seed.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        seed.set(x);
+        (x % n as u64) as usize
+    };
+    for case in 0..120 {
+        let secret: Vec<u8> = (0..MIN_SECRET_LEN + next(24)).map(|_| next(256) as u8).filter(|&b| b != b'*').collect();
+        if secret.len() < MIN_SECRET_LEN {
+            continue;
+        }
+        let masker = Masker::new([&secret]).unwrap();
+        // The secret at a multiple of 3 bytes, so its base64 is a fixed, checkable string.
+        let before: Vec<u8> = (0..3 * next(20)).map(|_| next(256) as u8).collect();
+        let after: Vec<u8> = (0..next(40)).map(|_| next(256) as u8).collect();
+        let data = [&before[..], &secret, &after].concat();
+        let width = 4 + next(13);
+        let dump: String =
+            data.chunks(width).map(|row| row.iter().map(|b| format!(" {b:02x}")).collect::<String>() + "\n").collect();
+        let b64 = STANDARD.encode(&data);
+        let wrap = 16 + next(65);
+        let wrapped: String =
+            b64.as_bytes().chunks(wrap).map(|l| String::from_utf8_lossy(l).into_owned() + "\n").collect();
+        let checks = [
+            (dump, secret.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+            (wrapped, STANDARD.encode(&secret).trim_end_matches('=').to_string()),
+        ];
+        // Log lines around it, some longer than a view reads, so a stream cuts inside and
+        // between lines.
+        let filler = |lines: usize| -> String {
+            (0..lines)
+                .map(|_| {
+                    (0..next(300)).map(|_| (b' ' + next(95) as u8) as char).filter(|&c| c != '*').collect::<String>()
+                        + "\n"
+                })
+                .collect()
+        };
+        let (head, tail) = (filler(next(40)), filler(next(40)));
+        for (output, form) in checks {
+            let output = format!("{head}{output}{tail}");
+            let masked = masker.mask_bytes(output.as_bytes());
+            let squeezed: Vec<u8> = masked.iter().copied().filter(|b| !b.is_ascii_whitespace()).collect();
+            let core = &form.as_bytes()[..form.len().saturating_sub(2)];
+            assert!(
+                !squeezed.windows(core.len()).any(|w| w == core),
+                "case {case}: {form} survives in {}",
+                String::from_utf8_lossy(&masked)
+            );
+            let mut stream = masker.stream();
+            let mut streamed = Vec::new();
+            let mut rest = output.as_bytes();
+            while !rest.is_empty() {
+                let n = 1 + next(rest.len().min(500));
+                stream.push(&rest[..n], &mut streamed);
+                rest = &rest[n..];
+            }
+            stream.finish(&mut streamed);
+            if streamed != masked {
+                let at = streamed.iter().zip(&masked).position(|(a, b)| a != b).unwrap_or(0);
+                let from = at.saturating_sub(200);
+                panic!(
+                    "case {case}: streaming differs at {at} (secret {} bytes, width {width}):\nstream: {:?}\nwhole:  {:?}\ninput:  {:?}",
+                    secret.len(),
+                    String::from_utf8_lossy(&streamed[from..(at + 200).min(streamed.len())]),
+                    String::from_utf8_lossy(&masked[from..(at + 200).min(masked.len())]),
+                    &output[from..(at + 300).min(output.len())],
+                );
+            }
+        }
+    }
+}
