@@ -854,7 +854,8 @@ pub fn check_parameter(name: &str, spec: &opsgraph_model::ParamSpec, v: &Value) 
     if n > MAX_PARAMETER_BYTES {
         return Err(Error::Limit { what: "bytes of one parameter value", limit: MAX_PARAMETER_BYTES, found: n });
     }
-    let shown = || if spec.secret { Value::String("(a secret value, not shown)".into()) } else { v.clone() };
+    // A secret value is never quoted back, not even in an error.
+    let shown = || if spec.secret { Value::String(crate::render::SECRET.into()) } else { v.clone() };
     let ok = match spec.type_ {
         ParamType::String => v.is_string() || v.is_number(),
         ParamType::Integer => v.is_i64() || v.is_u64(),

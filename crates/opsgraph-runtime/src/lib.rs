@@ -17,6 +17,8 @@
 //!   another writer committed, and a stale writer is refused by the operation's version.
 
 pub mod agent;
+mod agent_screen;
+mod agent_wire;
 mod analyze;
 mod control;
 mod drive;
@@ -36,6 +38,7 @@ use opsgraph_pack::Pack;
 use opsgraph_store::{Store, Write};
 
 pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
+pub use agent_screen::{Refusal, Screen};
 pub use analyze::Diagnosis;
 pub use control::{approves, GateAnswer};
 pub use drive::Progress;

@@ -251,7 +251,7 @@ pub(crate) fn roles(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let intent = ctx.intent()?;
     let plan = ctx.plan(&intent)?;
-    let mut v = render::json(&plan);
+    let mut v = render::json(&plan, &ctx.state.world().packs);
     // `?format=text`: the preview a person reads, as `opsgraph plan` prints it, beside the JSON.
     if ctx.query.get("format").is_some_and(|f| f == "text") {
         v["text"] = Value::String(render::text(&plan));
@@ -302,7 +302,7 @@ pub(crate) fn operation_plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     })?;
     let plan: Plan =
         serde_json::from_value(stored).map_err(|e| ApiError::internal("a stored plan cannot be read", &e))?;
-    Reply::ok(views::hide_sealed(render::json(&plan)))
+    Reply::ok(views::hide_sealed(render::json(&plan, &ctx.state.world().packs)))
 }
 
 /// `GET /operations/{id}/patches`: every plan patch proposed for the operation, from its

@@ -164,8 +164,8 @@ pub fn preview_to(
     }
     match output {
         Output::Text => write!(out, "{}", render::text(&plan))?,
-        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&render::json(&plan))?)?,
-        Output::Yaml => write!(out, "{}", crate::ops_cmd::to_yaml(&render::json(&plan), 0))?,
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&render::json(&plan, &loaded.packs))?)?,
+        Output::Yaml => write!(out, "{}", crate::ops_cmd::to_yaml(&render::json(&plan, &loaded.packs), 0))?,
         Output::Dot => write!(out, "{}", render::dot(&plan))?,
     }
     Ok(Some(plan))

@@ -479,3 +479,97 @@ fn limits_stop_hostile_documents_before_they_cost_anything() {
         "#]],
     );
 }
+
+/// Runs the real binary with `args`; it must finish within 20 s (a FIFO must not hang a read).
+fn bounded(args: &[&str]) -> String {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("opsgraph {args:?} hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "exit: {}\n{}{}",
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn special_files_links_out_of_the_tree_and_oversized_files_are_refused_before_reading() {
+    let intent = "intent: {target_resource_type: x, action: y}\n";
+    let dir = temp_dir(&[("docs/a.yaml", intent), ("outside/secret.yaml", intent)]);
+    let docs = dir.join("docs");
+    let run = |cmd: &str| {
+        assert!(
+            std::process::Command::new("sh").arg("-c").arg(cmd).current_dir(&docs).status().unwrap().success(),
+            "{cmd}"
+        )
+    };
+    run("mkfifo fifo.yaml");
+    run("ln -s ../outside/secret.yaml out.yaml && ln -s a.yaml in.yaml && ln -s /etc out-dir && ln -s . loop");
+    run("ln -s nowhere.yaml dangling.yaml && truncate -s 2M big.yaml");
+    let _socket = std::os::unix::net::UnixListener::bind(docs.join("socket.yaml")).unwrap();
+    let show = |text: String| text.replace(&dir.display().to_string(), "$TMP");
+    // A directory: every problem with its path, the link inside the tree read, the loop once.
+    expect![[r#"
+        exit: 1
+        $TMP/docs/big.yaml:1:1: error[E011]: the file is 2097152 bytes; the limit is 1048576 bytes (1 MiB) per file
+          = hint: split it into several files
+        $TMP/docs/dangling.yaml: error[E012]: cannot read: a symbolic link to nothing (No such file or directory (os error 2))
+        $TMP/docs/fifo.yaml: error[E012]: refused: a FIFO; only regular files are read
+        $TMP/docs/out.yaml: error[E012]: refused: a symbolic link leaving the tree (to $TMP/outside/secret.yaml)
+        $TMP/docs/socket.yaml: error[E012]: refused: a socket; only regular files are read
+        5 errors, 0 warnings
+    "#]]
+    .assert_eq(&show(bounded(&["validate", &docs.display().to_string()])));
+    // Named one by one: the same, and a device too.
+    let named: Vec<String> =
+        ["fifo.yaml", "big.yaml", "missing.yaml"].iter().map(|f| docs.join(f).display().to_string()).collect();
+    let mut args = vec!["validate"];
+    args.extend(named.iter().map(String::as_str));
+    args.push("/dev/zero");
+    expect![[r#"
+        exit: 1
+        $TMP/docs/fifo.yaml: error[E012]: refused: a FIFO; only regular files are read
+        $TMP/docs/big.yaml:1:1: error[E011]: the file is 2097152 bytes; the limit is 1048576 bytes (1 MiB) per file
+          = hint: split it into several files
+        $TMP/docs/missing.yaml: error[E012]: cannot read: No such file or directory (os error 2)
+        /dev/zero: error[E012]: refused: a device; only regular files are read
+        4 errors, 0 warnings
+    "#]]
+    .assert_eq(&show(bounded(&args)));
+    // An intent given to `plan -f` and packs given with `--packs`.
+    expect![[r#"
+        exit: 1
+        bundled:packs/postgresql/evidence.yaml:11:7: warning[W001]: evidence `postgresql_cluster_exists`: a pipeline without pipefail: its status is its last stage's, so `pg_lsclusters` failing or missing goes unnoticed
+          = hint: capture first: `out=$(tool …) && printf '%s\n' "$out" | …` (Debian's sh has no pipefail), or run the line with `bash -o pipefail -c`
+        bundled:packs/postgresql/evidence.yaml:18:7: warning[W001]: evidence `postgresql_config_valid`: a pipeline without pipefail: its status is its last stage's, so `runuser` failing or missing goes unnoticed
+          = hint: capture first: `out=$(tool …) && printf '%s\n' "$out" | …` (Debian's sh has no pipefail), or run the line with `bash -o pipefail -c`
+        $TMP/docs/fifo.yaml: error[E012]: refused: a FIFO; only regular files are read
+        1 error, 2 warnings
+    "#]]
+    .assert_eq(&show(bounded(&["plan", "-f", &docs.join("fifo.yaml").display().to_string()])));
+    expect![[r#"
+        exit: 1
+        $TMP/docs/big.yaml:1:1: error[E011]: the file is 2097152 bytes; the limit is 1048576 bytes (1 MiB) per file
+          = hint: split it into several files
+        $TMP/docs/dangling.yaml: error[E012]: cannot read: a symbolic link to nothing (No such file or directory (os error 2))
+        $TMP/docs/fifo.yaml: error[E012]: refused: a FIFO; only regular files are read
+        $TMP/docs/out-dir: error[E012]: refused: a symbolic link leaving the tree (to /etc)
+        $TMP/docs/out.yaml: error[E012]: refused: a symbolic link leaving the tree (to $TMP/outside/secret.yaml)
+        $TMP/docs/socket.yaml: error[E012]: refused: a socket; only regular files are read
+        $TMP/docs: error[E010]: no pack here: no pack.yaml in it or in its subdirectories
+        7 errors, 0 warnings
+    "#]].assert_eq(&show(bounded(&["pack", "validate", &docs.display().to_string()])));
+}

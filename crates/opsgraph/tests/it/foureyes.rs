@@ -209,7 +209,7 @@ fn gate_values_are_checked_like_an_intents() {
         input-replicas: gate `input-replicas`: P003: parameter `replicas` must be a integer, found "three"
         input-replicas: gate `input-replicas`: P003: parameter `replicas` must be a integer, found 2.5
         input-tier: gate `input-tier`: P003: parameter `tier` must be one of "gold", "silver", found "bronze"
-        input-api-key: gate `input-api-key`: P003: parameter `api_key` must be a string, found "(a secret value, not shown)"
+        input-api-key: gate `input-api-key`: P003: parameter `api_key` must be a string, found "(secret)"
         input-api-key: gate `input-api-key`: P010: bytes of one parameter value: 71682, above the limit of 65536
         input-replicas: accepted
         input-tier: accepted
