@@ -18,8 +18,8 @@ pub struct Limits {
     /// `limits.event_streams`: server-sent event streams open at once (each holds a blocking
     /// thread and a store connection).
     pub event_streams: usize,
-    /// `limits.event_streams_per_identity`: event streams one identity (one actor, whatever
-    /// token it uses) holds at once, so one viewer cannot take every slot.
+    /// `limits.event_streams_per_identity`: event streams one identity (its actor, `user:NAME`)
+    /// holds at once, so one viewer cannot take every slot.
     pub event_streams_per_identity: usize,
     /// `limits.archive_bytes`: the largest pack archive (`POST /api/v1/packs`), the registry's
     /// limit on the files of one pack.
