@@ -24,6 +24,12 @@ pub enum Code {
     Pack,
     /// A size limit: bytes of a file, nesting depth, nodes after alias expansion.
     Limit,
+    /// Warning: an evidence command's pipeline without `pipefail` (a failing stage is not seen).
+    Pipeline,
+    /// Warning: an evidence command swallows a failure (`|| true`, a final `; true`).
+    Swallowed,
+    /// Warning: an evidence pipeline's output is compared but its exit status is not.
+    ExitIgnored,
 }
 
 impl Code {
@@ -40,6 +46,9 @@ impl Code {
             Code::UnknownRef => "E009",
             Code::Pack => "E010",
             Code::Limit => "E011",
+            Code::Pipeline => "W001",
+            Code::Swallowed => "W002",
+            Code::ExitIgnored => "W003",
         }
     }
 
@@ -56,6 +65,9 @@ impl Code {
             Code::UnknownRef => "unknown-ref",
             Code::Pack => "pack",
             Code::Limit => "limit",
+            Code::Pipeline => "pipeline-without-pipefail",
+            Code::Swallowed => "swallowed-failure",
+            Code::ExitIgnored => "exit-status-ignored",
         }
     }
 }

@@ -11,6 +11,7 @@
 pub mod diag;
 pub mod digest;
 mod kinds;
+pub mod lint;
 pub mod pack;
 pub mod remedy;
 mod semantic;

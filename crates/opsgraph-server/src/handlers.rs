@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use opsgraph_model::{Document, GateType, Intent, Resource};
+use opsgraph_model::{Document, Intent, Resource};
 use opsgraph_plan::lifecycle::state_name;
 use opsgraph_plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
@@ -442,14 +442,6 @@ struct AnswerBody {
     revision: Option<String>,
 }
 
-/// Gates whose answer approves something: their operation's creator may not answer them
-/// (except to cancel) unless `allow_self_approval` is set.
-fn is_approval(gate_type: &str) -> bool {
-    [GateType::Approval, GateType::DestructiveAction, GateType::PolicyException, GateType::CostConfirmation]
-        .iter()
-        .any(|t| t.to_string() == gate_type)
-}
-
 pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let who = ctx.who()?.clone();
     let body: AnswerBody = ctx.json(false)?;
@@ -483,14 +475,8 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             ),
         ));
     };
-    let cancelling = body.option == "cancel operation";
-    if is_approval(&gate.gate_type) && op.actor == who.actor() && !cancelling && !ctx.state.config().allow_self_approval
-    {
-        return Err(ApiError::forbidden(
-            "self_approval",
-            format!("{} created operation `{}` and may not approve its gate `{gate_id}`", who.actor(), op.id),
-        ));
-    }
+    // Four eyes (the creator of the operation, the author of a patch) is the runtime's rule:
+    // `opsgraph_runtime::approves`, answered 403 self_approval.
     let Some(revision) = body.revision else {
         return Err(ApiError::unprocessable(
             "revision_required",
@@ -753,6 +739,7 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         "diff_text": p.diff.text(),
         "findings": p.findings,
         "gate": p.gate,
+        "approval": p.approval,
         "state": state_name(p.state.kind()),
         "detail": views::detail(&p.state),
     }))

@@ -222,6 +222,12 @@ pub fn check_files(root: &str, files: &[(String, &[u8])]) -> (Option<Pack>, Vec<
             Err(e) => diags.push(io_error(&Source::parse(&format!("{}/{rel}", root.trim_end_matches('/'))), &e)),
         }
     }
+    // Scripts go along as text, so that those an evidence command names are linted too.
+    for (rel, bytes) in files.iter().filter(|(p, _)| !is_yaml(p) && p.starts_with("scripts/")) {
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            yaml.push(PackFile { path: rel.clone(), text: text.to_owned() });
+        }
+    }
     let all: BTreeSet<String> = files.iter().map(|(p, _)| p.clone()).collect();
     let (pack, d) = check_pack(root, &yaml, &all);
     diags.extend(d);

@@ -339,6 +339,50 @@ fn check_pack(files: &[(&str, &str)], expect: Expect) {
     expect.assert_eq(&run.render().replace(&dir.display().to_string(), "$TMP"));
 }
 
+/// Evidence that cannot fail is a warning, at the command or in the script it runs; the pack
+/// stays valid (exit 0).
+#[test]
+fn pack_evidence_lint() {
+    check_pack(
+        &[
+            (
+                "demo/pack.yaml",
+                "scenario_pack:\n  id: demo\n  version: 1.0.0\n  resource_types: [demo.thing]\n  actions: [check]\n  plan_templates: [{id: demo.check}]\n",
+            ),
+            (
+                "demo/templates.yaml",
+                "plan_template:\n  id: demo.check\n  action: check\n  stages: [{id: one, name: One, jobs: [verify]}]\n  jobs: [verify]\n",
+            ),
+            (
+                "demo/jobs.yaml",
+                "job:\n  id: verify\n  outputs: {evidence: [nodes_ready, swap_off, unit_up, scripted, captured]}\n  run: {command: [true]}\n",
+            ),
+            (
+                "demo/evidence.yaml",
+                "evidence:\n  - id: nodes_ready\n    source: command\n    command: >-\n      kubectl get nodes --no-headers\n      | awk '$2 != \"Ready\" {n++} END {print n + 0}'\n    expected: \"0\"\n  - id: swap_off\n    source: command\n    command: [bash, -o, pipefail, -c, 'swapon --show | wc -l']\n    expected: \"0\"\n  - id: unit_up\n    source: systemd\n    command: systemctl is-active demo || true\n  - id: scripted\n    source: command\n    command: sh scripts/check.sh\n  - id: captured\n    source: command\n    command: out=$(kubectl get nodes) && printf '%s\\n' \"$out\" | grep -c Ready\n    matches: '^[1-9]'\n",
+            ),
+            ("demo/scripts/check.sh", "#!/bin/sh\nset -eu\ndemo status | grep -q up\ndemo ping\ntrue\n"),
+        ],
+        expect![[r#"
+            exit: 0
+            --- stdout
+            ok: pack demo@1.0.0 sha256:ad83586ddb28620b0058d8a489684c03692cc55326db19a918f5b3f1cdfd9624 (1 templates, 1 jobs, 5 evidence checks, 0 artifacts, 0 remedies)
+            --- stderr
+            $TMP/demo/evidence.yaml:5:7: warning[W001]: evidence `nodes_ready`: a pipeline without pipefail: its status is its last stage's, so `kubectl` failing or missing goes unnoticed
+              = hint: capture first: `out=$(tool …) && printf '%s\n' "$out" | …` (Debian's sh has no pipefail), or run the line with `bash -o pipefail -c`
+            $TMP/demo/evidence.yaml:10:14: warning[W003]: evidence `swap_off`: the output of a pipeline is compared but not its exit status, so pipefail cannot make it fail
+              = hint: add `expected_exit_code: 0` beside the output comparison
+            $TMP/demo/evidence.yaml:14:14: warning[W002]: evidence `unit_up`: `|| true` turns a failure into success
+              = hint: let the command's status decide; to accept a known failure, test for it (`[ … ] ||`) instead
+            $TMP/demo/scripts/check.sh:3:13: warning[W001]: evidence `scripted` runs this script: a pipeline without pipefail: its status is its last stage's, so `demo` failing or missing goes unnoticed
+              = hint: capture first: `out=$(tool …) && printf '%s\n' "$out" | …` (Debian's sh has no pipefail), or run the line with `bash -o pipefail -c`
+            $TMP/demo/scripts/check.sh:4:10: warning[W002]: evidence `scripted` runs this script: a final `true` makes the whole command succeed whatever came before
+              = hint: remove it: the status of the last real command is the check's
+            0 errors, 5 warnings
+        "#]],
+    );
+}
+
 #[test]
 fn pack_cross_references() {
     check_pack(
