@@ -169,7 +169,8 @@ mod tests {
         let got = match Limits::parse("config.yaml", yaml) {
             Ok(limits) => {
                 let (got, default) = (format!("{limits:#?}"), format!("{:#?}", Limits::default()));
-                let changed: Vec<&str> = got.lines().filter(|l| !default.lines().any(|d| d == *l)).collect();
+                let changed: Vec<&str> =
+                    got.lines().filter(|l| !default.lines().any(|d| d == *l)).map(str::trim).collect();
                 changed.join("\n")
             }
             Err(e) => format!("error: {e}"),
@@ -188,7 +189,7 @@ mod tests {
                     header_read_timeout: 500ms,
                     connections_per_peer: 3,"#]],
         );
-        check("limits:\n  event_stream_duration: 30\n", expect!["    event_stream_duration: 30s,"]);
+        check("limits:\n  event_stream_duration: 30\n", expect!["event_stream_duration: 30s,"]);
         check(
             "limits: {streams: 3}\n",
             expect!["error: config.yaml: unknown limit `limits.streams`; expected one of body_bytes, idempotency_key_bytes, event_streams, event_streams_per_identity, archive_bytes, event_stream_duration, agent_report_bytes, header_read_timeout, connections, connections_per_peer"],
