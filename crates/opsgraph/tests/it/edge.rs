@@ -288,14 +288,14 @@ fn health(addr: SocketAddr) -> (u16, Duration) {
 /// them and closes the rest at once (a 503 naming the limit), `/api/v1/health` answers promptly
 /// from another address all along, and the held ones are dropped at `header_read_timeout`
 /// although they keep sending. An idle keep-alive connection is closed at the same timeout.
-/// The test is bounded: about 5 s, every wait with a deadline.
+/// The test is bounded: about 10 s, every wait with a deadline.
 #[test]
 fn trickling_clients_under_a_file_limit_do_not_stop_health_from_answering() {
     const CLIENTS: usize = 300;
     let dir = temp_dir(&[]);
     let token = format!("og_{}", "e".repeat(43));
     let log = dir.join("serve.log");
-    let server = serve_binary(&dir.join("data"), 256, "limits: {header_read_timeout: 2}\n", &token, &log);
+    let server = serve_binary(&dir.join("data"), 256, "limits: {header_read_timeout: 4}\n", &token, &log);
     let addr = server.addr;
     assert_eq!(health(addr).0, 200);
 
@@ -337,7 +337,7 @@ fn trickling_clients_under_a_file_limit_do_not_stop_health_from_answering() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let held_now = clients.iter().filter(|c| held(c)).count();
-    assert!(started.elapsed() < Duration::from_millis(1900), "too slow to tell: {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_millis(3800), "too slow to tell: {:?}", started.elapsed());
     assert_eq!(held_now, 64, "the server holds limits.connections_per_peer (64) of one peer's connections");
     for (status, took) in &answers {
         assert_eq!(*status, 200);
@@ -345,12 +345,12 @@ fn trickling_clients_under_a_file_limit_do_not_stop_health_from_answering() {
     }
 
     // At header_read_timeout the held ones are dropped, although they keep sending.
-    let deadline = started + Duration::from_secs(5);
+    let deadline = started + Duration::from_secs(8);
     while clients.iter().any(held) {
         assert!(Instant::now() < deadline, "half-sent heads were held past limits.header_read_timeout");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(started.elapsed() >= Duration::from_millis(1900), "dropped before the timeout: {:?}", started.elapsed());
+    assert!(started.elapsed() >= Duration::from_millis(3900), "dropped before the timeout: {:?}", started.elapsed());
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     trickle.join().unwrap();
     assert_eq!(health(addr).0, 200);
@@ -360,7 +360,7 @@ fn trickling_clients_under_a_file_limit_do_not_stop_health_from_answering() {
     let refused = metrics.lines().find_map(|l| l.strip_prefix("opsgraph_connections_refused_total ")).unwrap();
     assert_eq!(refused, (CLIENTS - 64).to_string());
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(text.contains("connections=128 per_peer=64 header_read_timeout_ms=2000"), "{text}");
+    assert!(text.contains("connections=128 per_peer=64 header_read_timeout_ms=4000"), "{text}");
 
     // An idle keep-alive connection is closed at the same timeout.
     let mut idle = TcpStream::connect(addr).unwrap();
@@ -368,10 +368,10 @@ fn trickling_clients_under_a_file_limit_do_not_stop_health_from_answering() {
     let mut reader = std::io::BufReader::new(idle.try_clone().unwrap());
     assert_eq!(response(&mut reader).unwrap().status, 200);
     let at = Instant::now();
-    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
     let mut rest = Vec::new();
     reader.read_to_end(&mut rest).unwrap();
     let took = at.elapsed();
-    assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(4), "idle for {took:?}");
+    assert!(took >= Duration::from_millis(3900) && took < Duration::from_secs(6), "idle for {took:?}");
     drop(server);
 }
