@@ -56,8 +56,8 @@ impl Slot {
             ApiError::new(axum::http::StatusCode::TOO_MANY_REQUESTS, "too_many_streams", message)
                 .with_details(json!({"limit": limit, "max": max}))
         };
-        // The identity's count is taken first and under its lock, so two streams of one identity
-        // cannot both pass it; the server-wide count is given back if it is full.
+        // The identity's count is checked and taken under one lock, so two streams of one
+        // identity cannot both pass it; the server-wide slot is taken only once it passed.
         let per = state.0.limits.event_streams_per_identity;
         let mut mine = state.0.streams_by_actor.lock().unwrap_or_else(|e| e.into_inner());
         let open = mine.get(actor).copied().unwrap_or(0);
