@@ -15,6 +15,8 @@ pub mod auth;
 mod catalog;
 mod error;
 mod handlers;
+mod limits;
+mod listen;
 mod manage;
 mod observe;
 mod replica;
@@ -27,7 +29,7 @@ pub mod views;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
@@ -38,6 +40,8 @@ use opsgraph_store::Store;
 
 pub use auth::{Config, Identity, Permission};
 pub use error::ApiError;
+pub use limits::Limits;
+pub use listen::Listener;
 pub use manage::{Installation, PackRegistry, RegistryError};
 pub use routes::{openapi, router, Access, Route, ROUTES};
 
@@ -54,42 +58,6 @@ pub struct World {
     pub providers: Vec<Provider>,
     pub policy: CapabilityPolicy,
     pub operations: OperationsPolicy,
-}
-
-/// Documented limits, enforced with 413 or 422 naming the limit.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// `limits.body_bytes`: the largest request body.
-    pub body_bytes: usize,
-    /// `limits.idempotency_key_bytes`: the longest `Idempotency-Key`.
-    pub idempotency_key_bytes: usize,
-    /// `limits.event_streams`: server-sent event streams open at once (each holds a blocking
-    /// thread and a store connection).
-    pub event_streams: usize,
-    /// `limits.archive_bytes`: the largest pack archive (`POST /api/v1/packs`), the registry's
-    /// limit on the files of one pack.
-    pub archive_bytes: usize,
-    /// `limits.event_stream_duration`: how long one server-sent event stream stays open. Then
-    /// the server ends it cleanly (an `event: reconnect` naming the last id sent, then the end
-    /// of the body) and the client reconnects with `Last-Event-ID`; a stream's thread and store
-    /// connection are never held for good by a client that never goes away.
-    pub event_stream_duration: Duration,
-    /// `limits.agent_report_bytes`: the largest agent report (`POST /api/v1/agent/report`),
-    /// which carries the job's produced artifacts.
-    pub agent_report_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            body_bytes: 1 << 20,
-            idempotency_key_bytes: 255,
-            event_streams: 64,
-            archive_bytes: 16 << 20,
-            event_stream_duration: Duration::from_secs(600),
-            agent_report_bytes: 16 << 20,
-        }
-    }
 }
 
 /// The server's state, shared by every request and driver.
@@ -114,8 +82,11 @@ pub(crate) struct Inner {
     /// Operations being driven, and whether they were woken while driven (drive once more).
     pub(crate) drivers: Mutex<HashMap<String, bool>>,
     pub(crate) idle: Condvar,
-    /// Event streams open now.
+    /// Event streams open now, in all and per actor (`limits.event_streams_per_identity`).
     pub(crate) streams: AtomicUsize,
+    pub(crate) streams_by_actor: Mutex<HashMap<String, usize>>,
+    /// Connections closed at once because a connection limit was reached (`listen`).
+    pub(crate) refused: AtomicU64,
     /// Set when the server shuts down: event streams end.
     pub(crate) closing: AtomicBool,
     /// Requests answered: (method, route, status) -> count, for `/metrics`.
@@ -147,6 +118,8 @@ impl AppState {
             drivers: Mutex::new(HashMap::new()),
             idle: Condvar::new(),
             streams: AtomicUsize::new(0),
+            streams_by_actor: Mutex::new(HashMap::new()),
+            refused: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             requests: Mutex::new(BTreeMap::new()),
             agents,
@@ -321,49 +294,6 @@ pub enum Error {
     Serve(#[source] std::io::Error),
     #[error("failed to start the async runtime")]
     Runtime(#[source] std::io::Error),
-}
-
-/// A bound listener: its address is known before it serves (port 0 picks one).
-pub struct Listener {
-    listener: std::net::TcpListener,
-}
-
-impl Listener {
-    pub fn bind(addr: SocketAddr) -> Result<Listener, Error> {
-        let listener = std::net::TcpListener::bind(addr).map_err(|source| Error::Bind { addr, source })?;
-        listener.set_nonblocking(true).map_err(|source| Error::Bind { addr, source })?;
-        Ok(Listener { listener })
-    }
-
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.listener.local_addr().ok()
-    }
-
-    /// Serves the API until the process ends (or `shutdown` resolves), on a tokio runtime of its
-    /// own; blocks the calling thread.
-    pub fn serve(self, state: AppState, shutdown: Option<tokio::sync::oneshot::Receiver<()>>) -> Result<(), Error> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(Error::Runtime)?;
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(self.listener).map_err(Error::Serve)?;
-            let app = router(state.clone());
-            let serve = axum::serve(listener, app);
-            match shutdown {
-                Some(rx) => serve
-                    .with_graceful_shutdown(async move {
-                        let _ = rx.await;
-                        // Open event streams end, so that their connections close.
-                        state.0.closing.store(true, std::sync::atomic::Ordering::SeqCst);
-                    })
-                    .await
-                    .map_err(Error::Serve),
-                None => serve.await.map_err(Error::Serve),
-            }
-        })
-    }
 }
 
 /// Binds `addr` and serves the API (blocking). Operations left running are driven again first,

@@ -28,15 +28,23 @@ fn resume_point(ctx: &Ctx) -> Result<i64, ApiError> {
     }
 }
 
+/// Who opens a stream: its identity's actor, and the token it showed (re-read while it streams).
+fn caller(ctx: &Ctx) -> Result<stream::Caller, ApiError> {
+    let unauthenticated = || ApiError::unauthorized("unauthenticated", "an event stream needs a token");
+    let who = ctx.who.as_ref().ok_or_else(unauthenticated)?;
+    let token = crate::routes::bearer(&ctx.headers).ok_or_else(unauthenticated)?;
+    Ok(stream::Caller { actor: who.actor(), token_hash: crate::auth::token_hash(&token) })
+}
+
 pub(crate) fn operation_events(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let after = resume_point(ctx)?;
-    Ok(Reply::stream(stream::start(&ctx.state, Some(op.id), after)?))
+    Ok(Reply::stream(stream::start(&ctx.state, caller(ctx)?, Some(op.id), after)?))
 }
 
 pub(crate) fn all_events(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let after = resume_point(ctx)?;
-    Ok(Reply::stream(stream::start(&ctx.state, None, after)?))
+    Ok(Reply::stream(stream::start(&ctx.state, caller(ctx)?, None, after)?))
 }
 
 /// Operation states always reported (0 when none), so that dashboards see every series.
@@ -104,6 +112,10 @@ pub(crate) fn metrics(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     header(&mut out, "opsgraph_event_streams", "gauge", "Server-sent event streams open now.");
     let open = ctx.state.0.streams.load(std::sync::atomic::Ordering::SeqCst);
     let _ = writeln!(out, "opsgraph_event_streams {open}");
+    let name = "opsgraph_connections_refused_total";
+    header(&mut out, name, "counter", "Connections closed at once: limits.connections or connections_per_peer.");
+    let refused = ctx.state.0.refused.load(std::sync::atomic::Ordering::Relaxed);
+    let _ = writeln!(out, "{name} {refused}");
     header(&mut out, "opsgraph_http_requests_total", "counter", "Requests answered since the server started.");
     let requests = ctx.state.0.requests.lock().unwrap_or_else(|e| e.into_inner()).clone();
     for ((method, route, status), n) in requests {

@@ -584,12 +584,17 @@ pub fn router(state: AppState) -> Router {
         );
     }
     router
-        .fallback(|| async {
-            ApiError::not_found("no_route", "no such route; see /api/v1/openapi.json").into_response()
+        .fallback(|req: Request| async move {
+            let e = ApiError::not_found("no_route", "no such route; see /api/v1/openapi.json");
+            refused_unread(req.headers(), e.into_response())
         })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
-                .into_response()
+        .method_not_allowed_fallback(|req: Request| async move {
+            let e = ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            );
+            refused_unread(req.headers(), e.into_response())
         })
         .with_state(state)
 }
@@ -600,14 +605,16 @@ async fn dispatch(state: AppState, route: &'static Route, req: Request) -> Respo
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let state_for_count = state.clone();
+    let headers = req.headers().clone();
     let result = handle(state, route, req).await;
     let (response, actor) = match result {
         Ok((reply, actor)) => (reply.into_response(), actor),
-        Err((e, actor)) => {
-            if e.status.is_server_error() {
-                tracing::error!(code = e.code, "{}", e.message);
+        Err(Refusal { error, actor, body_unread }) => {
+            if error.status.is_server_error() {
+                tracing::error!(code = error.code, "{}", error.message);
             }
-            (e.into_response(), actor)
+            let response = error.into_response();
+            (if body_unread { refused_unread(&headers, response) } else { response }, actor)
         }
     };
     {
@@ -626,7 +633,31 @@ async fn dispatch(state: AppState, route: &'static Route, req: Request) -> Respo
     response
 }
 
-type Outcome = Result<(Reply, Option<String>), (ApiError, Option<String>)>;
+/// A request answered with an error: by whom, and whether its body was left unread (refused
+/// before the body was read, or beyond its limit while reading).
+struct Refusal {
+    error: ApiError,
+    actor: Option<String>,
+    body_unread: bool,
+}
+
+type Outcome = Result<(Reply, Option<String>), Refusal>;
+
+/// An answer to a request whose body the server did not read: when it came with one, the answer
+/// says `Connection: close` and the connection is closed after it (hyper closes a connection
+/// whose response says so), so the unread bytes are never taken for the next request and a
+/// client is never surprised by a connection that silently goes away. Bodies of refused requests
+/// are not drained: a client without a valid token cannot make the server read a megabyte.
+fn refused_unread(headers: &HeaderMap, mut response: Response) -> Response {
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .map(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()) != Some(0))
+        .unwrap_or(false);
+    if declared || headers.contains_key(axum::http::header::TRANSFER_ENCODING) {
+        response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    }
+    response
+}
 
 async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome {
     let (parts, body) = req.into_parts();
@@ -635,7 +666,11 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
         Public => None,
         Authenticated | Need(_) => {
             let s = state.clone();
-            let who = blocking(move || authenticate(&s, bearer)).await.map_err(|e| (e, None))?;
+            let who = blocking(move || authenticate(&s, bearer)).await.map_err(|error| Refusal {
+                error,
+                actor: None,
+                body_unread: true,
+            })?;
             if let Need(p) = route.access {
                 if !who.may(p) {
                     let e = ApiError::forbidden(
@@ -643,7 +678,7 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
                         format!("roles {} do not allow `{}`", who.roles.join(", "), p.as_str()),
                     )
                     .with_details(json!({"needs": p.as_str(), "roles": who.roles}));
-                    return Err((e, Some(who.actor())));
+                    return Err(Refusal { error: e, actor: Some(who.actor()), body_unread: true });
                 }
             }
             Some(who)
@@ -657,7 +692,11 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
     } else {
         ("body_bytes", state.0.limits.body_bytes)
     };
-    let body = read_body(body, &parts.headers, limit).await.map_err(|e| (e, actor.clone()))?;
+    let body = read_body(body, &parts.headers, limit).await.map_err(|error| Refusal {
+        error,
+        actor: actor.clone(),
+        body_unread: true,
+    })?;
     let params = path_params(&parts.uri, route.path);
     let query: BTreeMap<String, String> = parts
         .uri
@@ -678,7 +717,7 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
             "unknown_parameter",
             format!("unknown query parameter `{k}`; this route takes: {allowed}"),
         );
-        return Err((e, actor));
+        return Err(Refusal { error: e, actor, body_unread: false });
     }
     let method = parts.method.clone();
     let headers = parts.headers;
@@ -690,7 +729,7 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
     })
     .await
     .map(|reply| (reply, a))
-    .map_err(|e| (e, actor))
+    .map_err(|error| Refusal { error, actor, body_unread: false })
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
@@ -700,7 +739,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
     }
 }
 
-fn bearer(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())

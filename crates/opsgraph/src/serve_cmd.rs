@@ -13,7 +13,8 @@ use crate::ops_cmd::open_store;
 use crate::registry;
 
 /// The server's state over a data directory: packs (default `bundled:packs`), the world
-/// documents given, `config.yaml` (custom roles, self-approval) and a store connection per use.
+/// documents given, `config.yaml` (custom roles, self-approval, `limits:`) and a store connection
+/// per use.
 pub fn state(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Result<AppState> {
     let packs_given = !packs.is_empty();
     // The server runs jobs: bundled packs are written out; installed packs count too.
@@ -26,13 +27,14 @@ pub fn state(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Res
         bail!("the packs or world documents have problems:\n{}", problems.join("\n"));
     }
     let config = Config::load(data_dir)?;
+    let limits = opsgraph_server::Limits::load(data_dir)?;
     open_store(data_dir)?; // creates the directory and migrates once, before any request
     let url = crate::ops_cmd::database_url(data_dir);
     let durability = crate::ops_cmd::durability();
     let open = move || -> Result<Box<dyn Store>, opsgraph_store::Error> { opsgraph_store::open(&url, durability) };
     let world =
         World { packs, resources: w.resources, providers: w.providers, policy: w.policy, operations: w.operations };
-    let state = AppState::new(Box::new(open), world, config, data_dir.to_path_buf());
+    let state = AppState::new(Box::new(open), world, config, data_dir.to_path_buf()).with_limits(limits);
     // With `--packs` the server plans with those directories only: installed packs are not used,
     // so the API does not install any.
     if !packs_given {

@@ -7,6 +7,7 @@ mod builders;
 mod bundled;
 mod crash;
 mod documents;
+mod edge;
 mod etcd;
 mod evidence;
 mod faults;

@@ -17,18 +17,18 @@ use crate::server::{intent, Api};
 use crate::support::temp_dir;
 
 /// A raw HTTP/1.1 answer: status, header lines (lower-cased names) and the body, de-chunked.
-struct Raw {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
+pub(crate) struct Raw {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: String,
 }
 
 impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or(Value::Null)
     }
 }
@@ -47,7 +47,7 @@ fn dechunk(mut rest: &str) -> String {
     out
 }
 
-fn parse(text: &str) -> Raw {
+pub(crate) fn parse(text: &str) -> Raw {
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
     let mut lines = head.lines();
     let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
@@ -59,7 +59,7 @@ fn parse(text: &str) -> Raw {
     Raw { status, body: if chunked { dechunk(body) } else { body.to_string() }, headers }
 }
 
-fn send(
+pub(crate) fn send(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -80,7 +80,7 @@ fn send(
 }
 
 /// One request over a real socket, read to its end.
-fn http(addr: SocketAddr, method: &str, path: &str, token: &str, extra: &[(&str, &str)], body: &str) -> Raw {
+pub(crate) fn http(addr: SocketAddr, method: &str, path: &str, token: &str, extra: &[(&str, &str)], body: &str) -> Raw {
     let mut s = send(addr, method, path, token, extra, body);
     let mut bytes = Vec::new();
     s.read_to_end(&mut bytes).unwrap();
@@ -106,14 +106,14 @@ fn read_until(addr: SocketAddr, path: &str, token: &str, done: impl Fn(&[Sse]) -
 
 /// One server-sent event.
 #[derive(Debug, Clone, PartialEq)]
-struct Sse {
-    id: Option<i64>,
-    event: Option<String>,
-    data: Value,
+pub(crate) struct Sse {
+    pub(crate) id: Option<i64>,
+    pub(crate) event: Option<String>,
+    pub(crate) data: Value,
 }
 
 /// The events of a stream's text; comments (keep-alives) are left out.
-fn events(body: &str) -> Vec<Sse> {
+pub(crate) fn events(body: &str) -> Vec<Sse> {
     body.split("\n\n")
         .filter_map(|block| {
             let mut e = Sse { id: None, event: None, data: Value::Null };
@@ -143,14 +143,14 @@ fn ids(events: &[Sse]) -> Vec<i64> {
     events.iter().filter_map(|e| e.id).collect()
 }
 
-struct Server {
-    addr: SocketAddr,
+pub(crate) struct Server {
+    pub(crate) addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), opsgraph_server::Error>>>,
 }
 
 impl Server {
-    fn start(api: &Api) -> Server {
+    pub(crate) fn start(api: &Api) -> Server {
         let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel();
@@ -170,7 +170,7 @@ impl Drop for Server {
     }
 }
 
-fn wait_for(addr: SocketAddr, id: &str, token: &str, want: &str) -> Value {
+pub(crate) fn wait_for(addr: SocketAddr, id: &str, token: &str, want: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let op = http(addr, "GET", &format!("/api/v1/operations/{id}"), token, &[], "").json();
