@@ -8,6 +8,7 @@ mod bundled;
 mod crash;
 mod documents;
 mod faults;
+mod fleet;
 mod gates;
 mod intervene;
 mod lab;
