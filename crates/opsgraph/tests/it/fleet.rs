@@ -28,7 +28,7 @@ pub(crate) fn unavailable() -> Option<&'static str> {
 
 /// The machine's view the fleet must leave as it found it: /dev, mount points, links,
 /// cgroups named for fleet hosts.
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let mut dev: Vec<String> =
         std::fs::read_dir("/dev").unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     dev.sort();

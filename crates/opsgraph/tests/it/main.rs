@@ -9,6 +9,7 @@ mod crash;
 mod documents;
 mod faults;
 mod fleet;
+mod fleet_postgresql;
 mod gates;
 mod intervene;
 mod lab;
