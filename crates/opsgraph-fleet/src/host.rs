@@ -199,16 +199,22 @@ fn banner(address: &str) -> bool {
     s.read_exact(&mut buf).is_ok() && buf.starts_with(b"SSH-")
 }
 
+/// The host's cgroup, in every hierarchy, under the cgroup of whoever ran `up`.
+pub(crate) fn cgroup_name(h: &HostState) -> String {
+    format!("opsgraph-{}", h.name)
+}
+
 /// Kills the host (its systemd and so its whole PID namespace and mounts), then removes its
 /// veth if it is still there and its cgroups.
 pub(crate) fn kill(h: &HostState) -> Result<(), Error> {
-    for pid in [h.pid, h.launcher_pid] {
-        if pid != 0 && sys::alive(pid) && matches!(sys::comm(pid).as_deref(), Some("systemd" | "unshare" | "sh")) {
-            sys::kill(pid);
-        }
+    // Only processes in the host's own cgroup: after a reboot the recorded PIDs may be anyone's.
+    let mine = |pid: u32| pid != 0 && sys::alive(pid) && sys::in_cgroup(pid, &cgroup_name(h));
+    let pids: Vec<u32> = [h.pid, h.launcher_pid].into_iter().filter(|p| mine(*p)).collect();
+    for pid in &pids {
+        sys::kill(*pid);
     }
-    for pid in [h.pid, h.launcher_pid] {
-        if pid != 0 && !sys::wait_until(Duration::from_secs(20), || !sys::alive(pid)) {
+    for pid in pids {
+        if !sys::wait_until(Duration::from_secs(20), || !sys::alive(pid)) {
             return Err(Error::Timeout { what: format!("stop {} (pid {pid})", h.name), seconds: 20 });
         }
     }

@@ -29,8 +29,9 @@ pub use state::{HostState, State};
 pub const BRIDGE: &str = "ogfleet0";
 /// The first three octets of the fleet's /24: the bridge is `.1`, hosts `.11` onwards.
 pub const NET: &str = "10.213.0";
-/// Where the package cache listens, on the bridge address.
-pub const CACHE_PORT: u16 = 3142;
+/// Where the package cache listens, on the bridge address: not apt-cacher-ng's default 3142, so
+/// a cache the machine itself runs on all addresses is neither used nor in the way.
+pub const CACHE_PORT: u16 = 3143;
 /// The most hosts one fleet has (addresses .11 to .210).
 pub const MAX_HOSTS: usize = 200;
 
@@ -212,7 +213,7 @@ fn build(state: &mut State, opts: &Options, key: &Path, known_hosts: &Path, log:
         };
         let host_key = host::prepare(&h, &key.with_extension("pub"), &names)?;
         pins.push_str(&format!("{address} {host_key}\n"));
-        h.cgroups = sys::make_cgroups(&format!("opsgraph-{name}"))?;
+        h.cgroups = sys::make_cgroups(&host::cgroup_name(&h))?;
         state.hosts.push(h.clone());
         state.save()?;
         let (launcher, pid) = host::boot(&boot_sh, &h, &state.rootfs)?;
@@ -266,7 +267,10 @@ pub fn down(dir: &Path, log: &mut dyn Write) -> Result<DownReport, Error> {
         let _ = writeln!(log, "{} stopped", h.name);
     }
     if let Some(pid) = state.cache_pid {
-        if sys::comm(pid).as_deref() == Some("apt-cacher-ng") {
+        // Only the cache this fleet started (its configuration directory on its command line).
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let conf = dir.join("acng").display().to_string();
+        if sys::alive(pid) && String::from_utf8_lossy(&cmdline).split('\0').any(|a| a == conf) {
             sys::kill(pid);
             sys::wait_until(Duration::from_secs(10), || !sys::alive(pid));
         }

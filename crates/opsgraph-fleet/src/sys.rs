@@ -60,6 +60,16 @@ pub(crate) fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Whether the process is in a cgroup named `name` (or below it) in some hierarchy.
+pub(crate) fn in_cgroup(pid: u32, name: &str) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return false };
+    names_cgroup(&text, name)
+}
+
+fn names_cgroup(proc_cgroup: &str, name: &str) -> bool {
+    proc_cgroup.lines().any(|l| l.splitn(3, ':').nth(2).is_some_and(|path| path.split('/').any(|part| part == name)))
+}
+
 pub(crate) fn kill(pid: u32) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
 }
@@ -242,6 +252,15 @@ mod tests {
             ]
         "#]]
         .assert_debug_eq(&got);
+    }
+
+    #[test]
+    fn a_process_belongs_to_a_host_by_its_cgroup() {
+        let host = "9:name=systemd:/process_api/ab/opsgraph-fleet-1/init.scope\n0::/process_api/ab/opsgraph-fleet-1\n";
+        assert!(super::names_cgroup(host, "opsgraph-fleet-1"));
+        assert!(!super::names_cgroup(host, "opsgraph-fleet-10"), "a prefix is not the name");
+        assert!(!super::names_cgroup("4:memory:/process_api/ab\n0::/\n", "opsgraph-fleet-1"));
+        assert!(!super::in_cgroup(std::process::id(), "opsgraph-fleet-1"));
     }
 
     #[test]

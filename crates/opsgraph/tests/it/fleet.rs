@@ -208,7 +208,7 @@ fn fleet_of_three_hosts_up_ssh_apt_down() {
         &dir,
         "10.213.0.11",
         &known_hosts,
-        "python3 -c 'import urllib.request as u\ntry:\n u.urlopen(\"http://10.213.0.1:3142/apt.postgresql.org/pub/repos/apt/dists/bookworm-pgdg/Release\", timeout=20)\nexcept Exception as e: print(e)'",
+        "python3 -c 'import urllib.request as u\ntry:\n u.urlopen(\"http://10.213.0.1:3143/apt.postgresql.org/pub/repos/apt/dists/bookworm-pgdg/Release\", timeout=20)\nexcept Exception as e: print(e)'",
     );
     assert_eq!(String::from_utf8_lossy(&o.stdout), "HTTP Error 403: Forbidden file type or location\n", "{}", text(&o));
 
