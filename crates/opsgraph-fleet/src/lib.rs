@@ -316,6 +316,11 @@ fn write_mode(path: &Path, text: &str, mode: u32) -> Result<(), Error> {
         .map_err(sys::io(format!("chmod {}", path.display())))
 }
 
+/// The cached root filesystem's directory name under `CACHE/rootfs/`.
+pub fn rootfs_key() -> String {
+    rootfs::key()
+}
+
 /// Whether this process may build a fleet (root).
 pub fn can_run() -> bool {
     sys::is_root()

@@ -239,3 +239,46 @@ impl Drop for Fleet {
         }
     }
 }
+
+#[test]
+fn a_failed_up_removes_what_it_made() {
+    if let Some(why) = unavailable() {
+        eprintln!("SKIPPED a_failed_up_removes_what_it_made: {why}");
+        return;
+    }
+    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    // A cache whose root filesystem is not one: its "systemd" is there (so it counts as built)
+    // but there is no /proc to mount. The bridge and the package cache come up, the host does not.
+    let tmp = temp_dir(&[]);
+    let cache = tmp.join("cache");
+    let fake = cache.join("rootfs").join(opsgraph_fleet::rootfs_key());
+    std::fs::create_dir_all(fake.join("lib/systemd")).unwrap();
+    std::fs::write(fake.join("lib/systemd/systemd"), "#!/bin/sh\nexit 1\n").unwrap();
+    let dir = tmp.join("fleet");
+    let before = machine();
+    let run = opsgraph(&[
+        "lab",
+        "fleet",
+        "up",
+        "--hosts",
+        "2",
+        "--dir",
+        &dir.display().to_string(),
+        "--cache",
+        &cache.display().to_string(),
+    ]);
+    let text = mask(&run.render(), &dir).replace(&cache.display().to_string(), "CACHE");
+    let text: Vec<&str> = text.lines().filter(|l| !l.starts_with("mount: ") && !l.contains("dmesg")).collect();
+    expect![[r#"
+        exit: 1
+        --- stderr
+        bridge ogfleet0 10.213.0.1/24, package cache on 10.213.0.1:3143 (pid PID)
+        fleet up failed (fleet-1 did not boot: mount: FLEET/hosts/fleet-1/root/proc: mount point does not exist.
+        fleet-1 stopped
+        error[fleet_refused]: fleet-1 did not boot: mount: FLEET/hosts/fleet-1/root/proc: mount point does not exist.
+    "#]]
+    .assert_eq(&(text.join("\n") + "\n"));
+    assert_eq!(run.code, 1);
+    assert!(!dir.exists(), "a failed up leaves its directory");
+    assert_eq!(machine(), before, "a failed up leaves the machine as it found it");
+}
