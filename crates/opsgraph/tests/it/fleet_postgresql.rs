@@ -1,6 +1,6 @@
 //! The bundled `postgresql` pack run for real by `opsgraph apply` on a fleet (docs/fleet.md):
 //! Debian 12's PostgreSQL 15 over SSH, evidence deciding, a real TCP login from this machine;
-//! `source: pgdg` fails with the reason and `diagnose` names it (apt.postgresql.org is not
+//! then a streaming replica of it on another host; `source: pgdg` fails with the reason and `diagnose` names it (apt.postgresql.org is not
 //! reachable from fleet hosts). Needs root and OPSGRAPH_FLEET=1, like every fleet test.
 
 use std::process::Command;
@@ -35,13 +35,44 @@ fn intent(name: &str, node: &str, source: &str) -> String {
 
 /// `psql` on this machine, over TCP to a fleet host (never to the machine's own server).
 fn psql(host: &str, password: &str) -> std::process::Output {
+    query(host, password, "select current_user")
+}
+
+/// SQL as the owner, with its password, over TCP to a fleet host.
+fn sql(host: &str, statement: &str) -> std::process::Output {
+    query(host, "fleet-canary-pw-7f3a", statement)
+}
+
+fn query(host: &str, password: &str, statement: &str) -> std::process::Output {
     Command::new("psql")
-        .args(["-X", "-w", &format!("host={host} port=5433 dbname=orders user=orders_app connect_timeout=10")])
-        .args(["-tAc", "select current_user"])
+        .args(["-X", "-w", "-q", &format!("host={host} port=5433 dbname=orders user=orders_app connect_timeout=10")])
+        .args(["-tAc", statement])
         .env("PGPASSWORD", password)
         .output()
         .expect("psql (postgresql-client) is installed")
 }
+
+const REPLICATED: &str = "intent:
+  target_resource_type: postgresql.instance
+  action: install_replicated
+  name: orders-ha
+  environment: dev
+  desired_result: the primary on fleet-1 with a streaming replica on fleet-3
+  parameters:
+    source: debian
+    database: orders
+    owner: orders_app
+    db_password: fleet-canary-pw-7f3a
+    replication_password: fleet-canary-repl-9c1d
+    primary_host: 10.213.0.11
+    replica_cidr: 10.213.0.0/24
+    port: 5433
+    listen_addresses: \"*\"
+    client_cidr: 10.213.0.0/24
+  targets:
+    target_nodes: [compute_node/fleet-1]
+    replica_nodes: [compute_node/fleet-3]
+";
 
 #[test]
 fn postgresql_pack_installs_for_real_on_a_fleet_host() {
@@ -53,6 +84,7 @@ fn postgresql_pack_installs_for_real_on_a_fleet_host() {
     let tmp = temp_dir(&[
         ("debian.yaml", &intent("orders-db", "fleet-1", "debian")),
         ("pgdg.yaml", &intent("pgdg-db", "fleet-2", "pgdg")),
+        ("replicated.yaml", REPLICATED),
     ]);
     let dir = tmp.join("fleet");
     let before = machine();
@@ -119,6 +151,32 @@ fn postgresql_pack_installs_for_real_on_a_fleet_host() {
     assert_eq!(again.code, 0, "{}", again.render());
     assert!(again.out.contains("done      start-postgresql@fleet-1: exited with code 0"), "{}", again.out);
     assert_eq!(String::from_utf8_lossy(&psql("10.213.0.11", "fleet-canary-pw-7f3a").stdout), "orders_app\n");
+
+    // A streaming replica on fleet-3 of the primary on fleet-1 (template postgresql.replicated):
+    // the primary's jobs find their work done or redo it idempotently; a row written on the
+    // primary is read on the replica, which refuses writes.
+    let (r, i) = (tmp.join("replicated.yaml").display().to_string(), inventory.clone());
+    let replicated = opsgraph(&["--data-dir", &data, "apply", "-f", &r, "--packs", &packs, "--inventory", &i, "--yes"]);
+    assert_eq!(replicated.code, 0, "{}", replicated.render());
+    assert!(replicated.out.contains("done      clone-replica@fleet-3: exited with code 0"), "{}", replicated.out);
+    assert!(replicated.out.contains("done      verify-replication@fleet-1: exited with code 0"), "{}", replicated.out);
+    assert!(replicated.out.contains("Evidence: 14 of 14 checks passed"), "{}", replicated.out);
+    assert!(!replicated.render().contains("fleet-canary-repl-9c1d"), "the replication password leaked");
+    let write =
+        sql("10.213.0.11", "create table replicated (x text); insert into replicated values ('from the primary')");
+    assert!(write.status.success(), "{}", String::from_utf8_lossy(&write.stderr));
+    let mut read = String::new();
+    for _ in 0..50 {
+        read = String::from_utf8_lossy(&sql("10.213.0.13", "select x, pg_is_in_recovery() from replicated").stdout)
+            .into_owned();
+        if !read.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(read, "from the primary|t\n");
+    let refused = sql("10.213.0.13", "insert into replicated values ('on the replica')");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot execute INSERT in a read-only transaction"));
 
     // PGDG is unreachable from fleet hosts: the job fails saying so, and diagnose names it.
     let (pgdg, pgdg_data) = pgdg.join().unwrap();
