@@ -60,10 +60,13 @@ fn check(args: &[&str], fleet_dir: &Path, expect: Expect) -> Run {
 }
 
 fn mask(text: &str, fleet_dir: &Path) -> String {
-    let pid = regex::Regex::new(r"(?m)(pid |\s)\d{2,7}(\)|  )").unwrap();
+    // PIDs vary in width: the status table's column is masked with its padding.
+    let pid = regex::Regex::new(r"pid \d+").unwrap();
+    let column = regex::Regex::new(r"(?m)^(fleet-\d+ +\S+) +\d+  ").unwrap();
     let secs = regex::Regex::new(r"in \d+\.\d s").unwrap();
     let t = text.replace(&fleet_dir.display().to_string(), "FLEET");
-    let t = pid.replace_all(&t, "${1}PID$2");
+    let t = pid.replace_all(&t, "pid PID");
+    let t = column.replace_all(&t, "$1 PID  ");
     secs.replace_all(&t, "in N s").into_owned()
 }
 
@@ -140,9 +143,9 @@ fn fleet_of_three_hosts_up_ssh_apt_down() {
             exit: 0
             --- stdout
             HOST       ADDRESS            PID  SYSTEMD      SSHD     HEALTH
-            fleet-1    10.213.0.11      PID  running      answers  healthy
-            fleet-2    10.213.0.12      PID  running      answers  healthy
-            fleet-3    10.213.0.13      PID  running      answers  healthy
+            fleet-1    10.213.0.11 PID  running      answers  healthy
+            fleet-2    10.213.0.12 PID  running      answers  healthy
+            fleet-3    10.213.0.13 PID  running      answers  healthy
         "#]],
     );
     // Up again: reported, not rebuilt.
