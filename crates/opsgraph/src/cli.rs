@@ -138,6 +138,11 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
     },
+    /// Labs on this machine: `lab fleet` builds real Debian hosts (root; docs/fleet.md).
+    Lab {
+        #[command(subcommand)]
+        command: LabCommand,
+    },
     /// The master key that seals secrets at rest.
     Secrets {
         #[command(subcommand)]
@@ -278,6 +283,52 @@ pub enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LabCommand {
+    /// A fleet of real Debian 12 hosts (systemd, sshd, apt through a cache) on this machine.
+    Fleet {
+        #[command(subcommand)]
+        command: FleetCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Build N hosts and write their inventory (an existing healthy fleet is reported).
+    Up {
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=200))]
+        hosts: u16,
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// The `environment` of the inventory's resources.
+        #[arg(long, default_value = "dev")]
+        environment: String,
+        /// Where the root filesystem and the package cache are kept
+        /// [default: $XDG_CACHE_HOME/opsgraph, else ~/.cache/opsgraph].
+        #[arg(long)]
+        cache: Option<std::path::PathBuf>,
+    },
+    /// The hosts, their addresses and health (systemd running? sshd answering?).
+    Status {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Stop the hosts and remove everything the fleet made.
+    Down {
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    /// The fleet directory: state, keys, inventory, hosts [default: DATA_DIR/fleet].
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -708,6 +759,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Pack { command: PackCommand::Remove { pack } } => crate::pack_cmd::remove(&data_dir, &pack, out),
         Command::Plan(args) => crate::plan_cmd::plan(&args, &data_dir, out, err),
         Command::Demo { keep } => crate::plan_cmd::demo(cli.data_dir.as_deref(), keep, out, err),
+        Command::Lab { command: LabCommand::Fleet { command } } => crate::fleet_cmd::run(&data_dir, command, out, err),
         Command::Secrets { command } => ops_cmd::secrets(&data_dir, &command, out),
         Command::Serve { listen, packs, inventory, agents } => {
             crate::serve_cmd::serve(&data_dir, listen, &packs, &inventory, &agents, cli.concurrency, out)

@@ -52,7 +52,7 @@ write_file() {
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-16}
+VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
 NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
 PORT=${OPSGRAPH_PARAM_PORT:-5432}
 LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}

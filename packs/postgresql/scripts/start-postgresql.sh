@@ -20,7 +20,7 @@ log() { printf 'start-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}"
 fail() { log "ERROR: $*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-16}
+VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
 NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
 PORT=${OPSGRAPH_PARAM_PORT:-5432}
 case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac

@@ -22,7 +22,7 @@ log() { printf 'verify-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}
 fail() { log "ERROR: $*"; exit 1; }
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-16}
+VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
 NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
 PORT=${OPSGRAPH_PARAM_PORT:-5432}
 LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}

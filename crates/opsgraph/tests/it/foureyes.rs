@@ -213,7 +213,8 @@ fn gate_values_are_checked_like_an_intents() {
         input-api-key: gate `input-api-key`: P010: bytes of one parameter value: 71682, above the limit of 65536
         input-replicas: accepted
         input-tier: accepted
-        input-api-key: accepted"#]].assert_eq(&seen.join("\n"));
+        input-api-key: accepted"#]]
+    .assert_eq(&seen.join("\n"));
     // The refused answers left the gates unanswered; the accepted ones hold the checked values.
     let gates = rt.store().gates(&id).unwrap();
     let replicas = gates.iter().find(|g| g.id == "input-replicas").unwrap();

@@ -11,6 +11,8 @@ mod edge;
 mod etcd;
 mod evidence;
 mod faults;
+mod fleet;
+mod fleet_postgresql;
 mod foureyes;
 mod gates;
 mod intervene;

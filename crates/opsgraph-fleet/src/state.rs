@@ -1,0 +1,66 @@
+//! The fleet's state file (`FLEET_DIR/fleet.json`): what `up` made, written after every step,
+//! so `down` removes exactly that, also after an interrupted `up`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys::io;
+use crate::{Error, STATE_FILE};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub dir: PathBuf,
+    /// The cached root filesystem every host overlays.
+    pub rootfs: PathBuf,
+    /// Whether this fleet made the bridge (so `down` removes it).
+    pub bridge: bool,
+    /// The package cache's process.
+    pub cache_pid: Option<u32>,
+    pub hosts: Vec<HostState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostState {
+    pub name: String,
+    pub address: String,
+    /// The machine's end of the host's veth pair (the host's end is `eth0`).
+    pub veth: String,
+    /// `root` (the overlay's mount point, inside the host only), `upper`, `work`, `boot.log`.
+    pub dir: PathBuf,
+    /// The `boot.sh outer` process, which became `unshare` (0 before it started).
+    pub launcher_pid: u32,
+    /// The host's systemd (PID 1 inside), as the machine sees it (0 before it started).
+    pub pid: u32,
+    /// The host's own cgroup in each hierarchy.
+    pub cgroups: Vec<PathBuf>,
+    /// From preparing its files to sshd answering.
+    pub boot_ms: u64,
+}
+
+impl State {
+    pub(crate) fn new(dir: &Path, rootfs: &Path) -> State {
+        State { dir: dir.to_owned(), rootfs: rootfs.to_owned(), bridge: false, cache_pid: None, hosts: Vec::new() }
+    }
+
+    pub(crate) fn load(dir: &Path) -> Result<Option<State>, Error> {
+        let path = dir.join(STATE_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::Io { what: format!("read {}", path.display()), source: e }),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| Error::Refused(format!("{} is not a fleet state file: {e}", path.display())))
+    }
+
+    /// Written to a temporary file and renamed: a reader never sees half a state.
+    pub(crate) fn save(&self) -> Result<(), Error> {
+        let path = self.dir.join(STATE_FILE);
+        let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
+        let text = serde_json::to_string_pretty(self).expect("the state serializes");
+        std::fs::write(&tmp, text + "\n").map_err(io(format!("write {}", tmp.display())))?;
+        std::fs::rename(&tmp, &path).map_err(io(format!("rename {}", path.display())))
+    }
+}
