@@ -60,6 +60,7 @@
 mod capture;
 mod duration;
 mod evidence;
+mod guard;
 mod http;
 mod local;
 mod outcome;
@@ -75,6 +76,7 @@ mod tests;
 
 pub use duration::parse_duration;
 pub use evidence::{check_evidence, EvidenceResult};
+pub use guard::stop_leftovers;
 pub use http::HttpExecutor;
 pub use local::LocalExecutor;
 pub use outcome::{Outcome, Output, Run};

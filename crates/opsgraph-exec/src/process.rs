@@ -63,6 +63,12 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         Err(e) => return Run::could_not_start(format!("failed to start {what}: {e}")),
     };
     let pgid = child.id() as i32;
+    // Registered with this process's guardian, so the group dies with this process.
+    if let Err(e) = crate::guard::register(pgid) {
+        signal_group(pgid, Signal::SIGKILL);
+        let _ = child.wait();
+        return Run::could_not_start(format!("failed to start {what}: the process guardian did not start: {e}"));
+    }
 
     if let (Some(mut stdin), Some(bytes)) = (child.stdin.take(), spec.stdin.clone()) {
         // A program need not read its input: a broken pipe here is not an error.
@@ -163,6 +169,7 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         (None, Some(Err(e))) => Outcome::Lost { reason: format!("failed to wait for the process: {e}") },
         (None, None) => Outcome::Lost { reason: "the process could not be waited for".to_owned() },
     };
+    crate::guard::unregister(pgid);
     let [stdout, stderr] = waiter.captures.map(|c| (c.bytes(), c.truncated()));
     Run {
         outcome,

@@ -26,6 +26,7 @@ mod jobs;
 pub mod lease;
 pub mod manage;
 mod patch;
+mod recover;
 mod rollback;
 mod secrets;
 

@@ -14,6 +14,7 @@ mod lab;
 mod lifecycle;
 mod limits;
 mod manage;
+mod orphans;
 mod packs;
 mod patch;
 mod plan;
