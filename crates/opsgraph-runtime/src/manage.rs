@@ -9,6 +9,22 @@ use serde_json::{json, Value};
 
 use crate::Error;
 
+/// The resources a plan is built from: `given` (an inventory; it wins for a resource it also
+/// describes) plus the resources earlier operations and people stored. The one assembly of the
+/// world's resources, for `opsgraph plan`, `opsgraph apply` and the server alike: a preview
+/// sees what the run will bind.
+pub fn world_resources(given: &[Resource], store: &dyn Store) -> Result<Vec<Resource>, Error> {
+    let mut resources = given.to_vec();
+    for r in store.resources()? {
+        if let Ok(doc) = serde_json::from_value::<Resource>(r.doc) {
+            if !resources.iter().any(|x| x.id == doc.id) {
+                resources.push(doc);
+            }
+        }
+    }
+    Ok(resources)
+}
+
 /// The unfinished operation (not `completed` or `cancelled`) that targets `resource`, if any.
 pub fn operation_changing(store: &dyn Store, resource: &str) -> Result<Option<OperationRecord>, Error> {
     let ops = store.operations(&OperationFilter { state: None, resource: Some(resource.to_string()) })?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use opsgraph_model::{Document, GateType, Intent, Resource};
+use opsgraph_model::{Document, GateType, Intent};
 use opsgraph_plan::lifecycle::state_name;
 use opsgraph_plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
@@ -183,14 +183,7 @@ impl Ctx {
     /// Builds the plan with the server's packs and world, plus the resources operations recorded.
     fn plan(&self, intent: &Intent) -> Result<Plan, ApiError> {
         let w = self.state.world();
-        let mut resources = w.resources.clone();
-        for r in self.store.resources()? {
-            if let Ok(doc) = serde_json::from_value::<Resource>(r.doc) {
-                if !resources.iter().any(|x| x.id == doc.id) {
-                    resources.push(doc);
-                }
-            }
-        }
+        let resources = opsgraph_runtime::manage::world_resources(&w.resources, &*self.store)?;
         let inventory = Inventory::new(&resources);
         opsgraph_plan::build(&Input {
             intent,

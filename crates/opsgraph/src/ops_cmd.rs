@@ -174,6 +174,8 @@ pub struct ApplyArgs<'a> {
     pub concurrency: Option<u16>,
     /// `--patch FILE`: a plan patch applied to the preview before anything runs.
     pub patch: Option<&'a str>,
+    /// `--plan-hash HASH`: the hash of the plan a person previewed; another plan is refused.
+    pub plan_hash: Option<&'a str>,
 }
 
 /// The `plan_patch` document of a file.
@@ -233,19 +235,15 @@ pub fn apply(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let packs = load_packs(args.packs, &args.data_dir, true)?;
     let world: Vec<Source> = args.world.iter().map(|p| Source::parse(p)).collect();
-    let mut loaded = plan_cmd::load_inputs(&Source::parse(args.intent), packs, &world);
-    loaded.patch = args.patch.map(patch_file).transpose()?;
-    // Resources earlier operations created or changed are part of the world too (the inventory
-    // given on the command line wins for a resource it also describes).
-    for r in open_store(&args.data_dir)?.resources()? {
-        if let Ok(doc) = serde_json::from_value::<opsgraph_model::Resource>(r.doc) {
-            if !loaded.world.resources.iter().any(|x| x.id == doc.id) {
-                loaded.world.resources.push(doc);
-            }
-        }
-    }
+    // The world as `plan` sees it (one function for both), assembled again at confirmation.
+    let assemble = || -> anyhow::Result<plan_cmd::Loaded> {
+        let packs = load_packs(args.packs, &args.data_dir, true)?;
+        let mut loaded = plan_cmd::assemble(&Source::parse(args.intent), packs, &world, &args.data_dir)?;
+        loaded.patch = args.patch.map(patch_file).transpose()?;
+        Ok(loaded)
+    };
+    let mut loaded = assemble()?;
     use crate::cli::Output;
     let machine = match args.output {
         Output::Text => false,
@@ -263,6 +261,14 @@ pub fn apply(
         writeln!(err, "nothing applied: a requirement cannot be met")?;
         return Ok(1);
     }
+    // Preview = run: the plan that runs is the plan a person saw, or nothing runs.
+    if let Some(previewed) = args.plan_hash {
+        if let Err(e) = opsgraph_plan::check_preview(previewed, &plan) {
+            writeln!(err, "error[{}]: {e}", e.code())?;
+            return Ok(1);
+        }
+    }
+    let mut plan = plan;
     if !args.yes {
         write!(out, "\nApply this plan? Type `yes` to go on: ")?;
         out.flush()?;
@@ -272,6 +278,24 @@ pub fn apply(
             writeln!(err, "not applied")?;
             return Ok(1);
         }
+        // The world may have changed while the question was open: built again, the plan must
+        // be the one shown.
+        let again = assemble()?;
+        let mut sink = std::io::sink();
+        let rebuilt = plan_cmd::preview_to(&again, Output::Text, &mut sink, &mut std::io::sink())?;
+        let check = match &rebuilt {
+            Some(now) => opsgraph_plan::check_preview(&plan.revision.hash, now),
+            None => Err(opsgraph_plan::Error::StalePreview {
+                previewed: plan.revision.hash.clone(),
+                now: "not buildable".into(),
+            }),
+        };
+        if let Err(e) = check {
+            writeln!(err, "error[{}]: {e}", e.code())?;
+            return Ok(1);
+        }
+        plan = rebuilt.unwrap_or(plan);
+        loaded = again;
     }
     let store = open_store(&args.data_dir)?;
     let mut rt =

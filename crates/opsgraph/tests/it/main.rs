@@ -18,6 +18,7 @@ mod orphans;
 mod packs;
 mod patch;
 mod plan;
+mod preview;
 mod remedies;
 mod remote;
 mod replicas;
