@@ -18,6 +18,7 @@
 
 pub mod agent;
 mod analyze;
+pub mod audit;
 mod control;
 mod drive;
 pub mod failpoint;

@@ -4,7 +4,7 @@
 
 use opsgraph_model::Resource;
 use opsgraph_plan::lifecycle;
-use opsgraph_store::{now, AuditRecord, OperationFilter, OperationRecord, ResourceRecord, Store, Write};
+use opsgraph_store::{now, OperationFilter, OperationRecord, ResourceRecord, Store, Write};
 use serde_json::{json, Value};
 
 use crate::Error;
@@ -83,16 +83,7 @@ impl Upsert {
 }
 
 fn audit(actor: &str, action: &str, resource: &str, detail: Value) -> Write {
-    Write::Audit(AuditRecord {
-        seq: 0,
-        at: now(),
-        actor: actor.to_string(),
-        action: action.to_string(),
-        target: resource.to_string(),
-        operation: None,
-        resource: Some(resource.to_string()),
-        detail,
-    })
+    Write::Audit(crate::audit::record(actor, action, resource, None, Some(resource), detail))
 }
 
 /// Stores a resource document (insert or replace) with its `resource.apply` audit row in one

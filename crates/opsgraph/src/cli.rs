@@ -601,7 +601,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Apply { plan, yes, plan_hash } => {
             let output = plan.output;
-            let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+            let actor = ops_cmd::local_actor(None);
             let args = ops_cmd::ApplyArgs {
                 intent: &plan.intent,
                 packs: &plan.packs,
@@ -701,7 +701,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Pack { command: PackCommand::Test { dirs } } => crate::remedy_cmd::pack_test(&dirs, out, err),
         Command::Pack { command: PackCommand::Install { path, replace } } => {
-            let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+            let actor = ops_cmd::local_actor(None);
             crate::pack_cmd::install(&data_dir, &path, replace, &actor, out)
         }
         Command::Pack { command: PackCommand::List { output } } => crate::pack_cmd::list(&data_dir, &output, out, err),
@@ -717,7 +717,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Agent { .. } => unreachable!("handled above"),
         Command::Resource { command } => {
-            let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+            let actor = ops_cmd::local_actor(None);
             match command {
                 ResourceCommand::Apply { file } => crate::resource_cmd::apply(&data_dir, &file, &actor, out, err),
                 ResourceCommand::Delete { id } => crate::resource_cmd::delete(&data_dir, &id, &actor, out),

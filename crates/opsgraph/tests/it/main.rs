@@ -13,6 +13,7 @@ mod intervene;
 mod lab;
 mod lifecycle;
 mod limits;
+mod local_audit;
 mod manage;
 mod orphans;
 mod packs;
