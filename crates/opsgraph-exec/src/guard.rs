@@ -9,12 +9,16 @@
 //! When this process ends in any way — `exit`, a panic, `kill -9` — the kernel closes the pipe;
 //! the guardian reads end of file, sends SIGKILL to every group still registered, and exits.
 //!
-//! Two gaps remain, and [`stop_leftovers`] closes both for whoever takes over: the guardian acts
-//! a moment after the death (the next driver may already be starting), and a `kill -9` that
-//! lands between a job's fork and its registration (about a millisecond; the workspace forbids
-//! the `unsafe` a `pre_exec` hook would need) leaves that job running. Crash recovery stops
-//! every local process carrying the orphaned attempt's identity in its environment before it
-//! checks the attempt's evidence.
+//! A `kill -9` can land between a job's fork and its registration (a moment, but a long one on a
+//! loaded machine; the workspace forbids the `unsafe` a `pre_exec` hook would need to close it).
+//! So every command also carries `OPSGRAPH_GUARD=<pid>.<start>` in its environment, and the
+//! guardian, after the registered groups, kills every process of this user carrying that mark,
+//! with its group (one `grep` over `/proc/*/environ`).
+//!
+//! The guardian acts a moment after the death, when the next driver may already be starting:
+//! [`stop_leftovers`] closes that gap for whoever takes over. Crash recovery stops every local
+//! process carrying the orphaned attempt's identity in its environment before it checks the
+//! attempt's evidence.
 
 use std::collections::BTreeSet;
 use std::io::{self, Write};
@@ -22,7 +26,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The guardian, in `dash`: the set of live groups is a space-separated string.
+/// The guardian, in `dash`: the set of live groups is a space-separated string. `$1` is the
+/// driver's pid (for `ps`), `$2` the marker every process the driver starts carries in its
+/// environment (`OPSGRAPH_GUARD=$2`).
 const SCRIPT: &str = r#"trap '' INT HUP
 live=' '
 while read -r op pg; do
@@ -32,6 +38,12 @@ while read -r op pg; do
   esac
 done
 for pg in $live; do kill -s KILL -- "-$pg" 2>/dev/null; done
+for f in $(grep -lzxF "OPSGRAPH_GUARD=$2" /proc/[0-9]*/environ 2>/dev/null); do
+  p=${f#/proc/}; p=${p%/environ}
+  read -r stat < "/proc/$p/stat" || continue
+  set -- ${stat##*) }
+  kill -s KILL -- "-$3" "$p" 2>/dev/null
+done
 "#;
 
 /// The name the guardian runs under (`$0`), followed by the pid it guards.
@@ -50,10 +62,26 @@ struct State {
 
 static STATE: Mutex<State> = Mutex::new(State { guardian: None, live: BTreeSet::new() });
 
+/// `<pid>.<start time>`: unique to this process while it lives.
+fn token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        format!("{}.{nanos}", std::process::id())
+    })
+}
+
+/// Marks a command this process starts: a process carrying the mark (the command and what it
+/// starts, unless they clear their environment) is killed by the guardian if this process dies,
+/// even when the kill came before its group was registered.
+pub(crate) fn mark(cmd: &mut Command) {
+    cmd.env("OPSGRAPH_GUARD", token());
+}
+
 fn start() -> io::Result<Guardian> {
     use std::os::unix::process::CommandExt;
     let mut child = Command::new("/bin/sh")
-        .args(["-c", SCRIPT, NAME, &std::process::id().to_string()])
+        .args(["-c", SCRIPT, NAME, &std::process::id().to_string(), token()])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -82,6 +110,29 @@ fn send(state: &mut State, line: &str) -> io::Result<()> {
     all.push_str(line);
     g.stdin.write_all(all.as_bytes())?;
     state.guardian = Some(g);
+    Ok(())
+}
+
+/// Starts the guardian when it is not running, before a group is spawned: registering right
+/// after the spawn is then one write, not the start of a process (which, done lazily, left the
+/// first job of a process unguarded for milliseconds).
+pub(crate) fn ensure() -> io::Result<()> {
+    let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let gone = match &mut state.guardian {
+        Some(g) => !matches!(g.child.try_wait(), Ok(None)),
+        None => true,
+    };
+    if gone {
+        let all: String = state.live.iter().map(|pg| format!("+ {pg}\n")).collect();
+        if let Some(mut old) = state.guardian.take() {
+            let _ = old.child.wait();
+        }
+        let mut g = start()?;
+        if !all.is_empty() {
+            g.stdin.write_all(all.as_bytes())?;
+        }
+        state.guardian = Some(g);
+    }
     Ok(())
 }
 

@@ -53,10 +53,15 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
     if cancel.is_cancelled() {
         return Run::cancelled();
     }
+    crate::guard::mark(&mut cmd);
     cmd.process_group(0)
         .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // The guardian runs before the group exists, so registering it is one write.
+    if let Err(e) = crate::guard::ensure() {
+        return Run::could_not_start(format!("failed to start {what}: the process guardian did not start: {e}"));
+    }
     let start = Instant::now();
     let mut child = match cmd.spawn() {
         Ok(child) => child,

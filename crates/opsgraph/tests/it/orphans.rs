@@ -133,6 +133,62 @@ fn kill_9_of_the_driver_stops_its_jobs_and_nothing_runs_twice() {
     .assert_eq(&table.join("\n"));
 }
 
+/// `opsgraph serve` drives the slow chain (created through the API) and is killed with
+/// `kill -9` while job `a` runs: its job processes die with it, and the attempt never ends.
+#[test]
+fn kill_9_of_the_server_stops_its_jobs() {
+    use std::io::BufRead as _;
+    let dir = temp_dir(SLOW);
+    let data = dir.join("data").display().to_string();
+    let ledger = dir.join("ledger").display().to_string();
+    let pack = dir.join("slow").display().to_string();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+        .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0", "--packs", &pack])
+        .env_remove("OPSGRAPH_ADMIN_TOKEN_FILE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let (mut admin, mut addr) = (None, None);
+    for line in lines.by_ref().map_while(Result::ok) {
+        if line.starts_with("og_") {
+            admin = Some(line);
+        } else if let Some(rest) = line.strip_prefix("serving the API on http://") {
+            addr = rest.split('/').next().and_then(|a| a.parse::<std::net::SocketAddr>().ok());
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    let (admin, addr) = (admin.expect("an admin token"), addr.expect("an address"));
+    let intent = format!(
+        "intent:\n  target_resource_type: slow.thing\n  action: run\n  name: s\n  parameters: {{ledger: '{ledger}'}}\n"
+    );
+    let (status, created) = crate::server::http(addr, "POST", "/api/v1/operations", &admin, &intent);
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let started = Instant::now();
+    let pids = loop {
+        assert!(started.elapsed() < Duration::from_secs(30), "job a never started");
+        if std::fs::read_to_string(&ledger).unwrap_or_default().contains(" a start") {
+            let pids = std::fs::read_to_string(dir.join(&format!("data/lab/{id}.a.pids"))).unwrap();
+            break pids.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    server.kill().unwrap(); // SIGKILL
+    server.wait().unwrap();
+    let killed = Instant::now();
+    while pids.iter().any(|p| alive(p)) && killed.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let left: Vec<&String> = pids.iter().filter(|p| alive(p)).collect();
+    assert!(left.is_empty(), "job processes outlived the server: {left:?}");
+    std::thread::sleep(Duration::from_millis(1600));
+    let text = std::fs::read_to_string(&ledger).unwrap();
+    assert!(!text.contains(" a end"), "the killed attempt finished behind the server's back:\n{text}");
+}
+
 /// Runs the crash pack's operation, killed by the `attempts.recorded` fail point (job `a`
 /// recorded running, its process never started) and resumed: `a`'s outcome is unknown and its
 /// evidence fails, so the operation waits for a person. Then, with `a`'s evidence made true or
