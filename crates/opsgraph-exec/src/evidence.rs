@@ -43,8 +43,8 @@ pub struct EvidenceResult {
 /// process (a `file` check reads through `exec` when it is not local).
 ///
 /// Comparisons: `expected` (the trimmed output, body or file content equals it, trimmed),
-/// `contains`, `matches` (a regex), `expected_exit_code` (default 0 when a command check gives
-/// no other comparison), `expected_status` (default 200). A check that is itself invalid (no
+/// `contains`, `matches` (a regex), `expected_exit_code` (default 0, also when a command check
+/// compares its output: a failed command proves nothing), `expected_status` (default 200). A check that is itself invalid (no
 /// command, bad regex, bad duration) fails at once, without retries.
 pub fn check_evidence(
     ev: &Evidence,
@@ -245,6 +245,10 @@ impl Check {
         let Some(cmd) = &ev.command else {
             return invalid("a command check needs `command`");
         };
+        // The exit code is always checked (0 unless the check names another): output that matches
+        // from a command that failed proves nothing. It is shown only when it is the whole check,
+        // when the check names it, or when it differs.
+        let want = ev.expected_exit_code.unwrap_or(0);
         let exit_code = ev.expected_exit_code.or(if self.compares.is_empty() { Some(0) } else { None });
         let mut all_expected: Vec<String> = exit_code.map(|c| format!("exit code {c}")).into_iter().collect();
         all_expected.extend(self.compares.iter().map(|c| c.expected("output")));
@@ -262,16 +266,16 @@ impl Check {
             Outcome::Exited { code } => code,
             ref other => return fail(all_expected.join("; "), other.to_string(), detail),
         };
-        if let Some(want) = exit_code {
-            if code != want {
-                let mut observed = format!("exit code {code}");
-                if !stdout.trim().is_empty() && self.compares.is_empty() {
-                    observed.push_str(&format!(", output {}", shown(stdout.trim(), "output")));
-                }
-                return fail(format!("exit code {want}"), observed, detail);
+        // An output that does not match is the more telling miss; then the exit code.
+        let compared = self.compare("output", &stdout);
+        if code != want && compared.is_ok() {
+            let mut observed = format!("exit code {code}");
+            if !stdout.trim().is_empty() {
+                observed.push_str(&format!(", output {}", shown(stdout.trim(), "output")));
             }
+            return fail(format!("exit code {want}"), observed, detail);
         }
-        match self.compare("output", &stdout) {
+        match compared {
             Err(miss) => fail(miss.expected, miss.observed, detail),
             Ok((expected, observed)) => {
                 let mut e: Vec<String> = exit_code.map(|c| format!("exit code {c}")).into_iter().collect();

@@ -879,6 +879,16 @@ fn evidence_command_and_systemd() {
                 "contains, failing",
                 with(Cmd, "echo 'STATUS: failed'", &|e| e.contains = Some("STATUS: deployed".into())),
             ),
+            (
+                "contains, but the command failed",
+                with(Cmd, "sh -c 'echo STATUS: deployed; exit 1'", &|e| e.contains = Some("STATUS: deployed".into())),
+            ),
+            (
+                "expected 0, the awk of a missing tool's empty output",
+                with(Cmd, "no-such-kubectl get nodes | awk '{n++} END {print n + 0}'; exit 127", &|e| {
+                    e.expected = Some("0".into())
+                }),
+            ),
             ("matches", with(Cmd, "echo v1.7.13", &|e| e.matches = Some(r"^v1\.7\.\d+".into()))),
             ("matches, failing", with(Cmd, "echo v2.0.0", &|e| e.matches = Some(r"^v1\.7\.\d+".into()))),
             (
@@ -929,6 +939,14 @@ fn evidence_command_and_systemd() {
               observed: STATUS: failed
 
               detail: command `echo 'STATUS: failed'`
+            contains, but the command failed: FAILED (1 attempt)
+              expected: exit code 0
+              observed: exit code 1, output STATUS: deployed
+              detail: command `sh -c 'echo STATUS: deployed; exit 1'`
+            expected 0, the awk of a missing tool's empty output: FAILED (1 attempt)
+              expected: exit code 0
+              observed: exit code 127, output 0
+              detail: command `no-such-kubectl get nodes | awk '{n++} END {print n + 0}'; exit 127`; stderr: /bin/sh: 1: no-such-kubectl: not found
             matches: passed (1 attempt)
               expected: output matching /^v1\.7\.\d+/
               observed: v1.7.13

@@ -24,6 +24,13 @@ pub enum Code {
     Pack,
     /// A size limit: bytes of a file, nesting depth, nodes after alias expansion.
     Limit,
+    /// Warning: an evidence command's pipeline without `pipefail` (a failing stage is not seen).
+    Pipeline,
+    /// Warning: an evidence command swallows a failure (`|| true`, a final `; true`).
+    Swallowed,
+    /// A file that is not read: not a regular file (a FIFO, socket or device), a symbolic link
+    /// leaving the tree, or unreadable.
+    File,
 }
 
 impl Code {
@@ -40,6 +47,9 @@ impl Code {
             Code::UnknownRef => "E009",
             Code::Pack => "E010",
             Code::Limit => "E011",
+            Code::Pipeline => "W001",
+            Code::Swallowed => "W002",
+            Code::File => "E012",
         }
     }
 
@@ -56,6 +66,9 @@ impl Code {
             Code::UnknownRef => "unknown-ref",
             Code::Pack => "pack",
             Code::Limit => "limit",
+            Code::Pipeline => "pipeline-without-pipefail",
+            Code::Swallowed => "swallowed-failure",
+            Code::File => "file",
         }
     }
 }
@@ -120,15 +133,20 @@ impl fmt::Display for Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        write!(
-            f,
-            "{}:{}:{}: {severity}[{}]: {}",
-            self.file,
-            self.pos.line,
-            self.pos.col,
-            self.code.as_str(),
-            self.message
-        )?;
+        // Line 0: about the file as a whole (it could not be read, it is not a pack).
+        if self.pos.line == 0 {
+            write!(f, "{}: {severity}[{}]: {}", self.file, self.code.as_str(), self.message)?;
+        } else {
+            write!(
+                f,
+                "{}:{}:{}: {severity}[{}]: {}",
+                self.file,
+                self.pos.line,
+                self.pos.col,
+                self.code.as_str(),
+                self.message
+            )?;
+        }
         if let Some(expected) = &self.expected {
             write!(f, "\n  = expected: {expected}")?;
         }

@@ -11,6 +11,7 @@
 pub mod diag;
 pub mod digest;
 mod kinds;
+pub mod lint;
 pub mod pack;
 pub mod remedy;
 mod semantic;
@@ -58,22 +59,26 @@ pub fn kinds() -> impl Iterator<Item = &'static str> {
     kinds::KINDS.iter().map(|(k, _)| *k)
 }
 
-/// Parses and checks every document of one file.
 /// The largest file of documents read.
 pub const MAX_FILE_BYTES: usize = 1 << 20;
 
+/// The diagnostic for a file of `len` bytes, over [`MAX_FILE_BYTES`]: callers that read files
+/// check the size before reading and say the same.
+pub fn too_large(file: &str, len: u64) -> Diagnostic {
+    Diagnostic::error(
+        Pos { line: 1, col: 1 },
+        Code::Limit,
+        format!("the file is {len} bytes; the limit is {MAX_FILE_BYTES} bytes (1 MiB) per file"),
+    )
+    .in_file(file)
+    .hint("split it into several files")
+}
+
+/// Parses and checks every document of one file.
 pub fn parse_file(file: &str, text: &str) -> Parsed {
     let mut parsed = Parsed::default();
     if text.len() > MAX_FILE_BYTES {
-        parsed.diagnostics.push(
-            Diagnostic::error(
-                Pos { line: 1, col: 1 },
-                Code::Limit,
-                format!("the file is {} bytes; the limit is {MAX_FILE_BYTES} bytes (1 MiB) per file", text.len()),
-            )
-            .in_file(file)
-            .hint("split it into several files"),
-        );
+        parsed.diagnostics.push(too_large(file, text.len() as u64));
         return parsed;
     }
     let roots = match yaml::parse_stream(text) {

@@ -8,6 +8,7 @@ use opsgraph_model::{
 };
 
 use crate::diag::{self, did_you_mean, Code, Diagnostic};
+use crate::lint;
 use crate::shape::{pos_at, PathSeg};
 use crate::{parse_file, Located, Pos};
 
@@ -89,12 +90,14 @@ impl<'a> JobIndex<'a> {
     }
 }
 
-/// Parses every YAML file of a pack and checks its references. `files` holds the YAML files;
-/// `all_paths` every file of the directory (relative), so that scripts can be checked.
+/// Parses every YAML file of a pack and checks its references. `files` holds the YAML files
+/// (`.yaml`, `.yml`), and may hold other text files (scripts), which are not parsed but linted
+/// when an evidence command names them; `all_paths` every file of the directory (relative), so
+/// that scripts can be checked.
 pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) -> (Option<Pack>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let mut docs: Vec<Located> = Vec::new();
-    for f in files {
+    for f in files.iter().filter(|f| is_yaml(&f.path)) {
         let parsed = parse_file(&join(root, &f.path), &f.text);
         diags.extend(parsed.diagnostics);
         docs.extend(parsed.docs);
@@ -157,6 +160,8 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
                         vec![PathSeg::Key("id")]
                     };
                     cx.unique("evidence", &e.id, d, &path);
+                    let at = pos_at(&d.node, &[&path[..path.len() - 1], &[PathSeg::Key("command")]].concat());
+                    lint_evidence(cx.diags, e, &d.file, at, root, files);
                     pack.evidence.insert(e.id.clone(), e.clone());
                 }
             }
@@ -548,6 +553,35 @@ fn check_job(cx: &mut Cx<'_>, pack: &Pack, job: &Job, d: &Located, all_paths: &B
             cx.unknown(&d.file, at, "rollback job", rb, pack.jobs.keys().map(String::as_str));
         }
     }
+}
+
+/// The lint warnings of one evidence check ([`crate::lint`]), at its command; and of every
+/// script of the pack its command names, at their place in the script.
+fn lint_evidence(diags: &mut Vec<Diagnostic>, e: &Evidence, file: &str, at: Pos, root: &str, files: &[PackFile]) {
+    for f in lint::evidence(e) {
+        diags.push(
+            Diagnostic::warning(at, f.code, format!("evidence `{}`: {}", e.id, f.message)).in_file(file).hint(f.hint),
+        );
+    }
+    let Some(command) = &e.command else { return };
+    let command = command.to_string();
+    for script in files.iter().filter(|f| !is_yaml(&f.path) && command.contains(f.path.as_str())) {
+        for f in lint::shell(&script.text) {
+            diags.push(
+                Diagnostic::warning(
+                    lint::line_col(&script.text, f.offset),
+                    f.code,
+                    format!("evidence `{}` runs this script: {}", e.id, f.message),
+                )
+                .in_file(&join(root, &script.path))
+                .hint(f.hint),
+            );
+        }
+    }
+}
+
+fn is_yaml(path: &str) -> bool {
+    path.ends_with(".yaml") || path.ends_with(".yml")
 }
 
 fn cx_root(pack: &Pack) -> &str {

@@ -19,8 +19,8 @@ use std::fmt;
 pub use edit::{apply, Edit};
 pub use inputs::check_preview;
 pub use plan::{
-    build, job_edges, transitive_reduction, Cost, CostItem, Input, JobInstance, Plan, PlanGate, Revision, Risk, Stage,
-    SubOperation,
+    build, check_parameter, job_edges, transitive_reduction, Cost, CostItem, Input, JobInstance, Plan, PlanGate,
+    Revision, Risk, Stage, SubOperation,
 };
 pub use resolve::{Inventory, Outcome, Resolution};
 

@@ -182,16 +182,17 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                         continue;
                     }
                     if let Some(spec) = spec {
-                        if !type_ok(spec.type_, value) || (!spec.enum_.is_empty() && !spec.enum_.contains(value)) {
-                            f(Severity::Error, "parameter", format!("parameter `{name}` of job `{job}` does not fit its declared type or values, found {value}"));
-                            continue;
-                        }
+                        // Before the type check, whose finding quotes the value.
                         if spec.secret {
                             f(
                                 Severity::Error,
                                 "parameter",
                                 format!("parameter `{name}` is secret: a patch cannot carry it"),
                             );
+                            continue;
+                        }
+                        if !type_ok(spec.type_, value) || (!spec.enum_.is_empty() && !spec.enum_.contains(value)) {
+                            f(Severity::Error, "parameter", format!("parameter `{name}` of job `{job}` does not fit its declared type or values, found {value}"));
                             continue;
                         }
                     }
@@ -211,6 +212,15 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                         f(Severity::Error, "parameter", format!("the template has no parameter `{name}`"));
                         continue;
                     };
+                    // Before the checks whose findings quote the value.
+                    if spec.secret {
+                        f(
+                            Severity::Error,
+                            "parameter",
+                            format!("parameter `{name}` is secret: a patch cannot carry it"),
+                        );
+                        continue;
+                    }
                     if !type_ok(spec.type_, value) {
                         f(
                             Severity::Error,
@@ -224,14 +234,6 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                             Severity::Error,
                             "parameter",
                             format!("parameter `{name}` must be one of {:?}, found {value}", spec.enum_),
-                        );
-                        continue;
-                    }
-                    if spec.secret {
-                        f(
-                            Severity::Error,
-                            "parameter",
-                            format!("parameter `{name}` is secret: a patch cannot carry it"),
                         );
                         continue;
                     }

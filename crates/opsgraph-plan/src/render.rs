@@ -1,5 +1,6 @@
 //! Plan previews: text a person reads in one screen, JSON for machines, DOT for Graphviz.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
@@ -54,8 +55,41 @@ fn resolution_json(r: &Resolution) -> Value {
     v
 }
 
-/// The JSON preview (`opsgraph plan -o json`).
-pub fn json(plan: &Plan) -> Value {
+/// What a secret parameter's value is shown as in a preview.
+pub const SECRET: &str = "(secret)";
+
+/// The names of `plan`'s secret parameters, from its template among `packs`. When the pack or
+/// its template is not there, every parameter counts as secret (deny by default).
+pub fn secret_parameters(plan: &Plan, packs: &[opsgraph_pack::Pack]) -> BTreeSet<String> {
+    let template = packs
+        .iter()
+        .find(|p| p.reference() == plan.pack)
+        .and_then(|p| p.templates.iter().find(|t| t.id == plan.template));
+    match template {
+        Some(t) => t.parameters.iter().filter(|(_, spec)| spec.secret).map(|(name, _)| name.clone()).collect(),
+        None => plan.parameters.keys().chain(plan.intent.parameters.keys()).cloned().collect(),
+    }
+}
+
+/// The JSON preview (`opsgraph plan -o json`, `POST /api/v1/plans`): the values of secret
+/// parameters (see [`secret_parameters`]; `packs` are those the plan was made from) are shown as
+/// [`SECRET`], in the parameters and in the intent, here and in sub-operation plans.
+pub fn json(plan: &Plan, packs: &[opsgraph_pack::Pack]) -> Value {
+    let secret = secret_parameters(plan, packs);
+    let mut v = preview_json(plan, packs);
+    for at in ["/parameters", "/intent/parameters"] {
+        if let Some(Value::Object(params)) = v.pointer_mut(at) {
+            for (name, value) in params.iter_mut() {
+                if secret.contains(name) {
+                    *value = Value::String(SECRET.into());
+                }
+            }
+        }
+    }
+    v
+}
+
+fn preview_json(plan: &Plan, packs: &[opsgraph_pack::Pack]) -> Value {
     json!({
         "pack": plan.pack,
         "pack_digest": plan.pack_digest,
@@ -77,7 +111,7 @@ pub fn json(plan: &Plan) -> Value {
         "review": plan.review,
         "sub_operations": plan.sub_operations.iter().map(|s| json!({
             "requirement": s.requirement, "provider": s.provider, "chosen": s.chosen,
-            "error": s.error, "plan": s.plan.as_deref().map(json),
+            "error": s.error, "plan": s.plan.as_deref().map(|p| json(p, packs)),
         })).collect::<Vec<_>>(),
     })
 }

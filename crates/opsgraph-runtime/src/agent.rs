@@ -31,9 +31,10 @@ use opsgraph_exec::{Cancel, EvidenceResult, Executor, LocalExecutor, Program};
 use opsgraph_model::{Evidence, Job};
 use opsgraph_plan::JobInstance;
 use opsgraph_store::{now, now_ms, AgentTask, AgentTaskState, AgentWrite, Store, Write};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::agent_wire::{b64, unb64};
+pub use crate::agent_wire::{AgentJob, AgentReport, WireEvidence, WireFile, WireProgram, MAX_FILES_BYTES};
 use crate::jobs::{Task, TaskResult};
 use crate::{Error, Runtime};
 
@@ -55,6 +56,8 @@ pub struct Agents {
     pool: Mutex<Vec<Box<dyn Store>>>,
     /// The master keyring, loaded once (payloads and reports are sealed with it).
     keyring: std::sync::OnceLock<Result<Arc<opsgraph_secrets::Keyring>, String>>,
+    /// What recent tasks' reports and logs are screened with.
+    pub(crate) screens: crate::agent_screen::Screens,
 }
 
 impl Agents {
@@ -66,6 +69,7 @@ impl Agents {
             lease: Duration::from_secs(30),
             pool: Mutex::new(Vec::new()),
             keyring: std::sync::OnceLock::new(),
+            screens: Default::default(),
         }
     }
 
@@ -98,6 +102,17 @@ impl Agents {
             serde_json::from_slice(plain.expose()).map_err(|e| Error::Secrets(format!("agent payload: {e}")))?;
         payload["kind"] = Value::String(task.kind.clone());
         Ok(payload)
+    }
+
+    /// What `task`'s log text and report are screened with before they are stored or shown
+    /// (see [`Screen`](crate::Screen)), from its sealed payload.
+    pub fn screen(&self, data_dir: &Path, task: &AgentTask) -> Result<Arc<crate::Screen>, Error> {
+        self.screens.get(&task.id, || {
+            let payload = self.open_payload(data_dir, task)?;
+            let job: AgentJob =
+                serde_json::from_value(payload).map_err(|e| Error::Secrets(format!("agent payload: {e}")))?;
+            Ok(crate::Screen::new(&job))
+        })
     }
 
     /// An agent's report, sealed for the store (it may hold secret artifacts).
@@ -174,86 +189,6 @@ impl Bell {
         let (n, _) = self.rung.wait_timeout_while(n, timeout, |n| *n == seen).unwrap_or_else(|e| e.into_inner());
         *n
     }
-}
-
-/// What an agent runs, as the runtime hands it over (sealed at rest, plaintext to the agent).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AgentJob {
-    pub instance: String,
-    pub attempt: u32,
-    /// `run`, or `evidence` (check the evidence only).
-    pub kind: String,
-    pub job: Job,
-    pub evidence: Vec<Evidence>,
-    pub program: Option<WireProgram>,
-    pub env: BTreeMap<String, String>,
-    /// Files the job reads (required artifacts, credentials): the variable naming each is set
-    /// to the agent's private copy.
-    pub files: Vec<WireFile>,
-    pub timeout_ms: Option<u64>,
-    pub check_first: bool,
-    pub secret_outputs: Vec<String>,
-    /// Secret values to mask in output (base64).
-    pub mask: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WireProgram {
-    Argv(Vec<String>),
-    /// A pack script, by content: the agent has no pack.
-    Script {
-        name: String,
-        content: String,
-        args: Vec<String>,
-    },
-    Shell(String),
-    Http {
-        method: String,
-        url: String,
-        headers: Vec<(String, String)>,
-        body: String,
-    },
-}
-
-/// A file by content (base64): an input under the variable `name`, or a produced artifact.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WireFile {
-    pub name: String,
-    pub content: String,
-}
-
-/// What an agent reports.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct AgentReport {
-    pub outcome: String,
-    pub failure: Option<String>,
-    pub satisfied_without_run: bool,
-    pub cancelled: bool,
-    pub evidence: Vec<WireEvidence>,
-    pub produced: Vec<WireFile>,
-    pub duration_ms: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WireEvidence {
-    pub check: String,
-    pub passed: bool,
-    pub expected: String,
-    pub observed: String,
-    pub detail: String,
-    pub attempts: u32,
-}
-
-/// Files an agent job may carry, in all: larger inputs are refused with that reason.
-pub const MAX_FILES_BYTES: usize = 8 << 20;
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn unb64(s: &str) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD.decode(s).unwrap_or_default()
 }
 
 /// The associated data of a task's payload: the attempt, whatever the kind, so recovery can

@@ -20,6 +20,15 @@ pub struct GateAnswer {
     pub value: Option<Value>,
 }
 
+/// Gates whose answer approves something (a plan, a patch, a destructive action, an exception, a
+/// cost): their operation's creator may not answer them, except to cancel, unless
+/// `allow_self_approval` is set; and a patch's author never approves it.
+pub fn approves(gate_type: &str) -> bool {
+    [GateType::Approval, GateType::DestructiveAction, GateType::PolicyException, GateType::CostConfirmation]
+        .iter()
+        .any(|t| t.to_string() == gate_type)
+}
+
 impl Runtime {
     /// Answers a gate. Refused when the gate is unknown or already answered, the role may not
     /// answer it, or the option is not one of its options.
@@ -178,6 +187,14 @@ impl Runtime {
                 required: gate.required_roles.join(", "),
             });
         }
+        let cancelling = answer.option == "cancel operation" || answer.option == "reject patch";
+        if approves(&gate.gate_type) && op.actor == answer.actor && !cancelling && !self.rules.allow_self_approval {
+            return Err(Error::SelfApproval {
+                actor: answer.actor.clone(),
+                gate: gate_id.to_string(),
+                why: format!("created operation `{op_id}`"),
+            });
+        }
         if !gate.options.is_empty() && !gate.options.contains(&answer.option) {
             return Err(Error::NoOption {
                 gate: gate_id.into(),
@@ -225,11 +242,33 @@ impl Runtime {
         {
             return Err(Error::Unsupported(format!("gate `{gate_id}` needs a value: answer it with --value")));
         }
+        // A value given for a missing parameter is checked exactly as the intent's would be.
+        let checked = match (plan_gate, &answer.value) {
+            (Some(g), Some(v)) if g.type_ == GateType::MissingInput && answer.option != "cancel operation" => {
+                let name = gate_id.strip_prefix("input-").unwrap_or(gate_id).replace('-', "_");
+                let pack = self.pack(&plan)?;
+                let spec = pack
+                    .templates
+                    .iter()
+                    .find(|t| t.id == plan.template)
+                    .and_then(|t| t.parameters.get(&name))
+                    .ok_or_else(|| {
+                        Error::Unsupported(format!("gate `{gate_id}` names no parameter of the template"))
+                    })?;
+                let value = opsgraph_plan::check_parameter(&name, spec, v).map_err(|e| Error::BadValue {
+                    gate: gate_id.to_string(),
+                    code: e.code(),
+                    message: e.to_string(),
+                })?;
+                Some(value)
+            }
+            (_, v) => v.clone(),
+        };
         let at = now();
         // The value of a secret parameter is stored sealed.
         let secret = plan_gate.is_some_and(|g| g.type_ == GateType::MissingInput)
             && gate_id.strip_prefix("input-").is_some_and(|p| self.secret_params(&plan).contains(&p.replace('-', "_")));
-        let value = match &answer.value {
+        let value = match &checked {
             Some(v) if secret => {
                 let text = crate::jobs::param_text(v);
                 Some(Value::String(self.seal_text(&text, &format!("gate:{op_id}/{gate_id}"))?))

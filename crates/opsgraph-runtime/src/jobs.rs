@@ -241,7 +241,7 @@ impl Masking {
         }
     }
 
-    fn text(&self, t: &str) -> String {
+    pub(crate) fn text(&self, t: &str) -> String {
         String::from_utf8_lossy(&self.bytes(t.as_bytes())).into_owned()
     }
 

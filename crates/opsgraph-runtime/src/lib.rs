@@ -19,6 +19,8 @@
 //!   another writer committed, and a stale writer is refused by the operation's version.
 
 pub mod agent;
+mod agent_screen;
+mod agent_wire;
 mod analyze;
 pub mod audit;
 mod control;
@@ -40,13 +42,14 @@ use opsgraph_pack::Pack;
 use opsgraph_store::{Store, Write};
 
 pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
+pub use agent_screen::{Refusal, Screen};
 pub use analyze::Diagnosis;
-pub use control::GateAnswer;
+pub use control::{approves, GateAnswer};
 pub use drive::Progress;
 pub use intervene::Verified;
 /// Idempotency keys are rendered from `{placeholder}`s (public for the fuzz target `templating`).
 pub use jobs::render_key;
-pub use patch::{AiPolicy, Proposal};
+pub use patch::{ApprovalReason, PatchRules, Proposal, SafeChanges};
 pub use secrets::Rotation;
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,13 @@ pub enum Error {
     NoOption { gate: String, option: String, options: String },
     #[error("{0}")]
     Unsupported(String),
+    /// A value given at a missing-input gate fails its parameter's declaration (the intent's
+    /// check, `opsgraph_plan::check_parameter`): `code` is the plan error's (P003, P010).
+    #[error("gate `{gate}`: {code}: {message}")]
+    BadValue { gate: String, code: &'static str, message: String },
+    /// Four eyes: the creator of an operation (or the author of a patch) may not approve it.
+    #[error("{actor} {why} and may not approve gate `{gate}`")]
+    SelfApproval { actor: String, gate: String, why: String },
     #[error("plan revision {0} is not stored or not readable")]
     Plan(String),
     #[error("the pack `{0}` of this operation is not loaded")]
@@ -111,8 +121,8 @@ pub struct Runtime {
     pub(crate) keyring: std::sync::OnceLock<Result<std::sync::Arc<opsgraph_secrets::Keyring>, String>>,
     /// Writes that join the transaction of the next change made on a person's behalf.
     pub(crate) attached: Vec<Write>,
-    /// What an AI's plan patch may do without a person.
-    pub ai_policy: patch::AiPolicy,
+    /// Who may change a running operation's plan without whom (four eyes, `config.yaml`).
+    pub rules: patch::PatchRules,
     /// How jobs for agent-served resources reach their agents; without it they fail, saying so.
     pub agents: Option<std::sync::Arc<agent::Agents>>,
     /// The lease the operation being driven is held under: every commit is fenced with it.
@@ -133,7 +143,7 @@ impl Runtime {
             operation_writes: 0,
             keyring: std::sync::OnceLock::new(),
             attached: Vec::new(),
-            ai_policy: patch::AiPolicy::default(),
+            rules: patch::PatchRules::default(),
             agents: None,
             lease: None,
         }

@@ -23,39 +23,40 @@ pub struct Proposal {
     /// The gate that waits for an approval, when the patch needs one.
     pub gate: Option<String>,
     pub state: OperationState,
+    /// Why it waits (empty when it was applied at once).
+    pub approval: Vec<ApprovalReason>,
 }
 
-/// What an AI's patch may do without a person (config.yaml `ai_policy: {auto_apply: [...]}`):
-/// `retry_idempotent` (retry jobs whose idempotency key makes a second run safe) and
-/// `insert_diagnostic` (insert read-only diagnostic or verification jobs). Everything else an AI
-/// proposes waits for a person; by default, everything does.
+/// Change kinds a policy may list as safe to apply without a second person. Inserted jobs are
+/// never among them: new work always waits for an approval (four eyes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AiPolicy {
+pub struct SafeChanges {
+    /// `retry_idempotent`: retrying jobs whose idempotency key makes a second run safe.
     pub retry_idempotent: bool,
-    pub insert_diagnostic: bool,
 }
 
-impl AiPolicy {
-    /// `auto_apply` names; an unknown one is an error naming the known ones.
-    pub fn parse(names: &[String]) -> Result<AiPolicy, String> {
-        let mut p = AiPolicy::default();
+impl SafeChanges {
+    /// A list of change kind names (`key` names the setting in messages); an unknown one is an
+    /// error naming the known ones.
+    pub fn parse(key: &str, names: &[String]) -> Result<SafeChanges, String> {
+        let mut p = SafeChanges::default();
         for n in names {
             match n.as_str() {
                 "retry_idempotent" => p.retry_idempotent = true,
-                "insert_diagnostic" => p.insert_diagnostic = true,
-                other => {
+                "insert_diagnostic" => {
                     return Err(format!(
-                        "unknown ai_policy.auto_apply `{other}`; known: retry_idempotent, insert_diagnostic"
+                        "`{key}: insert_diagnostic` is no longer accepted: a patch that inserts jobs always waits for a person's approval"
                     ))
                 }
+                other => return Err(format!("unknown `{key}` entry `{other}`; known: retry_idempotent")),
             }
         }
         Ok(p)
     }
 
-    /// Whether every change of `patch` is one this policy lets an AI apply alone.
+    /// Whether every change of `patch` is one this policy lists as safe.
     fn allows(&self, patch: &PlanPatch, plan: &Plan, pack: &opsgraph_pack::Pack) -> bool {
-        use opsgraph_model::{JobType, PatchChange};
+        use opsgraph_model::PatchChange;
         let template = pack.templates.iter().find(|t| t.id == plan.template);
         let job = |id: &str| template.and_then(|t| pack.job(t, id));
         !patch.changes.is_empty()
@@ -65,17 +66,74 @@ impl AiPolicy {
                     self.retry_idempotent
                         && base.and_then(|b| job(&b)).is_some_and(|d| d.controls.idempotency.is_some())
                 }
-                PatchChange::InsertAfter { jobs, .. } | PatchChange::InsertBefore { jobs, .. } => {
-                    self.insert_diagnostic
-                        && jobs.iter().all(|j| {
-                            job(j).is_some_and(|d| {
-                                matches!(d.type_, JobType::Diagnostic | JobType::Verification)
-                                    && !d.controls.destructive
-                            })
-                        })
-                }
                 _ => false,
             })
+    }
+}
+
+/// Who may change a running operation's plan without whom: `DATA_DIR/config.yaml`'s
+/// `ai_policy.auto_apply`, `patch_policy.safe_changes` and `allow_self_approval`, read by one
+/// function for the server and the local CLI.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PatchRules {
+    /// What an AI's patch may apply without a person (nothing by default).
+    pub ai_auto_apply: SafeChanges,
+    /// What a person's patch may apply without a second person once the plan was approved
+    /// (nothing by default).
+    pub safe_changes: SafeChanges,
+    /// May the creator of an operation answer its approval gates (patch gates included)?
+    pub allow_self_approval: bool,
+}
+
+impl PatchRules {
+    /// From the parsed `config.yaml` (JSON values); a missing key is the default.
+    pub fn from_config(config: &Value) -> Result<PatchRules, String> {
+        let list = |v: &Value, key: &str| -> Result<SafeChanges, String> {
+            match v {
+                Value::Null => Ok(SafeChanges::default()),
+                Value::Array(a) => {
+                    let names: Vec<String> = a.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect();
+                    SafeChanges::parse(key, &names)
+                }
+                other => Err(format!("`{key}` must be a list, not {other}")),
+            }
+        };
+        let allow_self_approval = match &config["allow_self_approval"] {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            other => return Err(format!("`allow_self_approval` must be true or false, not {other}")),
+        };
+        Ok(PatchRules {
+            ai_auto_apply: list(&config["ai_policy"]["auto_apply"], "ai_policy.auto_apply")?,
+            safe_changes: list(&config["patch_policy"]["safe_changes"], "patch_policy.safe_changes")?,
+            allow_self_approval,
+        })
+    }
+}
+
+/// Why a patch waits at its gate for a person's approval. None of them: it applies at once.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "rule")]
+pub enum ApprovalReason {
+    /// The patch asks for it (`approval.required`).
+    Requested,
+    /// It inserts jobs: new work always needs a second person.
+    InsertsJobs,
+    /// Its author is an AI and `ai_policy.auto_apply` does not cover every change.
+    AiAuthor,
+    /// The operation's plan was approved at `gate` by `by`; a change to an approved plan needs a
+    /// new approval unless `patch_policy.safe_changes` covers every change.
+    ApprovedPlan { gate: String, by: String },
+}
+
+impl ApprovalReason {
+    pub fn text(&self) -> String {
+        match self {
+            ApprovalReason::Requested => "the patch asks for approval".into(),
+            ApprovalReason::InsertsJobs => "it inserts jobs".into(),
+            ApprovalReason::AiAuthor => "an AI wrote it and ai_policy does not cover every change".into(),
+            ApprovalReason::ApprovedPlan { gate, by } => format!("it changes a plan {by} approved at {gate}"),
+        }
     }
 }
 
@@ -106,11 +164,9 @@ impl Runtime {
         let reviewed = apply_patch(&plan, &pack, patch).map_err(|f| Error::PatchRefused(render(&f)))?;
         let n = self.store.timeline(op_id)?.iter().filter(|e| e.event == "patch_proposed").count() + 1;
         let id = patch.id.clone().unwrap_or_else(|| format!("p{n}"));
-        // An AI author needs a person unless the AI policy allows every change; otherwise the
-        // patch's own approval block decides.
         let approval = patch.approval.as_ref();
-        let ai = author.starts_with("ai-agent:");
-        let needs = approval.is_some_and(|a| a.required) || (ai && !self.ai_policy.allows(patch, &plan, &pack));
+        let reasons = self.approval_reasons(op_id, patch, author, &plan, &pack)?;
+        let needs = !reasons.is_empty();
         let roles: Vec<String> = match approval.map(|a| a.roles.clone()).filter(|r| !r.is_empty()) {
             Some(r) => r,
             None => APPROVERS.iter().map(|r| r.to_string()).collect(),
@@ -124,6 +180,7 @@ impl Runtime {
             "diff": reviewed.diff,
             "findings": reviewed.findings,
             "revision": reviewed.plan.revision.hash,
+            "approval_needed": reasons,
         });
         let op = if paused {
             op
@@ -144,8 +201,9 @@ impl Runtime {
                 id: g.clone(),
                 gate_type: GateType::Approval.to_string(),
                 reason: format!(
-                    "plan patch {id} by {author}{}",
-                    patch.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+                    "plan patch {id} by {author}{} (approval: {})",
+                    patch.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default(),
+                    reasons.iter().map(ApprovalReason::text).collect::<Vec<_>>().join("; ")
                 ),
                 options: vec!["approve patch".into(), "reject patch".into()],
                 required_roles: roles,
@@ -174,7 +232,45 @@ impl Runtime {
         } else {
             op.state
         };
-        Ok(Proposal { patch: id, diff: reviewed.diff, findings: reviewed.findings, gate, state })
+        Ok(Proposal { patch: id, diff: reviewed.diff, findings: reviewed.findings, gate, state, approval: reasons })
+    }
+
+    /// Why `patch` must wait for a person (four eyes on every plan change): the patch asks; it
+    /// inserts jobs (always); an AI wrote it beyond `ai_policy.auto_apply`; or the operation's plan
+    /// was already approved by someone and `patch_policy.safe_changes` does not cover it.
+    fn approval_reasons(
+        &self,
+        op_id: &str,
+        patch: &PlanPatch,
+        author: &str,
+        plan: &Plan,
+        pack: &opsgraph_pack::Pack,
+    ) -> Result<Vec<ApprovalReason>, Error> {
+        use opsgraph_model::PatchChange;
+        let mut reasons = Vec::new();
+        if patch.approval.as_ref().is_some_and(|a| a.required) {
+            reasons.push(ApprovalReason::Requested);
+        }
+        if patch.changes.iter().any(|c| matches!(c, PatchChange::InsertAfter { .. } | PatchChange::InsertBefore { .. }))
+        {
+            reasons.push(ApprovalReason::InsertsJobs);
+        }
+        let ai = author.starts_with("ai-agent:");
+        if ai && !self.rules.ai_auto_apply.allows(patch, plan, pack) {
+            reasons.push(ApprovalReason::AiAuthor);
+        }
+        let approved = self.store.gates(op_id)?.into_iter().find(|g| {
+            crate::control::approves(&g.gate_type)
+                && g.answered_by.is_some()
+                && !matches!(g.answer.as_deref(), Some("cancel operation" | "reject patch") | None)
+        });
+        if let Some(g) = approved {
+            let safe = if ai { &self.rules.ai_auto_apply } else { &self.rules.safe_changes };
+            if !safe.allows(patch, plan, pack) {
+                reasons.push(ApprovalReason::ApprovedPlan { gate: g.id, by: g.answered_by.unwrap_or_default() });
+            }
+        }
+        Ok(reasons)
     }
 
     /// The patch of remedy `id` of the operation's pack.
@@ -214,7 +310,11 @@ impl Runtime {
     ) -> Result<OperationState, Error> {
         let (changes, author) = self.patch_under_review(&op.id, patch)?;
         if approve && author == actor {
-            return Err(Error::Unsupported(format!("{actor} proposed patch {patch} and may not approve it")));
+            return Err(Error::SelfApproval {
+                actor: actor.to_string(),
+                gate: format!("patch-{patch}"),
+                why: format!("proposed patch {patch}"),
+            });
         }
         let paused = matches!(op.state, OperationState::Paused { .. });
         if paused && !approve {

@@ -23,13 +23,14 @@
 //!   old ones for opening; [`Keyring::reseal`] moves a row to the active key; [`retire`] drops an
 //!   old key once no row needs it. The procedure is in [`rotate`].
 //! - **Output masking catches the exact value and its common encodings** (base64 in both
-//!   alphabets, padded or not and at any alignment inside a longer base64 text, hex, URL encoding,
-//!   JSON string escaping). See [`Masker`].
+//!   alphabets, padded or not, at any alignment inside a longer base64 text and wrapped over lines;
+//!   hex, also byte-spaced and in hex dumps; URL encoding, also of every byte; JSON string
+//!   escaping, also of every character). See [`Masker`].
 //!
 //! # What is not promised
 //!
 //! - **Masking is a backstop, not a control.** A job that transforms a secret (reverses it, prints
-//!   it one character per line, compresses it, encrypts it, prints a substring, or uses an
+//!   it one character per line, rot13s, compresses or encrypts it, prints a substring, or uses an
 //!   encoding not listed above) leaks it, and so does a job that sends it anywhere other than its
 //!   captured output. GitHub Actions and Jenkins say the same of their masking; the real control is
 //!   that jobs receive only the secrets they declare. Secrets shorter than [`MIN_SECRET_LEN`] bytes
@@ -130,3 +131,5 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mask_forms;

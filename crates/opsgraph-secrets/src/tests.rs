@@ -545,7 +545,7 @@ fn streaming_examples() {
         seen.join(" | ")
     };
     // What a live view shows after each chunk, then after finish.
-    expect![" |  | password=*** | password=*** ok, | password=*** ok, *** done"].assert_eq(&run(&[
+    expect![" |  |  |  | password=*** ok, *** done"].assert_eq(&run(&[
         "pass",
         "word=hun",
         "ter22 ok, abcd",

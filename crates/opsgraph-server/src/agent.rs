@@ -1,7 +1,10 @@
 //! `/api/v1/agent/*`: remote agents pull the work of the resources that name them
 //! (`access: {agent: NAME}`, NAME the token's name), keep their lease alive, stream output and
 //! report. Claims and reports are audited in their own transaction; a write under a lease that is
-//! no longer the task's is refused with 409 `stale_lease`.
+//! no longer the task's is refused with 409 `stale_lease`. Log text and reports are masked with
+//! the task's own mask list before they are stored (an agent is not trusted to have masked), and a
+//! report naming evidence or artifacts the job does not declare is refused (422
+//! `undeclared_evidence`, `undeclared_artifact`) and changes nothing.
 
 use std::time::{Duration, Instant};
 
@@ -163,7 +166,9 @@ pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             format!("a log chunk holds at most {MAX_LOG_BYTES} bytes"),
         ));
     }
-    own_task(ctx, &body.task)?;
+    let task = own_task(ctx, &body.task)?;
+    // Masked here, whatever the agent did: it is not trusted with that.
+    let text = ctx.state.0.agents.screen(&ctx.state.0.data_dir, &task)?.log(&text);
     ctx.store.commit(&[Write::Agent(AgentWrite::Log { task: body.task, lease: body.lease, text, at: now() })])?;
     ctx.state.0.agents.bell.ring();
     Reply::ok(json!({}))
@@ -177,8 +182,17 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         return Reply::ok(json!({"task": task.id, "state": "reported"}));
     }
     let report = body.report.unwrap_or(Value::Null);
-    let parsed: opsgraph_runtime::AgentReport = serde_json::from_value(report.clone())
+    let parsed: opsgraph_runtime::AgentReport = serde_json::from_value(report)
         .map_err(|e| ApiError::unprocessable("invalid_report", format!("the report is not an agent report: {e}")))?;
+    // Checked against the job's declarations and masked before anything is stored or shown.
+    let parsed = ctx
+        .state
+        .0
+        .agents
+        .screen(&ctx.state.0.data_dir, &task)?
+        .report(parsed)
+        .map_err(|r| ApiError::unprocessable(r.code, r.message))?;
+    let report = serde_json::to_value(&parsed).map_err(|e| ApiError::internal("an agent report", &e))?;
     let actor = ctx.who()?.actor();
     let sealed = ctx.state.0.agents.seal_report(&ctx.state.0.data_dir, &task.id, &report)?;
     let passed = parsed.evidence.iter().filter(|e| e.passed).count();

@@ -125,10 +125,10 @@ pub enum ConfigError {
 pub struct Config {
     /// Custom roles: name -> permissions.
     pub roles: BTreeMap<String, BTreeSet<Permission>>,
-    /// May the creator of an operation answer its approval gates? Default: no.
-    pub allow_self_approval: bool,
-    /// `ai_policy.auto_apply`: what an AI agent's patch may do without a person.
-    pub ai_auto_apply: Vec<String>,
+    /// Four eyes: `allow_self_approval` (may the creator of an operation answer its approval
+    /// gates? default no), `ai_policy.auto_apply` and `patch_policy.safe_changes`. The runtime
+    /// applies them, for the server and the local CLI alike.
+    pub patch_rules: opsgraph_runtime::PatchRules,
 }
 
 impl Config {
@@ -151,21 +151,10 @@ impl Config {
         })?;
         let value = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
         let invalid = |message: String| ConfigError::Invalid { path: path.to_string(), message };
-        let mut config = Config::default();
-        match &value["allow_self_approval"] {
-            Value::Null => {}
-            Value::Bool(b) => config.allow_self_approval = *b,
-            other => return Err(invalid(format!("`allow_self_approval` must be true or false, not {other}"))),
-        }
-        match &value["ai_policy"]["auto_apply"] {
-            Value::Null => {}
-            Value::Array(names) => {
-                let names: Vec<String> = names.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect();
-                opsgraph_runtime::AiPolicy::parse(&names).map_err(invalid)?;
-                config.ai_auto_apply = names;
-            }
-            other => return Err(invalid(format!("`ai_policy.auto_apply` must be a list, not {other}"))),
-        }
+        let mut config = Config {
+            patch_rules: opsgraph_runtime::PatchRules::from_config(&value).map_err(invalid)?,
+            ..Config::default()
+        };
         match &value["roles"] {
             Value::Null => {}
             Value::Object(roles) => {
@@ -207,10 +196,25 @@ impl Config {
         out
     }
 
-    /// The union of the permissions of these roles (unknown roles grant nothing).
+    /// What a token with these roles may do: the union of their permissions (unknown roles grant
+    /// nothing), less [`AI_NEVER`] when one of them is `ai_agent` — an AI identity stays bounded
+    /// whatever else it holds.
     pub fn union(&self, roles: &[String]) -> BTreeSet<Permission> {
-        roles.iter().filter_map(|r| self.permissions(r)).flatten().collect()
+        let mut all: BTreeSet<Permission> = roles.iter().filter_map(|r| self.permissions(r)).flatten().collect();
+        if is_ai(roles) {
+            all.retain(|p| !AI_NEVER.contains(p));
+        }
+        all
     }
+}
+
+/// What an AI identity never does, whatever other role its token holds: answer gates (or approve
+/// patches), reveal secrets, create or revoke tokens. A person decides; an AI proposes.
+pub const AI_NEVER: [Permission; 4] = [AnswerGates, ApprovePatches, RevealSecrets, ManageTokens];
+
+/// Whether a token with these roles acts as an AI (`ai-agent:NAME`).
+pub fn is_ai(roles: &[String]) -> bool {
+    roles.iter().any(|r| r == "ai_agent")
 }
 
 fn builtin(role: &str) -> Option<&'static [Permission]> {
@@ -230,7 +234,7 @@ pub struct Identity {
 impl Identity {
     /// The actor recorded in timelines and the audit log; the same as `--as NAME` in the CLI.
     pub fn actor(&self) -> String {
-        if self.roles.iter().any(|r| r == "ai_agent") {
+        if is_ai(&self.roles) {
             format!("ai-agent:{}", self.name)
         } else if self.roles.iter().any(|r| r == "agent") {
             format!("agent:{}", self.name)
@@ -277,6 +281,8 @@ pub enum TokenError {
     UnknownRole { role: String, known: String },
     #[error("cannot grant role `{role}`: it allows {missing}, which you do not hold")]
     GrantRefused { role: String, missing: String },
+    #[error("role `ai_agent` cannot be combined with `{role}`, which allows {allows}: an AI identity never answers gates, reveals secrets or manages tokens, so give the AI a token of its own")]
+    MixedAi { role: String, allows: String },
     #[error("an active token is already named `{0}`; revoke it first")]
     NameTaken(String),
     #[error("no token `{0}`")]
@@ -334,6 +340,18 @@ pub fn create_token(
         if config.permissions(role).is_none() {
             let known: Vec<String> = config.table().into_iter().map(|(r, _)| r).collect();
             return Err(TokenError::UnknownRole { role: role.clone(), known: known.join(", ") });
+        }
+    }
+    if is_ai(roles) {
+        // A token is an AI's or a person's: `ai_agent` beside a role that lets a person act
+        // (answer, reveal, manage tokens, apply, intervene...) is refused rather than bounded.
+        let ai: BTreeSet<Permission> = config.permissions("ai_agent").unwrap_or_default();
+        for role in roles.iter().filter(|r| *r != "ai_agent") {
+            let extra: Vec<&str> =
+                config.permissions(role).unwrap_or_default().difference(&ai).map(|p| p.as_str()).collect();
+            if !extra.is_empty() {
+                return Err(TokenError::MixedAi { role: role.clone(), allows: extra.join(", ") });
+            }
         }
     }
     if let Some((role, missing)) = grantor.and_then(|held| missing(config, roles, held)) {

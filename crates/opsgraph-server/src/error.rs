@@ -116,6 +116,8 @@ impl From<opsgraph_runtime::Error> for ApiError {
             R::Busy { .. } => ApiError::conflict("resource_busy", message),
             R::AlreadyAnswered { .. } => ApiError::conflict("gate_answered", message),
             R::Forbidden { .. } => ApiError::forbidden("role_not_allowed", message),
+            R::SelfApproval { .. } => ApiError::forbidden("self_approval", message),
+            R::BadValue { .. } => ApiError::unprocessable("invalid_gate_value", message),
             R::NoOption { .. } => ApiError::unprocessable("no_such_option", message),
             R::Unsupported(_) => ApiError::unprocessable("unsupported", message),
             R::Plan(_) | R::NoPack(_) | R::Io { .. } => ApiError::internal("the runtime failed", &e),
@@ -133,6 +135,7 @@ impl From<TokenError> for ApiError {
         match e {
             TokenError::BadName(_) | TokenError::NoRole => ApiError::unprocessable("invalid_token_request", message),
             TokenError::UnknownRole { .. } => ApiError::unprocessable("unknown_role", message),
+            TokenError::MixedAi { .. } => ApiError::unprocessable("ai_role_mixed", message),
             TokenError::GrantRefused { .. } => ApiError::forbidden("grant_refused", message),
             TokenError::RevokeRefused { .. } => ApiError::forbidden("revoke_refused", message),
             TokenError::NameTaken(_) => ApiError::conflict("token_name_taken", message),

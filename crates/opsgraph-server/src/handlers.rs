@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use opsgraph_model::{Document, GateType, Intent};
+use opsgraph_model::{Document, Intent};
 use opsgraph_plan::lifecycle::state_name;
 use opsgraph_plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
@@ -244,7 +244,7 @@ pub(crate) fn roles(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let intent = ctx.intent()?;
     let plan = ctx.plan(&intent)?;
-    let mut v = render::json(&plan);
+    let mut v = render::json(&plan, &ctx.state.world().packs);
     // `?format=text`: the preview a person reads, as `opsgraph plan` prints it, beside the JSON.
     if ctx.query.get("format").is_some_and(|f| f == "text") {
         v["text"] = Value::String(render::text(&plan));
@@ -295,7 +295,7 @@ pub(crate) fn operation_plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     })?;
     let plan: Plan =
         serde_json::from_value(stored).map_err(|e| ApiError::internal("a stored plan cannot be read", &e))?;
-    Reply::ok(views::hide_sealed(render::json(&plan)))
+    Reply::ok(views::hide_sealed(render::json(&plan, &ctx.state.world().packs)))
 }
 
 /// `GET /operations/{id}/patches`: every plan patch proposed for the operation, from its
@@ -427,14 +427,6 @@ struct AnswerBody {
     revision: Option<String>,
 }
 
-/// Gates whose answer approves something: their operation's creator may not answer them
-/// (except to cancel) unless `allow_self_approval` is set.
-fn is_approval(gate_type: &str) -> bool {
-    [GateType::Approval, GateType::DestructiveAction, GateType::PolicyException, GateType::CostConfirmation]
-        .iter()
-        .any(|t| t.to_string() == gate_type)
-}
-
 pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let who = ctx.who()?.clone();
     let body: AnswerBody = ctx.json(false)?;
@@ -468,14 +460,8 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             ),
         ));
     };
-    let cancelling = body.option == "cancel operation";
-    if is_approval(&gate.gate_type) && op.actor == who.actor() && !cancelling && !ctx.state.config().allow_self_approval
-    {
-        return Err(ApiError::forbidden(
-            "self_approval",
-            format!("{} created operation `{}` and may not approve its gate `{gate_id}`", who.actor(), op.id),
-        ));
-    }
+    // Four eyes (the creator of the operation, the author of a patch) is the runtime's rule:
+    // `opsgraph_runtime::approves`, answered 403 self_approval.
     let Some(revision) = body.revision else {
         return Err(ApiError::unprocessable(
             "revision_required",
@@ -738,6 +724,7 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         "diff_text": p.diff.text(),
         "findings": p.findings,
         "gate": p.gate,
+        "approval": p.approval,
         "state": state_name(p.state.kind()),
         "detail": views::detail(&p.state),
     }))

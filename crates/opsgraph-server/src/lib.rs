@@ -231,7 +231,7 @@ impl AppState {
     pub(crate) fn runtime(&self) -> Result<Runtime, opsgraph_store::Error> {
         let w = self.world();
         let mut rt = Runtime::new(self.store()?, w.packs.clone(), w.resources.clone(), self.0.data_dir.clone());
-        rt.ai_policy = opsgraph_runtime::AiPolicy::parse(&self.config().ai_auto_apply).unwrap_or_default();
+        rt.rules = self.config().patch_rules.clone();
         rt.agents = Some(self.0.agents.clone());
         if let Some(n) = self.0.concurrency {
             rt.set_concurrency(n);

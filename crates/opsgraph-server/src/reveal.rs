@@ -36,10 +36,18 @@ fn pack_of(ctx: &Ctx, op: &OperationRecord) -> Option<Pack> {
         .cloned()
 }
 
+/// Who may see an artifact, as its declaration says.
+enum Visibility {
+    /// The declaration names roles (`visible_to_roles`) and the caller holds this one of them.
+    Named(String),
+    /// The declaration names no roles: what the caller's permissions allow decides.
+    Unnamed(String),
+}
+
 /// The role by which the caller may see this artifact: one of its declaration's
 /// `visible_to_roles`, or any of the caller's roles when the declaration names none. Fails closed
 /// when the declaration cannot be found (the pack is no longer loaded, or changed).
-fn visible_as(ctx: &Ctx, op: &OperationRecord, a: &ArtifactRecord) -> Result<String, ApiError> {
+fn visible_as(ctx: &Ctx, op: &OperationRecord, a: &ArtifactRecord) -> Result<Visibility, ApiError> {
     let who = ctx.who()?;
     let declared = pack_of(ctx, op).and_then(|p| p.artifacts.get(&a.id).cloned()).ok_or_else(|| {
         ApiError::conflict(
@@ -52,9 +60,9 @@ fn visible_as(ctx: &Ctx, op: &OperationRecord, a: &ArtifactRecord) -> Result<Str
         )
     })?;
     if declared.visible_to_roles.is_empty() {
-        return Ok(who.roles.first().cloned().unwrap_or_default());
+        return Ok(Visibility::Unnamed(who.roles.first().cloned().unwrap_or_default()));
     }
-    who.roles.iter().find(|r| declared.visible_to_roles.contains(r)).cloned().ok_or_else(|| {
+    who.roles.iter().find(|r| declared.visible_to_roles.contains(r)).cloned().map(Visibility::Named).ok_or_else(|| {
         ApiError::forbidden(
             "role_not_allowed",
             format!(
@@ -91,13 +99,31 @@ struct RevealBody {
 }
 
 /// `POST .../artifacts/{artifact}/reveal`: the content of any artifact, after its audit row (who,
-/// which artifact, the role, the reason; never the value) is committed.
+/// which artifact, the role, the reason; never the value) is committed. An artifact whose
+/// declaration names `visible_to_roles` is revealed to those roles (seed §11); one that names none
+/// needs the `reveal_secrets` permission. An AI identity reveals nothing.
 pub(crate) fn reveal_artifact(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let actor = ctx.who()?.actor();
+    let who = ctx.who()?.clone();
+    let actor = who.actor();
+    if auth::is_ai(&who.roles) {
+        return Err(ApiError::forbidden("ai_identity", format!("{actor} is an AI identity: it never reveals secrets")));
+    }
     let body: RevealBody = ctx.json(true)?;
     let op = ctx.operation_record()?;
     let a = record(ctx, &op)?;
-    let role = visible_as(ctx, &op, &a)?;
+    let role = match visible_as(ctx, &op, &a)? {
+        Visibility::Named(role) => role,
+        Visibility::Unnamed(_) if !who.may(auth::Permission::RevealSecrets) => {
+            return Err(ApiError::forbidden(
+                "reveal_secrets_needed",
+                format!(
+                    "artifact `{}` names no visible_to_roles: revealing it needs the reveal_secrets permission",
+                    a.id
+                ),
+            ))
+        }
+        Visibility::Unnamed(role) => role,
+    };
     let content = ctx.runtime()?.reveal_artifact(&op.id, &a.id)?;
     let audit = auth::audit(
         &actor,

@@ -38,7 +38,7 @@ fn custom_roles_come_from_the_config_and_bad_ones_are_refused() {
         "users: {alice: [sre]}\nallow_self_approval: true\nroles:\n  auditor: [read]\n  tokens: [read, manage_tokens]\n",
     )
     .unwrap();
-    assert!(c.allow_self_approval);
+    assert!(c.patch_rules.allow_self_approval);
     assert_eq!(c.permissions("auditor"), Some([Permission::Read].into_iter().collect()));
     assert_eq!(c.union(&["auditor".into(), "tokens".into(), "nobody".into()]).len(), 2);
     assert_eq!(c.table().len(), 8);

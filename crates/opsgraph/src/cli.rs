@@ -135,8 +135,13 @@ pub enum Command {
         #[command(flatten)]
         world: WorldArgs,
     },
-    /// Run the bundled lab scenario end to end in a fresh data directory.
-    Demo,
+    /// Run the bundled lab scenario end to end in a fresh data directory. The lab nodes'
+    /// background processes are stopped when it ends, unless --keep.
+    Demo {
+        /// Leave the lab nodes' processes running (to explore the cluster afterwards).
+        #[arg(long)]
+        keep: bool,
+    },
     /// The master key that seals secrets at rest.
     Secrets {
         #[command(subcommand)]
@@ -710,7 +715,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Pack { command: PackCommand::Remove { pack } } => crate::pack_cmd::remove(&data_dir, &pack, out),
         Command::Plan(args) => crate::plan_cmd::plan(&args, &data_dir, out, err),
-        Command::Demo => crate::plan_cmd::demo(cli.data_dir.as_deref(), out, err),
+        Command::Demo { keep } => crate::plan_cmd::demo(cli.data_dir.as_deref(), keep, out, err),
         Command::Secrets { command } => ops_cmd::secrets(&data_dir, &command, out),
         Command::Serve { listen, packs, inventory, agents } => {
             crate::serve_cmd::serve(&data_dir, listen, &packs, &inventory, &agents, cli.concurrency, out)

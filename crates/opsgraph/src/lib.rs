@@ -6,6 +6,7 @@
 pub mod agent_cmd;
 pub mod ai;
 pub mod cli;
+pub mod lab;
 pub mod load;
 pub mod ops_cmd;
 pub mod pack_cmd;

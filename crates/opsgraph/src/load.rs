@@ -38,33 +38,38 @@ impl Source {
         }
     }
 
-    /// Every file under this source: (path relative to it, bytes). A file source yields itself.
-    /// Names starting with `.` are skipped.
-    fn files(&self) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    /// Every file under this source: (path relative to it, its bytes or why they were not read).
+    /// A file source yields itself. Names starting with `.` are skipped. An error is about the
+    /// source itself (it does not exist, or is not a directory that can be listed).
+    fn files(&self) -> std::io::Result<Vec<(String, Read)>> {
         match self {
-            Source::Disk(path) if path.is_file() => {
+            Source::Disk(path) if !path.is_dir() => {
                 let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-                Ok(vec![(name, std::fs::read(path)?)])
+                // Named by the user: followed if a link, but still only a regular file is read.
+                let meta = std::fs::metadata(path)?;
+                Ok(vec![(name, read_regular(path, &meta))])
             }
             Source::Disk(path) => {
+                let root = std::fs::canonicalize(path)?;
                 let mut out = Vec::new();
-                walk(path, path, &mut out)?;
+                let mut seen = BTreeSet::from([root.clone()]);
+                walk(&root, path, path, &mut seen, &mut out)?;
                 Ok(out)
             }
             Source::Bundled(prefix) => {
-                let files: Vec<(String, Vec<u8>)> = bundled::FILES
+                let files: Vec<(String, Read)> = bundled::FILES
                     .iter()
                     .filter_map(|(p, text)| {
                         if p == prefix {
                             let name = p.rsplit('/').next().unwrap_or(p).to_string();
-                            return Some((name, text.as_bytes().to_vec()));
+                            return Some((name, Ok(text.as_bytes().to_vec())));
                         }
                         let rel = if prefix.is_empty() {
                             Some(*p)
                         } else {
                             p.strip_prefix(prefix.as_str())?.strip_prefix('/')
                         };
-                        rel.map(|r| (r.to_string(), text.as_bytes().to_vec()))
+                        rel.map(|r| (r.to_string(), Ok(text.as_bytes().to_vec())))
                     })
                     .collect();
                 if files.is_empty() {
@@ -86,13 +91,33 @@ impl Source {
 
     fn is_file(&self) -> bool {
         match self {
-            Source::Disk(p) => p.is_file(),
+            Source::Disk(p) => !p.is_dir(),
             Source::Bundled(p) => bundled::FILES.iter().any(|(f, _)| f == p),
         }
     }
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
+/// A file's bytes, or why they were not read.
+type Read = Result<Vec<u8>, Unread>;
+
+#[derive(Debug)]
+enum Unread {
+    /// Over the size limit: this many bytes.
+    TooLarge(u64),
+    /// Not a regular file, a link leaving the tree, or an IO error: the sentence says which.
+    File(String),
+}
+
+/// Reads the tree under `dir` (`root`, canonical, is the top of the tree). Only regular files are
+/// read, each after its size is checked; a symbolic link is followed only when it stays inside the
+/// tree, and a directory is read once (a link back up does not loop).
+fn walk(
+    root: &Path,
+    top: &Path,
+    dir: &Path,
+    seen: &mut BTreeSet<PathBuf>,
+    out: &mut Vec<(String, Read)>,
+) -> std::io::Result<()> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
     entries.sort();
     for path in entries {
@@ -100,15 +125,104 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io::R
         if name.starts_with('.') {
             continue;
         }
-        if path.is_dir() {
-            walk(root, &path, out)?;
+        let rel = path.strip_prefix(top).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) => {
+                out.push((rel, Err(Unread::File(format!("cannot read: {e}")))));
+                continue;
+            }
+        };
+        let meta = if meta.file_type().is_symlink() {
+            match std::fs::canonicalize(&path) {
+                Ok(target) if target.starts_with(root) => match std::fs::metadata(&target) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        out.push((rel, Err(Unread::File(format!("cannot read: {e}")))));
+                        continue;
+                    }
+                },
+                Ok(target) => {
+                    let why = format!("refused: a symbolic link leaving the tree (to {})", target.display());
+                    out.push((rel, Err(Unread::File(why))));
+                    continue;
+                }
+                Err(e) => {
+                    out.push((rel, Err(Unread::File(format!("cannot read: a symbolic link to nothing ({e})")))));
+                    continue;
+                }
+            }
         } else {
-            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+            meta
+        };
+        if meta.is_dir() {
+            let canonical = std::fs::canonicalize(&path)?;
+            if seen.insert(canonical) {
+                if let Err(e) = walk(root, top, &path, seen, out) {
+                    out.push((rel, Err(Unread::File(format!("cannot read the directory: {e}")))));
+                }
+            }
+        } else {
             // Every file is read: scripts count in a pack's digest.
-            out.push((rel, std::fs::read(&path)?));
+            out.push((rel, read_regular(&path, &meta)));
         }
     }
     Ok(())
+}
+
+/// The bytes of `path`, whose metadata (links followed) is `meta`: only a regular file, only up
+/// to the size limit, checked before reading. It is opened without blocking (a FIFO swapped in
+/// after the check does not hang the read) and checked again through the open file.
+fn read_regular(path: &Path, meta: &std::fs::Metadata) -> Read {
+    use std::io::Read as _;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let kind = |t: std::fs::FileType| {
+        if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_block_device() || t.is_char_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        }
+    };
+    let limit = opsgraph_pack::MAX_FILE_BYTES as u64;
+    let check = |meta: &std::fs::Metadata| -> Result<(), Unread> {
+        if !meta.is_file() {
+            return Err(Unread::File(format!("refused: {}; only regular files are read", kind(meta.file_type()))));
+        }
+        if meta.len() > limit {
+            return Err(Unread::TooLarge(meta.len()));
+        }
+        Ok(())
+    };
+    check(meta)?;
+    let cannot = |e: std::io::Error| Unread::File(format!("cannot read: {e}"));
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path).map_err(cannot)?;
+    check(&file.metadata().map_err(cannot)?)?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > limit {
+        return Err(Unread::TooLarge(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// The text of one document file named by the user (`-f FILE`, sent to a server as it is): read
+/// as [`documents`] reads files — a regular file only, its size checked first, never blocking.
+pub fn read_document(path: &str) -> anyhow::Result<String> {
+    let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))?;
+    let bytes = read_regular(Path::new(path), &meta).map_err(|u| anyhow::anyhow!("{}", refusal(path, &u)))?;
+    text_of(&bytes).map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))
+}
+
+/// The diagnostic for a file that was not read.
+fn refusal(file: &str, unread: &Unread) -> Diagnostic {
+    match unread {
+        Unread::TooLarge(len) => opsgraph_pack::too_large(file, *len),
+        Unread::File(why) => Diagnostic::error(Pos { line: 0, col: 0 }, Code::File, why.clone()).in_file(file),
+    }
 }
 
 fn is_yaml(path: &str) -> bool {
@@ -122,7 +236,7 @@ fn text_of(bytes: &[u8]) -> std::io::Result<String> {
 }
 
 fn io_error(source: &Source, e: &std::io::Error) -> Diagnostic {
-    Diagnostic::error(Pos { line: 0, col: 0 }, Code::Syntax, format!("cannot read: {e}")).in_file(&source.display())
+    Diagnostic::error(Pos { line: 0, col: 0 }, Code::File, format!("cannot read: {e}")).in_file(&source.display())
 }
 
 /// Every YAML document under the sources (files or directories), parsed and checked.
@@ -138,8 +252,15 @@ pub fn documents(sources: &[Source]) -> (Vec<Located>, Vec<Diagnostic>) {
             }
         };
         let single = source.is_file();
-        for (rel, bytes) in files.iter().filter(|(p, _)| single || is_yaml(p)) {
+        for (rel, read) in files.iter().filter(|(p, _)| single || is_yaml(p)) {
             let name = if single { source.display() } else { source.join(rel) };
+            let bytes = match read {
+                Ok(bytes) => bytes,
+                Err(why) => {
+                    diags.push(refusal(&name, why));
+                    continue;
+                }
+            };
             let text = match text_of(bytes) {
                 Ok(text) => text,
                 Err(e) => {
@@ -168,6 +289,17 @@ pub fn packs(sources: &[Source]) -> (Vec<Pack>, Vec<Diagnostic>) {
                 continue;
             }
         };
+        // A file that was not read fails the pack it is in: it would count in its digest.
+        let files: Vec<(String, Vec<u8>)> = files
+            .into_iter()
+            .filter_map(|(rel, read)| match read {
+                Ok(bytes) => Some((rel, bytes)),
+                Err(why) => {
+                    diags.push(refusal(&source.join(&rel), &why));
+                    None
+                }
+            })
+            .collect();
         let roots: BTreeSet<String> = files
             .iter()
             .filter_map(|(p, _)| {
@@ -220,6 +352,12 @@ pub fn check_files(root: &str, files: &[(String, &[u8])]) -> (Option<Pack>, Vec<
         match text_of(bytes) {
             Ok(text) => yaml.push(PackFile { path: rel.clone(), text }),
             Err(e) => diags.push(io_error(&Source::parse(&format!("{}/{rel}", root.trim_end_matches('/'))), &e)),
+        }
+    }
+    // Scripts go along as text, so that those an evidence command names are linted too.
+    for (rel, bytes) in files.iter().filter(|(p, _)| !is_yaml(p) && p.starts_with("scripts/")) {
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            yaml.push(PackFile { path: rel.clone(), text: text.to_owned() });
         }
     }
     let all: BTreeSet<String> = files.iter().map(|(p, _)| p.clone()).collect();
@@ -358,5 +496,5 @@ pub fn materialize(root: &Path) -> std::io::Result<()> {
 /// The bytes of one file of a loaded pack (`rel` relative to its root), bundled or on disk.
 pub fn pack_file(pack_root: &str, rel: &str) -> Option<Vec<u8>> {
     let source = Source::parse(&format!("{}/{}", pack_root.trim_end_matches('/'), rel.trim_start_matches("./")));
-    source.is_file().then(|| source.files().ok()).flatten()?.pop().map(|(_, b)| b)
+    source.is_file().then(|| source.files().ok()).flatten()?.pop().and_then(|(_, b)| b.ok())
 }

@@ -216,24 +216,19 @@ fn runtime(data_dir: &Path, packs: &[String], world: &[String], concurrency: Opt
     if let Some(n) = concurrency {
         rt.set_concurrency(n.into());
     }
-    rt.ai_policy = ai_policy(data_dir)?;
+    rt.rules = patch_rules(data_dir)?;
     Ok(rt)
 }
 
-/// `ai_policy: {auto_apply: [retry_idempotent, insert_diagnostic]}` of `DATA_DIR/config.yaml`:
-/// what an AI's patch may do without a person (nothing, by default).
-pub fn ai_policy(data_dir: &Path) -> anyhow::Result<opsgraph_runtime::AiPolicy> {
+/// Four eyes from `DATA_DIR/config.yaml` (`allow_self_approval`, `ai_policy.auto_apply`,
+/// `patch_policy.safe_changes`), read by the runtime's one parser, as the server reads them.
+pub fn patch_rules(data_dir: &Path) -> anyhow::Result<opsgraph_runtime::PatchRules> {
     let path = data_dir.join("config.yaml");
     let Ok(text) = std::fs::read_to_string(&path) else { return Ok(Default::default()) };
     let docs = opsgraph_pack::yaml::parse_stream(&text)
         .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.pos.line, e.message))?;
     let config = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
-    let names: Vec<String> = match &config["ai_policy"]["auto_apply"] {
-        Value::Null => return Ok(Default::default()),
-        Value::Array(a) => a.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect(),
-        other => bail!("{}: `ai_policy.auto_apply` must be a list, not {other}", path.display()),
-    };
-    opsgraph_runtime::AiPolicy::parse(&names).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    opsgraph_runtime::PatchRules::from_config(&config).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 pub fn apply(

@@ -186,8 +186,8 @@ pub fn preview_to(
     }
     match output {
         Output::Text => write!(out, "{}", render::text(&plan))?,
-        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&render::json(&plan))?)?,
-        Output::Yaml => write!(out, "{}", crate::ops_cmd::to_yaml(&render::json(&plan), 0))?,
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&render::json(&plan, &loaded.packs))?)?,
+        Output::Yaml => write!(out, "{}", crate::ops_cmd::to_yaml(&render::json(&plan, &loaded.packs), 0))?,
         Output::Dot => write!(out, "{}", render::dot(&plan))?,
     }
     Ok(Some(plan))
@@ -196,12 +196,32 @@ pub fn preview_to(
 /// The README's main command: a fresh data directory, the bundled lab packs and inventory, and
 /// one whole operation — preview, a gate answered by the demo's user, the live run, evidence,
 /// the resource it produced.
-pub fn demo(data_dir: Option<&std::path::Path>, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
-    use crate::ops_cmd;
-    use opsgraph_model::OperationState;
+pub fn demo(
+    data_dir: Option<&std::path::Path>,
+    keep: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
     let base = data_dir.map(std::path::Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!("opsgraph-demo-{stamp}"));
+    let result = demo_in(&dir, out, err);
+    // The lab nodes' processes belong to the demo: stopped whatever happened, unless kept.
+    let lab = dir.join("lab");
+    if keep {
+        writeln!(out, "The lab nodes are directories under {} with real background processes;", lab.display())?;
+        writeln!(out, "stop them with: pkill -f '{}'", lab.display())?;
+    } else {
+        let stopped = crate::lab::stop_processes(&lab);
+        writeln!(out, "Stopped the lab nodes' {stopped} background processes (--keep leaves them running).")?;
+    }
+    result
+}
+
+fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+    use crate::ops_cmd;
+    use opsgraph_model::OperationState;
+    let dir = dir.to_path_buf();
     std::fs::create_dir_all(&dir)?;
     std::fs::write(
         dir.join("config.yaml"),
@@ -248,9 +268,11 @@ pub fn demo(data_dir: Option<&std::path::Path>, out: &mut dyn Write, err: &mut d
                 .find(|x| x.id == gate)
                 .ok_or_else(|| anyhow::anyhow!("gate {gate} vanished"))?;
             let option = g.options.first().cloned().unwrap_or_else(|| "approve".into());
-            writeln!(out, "gate {gate}: {} -> demo answers `{option}` as sre", g.reason)?;
+            // Four eyes: the demo's operation is created by user:demo and approved by another
+            // person, as it must be.
+            writeln!(out, "gate {gate}: {} -> demo answers `{option}` as user:demo-sre (sre)", g.reason)?;
             let answer =
-                opsgraph_runtime::GateAnswer { option, actor: "user:demo".into(), role: "sre".into(), value: None };
+                opsgraph_runtime::GateAnswer { option, actor: "user:demo-sre".into(), role: "sre".into(), value: None };
             rt.answer_gate(&id, &gate, &answer, &mut |_| {})?;
         }
     }
@@ -268,7 +290,5 @@ pub fn demo(data_dir: Option<&std::path::Path>, out: &mut dyn Write, err: &mut d
         )?;
     }
     writeln!(out, "\nExplore: opsgraph --data-dir {} describe operation {id}", dir.display())?;
-    writeln!(out, "The lab nodes are directories under {}/lab with real background processes;", dir.display())?;
-    writeln!(out, "stop them with: pkill -f '{}/lab'", dir.display())?;
     Ok(code)
 }

@@ -170,17 +170,39 @@ pub fn install(data_dir: &Path, path: &Path, replace: bool, actor: &str) -> anyh
         if !(name.ends_with(".tar.gz") || name.ends_with(".tgz")) {
             bail!("{}: expected a pack directory or a .tar.gz archive", path.display());
         }
-        if meta.len() > MAX_TOTAL_BYTES {
-            bail!(
-                "{}: refused: the archive is {} bytes, over the limit of {MAX_TOTAL_BYTES}",
-                path.display(),
-                meta.len()
-            );
-        }
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes = read_archive_file(path, &meta)?;
         read_archive(&bytes).with_context(|| format!("{}: refused", path.display()))?
     };
     install_files(data_dir, files, &source, replace, actor)
+}
+
+/// The bytes of a pack archive on disk (`meta` its metadata, links followed): a regular file only
+/// (a FIFO or a device is refused, never opened), within the archive limit, checked first.
+pub fn read_archive_file(path: &Path, meta: &std::fs::Metadata) -> anyhow::Result<Vec<u8>> {
+    if !meta.is_file() {
+        bail!("{}: refused: not a regular file or directory", path.display());
+    }
+    if meta.len() > MAX_TOTAL_BYTES {
+        bail!("{}: refused: the archive is {} bytes, over the limit of {MAX_TOTAL_BYTES}", path.display(), meta.len());
+    }
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // Without blocking: a FIFO swapped in after the check does not hang the read.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        bail!("{}: refused: not a regular file or directory", path.display());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_TOTAL_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 > MAX_TOTAL_BYTES {
+        bail!("{}: refused: the archive grew over the limit of {MAX_TOTAL_BYTES} while read", path.display());
+    }
+    Ok(bytes)
 }
 
 /// The pack `files` hold, checked as an install checks it (one pack, valid, a version that can

@@ -126,7 +126,7 @@ impl Remote {
 
     /// `plan -f INTENT`: the server's preview of an intent file.
     pub fn plan(&self, intent: &str, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let text = std::fs::read_to_string(intent).with_context(|| format!("cannot read {intent}"))?;
+        let text = crate::load::read_document(intent)?;
         let format = if output == Output::Text { "?format=text" } else { "" };
         let plan =
             self.call("POST", &format!("/api/v1/plans{format}"), Some(("application/yaml", text.into_bytes())))?;
@@ -149,7 +149,7 @@ impl Remote {
         out: &mut dyn Write,
         err: &mut dyn Write,
     ) -> anyhow::Result<u8> {
-        let text = std::fs::read_to_string(intent).with_context(|| format!("cannot read {intent}"))?;
+        let text = crate::load::read_document(intent)?;
         let machine = match output {
             Output::Text => false,
             Output::Json | Output::Yaml if yes => true,
@@ -446,7 +446,7 @@ impl Remote {
         let base = format!("/api/v1/operations/{}/patches", segment(op));
         let reply = match (file, remedy) {
             (Some(f), _) => {
-                let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {f}"))?;
+                let text = crate::load::read_document(f)?;
                 self.call("POST", &base, Some(("application/yaml", text.into_bytes())))?
             }
             (None, Some(id)) => self.call("POST", &format!("{base}?remedy={}", segment(id)), None)?,
@@ -567,7 +567,7 @@ impl Remote {
         let bytes = if meta.is_dir() {
             crate::registry::archive_dir(path)?
         } else {
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?
+            crate::registry::read_archive_file(path, &meta)?
         };
         let query = if replace { "?replace=true" } else { "" };
         let v = self.call("POST", &format!("/api/v1/packs{query}"), Some(("application/gzip", bytes)))?;

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use opsgraph_model::{Document, Resource};
 use serde_json::Value;
 
@@ -13,7 +13,7 @@ use crate::ops_cmd::open_store;
 /// The one `resource` document of a file, checked like `opsgraph validate` checks it. Problems
 /// are printed to `err`; `None` then.
 pub fn read(file: &str, err: &mut dyn Write) -> anyhow::Result<Option<(Resource, String)>> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?;
+    let text = crate::load::read_document(file)?;
     let parsed = opsgraph_pack::parse_file(file, &text);
     if parsed.has_errors() {
         crate::cli::report(err, &parsed.diagnostics)?;

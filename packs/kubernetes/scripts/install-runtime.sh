@@ -2,8 +2,10 @@
 # opsgraph pack kubernetes - job install-runtime: containerd + kubelet/kubeadm/kubectl.
 #
 # Runs on every node of scope target_nodes, as root over SSH.
-#   - containerd from the distribution (or Docker's containerd.io when already installed),
-#     configured with the systemd cgroup driver, kubeadm's pause image as sandbox image, and
+#   - containerd: runtime_source auto (the default) keeps Docker's containerd.io when it is
+#     installed and otherwise installs the distribution's containerd; runtime_source debian
+#     installs containerd and runc from Debian's archive, before anything from pkgs.k8s.io, and
+#     refuses a node with containerd.io. Configured with the systemd cgroup driver, kubeadm's pause image as sandbox image, and
 #     registry hosts read from /etc/containerd/certs.d (where mirror jobs drop hosts.toml);
 #   - kubelet, kubeadm, kubectl from pkgs.k8s.io for the requested minor, held with apt-mark.
 # Idempotent: an installed kubeadm of the same minor is kept at its version; the containerd
@@ -16,7 +18,8 @@
 #   required artifacts  path in OPSGRAPH_ARTIFACT_<ID>, ID uppercased, '.' and '-' -> '_'
 #   produced artifacts  written to "$OPSGRAPH_OUT/<artifact-id>"
 #
-# Parameters: kubernetes_version (1.30 or 1.30.4), image_repository (registry.k8s.io)
+# Parameters: kubernetes_version (1.30 or 1.30.4), runtime_source (auto | debian),
+#             image_repository (registry.k8s.io)
 # Provides:   container.runtime.containerd, kubernetes.node.kubeadm
 # Produces:   containerd_config_snapshot, package_install_report
 set -eu
@@ -67,6 +70,11 @@ MINOR=$(printf '%s\n' "$K8S_VERSION" | cut -d. -f1-2)
 PATCH=$(printf '%s\n' "$K8S_VERSION" | cut -s -d. -f3)
 IMAGE_REPOSITORY=${OPSGRAPH_PARAM_IMAGE_REPOSITORY:-registry.k8s.io}
 matches '[a-z0-9][-a-z0-9.:/_]*' "$IMAGE_REPOSITORY" || fail "image_repository '$IMAGE_REPOSITORY' is not a repository"
+RUNTIME_SOURCE=${OPSGRAPH_PARAM_RUNTIME_SOURCE:-auto}
+case $RUNTIME_SOURCE in
+    auto | debian) ;;
+    *) fail "runtime_source '$RUNTIME_SOURCE' is not auto or debian" ;;
+esac
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -74,13 +82,32 @@ export DEBIAN_FRONTEND=noninteractive
 apt_get update
 apt_install ca-certificates curl gpg conntrack socat ethtool iptables iproute2
 
-# 2. The pkgs.k8s.io repository of this minor.
+# 2. containerd (and runc) before pkgs.k8s.io: from Debian's archive they need nothing else.
+if [ -n "$(installed_version containerd.io)" ]; then
+    [ "$RUNTIME_SOURCE" = auto ] \
+        || fail "runtime_source debian: Docker's containerd.io is installed; remove it (apt-get remove containerd.io) or use runtime_source auto"
+    CONTAINERD_PKG=containerd.io
+else
+    CONTAINERD_PKG=containerd
+    runtime_pkgs=containerd
+    [ "$RUNTIME_SOURCE" = auto ] || runtime_pkgs="containerd runc"
+    for pkg in $runtime_pkgs; do
+        if [ -z "$(installed_version "$pkg")" ]; then
+            apt_install "$pkg"
+            log "installed $pkg $(installed_version "$pkg") from the distribution's archive"
+        fi
+    done
+fi
+command -v containerd >/dev/null 2>&1 || fail "containerd binary missing after installing $CONTAINERD_PKG"
+
+# 3. The pkgs.k8s.io repository of this minor.
 KEYRING=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
 REPO_URL="https://pkgs.k8s.io/core:/stable:/v${MINOR}/deb/"
 install -d -m 0755 /etc/apt/keyrings
 if [ ! -s "$KEYRING" ] || ! grep -qsF "$REPO_URL" /etc/apt/sources.list.d/kubernetes.list; then
     key=$(mktemp)
-    curl -fsSL --retry 3 -o "$key" "${REPO_URL}Release.key"
+    curl -fsSL --retry 3 -o "$key" "${REPO_URL}Release.key" \
+        || fail "the package repository $REPO_URL is unreachable (curl exit $?): kubelet, kubeadm and kubectl cannot be installed"
     gpg --batch --yes --dearmor -o "$KEYRING.tmp" "$key"
     rm -f "$key"
     chmod 0644 "$KEYRING.tmp"
@@ -93,7 +120,7 @@ deb [signed-by=$KEYRING] $REPO_URL /
 LIST
 apt_get update
 
-# 3. kubelet, kubeadm, kubectl at one version.
+# 4. kubelet, kubeadm, kubectl at one version.
 current=$(installed_version kubeadm)
 if [ -n "$current" ]; then
     case $current in
@@ -114,7 +141,7 @@ elif [ -n "$PATCH" ]; then
     [ -n "$pkgver" ] || fail "kubeadm $MINOR.$PATCH is not in $REPO_URL"
 else
     pkgver=$(apt-cache madison kubeadm | awk '{ print $3; exit }')
-    [ -n "$pkgver" ] || fail "no kubeadm in $REPO_URL"
+    [ -n "$pkgver" ] || fail "no kubeadm in $REPO_URL: the package repository is unreachable or empty (see apt-get update above)"
 fi
 missing=
 for pkg in kubelet kubeadm kubectl; do
@@ -127,15 +154,7 @@ if [ -n "$missing" ]; then
 fi
 apt-mark hold kubelet kubeadm kubectl >/dev/null
 
-# 4. containerd.
-if [ -n "$(installed_version containerd.io)" ]; then
-    CONTAINERD_PKG=containerd.io
-else
-    CONTAINERD_PKG=containerd
-    [ -n "$(installed_version containerd)" ] || apt_install containerd
-fi
-command -v containerd >/dev/null 2>&1 || fail "containerd binary missing after installing $CONTAINERD_PKG"
-
+# 5. containerd's configuration (the pause image is kubeadm's).
 KUBEADM_VERSION=$(kubeadm version -o short)
 PAUSE_IMAGE=$(kubeadm config images list --kubernetes-version "$KUBEADM_VERSION" \
     --image-repository "$IMAGE_REPOSITORY" | grep '/pause:' | head -n 1)
@@ -189,11 +208,12 @@ until crictl --runtime-endpoint unix:///run/containerd/containerd.sock info >/de
     sleep 2
 done
 
-# 5. Artifacts.
+# 6. Artifacts.
 mkdir -p "$OPSGRAPH_OUT"
 cp /etc/containerd/config.toml "$OPSGRAPH_OUT/containerd_config_snapshot"
 {
     printf 'NODE=%s\n' "$(hostname)"
+    printf 'RUNTIME_SOURCE=%s\n' "$RUNTIME_SOURCE"
     printf 'KUBEADM_VERSION=%s\n' "$KUBEADM_VERSION"
     printf 'PAUSE_IMAGE=%s\n' "$PAUSE_IMAGE"
     for pkg in "$CONTAINERD_PKG" runc kubelet kubeadm kubectl cri-tools kubernetes-cni; do

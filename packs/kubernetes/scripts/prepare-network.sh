@@ -4,6 +4,13 @@
 # Runs on every node of scope target_nodes, as root over SSH. Idempotent: files are only
 # rewritten when their content differs; swap entries are commented out once, with a backup.
 #
+# Inside a container host (systemd-detect-virt --container; a fleet host in its own namespaces)
+# the kernel is the machine's: a module it already has (loaded or built in) is used as it is,
+# and a sysctl that already has the needed value is left alone. Anything else that cannot be
+# done from inside - a module the kernel lacks, a sysctl that cannot be written, swap that cannot
+# be turned off - fails with a message that says to do it on the machine. Nothing kubelet needs
+# is skipped.
+#
 # Conventions (packs/README.md):
 #   run with `sh -eu`; POSIX sh; idempotent (safe to run again)
 #   parameters          OPSGRAPH_PARAM_<NAME>, NAME uppercased
@@ -45,9 +52,16 @@ this_node=$(hostname | tr '[:upper:]' '[:lower:]')
 [ "$inv_node" = "$this_node" ] || fail "node_inventory describes '$inv_node', this is '$this_node'"
 grep -qx 'STATUS=ok' "$REPORT" || fail "credentials_report is not ok"
 
+CONTAINER=$(systemd-detect-virt --container 2>/dev/null || true)
+[ "$CONTAINER" != none ] || CONTAINER=
+on_machine() {
+    [ -n "$CONTAINER" ] && printf ' (this node is a %s container: the kernel is the machine'"'"'s, so %s on the machine that runs it)' "$CONTAINER" "$1"
+    return 0
+}
+
 # 1. Swap off, now and after reboot.
 if [ -n "$(swapon --noheadings --show=NAME 2>/dev/null)" ]; then
-    swapoff -a
+    swapoff -a || fail "swap is on and cannot be turned off$(on_machine 'run swapoff -a')"
     log "swap turned off"
 fi
 if awk '$1 !~ /^#/ && $3 == "swap" { found = 1 } END { exit !found }' /etc/fstab; then
@@ -71,8 +85,18 @@ write_file /etc/modules-load.d/kubernetes.conf 0644 <<'CONF'
 overlay
 br_netfilter
 CONF
-modprobe overlay
-modprobe br_netfilter
+# What each module gives, however the kernel has it (loaded, built in): nothing to load then.
+module_ready() {
+    case $1 in
+        overlay) grep -qw overlay /proc/filesystems ;;
+        br_netfilter) [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] ;;
+        *) return 1 ;;
+    esac
+}
+for module in overlay br_netfilter; do
+    module_ready "$module" && continue
+    modprobe "$module" || fail "kernel module $module is not loaded and cannot be loaded$(on_machine "run modprobe $module")"
+done
 
 # 3. Sysctls.
 write_file /etc/sysctl.d/99-kubernetes.conf 0644 <<'CONF'
@@ -81,7 +105,12 @@ net.bridge.bridge-nf-call-iptables = 1
 net.bridge.bridge-nf-call-ip6tables = 1
 net.ipv4.ip_forward = 1
 CONF
-sysctl -q -p /etc/sysctl.d/99-kubernetes.conf
+for setting in net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1 net.ipv4.ip_forward=1; do
+    key=${setting%=*}
+    want=${setting#*=}
+    [ "$(sysctl -n "$key" 2>/dev/null || true)" != "$want" ] || continue
+    sysctl -q -w "$setting" || fail "cannot set $key to $want$(on_machine "set it")"
+done
 
 # 4. Firewalls are the site's business; say what kubeadm will need if one is on.
 if command -v ufw >/dev/null 2>&1 && ufw status 2>/dev/null | grep -q '^Status: active'; then

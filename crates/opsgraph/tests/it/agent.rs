@@ -8,6 +8,8 @@
 //! - A stale lease token is refused with 409 `stale_lease`.
 //! - The server is killed and started again while agents work: the operation completes.
 //! - A job that no agent claims fails, naming the resource and the agent it waited for.
+//! - What a hostile agent sends is masked by the server; evidence its job does not declare is
+//!   refused with 422 `undeclared_evidence`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -601,4 +603,85 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
         }
     }
     assert!(found.is_empty(), "the secret in plain text in {found:?}");
+}
+
+#[test]
+fn what_an_agent_sends_is_masked_by_the_server_and_undeclared_evidence_is_refused() {
+    const CANARY: &str = "canary-hostile-4d2b8e6f1a";
+    let files: Vec<(String, String)> = [
+        (
+            "packs/hostile/pack.yaml",
+            "scenario_pack:\n  id: hostile\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: hostile.run}]\n",
+        ),
+        (
+            "packs/hostile/templates.yaml",
+            "plan_template:\n  id: hostile.run\n  action: run\n  parameters:\n    token: {type: string, required: true, secret: true}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: all, name: All, jobs: [make]}\n  jobs: [make]\n",
+        ),
+        (
+            "packs/hostile/jobs.yaml",
+            "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {evidence: [made]}, run: {script: scripts/make.sh}}\n",
+        ),
+        ("packs/hostile/evidence.yaml", "evidence:\n  - {id: made, source: command, command: 'true'}\n"),
+        ("packs/hostile/scripts/make.sh", "echo \"$OPSGRAPH_PARAM_TOKEN\"\n"),
+        ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    let c = Cluster::new(files, "30s", "60s");
+    let token = std::fs::read_to_string(&c.agent_token).unwrap();
+    let id = c.create(&format!(
+        "intent:\n  target_resource_type: agent.batch\n  action: run\n  name: hostile\n  environment: dev\n  parameters: {{token: {CANARY}}}\n  targets:\n    nodes: [compute_node/w0]\n"
+    ));
+    // A hostile agent claims the task by hand and sends the secret back unmasked.
+    let (status, claimed) = c.call("POST", "/api/v1/agent/claim", &token, r#"{"wait_ms": 10000}"#);
+    assert_eq!(status, 200, "{claimed}");
+    let task = claimed["task"]["id"].as_str().unwrap().to_string();
+    let lease = claimed["lease"].as_str().unwrap().to_string();
+    let b64 = "Y2FuYXJ5LWhvc3RpbGUtNGQyYjhlNmYxYQ==";
+    let log = serde_json::json!({"task": task, "lease": lease, "text": format!("plain {CANARY}\nbase64 {b64}\n")});
+    let (status, body) = c.call("POST", "/api/v1/agent/log", &token, &log.to_string());
+    assert_eq!(status, 200, "{body}");
+    let report = |evidence: &str, failure: &str| {
+        serde_json::json!({"task": task, "lease": lease, "report": {
+            "outcome": format!("exit code 0 {CANARY}"), "failure": failure, "satisfied_without_run": false,
+            "cancelled": false, "produced": [], "duration_ms": 1,
+            "evidence": [{"check": evidence, "passed": evidence != "made", "expected": CANARY,
+                          "observed": format!("saw {b64}"), "detail": CANARY, "attempts": 1}]}})
+        .to_string()
+    };
+    // Evidence the job does not declare: refused, and nothing changes.
+    let (status, refused) = c.call("POST", "/api/v1/agent/report", &token, &report("healthy", ""));
+    assert_eq!((status, refused["error"]["code"].as_str()), (422, Some("undeclared_evidence")), "{refused}");
+    let state = c.store().agent_task(&task).unwrap().unwrap().state;
+    assert_eq!(state, opsgraph_store::AgentTaskState::Claimed);
+    assert!(!c.timeline(&id).iter().any(|(e, _)| e == "agent_reported"));
+    // Its own evidence, failed, with the secret everywhere: accepted, masked.
+    let (status, body) = c.call("POST", "/api/v1/agent/report", &token, &report("made", &format!("leaked {CANARY}")));
+    assert_eq!(status, 200, "{body}");
+    let (state, detail) = c.wait(&id, Duration::from_secs(30));
+    assert_eq!(state, "failed", "{detail}");
+    let log = std::fs::read_to_string(c.dir.join(&format!("data/runs/{id}/make@w0.1.log"))).unwrap();
+    assert_eq!(log, "plain ***\nbase64 ***\n");
+    let (_, evidence) = c.call("GET", &format!("/api/v1/operations/{id}/evidence"), "", "");
+    let (_, jobs) = c.call("GET", &format!("/api/v1/operations/{id}/jobs"), "", "");
+    let (_, timeline) = c.call("GET", &format!("/api/v1/operations/{id}/timeline"), "", "");
+    let shown = format!("{detail}\n{evidence}\n{jobs}\n{timeline}");
+    assert!(shown.contains("***"), "{shown}");
+    for form in [CANARY, b64] {
+        assert!(!shown.contains(form), "{form} shown: {shown}");
+    }
+    // Nothing of the data directory holds it either (the database, the logs, the runs).
+    let mut stack = vec![c.dir.join("data")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let bytes = std::fs::read(&p).unwrap_or_default();
+                assert!(!bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()), "the secret in {p:?}");
+            }
+        }
+    }
 }

@@ -339,6 +339,48 @@ fn check_pack(files: &[(&str, &str)], expect: Expect) {
     expect.assert_eq(&run.render().replace(&dir.display().to_string(), "$TMP"));
 }
 
+/// Evidence that cannot fail is a warning, at the command or in the script it runs; the pack
+/// stays valid (exit 0).
+#[test]
+fn pack_evidence_lint() {
+    check_pack(
+        &[
+            (
+                "demo/pack.yaml",
+                "scenario_pack:\n  id: demo\n  version: 1.0.0\n  resource_types: [demo.thing]\n  actions: [check]\n  plan_templates: [{id: demo.check}]\n",
+            ),
+            (
+                "demo/templates.yaml",
+                "plan_template:\n  id: demo.check\n  action: check\n  stages: [{id: one, name: One, jobs: [verify]}]\n  jobs: [verify]\n",
+            ),
+            (
+                "demo/jobs.yaml",
+                "job:\n  id: verify\n  outputs: {evidence: [nodes_ready, swap_off, unit_up, scripted, captured]}\n  run: {command: [true]}\n",
+            ),
+            (
+                "demo/evidence.yaml",
+                "evidence:\n  - id: nodes_ready\n    source: command\n    command: >-\n      kubectl get nodes --no-headers\n      | awk '$2 != \"Ready\" {n++} END {print n + 0}'\n    expected: \"0\"\n  - id: swap_off\n    source: command\n    command: [bash, -o, pipefail, -c, 'swapon --show | wc -l']\n    expected: \"0\"\n  - id: unit_up\n    source: systemd\n    command: systemctl is-active demo || true\n  - id: scripted\n    source: command\n    command: sh scripts/check.sh\n  - id: captured\n    source: command\n    command: out=$(kubectl get nodes) && printf '%s\\n' \"$out\" | grep -c Ready\n    matches: '^[1-9]'\n",
+            ),
+            ("demo/scripts/check.sh", "#!/bin/sh\nset -eu\ndemo status | grep -q up\ndemo ping\ntrue\n"),
+        ],
+        expect![[r#"
+            exit: 0
+            --- stdout
+            ok: pack demo@1.0.0 sha256:ad83586ddb28620b0058d8a489684c03692cc55326db19a918f5b3f1cdfd9624 (1 templates, 1 jobs, 5 evidence checks, 0 artifacts, 0 remedies)
+            --- stderr
+            $TMP/demo/evidence.yaml:5:7: warning[W001]: evidence `nodes_ready`: a pipeline without pipefail: its status is its last stage's, so `kubectl` failing or missing goes unnoticed
+              = hint: capture first: `out=$(tool …) && printf '%s\n' "$out" | …` (Debian's sh has no pipefail), or run the line with `bash -o pipefail -c`
+            $TMP/demo/evidence.yaml:14:14: warning[W002]: evidence `unit_up`: `|| true` turns a failure into success
+              = hint: let the command's status decide; to accept a known failure, test for it (`[ … ] ||`) instead
+            $TMP/demo/scripts/check.sh:3:13: warning[W001]: evidence `scripted` runs this script: a pipeline without pipefail: its status is its last stage's, so `demo` failing or missing goes unnoticed
+              = hint: capture first: `out=$(tool …) && printf '%s\n' "$out" | …` (Debian's sh has no pipefail), or run the line with `bash -o pipefail -c`
+            $TMP/demo/scripts/check.sh:4:10: warning[W002]: evidence `scripted` runs this script: a final `true` makes the whole command succeed whatever came before
+              = hint: remove it: the status of the last real command is the check's
+            0 errors, 4 warnings
+        "#]],
+    );
+}
+
 #[test]
 fn pack_cross_references() {
     check_pack(
@@ -436,4 +478,98 @@ fn limits_stop_hostile_documents_before_they_cost_anything() {
             1 error, 0 warnings
         "#]],
     );
+}
+
+/// Runs the real binary with `args`; it must finish within 20 s (a FIFO must not hang a read).
+fn bounded(args: &[&str]) -> String {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("opsgraph {args:?} hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "exit: {}\n{}{}",
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn special_files_links_out_of_the_tree_and_oversized_files_are_refused_before_reading() {
+    let intent = "intent: {target_resource_type: x, action: y}\n";
+    let dir = temp_dir(&[("docs/a.yaml", intent), ("outside/secret.yaml", intent)]);
+    let docs = dir.join("docs");
+    let run = |cmd: &str| {
+        assert!(
+            std::process::Command::new("sh").arg("-c").arg(cmd).current_dir(&docs).status().unwrap().success(),
+            "{cmd}"
+        )
+    };
+    run("mkfifo fifo.yaml");
+    run("ln -s ../outside/secret.yaml out.yaml && ln -s a.yaml in.yaml && ln -s /etc out-dir && ln -s . loop");
+    run("ln -s nowhere.yaml dangling.yaml && truncate -s 2M big.yaml");
+    let _socket = std::os::unix::net::UnixListener::bind(docs.join("socket.yaml")).unwrap();
+    let show = |text: String| text.replace(&dir.display().to_string(), "$TMP");
+    // A directory: every problem with its path, the link inside the tree read, the loop once.
+    expect![[r#"
+        exit: 1
+        $TMP/docs/big.yaml:1:1: error[E011]: the file is 2097152 bytes; the limit is 1048576 bytes (1 MiB) per file
+          = hint: split it into several files
+        $TMP/docs/dangling.yaml: error[E012]: cannot read: a symbolic link to nothing (No such file or directory (os error 2))
+        $TMP/docs/fifo.yaml: error[E012]: refused: a FIFO; only regular files are read
+        $TMP/docs/out.yaml: error[E012]: refused: a symbolic link leaving the tree (to $TMP/outside/secret.yaml)
+        $TMP/docs/socket.yaml: error[E012]: refused: a socket; only regular files are read
+        5 errors, 0 warnings
+    "#]]
+    .assert_eq(&show(bounded(&["validate", &docs.display().to_string()])));
+    // Named one by one: the same, and a device too.
+    let named: Vec<String> =
+        ["fifo.yaml", "big.yaml", "missing.yaml"].iter().map(|f| docs.join(f).display().to_string()).collect();
+    let mut args = vec!["validate"];
+    args.extend(named.iter().map(String::as_str));
+    args.push("/dev/zero");
+    expect![[r#"
+        exit: 1
+        $TMP/docs/fifo.yaml: error[E012]: refused: a FIFO; only regular files are read
+        $TMP/docs/big.yaml:1:1: error[E011]: the file is 2097152 bytes; the limit is 1048576 bytes (1 MiB) per file
+          = hint: split it into several files
+        $TMP/docs/missing.yaml: error[E012]: cannot read: No such file or directory (os error 2)
+        /dev/zero: error[E012]: refused: a device; only regular files are read
+        4 errors, 0 warnings
+    "#]]
+    .assert_eq(&show(bounded(&args)));
+    // An intent given to `plan -f` and packs given with `--packs`.
+    expect![[r#"
+        exit: 1
+        bundled:packs/postgresql/evidence.yaml:11:7: warning[W001]: evidence `postgresql_cluster_exists`: a pipeline without pipefail: its status is its last stage's, so `pg_lsclusters` failing or missing goes unnoticed
+          = hint: capture first: `out=$(tool …) && printf '%s\n' "$out" | …` (Debian's sh has no pipefail), or run the line with `bash -o pipefail -c`
+        bundled:packs/postgresql/evidence.yaml:18:7: warning[W001]: evidence `postgresql_config_valid`: a pipeline without pipefail: its status is its last stage's, so `runuser` failing or missing goes unnoticed
+          = hint: capture first: `out=$(tool …) && printf '%s\n' "$out" | …` (Debian's sh has no pipefail), or run the line with `bash -o pipefail -c`
+        $TMP/docs/fifo.yaml: error[E012]: refused: a FIFO; only regular files are read
+        1 error, 2 warnings
+    "#]]
+    .assert_eq(&show(bounded(&["plan", "-f", &docs.join("fifo.yaml").display().to_string()])));
+    expect![[r#"
+        exit: 1
+        $TMP/docs/big.yaml:1:1: error[E011]: the file is 2097152 bytes; the limit is 1048576 bytes (1 MiB) per file
+          = hint: split it into several files
+        $TMP/docs/dangling.yaml: error[E012]: cannot read: a symbolic link to nothing (No such file or directory (os error 2))
+        $TMP/docs/fifo.yaml: error[E012]: refused: a FIFO; only regular files are read
+        $TMP/docs/out-dir: error[E012]: refused: a symbolic link leaving the tree (to /etc)
+        $TMP/docs/out.yaml: error[E012]: refused: a symbolic link leaving the tree (to $TMP/outside/secret.yaml)
+        $TMP/docs/socket.yaml: error[E012]: refused: a socket; only regular files are read
+        $TMP/docs: error[E010]: no pack here: no pack.yaml in it or in its subdirectories
+        7 errors, 0 warnings
+    "#]].assert_eq(&show(bounded(&["pack", "validate", &docs.display().to_string()])));
 }

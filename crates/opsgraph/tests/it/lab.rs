@@ -126,7 +126,7 @@ fn a_failing_job_fails_the_way_real_ones_do() {
     assert!(proposed.out.contains("↻ retry init-control-plane@lab-1"), "{}", proposed.out);
     assert!(proposed.out.contains("waiting for approval at patch-p1"), "{}", proposed.out);
     let own = d.run(&["gate", "answer", "patch-p1", "--operation", &op, "--option", "approve patch", "--as", "alice"]);
-    assert!(own.err.contains("user:alice proposed patch p1 and may not approve it"), "{}", own.render());
+    assert!(own.err.contains("user:alice proposed patch p1 and may not approve gate `patch-p1`"), "{}", own.render());
     // A second proposal while one is under review is refused by the lifecycle.
     let twice = d.run(&["diagnose", &op, "--propose"]);
     assert_eq!(twice.code, 1, "{}", twice.render());

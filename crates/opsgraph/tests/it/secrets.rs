@@ -143,3 +143,72 @@ fn canary_secrets_never_appear_in_plain_text() {
         }
     }
 }
+
+/// A secret parameter's value is never echoed: not by `plan -o json|yaml|text`, not by
+/// `POST /api/v1/plans`, not in a P003 error about the value, in any of them.
+#[test]
+fn secret_parameter_values_are_never_echoed_in_previews_or_errors() {
+    let dir = crate::support::temp_dir(FILES);
+    let at = |p: &str| dir.join(p).display().to_string();
+    // The same value with the wrong type: the error names the parameter, not the value.
+    std::fs::write(
+        dir.join("bad-type.yaml"),
+        format!("intent: {{target_resource_type: vault.thing, action: run, name: v-1, environment: dev, parameters: {{db_password: [{PARAM}]}}}}\n"),
+    )
+    .unwrap();
+    let mut shown = Vec::new();
+    for output in ["json", "yaml", "text"] {
+        let run = opsgraph(&["plan", "-f", &at("intent.yaml"), "--packs", &at("packs"), "-o", output]);
+        assert!(run.out.contains("db_password") || output == "text", "{}", run.render());
+        shown.push((format!("plan -o {output}"), run.render()));
+    }
+    let run = opsgraph(&["plan", "-f", &at("bad-type.yaml"), "--packs", &at("packs"), "-o", "json"]);
+    expect_test::expect![[r#"
+        error[P003]: parameter `db_password` must be a string, found "(secret)"
+        the plan cannot be built: 1 error
+    "#]]
+    .assert_eq(&run.err);
+    shown.push(("plan, wrong type".into(), run.render()));
+    // Through the API, from the same packs.
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let state = opsgraph::serve_cmd::state(&data, &[at("packs")], &[]).unwrap();
+    let api = crate::server::Api {
+        dir,
+        state,
+        rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+    };
+    let sam = api.token("sam", &["operator"]);
+    for file in ["intent.yaml", "bad-type.yaml"] {
+        let r = api.post("/api/v1/plans", &sam, &std::fs::read_to_string(api.dir.join(file)).unwrap());
+        shown.push((format!("POST /api/v1/plans {file}: {}", r.status), r.body.to_string()));
+    }
+    let r = api.post("/api/v1/plans", &sam, &std::fs::read_to_string(api.dir.join("intent.yaml")).unwrap());
+    assert_eq!(
+        (r.body["parameters"]["db_password"].as_str(), r.body["intent"]["parameters"]["db_password"].as_str()),
+        (Some("(secret)"), Some("(secret)")),
+        "{}",
+        r.body
+    );
+    // A plan patch carrying the secret, of the wrong type too: refused without quoting it.
+    let w = World::replacing(FILES);
+    let loaded = w.loaded();
+    let plan = opsgraph::plan_cmd::build(&loaded).unwrap();
+    let pack = loaded.packs.iter().find(|p| p.manifest.id == "vault").unwrap();
+    for value in [format!("[{PARAM}]"), PARAM.to_string()] {
+        let yaml = format!("plan_patch:\n  changes:\n    - set_parameters: {{parameters: {{db_password: {value}}}}}\n");
+        let parsed = opsgraph_pack::parse_file("patch.yaml", &yaml);
+        let Some(opsgraph_model::Document::PlanPatch(patch)) = parsed.docs.into_iter().next().map(|d| d.doc) else {
+            panic!("not a patch: {yaml}")
+        };
+        let Err(findings) = opsgraph_plan::patch::apply_patch(&plan, pack, &patch) else {
+            panic!("not refused: {yaml}")
+        };
+        let text: Vec<String> = findings.iter().map(|f| f.message.clone()).collect();
+        assert_eq!(text, ["parameter `db_password` is secret: a patch cannot carry it"]);
+        shown.push((format!("patch {value}"), text.join("\n")));
+    }
+    for (what, text) in &shown {
+        assert!(!text.contains(PARAM), "{what} echoes the secret: {text}");
+    }
+}

@@ -238,7 +238,7 @@ fn the_authorization_matrix_follows_the_permission_table() {
         GET /api/v1/operations/{id}/evidence                         allow    allow    allow    allow    allow    -        allow    -        allow
         GET /api/v1/operations/{id}/artifacts                        allow    allow    allow    allow    allow    -        allow    -        allow
         GET /api/v1/operations/{id}/artifacts/{artifact}             allow    allow    allow    allow    allow    -        allow    -        allow
-        POST /api/v1/operations/{id}/artifacts/{artifact}/reveal     -        -        -        -        allow    -        -        -        -
+        POST /api/v1/operations/{id}/artifacts/{artifact}/reveal     allow    allow    allow    allow    allow    -        allow    -        allow
         GET /api/v1/operations/{id}/events                           allow    allow    allow    allow    allow    -        allow    -        allow
         GET /api/v1/operations/{id}/plan                             allow    allow    allow    allow    allow    -        allow    -        allow
         GET /api/v1/operations/{id}/patches                          allow    allow    allow    allow    allow    -        allow    -        allow
@@ -328,7 +328,7 @@ fn gates_are_enforced_by_the_server_and_every_change_is_audited() {
     let seen = regex_lite_at(&seen);
     expect![[r#"
         carol (operator): 403 role_not_allowed gate `approve-hello` is answered by sre; your roles: operator
-        sam (creator): 403 self_approval user:sam created operation `OP` and may not approve its gate `approve-hello`
+        sam (creator): 403 self_approval user:sam created operation `OP` and may not approve gate `approve-hello`
         bob, stale revision: 409 stale_revision the operation now runs plan revision REV; read it and answer again
         bob, no revision: 422 revision_required an answer names the plan revision it approves: `"revision": "REV"`
         bob, unknown option: 422 no_such_option `sure` is not an option of gate `approve-hello`; options: approve, cancel operation

@@ -1,0 +1,175 @@
+//! Evidence that can fail (issue [H] item 3): every command and systemd check of every bundled
+//! pack is run, once and without retries, where the tools it names are absent — `PATH` is a
+//! directory holding only `sh` and coreutils, the lab directory is empty — and must fail. A check
+//! that proves something is *gone* passes there, and must: those are listed by name.
+//!
+//! The run goes through `opsgraph_exec::check_evidence` and any `Executor`, so a fleet host (over
+//! SSH, with the tools uninstalled) can take the local executor's place.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use expect_test::expect;
+use opsgraph::load::Source;
+use opsgraph_exec::{check_evidence, Cancel, Executor, LocalExecutor};
+use opsgraph_model::EvidenceSource;
+
+use crate::support::{path, temp_dir};
+
+/// packs/postgresql is rebuilt for real hosts on the fleet branch, which owns its evidence.
+const NOT_HERE: &[&str] = &["postgresql"];
+
+/// Checks that prove absence: with nothing installed they pass, as they should.
+const ABSENCE: &[&str] = &["kubeadm_state_absent", "lab_node_absent", "labdb_absent", "pg_local_absent"];
+
+/// The programs of a bare host: a shell and coreutils, nothing a pack installs.
+const COREUTILS: &[&str] = &[
+    "cat", "ls", "wc", "tr", "test", "[", "date", "echo", "printf", "true", "false", "head", "tail", "sort", "uniq",
+    "cut", "mkdir", "rm", "env", "basename", "dirname", "id", "sleep", "stat", "touch", "tee", "readlink",
+];
+
+fn bare_bin(dir: &Path) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink("/bin/sh", bin.join("sh")).unwrap();
+    for name in COREUTILS {
+        let found = ["/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists());
+        if let Some(p) = found {
+            std::os::unix::fs::symlink(p, bin.join(name)).unwrap();
+        }
+    }
+}
+
+/// Runs every command check of the bundled packs through `exec` with `env`; one line per check.
+fn run_every_check(exec: &dyn Executor, env: &BTreeMap<String, String>, tmp: &str) -> (String, Vec<String>) {
+    let (packs, diags) = opsgraph::load::packs(&[Source::parse(&path("packs"))]);
+    assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
+    let mut report = String::new();
+    let mut wrong = Vec::new();
+    for pack in packs.iter().filter(|p| !NOT_HERE.contains(&p.id())) {
+        for ev in pack.evidence.values() {
+            if !matches!(ev.source, EvidenceSource::Command | EvidenceSource::Systemd) {
+                continue;
+            }
+            let mut once = ev.clone();
+            once.retries = None;
+            once.timeout = Some("10s".to_owned());
+            let result = check_evidence(&once, exec, env, &Cancel::new());
+            let absence = ABSENCE.contains(&ev.id.as_str());
+            let verdict = if result.passed { "passed" } else { "failed" };
+            if result.passed != absence {
+                wrong.push(format!(
+                    "{}/{}: {verdict}, observed {}; {}",
+                    pack.id(),
+                    ev.id,
+                    result.observed,
+                    result.detail
+                ));
+            }
+            report.push_str(&format!(
+                "{}/{}: {verdict}{}\n",
+                pack.id(),
+                ev.id,
+                if result.passed { " (proves absence)".to_owned() } else { format!(", {}", result.observed) }
+            ));
+        }
+    }
+    (report.replace(tmp, "$TMP"), wrong)
+}
+
+#[test]
+fn every_bundled_check_fails_where_its_tools_are_absent() {
+    let dir = temp_dir(&[("lab/.keep", "")]);
+    bare_bin(dir.path());
+    let tmp = dir.path().display().to_string();
+    let env: BTreeMap<String, String> = [
+        ("PATH", format!("{tmp}/bin")),
+        ("OPSGRAPH_LAB_DIR", format!("{tmp}/lab")),
+        ("OPSGRAPH_TARGET_NAME", "node-1".to_owned()),
+        ("OPSGRAPH_INTENT_NAME", "probe".to_owned()),
+        ("OPSGRAPH_OPERATION_ID", "op-probe".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let (report, wrong) = run_every_check(&LocalExecutor, &env, &tmp);
+    // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
+    let report = format!("{} checks\n{report}", report.lines().count());
+    expect![[r#"
+        73 checks
+        etcd/etcd_cluster_healthy: failed, exit code 127
+        etcd/etcd_member_key_private: failed, (empty output)
+        etcd/etcd_members_started: failed, (empty output)
+        etcd/etcd_server_installed: failed, could not start: failed to start `etcd`: No such file or directory (os error 2)
+        etcd/etcd_unit_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        etcd/etcd_unit_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        etcd/etcdctl_installed: failed, could not start: failed to start `etcdctl`: No such file or directory (os error 2)
+        kubernetes/apiserver_readyz: failed, (empty output)
+        kubernetes/br_netfilter_enabled: failed, could not start: failed to start `sysctl`: No such file or directory (os error 2)
+        kubernetes/cni_daemonsets_ready: failed, (empty output)
+        kubernetes/containerd_service_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        kubernetes/containerd_systemd_cgroup: failed, could not start: failed to start `containerd`: No such file or directory (os error 2)
+        kubernetes/control_plane_pods_ready: failed, exit code 127
+        kubernetes/coredns_available: failed, exit code 127
+        kubernetes/crictl_works: failed, could not start: failed to start `crictl`: No such file or directory (os error 2)
+        kubernetes/ip_forward_enabled: failed, could not start: failed to start `sysctl`: No such file or directory (os error 2)
+        kubernetes/kubeadm_installed: failed, could not start: failed to start `kubeadm`: No such file or directory (os error 2)
+        kubernetes/kubeadm_state_absent: passed (proves absence)
+        kubernetes/kubelet_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        kubernetes/kubelet_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        kubernetes/kubernetes_images_present: failed, exit code 127
+        kubernetes/node_ready_self: failed, (empty output)
+        kubernetes/nodes_all_ready: failed, (empty output)
+        kubernetes/swap_disabled: failed, (empty output)
+        lab-cluster/lab_admin_conf_present: failed, exit code 127
+        lab-cluster/lab_apiserver_alive: failed, exit code 1
+        lab-cluster/lab_apiserver_heartbeat_fresh: failed, exit code 1
+        lab-cluster/lab_cluster_spec_recorded: failed, exit code 127
+        lab-cluster/lab_cluster_status_ready: failed, exit code 127
+        lab-cluster/lab_cni_alive: failed, exit code 1
+        lab-cluster/lab_cni_config_present: failed, exit code 127
+        lab-cluster/lab_cni_heartbeat_fresh: failed, exit code 1
+        lab-cluster/lab_containerd_alive: failed, exit code 1
+        lab-cluster/lab_containerd_heartbeat_fresh: failed, exit code 1
+        lab-cluster/lab_containerd_mirror_loaded: failed, exit code 127
+        lab-cluster/lab_credentials_checked: failed, exit code 127
+        lab-cluster/lab_join_token_registered: failed, exit code 127
+        lab-cluster/lab_kubeadm_installed: failed, exit code 127
+        lab-cluster/lab_kubelet_alive: failed, exit code 1
+        lab-cluster/lab_kubelet_conf_present: failed, exit code 127
+        lab-cluster/lab_kubelet_heartbeat_fresh: failed, exit code 1
+        lab-cluster/lab_kubernetes_images_present: failed, exit code 1
+        lab-cluster/lab_network_configured: failed, exit code 127
+        lab-cluster/lab_node_absent: passed (proves absence)
+        lab-cluster/lab_node_dir_writable: failed, exit code 1
+        lab-cluster/lab_node_ready: failed, exit code 127
+        lab-cluster/lab_node_registered: failed, exit code 127
+        lab-cluster/lab_nodes_all_ready: failed, no nodes
+        lab-cluster/lab_registry_mirror_configured: failed, exit code 127
+        lab-database/labdb_absent: passed (proves absence)
+        lab-database/labdb_database_exists: failed, exit code 127
+        lab-database/labdb_datadir_initialised: failed, exit code 1
+        lab-database/labdb_heartbeat_fresh: failed, exit code 1
+        lab-database/labdb_installed: failed, (empty output)
+        lab-database/labdb_owner_login: failed, (empty output)
+        lab-database/labdb_select_one: failed, (empty output)
+        lab-database/labdb_server_alive: failed, exit code 1
+        lab-database/labdb_service_recorded: failed, exit code 127
+        minio/minio_bucket_job_succeeded: failed, (empty output)
+        minio/minio_health_ready: failed, exit code 127
+        minio/minio_helm_release_deployed: failed, (empty output)
+        minio/minio_pods_ready: failed, exit code 127
+        minio/minio_smoke_job_succeeded: failed, (empty output)
+        postgresql-local/pg_local_absent: passed (proves absence)
+        postgresql-local/pg_local_accepting_connections: failed, exit code 127
+        postgresql-local/pg_local_cluster_initialised: failed, exit code 1
+        postgresql-local/pg_local_owner_select_one: failed, (empty output)
+        postgresql-local/pg_local_server_found: failed, (empty output)
+        postgresql-local/pg_local_service_recorded: failed, exit code 127
+        tempo/tempo_bucket_job_succeeded: failed, (empty output)
+        tempo/tempo_helm_release_deployed: failed, (empty output)
+        tempo/tempo_ready_endpoint: failed, (empty output)
+        tempo/tempo_rollout_complete: failed, exit code 127
+    "#]].assert_eq(&report);
+    assert!(wrong.is_empty(), "checks that passed without their tools:\n{}", wrong.join("\n"));
+}
