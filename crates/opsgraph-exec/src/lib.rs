@@ -37,6 +37,9 @@
 //! `leaked`. Background processes that redirected their output are left alone: a job that wants
 //! something to outlive it must detach it properly (or hand it to systemd).
 //!
+//! Every group is also registered with this process's guardian (`guard.rs`), which kills it if
+//! this process dies first (`kill -9` included): no job outlives its driver.
+//!
 //! Over SSH only the local client is signalled. OpenSSH has no way to signal a remote command
 //! without a terminal, so a remote process that neither reads stdin nor writes output can outlive
 //! a timed-out run; the remote command should carry its own limit where that matters.
@@ -60,6 +63,7 @@
 mod capture;
 mod duration;
 mod evidence;
+mod guard;
 mod http;
 mod local;
 mod outcome;
@@ -75,6 +79,7 @@ mod tests;
 
 pub use duration::parse_duration;
 pub use evidence::{check_evidence, EvidenceResult};
+pub use guard::stop_leftovers;
 pub use http::HttpExecutor;
 pub use local::LocalExecutor;
 pub use outcome::{Outcome, Output, Run};

@@ -53,16 +53,27 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
     if cancel.is_cancelled() {
         return Run::cancelled();
     }
+    crate::guard::mark(&mut cmd);
     cmd.process_group(0)
         .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // The guardian runs before the group exists, so registering it is one write.
+    if let Err(e) = crate::guard::ensure() {
+        return Run::could_not_start(format!("failed to start {what}: the process guardian did not start: {e}"));
+    }
     let start = Instant::now();
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => return Run::could_not_start(format!("failed to start {what}: {e}")),
     };
     let pgid = child.id() as i32;
+    // Registered with this process's guardian, so the group dies with this process.
+    if let Err(e) = crate::guard::register(pgid) {
+        signal_group(pgid, Signal::SIGKILL);
+        let _ = child.wait();
+        return Run::could_not_start(format!("failed to start {what}: the process guardian did not start: {e}"));
+    }
 
     if let (Some(mut stdin), Some(bytes)) = (child.stdin.take(), spec.stdin.clone()) {
         // A program need not read its input: a broken pipe here is not an error.
@@ -163,6 +174,7 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         (None, Some(Err(e))) => Outcome::Lost { reason: format!("failed to wait for the process: {e}") },
         (None, None) => Outcome::Lost { reason: "the process could not be waited for".to_owned() },
     };
+    crate::guard::unregister(pgid);
     let [stdout, stderr] = waiter.captures.map(|c| (c.bytes(), c.truncated()));
     Run {
         outcome,

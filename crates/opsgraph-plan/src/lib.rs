@@ -6,6 +6,7 @@
 
 mod columns;
 mod edit;
+mod inputs;
 pub mod lifecycle;
 pub mod patch;
 mod plan;
@@ -16,6 +17,7 @@ pub mod rollback;
 use std::fmt;
 
 pub use edit::{apply, Edit};
+pub use inputs::check_preview;
 pub use plan::{
     build, check_parameter, job_edges, transitive_reduction, Cost, CostItem, Input, JobInstance, Plan, PlanGate,
     Revision, Risk, Stage, SubOperation,
@@ -119,6 +121,11 @@ pub enum Error {
         limit: usize,
         found: usize,
     },
+    /// The plan built now is not the one previewed: an input changed in between.
+    StalePreview {
+        previewed: String,
+        now: String,
+    },
 }
 
 /// Limits on what one plan may hold, checked before anything is stored (docs/operations.md).
@@ -154,6 +161,7 @@ impl Error {
             Error::Unprovided { .. } => "P008",
             Error::Cycle { .. } => "P009",
             Error::Limit { .. } => "P010",
+            Error::StalePreview { .. } => "P011",
         }
     }
 }
@@ -250,6 +258,10 @@ impl fmt::Display for Error {
             }
             Error::Cycle { path } => write!(f, "the plan has a cycle: {}", path.join(" -> ")),
             Error::Limit { what, limit, found } => write!(f, "{what}: {found}, above the limit of {limit}"),
+            Error::StalePreview { previewed, now } => write!(
+                f,
+                "the preview is stale: it showed plan {previewed}, but the world changed since (resources, packs or policies) and the plan is now {now}; nothing was applied: preview again"
+            ),
         }
     }
 }

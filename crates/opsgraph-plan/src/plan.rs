@@ -10,7 +10,6 @@ use opsgraph_model::{
 use opsgraph_pack::Pack;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::edit::{apply, Edit};
 use crate::resolve::{self, Context, GateOption, Inventory, Outcome, Resolution};
@@ -50,6 +49,10 @@ pub struct Plan {
     /// The cost estimate, from the cost annotations of jobs and created providers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// `sha256:` over every input the plan was built from besides its intent (packs, resources,
+    /// providers, policies): part of its hash, so a changed world changes the hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<String>,
     /// What the reviewer points out before the plan runs (derived; not part of its hash).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub review: Vec<crate::patch::Finding>,
@@ -158,6 +161,7 @@ impl Plan {
             risk: Risk { level: RiskLevel::Low, reasons: Vec::new() },
             sub_operations: Vec::new(),
             cost: None,
+            inputs: None,
             review: Vec::new(),
             revision: Revision { number: 0, hash: String::new() },
         }
@@ -184,16 +188,8 @@ impl Plan {
             gates: &'a [PlanGate],
             #[serde(skip_serializing_if = "Option::is_none")]
             cost: &'a Option<Cost>,
-        }
-        struct Hasher(Sha256);
-        impl std::io::Write for Hasher {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.update(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
+            #[serde(skip_serializing_if = "Option::is_none")]
+            inputs: &'a Option<String>,
         }
         let content = Content {
             pack: &self.pack,
@@ -206,16 +202,9 @@ impl Plan {
             jobs: &self.jobs,
             gates: &self.gates,
             cost: &self.cost,
+            inputs: &self.inputs,
         };
-        let mut hasher = Hasher(Sha256::new());
-        serde_json::to_writer(&mut hasher, &content).expect("a plan always serialises");
-        let digest = hasher.0.finalize();
-        let mut hex = String::with_capacity(71);
-        hex.push_str("sha256:");
-        for b in digest.iter() {
-            hex.push_str(&format!("{b:02x}"));
-        }
-        hex
+        crate::inputs::sha256_json(&content)
     }
 }
 
@@ -677,7 +666,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     edits.push(Edit::SetRisk(Risk { level, reasons }));
     edits.push(Edit::SetSubOperations(subs));
     edits.push(Edit::SetCost(cost));
-    let mut plan = apply(Plan::empty(pack, template, intent), edits)?;
+    let mut empty = Plan::empty(pack, template, intent);
+    // The top plan's hash covers every input (a sub-operation's plan is part of it).
+    empty.inputs = (depth == 0).then(|| crate::inputs::digest(input));
+    let mut plan = apply(empty, edits)?;
     plan.review = crate::patch::review(&plan, pack);
     Ok(plan)
 }

@@ -429,10 +429,10 @@ impl Runtime {
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
         let attached = self.take_attached();
-        let (op, _) = self.load(op_id)?;
+        let (op, plan) = self.load(op_id)?;
         let records = self.store.jobs(op_id)?;
-        let chosen: Vec<&JobRecord> = records
-            .iter()
+        let chosen: Vec<JobRecord> = records
+            .into_iter()
             .filter(|j| matches!(j.state, JobState::Failed | JobState::Cancelled))
             .filter(|j| jobs.is_empty() || jobs.contains(&j.id))
             .collect();
@@ -440,10 +440,10 @@ impl Runtime {
             return Err(Error::Unsupported("no failed job to retry".into()));
         }
         let ids: Vec<String> = chosen.iter().map(|j| j.id.clone()).collect();
-        let mut writes = Vec::new();
-        for j in chosen {
-            writes.push(Write::Job(JobRecord { state: JobState::Pending, updated_at: now(), ..j.clone() }));
-        }
+        // A job whose outcome is unknown is checked by its evidence first, as recovery does: the
+        // lifecycle is asked first, so a refused retry checks nothing.
+        opsgraph_plan::lifecycle::apply(&op.state, &Event::Retry { jobs: ids.clone() })?;
+        let mut writes = self.retry_checks(&op, &plan, &chosen, actor)?;
         writes.extend(attached);
         let reason = format!("retry {}", ids.join(", "));
         Ok(self.transition(&op, Event::Retry { jobs: ids }, actor, &reason, writes, progress)?.state)

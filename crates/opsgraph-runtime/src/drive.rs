@@ -130,7 +130,7 @@ impl Runtime {
         Ok(next)
     }
 
-    fn commit_timeline(&mut self, writes: Vec<Write>, progress: Progress<'_>) -> Result<(), Error> {
+    pub(crate) fn commit_timeline(&mut self, writes: Vec<Write>, progress: Progress<'_>) -> Result<(), Error> {
         if writes.is_empty() {
             return Ok(());
         }
@@ -1342,7 +1342,7 @@ impl Runtime {
         })])
     }
 
-    fn failure_writes(&self, op: &OperationRecord, plan: &Plan, reason: &str) -> Result<Vec<Write>, Error> {
+    pub(crate) fn failure_writes(&self, op: &OperationRecord, plan: &Plan, reason: &str) -> Result<Vec<Write>, Error> {
         let Some(mut doc) = self.resource_doc(plan) else { return Ok(vec![]) };
         doc.health = Health::Error;
         doc.status = Some(ResourceStatus::Error);
@@ -1353,117 +1353,6 @@ impl Runtime {
             last_operation: Some(op.id.clone()),
             updated_at: now(),
         })])
-    }
-
-    /// Crash recovery for attempts with no recorded outcome: evidence first.
-    fn recover(
-        &mut self,
-        op: &OperationRecord,
-        plan: &Plan,
-        pack: &Pack,
-        orphans: &[JobRecord],
-        inputs: &BTreeMap<String, Value>,
-        progress: Progress<'_>,
-    ) -> Result<(), Error> {
-        let template = pack.templates.iter().find(|t| t.id == plan.template);
-        let jobs = template.map(|t| pack.job_index(t));
-        let instances: HashMap<&str, &JobInstance> = plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
-        let mut writes = Vec::new();
-        let mut unknown: Option<String> = None;
-        for record in orphans {
-            let Some(instance) = instances.get(record.id.as_str()).copied() else { continue };
-            let Some(job) = jobs.as_ref().and_then(|j| j.get(&instance.job)).cloned() else { continue };
-            let mut mask = Vec::new();
-            let env = self.environment(op, plan, instance, &job, inputs, &[], &mut mask)?;
-            let executor = self.executor_for(instance, &job);
-            let checks: Vec<opsgraph_model::Evidence> =
-                job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
-            let (results, mut failure) = if checks.is_empty() {
-                (vec![], Some("it declares no evidence".to_string()))
-            } else {
-                let (results, failure) = jobs::evidence(&checks, &*executor, &env, &Cancel::new());
-                jobs::masked(mask, results, failure)
-            };
-            let _ = std::fs::remove_dir_all(self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id));
-            // Evidence says the job's effect is there; its declared artifacts must be too (found
-            // by the crash sweep: killed after a blob was stored and before its record, the job
-            // was recovered without its artifact). They are taken from the attempt's output
-            // directory when the files survived; otherwise the outcome stays unknown.
-            let out = self.data_dir.join("runs").join(&op.id).join(format!("{}.{}.out", record.id, record.attempts));
-            let mut produced = Vec::new();
-            if failure.is_none() {
-                for artifact in &job.outputs.artifacts {
-                    let path = out.join(artifact);
-                    if path.is_file() {
-                        produced.push((artifact.clone(), path));
-                    } else {
-                        failure = Some(format!("its artifact {artifact} is not at {}", path.display()));
-                        produced.clear();
-                        break;
-                    }
-                }
-            }
-            let result = TaskResult {
-                instance: record.id.clone(),
-                attempt: record.attempts,
-                outcome: "outcome unknown after a restart".into(),
-                failure: failure.clone(),
-                satisfied_without_run: true,
-                evidence: results,
-                produced,
-                log: None,
-                duration: Duration::ZERO,
-                cancelled: false,
-                unknown: false,
-            };
-            self.result_writes(op, instance, &result, &mut writes)?;
-            let max_attempts = job.controls.retry_policy.as_ref().map_or(1, |p| p.max_attempts);
-            let retry_allowed = job.controls.idempotency.is_some() && record.attempts < max_attempts;
-            let (state, event, reason) = match &failure {
-                None => (JobState::Recovered, "job_recovered", format!("{}: outcome unknown after a restart; its evidence passes", record.id)),
-                Some(f) if retry_allowed => (
-                    JobState::Pending,
-                    "job_retry",
-                    format!("{}: outcome unknown after a restart and {f}; idempotent, retrying", record.id),
-                ),
-                Some(f) => (
-                    JobState::Failed,
-                    "job_outcome_unknown",
-                    format!("{}: outcome unknown after a restart and {f}; not retried without an idempotency key and attempts left: a person decides", record.id),
-                ),
-            };
-            if state == JobState::Failed && unknown.is_none() {
-                unknown = Some(reason.clone());
-            }
-            writes.push(Write::Job(JobRecord {
-                operation: op.id.clone(),
-                id: record.id.clone(),
-                state,
-                attempts: record.attempts,
-                outcome: json!({"outcome": "unknown", "failure": failure, "recovered": failure.is_none()}),
-                updated_at: now(),
-            }));
-            writes.push(Write::Timeline(entry(&op.id, &self.actor, event, reason, json!({"job": record.id}))));
-        }
-        crate::failpoint::hit("recovery.checked");
-        match unknown {
-            Some(reason) => {
-                let job = reason.split(':').next().unwrap_or_default().to_string();
-                let mut extra = writes;
-                extra.extend(self.failure_writes(op, plan, &reason)?);
-                let actor = self.actor.clone();
-                self.transition(
-                    op,
-                    Event::JobFailed { job, reason: reason.clone() },
-                    &actor,
-                    &reason,
-                    extra,
-                    progress,
-                )?;
-            }
-            None => self.commit_timeline(writes, progress)?,
-        }
-        Ok(())
     }
 }
 

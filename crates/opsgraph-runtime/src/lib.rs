@@ -12,6 +12,8 @@
 //! - After a crash, a job recorded `running` without an outcome is checked by its evidence first:
 //!   pass -> `recovered`; fail -> retried when its retry policy and idempotency key allow; else the
 //!   operation fails with "outcome unknown" and waits for a person.
+//!   Before the check, the attempt's leftover processes on this host are stopped; a person's
+//!   `retry` of such a job goes through the same check (`recover.rs`).
 //! - Control from other processes (pause, cancel, gate answers) goes through the store; the
 //!   driving loop re-reads the operation between steps when the store's data version shows that
 //!   another writer committed, and a stale writer is refused by the operation's version.
@@ -20,6 +22,7 @@ pub mod agent;
 mod agent_screen;
 mod agent_wire;
 mod analyze;
+pub mod audit;
 mod control;
 mod drive;
 pub mod failpoint;
@@ -28,6 +31,7 @@ mod jobs;
 pub mod lease;
 pub mod manage;
 mod patch;
+mod recover;
 mod rollback;
 mod secrets;
 

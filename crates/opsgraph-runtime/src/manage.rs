@@ -4,10 +4,26 @@
 
 use opsgraph_model::Resource;
 use opsgraph_plan::lifecycle;
-use opsgraph_store::{now, AuditRecord, OperationFilter, OperationRecord, ResourceRecord, Store, Write};
+use opsgraph_store::{now, OperationFilter, OperationRecord, ResourceRecord, Store, Write};
 use serde_json::{json, Value};
 
 use crate::Error;
+
+/// The resources a plan is built from: `given` (an inventory; it wins for a resource it also
+/// describes) plus the resources earlier operations and people stored. The one assembly of the
+/// world's resources, for `opsgraph plan`, `opsgraph apply` and the server alike: a preview
+/// sees what the run will bind.
+pub fn world_resources(given: &[Resource], store: &dyn Store) -> Result<Vec<Resource>, Error> {
+    let mut resources = given.to_vec();
+    for r in store.resources()? {
+        if let Ok(doc) = serde_json::from_value::<Resource>(r.doc) {
+            if !resources.iter().any(|x| x.id == doc.id) {
+                resources.push(doc);
+            }
+        }
+    }
+    Ok(resources)
+}
 
 /// The unfinished operation (not `completed` or `cancelled`) that targets `resource`, if any.
 pub fn operation_changing(store: &dyn Store, resource: &str) -> Result<Option<OperationRecord>, Error> {
@@ -67,16 +83,7 @@ impl Upsert {
 }
 
 fn audit(actor: &str, action: &str, resource: &str, detail: Value) -> Write {
-    Write::Audit(AuditRecord {
-        seq: 0,
-        at: now(),
-        actor: actor.to_string(),
-        action: action.to_string(),
-        target: resource.to_string(),
-        operation: None,
-        resource: Some(resource.to_string()),
-        detail,
-    })
+    Write::Audit(crate::audit::record(actor, action, resource, None, Some(resource), detail))
 }
 
 /// Stores a resource document (insert or replace) with its `resource.apply` audit row in one

@@ -455,14 +455,5 @@ pub fn audit(
     resource: Option<&str>,
     detail: Value,
 ) -> AuditRecord {
-    AuditRecord {
-        seq: 0,
-        at: now(),
-        actor: actor.to_string(),
-        action: action.to_string(),
-        target: target.to_string(),
-        operation: operation.map(str::to_string),
-        resource: resource.map(str::to_string),
-        detail,
-    }
+    opsgraph_runtime::audit::record(actor, action, target, operation, resource, detail)
 }

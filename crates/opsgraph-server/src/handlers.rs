@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use opsgraph_model::{Document, Intent, Resource};
+use opsgraph_model::{Document, Intent};
 use opsgraph_plan::lifecycle::state_name;
 use opsgraph_plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
@@ -183,14 +183,7 @@ impl Ctx {
     /// Builds the plan with the server's packs and world, plus the resources operations recorded.
     fn plan(&self, intent: &Intent) -> Result<Plan, ApiError> {
         let w = self.state.world();
-        let mut resources = w.resources.clone();
-        for r in self.store.resources()? {
-            if let Ok(doc) = serde_json::from_value::<Resource>(r.doc) {
-                if !resources.iter().any(|x| x.id == doc.id) {
-                    resources.push(doc);
-                }
-            }
-        }
+        let resources = opsgraph_runtime::manage::world_resources(&w.resources, &*self.store)?;
         let inventory = Inventory::new(&resources);
         opsgraph_plan::build(&Input {
             intent,
@@ -387,15 +380,7 @@ pub(crate) fn create_operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         "plan_revision": plan.revision.hash,
         "href": format!("/api/v1/operations/{id}"),
     });
-    let resource = Runtime::target_resource(&plan.intent);
-    let mut attached = vec![Write::Audit(auth::audit(
-        &actor,
-        "operation.create",
-        &id,
-        Some(&id),
-        resource.as_deref(),
-        json!({"pack": plan.pack, "action": plan.action, "revision": plan.revision.hash, "idempotency_key": key}),
-    ))];
+    let mut attached = vec![opsgraph_runtime::audit::create(&actor, &id, &plan, key.as_deref())];
     if let Some(key) = key {
         attached.push(Write::Request(RequestRecord {
             actor: actor.clone(),
@@ -507,14 +492,14 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let guard = Write::ExpectPlan { operation: op.id.clone(), revision: revision.clone() };
     rt.attach(vec![
         guard,
-        Write::Audit(auth::audit(
+        opsgraph_runtime::audit::gate_answer(
             &actor,
-            "gate.answer",
-            &format!("{}/{gate_id}", op.id),
-            Some(&op.id),
-            op.resource.as_deref(),
-            json!({"option": body.option, "role": role, "revision": revision, "value_given": body.value.is_some()}),
-        )),
+            &op,
+            &gate_id,
+            (&body.option, &role),
+            &revision,
+            body.value.is_some(),
+        ),
     ]);
     let answer =
         GateAnswer { option: body.option.clone(), actor: actor.clone(), role: role.clone(), value: body.value };
@@ -547,7 +532,7 @@ struct RetryBody {
 
 /// The audit record of a control request on `op`.
 fn control_audit(actor: &str, action: &str, op: &OperationRecord, detail: Value) -> Write {
-    Write::Audit(auth::audit(actor, action, &op.id, Some(&op.id), op.resource.as_deref(), detail))
+    opsgraph_runtime::audit::control(actor, action, op, detail)
 }
 
 fn control_reply(id: &str, state: &opsgraph_model::OperationState) -> Result<Reply, ApiError> {

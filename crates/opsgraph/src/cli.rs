@@ -75,6 +75,10 @@ pub enum Command {
         /// Apply without asking.
         #[arg(long)]
         yes: bool,
+        /// Apply only the plan a preview showed (`opsgraph plan`'s `Revision N sha256:…`, at least
+        /// 12 hex digits): refused with P011 when anything it was built from changed since.
+        #[arg(long = "plan-hash")]
+        plan_hash: Option<String>,
     },
     /// List operations, resources, or the jobs of an operation.
     Get {
@@ -530,7 +534,10 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 bail!("--patch customises a plan locally: run it without --server, or patch the operation")
             }
             Command::Plan(p) => return remote.plan(&p.intent, p.output, out),
-            Command::Apply { plan, yes } => return remote.apply(&plan.intent, *yes, plan.output, input, out, err),
+            Command::Apply { plan_hash: Some(_), .. } => {
+                bail!("--plan-hash checks a local preview: run it without --server")
+            }
+            Command::Apply { plan, yes, .. } => return remote.apply(&plan.intent, *yes, plan.output, input, out, err),
             Command::Get { what, operation, output } => {
                 return remote.get_rows(what, operation.as_deref(), output, out)
             }
@@ -648,9 +655,9 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             ops_cmd::print(&crate::remote::audit_rows(&rows), &output, out)?;
             Ok(0)
         }
-        Command::Apply { plan, yes } => {
+        Command::Apply { plan, yes, plan_hash } => {
             let output = plan.output;
-            let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+            let actor = ops_cmd::local_actor(None);
             let args = ops_cmd::ApplyArgs {
                 intent: &plan.intent,
                 packs: &plan.packs,
@@ -661,6 +668,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 output,
                 concurrency: cli.concurrency,
                 patch: plan.patch.as_deref(),
+                plan_hash: plan_hash.as_deref(),
             };
             ops_cmd::apply(&args, input, out, err)
         }
@@ -749,7 +757,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Pack { command: PackCommand::Test { dirs } } => crate::remedy_cmd::pack_test(&dirs, out, err),
         Command::Pack { command: PackCommand::Install { path, replace } } => {
-            let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+            let actor = ops_cmd::local_actor(None);
             crate::pack_cmd::install(&data_dir, &path, replace, &actor, out)
         }
         Command::Pack { command: PackCommand::List { output } } => crate::pack_cmd::list(&data_dir, &output, out, err),
@@ -766,7 +774,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Agent { .. } => unreachable!("handled above"),
         Command::Resource { command } => {
-            let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+            let actor = ops_cmd::local_actor(None);
             match command {
                 ResourceCommand::Apply { file } => crate::resource_cmd::apply(&data_dir, &file, &actor, out, err),
                 ResourceCommand::Delete { id } => crate::resource_cmd::delete(&data_dir, &id, &actor, out),

@@ -85,6 +85,13 @@ pub fn drive(rt: &mut Runtime, id: &str, progress: opsgraph_runtime::Progress<'_
     Ok(rt.drive_leased(id, &keeper, progress)?)
 }
 
+/// Who a local command acts as: `user:NAME` for `--as NAME`, else `$USER`, else `user:local`.
+/// Audit rows and the timeline name this actor.
+pub fn local_actor(name: Option<&str>) -> String {
+    let name = name.map(str::to_string).or_else(|| std::env::var("USER").ok()).filter(|n| !n.trim().is_empty());
+    format!("user:{}", name.as_deref().unwrap_or("local"))
+}
+
 /// Where packs come from. With `materialize`, bundled packs are written into the data directory
 /// first, so their scripts exist on disk (commands that run jobs need that; `plan` does not).
 pub fn pack_sources(packs: &[String], data_dir: &Path, materialize: bool) -> anyhow::Result<Vec<Source>> {
@@ -174,6 +181,8 @@ pub struct ApplyArgs<'a> {
     pub concurrency: Option<u16>,
     /// `--patch FILE`: a plan patch applied to the preview before anything runs.
     pub patch: Option<&'a str>,
+    /// `--plan-hash HASH`: the hash of the plan a person previewed; another plan is refused.
+    pub plan_hash: Option<&'a str>,
 }
 
 /// The `plan_patch` document of a file.
@@ -228,19 +237,15 @@ pub fn apply(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let packs = load_packs(args.packs, &args.data_dir, true)?;
     let world: Vec<Source> = args.world.iter().map(|p| Source::parse(p)).collect();
-    let mut loaded = plan_cmd::load_inputs(&Source::parse(args.intent), packs, &world);
-    loaded.patch = args.patch.map(patch_file).transpose()?;
-    // Resources earlier operations created or changed are part of the world too (the inventory
-    // given on the command line wins for a resource it also describes).
-    for r in open_store(&args.data_dir)?.resources()? {
-        if let Ok(doc) = serde_json::from_value::<opsgraph_model::Resource>(r.doc) {
-            if !loaded.world.resources.iter().any(|x| x.id == doc.id) {
-                loaded.world.resources.push(doc);
-            }
-        }
-    }
+    // The world as `plan` sees it (one function for both), assembled again at confirmation.
+    let assemble = || -> anyhow::Result<plan_cmd::Loaded> {
+        let packs = load_packs(args.packs, &args.data_dir, true)?;
+        let mut loaded = plan_cmd::assemble(&Source::parse(args.intent), packs, &world, &args.data_dir)?;
+        loaded.patch = args.patch.map(patch_file).transpose()?;
+        Ok(loaded)
+    };
+    let mut loaded = assemble()?;
     use crate::cli::Output;
     let machine = match args.output {
         Output::Text => false,
@@ -258,6 +263,14 @@ pub fn apply(
         writeln!(err, "nothing applied: a requirement cannot be met")?;
         return Ok(1);
     }
+    // Preview = run: the plan that runs is the plan a person saw, or nothing runs.
+    if let Some(previewed) = args.plan_hash {
+        if let Err(e) = opsgraph_plan::check_preview(previewed, &plan) {
+            writeln!(err, "error[{}]: {e}", e.code())?;
+            return Ok(1);
+        }
+    }
+    let mut plan = plan;
     if !args.yes {
         write!(out, "\nApply this plan? Type `yes` to go on: ")?;
         out.flush()?;
@@ -267,6 +280,24 @@ pub fn apply(
             writeln!(err, "not applied")?;
             return Ok(1);
         }
+        // The world may have changed while the question was open: built again, the plan must
+        // be the one shown.
+        let again = assemble()?;
+        let mut sink = std::io::sink();
+        let rebuilt = plan_cmd::preview_to(&again, Output::Text, &mut sink, &mut std::io::sink())?;
+        let check = match &rebuilt {
+            Some(now) => opsgraph_plan::check_preview(&plan.revision.hash, now),
+            None => Err(opsgraph_plan::Error::StalePreview {
+                previewed: plan.revision.hash.clone(),
+                now: "not buildable".into(),
+            }),
+        };
+        if let Err(e) = check {
+            writeln!(err, "error[{}]: {e}", e.code())?;
+            return Ok(1);
+        }
+        plan = rebuilt.unwrap_or(plan);
+        loaded = again;
     }
     let store = open_store(&args.data_dir)?;
     let mut rt =
@@ -275,8 +306,11 @@ pub fn apply(
     if let Some(n) = args.concurrency {
         rt.set_concurrency(n.into());
     }
+    // The same audit row as the server's, in the operation's own transaction.
+    let id = opsgraph_runtime::new_operation_id();
+    rt.attach(vec![opsgraph_runtime::audit::create(&args.actor, &id, &plan, None)]);
     if machine {
-        let id = rt.create(&plan, &args.actor, &mut |_| {})?;
+        let id = rt.create_as(&id, &plan, &args.actor, &mut |_| {})?;
         let state = drive(&mut rt, &id, &mut |_| {})?;
         describe_to(rt.store(), "operation", &id, if args.output == Output::Json { "json" } else { "yaml" }, out)?;
         return Ok(exit_code(&state));
@@ -285,7 +319,7 @@ pub fn apply(
     let stages = stage_of(&plan);
     let id = {
         let mut view = live(out, stages.clone());
-        let id = rt.create(&plan, &args.actor, &mut view)?;
+        let id = rt.create_as(&id, &plan, &args.actor, &mut view)?;
         drive(&mut rt, &id, &mut view)?;
         id
     };
@@ -686,7 +720,11 @@ impl Action<'_> {
 
 fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
-    let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+    let actor = local_actor(None);
+    // Each change carries the server's audit row for it, in its own transaction.
+    let op_record = |rt: &Runtime, id: &str| -> anyhow::Result<opsgraph_store::OperationRecord> {
+        rt.store().operation(id)?.with_context(|| format!("no operation `{id}`"))
+    };
     let mut note = |e: &TimelineEntry| {
         let _ = e;
     };
@@ -705,14 +743,35 @@ fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> any
                 .cloned()
                 .unwrap_or_else(|| roles.join("+"));
             let value = value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())));
-            let answer = GateAnswer { option: option.to_string(), actor: format!("user:{user}"), role, value };
+            let answer = GateAnswer { option: option.to_string(), actor: local_actor(Some(user)), role, value };
+            let op = op_record(&rt, &id)?;
+            let revision = op.plan_revision.clone();
+            rt.attach(vec![
+                opsgraph_store::Write::ExpectPlan { operation: id.clone(), revision: revision.clone() },
+                opsgraph_runtime::audit::gate_answer(
+                    &answer.actor,
+                    &op,
+                    gate,
+                    (option, &answer.role),
+                    &revision,
+                    answer.value.is_some(),
+                ),
+            ]);
             rt.answer_gate(&id, gate, &answer, &mut note)?;
             writeln!(out, "gate {gate} of {id}: {option} (by {user})")?;
             // A child operation is driven by its parent.
             rt.root_of(&id)?
         }
         Action::Pause(id) => {
-            rt.pause(id, &actor, "paused by a person", &mut note)?;
+            let reason = "paused by a person";
+            let op = op_record(&rt, id)?;
+            rt.attach(vec![opsgraph_runtime::audit::control(
+                &actor,
+                "operation.pause",
+                &op,
+                json!({"reason": reason}),
+            )]);
+            rt.pause(id, &actor, reason, &mut note)?;
             writeln!(out, "{id}: paused; running jobs finish, no new job starts")?;
             return Ok(0);
         }
@@ -721,16 +780,28 @@ fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> any
             // driven again: recovery checks the evidence of attempts left without an outcome.
             let running = rt.store().operation(id)?.is_some_and(|o| matches!(o.state, OperationState::Running));
             if !running {
+                let op = op_record(&rt, id)?;
+                rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.resume", &op, json!({}))]);
                 rt.resume(id, &actor, &mut note)?;
             }
             id.to_string()
         }
         Action::Cancel(id) => {
-            rt.cancel(id, &actor, "cancelled by a person", &mut note)?;
+            let reason = "cancelled by a person";
+            let op = op_record(&rt, id)?;
+            rt.attach(vec![opsgraph_runtime::audit::control(
+                &actor,
+                "operation.cancel",
+                &op,
+                json!({"reason": reason}),
+            )]);
+            rt.cancel(id, &actor, reason, &mut note)?;
             writeln!(out, "{id}: cancelled")?;
             return Ok(0);
         }
         Action::Retry(id, jobs) => {
+            let op = op_record(&rt, id)?;
+            rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.retry", &op, json!({"jobs": jobs}))]);
             rt.retry(id, &jobs, &actor, &mut note)?;
             id.to_string()
         }
@@ -825,8 +896,7 @@ pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyh
         }
         (None, None) => bail!("name a patch: -f PATCH.yaml or --remedy ID"),
     };
-    let user = args.user.map(str::to_string).or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "local".into());
-    let author = format!("user:{user}");
+    let author = local_actor(args.user);
     if args.dry_run {
         return match opsgraph_plan::patch::apply_patch(&plan, pack, &patch) {
             Ok(p) => {
@@ -845,6 +915,8 @@ pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyh
             }
         };
     }
+    let op = rt.store().operation(args.operation)?.with_context(|| format!("no operation `{}`", args.operation))?;
+    rt.attach(vec![opsgraph_runtime::audit::control(&author, "operation.patch", &op, json!({"reason": patch.reason}))]);
     let proposal = rt.propose_patch(args.operation, &patch, &author, &mut |_| {})?;
     writeln!(out, "patch {} of {}:", proposal.patch, args.operation)?;
     write!(out, "{}", proposal.diff.text())?;
@@ -890,12 +962,10 @@ pub fn intervene(
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
-    let user = user
-        .map(str::to_string)
-        .or_else(|| iv.actor.clone())
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "local".into());
-    let v = rt.intervene(op, iv, &format!("user:{user}"), &mut |_| {})?;
+    let actor = local_actor(user.or(iv.actor.as_deref()));
+    let record = rt.store().operation(op)?.with_context(|| format!("no operation `{op}`"))?;
+    rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.intervene", &record, json!({"note": iv.note}))]);
+    let v = rt.intervene(op, iv, &actor, &mut |_| {})?;
     writeln!(out, "intervention {} on {}: {}", v.intervention, v.jobs.join(", "), iv.note)?;
     for (job, check, passed, expected, observed) in &v.checks {
         let word = if *passed { "pass" } else { "FAIL" };
@@ -991,7 +1061,7 @@ pub fn rollback(
             return Ok(1);
         }
     }
-    let actor = std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into());
+    let actor = local_actor(None);
     writeln!(out)?;
     let id = {
         let mut view = live(out, stage_of(&rb.plan));

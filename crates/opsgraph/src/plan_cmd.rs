@@ -69,6 +69,27 @@ pub fn load_inputs(intent: &Source, packs: (Vec<opsgraph_pack::Pack>, Vec<Diagno
     Loaded { intent, packs, world, diagnostics: diags, patch: None }
 }
 
+/// The world a local plan is built from, the one function `plan` and `apply` share: the
+/// documents given (inventory, policies, the intent) plus the resources earlier operations
+/// recorded in the data directory's store; a document given on the command line wins for a
+/// resource it also describes. Reads the store only when it exists: `plan` writes nothing.
+pub fn assemble(
+    intent: &Source,
+    packs: (Vec<opsgraph_pack::Pack>, Vec<Diagnostic>),
+    world: &[Source],
+    data_dir: &std::path::Path,
+) -> anyhow::Result<Loaded> {
+    let mut loaded = load_inputs(intent, packs, world);
+    let url = crate::ops_cmd::database_url(data_dir);
+    let exists = opsgraph_store::is_postgres(&url)
+        || std::path::Path::new(url.strip_prefix("sqlite://").unwrap_or(&url)).exists();
+    if exists {
+        let store = crate::ops_cmd::open_store(data_dir)?;
+        loaded.world.resources = opsgraph_runtime::manage::world_resources(&loaded.world.resources, &*store)?;
+    }
+    Ok(loaded)
+}
+
 /// Builds the plan from loaded inputs.
 pub fn build(loaded: &Loaded) -> Result<Plan, Vec<opsgraph_plan::Error>> {
     let inventory = Inventory::new(&loaded.world.resources);
@@ -82,7 +103,8 @@ pub fn build(loaded: &Loaded) -> Result<Plan, Vec<opsgraph_plan::Error>> {
     })
 }
 
-/// `plan`: nothing runs and nothing is written; the installed packs of `data_dir` are read.
+/// `plan`: nothing runs and nothing is written; the installed packs of `data_dir` and the
+/// resources its store records are read ([`assemble`]).
 pub fn plan(
     args: &PlanArgs,
     data_dir: &std::path::Path,
@@ -91,7 +113,7 @@ pub fn plan(
 ) -> anyhow::Result<u8> {
     let packs = crate::ops_cmd::load_packs(&args.packs, data_dir, false)?;
     let world: Vec<Source> = args.inventory.iter().chain(&args.policy).map(|p| Source::parse(p)).collect();
-    let mut loaded = load_inputs(&Source::parse(&args.intent), packs, &world);
+    let mut loaded = assemble(&Source::parse(&args.intent), packs, &world, data_dir)?;
     loaded.patch = args.patch.as_deref().map(crate::ops_cmd::patch_file).transpose()?;
     preview(&loaded, args.output, out, err)
 }

@@ -174,7 +174,7 @@ pub fn serve(
 
 /// The actor of local token commands: whoever can write the data directory administers it.
 fn local_actor() -> String {
-    std::env::var("USER").map(|u| format!("user:{u}")).unwrap_or_else(|_| "user:local".into())
+    crate::ops_cmd::local_actor(None)
 }
 
 pub fn token_create(data_dir: &Path, name: &str, roles: &[String], out: &mut dyn Write) -> anyhow::Result<u8> {

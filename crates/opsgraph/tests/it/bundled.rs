@@ -150,7 +150,7 @@ fn tempo_preview_reads_in_one_screen() {
     assert!(lines <= 50, "{lines} lines:\n{text}");
     expect![[r#"
         Plan tempo.install (tempo@1.0.0) for: install tempo.instance tempo-prod in prod
-        Revision 1 sha256:2adcc7d20766   Risk: medium
+        Revision 1 sha256:c3dd7b33b6f4   Risk: medium
 
         Capabilities
           kubernetes.cluster  bind           cluster/prod-k8s (the only candidate that satisfies every rule)

@@ -1,0 +1,65 @@
+//! The digest of what a plan is built from, beyond its intent: so a plan's hash changes whenever
+//! any input changes, and a preview confirmed later can be told stale ([`check_preview`]).
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::plan::{Input, Plan};
+use crate::Error;
+
+/// `sha256:<hex>` over `value`'s JSON, serialised straight into the hasher.
+pub(crate) fn sha256_json<T: Serialize + ?Sized>(value: &T) -> String {
+    struct Hasher(Sha256);
+    impl std::io::Write for Hasher {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hasher = Hasher(Sha256::new());
+    serde_json::to_writer(&mut hasher, value).expect("plan inputs always serialise");
+    let digest = hasher.0.finalize();
+    let mut hex = String::with_capacity(71);
+    hex.push_str("sha256:");
+    for b in digest.iter() {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    hex
+}
+
+/// Every input of a plan but the intent (which the plan holds whole): the loaded packs
+/// (`id@version` and content digest, each one: another version could be picked), the world's
+/// resources and providers (by id, whatever their order in the files), the capability policy
+/// and the operations policy.
+pub(crate) fn digest(input: &Input<'_>) -> String {
+    #[derive(Serialize)]
+    struct Inputs<'a> {
+        packs: Vec<(String, &'a str)>,
+        resources: Vec<&'a opsgraph_model::Resource>,
+        providers: Vec<&'a opsgraph_model::Provider>,
+        policy: &'a opsgraph_model::CapabilityPolicy,
+        operations: &'a opsgraph_model::OperationsPolicy,
+    }
+    let mut packs: Vec<(String, &str)> = input.packs.iter().map(|p| (p.reference(), p.digest.as_str())).collect();
+    packs.sort();
+    let mut resources: Vec<&opsgraph_model::Resource> = input.inventory.resources().iter().collect();
+    resources.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut providers: Vec<&opsgraph_model::Provider> = input.providers.iter().collect();
+    providers.sort_by(|a, b| a.id.cmp(&b.id));
+    sha256_json(&Inputs { packs, resources, providers, policy: input.policy, operations: input.operations })
+}
+
+/// Refuses a plan whose hash is not the one a person previewed (`P011`): one of its inputs
+/// changed between the preview and the confirmation.
+/// The previewed hash may be the short form the text preview shows (`sha256:` and at least 12
+/// hex digits).
+pub fn check_preview(previewed: &str, plan: &Plan) -> Result<(), Error> {
+    let previewed = previewed.trim();
+    if previewed.len() >= "sha256:".len() + 12 && plan.revision.hash.starts_with(previewed) {
+        return Ok(());
+    }
+    Err(Error::StalePreview { previewed: previewed.to_string(), now: plan.revision.hash.clone() })
+}
