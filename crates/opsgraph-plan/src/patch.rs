@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use opsgraph_model::{Gate, GateType, Job, ParamType, PatchChange, PlanPatch};
+use opsgraph_model::{Gate, GateType, Job, PatchChange, PlanPatch};
 use opsgraph_pack::Pack;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -181,6 +181,7 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                         f(Severity::Error, "parameter", format!("job `{job}` has no parameter `{name}`"));
                         continue;
                     }
+                    let mut value = value.clone();
                     if let Some(spec) = spec {
                         // Before the type check, whose finding quotes the value.
                         if spec.secret {
@@ -191,11 +192,16 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                             );
                             continue;
                         }
-                        if !type_ok(spec.type_, value) || (!spec.enum_.is_empty() && !spec.enum_.contains(value)) {
-                            f(Severity::Error, "parameter", format!("parameter `{name}` of job `{job}` does not fit its declared type or values, found {value}"));
-                            continue;
+                        // The intent's own check (size, type, enum).
+                        match crate::plan::check_parameter(name, spec, &value) {
+                            Ok(v) => value = v,
+                            Err(e) => {
+                                f(Severity::Error, "parameter", format!("job `{job}`: {e}"));
+                                continue;
+                            }
                         }
                     }
+                    let value = &value;
                     let mut before = None;
                     for j in next.jobs.iter_mut().filter(|j| ids.contains(&j.id)) {
                         before = j.parameters.insert(name.clone(), value.clone()).or(before);
@@ -221,22 +227,15 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                         );
                         continue;
                     }
-                    if !type_ok(spec.type_, value) {
-                        f(
-                            Severity::Error,
-                            "parameter",
-                            format!("parameter `{name}` must be a {:?}, found {value}", spec.type_).to_lowercase(),
-                        );
-                        continue;
-                    }
-                    if !spec.enum_.is_empty() && !spec.enum_.contains(value) {
-                        f(
-                            Severity::Error,
-                            "parameter",
-                            format!("parameter `{name}` must be one of {:?}, found {value}", spec.enum_),
-                        );
-                        continue;
-                    }
+                    // The intent's own check (size, type, enum).
+                    let value = match crate::plan::check_parameter(name, spec, value) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            f(Severity::Error, "parameter", e.to_string());
+                            continue;
+                        }
+                    };
+                    let value = &value;
                     let before = next.parameters.insert(name.clone(), value.clone());
                     diff.parameters.push((name.clone(), before, value.clone()));
                 }
@@ -280,17 +279,6 @@ fn descendants(plan: &Plan, from: &BTreeSet<String>) -> BTreeSet<String> {
         }
     }
     found
-}
-
-fn type_ok(t: ParamType, v: &Value) -> bool {
-    match t {
-        ParamType::String => v.is_string() || v.is_number(),
-        ParamType::Integer => v.is_i64() || v.is_u64(),
-        ParamType::Number => v.is_number(),
-        ParamType::Boolean => v.is_boolean(),
-        ParamType::List => v.is_array(),
-        ParamType::Map => v.is_object(),
-    }
 }
 
 fn add_gate(

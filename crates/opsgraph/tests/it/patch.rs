@@ -96,6 +96,17 @@ fn changes_outside_the_rules_are_refused() {
             Error parameter (change Some(0)): the template has no parameter `node_count`
         "#]],
     );
+    // The intent's own check: a value past the size limit is refused like an intent's (P010).
+    check(
+        &format!(
+            "plan_patch:\n  changes:\n    - set_parameters: {{parameters: {{kubernetes_version: \"{}\"}}}}\n",
+            "9".repeat(70 * 1024)
+        ),
+        expect![[r#"
+            refused
+            Error parameter (change Some(0)): bytes of one parameter value: 71682, above the limit of 65536
+        "#]],
+    );
     check(
         "plan_patch:\n  changes:\n    - retry: {job: verify, with_descendants: true}\n    - add_gate: {id: look, reason: an SRE looks first, before: [verify]}\n",
         expect![[r#"
