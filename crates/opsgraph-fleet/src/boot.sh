@@ -10,7 +10,8 @@
 #        namespaces. --kill-child: when this launcher dies, the host dies with it.
 # inner: PID 1 of the new PID namespace. Mounts the host's root (an overlay of the cached root
 #        filesystem and HOST_DIR/upper), a private /dev (never the machine's), proc with
-#        /proc/sys read-only, sysfs read-only, a tmpfs on /run; then execs systemd. Every mount
+#        /proc/sys read-only except /proc/sys/net (the host's own network namespace's
+#        settings, as `docker run --sysctl net.*` allows), sysfs read-only, a tmpfs on /run; then execs systemd. Every mount
 #        lives in the host's mount namespace: when the host dies, they go with it.
 set -eu
 
@@ -40,6 +41,10 @@ mount -t overlay overlay -o "lowerdir=$lower,upperdir=$host_dir/upper,workdir=$h
 mount -t proc -o nosuid,nodev,noexec proc "$root/proc"
 mount --bind "$root/proc/sys" "$root/proc/sys"
 mount -o remount,bind,ro,nosuid,nodev,noexec "$root/proc/sys"
+# /proc/sys/net shows this network namespace's own settings (ip_forward, bridge-nf-call-*):
+# writable, since they change nothing of the machine's.
+mount --bind "$root/proc/sys/net" "$root/proc/sys/net"
+mount -o remount,bind,rw,nosuid,nodev,noexec "$root/proc/sys/net"
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$root/sys"
 
 dev=$root/dev

@@ -1,27 +1,25 @@
 #!/bin/sh
-# opsgraph pack kubernetes - job install-runtime: containerd + kubelet/kubeadm/kubectl.
+# opsgraph pack kubernetes - job install-runtime: containerd (and runc), nothing from pkgs.k8s.io.
 #
 # Runs on every node of scope target_nodes, as root over SSH.
+#   - kubeadm's prerequisites (conntrack, socat, ethtool, iptables) from the distribution;
 #   - containerd: runtime_source auto (the default) keeps Docker's containerd.io when it is
 #     installed and otherwise installs the distribution's containerd; runtime_source debian
-#     installs containerd and runc from Debian's archive, before anything from pkgs.k8s.io, and
-#     refuses a node with containerd.io. Configured with the systemd cgroup driver, kubeadm's pause image as sandbox image, and
-#     registry hosts read from /etc/containerd/certs.d (where mirror jobs drop hosts.toml);
-#   - kubelet, kubeadm, kubectl from pkgs.k8s.io for the requested minor, held with apt-mark.
-# Idempotent: an installed kubeadm of the same minor is kept at its version; the containerd
-# config is rewritten (and containerd restarted) only when it differs. A different minor
-# already installed is an error: upgrades are a separate action.
+#     installs containerd and runc from Debian's archive and refuses a node with containerd.io.
+#     Configured with the systemd cgroup driver and registry hosts read from
+#     /etc/containerd/certs.d (where mirror jobs drop hosts.toml). The sandbox (pause) image is
+#     kubeadm's, set by install-kubeadm, which runs next and is the first job to need pkgs.k8s.io.
+# Idempotent: the containerd config is rewritten (and containerd restarted) only when it differs;
+# a sandbox image install-kubeadm set is kept.
 #
 # Conventions (packs/README.md):
 #   run with `sh -eu`; POSIX sh; idempotent (safe to run again)
 #   parameters          OPSGRAPH_PARAM_<NAME>, NAME uppercased
-#   required artifacts  path in OPSGRAPH_ARTIFACT_<ID>, ID uppercased, '.' and '-' -> '_'
 #   produced artifacts  written to "$OPSGRAPH_OUT/<artifact-id>"
 #
-# Parameters: kubernetes_version (1.30 or 1.30.4), runtime_source (auto | debian),
-#             image_repository (registry.k8s.io)
-# Provides:   container.runtime.containerd, kubernetes.node.kubeadm
-# Produces:   containerd_config_snapshot, package_install_report
+# Parameters: runtime_source (auto | debian)
+# Provides:   container.runtime.containerd
+# Produces:   containerd_config_snapshot
 set -eu
 
 log() { printf 'install-runtime[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
@@ -63,13 +61,6 @@ installed_version() {
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
 
-K8S_VERSION=${OPSGRAPH_PARAM_KUBERNETES_VERSION:-1.30}
-K8S_VERSION=${K8S_VERSION#v}
-matches '1\.[0-9]{2}(\.[0-9]{1,3})?' "$K8S_VERSION" || fail "kubernetes_version '$K8S_VERSION' is not 1.<minor>[.<patch>]"
-MINOR=$(printf '%s\n' "$K8S_VERSION" | cut -d. -f1-2)
-PATCH=$(printf '%s\n' "$K8S_VERSION" | cut -s -d. -f3)
-IMAGE_REPOSITORY=${OPSGRAPH_PARAM_IMAGE_REPOSITORY:-registry.k8s.io}
-matches '[a-z0-9][-a-z0-9.:/_]*' "$IMAGE_REPOSITORY" || fail "image_repository '$IMAGE_REPOSITORY' is not a repository"
 RUNTIME_SOURCE=${OPSGRAPH_PARAM_RUNTIME_SOURCE:-auto}
 case $RUNTIME_SOURCE in
     auto | debian) ;;
@@ -82,7 +73,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt_get update
 apt_install ca-certificates curl gpg conntrack socat ethtool iptables iproute2
 
-# 2. containerd (and runc) before pkgs.k8s.io: from Debian's archive they need nothing else.
+# 2. containerd (and runc): from Debian's archive they need nothing else.
 if [ -n "$(installed_version containerd.io)" ]; then
     [ "$RUNTIME_SOURCE" = auto ] \
         || fail "runtime_source debian: Docker's containerd.io is installed; remove it (apt-get remove containerd.io) or use runtime_source auto"
@@ -100,82 +91,32 @@ else
 fi
 command -v containerd >/dev/null 2>&1 || fail "containerd binary missing after installing $CONTAINERD_PKG"
 
-# 3. The pkgs.k8s.io repository of this minor.
-KEYRING=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
-REPO_URL="https://pkgs.k8s.io/core:/stable:/v${MINOR}/deb/"
-install -d -m 0755 /etc/apt/keyrings
-if [ ! -s "$KEYRING" ] || ! grep -qsF "$REPO_URL" /etc/apt/sources.list.d/kubernetes.list; then
-    key=$(mktemp)
-    curl -fsSL --retry 3 -o "$key" "${REPO_URL}Release.key" \
-        || fail "the package repository $REPO_URL is unreachable (curl exit $?): kubelet, kubeadm and kubectl cannot be installed"
-    gpg --batch --yes --dearmor -o "$KEYRING.tmp" "$key"
-    rm -f "$key"
-    chmod 0644 "$KEYRING.tmp"
-    mv -f "$KEYRING.tmp" "$KEYRING"
-    log "installed the pkgs.k8s.io signing key for v$MINOR"
+# 3. containerd's configuration; the sandbox image install-kubeadm chose is kept.
+PAUSE_IMAGE=
+if [ -f /etc/containerd/config.toml ]; then
+    PAUSE_IMAGE=$(sed -n -e "s|^[[:space:]]*sandbox_image = \"\(.*\)\"\$|\1|p" \
+        -e "s|^[[:space:]]*sandbox = '\(.*\)'\$|\1|p" /etc/containerd/config.toml | head -n 1)
 fi
-write_file /etc/apt/sources.list.d/kubernetes.list 0644 <<LIST
-# managed by opsgraph (pack kubernetes, job install-runtime)
-deb [signed-by=$KEYRING] $REPO_URL /
-LIST
-apt_get update
-
-# 4. kubelet, kubeadm, kubectl at one version.
-current=$(installed_version kubeadm)
-if [ -n "$current" ]; then
-    case $current in
-        "$MINOR".*) ;;
-        *) fail "kubeadm $current is installed; this job installs $MINOR (use the upgrade action)" ;;
-    esac
-    if [ -n "$PATCH" ]; then
-        case $current in
-            "$MINOR.$PATCH"-*) ;;
-            *) fail "kubeadm $current is installed; $MINOR.$PATCH was asked for (use the upgrade action)" ;;
-        esac
-    fi
-fi
-if [ -n "$current" ]; then
-    pkgver=$current
-elif [ -n "$PATCH" ]; then
-    pkgver=$(apt-cache madison kubeadm | awk -v v="$MINOR.$PATCH" '$3 ~ ("^" v "-") { print $3; exit }')
-    [ -n "$pkgver" ] || fail "kubeadm $MINOR.$PATCH is not in $REPO_URL"
-else
-    pkgver=$(apt-cache madison kubeadm | awk '{ print $3; exit }')
-    [ -n "$pkgver" ] || fail "no kubeadm in $REPO_URL: the package repository is unreachable or empty (see apt-get update above)"
-fi
-missing=
-for pkg in kubelet kubeadm kubectl; do
-    [ "$(installed_version "$pkg")" = "$pkgver" ] || missing="$missing $pkg=$pkgver"
-done
-if [ -n "$missing" ]; then
-    # shellcheck disable=SC2086 # one word per package
-    apt_install --allow-change-held-packages $missing
-    log "installed$missing"
-fi
-apt-mark hold kubelet kubeadm kubectl >/dev/null
-
-# 5. containerd's configuration (the pause image is kubeadm's).
-KUBEADM_VERSION=$(kubeadm version -o short)
-PAUSE_IMAGE=$(kubeadm config images list --kubernetes-version "$KUBEADM_VERSION" \
-    --image-repository "$IMAGE_REPOSITORY" | grep '/pause:' | head -n 1)
-[ -n "$PAUSE_IMAGE" ] || fail "kubeadm lists no pause image"
-
 install -d -m 0755 /etc/containerd /etc/containerd/certs.d
 config=$(mktemp)
 trap 'rm -f "$config"' EXIT
 {
-    printf '# managed by opsgraph (pack kubernetes, job install-runtime): containerd defaults plus\n'
-    printf '# SystemdCgroup, the kubeadm pause image, and registry hosts from /etc/containerd/certs.d\n'
+    printf '# managed by opsgraph (pack kubernetes, jobs install-runtime and install-kubeadm): containerd\n'
+    printf '# defaults plus SystemdCgroup, the kubeadm pause image, and registry hosts from /etc/containerd/certs.d\n'
     containerd config default
 } >"$config"
 # containerd 1.x writes "..." and 2.x '...' strings; both layouts are handled.
 sed -i \
     -e 's/SystemdCgroup = false/SystemdCgroup = true/' \
-    -e "s|^\([[:space:]]*sandbox_image = \).*|\1\"$PAUSE_IMAGE\"|" \
-    -e "s|^\([[:space:]]*sandbox = \).*|\1'$PAUSE_IMAGE'|" \
     -e "s|^\([[:space:]]*config_path = \)\"\"\$|\1\"/etc/containerd/certs.d\"|" \
     -e "s|^\([[:space:]]*config_path = \)''\$|\1'/etc/containerd/certs.d'|" \
     "$config"
+if [ -n "$PAUSE_IMAGE" ]; then
+    sed -i \
+        -e "s|^\([[:space:]]*sandbox_image = \).*|\1\"$PAUSE_IMAGE\"|" \
+        -e "s|^\([[:space:]]*sandbox = \).*|\1'$PAUSE_IMAGE'|" \
+        "$config"
+fi
 grep -Eq 'SystemdCgroup = true' "$config" || fail "cannot set SystemdCgroup in this containerd's default config"
 grep -Eq "config_path = [\"']/etc/containerd/certs.d" "$config" || fail "cannot set the registry config_path"
 
@@ -186,39 +127,19 @@ fi
 write_file /etc/containerd/config.toml 0644 <"$config"
 config_changed=$WROTE
 
-write_file /etc/crictl.yaml 0644 <<'CRICTL'
-# managed by opsgraph (pack kubernetes, job install-runtime)
-runtime-endpoint: unix:///run/containerd/containerd.sock
-image-endpoint: unix:///run/containerd/containerd.sock
-timeout: 10
-CRICTL
-
 systemctl enable containerd >/dev/null 2>&1
 if [ "$config_changed" = yes ] || ! systemctl is-active --quiet containerd; then
     systemctl restart containerd
     log "containerd (re)started"
 fi
-# kubelet restarts in a loop until kubeadm init/join writes its configuration: expected.
-systemctl enable kubelet >/dev/null 2>&1
-
 i=0
-until crictl --runtime-endpoint unix:///run/containerd/containerd.sock info >/dev/null 2>&1; do
+until ctr version >/dev/null 2>&1; do
     i=$((i + 1))
-    [ "$i" -lt 30 ] || fail "containerd's CRI does not answer"
+    [ "$i" -lt 30 ] || fail "containerd does not answer on its socket"
     sleep 2
 done
 
-# 6. Artifacts.
+# 4. Artifacts.
 mkdir -p "$OPSGRAPH_OUT"
 cp /etc/containerd/config.toml "$OPSGRAPH_OUT/containerd_config_snapshot"
-{
-    printf 'NODE=%s\n' "$(hostname)"
-    printf 'RUNTIME_SOURCE=%s\n' "$RUNTIME_SOURCE"
-    printf 'KUBEADM_VERSION=%s\n' "$KUBEADM_VERSION"
-    printf 'PAUSE_IMAGE=%s\n' "$PAUSE_IMAGE"
-    for pkg in "$CONTAINERD_PKG" runc kubelet kubeadm kubectl cri-tools kubernetes-cni; do
-        printf 'PACKAGE %s=%s\n' "$pkg" "$(installed_version "$pkg")"
-    done
-    printf 'HELD=%s\n' "$(apt-mark showhold | tr '\n' ' ')"
-} >"$OPSGRAPH_OUT/package_install_report"
-log "ok: kubeadm $KUBEADM_VERSION, $CONTAINERD_PKG $(installed_version "$CONTAINERD_PKG")"
+log "ok: $CONTAINERD_PKG $(installed_version "$CONTAINERD_PKG"), runc $(installed_version runc)"

@@ -103,7 +103,7 @@ fn diagnose_file_prints_the_diagnosis_the_patch_and_its_review() {
           remedy: registry-unreachable
         Patch (approval required: sre):
           Configure containerd pull-through mirrors (registry_mirror for docker.io, k8s_registry_mirror for registry.k8s.io) on every node, restart containerd, pre-pull the images through them, then run kubeadm init again.
-          - insert configure-containerd-registry-mirror, restart-containerd, pre-pull-kubernetes-images after install-runtime
+          - insert configure-containerd-registry-mirror, restart-containerd, pre-pull-kubernetes-images after install-kubeadm
           - retry init-control-plane
         Review (against the pack's job library and templates only: there is no plan here, so contracts, order, cycles and parameters are checked when the patch is proposed for a real operation (`opsgraph patch`)):
           ok: every job the patch names exists in pack kubernetes@1.0.0
