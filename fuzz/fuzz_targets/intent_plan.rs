@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         match opsgraph_fuzz::build(&lab.pack, &lab.resources, &intent) {
             Ok(plan) => {
                 let _ = opsgraph_plan::render::text(&plan);
-                let _ = opsgraph_plan::render::json(&plan);
+                let _ = opsgraph_plan::render::json(&plan, std::slice::from_ref(&lab.pack));
                 let _ = opsgraph_plan::render::dot(&plan);
             }
             Err(errors) => assert!(!errors.is_empty(), "a refusal says why"),
