@@ -19,8 +19,9 @@ pub(crate) const LEDGER: &str = "/var/lib/fleet-ledger/ledger";
 /// A pack of `jobs` jobs in a chain, each fanned out over the intent's nodes: the job appends to
 /// the ledger on the host, writes `size_kb` KiB into `/var/lib/fleet-data` (the disk a fault can
 /// fill), sleeps `sleep` seconds (the window a fault lands in), then proves itself with a marker
-/// the evidence checks. `controls` goes into every job.
-pub(crate) fn pack(jobs: usize, controls: &str) -> Vec<(String, String)> {
+/// the evidence checks. `controls(k)` goes into job `k`. Its remedies name the two failures the
+/// fault tests cause: a host that cannot be reached, a disk that is full.
+pub(crate) fn pack(jobs: usize, controls: &dyn Fn(usize) -> String) -> Vec<(String, String)> {
     let ids: Vec<String> = (0..jobs).map(|k| format!("j{k}")).collect();
     let mut files = vec![
         (
@@ -39,12 +40,14 @@ pub(crate) fn pack(jobs: usize, controls: &str) -> Vec<(String, String)> {
             "evidence:\n  - {id: done, source: command, command: 'test -f \"/var/lib/fleet-ledger/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"'}\n".to_string(),
         ),
         ("packs/ledger/scripts/step.sh".to_string(), STEP.to_string()),
+        ("packs/ledger/remedies.yaml".to_string(), REMEDIES.replace("JOBS", &ids.join(", "))),
     ];
     let jobs: Vec<String> = ids
         .iter()
         .enumerate()
         .map(|(k, id)| {
             let after = if k == 0 { String::new() } else { format!("after: [j{}], ", k - 1) };
+            let controls = controls(k);
             format!("job: {{id: {id}, {after}scope: {{resources: [compute_node], target: nodes}}, outputs: {{evidence: [done]}}, {controls}run: {{script: scripts/step.sh}}}}\n")
         })
         .collect();
@@ -53,12 +56,36 @@ pub(crate) fn pack(jobs: usize, controls: &str) -> Vec<(String, String)> {
 }
 
 const STEP: &str = "mkdir -p /var/lib/fleet-ledger /var/lib/fleet-data
-printf '%s %s %s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$(hostname)\" \"$(cat /proc/$PPID/comm)\" >> /var/lib/fleet-ledger/ledger
+printf '%s %s %s %s start\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$(hostname)\" \"$(cat /proc/$PPID/comm)\" >> /var/lib/fleet-ledger/ledger
 sync
 dd if=/dev/zero of=\"/var/lib/fleet-data/$OPSGRAPH_JOB_ID\" bs=1024 count=\"$OPSGRAPH_PARAM_SIZE_KB\" status=none
 sleep \"$OPSGRAPH_PARAM_SLEEP\"
 touch \"/var/lib/fleet-ledger/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"
+printf '%s %s %s %s done\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$(hostname)\" \"$(cat /proc/$PPID/comm)\" >> /var/lib/fleet-ledger/ledger
 sync
+";
+
+const REMEDIES: &str = "remedy:
+  id: host-unreachable
+  applies_to: [JOBS]
+  signature:
+    output_matches: ['(No route to host|Connection refused|Connection timed out|Timeout, server .* not responding|closed by remote host)']
+  diagnosis: The host could not be reached over SSH (it is down, its network is cut, or sshd is not running). Bring it back, then retry.
+  plan_patch:
+    reason: A person brings the host back, then the job runs again.
+    changes:
+      - retry: {job: j0}
+---
+remedy:
+  id: disk-full
+  applies_to: [JOBS]
+  signature:
+    output_matches: ['No space left on device']
+  diagnosis: The host's data disk is full. Free or grow it, then retry.
+  plan_patch:
+    reason: A person frees the disk, then the job runs again.
+    changes:
+      - retry: {job: j0}
 ";
 
 pub(crate) fn intent(nodes: &[&str], sleep: &str, size_kb: &str) -> String {
@@ -183,7 +210,7 @@ fn an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh() {
     }
     let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
     let started = Instant::now();
-    let files = pack(2, "");
+    let files = pack(2, &|_| String::new());
     let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let tmp = temp_dir(&refs);
     let dir = tmp.join("fleet");
@@ -268,7 +295,11 @@ fn an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh() {
 
     // The ledger on the host's disk: each job once, on fleet-1, its parent the agent.
     let lines = ledger(&dir, 0);
-    assert_eq!(lines, [format!("{id} j0@fleet-1 fleet-1 opsgraph"), format!("{id} j1@fleet-1 fleet-1 opsgraph")]);
+    let want: Vec<String> = ["j0", "j1"]
+        .iter()
+        .flat_map(|j| ["start", "done"].map(|w| format!("{id} {j}@fleet-1 fleet-1 opsgraph {w}")))
+        .collect();
+    assert_eq!(lines, want);
     // The store: a task per job, each claimed once by the agent on fleet-1 (`agent:NAME/HOSTNAME/PID`).
     let store = opsgraph::ops_cmd::open_store(&server.data).unwrap();
     let tasks = store.agent_tasks(&id).unwrap();

@@ -13,6 +13,7 @@ mod evidence;
 mod faults;
 mod fleet;
 mod fleet_agent;
+mod fleet_faults;
 mod fleet_postgresql;
 mod foureyes;
 mod gates;
