@@ -399,9 +399,43 @@ impl SshExecutor {
         if let Outcome::Exited { code: 255 } = run.outcome {
             if let Some(outcome) = classify_ssh_failure(&run.output.stderr_lossy()) {
                 run.outcome = outcome;
+            } else if let Some(error) = self.unreachable(&options) {
+                // A multiplexed session whose master lost the host exits 255 and says nothing
+                // (the master's own words go nowhere): a fresh connection tells what happened.
+                run.outcome = Outcome::Lost { reason: format!("the connection dropped mid-run and {error}") };
             }
         }
         run
+    }
+
+    /// Connects afresh (not through the master) and runs `true`: `None` when the host answers,
+    /// else why it does not (`ssh: connect to host …: No route to host`).
+    fn unreachable(&self, options: &[String]) -> Option<String> {
+        let out = Command::new("ssh")
+            .args(options)
+            .args([
+                "-o",
+                "ControlMaster=no",
+                "-o",
+                "ControlPath=none",
+                "-o",
+                "ConnectTimeout=5",
+                "--",
+                &self.host,
+                "true",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        if out.status.success() {
+            return None;
+        }
+        match classify_ssh_failure(&String::from_utf8_lossy(&out.stderr)) {
+            Some(Outcome::CouldNotStart { error }) | Some(Outcome::Lost { reason: error }) => {
+                Some(format!("the host does not answer: {error}"))
+            }
+            _ => None,
+        }
     }
 }
 

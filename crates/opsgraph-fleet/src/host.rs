@@ -218,8 +218,14 @@ pub(crate) fn kill(h: &HostState) -> Result<(), Error> {
             return Err(Error::Timeout { what: format!("stop {} (pid {pid})", h.name), seconds: 20 });
         }
     }
+    // The kernel removes the veth with the host's network namespace, asynchronously: it may go
+    // between the look and the delete, which is not a failure.
     if sys::ip("show the host's veth", &["link", "show", "dev", &h.veth]).is_ok() {
-        sys::ip("remove the host's veth", &["link", "del", "dev", &h.veth])?;
+        if let Err(e) = sys::ip("remove the host's veth", &["link", "del", "dev", &h.veth]) {
+            if sys::ip("show the host's veth", &["link", "show", "dev", &h.veth]).is_ok() {
+                return Err(e);
+            }
+        }
     }
     for cg in &h.cgroups {
         sys::remove_cgroup(cg, Duration::from_secs(20))?;

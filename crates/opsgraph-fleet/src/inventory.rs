@@ -31,12 +31,18 @@ pub fn inventory(state: &State, key: &Path, known_hosts: &Path, environment: &st
              \x20   - ssh.access\n\
              \x20   - package.manager.apt\n\
              \x20 access:\n\
-             \x20   ssh: {{host: {address}, port: 22, user: root, key: {key}, known_hosts: {known_hosts}}}\n",
+             \x20   {access}\n",
             name = h.name,
             dir = json(&state.dir.display().to_string()),
-            address = h.address,
-            key = json(&key.display().to_string()),
-            known_hosts = json(&known_hosts.display().to_string()),
+            access = match &h.agent {
+                Some(agent) => format!("agent: {agent}"),
+                None => format!(
+                    "ssh: {{host: {}, port: 22, user: root, key: {}, known_hosts: {}}}",
+                    h.address,
+                    json(&key.display().to_string()),
+                    json(&known_hosts.display().to_string())
+                ),
+            },
         ));
     }
     out
@@ -68,6 +74,7 @@ mod tests {
                 pid: 200 + i,
                 cgroups: Vec::new(),
                 boot_ms: 1000,
+                agent: (i == 2).then(|| "fleet-agents".to_string()),
             });
         }
         let got =
@@ -105,7 +112,7 @@ mod tests {
                 - ssh.access
                 - package.manager.apt
               access:
-                ssh: {host: 10.213.0.12, port: 22, user: root, key: "/var/fleet/id_ed25519", known_hosts: "/var/fleet/known_hosts"}
+                agent: fleet-agents
         "##]].assert_eq(&got);
     }
 }

@@ -11,6 +11,7 @@
 //! `std::process::Command` over the machine's tools (`ip`, `unshare`, `nsenter`, `ssh-keygen`,
 //! `debootstrap`, `apt-cacher-ng`); the host's boot is `boot.sh`, embedded.
 
+mod agent;
 mod host;
 mod inventory;
 mod net;
@@ -22,6 +23,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use agent::{AgentOptions, BINARY as AGENT_BINARY, TOKEN as AGENT_TOKEN, UNIT as AGENT_UNIT};
 pub use inventory::inventory;
 pub use state::{HostState, State};
 
@@ -164,6 +166,7 @@ pub fn up(opts: &Options, log: &mut dyn Write) -> Result<Summary, Error> {
     let rootfs_seconds = started.elapsed().as_secs_f64();
 
     let mut state = State::new(&dir, &rootfs);
+    state.environment = opts.environment.clone();
     state.save()?;
     let result = build(&mut state, opts, &key, &known_hosts, log);
     if let Err(e) = result {
@@ -210,6 +213,7 @@ fn build(state: &mut State, opts: &Options, key: &Path, known_hosts: &Path, log:
             pid: 0,
             cgroups: Vec::new(),
             boot_ms: 0,
+            agent: None,
         };
         let host_key = host::prepare(&h, &key.with_extension("pub"), &names)?;
         pins.push_str(&format!("{address} {host_key}\n"));
@@ -229,10 +233,76 @@ fn build(state: &mut State, opts: &Options, key: &Path, known_hosts: &Path, log:
         let _ = writeln!(log, "{name} {address} up in {:.1} s (pid {pid})", h.boot_ms as f64 / 1000.0);
     }
     write_mode(known_hosts, &pins, 0o644)?;
-    let inv = inventory_path(&dir);
+    write_inventory(state)
+}
+
+fn write_inventory(state: &State) -> Result<(), Error> {
+    let inv = inventory_path(&state.dir);
     std::fs::create_dir_all(&inv).map_err(sys::io(format!("create {}", inv.display())))?;
-    write_mode(&inv.join("fleet.yaml"), &inventory(state, key, known_hosts, &opts.environment), 0o644)?;
-    Ok(())
+    let text = inventory(state, &state.dir.join("id_ed25519"), &state.dir.join("known_hosts"), &state.environment);
+    write_mode(&inv.join("fleet.yaml"), &text, 0o644)
+}
+
+/// The fleet in `dir` and its host `name`, or why not.
+fn find(dir: &Path, name: &str) -> Result<(State, usize), Error> {
+    let dir = absolute(dir)?;
+    let state = State::load(&dir)?.ok_or_else(|| Error::Refused(format!("no fleet in {}", dir.display())))?;
+    let i = state.hosts.iter().position(|h| h.name == name).ok_or_else(|| {
+        let names: Vec<&str> = state.hosts.iter().map(|h| h.name.as_str()).collect();
+        Error::Refused(format!("no host {name:?} in the fleet in {} (hosts: {})", dir.display(), names.join(", ")))
+    })?;
+    Ok((state, i))
+}
+
+/// Installs `opsgraph agent` on host `name` as a systemd unit and turns its inventory entry to
+/// `access: {agent: NAME}`; returns the binary's version as the host ran it.
+pub fn agent(dir: &Path, name: &str, opts: &AgentOptions) -> Result<String, Error> {
+    if !sys::is_root() {
+        return Err(Error::NotRoot);
+    }
+    let (mut state, i) = find(dir, name)?;
+    let version = agent::install(&state.hosts[i], opts)?;
+    state.hosts[i].agent = Some(opts.name.clone());
+    state.save()?;
+    write_inventory(&state)?;
+    Ok(version)
+}
+
+/// Brings host `name` back with the same disk (its upper layer): kills it if it is still
+/// running, then boots it again, with a new veth, and waits until it is ready. A host whose
+/// machine died (its systemd killed) comes back as after a power cycle.
+pub fn restart(dir: &Path, name: &str, log: &mut dyn Write) -> Result<HostState, Error> {
+    if !sys::is_root() {
+        return Err(Error::NotRoot);
+    }
+    let (mut state, i) = find(dir, name)?;
+    let t = Instant::now();
+    let mut h = state.hosts[i].clone();
+    host::kill(&h)?;
+    h.cgroups = sys::make_cgroups(&host::cgroup_name(&h))?;
+    h.pid = 0;
+    h.launcher_pid = 0;
+    state.hosts[i] = h.clone();
+    state.save()?;
+    let (launcher, pid) = host::boot(&state.dir.join("boot.sh"), &h, &state.rootfs)?;
+    h.launcher_pid = launcher;
+    h.pid = pid;
+    state.hosts[i] = h.clone();
+    state.save()?;
+    net::veth_up(&h)?;
+    host::wait_ready(&h, Duration::from_secs(90))?;
+    h.boot_ms = t.elapsed().as_millis() as u64;
+    state.hosts[i] = h.clone();
+    state.save()?;
+    let _ = writeln!(log, "{name} {} back in {:.1} s (pid {pid})", h.address, h.boot_ms as f64 / 1000.0);
+    Ok(h)
+}
+
+/// A name of the form the documents' ids take: lowercase letters, digits and `-`, `_`, `.`.
+pub(crate) fn is_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// The fleet in `dir`, host by host; `None` when no fleet is there.

@@ -18,6 +18,13 @@ pub struct State {
     /// The package cache's process.
     pub cache_pid: Option<u32>,
     pub hosts: Vec<HostState>,
+    /// The `environment` of the inventory's resources.
+    #[serde(default = "dev")]
+    pub environment: String,
+}
+
+fn dev() -> String {
+    "dev".into()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,11 +43,21 @@ pub struct HostState {
     pub cgroups: Vec<PathBuf>,
     /// From preparing its files to sshd answering.
     pub boot_ms: u64,
+    /// The agent installed by `lab fleet agent` (the inventory then says `access: {agent: NAME}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 impl State {
     pub(crate) fn new(dir: &Path, rootfs: &Path) -> State {
-        State { dir: dir.to_owned(), rootfs: rootfs.to_owned(), bridge: false, cache_pid: None, hosts: Vec::new() }
+        State {
+            dir: dir.to_owned(),
+            rootfs: rootfs.to_owned(),
+            bridge: false,
+            cache_pid: None,
+            hosts: Vec::new(),
+            environment: dev(),
+        }
     }
 
     pub(crate) fn load(dir: &Path) -> Result<Option<State>, Error> {

@@ -44,13 +44,25 @@ impl Runtime {
             let exit: Option<i32> = outcome.strip_prefix("exited with code ").and_then(|c| c.trim().parse().ok());
             let failed_checks: Vec<&str> =
                 evidence.iter().filter(|e| e.job == record.id && !e.passed).map(|e| e.check.as_str()).collect();
-            let symptoms = opsgraph_pack::remedy::Symptoms {
-                job: &instance.job,
-                output: &log,
-                exit_code: exit,
-                failed_evidence: &failed_checks,
-            };
-            let best = opsgraph_pack::remedy::best_match(&pack.remedies, &symptoms).map(|m| Diagnosis {
+            // The job's output first; then the attempt's recorded failure, which says what the
+            // executor saw when there was no output to see (a host that stopped answering).
+            let failure = record.outcome["failure"].as_str().unwrap_or_default();
+            let mut source = format!("log:{log_file}");
+            let mut found = None;
+            for (text, label) in [(log.as_str(), source.clone()), (failure, "outcome".to_string())] {
+                let symptoms = opsgraph_pack::remedy::Symptoms {
+                    job: &instance.job,
+                    output: text,
+                    exit_code: exit,
+                    failed_evidence: &failed_checks,
+                };
+                if let Some(m) = opsgraph_pack::remedy::best_match(&pack.remedies, &symptoms) {
+                    found = Some(m);
+                    source = label;
+                    break;
+                }
+            }
+            let best = found.map(|m| Diagnosis {
                 operation: op_id.to_string(),
                 job: record.id.clone(),
                 summary: m.remedy.diagnosis.clone(),
@@ -60,7 +72,7 @@ impl Runtime {
                     .basis
                     .iter()
                     .map(|b| match b {
-                        Basis::Output(hit) => format!("log:{log_file}: {hit}"),
+                        Basis::Output(hit) => format!("{source}: {hit}"),
                         Basis::Exit(code) => format!("exit:{code}"),
                         Basis::Evidence(c) => format!("evidence:{c}"),
                     })

@@ -25,9 +25,12 @@ use crate::{Error, Runtime};
 /// How long a dead driver's leftovers may take to die before the check goes on regardless.
 const LEFTOVERS: Duration = Duration::from_secs(5);
 
-/// Whether a job record's outcome is unknown: its attempt's driver died before it recorded one.
+/// Whether a job record's outcome is unknown: its attempt's driver died before it recorded one,
+/// or its run was lost (`lost: …`: the SSH connection dropped mid-job, so the job may have done
+/// its work on the host, as a host whose network was cut does).
 pub(crate) fn is_unknown(record: &JobRecord) -> bool {
-    record.outcome["outcome"] == "unknown" && record.outcome["recovered"] != true
+    let outcome = record.outcome["outcome"].as_str().unwrap_or_default();
+    (outcome == "unknown" || outcome.starts_with("lost: ")) && record.outcome["recovered"] != true
 }
 
 impl Runtime {

@@ -326,6 +326,36 @@ pub enum FleetCommand {
         #[command(flatten)]
         fleet: FleetArgs,
     },
+    /// Bring a host back with the same disk (after its machine died, or to power-cycle it).
+    Restart {
+        /// The host (`fleet-2`).
+        host: String,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+    /// Install `opsgraph agent` on a host as a systemd unit; its inventory entry then says
+    /// `access: {agent: NAME}`, so its jobs go through the agent, not SSH.
+    Agent {
+        /// The host (`fleet-2`).
+        host: String,
+        /// The server, on the bridge (`opsgraph serve --listen 10.213.0.1:PORT`).
+        #[arg(long)]
+        server: String,
+        /// A token of the `agent` role; copied into the host, mode 0600.
+        #[arg(long)]
+        token_file: std::path::PathBuf,
+        /// The agent's name: the token's name.
+        #[arg(long)]
+        name: String,
+        /// A resource the agent serves (repeatable); every resource naming it when none.
+        #[arg(long = "resource")]
+        resources: Vec<String>,
+        /// The binary to copy in [default: this one].
+        #[arg(long)]
+        binary: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -1,4 +1,4 @@
-//! `opsgraph lab fleet up|status|down`: real Debian hosts on this machine (`opsgraph-fleet`,
+//! `opsgraph lab fleet up|status|down|restart|agent`: real Debian hosts on this machine (`opsgraph-fleet`,
 //! docs/fleet.md). Exit codes: 0 done (status: every host healthy), 1 failed or unhealthy,
 //! 2 not root.
 
@@ -70,6 +70,28 @@ pub fn run(data_dir: &Path, command: FleetCommand, out: &mut dyn Write, err: &mu
                 } else {
                     writeln!(out, "no fleet in {}", d.display())
                 };
+                0
+            })
+        }
+        FleetCommand::Restart { host, fleet } => opsgraph_fleet::restart(&dir(fleet.dir), &host, err).map(|h| {
+            let _ = writeln!(out, "{} {} is back (pid {})", h.name, h.address, h.pid);
+            0
+        }),
+        FleetCommand::Agent { host, server, token_file, name, resources, binary, fleet } => {
+            let binary = match binary {
+                Some(b) => b,
+                None => std::env::current_exe()?,
+            };
+            let opts = opsgraph_fleet::AgentOptions { binary, server, token_file, name, resources };
+            opsgraph_fleet::agent(&dir(fleet.dir), &host, &opts).map(|version| {
+                let _ = writeln!(
+                    out,
+                    "{host}: {version} runs as {} (agent {}, server {}); its inventory entry says access: {{agent: {}}}",
+                    opsgraph_fleet::AGENT_UNIT,
+                    opts.name,
+                    opts.server,
+                    opts.name
+                );
                 0
             })
         }

@@ -237,8 +237,12 @@ pub(crate) struct Fleet {
 impl Drop for Fleet {
     fn drop(&mut self) {
         let down = opsgraph(&["lab", "fleet", "down", "--dir", &self.dir.display().to_string()]);
-        if down.code != 0 && !std::thread::panicking() {
-            panic!("fleet down failed: {}", down.render());
+        if down.code != 0 {
+            if std::thread::panicking() {
+                eprintln!("fleet down failed (while the test was failing): {}", down.render());
+            } else {
+                panic!("fleet down failed: {}", down.render());
+            }
         }
     }
 }

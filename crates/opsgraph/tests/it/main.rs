@@ -12,6 +12,8 @@ mod etcd;
 mod evidence;
 mod faults;
 mod fleet;
+mod fleet_agent;
+mod fleet_faults;
 mod fleet_packs;
 mod fleet_postgresql;
 mod foureyes;
