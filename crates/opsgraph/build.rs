@@ -24,7 +24,14 @@ fn main() {
     let mut code = String::from("pub(crate) static FILES: &[(&str, &str)] = &[\n");
     for top in ["packs", "examples"] {
         let dir = root.join(top);
-        println!("cargo:rerun-if-changed={}", dir.display());
+        // Relative to this package, not absolute: cargo keeps the paths of the last run in its
+        // fingerprint and the build's hash does not depend on where the workspace is, so with a
+        // target directory shared by two checkouts (CI's clones and a developer's tree) an
+        // absolute path would let one checkout's build embed the other's packs.
+        // And a build from another checkout (another working directory) runs this script again:
+        // a later run elsewhere would otherwise leave this checkout's files looking unchanged.
+        println!("cargo:rerun-if-changed=../../{top}");
+        println!("cargo:rerun-if-env-changed=PWD");
         let mut files = Vec::new();
         walk(&dir, &mut files);
         for f in files {
