@@ -202,9 +202,7 @@ pub fn demo(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-    let base = data_dir.map(std::path::Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
-    let dir = base.join(format!("opsgraph-demo-{stamp}"));
+    let dir = run_dir(data_dir, "opsgraph-demo");
     let result = demo_in(&dir, out, err);
     // The lab nodes' processes belong to the demo: stopped whatever happened, unless kept.
     let lab = dir.join("lab");
@@ -218,9 +216,14 @@ pub fn demo(
     result
 }
 
+/// A fresh directory `PREFIX-MILLIS` under `base` (the temporary directory when none).
+pub fn run_dir(base: Option<&std::path::Path>, prefix: &str) -> std::path::PathBuf {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let base = base.map(std::path::Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+    base.join(format!("{prefix}-{stamp}"))
+}
+
 fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
-    use crate::ops_cmd;
-    use opsgraph_model::OperationState;
     let dir = dir.to_path_buf();
     std::fs::create_dir_all(&dir)?;
     std::fs::write(
@@ -236,7 +239,25 @@ fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> a
         load::packs(&[Source::Disk(root.join("packs"))]),
         &[Source::Disk(root.join("examples/lab/inventory"))],
     );
-    let Some(plan) = preview_to(&loaded, Output::Text, out, err)? else { return Ok(1) };
+    let Some((code, id)) = operate(&dir, &loaded, out, err)? else { return Ok(1) };
+    writeln!(out, "\nExplore: opsgraph --data-dir {} describe operation {id}", dir.display())?;
+    Ok(code)
+}
+
+/// One whole operation in `dir`, the demo's way: the preview, the operation created by
+/// user:demo, each gate answered by a second person (user:demo-sre), the live run, the evidence
+/// recorded. `None` when the plan cannot be built (the reason is printed). Shared by `demo`,
+/// `demo --real` and `pack test --fleet`.
+pub fn operate(
+    dir: &std::path::Path,
+    loaded: &Loaded,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<Option<(u8, String)>> {
+    use crate::ops_cmd;
+    use opsgraph_model::OperationState;
+    let dir = dir.to_path_buf();
+    let Some(plan) = preview_to(loaded, Output::Text, out, err)? else { return Ok(None) };
     let store = ops_cmd::open_store(&dir)?;
     let mut rt = opsgraph_runtime::Runtime::new(
         Box::new(store),
@@ -289,6 +310,5 @@ fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> a
             e.observed
         )?;
     }
-    writeln!(out, "\nExplore: opsgraph --data-dir {} describe operation {id}", dir.display())?;
-    Ok(code)
+    Ok(Some((code, id)))
 }

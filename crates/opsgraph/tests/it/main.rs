@@ -12,6 +12,7 @@ mod etcd;
 mod evidence;
 mod faults;
 mod fleet;
+mod fleet_demo;
 mod fleet_packs;
 mod fleet_postgresql;
 mod foureyes;
