@@ -49,7 +49,7 @@ fn demo_real_installs_postgresql_on_a_fleet_host_and_leaves_the_fleet_up() {
     assert_eq!(run.code, 0, "{}", run.render());
     for line in [
         "opsgraph demo --real: PostgreSQL on a real Debian 12 host of a fleet of 1, over SSH",
-        "as user:demo-sre (sre)",
+        "gate approve-real-host: the jobs run as root over SSH on a real host -> demo answers `approve` as user:demo-sre (sre)",
         "done      verify-postgresql@fleet-1: exited with code 0",
         "Resource postgresql.instance/demo-db: status running, health healthy",
         "psql -h 10.213.0.11 -U demo_app demo",
