@@ -279,9 +279,22 @@ pub fn operate(
     for l in lines.iter().filter(|l| !l.contains("operation  -> ")) {
         writeln!(out, "{l}")?;
     }
-    let op = rt.store().operation(&id)?.ok_or_else(|| anyhow::anyhow!("operation {id} vanished"))?;
-    if let OperationState::WaitingForApproval { gates } | OperationState::WaitingForInput { gates } = &op.state {
-        for gate in gates.clone() {
+    // Each gate is answered by a second person when the operation waits at it: at creation (a
+    // gate before everything), or paused in the middle (a gate a patch put before a later job).
+    let mut code = 1;
+    for round in 0..16 {
+        let op = rt.store().operation(&id)?.ok_or_else(|| anyhow::anyhow!("operation {id} vanished"))?;
+        let waiting: Vec<String> = match &op.state {
+            OperationState::WaitingForApproval { gates } | OperationState::WaitingForInput { gates } => gates.clone(),
+            OperationState::Paused { .. } => {
+                rt.store().gates(&id)?.into_iter().filter(|g| g.answer.is_none()).map(|g| g.id).collect()
+            }
+            _ => Vec::new(),
+        };
+        if waiting.is_empty() && round > 0 {
+            break;
+        }
+        for gate in waiting {
             let g = rt
                 .store()
                 .gates(&id)?
@@ -296,8 +309,11 @@ pub fn operate(
                 opsgraph_runtime::GateAnswer { option, actor: "user:demo-sre".into(), role: "sre".into(), value: None };
             rt.answer_gate(&id, &gate, &answer, &mut |_| {})?;
         }
+        if let Some(OperationState::Paused { .. }) = rt.store().operation(&id)?.map(|o| o.state) {
+            rt.resume(&id, "user:demo-sre", &mut |_| {})?;
+        }
+        code = ops_cmd::drive_and_finish(&mut rt, &id, out)?;
     }
-    let code = ops_cmd::drive_and_finish(&mut rt, &id, out)?;
     writeln!(out, "\nEvidence recorded:")?;
     for e in rt.store().evidence(&id)? {
         writeln!(
