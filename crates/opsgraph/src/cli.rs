@@ -141,6 +141,13 @@ pub enum Command {
         /// Leave the lab nodes' processes running (to explore the cluster afterwards).
         #[arg(long)]
         keep: bool,
+        /// Real hosts instead (root): a fleet (built, or the healthy one reused) and PostgreSQL
+        /// installed on its first host with the bundled pack. The fleet stays up.
+        #[arg(long, conflicts_with = "keep")]
+        real: bool,
+        /// The fleet's size with --real.
+        #[arg(long, default_value_t = 3, requires = "real")]
+        hosts: usize,
     },
     /// Labs on this machine: `lab fleet` builds real Debian hosts (root; docs/fleet.md).
     Lab {
@@ -469,6 +476,21 @@ pub enum PackCommand {
     Test {
         #[arg(required = true)]
         dirs: Vec<String>,
+        /// Run the templates that target compute nodes for real on fleet hosts (root), then
+        /// every evidence check again; the fleet is brought down after, unless --keep or it was
+        /// up already (docs/fleet.md).
+        #[arg(long)]
+        fleet: bool,
+        /// The fleet's size [default: the most hosts a template needs].
+        #[arg(long, requires = "fleet")]
+        hosts: Option<usize>,
+        /// Leave the fleet up.
+        #[arg(long, requires = "fleet")]
+        keep: bool,
+        /// A template parameter, NAME=VALUE (repeatable): required parameters without a default
+        /// must be given.
+        #[arg(long = "set", value_name = "NAME=VALUE", requires = "fleet")]
+        sets: Vec<String>,
     },
     /// Install a pack from a directory or a .tar.gz into the data directory, pinned by digest.
     Install {
@@ -785,7 +807,13 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             }
             Ok(0)
         }
-        Command::Pack { command: PackCommand::Test { dirs } } => crate::remedy_cmd::pack_test(&dirs, out, err),
+        Command::Pack { command: PackCommand::Test { dirs, fleet: false, .. } } => {
+            crate::remedy_cmd::pack_test(&dirs, out, err)
+        }
+        Command::Pack { command: PackCommand::Test { dirs, fleet: true, hosts, keep, sets } } => {
+            let args = crate::fleet_run::PackTest { dirs: &dirs, hosts, keep, sets: &sets };
+            crate::fleet_run::pack_test(&args, &data_dir, out, err)
+        }
         Command::Pack { command: PackCommand::Install { path, replace } } => {
             let actor = ops_cmd::local_actor(None);
             crate::pack_cmd::install(&data_dir, &path, replace, &actor, out)
@@ -796,7 +824,10 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Pack { command: PackCommand::Remove { pack } } => crate::pack_cmd::remove(&data_dir, &pack, out),
         Command::Plan(args) => crate::plan_cmd::plan(&args, &data_dir, out, err),
-        Command::Demo { keep } => crate::plan_cmd::demo(cli.data_dir.as_deref(), keep, out, err),
+        Command::Demo { real: true, hosts, .. } => {
+            crate::fleet_run::demo(&data_dir, cli.data_dir.as_deref(), hosts, out, err)
+        }
+        Command::Demo { keep, .. } => crate::plan_cmd::demo(cli.data_dir.as_deref(), keep, out, err),
         Command::Lab { command: LabCommand::Fleet { command } } => crate::fleet_cmd::run(&data_dir, command, out, err),
         Command::Secrets { command } => ops_cmd::secrets(&data_dir, &command, out),
         Command::Serve { listen, packs, inventory, agents } => {

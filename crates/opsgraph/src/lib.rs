@@ -7,6 +7,7 @@ pub mod agent_cmd;
 pub mod ai;
 pub mod cli;
 pub mod fleet_cmd;
+pub mod fleet_run;
 pub mod lab;
 pub mod load;
 pub mod ops_cmd;

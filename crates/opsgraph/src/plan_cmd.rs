@@ -202,9 +202,7 @@ pub fn demo(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-    let base = data_dir.map(std::path::Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
-    let dir = base.join(format!("opsgraph-demo-{stamp}"));
+    let dir = run_dir(data_dir, "opsgraph-demo");
     let result = demo_in(&dir, out, err);
     // The lab nodes' processes belong to the demo: stopped whatever happened, unless kept.
     let lab = dir.join("lab");
@@ -218,9 +216,14 @@ pub fn demo(
     result
 }
 
+/// A fresh directory `PREFIX-MILLIS` under `base` (the temporary directory when none).
+pub fn run_dir(base: Option<&std::path::Path>, prefix: &str) -> std::path::PathBuf {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let base = base.map(std::path::Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+    base.join(format!("{prefix}-{stamp}"))
+}
+
 fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
-    use crate::ops_cmd;
-    use opsgraph_model::OperationState;
     let dir = dir.to_path_buf();
     std::fs::create_dir_all(&dir)?;
     std::fs::write(
@@ -236,7 +239,25 @@ fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> a
         load::packs(&[Source::Disk(root.join("packs"))]),
         &[Source::Disk(root.join("examples/lab/inventory"))],
     );
-    let Some(plan) = preview_to(&loaded, Output::Text, out, err)? else { return Ok(1) };
+    let Some((code, id)) = operate(&dir, &loaded, out, err)? else { return Ok(1) };
+    writeln!(out, "\nExplore: opsgraph --data-dir {} describe operation {id}", dir.display())?;
+    Ok(code)
+}
+
+/// One whole operation in `dir`, the demo's way: the preview, the operation created by
+/// user:demo, each gate answered by a second person (user:demo-sre), the live run, the evidence
+/// recorded. `None` when the plan cannot be built (the reason is printed). Shared by `demo`,
+/// `demo --real` and `pack test --fleet`.
+pub fn operate(
+    dir: &std::path::Path,
+    loaded: &Loaded,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<Option<(u8, String)>> {
+    use crate::ops_cmd;
+    use opsgraph_model::OperationState;
+    let dir = dir.to_path_buf();
+    let Some(plan) = preview_to(loaded, Output::Text, out, err)? else { return Ok(None) };
     let store = ops_cmd::open_store(&dir)?;
     let mut rt = opsgraph_runtime::Runtime::new(
         Box::new(store),
@@ -258,9 +279,22 @@ fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> a
     for l in lines.iter().filter(|l| !l.contains("operation  -> ")) {
         writeln!(out, "{l}")?;
     }
-    let op = rt.store().operation(&id)?.ok_or_else(|| anyhow::anyhow!("operation {id} vanished"))?;
-    if let OperationState::WaitingForApproval { gates } | OperationState::WaitingForInput { gates } = &op.state {
-        for gate in gates.clone() {
+    // Each gate is answered by a second person when the operation waits at it: at creation (a
+    // gate before everything), or paused in the middle (a gate a patch put before a later job).
+    let mut code = 1;
+    for round in 0..16 {
+        let op = rt.store().operation(&id)?.ok_or_else(|| anyhow::anyhow!("operation {id} vanished"))?;
+        let waiting: Vec<String> = match &op.state {
+            OperationState::WaitingForApproval { gates } | OperationState::WaitingForInput { gates } => gates.clone(),
+            OperationState::Paused { .. } => {
+                rt.store().gates(&id)?.into_iter().filter(|g| g.answer.is_none()).map(|g| g.id).collect()
+            }
+            _ => Vec::new(),
+        };
+        if waiting.is_empty() && round > 0 {
+            break;
+        }
+        for gate in waiting {
             let g = rt
                 .store()
                 .gates(&id)?
@@ -275,8 +309,11 @@ fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> a
                 opsgraph_runtime::GateAnswer { option, actor: "user:demo-sre".into(), role: "sre".into(), value: None };
             rt.answer_gate(&id, &gate, &answer, &mut |_| {})?;
         }
+        if let Some(OperationState::Paused { .. }) = rt.store().operation(&id)?.map(|o| o.state) {
+            rt.resume(&id, "user:demo-sre", &mut |_| {})?;
+        }
+        code = ops_cmd::drive_and_finish(&mut rt, &id, out)?;
     }
-    let code = ops_cmd::drive_and_finish(&mut rt, &id, out)?;
     writeln!(out, "\nEvidence recorded:")?;
     for e in rt.store().evidence(&id)? {
         writeln!(
@@ -289,6 +326,5 @@ fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> a
             e.observed
         )?;
     }
-    writeln!(out, "\nExplore: opsgraph --data-dir {} describe operation {id}", dir.display())?;
-    Ok(code)
+    Ok(Some((code, id)))
 }

@@ -13,6 +13,7 @@ mod evidence;
 mod faults;
 mod fleet;
 mod fleet_agent;
+mod fleet_demo;
 mod fleet_faults;
 mod fleet_packs;
 mod fleet_postgresql;
