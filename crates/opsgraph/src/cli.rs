@@ -142,7 +142,8 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
         /// Real hosts instead (root): a fleet (built, or the healthy one reused) and PostgreSQL
-        /// installed on its first host with the bundled pack. The fleet stays up.
+        /// installed with the bundled pack: the primary on its first host and a streaming replica
+        /// on each other (one host: PostgreSQL alone). The fleet stays up.
         #[arg(long, conflicts_with = "keep")]
         real: bool,
         /// The fleet's size with --real.

@@ -82,8 +82,9 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `demo --real`: a fleet (built, or the healthy one reused), PostgreSQL installed on its first
-/// host with the bundled pack through the demo's path and live view. The fleet stays up.
+/// `demo --real`: a fleet (built, or the healthy one reused), PostgreSQL installed with the bundled
+/// pack through the demo's path and live view: on one host alone, or with two or more hosts a
+/// primary on the first and a streaming replica on each other. The fleet stays up.
 pub fn demo(
     data_dir: &Path,
     base: Option<&Path>,
@@ -97,10 +98,12 @@ pub fn demo(
     let fleet_dir = data_dir.join("fleet");
     let dir = plan_cmd::run_dir(base, "opsgraph-demo");
     prepare(&dir)?;
-    writeln!(out, "opsgraph demo --real: PostgreSQL on a real Debian 12 host of a fleet of {hosts}, over SSH")?;
+    let what = if hosts > 1 { "a primary and streaming replicas" } else { "a real Debian 12 host" };
+    writeln!(out, "opsgraph demo --real: PostgreSQL on {what} of a fleet of {hosts}, over SSH")?;
     writeln!(out, "data directory: {}", dir.display())?;
     let (state, existed) = fleet_up(&fleet_dir, hosts, err)?;
     let host = &state.hosts[0];
+    let replicas: Vec<&opsgraph_fleet::HostState> = state.hosts.iter().skip(1).take(hosts.saturating_sub(1)).collect();
     writeln!(
         out,
         "fleet of {} hosts {} in {}\n",
@@ -108,23 +111,43 @@ pub fn demo(
         if existed { "was already up" } else { "is up" },
         state.dir.display()
     )?;
-    // The owner's password: made here, kept in a file only this user reads, never printed.
-    let mut bytes = [0u8; 12];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
-    let password: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    // The passwords: made here, kept in files only this user reads, never printed.
+    let password = random_hex()?;
     let password_file = dir.join("db-password");
     write_private(&password_file, &format!("{password}\n"))?;
+    let net = format!("{}.0/24", opsgraph_fleet::NET);
+    let mut parameters = json!({
+        "source": "debian", "database": "demo", "owner": "demo_app", "db_password": password,
+        "listen_addresses": "*", "client_cidr": net,
+    });
+    let (action, desired, first_job) = if replicas.is_empty() {
+        ("install", format!("PostgreSQL 15 from Debian's archive on {}", host.name), "install-postgresql-packages")
+    } else {
+        let replication = random_hex()?;
+        write_private(&dir.join("replication-password"), &format!("{replication}\n"))?;
+        parameters["primary_host"] = json!(host.address);
+        parameters["replica_cidr"] = json!(net);
+        parameters["replication_password"] = json!(replication);
+        let names: Vec<&str> = replicas.iter().map(|h| h.name.as_str()).collect();
+        (
+            "install_replicated",
+            format!("PostgreSQL 15: the primary on {}, streaming replicas on {}", host.name, names.join(", ")),
+            "install-postgresql-packages, install-replica-packages",
+        )
+    };
+    let mut targets = json!({"target_nodes": [format!("compute_node/{}", host.name)]});
+    if !replicas.is_empty() {
+        targets["replica_nodes"] =
+            json!(replicas.iter().map(|h| format!("compute_node/{}", h.name)).collect::<Vec<_>>());
+    }
     let intent = json!({"intent": {
         "target_resource_type": "postgresql.instance",
-        "action": "install",
+        "action": action,
         "name": "demo-db",
         "environment": "dev",
-        "desired_result": format!("PostgreSQL 15 from Debian's archive on {}", host.name),
-        "parameters": {
-            "source": "debian", "database": "demo", "owner": "demo_app", "db_password": password,
-            "listen_addresses": "*", "client_cidr": format!("{}.0/24", opsgraph_fleet::NET),
-        },
-        "targets": {"target_nodes": [format!("compute_node/{}", host.name)]},
+        "desired_result": desired,
+        "parameters": parameters,
+        "targets": targets,
     }});
     let intent_file = dir.join("intent.yaml");
     write_private(&intent_file, &crate::ops_cmd::to_yaml(&intent, 0))?;
@@ -133,9 +156,11 @@ pub fn demo(
     let patch = dir.join("approval.yaml");
     std::fs::write(
         &patch,
-        "plan_patch:\n  reason: root on a real host needs an SRE's approval\n  changes:\n    \
-         - add_gate: {id: approve-real-host, type: approval, reason: the jobs run as root over SSH on a real host, \
-         options: [approve, cancel operation], required_roles: [sre], before: [install-postgresql-packages]}\n",
+        format!(
+            "plan_patch:\n  reason: root on a real host needs an SRE's approval\n  changes:\n    \
+         - add_gate: {{id: approve-real-host, type: approval, reason: the jobs run as root over SSH on a real host, \
+         options: [approve, cancel operation], required_roles: [sre], before: [{first_job}]}}\n"
+        ),
     )?;
     let root = dir.join("bundled");
     load::materialize(&root)?;
@@ -153,6 +178,15 @@ pub fn demo(
         password_file.display(),
         host.address
     )?;
+    for r in &replicas {
+        writeln!(
+            out,
+            "Replica: PGPASSWORD=\"$(cat {})\" psql -h {} -U demo_app demo   (read-only, streaming from {})",
+            password_file.display(),
+            r.address,
+            host.name
+        )?;
+    }
     writeln!(
         out,
         "SSH:     ssh -i {} -o UserKnownHostsFile={} root@{}",
@@ -166,6 +200,13 @@ pub fn demo(
         state.dir.display()
     )?;
     Ok(code)
+}
+
+/// 24 hex digits from the kernel's random source: a password made for the demo.
+fn random_hex() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 12];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// What `pack test --fleet` is told.
