@@ -489,9 +489,14 @@ pub enum PackCommand {
         #[arg(long, requires = "fleet")]
         keep: bool,
         /// A template parameter, NAME=VALUE (repeatable): required parameters without a default
-        /// must be given.
+        /// must be given. In VALUE, `{address:SCOPE}`, `{addresses:SCOPE}` and `{members:SCOPE}`
+        /// become the first address, every address, and `name=address` pairs of the hosts the
+        /// scope gets.
         #[arg(long = "set", value_name = "NAME=VALUE", requires = "fleet")]
         sets: Vec<String>,
+        /// Only this template (repeatable) [default: every template that targets compute nodes].
+        #[arg(long = "template", value_name = "ID", requires = "fleet")]
+        templates: Vec<String>,
     },
     /// Install a pack from a directory or a .tar.gz into the data directory, pinned by digest.
     Install {
@@ -811,8 +816,8 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Pack { command: PackCommand::Test { dirs, fleet: false, .. } } => {
             crate::remedy_cmd::pack_test(&dirs, out, err)
         }
-        Command::Pack { command: PackCommand::Test { dirs, fleet: true, hosts, keep, sets } } => {
-            let args = crate::fleet_run::PackTest { dirs: &dirs, hosts, keep, sets: &sets };
+        Command::Pack { command: PackCommand::Test { dirs, fleet: true, hosts, keep, sets, templates } } => {
+            let args = crate::fleet_run::PackTest { dirs: &dirs, hosts, keep, sets: &sets, templates: &templates };
             crate::fleet_run::pack_test(&args, &data_dir, out, err)
         }
         Command::Pack { command: PackCommand::Install { path, replace } } => {

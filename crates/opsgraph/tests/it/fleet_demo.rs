@@ -194,7 +194,8 @@ fn pack_test_fleet_runs_the_template_then_every_check_again() {
         eprintln!("SKIPPED pack_test_fleet_runs_the_template_then_every_check_again: {why}");
         return;
     }
-    let good = marker_pack("grep -qx \"$OPSGRAPH_PARAM_TEXT\" /root/marker");
+    // The host's own address, filled in from the `{address:target_nodes}` placeholder.
+    let good = marker_pack("grep -qx 'hello fleet-1=10.213.0.11' /root/marker");
     // Its check asks for what the job never writes: the harness must say FAIL and exit 1.
     let bad = marker_pack("test -x /root/marker");
     let files: Vec<(String, String)> = good
@@ -211,11 +212,39 @@ fn pack_test_fleet_runs_the_template_then_every_check_again() {
     let missing = opsgraph(&["--data-dir", &data, "pack", "test", &good_dir, "--fleet"]);
     assert_eq!(missing.code, 1, "{}", missing.render());
     assert!(missing.err.contains("error[pack_test_parameter_missing]: template marker.install of pack marker@0.1.0 needs text: give them with --set NAME=VALUE"), "{}", missing.err);
-    assert!(!tmp.join("data/fleet").exists());
+    let unknown = opsgraph(&["--data-dir", &data, "pack", "test", &good_dir, "--fleet", "--template", "marker.nope"]);
+    assert_eq!(unknown.code, 1, "{}", unknown.render());
+    assert!(
+        unknown
+            .err
+            .contains("error[pack_test_unknown_template]: no template marker.nope; the packs have marker.install"),
+        "{}",
+        unknown.err
+    );
+    let scope =
+        opsgraph(&["--data-dir", &data, "pack", "test", &good_dir, "--fleet", "--set", "text={address:workers}"]);
+    assert_eq!(scope.code, 1, "{}", scope.render());
+    assert!(
+        scope.err.contains("{address:workers}: no scope `workers` (the template's scopes and targets: target_nodes)"),
+        "{}",
+        scope.err
+    );
+    assert!(!tmp.join("data/fleet/fleet.json").exists());
 
     let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
     let fleet = Fleet { dir: tmp.join("data/fleet") };
-    let ok = opsgraph(&["--data-dir", &data, "pack", "test", &good_dir, "--fleet", "--set", "text=hello fleet"]);
+    let ok = opsgraph(&[
+        "--data-dir",
+        &data,
+        "pack",
+        "test",
+        &good_dir,
+        "--fleet",
+        "--template",
+        "marker.install",
+        "--set",
+        "text=hello {members:target_nodes}",
+    ]);
     assert_eq!(ok.code, 0, "{}", ok.render());
     let table = ok.out.split("Pack test on the fleet:\n").nth(1).unwrap_or_default();
     let table = regex::Regex::new(r"\s+\n").unwrap().replace_all(table, "\n").into_owned();
