@@ -56,6 +56,10 @@ pub struct Plan {
     /// What the reviewer points out before the plan runs (derived; not part of its hash).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub review: Vec<crate::patch::Finding>,
+    /// The template's secret parameters: their values are not part of the hash (shown as
+    /// `(secret)` there, as in the preview), so a published hash cannot be used to guess them.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub secret_parameters: BTreeSet<String>,
     pub revision: Revision,
 }
 
@@ -163,6 +167,12 @@ impl Plan {
             cost: None,
             inputs: None,
             review: Vec::new(),
+            secret_parameters: template
+                .parameters
+                .iter()
+                .filter(|(_, spec)| spec.secret)
+                .map(|(name, _)| name.clone())
+                .collect(),
             revision: Revision { number: 0, hash: String::new() },
         }
     }
@@ -172,8 +182,31 @@ impl Plan {
         self.resolution.iter().any(|r| matches!(r.outcome, Outcome::Unsatisfiable { .. }))
     }
 
-    /// `sha256:<hex>` over the plan's content, serialised straight into the hasher.
+    /// `sha256:<hex>` over the plan's content, serialised straight into the hasher. The values of
+    /// secret parameters count as `(secret)`: the hash covers what the preview shows, and an
+    /// unkeyed digest over a password would let whoever sees the hash test guesses offline.
     pub(crate) fn content_hash(&self) -> String {
+        if self.secret_parameters.is_empty() {
+            return self.hash_of(&self.intent, &self.parameters, &self.jobs);
+        }
+        let mask = |attrs: &Attributes| -> Attributes {
+            attrs
+                .iter()
+                .map(|(k, v)| {
+                    let v =
+                        if self.secret_parameters.contains(k) { Value::from(crate::render::SECRET) } else { v.clone() };
+                    (k.clone(), v)
+                })
+                .collect()
+        };
+        let mut intent = self.intent.clone();
+        intent.parameters = mask(&intent.parameters);
+        let jobs: Vec<JobInstance> =
+            self.jobs.iter().map(|j| JobInstance { parameters: mask(&j.parameters), ..j.clone() }).collect();
+        self.hash_of(&intent, &mask(&self.parameters), &jobs)
+    }
+
+    fn hash_of(&self, intent: &Intent, parameters: &Attributes, jobs: &[JobInstance]) -> String {
         #[derive(Serialize)]
         struct Content<'a> {
             pack: &'a str,
@@ -195,11 +228,11 @@ impl Plan {
             pack: &self.pack,
             pack_digest: &self.pack_digest,
             template: &self.template,
-            intent: &self.intent,
-            parameters: &self.parameters,
+            intent,
+            parameters,
             resolution: self.resolution.iter().map(|r| &r.outcome).collect(),
             stages: &self.stages,
-            jobs: &self.jobs,
+            jobs,
             gates: &self.gates,
             cost: &self.cost,
             inputs: &self.inputs,

@@ -234,3 +234,44 @@ fn apply_plan_hash_refuses_a_stale_preview() {
         error[P011]: the preview is stale: it showed plan sha256:…, but the world changed since (resources, packs or policies) and the plan is now sha256:…; nothing was applied: preview again"#]],
     );
 }
+
+/// A plan's hash covers what its preview shows: a secret parameter's value is not part of it, so
+/// a published hash cannot be used to test guesses of a password offline; every other value is.
+#[test]
+fn a_plans_hash_does_not_digest_secret_values() {
+    let base = std::fs::read_to_string(crate::support::path("examples/intents/postgresql-install.yaml")).unwrap();
+    let with = |extra: &str, database: &str| {
+        base.replace("    owner: orders_app\n", &format!("    owner: orders_app\n{extra}"))
+            .replace("database: orders\n", &format!("database: {database}\n"))
+    };
+    let cases = [
+        ("a", with("    db_password: correct-horse-battery\n", "orders")),
+        ("b", with("    db_password: hunter2-hunter2-hunter2\n", "orders")),
+        ("c", with("    db_password: correct-horse-battery\n", "invoices")),
+    ];
+    let tmp = crate::support::temp_dir(&[]);
+    std::fs::create_dir_all(tmp.path()).unwrap();
+    let hash = |name: &str, text: &str| {
+        let file = tmp.join(&format!("{name}.yaml"));
+        std::fs::write(&file, text).unwrap();
+        let inventory = crate::support::path("examples/inventory");
+        let data = tmp.join("data").display().to_string();
+        let run = opsgraph(&[
+            "--data-dir",
+            &data,
+            "plan",
+            "-f",
+            &file.display().to_string(),
+            "--inventory",
+            &inventory,
+            "-o",
+            "json",
+        ]);
+        assert!(!run.out.contains("correct-horse") && !run.out.contains("hunter2"), "{}", run.out);
+        let v: serde_json::Value = serde_json::from_str(&run.out).unwrap_or_else(|e| panic!("{e}: {}", run.render()));
+        v["revision"]["hash"].as_str().unwrap().to_owned()
+    };
+    let [a, b, c] = cases.map(|(n, t)| hash(n, &t));
+    assert_eq!(a, b, "the hash changed with the password alone");
+    assert_ne!(a, c, "the hash did not change with the database");
+}
