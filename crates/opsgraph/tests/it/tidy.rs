@@ -45,3 +45,23 @@ fn document_reference_is_current() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(have == want, "docs/reference/documents.md is stale: run `UPDATE_EXPECT=1 cargo test --test it tidy`");
 }
+
+/// A pack is a self-contained unit (installed, digested and shipped alone), so the lab packs each
+/// carry the lab shell library; this holds the copies equal to the one in `lab-cluster`, the
+/// copy to edit.
+#[test]
+fn the_lab_shell_library_is_one_text() {
+    let canonical = root().join("packs/lab-cluster/scripts/lab-lib.sh");
+    let want = std::fs::read_to_string(&canonical).unwrap();
+    let mut copies = Vec::new();
+    for pack in std::fs::read_dir(root().join("packs")).unwrap().flatten() {
+        let copy = pack.path().join("scripts/lab-lib.sh");
+        if copy.exists() && copy != canonical {
+            let text = std::fs::read_to_string(&copy).unwrap();
+            assert!(text == want, "{} differs from {}: copy the canonical one", copy.display(), canonical.display());
+            copies.push(pack.file_name().to_string_lossy().into_owned());
+        }
+    }
+    copies.sort();
+    assert_eq!(copies, ["lab-database", "postgresql-local"]);
+}
