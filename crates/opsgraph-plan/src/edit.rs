@@ -6,25 +6,67 @@ use std::collections::HashMap;
 
 use opsgraph_model::Attributes;
 
-use crate::plan::{Cost, JobInstance, Plan, PlanGate, Risk, Stage, SubOperation};
 use crate::resolve::Resolution;
+use crate::types::{Cost, JobInstance, Plan, PlanGate, Risk, Stage, SubOperation};
 use crate::Error;
 
+/// One change to a plan. Building emits the first kinds; a reviewed patch (`patch.rs`) emits
+/// `AddJob`, `AddDependency`, `AddGate`, `SkipJob`, `SetParameter` and `SetJobParameter`.
 #[derive(Debug, Clone)]
 pub enum Edit {
     SetParameters(Attributes),
-    AddStage { id: String, name: String },
+    AddStage {
+        id: String,
+        name: String,
+    },
+    /// A job instance, listed in its stage.
     AddJob(JobInstance),
+    /// A gate; the job instances it stands before wait for it.
     AddGate(PlanGate),
     SetResolution(Vec<Resolution>),
     SetRisk(Risk),
     SetSubOperations(Vec<SubOperation>),
     SetCost(Option<Cost>),
+    /// `job` also waits for `on`, for the reason given.
+    AddDependency {
+        job: String,
+        on: String,
+        because: String,
+    },
+    /// The instance counts as done without running.
+    SkipJob {
+        job: String,
+        reason: String,
+    },
+    /// One template parameter's value.
+    SetParameter {
+        name: String,
+        value: serde_json::Value,
+    },
+    /// One parameter of one job instance.
+    SetJobParameter {
+        job: String,
+        name: String,
+        value: serde_json::Value,
+    },
 }
 
 /// Applies edits and returns the next revision, or every problem it would have.
 pub fn apply(mut plan: Plan, edits: Vec<Edit>) -> Result<Plan, Vec<Error>> {
     let mut errors = Vec::new();
+    change(&mut plan, edits, &mut errors);
+    validate(&plan, &mut errors);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    plan.revision.number += 1;
+    plan.revision.hash = plan.content_hash();
+    Ok(plan)
+}
+
+/// Carries out edits without validating or numbering: a patch's changes, one after the other,
+/// each seeing the plan the earlier ones left, before [`revise`] makes the revision.
+pub(crate) fn change(plan: &mut Plan, edits: Vec<Edit>, errors: &mut Vec<Error>) {
     for edit in edits {
         match edit {
             Edit::SetParameters(p) => plan.parameters = p,
@@ -55,15 +97,28 @@ pub fn apply(mut plan: Plan, edits: Vec<Edit>) -> Result<Plan, Vec<Error>> {
             Edit::SetRisk(r) => plan.risk = r,
             Edit::SetSubOperations(s) => plan.sub_operations = s,
             Edit::SetCost(c) => plan.cost = c,
+            Edit::AddDependency { job, on, because } => match plan.jobs.iter_mut().find(|j| j.id == job) {
+                Some(j) => {
+                    j.depends_on.push(on);
+                    j.because.push(because);
+                }
+                None => errors.push(Error::UnknownJob { id: job, referenced_by: format!("a dependency on {on}") }),
+            },
+            Edit::SkipJob { job, reason } => match plan.jobs.iter_mut().find(|j| j.id == job) {
+                Some(j) => j.skipped = Some(reason),
+                None => errors.push(Error::UnknownJob { id: job, referenced_by: "a skip".into() }),
+            },
+            Edit::SetParameter { name, value } => {
+                plan.parameters.insert(name, value);
+            }
+            Edit::SetJobParameter { job, name, value } => match plan.jobs.iter_mut().find(|j| j.id == job) {
+                Some(j) => {
+                    j.parameters.insert(name, value);
+                }
+                None => errors.push(Error::UnknownJob { id: job, referenced_by: format!("parameter {name}") }),
+            },
         }
     }
-    validate(&plan, &mut errors);
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    plan.revision.number += 1;
-    plan.revision.hash = plan.content_hash();
-    Ok(plan)
 }
 
 /// The next revision of an edited plan: validated, numbered and hashed afresh.

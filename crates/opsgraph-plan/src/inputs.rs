@@ -2,33 +2,9 @@
 //! any input changes, and a preview confirmed later can be told stale ([`check_preview`]).
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use crate::plan::{Input, Plan};
+use crate::types::{sha256_json, Input, Plan};
 use crate::Error;
-
-/// `sha256:<hex>` over `value`'s JSON, serialised straight into the hasher.
-pub(crate) fn sha256_json<T: Serialize + ?Sized>(value: &T) -> String {
-    struct Hasher(Sha256);
-    impl std::io::Write for Hasher {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.update(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut hasher = Hasher(Sha256::new());
-    serde_json::to_writer(&mut hasher, value).expect("plan inputs always serialise");
-    let digest = hasher.0.finalize();
-    let mut hex = String::with_capacity(71);
-    hex.push_str("sha256:");
-    for b in digest.iter() {
-        hex.push_str(&format!("{b:02x}"));
-    }
-    hex
-}
 
 /// Every input of a plan but the intent (which the plan holds whole): the loaded packs
 /// (`id@version` and content digest, each one: another version could be picked), the world's

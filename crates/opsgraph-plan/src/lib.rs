@@ -8,21 +8,22 @@ mod columns;
 mod edit;
 mod inputs;
 pub mod lifecycle;
+mod params;
 pub mod patch;
 mod plan;
 pub mod render;
 pub mod resolve;
 pub mod rollback;
+mod types;
 
 use std::fmt;
 
 pub use edit::{apply, Edit};
 pub use inputs::check_preview;
-pub use plan::{
-    build, check_parameter, job_edges, transitive_reduction, Cost, CostItem, Input, JobInstance, Plan, PlanGate,
-    Revision, Risk, Stage, SubOperation,
-};
+pub use params::check_parameter;
+pub use plan::{build, job_edges, transitive_reduction};
 pub use resolve::{Inventory, Outcome, Resolution};
+pub use types::{Cost, CostItem, Input, JobInstance, Plan, PlanGate, Revision, Risk, Stage, SubOperation};
 
 /// Why a plan could not be built. Each names what to fix.
 #[derive(Debug, Clone, PartialEq)]

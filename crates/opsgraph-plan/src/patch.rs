@@ -1,5 +1,6 @@
 //! Plan patches (seed §14): an allow-list of structured changes to a plan revision, reviewed and
-//! applied through the one edit path. A patch either yields a new, validated revision with its
+//! applied through the one edit path: each change becomes [`Edit`]s, carried out in order by
+//! `edit::change`, and the result is validated, numbered and hashed by `edit::revise`. A patch either yields a new, validated revision with its
 //! diff and the reviewer's findings, or is refused with findings that say why — nothing in
 //! between.
 //!
@@ -24,30 +25,9 @@ use opsgraph_pack::Pack;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::plan::{JobInstance, Plan, PlanGate};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// The patch is refused.
-    Error,
-    /// Applied, but a person should look.
-    Warning,
-    /// What the reviewer did or noticed (a gate it added).
-    Info,
-}
-
-/// One thing the reviewer found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    pub severity: Severity,
-    /// A stable code: `unknown-job`, `contract`, `skip-required`, `parameter`, `cycle`, ...
-    pub code: String,
-    /// The change it is about (0-based), if one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub change: Option<usize>,
-    pub message: String,
-}
+use crate::edit::Edit;
+pub use crate::types::{Finding, Severity};
+use crate::types::{JobInstance, Plan, PlanGate};
 
 /// What a patch changes, for people (text) and machines (JSON).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -159,10 +139,11 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                     );
                     continue;
                 }
-                for j in next.jobs.iter_mut().filter(|j| ids.contains(&j.id)) {
-                    j.skipped = Some(reason.clone());
-                    diff.skipped.push((j.id.clone(), reason.clone()));
-                }
+                let order: Vec<String> =
+                    next.jobs.iter().filter(|j| ids.contains(&j.id)).map(|j| j.id.clone()).collect();
+                let edits = order.iter().map(|j| Edit::SkipJob { job: j.clone(), reason: reason.clone() }).collect();
+                diff.skipped.extend(order.into_iter().map(|j| (j, reason.clone())));
+                commit(&mut next, edits, &mut f);
             }
             PatchChange::SetParameters { job: Some(job), parameters } => {
                 let ids: HashSet<String> = instances(&next, job).into_iter().collect();
@@ -193,7 +174,7 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                             continue;
                         }
                         // The intent's own check (size, type, enum).
-                        match crate::plan::check_parameter(name, spec, &value) {
+                        match crate::params::check_parameter(name, spec, &value) {
                             Ok(v) => value = v,
                             Err(e) => {
                                 f(Severity::Error, "parameter", format!("job `{job}`: {e}"));
@@ -201,15 +182,21 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                             }
                         }
                     }
-                    let value = &value;
                     let mut before = None;
-                    for j in next.jobs.iter_mut().filter(|j| ids.contains(&j.id)) {
-                        before = j.parameters.insert(name.clone(), value.clone()).or(before);
+                    let mut edits = Vec::new();
+                    for j in next.jobs.iter().filter(|j| ids.contains(&j.id)) {
+                        before = j.parameters.get(name).cloned().or(before);
+                        edits.push(Edit::SetJobParameter {
+                            job: j.id.clone(),
+                            name: name.clone(),
+                            value: value.clone(),
+                        });
                     }
                     let before = before
                         .or_else(|| next.parameters.get(name).cloned())
                         .or_else(|| def.inputs.parameters.get(name).cloned());
                     diff.parameters.push((format!("{name} of {job}"), before, value.clone()));
+                    commit(&mut next, edits, &mut f);
                 }
             }
             PatchChange::SetParameters { job: None, parameters } => {
@@ -228,19 +215,23 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                         continue;
                     }
                     // The intent's own check (size, type, enum).
-                    let value = match crate::plan::check_parameter(name, spec, value) {
+                    let value = match crate::params::check_parameter(name, spec, value) {
                         Ok(v) => v,
                         Err(e) => {
                             f(Severity::Error, "parameter", e.to_string());
                             continue;
                         }
                     };
-                    let value = &value;
-                    let before = next.parameters.insert(name.clone(), value.clone());
+                    let before = next.parameters.get(name).cloned();
                     diff.parameters.push((name.clone(), before, value.clone()));
+                    commit(&mut next, vec![Edit::SetParameter { name: name.clone(), value }], &mut f);
                 }
             }
-            PatchChange::AddGate(g) => add_gate(&mut next, g, "patch", &mut diff, &mut f),
+            PatchChange::AddGate(g) => {
+                if let Some(gate) = add_gate(&next, g, "patch", &mut diff, &mut f) {
+                    commit(&mut next, vec![Edit::AddGate(gate)], &mut f);
+                }
+            }
         }
     }
     if findings.iter().any(|f| f.severity == Severity::Error) {
@@ -281,35 +272,44 @@ fn descendants(plan: &Plan, from: &BTreeSet<String>) -> BTreeSet<String> {
     found
 }
 
+/// Carries out one change's edits on the plan being patched; what the edit path refuses is an
+/// error finding.
+fn commit(plan: &mut Plan, edits: Vec<Edit>, f: &mut impl FnMut(Severity, &'static str, String)) {
+    let mut errors = Vec::new();
+    crate::edit::change(plan, edits, &mut errors);
+    for e in errors {
+        f(Severity::Error, "invalid", e.to_string());
+    }
+}
+
+/// The plan gate a patch's `add_gate` stands for, before every instance of the jobs it names;
+/// `None` (with an error finding) when it cannot stand.
 fn add_gate(
-    plan: &mut Plan,
+    plan: &Plan,
     g: &Gate,
     source: &str,
     diff: &mut Diff,
     f: &mut impl FnMut(Severity, &'static str, String),
-) {
+) -> Option<PlanGate> {
     if plan.gates.iter().any(|x| x.id == g.id) || plan.jobs.iter().any(|j| j.id == g.id) {
         f(Severity::Error, "duplicate", format!("the plan already has a node `{}`", g.id));
-        return;
+        return None;
     }
     let mut before = Vec::new();
     for b in &g.before {
         let ids = instances(plan, b);
         if ids.is_empty() {
             f(Severity::Error, "unknown-job", format!("gate {}: the plan has no job `{b}`", g.id));
-            return;
+            return None;
         }
         before.extend(ids);
     }
     if before.is_empty() {
         f(Severity::Error, "gate", format!("gate {} names no job to stand before", g.id));
-        return;
+        return None;
     }
-    for j in plan.jobs.iter_mut().filter(|j| before.contains(&j.id)) {
-        j.depends_on.push(g.id.clone());
-        j.because.push(format!("waits for gate {}", g.id));
-    }
-    plan.gates.push(PlanGate {
+    diff.added_gates.push(g.id.clone());
+    Some(PlanGate {
         id: g.id.clone(),
         type_: g.type_,
         reason: g.reason.clone(),
@@ -325,8 +325,7 @@ fn add_gate(
         },
         before,
         source: source.into(),
-    });
-    diff.added_gates.push(g.id.clone());
+    })
 }
 
 /// Inserts `jobs` (chained, in order) after or before every instance of `anchor`.
@@ -430,25 +429,23 @@ fn insert(
             prev = vec![id];
         }
         let last = prev.first().cloned().unwrap_or_default();
-        if after {
-            // The anchor's dependents also wait for the last inserted job.
-            for j in plan.jobs.iter_mut().filter(|j| j.depends_on.contains(&a.id)) {
-                j.depends_on.push(last.clone());
-                j.because.push(format!("waits for {last}, inserted by a patch"));
-                diff.added_edges.push((j.id.clone(), last.clone()));
-            }
-        } else if let Some(anchor) = plan.jobs.iter_mut().find(|j| j.id == a.id) {
-            anchor.depends_on.push(last.clone());
-            anchor.because.push(format!("waits for {last}, inserted by a patch"));
-            diff.added_edges.push((anchor.id.clone(), last.clone()));
+        // After: the anchor's dependents also wait for the last inserted job. Before: the anchor.
+        let waiting: Vec<String> = if after {
+            plan.jobs.iter().filter(|j| j.depends_on.contains(&a.id)).map(|j| j.id.clone()).collect()
+        } else {
+            vec![a.id.clone()]
+        };
+        let mut edits = Vec::new();
+        for j in waiting {
+            diff.added_edges.push((j.clone(), last.clone()));
+            let because = format!("waits for {last}, inserted by a patch");
+            edits.push(Edit::AddDependency { job: j, on: last.clone(), because });
         }
         for j in added {
-            if let Some(stage) = plan.stages.iter_mut().find(|s| s.id == j.stage) {
-                stage.jobs.push(j.id.clone());
-            }
             diff.added_jobs.push((j.id.clone(), j.depends_on.clone()));
-            plan.jobs.push(j);
+            edits.push(Edit::AddJob(j));
         }
+        commit(plan, edits, f);
     }
     // A destructive job the patch brings in waits for a person.
     for job in library.iter().filter(|j| j.controls.destructive) {
@@ -461,7 +458,9 @@ fn insert(
             before: vec![job.id.clone()],
         };
         if !plan.gates.iter().any(|g| g.id == gate.id) {
-            add_gate(plan, &gate, "destructive", diff, f);
+            if let Some(gate) = add_gate(plan, &gate, "destructive", diff, f) {
+                commit(plan, vec![Edit::AddGate(gate)], f);
+            }
             f(Severity::Info, "gate-added", format!("{} is destructive: gate {} added before it", job.id, gate.id));
         }
     }

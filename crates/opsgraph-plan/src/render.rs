@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::plan::Plan;
 use crate::resolve::{GateOption, Outcome, Resolution};
+use crate::types::{amount, JobInstance, Plan};
 
 /// The plan's status in one word.
 pub fn status(plan: &Plan) -> &'static str {
@@ -56,7 +56,7 @@ fn resolution_json(r: &Resolution) -> Value {
 }
 
 /// What a secret parameter's value is shown as in a preview.
-pub const SECRET: &str = "(secret)";
+pub use crate::types::SECRET;
 
 /// The names of `plan`'s secret parameters, from its template among `packs`. When the pack or
 /// its template is not there, every parameter counts as secret (deny by default).
@@ -143,9 +143,8 @@ pub fn text(plan: &Plan) -> String {
     );
     if let Some(c) = &plan.cost {
         let unit = c.unit.as_deref().map(|u| format!(" {u}")).unwrap_or_default();
-        let items: Vec<String> =
-            c.items.iter().map(|i| format!("{} {}", i.what, crate::plan::amount(i.amount))).collect();
-        let _ = writeln!(s, "Cost estimate: {}{unit} ({})", crate::plan::amount(c.total), items.join(", "));
+        let items: Vec<String> = c.items.iter().map(|i| format!("{} {}", i.what, amount(i.amount))).collect();
+        let _ = writeln!(s, "Cost estimate: {}{unit} ({})", amount(c.total), items.join(", "));
     }
     let _ = writeln!(s, "\nCapabilities");
     let width = plan
@@ -199,16 +198,15 @@ pub fn text(plan: &Plan) -> String {
         let _ = writeln!(s, "\nReview");
         for f in &plan.review {
             let sev = match f.severity {
-                crate::patch::Severity::Error => "error",
-                crate::patch::Severity::Warning => "warning",
-                crate::patch::Severity::Info => "note",
+                crate::types::Severity::Error => "error",
+                crate::types::Severity::Warning => "warning",
+                crate::types::Severity::Info => "note",
             };
             let _ = writeln!(s, "  {sev}[{}]: {}", f.code, f.message);
         }
     }
     let _ = writeln!(s, "\nStages");
-    let by_id: std::collections::HashMap<&str, &crate::plan::JobInstance> =
-        plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+    let by_id: std::collections::HashMap<&str, &JobInstance> = plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
     for (n, stage) in plan.stages.iter().enumerate() {
         let mut by_job: Vec<(&str, Vec<&str>)> = Vec::new();
         for id in &stage.jobs {

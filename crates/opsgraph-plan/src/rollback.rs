@@ -9,7 +9,7 @@ use opsgraph_model::{GateType, RiskLevel, RollbackSupport};
 use opsgraph_pack::Pack;
 
 use crate::edit::{apply, Edit};
-use crate::plan::{JobInstance, Plan, PlanGate, Risk};
+use crate::types::{JobInstance, Plan, PlanGate, Risk};
 use crate::Error;
 
 /// A rollback plan and what it cannot do.
