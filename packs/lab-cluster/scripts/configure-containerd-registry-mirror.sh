@@ -12,11 +12,8 @@
 # Provides:   lab.container.runtime.registry_mirror
 # Produces:   registry_mirror_config
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
 
 MIRROR=${OPSGRAPH_PARAM_REGISTRY_MIRROR:-https://mirror.gcr.io}
 matches 'https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[-A-Za-z0-9._~/]*)?' "$MIRROR" ||

@@ -11,11 +11,8 @@
 # Parameters: pod_cidr, fail_job, fail_mode
 # Provides:   lab.node.network_ready
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
 
 INVENTORY=${OPSGRAPH_ARTIFACT_NODE_INVENTORY:?the node_inventory artifact is required}
 REPORT=${OPSGRAPH_ARTIFACT_CREDENTIALS_REPORT:?the credentials_report artifact is required}

@@ -11,11 +11,8 @@
 # Parameters: image_repository, fail_job, fail_mode
 # Produces:   credentials_report - KEY=value lines
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_cluster
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init cluster
 
 SPEC=${OPSGRAPH_ARTIFACT_CLUSTER_SPEC:?the cluster_spec artifact is required}
 [ -r "$SPEC" ] || fail "cannot read the cluster_spec artifact $SPEC"

@@ -9,11 +9,8 @@
 # Parameters: kubernetes_version, pod_cidr, join_token_ttl, fail_job, fail_mode
 # Produces:   cluster_spec - KEY=value lines
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_cluster
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init cluster
 
 K8S_VERSION=${OPSGRAPH_PARAM_KUBERNETES_VERSION:-1.30}
 K8S_VERSION=${K8S_VERSION#v}

@@ -10,12 +10,8 @@
 # Parameters: fail_job, fail_mode
 # Produces:   node_inventory - KEY=value lines (NODE, ADDRESS, OS, KERNEL, ARCH, CPUS)
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
-lab_cluster
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node cluster
 # shellcheck source-path=SCRIPTDIR source=cluster-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/cluster-lib.sh"
 

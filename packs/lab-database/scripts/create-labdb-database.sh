@@ -10,11 +10,8 @@
 # Provides:   lab.database.database
 # Produces:   labdb_credentials (secret) - HOST, PORT, DATABASE, USER, PASSWORD
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
 DB_HOME=$NODE_DIR/labdb
 
 DATABASE=${OPSGRAPH_PARAM_DATABASE:-appdb}

@@ -8,11 +8,8 @@
 # Parameters: fail_job, fail_mode
 # Provides:   lab.database.binaries
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
 DB_HOME=$NODE_DIR/labdb
 
 lab_failpoint "E: Unable to locate package labdb-server-1.0"

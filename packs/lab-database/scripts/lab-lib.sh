@@ -3,8 +3,8 @@
 #
 # An identical copy lives in each lab pack (lab-cluster, lab-database, postgresql-local), so a
 # pack stays self-contained. A script finds it next to itself:
-#     case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
-#     . "$LAB_SCRIPTS/lab-lib.sh"
+#     # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
+#     . "$(dirname -- "$0")/lab-lib.sh"; lab_init node cluster
 #
 # The lab: a lab node is the directory "$OPSGRAPH_LAB_DIR/<node-name>" with its own background
 # processes (plain `sh` loops started with setsid, pid files in <node>/run). A cluster's shared
@@ -26,6 +26,10 @@
 #   file "$OPSGRAPH_LAB_DIR/fail/<job-id>" (or ".../fail/<job-id>@<node>") exists: the job fails
 #     the `exit` way whatever the parameters say; deleting the file is the "manual fix".
 
+# The directory of the script that sourced this file ($0 is still that script): where the pack's
+# other scripts are.
+LAB_SCRIPTS=$(dirname -- "$0")
+
 LAB_NL='
 '
 LAB_INSTANCE=${OPSGRAPH_JOB_ID:-}
@@ -46,7 +50,8 @@ matches() {
     printf '%s\n' "$2" | grep -Eqx -- "$1"
 }
 
-# lab_init: checks the environment; sets LAB (the lab directory) and creates it.
+# lab_init [node] [cluster]: checks the environment; sets LAB (the lab directory) and creates
+# it; then, as asked, lab_node and lab_cluster.
 lab_init() {
     LAB=${OPSGRAPH_LAB_DIR:-}
     case $LAB in
@@ -61,6 +66,13 @@ lab_init() {
         *) fail "fail_mode '${OPSGRAPH_PARAM_FAIL_MODE}' is not one of exit, evidence, hang" ;;
     esac
     mkdir -p "$LAB"
+    for _lab_what in "$@"; do
+        case $_lab_what in
+            node) lab_node ;;
+            cluster) lab_cluster ;;
+            *) fail "lab_init: '$_lab_what' is not node or cluster" ;;
+        esac
+    done
 }
 
 # lab_node: sets NODE (the instance's node) and NODE_DIR.

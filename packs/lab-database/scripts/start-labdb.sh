@@ -10,11 +10,8 @@
 # Parameters: fail_job, fail_mode
 # Provides:   lab.database.server
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
 DB_HOME=$NODE_DIR/labdb
 
 [ -f "$DB_HOME/data/LABDB_VERSION" ] || fail "$DB_HOME/data is not a labdb data directory: init-labdb has not run"

@@ -12,11 +12,8 @@
 # Parameters: postgresql_version (optional), fail_job, fail_mode
 # Provides:   postgresql.local.binaries
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=pg-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/pg-lib.sh"
 

@@ -10,14 +10,10 @@
 # Parameters: fail_job, fail_mode
 # Provides:   postgresql.local.cluster
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=pg-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/pg-lib.sh"
-pg_load
+. "$LAB_SCRIPTS/pg-lib.sh"; pg_load
 
 lab_failpoint "initdb: hint: If you want to create a new database system, either remove or empty the directory \"$PG_DATA\" or run initdb with an argument other than \"$PG_DATA\"." \
     "initdb: error: directory \"$PG_DATA\" exists but is not empty"

@@ -12,14 +12,10 @@
 # Parameters: port, fail_job, fail_mode
 # Provides:   postgresql.local.server
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=pg-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/pg-lib.sh"
-pg_load
+. "$LAB_SCRIPTS/pg-lib.sh"; pg_load
 
 WANT=${OPSGRAPH_PARAM_PORT:-0}
 if ! matches '[0-9]{1,5}' "$WANT" || [ "$WANT" -gt 65535 ]; then

@@ -11,14 +11,10 @@
 # Provides:   database.postgresql
 # Produces:   postgresql_endpoint - HOST, PORT, DATABASE, USER (no password)
 set -eu
-case $0 in */*) LAB_SCRIPTS=${0%/*} ;; *) LAB_SCRIPTS=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/lab-lib.sh"
-lab_init
-lab_node
+. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=pg-lib.sh disable=SC1091
-. "$LAB_SCRIPTS/pg-lib.sh"
-pg_load
+. "$LAB_SCRIPTS/pg-lib.sh"; pg_load
 
 DATABASE=${OPSGRAPH_PARAM_DATABASE:-lab}
 OWNER=${OPSGRAPH_PARAM_OWNER:-lab_app}
