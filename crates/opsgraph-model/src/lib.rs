@@ -8,10 +8,16 @@
 mod documents;
 mod ids;
 mod operation;
+mod packs;
+mod repair;
+mod world;
 
 pub use documents::*;
 pub use ids::{is_capability_key, is_id, is_resource_id};
 pub use operation::{Operation, OperationState, OperationStateKind};
+pub use packs::*;
+pub use repair::*;
+pub use world::*;
 
 /// A free-form attribute or parameter map. Ordered, so that hashes and renderings are stable.
 pub type Attributes = std::collections::BTreeMap<String, serde_json::Value>;

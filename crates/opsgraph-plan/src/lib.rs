@@ -12,8 +12,10 @@ mod params;
 pub mod patch;
 mod plan;
 pub mod render;
+mod resolution;
 pub mod resolve;
 pub mod rollback;
+mod rules;
 mod types;
 
 use std::fmt;
