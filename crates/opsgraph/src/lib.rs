@@ -5,6 +5,7 @@
 
 pub mod agent_cmd;
 pub mod ai;
+pub mod args;
 pub mod cli;
 pub mod fleet_cmd;
 pub mod fleet_run;
@@ -16,5 +17,6 @@ pub mod plan_cmd;
 pub mod registry;
 pub mod remedy_cmd;
 pub mod remote;
+pub mod render;
 pub mod resource_cmd;
 pub mod serve_cmd;

@@ -1,7 +1,7 @@
 //! Commands that run and inspect operations: `apply`, `get`, `describe`, `logs`, `gate answer`,
 //! `pause`, `resume`, `cancel`, `retry`, and the running half of `demo`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use crate::load::{self, Source};
 use crate::plan_cmd;
+use crate::render::{live, print, print_finish, stage_of, to_yaml};
 
 /// Where operations are stored: `--data-dir`, `$OPSGRAPH_DATA_DIR`, else
 /// `$XDG_DATA_HOME/opsgraph` or `~/.local/share/opsgraph`.
@@ -142,32 +143,6 @@ pub fn roles_of(data_dir: &Path, user: &str) -> anyhow::Result<Vec<String>> {
     Ok(roles.iter().filter_map(|r| r.as_str().map(str::to_string)).collect())
 }
 
-pub(crate) fn stage_of(plan: &opsgraph_plan::Plan) -> BTreeMap<String, String> {
-    let names: BTreeMap<&str, &str> = plan.stages.iter().map(|s| (s.id.as_str(), s.name.as_str())).collect();
-    plan.jobs.iter().map(|j| (j.id.clone(), names.get(j.stage.as_str()).unwrap_or(&"").to_string())).collect()
-}
-
-/// The live view: one line per committed step, jobs prefixed by their stage.
-pub(crate) fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> impl FnMut(&TimelineEntry) + 'a {
-    move |e: &TimelineEntry| {
-        let time = e.at.get(11..19).unwrap_or(&e.at);
-        let job = e.data.get("job").and_then(Value::as_str).unwrap_or("");
-        let stage = stages.get(job).map_or("", String::as_str);
-        let line = match (&e.from, &e.to, e.event.as_str()) {
-            (Some(from), Some(to), _) => format!("{time}  operation {from} -> {to}: {}", e.reason),
-            (_, _, "job_started") => format!("{time}  {stage:<18} started   {}", e.reason),
-            (_, _, "job_succeeded" | "job_already_satisfied" | "job_recovered") => {
-                format!("{time}  {stage:<18} done      {}", e.reason)
-            }
-            (_, _, "job_failed" | "job_outcome_unknown") => format!("{time}  {stage:<18} FAILED    {}", e.reason),
-            (_, _, "job_retry") => format!("{time}  {stage:<18} retry     {}", e.reason),
-            (_, _, "job_cancelled") => format!("{time}  {stage:<18} cancelled {}", e.reason),
-            (_, _, other) => format!("{time}  {other}: {}", e.reason),
-        };
-        let _ = writeln!(out, "{line}");
-    }
-}
-
 pub struct ApplyArgs<'a> {
     pub intent: &'a str,
     pub packs: &'a [String],
@@ -177,7 +152,7 @@ pub struct ApplyArgs<'a> {
     pub actor: String,
     /// `text`: preview, confirmation and live view. `json` / `yaml`: no preview and no live view
     /// (needs `--yes`); the operation as `describe operation` shows it, once it stops.
-    pub output: crate::cli::Output,
+    pub output: crate::render::Output,
     pub concurrency: Option<u16>,
     /// `--patch FILE`: a plan patch applied to the preview before anything runs.
     pub patch: Option<&'a str>,
@@ -246,7 +221,7 @@ pub fn apply(
         Ok(loaded)
     };
     let mut loaded = assemble()?;
-    use crate::cli::Output;
+    use crate::render::Output;
     let machine = match args.output {
         Output::Text => false,
         Output::Json | Output::Yaml if args.yes => true,
@@ -330,87 +305,9 @@ pub fn apply(
 fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = rt.store();
     let op = store.operation(id)?.with_context(|| format!("no operation {id}"))?;
-    let view = opsgraph_server::views::operation(store, &op)?;
+    let view = serde_json::to_value(opsgraph_api::views::operation(store, &op)?)?;
     let resource = op.resource.as_deref().and_then(|r| store.resource(r).ok().flatten()).map(|r| r.doc);
     print_finish(&view, resource.as_ref(), out)
-}
-
-/// The end of a run, from the operation document the API serves (and its resource's document):
-/// the outcome, what the evidence proves, the resource, what to do next. The same text whether
-/// the CLI ran the operation itself or a server did.
-pub(crate) fn print_finish(view: &Value, resource: Option<&Value>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let id = view["id"].as_str().unwrap_or_default();
-    let state = view["state"].as_str().unwrap_or_default();
-    writeln!(out, "\nOperation {id}: {}", view["detail"].as_str().unwrap_or(state))?;
-    let evidence: Vec<opsgraph_store::EvidenceRecord> =
-        serde_json::from_value(view["evidence"].clone()).unwrap_or_default();
-    if !evidence.is_empty() {
-        let passed = evidence.iter().filter(|e| e.passed).count();
-        writeln!(out, "Evidence: {passed} of {} checks passed", evidence.len())?;
-        // What they prove: each capability, with its checks and the resources they ran on.
-        let mut proves: BTreeMap<&str, (usize, BTreeSet<&str>)> = BTreeMap::new();
-        for e in evidence.iter().filter(|e| e.passed) {
-            if let Some(cap) = e.capability.as_deref() {
-                let entry = proves.entry(cap).or_default();
-                entry.0 += 1;
-                entry.1.extend(e.resource.as_deref());
-            }
-        }
-        for (cap, (checks, resources)) in &proves {
-            let on = match resources.len() {
-                0 => String::new(),
-                1 => format!(" on {}", resources.iter().next().copied().unwrap_or_default()),
-                n => format!(" on {n} resources"),
-            };
-            writeln!(out, "  proves {cap}: {checks} check{}{on}", if *checks == 1 { "" } else { "s" })?;
-        }
-        for e in evidence.iter().filter(|e| !e.passed) {
-            writeln!(out, "  FAILED {} on {}: expected {}, observed {}", e.check, e.job, e.expected, e.observed)?;
-        }
-    }
-    if let Some(doc) = resource {
-        writeln!(
-            out,
-            "Resource {}: status {}, health {}; {}",
-            doc["id"].as_str().unwrap_or_default(),
-            doc["status"].as_str().unwrap_or("unknown"),
-            doc["health"].as_str().unwrap_or("unknown"),
-            doc["observed_state"].as_str().unwrap_or("")
-        )?;
-    }
-    match state {
-        "waiting_for_approval" | "waiting_for_input" => {
-            let gates: Vec<opsgraph_store::GateRecord> =
-                serde_json::from_value(view["gates"].clone()).unwrap_or_default();
-            // The gates it waits at, as its detail names them ("waiting for approval at a, b").
-            let detail = view["detail"].as_str().unwrap_or_default();
-            let waiting: Vec<&str> = detail.split_once(" at ").map_or(vec![], |(_, l)| l.split(", ").collect());
-            for g in gates.iter().filter(|g| g.answer.is_none() && waiting.contains(&g.id.as_str())) {
-                writeln!(
-                    out,
-                    "Gate {} ({}): {}\n  options: {}\n  answered by: {}",
-                    g.id,
-                    g.gate_type,
-                    g.reason,
-                    g.options.join(" | "),
-                    g.required_roles.join(" or ")
-                )?;
-                writeln!(
-                    out,
-                    "  opsgraph gate answer {} --operation {id} --option '{}' --as USER",
-                    g.id,
-                    g.options.first().cloned().unwrap_or_default()
-                )?;
-            }
-        }
-        "paused" => writeln!(out, "Resume with: opsgraph resume {id}")?,
-        "failed" => writeln!(
-            out,
-            "Inspect with: opsgraph describe operation {id}; opsgraph logs {id}; retry with: opsgraph retry {id}"
-        )?,
-        _ => {}
-    }
-    Ok(if matches!(state, "failed" | "cancelled") { 1 } else { 0 })
 }
 
 /// 1 when the operation failed or was cancelled; 0 when it completed or waits for a person.
@@ -458,98 +355,6 @@ pub fn get(
     Ok(0)
 }
 
-pub fn print(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Result<()> {
-    match output {
-        "json" => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
-        "yaml" => write!(out, "{}", to_yaml(value, 0))?,
-        _ => {
-            let rows = value.as_array().cloned().unwrap_or_else(|| vec![value.clone()]);
-            let Some(first) = rows.first().and_then(Value::as_object) else {
-                writeln!(out, "(none)")?;
-                return Ok(());
-            };
-            let cols: Vec<&String> = first.keys().collect();
-            let cell = |v: &Value| match v {
-                Value::String(s) => s.clone(),
-                Value::Null => "-".into(),
-                other => other.to_string(),
-            };
-            let widths: Vec<usize> = cols
-                .iter()
-                .map(|c| {
-                    rows.iter().map(|r| cell(&r[c.as_str()]).chars().count()).max().unwrap_or(0).max(c.len()).min(60)
-                })
-                .collect();
-            let header: Vec<String> =
-                cols.iter().zip(&widths).map(|(c, w)| format!("{:<w$}", c.to_uppercase(), w = w)).collect();
-            writeln!(out, "{}", header.join("  ").trim_end())?;
-            for r in &rows {
-                let line: Vec<String> = cols
-                    .iter()
-                    .zip(&widths)
-                    .map(|(c, w)| {
-                        let text: String = cell(&r[c.as_str()]).chars().take(*w).collect();
-                        format!("{text:<w$}", w = w)
-                    })
-                    .collect();
-                writeln!(out, "{}", line.join("  ").trim_end())?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A small YAML emitter for output (block style; strings quoted when YAML would misread them).
-pub fn to_yaml(v: &Value, indent: usize) -> String {
-    let pad = " ".repeat(indent);
-    match v {
-        Value::Object(m) if m.is_empty() => "{}\n".into(),
-        Value::Array(a) if a.is_empty() => "[]\n".into(),
-        Value::Object(m) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::Object(x) if !x.is_empty() => {
-                    format!("{pad}{}:\n{}", scalar(&Value::String(k.clone())), to_yaml(v, indent + 2))
-                }
-                Value::Array(x) if !x.is_empty() => {
-                    format!("{pad}{}:\n{}", scalar(&Value::String(k.clone())), to_yaml(v, indent))
-                }
-                _ => format!("{pad}{}: {}", scalar(&Value::String(k.clone())), to_yaml(v, indent + 2).trim_start()),
-            })
-            .collect(),
-        Value::Array(a) => a
-            .iter()
-            .map(|v| {
-                let inner = to_yaml(v, indent + 2);
-                format!("{pad}- {}", inner.trim_start())
-            })
-            .collect(),
-        other => format!("{}\n", scalar(other)),
-    }
-}
-
-fn scalar(v: &Value) -> String {
-    match v {
-        Value::String(s) => {
-            let plain = !s.is_empty()
-                && !s.starts_with(|c: char| "-?:,[]{}#&*!|>'\"%@` ".contains(c))
-                && !s.contains(": ")
-                && !s.contains(" #")
-                && !s.ends_with(' ')
-                && !s.contains('\n')
-                && !matches!(s.as_str(), "true" | "false" | "null" | "~" | "yes" | "no")
-                && s.parse::<f64>().is_err();
-            if plain {
-                s.clone()
-            } else {
-                serde_json::to_string(s).unwrap_or_default()
-            }
-        }
-        Value::Null => "null".into(),
-        other => other.to_string(),
-    }
-}
-
 /// `describe operation|resource ID`: the full chain of reasons.
 pub fn describe(data_dir: &Path, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = open_store(data_dir)?;
@@ -561,7 +366,7 @@ fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut 
         "operation" | "op" => {
             let op = store.operation(id)?.with_context(|| format!("no operation `{id}`"))?;
             // The same document the API serves (`GET /api/v1/operations/{id}`).
-            opsgraph_server::views::operation(store, &op)?
+            serde_json::to_value(opsgraph_api::views::operation(store, &op)?)?
         }
         "resource" => {
             let r = store.resource(id)?.with_context(|| format!("no resource `{id}` recorded by an operation"))?;
@@ -586,10 +391,10 @@ pub fn logs(
     data_dir: &Path,
     op: &str,
     job: Option<&str>,
-    output: crate::cli::Output,
+    output: crate::render::Output,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    use crate::cli::Output;
+    use crate::render::Output;
     let store = open_store(data_dir)?;
     store.operation(op)?.with_context(|| format!("no operation `{op}`"))?;
     let runs = data_dir.join("runs").join(op);
@@ -654,7 +459,7 @@ pub struct Control<'a> {
     pub packs: &'a [String],
     pub world: Vec<String>,
     pub wait: bool,
-    pub output: crate::cli::Output,
+    pub output: crate::render::Output,
     pub concurrency: Option<u16>,
 }
 
@@ -668,7 +473,7 @@ pub enum Action<'a> {
 }
 
 pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    use crate::cli::Output;
+    use crate::render::Output;
     let format = match c.output {
         Output::Text => None,
         Output::Json => Some("json"),
@@ -831,10 +636,10 @@ fn find_gate(store: &dyn Store, gate: &str) -> anyhow::Result<String> {
 }
 
 /// `secrets rotate|reseal`.
-pub fn secrets(data_dir: &Path, command: &crate::cli::SecretsCommand, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn secrets(data_dir: &Path, command: &crate::args::SecretsCommand, out: &mut dyn Write) -> anyhow::Result<u8> {
     let mut rt = Runtime::new(Box::new(open_store(data_dir)?), vec![], vec![], data_dir.to_path_buf());
     match command {
-        crate::cli::SecretsCommand::Rotate => {
+        crate::args::SecretsCommand::Rotate => {
             let r = rt.rotate_master_key()?;
             writeln!(
                 out,
@@ -845,7 +650,7 @@ pub fn secrets(data_dir: &Path, command: &crate::cli::SecretsCommand, out: &mut 
                 if r.resealed == 1 { "" } else { "s" }
             )?;
         }
-        crate::cli::SecretsCommand::Reseal => {
+        crate::args::SecretsCommand::Reseal => {
             let n = rt.reseal_all()?;
             writeln!(out, "{n} sealed value{} moved to the active key", if n == 1 { "" } else { "s" })?;
         }
@@ -986,7 +791,7 @@ pub fn diagnose(
     c: &Control<'_>,
     op: &str,
     propose: bool,
-    output: crate::cli::Output,
+    output: crate::render::Output,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
@@ -995,8 +800,8 @@ pub fn diagnose(
         bail!("operation {op} has no failed job to diagnose");
     }
     match output {
-        crate::cli::Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&found)?)?,
-        crate::cli::Output::Yaml => write!(out, "{}", to_yaml(&serde_json::to_value(&found)?, 0))?,
+        crate::render::Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&found)?)?,
+        crate::render::Output::Yaml => write!(out, "{}", to_yaml(&serde_json::to_value(&found)?, 0))?,
         _ => {
             for d in &found {
                 writeln!(out, "Diagnosis of {} ({} analyzer, confidence {:.1})", d.job, d.analyzer, d.confidence)?;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
-use crate::cli::Output;
-use crate::ops_cmd::{live, print, print_finish, to_yaml};
+use crate::render::Output;
+use crate::render::{live, print, print_finish, to_yaml};
 
 pub struct Remote {
     base: String,

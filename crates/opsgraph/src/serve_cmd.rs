@@ -141,7 +141,7 @@ pub fn serve(
     listen: SocketAddr,
     packs: &[String],
     world: &[String],
-    agents: &crate::cli::AgentTimes,
+    agents: &crate::args::AgentTimes,
     concurrency: Option<u16>,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {

@@ -1,0 +1,10 @@
+//! The API of Opsgraph as types: the documents `opsgraph serve` answers with (`dto`), built
+//! from stored records in one place (`views`).
+//!
+//! The server's handlers serialize these types; the CLI's clients return them, so the wire
+//! format, the local commands and the remote commands share one definition of each document.
+
+pub mod dto;
+pub mod views;
+
+pub use dto::*;
