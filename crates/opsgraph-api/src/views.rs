@@ -67,17 +67,13 @@ pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<OperationView
     // The pack it ran, pinned by digest.
     let plan = store.plan(&o.plan_revision)?;
     let text = |key: &str| plan.as_ref().and_then(|p| p[key].as_str().map(str::to_string));
-    let mut gates = store.gates(&o.id)?;
-    for g in &mut gates {
-        g.value = g.value.take().map(hide_sealed);
-    }
     Ok(OperationView {
         summary: operation_summary(o),
         pack: text("pack"),
         pack_digest: text("pack_digest"),
         stages: plan.as_ref().map(stages).unwrap_or_default(),
         intent: hide_sealed(o.intent.clone()),
-        gates,
+        gates: gates(store, o)?.gates,
         jobs: store.jobs(&o.id)?,
         evidence: store.evidence(&o.id)?,
         artifacts: store.artifacts(&o.id)?.iter().map(artifact).collect(),
@@ -147,4 +143,32 @@ pub fn hide_sealed(v: Value) -> Value {
         Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, hide_sealed(v))).collect()),
         other => other,
     }
+}
+
+/// Each attempt's captured (masked) output, read from the operation's run directory
+/// (`runs/<op>/<job>.<attempt>.log`): one job (`JOB`, or its instances `JOB@…`) or all.
+pub fn logs(
+    store: &dyn Store,
+    runs: &std::path::Path,
+    op: &str,
+    job: Option<&str>,
+) -> Result<Vec<crate::dto::LogEntry>, opsgraph_store::Error> {
+    let mut list = Vec::new();
+    for j in store.jobs(op)?.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@")))) {
+        for attempt in 1..=j.attempts {
+            let text = std::fs::read(runs.join(op).join(format!("{}.{attempt}.log", j.id))).ok();
+            let output = text.map(|b| String::from_utf8_lossy(&b).into_owned());
+            list.push(crate::dto::LogEntry { job: j.id.clone(), attempt, output });
+        }
+    }
+    Ok(list)
+}
+
+/// An operation's gates with its current plan revision; sealed values as references.
+pub fn gates(store: &dyn Store, o: &OperationRecord) -> Result<crate::dto::GateList, opsgraph_store::Error> {
+    let mut gates = store.gates(&o.id)?;
+    for g in &mut gates {
+        g.value = g.value.take().map(hide_sealed);
+    }
+    Ok(crate::dto::GateList { plan_revision: o.plan_revision.clone(), gates })
 }

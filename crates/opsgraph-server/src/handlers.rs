@@ -341,11 +341,7 @@ pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn gates(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     // Sealed values (a secret given at a missing-input gate) as references, as in the operation.
-    let mut gates = ctx.store.gates(&op.id)?;
-    for g in &mut gates {
-        g.value = g.value.take().map(views::hide_sealed);
-    }
-    Reply::ok(json!(opsgraph_api::GateList { plan_revision: op.plan_revision, gates }))
+    Reply::ok(json!(views::gates(&*ctx.store, &op)?))
 }
 
 /// `POST /api/v1/operations`: intent -> plan -> a recorded operation, driven in the background.
@@ -760,19 +756,6 @@ pub(crate) fn diagnosis(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn logs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let job = ctx.query.get("job").cloned();
-    let runs = ctx.state.0.data_dir.join("runs").join(&op.id);
-    let mut list = Vec::new();
-    for j in ctx
-        .store
-        .jobs(&op.id)?
-        .iter()
-        .filter(|j| job.as_deref().is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@"))))
-    {
-        for attempt in 1..=j.attempts {
-            let text = std::fs::read(runs.join(format!("{}.{attempt}.log", j.id))).ok();
-            let text = text.map(|b| String::from_utf8_lossy(&b).into_owned());
-            list.push(opsgraph_api::LogEntry { job: j.id.clone(), attempt, output: text });
-        }
-    }
+    let list = views::logs(&*ctx.store, &ctx.state.0.data_dir.join("runs"), &op.id, job.as_deref())?;
     Reply::ok(json!({ "logs": list }))
 }

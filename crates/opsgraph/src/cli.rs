@@ -7,6 +7,7 @@ use anyhow::{bail, Context as _};
 use opsgraph_pack::Diagnostic;
 
 pub use crate::args::*;
+use crate::client::Local;
 use crate::load::{self, Source};
 pub use crate::render::report;
 
@@ -61,9 +62,12 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             }
             Command::Apply { plan, yes, .. } => return remote.apply(&plan.intent, *yes, plan.output, input, out, err),
             Command::Get { what, operation, output } => {
-                return remote.get_rows(what, operation.as_deref(), output, out)
+                return crate::query_cmd::get(&remote, what, operation.as_deref(), output, out)
             }
-            Command::Describe { what, id, output } => return remote.describe(what, id, output, out),
+            Command::Describe { what, id, output } if what == "resource" => {
+                return remote.describe_resource(id, output, out)
+            }
+            Command::Describe { what, id, output } => return describe(&remote, what, id, output, out),
             Command::Gate { command: GateCommand::Answer { gate, operation, option, value, world, .. } } => {
                 let a = R::Answer { gate, operation: operation.as_deref(), option, value: value.as_deref() };
                 return remote.control(&a, wait(world), world.output, out);
@@ -78,15 +82,17 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 return remote.control(&R::Retry(operation, jobs), wait(world), world.output, out);
             }
             Command::Audit { actor, operation, resource, since, output } => {
-                let filter = [
-                    ("actor", actor.as_deref()),
-                    ("operation", operation.as_deref()),
-                    ("resource", resource.as_deref()),
-                    ("since", since.as_deref()),
-                ];
-                return remote.audit(&filter, output, out);
+                let filter = opsgraph_store::AuditFilter {
+                    actor: actor.clone(),
+                    operation: operation.clone(),
+                    resource: resource.clone(),
+                    since: since.clone(),
+                };
+                return crate::query_cmd::audit(&remote, &filter, output, out);
             }
-            Command::Logs { operation, job, output } => return remote.logs(operation, job.as_deref(), *output, out),
+            Command::Logs { operation, job, output } => {
+                return crate::query_cmd::logs(&remote, operation, job.as_deref(), *output, out)
+            }
             Command::Patch { operation, file, remedy, dry_run: false, .. } => {
                 return remote.patch(operation, file.as_deref(), remedy.as_deref(), out)
             }
@@ -173,9 +179,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Audit { actor, operation, resource, since, output } => {
             let store = ops_cmd::open_store(&data_dir)?;
             let filter = opsgraph_store::AuditFilter { actor, operation, resource, since };
-            let rows = serde_json::to_value(opsgraph_store::Store::audit(&*store, &filter)?)?;
-            crate::render::print(&crate::remote::audit_rows(&rows), &output, out)?;
-            Ok(0)
+            crate::query_cmd::audit(&Local::new(&*store, &data_dir), &filter, &output, out)
         }
         Command::Apply { plan, yes, plan_hash } => {
             let output = plan.output;
@@ -194,9 +198,21 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             };
             ops_cmd::apply(&args, input, out, err)
         }
-        Command::Get { what, operation, output } => ops_cmd::get(&data_dir, &what, operation.as_deref(), &output, out),
-        Command::Describe { what, id, output } => ops_cmd::describe(&data_dir, &what, &id, &output, out),
-        Command::Logs { operation, job, output } => ops_cmd::logs(&data_dir, &operation, job.as_deref(), output, out),
+        Command::Get { what, operation, output } => {
+            let store = ops_cmd::open_store(&data_dir)?;
+            crate::query_cmd::get(&Local::new(&*store, &data_dir), &what, operation.as_deref(), &output, out)
+        }
+        Command::Describe { what, id, output } if what == "resource" => {
+            ops_cmd::describe(&data_dir, &what, &id, &output, out)
+        }
+        Command::Describe { what, id, output } => {
+            let store = ops_cmd::open_store(&data_dir)?;
+            describe(&Local::new(&*store, &data_dir), &what, &id, &output, out)
+        }
+        Command::Logs { operation, job, output } => {
+            let store = ops_cmd::open_store(&data_dir)?;
+            crate::query_cmd::logs(&Local::new(&*store, &data_dir), &operation, job.as_deref(), output, out)
+        }
         Command::Gate { command: GateCommand::Answer { gate, operation, option, user, value, world } } => {
             let c = Control { packs: &world.packs, ..control(&world) };
             let action = Action::Answer {
@@ -316,5 +332,19 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
         Command::Token { command: TokenCommand::List } => crate::serve_cmd::token_list(&data_dir, out),
         Command::Token { command: TokenCommand::Revoke { id } } => crate::serve_cmd::token_revoke(&data_dir, &id, out),
+    }
+}
+
+/// `describe operation ID` (`describe resource` prints each client's own document).
+fn describe(
+    client: &dyn opsgraph_api::Client,
+    what: &str,
+    id: &str,
+    output: &str,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    match what {
+        "operation" | "op" => crate::query_cmd::describe_operation(client, id, output, out),
+        other => bail!("cannot describe `{other}`: expected operation or resource"),
     }
 }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::load::{self, Source};
 use crate::plan_cmd;
-use crate::render::{live, print, print_finish, stage_of, to_yaml};
+use crate::render::{live, print_finish, stage_of, to_yaml};
 
 /// Where operations are stored: `--data-dir`, `$OPSGRAPH_DATA_DIR`, else
 /// `$XDG_DATA_HOME/opsgraph` or `~/.local/share/opsgraph`.
@@ -329,32 +329,6 @@ fn describe_state(state: &OperationState) -> String {
     }
 }
 
-/// `get operations|resources|jobs`.
-pub fn get(
-    data_dir: &Path,
-    what: &str,
-    operation: Option<&str>,
-    output: &str,
-    out: &mut dyn Write,
-) -> anyhow::Result<u8> {
-    let store = open_store(data_dir)?;
-    let value: Value = match what {
-        "operations" | "operation" | "ops" => json!(store
-            .operations(&OperationFilter::default())?
-            .iter()
-            .map(|o| json!({"id": o.id, "state": state_name(o.state.kind()), "resource": o.resource, "actor": o.actor, "created_at": o.created_at, "detail": describe_state(&o.state)}))
-            .collect::<Vec<_>>()),
-        "resources" | "resource" => json!(store.resources()?.iter().map(|r| json!({"id": r.id, "status": r.doc["status"], "health": r.doc["health"], "last_operation": r.last_operation, "observed_state": r.doc["observed_state"]})).collect::<Vec<_>>()),
-        "jobs" | "job" => {
-            let op = operation.context("`get jobs` needs an operation: opsgraph get jobs OP")?;
-            json!(store.jobs(op)?.iter().map(|j| json!({"id": j.id, "state": j.state.as_str(), "attempts": j.attempts, "outcome": j.outcome["outcome"], "failure": j.outcome["failure"]})).collect::<Vec<_>>())
-        }
-        other => bail!("cannot get `{other}`: expected operations, resources or jobs"),
-    };
-    print(&value, output, out)?;
-    Ok(0)
-}
-
 /// `describe operation|resource ID`: the full chain of reasons.
 pub fn describe(data_dir: &Path, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = open_store(data_dir)?;
@@ -364,9 +338,13 @@ pub fn describe(data_dir: &Path, what: &str, id: &str, output: &str, out: &mut d
 fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let value = match what {
         "operation" | "op" => {
-            let op = store.operation(id)?.with_context(|| format!("no operation `{id}`"))?;
             // The same document the API serves (`GET /api/v1/operations/{id}`).
-            serde_json::to_value(opsgraph_api::views::operation(store, &op)?)?
+            return crate::query_cmd::describe_operation(
+                &crate::client::Local::new(store, &PathBuf::new()),
+                id,
+                output,
+                out,
+            );
         }
         "resource" => {
             let r = store.resource(id)?.with_context(|| format!("no resource `{id}` recorded by an operation"))?;
@@ -379,58 +357,7 @@ fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut 
         }
         other => bail!("cannot describe `{other}`: expected operation or resource"),
     };
-    match output {
-        "json" => writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?,
-        _ => write!(out, "{}", to_yaml(&value, 0))?,
-    }
-    Ok(0)
-}
-
-/// `logs OP [JOB]`: the captured output of each attempt.
-pub fn logs(
-    data_dir: &Path,
-    op: &str,
-    job: Option<&str>,
-    output: crate::render::Output,
-    out: &mut dyn Write,
-) -> anyhow::Result<u8> {
-    use crate::render::Output;
-    let store = open_store(data_dir)?;
-    store.operation(op)?.with_context(|| format!("no operation `{op}`"))?;
-    let runs = data_dir.join("runs").join(op);
-    let jobs = store.jobs(op)?;
-    let selected = jobs.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@"))));
-    if output != Output::Text {
-        let mut list = Vec::new();
-        for j in selected {
-            for attempt in 1..=j.attempts {
-                let text = std::fs::read(runs.join(format!("{}.{attempt}.log", j.id))).ok();
-                let text = text.map(|b| String::from_utf8_lossy(&b).into_owned());
-                list.push(json!({"job": j.id, "attempt": attempt, "output": text}));
-            }
-        }
-        match output {
-            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?,
-            Output::Yaml => write!(out, "{}", to_yaml(&Value::Array(list), 0))?,
-            _ => bail!("`logs` prints text, json or yaml"),
-        }
-        return Ok(0);
-    }
-    for j in selected {
-        for attempt in 1..=j.attempts {
-            let log = runs.join(format!("{}.{attempt}.log", j.id));
-            writeln!(out, "==> {} attempt {attempt} <==", j.id)?;
-            match std::fs::read_to_string(&log) {
-                Ok(text) => {
-                    write!(out, "{text}")?;
-                    if !text.ends_with('\n') && !text.is_empty() {
-                        writeln!(out)?;
-                    }
-                }
-                Err(_) => writeln!(out, "(no output)")?,
-            }
-        }
-    }
+    crate::render::document(&value, output, out)?;
     Ok(0)
 }
 
@@ -537,7 +464,7 @@ fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> any
         Action::Answer { gate, operation, option, user, value } => {
             let id = match operation {
                 Some(id) => id.to_string(),
-                None => find_gate(rt.store(), gate)?,
+                None => opsgraph_api::find_gate(&crate::client::Local::new(rt.store(), &c.data_dir), gate)?,
             };
             let roles = roles_of(&c.data_dir, user)?;
             let required =
@@ -615,23 +542,6 @@ fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> any
         drive_on(&mut rt, &id, out)
     } else {
         Ok(0)
-    }
-}
-
-fn find_gate(store: &dyn Store, gate: &str) -> anyhow::Result<String> {
-    let mut found = Vec::new();
-    for op in store.operations(&OperationFilter::default())? {
-        if opsgraph_plan::lifecycle::is_terminal(&op.state) {
-            continue;
-        }
-        if store.gates(&op.id)?.iter().any(|g| g.id == gate && g.answer.is_none()) {
-            found.push(op.id);
-        }
-    }
-    match found.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => bail!("no open gate `{gate}` in any operation"),
-        many => bail!("gate `{gate}` is open in several operations ({}); name one with --operation", many.join(", ")),
     }
 }
 

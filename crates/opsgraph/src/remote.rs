@@ -11,7 +11,7 @@ use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
 use crate::render::Output;
-use crate::render::{live, print, print_finish, to_yaml};
+use crate::render::{document, live, print_finish, to_yaml};
 
 pub struct Remote {
     base: String,
@@ -120,7 +120,7 @@ impl Remote {
         self.call("POST", path, Some(("application/json", serde_json::to_vec(&body)?)))
     }
 
-    fn operation(&self, id: &str) -> anyhow::Result<Value> {
+    fn operation_value(&self, id: &str) -> anyhow::Result<Value> {
         self.get(&format!("/api/v1/operations/{}", segment(id)))
     }
 
@@ -212,7 +212,7 @@ impl Remote {
         let mut seen = 0i64;
         let mut quiet = 0;
         loop {
-            let op = self.operation(id)?;
+            let op = self.operation_value(id)?;
             for e in op["timeline"].as_array().into_iter().flatten() {
                 let seq = e["seq"].as_i64().unwrap_or(0);
                 if seq > seen {
@@ -253,53 +253,10 @@ impl Remote {
         print_finish(&view, resource.as_ref(), out)
     }
 
-    /// `get operations|resources|jobs OP`: the rows `get` prints locally.
-    pub fn get_rows(
-        &self,
-        what: &str,
-        operation: Option<&str>,
-        output: &str,
-        out: &mut dyn Write,
-    ) -> anyhow::Result<u8> {
-        let value: Value = match what {
-            "operations" | "operation" | "ops" => json!(self.get("/api/v1/operations")?["operations"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|o| json!({"id": o["id"], "state": o["state"], "resource": o["resource"], "actor": o["actor"], "created_at": o["created_at"], "detail": o["detail"]}))
-                .collect::<Vec<_>>()),
-            "resources" | "resource" => json!(self.get("/api/v1/resources")?["resources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|r| json!({"id": r["id"], "status": r["status"], "health": r["health"], "last_operation": r["last_operation"], "observed_state": r["observed_state"]}))
-                .collect::<Vec<_>>()),
-            "jobs" | "job" => {
-                let op = operation.context("`get jobs` needs an operation: opsgraph get jobs OP")?;
-                json!(self.get(&format!("/api/v1/operations/{}/jobs", segment(op)))?["jobs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|j| json!({"id": j["id"], "state": j["state"], "attempts": j["attempts"], "outcome": j["outcome"]["outcome"], "failure": j["outcome"]["failure"]}))
-                    .collect::<Vec<_>>())
-            }
-            other => bail!("cannot get `{other}`: expected operations, resources or jobs"),
-        };
-        print(&value, output, out)?;
-        Ok(0)
-    }
-
-    /// `describe operation|resource ID`.
-    pub fn describe(&self, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let value = match what {
-            "operation" | "op" => self.operation(id)?,
-            "resource" => self.get(&format!("/api/v1/resources/{}", segment(id)))?,
-            other => bail!("cannot describe `{other}`: expected operation or resource"),
-        };
-        match output {
-            "json" => writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?,
-            _ => write!(out, "{}", to_yaml(&value, 0))?,
-        }
+    /// `describe resource ID`: the server's resource document (`describe operation` is
+    /// `query_cmd::describe_operation`, the same for both clients).
+    pub fn describe_resource(&self, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+        document(&self.get(&format!("/api/v1/resources/{}", segment(id)))?, output, out)?;
         Ok(0)
     }
 
@@ -317,7 +274,7 @@ impl Remote {
                 let _ = gate;
                 id.to_string()
             }
-            RemoteAction::Answer { gate, operation: None, .. } => self.find_gate(gate)?,
+            RemoteAction::Answer { gate, operation: None, .. } => opsgraph_api::find_gate(self, gate)?,
             RemoteAction::Pause(id) | RemoteAction::Resume(id) | RemoteAction::Cancel(id) => id.to_string(),
             RemoteAction::Retry(id, _) => id.to_string(),
         };
@@ -326,7 +283,7 @@ impl Remote {
         let text: &mut dyn Write = if output == Output::Text { out } else { &mut sink };
         match action {
             RemoteAction::Answer { gate, option, value, .. } => {
-                let op = self.operation(&id)?;
+                let op = self.operation_value(&id)?;
                 let value = value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())));
                 self.post_json(
                     &format!("{base}/gates/{}/answer", segment(gate)),
@@ -351,7 +308,8 @@ impl Remote {
         }
         let waits = wait && !matches!(action, RemoteAction::Pause(_) | RemoteAction::Cancel(_));
         if output != Output::Text {
-            let view = if waits { self.follow(&id, &mut std::io::sink(), &json!({}))? } else { self.operation(&id)? };
+            let view =
+                if waits { self.follow(&id, &mut std::io::sink(), &json!({}))? } else { self.operation_value(&id)? };
             match output {
                 Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?,
                 _ => write!(out, "{}", to_yaml(&view, 0))?,
@@ -363,47 +321,6 @@ impl Remote {
         }
         self.follow_and_finish(&id, &json!({}), out)
     }
-
-    fn find_gate(&self, gate: &str) -> anyhow::Result<String> {
-        let mut found = Vec::new();
-        for op in self.get("/api/v1/operations")?["operations"].as_array().into_iter().flatten() {
-            let Some(id) = op["id"].as_str() else { continue };
-            if matches!(op["state"].as_str(), Some("completed" | "cancelled")) {
-                continue;
-            }
-            let gates = self.get(&format!("/api/v1/operations/{}/gates", segment(id)))?;
-            if gates["gates"].as_array().into_iter().flatten().any(|g| g["id"] == gate && g["answer"].is_null()) {
-                found.push(id.to_string());
-            }
-        }
-        match found.as_slice() {
-            [one] => Ok(one.clone()),
-            [] => bail!("no open gate `{gate}` in any operation"),
-            many => {
-                bail!("gate `{gate}` is open in several operations ({}); name one with --operation", many.join(", "))
-            }
-        }
-    }
-
-    /// `audit [--actor ..] [--operation ..] [--resource ..] [--since ..]`.
-    pub fn audit(&self, filter: &[(&str, Option<&str>)], output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let query: Vec<String> = filter.iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", segment(v)))).collect();
-        let path =
-            if query.is_empty() { "/api/v1/audit".to_string() } else { format!("/api/v1/audit?{}", query.join("&")) };
-        let rows = self.get(&path)?;
-        print(&audit_rows(&rows["audit"]), output, out)?;
-        Ok(0)
-    }
-}
-
-/// Audit records as `audit` prints them.
-pub(crate) fn audit_rows(records: &Value) -> Value {
-    json!(records
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|a| json!({"seq": a["seq"], "at": a["at"], "actor": a["actor"], "action": a["action"], "target": a["target"], "operation": a["operation"]}))
-        .collect::<Vec<_>>())
 }
 
 /// What a control command asks of the server.
@@ -416,31 +333,6 @@ pub enum RemoteAction<'a> {
 }
 
 impl Remote {
-    /// `logs OP [JOB]`.
-    pub fn logs(&self, op: &str, job: Option<&str>, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let query = job.map(|j| format!("?job={}", segment(j))).unwrap_or_default();
-        let logs = self.get(&format!("/api/v1/operations/{}/logs{query}", segment(op)))?;
-        match output {
-            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&logs["logs"])?)?,
-            Output::Yaml => write!(out, "{}", to_yaml(&logs["logs"], 0))?,
-            _ => {
-                for l in logs["logs"].as_array().into_iter().flatten() {
-                    writeln!(out, "==> {} attempt {} <==", l["job"].as_str().unwrap_or_default(), l["attempt"])?;
-                    match l["output"].as_str() {
-                        Some(text) => {
-                            write!(out, "{text}")?;
-                            if !text.ends_with('\n') && !text.is_empty() {
-                                writeln!(out)?;
-                            }
-                        }
-                        None => writeln!(out, "(no output)")?,
-                    }
-                }
-            }
-        }
-        Ok(0)
-    }
-
     /// `patch OP -f PATCH | --remedy ID`.
     pub fn patch(&self, op: &str, file: Option<&str>, remedy: Option<&str>, out: &mut dyn Write) -> anyhow::Result<u8> {
         let base = format!("/api/v1/operations/{}/patches", segment(op));
@@ -660,5 +552,50 @@ impl Remote {
         let t = self.call("DELETE", &format!("/api/v1/tokens/{}", segment(id)), None)?;
         writeln!(out, "token {} ({}) revoked", t["id"].as_str().unwrap_or(id), t["name"].as_str().unwrap_or_default())?;
         Ok(0)
+    }
+}
+
+/// The HTTP client: each read is one request, its answer the API's document.
+impl opsgraph_api::Client for Remote {
+    fn operations(&self) -> anyhow::Result<Vec<opsgraph_api::OperationSummary>> {
+        Ok(serde_json::from_value(self.get("/api/v1/operations")?["operations"].take())?)
+    }
+
+    fn operation(&self, id: &str) -> anyhow::Result<opsgraph_api::OperationView> {
+        Ok(serde_json::from_value(self.operation_value(id)?)?)
+    }
+
+    fn jobs(&self, operation: &str) -> anyhow::Result<Vec<opsgraph_store::JobRecord>> {
+        Ok(serde_json::from_value(
+            self.get(&format!("/api/v1/operations/{}/jobs", segment(operation)))?["jobs"].take(),
+        )?)
+    }
+
+    fn gates(&self, operation: &str) -> anyhow::Result<opsgraph_api::GateList> {
+        Ok(serde_json::from_value(self.get(&format!("/api/v1/operations/{}/gates", segment(operation)))?)?)
+    }
+
+    fn resources(&self) -> anyhow::Result<Vec<opsgraph_api::ResourceRow>> {
+        Ok(serde_json::from_value(self.get("/api/v1/resources")?["resources"].take())?)
+    }
+
+    fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<opsgraph_api::LogEntry>> {
+        let query = job.map(|j| format!("?job={}", segment(j))).unwrap_or_default();
+        let path = format!("/api/v1/operations/{}/logs{query}", segment(operation));
+        Ok(serde_json::from_value(self.get(&path)?["logs"].take())?)
+    }
+
+    fn audit(&self, filter: &opsgraph_store::AuditFilter) -> anyhow::Result<Vec<opsgraph_store::AuditRecord>> {
+        let pairs = [
+            ("actor", &filter.actor),
+            ("operation", &filter.operation),
+            ("resource", &filter.resource),
+            ("since", &filter.since),
+        ];
+        let query: Vec<String> =
+            pairs.iter().filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}={}", segment(v)))).collect();
+        let path =
+            if query.is_empty() { "/api/v1/audit".to_string() } else { format!("/api/v1/audit?{}", query.join("&")) };
+        Ok(serde_json::from_value(self.get(&path)?["audit"].take())?)
     }
 }

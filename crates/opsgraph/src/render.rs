@@ -230,3 +230,12 @@ pub fn report(err: &mut dyn Write, diags: &[Diagnostic]) -> std::io::Result<()> 
     }
     Ok(())
 }
+
+/// A document as `describe` prints it: pretty JSON for `json`, else YAML.
+pub fn document(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+    match output {
+        "json" => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
+        _ => write!(out, "{}", to_yaml(value, 0))?,
+    }
+    Ok(())
+}

@@ -74,3 +74,72 @@ fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
     // Remote directories are removed afterwards.
     assert!(!std::path::Path::new(&cwd).exists(), "{cwd} is left behind");
 }
+
+/// One client for the CLI: the same read commands against `opsgraph serve` and against its data
+/// directory print the same bytes (both print the API's documents through one renderer), for
+/// every output format and for a refusal of the command itself.
+#[test]
+fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
+    let api = crate::server::Api::new("");
+    let files = crate::support::temp_dir(&[
+        ("sam.token", &api.token("sam", &["operator"])),
+        ("bob.token", &api.token("bob", &["sre"])),
+        ("intent.yaml", &crate::server::intent("h11")),
+    ]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let remote = |who: &str, args: &[&str]| {
+        let token = files.join(&format!("{who}.token")).display().to_string();
+        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
+    };
+    let data = api.dir.join("data").display().to_string();
+    let local = |args: &[&str]| crate::support::opsgraph(&[&["--data-dir", &data], args].concat());
+
+    // An operation that waited at a gate, was answered by another person and completed.
+    let intent = files.join("intent.yaml").display().to_string();
+    let applied = remote("sam", &["apply", "-f", &intent, "--yes"]);
+    assert_eq!(applied.code, 0, "{}", applied.render());
+    let id =
+        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let answered = remote("bob", &["gate", "answer", "approve-hello", "--option", "approve", "--as", "bob"]);
+    assert!(answered.out.contains(&format!("Operation {id}: completed")), "{}", answered.render());
+
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["get", "operations"],
+        vec!["get", "operations", "-o", "json"],
+        vec!["get", "resources"],
+        vec!["get", "resources", "-o", "yaml"],
+        vec!["get", "jobs", &id],
+        vec!["get", "jobs", &id, "-o", "json"],
+        vec!["get", "jobs"],
+        vec!["get", "nothing"],
+        vec!["describe", "operation", &id],
+        vec!["describe", "operation", &id, "-o", "json"],
+        vec!["describe", "thing", &id],
+        vec!["logs", &id],
+        vec!["logs", &id, "say-hello"],
+        vec!["logs", &id, "-o", "json"],
+        vec!["logs", &id, "-o", "yaml"],
+        vec!["audit"],
+        vec!["audit", "--operation", &id, "-o", "json"],
+        vec!["audit", "--actor", "token:nobody"],
+    ];
+    for args in &commands {
+        let (here, there) = (local(args), remote("sam", args));
+        assert_eq!(
+            (here.code, &here.out, &here.err),
+            (there.code, &there.out, &there.err),
+            "`opsgraph {}` differs:\n--- local\n{}\n--- remote\n{}",
+            args.join(" "),
+            here.render(),
+            there.render()
+        );
+        assert!(!here.out.is_empty() || here.code != 0, "`{}` printed nothing", args.join(" "));
+    }
+
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}
