@@ -206,3 +206,20 @@ pub struct TokenView {
     pub created_at: String,
     pub revoked_at: Option<String>,
 }
+
+impl TimelineView {
+    /// The store's entry this view shows, of operation `operation`.
+    pub fn entry(&self, operation: &str) -> opsgraph_store::TimelineEntry {
+        opsgraph_store::TimelineEntry {
+            seq: self.seq,
+            operation: operation.to_string(),
+            at: self.at.clone(),
+            actor: self.actor.clone(),
+            event: self.event.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            reason: self.reason.clone(),
+            data: self.data.clone(),
+        }
+    }
+}

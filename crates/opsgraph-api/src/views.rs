@@ -172,3 +172,80 @@ pub fn gates(store: &dyn Store, o: &OperationRecord) -> Result<crate::dto::GateL
     }
     Ok(crate::dto::GateList { plan_revision: o.plan_revision.clone(), gates })
 }
+
+/// The exit status of a command that leaves an operation in `state`: 1 when it failed or was
+/// cancelled; 0 when it completed, runs or waits for a person.
+pub fn exit_code(state: opsgraph_model::OperationStateKind) -> u8 {
+    use opsgraph_model::OperationStateKind as K;
+    u8::from(matches!(state, K::Failed | K::Cancelled))
+}
+
+impl crate::dto::OperationView {
+    /// The gates a waiting operation waits at, as `detail` names them (the document carries no
+    /// other list of them; `detail` is built by [`detail`] above, so the two are kept together).
+    pub fn waiting_gates(&self) -> Vec<&str> {
+        use opsgraph_model::OperationStateKind as K;
+        let prefix = match self.summary.state {
+            K::WaitingForApproval => "waiting for approval at ",
+            K::WaitingForInput => "waiting for input at ",
+            _ => return vec![],
+        };
+        self.summary.detail.strip_prefix(prefix).map_or(vec![], |list| list.split(", ").collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opsgraph_model::OperationState;
+
+    use super::*;
+
+    /// The waiting gates read back from an operation's detail are the gates of its state.
+    fn check(state: OperationState, expect: &[&str]) {
+        let record = OperationRecord {
+            id: "op".into(),
+            parent: None,
+            intent: Value::Null,
+            resource: None,
+            state,
+            plan_revision: "sha256:0".into(),
+            actor: "user:a".into(),
+            created_at: "t".into(),
+            updated_at: "t".into(),
+            version: 1,
+        };
+        let view = crate::dto::OperationView {
+            summary: operation_summary(&record),
+            pack: None,
+            pack_digest: None,
+            stages: vec![],
+            intent: Value::Null,
+            gates: vec![],
+            jobs: vec![],
+            evidence: vec![],
+            artifacts: vec![],
+            timeline: vec![],
+        };
+        assert_eq!(view.waiting_gates(), expect, "{}", view.summary.detail);
+    }
+
+    #[test]
+    fn waiting_gates_are_the_gates_of_the_state() {
+        let gates = |g: &[&str]| g.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        check(OperationState::WaitingForApproval { gates: gates(&["approve"]) }, &["approve"]);
+        check(OperationState::WaitingForInput { gates: gates(&["a", "patch-p1"]) }, &["a", "patch-p1"]);
+        check(OperationState::Failed { reason: "x at y, z".into() }, &[]);
+        check(OperationState::Paused { reason: "waiting for approval at g".into() }, &[]);
+        check(OperationState::Running, &[]);
+    }
+
+    #[test]
+    fn only_failed_and_cancelled_operations_exit_1() {
+        use opsgraph_model::OperationStateKind as K;
+        let ones: Vec<K> = [K::Running, K::Failed, K::Cancelled, K::Completed, K::WaitingForApproval, K::Paused]
+            .into_iter()
+            .filter(|k| exit_code(*k) == 1)
+            .collect();
+        assert_eq!(ones, [K::Failed, K::Cancelled]);
+    }
+}

@@ -6,6 +6,7 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
+use opsgraph_api::views::exit_code;
 use opsgraph_model::OperationState;
 use opsgraph_plan::lifecycle::state_name;
 use opsgraph_runtime::{GateAnswer, Runtime};
@@ -288,7 +289,7 @@ pub fn apply(
         let id = rt.create_as(&id, &plan, &args.actor, &mut |_| {})?;
         let state = drive(&mut rt, &id, &mut |_| {})?;
         describe_to(rt.store(), "operation", &id, if args.output == Output::Json { "json" } else { "yaml" }, out)?;
-        return Ok(exit_code(&state));
+        return Ok(exit_code(state.kind()));
     }
     writeln!(out)?;
     let stages = stage_of(&plan);
@@ -305,17 +306,9 @@ pub fn apply(
 fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = rt.store();
     let op = store.operation(id)?.with_context(|| format!("no operation {id}"))?;
-    let view = serde_json::to_value(opsgraph_api::views::operation(store, &op)?)?;
+    let view = opsgraph_api::views::operation(store, &op)?;
     let resource = op.resource.as_deref().and_then(|r| store.resource(r).ok().flatten()).map(|r| r.doc);
     print_finish(&view, resource.as_ref(), out)
-}
-
-/// 1 when the operation failed or was cancelled; 0 when it completed or waits for a person.
-fn exit_code(state: &OperationState) -> u8 {
-    match state {
-        OperationState::Failed { .. } | OperationState::Cancelled { .. } => 1,
-        _ => 0,
-    }
 }
 
 fn describe_state(state: &OperationState) -> String {
@@ -423,7 +416,7 @@ pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyh
     let root = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?.root_of(&id)?;
     describe_to(&store, "operation", &root, format, out)?;
     let state = store.operation(&root)?.map(|o| o.state);
-    Ok(state.as_ref().map(exit_code).unwrap_or(0))
+    Ok(state.map_or(0, |s| exit_code(s.kind())))
 }
 
 /// The operation whose gate `gate` was answered last.

@@ -11,6 +11,10 @@ use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
 use crate::render::Output;
+use opsgraph_api::views::exit_code;
+use opsgraph_api::{Client, OperationView};
+use opsgraph_model::OperationStateKind;
+
 use crate::render::{document, live, print_finish, to_yaml};
 
 pub struct Remote {
@@ -26,8 +30,9 @@ impl std::fmt::Debug for Remote {
 }
 
 /// States an operation stays in only while something drives it.
-fn moving(state: &str) -> bool {
-    matches!(state, "running" | "draft_intent" | "plan_preview" | "capability_resolution")
+fn moving(state: OperationStateKind) -> bool {
+    use OperationStateKind as K;
+    matches!(state, K::Running | K::DraftIntent | K::PlanPreview | K::CapabilityResolution)
 }
 
 /// Percent-encodes one path segment (resource ids hold `/`).
@@ -179,11 +184,8 @@ impl Remote {
         let id = created["id"].as_str().context("the server did not say which operation it created")?.to_string();
         if machine {
             let view = self.follow(&id, &mut std::io::sink(), &preview)?;
-            match output {
-                Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?,
-                _ => write!(out, "{}", to_yaml(&view, 0))?,
-            }
-            return Ok(if matches!(view["state"].as_str(), Some("failed" | "cancelled")) { 1 } else { 0 });
+            document(&serde_json::to_value(&view)?, if output == Output::Json { "json" } else { "yaml" }, out)?;
+            return Ok(exit_code(view.summary.state));
         }
         writeln!(out)?;
         self.follow_and_finish(&id, &preview, out)
@@ -191,7 +193,7 @@ impl Remote {
 
     /// Prints the timeline as the server records it, until the operation stops moving; returns
     /// the operation document.
-    fn follow(&self, id: &str, out: &mut dyn Write, plan: &Value) -> anyhow::Result<Value> {
+    fn follow(&self, id: &str, out: &mut dyn Write, plan: &Value) -> anyhow::Result<OperationView> {
         let stages: BTreeMap<String, String> = {
             let names: BTreeMap<&str, &str> = plan["stages"]
                 .as_array()
@@ -212,27 +214,15 @@ impl Remote {
         let mut seen = 0i64;
         let mut quiet = 0;
         loop {
-            let op = self.operation_value(id)?;
-            for e in op["timeline"].as_array().into_iter().flatten() {
-                let seq = e["seq"].as_i64().unwrap_or(0);
-                if seq > seen {
-                    seen = seq;
-                    let entry = opsgraph_store::TimelineEntry {
-                        seq,
-                        operation: id.to_string(),
-                        at: e["at"].as_str().unwrap_or_default().to_string(),
-                        actor: e["actor"].as_str().unwrap_or_default().to_string(),
-                        event: e["event"].as_str().unwrap_or_default().to_string(),
-                        from: e["from"].as_str().map(str::to_string),
-                        to: e["to"].as_str().map(str::to_string),
-                        reason: e["reason"].as_str().unwrap_or_default().to_string(),
-                        data: e["data"].clone(),
-                    };
-                    view(&entry);
+            let op = Client::operation(self, id)?;
+            for e in &op.timeline {
+                if e.seq > seen {
+                    seen = e.seq;
+                    view(&e.entry(id));
                 }
             }
             // A stopped operation is done once two reads agree (its last entries are in).
-            if !moving(op["state"].as_str().unwrap_or_default()) {
+            if !moving(op.summary.state) {
                 quiet += 1;
                 if quiet > 1 {
                     return Ok(op);
@@ -246,7 +236,7 @@ impl Remote {
 
     fn follow_and_finish(&self, id: &str, plan: &Value, out: &mut dyn Write) -> anyhow::Result<u8> {
         let view = self.follow(id, out, plan)?;
-        let resource = match view["resource"].as_str() {
+        let resource = match view.summary.resource.as_deref() {
             Some(r) => self.get(&format!("/api/v1/resources/{}", segment(r))).ok().map(|v| v["resource"].clone()),
             None => None,
         };
@@ -309,12 +299,9 @@ impl Remote {
         let waits = wait && !matches!(action, RemoteAction::Pause(_) | RemoteAction::Cancel(_));
         if output != Output::Text {
             let view =
-                if waits { self.follow(&id, &mut std::io::sink(), &json!({}))? } else { self.operation_value(&id)? };
-            match output {
-                Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?,
-                _ => write!(out, "{}", to_yaml(&view, 0))?,
-            }
-            return Ok(if matches!(view["state"].as_str(), Some("failed" | "cancelled")) { 1 } else { 0 });
+                if waits { self.follow(&id, &mut std::io::sink(), &json!({}))? } else { Client::operation(self, &id)? };
+            document(&serde_json::to_value(&view)?, if output == Output::Json { "json" } else { "yaml" }, out)?;
+            return Ok(exit_code(view.summary.state));
         }
         if !waits {
             return Ok(0);

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
+use opsgraph_api::OperationView;
 use opsgraph_pack::Diagnostic;
 use opsgraph_store::TimelineEntry;
 use serde_json::Value;
@@ -50,12 +51,11 @@ pub fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> imp
 /// The end of a run, from the operation document the API serves (and its resource's document):
 /// the outcome, what the evidence proves, the resource, what to do next. The same text whether
 /// the CLI ran the operation itself or a server did.
-pub fn print_finish(view: &Value, resource: Option<&Value>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let id = view["id"].as_str().unwrap_or_default();
-    let state = view["state"].as_str().unwrap_or_default();
-    writeln!(out, "\nOperation {id}: {}", view["detail"].as_str().unwrap_or(state))?;
-    let evidence: Vec<opsgraph_store::EvidenceRecord> =
-        serde_json::from_value(view["evidence"].clone()).unwrap_or_default();
+pub fn print_finish(view: &OperationView, resource: Option<&Value>, out: &mut dyn Write) -> anyhow::Result<u8> {
+    use opsgraph_model::OperationStateKind as K;
+    let id = view.summary.id.as_str();
+    writeln!(out, "\nOperation {id}: {}", view.summary.detail)?;
+    let evidence = &view.evidence;
     if !evidence.is_empty() {
         let passed = evidence.iter().filter(|e| e.passed).count();
         writeln!(out, "Evidence: {passed} of {} checks passed", evidence.len())?;
@@ -90,14 +90,10 @@ pub fn print_finish(view: &Value, resource: Option<&Value>, out: &mut dyn Write)
             doc["observed_state"].as_str().unwrap_or("")
         )?;
     }
-    match state {
-        "waiting_for_approval" | "waiting_for_input" => {
-            let gates: Vec<opsgraph_store::GateRecord> =
-                serde_json::from_value(view["gates"].clone()).unwrap_or_default();
-            // The gates it waits at, as its detail names them ("waiting for approval at a, b").
-            let detail = view["detail"].as_str().unwrap_or_default();
-            let waiting: Vec<&str> = detail.split_once(" at ").map_or(vec![], |(_, l)| l.split(", ").collect());
-            for g in gates.iter().filter(|g| g.answer.is_none() && waiting.contains(&g.id.as_str())) {
+    match view.summary.state {
+        K::WaitingForApproval | K::WaitingForInput => {
+            let waiting = view.waiting_gates();
+            for g in view.gates.iter().filter(|g| g.answer.is_none() && waiting.contains(&g.id.as_str())) {
                 writeln!(
                     out,
                     "Gate {} ({}): {}\n  options: {}\n  answered by: {}",
@@ -115,14 +111,14 @@ pub fn print_finish(view: &Value, resource: Option<&Value>, out: &mut dyn Write)
                 )?;
             }
         }
-        "paused" => writeln!(out, "Resume with: opsgraph resume {id}")?,
-        "failed" => writeln!(
+        K::Paused => writeln!(out, "Resume with: opsgraph resume {id}")?,
+        K::Failed => writeln!(
             out,
             "Inspect with: opsgraph describe operation {id}; opsgraph logs {id}; retry with: opsgraph retry {id}"
         )?,
         _ => {}
     }
-    Ok(if matches!(state, "failed" | "cancelled") { 1 } else { 0 })
+    Ok(opsgraph_api::views::exit_code(view.summary.state))
 }
 
 pub fn print(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Result<()> {
