@@ -4,7 +4,7 @@
 
 use opsgraph_store::{AuditFilter, AuditRecord, JobRecord};
 
-use crate::dto::{GateList, LogEntry, OperationSummary, OperationView, ResourceRow};
+use crate::dto::{DiagnosisView, GateList, LogEntry, OperationSummary, OperationView, ResourceRow};
 
 pub trait Client {
     /// Every operation, oldest first.
@@ -21,6 +21,8 @@ pub trait Client {
     fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<LogEntry>>;
     /// The audit log, narrowed by the filter.
     fn audit(&self, filter: &AuditFilter) -> anyhow::Result<Vec<AuditRecord>>;
+    /// The rules analyzer on the operation's failed jobs (empty when none failed).
+    fn diagnosis(&self, operation: &str) -> anyhow::Result<Vec<DiagnosisView>>;
 }
 
 /// The one operation whose gate `gate` is open (unanswered, the operation neither completed nor

@@ -223,3 +223,18 @@ impl TimelineView {
         }
     }
 }
+
+/// What the rules analyzer found for one failed job (`GET /operations/{id}/diagnosis`, the
+/// runtime's `Diagnosis`); the remedy's patch as the document it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiagnosisView {
+    pub operation: String,
+    pub job: String,
+    pub summary: String,
+    pub cause: String,
+    pub confidence: f64,
+    pub evidence: Vec<String>,
+    pub remedy: Option<String>,
+    pub patch: Value,
+    pub analyzer: String,
+}

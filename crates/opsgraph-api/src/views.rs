@@ -194,6 +194,43 @@ impl crate::dto::OperationView {
     }
 }
 
+/// A manual fix as recorded and verified by the runtime.
+pub fn intervention(operation: &str, v: &opsgraph_runtime::Verified) -> crate::dto::InterventionReply {
+    crate::dto::InterventionReply {
+        id: operation.to_string(),
+        intervention: v.intervention.clone(),
+        jobs: v.jobs.clone(),
+        checks: v
+            .checks
+            .iter()
+            .map(|(job, check, passed, expected, observed)| crate::dto::CheckResult {
+                job: job.clone(),
+                check: check.clone(),
+                passed: *passed,
+                expected: expected.clone(),
+                observed: observed.clone(),
+            })
+            .collect(),
+        state: v.state.kind(),
+        detail: detail(&v.state),
+    }
+}
+
+/// The analyzer's findings as the API serves them.
+pub fn diagnosis(d: &opsgraph_runtime::Diagnosis) -> crate::dto::DiagnosisView {
+    crate::dto::DiagnosisView {
+        operation: d.operation.clone(),
+        job: d.job.clone(),
+        summary: d.summary.clone(),
+        cause: d.cause.clone(),
+        confidence: d.confidence,
+        evidence: d.evidence.clone(),
+        remedy: d.remedy.clone(),
+        patch: serde_json::to_value(&d.patch).unwrap_or(Value::Null),
+        analyzer: d.analyzer.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use opsgraph_model::OperationState;

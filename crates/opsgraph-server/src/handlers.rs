@@ -724,32 +724,15 @@ pub(crate) fn intervene(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let root = rt.root_of(&op.id)?;
     drop(_write);
     app.wake(&root);
-    let checks: Vec<_> = v
-        .checks
-        .iter()
-        .map(|(job, check, passed, expected, observed)| opsgraph_api::CheckResult {
-            job: job.clone(),
-            check: check.clone(),
-            passed: *passed,
-            expected: expected.clone(),
-            observed: observed.clone(),
-        })
-        .collect();
-    Reply::ok(json!(opsgraph_api::InterventionReply {
-        id: op.id,
-        intervention: v.intervention,
-        jobs: v.jobs,
-        checks,
-        state: v.state.kind(),
-        detail: views::detail(&v.state),
-    }))
+    Reply::ok(json!(views::intervention(&op.id, &v)))
 }
 
 /// `GET /operations/{id}/diagnosis`: the rules analyzer on the failed jobs.
 pub(crate) fn diagnosis(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let rt = ctx.runtime()?;
-    Reply::ok(json!({ "diagnosis": rt.diagnose(&op.id)? }))
+    let list: Vec<_> = rt.diagnose(&op.id)?.iter().map(views::diagnosis).collect();
+    Reply::ok(json!({ "diagnosis": list }))
 }
 
 /// `GET /operations/{id}/logs[?job=]`: each attempt's captured (masked) output.

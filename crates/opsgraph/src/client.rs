@@ -5,18 +5,26 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use opsgraph_api::{views, Client, GateList, LogEntry, OperationSummary, OperationView, ResourceRow};
+use opsgraph_api::{views, Client, DiagnosisView, GateList, LogEntry, OperationSummary, OperationView, ResourceRow};
+use opsgraph_runtime::Runtime;
 use opsgraph_store::{AuditFilter, AuditRecord, JobRecord, OperationFilter, Store};
 
 pub struct Local<'a> {
     store: &'a dyn Store,
     data_dir: PathBuf,
+    /// The runtime, with the packs, for what needs them (the analyzer).
+    runtime: Option<&'a Runtime>,
 }
 
 impl<'a> Local<'a> {
     /// A client over an open store of the data directory `data_dir` (which holds the run logs).
     pub fn new(store: &'a dyn Store, data_dir: &Path) -> Local<'a> {
-        Local { store, data_dir: data_dir.to_path_buf() }
+        Local { store, data_dir: data_dir.to_path_buf(), runtime: None }
+    }
+
+    /// A client over a runtime: its store, its data directory and its packs.
+    pub fn of(rt: &'a Runtime) -> Local<'a> {
+        Local { store: rt.store(), data_dir: rt.data_dir().to_path_buf(), runtime: Some(rt) }
     }
 }
 
@@ -50,5 +58,10 @@ impl Client for Local<'_> {
 
     fn audit(&self, filter: &AuditFilter) -> anyhow::Result<Vec<AuditRecord>> {
         Ok(self.store.audit(filter)?)
+    }
+
+    fn diagnosis(&self, operation: &str) -> anyhow::Result<Vec<DiagnosisView>> {
+        let rt = self.runtime.context("diagnosing needs the packs: a client over a runtime (Local::of)")?;
+        Ok(rt.diagnose(operation)?.iter().map(views::diagnosis).collect())
     }
 }

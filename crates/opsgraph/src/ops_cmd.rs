@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::load::{self, Source};
 use crate::plan_cmd;
-use crate::render::{live, print_finish, stage_of, to_yaml};
+use crate::render::{live, print_finish, stage_of};
 
 /// Where operations are stored: `--data-dir`, `$OPSGRAPH_DATA_DIR`, else
 /// `$XDG_DATA_HOME/opsgraph` or `~/.local/share/opsgraph`.
@@ -674,18 +674,10 @@ pub fn intervene(
     let record = rt.store().operation(op)?.with_context(|| format!("no operation `{op}`"))?;
     rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.intervene", &record, json!({"note": iv.note}))]);
     let v = rt.intervene(op, iv, &actor, &mut |_| {})?;
-    writeln!(out, "intervention {} on {}: {}", v.intervention, v.jobs.join(", "), iv.note)?;
-    for (job, check, passed, expected, observed) in &v.checks {
-        let word = if *passed { "pass" } else { "FAIL" };
-        writeln!(out, "  {word}  {job}  {check}  expected {expected}, observed {observed}")?;
-    }
+    let code = crate::render::print_intervention(&opsgraph_api::views::intervention(op, &v), &iv.note, out)?;
     match &v.state {
         OperationState::Running if c.wait => drive_on(&mut rt, op, out),
-        OperationState::Failed { reason } => {
-            writeln!(out, "still failed: {reason}")?;
-            Ok(1)
-        }
-        _ => Ok(0),
+        _ => Ok(code),
     }
 }
 
@@ -698,30 +690,13 @@ pub fn diagnose(
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
-    let found = rt.diagnose(op)?;
-    if found.is_empty() {
-        bail!("operation {op} has no failed job to diagnose");
-    }
-    match output {
-        crate::render::Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&found)?)?,
-        crate::render::Output::Yaml => write!(out, "{}", to_yaml(&serde_json::to_value(&found)?, 0))?,
-        _ => {
-            for d in &found {
-                writeln!(out, "Diagnosis of {} ({} analyzer, confidence {:.1})", d.job, d.analyzer, d.confidence)?;
-                writeln!(out, "  {}", d.summary)?;
-                writeln!(out, "  cause: {}", d.cause)?;
-                writeln!(out, "  based on: {}", d.evidence.join("; "))?;
-                match &d.remedy {
-                    Some(r) => writeln!(out, "  remedy: {r}")?,
-                    None => writeln!(out, "  no remedy applies: nothing is proposed")?,
-                }
-            }
-        }
-    }
+    let found = crate::query_cmd::diagnose(&crate::client::Local::of(&rt), op, output, out)?;
     if !propose {
         return Ok(0);
     }
-    let Some(patch) = found.iter().find_map(|d| d.patch.clone()) else {
+    // The first remedy found, as the pack holds it (the patch the analyzer matched).
+    let Some(patch) = found.iter().find_map(|d| d.remedy.as_deref()).map(|r| rt.remedy_patch(op, r)).transpose()?
+    else {
         writeln!(out, "nothing to propose: no remedy matches")?;
         return Ok(1);
     };

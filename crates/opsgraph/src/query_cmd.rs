@@ -91,3 +91,34 @@ pub fn audit(client: &dyn Client, filter: &AuditFilter, output: &str, out: &mut 
     print(&Value::Array(rows), output, out)?;
     Ok(0)
 }
+
+/// `diagnose OP`: what the rules analyzer finds, printed; the findings are returned for
+/// `--propose`, which each client does its own way (see `ops_cmd::diagnose`, `Remote::diagnose`).
+pub fn diagnose(
+    client: &dyn Client,
+    op: &str,
+    output: Output,
+    out: &mut dyn Write,
+) -> anyhow::Result<Vec<opsgraph_api::DiagnosisView>> {
+    let found = client.diagnosis(op)?;
+    if found.is_empty() {
+        bail!("operation {op} has no failed job to diagnose");
+    }
+    match output {
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&found)?)?,
+        Output::Yaml => write!(out, "{}", to_yaml(&serde_json::to_value(&found)?, 0))?,
+        Output::Text | Output::Dot => {
+            for d in &found {
+                writeln!(out, "Diagnosis of {} ({} analyzer, confidence {:.1})", d.job, d.analyzer, d.confidence)?;
+                writeln!(out, "  {}", d.summary)?;
+                writeln!(out, "  cause: {}", d.cause)?;
+                writeln!(out, "  based on: {}", d.evidence.join("; "))?;
+                match &d.remedy {
+                    Some(r) => writeln!(out, "  remedy: {r}")?,
+                    None => writeln!(out, "  no remedy applies: nothing is proposed")?,
+                }
+            }
+        }
+    }
+    Ok(found)
+}

@@ -370,67 +370,16 @@ impl Remote {
             m.retain(|_, v| !v.is_null());
         }
         let reply = self.post_json(&format!("/api/v1/operations/{}/interventions", segment(op)), doc)?;
-        let jobs: Vec<&str> = reply["jobs"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        writeln!(
-            out,
-            "intervention {} on {}: {}",
-            reply["intervention"].as_str().unwrap_or_default(),
-            jobs.join(", "),
-            iv.note
-        )?;
-        for c in reply["checks"].as_array().into_iter().flatten() {
-            let word = if c["passed"] == true { "pass" } else { "FAIL" };
-            writeln!(
-                out,
-                "  {word}  {}  {}  expected {}, observed {}",
-                c["job"].as_str().unwrap_or_default(),
-                c["check"].as_str().unwrap_or_default(),
-                c["expected"].as_str().unwrap_or_default(),
-                c["observed"].as_str().unwrap_or_default()
-            )?;
-        }
-        if reply["state"] == "failed" {
-            writeln!(out, "still {}", reply["detail"].as_str().unwrap_or("failed"))?;
-            return Ok(1);
-        }
-        Ok(0)
+        crate::render::print_intervention(&serde_json::from_value(reply)?, &iv.note, out)
     }
 
     /// `diagnose OP [--propose]`.
     pub fn diagnose(&self, op: &str, propose: bool, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let found = self.get(&format!("/api/v1/operations/{}/diagnosis", segment(op)))?;
-        let list = found["diagnosis"].as_array().cloned().unwrap_or_default();
-        if list.is_empty() {
-            bail!("operation {op} has no failed job to diagnose");
-        }
-        match output {
-            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?,
-            Output::Yaml => write!(out, "{}", to_yaml(&Value::Array(list.clone()), 0))?,
-            _ => {
-                for d in &list {
-                    writeln!(
-                        out,
-                        "Diagnosis of {} ({} analyzer, confidence {:.1})",
-                        d["job"].as_str().unwrap_or_default(),
-                        d["analyzer"].as_str().unwrap_or_default(),
-                        d["confidence"].as_f64().unwrap_or(0.0)
-                    )?;
-                    writeln!(out, "  {}", d["summary"].as_str().unwrap_or_default())?;
-                    writeln!(out, "  cause: {}", d["cause"].as_str().unwrap_or_default())?;
-                    let refs: Vec<&str> =
-                        d["evidence"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-                    writeln!(out, "  based on: {}", refs.join("; "))?;
-                    match d["remedy"].as_str() {
-                        Some(r) => writeln!(out, "  remedy: {r}")?,
-                        None => writeln!(out, "  no remedy applies: nothing is proposed")?,
-                    }
-                }
-            }
-        }
+        let list = crate::query_cmd::diagnose(self, op, output, out)?;
         if !propose {
             return Ok(0);
         }
-        let Some(remedy) = list.iter().find_map(|d| d["remedy"].as_str()) else {
+        let Some(remedy) = list.iter().find_map(|d| d.remedy.as_deref()) else {
             writeln!(out, "nothing to propose: no remedy matches")?;
             return Ok(1);
         };
@@ -584,5 +533,10 @@ impl opsgraph_api::Client for Remote {
         let path =
             if query.is_empty() { "/api/v1/audit".to_string() } else { format!("/api/v1/audit?{}", query.join("&")) };
         Ok(serde_json::from_value(self.get(&path)?["audit"].take())?)
+    }
+
+    fn diagnosis(&self, operation: &str) -> anyhow::Result<Vec<opsgraph_api::DiagnosisView>> {
+        let path = format!("/api/v1/operations/{}/diagnosis", segment(operation));
+        Ok(serde_json::from_value(self.get(&path)?["diagnosis"].take())?)
     }
 }

@@ -235,3 +235,22 @@ pub fn document(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Res
     }
     Ok(())
 }
+
+/// A manual fix as recorded and verified: its checks, and `still failed: …` (exit 1) when they
+/// did not pass.
+pub fn print_intervention(
+    reply: &opsgraph_api::InterventionReply,
+    note: &str,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    writeln!(out, "intervention {} on {}: {note}", reply.intervention, reply.jobs.join(", "))?;
+    for c in &reply.checks {
+        let word = if c.passed { "pass" } else { "FAIL" };
+        writeln!(out, "  {word}  {}  {}  expected {}, observed {}", c.job, c.check, c.expected, c.observed)?;
+    }
+    if reply.state == opsgraph_model::OperationStateKind::Failed {
+        writeln!(out, "still {}", reply.detail)?;
+        return Ok(1);
+    }
+    Ok(0)
+}

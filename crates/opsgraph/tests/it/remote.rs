@@ -77,7 +77,7 @@ fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
 
 /// One client for the CLI: the same read commands against `opsgraph serve` and against its data
 /// directory print the same bytes (both print the API's documents through one renderer), for
-/// every output format and for a refusal of the command itself.
+/// every output format and for a refusal of the command itself; `diagnose` too.
 #[test]
 fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
     let api = crate::server::Api::new("");
@@ -85,6 +85,10 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
         ("sam.token", &api.token("sam", &["operator"])),
         ("bob.token", &api.token("bob", &["sre"])),
         ("intent.yaml", &crate::server::intent("h11")),
+        (
+            "failing.yaml",
+            "intent:\n  target_resource_type: hello.app\n  action: install\n  name: h12\n  environment: dev\n  parameters: {word: bye}\n",
+        ),
     ]);
     let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -107,7 +111,25 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
     let answered = remote("bob", &["gate", "answer", "approve-hello", "--option", "approve", "--as", "bob"]);
     assert!(answered.out.contains(&format!("Operation {id}: completed")), "{}", answered.render());
 
+    // And one that failed: the analyzer's findings read the same both ways.
+    let failing = files.join("failing.yaml").display().to_string();
+    let applied = remote("sam", &["apply", "-f", &failing, "--yes"]);
+    let failed =
+        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let answered = remote(
+        "bob",
+        &["gate", "answer", "approve-hello", "--operation", &failed, "--option", "approve", "--as", "bob"],
+    );
+    assert!(answered.out.contains(&format!("Operation {failed}: failed")), "{}", answered.render());
+    let packs = api.dir.join("hello").display().to_string();
+
     let commands: Vec<Vec<&str>> = vec![
+        vec!["diagnose", &failed, "--packs", &packs],
+        vec!["diagnose", &failed, "--packs", &packs, "-o", "json"],
+        vec!["diagnose", &failed, "--packs", &packs, "-o", "yaml"],
+        vec!["diagnose", &id, "--packs", &packs],
+        vec!["describe", "operation", &failed, "-o", "yaml"],
+        vec!["logs", &failed],
         vec!["get", "operations"],
         vec!["get", "operations", "-o", "json"],
         vec!["get", "resources"],
