@@ -49,3 +49,29 @@ pub fn find_gate(client: &dyn Client, gate: &str) -> anyhow::Result<String> {
         }
     }
 }
+
+/// The changes a person makes to an operation through a client. Locally each change commits
+/// with its audit row (the server's rows, `opsgraph_runtime::audit`); a server audits its caller.
+pub trait Control: Client {
+    /// Answers `gate` of `operation`. `user` names the person locally (`--as`); a server knows
+    /// its caller from the token. `value` is the typed value of a missing-input gate.
+    fn answer(
+        &mut self,
+        operation: &str,
+        gate: &str,
+        option: &str,
+        value: Option<serde_json::Value>,
+        user: &str,
+    ) -> anyhow::Result<crate::dto::AnswerReply>;
+    fn pause(&mut self, operation: &str) -> anyhow::Result<crate::dto::ControlReply>;
+    /// Resumes a paused operation; a `running` one is only driven again.
+    fn resume(&mut self, operation: &str) -> anyhow::Result<crate::dto::ControlReply>;
+    fn cancel(&mut self, operation: &str) -> anyhow::Result<crate::dto::ControlReply>;
+    /// Runs failed jobs again (all when `jobs` is empty).
+    fn retry(&mut self, operation: &str, jobs: &[String]) -> anyhow::Result<crate::dto::ControlReply>;
+}
+
+/// A gate's value as given on the command line: JSON when it parses, else the text itself.
+pub fn gate_value(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_string()))
+}

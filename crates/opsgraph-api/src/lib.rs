@@ -8,5 +8,5 @@ pub mod client;
 pub mod dto;
 pub mod views;
 
-pub use client::{find_gate, Client};
+pub use client::{find_gate, gate_value, Client, Control};
 pub use dto::*;

@@ -49,7 +49,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         return crate::agent_cmd::run(args, out);
     }
     // With a server, the commands that read or change operations go through its API.
-    if let Some(remote) = crate::remote::Remote::from_env(cli.server.as_deref(), cli.token_file.as_deref())? {
+    if let Some(mut remote) = crate::remote::Remote::from_env(cli.server.as_deref(), cli.token_file.as_deref())? {
         use crate::remote::RemoteAction as R;
         let wait = |w: &WorldArgs| !w.no_wait;
         match &cli.command {

@@ -9,10 +9,11 @@ use anyhow::{bail, Context as _};
 use opsgraph_api::views::exit_code;
 use opsgraph_model::OperationState;
 use opsgraph_plan::lifecycle::state_name;
-use opsgraph_runtime::{GateAnswer, Runtime};
-use opsgraph_store::{Durability, OperationFilter, Store, TimelineEntry};
+use opsgraph_runtime::Runtime;
+use opsgraph_store::{Durability, OperationFilter, Store};
 use serde_json::{json, Value};
 
+pub use crate::client::{local_actor, roles_of};
 use crate::load::{self, Source};
 use crate::plan_cmd;
 use crate::render::{live, print_finish, stage_of};
@@ -87,13 +88,6 @@ pub fn drive(rt: &mut Runtime, id: &str, progress: opsgraph_runtime::Progress<'_
     Ok(rt.drive_leased(id, &keeper, progress)?)
 }
 
-/// Who a local command acts as: `user:NAME` for `--as NAME`, else `$USER`, else `user:local`.
-/// Audit rows and the timeline name this actor.
-pub fn local_actor(name: Option<&str>) -> String {
-    let name = name.map(str::to_string).or_else(|| std::env::var("USER").ok()).filter(|n| !n.trim().is_empty());
-    format!("user:{}", name.as_deref().unwrap_or("local"))
-}
-
 /// Where packs come from. With `materialize`, bundled packs are written into the data directory
 /// first, so their scripts exist on disk (commands that run jobs need that; `plan` does not).
 pub fn pack_sources(packs: &[String], data_dir: &Path, materialize: bool) -> anyhow::Result<Vec<Source>> {
@@ -128,20 +122,6 @@ pub fn load_packs(
     let (installed, d) = crate::registry::load_installed(data_dir)?;
     diags.extend(d);
     Ok((crate::registry::merge(loaded, installed), diags))
-}
-
-/// The users and their roles (`<data-dir>/config.yaml`, `users: {alice: [sre]}`). A local
-/// stand-in for the identities of the server (issue [C]).
-pub fn roles_of(data_dir: &Path, user: &str) -> anyhow::Result<Vec<String>> {
-    let path = data_dir.join("config.yaml");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("no user config at {}: create it with `users: {{{user}: [sre]}}`", path.display()))?;
-    let docs = opsgraph_pack::yaml::parse_stream(&text)
-        .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.pos.line, e.message))?;
-    let config = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
-    let roles =
-        config["users"][user].as_array().with_context(|| format!("user `{user}` is not in {}", path.display()))?;
-    Ok(roles.iter().filter_map(|r| r.as_str().map(str::to_string)).collect())
 }
 
 pub struct ApplyArgs<'a> {
@@ -444,93 +424,40 @@ impl Action<'_> {
 }
 
 fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
-    let actor = local_actor(None);
-    // Each change carries the server's audit row for it, in its own transaction.
-    let op_record = |rt: &Runtime, id: &str| -> anyhow::Result<opsgraph_store::OperationRecord> {
-        rt.store().operation(id)?.with_context(|| format!("no operation `{id}`"))
-    };
-    let mut note = |e: &TimelineEntry| {
-        let _ = e;
-    };
+    use opsgraph_api::Control as _;
+    let mut ctl =
+        crate::client::LocalControl::new(runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?, &local_actor(None));
     let id = match action {
         Action::Answer { gate, operation, option, user, value } => {
             let id = match operation {
                 Some(id) => id.to_string(),
-                None => opsgraph_api::find_gate(&crate::client::Local::new(rt.store(), &c.data_dir), gate)?,
+                None => opsgraph_api::find_gate(&ctl, gate)?,
             };
-            let roles = roles_of(&c.data_dir, user)?;
-            let required =
-                rt.store().gates(&id)?.into_iter().find(|g| g.id == gate).map(|g| g.required_roles).unwrap_or_default();
-            let role = roles
-                .iter()
-                .find(|r| required.is_empty() || required.contains(r))
-                .cloned()
-                .unwrap_or_else(|| roles.join("+"));
-            let value = value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())));
-            let answer = GateAnswer { option: option.to_string(), actor: local_actor(Some(user)), role, value };
-            let op = op_record(&rt, &id)?;
-            let revision = op.plan_revision.clone();
-            rt.attach(vec![
-                opsgraph_store::Write::ExpectPlan { operation: id.clone(), revision: revision.clone() },
-                opsgraph_runtime::audit::gate_answer(
-                    &answer.actor,
-                    &op,
-                    gate,
-                    (option, &answer.role),
-                    &revision,
-                    answer.value.is_some(),
-                ),
-            ]);
-            rt.answer_gate(&id, gate, &answer, &mut note)?;
+            ctl.answer(&id, gate, option, value.map(opsgraph_api::gate_value), user)?;
             writeln!(out, "gate {gate} of {id}: {option} (by {user})")?;
             // A child operation is driven by its parent.
-            rt.root_of(&id)?
+            ctl.rt.root_of(&id)?
         }
         Action::Pause(id) => {
-            let reason = "paused by a person";
-            let op = op_record(&rt, id)?;
-            rt.attach(vec![opsgraph_runtime::audit::control(
-                &actor,
-                "operation.pause",
-                &op,
-                json!({"reason": reason}),
-            )]);
-            rt.pause(id, &actor, reason, &mut note)?;
+            ctl.pause(id)?;
             writeln!(out, "{id}: paused; running jobs finish, no new job starts")?;
             return Ok(0);
         }
         Action::Resume(id) => {
-            // A `running` operation whose driver died (a crash, a closed terminal) is simply
-            // driven again: recovery checks the evidence of attempts left without an outcome.
-            let running = rt.store().operation(id)?.is_some_and(|o| matches!(o.state, OperationState::Running));
-            if !running {
-                let op = op_record(&rt, id)?;
-                rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.resume", &op, json!({}))]);
-                rt.resume(id, &actor, &mut note)?;
-            }
+            ctl.resume(id)?;
             id.to_string()
         }
         Action::Cancel(id) => {
-            let reason = "cancelled by a person";
-            let op = op_record(&rt, id)?;
-            rt.attach(vec![opsgraph_runtime::audit::control(
-                &actor,
-                "operation.cancel",
-                &op,
-                json!({"reason": reason}),
-            )]);
-            rt.cancel(id, &actor, reason, &mut note)?;
+            ctl.cancel(id)?;
             writeln!(out, "{id}: cancelled")?;
             return Ok(0);
         }
         Action::Retry(id, jobs) => {
-            let op = op_record(&rt, id)?;
-            rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.retry", &op, json!({"jobs": jobs}))]);
-            rt.retry(id, &jobs, &actor, &mut note)?;
+            ctl.retry(id, &jobs)?;
             id.to_string()
         }
     };
+    let mut rt = ctl.rt;
     if c.wait {
         drive_on(&mut rt, &id, out)
     } else {

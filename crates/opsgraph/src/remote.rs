@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::render::Output;
 use opsgraph_api::views::exit_code;
-use opsgraph_api::{Client, OperationView};
+use opsgraph_api::{Client, Control, OperationView};
 use opsgraph_model::OperationStateKind;
 
 use crate::render::{document, live, print_finish, to_yaml};
@@ -253,7 +253,7 @@ impl Remote {
     /// `gate answer`, `pause`, `resume`, `cancel`, `retry`, then (unless `--no-wait`) follow the
     /// operation as the server drives it.
     pub fn control(
-        &self,
+        &mut self,
         action: &RemoteAction<'_>,
         wait: bool,
         output: Output,
@@ -268,32 +268,26 @@ impl Remote {
             RemoteAction::Pause(id) | RemoteAction::Resume(id) | RemoteAction::Cancel(id) => id.to_string(),
             RemoteAction::Retry(id, _) => id.to_string(),
         };
-        let base = format!("/api/v1/operations/{}", segment(&id));
         let mut sink = std::io::sink();
         let text: &mut dyn Write = if output == Output::Text { out } else { &mut sink };
         match action {
             RemoteAction::Answer { gate, option, value, .. } => {
-                let op = self.operation_value(&id)?;
-                let value = value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())));
-                self.post_json(
-                    &format!("{base}/gates/{}/answer", segment(gate)),
-                    json!({"option": option, "value": value, "revision": op["plan_revision"]}),
-                )?;
+                Control::answer(self, &id, gate, option, value.map(opsgraph_api::gate_value), "")?;
                 writeln!(text, "gate {gate} of {id}: {option}")?;
             }
             RemoteAction::Pause(_) => {
-                self.call("POST", &format!("{base}/pause"), None)?;
+                Control::pause(self, &id)?;
                 writeln!(text, "{id}: paused; running jobs finish, no new job starts")?;
             }
             RemoteAction::Resume(_) => {
-                self.call("POST", &format!("{base}/resume"), None)?;
+                Control::resume(self, &id)?;
             }
             RemoteAction::Cancel(_) => {
-                self.call("POST", &format!("{base}/cancel"), None)?;
+                Control::cancel(self, &id)?;
                 writeln!(text, "{id}: cancelled")?;
             }
             RemoteAction::Retry(_, jobs) => {
-                self.post_json(&format!("{base}/retry"), json!({"jobs": jobs}))?;
+                Control::retry(self, &id, jobs)?;
             }
         }
         let waits = wait && !matches!(action, RemoteAction::Pause(_) | RemoteAction::Cancel(_));
@@ -538,5 +532,52 @@ impl opsgraph_api::Client for Remote {
     fn diagnosis(&self, operation: &str) -> anyhow::Result<Vec<opsgraph_api::DiagnosisView>> {
         let path = format!("/api/v1/operations/{}/diagnosis", segment(operation));
         Ok(serde_json::from_value(self.get(&path)?["diagnosis"].take())?)
+    }
+}
+
+/// The HTTP client's changes: one request each, audited by the server as the token's identity.
+impl opsgraph_api::Control for Remote {
+    fn answer(
+        &mut self,
+        operation: &str,
+        gate: &str,
+        option: &str,
+        value: Option<Value>,
+        _user: &str,
+    ) -> anyhow::Result<opsgraph_api::AnswerReply> {
+        // The answer names the plan revision it approves.
+        let revision = self.operation_value(operation)?["plan_revision"].take();
+        let path = format!("/api/v1/operations/{}/gates/{}/answer", segment(operation), segment(gate));
+        Ok(serde_json::from_value(
+            self.post_json(&path, json!({"option": option, "value": value, "revision": revision}))?,
+        )?)
+    }
+
+    fn pause(&mut self, operation: &str) -> anyhow::Result<opsgraph_api::ControlReply> {
+        self.act(operation, "pause", None)
+    }
+
+    fn resume(&mut self, operation: &str) -> anyhow::Result<opsgraph_api::ControlReply> {
+        self.act(operation, "resume", None)
+    }
+
+    fn cancel(&mut self, operation: &str) -> anyhow::Result<opsgraph_api::ControlReply> {
+        self.act(operation, "cancel", None)
+    }
+
+    fn retry(&mut self, operation: &str, jobs: &[String]) -> anyhow::Result<opsgraph_api::ControlReply> {
+        self.act(operation, "retry", Some(json!({"jobs": jobs})))
+    }
+}
+
+impl Remote {
+    /// `POST /operations/{id}/{action}`, with a JSON body or none.
+    fn act(&self, operation: &str, action: &str, body: Option<Value>) -> anyhow::Result<opsgraph_api::ControlReply> {
+        let path = format!("/api/v1/operations/{}/{action}", segment(operation));
+        let reply = match body {
+            Some(body) => self.post_json(&path, body)?,
+            None => self.call("POST", &path, None)?,
+        };
+        Ok(serde_json::from_value(reply)?)
     }
 }
