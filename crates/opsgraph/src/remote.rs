@@ -325,22 +325,19 @@ impl Remote {
             (None, Some(id)) => self.call("POST", &format!("{base}?remedy={}", segment(id)), None)?,
             (None, None) => bail!("name a patch: -f PATCH.yaml or --remedy ID"),
         };
-        self.print_patch(op, &reply, out)
+        self.print_patch(op, reply, out)
     }
 
-    fn print_patch(&self, op: &str, reply: &Value, out: &mut dyn Write) -> anyhow::Result<u8> {
-        writeln!(out, "patch {} of {op}:", reply["patch"].as_str().unwrap_or_default())?;
-        write!(out, "{}", reply["diff_text"].as_str().unwrap_or_default())?;
-        for f in reply["findings"].as_array().into_iter().flatten() {
-            writeln!(
-                out,
-                "{} {}: {}",
-                f["severity"].as_str().unwrap_or_default(),
-                f["code"].as_str().unwrap_or_default(),
-                f["message"].as_str().unwrap_or_default()
-            )?;
+    fn print_patch(&self, op: &str, reply: Value, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let reply: opsgraph_api::PatchReply = serde_json::from_value(reply)?;
+        writeln!(out, "patch {} of {op}:", reply.patch)?;
+        write!(out, "{}", reply.diff_text)?;
+        for f in &reply.findings {
+            // The severity as the API spells it (`error`, `warning`).
+            let severity = serde_json::to_value(f.severity)?;
+            writeln!(out, "{} {}: {}", severity.as_str().unwrap_or_default(), f.code, f.message)?;
         }
-        if let Some(g) = reply["gate"].as_str() {
+        if let Some(g) = &reply.gate {
             writeln!(
                 out,
                 "waiting for approval at {g}: opsgraph gate answer {g} --operation {op} --option 'approve patch'"
@@ -379,7 +376,7 @@ impl Remote {
         };
         let reply =
             self.call("POST", &format!("/api/v1/operations/{}/patches?remedy={}", segment(op), segment(remedy)), None)?;
-        self.print_patch(op, &reply, out)
+        self.print_patch(op, reply, out)
     }
 
     /// `pack install FILE.tar.gz|DIR`: a directory is packed into a `.tar.gz` in memory first,
@@ -456,26 +453,9 @@ impl Remote {
     }
 
     pub fn token_list(&self, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let list = self.get("/api/v1/tokens")?;
-        let tokens = list["tokens"].as_array().cloned().unwrap_or_default();
-        if tokens.is_empty() {
-            writeln!(out, "(no tokens)")?;
-            return Ok(0);
-        }
-        writeln!(out, "{:<18} {:<20} {:<28} {:<24} STATUS", "ID", "NAME", "ROLES", "CREATED")?;
-        for t in tokens {
-            let roles: Vec<&str> = t["roles"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            let status = t["revoked_at"].as_str().map_or("active".to_string(), |at| format!("revoked {at}"));
-            writeln!(
-                out,
-                "{:<18} {:<20} {:<28} {:<24} {status}",
-                t["id"].as_str().unwrap_or_default(),
-                t["name"].as_str().unwrap_or_default(),
-                roles.join(","),
-                t["created_at"].as_str().unwrap_or_default()
-            )?;
-        }
-        Ok(0)
+        let tokens: Vec<opsgraph_api::TokenView> =
+            serde_json::from_value(self.get("/api/v1/tokens")?["tokens"].take())?;
+        crate::render::print_tokens(&tokens, out)
     }
 
     pub fn token_revoke(&self, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {

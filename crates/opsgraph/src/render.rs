@@ -254,3 +254,17 @@ pub fn print_intervention(
     }
     Ok(0)
 }
+
+/// API tokens as `token list` prints them (never the token itself: only its hash is kept).
+pub fn print_tokens(tokens: &[opsgraph_api::TokenView], out: &mut dyn Write) -> anyhow::Result<u8> {
+    if tokens.is_empty() {
+        writeln!(out, "(no tokens)")?;
+        return Ok(0);
+    }
+    writeln!(out, "{:<18} {:<20} {:<28} {:<24} STATUS", "ID", "NAME", "ROLES", "CREATED")?;
+    for t in tokens {
+        let status = t.revoked_at.as_deref().map_or("active".to_string(), |at| format!("revoked {at}"));
+        writeln!(out, "{:<18} {:<20} {:<28} {:<24} {status}", t.id, t.name, t.roles.join(","), t.created_at)?;
+    }
+    Ok(0)
+}

@@ -84,6 +84,7 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
     let files = crate::support::temp_dir(&[
         ("sam.token", &api.token("sam", &["operator"])),
         ("bob.token", &api.token("bob", &["sre"])),
+        ("ada.token", &api.token("ada", &["platform_admin"])),
         ("intent.yaml", &crate::server::intent("h11")),
         (
             "failing.yaml",
@@ -161,6 +162,11 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
         );
         assert!(!here.out.is_empty() || here.code != 0, "`{}` printed nothing", args.join(" "));
     }
+
+    // Tokens (the admin's view of the same store): one renderer for both.
+    let (here, there) = (local(&["token", "list"]), remote("ada", &["token", "list"]));
+    assert_eq!((here.code, &here.out), (there.code, &there.out), "{}\n{}", here.render(), there.render());
+    assert!(here.out.contains("ada") && here.out.contains("platform_admin"), "{}", here.out);
 
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
