@@ -291,17 +291,6 @@ fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     print_finish(&view, resource.as_ref(), out)
 }
 
-fn describe_state(state: &OperationState) -> String {
-    match state {
-        OperationState::Failed { reason } => format!("failed: {reason}"),
-        OperationState::Paused { reason } => format!("paused: {reason}"),
-        OperationState::Cancelled { reason } => format!("cancelled: {reason}"),
-        OperationState::WaitingForApproval { gates } => format!("waiting for approval at {}", gates.join(", ")),
-        OperationState::WaitingForInput { gates } => format!("waiting for input at {}", gates.join(", ")),
-        other => state_name(other.kind()).to_string(),
-    }
-}
-
 /// `describe operation|resource ID`: the full chain of reasons.
 pub fn describe(data_dir: &Path, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = open_store(data_dir)?;
@@ -324,7 +313,7 @@ fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut 
             let ops: Vec<Value> = store
                 .operations(&OperationFilter { state: None, resource: Some(id.to_string()) })?
                 .iter()
-                .map(|o| json!({"id": o.id, "state": state_name(o.state.kind()), "detail": describe_state(&o.state), "at": o.updated_at}))
+                .map(|o| json!({"id": o.id, "state": state_name(o.state.kind()), "detail": opsgraph_api::views::detail(&o.state), "at": o.updated_at}))
                 .collect();
             json!({"resource": r.doc, "last_operation": r.last_operation, "operations": ops})
         }
