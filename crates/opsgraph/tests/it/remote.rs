@@ -171,3 +171,41 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
 }
+
+/// `apply --yes` prints the same preview, live view and ending whether this process drives the
+/// run or a server does (ids, times, plan hashes and the operation's name normalised).
+#[test]
+fn apply_prints_the_same_run_locally_and_through_the_server() {
+    let api = crate::server::Api::new("");
+    let files = crate::support::temp_dir(&[
+        ("sam.token", &api.token("sam", &["operator"])),
+        ("here.yaml", &crate::server::intent("h31")),
+        ("there.yaml", &crate::server::intent("h32")),
+    ]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let token = files.join("sam.token").display().to_string();
+    let (here, there) = (files.join("here.yaml").display().to_string(), files.join("there.yaml").display().to_string());
+    let data = api.dir.join("data").display().to_string();
+    let packs = api.dir.join("hello").display().to_string();
+    let local = crate::support::opsgraph(&["--data-dir", &data, "apply", "-f", &here, "--yes", "--packs", &packs]);
+    let remote = crate::support::opsgraph(&["--server", &url, "--token-file", &token, "apply", "-f", &there, "--yes"]);
+    let normal = |text: &str| {
+        let text = regex::Regex::new(r"op-[0-9a-z]+").unwrap().replace_all(text, "OP");
+        let text = regex::Regex::new(r"\d\d:\d\d:\d\d").unwrap().replace_all(&text, "TIME");
+        let text = regex::Regex::new(r"sha256:[0-9a-f]+").unwrap().replace_all(&text, "HASH");
+        text.replace("h31", "NAME").replace("h32", "NAME")
+    };
+    assert_eq!(local.code, 0, "{}", local.render());
+    assert!(local.out.contains("waiting for gate approve-hello"), "{}", local.render());
+    assert_eq!(
+        (remote.code, normal(&remote.out), normal(&remote.err)),
+        (local.code, normal(&local.out), normal(&local.err))
+    );
+
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}
