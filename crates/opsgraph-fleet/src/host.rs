@@ -181,13 +181,29 @@ pub(crate) fn health(h: &HostState) -> crate::Health {
     } else {
         "dead".into()
     };
+    let agent = h.agent.as_ref().map(|name| crate::AgentHealth {
+        name: name.clone(),
+        unit: if alive { unit_state(h, crate::agent::UNIT) } else { "unknown".into() },
+    });
     crate::Health {
         name: h.name.clone(),
         address: h.address.clone(),
         pid: h.pid,
         systemd,
         sshd: alive && banner(&h.address),
+        agent,
     }
+}
+
+/// `systemctl is-active UNIT` inside the host: its word (it exits non-zero for all but `active`).
+fn unit_state(h: &HostState, unit: &str) -> String {
+    nsenter(h, &["systemctl", "is-active", unit])
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn banner(address: &str) -> bool {

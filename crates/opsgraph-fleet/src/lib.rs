@@ -100,11 +100,24 @@ pub struct Health {
     pub systemd: String,
     /// sshd answered with an SSH banner on port 22.
     pub sshd: bool,
+    /// The agent `lab fleet agent` installed, and its unit's state (`systemctl is-active`).
+    pub agent: Option<AgentHealth>,
+}
+
+/// A host's agent as `status` sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentHealth {
+    pub name: String,
+    /// `active`, `failed`, `inactive`, … or `unknown` when the host does not answer.
+    pub unit: String,
 }
 
 impl Health {
+    /// systemd up, sshd answering, and the agent's unit active where there is one.
     pub fn healthy(&self) -> bool {
-        matches!(self.systemd.as_str(), "running" | "degraded") && self.sshd
+        matches!(self.systemd.as_str(), "running" | "degraded")
+            && self.sshd
+            && self.agent.as_ref().is_none_or(|a| a.unit == "active")
     }
 }
 

@@ -126,7 +126,8 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
         /// Real hosts instead (root): a fleet (built, or the healthy one reused) and PostgreSQL
-        /// installed on its first host with the bundled pack. The fleet stays up.
+        /// installed with the bundled pack: the primary on its first host and a streaming replica
+        /// on each other (one host: PostgreSQL alone). The fleet stays up.
         #[arg(long, conflicts_with = "keep")]
         real: bool,
         /// The fleet's size with --real.
@@ -472,9 +473,14 @@ pub enum PackCommand {
         #[arg(long, requires = "fleet")]
         keep: bool,
         /// A template parameter, NAME=VALUE (repeatable): required parameters without a default
-        /// must be given.
+        /// must be given. In VALUE, `{address:SCOPE}`, `{addresses:SCOPE}` and `{members:SCOPE}`
+        /// become the first address, every address, and `name=address` pairs of the hosts the
+        /// scope gets.
         #[arg(long = "set", value_name = "NAME=VALUE", requires = "fleet")]
         sets: Vec<String>,
+        /// Only this template (repeatable) [default: every template that targets compute nodes].
+        #[arg(long = "template", value_name = "ID", requires = "fleet")]
+        templates: Vec<String>,
     },
     /// Install a pack from a directory or a .tar.gz into the data directory, pinned by digest.
     Install {

@@ -296,8 +296,8 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Pack { command: PackCommand::Test { dirs, fleet: false, .. } } => {
             crate::remedy_cmd::pack_test(&dirs, out, err)
         }
-        Command::Pack { command: PackCommand::Test { dirs, fleet: true, hosts, keep, sets } } => {
-            let args = crate::fleet_run::PackTest { dirs: &dirs, hosts, keep, sets: &sets };
+        Command::Pack { command: PackCommand::Test { dirs, fleet: true, hosts, keep, sets, templates } } => {
+            let args = crate::fleet_run::PackTest { dirs: &dirs, hosts, keep, sets: &sets, templates: &templates };
             crate::fleet_run::pack_test(&args, &data_dir, out, err)
         }
         Command::Pack { command: PackCommand::Install { path, replace } } => {

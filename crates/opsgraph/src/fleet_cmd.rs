@@ -124,18 +124,28 @@ fn status(health: &[opsgraph_fleet::Health], output: Output, out: &mut dyn Write
             let rows: Vec<serde_json::Value> = health
                 .iter()
                 .map(|h| {
+                    let agent = h.agent.as_ref().map(|a| serde_json::json!({"name": a.name, "unit": a.unit}));
                     serde_json::json!({"name": h.name, "address": h.address, "pid": h.pid,
-                        "systemd": h.systemd, "sshd": h.sshd, "healthy": h.healthy()})
+                        "systemd": h.systemd, "sshd": h.sshd, "agent": agent, "healthy": h.healthy()})
                 })
                 .collect();
             writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
         }
         Output::Text | Output::Dot => {
-            writeln!(out, "{:<10} {:<13} {:>8}  {:<12} {:<8} HEALTH", "HOST", "ADDRESS", "PID", "SYSTEMD", "SSHD")?;
+            writeln!(
+                out,
+                "{:<10} {:<13} {:>8}  {:<12} {:<8} {:<24} HEALTH",
+                "HOST", "ADDRESS", "PID", "SYSTEMD", "SSHD", "AGENT"
+            )?;
             for h in health {
                 let sshd = if h.sshd { "answers" } else { "silent" };
+                let agent = h.agent.as_ref().map_or_else(|| "-".to_owned(), |a| format!("{} ({})", a.name, a.unit));
                 let ok = if h.healthy() { "healthy" } else { "unhealthy" };
-                writeln!(out, "{:<10} {:<13} {:>8}  {:<12} {:<8} {ok}", h.name, h.address, h.pid, h.systemd, sshd)?;
+                writeln!(
+                    out,
+                    "{:<10} {:<13} {:>8}  {:<12} {:<8} {agent:<24} {ok}",
+                    h.name, h.address, h.pid, h.systemd, sshd
+                )?;
             }
         }
     }

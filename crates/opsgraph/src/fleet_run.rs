@@ -3,6 +3,7 @@
 //! pack's templates on fleet hosts, then every evidence check again, as molecule runs a role).
 //! Both need root: without it they say so and exit 2, having changed nothing.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
@@ -82,8 +83,9 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `demo --real`: a fleet (built, or the healthy one reused), PostgreSQL installed on its first
-/// host with the bundled pack through the demo's path and live view. The fleet stays up.
+/// `demo --real`: a fleet (built, or the healthy one reused), PostgreSQL installed with the bundled
+/// pack through the demo's path and live view: on one host alone, or with two or more hosts a
+/// primary on the first and a streaming replica on each other. The fleet stays up.
 pub fn demo(
     data_dir: &Path,
     base: Option<&Path>,
@@ -97,10 +99,12 @@ pub fn demo(
     let fleet_dir = data_dir.join("fleet");
     let dir = plan_cmd::run_dir(base, "opsgraph-demo");
     prepare(&dir)?;
-    writeln!(out, "opsgraph demo --real: PostgreSQL on a real Debian 12 host of a fleet of {hosts}, over SSH")?;
+    let what = if hosts > 1 { "a primary and streaming replicas" } else { "a real Debian 12 host" };
+    writeln!(out, "opsgraph demo --real: PostgreSQL on {what} of a fleet of {hosts}, over SSH")?;
     writeln!(out, "data directory: {}", dir.display())?;
     let (state, existed) = fleet_up(&fleet_dir, hosts, err)?;
     let host = &state.hosts[0];
+    let replicas: Vec<&opsgraph_fleet::HostState> = state.hosts.iter().skip(1).take(hosts.saturating_sub(1)).collect();
     writeln!(
         out,
         "fleet of {} hosts {} in {}\n",
@@ -108,23 +112,43 @@ pub fn demo(
         if existed { "was already up" } else { "is up" },
         state.dir.display()
     )?;
-    // The owner's password: made here, kept in a file only this user reads, never printed.
-    let mut bytes = [0u8; 12];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
-    let password: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    // The passwords: made here, kept in files only this user reads, never printed.
+    let password = random_hex()?;
     let password_file = dir.join("db-password");
     write_private(&password_file, &format!("{password}\n"))?;
+    let net = format!("{}.0/24", opsgraph_fleet::NET);
+    let mut parameters = json!({
+        "source": "debian", "database": "demo", "owner": "demo_app", "db_password": password,
+        "listen_addresses": "*", "client_cidr": net,
+    });
+    let (action, desired, first_job) = if replicas.is_empty() {
+        ("install", format!("PostgreSQL 15 from Debian's archive on {}", host.name), "install-postgresql-packages")
+    } else {
+        let replication = random_hex()?;
+        write_private(&dir.join("replication-password"), &format!("{replication}\n"))?;
+        parameters["primary_host"] = json!(host.address);
+        parameters["replica_cidr"] = json!(net);
+        parameters["replication_password"] = json!(replication);
+        let names: Vec<&str> = replicas.iter().map(|h| h.name.as_str()).collect();
+        (
+            "install_replicated",
+            format!("PostgreSQL 15: the primary on {}, streaming replicas on {}", host.name, names.join(", ")),
+            "install-postgresql-packages, install-replica-packages",
+        )
+    };
+    let mut targets = json!({"target_nodes": [format!("compute_node/{}", host.name)]});
+    if !replicas.is_empty() {
+        targets["replica_nodes"] =
+            json!(replicas.iter().map(|h| format!("compute_node/{}", h.name)).collect::<Vec<_>>());
+    }
     let intent = json!({"intent": {
         "target_resource_type": "postgresql.instance",
-        "action": "install",
+        "action": action,
         "name": "demo-db",
         "environment": "dev",
-        "desired_result": format!("PostgreSQL 15 from Debian's archive on {}", host.name),
-        "parameters": {
-            "source": "debian", "database": "demo", "owner": "demo_app", "db_password": password,
-            "listen_addresses": "*", "client_cidr": format!("{}.0/24", opsgraph_fleet::NET),
-        },
-        "targets": {"target_nodes": [format!("compute_node/{}", host.name)]},
+        "desired_result": desired,
+        "parameters": parameters,
+        "targets": targets,
     }});
     let intent_file = dir.join("intent.yaml");
     write_private(&intent_file, &crate::render::to_yaml(&intent, 0))?;
@@ -133,9 +157,11 @@ pub fn demo(
     let patch = dir.join("approval.yaml");
     std::fs::write(
         &patch,
-        "plan_patch:\n  reason: root on a real host needs an SRE's approval\n  changes:\n    \
-         - add_gate: {id: approve-real-host, type: approval, reason: the jobs run as root over SSH on a real host, \
-         options: [approve, cancel operation], required_roles: [sre], before: [install-postgresql-packages]}\n",
+        format!(
+            "plan_patch:\n  reason: root on a real host needs an SRE's approval\n  changes:\n    \
+         - add_gate: {{id: approve-real-host, type: approval, reason: the jobs run as root over SSH on a real host, \
+         options: [approve, cancel operation], required_roles: [sre], before: [{first_job}]}}\n"
+        ),
     )?;
     let root = dir.join("bundled");
     load::materialize(&root)?;
@@ -153,6 +179,15 @@ pub fn demo(
         password_file.display(),
         host.address
     )?;
+    for r in &replicas {
+        writeln!(
+            out,
+            "Replica: PGPASSWORD=\"$(cat {})\" psql -h {} -U demo_app demo   (read-only, streaming from {})",
+            password_file.display(),
+            r.address,
+            host.name
+        )?;
+    }
     writeln!(
         out,
         "SSH:     ssh -i {} -o UserKnownHostsFile={} root@{}",
@@ -168,22 +203,93 @@ pub fn demo(
     Ok(code)
 }
 
+/// 24 hex digits from the kernel's random source: a password made for the demo.
+fn random_hex() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 12];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// What `pack test --fleet` is told.
 pub struct PackTest<'a> {
     pub dirs: &'a [String],
     pub hosts: Option<usize>,
     pub keep: bool,
-    /// `k=v` parameters for every template.
+    /// `k=v` parameters for every template; `{address:SCOPE}`… placeholders in the values.
     pub sets: &'a [String],
+    /// Only these templates (empty: every runnable one).
+    pub templates: &'a [String],
 }
 
-/// A template a fleet can run: every scope is of compute nodes; each gets its own hosts.
+/// A `--set` value with its host placeholders filled from the hosts each scope got:
+/// `{address:SCOPE}` the first host's address, `{addresses:SCOPE}` every address joined with
+/// `,`, `{members:SCOPE}` `name=address` pairs joined with `,`. Anything else in braces stays.
+fn fill_hosts(value: &str, hosts: &BTreeMap<String, Vec<(String, String)>>) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let Some(end) = tail.find('}') else {
+            rest = tail;
+            break;
+        };
+        let inner = &tail[1..end];
+        let filled = match inner.split_once(':') {
+            Some((kind @ ("address" | "addresses" | "members"), scope)) => {
+                let Some(list) = hosts.get(scope) else {
+                    let known: Vec<&str> = hosts.keys().map(String::as_str).collect();
+                    return Err(format!(
+                        "{{{inner}}}: no scope `{scope}` (the template's scopes and targets: {})",
+                        known.join(", ")
+                    ));
+                };
+                let items: Vec<String> = match kind {
+                    "address" => list.iter().take(1).map(|(_, a)| a.clone()).collect(),
+                    "addresses" => list.iter().map(|(_, a)| a.clone()).collect(),
+                    _ => list.iter().map(|(n, a)| format!("{n}={a}")).collect(),
+                };
+                items.join(",")
+            }
+            _ => tail[..=end].to_owned(),
+        };
+        out.push_str(&filled);
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// A template a fleet can run: every scope is of compute nodes; each intent target its scopes
+/// read (`from: targets.NAME`) gets its own hosts.
 struct Runnable<'a> {
     pack: &'a opsgraph_pack::Pack,
     template: &'a opsgraph_model::PlanTemplate,
-    /// Scope name and how many hosts, `target_nodes` first.
-    scopes: Vec<(String, usize)>,
+    /// Intent target and how many hosts (the most any scope reading it alone needs, at least
+    /// one), `target_nodes` first.
+    targets: Vec<(String, usize)>,
     parameters: Map<String, Value>,
+}
+
+impl Runnable<'_> {
+    /// The hosts behind each name a placeholder may use: every target, and every scope (the
+    /// union of the targets it reads; a scope that names none reads them all).
+    fn hosts_by_name(
+        &self,
+        given: &BTreeMap<String, Vec<(String, String)>>,
+    ) -> BTreeMap<String, Vec<(String, String)>> {
+        let mut named = given.clone();
+        for (scope, spec) in &self.template.scopes {
+            let keys: Vec<&str> = spec.from.iter().filter_map(|f| f.strip_prefix("targets.")).collect();
+            let hosts = given
+                .iter()
+                .filter(|(k, _)| keys.is_empty() || keys.contains(&k.as_str()))
+                .flat_map(|(_, h)| h.iter().cloned())
+                .collect();
+            named.insert(scope.clone(), hosts);
+        }
+        named
+    }
 }
 
 fn runnable<'a>(
@@ -194,9 +300,20 @@ fn runnable<'a>(
     if template.scopes.is_empty() || template.scopes.values().any(|s| s.resource_type != "compute_node") {
         return Ok(None);
     }
-    let mut scopes: Vec<(String, usize)> =
-        template.scopes.iter().map(|(n, s)| (n.clone(), s.min.unwrap_or(1).max(1) as usize)).collect();
-    scopes.sort_by_key(|(n, _)| n != "target_nodes");
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for spec in template.scopes.values() {
+        let keys: Vec<&str> = spec.from.iter().filter_map(|f| f.strip_prefix("targets.")).collect();
+        let min = if keys.len() == 1 { spec.min.unwrap_or(1).max(1) as usize } else { 1 };
+        for k in keys {
+            let n = counts.entry(k.to_owned()).or_insert(1);
+            *n = (*n).max(min);
+        }
+    }
+    if counts.is_empty() {
+        counts.insert("target_nodes".to_owned(), 1);
+    }
+    let mut targets: Vec<(String, usize)> = counts.into_iter().collect();
+    targets.sort_by_key(|(n, _)| n != "target_nodes");
     let mut parameters = Map::new();
     let mut missing = Vec::new();
     for (name, spec) in &template.parameters {
@@ -219,7 +336,7 @@ fn runnable<'a>(
             missing.join(", ")
         ));
     }
-    Ok(Some(Runnable { pack, template, scopes, parameters }))
+    Ok(Some(Runnable { pack, template, targets, parameters }))
 }
 
 /// `pack test DIR... --fleet`: each runnable template applied on fleet hosts, then applied again
@@ -246,9 +363,17 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
         let value = v.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::from(v));
         sets.insert(k.to_owned(), value);
     }
+    let known: Vec<&str> = packs.iter().flat_map(|p| p.templates.iter().map(|t| t.id.as_str())).collect();
+    if let Some(unknown) = args.templates.iter().find(|t| !known.contains(&t.as_str())) {
+        writeln!(err, "error[pack_test_unknown_template]: no template {unknown}; the packs have {}", known.join(", "))?;
+        return Ok(1);
+    }
     let mut runs = Vec::new();
     for pack in &packs {
         for template in &pack.templates {
+            if !args.templates.is_empty() && !args.templates.contains(&template.id) {
+                continue;
+            }
             match runnable(pack, template, &sets) {
                 Ok(Some(r)) => runs.push(r),
                 Ok(None) => writeln!(err, "skipped template {}: a scope is not of compute nodes", template.id)?,
@@ -267,7 +392,16 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
         )?;
         return Ok(1);
     }
-    let needed = runs.iter().map(|r| r.scopes.iter().map(|(_, n)| n).sum::<usize>()).max().unwrap_or(1);
+    // Placeholders naming a scope the template does not have are refused before any host is built.
+    for r in &runs {
+        let given = r.targets.iter().map(|(t, _)| (t.clone(), vec![(String::new(), String::new())])).collect();
+        let names = r.hosts_by_name(&given);
+        if let Some(e) = r.parameters.values().filter_map(Value::as_str).find_map(|v| fill_hosts(v, &names).err()) {
+            writeln!(err, "error[pack_test_bad_set]: template {}: {e}", r.template.id)?;
+            return Ok(1);
+        }
+    }
+    let needed = runs.iter().map(|r| r.targets.iter().map(|(_, n)| n).sum::<usize>()).max().unwrap_or(1);
     let hosts = args.hosts.unwrap_or(needed);
     if hosts < needed {
         writeln!(err, "error[pack_test_too_few_hosts]: a template needs {needed} hosts, --hosts is {hosts}")?;
@@ -283,10 +417,25 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
         prepare(&dir)?;
         let mut next = state.hosts.iter();
         let mut targets = Map::new();
-        for (scope, n) in &r.scopes {
-            let ids: Vec<Value> =
-                next.by_ref().take(*n).map(|h| Value::from(format!("compute_node/{}", h.name))).collect();
-            targets.insert(scope.clone(), Value::from(ids));
+        let mut given = BTreeMap::new();
+        for (target, n) in &r.targets {
+            let hosts: Vec<&opsgraph_fleet::HostState> = next.by_ref().take(*n).collect();
+            let ids: Vec<Value> = hosts.iter().map(|h| Value::from(format!("compute_node/{}", h.name))).collect();
+            targets.insert(target.clone(), Value::from(ids));
+            given.insert(target.clone(), hosts.iter().map(|h| (h.name.clone(), h.address.clone())).collect());
+        }
+        let names = r.hosts_by_name(&given);
+        let mut parameters = r.parameters.clone();
+        for value in parameters.values_mut() {
+            if let Value::String(text) = value {
+                match fill_hosts(text, &names) {
+                    Ok(filled) => *text = filled,
+                    Err(e) => {
+                        writeln!(err, "error[pack_test_bad_set]: template {}: {e}", r.template.id)?;
+                        return Ok(1);
+                    }
+                }
+            }
         }
         let intent = json!({"intent": {
             "target_resource_type": r.pack.manifest.resource_types.first().cloned().unwrap_or_default(),
@@ -294,7 +443,7 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
             "name": format!("pack-test-{}", r.template.action.replace('_', "-")),
             "environment": "dev",
             "desired_result": format!("template {} on fleet hosts", r.template.id),
-            "parameters": r.parameters,
+            "parameters": parameters,
             "targets": targets,
         }});
         let intent_file = dir.join("intent.yaml");
@@ -355,4 +504,38 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
         writeln!(out, "The fleet stays up. Tear it down with: opsgraph lab fleet down --dir {}", state.dir.display())?;
     }
     Ok(if failures == 0 { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    fn check(value: &str, want: &str) {
+        let hosts: BTreeMap<String, Vec<(String, String)>> = BTreeMap::from([
+            ("target_nodes".to_owned(), vec![("fleet-1".to_owned(), "10.213.0.11".to_owned())]),
+            (
+                "members".to_owned(),
+                vec![
+                    ("fleet-2".to_owned(), "10.213.0.12".to_owned()),
+                    ("fleet-3".to_owned(), "10.213.0.13".to_owned()),
+                ],
+            ),
+        ]);
+        let got = super::fill_hosts(value, &hosts).unwrap_or_else(|e| format!("error: {e}"));
+        assert_eq!(got, want, "{value}");
+    }
+
+    #[test]
+    fn set_values_get_the_hosts_of_their_scope() {
+        check("{address:target_nodes}", "10.213.0.11");
+        check("{addresses:members}", "10.213.0.12,10.213.0.13");
+        check("{address:members}", "10.213.0.12");
+        check("{members:members}", "fleet-2=10.213.0.12,fleet-3=10.213.0.13");
+        check("host={address:target_nodes}:5432 {x} {", "host=10.213.0.11:5432 {x} {");
+        check("plain", "plain");
+        check(
+            "{address:workers}",
+            "error: {address:workers}: no scope `workers` (the template's scopes and targets: members, target_nodes)",
+        );
+    }
 }

@@ -336,8 +336,15 @@ pub fn packs(sources: &[Source]) -> (Vec<Pack>, Vec<Diagnostic>) {
                     mine.push((rel, bytes.as_slice()));
                 }
             }
-            let (pack, d) = check_files(&source.join(&root), &mine);
+            let (mut pack, d) = check_files(&source.join(&root), &mine);
             diags.extend(d);
+            // Jobs run in their own directories: a pack read from a relative path keeps the
+            // absolute one, or a local job's script would be looked for under its run directory.
+            if let (Some(p), Source::Disk(_)) = (pack.as_mut(), source) {
+                if let Ok(abs) = std::path::absolute(&p.root) {
+                    p.root = abs.display().to_string();
+                }
+            }
             packs.extend(pack);
         }
     }

@@ -18,6 +18,8 @@
 #   produced artifacts  written to "$OPSGRAPH_OUT/<artifact-id>"
 #
 # Parameters: runtime_source (auto | debian)
+#             image_repository, image_repository_insecure (true: containerd pulls from that
+#             registry over plain HTTP, through /etc/containerd/certs.d/<host:port>/hosts.toml)
 # Provides:   container.runtime.containerd
 # Produces:   containerd_config_snapshot
 set -eu
@@ -66,6 +68,15 @@ case $RUNTIME_SOURCE in
     auto | debian) ;;
     *) fail "runtime_source '$RUNTIME_SOURCE' is not auto or debian" ;;
 esac
+
+REPO=${OPSGRAPH_PARAM_IMAGE_REPOSITORY:-registry.k8s.io}
+REGISTRY=${REPO%%/*}
+case ${OPSGRAPH_PARAM_IMAGE_REPOSITORY_INSECURE:-false} in
+    true | false) ;;
+    *) fail "image_repository_insecure must be true or false, not '${OPSGRAPH_PARAM_IMAGE_REPOSITORY_INSECURE}'" ;;
+esac
+matches '[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?' "$REGISTRY" ||
+    fail "image_repository '$REPO' does not start with a registry host[:port]"
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -119,6 +130,18 @@ if [ -n "$PAUSE_IMAGE" ]; then
 fi
 grep -Eq 'SystemdCgroup = true' "$config" || fail "cannot set SystemdCgroup in this containerd's default config"
 grep -Eq "config_path = [\"']/etc/containerd/certs.d" "$config" || fail "cannot set the registry config_path"
+
+# A plain-HTTP image repository: containerd must be told, or every pull tries HTTPS.
+if [ "${OPSGRAPH_PARAM_IMAGE_REPOSITORY_INSECURE:-false}" = true ]; then
+    install -d -m 0755 "/etc/containerd/certs.d/$REGISTRY"
+    write_file "/etc/containerd/certs.d/$REGISTRY/hosts.toml" 0644 <<EOT
+# managed by opsgraph (pack kubernetes, job install-runtime): image_repository over plain HTTP
+server = "http://$REGISTRY"
+
+[host."http://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+EOT
+fi
 
 if [ -f /etc/containerd/config.toml ] && ! grep -q '^# managed by opsgraph' /etc/containerd/config.toml; then
     cp -p /etc/containerd/config.toml "/etc/containerd/config.toml.opsgraph-orig.$(date +%Y%m%d%H%M%S)"

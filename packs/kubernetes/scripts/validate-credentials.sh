@@ -13,6 +13,8 @@
 #   produced artifacts  written to "$OPSGRAPH_OUT/<artifact-id>"
 #
 # Parameters: image_repository (registry.k8s.io, or a mirror such as harbor.example/k8s)
+#             image_repository_insecure (true: the repository speaks plain HTTP, e.g. a
+#             registry inside the site's network; install-runtime tells containerd so)
 # Requires:   cluster_spec (OPSGRAPH_ARTIFACT_CLUSTER_SPEC)
 # Produces:   credentials_report - KEY=value lines, STATUS=ok on success
 set -eu
@@ -36,6 +38,11 @@ REPO=${OPSGRAPH_PARAM_IMAGE_REPOSITORY:-registry.k8s.io}
 matches '[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9][-a-z0-9._/]*)?' "$REPO" ||
     fail "image_repository '$REPO' is not host[:port][/path]"
 REGISTRY=${REPO%%/*}
+case ${OPSGRAPH_PARAM_IMAGE_REPOSITORY_INSECURE:-false} in
+    true) SCHEME=http ;;
+    false) SCHEME=https ;;
+    *) fail "image_repository_insecure must be true or false, not '${OPSGRAPH_PARAM_IMAGE_REPOSITORY_INSECURE}'" ;;
+esac
 case $REPO in */*) PREFIX=${REPO#*/}/ ;; *) PREFIX= ;; esac
 IMAGE="${PREFIX}pause"
 
@@ -46,7 +53,7 @@ trap 'rm -f "$headers"' EXIT
 
 # 1. The registry API root: 200 (open) or 401 with a Bearer challenge (token auth).
 code=$(curl -sS -L --max-time 20 --retry 2 -o /dev/null -D "$headers" -w '%{http_code}' \
-    "https://$REGISTRY/v2/") || fail "https://$REGISTRY/v2/ does not answer (network or TLS)"
+    "$SCHEME://$REGISTRY/v2/") || fail "$SCHEME://$REGISTRY/v2/ does not answer (network or TLS)"
 case $code in
     200) AUTH=anonymous ;;
     401)
@@ -62,7 +69,7 @@ case $code in
         [ "$tcode" = 200 ] || fail "$REGISTRY refuses an anonymous pull token for $IMAGE (HTTP $tcode)"
         AUTH=anonymous-token
         ;;
-    *) fail "https://$REGISTRY/v2/ answered HTTP $code; not a container registry" ;;
+    *) fail "$SCHEME://$REGISTRY/v2/ answered HTTP $code; not a container registry" ;;
 esac
 
 mkdir -p "$OPSGRAPH_OUT"
@@ -71,8 +78,9 @@ tmp="$OPSGRAPH_OUT/.credentials_report.$$"
     printf 'CLUSTER_NAME=%s\n' "$CLUSTER_NAME"
     printf 'IMAGE_REPOSITORY=%s\n' "$REPO"
     printf 'REGISTRY_AUTH=%s\n' "$AUTH"
+    printf 'REGISTRY_SCHEME=%s\n' "$SCHEME"
     printf 'CHECKED_AT=%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     printf 'STATUS=ok\n'
 } >"$tmp"
 mv -f "$tmp" "$OPSGRAPH_OUT/credentials_report"
-log "ok: $REPO answers ($AUTH)"
+log "ok: $REPO answers over $SCHEME ($AUTH)"

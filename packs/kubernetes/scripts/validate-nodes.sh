@@ -17,7 +17,12 @@ set -eu
 
 log() { printf 'validate-nodes[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
 errors=0
-problem() { log "ERROR: $*"; errors=$((errors + 1)); }
+first=
+problem() {
+    log "ERROR: $*"
+    errors=$((errors + 1))
+    [ -n "$first" ] || first=$*
+}
 warn() { log "warning: $*"; }
 
 NL='
@@ -55,9 +60,13 @@ case " ${ID:-} ${ID_LIKE:-} " in
 esac
 command -v apt-get >/dev/null 2>&1 || problem "apt-get not found"
 [ -d /run/systemd/system ] || problem "systemd is not the init system"
-for tool in ip ss modprobe sysctl; do
+for tool in ip ss sysctl; do
     command -v "$tool" >/dev/null 2>&1 || problem "required tool '$tool' not found"
 done
+# modprobe only matters for a module the kernel does not already offer (prepare-network's rule).
+if ! grep -qw overlay /proc/filesystems || [ ! -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
+    command -v modprobe >/dev/null 2>&1 || problem "required tool 'modprobe' not found (overlay or br_netfilter must be loaded)"
+fi
 
 ARCH=$(dpkg --print-architecture 2>/dev/null || uname -m)
 case $ARCH in
@@ -118,7 +127,7 @@ if command -v timedatectl >/dev/null 2>&1 && [ "$(timedatectl show -p NTPSynchro
 fi
 
 if [ "$errors" -gt 0 ]; then
-    log "$errors problem(s)"
+    log "$errors problem(s), the first: $first"
     exit 1
 fi
 

@@ -142,10 +142,10 @@ fn fleet_of_three_hosts_up_ssh_apt_down() {
         expect![[r#"
             exit: 0
             --- stdout
-            HOST       ADDRESS            PID  SYSTEMD      SSHD     HEALTH
-            fleet-1    10.213.0.11 PID  running      answers  healthy
-            fleet-2    10.213.0.12 PID  running      answers  healthy
-            fleet-3    10.213.0.13 PID  running      answers  healthy
+            HOST       ADDRESS            PID  SYSTEMD      SSHD     AGENT                    HEALTH
+            fleet-1    10.213.0.11 PID  running      answers  -                        healthy
+            fleet-2    10.213.0.12 PID  running      answers  -                        healthy
+            fleet-3    10.213.0.13 PID  running      answers  -                        healthy
         "#]],
     );
     // Up again: reported, not rebuilt.

@@ -253,6 +253,22 @@ fn an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh() {
     let h = &state.hosts[0];
     let stat = opsgraph_fleet::exec(h, &["stat", "-c", "%a %U", opsgraph_fleet::AGENT_TOKEN]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&stat.stdout), "600 root\n");
+    // `status` shows the agent and its unit; a stopped agent makes the host unhealthy.
+    let status = || opsgraph(&["lab", "fleet", "status", "--dir", &d]);
+    let up = status();
+    assert_eq!(up.code, 0, "{}", up.render());
+    let row = |run: &crate::support::Run| {
+        let line = run.out.lines().find(|l| l.starts_with("fleet-1 ")).unwrap();
+        line.split_whitespace().rev().take(3).collect::<Vec<_>>().join(" ")
+    };
+    assert_eq!(row(&up), "healthy (active) fleet-agents", "{}", up.out);
+    let stop = opsgraph_fleet::exec(h, &["systemctl", "stop", opsgraph_fleet::AGENT_UNIT]).status().unwrap();
+    assert!(stop.success());
+    let down = status();
+    assert_eq!(down.code, 1, "{}", down.render());
+    assert_eq!(row(&down), "unhealthy (inactive) fleet-agents", "{}", down.out);
+    let start = opsgraph_fleet::exec(h, &["systemctl", "start", opsgraph_fleet::AGENT_UNIT]).status().unwrap();
+    assert!(start.success());
     // A wrong server is refused before anything is copied.
     let bad = opsgraph(&[
         "lab",

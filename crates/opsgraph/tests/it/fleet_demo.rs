@@ -36,23 +36,26 @@ fn without_root_demo_real_and_pack_test_fleet_say_so_and_exit_2() {
 }
 
 #[test]
-fn demo_real_installs_postgresql_on_a_fleet_host_and_leaves_the_fleet_up() {
+fn demo_real_installs_a_primary_and_a_replica_and_leaves_the_fleet_up() {
     if let Some(why) = unavailable() {
-        eprintln!("SKIPPED demo_real_installs_postgresql_on_a_fleet_host_and_leaves_the_fleet_up: {why}");
+        eprintln!("SKIPPED demo_real_installs_a_primary_and_a_replica_and_leaves_the_fleet_up: {why}");
         return;
     }
     let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = temp_dir(&[]);
     let data = tmp.path().display().to_string();
     let fleet = Fleet { dir: tmp.join("fleet") };
-    let run = opsgraph(&["--data-dir", &data, "demo", "--real", "--hosts", "1"]);
+    let run = opsgraph(&["--data-dir", &data, "demo", "--real", "--hosts", "2"]);
     assert_eq!(run.code, 0, "{}", run.render());
     for line in [
-        "opsgraph demo --real: PostgreSQL on a real Debian 12 host of a fleet of 1, over SSH",
+        "opsgraph demo --real: PostgreSQL on a primary and streaming replicas of a fleet of 2, over SSH",
         "gate approve-real-host: the jobs run as root over SSH on a real host -> demo answers `approve` as user:demo-sre (sre)",
         "done      verify-postgresql@fleet-1: exited with code 0",
+        "done      clone-replica@fleet-2: exited with code 0",
+        "done      verify-replication@fleet-1: exited with code 0",
         "Resource postgresql.instance/demo-db: status running, health healthy",
         "psql -h 10.213.0.11 -U demo_app demo",
+        "psql -h 10.213.0.12 -U demo_app demo   (read-only, streaming from fleet-1)",
         &format!("Tear it down with: opsgraph lab fleet down --dir {}", fleet.dir.display()),
     ] {
         assert!(run.out.contains(line), "missing {line:?} in:\n{}", run.out);
@@ -81,6 +84,26 @@ fn demo_real_installs_postgresql_on_a_fleet_host_and_leaves_the_fleet_up() {
         .output()
         .expect("psql (postgresql-client) is installed");
     assert_eq!(String::from_utf8_lossy(&login.stdout), "demo_app\n", "{}", String::from_utf8_lossy(&login.stderr));
+    // The replica answers the same login, in recovery (a standby).
+    let standby = Command::new("psql")
+        .args([
+            "-X",
+            "-w",
+            "-tAc",
+            "select current_user, pg_is_in_recovery()",
+            "host=10.213.0.12 dbname=demo user=demo_app connect_timeout=10",
+        ])
+        .env("PGPASSWORD", password.trim())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&standby.stdout),
+        "demo_app|t\n",
+        "{}",
+        String::from_utf8_lossy(&standby.stderr)
+    );
+    let replication = std::fs::read_to_string(demo.join("replication-password")).unwrap();
+    assert!(!run.render().contains(replication.trim()), "the replication password leaked");
     // The fleet stays up for the user; a second demo reuses it.
     let status = opsgraph(&["--data-dir", &data, "lab", "fleet", "status"]);
     assert_eq!(status.code, 0, "{}", status.render());
@@ -171,7 +194,8 @@ fn pack_test_fleet_runs_the_template_then_every_check_again() {
         eprintln!("SKIPPED pack_test_fleet_runs_the_template_then_every_check_again: {why}");
         return;
     }
-    let good = marker_pack("grep -qx \"$OPSGRAPH_PARAM_TEXT\" /root/marker");
+    // The host's own address, filled in from the `{address:target_nodes}` placeholder.
+    let good = marker_pack("grep -qx 'hello fleet-1=10.213.0.11' /root/marker");
     // Its check asks for what the job never writes: the harness must say FAIL and exit 1.
     let bad = marker_pack("test -x /root/marker");
     let files: Vec<(String, String)> = good
@@ -188,11 +212,39 @@ fn pack_test_fleet_runs_the_template_then_every_check_again() {
     let missing = opsgraph(&["--data-dir", &data, "pack", "test", &good_dir, "--fleet"]);
     assert_eq!(missing.code, 1, "{}", missing.render());
     assert!(missing.err.contains("error[pack_test_parameter_missing]: template marker.install of pack marker@0.1.0 needs text: give them with --set NAME=VALUE"), "{}", missing.err);
-    assert!(!tmp.join("data/fleet").exists());
+    let unknown = opsgraph(&["--data-dir", &data, "pack", "test", &good_dir, "--fleet", "--template", "marker.nope"]);
+    assert_eq!(unknown.code, 1, "{}", unknown.render());
+    assert!(
+        unknown
+            .err
+            .contains("error[pack_test_unknown_template]: no template marker.nope; the packs have marker.install"),
+        "{}",
+        unknown.err
+    );
+    let scope =
+        opsgraph(&["--data-dir", &data, "pack", "test", &good_dir, "--fleet", "--set", "text={address:workers}"]);
+    assert_eq!(scope.code, 1, "{}", scope.render());
+    assert!(
+        scope.err.contains("{address:workers}: no scope `workers` (the template's scopes and targets: target_nodes)"),
+        "{}",
+        scope.err
+    );
+    assert!(!tmp.join("data/fleet/fleet.json").exists());
 
     let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
     let fleet = Fleet { dir: tmp.join("data/fleet") };
-    let ok = opsgraph(&["--data-dir", &data, "pack", "test", &good_dir, "--fleet", "--set", "text=hello fleet"]);
+    let ok = opsgraph(&[
+        "--data-dir",
+        &data,
+        "pack",
+        "test",
+        &good_dir,
+        "--fleet",
+        "--template",
+        "marker.install",
+        "--set",
+        "text=hello {members:target_nodes}",
+    ]);
     assert_eq!(ok.code, 0, "{}", ok.render());
     let table = ok.out.split("Pack test on the fleet:\n").nth(1).unwrap_or_default();
     let table = regex::Regex::new(r"\s+\n").unwrap().replace_all(table, "\n").into_owned();

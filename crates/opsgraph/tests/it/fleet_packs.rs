@@ -8,8 +8,7 @@
 //!    `etcdctl endpoint health --cluster` and member list on every member; then one member's etcd
 //!    stopped behind Opsgraph's back, and the health check fails.
 //!
-//! The kubernetes pack is not run here yet: on a fleet host its `validate-credentials` fails
-//! first (registry.k8s.io does not answer), before the runtime is installed (docs/fleet.md).
+//! The kubernetes pack runs on a fleet of its own (`fleet_kubernetes.rs`).
 //!
 //! Needs root and OPSGRAPH_FLEET=1, like every fleet test.
 
@@ -37,7 +36,7 @@ pub(crate) fn ssh_executor(fleet_dir: &Path, address: &str) -> SshExecutor {
 }
 
 /// One evidence check of a bundled pack, once, through `exec`.
-fn check_once(pack: &str, id: &str, exec: &SshExecutor, env: &BTreeMap<String, String>) -> (bool, String) {
+pub(crate) fn check_once(pack: &str, id: &str, exec: &SshExecutor, env: &BTreeMap<String, String>) -> (bool, String) {
     let (packs, _) = opsgraph::load::packs(&[Source::parse(&path("packs"))]);
     let pack = packs.iter().find(|p| p.id() == pack).unwrap();
     let mut ev = pack.evidence.get(id).unwrap().clone();
@@ -46,7 +45,7 @@ fn check_once(pack: &str, id: &str, exec: &SshExecutor, env: &BTreeMap<String, S
     (r.passed, format!("{}; {}", r.observed, r.detail))
 }
 
-fn op_id(data: &str) -> String {
+pub(crate) fn op_id(data: &str) -> String {
     let ops: serde_json::Value =
         serde_json::from_str(&opsgraph(&["--data-dir", data, "get", "operations", "-o", "json"]).out).unwrap();
     ops[0]["id"].as_str().unwrap().to_owned()

@@ -15,6 +15,7 @@ mod fleet;
 mod fleet_agent;
 mod fleet_demo;
 mod fleet_faults;
+mod fleet_kubernetes;
 mod fleet_packs;
 mod fleet_postgresql;
 mod foureyes;
