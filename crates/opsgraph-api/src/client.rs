@@ -69,6 +69,12 @@ pub trait Control: Client {
     fn cancel(&mut self, operation: &str) -> anyhow::Result<crate::dto::ControlReply>;
     /// Runs failed jobs again (all when `jobs` is empty).
     fn retry(&mut self, operation: &str, jobs: &[String]) -> anyhow::Result<crate::dto::ControlReply>;
+    /// Records a manual fix of a failed operation and verifies it by the evidence it names.
+    fn intervene(
+        &mut self,
+        operation: &str,
+        iv: &opsgraph_model::Intervention,
+    ) -> anyhow::Result<crate::dto::InterventionReply>;
 }
 
 /// A gate's value as given on the command line: JSON when it parses, else the text itself.

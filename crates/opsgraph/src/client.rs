@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use opsgraph_api::{
-    views, AnswerReply, Client, Control, ControlReply, DiagnosisView, GateList, LogEntry, OperationSummary,
-    OperationView, ResourceRow,
+    views, AnswerReply, Client, Control, ControlReply, DiagnosisView, GateList, InterventionReply, LogEntry,
+    OperationSummary, OperationView, ResourceRow,
 };
-use opsgraph_model::OperationState;
+use opsgraph_model::{Intervention, OperationState};
 use opsgraph_runtime::GateAnswer;
 use opsgraph_runtime::Runtime;
 use opsgraph_store::{AuditFilter, AuditRecord, JobRecord, OperationFilter, OperationRecord, Store};
@@ -234,5 +234,11 @@ impl Control for LocalControl {
         self.audited("operation.retry", operation, json!({"jobs": jobs}))?;
         let state = self.rt.retry(operation, jobs, &self.actor.clone(), &mut |_| {})?;
         Ok(Self::reply(operation, &state))
+    }
+
+    fn intervene(&mut self, operation: &str, iv: &Intervention) -> anyhow::Result<InterventionReply> {
+        self.audited("operation.intervene", operation, json!({"note": iv.note}))?;
+        let v = self.rt.intervene(operation, iv, &self.actor.clone(), &mut |_| {})?;
+        Ok(views::intervention(operation, &v))
     }
 }

@@ -585,14 +585,13 @@ pub fn intervene(
     user: Option<&str>,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
-    let actor = local_actor(user.or(iv.actor.as_deref()));
-    let record = rt.store().operation(op)?.with_context(|| format!("no operation `{op}`"))?;
-    rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.intervene", &record, json!({"note": iv.note}))]);
-    let v = rt.intervene(op, iv, &actor, &mut |_| {})?;
-    let code = crate::render::print_intervention(&opsgraph_api::views::intervention(op, &v), &iv.note, out)?;
-    match &v.state {
-        OperationState::Running if c.wait => drive_on(&mut rt, op, out),
+    use opsgraph_api::Control as _;
+    let rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
+    let mut ctl = crate::client::LocalControl::new(rt, &local_actor(user.or(iv.actor.as_deref())));
+    let reply = ctl.intervene(op, iv)?;
+    let code = crate::render::print_intervention(&reply, &iv.note, out)?;
+    match reply.state {
+        opsgraph_model::OperationStateKind::Running if c.wait => drive_on(&mut ctl.rt, op, out),
         _ => Ok(code),
     }
 }

@@ -347,21 +347,14 @@ impl Remote {
     }
 
     /// `intervene OP ...`.
-    pub fn intervene(&self, op: &str, iv: &opsgraph_model::Intervention, out: &mut dyn Write) -> anyhow::Result<u8> {
-        // The document's own shape, as JSON (YAML's subset).
-        let doc = json!({"intervention": {
-            "type": "manually_fixed",
-            "target_stage": iv.target_stage,
-            "target_job": iv.target_job,
-            "note": iv.note,
-            "requires_verification": iv.requires_verification,
-        }});
-        let mut doc = doc;
-        if let Some(m) = doc["intervention"].as_object_mut() {
-            m.retain(|_, v| !v.is_null());
-        }
-        let reply = self.post_json(&format!("/api/v1/operations/{}/interventions", segment(op)), doc)?;
-        crate::render::print_intervention(&serde_json::from_value(reply)?, &iv.note, out)
+    pub fn intervene(
+        &mut self,
+        op: &str,
+        iv: &opsgraph_model::Intervention,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<u8> {
+        let reply = Control::intervene(self, op, iv)?;
+        crate::render::print_intervention(&reply, &iv.note, out)
     }
 
     /// `diagnose OP [--propose]`.
@@ -547,6 +540,27 @@ impl opsgraph_api::Control for Remote {
 
     fn retry(&mut self, operation: &str, jobs: &[String]) -> anyhow::Result<opsgraph_api::ControlReply> {
         self.act(operation, "retry", Some(json!({"jobs": jobs})))
+    }
+
+    fn intervene(
+        &mut self,
+        operation: &str,
+        iv: &opsgraph_model::Intervention,
+    ) -> anyhow::Result<opsgraph_api::InterventionReply> {
+        // The document's own shape, as JSON (YAML's subset).
+        let doc = json!({"intervention": {
+            "type": "manually_fixed",
+            "target_stage": iv.target_stage,
+            "target_job": iv.target_job,
+            "note": iv.note,
+            "requires_verification": iv.requires_verification,
+        }});
+        let mut doc = doc;
+        if let Some(m) = doc["intervention"].as_object_mut() {
+            m.retain(|_, v| !v.is_null());
+        }
+        let path = format!("/api/v1/operations/{}/interventions", segment(operation));
+        Ok(serde_json::from_value(self.post_json(&path, doc)?)?)
     }
 }
 
