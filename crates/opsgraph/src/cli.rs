@@ -50,7 +50,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
     }
     // With a server, the commands that read or change operations go through its API.
     if let Some(mut remote) = crate::remote::Remote::from_env(cli.server.as_deref(), cli.token_file.as_deref())? {
-        use crate::remote::RemoteAction as R;
+        use crate::client::Action as R;
         let wait = |w: &WorldArgs| !w.no_wait;
         match &cli.command {
             Command::Plan(p) | Command::Apply { plan: p, .. } if p.patch.is_some() => {
@@ -68,8 +68,8 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 return remote.describe_resource(id, output, out)
             }
             Command::Describe { what, id, output } => return describe(&remote, what, id, output, out),
-            Command::Gate { command: GateCommand::Answer { gate, operation, option, value, world, .. } } => {
-                let a = R::Answer { gate, operation: operation.as_deref(), option, value: value.as_deref() };
+            Command::Gate { command: GateCommand::Answer { gate, operation, option, user, value, world } } => {
+                let a = R::Answer { gate, operation: operation.as_deref(), option, user, value: value.as_deref() };
                 return remote.control(&a, wait(world), world.output, out);
             }
             Command::Pause { operation, output } => return remote.control(&R::Pause(operation), false, *output, out),

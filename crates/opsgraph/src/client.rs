@@ -242,3 +242,24 @@ impl Control for LocalControl {
         Ok(views::intervention(operation, &v))
     }
 }
+
+/// What a control command asks of a client: the same for the local and the HTTP one (`user` is
+/// the local `--as`; a server knows its caller from the token).
+#[derive(Clone)]
+pub enum Action<'a> {
+    Answer { gate: &'a str, operation: Option<&'a str>, option: &'a str, user: &'a str, value: Option<&'a str> },
+    Pause(&'a str),
+    Resume(&'a str),
+    Cancel(&'a str),
+    Retry(&'a str, Vec<String>),
+}
+
+impl Action<'_> {
+    /// The operation it names, when it names one (an answer may name only its gate).
+    pub fn operation_hint(&self) -> Option<&str> {
+        match self {
+            Action::Answer { operation, .. } => *operation,
+            Action::Pause(id) | Action::Resume(id) | Action::Cancel(id) | Action::Retry(id, _) => Some(id),
+        }
+    }
+}

@@ -13,7 +13,7 @@ use opsgraph_runtime::Runtime;
 use opsgraph_store::{Durability, OperationFilter, Store};
 use serde_json::{json, Value};
 
-pub use crate::client::{local_actor, roles_of};
+pub use crate::client::{local_actor, roles_of, Action};
 use crate::load::{self, Source};
 use crate::plan_cmd;
 use crate::render::{live, print_finish, stage_of};
@@ -352,15 +352,6 @@ pub struct Control<'a> {
     pub concurrency: Option<u16>,
 }
 
-#[derive(Clone)]
-pub enum Action<'a> {
-    Answer { gate: &'a str, operation: Option<&'a str>, option: &'a str, user: &'a str, value: Option<&'a str> },
-    Pause(&'a str),
-    Resume(&'a str),
-    Cancel(&'a str),
-    Retry(&'a str, Vec<String>),
-}
-
 pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
     use crate::render::Output;
     let format = match c.output {
@@ -401,15 +392,6 @@ fn answered_gate_operation(store: &dyn Store, gate: &str) -> anyhow::Result<Stri
         }
     }
     found.map(|(id, _)| id).with_context(|| format!("no answered gate `{gate}`"))
-}
-
-impl Action<'_> {
-    fn operation_hint(&self) -> Option<&str> {
-        match self {
-            Action::Answer { operation, .. } => *operation,
-            Action::Pause(id) | Action::Resume(id) | Action::Cancel(id) | Action::Retry(id, _) => Some(id),
-        }
-    }
 }
 
 fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {

@@ -15,6 +15,7 @@ use opsgraph_api::views::exit_code;
 use opsgraph_api::{Client, Control, OperationView};
 use opsgraph_model::OperationStateKind;
 
+use crate::client::Action;
 use crate::render::{document, live, print_finish, to_yaml};
 
 pub struct Remote {
@@ -254,43 +255,43 @@ impl Remote {
     /// operation as the server drives it.
     pub fn control(
         &mut self,
-        action: &RemoteAction<'_>,
+        action: &Action<'_>,
         wait: bool,
         output: Output,
         out: &mut dyn Write,
     ) -> anyhow::Result<u8> {
         let id = match action {
-            RemoteAction::Answer { gate, operation: Some(id), .. } => {
+            Action::Answer { gate, operation: Some(id), .. } => {
                 let _ = gate;
                 id.to_string()
             }
-            RemoteAction::Answer { gate, operation: None, .. } => opsgraph_api::find_gate(self, gate)?,
-            RemoteAction::Pause(id) | RemoteAction::Resume(id) | RemoteAction::Cancel(id) => id.to_string(),
-            RemoteAction::Retry(id, _) => id.to_string(),
+            Action::Answer { gate, operation: None, .. } => opsgraph_api::find_gate(self, gate)?,
+            Action::Pause(id) | Action::Resume(id) | Action::Cancel(id) => id.to_string(),
+            Action::Retry(id, _) => id.to_string(),
         };
         let mut sink = std::io::sink();
         let text: &mut dyn Write = if output == Output::Text { out } else { &mut sink };
         match action {
-            RemoteAction::Answer { gate, option, value, .. } => {
+            Action::Answer { gate, option, value, .. } => {
                 Control::answer(self, &id, gate, option, value.map(opsgraph_api::gate_value), "")?;
                 writeln!(text, "gate {gate} of {id}: {option}")?;
             }
-            RemoteAction::Pause(_) => {
+            Action::Pause(_) => {
                 Control::pause(self, &id)?;
                 writeln!(text, "{id}: paused; running jobs finish, no new job starts")?;
             }
-            RemoteAction::Resume(_) => {
+            Action::Resume(_) => {
                 Control::resume(self, &id)?;
             }
-            RemoteAction::Cancel(_) => {
+            Action::Cancel(_) => {
                 Control::cancel(self, &id)?;
                 writeln!(text, "{id}: cancelled")?;
             }
-            RemoteAction::Retry(_, jobs) => {
+            Action::Retry(_, jobs) => {
                 Control::retry(self, &id, jobs)?;
             }
         }
-        let waits = wait && !matches!(action, RemoteAction::Pause(_) | RemoteAction::Cancel(_));
+        let waits = wait && !matches!(action, Action::Pause(_) | Action::Cancel(_));
         if output != Output::Text {
             let view =
                 if waits { self.follow(&id, &mut std::io::sink(), &json!({}))? } else { Client::operation(self, &id)? };
@@ -302,15 +303,6 @@ impl Remote {
         }
         self.follow_and_finish(&id, &json!({}), out)
     }
-}
-
-/// What a control command asks of the server.
-pub enum RemoteAction<'a> {
-    Answer { gate: &'a str, operation: Option<&'a str>, option: &'a str, value: Option<&'a str> },
-    Pause(&'a str),
-    Resume(&'a str),
-    Cancel(&'a str),
-    Retry(&'a str, Vec<String>),
 }
 
 impl Remote {
