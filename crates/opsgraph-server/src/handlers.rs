@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use opsgraph_model::{Document, Intent};
-use opsgraph_plan::lifecycle::state_name;
 use opsgraph_plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
 use opsgraph_store::{now, AuditFilter, OperationFilter, OperationRecord, RequestRecord, Store, Write};
@@ -15,9 +14,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use opsgraph_api::views;
+
 use crate::auth::{self, hex, Identity};
 use crate::error::ApiError;
-use crate::{views, AppState};
+use crate::AppState;
 
 /// What a handler gets: the caller (checked), path and query parameters, the body (within its
 /// limit) and a store connection of its own.
@@ -255,13 +256,13 @@ pub(crate) fn plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn operations(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let filter =
         OperationFilter { state: ctx.query.get("state").cloned(), resource: ctx.query.get("resource").cloned() };
-    let ops: Vec<Value> = ctx.store.operations(&filter)?.iter().map(views::operation_summary).collect();
+    let ops: Vec<_> = ctx.store.operations(&filter)?.iter().map(views::operation_summary).collect();
     Reply::ok(json!({ "operations": ops }))
 }
 
 pub(crate) fn operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    Reply::ok(views::operation(&*ctx.store, &op)?)
+    Reply::ok(json!(views::operation(&*ctx.store, &op)?))
 }
 
 pub(crate) fn jobs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -271,7 +272,7 @@ pub(crate) fn jobs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 
 pub(crate) fn timeline(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    let entries: Vec<Value> = ctx.store.timeline(&op.id)?.iter().map(views::timeline_entry).collect();
+    let entries: Vec<_> = ctx.store.timeline(&op.id)?.iter().map(views::timeline_entry).collect();
     Reply::ok(json!({ "timeline": entries }))
 }
 
@@ -282,7 +283,7 @@ pub(crate) fn evidence(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 
 pub(crate) fn artifacts(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    let list: Vec<Value> = ctx.store.artifacts(&op.id)?.iter().map(views::artifact).collect();
+    let list: Vec<_> = ctx.store.artifacts(&op.id)?.iter().map(views::artifact).collect();
     Reply::ok(json!({ "artifacts": list }))
 }
 
@@ -303,7 +304,7 @@ pub(crate) fn operation_plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let gates = ctx.store.gates(&op.id)?;
-    let list: Vec<Value> = ctx
+    let list: Vec<opsgraph_api::PatchView> = ctx
         .store
         .timeline(&op.id)?
         .iter()
@@ -318,20 +319,20 @@ pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
                 Some(Some("approve patch")) => "approved",
                 Some(Some(_)) => "rejected",
             };
-            json!({
-                "id": id,
-                "author": e.data["author"],
-                "at": e.at,
-                "reason": e.data["reason"],
-                "changes": views::hide_sealed(e.data["changes"].clone()),
-                "diff": e.data["diff"],
-                "diff_text": diff.text(),
-                "findings": e.data["findings"],
-                "revision": e.data["revision"],
-                "gate": gate.map(|g| g.id.clone()),
-                "answered_by": gate.and_then(|g| g.answered_by.clone()),
-                "state": state,
-            })
+            opsgraph_api::PatchView {
+                id: id.to_string(),
+                author: e.data["author"].clone(),
+                at: e.at.clone(),
+                reason: e.data["reason"].clone(),
+                changes: views::hide_sealed(e.data["changes"].clone()),
+                diff: e.data["diff"].clone(),
+                diff_text: diff.text(),
+                findings: e.data["findings"].clone(),
+                revision: e.data["revision"].clone(),
+                gate: gate.map(|g| g.id.clone()),
+                answered_by: gate.and_then(|g| g.answered_by.clone()),
+                state: state.to_string(),
+            }
         })
         .collect();
     Reply::ok(json!({ "patches": list }))
@@ -340,9 +341,7 @@ pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn gates(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     // Sealed values (a secret given at a missing-input gate) as references, as in the operation.
-    Reply::ok(
-        json!({ "plan_revision": op.plan_revision, "gates": views::hide_sealed(json!(ctx.store.gates(&op.id)?)) }),
-    )
+    Reply::ok(json!(views::gates(&*ctx.store, &op)?))
 }
 
 /// `POST /api/v1/operations`: intent -> plan -> a recorded operation, driven in the background.
@@ -375,10 +374,10 @@ pub(crate) fn create_operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     }
     let plan = ctx.plan(&intent)?;
     let id = opsgraph_runtime::new_operation_id();
-    let response = json!({
-        "id": id,
-        "plan_revision": plan.revision.hash,
-        "href": format!("/api/v1/operations/{id}"),
+    let response = json!(opsgraph_api::Created {
+        id: id.clone(),
+        plan_revision: plan.revision.hash.clone(),
+        href: format!("/api/v1/operations/{id}"),
     });
     let mut attached = vec![opsgraph_runtime::audit::create(&actor, &id, &plan, key.as_deref())];
     if let Some(key) = key {
@@ -506,13 +505,13 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let next = rt.answer_gate(&op.id, &gate_id, &answer, &mut |_| {})?;
     drop(_write);
     state.wake(&root);
-    Reply::ok(json!({
-        "operation": op.id,
-        "gate": gate_id,
-        "answer": body.option,
-        "answered_by": actor,
-        "role": role,
-        "state": state_name(next.kind()),
+    Reply::ok(json!(opsgraph_api::AnswerReply {
+        operation: op.id,
+        gate: gate_id,
+        answer: body.option,
+        answered_by: actor,
+        role,
+        state: next.kind(),
     }))
 }
 
@@ -536,7 +535,11 @@ fn control_audit(actor: &str, action: &str, op: &OperationRecord, detail: Value)
 }
 
 fn control_reply(id: &str, state: &opsgraph_model::OperationState) -> Result<Reply, ApiError> {
-    Reply::ok(json!({"id": id, "state": state_name(state.kind()), "detail": views::detail(state)}))
+    Reply::ok(json!(opsgraph_api::ControlReply {
+        id: id.to_string(),
+        state: state.kind(),
+        detail: views::detail(state)
+    }))
 }
 
 pub(crate) fn pause(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -599,21 +602,7 @@ pub(crate) fn retry(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 }
 
 pub(crate) fn resources(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let list: Vec<Value> = ctx
-        .store
-        .resources()?
-        .iter()
-        .map(|r| {
-            json!({
-                "id": r.id,
-                "status": r.doc["status"],
-                "health": r.doc["health"],
-                "last_operation": r.last_operation,
-                "observed_state": r.doc["observed_state"],
-                "updated_at": r.updated_at,
-            })
-        })
-        .collect();
+    let list: Vec<_> = ctx.store.resources()?.iter().map(views::resource_row).collect();
     Reply::ok(json!({ "resources": list }))
 }
 
@@ -621,15 +610,7 @@ pub(crate) fn resource(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let id = ctx.param("id");
     let r =
         ctx.store.resource(&id)?.ok_or_else(|| ApiError::not_found("no_resource", format!("no resource `{id}`")))?;
-    let ops: Vec<Value> = ctx
-        .store
-        .operations(&OperationFilter { state: None, resource: Some(id.clone()) })?
-        .iter()
-        .map(views::operation_summary)
-        .collect();
-    Reply::ok(
-        json!({"id": r.id, "resource": r.doc, "last_operation": r.last_operation, "updated_at": r.updated_at, "operations": ops}),
-    )
+    Reply::ok(json!(views::resource(&*ctx.store, &r)?))
 }
 
 pub(crate) fn audit(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -650,12 +631,12 @@ pub(crate) fn audit(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         resource: ctx.query.get("resource").cloned(),
         since,
     };
-    let rows: Vec<Value> = ctx.store.audit(&filter)?.iter().map(views::audit).collect();
+    let rows = ctx.store.audit(&filter)?;
     Reply::ok(json!({ "audit": rows }))
 }
 
 pub(crate) fn tokens(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let list: Vec<Value> = ctx.store.tokens()?.iter().map(views::token).collect();
+    let list: Vec<_> = ctx.store.tokens()?.iter().map(views::token).collect();
     Reply::ok(json!({ "tokens": list }))
 }
 
@@ -680,7 +661,7 @@ pub(crate) fn create_token(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         Some(&who.permissions),
         None,
     )?;
-    let mut v = views::token(&record);
+    let mut v = json!(views::token(&record));
     v["token"] = json!(token);
     Reply::created(v)
 }
@@ -691,7 +672,7 @@ pub(crate) fn revoke_token(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let state = ctx.state.clone();
     let _write = state.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let record = auth::revoke_token(&mut *ctx.store, state.config(), &id, &who.actor(), Some(&who.permissions))?;
-    Reply::ok(views::token(&record))
+    Reply::ok(json!(views::token(&record)))
 }
 
 /// `POST /operations/{id}/patches`: propose a plan patch for a failed operation.
@@ -717,16 +698,16 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let root = rt.root_of(&op.id)?;
     drop(_write);
     app.wake(&root);
-    Reply::ok(json!({
-        "id": op.id,
-        "patch": p.patch,
-        "diff": p.diff,
-        "diff_text": p.diff.text(),
-        "findings": p.findings,
-        "gate": p.gate,
-        "approval": p.approval,
-        "state": state_name(p.state.kind()),
-        "detail": views::detail(&p.state),
+    Reply::ok(json!(opsgraph_api::PatchReply {
+        id: op.id,
+        diff_text: p.diff.text(),
+        patch: p.patch,
+        diff: p.diff,
+        findings: p.findings,
+        gate: p.gate,
+        approval: json!(p.approval),
+        state: p.state.kind(),
+        detail: views::detail(&p.state),
     }))
 }
 
@@ -743,47 +724,21 @@ pub(crate) fn intervene(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let root = rt.root_of(&op.id)?;
     drop(_write);
     app.wake(&root);
-    let checks: Vec<Value> = v
-        .checks
-        .iter()
-        .map(|(job, check, passed, expected, observed)| {
-            json!({"job": job, "check": check, "passed": passed, "expected": expected, "observed": observed})
-        })
-        .collect();
-    Reply::ok(json!({
-        "id": op.id,
-        "intervention": v.intervention,
-        "jobs": v.jobs,
-        "checks": checks,
-        "state": state_name(v.state.kind()),
-        "detail": views::detail(&v.state),
-    }))
+    Reply::ok(json!(views::intervention(&op.id, &v)))
 }
 
 /// `GET /operations/{id}/diagnosis`: the rules analyzer on the failed jobs.
 pub(crate) fn diagnosis(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let rt = ctx.runtime()?;
-    Reply::ok(json!({ "diagnosis": rt.diagnose(&op.id)? }))
+    let list: Vec<_> = rt.diagnose(&op.id)?.iter().map(views::diagnosis).collect();
+    Reply::ok(json!({ "diagnosis": list }))
 }
 
 /// `GET /operations/{id}/logs[?job=]`: each attempt's captured (masked) output.
 pub(crate) fn logs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let job = ctx.query.get("job").cloned();
-    let runs = ctx.state.0.data_dir.join("runs").join(&op.id);
-    let mut list = Vec::new();
-    for j in ctx
-        .store
-        .jobs(&op.id)?
-        .iter()
-        .filter(|j| job.as_deref().is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@"))))
-    {
-        for attempt in 1..=j.attempts {
-            let text = std::fs::read(runs.join(format!("{}.{attempt}.log", j.id))).ok();
-            let text = text.map(|b| String::from_utf8_lossy(&b).into_owned());
-            list.push(json!({"job": j.id, "attempt": attempt, "output": text}));
-        }
-    }
+    let list = views::logs(&*ctx.store, &ctx.state.0.data_dir.join("runs"), &op.id, job.as_deref())?;
     Reply::ok(json!({ "logs": list }))
 }

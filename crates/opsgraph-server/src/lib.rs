@@ -24,7 +24,6 @@ mod reveal;
 pub mod routes;
 mod stream;
 mod ui;
-pub mod views;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -22,7 +22,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::error::ApiError;
-use crate::{views, AppState};
+use crate::AppState;
+use opsgraph_api::views;
 
 /// How often the store is asked for new entries when the last answer had none to spare.
 const POLL: Duration = Duration::from_millis(200);
@@ -209,7 +210,7 @@ fn feed(state: &AppState, token_hash: &str, operation: Option<&str>, mut after: 
         };
         let full = batch.len() == BATCH;
         for entry in &batch {
-            let mut data = views::timeline_entry(entry);
+            let mut data = json!(views::timeline_entry(entry));
             data["operation"] = json!(entry.operation);
             let event = Event::default().id(entry.seq.to_string()).data(data.to_string());
             match send(state, tx, event, deadline, &mut || token.holds(&*store)) {

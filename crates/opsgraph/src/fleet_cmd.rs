@@ -5,7 +5,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::cli::{FleetCommand, Output};
+use crate::args::FleetCommand;
+use crate::render::Output;
 
 pub fn run(data_dir: &Path, command: FleetCommand, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
     let dir = |d: Option<PathBuf>| d.unwrap_or_else(|| data_dir.join("fleet"));

@@ -151,7 +151,7 @@ pub fn demo(
         "targets": targets,
     }});
     let intent_file = dir.join("intent.yaml");
-    write_private(&intent_file, &crate::ops_cmd::to_yaml(&intent, 0))?;
+    write_private(&intent_file, &crate::render::to_yaml(&intent, 0))?;
     // Root over SSH on a real host is not for one person alone: a reviewed plan patch puts an
     // SRE's approval before the first job, which the demo's second person gives.
     let patch = dir.join("approval.yaml");
@@ -349,7 +349,7 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
     }
     let sources: Vec<Source> = args.dirs.iter().map(|d| Source::parse(d)).collect();
     let (packs, diags) = load::packs(&sources);
-    crate::cli::report(err, &diags)?;
+    crate::render::report(err, &diags)?;
     if diags.iter().any(Diagnostic::is_error) {
         return Ok(1);
     }
@@ -447,7 +447,7 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
             "targets": targets,
         }});
         let intent_file = dir.join("intent.yaml");
-        write_private(&intent_file, &crate::ops_cmd::to_yaml(&intent, 0))?;
+        write_private(&intent_file, &crate::render::to_yaml(&intent, 0))?;
         let load = || {
             plan_cmd::load_inputs(
                 &Source::Disk(intent_file.clone()),

@@ -5,7 +5,9 @@
 
 pub mod agent_cmd;
 pub mod ai;
+pub mod args;
 pub mod cli;
+pub mod client;
 pub mod fleet_cmd;
 pub mod fleet_run;
 pub mod lab;
@@ -13,8 +15,10 @@ pub mod load;
 pub mod ops_cmd;
 pub mod pack_cmd;
 pub mod plan_cmd;
+pub mod query_cmd;
 pub mod registry;
 pub mod remedy_cmd;
 pub mod remote;
+pub mod render;
 pub mod resource_cmd;
 pub mod serve_cmd;

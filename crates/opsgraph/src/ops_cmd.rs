@@ -1,19 +1,22 @@
 //! Commands that run and inspect operations: `apply`, `get`, `describe`, `logs`, `gate answer`,
 //! `pause`, `resume`, `cancel`, `retry`, and the running half of `demo`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
+use opsgraph_api::views::exit_code;
 use opsgraph_model::OperationState;
 use opsgraph_plan::lifecycle::state_name;
-use opsgraph_runtime::{GateAnswer, Runtime};
-use opsgraph_store::{Durability, OperationFilter, Store, TimelineEntry};
+use opsgraph_runtime::Runtime;
+use opsgraph_store::{Durability, OperationFilter, Store};
 use serde_json::{json, Value};
 
+pub use crate::client::{local_actor, roles_of, Action};
 use crate::load::{self, Source};
 use crate::plan_cmd;
+use crate::render::{live, print_finish, stage_of};
 
 /// Where operations are stored: `--data-dir`, `$OPSGRAPH_DATA_DIR`, else
 /// `$XDG_DATA_HOME/opsgraph` or `~/.local/share/opsgraph`.
@@ -85,13 +88,6 @@ pub fn drive(rt: &mut Runtime, id: &str, progress: opsgraph_runtime::Progress<'_
     Ok(rt.drive_leased(id, &keeper, progress)?)
 }
 
-/// Who a local command acts as: `user:NAME` for `--as NAME`, else `$USER`, else `user:local`.
-/// Audit rows and the timeline name this actor.
-pub fn local_actor(name: Option<&str>) -> String {
-    let name = name.map(str::to_string).or_else(|| std::env::var("USER").ok()).filter(|n| !n.trim().is_empty());
-    format!("user:{}", name.as_deref().unwrap_or("local"))
-}
-
 /// Where packs come from. With `materialize`, bundled packs are written into the data directory
 /// first, so their scripts exist on disk (commands that run jobs need that; `plan` does not).
 pub fn pack_sources(packs: &[String], data_dir: &Path, materialize: bool) -> anyhow::Result<Vec<Source>> {
@@ -128,46 +124,6 @@ pub fn load_packs(
     Ok((crate::registry::merge(loaded, installed), diags))
 }
 
-/// The users and their roles (`<data-dir>/config.yaml`, `users: {alice: [sre]}`). A local
-/// stand-in for the identities of the server (issue [C]).
-pub fn roles_of(data_dir: &Path, user: &str) -> anyhow::Result<Vec<String>> {
-    let path = data_dir.join("config.yaml");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("no user config at {}: create it with `users: {{{user}: [sre]}}`", path.display()))?;
-    let docs = opsgraph_pack::yaml::parse_stream(&text)
-        .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.pos.line, e.message))?;
-    let config = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
-    let roles =
-        config["users"][user].as_array().with_context(|| format!("user `{user}` is not in {}", path.display()))?;
-    Ok(roles.iter().filter_map(|r| r.as_str().map(str::to_string)).collect())
-}
-
-pub(crate) fn stage_of(plan: &opsgraph_plan::Plan) -> BTreeMap<String, String> {
-    let names: BTreeMap<&str, &str> = plan.stages.iter().map(|s| (s.id.as_str(), s.name.as_str())).collect();
-    plan.jobs.iter().map(|j| (j.id.clone(), names.get(j.stage.as_str()).unwrap_or(&"").to_string())).collect()
-}
-
-/// The live view: one line per committed step, jobs prefixed by their stage.
-pub(crate) fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> impl FnMut(&TimelineEntry) + 'a {
-    move |e: &TimelineEntry| {
-        let time = e.at.get(11..19).unwrap_or(&e.at);
-        let job = e.data.get("job").and_then(Value::as_str).unwrap_or("");
-        let stage = stages.get(job).map_or("", String::as_str);
-        let line = match (&e.from, &e.to, e.event.as_str()) {
-            (Some(from), Some(to), _) => format!("{time}  operation {from} -> {to}: {}", e.reason),
-            (_, _, "job_started") => format!("{time}  {stage:<18} started   {}", e.reason),
-            (_, _, "job_succeeded" | "job_already_satisfied" | "job_recovered") => {
-                format!("{time}  {stage:<18} done      {}", e.reason)
-            }
-            (_, _, "job_failed" | "job_outcome_unknown") => format!("{time}  {stage:<18} FAILED    {}", e.reason),
-            (_, _, "job_retry") => format!("{time}  {stage:<18} retry     {}", e.reason),
-            (_, _, "job_cancelled") => format!("{time}  {stage:<18} cancelled {}", e.reason),
-            (_, _, other) => format!("{time}  {other}: {}", e.reason),
-        };
-        let _ = writeln!(out, "{line}");
-    }
-}
-
 pub struct ApplyArgs<'a> {
     pub intent: &'a str,
     pub packs: &'a [String],
@@ -177,7 +133,7 @@ pub struct ApplyArgs<'a> {
     pub actor: String,
     /// `text`: preview, confirmation and live view. `json` / `yaml`: no preview and no live view
     /// (needs `--yes`); the operation as `describe operation` shows it, once it stops.
-    pub output: crate::cli::Output,
+    pub output: crate::render::Output,
     pub concurrency: Option<u16>,
     /// `--patch FILE`: a plan patch applied to the preview before anything runs.
     pub patch: Option<&'a str>,
@@ -246,7 +202,7 @@ pub fn apply(
         Ok(loaded)
     };
     let mut loaded = assemble()?;
-    use crate::cli::Output;
+    use crate::render::Output;
     let machine = match args.output {
         Output::Text => false,
         Output::Json | Output::Yaml if args.yes => true,
@@ -313,7 +269,7 @@ pub fn apply(
         let id = rt.create_as(&id, &plan, &args.actor, &mut |_| {})?;
         let state = drive(&mut rt, &id, &mut |_| {})?;
         describe_to(rt.store(), "operation", &id, if args.output == Output::Json { "json" } else { "yaml" }, out)?;
-        return Ok(exit_code(&state));
+        return Ok(exit_code(state.kind()));
     }
     writeln!(out)?;
     let stages = stage_of(&plan);
@@ -330,224 +286,9 @@ pub fn apply(
 fn finish(rt: &Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = rt.store();
     let op = store.operation(id)?.with_context(|| format!("no operation {id}"))?;
-    let view = opsgraph_server::views::operation(store, &op)?;
+    let view = opsgraph_api::views::operation(store, &op)?;
     let resource = op.resource.as_deref().and_then(|r| store.resource(r).ok().flatten()).map(|r| r.doc);
     print_finish(&view, resource.as_ref(), out)
-}
-
-/// The end of a run, from the operation document the API serves (and its resource's document):
-/// the outcome, what the evidence proves, the resource, what to do next. The same text whether
-/// the CLI ran the operation itself or a server did.
-pub(crate) fn print_finish(view: &Value, resource: Option<&Value>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let id = view["id"].as_str().unwrap_or_default();
-    let state = view["state"].as_str().unwrap_or_default();
-    writeln!(out, "\nOperation {id}: {}", view["detail"].as_str().unwrap_or(state))?;
-    let evidence: Vec<opsgraph_store::EvidenceRecord> =
-        serde_json::from_value(view["evidence"].clone()).unwrap_or_default();
-    if !evidence.is_empty() {
-        let passed = evidence.iter().filter(|e| e.passed).count();
-        writeln!(out, "Evidence: {passed} of {} checks passed", evidence.len())?;
-        // What they prove: each capability, with its checks and the resources they ran on.
-        let mut proves: BTreeMap<&str, (usize, BTreeSet<&str>)> = BTreeMap::new();
-        for e in evidence.iter().filter(|e| e.passed) {
-            if let Some(cap) = e.capability.as_deref() {
-                let entry = proves.entry(cap).or_default();
-                entry.0 += 1;
-                entry.1.extend(e.resource.as_deref());
-            }
-        }
-        for (cap, (checks, resources)) in &proves {
-            let on = match resources.len() {
-                0 => String::new(),
-                1 => format!(" on {}", resources.iter().next().copied().unwrap_or_default()),
-                n => format!(" on {n} resources"),
-            };
-            writeln!(out, "  proves {cap}: {checks} check{}{on}", if *checks == 1 { "" } else { "s" })?;
-        }
-        for e in evidence.iter().filter(|e| !e.passed) {
-            writeln!(out, "  FAILED {} on {}: expected {}, observed {}", e.check, e.job, e.expected, e.observed)?;
-        }
-    }
-    if let Some(doc) = resource {
-        writeln!(
-            out,
-            "Resource {}: status {}, health {}; {}",
-            doc["id"].as_str().unwrap_or_default(),
-            doc["status"].as_str().unwrap_or("unknown"),
-            doc["health"].as_str().unwrap_or("unknown"),
-            doc["observed_state"].as_str().unwrap_or("")
-        )?;
-    }
-    match state {
-        "waiting_for_approval" | "waiting_for_input" => {
-            let gates: Vec<opsgraph_store::GateRecord> =
-                serde_json::from_value(view["gates"].clone()).unwrap_or_default();
-            // The gates it waits at, as its detail names them ("waiting for approval at a, b").
-            let detail = view["detail"].as_str().unwrap_or_default();
-            let waiting: Vec<&str> = detail.split_once(" at ").map_or(vec![], |(_, l)| l.split(", ").collect());
-            for g in gates.iter().filter(|g| g.answer.is_none() && waiting.contains(&g.id.as_str())) {
-                writeln!(
-                    out,
-                    "Gate {} ({}): {}\n  options: {}\n  answered by: {}",
-                    g.id,
-                    g.gate_type,
-                    g.reason,
-                    g.options.join(" | "),
-                    g.required_roles.join(" or ")
-                )?;
-                writeln!(
-                    out,
-                    "  opsgraph gate answer {} --operation {id} --option '{}' --as USER",
-                    g.id,
-                    g.options.first().cloned().unwrap_or_default()
-                )?;
-            }
-        }
-        "paused" => writeln!(out, "Resume with: opsgraph resume {id}")?,
-        "failed" => writeln!(
-            out,
-            "Inspect with: opsgraph describe operation {id}; opsgraph logs {id}; retry with: opsgraph retry {id}"
-        )?,
-        _ => {}
-    }
-    Ok(if matches!(state, "failed" | "cancelled") { 1 } else { 0 })
-}
-
-/// 1 when the operation failed or was cancelled; 0 when it completed or waits for a person.
-fn exit_code(state: &OperationState) -> u8 {
-    match state {
-        OperationState::Failed { .. } | OperationState::Cancelled { .. } => 1,
-        _ => 0,
-    }
-}
-
-fn describe_state(state: &OperationState) -> String {
-    match state {
-        OperationState::Failed { reason } => format!("failed: {reason}"),
-        OperationState::Paused { reason } => format!("paused: {reason}"),
-        OperationState::Cancelled { reason } => format!("cancelled: {reason}"),
-        OperationState::WaitingForApproval { gates } => format!("waiting for approval at {}", gates.join(", ")),
-        OperationState::WaitingForInput { gates } => format!("waiting for input at {}", gates.join(", ")),
-        other => state_name(other.kind()).to_string(),
-    }
-}
-
-/// `get operations|resources|jobs`.
-pub fn get(
-    data_dir: &Path,
-    what: &str,
-    operation: Option<&str>,
-    output: &str,
-    out: &mut dyn Write,
-) -> anyhow::Result<u8> {
-    let store = open_store(data_dir)?;
-    let value: Value = match what {
-        "operations" | "operation" | "ops" => json!(store
-            .operations(&OperationFilter::default())?
-            .iter()
-            .map(|o| json!({"id": o.id, "state": state_name(o.state.kind()), "resource": o.resource, "actor": o.actor, "created_at": o.created_at, "detail": describe_state(&o.state)}))
-            .collect::<Vec<_>>()),
-        "resources" | "resource" => json!(store.resources()?.iter().map(|r| json!({"id": r.id, "status": r.doc["status"], "health": r.doc["health"], "last_operation": r.last_operation, "observed_state": r.doc["observed_state"]})).collect::<Vec<_>>()),
-        "jobs" | "job" => {
-            let op = operation.context("`get jobs` needs an operation: opsgraph get jobs OP")?;
-            json!(store.jobs(op)?.iter().map(|j| json!({"id": j.id, "state": j.state.as_str(), "attempts": j.attempts, "outcome": j.outcome["outcome"], "failure": j.outcome["failure"]})).collect::<Vec<_>>())
-        }
-        other => bail!("cannot get `{other}`: expected operations, resources or jobs"),
-    };
-    print(&value, output, out)?;
-    Ok(0)
-}
-
-pub fn print(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Result<()> {
-    match output {
-        "json" => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
-        "yaml" => write!(out, "{}", to_yaml(value, 0))?,
-        _ => {
-            let rows = value.as_array().cloned().unwrap_or_else(|| vec![value.clone()]);
-            let Some(first) = rows.first().and_then(Value::as_object) else {
-                writeln!(out, "(none)")?;
-                return Ok(());
-            };
-            let cols: Vec<&String> = first.keys().collect();
-            let cell = |v: &Value| match v {
-                Value::String(s) => s.clone(),
-                Value::Null => "-".into(),
-                other => other.to_string(),
-            };
-            let widths: Vec<usize> = cols
-                .iter()
-                .map(|c| {
-                    rows.iter().map(|r| cell(&r[c.as_str()]).chars().count()).max().unwrap_or(0).max(c.len()).min(60)
-                })
-                .collect();
-            let header: Vec<String> =
-                cols.iter().zip(&widths).map(|(c, w)| format!("{:<w$}", c.to_uppercase(), w = w)).collect();
-            writeln!(out, "{}", header.join("  ").trim_end())?;
-            for r in &rows {
-                let line: Vec<String> = cols
-                    .iter()
-                    .zip(&widths)
-                    .map(|(c, w)| {
-                        let text: String = cell(&r[c.as_str()]).chars().take(*w).collect();
-                        format!("{text:<w$}", w = w)
-                    })
-                    .collect();
-                writeln!(out, "{}", line.join("  ").trim_end())?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A small YAML emitter for output (block style; strings quoted when YAML would misread them).
-pub fn to_yaml(v: &Value, indent: usize) -> String {
-    let pad = " ".repeat(indent);
-    match v {
-        Value::Object(m) if m.is_empty() => "{}\n".into(),
-        Value::Array(a) if a.is_empty() => "[]\n".into(),
-        Value::Object(m) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::Object(x) if !x.is_empty() => {
-                    format!("{pad}{}:\n{}", scalar(&Value::String(k.clone())), to_yaml(v, indent + 2))
-                }
-                Value::Array(x) if !x.is_empty() => {
-                    format!("{pad}{}:\n{}", scalar(&Value::String(k.clone())), to_yaml(v, indent))
-                }
-                _ => format!("{pad}{}: {}", scalar(&Value::String(k.clone())), to_yaml(v, indent + 2).trim_start()),
-            })
-            .collect(),
-        Value::Array(a) => a
-            .iter()
-            .map(|v| {
-                let inner = to_yaml(v, indent + 2);
-                format!("{pad}- {}", inner.trim_start())
-            })
-            .collect(),
-        other => format!("{}\n", scalar(other)),
-    }
-}
-
-fn scalar(v: &Value) -> String {
-    match v {
-        Value::String(s) => {
-            let plain = !s.is_empty()
-                && !s.starts_with(|c: char| "-?:,[]{}#&*!|>'\"%@` ".contains(c))
-                && !s.contains(": ")
-                && !s.contains(" #")
-                && !s.ends_with(' ')
-                && !s.contains('\n')
-                && !matches!(s.as_str(), "true" | "false" | "null" | "~" | "yes" | "no")
-                && s.parse::<f64>().is_err();
-            if plain {
-                s.clone()
-            } else {
-                serde_json::to_string(s).unwrap_or_default()
-            }
-        }
-        Value::Null => "null".into(),
-        other => other.to_string(),
-    }
 }
 
 /// `describe operation|resource ID`: the full chain of reasons.
@@ -559,73 +300,26 @@ pub fn describe(data_dir: &Path, what: &str, id: &str, output: &str, out: &mut d
 fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let value = match what {
         "operation" | "op" => {
-            let op = store.operation(id)?.with_context(|| format!("no operation `{id}`"))?;
             // The same document the API serves (`GET /api/v1/operations/{id}`).
-            opsgraph_server::views::operation(store, &op)?
+            return crate::query_cmd::describe_operation(
+                &crate::client::Local::new(store, &PathBuf::new()),
+                id,
+                output,
+                out,
+            );
         }
         "resource" => {
             let r = store.resource(id)?.with_context(|| format!("no resource `{id}` recorded by an operation"))?;
             let ops: Vec<Value> = store
                 .operations(&OperationFilter { state: None, resource: Some(id.to_string()) })?
                 .iter()
-                .map(|o| json!({"id": o.id, "state": state_name(o.state.kind()), "detail": describe_state(&o.state), "at": o.updated_at}))
+                .map(|o| json!({"id": o.id, "state": state_name(o.state.kind()), "detail": opsgraph_api::views::detail(&o.state), "at": o.updated_at}))
                 .collect();
             json!({"resource": r.doc, "last_operation": r.last_operation, "operations": ops})
         }
         other => bail!("cannot describe `{other}`: expected operation or resource"),
     };
-    match output {
-        "json" => writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?,
-        _ => write!(out, "{}", to_yaml(&value, 0))?,
-    }
-    Ok(0)
-}
-
-/// `logs OP [JOB]`: the captured output of each attempt.
-pub fn logs(
-    data_dir: &Path,
-    op: &str,
-    job: Option<&str>,
-    output: crate::cli::Output,
-    out: &mut dyn Write,
-) -> anyhow::Result<u8> {
-    use crate::cli::Output;
-    let store = open_store(data_dir)?;
-    store.operation(op)?.with_context(|| format!("no operation `{op}`"))?;
-    let runs = data_dir.join("runs").join(op);
-    let jobs = store.jobs(op)?;
-    let selected = jobs.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@"))));
-    if output != Output::Text {
-        let mut list = Vec::new();
-        for j in selected {
-            for attempt in 1..=j.attempts {
-                let text = std::fs::read(runs.join(format!("{}.{attempt}.log", j.id))).ok();
-                let text = text.map(|b| String::from_utf8_lossy(&b).into_owned());
-                list.push(json!({"job": j.id, "attempt": attempt, "output": text}));
-            }
-        }
-        match output {
-            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?,
-            Output::Yaml => write!(out, "{}", to_yaml(&Value::Array(list), 0))?,
-            _ => bail!("`logs` prints text, json or yaml"),
-        }
-        return Ok(0);
-    }
-    for j in selected {
-        for attempt in 1..=j.attempts {
-            let log = runs.join(format!("{}.{attempt}.log", j.id));
-            writeln!(out, "==> {} attempt {attempt} <==", j.id)?;
-            match std::fs::read_to_string(&log) {
-                Ok(text) => {
-                    write!(out, "{text}")?;
-                    if !text.ends_with('\n') && !text.is_empty() {
-                        writeln!(out)?;
-                    }
-                }
-                Err(_) => writeln!(out, "(no output)")?,
-            }
-        }
-    }
+    crate::render::document(&value, output, out)?;
     Ok(0)
 }
 
@@ -654,21 +348,12 @@ pub struct Control<'a> {
     pub packs: &'a [String],
     pub world: Vec<String>,
     pub wait: bool,
-    pub output: crate::cli::Output,
+    pub output: crate::render::Output,
     pub concurrency: Option<u16>,
 }
 
-#[derive(Clone)]
-pub enum Action<'a> {
-    Answer { gate: &'a str, operation: Option<&'a str>, option: &'a str, user: &'a str, value: Option<&'a str> },
-    Pause(&'a str),
-    Resume(&'a str),
-    Cancel(&'a str),
-    Retry(&'a str, Vec<String>),
-}
-
 pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    use crate::cli::Output;
+    use crate::render::Output;
     let format = match c.output {
         Output::Text => None,
         Output::Json => Some("json"),
@@ -691,7 +376,7 @@ pub fn control(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyh
     let root = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?.root_of(&id)?;
     describe_to(&store, "operation", &root, format, out)?;
     let state = store.operation(&root)?.map(|o| o.state);
-    Ok(state.as_ref().map(exit_code).unwrap_or(0))
+    Ok(state.map_or(0, |s| exit_code(s.kind())))
 }
 
 /// The operation whose gate `gate` was answered last.
@@ -709,103 +394,41 @@ fn answered_gate_operation(store: &dyn Store, gate: &str) -> anyhow::Result<Stri
     found.map(|(id, _)| id).with_context(|| format!("no answered gate `{gate}`"))
 }
 
-impl Action<'_> {
-    fn operation_hint(&self) -> Option<&str> {
-        match self {
-            Action::Answer { operation, .. } => *operation,
-            Action::Pause(id) | Action::Resume(id) | Action::Cancel(id) | Action::Retry(id, _) => Some(id),
-        }
-    }
-}
-
 fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
-    let actor = local_actor(None);
-    // Each change carries the server's audit row for it, in its own transaction.
-    let op_record = |rt: &Runtime, id: &str| -> anyhow::Result<opsgraph_store::OperationRecord> {
-        rt.store().operation(id)?.with_context(|| format!("no operation `{id}`"))
-    };
-    let mut note = |e: &TimelineEntry| {
-        let _ = e;
-    };
+    use opsgraph_api::Control as _;
+    let mut ctl =
+        crate::client::LocalControl::new(runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?, &local_actor(None));
     let id = match action {
         Action::Answer { gate, operation, option, user, value } => {
             let id = match operation {
                 Some(id) => id.to_string(),
-                None => find_gate(rt.store(), gate)?,
+                None => opsgraph_api::find_gate(&ctl, gate)?,
             };
-            let roles = roles_of(&c.data_dir, user)?;
-            let required =
-                rt.store().gates(&id)?.into_iter().find(|g| g.id == gate).map(|g| g.required_roles).unwrap_or_default();
-            let role = roles
-                .iter()
-                .find(|r| required.is_empty() || required.contains(r))
-                .cloned()
-                .unwrap_or_else(|| roles.join("+"));
-            let value = value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())));
-            let answer = GateAnswer { option: option.to_string(), actor: local_actor(Some(user)), role, value };
-            let op = op_record(&rt, &id)?;
-            let revision = op.plan_revision.clone();
-            rt.attach(vec![
-                opsgraph_store::Write::ExpectPlan { operation: id.clone(), revision: revision.clone() },
-                opsgraph_runtime::audit::gate_answer(
-                    &answer.actor,
-                    &op,
-                    gate,
-                    (option, &answer.role),
-                    &revision,
-                    answer.value.is_some(),
-                ),
-            ]);
-            rt.answer_gate(&id, gate, &answer, &mut note)?;
+            ctl.answer(&id, gate, option, value.map(opsgraph_api::gate_value), user)?;
             writeln!(out, "gate {gate} of {id}: {option} (by {user})")?;
             // A child operation is driven by its parent.
-            rt.root_of(&id)?
+            ctl.rt.root_of(&id)?
         }
         Action::Pause(id) => {
-            let reason = "paused by a person";
-            let op = op_record(&rt, id)?;
-            rt.attach(vec![opsgraph_runtime::audit::control(
-                &actor,
-                "operation.pause",
-                &op,
-                json!({"reason": reason}),
-            )]);
-            rt.pause(id, &actor, reason, &mut note)?;
+            ctl.pause(id)?;
             writeln!(out, "{id}: paused; running jobs finish, no new job starts")?;
             return Ok(0);
         }
         Action::Resume(id) => {
-            // A `running` operation whose driver died (a crash, a closed terminal) is simply
-            // driven again: recovery checks the evidence of attempts left without an outcome.
-            let running = rt.store().operation(id)?.is_some_and(|o| matches!(o.state, OperationState::Running));
-            if !running {
-                let op = op_record(&rt, id)?;
-                rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.resume", &op, json!({}))]);
-                rt.resume(id, &actor, &mut note)?;
-            }
+            ctl.resume(id)?;
             id.to_string()
         }
         Action::Cancel(id) => {
-            let reason = "cancelled by a person";
-            let op = op_record(&rt, id)?;
-            rt.attach(vec![opsgraph_runtime::audit::control(
-                &actor,
-                "operation.cancel",
-                &op,
-                json!({"reason": reason}),
-            )]);
-            rt.cancel(id, &actor, reason, &mut note)?;
+            ctl.cancel(id)?;
             writeln!(out, "{id}: cancelled")?;
             return Ok(0);
         }
         Action::Retry(id, jobs) => {
-            let op = op_record(&rt, id)?;
-            rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.retry", &op, json!({"jobs": jobs}))]);
-            rt.retry(id, &jobs, &actor, &mut note)?;
+            ctl.retry(id, &jobs)?;
             id.to_string()
         }
     };
+    let mut rt = ctl.rt;
     if c.wait {
         drive_on(&mut rt, &id, out)
     } else {
@@ -813,28 +436,11 @@ fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> any
     }
 }
 
-fn find_gate(store: &dyn Store, gate: &str) -> anyhow::Result<String> {
-    let mut found = Vec::new();
-    for op in store.operations(&OperationFilter::default())? {
-        if opsgraph_plan::lifecycle::is_terminal(&op.state) {
-            continue;
-        }
-        if store.gates(&op.id)?.iter().any(|g| g.id == gate && g.answer.is_none()) {
-            found.push(op.id);
-        }
-    }
-    match found.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => bail!("no open gate `{gate}` in any operation"),
-        many => bail!("gate `{gate}` is open in several operations ({}); name one with --operation", many.join(", ")),
-    }
-}
-
 /// `secrets rotate|reseal`.
-pub fn secrets(data_dir: &Path, command: &crate::cli::SecretsCommand, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn secrets(data_dir: &Path, command: &crate::args::SecretsCommand, out: &mut dyn Write) -> anyhow::Result<u8> {
     let mut rt = Runtime::new(Box::new(open_store(data_dir)?), vec![], vec![], data_dir.to_path_buf());
     match command {
-        crate::cli::SecretsCommand::Rotate => {
+        crate::args::SecretsCommand::Rotate => {
             let r = rt.rotate_master_key()?;
             writeln!(
                 out,
@@ -845,7 +451,7 @@ pub fn secrets(data_dir: &Path, command: &crate::cli::SecretsCommand, out: &mut 
                 if r.resealed == 1 { "" } else { "s" }
             )?;
         }
-        crate::cli::SecretsCommand::Reseal => {
+        crate::args::SecretsCommand::Reseal => {
             let n = rt.reseal_all()?;
             writeln!(out, "{n} sealed value{} moved to the active key", if n == 1 { "" } else { "s" })?;
         }
@@ -961,23 +567,14 @@ pub fn intervene(
     user: Option<&str>,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
-    let actor = local_actor(user.or(iv.actor.as_deref()));
-    let record = rt.store().operation(op)?.with_context(|| format!("no operation `{op}`"))?;
-    rt.attach(vec![opsgraph_runtime::audit::control(&actor, "operation.intervene", &record, json!({"note": iv.note}))]);
-    let v = rt.intervene(op, iv, &actor, &mut |_| {})?;
-    writeln!(out, "intervention {} on {}: {}", v.intervention, v.jobs.join(", "), iv.note)?;
-    for (job, check, passed, expected, observed) in &v.checks {
-        let word = if *passed { "pass" } else { "FAIL" };
-        writeln!(out, "  {word}  {job}  {check}  expected {expected}, observed {observed}")?;
-    }
-    match &v.state {
-        OperationState::Running if c.wait => drive_on(&mut rt, op, out),
-        OperationState::Failed { reason } => {
-            writeln!(out, "still failed: {reason}")?;
-            Ok(1)
-        }
-        _ => Ok(0),
+    use opsgraph_api::Control as _;
+    let rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
+    let mut ctl = crate::client::LocalControl::new(rt, &local_actor(user.or(iv.actor.as_deref())));
+    let reply = ctl.intervene(op, iv)?;
+    let code = crate::render::print_intervention(&reply, &iv.note, out)?;
+    match reply.state {
+        opsgraph_model::OperationStateKind::Running if c.wait => drive_on(&mut ctl.rt, op, out),
+        _ => Ok(code),
     }
 }
 
@@ -986,34 +583,17 @@ pub fn diagnose(
     c: &Control<'_>,
     op: &str,
     propose: bool,
-    output: crate::cli::Output,
+    output: crate::render::Output,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
-    let found = rt.diagnose(op)?;
-    if found.is_empty() {
-        bail!("operation {op} has no failed job to diagnose");
-    }
-    match output {
-        crate::cli::Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&found)?)?,
-        crate::cli::Output::Yaml => write!(out, "{}", to_yaml(&serde_json::to_value(&found)?, 0))?,
-        _ => {
-            for d in &found {
-                writeln!(out, "Diagnosis of {} ({} analyzer, confidence {:.1})", d.job, d.analyzer, d.confidence)?;
-                writeln!(out, "  {}", d.summary)?;
-                writeln!(out, "  cause: {}", d.cause)?;
-                writeln!(out, "  based on: {}", d.evidence.join("; "))?;
-                match &d.remedy {
-                    Some(r) => writeln!(out, "  remedy: {r}")?,
-                    None => writeln!(out, "  no remedy applies: nothing is proposed")?,
-                }
-            }
-        }
-    }
+    let found = crate::query_cmd::diagnose(&crate::client::Local::of(&rt), op, output, out)?;
     if !propose {
         return Ok(0);
     }
-    let Some(patch) = found.iter().find_map(|d| d.patch.clone()) else {
+    // The first remedy found, as the pack holds it (the patch the analyzer matched).
+    let Some(patch) = found.iter().find_map(|d| d.remedy.as_deref()).map(|r| rt.remedy_patch(op, r)).transpose()?
+    else {
         writeln!(out, "nothing to propose: no remedy matches")?;
         return Ok(1);
     };

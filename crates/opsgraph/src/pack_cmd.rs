@@ -8,8 +8,9 @@ use opsgraph_pack::{short_digest, split_pack_ref, Pack};
 use serde_json::{json, Value};
 
 use crate::load::{self, Source};
-use crate::ops_cmd::{open_store, print, to_yaml};
+use crate::ops_cmd::open_store;
 use crate::registry::{self, Installation};
+use crate::render::{print, to_yaml};
 
 pub fn install(data_dir: &Path, path: &Path, replace: bool, actor: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     print_installation(&installation_json(&registry::install(data_dir, path, replace, actor)?), out)?;

@@ -6,8 +6,9 @@ use opsgraph_model::Intent;
 use opsgraph_pack::{Code, Diagnostic, Pos};
 use opsgraph_plan::{render, Input, Inventory, Plan};
 
-use crate::cli::{report, Output, PlanArgs};
+use crate::args::PlanArgs;
 use crate::load::{self, Source};
+use crate::render::{report, Output};
 
 /// The loaded inputs of a plan, or the diagnostics that stop it.
 pub struct Loaded {
@@ -187,7 +188,7 @@ pub fn preview_to(
     match output {
         Output::Text => write!(out, "{}", render::text(&plan))?,
         Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&render::json(&plan, &loaded.packs))?)?,
-        Output::Yaml => write!(out, "{}", crate::ops_cmd::to_yaml(&render::json(&plan, &loaded.packs), 0))?,
+        Output::Yaml => write!(out, "{}", crate::render::to_yaml(&render::json(&plan, &loaded.packs), 0))?,
         Output::Dot => write!(out, "{}", render::dot(&plan))?,
     }
     Ok(Some(plan))

@@ -11,13 +11,13 @@ use opsgraph_pack::remedy::{best_match, test_examples, Basis, Symptoms};
 use opsgraph_pack::{Diagnostic, Pack};
 use serde_json::{json, Value};
 
-use crate::cli::Output;
 use crate::load::{self, Source};
+use crate::render::Output;
 
 /// Reads the one `failure` document of `file`.
 fn failure_file(file: &str, err: &mut dyn Write) -> anyhow::Result<Option<Failure>> {
     let (docs, diags) = load::documents(&[Source::parse(file)]);
-    crate::cli::report(err, &diags)?;
+    crate::render::report(err, &diags)?;
     if diags.iter().any(Diagnostic::is_error) {
         return Ok(None);
     }
@@ -92,7 +92,7 @@ pub fn diagnose_file(
     };
     match output {
         Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?,
-        Output::Yaml => write!(out, "{}", crate::ops_cmd::to_yaml(&value, 0))?,
+        Output::Yaml => write!(out, "{}", crate::render::to_yaml(&value, 0))?,
         _ => text(&value, out)?,
     }
     Ok(if found.is_some() { 0 } else { 1 })
@@ -225,7 +225,7 @@ pub fn pack_test(dirs: &[String], out: &mut dyn Write, err: &mut dyn Write) -> a
         }
     }
     let (packs, diags) = load::packs(&sources);
-    crate::cli::report(err, &diags)?;
+    crate::render::report(err, &diags)?;
     if diags.iter().any(Diagnostic::is_error) {
         return Ok(1);
     }

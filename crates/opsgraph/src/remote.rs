@@ -10,8 +10,13 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
-use crate::cli::Output;
-use crate::ops_cmd::{live, print, print_finish, to_yaml};
+use crate::render::Output;
+use opsgraph_api::views::exit_code;
+use opsgraph_api::{Client, Control, OperationView};
+use opsgraph_model::OperationStateKind;
+
+use crate::client::Action;
+use crate::render::{document, live, print_finish, to_yaml};
 
 pub struct Remote {
     base: String,
@@ -26,8 +31,9 @@ impl std::fmt::Debug for Remote {
 }
 
 /// States an operation stays in only while something drives it.
-fn moving(state: &str) -> bool {
-    matches!(state, "running" | "draft_intent" | "plan_preview" | "capability_resolution")
+fn moving(state: OperationStateKind) -> bool {
+    use OperationStateKind as K;
+    matches!(state, K::Running | K::DraftIntent | K::PlanPreview | K::CapabilityResolution)
 }
 
 /// Percent-encodes one path segment (resource ids hold `/`).
@@ -120,7 +126,7 @@ impl Remote {
         self.call("POST", path, Some(("application/json", serde_json::to_vec(&body)?)))
     }
 
-    fn operation(&self, id: &str) -> anyhow::Result<Value> {
+    fn operation_value(&self, id: &str) -> anyhow::Result<Value> {
         self.get(&format!("/api/v1/operations/{}", segment(id)))
     }
 
@@ -179,11 +185,8 @@ impl Remote {
         let id = created["id"].as_str().context("the server did not say which operation it created")?.to_string();
         if machine {
             let view = self.follow(&id, &mut std::io::sink(), &preview)?;
-            match output {
-                Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?,
-                _ => write!(out, "{}", to_yaml(&view, 0))?,
-            }
-            return Ok(if matches!(view["state"].as_str(), Some("failed" | "cancelled")) { 1 } else { 0 });
+            document(&serde_json::to_value(&view)?, if output == Output::Json { "json" } else { "yaml" }, out)?;
+            return Ok(exit_code(view.summary.state));
         }
         writeln!(out)?;
         self.follow_and_finish(&id, &preview, out)
@@ -191,7 +194,7 @@ impl Remote {
 
     /// Prints the timeline as the server records it, until the operation stops moving; returns
     /// the operation document.
-    fn follow(&self, id: &str, out: &mut dyn Write, plan: &Value) -> anyhow::Result<Value> {
+    fn follow(&self, id: &str, out: &mut dyn Write, plan: &Value) -> anyhow::Result<OperationView> {
         let stages: BTreeMap<String, String> = {
             let names: BTreeMap<&str, &str> = plan["stages"]
                 .as_array()
@@ -212,27 +215,15 @@ impl Remote {
         let mut seen = 0i64;
         let mut quiet = 0;
         loop {
-            let op = self.operation(id)?;
-            for e in op["timeline"].as_array().into_iter().flatten() {
-                let seq = e["seq"].as_i64().unwrap_or(0);
-                if seq > seen {
-                    seen = seq;
-                    let entry = opsgraph_store::TimelineEntry {
-                        seq,
-                        operation: id.to_string(),
-                        at: e["at"].as_str().unwrap_or_default().to_string(),
-                        actor: e["actor"].as_str().unwrap_or_default().to_string(),
-                        event: e["event"].as_str().unwrap_or_default().to_string(),
-                        from: e["from"].as_str().map(str::to_string),
-                        to: e["to"].as_str().map(str::to_string),
-                        reason: e["reason"].as_str().unwrap_or_default().to_string(),
-                        data: e["data"].clone(),
-                    };
-                    view(&entry);
+            let op = Client::operation(self, id)?;
+            for e in &op.timeline {
+                if e.seq > seen {
+                    seen = e.seq;
+                    view(&e.entry(id));
                 }
             }
             // A stopped operation is done once two reads agree (its last entries are in).
-            if !moving(op["state"].as_str().unwrap_or_default()) {
+            if !moving(op.summary.state) {
                 quiet += 1;
                 if quiet > 1 {
                     return Ok(op);
@@ -246,201 +237,75 @@ impl Remote {
 
     fn follow_and_finish(&self, id: &str, plan: &Value, out: &mut dyn Write) -> anyhow::Result<u8> {
         let view = self.follow(id, out, plan)?;
-        let resource = match view["resource"].as_str() {
+        let resource = match view.summary.resource.as_deref() {
             Some(r) => self.get(&format!("/api/v1/resources/{}", segment(r))).ok().map(|v| v["resource"].clone()),
             None => None,
         };
         print_finish(&view, resource.as_ref(), out)
     }
 
-    /// `get operations|resources|jobs OP`: the rows `get` prints locally.
-    pub fn get_rows(
-        &self,
-        what: &str,
-        operation: Option<&str>,
-        output: &str,
-        out: &mut dyn Write,
-    ) -> anyhow::Result<u8> {
-        let value: Value = match what {
-            "operations" | "operation" | "ops" => json!(self.get("/api/v1/operations")?["operations"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|o| json!({"id": o["id"], "state": o["state"], "resource": o["resource"], "actor": o["actor"], "created_at": o["created_at"], "detail": o["detail"]}))
-                .collect::<Vec<_>>()),
-            "resources" | "resource" => json!(self.get("/api/v1/resources")?["resources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|r| json!({"id": r["id"], "status": r["status"], "health": r["health"], "last_operation": r["last_operation"], "observed_state": r["observed_state"]}))
-                .collect::<Vec<_>>()),
-            "jobs" | "job" => {
-                let op = operation.context("`get jobs` needs an operation: opsgraph get jobs OP")?;
-                json!(self.get(&format!("/api/v1/operations/{}/jobs", segment(op)))?["jobs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|j| json!({"id": j["id"], "state": j["state"], "attempts": j["attempts"], "outcome": j["outcome"]["outcome"], "failure": j["outcome"]["failure"]}))
-                    .collect::<Vec<_>>())
-            }
-            other => bail!("cannot get `{other}`: expected operations, resources or jobs"),
-        };
-        print(&value, output, out)?;
-        Ok(0)
-    }
-
-    /// `describe operation|resource ID`.
-    pub fn describe(&self, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let value = match what {
-            "operation" | "op" => self.operation(id)?,
-            "resource" => self.get(&format!("/api/v1/resources/{}", segment(id)))?,
-            other => bail!("cannot describe `{other}`: expected operation or resource"),
-        };
-        match output {
-            "json" => writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?,
-            _ => write!(out, "{}", to_yaml(&value, 0))?,
-        }
+    /// `describe resource ID`: the server's resource document (`describe operation` is
+    /// `query_cmd::describe_operation`, the same for both clients).
+    pub fn describe_resource(&self, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+        document(&self.get(&format!("/api/v1/resources/{}", segment(id)))?, output, out)?;
         Ok(0)
     }
 
     /// `gate answer`, `pause`, `resume`, `cancel`, `retry`, then (unless `--no-wait`) follow the
     /// operation as the server drives it.
     pub fn control(
-        &self,
-        action: &RemoteAction<'_>,
+        &mut self,
+        action: &Action<'_>,
         wait: bool,
         output: Output,
         out: &mut dyn Write,
     ) -> anyhow::Result<u8> {
         let id = match action {
-            RemoteAction::Answer { gate, operation: Some(id), .. } => {
+            Action::Answer { gate, operation: Some(id), .. } => {
                 let _ = gate;
                 id.to_string()
             }
-            RemoteAction::Answer { gate, operation: None, .. } => self.find_gate(gate)?,
-            RemoteAction::Pause(id) | RemoteAction::Resume(id) | RemoteAction::Cancel(id) => id.to_string(),
-            RemoteAction::Retry(id, _) => id.to_string(),
+            Action::Answer { gate, operation: None, .. } => opsgraph_api::find_gate(self, gate)?,
+            Action::Pause(id) | Action::Resume(id) | Action::Cancel(id) => id.to_string(),
+            Action::Retry(id, _) => id.to_string(),
         };
-        let base = format!("/api/v1/operations/{}", segment(&id));
         let mut sink = std::io::sink();
         let text: &mut dyn Write = if output == Output::Text { out } else { &mut sink };
         match action {
-            RemoteAction::Answer { gate, option, value, .. } => {
-                let op = self.operation(&id)?;
-                let value = value.map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())));
-                self.post_json(
-                    &format!("{base}/gates/{}/answer", segment(gate)),
-                    json!({"option": option, "value": value, "revision": op["plan_revision"]}),
-                )?;
+            Action::Answer { gate, option, value, .. } => {
+                Control::answer(self, &id, gate, option, value.map(opsgraph_api::gate_value), "")?;
                 writeln!(text, "gate {gate} of {id}: {option}")?;
             }
-            RemoteAction::Pause(_) => {
-                self.call("POST", &format!("{base}/pause"), None)?;
+            Action::Pause(_) => {
+                Control::pause(self, &id)?;
                 writeln!(text, "{id}: paused; running jobs finish, no new job starts")?;
             }
-            RemoteAction::Resume(_) => {
-                self.call("POST", &format!("{base}/resume"), None)?;
+            Action::Resume(_) => {
+                Control::resume(self, &id)?;
             }
-            RemoteAction::Cancel(_) => {
-                self.call("POST", &format!("{base}/cancel"), None)?;
+            Action::Cancel(_) => {
+                Control::cancel(self, &id)?;
                 writeln!(text, "{id}: cancelled")?;
             }
-            RemoteAction::Retry(_, jobs) => {
-                self.post_json(&format!("{base}/retry"), json!({"jobs": jobs}))?;
+            Action::Retry(_, jobs) => {
+                Control::retry(self, &id, jobs)?;
             }
         }
-        let waits = wait && !matches!(action, RemoteAction::Pause(_) | RemoteAction::Cancel(_));
+        let waits = wait && !matches!(action, Action::Pause(_) | Action::Cancel(_));
         if output != Output::Text {
-            let view = if waits { self.follow(&id, &mut std::io::sink(), &json!({}))? } else { self.operation(&id)? };
-            match output {
-                Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?,
-                _ => write!(out, "{}", to_yaml(&view, 0))?,
-            }
-            return Ok(if matches!(view["state"].as_str(), Some("failed" | "cancelled")) { 1 } else { 0 });
+            let view =
+                if waits { self.follow(&id, &mut std::io::sink(), &json!({}))? } else { Client::operation(self, &id)? };
+            document(&serde_json::to_value(&view)?, if output == Output::Json { "json" } else { "yaml" }, out)?;
+            return Ok(exit_code(view.summary.state));
         }
         if !waits {
             return Ok(0);
         }
         self.follow_and_finish(&id, &json!({}), out)
     }
-
-    fn find_gate(&self, gate: &str) -> anyhow::Result<String> {
-        let mut found = Vec::new();
-        for op in self.get("/api/v1/operations")?["operations"].as_array().into_iter().flatten() {
-            let Some(id) = op["id"].as_str() else { continue };
-            if matches!(op["state"].as_str(), Some("completed" | "cancelled")) {
-                continue;
-            }
-            let gates = self.get(&format!("/api/v1/operations/{}/gates", segment(id)))?;
-            if gates["gates"].as_array().into_iter().flatten().any(|g| g["id"] == gate && g["answer"].is_null()) {
-                found.push(id.to_string());
-            }
-        }
-        match found.as_slice() {
-            [one] => Ok(one.clone()),
-            [] => bail!("no open gate `{gate}` in any operation"),
-            many => {
-                bail!("gate `{gate}` is open in several operations ({}); name one with --operation", many.join(", "))
-            }
-        }
-    }
-
-    /// `audit [--actor ..] [--operation ..] [--resource ..] [--since ..]`.
-    pub fn audit(&self, filter: &[(&str, Option<&str>)], output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let query: Vec<String> = filter.iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", segment(v)))).collect();
-        let path =
-            if query.is_empty() { "/api/v1/audit".to_string() } else { format!("/api/v1/audit?{}", query.join("&")) };
-        let rows = self.get(&path)?;
-        print(&audit_rows(&rows["audit"]), output, out)?;
-        Ok(0)
-    }
-}
-
-/// Audit records as `audit` prints them.
-pub(crate) fn audit_rows(records: &Value) -> Value {
-    json!(records
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|a| json!({"seq": a["seq"], "at": a["at"], "actor": a["actor"], "action": a["action"], "target": a["target"], "operation": a["operation"]}))
-        .collect::<Vec<_>>())
-}
-
-/// What a control command asks of the server.
-pub enum RemoteAction<'a> {
-    Answer { gate: &'a str, operation: Option<&'a str>, option: &'a str, value: Option<&'a str> },
-    Pause(&'a str),
-    Resume(&'a str),
-    Cancel(&'a str),
-    Retry(&'a str, Vec<String>),
 }
 
 impl Remote {
-    /// `logs OP [JOB]`.
-    pub fn logs(&self, op: &str, job: Option<&str>, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let query = job.map(|j| format!("?job={}", segment(j))).unwrap_or_default();
-        let logs = self.get(&format!("/api/v1/operations/{}/logs{query}", segment(op)))?;
-        match output {
-            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&logs["logs"])?)?,
-            Output::Yaml => write!(out, "{}", to_yaml(&logs["logs"], 0))?,
-            _ => {
-                for l in logs["logs"].as_array().into_iter().flatten() {
-                    writeln!(out, "==> {} attempt {} <==", l["job"].as_str().unwrap_or_default(), l["attempt"])?;
-                    match l["output"].as_str() {
-                        Some(text) => {
-                            write!(out, "{text}")?;
-                            if !text.ends_with('\n') && !text.is_empty() {
-                                writeln!(out)?;
-                            }
-                        }
-                        None => writeln!(out, "(no output)")?,
-                    }
-                }
-            }
-        }
-        Ok(0)
-    }
-
     /// `patch OP -f PATCH | --remedy ID`.
     pub fn patch(&self, op: &str, file: Option<&str>, remedy: Option<&str>, out: &mut dyn Write) -> anyhow::Result<u8> {
         let base = format!("/api/v1/operations/{}/patches", segment(op));
@@ -452,22 +317,19 @@ impl Remote {
             (None, Some(id)) => self.call("POST", &format!("{base}?remedy={}", segment(id)), None)?,
             (None, None) => bail!("name a patch: -f PATCH.yaml or --remedy ID"),
         };
-        self.print_patch(op, &reply, out)
+        self.print_patch(op, reply, out)
     }
 
-    fn print_patch(&self, op: &str, reply: &Value, out: &mut dyn Write) -> anyhow::Result<u8> {
-        writeln!(out, "patch {} of {op}:", reply["patch"].as_str().unwrap_or_default())?;
-        write!(out, "{}", reply["diff_text"].as_str().unwrap_or_default())?;
-        for f in reply["findings"].as_array().into_iter().flatten() {
-            writeln!(
-                out,
-                "{} {}: {}",
-                f["severity"].as_str().unwrap_or_default(),
-                f["code"].as_str().unwrap_or_default(),
-                f["message"].as_str().unwrap_or_default()
-            )?;
+    fn print_patch(&self, op: &str, reply: Value, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let reply: opsgraph_api::PatchReply = serde_json::from_value(reply)?;
+        writeln!(out, "patch {} of {op}:", reply.patch)?;
+        write!(out, "{}", reply.diff_text)?;
+        for f in &reply.findings {
+            // The severity as the API spells it (`error`, `warning`).
+            let severity = serde_json::to_value(f.severity)?;
+            writeln!(out, "{} {}: {}", severity.as_str().unwrap_or_default(), f.code, f.message)?;
         }
-        if let Some(g) = reply["gate"].as_str() {
+        if let Some(g) = &reply.gate {
             writeln!(
                 out,
                 "waiting for approval at {g}: opsgraph gate answer {g} --operation {op} --option 'approve patch'"
@@ -477,87 +339,29 @@ impl Remote {
     }
 
     /// `intervene OP ...`.
-    pub fn intervene(&self, op: &str, iv: &opsgraph_model::Intervention, out: &mut dyn Write) -> anyhow::Result<u8> {
-        // The document's own shape, as JSON (YAML's subset).
-        let doc = json!({"intervention": {
-            "type": "manually_fixed",
-            "target_stage": iv.target_stage,
-            "target_job": iv.target_job,
-            "note": iv.note,
-            "requires_verification": iv.requires_verification,
-        }});
-        let mut doc = doc;
-        if let Some(m) = doc["intervention"].as_object_mut() {
-            m.retain(|_, v| !v.is_null());
-        }
-        let reply = self.post_json(&format!("/api/v1/operations/{}/interventions", segment(op)), doc)?;
-        let jobs: Vec<&str> = reply["jobs"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        writeln!(
-            out,
-            "intervention {} on {}: {}",
-            reply["intervention"].as_str().unwrap_or_default(),
-            jobs.join(", "),
-            iv.note
-        )?;
-        for c in reply["checks"].as_array().into_iter().flatten() {
-            let word = if c["passed"] == true { "pass" } else { "FAIL" };
-            writeln!(
-                out,
-                "  {word}  {}  {}  expected {}, observed {}",
-                c["job"].as_str().unwrap_or_default(),
-                c["check"].as_str().unwrap_or_default(),
-                c["expected"].as_str().unwrap_or_default(),
-                c["observed"].as_str().unwrap_or_default()
-            )?;
-        }
-        if reply["state"] == "failed" {
-            writeln!(out, "still {}", reply["detail"].as_str().unwrap_or("failed"))?;
-            return Ok(1);
-        }
-        Ok(0)
+    pub fn intervene(
+        &mut self,
+        op: &str,
+        iv: &opsgraph_model::Intervention,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<u8> {
+        let reply = Control::intervene(self, op, iv)?;
+        crate::render::print_intervention(&reply, &iv.note, out)
     }
 
     /// `diagnose OP [--propose]`.
     pub fn diagnose(&self, op: &str, propose: bool, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let found = self.get(&format!("/api/v1/operations/{}/diagnosis", segment(op)))?;
-        let list = found["diagnosis"].as_array().cloned().unwrap_or_default();
-        if list.is_empty() {
-            bail!("operation {op} has no failed job to diagnose");
-        }
-        match output {
-            Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?,
-            Output::Yaml => write!(out, "{}", to_yaml(&Value::Array(list.clone()), 0))?,
-            _ => {
-                for d in &list {
-                    writeln!(
-                        out,
-                        "Diagnosis of {} ({} analyzer, confidence {:.1})",
-                        d["job"].as_str().unwrap_or_default(),
-                        d["analyzer"].as_str().unwrap_or_default(),
-                        d["confidence"].as_f64().unwrap_or(0.0)
-                    )?;
-                    writeln!(out, "  {}", d["summary"].as_str().unwrap_or_default())?;
-                    writeln!(out, "  cause: {}", d["cause"].as_str().unwrap_or_default())?;
-                    let refs: Vec<&str> =
-                        d["evidence"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-                    writeln!(out, "  based on: {}", refs.join("; "))?;
-                    match d["remedy"].as_str() {
-                        Some(r) => writeln!(out, "  remedy: {r}")?,
-                        None => writeln!(out, "  no remedy applies: nothing is proposed")?,
-                    }
-                }
-            }
-        }
+        let list = crate::query_cmd::diagnose(self, op, output, out)?;
         if !propose {
             return Ok(0);
         }
-        let Some(remedy) = list.iter().find_map(|d| d["remedy"].as_str()) else {
+        let Some(remedy) = list.iter().find_map(|d| d.remedy.as_deref()) else {
             writeln!(out, "nothing to propose: no remedy matches")?;
             return Ok(1);
         };
         let reply =
             self.call("POST", &format!("/api/v1/operations/{}/patches?remedy={}", segment(op), segment(remedy)), None)?;
-        self.print_patch(op, &reply, out)
+        self.print_patch(op, reply, out)
     }
 
     /// `pack install FILE.tar.gz|DIR`: a directory is packed into a `.tar.gz` in memory first,
@@ -634,31 +438,132 @@ impl Remote {
     }
 
     pub fn token_list(&self, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let list = self.get("/api/v1/tokens")?;
-        let tokens = list["tokens"].as_array().cloned().unwrap_or_default();
-        if tokens.is_empty() {
-            writeln!(out, "(no tokens)")?;
-            return Ok(0);
-        }
-        writeln!(out, "{:<18} {:<20} {:<28} {:<24} STATUS", "ID", "NAME", "ROLES", "CREATED")?;
-        for t in tokens {
-            let roles: Vec<&str> = t["roles"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            let status = t["revoked_at"].as_str().map_or("active".to_string(), |at| format!("revoked {at}"));
-            writeln!(
-                out,
-                "{:<18} {:<20} {:<28} {:<24} {status}",
-                t["id"].as_str().unwrap_or_default(),
-                t["name"].as_str().unwrap_or_default(),
-                roles.join(","),
-                t["created_at"].as_str().unwrap_or_default()
-            )?;
-        }
-        Ok(0)
+        let tokens: Vec<opsgraph_api::TokenView> =
+            serde_json::from_value(self.get("/api/v1/tokens")?["tokens"].take())?;
+        crate::render::print_tokens(&tokens, out)
     }
 
     pub fn token_revoke(&self, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
         let t = self.call("DELETE", &format!("/api/v1/tokens/{}", segment(id)), None)?;
         writeln!(out, "token {} ({}) revoked", t["id"].as_str().unwrap_or(id), t["name"].as_str().unwrap_or_default())?;
         Ok(0)
+    }
+}
+
+/// The HTTP client: each read is one request, its answer the API's document.
+impl opsgraph_api::Client for Remote {
+    fn operations(&self) -> anyhow::Result<Vec<opsgraph_api::OperationSummary>> {
+        Ok(serde_json::from_value(self.get("/api/v1/operations")?["operations"].take())?)
+    }
+
+    fn operation(&self, id: &str) -> anyhow::Result<opsgraph_api::OperationView> {
+        Ok(serde_json::from_value(self.operation_value(id)?)?)
+    }
+
+    fn jobs(&self, operation: &str) -> anyhow::Result<Vec<opsgraph_store::JobRecord>> {
+        Ok(serde_json::from_value(
+            self.get(&format!("/api/v1/operations/{}/jobs", segment(operation)))?["jobs"].take(),
+        )?)
+    }
+
+    fn gates(&self, operation: &str) -> anyhow::Result<opsgraph_api::GateList> {
+        Ok(serde_json::from_value(self.get(&format!("/api/v1/operations/{}/gates", segment(operation)))?)?)
+    }
+
+    fn resources(&self) -> anyhow::Result<Vec<opsgraph_api::ResourceRow>> {
+        Ok(serde_json::from_value(self.get("/api/v1/resources")?["resources"].take())?)
+    }
+
+    fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<opsgraph_api::LogEntry>> {
+        let query = job.map(|j| format!("?job={}", segment(j))).unwrap_or_default();
+        let path = format!("/api/v1/operations/{}/logs{query}", segment(operation));
+        Ok(serde_json::from_value(self.get(&path)?["logs"].take())?)
+    }
+
+    fn audit(&self, filter: &opsgraph_store::AuditFilter) -> anyhow::Result<Vec<opsgraph_store::AuditRecord>> {
+        let pairs = [
+            ("actor", &filter.actor),
+            ("operation", &filter.operation),
+            ("resource", &filter.resource),
+            ("since", &filter.since),
+        ];
+        let query: Vec<String> =
+            pairs.iter().filter_map(|(k, v)| v.as_deref().map(|v| format!("{k}={}", segment(v)))).collect();
+        let path =
+            if query.is_empty() { "/api/v1/audit".to_string() } else { format!("/api/v1/audit?{}", query.join("&")) };
+        Ok(serde_json::from_value(self.get(&path)?["audit"].take())?)
+    }
+
+    fn diagnosis(&self, operation: &str) -> anyhow::Result<Vec<opsgraph_api::DiagnosisView>> {
+        let path = format!("/api/v1/operations/{}/diagnosis", segment(operation));
+        Ok(serde_json::from_value(self.get(&path)?["diagnosis"].take())?)
+    }
+}
+
+/// The HTTP client's changes: one request each, audited by the server as the token's identity.
+impl opsgraph_api::Control for Remote {
+    fn answer(
+        &mut self,
+        operation: &str,
+        gate: &str,
+        option: &str,
+        value: Option<Value>,
+        _user: &str,
+    ) -> anyhow::Result<opsgraph_api::AnswerReply> {
+        // The answer names the plan revision it approves.
+        let revision = self.operation_value(operation)?["plan_revision"].take();
+        let path = format!("/api/v1/operations/{}/gates/{}/answer", segment(operation), segment(gate));
+        Ok(serde_json::from_value(
+            self.post_json(&path, json!({"option": option, "value": value, "revision": revision}))?,
+        )?)
+    }
+
+    fn pause(&mut self, operation: &str) -> anyhow::Result<opsgraph_api::ControlReply> {
+        self.act(operation, "pause", None)
+    }
+
+    fn resume(&mut self, operation: &str) -> anyhow::Result<opsgraph_api::ControlReply> {
+        self.act(operation, "resume", None)
+    }
+
+    fn cancel(&mut self, operation: &str) -> anyhow::Result<opsgraph_api::ControlReply> {
+        self.act(operation, "cancel", None)
+    }
+
+    fn retry(&mut self, operation: &str, jobs: &[String]) -> anyhow::Result<opsgraph_api::ControlReply> {
+        self.act(operation, "retry", Some(json!({"jobs": jobs})))
+    }
+
+    fn intervene(
+        &mut self,
+        operation: &str,
+        iv: &opsgraph_model::Intervention,
+    ) -> anyhow::Result<opsgraph_api::InterventionReply> {
+        // The document's own shape, as JSON (YAML's subset).
+        let doc = json!({"intervention": {
+            "type": "manually_fixed",
+            "target_stage": iv.target_stage,
+            "target_job": iv.target_job,
+            "note": iv.note,
+            "requires_verification": iv.requires_verification,
+        }});
+        let mut doc = doc;
+        if let Some(m) = doc["intervention"].as_object_mut() {
+            m.retain(|_, v| !v.is_null());
+        }
+        let path = format!("/api/v1/operations/{}/interventions", segment(operation));
+        Ok(serde_json::from_value(self.post_json(&path, doc)?)?)
+    }
+}
+
+impl Remote {
+    /// `POST /operations/{id}/{action}`, with a JSON body or none.
+    fn act(&self, operation: &str, action: &str, body: Option<Value>) -> anyhow::Result<opsgraph_api::ControlReply> {
+        let path = format!("/api/v1/operations/{}/{action}", segment(operation));
+        let reply = match body {
+            Some(body) => self.post_json(&path, body)?,
+            None => self.call("POST", &path, None)?,
+        };
+        Ok(serde_json::from_value(reply)?)
     }
 }

@@ -16,7 +16,7 @@ pub fn read(file: &str, err: &mut dyn Write) -> anyhow::Result<Option<(Resource,
     let text = crate::load::read_document(file)?;
     let parsed = opsgraph_pack::parse_file(file, &text);
     if parsed.has_errors() {
-        crate::cli::report(err, &parsed.diagnostics)?;
+        crate::render::report(err, &parsed.diagnostics)?;
         return Ok(None);
     }
     let mut docs = parsed.docs.into_iter().map(|d| d.doc);

@@ -141,7 +141,7 @@ pub fn serve(
     listen: SocketAddr,
     packs: &[String],
     world: &[String],
-    agents: &crate::cli::AgentTimes,
+    agents: &crate::args::AgentTimes,
     concurrency: Option<u16>,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
@@ -194,17 +194,8 @@ pub fn token_create(data_dir: &Path, name: &str, roles: &[String], out: &mut dyn
 
 pub fn token_list(data_dir: &Path, out: &mut dyn Write) -> anyhow::Result<u8> {
     let store = open_store(data_dir)?;
-    let tokens = store.tokens()?;
-    if tokens.is_empty() {
-        writeln!(out, "(no tokens)")?;
-        return Ok(0);
-    }
-    writeln!(out, "{:<18} {:<20} {:<28} {:<24} STATUS", "ID", "NAME", "ROLES", "CREATED")?;
-    for t in tokens {
-        let status = t.revoked_at.as_deref().map_or("active".to_string(), |at| format!("revoked {at}"));
-        writeln!(out, "{:<18} {:<20} {:<28} {:<24} {status}", t.id, t.name, t.roles.join(","), t.created_at)?;
-    }
-    Ok(0)
+    let tokens: Vec<_> = store.tokens()?.iter().map(opsgraph_api::views::token).collect();
+    crate::render::print_tokens(&tokens, out)
 }
 
 pub fn token_revoke(data_dir: &Path, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {

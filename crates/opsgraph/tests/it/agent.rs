@@ -223,10 +223,10 @@ impl Cluster {
         let store = self.store();
         loop {
             let op = store.operation(id).unwrap().unwrap();
-            let v = opsgraph_server::views::operation_summary(&op);
-            let state = v["state"].as_str().unwrap_or_default().to_string();
+            let v = opsgraph_api::views::operation_summary(&op);
+            let state = opsgraph_plan::lifecycle::state_name(v.state).to_string();
             if matches!(state.as_str(), "completed" | "failed" | "cancelled") || Instant::now() > deadline {
-                return (state, v["detail"].as_str().unwrap_or_default().to_string());
+                return (state, v.detail);
             }
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -74,3 +74,138 @@ fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
     // Remote directories are removed afterwards.
     assert!(!std::path::Path::new(&cwd).exists(), "{cwd} is left behind");
 }
+
+/// One client for the CLI: the same read commands against `opsgraph serve` and against its data
+/// directory print the same bytes (both print the API's documents through one renderer), for
+/// every output format and for a refusal of the command itself; `diagnose` too.
+#[test]
+fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
+    let api = crate::server::Api::new("");
+    let files = crate::support::temp_dir(&[
+        ("sam.token", &api.token("sam", &["operator"])),
+        ("bob.token", &api.token("bob", &["sre"])),
+        ("ada.token", &api.token("ada", &["platform_admin"])),
+        ("intent.yaml", &crate::server::intent("h11")),
+        (
+            "failing.yaml",
+            "intent:\n  target_resource_type: hello.app\n  action: install\n  name: h12\n  environment: dev\n  parameters: {word: bye}\n",
+        ),
+    ]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let remote = |who: &str, args: &[&str]| {
+        let token = files.join(&format!("{who}.token")).display().to_string();
+        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
+    };
+    let data = api.dir.join("data").display().to_string();
+    let local = |args: &[&str]| crate::support::opsgraph(&[&["--data-dir", &data], args].concat());
+
+    // An operation that waited at a gate, was answered by another person and completed.
+    let intent = files.join("intent.yaml").display().to_string();
+    let applied = remote("sam", &["apply", "-f", &intent, "--yes"]);
+    assert_eq!(applied.code, 0, "{}", applied.render());
+    let id =
+        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let answered = remote("bob", &["gate", "answer", "approve-hello", "--option", "approve", "--as", "bob"]);
+    assert!(answered.out.contains(&format!("Operation {id}: completed")), "{}", answered.render());
+
+    // And one that failed: the analyzer's findings read the same both ways.
+    let failing = files.join("failing.yaml").display().to_string();
+    let applied = remote("sam", &["apply", "-f", &failing, "--yes"]);
+    let failed =
+        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let answered = remote(
+        "bob",
+        &["gate", "answer", "approve-hello", "--operation", &failed, "--option", "approve", "--as", "bob"],
+    );
+    assert!(answered.out.contains(&format!("Operation {failed}: failed")), "{}", answered.render());
+    let packs = api.dir.join("hello").display().to_string();
+
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["diagnose", &failed, "--packs", &packs],
+        vec!["diagnose", &failed, "--packs", &packs, "-o", "json"],
+        vec!["diagnose", &failed, "--packs", &packs, "-o", "yaml"],
+        vec!["diagnose", &id, "--packs", &packs],
+        vec!["describe", "operation", &failed, "-o", "yaml"],
+        vec!["logs", &failed],
+        vec!["get", "operations"],
+        vec!["get", "operations", "-o", "json"],
+        vec!["get", "resources"],
+        vec!["get", "resources", "-o", "yaml"],
+        vec!["get", "jobs", &id],
+        vec!["get", "jobs", &id, "-o", "json"],
+        vec!["get", "jobs"],
+        vec!["get", "nothing"],
+        vec!["describe", "operation", &id],
+        vec!["describe", "operation", &id, "-o", "json"],
+        vec!["describe", "thing", &id],
+        vec!["logs", &id],
+        vec!["logs", &id, "say-hello"],
+        vec!["logs", &id, "-o", "json"],
+        vec!["logs", &id, "-o", "yaml"],
+        vec!["audit"],
+        vec!["audit", "--operation", &id, "-o", "json"],
+        vec!["audit", "--actor", "token:nobody"],
+    ];
+    for args in &commands {
+        let (here, there) = (local(args), remote("sam", args));
+        assert_eq!(
+            (here.code, &here.out, &here.err),
+            (there.code, &there.out, &there.err),
+            "`opsgraph {}` differs:\n--- local\n{}\n--- remote\n{}",
+            args.join(" "),
+            here.render(),
+            there.render()
+        );
+        assert!(!here.out.is_empty() || here.code != 0, "`{}` printed nothing", args.join(" "));
+    }
+
+    // Tokens (the admin's view of the same store): one renderer for both.
+    let (here, there) = (local(&["token", "list"]), remote("ada", &["token", "list"]));
+    assert_eq!((here.code, &here.out), (there.code, &there.out), "{}\n{}", here.render(), there.render());
+    assert!(here.out.contains("ada") && here.out.contains("platform_admin"), "{}", here.out);
+
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}
+
+/// `apply --yes` prints the same preview, live view and ending whether this process drives the
+/// run or a server does (ids, times, plan hashes and the operation's name normalised).
+#[test]
+fn apply_prints_the_same_run_locally_and_through_the_server() {
+    let api = crate::server::Api::new("");
+    let files = crate::support::temp_dir(&[
+        ("sam.token", &api.token("sam", &["operator"])),
+        ("here.yaml", &crate::server::intent("h31")),
+        ("there.yaml", &crate::server::intent("h32")),
+    ]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let token = files.join("sam.token").display().to_string();
+    let (here, there) = (files.join("here.yaml").display().to_string(), files.join("there.yaml").display().to_string());
+    let data = api.dir.join("data").display().to_string();
+    let packs = api.dir.join("hello").display().to_string();
+    let local = crate::support::opsgraph(&["--data-dir", &data, "apply", "-f", &here, "--yes", "--packs", &packs]);
+    let remote = crate::support::opsgraph(&["--server", &url, "--token-file", &token, "apply", "-f", &there, "--yes"]);
+    let normal = |text: &str| {
+        let text = regex::Regex::new(r"op-[0-9a-z]+").unwrap().replace_all(text, "OP");
+        let text = regex::Regex::new(r"\d\d:\d\d:\d\d").unwrap().replace_all(&text, "TIME");
+        let text = regex::Regex::new(r"sha256:[0-9a-f]+").unwrap().replace_all(&text, "HASH");
+        text.replace("h31", "NAME").replace("h32", "NAME")
+    };
+    assert_eq!(local.code, 0, "{}", local.render());
+    assert!(local.out.contains("waiting for gate approve-hello"), "{}", local.render());
+    assert_eq!(
+        (remote.code, normal(&remote.out), normal(&remote.err)),
+        (local.code, normal(&local.out), normal(&local.err))
+    );
+
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}

@@ -65,3 +65,53 @@ fn the_lab_shell_library_is_one_text() {
     copies.sort();
     assert_eq!(copies, ["lab-database", "postgresql-local"]);
 }
+
+/// The CLI's modules import downwards: `args` and `render` below every command, the commands
+/// below `cli`, the one dispatcher. The only circle left is `ops_cmd` <-> `plan_cmd` (the store
+/// opening helpers live in `ops_cmd`); a new one fails here.
+#[test]
+fn cli_modules_import_no_circle_but_the_known_one() {
+    let dir = root().join("crates/opsgraph/src");
+    let mut modules: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.strip_suffix(".rs").map(str::to_string))
+        .filter(|m| m != "lib" && m != "main")
+        .collect();
+    modules.sort();
+    let uses = |text: &str, m: &str| {
+        let grouped = text.match_indices("crate::{").any(|(i, _)| {
+            let group = &text[i + 8..];
+            let group = &group[..group.find('}').unwrap_or(0)];
+            group.split(|c: char| !c.is_alphanumeric() && c != '_').any(|w| w == m)
+        });
+        grouped || text.contains(&format!("crate::{m}::")) || text.contains(&format!("crate::{m};"))
+    };
+    let edges: std::collections::BTreeMap<&str, Vec<&str>> = modules
+        .iter()
+        .map(|a| {
+            let text = std::fs::read_to_string(dir.join(format!("{a}.rs"))).unwrap();
+            (a.as_str(), modules.iter().filter(|b| *b != a && uses(&text, b)).map(String::as_str).collect())
+        })
+        .collect();
+    // Modules on a circle: those that reach themselves.
+    let reaches = |from: &str, to: &str| {
+        let (mut seen, mut todo) = (std::collections::BTreeSet::new(), vec![from]);
+        while let Some(m) = todo.pop() {
+            for &n in &edges[m] {
+                if n == to {
+                    return true;
+                }
+                if seen.insert(n) {
+                    todo.push(n);
+                }
+            }
+        }
+        false
+    };
+    let circled: Vec<&str> = modules.iter().map(String::as_str).filter(|m| reaches(m, m)).collect();
+    assert_eq!(circled, ["ops_cmd", "plan_cmd"], "modules on an import circle in crates/opsgraph/src");
+    for m in ["args", "render", "client", "query_cmd"] {
+        assert!(!edges[m].contains(&"cli"), "{m} imports cli");
+    }
+    assert_eq!(edges["render"], Vec::<&str>::new(), "render imports nothing of the crate");
+}

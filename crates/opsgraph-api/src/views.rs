@@ -1,0 +1,288 @@
+//! The documents of stored records, built once: the server's handlers serve them and the CLI's
+//! local client returns them, so the two cannot drift.
+
+use opsgraph_model::OperationState;
+use opsgraph_plan::lifecycle::state_name;
+use opsgraph_store::{ArtifactRecord, OperationRecord, ResourceRecord, Store, TimelineEntry, TokenRecord};
+use serde_json::{json, Value};
+
+use crate::dto::{
+    ArtifactView, OperationSummary, OperationView, ResourceRow, ResourceView, StageView, TimelineView, TokenView,
+};
+
+/// The state in words: its reason, or the gates it waits at.
+pub fn detail(state: &OperationState) -> String {
+    match state {
+        OperationState::Failed { reason } => format!("failed: {reason}"),
+        OperationState::Paused { reason } => format!("paused: {reason}"),
+        OperationState::Cancelled { reason } => format!("cancelled: {reason}"),
+        OperationState::WaitingForApproval { gates } => format!("waiting for approval at {}", gates.join(", ")),
+        OperationState::WaitingForInput { gates } => format!("waiting for input at {}", gates.join(", ")),
+        other => state_name(other.kind()).to_string(),
+    }
+}
+
+pub fn operation_summary(o: &OperationRecord) -> OperationSummary {
+    OperationSummary {
+        id: o.id.clone(),
+        parent: o.parent.clone(),
+        state: o.state.kind(),
+        detail: detail(&o.state),
+        resource: o.resource.clone(),
+        actor: o.actor.clone(),
+        plan_revision: o.plan_revision.clone(),
+        created_at: o.created_at.clone(),
+        updated_at: o.updated_at.clone(),
+    }
+}
+
+/// Secret artifacts are shown by reference only; others with where they are kept.
+pub fn artifact(a: &ArtifactRecord) -> ArtifactView {
+    ArtifactView {
+        id: a.id.clone(),
+        job: a.job.clone(),
+        sensitivity: a.sensitivity.clone(),
+        size: a.size,
+        at: a.at.clone(),
+        reference: format!("artifact:{}/{}/{}", a.operation, a.job, a.id),
+        location: (a.sensitivity != "secret").then(|| a.location.clone()),
+    }
+}
+
+pub fn timeline_entry(e: &TimelineEntry) -> TimelineView {
+    TimelineView {
+        seq: e.seq,
+        at: e.at.clone(),
+        actor: e.actor.clone(),
+        event: e.event.clone(),
+        from: e.from.clone(),
+        to: e.to.clone(),
+        reason: e.reason.clone(),
+        data: e.data.clone(),
+    }
+}
+
+/// Everything about an operation, as `opsgraph describe operation` shows it.
+pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<OperationView, opsgraph_store::Error> {
+    // The pack it ran, pinned by digest.
+    let plan = store.plan(&o.plan_revision)?;
+    let text = |key: &str| plan.as_ref().and_then(|p| p[key].as_str().map(str::to_string));
+    Ok(OperationView {
+        summary: operation_summary(o),
+        pack: text("pack"),
+        pack_digest: text("pack_digest"),
+        stages: plan.as_ref().map(stages).unwrap_or_default(),
+        intent: hide_sealed(o.intent.clone()),
+        gates: gates(store, o)?.gates,
+        jobs: store.jobs(&o.id)?,
+        evidence: store.evidence(&o.id)?,
+        artifacts: store.artifacts(&o.id)?.iter().map(artifact).collect(),
+        timeline: store.timeline(&o.id)?.iter().map(timeline_entry).collect(),
+    })
+}
+
+/// The plan's stages, each with the job instances in it (the plan names template jobs; an
+/// instance records its stage).
+fn stages(plan: &Value) -> Vec<StageView> {
+    let empty = Vec::new();
+    let jobs = plan["jobs"].as_array().unwrap_or(&empty);
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    plan["stages"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|s| StageView {
+            id: text(&s["id"]),
+            name: text(&s["name"]),
+            jobs: jobs.iter().filter(|j| j["stage"] == s["id"]).map(|j| text(&j["id"])).collect(),
+        })
+        .collect()
+}
+
+/// A resource in a list.
+pub fn resource_row(r: &ResourceRecord) -> ResourceRow {
+    ResourceRow {
+        id: r.id.clone(),
+        status: r.doc["status"].clone(),
+        health: r.doc["health"].clone(),
+        last_operation: r.last_operation.clone(),
+        observed_state: r.doc["observed_state"].clone(),
+        updated_at: r.updated_at.clone(),
+    }
+}
+
+/// A resource with the operations that touched it.
+pub fn resource(store: &dyn Store, r: &ResourceRecord) -> Result<ResourceView, opsgraph_store::Error> {
+    let filter = opsgraph_store::OperationFilter { state: None, resource: Some(r.id.clone()) };
+    Ok(ResourceView {
+        id: r.id.clone(),
+        resource: r.doc.clone(),
+        last_operation: r.last_operation.clone(),
+        updated_at: r.updated_at.clone(),
+        operations: store.operations(&filter)?.iter().map(operation_summary).collect(),
+    })
+}
+
+pub fn token(t: &TokenRecord) -> TokenView {
+    TokenView {
+        id: t.id.clone(),
+        name: t.name.clone(),
+        roles: t.roles.clone(),
+        created_by: t.created_by.clone(),
+        created_at: t.created_at.clone(),
+        revoked_at: t.revoked_at.clone(),
+    }
+}
+
+/// Sealed values (secret parameters, secret gate answers) are shown as references, never as
+/// their ciphertext: `{"secret": "sealed"}`.
+pub fn hide_sealed(v: Value) -> Value {
+    match v {
+        Value::String(s) if s.starts_with("sealed:") => json!({"secret": "sealed"}),
+        Value::Array(items) => Value::Array(items.into_iter().map(hide_sealed).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, hide_sealed(v))).collect()),
+        other => other,
+    }
+}
+
+/// Each attempt's captured (masked) output, read from the operation's run directory
+/// (`runs/<op>/<job>.<attempt>.log`): one job (`JOB`, or its instances `JOB@…`) or all.
+pub fn logs(
+    store: &dyn Store,
+    runs: &std::path::Path,
+    op: &str,
+    job: Option<&str>,
+) -> Result<Vec<crate::dto::LogEntry>, opsgraph_store::Error> {
+    let mut list = Vec::new();
+    for j in store.jobs(op)?.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@")))) {
+        for attempt in 1..=j.attempts {
+            let text = std::fs::read(runs.join(op).join(format!("{}.{attempt}.log", j.id))).ok();
+            let output = text.map(|b| String::from_utf8_lossy(&b).into_owned());
+            list.push(crate::dto::LogEntry { job: j.id.clone(), attempt, output });
+        }
+    }
+    Ok(list)
+}
+
+/// An operation's gates with its current plan revision; sealed values as references.
+pub fn gates(store: &dyn Store, o: &OperationRecord) -> Result<crate::dto::GateList, opsgraph_store::Error> {
+    let mut gates = store.gates(&o.id)?;
+    for g in &mut gates {
+        g.value = g.value.take().map(hide_sealed);
+    }
+    Ok(crate::dto::GateList { plan_revision: o.plan_revision.clone(), gates })
+}
+
+/// The exit status of a command that leaves an operation in `state`: 1 when it failed or was
+/// cancelled; 0 when it completed, runs or waits for a person.
+pub fn exit_code(state: opsgraph_model::OperationStateKind) -> u8 {
+    use opsgraph_model::OperationStateKind as K;
+    u8::from(matches!(state, K::Failed | K::Cancelled))
+}
+
+impl crate::dto::OperationView {
+    /// The gates a waiting operation waits at, as `detail` names them (the document carries no
+    /// other list of them; `detail` is built by [`detail`] above, so the two are kept together).
+    pub fn waiting_gates(&self) -> Vec<&str> {
+        use opsgraph_model::OperationStateKind as K;
+        let prefix = match self.summary.state {
+            K::WaitingForApproval => "waiting for approval at ",
+            K::WaitingForInput => "waiting for input at ",
+            _ => return vec![],
+        };
+        self.summary.detail.strip_prefix(prefix).map_or(vec![], |list| list.split(", ").collect())
+    }
+}
+
+/// A manual fix as recorded and verified by the runtime.
+pub fn intervention(operation: &str, v: &opsgraph_runtime::Verified) -> crate::dto::InterventionReply {
+    crate::dto::InterventionReply {
+        id: operation.to_string(),
+        intervention: v.intervention.clone(),
+        jobs: v.jobs.clone(),
+        checks: v
+            .checks
+            .iter()
+            .map(|(job, check, passed, expected, observed)| crate::dto::CheckResult {
+                job: job.clone(),
+                check: check.clone(),
+                passed: *passed,
+                expected: expected.clone(),
+                observed: observed.clone(),
+            })
+            .collect(),
+        state: v.state.kind(),
+        detail: detail(&v.state),
+    }
+}
+
+/// The analyzer's findings as the API serves them.
+pub fn diagnosis(d: &opsgraph_runtime::Diagnosis) -> crate::dto::DiagnosisView {
+    crate::dto::DiagnosisView {
+        operation: d.operation.clone(),
+        job: d.job.clone(),
+        summary: d.summary.clone(),
+        cause: d.cause.clone(),
+        confidence: d.confidence,
+        evidence: d.evidence.clone(),
+        remedy: d.remedy.clone(),
+        patch: serde_json::to_value(&d.patch).unwrap_or(Value::Null),
+        analyzer: d.analyzer.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opsgraph_model::OperationState;
+
+    use super::*;
+
+    /// The waiting gates read back from an operation's detail are the gates of its state.
+    fn check(state: OperationState, expect: &[&str]) {
+        let record = OperationRecord {
+            id: "op".into(),
+            parent: None,
+            intent: Value::Null,
+            resource: None,
+            state,
+            plan_revision: "sha256:0".into(),
+            actor: "user:a".into(),
+            created_at: "t".into(),
+            updated_at: "t".into(),
+            version: 1,
+        };
+        let view = crate::dto::OperationView {
+            summary: operation_summary(&record),
+            pack: None,
+            pack_digest: None,
+            stages: vec![],
+            intent: Value::Null,
+            gates: vec![],
+            jobs: vec![],
+            evidence: vec![],
+            artifacts: vec![],
+            timeline: vec![],
+        };
+        assert_eq!(view.waiting_gates(), expect, "{}", view.summary.detail);
+    }
+
+    #[test]
+    fn waiting_gates_are_the_gates_of_the_state() {
+        let gates = |g: &[&str]| g.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        check(OperationState::WaitingForApproval { gates: gates(&["approve"]) }, &["approve"]);
+        check(OperationState::WaitingForInput { gates: gates(&["a", "patch-p1"]) }, &["a", "patch-p1"]);
+        check(OperationState::Failed { reason: "x at y, z".into() }, &[]);
+        check(OperationState::Paused { reason: "waiting for approval at g".into() }, &[]);
+        check(OperationState::Running, &[]);
+    }
+
+    #[test]
+    fn only_failed_and_cancelled_operations_exit_1() {
+        use opsgraph_model::OperationStateKind as K;
+        let ones: Vec<K> = [K::Running, K::Failed, K::Cancelled, K::Completed, K::WaitingForApproval, K::Paused]
+            .into_iter()
+            .filter(|k| exit_code(*k) == 1)
+            .collect();
+        assert_eq!(ones, [K::Failed, K::Cancelled]);
+    }
+}
