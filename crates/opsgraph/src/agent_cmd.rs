@@ -326,11 +326,11 @@ fn send_log(client: &Client, id: &str, lease: &str, text: String, cancel: &Cance
 pub fn local_agents(data_dir: &Path) -> Arc<opsgraph_runtime::Agents> {
     let db = data_dir.join("opsgraph.db");
     let durability = match std::env::var("OPSGRAPH_SYNC").as_deref() {
-        Ok("normal") => opsgraph_store::Durability::Normal,
-        _ => opsgraph_store::Durability::Full,
+        Ok("normal") => opsgraph_store_sqlite::Durability::Normal,
+        _ => opsgraph_store_sqlite::Durability::Full,
     };
     let open = move || -> Result<Box<dyn opsgraph_store::Store>, opsgraph_store::Error> {
-        Ok(Box::new(opsgraph_store::SqliteStore::open(&db, durability)?))
+        Ok(Box::new(opsgraph_store_sqlite::SqliteStore::open(&db, durability)?))
     };
     let mut agents = opsgraph_runtime::Agents::new(Arc::new(open));
     if let Some(d) =

@@ -18,3 +18,4 @@ pub mod remedy_cmd;
 pub mod remote;
 pub mod resource_cmd;
 pub mod serve_cmd;
+pub mod storage;

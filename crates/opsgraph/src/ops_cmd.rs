@@ -5,11 +5,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
+use crate::storage::Durability;
 use anyhow::{bail, Context as _};
 use opsgraph_model::OperationState;
 use opsgraph_plan::lifecycle::state_name;
 use opsgraph_runtime::{GateAnswer, Runtime};
-use opsgraph_store::{Durability, OperationFilter, Store, TimelineEntry};
+use opsgraph_store::{OperationFilter, Store, TimelineEntry};
 use serde_json::{json, Value};
 
 use crate::load::{self, Source};
@@ -62,7 +63,7 @@ pub fn open_store(data_dir: &Path) -> anyhow::Result<Box<dyn Store>> {
         .create(data_dir)
         .with_context(|| format!("failed to create the data directory {}", data_dir.display()))?;
     let url = database_url(data_dir);
-    opsgraph_store::open(&url, durability())
+    crate::storage::open(&url, durability())
         .with_context(|| format!("failed to open the store {}", opsgraph_store::redact(&url)))
 }
 

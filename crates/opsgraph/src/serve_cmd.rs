@@ -31,7 +31,7 @@ pub fn state(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Res
     open_store(data_dir)?; // creates the directory and migrates once, before any request
     let url = crate::ops_cmd::database_url(data_dir);
     let durability = crate::ops_cmd::durability();
-    let open = move || -> Result<Box<dyn Store>, opsgraph_store::Error> { opsgraph_store::open(&url, durability) };
+    let open = move || -> Result<Box<dyn Store>, opsgraph_store::Error> { crate::storage::open(&url, durability) };
     let world =
         World { packs, resources: w.resources, providers: w.providers, policy: w.policy, operations: w.operations };
     let state = AppState::new(Box::new(open), world, config, data_dir.to_path_buf()).with_limits(limits);

@@ -105,9 +105,9 @@ fn replica(id: &str, data: &Path, database: &str, pack: &Path, token_file: &Path
 
 #[test]
 fn a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice() {
-    let Some(db) =
-        TestDb::postgres("replicas::a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice")
-    else {
+    let Some(db) = opsgraph_store_pg::test_db(
+        "replicas::a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice",
+    ) else {
         return;
     };
     let files = pack();
@@ -263,11 +263,18 @@ fn a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice() 
 
 /// In-process, on each backend: a driver whose lease another holder took over (it expired) is
 /// refused at its next commit and stops; nothing it did after the takeover is in the store.
+/// A test database on `backend`; `None` when it is PostgreSQL and that is skipped.
+fn test_db(backend: opsgraph_store::testing::Backend, name: &str) -> Option<TestDb> {
+    match backend {
+        opsgraph_store::testing::Backend::Sqlite => Some(opsgraph_store_sqlite::test_db()),
+        opsgraph_store::testing::Backend::Postgres => opsgraph_store_pg::test_db(name),
+    }
+}
+
 fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testing::Backend) {
     use opsgraph::load::Source;
     use opsgraph_runtime::lease::{Keeper, LeaseConfig};
-    let Some(db) =
-        TestDb::new(backend, &format!("replicas::a_stale_holder_writes_nothing_after_a_takeover ({backend:?})"))
+    let Some(db) = test_db(backend, &format!("replicas::a_stale_holder_writes_nothing_after_a_takeover ({backend:?})"))
     else {
         return;
     };
@@ -297,7 +304,7 @@ fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testi
     let url = db.url().to_string();
     let keeper = Keeper::new(
         LeaseConfig { holder: "replica-a".into(), ttl: Duration::from_secs(60) },
-        Box::new(move || opsgraph_store::open(&url, opsgraph_store::Durability::Full)),
+        Box::new(move || opsgraph::storage::open(&url, opsgraph::storage::Durability::Full)),
     );
     let driver = {
         let id = id.clone();
@@ -347,7 +354,7 @@ fn a_stale_holder_writes_nothing_after_a_takeover_postgres() {
 #[test]
 fn the_cli_uses_the_database_it_is_given() {
     use crate::support::opsgraph;
-    let Some(db) = TestDb::postgres("replicas::the_cli_uses_the_database_it_is_given") else { return };
+    let Some(db) = opsgraph_store_pg::test_db("replicas::the_cli_uses_the_database_it_is_given") else { return };
     let files = pack();
     let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let dir = temp_dir(&files);

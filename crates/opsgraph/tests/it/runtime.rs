@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use expect_test::{expect, Expect};
 use opsgraph_model::OperationState;
 use opsgraph_runtime::{GateAnswer, Runtime};
-use opsgraph_store::{Durability, JobState, SqliteStore, Store, Write};
+use opsgraph_store::{JobState, Store, Write};
+use opsgraph_store_sqlite::{Durability, SqliteStore};
 
 use crate::support::{temp_dir, TempDir};
 

@@ -23,6 +23,21 @@ fn core_crates_do_no_io() {
     }
 }
 
+/// The store's trait crate is backend-neutral: the database clients are its backends' own
+/// dependencies (`opsgraph-store-sqlite`, `opsgraph-store-pg`).
+#[test]
+fn the_store_trait_crate_depends_on_no_database_client() {
+    let manifest = std::fs::read_to_string(root().join("crates/opsgraph-store/Cargo.toml")).unwrap();
+    let deps = manifest.split("[dependencies]").nth(1).unwrap_or_default();
+    let deps = deps.split("\n[").next().unwrap_or_default();
+    let names: Vec<&str> =
+        deps.lines().filter_map(|l| l.split(['.', ' ', '=']).next()).filter(|n| !n.is_empty()).collect();
+    for client in ["rusqlite", "postgres", "opsgraph-store-sqlite", "opsgraph-store-pg"] {
+        assert!(!names.contains(&client), "opsgraph-store depends on {client}: {names:?}");
+    }
+    assert!(names.contains(&"serde"), "the [dependencies] section was not found: {names:?}");
+}
+
 fn collect(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
