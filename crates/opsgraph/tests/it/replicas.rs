@@ -406,3 +406,45 @@ fn the_cli_uses_the_database_it_is_given() {
     let file = format!("sqlite://{}", dir.join("data/opsgraph.db").display());
     assert_eq!(listed(&["--database", &file]), serde_json::json!([]));
 }
+
+/// Every connection a command opens follows `--database`, the agents' too: a runtime's agent
+/// connections see the operation in the store `--database` names, and no SQLite file appears in
+/// the data directory (they used to open it whatever `--database` said).
+fn local_agents_use_the_database_they_are_given(backend: opsgraph_store::testing::Backend) {
+    let Some(db) = test_db(backend, &format!("replicas::local_agents_use_the_database_they_are_given ({backend:?})"))
+    else {
+        return;
+    };
+    let dir = temp_dir(&[]);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let op = opsgraph_store::OperationRecord {
+        id: "op-agents".into(),
+        parent: None,
+        intent: serde_json::json!({}),
+        resource: None,
+        state: OperationState::DraftIntent,
+        plan_revision: "sha256:aa".into(),
+        actor: "user:alice".into(),
+        created_at: opsgraph_store::now(),
+        updated_at: opsgraph_store::now(),
+        version: 0,
+    };
+    db.store().commit(&[opsgraph_store::Write::CreateOperation { op, plan: serde_json::json!({}) }]).unwrap();
+    opsgraph::ops_cmd::use_database(&data, Some(db.url().to_string()));
+    let agents = opsgraph::agent_cmd::local_agents(&data);
+    let seen = (agents.open)().map(|s| s.operation("op-agents").unwrap().map(|o| o.id));
+    opsgraph::ops_cmd::use_database(&data, None);
+    assert_eq!(seen.unwrap().as_deref(), Some("op-agents"));
+    assert!(!data.join("opsgraph.db").exists(), "the agents opened the data directory's SQLite file");
+}
+
+#[test]
+fn local_agents_use_the_database_they_are_given_sqlite() {
+    local_agents_use_the_database_they_are_given(opsgraph_store::testing::Backend::Sqlite);
+}
+
+#[test]
+fn local_agents_use_the_database_they_are_given_postgres() {
+    local_agents_use_the_database_they_are_given(opsgraph_store::testing::Backend::Postgres);
+}
