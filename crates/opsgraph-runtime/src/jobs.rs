@@ -315,23 +315,8 @@ pub(crate) fn store_blob(data_dir: &Path, file: &Path) -> std::io::Result<(Strin
 
 /// Stores `bytes` content-addressed (`blobs/ab/cdef…`, 0600); returns the location and size.
 pub(crate) fn store_blob_bytes(data_dir: &Path, bytes: &[u8]) -> std::io::Result<(String, i64)> {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(bytes);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    let rel = format!("blobs/{}/{}", &hex[..2], &hex[2..]);
-    let path = data_dir.join(&rel);
-    if !path.exists() {
-        std::fs::create_dir_all(path.parent().unwrap_or(data_dir))?;
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, bytes)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
-        }
-        std::fs::rename(&tmp, &path)?;
-    }
-    Ok((rel, bytes.len() as i64))
+    use opsgraph_store::BlobStore as _;
+    opsgraph_store::FsBlobStore::new(data_dir).put(bytes).map_err(opsgraph_store::blob::into_io)
 }
 
 #[cfg(test)]

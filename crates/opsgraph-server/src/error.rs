@@ -95,6 +95,8 @@ impl From<opsgraph_store::Error> for ApiError {
             S::Open { .. }
             | S::TooNew { .. }
             | S::Query(_)
+            | S::Blob { .. }
+            | S::BadBlob { .. }
             | S::Json(_)
             | S::PgOpen { .. }
             | S::Postgres(_)

@@ -1,15 +1,18 @@
 //! The PostgreSQL backend of [`opsgraph_store::Store`] (issue [F]), for several replicas on one
 //! database: `pg.rs` (`PgStore`: migrations, one transaction per commit, leases) and
-//! `pg_agent.rs` (agent tasks). The conformance suite of `opsgraph-store` runs against it through
+//! `pg_agent.rs` (agent tasks) and `pg_blob.rs` (`PgBlobStore`: artifact contents and job logs
+//! in tables, so replicas share no filesystem). The conformance suite of `opsgraph-store` runs against it through
 //! [`test_db`].
 
 mod pg;
 mod pg_agent;
+mod pg_blob;
 
 use opsgraph_store::testing::{pg_required, test_pg_url, unique, Backend, TestDb};
 use opsgraph_store::{redact, Error, Store};
 
 pub use pg::PgStore;
+pub use pg_blob::PgBlobStore;
 
 /// A failure inside this crate. The client's errors become [`Error::Postgres`] (the server's
 /// message) through `?`, and the store's own errors pass through; [`edge`] turns it back into an
@@ -42,6 +45,11 @@ pub(crate) fn edge<T>(body: impl FnOnce() -> Result<T, Fail>) -> Result<T, Error
 /// Connects to the database a `postgres://` URL names (migrated).
 pub fn open(url: &str) -> Result<Box<dyn Store>, Error> {
     Ok(Box::new(PgStore::connect(url)?))
+}
+
+/// The blob store in a test database's tables.
+fn pg_blobs(db: &TestDb) -> Result<Box<dyn opsgraph_store::BlobStore>, Error> {
+    Ok(Box::new(PgBlobStore::connect(db.url())?))
 }
 
 /// `url` with its database name replaced.
@@ -86,7 +94,7 @@ pub fn test_db(name: &str) -> Option<TestDb> {
             let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
         }
     };
-    Some(TestDb::new(Backend::Postgres, url, None, open, Some(Box::new(cleanup))))
+    Some(TestDb::new(Backend::Postgres, url, None, (open, pg_blobs), Some(Box::new(cleanup))))
 }
 
 #[cfg(test)]

@@ -168,6 +168,8 @@ const MIGRATIONS: &[&str] = &[
     ",
     // 2: agent tasks and their logs (`pg_agent.rs`).
     crate::pg_agent::MIGRATION,
+    // 3: artifact contents and job logs (`pg_blob.rs`).
+    crate::pg_blob::MIGRATION,
 ];
 
 /// The key of the advisory lock migrations run under (`'opsgraph'` in ASCII).

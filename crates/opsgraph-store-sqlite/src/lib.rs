@@ -55,7 +55,13 @@ pub fn test_db() -> TestDb {
     let dir = std::env::temp_dir().join(unique("opsgraph-testdb"));
     std::fs::create_dir_all(&dir).expect("create a temporary directory");
     let url = format!("sqlite://{}", dir.join("opsgraph.db").display());
-    TestDb::new(Backend::Sqlite, url, Some(dir), open_url, None)
+    TestDb::new(Backend::Sqlite, url, Some(dir), (open_url, fs_blobs), None)
+}
+
+/// The data directory's files, next to the test's database file.
+fn fs_blobs(db: &TestDb) -> Result<Box<dyn opsgraph_store::BlobStore>, Error> {
+    let dir = db.dir().expect("a SQLite test database has a directory");
+    Ok(Box::new(opsgraph_store::FsBlobStore::new(dir)))
 }
 
 /// Opens `sqlite://PATH` (or a plain path) with full durability: how tests open.

@@ -16,6 +16,7 @@
 //! lease was taken over is refused ([`Error::Fenced`]) instead of writing over the new holder.
 
 pub mod agent;
+pub mod blob;
 mod lease;
 pub mod testing;
 
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use agent::{now_ms, AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
+pub use blob::{BlobStore, FsBlobStore, LogKey};
 pub use lease::{describe_current, is_postgres, redact, Lease, DEFAULT_LEASE_TTL_MS};
 
 /// A backend's own error, kept as the source of [`Error::Open`] and [`Error::Query`].
@@ -83,6 +85,16 @@ pub enum Error {
     Fenced { operation: String, holder: String, token: i64, current: String },
     #[error("this store does not implement leases")]
     LeasesUnsupported,
+    /// Reading or writing an artifact's or a log's bytes failed.
+    #[error("failed to read or write {what}")]
+    Blob {
+        what: String,
+        #[source]
+        source: BackendError,
+    },
+    /// A blob location or a log's ids that would name something else.
+    #[error("{what} is refused: {reason}")]
+    BadBlob { what: String, reason: String },
     /// Another operation that is not completed or cancelled changes the resource.
     #[error("resource `{resource}` is being changed by operation `{operation}` ({state})")]
     ResourceBusy { resource: String, operation: String, state: String },

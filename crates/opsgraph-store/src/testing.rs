@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{Error, Store};
+use crate::{BlobStore, Error, Store};
 
 /// The server tests create their databases on, when `OPSGRAPH_TEST_PG` is not set.
 pub const DEFAULT_TEST_PG: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -25,12 +25,16 @@ pub enum Backend {
 /// How a backend opens (and migrates) a store from its URL.
 pub type Opener = fn(&str) -> Result<Box<dyn Store>, Error>;
 
+/// How a backend opens the blob store that goes with a test database.
+pub type BlobOpener = fn(&TestDb) -> Result<Box<dyn BlobStore>, Error>;
+
 /// One test's database; removed (the directory) or dropped (the PostgreSQL database) on drop.
 pub struct TestDb {
     pub backend: Backend,
     url: String,
     dir: Option<PathBuf>,
     open: Opener,
+    open_blobs: BlobOpener,
     /// Drops the database (PostgreSQL), run once on drop.
     cleanup: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
@@ -55,15 +59,20 @@ pub fn pg_required() -> bool {
 
 impl TestDb {
     /// A test database a backend made: its URL, the temporary directory to remove (if any), how
-    /// to open it, and what drops it.
+    /// to open it and its blob store, and what drops it.
     pub fn new(
         backend: Backend,
         url: String,
         dir: Option<PathBuf>,
-        open: Opener,
+        (open, open_blobs): (Opener, BlobOpener),
         cleanup: Option<Box<dyn FnOnce() + Send + Sync>>,
     ) -> TestDb {
-        TestDb { backend, url, dir, open, cleanup }
+        TestDb { backend, url, dir, open, open_blobs, cleanup }
+    }
+
+    /// Its blob store (SQLite: files in its directory; PostgreSQL: its tables).
+    pub fn blobs(&self) -> Box<dyn BlobStore> {
+        (self.open_blobs)(self).unwrap_or_else(|e| panic!("open the blobs of {}: {e}", self.url))
     }
 
     /// The URL `opsgraph --database` takes for it.
