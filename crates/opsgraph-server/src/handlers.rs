@@ -771,7 +771,6 @@ pub(crate) fn diagnosis(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn logs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let job = ctx.query.get("job").cloned();
-    let runs = ctx.state.0.data_dir.join("runs").join(&op.id);
     let mut list = Vec::new();
     for j in ctx
         .store
@@ -780,7 +779,8 @@ pub(crate) fn logs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         .filter(|j| job.as_deref().is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@"))))
     {
         for attempt in 1..=j.attempts {
-            let text = std::fs::read(runs.join(format!("{}.{attempt}.log", j.id))).ok();
+            let key = opsgraph_store::LogKey::new(&op.id, &j.id, attempt);
+            let text = ctx.state.0.blobs.log(&key).ok().flatten();
             let text = text.map(|b| String::from_utf8_lossy(&b).into_owned());
             list.push(json!({"job": j.id, "attempt": attempt, "output": text}));
         }

@@ -63,6 +63,14 @@ impl BlobStore for PgBlobStore {
         })
     }
 
+    fn remove(&self, location: &str) -> Result<(), Error> {
+        check_location(location)?;
+        edge(|| {
+            self.client().execute("DELETE FROM blobs WHERE location = $1", &[&location])?;
+            Ok(())
+        })
+    }
+
     fn append_log(&self, log: &LogKey, bytes: &[u8]) -> Result<(), Error> {
         log.relative_path()?;
         edge(|| {

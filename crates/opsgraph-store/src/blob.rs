@@ -23,6 +23,20 @@ pub trait BlobStore: Send + Sync {
     fn append_log(&self, log: &LogKey, bytes: &[u8]) -> Result<(), Error>;
     /// The log of a job's attempt; `None` when it has none.
     fn log(&self, log: &LogKey) -> Result<Option<Vec<u8>>, Error>;
+    /// Removes a blob (an artifact sealed again under a new key leaves its old one); nothing
+    /// when it is not there.
+    fn remove(&self, location: &str) -> Result<(), Error>;
+    /// The file a blob already is on this machine, for a job to read in place; `None` when the
+    /// backend keeps it elsewhere (the caller copies it into the job's directory).
+    fn local_path(&self, location: &str) -> Option<PathBuf> {
+        let _ = location;
+        None
+    }
+    /// Whether job logs are the files the executor writes (`runs/<op>/<job>.<attempt>.log`), so
+    /// nothing needs copying into the store after an attempt.
+    fn keeps_log_files(&self) -> bool {
+        false
+    }
 }
 
 /// Which log: an attempt of a job instance of an operation.
@@ -125,6 +139,59 @@ impl BlobStore for FsBlobStore {
 
     fn log(&self, log: &LogKey) -> Result<Option<Vec<u8>>, Error> {
         read(&self.root.join(log.relative_path()?))
+    }
+
+    fn remove(&self, location: &str) -> Result<(), Error> {
+        let path = self.path(location)?;
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&path, e)),
+            _ => Ok(()),
+        }
+    }
+
+    fn local_path(&self, location: &str) -> Option<PathBuf> {
+        self.path(location).ok()
+    }
+
+    fn keeps_log_files(&self) -> bool {
+        true
+    }
+}
+
+/// A database's blob store in front of the data directory's files: what is written goes to the
+/// database, and what is not there yet is read from the files it was written to before (blobs
+/// and logs of a deployment that kept them on disk stay readable where they are).
+pub struct Layered<B> {
+    pub primary: B,
+    pub older: FsBlobStore,
+}
+
+impl<B: BlobStore> BlobStore for Layered<B> {
+    fn put(&self, bytes: &[u8]) -> Result<(String, i64), Error> {
+        self.primary.put(bytes)
+    }
+
+    fn get(&self, location: &str) -> Result<Option<Vec<u8>>, Error> {
+        match self.primary.get(location)? {
+            Some(bytes) => Ok(Some(bytes)),
+            None => self.older.get(location),
+        }
+    }
+
+    fn append_log(&self, log: &LogKey, bytes: &[u8]) -> Result<(), Error> {
+        self.primary.append_log(log, bytes)
+    }
+
+    fn log(&self, log: &LogKey) -> Result<Option<Vec<u8>>, Error> {
+        match self.primary.log(log)? {
+            Some(bytes) => Ok(Some(bytes)),
+            None => self.older.log(log),
+        }
+    }
+
+    fn remove(&self, location: &str) -> Result<(), Error> {
+        self.primary.remove(location)?;
+        self.older.remove(location)
     }
 }
 

@@ -172,6 +172,7 @@ fn runtime(data_dir: &Path, packs: &[String], world: &[String], concurrency: Opt
     let store = open_store(data_dir)?;
     let mut rt = Runtime::new(Box::new(store), packs, world.resources, data_dir.to_path_buf());
     rt.agents = Some(crate::agent_cmd::local_agents(data_dir));
+    rt.blobs = crate::storage::blobs(data_dir)?;
     if let Some(n) = concurrency {
         rt.set_concurrency(n.into());
     }
@@ -262,6 +263,7 @@ pub fn apply(
     let mut rt =
         Runtime::new(Box::new(store), loaded.packs.clone(), loaded.world.resources.clone(), args.data_dir.clone());
     rt.agents = Some(crate::agent_cmd::local_agents(&args.data_dir));
+    rt.blobs = crate::storage::blobs(&args.data_dir)?;
     if let Some(n) = args.concurrency {
         rt.set_concurrency(n.into());
     }
@@ -551,15 +553,15 @@ pub fn logs(
     use crate::cli::Output;
     let store = open_store(data_dir)?;
     store.operation(op)?.with_context(|| format!("no operation `{op}`"))?;
-    let runs = data_dir.join("runs").join(op);
+    let blobs = crate::storage::blobs(data_dir)?;
+    let log = |job: &str, attempt: u32| blobs.log(&opsgraph_store::LogKey::new(op, job, attempt)).ok().flatten();
     let jobs = store.jobs(op)?;
     let selected = jobs.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@"))));
     if output != Output::Text {
         let mut list = Vec::new();
         for j in selected {
             for attempt in 1..=j.attempts {
-                let text = std::fs::read(runs.join(format!("{}.{attempt}.log", j.id))).ok();
-                let text = text.map(|b| String::from_utf8_lossy(&b).into_owned());
+                let text = log(&j.id, attempt).map(|b| String::from_utf8_lossy(&b).into_owned());
                 list.push(json!({"job": j.id, "attempt": attempt, "output": text}));
             }
         }
@@ -572,16 +574,15 @@ pub fn logs(
     }
     for j in selected {
         for attempt in 1..=j.attempts {
-            let log = runs.join(format!("{}.{attempt}.log", j.id));
             writeln!(out, "==> {} attempt {attempt} <==", j.id)?;
-            match std::fs::read_to_string(&log) {
-                Ok(text) => {
+            match log(&j.id, attempt).map(String::from_utf8) {
+                Some(Ok(text)) => {
                     write!(out, "{text}")?;
                     if !text.ends_with('\n') && !text.is_empty() {
                         writeln!(out)?;
                     }
                 }
-                Err(_) => writeln!(out, "(no output)")?,
+                _ => writeln!(out, "(no output)")?,
             }
         }
     }
@@ -792,6 +793,7 @@ fn find_gate(store: &dyn Store, gate: &str) -> anyhow::Result<String> {
 /// `secrets rotate|reseal`.
 pub fn secrets(data_dir: &Path, command: &crate::cli::SecretsCommand, out: &mut dyn Write) -> anyhow::Result<u8> {
     let mut rt = Runtime::new(Box::new(open_store(data_dir)?), vec![], vec![], data_dir.to_path_buf());
+    rt.blobs = crate::storage::blobs(data_dir)?;
     match command {
         crate::cli::SecretsCommand::Rotate => {
             let r = rt.rotate_master_key()?;

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use opsgraph_store::{Error, Store};
+use opsgraph_store::blob::Layered;
+use opsgraph_store::{BlobStore, Error, FsBlobStore, Store};
 pub use opsgraph_store_sqlite::Durability;
 
 /// The databases given with `--database` (or `OPSGRAPH_DATABASE`), by data directory: commands
@@ -56,6 +57,18 @@ pub type Opener = Arc<dyn Fn() -> Result<Box<dyn Store>, Error> + Send + Sync>;
 pub fn opener(data_dir: &Path) -> Opener {
     let (url, durability) = (database_url(data_dir), durability());
     Arc::new(move || open(&url, durability))
+}
+
+/// Where a data directory keeps artifact contents and job logs: with PostgreSQL, its tables, in
+/// front of the files a deployment wrote before (still read where they are); otherwise the data
+/// directory's own files.
+pub fn blobs(data_dir: &Path) -> Result<Arc<dyn BlobStore>, Error> {
+    let url = database_url(data_dir);
+    if opsgraph_store::is_postgres(&url) {
+        let primary = opsgraph_store_pg::PgBlobStore::connect(&url)?;
+        return Ok(Arc::new(Layered { primary, older: FsBlobStore::new(data_dir) }));
+    }
+    Ok(Arc::new(FsBlobStore::new(data_dir)))
 }
 
 /// Opens the store of a data directory: creates the directory (this user's only; one that
