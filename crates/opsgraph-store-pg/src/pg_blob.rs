@@ -26,20 +26,32 @@ pub(crate) const MIGRATION: &str = "
     CREATE INDEX job_logs_attempt ON job_logs(operation, job, attempt, seq);
 ";
 
-/// A connection of its own (the blob store is shared between threads, a `PgStore` is not).
+/// A connection of its own (the blob store is shared between threads, a `PgStore` is not),
+/// opened again when it broke: a server keeps its blob store for its whole life, across database
+/// restarts.
 pub struct PgBlobStore {
+    url: String,
     client: Mutex<Client>,
 }
 
 impl PgBlobStore {
     /// Connects (without TLS) and brings the schema up to date, as [`PgStore::connect`].
     pub fn connect(url: &str) -> Result<PgBlobStore, Error> {
-        let store = PgStore::connect(url)?;
-        Ok(PgBlobStore { client: Mutex::new(store.client.into_inner()) })
+        Ok(PgBlobStore { url: url.to_string(), client: Mutex::new(Self::open(url)?) })
     }
 
-    fn client(&self) -> std::sync::MutexGuard<'_, Client> {
-        self.client.lock().unwrap_or_else(|e| e.into_inner())
+    fn open(url: &str) -> Result<Client, Error> {
+        Ok(PgStore::connect(url)?.client.into_inner())
+    }
+
+    /// The connection; a new one when the last call found it closed (that call failed; nothing
+    /// is retried, so an append is never written twice).
+    fn client(&self) -> Result<std::sync::MutexGuard<'_, Client>, Error> {
+        let mut client = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if client.is_closed() {
+            *client = Self::open(&self.url)?;
+        }
+        Ok(client)
     }
 }
 
@@ -47,7 +59,7 @@ impl BlobStore for PgBlobStore {
     fn put(&self, bytes: &[u8]) -> Result<(String, i64), Error> {
         edge(|| {
             let location = blob_location(bytes);
-            self.client().execute(
+            self.client()?.execute(
                 "INSERT INTO blobs (location, content) VALUES ($1, $2) ON CONFLICT (location) DO NOTHING",
                 &[&location, &bytes],
             )?;
@@ -58,7 +70,7 @@ impl BlobStore for PgBlobStore {
     fn get(&self, location: &str) -> Result<Option<Vec<u8>>, Error> {
         check_location(location)?;
         edge(|| {
-            let row = self.client().query_opt("SELECT content FROM blobs WHERE location = $1", &[&location])?;
+            let row = self.client()?.query_opt("SELECT content FROM blobs WHERE location = $1", &[&location])?;
             Ok(row.map(|r| r.get(0)))
         })
     }
@@ -66,7 +78,7 @@ impl BlobStore for PgBlobStore {
     fn remove(&self, location: &str) -> Result<(), Error> {
         check_location(location)?;
         edge(|| {
-            self.client().execute("DELETE FROM blobs WHERE location = $1", &[&location])?;
+            self.client()?.execute("DELETE FROM blobs WHERE location = $1", &[&location])?;
             Ok(())
         })
     }
@@ -74,7 +86,7 @@ impl BlobStore for PgBlobStore {
     fn append_log(&self, log: &LogKey, bytes: &[u8]) -> Result<(), Error> {
         log.relative_path()?;
         edge(|| {
-            self.client().execute(
+            self.client()?.execute(
                 "INSERT INTO job_logs (operation, job, attempt, content) VALUES ($1, $2, $3, $4)",
                 &[&log.operation, &log.job, &(log.attempt as i32), &bytes],
             )?;
@@ -85,7 +97,7 @@ impl BlobStore for PgBlobStore {
     fn log(&self, log: &LogKey) -> Result<Option<Vec<u8>>, Error> {
         log.relative_path()?;
         edge(|| {
-            let rows = self.client().query(
+            let rows = self.client()?.query(
                 "SELECT content FROM job_logs WHERE operation = $1 AND job = $2 AND attempt = $3 ORDER BY seq",
                 &[&log.operation, &log.job, &(log.attempt as i32)],
             )?;

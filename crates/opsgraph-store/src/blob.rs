@@ -158,6 +158,31 @@ impl BlobStore for FsBlobStore {
     }
 }
 
+/// A boxed blob store is a blob store (a test's, a layer's primary).
+impl<B: BlobStore + ?Sized> BlobStore for Box<B> {
+    fn put(&self, bytes: &[u8]) -> Result<(String, i64), Error> {
+        (**self).put(bytes)
+    }
+    fn get(&self, location: &str) -> Result<Option<Vec<u8>>, Error> {
+        (**self).get(location)
+    }
+    fn append_log(&self, log: &LogKey, bytes: &[u8]) -> Result<(), Error> {
+        (**self).append_log(log, bytes)
+    }
+    fn log(&self, log: &LogKey) -> Result<Option<Vec<u8>>, Error> {
+        (**self).log(log)
+    }
+    fn remove(&self, location: &str) -> Result<(), Error> {
+        (**self).remove(location)
+    }
+    fn local_path(&self, location: &str) -> Option<PathBuf> {
+        (**self).local_path(location)
+    }
+    fn keeps_log_files(&self) -> bool {
+        (**self).keeps_log_files()
+    }
+}
+
 /// A database's blob store in front of the data directory's files: what is written goes to the
 /// database, and what is not there yet is read from the files it was written to before (blobs
 /// and logs of a deployment that kept them on disk stay readable where they are).

@@ -2,7 +2,7 @@
 //! filesystem (next to a SQLite database) and in PostgreSQL; plus the filesystem's own layout,
 //! which data written before the `BlobStore` trait must keep being read in.
 
-use opsgraph_store::blob::{blob_location, check_location};
+use opsgraph_store::blob::{blob_location, check_location, Layered};
 use opsgraph_store::testing::TestDb;
 use opsgraph_store::{BlobStore, Error, FsBlobStore, LogKey};
 
@@ -30,6 +30,11 @@ fn artifacts_are_stored_once_by_content_and_read_back(db: &TestDb) {
     }
     // Another connection sees it.
     check_get(&*db.blobs(), &location, Ok(Some(b"port=8080\n")));
+    // Removed (a re-sealed secret's old blob): gone, and removing it again is nothing.
+    blobs.remove(&location).unwrap();
+    check_get(&*blobs, &location, Ok(None));
+    blobs.remove(&location).unwrap();
+    assert!(matches!(blobs.remove("../opsgraph.db"), Err(Error::BadBlob { .. })));
 }
 
 fn logs_are_appended_per_attempt(db: &TestDb) {
@@ -48,12 +53,53 @@ fn logs_are_appended_per_attempt(db: &TestDb) {
     }
 }
 
+/// A database's blob store in front of the files: new bytes go to the database, older ones are
+/// still read from the files (and a removal takes both).
+fn a_layered_store_writes_to_its_primary_and_reads_older_files(db: &TestDb) {
+    let files = opsgraph_store_sqlite::test_db();
+    let older = FsBlobStore::new(files.dir().unwrap());
+    let (old, _) = older.put(b"written before").unwrap();
+    older.append_log(&LogKey::new("op-old", "j", 1), b"old log\n").unwrap();
+    let layered = Layered { primary: db.blobs(), older: older.clone() };
+    let (new, _) = layered.put(b"written now").unwrap();
+    check_get(&older, &new, Ok(None));
+    check_get(&*db.blobs(), &new, Ok(Some(b"written now")));
+    check_get(&layered, &old, Ok(Some(b"written before")));
+    check_get(&layered, &new, Ok(Some(b"written now")));
+    assert_eq!(layered.log(&LogKey::new("op-old", "j", 1)).unwrap().as_deref(), Some(&b"old log\n"[..]));
+    layered.append_log(&LogKey::new("op-new", "j", 1), b"new log\n").unwrap();
+    assert_eq!(older.log(&LogKey::new("op-new", "j", 1)).unwrap(), None);
+    assert_eq!(layered.log(&LogKey::new("op-new", "j", 1)).unwrap().as_deref(), Some(&b"new log\n"[..]));
+    layered.remove(&old).unwrap();
+    check_get(&layered, &old, Ok(None));
+}
+
 opsgraph_store::conformance!(
     sqlite: opsgraph_store_sqlite::test_db,
     postgres: opsgraph_store_pg::test_db;
     artifacts_are_stored_once_by_content_and_read_back,
     logs_are_appended_per_attempt,
+    a_layered_store_writes_to_its_primary_and_reads_older_files,
 );
+
+/// A server keeps one blob store for its life: after its connection is killed (a database
+/// restart), the call that finds it broken fails and the next one connects again.
+#[test]
+fn the_postgresql_blob_store_connects_again_after_its_connection_broke() {
+    let Some(db) = opsgraph_store_pg::test_db("blobs::the_postgresql_blob_store_connects_again") else { return };
+    let blobs = opsgraph_store_pg::PgBlobStore::connect(db.url()).unwrap();
+    let (location, _) = blobs.put(b"kept").unwrap();
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    let first = blobs.get(&location).unwrap_err();
+    assert!(first.to_string().starts_with("PostgreSQL: "), "{first}");
+    assert_eq!(blobs.get(&location).unwrap().as_deref(), Some(&b"kept"[..]));
+}
 
 /// A data directory written before the trait: `blobs/ab/cdef…` files (0600) and
 /// `runs/<op>/<job>.<attempt>.log` files are what the filesystem backend reads and writes.
