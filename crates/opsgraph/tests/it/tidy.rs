@@ -38,6 +38,32 @@ fn the_store_trait_crate_depends_on_no_database_client() {
     assert!(names.contains(&"serde"), "the [dependencies] section was not found: {names:?}");
 }
 
+/// Stores are opened in one place: outside the backend crates, only the binary's `storage.rs`
+/// names a backend in code (everything else sees `dyn Store` and `dyn BlobStore`, opened by URL there).
+#[test]
+fn only_storage_rs_names_a_store_backend() {
+    let crates = root().join("crates");
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(&crates).unwrap() {
+        let dir = e.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("opsgraph-store-") && dir.join("src").is_dir() {
+            collect(&dir.join("src"), &mut files);
+        }
+    }
+    let mut naming: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));
+            code.into_iter().any(|l| l.contains("opsgraph_store_sqlite") || l.contains("opsgraph_store_pg"))
+        })
+        .map(|f| f.strip_prefix(&crates).unwrap().display().to_string())
+        .collect();
+    naming.sort();
+    assert_eq!(naming, ["opsgraph/src/storage.rs"]);
+}
+
 fn collect(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
