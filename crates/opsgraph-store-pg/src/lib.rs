@@ -1,12 +1,14 @@
 //! The PostgreSQL backend of [`opsgraph_store::Store`] (issue [F]), for several replicas on one
-//! database: `pg.rs` (`PgStore`: migrations, one transaction per commit, leases) and
-//! `pg_agent.rs` (agent tasks) and `pg_blob.rs` (`PgBlobStore`: artifact contents and job logs
-//! in tables, so replicas share no filesystem). The conformance suite of `opsgraph-store` runs against it through
-//! [`test_db`].
+//! database: `pg.rs` (`PgStore`: one transaction per commit), `schema.rs` (its migrations),
+//! `pg_lease.rs` (leases on the server's clock), `pg_agent.rs` (agent tasks) and `pg_blob.rs`
+//! (`PgBlobStore`: artifact contents and job logs in tables, so replicas share no filesystem).
+//! The conformance suite of `opsgraph-store` runs against it through [`test_db`].
 
 mod pg;
 mod pg_agent;
 mod pg_blob;
+mod pg_lease;
+mod schema;
 
 use opsgraph_store::testing::{pg_required, test_pg_url, unique, Backend, TestDb};
 use opsgraph_store::{redact, Error, Store};

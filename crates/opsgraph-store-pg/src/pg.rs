@@ -20,163 +20,11 @@ use opsgraph_store::{
     OperationFilter, OperationRecord, RequestRecord, ResourceRecord, Stats, Store, TimelineEntry, TokenRecord, Write,
 };
 
+use crate::schema::{MIGRATIONS, MIGRATION_LOCK};
 use crate::{edge, Fail};
 
-/// Versioned migrations; they run in order, each once, in one transaction under an advisory
-/// lock (replicas starting together migrate once).
-const MIGRATIONS: &[&str] = &[
-    // 1: the schema of SQLite's migrations 1 to 3, in PostgreSQL's types.
-    "
-    CREATE TABLE operations (
-        id TEXT PRIMARY KEY,
-        parent TEXT,
-        intent TEXT NOT NULL,
-        resource TEXT,
-        state TEXT NOT NULL,
-        state_kind TEXT NOT NULL,
-        plan_revision TEXT NOT NULL,
-        actor TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        version BIGINT NOT NULL
-    );
-    CREATE INDEX operations_state ON operations(state_kind);
-    CREATE INDEX operations_resource ON operations(resource);
-    CREATE TABLE plans (
-        revision TEXT PRIMARY KEY,
-        operation TEXT NOT NULL,
-        plan TEXT NOT NULL
-    );
-    CREATE TABLE counters (
-        name TEXT PRIMARY KEY,
-        value BIGINT NOT NULL
-    );
-    INSERT INTO counters (name, value) VALUES ('timeline', 0);
-    CREATE TABLE timeline (
-        seq BIGINT PRIMARY KEY,
-        operation TEXT NOT NULL,
-        at TEXT NOT NULL,
-        actor TEXT NOT NULL,
-        event TEXT NOT NULL,
-        from_state TEXT,
-        to_state TEXT,
-        reason TEXT NOT NULL,
-        data TEXT NOT NULL
-    );
-    CREATE INDEX timeline_operation ON timeline(operation, seq);
-    CREATE TABLE jobs (
-        ord BIGSERIAL,
-        operation TEXT NOT NULL,
-        id TEXT NOT NULL,
-        state TEXT NOT NULL,
-        attempts BIGINT NOT NULL,
-        outcome TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        PRIMARY KEY (operation, id)
-    );
-    CREATE INDEX jobs_state ON jobs(state);
-    CREATE TABLE evidence (
-        seq BIGSERIAL PRIMARY KEY,
-        operation TEXT NOT NULL,
-        job TEXT NOT NULL,
-        check_id TEXT NOT NULL,
-        source TEXT NOT NULL,
-        command TEXT NOT NULL,
-        expected TEXT NOT NULL,
-        observed TEXT NOT NULL,
-        passed BOOLEAN NOT NULL,
-        at TEXT NOT NULL,
-        resource TEXT,
-        capability TEXT
-    );
-    CREATE INDEX evidence_operation ON evidence(operation, seq);
-    CREATE TABLE gates (
-        ord BIGSERIAL,
-        operation TEXT NOT NULL,
-        id TEXT NOT NULL,
-        gate_type TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        options TEXT NOT NULL,
-        required_roles TEXT NOT NULL,
-        answer TEXT,
-        answered_by TEXT,
-        answered_at TEXT,
-        value TEXT,
-        PRIMARY KEY (operation, id)
-    );
-    CREATE TABLE artifacts (
-        ord BIGSERIAL,
-        operation TEXT NOT NULL,
-        job TEXT NOT NULL,
-        id TEXT NOT NULL,
-        sensitivity TEXT NOT NULL,
-        location TEXT NOT NULL,
-        size BIGINT NOT NULL,
-        at TEXT NOT NULL,
-        PRIMARY KEY (operation, job, id)
-    );
-    CREATE TABLE resources (
-        id TEXT PRIMARY KEY,
-        doc TEXT NOT NULL,
-        last_operation TEXT,
-        updated_at TEXT NOT NULL
-    );
-    CREATE TABLE idempotency (
-        key TEXT PRIMARY KEY,
-        resource TEXT,
-        operation TEXT NOT NULL,
-        job TEXT NOT NULL,
-        at TEXT NOT NULL
-    );
-    CREATE TABLE tokens (
-        id TEXT PRIMARY KEY,
-        name TEXT NOT NULL,
-        hash TEXT NOT NULL UNIQUE,
-        roles TEXT NOT NULL,
-        created_by TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        revoked_at TEXT
-    );
-    CREATE TABLE audit (
-        seq BIGSERIAL PRIMARY KEY,
-        at TEXT NOT NULL,
-        actor TEXT NOT NULL,
-        action TEXT NOT NULL,
-        target TEXT NOT NULL,
-        operation TEXT,
-        resource TEXT,
-        detail TEXT NOT NULL
-    );
-    CREATE INDEX audit_actor ON audit(actor, seq);
-    CREATE INDEX audit_operation ON audit(operation, seq);
-    CREATE INDEX audit_resource ON audit(resource, seq);
-    CREATE TABLE requests (
-        actor TEXT NOT NULL,
-        key TEXT NOT NULL,
-        fingerprint TEXT NOT NULL,
-        status INTEGER NOT NULL,
-        response TEXT NOT NULL,
-        at TEXT NOT NULL,
-        PRIMARY KEY (actor, key)
-    );
-    CREATE TABLE leases (
-        operation TEXT PRIMARY KEY,
-        holder TEXT NOT NULL,
-        token BIGINT NOT NULL,
-        expires_at BIGINT NOT NULL
-    );
-    ",
-    // 2: agent tasks and their logs (`pg_agent.rs`).
-    crate::pg_agent::MIGRATION,
-    // 3: artifact contents and job logs (`pg_blob.rs`).
-    crate::pg_blob::MIGRATION,
-];
-
-/// The key of the advisory lock migrations run under (`'opsgraph'` in ASCII).
-const MIGRATION_LOCK: i64 = 0x6f70_7367_7261_7068;
-
 /// Now on the database server's clock, in milliseconds: lease expiry is judged by one clock.
-const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+pub(crate) const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 pub struct PgStore {
     pub(crate) client: RefCell<Client>,
@@ -271,7 +119,7 @@ impl PgStore {
         Ok(client.query(&stmt, args)?)
     }
 
-    fn query_opt(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, Fail> {
+    pub(crate) fn query_opt(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, Fail> {
         Ok(self.query(sql, args)?.into_iter().next())
     }
 }
@@ -357,11 +205,6 @@ fn token(r: &Row) -> Result<TokenRecord, Fail> {
 
 fn resource(r: &Row) -> Result<ResourceRecord, Fail> {
     Ok(ResourceRecord { id: r.get(0), doc: parse(r.get(1))?, last_operation: r.get(2), updated_at: r.get(3) })
-}
-
-/// operation, holder, token, expires_in_ms, released.
-fn lease(r: &Row) -> Lease {
-    Lease { operation: r.get(0), holder: r.get(1), token: r.get(2), expires_in_ms: r.get(3), released: r.get(4) }
 }
 
 impl Store for PgStore {
@@ -914,81 +757,22 @@ impl Store for PgStore {
     }
 
     fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<Lease, Error> {
-        edge(|| {
-            // One statement: a new row, or the row taken over when it expired or is this holder's.
-            // Concurrent acquirers queue on the row; the loser sees the winner's live lease.
-            let sql = format!(
-            "INSERT INTO leases AS l (operation, holder, token, expires_at) VALUES ($1, $2, 1, {NOW_MS} + $3)
-             ON CONFLICT (operation) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at,
-               token = CASE WHEN l.holder = excluded.holder AND l.expires_at > {NOW_MS} THEN l.token ELSE l.token + 1 END
-             WHERE l.holder = excluded.holder OR l.expires_at <= {NOW_MS}
-             RETURNING operation, holder, token, expires_at - {NOW_MS}, false"
-        );
-            if let Some(row) = self.query_opt(&sql, &[&operation, &holder, &ttl_ms])? {
-                return Ok(lease(&row));
-            }
-            match self.lease(operation)? {
-                Some(l) => Err(Error::LeaseHeld {
-                    operation: operation.to_string(),
-                    holder: l.holder,
-                    token: l.token,
-                    expires_in_ms: l.expires_in_ms,
-                }
-                .into()),
-                // Released between the two statements: try once more.
-                None => Ok(self.acquire_lease(operation, holder, ttl_ms)?),
-            }
-        })
+        edge(|| self.acquire(operation, holder, ttl_ms))
     }
 
     fn renew_lease(&mut self, l: &Lease, ttl_ms: i64) -> Result<Lease, Error> {
-        edge(|| {
-            let sql = format!(
-                "UPDATE leases SET expires_at = {NOW_MS} + $4 WHERE operation = $1 AND holder = $2 AND token = $3
-             RETURNING operation, holder, token, expires_at - {NOW_MS}, false"
-            );
-            match self.query_opt(&sql, &[&l.operation, &l.holder, &l.token, &ttl_ms])? {
-                Some(row) => Ok(lease(&row)),
-                None => {
-                    let current = self.lease(&l.operation)?.map(|c| (c.holder, c.token));
-                    Err(Error::Fenced {
-                        operation: l.operation.clone(),
-                        holder: l.holder.clone(),
-                        token: l.token,
-                        current: describe_current(current),
-                    }
-                    .into())
-                }
-            }
-        })
+        edge(|| self.renew(l, ttl_ms))
     }
 
     fn release_lease(&mut self, l: &Lease) -> Result<(), Error> {
-        edge(|| {
-            // 0 marks a lease let go (`Lease::released`), not one that expired.
-            let sql = "UPDATE leases SET expires_at = 0 WHERE operation = $1 AND holder = $2 AND token = $3";
-            self.query(sql, &[&l.operation, &l.holder, &l.token])?;
-            Ok(())
-        })
+        edge(|| self.release(l))
     }
 
     fn lease(&self, operation: &str) -> Result<Option<Lease>, Error> {
-        edge(|| {
-            let sql = format!(
-            "SELECT operation, holder, token, expires_at - {NOW_MS}, expires_at = 0 FROM leases WHERE operation = $1"
-        );
-            Ok(self.query_opt(&sql, &[&operation])?.as_ref().map(lease))
-        })
+        edge(|| self.current_lease(operation))
     }
 
     fn adoptable(&self) -> Result<Vec<String>, Error> {
-        edge(|| {
-            let sql = format!(
-                "SELECT o.id FROM operations o LEFT JOIN leases l ON l.operation = o.id
-             WHERE o.state_kind = 'running' AND o.parent IS NULL AND (l.operation IS NULL OR l.expires_at <= {NOW_MS})
-             ORDER BY o.created_at, o.id"
-            );
-            Ok(self.query(&sql, &[])?.iter().map(|r| r.get(0)).collect())
-        })
+        edge(|| self.unleased_running())
     }
 }
