@@ -149,14 +149,14 @@ pub fn hide_sealed(v: Value) -> Value {
 /// (`runs/<op>/<job>.<attempt>.log`): one job (`JOB`, or its instances `JOB@…`) or all.
 pub fn logs(
     store: &dyn Store,
-    runs: &std::path::Path,
+    blobs: &dyn opsgraph_store::BlobStore,
     op: &str,
     job: Option<&str>,
 ) -> Result<Vec<crate::dto::LogEntry>, opsgraph_store::Error> {
     let mut list = Vec::new();
     for j in store.jobs(op)?.iter().filter(|j| job.is_none_or(|x| j.id == x || j.id.starts_with(&format!("{x}@")))) {
         for attempt in 1..=j.attempts {
-            let text = std::fs::read(runs.join(op).join(format!("{}.{attempt}.log", j.id))).ok();
+            let text = blobs.log(&opsgraph_store::LogKey::new(op, &j.id, attempt)).ok().flatten();
             let output = text.map(|b| String::from_utf8_lossy(&b).into_owned());
             list.push(crate::dto::LogEntry { job: j.id.clone(), attempt, output });
         }

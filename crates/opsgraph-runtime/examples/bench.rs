@@ -30,7 +30,7 @@ use opsgraph_model::*;
 use opsgraph_pack::Pack;
 use opsgraph_plan::{Input, Inventory};
 use opsgraph_runtime::Runtime;
-use opsgraph_store::{Durability, SqliteStore};
+use opsgraph_store_sqlite::{Durability, SqliteStore};
 
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
@@ -470,8 +470,8 @@ mod scale {
 
     fn db(backend: Backend) -> Option<TestDb> {
         match backend {
-            Backend::Sqlite => Some(TestDb::sqlite()),
-            Backend::Postgres => TestDb::postgres("bench scale"),
+            Backend::Sqlite => Some(opsgraph_store_sqlite::test_db()),
+            Backend::Postgres => opsgraph_store_pg::test_db("bench scale"),
         }
     }
 
@@ -551,13 +551,14 @@ mod scale {
         let ids: Vec<String> = (0..ops).map(|_| rt.create(&plan, "bench", &mut |_| {}).unwrap()).collect();
         drop(rt);
         let url = db.url().to_string();
+        let open = db.opener();
         let start = Instant::now();
         std::thread::scope(|s| {
             for r in 0..replicas {
                 let url = url.clone();
                 let keeper = std::sync::Arc::new(Keeper::new(
                     LeaseConfig { holder: format!("bench-replica-{r}"), ttl: Duration::from_secs(10) },
-                    Box::new(move || opsgraph_store::open(&url, opsgraph_store::Durability::Full)),
+                    Box::new(move || open(&url)),
                 ));
                 for k in 0..ops {
                     // Each replica tries the operations in its own order, as scanners find them.

@@ -38,8 +38,8 @@ impl Runtime {
         for record in self.store.jobs(op_id)?.into_iter().filter(|j| j.state == JobState::Failed) {
             let Some(instance) = plan.jobs.iter().find(|j| j.id == record.id) else { continue };
             let log_file = format!("{}.{}.log", record.id, record.attempts);
-            let log =
-                std::fs::read_to_string(self.data_dir.join("runs").join(op_id).join(&log_file)).unwrap_or_default();
+            let log = self.job_log(op_id, &record.id, record.attempts).and_then(|b| String::from_utf8(b).ok());
+            let log = log.unwrap_or_default();
             let outcome = record.outcome["outcome"].as_str().unwrap_or_default();
             let exit: Option<i32> = outcome.strip_prefix("exited with code ").and_then(|c| c.trim().parse().ok());
             let failed_checks: Vec<&str> =
@@ -125,10 +125,7 @@ impl Runtime {
         for record in self.store.jobs(op_id)?.into_iter().filter(|j| j.state == JobState::Failed) {
             let Some(instance) = plan.jobs.iter().find(|j| j.id == record.id) else { continue };
             let job = template.and_then(|t| pack.job(t, &instance.job));
-            let log = std::fs::read(
-                self.data_dir.join("runs").join(op_id).join(format!("{}.{}.log", record.id, record.attempts)),
-            )
-            .unwrap_or_default();
+            let log = self.job_log(op_id, &record.id, record.attempts).unwrap_or_default();
             let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(4096)..]).into_owned();
             failed.push(serde_json::json!({
                 "job": record.id,

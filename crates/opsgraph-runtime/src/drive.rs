@@ -561,7 +561,7 @@ impl Runtime {
     /// the job's private directory (removed when the attempt's result is recorded).
     fn artifact_file(&self, r: &ArtifactRecord, private: &Path, secrets: &mut Vec<Vec<u8>>) -> Result<String, Error> {
         if r.sensitivity != "secret" {
-            return Ok(self.data_dir.join(&r.location).display().to_string());
+            return Ok(self.plain_artifact_file(r, private)?.display().to_string());
         }
         let aad = crate::secrets::artifact_aad(&r.operation, &r.job, &r.id);
         let (path, plain) = self.open_artifact_into(&r.location, &aad, private, &r.id)?;
@@ -1016,6 +1016,7 @@ impl Runtime {
                     }
                     Some(f) => format!("{}: {f}", r.instance),
                 };
+                self.keep_log(&op.id, &r.instance, r.attempt, r.log.as_deref())?;
                 writes.push(Write::Job(JobRecord {
                     operation: op.id.clone(),
                     id: r.instance.clone(),
@@ -1251,7 +1252,7 @@ impl Runtime {
                 let (location, size) = if sensitivity == "secret" {
                     self.seal_artifact(path, &crate::secrets::artifact_aad(&op.id, &r.instance, id))?
                 } else {
-                    jobs::store_blob(&self.data_dir, path)
+                    jobs::store_blob(&*self.blobs, path)
                         .map_err(|source| Error::Io { path: path.display().to_string(), source })?
                 };
                 crate::failpoint::hit("artifact.stored");

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor, Program, Spec};
 use opsgraph_model::{Evidence, Job};
+use opsgraph_store::BlobStore;
 
 /// Everything a worker needs for one attempt.
 pub(crate) struct Task {
@@ -309,29 +310,13 @@ pub fn render_key(template: &str, values: &BTreeMap<String, String>) -> String {
 
 /// Copies a produced artifact into the content-addressed blob store; returns its location
 /// relative to the data directory. A user's artifact name never becomes a path.
-pub(crate) fn store_blob(data_dir: &Path, file: &Path) -> std::io::Result<(String, i64)> {
-    store_blob_bytes(data_dir, &std::fs::read(file)?)
+pub(crate) fn store_blob(blobs: &dyn BlobStore, file: &Path) -> std::io::Result<(String, i64)> {
+    store_blob_bytes(blobs, &std::fs::read(file)?)
 }
 
 /// Stores `bytes` content-addressed (`blobs/ab/cdef…`, 0600); returns the location and size.
-pub(crate) fn store_blob_bytes(data_dir: &Path, bytes: &[u8]) -> std::io::Result<(String, i64)> {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(bytes);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    let rel = format!("blobs/{}/{}", &hex[..2], &hex[2..]);
-    let path = data_dir.join(&rel);
-    if !path.exists() {
-        std::fs::create_dir_all(path.parent().unwrap_or(data_dir))?;
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, bytes)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
-        }
-        std::fs::rename(&tmp, &path)?;
-    }
-    Ok((rel, bytes.len() as i64))
+pub(crate) fn store_blob_bytes(blobs: &dyn BlobStore, bytes: &[u8]) -> std::io::Result<(String, i64)> {
+    blobs.put(bytes).map_err(opsgraph_store::blob::into_io)
 }
 
 #[cfg(test)]

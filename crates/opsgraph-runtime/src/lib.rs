@@ -125,6 +125,9 @@ pub struct Runtime {
     pub rules: patch::PatchRules,
     /// How jobs for agent-served resources reach their agents; without it they fail, saying so.
     pub agents: Option<std::sync::Arc<agent::Agents>>,
+    /// Where artifact contents and job logs are kept: the data directory's files unless the
+    /// caller opened another (`opsgraph`'s `storage::blobs`).
+    pub blobs: std::sync::Arc<dyn opsgraph_store::BlobStore>,
     /// The lease the operation being driven is held under: every commit is fenced with it.
     pub(crate) lease: Option<std::sync::Arc<lease::Held>>,
 }
@@ -137,6 +140,7 @@ impl Runtime {
             store,
             packs,
             resources,
+            blobs: std::sync::Arc::new(opsgraph_store::FsBlobStore::new(&data_dir)),
             data_dir,
             concurrency: 8,
             actor: "opsgraph".to_string(),

@@ -57,7 +57,7 @@ impl Runtime {
         let io = |source| Error::Io { path: file.display().to_string(), source };
         let plain = Secret::new(std::fs::read(file).map_err(io)?);
         let sealed = self.keyring()?.seal(plain.expose(), aad.as_bytes()).map_err(|e| Error::Secrets(e.to_string()))?;
-        let (location, _) = crate::jobs::store_blob_bytes(&self.data_dir, &sealed).map_err(io)?;
+        let (location, _) = crate::jobs::store_blob_bytes(&*self.blobs, &sealed).map_err(io)?;
         let _ = std::fs::remove_file(file);
         Ok((location, plain.len() as i64))
     }
@@ -71,12 +71,50 @@ impl Runtime {
         dir: &Path,
         name: &str,
     ) -> Result<(PathBuf, Secret), Error> {
-        let sealed = std::fs::read(self.data_dir.join(location))
-            .map_err(|source| Error::Io { path: location.to_string(), source })?;
+        let sealed = self.read_blob(location).map_err(|source| Error::Io { path: location.to_string(), source })?;
         let plain = self.keyring()?.open(&sealed, aad.as_bytes()).map_err(|e| Error::Secrets(format!("{aad}: {e}")))?;
         let path = private_file(dir, name, plain.expose())
             .map_err(|source| Error::Io { path: dir.display().to_string(), source })?;
         Ok((path, plain))
+    }
+}
+
+impl Runtime {
+    /// The bytes of a stored blob, as an I/O error when it cannot be read (missing: the error a
+    /// missing file always gave).
+    pub(crate) fn read_blob(&self, location: &str) -> std::io::Result<Vec<u8>> {
+        match self.blobs.get(location) {
+            Ok(Some(bytes)) => Ok(bytes),
+            Ok(None) => Err(std::io::Error::from_raw_os_error(2)),
+            Err(e) => Err(opsgraph_store::blob::into_io(e)),
+        }
+    }
+
+    /// The captured output of a job's attempt; `None` when there is none (or it cannot be read).
+    pub fn job_log(&self, operation: &str, job: &str, attempt: u32) -> Option<Vec<u8>> {
+        self.blobs.log(&opsgraph_store::LogKey::new(operation, job, attempt)).ok().flatten()
+    }
+
+    /// Copies an attempt's log from its run directory into the blob store, unless the blob
+    /// store's logs are those files already (the data directory's).
+    pub(crate) fn keep_log(&self, operation: &str, job: &str, attempt: u32, log: Option<&Path>) -> Result<(), Error> {
+        let Some(log) = log.filter(|_| !self.blobs.keeps_log_files()) else { return Ok(()) };
+        let bytes = std::fs::read(log).map_err(|source| Error::Io { path: log.display().to_string(), source })?;
+        Ok(self.blobs.append_log(&opsgraph_store::LogKey::new(operation, job, attempt), &bytes)?)
+    }
+
+    /// The file a job reads for a plain artifact: the blob itself when it is a file here, else a
+    /// copy in the job's private directory.
+    pub(crate) fn plain_artifact_file(
+        &self,
+        r: &opsgraph_store::ArtifactRecord,
+        private: &Path,
+    ) -> Result<PathBuf, Error> {
+        if let Some(path) = self.blobs.local_path(&r.location) {
+            return Ok(path);
+        }
+        let bytes = self.read_blob(&r.location).map_err(|source| Error::Io { path: r.location.clone(), source })?;
+        private_file(private, &r.id, &bytes).map_err(|source| Error::Io { path: private.display().to_string(), source })
     }
 }
 
@@ -169,14 +207,14 @@ impl Runtime {
             for mut a in self.store.artifacts(&op.id)?.into_iter().filter(|a| a.sensitivity == "secret") {
                 let path = self.data_dir.join(&a.location);
                 let io = |source| Error::Io { path: path.display().to_string(), source };
-                let sealed = std::fs::read(&path).map_err(io)?;
+                let sealed = self.read_blob(&a.location).map_err(io)?;
                 if opsgraph_secrets::sealed_key_id(&sealed).is_ok_and(|id| id == active) {
                     continue;
                 }
                 let aad = artifact_aad(&a.operation, &a.job, &a.id);
                 let again = keys.reseal(&sealed, aad.as_bytes()).map_err(|e| Error::Secrets(format!("{aad}: {e}")))?;
-                let (location, _) = crate::jobs::store_blob_bytes(&self.data_dir, &again).map_err(io)?;
-                old_blobs.push(path.clone());
+                let (location, _) = crate::jobs::store_blob_bytes(&*self.blobs, &again).map_err(io)?;
+                old_blobs.push(a.location.clone());
                 a.location = location;
                 moved += 1;
                 writes.push(opsgraph_store::Write::Artifact(a));
@@ -186,7 +224,7 @@ impl Runtime {
             self.commit(&writes)?;
         }
         for b in old_blobs {
-            let _ = std::fs::remove_file(b);
+            let _ = self.blobs.remove(&b);
         }
         Ok(moved)
     }
@@ -235,7 +273,9 @@ impl Runtime {
             .rfind(|a| a.id == id)
             .ok_or_else(|| Error::Unsupported(format!("operation {operation} produced no artifact `{id}`")))?;
         let path = self.data_dir.join(&record.location);
-        let bytes = std::fs::read(&path).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+        let bytes = self
+            .read_blob(&record.location)
+            .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
         if record.sensitivity != "secret" {
             return Ok(Secret::new(bytes));
         }

@@ -94,7 +94,9 @@ impl From<opsgraph_store::Error> for ApiError {
             S::Fenced { .. } => ApiError::conflict("lease_lost", e.to_string()),
             S::Open { .. }
             | S::TooNew { .. }
-            | S::Sqlite(_)
+            | S::Query(_)
+            | S::Blob { .. }
+            | S::BadBlob { .. }
             | S::Json(_)
             | S::PgOpen { .. }
             | S::Postgres(_)

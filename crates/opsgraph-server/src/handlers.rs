@@ -739,6 +739,6 @@ pub(crate) fn diagnosis(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn logs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let job = ctx.query.get("job").cloned();
-    let list = views::logs(&*ctx.store, &ctx.state.0.data_dir.join("runs"), &op.id, job.as_deref())?;
+    let list = views::logs(&*ctx.store, &*ctx.state.0.blobs, &op.id, job.as_deref())?;
     Reply::ok(json!({ "logs": list }))
 }

@@ -75,6 +75,8 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) limits: Limits,
     pub(crate) data_dir: PathBuf,
+    /// Artifact contents and job logs (the data directory's files unless `with_blobs` says).
+    pub(crate) blobs: Arc<dyn opsgraph_store::BlobStore>,
     /// Mutations made through the API take this lock: check-then-act (resource busy, idempotency
     /// keys, token names) is not raced by another request of this server.
     pub(crate) write: Mutex<()>,
@@ -112,6 +114,7 @@ impl AppState {
             registry: None,
             config,
             limits: Limits::default(),
+            blobs: Arc::new(opsgraph_store::FsBlobStore::new(&data_dir)),
             data_dir,
             write: Mutex::new(()),
             drivers: Mutex::new(HashMap::new()),
@@ -146,6 +149,17 @@ impl AppState {
         match Arc::try_unwrap(self.0) {
             Ok(mut inner) => {
                 inner.concurrency = Some(n.max(1));
+                AppState(Arc::new(inner))
+            }
+            Err(shared) => AppState(shared),
+        }
+    }
+
+    /// Where the server keeps artifact contents and job logs.
+    pub fn with_blobs(self, blobs: Arc<dyn opsgraph_store::BlobStore>) -> AppState {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                inner.blobs = blobs;
                 AppState(Arc::new(inner))
             }
             Err(shared) => AppState(shared),
@@ -205,6 +219,7 @@ impl AppState {
         let mut rt = Runtime::new(self.store()?, w.packs.clone(), w.resources.clone(), self.0.data_dir.clone());
         rt.rules = self.config().patch_rules.clone();
         rt.agents = Some(self.0.agents.clone());
+        rt.blobs = self.0.blobs.clone();
         if let Some(n) = self.0.concurrency {
             rt.set_concurrency(n);
         }

@@ -4,20 +4,20 @@
 //! That is how a transition and its timeline event land together, and how the runtime's single
 //! writer group-commits many transitions with one fsync. Reads are plain queries.
 //!
-//! SQLite (WAL, `synchronous=FULL` by default) is the embedded default; [`PgStore`] (issue [F])
-//! implements the same trait for several replicas on one PostgreSQL, and both run the same
-//! conformance tests (`tests.rs`, through [`testing::TestDb`]). [`open`] picks one by URL.
+//! This crate is backend-neutral: it holds the trait, the records, [`Write`] and [`Error`], and
+//! depends on no database client. The backends are crates of their own: `opsgraph-store-sqlite`
+//! (WAL, `synchronous=FULL` by default; the embedded default) and `opsgraph-store-pg` (issue [F],
+//! several replicas on one PostgreSQL). Both run the same conformance suite
+//! (`tests/conformance.rs`, through [`testing::TestDb`] and [`conformance!`]). The binary's
+//! `storage::open` picks one by URL.
 //!
 //! Leases ([`Lease`]): whoever drives an operation holds its lease; every commit it makes carries
 //! a [`Write::Fence`] with the lease's token, checked in the same transaction, so a holder whose
 //! lease was taken over is refused ([`Error::Fenced`]) instead of writing over the new holder.
 
 pub mod agent;
+pub mod blob;
 mod lease;
-mod pg;
-mod pg_agent;
-mod sqlite;
-mod sqlite_agent;
 pub mod testing;
 
 use std::collections::BTreeMap;
@@ -27,22 +27,27 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use agent::{now_ms, AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
-pub use lease::{is_postgres, open, redact, Lease, DEFAULT_LEASE_TTL_MS};
-pub use pg::PgStore;
-pub use sqlite::{Durability, SqliteStore};
+pub use blob::{BlobStore, FsBlobStore, LogKey};
+pub use lease::{describe_current, is_postgres, redact, Lease, DEFAULT_LEASE_TTL_MS};
 
+/// A backend's own error, kept as the source of [`Error::Open`] and [`Error::Query`].
+pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What every backend fails with. Backend-neutral: a backend's own error travels as the source
+/// of [`Error::Open`] or [`Error::Query`], so callers match on meaning, never on a client type.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("failed to open the store at {path}")]
     Open {
         path: String,
         #[source]
-        source: rusqlite::Error,
+        source: BackendError,
     },
     #[error("the store's schema version {found} is newer than this binary's {supported}; upgrade opsgraph")]
     TooNew { found: i64, supported: i64 },
+    /// A statement failed (SQLite: the error is the source).
     #[error("store query failed")]
-    Sqlite(#[from] rusqlite::Error),
+    Query(#[source] BackendError),
     #[error("stored JSON does not match its type")]
     Json(#[from] serde_json::Error),
     #[error("no operation `{0}`")]
@@ -80,6 +85,16 @@ pub enum Error {
     Fenced { operation: String, holder: String, token: i64, current: String },
     #[error("this store does not implement leases")]
     LeasesUnsupported,
+    /// Reading or writing an artifact's or a log's bytes failed.
+    #[error("failed to read or write {what}")]
+    Blob {
+        what: String,
+        #[source]
+        source: BackendError,
+    },
+    /// A blob location or a log's ids that would name something else.
+    #[error("{what} is refused: {reason}")]
+    BadBlob { what: String, reason: String },
     /// Another operation that is not completed or cancelled changes the resource.
     #[error("resource `{resource}` is being changed by operation `{operation}` ({state})")]
     ResourceBusy { resource: String, operation: String, state: String },
@@ -506,6 +521,3 @@ pub fn rfc3339(secs: i64, millis: u32) -> String {
     let y = if m <= 2 { y + 1 } else { y };
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
-
-#[cfg(test)]
-mod tests;

@@ -3,11 +3,14 @@
 //! `OPSGRAPH_TEST_PG` names, default `postgres://postgres@127.0.0.1:5432/test`, dropped when the
 //! `TestDb` is). When PostgreSQL is unreachable a test prints a `SKIPPED` line and passes, except
 //! under `CI=true`, where it fails: CI must not pass by skipping.
+//!
+//! This crate knows no backend, so a `TestDb` is made by one: `opsgraph_store_sqlite::test_db()`
+//! and `opsgraph_store_pg::test_db(name)` fill in its URL, how to open it and how to drop it.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{Durability, Error, Store};
+use crate::{BlobStore, Error, Store};
 
 /// The server tests create their databases on, when `OPSGRAPH_TEST_PG` is not set.
 pub const DEFAULT_TEST_PG: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -19,18 +22,27 @@ pub enum Backend {
     Postgres,
 }
 
+/// How a backend opens (and migrates) a store from its URL.
+pub type Opener = fn(&str) -> Result<Box<dyn Store>, Error>;
+
+/// How a backend opens the blob store that goes with a test database.
+pub type BlobOpener = fn(&TestDb) -> Result<Box<dyn BlobStore>, Error>;
+
 /// One test's database; removed (the directory) or dropped (the PostgreSQL database) on drop.
 pub struct TestDb {
     pub backend: Backend,
     url: String,
     dir: Option<PathBuf>,
-    /// The server URL it was created through and its name, to drop it.
-    pg: Option<(String, String)>,
+    open: Opener,
+    open_blobs: BlobOpener,
+    /// Drops the database (PostgreSQL), run once on drop.
+    cleanup: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
-fn unique(prefix: &str) -> String {
+/// A name no other test of any process running now has: `prefix_pid_n_nanos`.
+pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
     format!("{prefix}_{}_{}_{nanos}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst))
 }
@@ -45,66 +57,32 @@ pub fn pg_required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
-/// `url` with its database name replaced.
-fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{db}?{q}"),
-        None => format!("{base}/{db}"),
-    }
-}
-
 impl TestDb {
-    /// A SQLite file in a new temporary directory.
-    pub fn sqlite() -> TestDb {
-        let dir = std::env::temp_dir().join(unique("opsgraph-testdb"));
-        std::fs::create_dir_all(&dir).expect("create a temporary directory");
-        let url = format!("sqlite://{}", dir.join("opsgraph.db").display());
-        TestDb { backend: Backend::Sqlite, url, dir: Some(dir), pg: None }
+    /// A test database a backend made: its URL, the temporary directory to remove (if any), how
+    /// to open it and its blob store, and what drops it.
+    pub fn new(
+        backend: Backend,
+        url: String,
+        dir: Option<PathBuf>,
+        (open, open_blobs): (Opener, BlobOpener),
+        cleanup: Option<Box<dyn FnOnce() + Send + Sync>>,
+    ) -> TestDb {
+        TestDb { backend, url, dir, open, open_blobs, cleanup }
     }
 
-    /// A new PostgreSQL database for the test `name`; `None` (after printing why) when the server
-    /// is unreachable and `CI` is not `true`.
-    pub fn postgres(name: &str) -> Option<TestDb> {
-        let server = test_pg_url();
-        let mut admin = match postgres::Client::connect(&server, postgres::NoTls) {
-            Ok(c) => c,
-            Err(e) => {
-                let why =
-                    format!("PostgreSQL unreachable at {} ({})", crate::redact(&server), crate::pg::pg_message(&e));
-                if pg_required() {
-                    panic!("{name}: {why}; CI=true requires PostgreSQL (set OPSGRAPH_TEST_PG)");
-                }
-                eprintln!("SKIPPED {name}: {why}; set OPSGRAPH_TEST_PG or start PostgreSQL to run it");
-                return None;
-            }
-        };
-        let db = unique("og_test");
-        admin
-            .batch_execute(&format!("CREATE DATABASE {db} TEMPLATE template0"))
-            .unwrap_or_else(|e| panic!("{name}: failed to create database {db}: {e}"));
-        Some(TestDb { backend: Backend::Postgres, url: with_database(&server, &db), dir: None, pg: Some((server, db)) })
-    }
-
-    /// A database of `backend`; `None` when it is PostgreSQL and that is skipped.
-    pub fn new(backend: Backend, name: &str) -> Option<TestDb> {
-        match backend {
-            Backend::Sqlite => Some(TestDb::sqlite()),
-            Backend::Postgres => TestDb::postgres(name),
-        }
+    /// Its blob store (SQLite: files in its directory; PostgreSQL: its tables).
+    pub fn blobs(&self) -> Box<dyn BlobStore> {
+        (self.open_blobs)(self).unwrap_or_else(|e| panic!("open the blobs of {}: {e}", self.url))
     }
 
     /// The URL `opsgraph --database` takes for it.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// How its backend opens a URL: for a test that opens connections of its own.
+    pub fn opener(&self) -> Opener {
+        self.open
     }
 
     /// A new connection to it (migrated).
@@ -113,7 +91,7 @@ impl TestDb {
     }
 
     pub fn try_store(&self) -> Result<Box<dyn Store>, Error> {
-        crate::open(&self.url, Durability::Full)
+        (self.open)(&self.url)
     }
 
     /// A directory for the test's other files (SQLite: the database's own).
@@ -127,25 +105,24 @@ impl Drop for TestDb {
         if let Some(dir) = &self.dir {
             let _ = std::fs::remove_dir_all(dir);
         }
-        if let Some((server, db)) = &self.pg {
-            if let Ok(mut admin) = postgres::Client::connect(server, postgres::NoTls) {
-                let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
-            }
+        if let Some(cleanup) = self.cleanup.take() {
+            cleanup();
         }
     }
 }
 
 /// Defines one `#[test]` per backend for each `fn name(db: &TestDb)` listed: `mod sqlite` and
-/// `mod postgres` with the same test names. PostgreSQL tests skip (or fail under `CI=true`) as
-/// [`TestDb::postgres`] says.
+/// `mod postgres` with the same test names. The two makers are the backends' `test_db`
+/// functions (`opsgraph_store_sqlite::test_db`, `opsgraph_store_pg::test_db`); PostgreSQL tests
+/// skip (or fail under `CI=true`) as the latter says.
 #[macro_export]
 macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
+    (sqlite: $sqlite:path, postgres: $postgres:path; $($name:ident),* $(,)?) => {
         mod sqlite {
             $(
                 #[test]
                 fn $name() {
-                    let db = $crate::testing::TestDb::sqlite();
+                    let db: $crate::testing::TestDb = $sqlite();
                     super::$name(&db);
                 }
             )*
@@ -154,7 +131,7 @@ macro_rules! conformance {
             $(
                 #[test]
                 fn $name() {
-                    let Some(db) = $crate::testing::TestDb::postgres(concat!(module_path!(), "::", stringify!($name))) else {
+                    let Some(db): Option<$crate::testing::TestDb> = $postgres(concat!(module_path!(), "::", stringify!($name))) else {
                         return;
                     };
                     super::$name(&db);

@@ -321,18 +321,10 @@ fn send_log(client: &Client, id: &str, lease: &str, text: String, cancel: &Cance
 }
 
 /// How a runtime of this process (`apply`, `resume`, `retry`) reaches agents: through the data
-/// directory's store, which a server's agent routes share. `OPSGRAPH_AGENT_CLAIM_TIMEOUT` sets
-/// how long a task waits to be claimed.
+/// directory's store (`--database`, else its SQLite file), which a server's agent routes share.
+/// `OPSGRAPH_AGENT_CLAIM_TIMEOUT` sets how long a task waits to be claimed.
 pub fn local_agents(data_dir: &Path) -> Arc<opsgraph_runtime::Agents> {
-    let db = data_dir.join("opsgraph.db");
-    let durability = match std::env::var("OPSGRAPH_SYNC").as_deref() {
-        Ok("normal") => opsgraph_store::Durability::Normal,
-        _ => opsgraph_store::Durability::Full,
-    };
-    let open = move || -> Result<Box<dyn opsgraph_store::Store>, opsgraph_store::Error> {
-        Ok(Box::new(opsgraph_store::SqliteStore::open(&db, durability)?))
-    };
-    let mut agents = opsgraph_runtime::Agents::new(Arc::new(open));
+    let mut agents = opsgraph_runtime::Agents::new(crate::storage::opener(data_dir));
     if let Some(d) =
         std::env::var("OPSGRAPH_AGENT_CLAIM_TIMEOUT").ok().and_then(|v| opsgraph_exec::parse_duration(&v).ok())
     {

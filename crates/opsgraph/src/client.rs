@@ -59,7 +59,8 @@ impl Client for Local<'_> {
 
     fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<LogEntry>> {
         self.store.operation(operation)?.with_context(|| format!("no operation `{operation}`"))?;
-        Ok(views::logs(self.store, &self.data_dir.join("runs"), operation, job)?)
+        let blobs = crate::storage::blobs(&self.data_dir)?;
+        Ok(views::logs(self.store, &*blobs, operation, job)?)
     }
 
     fn audit(&self, filter: &AuditFilter) -> anyhow::Result<Vec<AuditRecord>> {

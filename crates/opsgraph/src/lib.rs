@@ -22,3 +22,4 @@ pub mod remote;
 pub mod render;
 pub mod resource_cmd;
 pub mod serve_cmd;
+pub mod storage;

@@ -1,7 +1,6 @@
 //! Commands that run and inspect operations: `apply`, `get`, `describe`, `logs`, `gate answer`,
 //! `pause`, `resume`, `cancel`, `retry`, and the running half of `demo`.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
@@ -10,7 +9,7 @@ use opsgraph_api::views::exit_code;
 use opsgraph_model::OperationState;
 use opsgraph_plan::lifecycle::state_name;
 use opsgraph_runtime::Runtime;
-use opsgraph_store::{Durability, OperationFilter, Store};
+use opsgraph_store::{OperationFilter, Store};
 use serde_json::{json, Value};
 
 pub use crate::client::{local_actor, roles_of, Action};
@@ -33,57 +32,16 @@ pub fn default_data_dir() -> PathBuf {
     }
 }
 
-/// The databases given with `--database` (or `OPSGRAPH_DATABASE`), by data directory: commands
-/// run in-process (tests) with several data directories at once.
-static DATABASES: std::sync::Mutex<BTreeMap<PathBuf, String>> = std::sync::Mutex::new(BTreeMap::new());
-
-/// Sets (or, with `None`, forgets) the database of a data directory for this process.
-pub fn use_database(data_dir: &Path, url: Option<String>) {
-    let mut map = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
-    match url.filter(|u| !u.trim().is_empty()) {
-        Some(u) => map.insert(data_dir.to_path_buf(), u),
-        None => map.remove(data_dir),
-    };
-}
-
-/// The store URL of a data directory: `--database`, else its SQLite file `opsgraph.db`.
-pub fn database_url(data_dir: &Path) -> String {
-    let map = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
-    map.get(data_dir).cloned().unwrap_or_else(|| data_dir.join("opsgraph.db").display().to_string())
-}
-
-/// Opens the store of a data directory: the one way commands and the server reach it. A
-/// `postgres://` URL (`--database`) is PostgreSQL; otherwise SQLite (`OPSGRAPH_SYNC=normal` trades
-/// the last commits on power loss for speed).
-pub fn open_store(data_dir: &Path) -> anyhow::Result<Box<dyn Store>> {
-    // The data directory holds the database (SQLite), logs and blobs: this user's only (a
-    // directory that exists already keeps its mode).
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(data_dir)
-        .with_context(|| format!("failed to create the data directory {}", data_dir.display()))?;
-    let url = database_url(data_dir);
-    opsgraph_store::open(&url, durability())
-        .with_context(|| format!("failed to open the store {}", opsgraph_store::redact(&url)))
-}
-
-pub fn durability() -> Durability {
-    match std::env::var("OPSGRAPH_SYNC").as_deref() {
-        Ok("normal") => Durability::Normal,
-        _ => Durability::Full,
-    }
-}
+pub use crate::storage::{database_url, durability, open_store, use_database};
 
 /// Drives an operation under its lease, so that no server replica (or other CLI) drives it at
 /// the same time; refused while another holds it.
 pub fn drive(rt: &mut Runtime, id: &str, progress: opsgraph_runtime::Progress<'_>) -> anyhow::Result<OperationState> {
     let data_dir = rt.data_dir().to_path_buf();
-    let opener = data_dir.clone();
+    let open = crate::storage::opener(&data_dir);
     let keeper = opsgraph_runtime::lease::Keeper::new(
         opsgraph_runtime::lease::LeaseConfig::from_env(),
-        Box::new(move || open_store(&opener).map_err(|e| opsgraph_store::Error::Postgres(format!("{e:#}")))),
+        Box::new(move || open()),
     );
     Ok(rt.drive_leased(id, &keeper, progress)?)
 }
@@ -169,6 +127,7 @@ fn runtime(data_dir: &Path, packs: &[String], world: &[String], concurrency: Opt
     let store = open_store(data_dir)?;
     let mut rt = Runtime::new(Box::new(store), packs, world.resources, data_dir.to_path_buf());
     rt.agents = Some(crate::agent_cmd::local_agents(data_dir));
+    rt.blobs = crate::storage::blobs(data_dir)?;
     if let Some(n) = concurrency {
         rt.set_concurrency(n.into());
     }
@@ -259,6 +218,7 @@ pub fn apply(
     let mut rt =
         Runtime::new(Box::new(store), loaded.packs.clone(), loaded.world.resources.clone(), args.data_dir.clone());
     rt.agents = Some(crate::agent_cmd::local_agents(&args.data_dir));
+    rt.blobs = crate::storage::blobs(&args.data_dir)?;
     if let Some(n) = args.concurrency {
         rt.set_concurrency(n.into());
     }
@@ -439,6 +399,7 @@ fn control_text(c: &Control<'_>, action: Action<'_>, out: &mut dyn Write) -> any
 /// `secrets rotate|reseal`.
 pub fn secrets(data_dir: &Path, command: &crate::args::SecretsCommand, out: &mut dyn Write) -> anyhow::Result<u8> {
     let mut rt = Runtime::new(Box::new(open_store(data_dir)?), vec![], vec![], data_dir.to_path_buf());
+    rt.blobs = crate::storage::blobs(data_dir)?;
     match command {
         crate::args::SecretsCommand::Rotate => {
             let r = rt.rotate_master_key()?;

@@ -266,6 +266,7 @@ pub fn operate(
         loaded.world.resources.clone(),
         dir.clone(),
     );
+    rt.blobs = crate::storage::blobs(&dir)?;
     writeln!(out, "\nApplying as user demo.")?;
     let mut lines: Vec<String> = Vec::new();
     let id = rt.create(&plan, "user:demo", &mut |e| {

@@ -29,12 +29,13 @@ pub fn state(data_dir: &Path, packs: &[String], world: &[String]) -> anyhow::Res
     let config = Config::load(data_dir)?;
     let limits = opsgraph_server::Limits::load(data_dir)?;
     open_store(data_dir)?; // creates the directory and migrates once, before any request
-    let url = crate::ops_cmd::database_url(data_dir);
-    let durability = crate::ops_cmd::durability();
-    let open = move || -> Result<Box<dyn Store>, opsgraph_store::Error> { opsgraph_store::open(&url, durability) };
+    let opener = crate::storage::opener(data_dir);
+    let open = move || -> Result<Box<dyn Store>, opsgraph_store::Error> { opener() };
     let world =
         World { packs, resources: w.resources, providers: w.providers, policy: w.policy, operations: w.operations };
-    let state = AppState::new(Box::new(open), world, config, data_dir.to_path_buf()).with_limits(limits);
+    let state = AppState::new(Box::new(open), world, config, data_dir.to_path_buf())
+        .with_limits(limits)
+        .with_blobs(crate::storage::blobs(data_dir)?);
     // With `--packs` the server plans with those directories only: installed packs are not used,
     // so the API does not install any.
     if !packs_given {

@@ -139,8 +139,11 @@ pub(crate) fn check_outcomes(dir: &std::path::Path, ledger: &str) -> (usize, usi
     assert!(twice.is_empty(), "non-idempotent jobs ran twice: {twice:?}");
 
     // Every operation ended completed, or failed waiting on a person with "outcome unknown".
-    let store =
-        opsgraph_store::SqliteStore::open(&dir.join("data/opsgraph.db"), opsgraph_store::Durability::Full).unwrap();
+    let store = opsgraph_store_sqlite::SqliteStore::open(
+        &dir.join("data/opsgraph.db"),
+        opsgraph_store_sqlite::Durability::Full,
+    )
+    .unwrap();
     use opsgraph_store::Store;
     let ops = store.operations(&Default::default()).unwrap();
     let mut completed = 0;
@@ -250,8 +253,11 @@ fn each_fail_point_fired_once_loses_nothing_and_runs_nothing_twice() {
         let (ops, _, runs) = check_outcomes(dir.path(), &ledger);
         assert_eq!(ops, 1);
         // The artifact is recorded once at most, whatever the crash left in the blob store.
-        let store =
-            opsgraph_store::SqliteStore::open(&dir.join("data/opsgraph.db"), opsgraph_store::Durability::Full).unwrap();
+        let store = opsgraph_store_sqlite::SqliteStore::open(
+            &dir.join("data/opsgraph.db"),
+            opsgraph_store_sqlite::Durability::Full,
+        )
+        .unwrap();
         use opsgraph_store::Store;
         let artifacts = store.artifacts(op["id"].as_str().unwrap()).unwrap();
         let recorded = artifacts.iter().filter(|a| a.id == "c_out").count();

@@ -9,7 +9,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opsgraph_store::{Durability, Error, SqliteStore, Store, Write};
+use opsgraph_store::{Error, Store, Write};
+use opsgraph_store_sqlite::{Durability, SqliteStore};
 use rusqlite::ffi;
 
 use crate::crash::{check_outcomes, intent_file, PACK};
@@ -38,7 +39,7 @@ enum Fault {
 }
 
 fn sqlite_error(code: i32) -> Error {
-    Error::Sqlite(rusqlite::Error::SqliteFailure(ffi::Error::new(code), Some("injected".into())))
+    opsgraph_store_sqlite::query_error(rusqlite::Error::SqliteFailure(ffi::Error::new(code), Some("injected".into())))
 }
 
 /// A real store whose commits fail at `rate` per mille and reads at `read_rate` per 4,000, decided by two

@@ -105,9 +105,9 @@ fn replica(id: &str, data: &Path, database: &str, pack: &Path, token_file: &Path
 
 #[test]
 fn a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice() {
-    let Some(db) =
-        TestDb::postgres("replicas::a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice")
-    else {
+    let Some(db) = opsgraph_store_pg::test_db(
+        "replicas::a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice",
+    ) else {
         return;
     };
     let files = pack();
@@ -263,11 +263,18 @@ fn a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice() 
 
 /// In-process, on each backend: a driver whose lease another holder took over (it expired) is
 /// refused at its next commit and stops; nothing it did after the takeover is in the store.
+/// A test database on `backend`; `None` when it is PostgreSQL and that is skipped.
+fn test_db(backend: opsgraph_store::testing::Backend, name: &str) -> Option<TestDb> {
+    match backend {
+        opsgraph_store::testing::Backend::Sqlite => Some(opsgraph_store_sqlite::test_db()),
+        opsgraph_store::testing::Backend::Postgres => opsgraph_store_pg::test_db(name),
+    }
+}
+
 fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testing::Backend) {
     use opsgraph::load::Source;
     use opsgraph_runtime::lease::{Keeper, LeaseConfig};
-    let Some(db) =
-        TestDb::new(backend, &format!("replicas::a_stale_holder_writes_nothing_after_a_takeover ({backend:?})"))
+    let Some(db) = test_db(backend, &format!("replicas::a_stale_holder_writes_nothing_after_a_takeover ({backend:?})"))
     else {
         return;
     };
@@ -297,7 +304,7 @@ fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testi
     let url = db.url().to_string();
     let keeper = Keeper::new(
         LeaseConfig { holder: "replica-a".into(), ttl: Duration::from_secs(60) },
-        Box::new(move || opsgraph_store::open(&url, opsgraph_store::Durability::Full)),
+        Box::new(move || opsgraph::storage::open(&url, opsgraph::storage::Durability::Full)),
     );
     let driver = {
         let id = id.clone();
@@ -347,7 +354,7 @@ fn a_stale_holder_writes_nothing_after_a_takeover_postgres() {
 #[test]
 fn the_cli_uses_the_database_it_is_given() {
     use crate::support::opsgraph;
-    let Some(db) = TestDb::postgres("replicas::the_cli_uses_the_database_it_is_given") else { return };
+    let Some(db) = opsgraph_store_pg::test_db("replicas::the_cli_uses_the_database_it_is_given") else { return };
     let files = pack();
     let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let dir = temp_dir(&files);
@@ -398,4 +405,46 @@ fn the_cli_uses_the_database_it_is_given() {
     assert_eq!(listed(&[]), serde_json::json!([]), "the data directory's own SQLite store is untouched");
     let file = format!("sqlite://{}", dir.join("data/opsgraph.db").display());
     assert_eq!(listed(&["--database", &file]), serde_json::json!([]));
+}
+
+/// Every connection a command opens follows `--database`, the agents' too: a runtime's agent
+/// connections see the operation in the store `--database` names, and no SQLite file appears in
+/// the data directory (they used to open it whatever `--database` said).
+fn local_agents_use_the_database_they_are_given(backend: opsgraph_store::testing::Backend) {
+    let Some(db) = test_db(backend, &format!("replicas::local_agents_use_the_database_they_are_given ({backend:?})"))
+    else {
+        return;
+    };
+    let dir = temp_dir(&[]);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let op = opsgraph_store::OperationRecord {
+        id: "op-agents".into(),
+        parent: None,
+        intent: serde_json::json!({}),
+        resource: None,
+        state: OperationState::DraftIntent,
+        plan_revision: "sha256:aa".into(),
+        actor: "user:alice".into(),
+        created_at: opsgraph_store::now(),
+        updated_at: opsgraph_store::now(),
+        version: 0,
+    };
+    db.store().commit(&[opsgraph_store::Write::CreateOperation { op, plan: serde_json::json!({}) }]).unwrap();
+    opsgraph::ops_cmd::use_database(&data, Some(db.url().to_string()));
+    let agents = opsgraph::agent_cmd::local_agents(&data);
+    let seen = (agents.open)().map(|s| s.operation("op-agents").unwrap().map(|o| o.id));
+    opsgraph::ops_cmd::use_database(&data, None);
+    assert_eq!(seen.unwrap().as_deref(), Some("op-agents"));
+    assert!(!data.join("opsgraph.db").exists(), "the agents opened the data directory's SQLite file");
+}
+
+#[test]
+fn local_agents_use_the_database_they_are_given_sqlite() {
+    local_agents_use_the_database_they_are_given(opsgraph_store::testing::Backend::Sqlite);
+}
+
+#[test]
+fn local_agents_use_the_database_they_are_given_postgres() {
+    local_agents_use_the_database_they_are_given(opsgraph_store::testing::Backend::Postgres);
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use expect_test::{expect, Expect};
 use opsgraph_model::OperationState;
 use opsgraph_runtime::{GateAnswer, Runtime};
-use opsgraph_store::{Durability, JobState, SqliteStore, Store, Write};
+use opsgraph_store::{JobState, Store, Write};
+use opsgraph_store_sqlite::{Durability, SqliteStore};
 
 use crate::support::{temp_dir, TempDir};
 
@@ -235,6 +236,56 @@ fn an_operation_runs_to_completion_and_evidence_decides() {
     assert_eq!(
         err.to_string(),
         "cannot apply `resume` to an operation in state `completed`: the operation is completed"
+    );
+}
+
+/// Where an operation's artifact contents and job logs land, by blob store: the data
+/// directory's files, or PostgreSQL's tables with nothing under `blobs/` (a job still reads its
+/// input artifact, copied into its directory). Shown: the artifact, flaky's first log, whether
+/// `DATA_DIR/blobs` exists.
+fn check_blobs(backend: opsgraph_store::testing::Backend, expect: Expect) {
+    use opsgraph_store::testing::Backend;
+    let lab = Lab::new(&[]);
+    let data = lab.dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let loaded = lab.loaded();
+    let (mut rt, _db) = match backend {
+        Backend::Sqlite => (lab.runtime(), None),
+        Backend::Postgres => {
+            let Some(db) = opsgraph_store_pg::test_db("runtime::check_blobs") else { return };
+            let mut rt = Runtime::new(db.store(), loaded.packs, loaded.world.resources, data.clone());
+            rt.blobs = std::sync::Arc::new(opsgraph_store_pg::PgBlobStore::connect(db.url()).unwrap());
+            (rt, Some(db))
+        }
+    };
+    let (id, timeline) = run_all(&mut rt, &lab.plan());
+    assert!(timeline.ends_with("=> completed"), "{timeline}");
+    let artifact = rt.store().artifacts(&id).unwrap().remove(0);
+    let content = rt.blobs.get(&artifact.location).unwrap().map(|b| String::from_utf8(b).unwrap());
+    let log = rt.job_log(&id, "flaky", 1).map(|b| String::from_utf8(b).unwrap());
+    let shown = format!("{content:?}\n{log:?}\nblobs dir: {}", data.join("blobs").exists());
+    expect.assert_eq(&shown);
+}
+
+#[test]
+fn artifacts_and_logs_are_files_in_the_data_directory_with_sqlite() {
+    check_blobs(
+        opsgraph_store::testing::Backend::Sqlite,
+        expect![[r#"
+            Some("port=8080\n")
+            Some("--- stderr\ntransient failure 1\n")
+            blobs dir: true"#]],
+    );
+}
+
+#[test]
+fn artifacts_and_logs_are_in_the_database_with_postgresql() {
+    check_blobs(
+        opsgraph_store::testing::Backend::Postgres,
+        expect![[r#"
+            Some("port=8080\n")
+            Some("--- stderr\ntransient failure 1\n")
+            blobs dir: false"#]],
     );
 }
 

@@ -3,7 +3,7 @@
 
 use opsgraph_model::OperationState;
 use opsgraph_runtime::{GateAnswer, Runtime};
-use opsgraph_store::{Durability, SqliteStore};
+use opsgraph_store_sqlite::{Durability, SqliteStore};
 
 use crate::support::{temp_dir, TempDir};
 

@@ -6,9 +6,11 @@
 use postgres::types::ToSql;
 use postgres::Row;
 
-use crate::agent::{AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
 use crate::pg::{PgStore, Tx};
-use crate::Error;
+use opsgraph_store::agent::{AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
+use opsgraph_store::Error;
+
+use crate::Fail;
 
 /// Migration 2 of the PostgreSQL schema: agent tasks and their logs.
 pub(crate) const MIGRATION: &str = "
@@ -45,11 +47,11 @@ pub(crate) const MIGRATION: &str = "
 const COLUMNS: &str = "id, operation, job, attempt, kind, agent, resource, state, payload, lease, claimed_by, claims, \
                        expires_ms, report, created_at, updated_at";
 
-fn json<T: serde::Serialize>(v: &T) -> Result<String, Error> {
+fn json<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
     Ok(serde_json::to_string(v)?)
 }
 
-fn task_row(r: &Row) -> Result<AgentTask, Error> {
+fn task_row(r: &Row) -> Result<AgentTask, Fail> {
     let state: String = r.get(7);
     let payload: String = r.get(8);
     let report: Option<String> = r.get(13);
@@ -74,7 +76,7 @@ fn task_row(r: &Row) -> Result<AgentTask, Error> {
 }
 
 /// A write of an agent task inside `commit`'s transaction.
-pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Error> {
+pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Fail> {
     match w {
         AgentWrite::Enqueue(t) => {
             tx.exec(
@@ -107,7 +109,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Error> {
                 &[task, lease, expires_ms, at],
             )?;
             if n != 1 {
-                return Err(stale(tx, task));
+                return Err(stale(tx, task).into());
             }
         }
         AgentWrite::Log { task, lease, text, at } => {
@@ -117,7 +119,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Error> {
                 &[task, lease, at, text],
             )?;
             if n != 1 {
-                return Err(stale(tx, task));
+                return Err(stale(tx, task).into());
             }
         }
         AgentWrite::Report { task, lease, report, at } => {
@@ -127,7 +129,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Error> {
                 &[task, lease, &json(report)?, at],
             )?;
             if n != 1 {
-                return Err(stale(tx, task));
+                return Err(stale(tx, task).into());
             }
         }
         AgentWrite::Settle { task, from, to, now_ms, at } => {
@@ -139,7 +141,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Error> {
                 &[task, &from.as_str(), &to.as_str(), &timed, at, now_ms],
             )?;
             if n != 1 {
-                return Err(Error::AgentTaskMoved { task: task.clone() });
+                return Err(Error::AgentTaskMoved { task: task.clone() }.into());
             }
         }
     }
@@ -156,7 +158,7 @@ fn stale(tx: &mut Tx<'_, '_>, task: &str) -> Error {
 }
 
 impl PgStore {
-    pub(crate) fn claim_agent_task(&mut self, c: &AgentClaim) -> Result<Option<AgentTask>, Error> {
+    pub(crate) fn claim_agent_task(&mut self, c: &AgentClaim) -> Result<Option<AgentTask>, Fail> {
         let mut client = self.client.borrow_mut();
         let mut tx = Tx { tx: client.transaction()?, statements: &self.statements };
         // A claim retried with its lease (its answer was lost) gets the task it already holds.
@@ -216,18 +218,18 @@ impl PgStore {
         Ok(Some(task))
     }
 
-    pub(crate) fn agent_task_by_id(&self, id: &str) -> Result<Option<AgentTask>, Error> {
+    pub(crate) fn agent_task_by_id(&self, id: &str) -> Result<Option<AgentTask>, Fail> {
         let rows = self.query(&format!("SELECT {COLUMNS} FROM agent_tasks WHERE id = $1"), &[&id])?;
         rows.first().map(task_row).transpose()
     }
 
-    pub(crate) fn agent_tasks_of(&self, operation: &str) -> Result<Vec<AgentTask>, Error> {
+    pub(crate) fn agent_tasks_of(&self, operation: &str) -> Result<Vec<AgentTask>, Fail> {
         let rows =
             self.query(&format!("SELECT {COLUMNS} FROM agent_tasks WHERE operation = $1 ORDER BY seq"), &[&operation])?;
         rows.iter().map(task_row).collect()
     }
 
-    pub(crate) fn agent_log_of(&self, task: &str, after: i64) -> Result<Vec<AgentLogLine>, Error> {
+    pub(crate) fn agent_log_of(&self, task: &str, after: i64) -> Result<Vec<AgentLogLine>, Fail> {
         let rows = self.query(
             "SELECT seq, task, at, text FROM agent_log WHERE task = $1 AND seq > $2 ORDER BY seq",
             &[&task, &after],

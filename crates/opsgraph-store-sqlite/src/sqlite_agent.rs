@@ -4,8 +4,10 @@
 
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, Transaction};
 
-use crate::agent::{AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
-use crate::Error;
+use opsgraph_store::agent::{AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
+use opsgraph_store::Error;
+
+use crate::Fail;
 
 /// Migration 3: agent tasks and their logs.
 pub(crate) const MIGRATION: &str = "
@@ -42,7 +44,7 @@ pub(crate) const MIGRATION: &str = "
 const COLUMNS: &str = "id, operation, job, attempt, kind, agent, resource, state, payload, lease, claimed_by, claims, \
                        expires_ms, report, created_at, updated_at";
 
-fn json<T: serde::Serialize>(v: &T) -> Result<String, Error> {
+fn json<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
     Ok(serde_json::to_string(v)?)
 }
 
@@ -74,7 +76,7 @@ fn task_row(r: &Row<'_>) -> rusqlite::Result<RawTask> {
     ))
 }
 
-fn finish((mut t, state, payload, report): RawTask) -> Result<AgentTask, Error> {
+fn finish((mut t, state, payload, report): RawTask) -> Result<AgentTask, Fail> {
     t.state = AgentTaskState::parse(&state).unwrap_or(AgentTaskState::Lost);
     t.payload = serde_json::from_str(&payload)?;
     t.report = report.map(|r| serde_json::from_str(&r)).transpose()?;
@@ -86,7 +88,7 @@ fn exec<P: rusqlite::Params>(tx: &Transaction<'_>, sql: &str, params: P) -> rusq
 }
 
 /// A write of an agent task inside `commit`'s transaction.
-pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Error> {
+pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
     match w {
         AgentWrite::Enqueue(t) => {
             exec(
@@ -121,7 +123,7 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Error> {
                 params![task, lease, expires_ms, at],
             )?;
             if n != 1 {
-                return Err(stale(tx, task));
+                return Err(stale(tx, task).into());
             }
         }
         AgentWrite::Log { task, lease, text, at } => {
@@ -132,7 +134,7 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Error> {
                 params![task, lease, at, text],
             )?;
             if n != 1 {
-                return Err(stale(tx, task));
+                return Err(stale(tx, task).into());
             }
         }
         AgentWrite::Report { task, lease, report, at } => {
@@ -143,7 +145,7 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Error> {
                 params![task, lease, json(report)?, at],
             )?;
             if n != 1 {
-                return Err(stale(tx, task));
+                return Err(stale(tx, task).into());
             }
         }
         AgentWrite::Settle { task, from, to, now_ms, at } => {
@@ -156,7 +158,7 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Error> {
                 params![task, from.as_str(), to.as_str(), timed as i64, at, now_ms],
             )?;
             if n != 1 {
-                return Err(Error::AgentTaskMoved { task: task.clone() });
+                return Err(Error::AgentTaskMoved { task: task.clone() }.into());
             }
         }
     }
@@ -170,7 +172,7 @@ fn stale(tx: &Transaction<'_>, task: &str) -> Error {
     Error::StaleLease { task: task.to_string(), state: state.unwrap_or_else(|| "unknown".into()) }
 }
 
-pub(crate) fn claim(conn: &mut Connection, c: &AgentClaim) -> Result<Option<AgentTask>, Error> {
+pub(crate) fn claim(conn: &mut Connection, c: &AgentClaim) -> Result<Option<AgentTask>, Fail> {
     // Immediate: it reads before it writes, and a read transaction that then writes would be
     // refused (not waited for) when another connection wrote in between.
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -235,7 +237,7 @@ pub(crate) fn claim(conn: &mut Connection, c: &AgentClaim) -> Result<Option<Agen
     Ok(Some(task))
 }
 
-pub(crate) fn task(conn: &Connection, id: &str) -> Result<Option<AgentTask>, Error> {
+pub(crate) fn task(conn: &Connection, id: &str) -> Result<Option<AgentTask>, Fail> {
     let row = conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM agent_tasks WHERE id = ?1"))?
         .query_row([id], task_row)
@@ -243,14 +245,14 @@ pub(crate) fn task(conn: &Connection, id: &str) -> Result<Option<AgentTask>, Err
     row.map(finish).transpose()
 }
 
-pub(crate) fn tasks(conn: &Connection, operation: &str) -> Result<Vec<AgentTask>, Error> {
+pub(crate) fn tasks(conn: &Connection, operation: &str) -> Result<Vec<AgentTask>, Fail> {
     let mut stmt =
         conn.prepare_cached(&format!("SELECT {COLUMNS} FROM agent_tasks WHERE operation = ?1 ORDER BY seq"))?;
     let rows = stmt.query_map([operation], task_row)?;
     rows.map(|r| finish(r?)).collect()
 }
 
-pub(crate) fn log(conn: &Connection, task: &str, after: i64) -> Result<Vec<AgentLogLine>, Error> {
+pub(crate) fn log(conn: &Connection, task: &str, after: i64) -> Result<Vec<AgentLogLine>, Fail> {
     let mut stmt =
         conn.prepare_cached("SELECT seq, task, at, text FROM agent_log WHERE task = ?1 AND seq > ?2 ORDER BY seq")?;
     let rows = stmt.query_map(params![task, after], |r| {

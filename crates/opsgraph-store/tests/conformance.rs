@@ -1,8 +1,12 @@
+//! The conformance suite: every store test, run on both backends (`conformance!`), plus the
+//! SQLite tests that need several connections to one file.
+
 use opsgraph_model::OperationState;
 use serde_json::json;
 
-use super::*;
-use crate::testing::TestDb;
+use opsgraph_store::testing::TestDb;
+use opsgraph_store::*;
+use opsgraph_store_sqlite::{Durability, SqliteStore};
 
 fn op(id: &str) -> OperationRecord {
     OperationRecord {
@@ -158,28 +162,6 @@ fn every_record_round_trips(db: &TestDb) {
     store.commit(&[Write::DeleteResource("tempo.instance/t".into())]).unwrap();
     assert_eq!(store.resource("tempo.instance/t").unwrap(), None);
     store.commit(&[Write::DeleteResource("tempo.instance/t".into())]).unwrap();
-}
-
-#[test]
-fn file_store_uses_wal_and_full_sync_and_migrates_once() {
-    let dir = std::env::temp_dir().join(format!("opsgraph-store-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("opsgraph.db");
-    {
-        let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 4);
-        let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
-        let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
-        assert_eq!((mode.as_str(), sync), ("wal", 2));
-        store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }]).unwrap();
-    }
-    let store = SqliteStore::open(&path, Durability::Full).unwrap();
-    assert!(store.operation("op-1").unwrap().is_some());
-    store.conn.execute_batch("PRAGMA user_version = 99").unwrap();
-    drop(store);
-    let err = SqliteStore::open(&path, Durability::Full).err().unwrap();
-    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 4; upgrade opsgraph");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The driver skips re-reading an operation while the data version stands still: it must move
@@ -702,7 +684,9 @@ fn agents_racing_on_one_file_claim_each_task_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-crate::conformance!(
+opsgraph_store::conformance!(
+    sqlite: opsgraph_store_sqlite::test_db,
+    postgres: opsgraph_store_pg::test_db;
     a_transition_and_its_timeline_entry_land_together_or_not_at_all,
     every_record_round_trips,
     timeline_after_pages_one_operation_or_all_and_stats_count,
@@ -715,24 +699,3 @@ crate::conformance!(
     jobs_keep_their_order_and_the_last_write_of_a_batch_wins,
     agent_tasks_are_claimed_once_and_fenced_by_their_lease,
 );
-
-#[test]
-fn postgres_schema_is_versioned_and_a_newer_one_refused() {
-    let Some(db) = TestDb::postgres("postgres_schema_is_versioned_and_a_newer_one_refused") else { return };
-    let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 2);
-    drop(store);
-    // Connecting again migrates nothing.
-    let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 2);
-    drop(store);
-    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
-    admin.batch_execute("UPDATE schema_version SET version = 99").unwrap();
-    let err = PgStore::connect(db.url()).err().unwrap();
-    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 2; upgrade opsgraph");
-    let err = PgStore::connect("postgres://postgres:hunter2@127.0.0.1:1/nowhere").err().unwrap();
-    assert!(
-        err.to_string().starts_with("failed to connect to PostgreSQL at postgres://postgres:***@127.0.0.1:1/nowhere: "),
-        "{err}"
-    );
-}

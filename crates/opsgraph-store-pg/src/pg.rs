@@ -1,0 +1,778 @@
+//! The PostgreSQL backend, for several replicas on one database: the sync `postgres` client (no
+//! TLS), its own numbered migrations (`schema_version`), one transaction per [`Store::commit`].
+//!
+//! Ordering: timeline `seq`s are taken from a one-row counter updated at the end of the
+//! transaction, after every check; the row lock is held until the commit, so seqs are handed out
+//! in commit order and a reader of [`Store::timeline_after`] never misses a row that commits
+//! later with a smaller seq (a sequence would not promise that).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use postgres::types::ToSql;
+use postgres::{Client, GenericClient, NoTls, Row, Statement};
+use serde_json::Value;
+
+use opsgraph_model::OperationState;
+use opsgraph_store::{describe_current, redact};
+use opsgraph_store::{
+    ArtifactRecord, AuditFilter, AuditRecord, Error, EvidenceRecord, GateRecord, JobRecord, JobState, Lease,
+    OperationFilter, OperationRecord, RequestRecord, ResourceRecord, Stats, Store, TimelineEntry, TokenRecord, Write,
+};
+
+use crate::schema::{MIGRATIONS, MIGRATION_LOCK};
+use crate::{edge, Fail};
+
+/// Now on the database server's clock, in milliseconds: lease expiry is judged by one clock.
+pub(crate) const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+pub struct PgStore {
+    pub(crate) client: RefCell<Client>,
+    /// Prepared statements by text: a transition is parsed once per connection.
+    pub(crate) statements: RefCell<HashMap<String, Statement>>,
+}
+
+/// The server's message (with its detail and SQLSTATE), or the client's reason and its causes.
+pub(crate) fn pg_message(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let detail = db.detail().map(|d| format!(" ({d})")).unwrap_or_default();
+        return format!("{}{detail} [SQLSTATE {}]", db.message(), db.code().code());
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+impl PgStore {
+    /// Connects (without TLS) and brings the schema up to date; a newer schema is refused.
+    pub fn connect(url: &str) -> Result<PgStore, Error> {
+        edge(|| {
+            let client =
+                Client::connect(url, NoTls).map_err(|e| Error::PgOpen { url: redact(url), reason: pg_message(&e) })?;
+            let store = PgStore { client: RefCell::new(client), statements: RefCell::new(HashMap::new()) };
+            store.migrate()?;
+            Ok(store)
+        })
+    }
+
+    /// The schema version after migrations.
+    pub fn schema_version(&self) -> Result<i64, Error> {
+        edge(|| {
+            let row = self.client.borrow_mut().query_one("SELECT version FROM schema_version", &[])?;
+            Ok(row.get::<_, i32>(0) as i64)
+        })
+    }
+
+    fn migrate(&self) -> Result<(), Fail> {
+        let mut client = self.client.borrow_mut();
+        // The common case, a connection per request to a database already up to date: one read,
+        // no lock, no DDL. A missing table or another version takes the full path.
+        if let Ok(Some(row)) = client.query_opt("SELECT version FROM schema_version", &[]) {
+            if row.get::<_, i32>(0) as usize == MIGRATIONS.len() {
+                return Ok(());
+            }
+        }
+        let mut tx = client.transaction()?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+        tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
+        let current = match tx.query_opt("SELECT version FROM schema_version", &[])? {
+            Some(row) => row.get::<_, i32>(0) as i64,
+            None => {
+                tx.execute("INSERT INTO schema_version (version) VALUES (0)", &[])?;
+                0
+            }
+        };
+        let supported = MIGRATIONS.len() as i64;
+        if current > supported {
+            return Err(Error::TooNew { found: current, supported }.into());
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+            tx.batch_execute(sql)?;
+            tx.execute("UPDATE schema_version SET version = $1", &[&(i as i32 + 1)])?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The prepared statement for `sql` on this connection.
+    fn prepared(
+        statements: &RefCell<HashMap<String, Statement>>,
+        client: &mut impl GenericClient,
+        sql: &str,
+    ) -> Result<Statement, Fail> {
+        if let Some(s) = statements.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let s = client.prepare(sql)?;
+        statements.borrow_mut().insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+
+    pub(crate) fn query(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Fail> {
+        let mut client = self.client.borrow_mut();
+        let stmt = PgStore::prepared(&self.statements, &mut *client, sql)?;
+        Ok(client.query(&stmt, args)?)
+    }
+
+    pub(crate) fn query_opt(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, Fail> {
+        Ok(self.query(sql, args)?.into_iter().next())
+    }
+}
+
+/// One transaction of a commit, with the connection's statement cache.
+pub(crate) struct Tx<'a, 'c> {
+    pub(crate) tx: postgres::Transaction<'c>,
+    pub(crate) statements: &'a RefCell<HashMap<String, Statement>>,
+}
+
+impl Tx<'_, '_> {
+    pub(crate) fn exec(&mut self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<u64, Fail> {
+        let stmt = PgStore::prepared(self.statements, &mut self.tx, sql)?;
+        Ok(self.tx.execute(&stmt, args)?)
+    }
+
+    pub(crate) fn query(&mut self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Fail> {
+        let stmt = PgStore::prepared(self.statements, &mut self.tx, sql)?;
+        Ok(self.tx.query(&stmt, args)?)
+    }
+}
+
+fn state_kind(state: &OperationState) -> Result<String, Fail> {
+    Ok(serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string())
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
+    Ok(serde_json::to_string(v)?)
+}
+
+fn parse(text: &str) -> Result<Value, Fail> {
+    Ok(serde_json::from_str(text)?)
+}
+
+const OPERATION_COLUMNS: &str =
+    "id, parent, intent, resource, state, plan_revision, actor, created_at, updated_at, version";
+
+fn operation(r: &Row) -> Result<OperationRecord, Fail> {
+    Ok(OperationRecord {
+        id: r.get(0),
+        parent: r.get(1),
+        intent: parse(r.get(2))?,
+        resource: r.get(3),
+        state: serde_json::from_str(r.get(4))?,
+        plan_revision: r.get(5),
+        actor: r.get(6),
+        created_at: r.get(7),
+        updated_at: r.get(8),
+        version: r.get(9),
+    })
+}
+
+const TIMELINE_SELECT: &str =
+    "SELECT seq, operation, at, actor, event, from_state, to_state, reason, data FROM timeline";
+
+fn timeline_entry(r: &Row) -> Result<TimelineEntry, Fail> {
+    Ok(TimelineEntry {
+        seq: r.get(0),
+        operation: r.get(1),
+        at: r.get(2),
+        actor: r.get(3),
+        event: r.get(4),
+        from: r.get(5),
+        to: r.get(6),
+        reason: r.get(7),
+        data: parse(r.get(8))?,
+    })
+}
+
+const TOKEN_COLUMNS: &str = "id, name, hash, roles, created_by, created_at, revoked_at";
+
+fn token(r: &Row) -> Result<TokenRecord, Fail> {
+    Ok(TokenRecord {
+        id: r.get(0),
+        name: r.get(1),
+        hash: r.get(2),
+        roles: serde_json::from_str(r.get(3))?,
+        created_by: r.get(4),
+        created_at: r.get(5),
+        revoked_at: r.get(6),
+    })
+}
+
+fn resource(r: &Row) -> Result<ResourceRecord, Fail> {
+    Ok(ResourceRecord { id: r.get(0), doc: parse(r.get(1))?, last_operation: r.get(2), updated_at: r.get(3) })
+}
+
+impl Store for PgStore {
+    fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
+        edge(|| {
+            let mut client = self.client.borrow_mut();
+            let mut tx = Tx { tx: client.transaction()?, statements: &self.statements };
+            // Timeline entries are inserted last, with their seqs: see the module's comment. Job
+            // records too, in one statement (nothing in a transaction reads them back; a job written
+            // twice in one batch keeps its last record, as two upserts in a row would).
+            let mut timeline: Vec<&TimelineEntry> = Vec::new();
+            let mut jobs: Vec<&JobRecord> = Vec::new();
+            let mut job_at: HashMap<(&str, &str), usize> = HashMap::new();
+            for w in writes {
+                match w {
+                    Write::CreateOperation { op, plan } => {
+                        tx.exec(
+                        "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                        &[
+                            &op.id,
+                            &op.parent,
+                            &json(&op.intent)?,
+                            &op.resource,
+                            &json(&op.state)?,
+                            &state_kind(&op.state)?,
+                            &op.plan_revision,
+                            &op.actor,
+                            &op.created_at,
+                            &op.updated_at,
+                            &op.version,
+                        ],
+                    )?;
+                        tx.exec(
+                            "INSERT INTO plans (revision, operation, plan) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                            &[&op.plan_revision, &op.id, &json(plan)?],
+                        )?;
+                    }
+                    Write::SetPlan { operation, revision, plan } => {
+                        tx.exec(
+                            "INSERT INTO plans (revision, operation, plan) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                            &[revision, operation, &json(plan)?],
+                        )?;
+                        tx.exec("UPDATE operations SET plan_revision = $2 WHERE id = $1", &[operation, revision])?;
+                    }
+                    Write::ReplacePlan { revision, plan } => {
+                        tx.exec("UPDATE plans SET plan = $2 WHERE revision = $1", &[revision, &json(plan)?])?;
+                    }
+                    Write::ReplaceGateValue { operation, gate, value } => {
+                        tx.exec(
+                            "UPDATE gates SET value = $3 WHERE operation = $1 AND id = $2",
+                            &[operation, gate, &json(value)?],
+                        )?;
+                    }
+                    Write::ReplaceIntent { operation, intent } => {
+                        tx.exec("UPDATE operations SET intent = $2 WHERE id = $1", &[operation, &json(intent)?])?;
+                    }
+                    Write::Transition { operation, expect_version, state, entry } => {
+                        let changed = tx.exec(
+                            "UPDATE operations SET state = $2, state_kind = $3, updated_at = $4, version = version + 1
+                         WHERE id = $1 AND version = $5",
+                            &[operation, &json(state)?, &state_kind(state)?, &entry.at, expect_version],
+                        )?;
+                        if changed != 1 {
+                            return Err(Error::Conflict { id: operation.clone(), expected: *expect_version }.into());
+                        }
+                        timeline.push(entry);
+                    }
+                    Write::Timeline(entry) => timeline.push(entry),
+                    Write::Job(j) => match job_at.get(&(j.operation.as_str(), j.id.as_str())) {
+                        Some(&i) => jobs[i] = j,
+                        None => {
+                            job_at.insert((j.operation.as_str(), j.id.as_str()), jobs.len());
+                            jobs.push(j);
+                        }
+                    },
+                    Write::Evidence(e) => {
+                        tx.exec(
+                        "INSERT INTO evidence (operation, job, check_id, source, command, expected, observed, passed, at, resource, capability)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                        &[
+                            &e.operation,
+                            &e.job,
+                            &e.check,
+                            &e.source,
+                            &e.command,
+                            &e.expected,
+                            &e.observed,
+                            &e.passed,
+                            &e.at,
+                            &e.resource,
+                            &e.capability,
+                        ],
+                    )?;
+                    }
+                    Write::Gate(g) => {
+                        // An answered gate is never answered again: the update matches no row and the
+                        // whole transaction is refused.
+                        let changed = tx.exec(
+                        "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                         ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
+                         answered_at = excluded.answered_at, value = excluded.value WHERE gates.answer IS NULL",
+                        &[
+                            &g.operation,
+                            &g.id,
+                            &g.gate_type,
+                            &g.reason,
+                            &json(&g.options)?,
+                            &json(&g.required_roles)?,
+                            &g.answer,
+                            &g.answered_by,
+                            &g.answered_at,
+                            &g.value.as_ref().map(json).transpose()?,
+                        ],
+                    )?;
+                        if changed != 1 {
+                            return Err(
+                                Error::GateAnswered { operation: g.operation.clone(), gate: g.id.clone() }.into()
+                            );
+                        }
+                    }
+                    Write::Artifact(a) => {
+                        tx.exec(
+                        "INSERT INTO artifacts (operation, job, id, sensitivity, location, size, at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+                         ON CONFLICT (operation, job, id) DO UPDATE SET sensitivity = excluded.sensitivity,
+                         location = excluded.location, size = excluded.size, at = excluded.at",
+                        &[&a.operation, &a.job, &a.id, &a.sensitivity, &a.location, &a.size, &a.at],
+                    )?;
+                    }
+                    Write::Resource(r) => {
+                        tx.exec(
+                            "INSERT INTO resources (id, doc, last_operation, updated_at) VALUES ($1, $2, $3, $4)
+                         ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, last_operation = excluded.last_operation,
+                         updated_at = excluded.updated_at",
+                            &[&r.id, &json(&r.doc)?, &r.last_operation, &r.updated_at],
+                        )?;
+                    }
+                    Write::DeleteResource(id) => {
+                        tx.exec("DELETE FROM resources WHERE id = $1", &[id])?;
+                    }
+                    Write::Idempotency { key, resource, operation, job, at } => {
+                        tx.exec(
+                            "INSERT INTO idempotency (key, resource, operation, job, at) VALUES ($1, $2, $3, $4, $5)
+                         ON CONFLICT (key) DO UPDATE SET resource = excluded.resource, operation = excluded.operation,
+                         job = excluded.job, at = excluded.at",
+                            &[key, resource, operation, job, at],
+                        )?;
+                    }
+                    Write::ExpectPlan { operation, revision } => {
+                        let rows = tx.query("SELECT plan_revision FROM operations WHERE id = $1", &[operation])?;
+                        let current: String =
+                            rows.first().map(|r| r.get(0)).ok_or_else(|| Error::NoOperation(operation.clone()))?;
+                        if current != *revision {
+                            return Err(Error::StalePlan {
+                                operation: operation.clone(),
+                                expected: revision.clone(),
+                                current,
+                            }
+                            .into());
+                        }
+                    }
+                    Write::Token(t) => {
+                        tx.exec(
+                            "INSERT INTO tokens (id, name, hash, roles, created_by, created_at, revoked_at)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)
+                         ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at",
+                            &[&t.id, &t.name, &t.hash, &json(&t.roles)?, &t.created_by, &t.created_at, &t.revoked_at],
+                        )?;
+                    }
+                    Write::Audit(a) => {
+                        tx.exec(
+                            "INSERT INTO audit (at, actor, action, target, operation, resource, detail)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                            &[&a.at, &a.actor, &a.action, &a.target, &a.operation, &a.resource, &json(&a.detail)?],
+                        )?;
+                    }
+                    Write::Request(r) => {
+                        let changed = tx.exec(
+                            "INSERT INTO requests (actor, key, fingerprint, status, response, at)
+                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                            &[&r.actor, &r.key, &r.fingerprint, &(r.status as i32), &json(&r.response)?, &r.at],
+                        )?;
+                        if changed != 1 {
+                            return Err(Error::RequestRecorded { actor: r.actor.clone(), key: r.key.clone() }.into());
+                        }
+                    }
+                    Write::Fence { operation, holder, token } => {
+                        // FOR SHARE: an acquisition (an UPDATE of this row) waits for this commit.
+                        let rows =
+                            tx.query("SELECT holder, token FROM leases WHERE operation = $1 FOR SHARE", &[operation])?;
+                        let current: Option<(String, i64)> = rows.first().map(|r| (r.get(0), r.get(1)));
+                        if current.as_ref().is_none_or(|(h, t)| h != holder || t != token) {
+                            return Err(Error::Fenced {
+                                operation: operation.clone(),
+                                holder: holder.clone(),
+                                token: *token,
+                                current: describe_current(current),
+                            }
+                            .into());
+                        }
+                    }
+                    Write::Agent(a) => crate::pg_agent::apply(&mut tx, a)?,
+                    Write::ExpectIdle { resource, operation } => {
+                        // Creators of operations on one resource take turns until their commit: the
+                        // second sees the first's row.
+                        tx.exec(
+                            "SELECT pg_advisory_xact_lock(hashtextextended('opsgraph.resource:' || $1, 0))",
+                            &[resource],
+                        )?;
+                        let rows = tx.query(
+                            "SELECT id, state_kind FROM operations WHERE resource = $1 AND id <> $2
+                         AND state_kind NOT IN ('completed', 'cancelled') ORDER BY created_at LIMIT 1",
+                            &[resource, operation],
+                        )?;
+                        if let Some(r) = rows.first() {
+                            return Err(Error::ResourceBusy {
+                                resource: resource.clone(),
+                                operation: r.get(0),
+                                state: r.get(1),
+                            }
+                            .into());
+                        }
+                    }
+                }
+            }
+            if !jobs.is_empty() {
+                let outcomes: Vec<String> = jobs.iter().map(|j| json(&j.outcome)).collect::<Result<_, _>>()?;
+                tx.exec(
+                    "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[])
+                 ON CONFLICT (operation, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+                 outcome = excluded.outcome, updated_at = excluded.updated_at",
+                    &[
+                        &jobs.iter().map(|j| j.operation.as_str()).collect::<Vec<_>>(),
+                        &jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+                        &jobs.iter().map(|j| j.state.as_str()).collect::<Vec<_>>(),
+                        &jobs.iter().map(|j| j.attempts as i64).collect::<Vec<_>>(),
+                        &outcomes,
+                        &jobs.iter().map(|j| j.updated_at.as_str()).collect::<Vec<_>>(),
+                    ],
+                )?;
+            }
+            if !timeline.is_empty() {
+                let rows = tx.query(
+                    "UPDATE counters SET value = value + $1 WHERE name = 'timeline' RETURNING value",
+                    &[&(timeline.len() as i64)],
+                )?;
+                let last: i64 = rows.first().map(|r| r.get(0)).unwrap_or_default();
+                let first = last - timeline.len() as i64 + 1;
+                let data: Vec<String> = timeline.iter().map(|e| json(&e.data)).collect::<Result<_, _>>()?;
+                tx.exec(
+                    "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
+                 SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                 $7::text[], $8::text[], $9::text[])",
+                    &[
+                        &(first..first + timeline.len() as i64).collect::<Vec<i64>>(),
+                        &timeline.iter().map(|e| e.operation.as_str()).collect::<Vec<_>>(),
+                        &timeline.iter().map(|e| e.at.as_str()).collect::<Vec<_>>(),
+                        &timeline.iter().map(|e| e.actor.as_str()).collect::<Vec<_>>(),
+                        &timeline.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
+                        &timeline.iter().map(|e| e.from.as_deref()).collect::<Vec<_>>(),
+                        &timeline.iter().map(|e| e.to.as_deref()).collect::<Vec<_>>(),
+                        &timeline.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
+                        &data,
+                    ],
+                )?;
+            }
+            tx.tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {
+        edge(|| {
+            let sql = format!("SELECT {OPERATION_COLUMNS} FROM operations WHERE id = $1");
+            self.query_opt(&sql, &[&id])?.as_ref().map(operation).transpose()
+        })
+    }
+
+    fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error> {
+        edge(|| {
+            let sql = format!(
+            "SELECT {OPERATION_COLUMNS} FROM operations
+             WHERE ($1::text IS NULL OR state_kind = $1) AND ($2::text IS NULL OR resource = $2) ORDER BY created_at, id"
+        );
+            self.query(&sql, &[&filter.state, &filter.resource])?.iter().map(operation).collect()
+        })
+    }
+
+    fn plan(&self, revision: &str) -> Result<Option<Value>, Error> {
+        edge(|| {
+            self.query_opt("SELECT plan FROM plans WHERE revision = $1", &[&revision])?
+                .map(|r| parse(r.get(0)))
+                .transpose()
+        })
+    }
+
+    fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error> {
+        edge(|| {
+            let sql = format!("{TIMELINE_SELECT} WHERE operation = $1 ORDER BY seq");
+            self.query(&sql, &[&operation])?.iter().map(timeline_entry).collect()
+        })
+    }
+
+    fn timeline_after(&self, operation: Option<&str>, after: i64, limit: usize) -> Result<Vec<TimelineEntry>, Error> {
+        edge(|| {
+            let limit = limit.min(i64::MAX as usize) as i64;
+            let rows = match operation {
+                Some(op) => self.query(
+                    &format!("{TIMELINE_SELECT} WHERE operation = $1 AND seq > $2 ORDER BY seq LIMIT $3"),
+                    &[&op, &after, &limit],
+                )?,
+                None => {
+                    self.query(&format!("{TIMELINE_SELECT} WHERE seq > $1 ORDER BY seq LIMIT $2"), &[&after, &limit])?
+                }
+            };
+            rows.iter().map(timeline_entry).collect()
+        })
+    }
+
+    fn stats(&self) -> Result<Stats, Error> {
+        edge(|| {
+            let mut stats = Stats::default();
+            for r in self.query("SELECT state_kind, COUNT(*) FROM operations GROUP BY state_kind", &[])? {
+                stats.operations.insert(r.get(0), r.get::<_, i64>(1) as u64);
+            }
+            for r in self.query("SELECT state, COUNT(*) FROM jobs GROUP BY state", &[])? {
+                stats.jobs.insert(r.get(0), r.get::<_, i64>(1) as u64);
+            }
+            let depth = self.query(
+                "SELECT COUNT(*) FROM jobs j JOIN operations o ON o.id = j.operation
+             WHERE o.state_kind = 'running' AND j.state = 'pending'",
+                &[],
+            )?;
+            stats.queue_depth = depth.first().map_or(0, |r| r.get::<_, i64>(0) as u64);
+            let mut counts = vec![0u64; opsgraph_store::DURATION_BUCKETS_MS.len()];
+            let rows = self.query(
+            "SELECT ms FROM (SELECT (outcome::jsonb ->> 'duration_ms')::float8 AS ms FROM jobs) d WHERE ms IS NOT NULL",
+            &[],
+        )?;
+            for r in rows {
+                let ms: f64 = r.get(0);
+                stats.duration_count += 1;
+                stats.duration_sum_ms += ms;
+                for (i, bound) in opsgraph_store::DURATION_BUCKETS_MS.iter().enumerate() {
+                    if ms <= *bound {
+                        counts[i] += 1;
+                    }
+                }
+            }
+            stats.duration_buckets = opsgraph_store::DURATION_BUCKETS_MS.iter().copied().zip(counts).collect();
+            Ok(stats)
+        })
+    }
+
+    fn jobs(&self, operation: &str) -> Result<Vec<JobRecord>, Error> {
+        edge(|| {
+            let rows = self.query(
+            "SELECT operation, id, state, attempts, outcome, updated_at FROM jobs WHERE operation = $1 ORDER BY ord",
+            &[&operation],
+        )?;
+            rows.iter()
+                .map(|r| {
+                    Ok(JobRecord {
+                        operation: r.get(0),
+                        id: r.get(1),
+                        state: JobState::parse(r.get(2)).unwrap_or(JobState::Pending),
+                        attempts: r.get::<_, i64>(3) as u32,
+                        outcome: parse(r.get(4))?,
+                        updated_at: r.get(5),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn evidence(&self, operation: &str) -> Result<Vec<EvidenceRecord>, Error> {
+        edge(|| {
+            let rows = self.query(
+                "SELECT operation, job, check_id, source, command, expected, observed, passed, at, resource, capability
+             FROM evidence WHERE operation = $1 ORDER BY seq",
+                &[&operation],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| EvidenceRecord {
+                    operation: r.get(0),
+                    job: r.get(1),
+                    check: r.get(2),
+                    source: r.get(3),
+                    command: r.get(4),
+                    expected: r.get(5),
+                    observed: r.get(6),
+                    passed: r.get(7),
+                    at: r.get(8),
+                    resource: r.get(9),
+                    capability: r.get(10),
+                })
+                .collect())
+        })
+    }
+
+    fn gates(&self, operation: &str) -> Result<Vec<GateRecord>, Error> {
+        edge(|| {
+            let rows = self.query(
+            "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value
+             FROM gates WHERE operation = $1 ORDER BY ord",
+            &[&operation],
+        )?;
+            rows.iter()
+                .map(|r| {
+                    Ok(GateRecord {
+                        operation: r.get(0),
+                        id: r.get(1),
+                        gate_type: r.get(2),
+                        reason: r.get(3),
+                        options: serde_json::from_str(r.get(4))?,
+                        required_roles: serde_json::from_str(r.get(5))?,
+                        answer: r.get(6),
+                        answered_by: r.get(7),
+                        answered_at: r.get(8),
+                        value: r.get::<_, Option<&str>>(9).map(parse).transpose()?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn artifacts(&self, operation: &str) -> Result<Vec<ArtifactRecord>, Error> {
+        edge(|| {
+            let rows = self.query(
+            "SELECT operation, job, id, sensitivity, location, size, at FROM artifacts WHERE operation = $1 ORDER BY ord",
+            &[&operation],
+        )?;
+            Ok(rows
+                .iter()
+                .map(|r| ArtifactRecord {
+                    operation: r.get(0),
+                    job: r.get(1),
+                    id: r.get(2),
+                    sensitivity: r.get(3),
+                    location: r.get(4),
+                    size: r.get(5),
+                    at: r.get(6),
+                })
+                .collect())
+        })
+    }
+
+    fn resources(&self) -> Result<Vec<ResourceRecord>, Error> {
+        edge(|| {
+            self.query("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id", &[])?
+                .iter()
+                .map(resource)
+                .collect()
+        })
+    }
+
+    fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error> {
+        edge(|| {
+            self.query_opt("SELECT id, doc, last_operation, updated_at FROM resources WHERE id = $1", &[&id])?
+                .as_ref()
+                .map(resource)
+                .transpose()
+        })
+    }
+
+    fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error> {
+        edge(|| {
+            Ok(self
+                .query_opt("SELECT operation, job FROM idempotency WHERE key = $1", &[&key])?
+                .map(|r| (r.get(0), r.get(1))))
+        })
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenRecord>, Error> {
+        edge(|| {
+            let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id");
+            self.query(&sql, &[])?.iter().map(token).collect()
+        })
+    }
+
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error> {
+        edge(|| {
+            let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = $1");
+            self.query_opt(&sql, &[&hash])?.as_ref().map(token).transpose()
+        })
+    }
+
+    fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRecord>, Error> {
+        edge(|| {
+            let rows = self.query(
+                "SELECT seq, at, actor, action, target, operation, resource, detail FROM audit
+             WHERE ($1::text IS NULL OR actor = $1) AND ($2::text IS NULL OR operation = $2)
+             AND ($3::text IS NULL OR resource = $3) AND ($4::text IS NULL OR at >= $4) ORDER BY seq",
+                &[&f.actor, &f.operation, &f.resource, &f.since],
+            )?;
+            rows.iter()
+                .map(|r| {
+                    Ok(AuditRecord {
+                        seq: r.get(0),
+                        at: r.get(1),
+                        actor: r.get(2),
+                        action: r.get(3),
+                        target: r.get(4),
+                        operation: r.get(5),
+                        resource: r.get(6),
+                        detail: parse(r.get(7))?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn request(&self, actor: &str, key: &str) -> Result<Option<RequestRecord>, Error> {
+        edge(|| {
+            let row = self.query_opt(
+                "SELECT actor, key, fingerprint, status, response, at FROM requests WHERE actor = $1 AND key = $2",
+                &[&actor, &key],
+            )?;
+            row.map(|r| {
+                Ok(RequestRecord {
+                    actor: r.get(0),
+                    key: r.get(1),
+                    fingerprint: r.get(2),
+                    status: r.get::<_, i32>(3) as u16,
+                    response: parse(r.get(4))?,
+                    at: r.get(5),
+                })
+            })
+            .transpose()
+        })
+    }
+
+    fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Option<opsgraph_store::AgentTask>, Error> {
+        edge(|| self.claim_agent_task(claim))
+    }
+
+    fn agent_task(&self, id: &str) -> Result<Option<opsgraph_store::AgentTask>, Error> {
+        edge(|| self.agent_task_by_id(id))
+    }
+
+    fn agent_tasks(&self, operation: &str) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
+        edge(|| self.agent_tasks_of(operation))
+    }
+
+    fn agent_log(&self, task: &str, after: i64) -> Result<Vec<opsgraph_store::AgentLogLine>, Error> {
+        edge(|| self.agent_log_of(task, after))
+    }
+
+    fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<Lease, Error> {
+        edge(|| self.acquire(operation, holder, ttl_ms))
+    }
+
+    fn renew_lease(&mut self, l: &Lease, ttl_ms: i64) -> Result<Lease, Error> {
+        edge(|| self.renew(l, ttl_ms))
+    }
+
+    fn release_lease(&mut self, l: &Lease) -> Result<(), Error> {
+        edge(|| self.release(l))
+    }
+
+    fn lease(&self, operation: &str) -> Result<Option<Lease>, Error> {
+        edge(|| self.current_lease(operation))
+    }
+
+    fn adoptable(&self) -> Result<Vec<String>, Error> {
+        edge(|| self.unleased_running())
+    }
+}

@@ -1,0 +1,110 @@
+//! [`PgBlobStore`]: artifact contents and job logs in the database, so server replicas on one
+//! PostgreSQL share no filesystem. Locations are those of the filesystem backend
+//! (`blobs/ab/cdef…`), so an artifact record names its bytes the same way on either.
+
+use std::sync::Mutex;
+
+use opsgraph_store::blob::{blob_location, check_location};
+use opsgraph_store::{BlobStore, Error, LogKey};
+use postgres::Client;
+
+use crate::{edge, PgStore};
+
+/// Migration 3.
+pub(crate) const MIGRATION: &str = "
+    CREATE TABLE blobs (
+        location TEXT PRIMARY KEY,
+        content BYTEA NOT NULL
+    );
+    CREATE TABLE job_logs (
+        seq BIGSERIAL PRIMARY KEY,
+        operation TEXT NOT NULL,
+        job TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        content BYTEA NOT NULL
+    );
+    CREATE INDEX job_logs_attempt ON job_logs(operation, job, attempt, seq);
+";
+
+/// A connection of its own (the blob store is shared between threads, a `PgStore` is not),
+/// opened again when it broke: a server keeps its blob store for its whole life, across database
+/// restarts.
+pub struct PgBlobStore {
+    url: String,
+    client: Mutex<Client>,
+}
+
+impl PgBlobStore {
+    /// Connects (without TLS) and brings the schema up to date, as [`PgStore::connect`].
+    pub fn connect(url: &str) -> Result<PgBlobStore, Error> {
+        Ok(PgBlobStore { url: url.to_string(), client: Mutex::new(Self::open(url)?) })
+    }
+
+    fn open(url: &str) -> Result<Client, Error> {
+        Ok(PgStore::connect(url)?.client.into_inner())
+    }
+
+    /// The connection; a new one when the last call found it closed (that call failed; nothing
+    /// is retried, so an append is never written twice).
+    fn client(&self) -> Result<std::sync::MutexGuard<'_, Client>, Error> {
+        let mut client = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if client.is_closed() {
+            *client = Self::open(&self.url)?;
+        }
+        Ok(client)
+    }
+}
+
+impl BlobStore for PgBlobStore {
+    fn put(&self, bytes: &[u8]) -> Result<(String, i64), Error> {
+        edge(|| {
+            let location = blob_location(bytes);
+            self.client()?.execute(
+                "INSERT INTO blobs (location, content) VALUES ($1, $2) ON CONFLICT (location) DO NOTHING",
+                &[&location, &bytes],
+            )?;
+            Ok((location, bytes.len() as i64))
+        })
+    }
+
+    fn get(&self, location: &str) -> Result<Option<Vec<u8>>, Error> {
+        check_location(location)?;
+        edge(|| {
+            let row = self.client()?.query_opt("SELECT content FROM blobs WHERE location = $1", &[&location])?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn remove(&self, location: &str) -> Result<(), Error> {
+        check_location(location)?;
+        edge(|| {
+            self.client()?.execute("DELETE FROM blobs WHERE location = $1", &[&location])?;
+            Ok(())
+        })
+    }
+
+    fn append_log(&self, log: &LogKey, bytes: &[u8]) -> Result<(), Error> {
+        log.relative_path()?;
+        edge(|| {
+            self.client()?.execute(
+                "INSERT INTO job_logs (operation, job, attempt, content) VALUES ($1, $2, $3, $4)",
+                &[&log.operation, &log.job, &(log.attempt as i32), &bytes],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn log(&self, log: &LogKey) -> Result<Option<Vec<u8>>, Error> {
+        log.relative_path()?;
+        edge(|| {
+            let rows = self.client()?.query(
+                "SELECT content FROM job_logs WHERE operation = $1 AND job = $2 AND attempt = $3 ORDER BY seq",
+                &[&log.operation, &log.job, &(log.attempt as i32)],
+            )?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(rows.iter().flat_map(|r| r.get::<_, Vec<u8>>(0)).collect()))
+        })
+    }
+}

@@ -1,0 +1,776 @@
+//! The embedded SQLite backend: one file in the data directory, WAL, `synchronous=FULL` unless
+//! the operator opts into `NORMAL` (faster, may lose the last commits on power loss).
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde_json::Value;
+
+use opsgraph_model::OperationState;
+use opsgraph_store::Error;
+use opsgraph_store::{
+    ArtifactRecord, AuditFilter, AuditRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter,
+    OperationRecord, RequestRecord, ResourceRecord, Store, TimelineEntry, TokenRecord, Write,
+};
+
+use crate::schema::MIGRATIONS;
+use crate::{edge, Fail};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// fsync at every commit: nothing acknowledged is lost.
+    #[default]
+    Full,
+    /// fsync at checkpoints only: the last commits may be lost on power failure.
+    Normal,
+}
+
+pub struct SqliteStore {
+    pub(crate) conn: Connection,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store file and brings its schema up to date.
+    pub fn open(path: &Path, durability: Durability) -> Result<SqliteStore, Error> {
+        edge(|| {
+            let open_err =
+                |source: rusqlite::Error| Error::Open { path: path.display().to_string(), source: Box::new(source) };
+            let conn = Connection::open(path).map_err(open_err)?;
+            let sync = match durability {
+                Durability::Full => "FULL",
+                Durability::Normal => "NORMAL",
+            };
+            conn.execute_batch(&format!(
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;"
+            ))
+            .map_err(open_err)?;
+            let mut store = SqliteStore { conn };
+            store.migrate()?;
+            Ok(store)
+        })
+    }
+
+    /// An in-memory store, for tests.
+    pub fn memory() -> Result<SqliteStore, Error> {
+        edge(|| {
+            let conn = Connection::open_in_memory()
+                .map_err(|source| Error::Open { path: ":memory:".into(), source: Box::new(source) })?;
+            let mut store = SqliteStore { conn };
+            store.migrate()?;
+            Ok(store)
+        })
+    }
+
+    /// The schema version after migrations.
+    pub fn schema_version(&self) -> Result<i64, Error> {
+        edge(|| Ok(self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?))
+    }
+
+    fn migrate(&mut self) -> Result<(), Fail> {
+        let current: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let supported = MIGRATIONS.len() as i64;
+        if current > supported {
+            return Err(Error::TooNew { found: current, supported }.into());
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+            // Under the write lock, and only if nobody (a server and a CLI starting together)
+            // applied it meanwhile.
+            let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            if tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? > i as i64 {
+                continue;
+            }
+            tx.execute_batch(sql)?;
+            tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+}
+
+fn state_kind(state: &OperationState) -> Result<String, Fail> {
+    Ok(serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string())
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
+    Ok(serde_json::to_string(v)?)
+}
+
+fn operation_row(r: &Row<'_>) -> rusqlite::Result<(OperationRecord, String, String)> {
+    Ok((
+        OperationRecord {
+            id: r.get(0)?,
+            parent: r.get(1)?,
+            intent: Value::Null,
+            resource: r.get(3)?,
+            state: OperationState::DraftIntent,
+            plan_revision: r.get(5)?,
+            actor: r.get(6)?,
+            created_at: r.get(7)?,
+            updated_at: r.get(8)?,
+            version: r.get(9)?,
+        },
+        r.get(2)?,
+        r.get(4)?,
+    ))
+}
+
+fn finish_operation((mut op, intent, state): (OperationRecord, String, String)) -> Result<OperationRecord, Fail> {
+    op.intent = serde_json::from_str(&intent)?;
+    op.state = serde_json::from_str(&state)?;
+    Ok(op)
+}
+
+const OPERATION_COLUMNS: &str =
+    "id, parent, intent, resource, state, plan_revision, actor, created_at, updated_at, version";
+
+impl Store for SqliteStore {
+    fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
+        edge(|| {
+            // A batch with a guard that reads takes the write lock first: its check and its writes
+            // see one state, and a concurrent writer waits instead of failing the upgrade.
+            let guarded = writes.iter().any(|w| matches!(w, Write::Fence { .. } | Write::ExpectIdle { .. }));
+            let behavior = if guarded {
+                rusqlite::TransactionBehavior::Immediate
+            } else {
+                rusqlite::TransactionBehavior::Deferred
+            };
+            let tx = self.conn.transaction_with_behavior(behavior)?;
+            for w in writes {
+                match w {
+                    Write::CreateOperation { op, plan } => {
+                        exec(&tx,
+                        "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                        params![
+                            op.id,
+                            op.parent,
+                            json(&op.intent)?,
+                            op.resource,
+                            json(&op.state)?,
+                            state_kind(&op.state)?,
+                            op.plan_revision,
+                            op.actor,
+                            op.created_at,
+                            op.updated_at,
+                            op.version
+                        ],
+                    )?;
+                        exec(
+                            &tx,
+                            "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
+                            params![op.plan_revision, op.id, json(plan)?],
+                        )?;
+                    }
+                    Write::SetPlan { operation, revision, plan } => {
+                        exec(
+                            &tx,
+                            "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
+                            params![revision, operation, json(plan)?],
+                        )?;
+                        exec(
+                            &tx,
+                            "UPDATE operations SET plan_revision = ?2 WHERE id = ?1",
+                            params![operation, revision],
+                        )?;
+                    }
+                    Write::ReplacePlan { revision, plan } => {
+                        exec(&tx, "UPDATE plans SET plan = ?2 WHERE revision = ?1", params![revision, json(plan)?])?;
+                    }
+                    Write::ReplaceGateValue { operation, gate, value } => {
+                        exec(
+                            &tx,
+                            "UPDATE gates SET value = ?3 WHERE operation = ?1 AND id = ?2",
+                            params![operation, gate, json(value)?],
+                        )?;
+                    }
+                    Write::ReplaceIntent { operation, intent } => {
+                        exec(
+                            &tx,
+                            "UPDATE operations SET intent = ?2 WHERE id = ?1",
+                            params![operation, json(intent)?],
+                        )?;
+                    }
+                    Write::Transition { operation, expect_version, state, entry } => {
+                        let changed = exec(
+                            &tx,
+                            "UPDATE operations SET state = ?2, state_kind = ?3, updated_at = ?4, version = version + 1
+                         WHERE id = ?1 AND version = ?5",
+                            params![operation, json(state)?, state_kind(state)?, entry.at, expect_version],
+                        )?;
+                        if changed != 1 {
+                            return Err(Error::Conflict { id: operation.clone(), expected: *expect_version }.into());
+                        }
+                        insert_timeline(&tx, entry)?;
+                    }
+                    Write::Timeline(entry) => insert_timeline(&tx, entry)?,
+                    Write::Job(j) => {
+                        exec(&tx,
+                        "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                         ON CONFLICT (operation, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+                         outcome = excluded.outcome, updated_at = excluded.updated_at",
+                        params![j.operation, j.id, j.state.as_str(), j.attempts, json(&j.outcome)?, j.updated_at],
+                    )?;
+                    }
+                    Write::Evidence(e) => {
+                        exec(&tx,
+                        "INSERT INTO evidence (operation, job, check_id, source, command, expected, observed, passed, at, resource, capability)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                        params![
+                            e.operation,
+                            e.job,
+                            e.check,
+                            e.source,
+                            e.command,
+                            e.expected,
+                            e.observed,
+                            e.passed,
+                            e.at,
+                            e.resource,
+                            e.capability
+                        ],
+                    )?;
+                    }
+                    Write::Gate(g) => {
+                        // An answered gate is never answered again: the update matches no row and the
+                        // whole transaction is refused.
+                        let changed = exec(&tx,
+                        "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                         ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
+                         answered_at = excluded.answered_at, value = excluded.value WHERE gates.answer IS NULL",
+                        params![
+                            g.operation,
+                            g.id,
+                            g.gate_type,
+                            g.reason,
+                            json(&g.options)?,
+                            json(&g.required_roles)?,
+                            g.answer,
+                            g.answered_by,
+                            g.answered_at,
+                            g.value.as_ref().map(json).transpose()?
+                        ],
+                    )?;
+                        if changed != 1 {
+                            return Err(
+                                Error::GateAnswered { operation: g.operation.clone(), gate: g.id.clone() }.into()
+                            );
+                        }
+                    }
+                    Write::Artifact(a) => {
+                        exec(&tx,
+                        "INSERT OR REPLACE INTO artifacts (operation, job, id, sensitivity, location, size, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![a.operation, a.job, a.id, a.sensitivity, a.location, a.size, a.at],
+                    )?;
+                    }
+                    Write::Resource(r) => {
+                        exec(
+                            &tx,
+                            "INSERT INTO resources (id, doc, last_operation, updated_at) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, last_operation = excluded.last_operation,
+                         updated_at = excluded.updated_at",
+                            params![r.id, json(&r.doc)?, r.last_operation, r.updated_at],
+                        )?;
+                    }
+                    Write::DeleteResource(id) => {
+                        exec(&tx, "DELETE FROM resources WHERE id = ?1", params![id])?;
+                    }
+                    Write::Idempotency { key, resource, operation, job, at } => {
+                        exec(&tx,
+                        "INSERT OR REPLACE INTO idempotency (key, resource, operation, job, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![key, resource, operation, job, at],
+                    )?;
+                    }
+                    Write::ExpectPlan { operation, revision } => {
+                        let current: Option<String> = tx
+                            .prepare_cached("SELECT plan_revision FROM operations WHERE id = ?1")?
+                            .query_row([operation], |r| r.get(0))
+                            .optional()?;
+                        let current = current.ok_or_else(|| Error::NoOperation(operation.clone()))?;
+                        if current != *revision {
+                            return Err(Error::StalePlan {
+                                operation: operation.clone(),
+                                expected: revision.clone(),
+                                current,
+                            }
+                            .into());
+                        }
+                    }
+                    Write::Token(t) => {
+                        exec(
+                            &tx,
+                            "INSERT INTO tokens (id, name, hash, roles, created_by, created_at, revoked_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                         ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at",
+                            params![t.id, t.name, t.hash, json(&t.roles)?, t.created_by, t.created_at, t.revoked_at],
+                        )?;
+                    }
+                    Write::Audit(a) => {
+                        exec(
+                            &tx,
+                            "INSERT INTO audit (at, actor, action, target, operation, resource, detail)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                            params![a.at, a.actor, a.action, a.target, a.operation, a.resource, json(&a.detail)?],
+                        )?;
+                    }
+                    Write::Request(r) => {
+                        let changed = exec(
+                            &tx,
+                            "INSERT OR IGNORE INTO requests (actor, key, fingerprint, status, response, at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                            params![r.actor, r.key, r.fingerprint, r.status, json(&r.response)?, r.at],
+                        )?;
+                        if changed != 1 {
+                            return Err(Error::RequestRecorded { actor: r.actor.clone(), key: r.key.clone() }.into());
+                        }
+                    }
+                    Write::Agent(a) => crate::sqlite_agent::apply(&tx, a)?,
+                    Write::Fence { operation, holder, token } => {
+                        crate::lease::sqlite_fence(&tx, operation, holder, *token)?
+                    }
+                    Write::ExpectIdle { resource, operation } => crate::lease::sqlite_idle(&tx, resource, operation)?,
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<opsgraph_store::Lease, Error> {
+        edge(|| crate::lease::sqlite_acquire(&mut self.conn, operation, holder, ttl_ms))
+    }
+
+    fn renew_lease(&mut self, lease: &opsgraph_store::Lease, ttl_ms: i64) -> Result<opsgraph_store::Lease, Error> {
+        edge(|| crate::lease::sqlite_renew(&mut self.conn, lease, ttl_ms))
+    }
+
+    fn release_lease(&mut self, lease: &opsgraph_store::Lease) -> Result<(), Error> {
+        edge(|| crate::lease::sqlite_release(&self.conn, lease))
+    }
+
+    fn lease(&self, operation: &str) -> Result<Option<opsgraph_store::Lease>, Error> {
+        edge(|| crate::lease::sqlite_lease(&self.conn, operation))
+    }
+
+    fn adoptable(&self) -> Result<Vec<String>, Error> {
+        edge(|| crate::lease::sqlite_adoptable(&self.conn))
+    }
+
+    fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {
+        edge(|| {
+            let row = self
+                .conn
+                .query_row(&format!("SELECT {OPERATION_COLUMNS} FROM operations WHERE id = ?1"), [id], operation_row)
+                .optional()?;
+            row.map(finish_operation).transpose()
+        })
+    }
+
+    fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error> {
+        edge(|| {
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT {OPERATION_COLUMNS} FROM operations
+             WHERE (?1 IS NULL OR state_kind = ?1) AND (?2 IS NULL OR resource = ?2) ORDER BY created_at, id"
+            ))?;
+            let rows = stmt.query_map(params![filter.state, filter.resource], operation_row)?;
+            rows.map(|r| finish_operation(r?)).collect()
+        })
+    }
+
+    fn plan(&self, revision: &str) -> Result<Option<Value>, Error> {
+        edge(|| {
+            let text: Option<String> = self
+                .conn
+                .query_row("SELECT plan FROM plans WHERE revision = ?1", [revision], |r| r.get(0))
+                .optional()?;
+            Ok(text.map(|t| serde_json::from_str(&t)).transpose()?)
+        })
+    }
+
+    fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error> {
+        edge(|| {
+            self.timeline_query(&format!("{TIMELINE_SELECT} WHERE operation = ?1 ORDER BY seq"), params![operation])
+        })
+    }
+
+    fn timeline_after(&self, operation: Option<&str>, after: i64, limit: usize) -> Result<Vec<TimelineEntry>, Error> {
+        edge(|| {
+            // Two statements, so each uses its index: (operation, seq) for one operation, seq for all.
+            let limit = limit.min(i64::MAX as usize) as i64;
+            match operation {
+                Some(op) => self.timeline_query(
+                    &format!("{TIMELINE_SELECT} WHERE operation = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"),
+                    params![op, after, limit],
+                ),
+                None => self.timeline_query(
+                    &format!("{TIMELINE_SELECT} WHERE seq > ?1 ORDER BY seq LIMIT ?2"),
+                    params![after, limit],
+                ),
+            }
+        })
+    }
+
+    fn stats(&self) -> Result<opsgraph_store::Stats, Error> {
+        edge(|| {
+            let mut stats = opsgraph_store::Stats::default();
+            let mut stmt =
+                self.conn.prepare_cached("SELECT state_kind, COUNT(*) FROM operations GROUP BY state_kind")?;
+            for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+                let (k, n) = row?;
+                stats.operations.insert(k, n as u64);
+            }
+            let mut stmt = self.conn.prepare_cached("SELECT state, COUNT(*) FROM jobs GROUP BY state")?;
+            for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+                let (k, n) = row?;
+                stats.jobs.insert(k, n as u64);
+            }
+            stats.queue_depth = self.conn.query_row(
+                "SELECT COUNT(*) FROM jobs j JOIN operations o ON o.id = j.operation
+             WHERE o.state_kind = 'running' AND j.state = 'pending'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )? as u64;
+            let mut counts = vec![0u64; opsgraph_store::DURATION_BUCKETS_MS.len()];
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT json_extract(outcome, '$.duration_ms') FROM jobs
+             WHERE json_valid(outcome) AND json_extract(outcome, '$.duration_ms') IS NOT NULL",
+            )?;
+            for row in stmt.query_map([], |r| r.get::<_, f64>(0))? {
+                let ms = row?;
+                stats.duration_count += 1;
+                stats.duration_sum_ms += ms;
+                for (i, bound) in opsgraph_store::DURATION_BUCKETS_MS.iter().enumerate() {
+                    if ms <= *bound {
+                        counts[i] += 1;
+                    }
+                }
+            }
+            stats.duration_buckets = opsgraph_store::DURATION_BUCKETS_MS.iter().copied().zip(counts).collect();
+            Ok(stats)
+        })
+    }
+
+    fn jobs(&self, operation: &str) -> Result<Vec<JobRecord>, Error> {
+        edge(|| {
+            let mut stmt = self.conn.prepare_cached(
+            "SELECT operation, id, state, attempts, outcome, updated_at FROM jobs WHERE operation = ?1 ORDER BY rowid",
+        )?;
+            let rows = stmt.query_map([operation], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, u32>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
+            })?;
+            rows.map(|r| {
+                let (operation, id, state, attempts, outcome, updated_at) = r?;
+                Ok(JobRecord {
+                    operation,
+                    id,
+                    state: JobState::parse(&state).unwrap_or(JobState::Pending),
+                    attempts,
+                    outcome: serde_json::from_str(&outcome)?,
+                    updated_at,
+                })
+            })
+            .collect()
+        })
+    }
+
+    fn evidence(&self, operation: &str) -> Result<Vec<EvidenceRecord>, Error> {
+        edge(|| {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT operation, job, check_id, source, command, expected, observed, passed, at, resource, capability
+             FROM evidence WHERE operation = ?1 ORDER BY seq",
+            )?;
+            let rows = stmt.query_map([operation], |r| {
+                Ok(EvidenceRecord {
+                    operation: r.get(0)?,
+                    job: r.get(1)?,
+                    check: r.get(2)?,
+                    source: r.get(3)?,
+                    command: r.get(4)?,
+                    expected: r.get(5)?,
+                    observed: r.get(6)?,
+                    passed: r.get(7)?,
+                    at: r.get(8)?,
+                    resource: r.get(9)?,
+                    capability: r.get(10)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn gates(&self, operation: &str) -> Result<Vec<GateRecord>, Error> {
+        edge(|| {
+            let mut stmt = self.conn.prepare_cached(
+            "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value
+             FROM gates WHERE operation = ?1 ORDER BY rowid",
+        )?;
+            let rows = stmt.query_map([operation], |r| {
+                Ok((
+                    GateRecord {
+                        operation: r.get(0)?,
+                        id: r.get(1)?,
+                        gate_type: r.get(2)?,
+                        reason: r.get(3)?,
+                        options: Vec::new(),
+                        required_roles: Vec::new(),
+                        answer: r.get(6)?,
+                        answered_by: r.get(7)?,
+                        answered_at: r.get(8)?,
+                        value: None,
+                    },
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, Option<String>>(9)?,
+                ))
+            })?;
+            rows.map(|r| {
+                let (mut g, options, roles, value) = r?;
+                g.options = serde_json::from_str(&options)?;
+                g.required_roles = serde_json::from_str(&roles)?;
+                g.value = value.map(|v| serde_json::from_str(&v)).transpose()?;
+                Ok(g)
+            })
+            .collect()
+        })
+    }
+
+    fn artifacts(&self, operation: &str) -> Result<Vec<ArtifactRecord>, Error> {
+        edge(|| {
+            let mut stmt = self.conn.prepare_cached(
+            "SELECT operation, job, id, sensitivity, location, size, at FROM artifacts WHERE operation = ?1 ORDER BY rowid",
+        )?;
+            let rows = stmt.query_map([operation], |r| {
+                Ok(ArtifactRecord {
+                    operation: r.get(0)?,
+                    job: r.get(1)?,
+                    id: r.get(2)?,
+                    sensitivity: r.get(3)?,
+                    location: r.get(4)?,
+                    size: r.get(5)?,
+                    at: r.get(6)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn resources(&self) -> Result<Vec<ResourceRecord>, Error> {
+        edge(|| {
+            let mut stmt =
+                self.conn.prepare_cached("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id")?;
+            let rows = stmt.query_map([], resource_row)?;
+            rows.map(|r| finish_resource(r?)).collect()
+        })
+    }
+
+    fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error> {
+        edge(|| {
+            let row = self
+                .conn
+                .query_row(
+                    "SELECT id, doc, last_operation, updated_at FROM resources WHERE id = ?1",
+                    [id],
+                    resource_row,
+                )
+                .optional()?;
+            row.map(finish_resource).transpose()
+        })
+    }
+
+    fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error> {
+        edge(|| {
+            Ok(self
+                .conn
+                .query_row("SELECT operation, job FROM idempotency WHERE key = ?1", [key], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?)
+        })
+    }
+
+    /// `PRAGMA data_version`: changes when another connection commits, not on this one's commits.
+    fn data_version(&self) -> Result<Option<i64>, Error> {
+        edge(|| Ok(Some(self.conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?)))
+    }
+    fn tokens(&self) -> Result<Vec<TokenRecord>, Error> {
+        edge(|| {
+            let mut stmt =
+                self.conn.prepare_cached(&format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id"))?;
+            let rows = stmt.query_map([], token_row)?;
+            rows.map(|r| finish_token(r?)).collect()
+        })
+    }
+
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error> {
+        edge(|| {
+            let row = self
+                .conn
+                .query_row(&format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = ?1"), [hash], token_row)
+                .optional()?;
+            row.map(finish_token).transpose()
+        })
+    }
+
+    fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRecord>, Error> {
+        edge(|| {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT seq, at, actor, action, target, operation, resource, detail FROM audit
+             WHERE (?1 IS NULL OR actor = ?1) AND (?2 IS NULL OR operation = ?2) AND (?3 IS NULL OR resource = ?3)
+             AND (?4 IS NULL OR at >= ?4) ORDER BY seq",
+            )?;
+            let rows = stmt.query_map(params![f.actor, f.operation, f.resource, f.since], |r| {
+                Ok((
+                    AuditRecord {
+                        seq: r.get(0)?,
+                        at: r.get(1)?,
+                        actor: r.get(2)?,
+                        action: r.get(3)?,
+                        target: r.get(4)?,
+                        operation: r.get(5)?,
+                        resource: r.get(6)?,
+                        detail: Value::Null,
+                    },
+                    r.get::<_, String>(7)?,
+                ))
+            })?;
+            rows.map(|r| {
+                let (mut a, detail) = r?;
+                a.detail = serde_json::from_str(&detail)?;
+                Ok(a)
+            })
+            .collect()
+        })
+    }
+
+    fn request(&self, actor: &str, key: &str) -> Result<Option<RequestRecord>, Error> {
+        edge(|| {
+            let row = self
+                .conn
+                .query_row(
+                    "SELECT actor, key, fingerprint, status, response, at FROM requests WHERE actor = ?1 AND key = ?2",
+                    [actor, key],
+                    |r| {
+                        Ok((
+                            RequestRecord {
+                                actor: r.get(0)?,
+                                key: r.get(1)?,
+                                fingerprint: r.get(2)?,
+                                status: r.get(3)?,
+                                response: Value::Null,
+                                at: r.get(5)?,
+                            },
+                            r.get::<_, String>(4)?,
+                        ))
+                    },
+                )
+                .optional()?;
+            row.map(|(mut rec, response)| {
+                rec.response = serde_json::from_str(&response)?;
+                Ok(rec)
+            })
+            .transpose()
+        })
+    }
+
+    fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Option<opsgraph_store::AgentTask>, Error> {
+        edge(|| crate::sqlite_agent::claim(&mut self.conn, claim))
+    }
+
+    fn agent_task(&self, id: &str) -> Result<Option<opsgraph_store::AgentTask>, Error> {
+        edge(|| crate::sqlite_agent::task(&self.conn, id))
+    }
+
+    fn agent_tasks(&self, operation: &str) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
+        edge(|| crate::sqlite_agent::tasks(&self.conn, operation))
+    }
+
+    fn agent_log(&self, task: &str, after: i64) -> Result<Vec<opsgraph_store::AgentLogLine>, Error> {
+        edge(|| crate::sqlite_agent::log(&self.conn, task, after))
+    }
+}
+
+const TIMELINE_SELECT: &str =
+    "SELECT seq, operation, at, actor, event, from_state, to_state, reason, data FROM timeline";
+
+impl SqliteStore {
+    /// Timeline entries of a `TIMELINE_SELECT` query.
+    fn timeline_query(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<TimelineEntry>, Fail> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(args, |r| {
+            Ok((
+                TimelineEntry {
+                    seq: r.get(0)?,
+                    operation: r.get(1)?,
+                    at: r.get(2)?,
+                    actor: r.get(3)?,
+                    event: r.get(4)?,
+                    from: r.get(5)?,
+                    to: r.get(6)?,
+                    reason: r.get(7)?,
+                    data: Value::Null,
+                },
+                r.get::<_, String>(8)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (mut e, data) = r?;
+            e.data = serde_json::from_str(&data)?;
+            Ok(e)
+        })
+        .collect()
+    }
+}
+
+const TOKEN_COLUMNS: &str = "id, name, hash, roles, created_by, created_at, revoked_at";
+
+fn token_row(r: &Row<'_>) -> rusqlite::Result<(TokenRecord, String)> {
+    Ok((
+        TokenRecord {
+            id: r.get(0)?,
+            name: r.get(1)?,
+            hash: r.get(2)?,
+            roles: Vec::new(),
+            created_by: r.get(4)?,
+            created_at: r.get(5)?,
+            revoked_at: r.get(6)?,
+        },
+        r.get(3)?,
+    ))
+}
+
+fn finish_token((mut t, roles): (TokenRecord, String)) -> Result<TokenRecord, Fail> {
+    t.roles = serde_json::from_str(&roles)?;
+    Ok(t)
+}
+
+fn resource_row(r: &Row<'_>) -> rusqlite::Result<(ResourceRecord, String)> {
+    Ok((
+        ResourceRecord { id: r.get(0)?, doc: Value::Null, last_operation: r.get(2)?, updated_at: r.get(3)? },
+        r.get(1)?,
+    ))
+}
+
+fn finish_resource((mut rec, doc): (ResourceRecord, String)) -> Result<ResourceRecord, Fail> {
+    rec.doc = serde_json::from_str(&doc)?;
+    Ok(rec)
+}
+
+fn insert_timeline(tx: &rusqlite::Transaction<'_>, e: &TimelineEntry) -> Result<(), Fail> {
+    exec(tx,
+        "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![e.operation, e.at, e.actor, e.event, e.from, e.to, e.reason, json(&e.data)?],
+    )?;
+    Ok(())
+}
+
+/// Runs a statement through the connection's statement cache: a transition is parsed once.
+fn exec<P: rusqlite::Params>(tx: &rusqlite::Transaction<'_>, sql: &str, params: P) -> rusqlite::Result<usize> {
+    tx.prepare_cached(sql)?.execute(params)
+}

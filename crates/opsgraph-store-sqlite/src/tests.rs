@@ -1,0 +1,42 @@
+use opsgraph_model::OperationState;
+use opsgraph_store::{rfc3339, OperationRecord, Store, Write};
+use serde_json::json;
+
+use crate::{Durability, SqliteStore};
+
+fn op(id: &str) -> OperationRecord {
+    OperationRecord {
+        id: id.into(),
+        parent: None,
+        intent: json!({"action": "install"}),
+        resource: None,
+        state: OperationState::DraftIntent,
+        plan_revision: "sha256:aa".into(),
+        actor: "user:alice".into(),
+        created_at: rfc3339(1_700_000_000, 0),
+        updated_at: rfc3339(1_700_000_000, 0),
+        version: 0,
+    }
+}
+
+#[test]
+fn file_store_uses_wal_and_full_sync_and_migrates_once() {
+    let dir = std::env::temp_dir().join(format!("opsgraph-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("opsgraph.db");
+    {
+        let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 4);
+        let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+        assert_eq!((mode.as_str(), sync), ("wal", 2));
+        store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }]).unwrap();
+    }
+    let store = SqliteStore::open(&path, Durability::Full).unwrap();
+    assert!(store.operation("op-1").unwrap().is_some());
+    store.conn.execute_batch("PRAGMA user_version = 99").unwrap();
+    drop(store);
+    let err = SqliteStore::open(&path, Durability::Full).err().unwrap();
+    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 4; upgrade opsgraph");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
