@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let parsed = opsgraph_pack::parse_file("fuzz.yaml", text);
+    let parsed = opsgraph_core::pack::parse_file("fuzz.yaml", text);
     // Lines as YAML counts them: `\n`, `\r\n` and a lone `\r` each end one (found by this
     // target: `str::lines` does not count a lone `\r`); a position may be just past the end.
     let breaks = text
@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     }
     for located in &parsed.docs {
         let json = serde_json::to_value(&located.doc).expect("a model document serialises");
-        let back: opsgraph_model::Document = serde_json::from_value(json).expect("and reads back");
+        let back: opsgraph_core::model::Document = serde_json::from_value(json).expect("and reads back");
         assert_eq!(back, located.doc);
     }
 });

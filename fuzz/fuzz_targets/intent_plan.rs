@@ -4,18 +4,18 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use opsgraph_model::Document;
+use opsgraph_core::model::Document;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let lab = opsgraph_fuzz::lab();
-    for located in opsgraph_pack::parse_file("intent.yaml", text).docs {
+    for located in opsgraph_core::pack::parse_file("intent.yaml", text).docs {
         let Document::Intent(intent) = located.doc else { continue };
         match opsgraph_fuzz::build(&lab.pack, &lab.resources, &intent) {
             Ok(plan) => {
-                let _ = opsgraph_plan::render::text(&plan);
-                let _ = opsgraph_plan::render::json(&plan, std::slice::from_ref(&lab.pack));
-                let _ = opsgraph_plan::render::dot(&plan);
+                let _ = opsgraph_core::plan::render::text(&plan);
+                let _ = opsgraph_core::plan::render::json(&plan, std::slice::from_ref(&lab.pack));
+                let _ = opsgraph_core::plan::render::dot(&plan);
             }
             Err(errors) => assert!(!errors.is_empty(), "a refusal says why"),
         }

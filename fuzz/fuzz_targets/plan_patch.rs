@@ -4,18 +4,18 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use opsgraph_model::Document;
+use opsgraph_core::model::Document;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let lab = opsgraph_fuzz::lab();
-    for located in opsgraph_pack::parse_file("patch.yaml", text).docs {
+    for located in opsgraph_core::pack::parse_file("patch.yaml", text).docs {
         let Document::PlanPatch(patch) = located.doc else { continue };
-        match opsgraph_plan::patch::apply_patch(&lab.plan, &lab.pack, &patch) {
+        match opsgraph_core::plan::patch::apply_patch(&lab.plan, &lab.pack, &patch) {
             Ok(patched) => {
                 assert_ne!(patched.plan.revision.hash, "", "an applied patch stamps its revision");
-                let _ = opsgraph_plan::patch::review(&patched.plan, &lab.pack);
-                let _ = opsgraph_plan::render::text(&patched.plan);
+                let _ = opsgraph_core::plan::patch::review(&patched.plan, &lab.pack);
+                let _ = opsgraph_core::plan::render::text(&patched.plan);
             }
             Err(findings) => assert!(!findings.is_empty(), "a refusal says why"),
         }

@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(rendered, template);
     }
 
-    let line = opsgraph_model::Command::Line(template.to_owned());
+    let line = opsgraph_core::model::Command::Line(template.to_owned());
     match opsgraph_exec::program_for(&line) {
         opsgraph_exec::Program::Argv(argv) => {
             let words: Vec<&str> = template.split([' ', '\t']).filter(|w| !w.is_empty()).collect();

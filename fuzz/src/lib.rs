@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use opsgraph_model::{CapabilityPolicy, Document, Intent, OperationsPolicy, Resource};
-use opsgraph_pack::{check_pack, parse_file, Pack, PackFile};
-use opsgraph_plan::{Input, Inventory, Plan};
+use opsgraph_core::model::{CapabilityPolicy, Document, Intent, OperationsPolicy, Resource};
+use opsgraph_core::pack::{check_pack, parse_file, Pack, PackFile};
+use opsgraph_core::plan::{Input, Inventory, Plan};
 
 pub struct Lab {
     pub pack: Pack,
@@ -74,9 +74,9 @@ pub fn lab() -> &'static Lab {
 }
 
 /// The plan of `intent` over the lab pack and inventory.
-pub fn build(pack: &Pack, resources: &[Resource], intent: &Intent) -> Result<Plan, Vec<opsgraph_plan::Error>> {
+pub fn build(pack: &Pack, resources: &[Resource], intent: &Intent) -> Result<Plan, Vec<opsgraph_core::plan::Error>> {
     let inventory = Inventory::new(resources);
-    opsgraph_plan::build(&Input {
+    opsgraph_core::plan::build(&Input {
         intent,
         packs: std::slice::from_ref(pack),
         inventory: &inventory,

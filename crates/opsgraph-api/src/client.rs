@@ -28,7 +28,7 @@ pub trait Client {
 /// The one operation whose gate `gate` is open (unanswered, the operation neither completed nor
 /// cancelled); an error when none or several are.
 pub fn find_gate(client: &dyn Client, gate: &str) -> anyhow::Result<String> {
-    use opsgraph_model::OperationStateKind as K;
+    use opsgraph_core::model::OperationStateKind as K;
     let mut found = Vec::new();
     for op in client.operations()? {
         if matches!(op.state, K::Completed | K::Cancelled) {
@@ -73,7 +73,7 @@ pub trait Control: Client {
     fn intervene(
         &mut self,
         operation: &str,
-        iv: &opsgraph_model::Intervention,
+        iv: &opsgraph_core::model::Intervention,
     ) -> anyhow::Result<crate::dto::InterventionReply>;
 }
 

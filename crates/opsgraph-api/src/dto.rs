@@ -2,8 +2,8 @@
 //! it), so a handler that serializes one of these answers exactly what it answered when it built
 //! the JSON by hand, and a client deserializes what the server sent into the same type.
 
-use opsgraph_model::OperationStateKind;
-use opsgraph_plan::patch::{Diff, Finding};
+use opsgraph_core::model::OperationStateKind;
+use opsgraph_core::plan::patch::{Diff, Finding};
 use opsgraph_store::{EvidenceRecord, GateRecord, JobRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

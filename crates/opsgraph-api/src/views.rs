@@ -1,8 +1,8 @@
 //! The documents of stored records, built once: the server's handlers serve them and the CLI's
 //! local client returns them, so the two cannot drift.
 
-use opsgraph_model::OperationState;
-use opsgraph_plan::lifecycle::state_name;
+use opsgraph_core::model::OperationState;
+use opsgraph_core::plan::lifecycle::state_name;
 use opsgraph_store::{ArtifactRecord, OperationRecord, ResourceRecord, Store, TimelineEntry, TokenRecord};
 use serde_json::{json, Value};
 
@@ -175,8 +175,8 @@ pub fn gates(store: &dyn Store, o: &OperationRecord) -> Result<crate::dto::GateL
 
 /// The exit status of a command that leaves an operation in `state`: 1 when it failed or was
 /// cancelled; 0 when it completed, runs or waits for a person.
-pub fn exit_code(state: opsgraph_model::OperationStateKind) -> u8 {
-    use opsgraph_model::OperationStateKind as K;
+pub fn exit_code(state: opsgraph_core::model::OperationStateKind) -> u8 {
+    use opsgraph_core::model::OperationStateKind as K;
     u8::from(matches!(state, K::Failed | K::Cancelled))
 }
 
@@ -184,7 +184,7 @@ impl crate::dto::OperationView {
     /// The gates a waiting operation waits at, as `detail` names them (the document carries no
     /// other list of them; `detail` is built by [`detail`] above, so the two are kept together).
     pub fn waiting_gates(&self) -> Vec<&str> {
-        use opsgraph_model::OperationStateKind as K;
+        use opsgraph_core::model::OperationStateKind as K;
         let prefix = match self.summary.state {
             K::WaitingForApproval => "waiting for approval at ",
             K::WaitingForInput => "waiting for input at ",
@@ -233,7 +233,7 @@ pub fn diagnosis(d: &opsgraph_runtime::Diagnosis) -> crate::dto::DiagnosisView {
 
 #[cfg(test)]
 mod tests {
-    use opsgraph_model::OperationState;
+    use opsgraph_core::model::OperationState;
 
     use super::*;
 
@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn only_failed_and_cancelled_operations_exit_1() {
-        use opsgraph_model::OperationStateKind as K;
+        use opsgraph_core::model::OperationStateKind as K;
         let ones: Vec<K> = [K::Running, K::Failed, K::Cancelled, K::Completed, K::WaitingForApproval, K::Paused]
             .into_iter()
             .filter(|k| exit_code(*k) == 1)

@@ -6,7 +6,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use opsgraph_model::{Evidence, EvidenceSource};
+use opsgraph_core::model::{Evidence, EvidenceSource};
 use regex::Regex;
 
 use crate::duration::format_duration;

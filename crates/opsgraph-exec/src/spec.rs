@@ -56,10 +56,10 @@ const SHELL_WORDS: &[&str] = &[
 /// `~`, `=`, `%`, newlines, and does not start with a shell keyword or builtin), and is a
 /// [`Program::Shell`] line otherwise. Splitting is plain: quoting is shell syntax, so a quoted
 /// line is a shell line.
-pub fn program_for(cmd: &opsgraph_model::Command) -> Program {
+pub fn program_for(cmd: &opsgraph_core::model::Command) -> Program {
     match cmd {
-        opsgraph_model::Command::Argv(argv) => Program::Argv(argv.clone()),
-        opsgraph_model::Command::Line(line) => {
+        opsgraph_core::model::Command::Argv(argv) => Program::Argv(argv.clone()),
+        opsgraph_core::model::Command::Line(line) => {
             let words: Vec<&str> = line.split([' ', '\t']).filter(|w| !w.is_empty()).collect();
             let shell = line.contains(SHELL_SYNTAX) || words.first().is_none_or(|first| SHELL_WORDS.contains(first));
             if shell {

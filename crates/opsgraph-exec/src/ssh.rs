@@ -149,7 +149,7 @@ impl SshExecutor {
     }
 
     /// From a resource's `access.ssh`.
-    pub fn from_access(access: &opsgraph_model::SshAccess, control_dir: Option<PathBuf>) -> SshExecutor {
+    pub fn from_access(access: &opsgraph_core::model::SshAccess, control_dir: Option<PathBuf>) -> SshExecutor {
         SshExecutor {
             host: access.host.clone(),
             port: access.port,

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use expect_test::{expect, Expect};
-use opsgraph_model::{Command, Evidence, EvidenceSource};
+use opsgraph_core::model::{Command, Evidence, EvidenceSource};
 
 use crate::capture::Capture;
 use crate::process::process_state;

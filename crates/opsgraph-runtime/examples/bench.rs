@@ -26,9 +26,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use opsgraph_model::*;
-use opsgraph_pack::Pack;
-use opsgraph_plan::{Input, Inventory};
+use opsgraph_core::model::*;
+use opsgraph_core::pack::Pack;
+use opsgraph_core::plan::{Input, Inventory};
 use opsgraph_runtime::Runtime;
 use opsgraph_store_sqlite::{Durability, SqliteStore};
 
@@ -108,7 +108,7 @@ fn chain_pack(n: usize, chained: bool) -> Pack {
             provides: vec![],
             plan_templates: vec![],
             editable: Editable::default(),
-            risk: opsgraph_model::Risk::default(),
+            risk: opsgraph_core::model::Risk::default(),
         },
         templates: vec![template],
         jobs: jobs.into_iter().map(|j| (j.id.clone(), j)).collect(),
@@ -219,7 +219,7 @@ fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration
     };
     let packs = [pack];
     let inventory = Inventory::new(&[]);
-    let plan = opsgraph_plan::build(&Input {
+    let plan = opsgraph_core::plan::build(&Input {
         intent: &intent,
         packs: &packs,
         inventory: &inventory,
@@ -452,9 +452,9 @@ fn main() {
 mod scale {
     use std::time::{Duration, Instant};
 
-    use opsgraph_model::{Attributes, CapabilityPolicy, Intent, OperationState};
-    use opsgraph_pack::Pack;
-    use opsgraph_plan::{Input, Inventory};
+    use opsgraph_core::model::{Attributes, CapabilityPolicy, Intent, OperationState};
+    use opsgraph_core::pack::Pack;
+    use opsgraph_core::plan::{Input, Inventory};
     use opsgraph_runtime::lease::{Keeper, LeaseConfig};
     use opsgraph_runtime::Runtime;
     use opsgraph_store::testing::TestDb;
@@ -535,7 +535,7 @@ mod scale {
         };
         let packs = vec![pack.clone()];
         let inventory = Inventory::new(&[]);
-        let plan = opsgraph_plan::build(&Input {
+        let plan = opsgraph_core::plan::build(&Input {
             intent: &intent,
             packs: &packs,
             inventory: &inventory,

@@ -27,9 +27,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use opsgraph_core::model::{Evidence, Job};
+use opsgraph_core::plan::JobInstance;
 use opsgraph_exec::{Cancel, EvidenceResult, Executor, LocalExecutor, Program};
-use opsgraph_model::{Evidence, Job};
-use opsgraph_plan::JobInstance;
 use opsgraph_store::{now, now_ms, AgentTask, AgentTaskState, AgentWrite, Store, Write};
 use serde_json::{json, Value};
 
@@ -224,7 +224,7 @@ pub(crate) struct Waiting {
 impl Runtime {
     /// The agent that serves an instance's resource, unless the job runs `local` or `http`.
     pub(crate) fn agent_for(&self, instance: &JobInstance, job: &Job) -> Option<(String, String)> {
-        use opsgraph_model::ExecutorKind;
+        use opsgraph_core::model::ExecutorKind;
         let id = instance.resource.as_ref()?;
         if matches!(job.run.as_ref().and_then(|r| r.executor), Some(ExecutorKind::Local | ExecutorKind::Http)) {
             return None;
@@ -234,7 +234,7 @@ impl Runtime {
         Some((agent, id.clone()))
     }
 
-    fn resource_doc_by_id(&self, id: &str) -> Option<opsgraph_model::Resource> {
+    fn resource_doc_by_id(&self, id: &str) -> Option<opsgraph_core::model::Resource> {
         if let Some(r) = self.resources.iter().find(|r| r.id == id) {
             return Some(r.clone());
         }
@@ -309,8 +309,8 @@ impl Runtime {
     pub(crate) fn agent_orphans(
         &self,
         op: &opsgraph_store::OperationRecord,
-        plan: &opsgraph_plan::Plan,
-        pack: &opsgraph_pack::Pack,
+        plan: &opsgraph_core::plan::Plan,
+        pack: &opsgraph_core::pack::Pack,
         orphans: Vec<opsgraph_store::JobRecord>,
         run_dir: &Path,
         mut wait: impl FnMut(Task, Option<String>),

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use opsgraph_model::{Evidence, Job};
+use opsgraph_core::model::{Evidence, Job};
 use serde::{Deserialize, Serialize};
 
 /// What an agent runs, as the runtime hands it over (sealed at rest, plaintext to the agent).

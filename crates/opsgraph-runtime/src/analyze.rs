@@ -1,10 +1,10 @@
 //! The rules analyzer (seed §14, offline): a failed job's output, exit code and failed evidence
 //! matched against its pack's remedies. A match is a Diagnosis with the remedy's patch; no match
-//! is said plainly — never a guess dressed as a fix. The matching is `opsgraph_pack::remedy`'s,
+//! is said plainly — never a guess dressed as a fix. The matching is `opsgraph_core::pack::remedy`'s,
 //! the same `diagnose FILE` and `pack test` use.
 
-use opsgraph_model::PlanPatch;
-use opsgraph_pack::remedy::Basis;
+use opsgraph_core::model::PlanPatch;
+use opsgraph_core::pack::remedy::Basis;
 use opsgraph_store::JobState;
 use serde::Serialize;
 
@@ -50,13 +50,13 @@ impl Runtime {
             let mut source = format!("log:{log_file}");
             let mut found = None;
             for (text, label) in [(log.as_str(), source.clone()), (failure, "outcome".to_string())] {
-                let symptoms = opsgraph_pack::remedy::Symptoms {
+                let symptoms = opsgraph_core::pack::remedy::Symptoms {
                     job: &instance.job,
                     output: text,
                     exit_code: exit,
                     failed_evidence: &failed_checks,
                 };
-                if let Some(m) = opsgraph_pack::remedy::best_match(&pack.remedies, &symptoms) {
+                if let Some(m) = opsgraph_core::pack::remedy::best_match(&pack.remedies, &symptoms) {
                     found = Some(m);
                     source = label;
                     break;

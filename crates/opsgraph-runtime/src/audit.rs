@@ -3,7 +3,7 @@
 //! joins the change's own transaction (`Runtime::attach`, or the caller's commit). Rows never
 //! hold a secret value: a gate answer records that a value was given, not the value.
 
-use opsgraph_plan::Plan;
+use opsgraph_core::plan::Plan;
 use opsgraph_store::{now, AuditRecord, OperationRecord, Write};
 use serde_json::{json, Value};
 

@@ -1,8 +1,8 @@
 //! What people do to an operation: answer gates, pause, resume, cancel, retry.
 
-use opsgraph_model::{GateType, OperationState};
-use opsgraph_plan::lifecycle::Event;
-use opsgraph_plan::Plan;
+use opsgraph_core::model::{GateType, OperationState};
+use opsgraph_core::plan::lifecycle::Event;
+use opsgraph_core::plan::Plan;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, Write};
 use serde_json::{json, Value};
 
@@ -78,11 +78,11 @@ impl Runtime {
     /// requirement's constraints.
     fn external_resource(
         &self,
-        plan: &opsgraph_plan::Plan,
+        plan: &opsgraph_core::plan::Plan,
         cap: &str,
         provider: &str,
         answer: &GateAnswer,
-    ) -> Result<(String, opsgraph_model::Resource), Error> {
+    ) -> Result<(String, opsgraph_core::model::Resource), Error> {
         let usage = || {
             format!(
                 "`{}` binds a resource outside the inventory: describe it with --value '{{\"name\": \"...\", \"attributes\": {{...}}, \"credentials\": \"/absolute/path\"}}'",
@@ -104,7 +104,7 @@ impl Runtime {
                 usage()
             )));
         }
-        let attributes: opsgraph_model::Attributes = match v.get("attributes") {
+        let attributes: opsgraph_core::model::Attributes = match v.get("attributes") {
             None => Default::default(),
             Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             Some(_) => return Err(Error::Unsupported(format!("`attributes` must be a mapping; {}", usage()))),
@@ -118,7 +118,7 @@ impl Runtime {
             Some(_) => return Err(Error::Unsupported(format!("`credentials` must be an absolute path; {}", usage()))),
         }
         let type_ = cap.split('.').next().unwrap_or(cap).to_string();
-        let r = opsgraph_model::Resource {
+        let r = opsgraph_core::model::Resource {
             id: format!("{type_}/{name}"),
             type_,
             name: name.to_string(),
@@ -128,9 +128,9 @@ impl Runtime {
             attributes: Default::default(),
             desired_state: None,
             observed_state: Some(format!("described by {} at gate, not observed", answer.actor)),
-            health: opsgraph_model::Health::Unknown,
-            status: Some(opsgraph_model::ResourceStatus::Running),
-            provides: vec![opsgraph_model::ProvidedCapability { capability: cap.to_string(), attributes }],
+            health: opsgraph_core::model::Health::Unknown,
+            status: Some(opsgraph_core::model::ResourceStatus::Running),
+            provides: vec![opsgraph_core::model::ProvidedCapability { capability: cap.to_string(), attributes }],
             access: None,
             credentials,
         };
@@ -146,7 +146,7 @@ impl Runtime {
             .find(|x| x.requirement.capability == cap)
             .map(|x| &x.requirement)
             .ok_or_else(|| Error::Unsupported(format!("the plan has no requirement {cap}")))?;
-        opsgraph_plan::resolve::meets_constraints(req, &plan.intent, &r)
+        opsgraph_core::plan::resolve::meets_constraints(req, &plan.intent, &r)
             .map_err(|why| Error::Unsupported(format!("{} does not meet the requirement: {why}", r.id)))?;
         Ok((cap.to_string(), r))
     }
@@ -203,12 +203,12 @@ impl Runtime {
             });
         }
         let plan_gate = plan.gates.iter().find(|g| g.id == gate_id);
-        use opsgraph_plan::resolve::GateOption;
+        use opsgraph_core::plan::resolve::GateOption;
         let chosen: Option<(String, &GateOption)> = plan
             .resolution
             .iter()
             .filter_map(|r| match &r.outcome {
-                opsgraph_plan::Outcome::Gate { gate } if gate.id == gate_id => {
+                opsgraph_core::plan::Outcome::Gate { gate } if gate.id == gate_id => {
                     Some((r.requirement.capability.clone(), gate))
                 }
                 _ => None,
@@ -217,7 +217,7 @@ impl Runtime {
             .find(|(_, o)| o.label() == answer.option);
         // Choosing to create a provider starts its sub-operation (from the plan the preview showed)
         // when the run starts. Binding an external one records the resource the person described.
-        let mut external: Option<(String, opsgraph_model::Resource)> = None;
+        let mut external: Option<(String, opsgraph_core::model::Resource)> = None;
         match chosen {
             Some((cap, GateOption::Create { provider, .. })) => {
                 let sub = plan.sub_operations.iter().find(|s| s.provider == *provider && s.requirement == cap);
@@ -255,7 +255,7 @@ impl Runtime {
                     .ok_or_else(|| {
                         Error::Unsupported(format!("gate `{gate_id}` names no parameter of the template"))
                     })?;
-                let value = opsgraph_plan::check_parameter(&name, spec, v).map_err(|e| Error::BadValue {
+                let value = opsgraph_core::plan::check_parameter(&name, spec, v).map_err(|e| Error::BadValue {
                     gate: gate_id.to_string(),
                     code: e.code(),
                     message: e.to_string(),
@@ -442,7 +442,7 @@ impl Runtime {
         let ids: Vec<String> = chosen.iter().map(|j| j.id.clone()).collect();
         // A job whose outcome is unknown is checked by its evidence first, as recovery does: the
         // lifecycle is asked first, so a refused retry checks nothing.
-        opsgraph_plan::lifecycle::apply(&op.state, &Event::Retry { jobs: ids.clone() })?;
+        opsgraph_core::plan::lifecycle::apply(&op.state, &Event::Retry { jobs: ids.clone() })?;
         let mut writes = self.retry_checks(&op, &plan, &chosen, actor)?;
         writes.extend(attached);
         let reason = format!("retry {}", ids.join(", "));

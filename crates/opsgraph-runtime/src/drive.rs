@@ -6,11 +6,11 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use opsgraph_core::model::{GateType, Health, OperationState, ProvidedCapability, Resource, ResourceStatus};
+use opsgraph_core::pack::Pack;
+use opsgraph_core::plan::lifecycle::{self, state_name, Event};
+use opsgraph_core::plan::{JobInstance, Plan};
 use opsgraph_exec::{Cancel, Executor, LocalExecutor, Program, SshExecutor};
-use opsgraph_model::{GateType, Health, OperationState, ProvidedCapability, Resource, ResourceStatus};
-use opsgraph_pack::Pack;
-use opsgraph_plan::lifecycle::{self, state_name, Event};
-use opsgraph_plan::{JobInstance, Plan};
 use opsgraph_store::{
     now, ArtifactRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter, OperationRecord,
     ResourceRecord, TimelineEntry, Write,
@@ -191,7 +191,7 @@ impl Runtime {
                 .resolution
                 .iter()
                 .filter_map(|r| match &r.outcome {
-                    opsgraph_plan::Outcome::Unsatisfiable { reason } => {
+                    opsgraph_core::plan::Outcome::Unsatisfiable { reason } => {
                         Some(format!("{}: {reason}", r.requirement.capability))
                     }
                     _ => None,
@@ -352,8 +352,8 @@ impl Runtime {
     /// Where an instance runs: locally when it has no resource, its resource is this machine or
     /// the job says `executor: local`; over SSH when its resource has SSH access; else nowhere
     /// (the attempt fails as "could not start" rather than running on the wrong machine).
-    pub(crate) fn executor_for(&self, instance: &JobInstance, job: &opsgraph_model::Job) -> Arc<dyn Executor> {
-        use opsgraph_model::ExecutorKind;
+    pub(crate) fn executor_for(&self, instance: &JobInstance, job: &opsgraph_core::model::Job) -> Arc<dyn Executor> {
+        use opsgraph_core::model::ExecutorKind;
         let stored: Option<Resource> = instance.resource.as_ref().and_then(|id| {
             if self.resources.iter().any(|r| r.id == *id) {
                 return None;
@@ -393,7 +393,7 @@ impl Runtime {
         op: &OperationRecord,
         plan: &Plan,
         instance: &JobInstance,
-        job: &opsgraph_model::Job,
+        job: &opsgraph_core::model::Job,
         inputs: &BTreeMap<String, Value>,
         pending: &[ArtifactRecord],
         secrets: &mut Vec<Vec<u8>>,
@@ -492,13 +492,13 @@ impl Runtime {
         };
         for r in &plan.resolution {
             match &r.outcome {
-                opsgraph_plan::Outcome::Bind { resource, .. } => {
+                opsgraph_core::plan::Outcome::Bind { resource, .. } => {
                     out.push((r.requirement.capability.clone(), resource.clone()))
                 }
-                opsgraph_plan::Outcome::Gate { gate } => {
+                opsgraph_core::plan::Outcome::Gate { gate } => {
                     let chosen = answers.get(&gate.id).and_then(|a| {
                         gate.options.iter().find_map(|o| match o {
-                            opsgraph_plan::resolve::GateOption::Bind { label, resource } if label == a => {
+                            opsgraph_core::plan::resolve::GateOption::Bind { label, resource } if label == a => {
                                 Some(resource.clone())
                             }
                             _ => None,
@@ -898,7 +898,9 @@ impl Runtime {
                         .artifacts
                         .iter()
                         .filter(|a| {
-                            pack.artifacts.get(*a).is_some_and(|d| d.sensitivity == opsgraph_model::Sensitivity::Secret)
+                            pack.artifacts
+                                .get(*a)
+                                .is_some_and(|d| d.sensitivity == opsgraph_core::model::Sensitivity::Secret)
                         })
                         .cloned()
                         .collect();
@@ -1092,10 +1094,10 @@ impl Runtime {
             self.store.gates(id)?.into_iter().filter_map(|g| Some((g.id, g.answer?))).collect();
         for r in &plan.resolution {
             let provider = match &r.outcome {
-                opsgraph_plan::Outcome::Create { provider, .. } => Some(provider.clone()),
-                opsgraph_plan::Outcome::Gate { gate } => answers.get(&gate.id).and_then(|a| {
+                opsgraph_core::plan::Outcome::Create { provider, .. } => Some(provider.clone()),
+                opsgraph_core::plan::Outcome::Gate { gate } => answers.get(&gate.id).and_then(|a| {
                     gate.options.iter().find_map(|o| match o {
-                        opsgraph_plan::resolve::GateOption::Create { label, provider, .. } if label == a => {
+                        opsgraph_core::plan::resolve::GateOption::Create { label, provider, .. } if label == a => {
                             Some(provider.clone())
                         }
                         _ => None,

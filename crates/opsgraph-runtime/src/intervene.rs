@@ -3,8 +3,8 @@
 //! become "manually fixed, verified" and the run goes on; fail, and the operation is failed
 //! again with the evidence that says why. failed -> verification -> running | failed.
 
-use opsgraph_model::{Intervention, OperationState};
-use opsgraph_plan::lifecycle::Event;
+use opsgraph_core::model::{Intervention, OperationState};
+use opsgraph_core::plan::lifecycle::Event;
 use opsgraph_store::{now, JobRecord, JobState, Write};
 use serde_json::json;
 
@@ -36,7 +36,7 @@ impl Runtime {
         if !matches!(op.state, OperationState::Failed { .. }) {
             return Err(Error::Unsupported(format!(
                 "an intervention is recorded on a failed operation; {op_id} is {}",
-                opsgraph_plan::lifecycle::state_name(op.state.kind())
+                opsgraph_core::plan::lifecycle::state_name(op.state.kind())
             )));
         }
         let pack = self.pack(&plan)?.clone();
@@ -44,7 +44,7 @@ impl Runtime {
         let failed: Vec<String> =
             self.store.jobs(op_id)?.into_iter().filter(|j| j.state == JobState::Failed).map(|j| j.id).collect();
         // The failed jobs it is about: those of the stage (id or name) or the job named.
-        let targets: Vec<&opsgraph_plan::JobInstance> = plan
+        let targets: Vec<&opsgraph_core::plan::JobInstance> = plan
             .jobs
             .iter()
             .filter(|j| failed.contains(&j.id))

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use opsgraph_core::model::{Evidence, Job};
 use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor, Program, Spec};
-use opsgraph_model::{Evidence, Job};
 use opsgraph_store::BlobStore;
 
 /// Everything a worker needs for one attempt.

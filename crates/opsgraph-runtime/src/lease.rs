@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use opsgraph_store::{Lease, Store};
 use serde_json::json;
 

@@ -1,5 +1,5 @@
 //! The durable operation runtime: it takes a plan revision, records an operation, and walks it
-//! through the lifecycle (`opsgraph_plan::lifecycle`) by running job instances on executors,
+//! through the lifecycle (`opsgraph_core::plan::lifecycle`) by running job instances on executors,
 //! deciding success by evidence, and storing every step before acting on it.
 //!
 //! Guarantees:
@@ -37,8 +37,8 @@ mod secrets;
 
 use std::path::PathBuf;
 
-use opsgraph_model::{Intent, Resource};
-use opsgraph_pack::Pack;
+use opsgraph_core::model::{Intent, Resource};
+use opsgraph_core::pack::Pack;
 use opsgraph_store::{Store, Write};
 
 pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
@@ -57,7 +57,7 @@ pub enum Error {
     #[error("store failed")]
     Store(#[from] opsgraph_store::Error),
     #[error(transparent)]
-    Illegal(#[from] opsgraph_plan::lifecycle::IllegalTransition),
+    Illegal(#[from] opsgraph_core::plan::lifecycle::IllegalTransition),
     #[error("no operation `{0}`")]
     NoOperation(String),
     #[error("the plan is blocked: {0}")]
@@ -75,7 +75,7 @@ pub enum Error {
     #[error("{0}")]
     Unsupported(String),
     /// A value given at a missing-input gate fails its parameter's declaration (the intent's
-    /// check, `opsgraph_plan::check_parameter`): `code` is the plan error's (P003, P010).
+    /// check, `opsgraph_core::plan::check_parameter`): `code` is the plan error's (P003, P010).
     #[error("gate `{gate}`: {code}: {message}")]
     BadValue { gate: String, code: &'static str, message: String },
     /// Four eyes: the creator of an operation (or the author of a patch) may not approve it.

@@ -2,8 +2,8 @@
 //! and the guards shared by the CLI and the server: nothing an unfinished operation depends on is
 //! changed under it.
 
-use opsgraph_model::Resource;
-use opsgraph_plan::lifecycle;
+use opsgraph_core::model::Resource;
+use opsgraph_core::plan::lifecycle;
 use opsgraph_store::{now, OperationFilter, OperationRecord, ResourceRecord, Store, Write};
 use serde_json::{json, Value};
 
@@ -43,7 +43,7 @@ pub fn operation_using_pack(
             continue;
         }
         let Some(plan) = store.plan(&op.plan_revision)? else { continue };
-        let Ok(plan) = serde_json::from_value::<opsgraph_plan::Plan>(plan) else { continue };
+        let Ok(plan) = serde_json::from_value::<opsgraph_core::plan::Plan>(plan) else { continue };
         let same_files = match (plan.pack_digest.as_deref(), digest) {
             (Some(a), Some(b)) => a == b,
             _ => true,

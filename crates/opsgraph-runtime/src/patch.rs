@@ -1,13 +1,13 @@
 //! Plan patches on a failed operation (seed §3, §14): failed -> diagnosing -> plan patch review
-//! -> running. The patch is reviewed (`opsgraph_plan::patch`); a refused patch changes nothing.
+//! -> running. The patch is reviewed (`opsgraph_core::plan::patch`); a refused patch changes nothing.
 //! One that needs approval waits at a `patch-<id>` gate, answered by its roles and never by its
 //! author; once approved it becomes the operation's next plan revision — new jobs recorded, the
 //! jobs it retries reset, the ones it skips skipped — and the run goes on from where it stopped.
 
-use opsgraph_model::{GateType, OperationState, PlanPatch};
-use opsgraph_plan::lifecycle::Event;
-use opsgraph_plan::patch::{apply_patch, Diff, Finding, Severity};
-use opsgraph_plan::Plan;
+use opsgraph_core::model::{GateType, OperationState, PlanPatch};
+use opsgraph_core::plan::lifecycle::Event;
+use opsgraph_core::plan::patch::{apply_patch, Diff, Finding, Severity};
+use opsgraph_core::plan::Plan;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::{json, Value};
 
@@ -55,8 +55,8 @@ impl SafeChanges {
     }
 
     /// Whether every change of `patch` is one this policy lists as safe.
-    fn allows(&self, patch: &PlanPatch, plan: &Plan, pack: &opsgraph_pack::Pack) -> bool {
-        use opsgraph_model::PatchChange;
+    fn allows(&self, patch: &PlanPatch, plan: &Plan, pack: &opsgraph_core::pack::Pack) -> bool {
+        use opsgraph_core::model::PatchChange;
         let template = pack.templates.iter().find(|t| t.id == plan.template);
         let job = |id: &str| template.and_then(|t| pack.job(t, id));
         !patch.changes.is_empty()
@@ -157,7 +157,7 @@ impl Runtime {
         if !paused && !matches!(op.state, OperationState::Failed { .. }) {
             return Err(Error::Unsupported(format!(
                 "a plan patch applies to a failed or paused operation; {op_id} is {}",
-                opsgraph_plan::lifecycle::state_name(op.state.kind())
+                opsgraph_core::plan::lifecycle::state_name(op.state.kind())
             )));
         }
         let pack = self.pack(&plan)?.clone();
@@ -244,9 +244,9 @@ impl Runtime {
         patch: &PlanPatch,
         author: &str,
         plan: &Plan,
-        pack: &opsgraph_pack::Pack,
+        pack: &opsgraph_core::pack::Pack,
     ) -> Result<Vec<ApprovalReason>, Error> {
-        use opsgraph_model::PatchChange;
+        use opsgraph_core::model::PatchChange;
         let mut reasons = Vec::new();
         if patch.approval.as_ref().is_some_and(|a| a.required) {
             reasons.push(ApprovalReason::Requested);

@@ -10,11 +10,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use opsgraph_core::model::Job;
+use opsgraph_core::pack::Pack;
+use opsgraph_core::plan::lifecycle::Event;
+use opsgraph_core::plan::{JobInstance, Plan};
 use opsgraph_exec::Cancel;
-use opsgraph_model::Job;
-use opsgraph_pack::Pack;
-use opsgraph_plan::lifecycle::Event;
-use opsgraph_plan::{JobInstance, Plan};
 use opsgraph_store::{now, JobRecord, JobState, OperationRecord, Write};
 use serde_json::{json, Value};
 
@@ -61,7 +61,7 @@ impl Runtime {
         let mut mask = Vec::new();
         let env = self.environment(op, plan, instance, job, inputs, &[], &mut mask)?;
         let executor = self.executor_for(instance, job);
-        let checks: Vec<opsgraph_model::Evidence> =
+        let checks: Vec<opsgraph_core::model::Evidence> =
             job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
         let (results, mut failure) = if checks.is_empty() {
             (vec![], Some("it declares no evidence".to_string()))

@@ -1,11 +1,11 @@
 //! Rolling back an operation: a plan that undoes its completed jobs in reverse order
-//! (`opsgraph_plan::rollback`), run as a new operation on the same resource.
+//! (`opsgraph_core::plan::rollback`), run as a new operation on the same resource.
 
 use std::collections::HashSet;
 
-use opsgraph_model::OperationState;
-use opsgraph_plan::lifecycle::{self, Event};
-use opsgraph_plan::rollback::{rollback, RollbackPlan};
+use opsgraph_core::model::OperationState;
+use opsgraph_core::plan::lifecycle::{self, Event};
+use opsgraph_core::plan::rollback::{rollback, RollbackPlan};
 
 use crate::drive::Progress;
 use crate::{new_operation_id, Error, Runtime};

@@ -171,7 +171,7 @@ impl Runtime {
         let mut moved = 0;
         for op in self.store.operations(&Default::default())? {
             if let Some(value) = self.store.plan(&op.plan_revision)? {
-                let mut plan: opsgraph_plan::Plan =
+                let mut plan: opsgraph_core::plan::Plan =
                     serde_json::from_value(value).map_err(|_| Error::Plan(op.plan_revision.clone()))?;
                 let n = self.reseal_plan(&keys, &mut plan)?;
                 if n > 0 {
@@ -229,7 +229,7 @@ impl Runtime {
         Ok(moved)
     }
 
-    fn reseal_plan(&self, keys: &Keyring, plan: &mut opsgraph_plan::Plan) -> Result<usize, Error> {
+    fn reseal_plan(&self, keys: &Keyring, plan: &mut opsgraph_core::plan::Plan) -> Result<usize, Error> {
         let mut n = 0;
         for name in self.secret_params(plan) {
             let aad = format!("param:{}/{name}", plan.revision.hash);

@@ -144,12 +144,12 @@ impl Config {
     }
 
     pub fn parse(path: &str, text: &str) -> Result<Config, ConfigError> {
-        let docs = opsgraph_pack::yaml::parse_stream(text).map_err(|e| ConfigError::Yaml {
+        let docs = opsgraph_core::pack::yaml::parse_stream(text).map_err(|e| ConfigError::Yaml {
             path: path.to_string(),
             line: e.pos.line,
             message: e.message,
         })?;
-        let value = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
+        let value = docs.first().map(opsgraph_core::pack::shape::to_json).unwrap_or(Value::Null);
         let invalid = |message: String| ConfigError::Invalid { path: path.to_string(), message };
         let mut config = Config {
             patch_rules: opsgraph_runtime::PatchRules::from_config(&value).map_err(invalid)?,

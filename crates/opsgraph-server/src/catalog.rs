@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use opsgraph_pack::Pack;
+use opsgraph_core::pack::Pack;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;

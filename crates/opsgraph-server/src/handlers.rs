@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use opsgraph_model::{Document, Intent};
-use opsgraph_plan::{render, Input, Inventory, Plan};
+use opsgraph_core::model::{Document, Intent};
+use opsgraph_core::plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
 use opsgraph_store::{now, AuditFilter, OperationFilter, OperationRecord, RequestRecord, Store, Write};
 use serde::de::DeserializeOwned;
@@ -144,7 +144,7 @@ impl Ctx {
     pub(crate) fn document(&self, kind: &str) -> Result<Document, ApiError> {
         let text = std::str::from_utf8(&self.body)
             .map_err(|_| ApiError::bad_request("invalid_body", "the body is not UTF-8 text"))?;
-        let parsed = opsgraph_pack::parse_file("request", text);
+        let parsed = opsgraph_core::pack::parse_file("request", text);
         if parsed.has_errors() {
             let diags: Vec<String> = parsed.diagnostics.iter().map(ToString::to_string).collect();
             return Err(ApiError::unprocessable("invalid_document", format!("the {kind} document has problems"))
@@ -166,7 +166,7 @@ impl Ctx {
         if text.trim().is_empty() {
             return Err(ApiError::bad_request("invalid_body", "the body is empty: send one `intent` document"));
         }
-        let parsed = opsgraph_pack::parse_file("request", text);
+        let parsed = opsgraph_core::pack::parse_file("request", text);
         if parsed.has_errors() {
             let diags: Vec<String> = parsed.diagnostics.iter().map(ToString::to_string).collect();
             return Err(ApiError::unprocessable("invalid_document", "the intent document has problems")
@@ -186,7 +186,7 @@ impl Ctx {
         let w = self.state.world();
         let resources = opsgraph_runtime::manage::world_resources(&w.resources, &*self.store)?;
         let inventory = Inventory::new(&resources);
-        opsgraph_plan::build(&Input {
+        opsgraph_core::plan::build(&Input {
             intent,
             packs: &w.packs,
             inventory: &inventory,
@@ -311,7 +311,8 @@ pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         .filter(|e| e.event == "patch_proposed")
         .map(|e| {
             let id = e.data["patch"].as_str().unwrap_or_default();
-            let diff: opsgraph_plan::patch::Diff = serde_json::from_value(e.data["diff"].clone()).unwrap_or_default();
+            let diff: opsgraph_core::plan::patch::Diff =
+                serde_json::from_value(e.data["diff"].clone()).unwrap_or_default();
             let gate = gates.iter().find(|g| g.id == format!("patch-{id}"));
             let state = match gate.map(|g| g.answer.as_deref()) {
                 None => "applied",
@@ -534,7 +535,7 @@ fn control_audit(actor: &str, action: &str, op: &OperationRecord, detail: Value)
     opsgraph_runtime::audit::control(actor, action, op, detail)
 }
 
-fn control_reply(id: &str, state: &opsgraph_model::OperationState) -> Result<Reply, ApiError> {
+fn control_reply(id: &str, state: &opsgraph_core::model::OperationState) -> Result<Reply, ApiError> {
     Reply::ok(json!(opsgraph_api::ControlReply {
         id: id.to_string(),
         state: state.kind(),
@@ -562,7 +563,7 @@ pub(crate) fn resume(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let mut rt = ctx.runtime()?;
     // A running operation is only driven again (nothing changes, nothing to audit).
-    let state = if matches!(op.state, opsgraph_model::OperationState::Running) {
+    let state = if matches!(op.state, opsgraph_core::model::OperationState::Running) {
         op.state.clone()
     } else {
         rt.attach(vec![control_audit(&actor, "operation.resume", &op, json!({}))]);

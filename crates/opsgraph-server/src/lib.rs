@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
-use opsgraph_model::{CapabilityPolicy, OperationsPolicy, Provider, Resource};
-use opsgraph_pack::Pack;
+use opsgraph_core::model::{CapabilityPolicy, OperationsPolicy, Provider, Resource};
+use opsgraph_core::pack::Pack;
 use opsgraph_runtime::Runtime;
 use opsgraph_store::Store;
 

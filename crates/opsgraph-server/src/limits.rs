@@ -97,12 +97,12 @@ impl Limits {
     /// Every key is checked: an unknown one, a count that is not a whole number above 0, or a
     /// duration that is not a number of seconds above 0 is refused, naming the key.
     pub fn parse(path: &str, text: &str) -> Result<Limits, ConfigError> {
-        let docs = opsgraph_pack::yaml::parse_stream(text).map_err(|e| ConfigError::Yaml {
+        let docs = opsgraph_core::pack::yaml::parse_stream(text).map_err(|e| ConfigError::Yaml {
             path: path.to_string(),
             line: e.pos.line,
             message: e.message,
         })?;
-        let value = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
+        let value = docs.first().map(opsgraph_core::pack::shape::to_json).unwrap_or(Value::Null);
         let invalid = |message: String| ConfigError::Invalid { path: path.to_string(), message };
         let mut limits = Limits::default();
         let section = match &value["limits"] {

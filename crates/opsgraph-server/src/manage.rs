@@ -9,8 +9,8 @@
 //! back (the old files are gone) and is logged as unaudited.
 
 use axum::http::StatusCode;
-use opsgraph_model::Document;
-use opsgraph_pack::{split_pack_ref, Pack};
+use opsgraph_core::model::Document;
+use opsgraph_core::pack::{split_pack_ref, Pack};
 use opsgraph_store::Write;
 use serde_json::{json, Value};
 
@@ -112,7 +112,7 @@ pub(crate) fn registry_rows(ctx: &Ctx) -> Result<Value, ApiError> {
 
 fn in_use(ctx: &Ctx, reference: &str, digest: Option<&str>) -> Result<(), ApiError> {
     if let Some(op) = opsgraph_runtime::manage::operation_using_pack(&*ctx.store, reference, digest)? {
-        let state = opsgraph_plan::lifecycle::state_name(op.state.kind());
+        let state = opsgraph_core::plan::lifecycle::state_name(op.state.kind());
         return Err(ApiError::conflict(
             "pack_in_use",
             format!("pack {reference} is in use by operation {} ({state}): wait for it to finish or cancel it", op.id),

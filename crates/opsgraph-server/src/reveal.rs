@@ -2,8 +2,8 @@
 //! explicit and audited reveal. Fail closed: the audit row is committed before the value leaves
 //! the server, and when it cannot be, the value is not sent.
 
-use opsgraph_pack::Pack;
-use opsgraph_plan::Plan;
+use opsgraph_core::pack::Pack;
+use opsgraph_core::plan::Plan;
 use opsgraph_store::{ArtifactRecord, OperationRecord, Write};
 use serde::Deserialize;
 use serde_json::json;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use opsgraph_plan::lifecycle::{is_terminal, state_name};
+use opsgraph_core::plan::lifecycle::{is_terminal, state_name};
 use opsgraph_store::{JobState, OperationRecord, Store};
 use serde_json::json;
 use tokio::sync::mpsc;

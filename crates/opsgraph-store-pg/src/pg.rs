@@ -13,7 +13,7 @@ use postgres::types::ToSql;
 use postgres::{Client, GenericClient, NoTls, Row, Statement};
 use serde_json::Value;
 
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use opsgraph_store::{describe_current, redact};
 use opsgraph_store::{
     ArtifactRecord, AuditFilter, AuditRecord, Error, EvidenceRecord, GateRecord, JobRecord, JobState, Lease,

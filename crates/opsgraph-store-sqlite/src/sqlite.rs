@@ -6,7 +6,7 @@ use std::path::Path;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use opsgraph_store::Error;
 use opsgraph_store::{
     ArtifactRecord, AuditFilter, AuditRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter,

@@ -1,4 +1,4 @@
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use opsgraph_store::{rfc3339, OperationRecord, Store, Write};
 use serde_json::json;
 

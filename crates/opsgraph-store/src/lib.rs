@@ -22,7 +22,7 @@ pub mod testing;
 
 use std::collections::BTreeMap;
 
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -250,7 +250,7 @@ pub struct ArtifactRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResourceRecord {
     pub id: String,
-    /// The resource document (`opsgraph_model::Resource`) as JSON.
+    /// The resource document (`opsgraph_core::model::Resource`) as JSON.
     pub doc: Value,
     pub last_operation: Option<String>,
     pub updated_at: String,

@@ -1,7 +1,7 @@
 //! The conformance suite: every store test, run on both backends (`conformance!`), plus the
 //! SQLite tests that need several connections to one file.
 
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use serde_json::json;
 
 use opsgraph_store::testing::TestDb;

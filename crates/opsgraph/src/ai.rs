@@ -65,7 +65,7 @@ pub struct Answer {
     pub confidence: f64,
     pub evidence: Vec<String>,
     pub remedy: Option<String>,
-    pub plan_patch: Option<opsgraph_model::PlanPatch>,
+    pub plan_patch: Option<opsgraph_core::model::PlanPatch>,
     /// The answer as received (for the timeline).
     pub raw: Value,
 }
@@ -76,9 +76,9 @@ impl OpenAi {
         let text = std::fs::read_to_string(&path).with_context(|| {
             format!("the openai analyzer is configured in {} (`ai: {{url, model}}`)", path.display())
         })?;
-        let docs = opsgraph_pack::yaml::parse_stream(&text)
+        let docs = opsgraph_core::pack::yaml::parse_stream(&text)
             .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.pos.line, e.message))?;
-        let config = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
+        let config = docs.first().map(opsgraph_core::pack::shape::to_json).unwrap_or(Value::Null);
         let ai = &config["ai"];
         let url = ai["url"].as_str().with_context(|| format!("no `ai.url` in {}", path.display()))?;
         let model = ai["model"].as_str().with_context(|| format!("no `ai.model` in {}", path.display()))?;
@@ -166,13 +166,13 @@ pub fn check(content: &str) -> Result<Answer, String> {
         Value::Object(_) => {
             // The patch is a document like any other: checked by the same shapes, with positions.
             let doc = serde_json::to_string_pretty(&json!({"plan_patch": v["plan_patch"]})).unwrap_or_default();
-            let parsed = opsgraph_pack::parse_file("ai-answer.json", &doc);
+            let parsed = opsgraph_core::pack::parse_file("ai-answer.json", &doc);
             if parsed.has_errors() {
                 let diags: Vec<String> = parsed.diagnostics.iter().map(ToString::to_string).collect();
                 return Err(format!("the proposed plan_patch is not a valid document:\n{}", diags.join("\n")));
             }
             match parsed.docs.into_iter().next().map(|d| d.doc) {
-                Some(opsgraph_model::Document::PlanPatch(p)) => Some(p),
+                Some(opsgraph_core::model::Document::PlanPatch(p)) => Some(p),
                 _ => return Err("the proposed plan_patch is not a plan_patch document".into()),
             }
         }

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use anyhow::{bail, Context as _};
-use opsgraph_pack::Diagnostic;
+use opsgraph_core::pack::Diagnostic;
 
 pub use crate::args::*;
 use crate::client::Local;
@@ -106,8 +106,8 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             Command::Intervene { operation, file, stage, job, note, verify, .. } => {
                 let iv = match file {
                     Some(f) => crate::ops_cmd::intervention_file(f)?,
-                    None => opsgraph_model::Intervention {
-                        type_: opsgraph_model::InterventionType::ManuallyFixed,
+                    None => opsgraph_core::model::Intervention {
+                        type_: opsgraph_core::model::InterventionType::ManuallyFixed,
                         operation: Some(operation.clone()),
                         target_stage: stage.clone(),
                         target_job: job.clone(),
@@ -153,8 +153,8 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             let c = Control { packs: &world.packs, ..control(&world) };
             let iv = match file {
                 Some(f) => ops_cmd::intervention_file(&f)?,
-                None => opsgraph_model::Intervention {
-                    type_: opsgraph_model::InterventionType::ManuallyFixed,
+                None => opsgraph_core::model::Intervention {
+                    type_: opsgraph_core::model::InterventionType::ManuallyFixed,
                     operation: Some(operation.clone()),
                     target_stage: stage,
                     target_job: job,
@@ -252,7 +252,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             Ok(0)
         }
         Command::Schema { markdown: true, .. } => {
-            write!(out, "{}", opsgraph_pack::markdown_reference())?;
+            write!(out, "{}", opsgraph_core::pack::markdown_reference())?;
             Ok(0)
         }
         Command::Schema { kind: Some(k), markdown: false } if k == "diagnosis" => {
@@ -260,11 +260,11 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             Ok(0)
         }
         Command::Schema { kind, markdown: false } => {
-            let schema = opsgraph_pack::json_schema(kind.as_deref()).with_context(|| {
+            let schema = opsgraph_core::pack::json_schema(kind.as_deref()).with_context(|| {
                 format!(
                     "unknown kind `{}`; expected one of {}",
                     kind.clone().unwrap_or_default(),
-                    opsgraph_pack::kinds().collect::<Vec<_>>().join(", ")
+                    opsgraph_core::pack::kinds().collect::<Vec<_>>().join(", ")
                 )
             })?;
             writeln!(out, "{}", serde_json::to_string_pretty(&schema)?)?;

@@ -9,7 +9,7 @@ use opsgraph_api::{
     views, AnswerReply, Client, Control, ControlReply, DiagnosisView, GateList, InterventionReply, LogEntry,
     OperationSummary, OperationView, ResourceRow,
 };
-use opsgraph_model::{Intervention, OperationState};
+use opsgraph_core::model::{Intervention, OperationState};
 use opsgraph_runtime::GateAnswer;
 use opsgraph_runtime::Runtime;
 use opsgraph_store::{AuditFilter, AuditRecord, JobRecord, OperationFilter, OperationRecord, Store};
@@ -86,9 +86,9 @@ pub fn roles_of(data_dir: &Path, user: &str) -> anyhow::Result<Vec<String>> {
     let path = data_dir.join("config.yaml");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("no user config at {}: create it with `users: {{{user}: [sre]}}`", path.display()))?;
-    let docs = opsgraph_pack::yaml::parse_stream(&text)
+    let docs = opsgraph_core::pack::yaml::parse_stream(&text)
         .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.pos.line, e.message))?;
-    let config = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
+    let config = docs.first().map(opsgraph_core::pack::shape::to_json).unwrap_or(Value::Null);
     let roles =
         config["users"][user].as_array().with_context(|| format!("user `{user}` is not in {}", path.display()))?;
     Ok(roles.iter().filter_map(|r| r.as_str().map(str::to_string)).collect())

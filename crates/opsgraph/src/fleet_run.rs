@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use opsgraph_pack::Diagnostic;
+use opsgraph_core::pack::Diagnostic;
 use serde_json::{json, Map, Value};
 
 use crate::load::{self, Source};
@@ -263,8 +263,8 @@ fn fill_hosts(value: &str, hosts: &BTreeMap<String, Vec<(String, String)>>) -> R
 /// A template a fleet can run: every scope is of compute nodes; each intent target its scopes
 /// read (`from: targets.NAME`) gets its own hosts.
 struct Runnable<'a> {
-    pack: &'a opsgraph_pack::Pack,
-    template: &'a opsgraph_model::PlanTemplate,
+    pack: &'a opsgraph_core::pack::Pack,
+    template: &'a opsgraph_core::model::PlanTemplate,
     /// Intent target and how many hosts (the most any scope reading it alone needs, at least
     /// one), `target_nodes` first.
     targets: Vec<(String, usize)>,
@@ -293,8 +293,8 @@ impl Runnable<'_> {
 }
 
 fn runnable<'a>(
-    pack: &'a opsgraph_pack::Pack,
-    template: &'a opsgraph_model::PlanTemplate,
+    pack: &'a opsgraph_core::pack::Pack,
+    template: &'a opsgraph_core::model::PlanTemplate,
     sets: &Map<String, Value>,
 ) -> Result<Option<Runnable<'a>>, String> {
     if template.scopes.is_empty() || template.scopes.values().any(|s| s.resource_type != "compute_node") {

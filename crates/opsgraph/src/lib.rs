@@ -1,7 +1,7 @@
 //! The `opsgraph` binary: the command line over the library crates.
 //!
 //! This crate is the imperative shell: it reads files, picks implementations and prints. The
-//! decisions live in `opsgraph-pack` (documents) and `opsgraph-plan` (resolution and plans).
+//! decisions live in `opsgraph-core` (documents, packs, resolution and plans).
 
 pub mod agent_cmd;
 pub mod ai;

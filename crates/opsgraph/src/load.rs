@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use opsgraph_model::{CapabilityPolicy, Document, Intent, OperationsPolicy, Provider, Resource};
-use opsgraph_pack::{check_pack, parse_file, Code, Diagnostic, Located, Pack, PackFile, Pos};
+use opsgraph_core::model::{CapabilityPolicy, Document, Intent, OperationsPolicy, Provider, Resource};
+use opsgraph_core::pack::{check_pack, parse_file, Code, Diagnostic, Located, Pack, PackFile, Pos};
 
 mod bundled {
     include!(concat!(env!("OUT_DIR"), "/bundled.rs"));
@@ -187,7 +187,7 @@ fn read_regular(path: &Path, meta: &std::fs::Metadata) -> Read {
             "not a regular file"
         }
     };
-    let limit = opsgraph_pack::MAX_FILE_BYTES as u64;
+    let limit = opsgraph_core::pack::MAX_FILE_BYTES as u64;
     let check = |meta: &std::fs::Metadata| -> Result<(), Unread> {
         if !meta.is_file() {
             return Err(Unread::File(format!("refused: {}; only regular files are read", kind(meta.file_type()))));
@@ -220,7 +220,7 @@ pub fn read_document(path: &str) -> anyhow::Result<String> {
 /// The diagnostic for a file that was not read.
 fn refusal(file: &str, unread: &Unread) -> Diagnostic {
     match unread {
-        Unread::TooLarge(len) => opsgraph_pack::too_large(file, *len),
+        Unread::TooLarge(len) => opsgraph_core::pack::too_large(file, *len),
         Unread::File(why) => Diagnostic::error(Pos { line: 0, col: 0 }, Code::File, why.clone()).in_file(file),
     }
 }
@@ -371,7 +371,7 @@ pub fn check_files(root: &str, files: &[(String, &[u8])]) -> (Option<Pack>, Vec<
     let (pack, d) = check_pack(root, &yaml, &all);
     diags.extend(d);
     let pack = pack.map(|mut p| {
-        p.digest = opsgraph_pack::content_digest(files.iter().map(|(p, b)| (p.as_str(), *b)));
+        p.digest = opsgraph_core::pack::content_digest(files.iter().map(|(p, b)| (p.as_str(), *b)));
         p
     });
     (pack, diags)

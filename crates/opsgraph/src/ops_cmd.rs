@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 use opsgraph_api::views::exit_code;
-use opsgraph_model::OperationState;
-use opsgraph_plan::lifecycle::state_name;
+use opsgraph_core::model::OperationState;
+use opsgraph_core::plan::lifecycle::state_name;
 use opsgraph_runtime::Runtime;
 use opsgraph_store::{OperationFilter, Store};
 use serde_json::{json, Value};
@@ -72,7 +72,7 @@ pub fn load_packs(
     packs: &[String],
     data_dir: &Path,
     materialize: bool,
-) -> anyhow::Result<(Vec<opsgraph_pack::Pack>, Vec<opsgraph_pack::Diagnostic>)> {
+) -> anyhow::Result<(Vec<opsgraph_core::pack::Pack>, Vec<opsgraph_core::pack::Diagnostic>)> {
     let (loaded, mut diags) = load::packs(&pack_sources(packs, data_dir, materialize)?);
     if !packs.is_empty() {
         return Ok((loaded, diags));
@@ -100,7 +100,7 @@ pub struct ApplyArgs<'a> {
 }
 
 /// The `plan_patch` document of a file.
-pub fn patch_file(file: &str) -> anyhow::Result<opsgraph_model::PlanPatch> {
+pub fn patch_file(file: &str) -> anyhow::Result<opsgraph_core::model::PlanPatch> {
     let (docs, diags) = load::documents(&[Source::parse(file)]);
     if diags.iter().any(|d| d.is_error()) {
         let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
@@ -108,7 +108,7 @@ pub fn patch_file(file: &str) -> anyhow::Result<opsgraph_model::PlanPatch> {
     }
     docs.into_iter()
         .find_map(|d| match d.doc {
-            opsgraph_model::Document::PlanPatch(p) => Some(p),
+            opsgraph_core::model::Document::PlanPatch(p) => Some(p),
             _ => None,
         })
         .with_context(|| format!("{file} holds no plan_patch document"))
@@ -140,9 +140,9 @@ fn runtime(data_dir: &Path, packs: &[String], world: &[String], concurrency: Opt
 pub fn patch_rules(data_dir: &Path) -> anyhow::Result<opsgraph_runtime::PatchRules> {
     let path = data_dir.join("config.yaml");
     let Ok(text) = std::fs::read_to_string(&path) else { return Ok(Default::default()) };
-    let docs = opsgraph_pack::yaml::parse_stream(&text)
+    let docs = opsgraph_core::pack::yaml::parse_stream(&text)
         .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.pos.line, e.message))?;
-    let config = docs.first().map(opsgraph_pack::shape::to_json).unwrap_or(Value::Null);
+    let config = docs.first().map(opsgraph_core::pack::shape::to_json).unwrap_or(Value::Null);
     opsgraph_runtime::PatchRules::from_config(&config).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
@@ -180,7 +180,7 @@ pub fn apply(
     }
     // Preview = run: the plan that runs is the plan a person saw, or nothing runs.
     if let Some(previewed) = args.plan_hash {
-        if let Err(e) = opsgraph_plan::check_preview(previewed, &plan) {
+        if let Err(e) = opsgraph_core::plan::check_preview(previewed, &plan) {
             writeln!(err, "error[{}]: {e}", e.code())?;
             return Ok(1);
         }
@@ -201,8 +201,8 @@ pub fn apply(
         let mut sink = std::io::sink();
         let rebuilt = plan_cmd::preview_to(&again, Output::Text, &mut sink, &mut std::io::sink())?;
         let check = match &rebuilt {
-            Some(now) => opsgraph_plan::check_preview(&plan.revision.hash, now),
-            None => Err(opsgraph_plan::Error::StalePreview {
+            Some(now) => opsgraph_core::plan::check_preview(&plan.revision.hash, now),
+            None => Err(opsgraph_core::plan::Error::StalePreview {
                 previewed: plan.revision.hash.clone(),
                 now: "not buildable".into(),
             }),
@@ -292,7 +292,7 @@ pub fn drive_and_finish(rt: &mut Runtime, id: &str, out: &mut dyn Write) -> anyh
 fn drive_on(rt: &mut Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let (_, plan) = {
         let op = rt.store().operation(id)?.with_context(|| format!("no operation `{id}`"))?;
-        let plan: opsgraph_plan::Plan =
+        let plan: opsgraph_core::plan::Plan =
             serde_json::from_value(rt.store().plan(&op.plan_revision)?.unwrap_or(Value::Null))?;
         (op, plan)
     };
@@ -432,8 +432,9 @@ pub struct PatchArgs<'a> {
 pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyhow::Result<u8> {
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
     let op = rt.store().operation(args.operation)?.with_context(|| format!("no operation `{}`", args.operation))?;
-    let plan: opsgraph_plan::Plan = serde_json::from_value(rt.store().plan(&op.plan_revision)?.unwrap_or(Value::Null))
-        .context("the operation's plan cannot be read")?;
+    let plan: opsgraph_core::plan::Plan =
+        serde_json::from_value(rt.store().plan(&op.plan_revision)?.unwrap_or(Value::Null))
+            .context("the operation's plan cannot be read")?;
     let pack_id = plan.pack.split('@').next().unwrap_or_default().to_string();
     let (packs, _) = load_packs(c.packs, &c.data_dir, true)?;
     let pack = packs
@@ -450,7 +451,7 @@ pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyh
             }
             docs.into_iter()
                 .find_map(|d| match d.doc {
-                    opsgraph_model::Document::PlanPatch(p) => Some(p),
+                    opsgraph_core::model::Document::PlanPatch(p) => Some(p),
                     _ => None,
                 })
                 .with_context(|| format!("{file} holds no plan_patch document"))?
@@ -465,7 +466,7 @@ pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyh
     };
     let author = local_actor(args.user);
     if args.dry_run {
-        return match opsgraph_plan::patch::apply_patch(&plan, pack, &patch) {
+        return match opsgraph_core::plan::patch::apply_patch(&plan, pack, &patch) {
             Ok(p) => {
                 write!(out, "{}", p.diff.text())?;
                 for f in &p.findings {
@@ -506,7 +507,7 @@ pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyh
 }
 
 /// The `intervention` document of a file.
-pub fn intervention_file(file: &str) -> anyhow::Result<opsgraph_model::Intervention> {
+pub fn intervention_file(file: &str) -> anyhow::Result<opsgraph_core::model::Intervention> {
     let (docs, diags) = load::documents(&[Source::parse(file)]);
     if diags.iter().any(|d| d.is_error()) {
         let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
@@ -514,7 +515,7 @@ pub fn intervention_file(file: &str) -> anyhow::Result<opsgraph_model::Intervent
     }
     docs.into_iter()
         .find_map(|d| match d.doc {
-            opsgraph_model::Document::Intervention(i) => Some(i),
+            opsgraph_core::model::Document::Intervention(i) => Some(i),
             _ => None,
         })
         .with_context(|| format!("{file} holds no intervention document"))
@@ -524,7 +525,7 @@ pub fn intervention_file(file: &str) -> anyhow::Result<opsgraph_model::Intervent
 pub fn intervene(
     c: &Control<'_>,
     op: &str,
-    iv: &opsgraph_model::Intervention,
+    iv: &opsgraph_core::model::Intervention,
     user: Option<&str>,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
@@ -534,7 +535,7 @@ pub fn intervene(
     let reply = ctl.intervene(op, iv)?;
     let code = crate::render::print_intervention(&reply, &iv.note, out)?;
     match reply.state {
-        opsgraph_model::OperationStateKind::Running if c.wait => drive_on(&mut ctl.rt, op, out),
+        opsgraph_core::model::OperationStateKind::Running if c.wait => drive_on(&mut ctl.rt, op, out),
         _ => Ok(code),
     }
 }
@@ -581,7 +582,7 @@ pub fn rollback(
 ) -> anyhow::Result<u8> {
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
     let rb = rt.rollback_plan(op)?;
-    write!(out, "{}", opsgraph_plan::render::text(&rb.plan))?;
+    write!(out, "{}", opsgraph_core::plan::render::text(&rb.plan))?;
     for u in &rb.unsupported {
         writeln!(out, "cannot undo: {u}")?;
     }

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
-use opsgraph_pack::{short_digest, split_pack_ref, Pack};
+use opsgraph_core::pack::{short_digest, split_pack_ref, Pack};
 use serde_json::{json, Value};
 
 use crate::load::{self, Source};
@@ -102,7 +102,10 @@ pub fn rows(data_dir: &Path) -> anyhow::Result<(Vec<Value>, Vec<String>)> {
     rows.sort_by(|a, b| {
         let key = |v: &Value| v["id"].as_str().unwrap_or_default().to_string();
         key(a).cmp(&key(b)).then_with(|| {
-            opsgraph_pack::compare_versions(a["version"].as_str().unwrap_or(""), b["version"].as_str().unwrap_or(""))
+            opsgraph_core::pack::compare_versions(
+                a["version"].as_str().unwrap_or(""),
+                b["version"].as_str().unwrap_or(""),
+            )
         })
     });
     Ok((rows, problems))
@@ -112,7 +115,7 @@ pub fn rows(data_dir: &Path) -> anyhow::Result<(Vec<Value>, Vec<String>)> {
 pub(crate) fn find<'a>(packs: &'a [Pack], reference: &str) -> anyhow::Result<&'a Pack> {
     let (id, version) = split_pack_ref(reference);
     let mut same: Vec<&Pack> = packs.iter().filter(|p| p.manifest.id == id).collect();
-    same.sort_by(|a, b| opsgraph_pack::compare_versions(&a.manifest.version, &b.manifest.version));
+    same.sort_by(|a, b| opsgraph_core::pack::compare_versions(&a.manifest.version, &b.manifest.version));
     let found = match version {
         Some(v) => same.iter().find(|p| p.manifest.version == v).copied(),
         None => same.last().copied(),
@@ -152,13 +155,13 @@ pub fn show(
 fn describe(p: &Pack, record: Option<&registry::Record>) -> Value {
     let m = &p.manifest;
     let script_text = |script: &str| load::pack_file(&p.root, script).map(|b| String::from_utf8_lossy(&b).into_owned());
-    let mut jobs: Vec<(&String, &opsgraph_model::Job)> = p.jobs.iter().collect();
-    let inline: Vec<&opsgraph_model::Job> = p
+    let mut jobs: Vec<(&String, &opsgraph_core::model::Job)> = p.jobs.iter().collect();
+    let inline: Vec<&opsgraph_core::model::Job> = p
         .templates
         .iter()
         .flat_map(|t| &t.jobs)
         .filter_map(|e| match e {
-            opsgraph_model::JobEntry::Inline(j) => Some(&**j),
+            opsgraph_core::model::JobEntry::Inline(j) => Some(&**j),
             _ => None,
         })
         .collect();
@@ -305,7 +308,7 @@ pub fn remove(data_dir: &Path, reference: &str, out: &mut dyn Write) -> anyhow::
             bail!(
                 "pack {reference} is in use by operation {} ({}): wait for it to finish or cancel it",
                 op.id,
-                opsgraph_plan::lifecycle::state_name(op.state.kind())
+                opsgraph_core::plan::lifecycle::state_name(op.state.kind())
             );
         }
     }

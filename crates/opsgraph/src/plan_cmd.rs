@@ -2,9 +2,9 @@
 
 use std::io::Write;
 
-use opsgraph_model::Intent;
-use opsgraph_pack::{Code, Diagnostic, Pos};
-use opsgraph_plan::{render, Input, Inventory, Plan};
+use opsgraph_core::model::Intent;
+use opsgraph_core::pack::{Code, Diagnostic, Pos};
+use opsgraph_core::plan::{render, Input, Inventory, Plan};
 
 use crate::args::PlanArgs;
 use crate::load::{self, Source};
@@ -13,16 +13,20 @@ use crate::render::{report, Output};
 /// The loaded inputs of a plan, or the diagnostics that stop it.
 pub struct Loaded {
     pub intent: Intent,
-    pub packs: Vec<opsgraph_pack::Pack>,
+    pub packs: Vec<opsgraph_core::pack::Pack>,
     pub world: load::World,
     pub diagnostics: Vec<Diagnostic>,
     /// A plan patch that customises the preview before anything runs (`--patch`).
-    pub patch: Option<opsgraph_model::PlanPatch>,
+    pub patch: Option<opsgraph_core::model::PlanPatch>,
 }
 
 /// Loads world documents and the intent, next to packs already loaded. The intent file may hold
 /// other documents too: every document is routed by its kind.
-pub fn load_inputs(intent: &Source, packs: (Vec<opsgraph_pack::Pack>, Vec<Diagnostic>), world: &[Source]) -> Loaded {
+pub fn load_inputs(
+    intent: &Source,
+    packs: (Vec<opsgraph_core::pack::Pack>, Vec<Diagnostic>),
+    world: &[Source],
+) -> Loaded {
     let (packs, mut diags) = packs;
     let mut sources = world.to_vec();
     sources.push(intent.clone());
@@ -76,7 +80,7 @@ pub fn load_inputs(intent: &Source, packs: (Vec<opsgraph_pack::Pack>, Vec<Diagno
 /// resource it also describes. Reads the store only when it exists: `plan` writes nothing.
 pub fn assemble(
     intent: &Source,
-    packs: (Vec<opsgraph_pack::Pack>, Vec<Diagnostic>),
+    packs: (Vec<opsgraph_core::pack::Pack>, Vec<Diagnostic>),
     world: &[Source],
     data_dir: &std::path::Path,
 ) -> anyhow::Result<Loaded> {
@@ -92,9 +96,9 @@ pub fn assemble(
 }
 
 /// Builds the plan from loaded inputs.
-pub fn build(loaded: &Loaded) -> Result<Plan, Vec<opsgraph_plan::Error>> {
+pub fn build(loaded: &Loaded) -> Result<Plan, Vec<opsgraph_core::plan::Error>> {
     let inventory = Inventory::new(&loaded.world.resources);
-    opsgraph_plan::build(&Input {
+    opsgraph_core::plan::build(&Input {
         intent: &loaded.intent,
         packs: &loaded.packs,
         inventory: &inventory,
@@ -162,7 +166,7 @@ pub fn preview_to(
                 .iter()
                 .find(|p| p.reference() == plan.pack)
                 .expect("the plan's pack is among the loaded ones");
-            match opsgraph_plan::patch::apply_patch(&plan, pack, patch) {
+            match opsgraph_core::plan::patch::apply_patch(&plan, pack, patch) {
                 Ok(p) => {
                     diff = Some((p.diff, p.findings));
                     p.plan
@@ -256,7 +260,7 @@ pub fn operate(
     err: &mut dyn Write,
 ) -> anyhow::Result<Option<(u8, String)>> {
     use crate::ops_cmd;
-    use opsgraph_model::OperationState;
+    use opsgraph_core::model::OperationState;
     let dir = dir.to_path_buf();
     let Some(plan) = preview_to(loaded, Output::Text, out, err)? else { return Ok(None) };
     let store = ops_cmd::open_store(&dir)?;

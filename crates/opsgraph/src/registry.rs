@@ -19,7 +19,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
-use opsgraph_pack::{Code, Diagnostic, Pack, Pos};
+use opsgraph_core::pack::{Code, Diagnostic, Pack, Pos};
 use serde::{Deserialize, Serialize};
 
 use crate::load::{self, Source};
@@ -74,12 +74,12 @@ pub fn installed(data_dir: &Path) -> anyhow::Result<Vec<Installed>> {
     }
     for id in sorted_names(&root)? {
         let id_dir = root.join(&id);
-        if !opsgraph_model::is_id(&id) || !id_dir.is_dir() {
+        if !opsgraph_core::model::is_id(&id) || !id_dir.is_dir() {
             continue;
         }
         for version in sorted_names(&id_dir)? {
             let dir = id_dir.join(&version);
-            if !opsgraph_model::is_id(&version) || !dir.is_dir() {
+            if !opsgraph_core::model::is_id(&version) || !dir.is_dir() {
                 continue;
             }
             out.push(check_installed(&id, &version, &dir));
@@ -218,7 +218,7 @@ fn check_pack(files: &Files, source: &str) -> anyhow::Result<Pack> {
         bail!("{source} is not a valid pack; nothing installed:\n{}", errors.join("\n"));
     };
     let (id, version) = (&pack.manifest.id, &pack.manifest.version);
-    if !opsgraph_model::is_id(version) {
+    if !opsgraph_core::model::is_id(version) {
         bail!("pack {id}: version `{version}` cannot name a directory: use letters, digits, `.`, `_`, `-`");
     }
     Ok(pack)
@@ -373,7 +373,7 @@ impl Drop for RemoveOnDrop {
 
 /// Removes an installed pack version.
 pub fn remove(data_dir: &Path, id: &str, version: &str) -> anyhow::Result<()> {
-    if !opsgraph_model::is_id(id) || !opsgraph_model::is_id(version) {
+    if !opsgraph_core::model::is_id(id) || !opsgraph_core::model::is_id(version) {
         bail!("`{id}@{version}` is not a pack reference (id@version)");
     }
     let dir = root(data_dir).join(id).join(version);

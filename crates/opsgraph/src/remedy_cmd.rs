@@ -1,14 +1,14 @@
 //! Remedies without an operation: `opsgraph diagnose FILE` (a `failure` document against its
 //! pack's remedies) and `opsgraph pack test DIR` (every remedy's examples). Both match with
-//! `opsgraph_pack::remedy`, the matcher the runtime's `diagnose` uses.
+//! `opsgraph_core::pack::remedy`, the matcher the runtime's `diagnose` uses.
 
 use std::io::Write;
 use std::path::Path;
 
 use anyhow::bail;
-use opsgraph_model::{Document, Failure, PatchChange, PlanPatch};
-use opsgraph_pack::remedy::{best_match, test_examples, Basis, Symptoms};
-use opsgraph_pack::{Diagnostic, Pack};
+use opsgraph_core::model::{Document, Failure, PatchChange, PlanPatch};
+use opsgraph_core::pack::remedy::{best_match, test_examples, Basis, Symptoms};
+use opsgraph_core::pack::{Diagnostic, Pack};
 use serde_json::{json, Value};
 
 use crate::load::{self, Source};

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::render::Output;
 use opsgraph_api::views::exit_code;
 use opsgraph_api::{Client, Control, OperationView};
-use opsgraph_model::OperationStateKind;
+use opsgraph_core::model::OperationStateKind;
 
 use crate::client::Action;
 use crate::render::{document, live, print_finish, to_yaml};
@@ -342,7 +342,7 @@ impl Remote {
     pub fn intervene(
         &mut self,
         op: &str,
-        iv: &opsgraph_model::Intervention,
+        iv: &opsgraph_core::model::Intervention,
         out: &mut dyn Write,
     ) -> anyhow::Result<u8> {
         let reply = Control::intervene(self, op, iv)?;
@@ -537,7 +537,7 @@ impl opsgraph_api::Control for Remote {
     fn intervene(
         &mut self,
         operation: &str,
-        iv: &opsgraph_model::Intervention,
+        iv: &opsgraph_core::model::Intervention,
     ) -> anyhow::Result<opsgraph_api::InterventionReply> {
         // The document's own shape, as JSON (YAML's subset).
         let doc = json!({"intervention": {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use opsgraph_api::OperationView;
-use opsgraph_pack::Diagnostic;
+use opsgraph_core::pack::Diagnostic;
 use opsgraph_store::TimelineEntry;
 use serde_json::Value;
 
@@ -22,7 +22,7 @@ pub enum Output {
     Dot,
 }
 
-pub fn stage_of(plan: &opsgraph_plan::Plan) -> BTreeMap<String, String> {
+pub fn stage_of(plan: &opsgraph_core::plan::Plan) -> BTreeMap<String, String> {
     let names: BTreeMap<&str, &str> = plan.stages.iter().map(|s| (s.id.as_str(), s.name.as_str())).collect();
     plan.jobs.iter().map(|j| (j.id.clone(), names.get(j.stage.as_str()).unwrap_or(&"").to_string())).collect()
 }
@@ -52,7 +52,7 @@ pub fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> imp
 /// the outcome, what the evidence proves, the resource, what to do next. The same text whether
 /// the CLI ran the operation itself or a server did.
 pub fn print_finish(view: &OperationView, resource: Option<&Value>, out: &mut dyn Write) -> anyhow::Result<u8> {
-    use opsgraph_model::OperationStateKind as K;
+    use opsgraph_core::model::OperationStateKind as K;
     let id = view.summary.id.as_str();
     writeln!(out, "\nOperation {id}: {}", view.summary.detail)?;
     let evidence = &view.evidence;
@@ -248,7 +248,7 @@ pub fn print_intervention(
         let word = if c.passed { "pass" } else { "FAIL" };
         writeln!(out, "  {word}  {}  {}  expected {}, observed {}", c.job, c.check, c.expected, c.observed)?;
     }
-    if reply.state == opsgraph_model::OperationStateKind::Failed {
+    if reply.state == opsgraph_core::model::OperationStateKind::Failed {
         writeln!(out, "still {}", reply.detail)?;
         return Ok(1);
     }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::bail;
-use opsgraph_model::{Document, Resource};
+use opsgraph_core::model::{Document, Resource};
 use serde_json::Value;
 
 use crate::ops_cmd::open_store;
@@ -14,7 +14,7 @@ use crate::ops_cmd::open_store;
 /// are printed to `err`; `None` then.
 pub fn read(file: &str, err: &mut dyn Write) -> anyhow::Result<Option<(Resource, String)>> {
     let text = crate::load::read_document(file)?;
-    let parsed = opsgraph_pack::parse_file(file, &text);
+    let parsed = opsgraph_core::pack::parse_file(file, &text);
     if parsed.has_errors() {
         crate::render::report(err, &parsed.diagnostics)?;
         return Ok(None);

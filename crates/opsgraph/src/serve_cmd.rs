@@ -106,7 +106,7 @@ impl PackRegistry for DataDirRegistry {
         registry::remove(&self.data_dir, id, version).map_err(failed)
     }
 
-    fn load(&self) -> Result<Vec<opsgraph_pack::Pack>, RegistryError> {
+    fn load(&self) -> Result<Vec<opsgraph_core::pack::Pack>, RegistryError> {
         let (packs, diags) = crate::ops_cmd::load_packs(&[], &self.data_dir, true).map_err(failed)?;
         for d in diags.iter().filter(|d| d.is_error()) {
             tracing::error!("{d}");

@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use opsgraph_model::{
+use opsgraph_core::model::{
     Attributes, CapabilityPolicy, Controls, EnvironmentPolicy, Health, Intent, Job, JobEntry, JobScope, PlanTemplate,
     ProvidedCapability, Provider, Provision, Requirement, Resource, Risk, ScenarioPack, ScopeSpec, StageSpec,
 };
-use opsgraph_pack::Pack;
+use opsgraph_core::pack::Pack;
 use serde_json::Value;
 
 pub(crate) fn attrs(pairs: &[(&str, Value)]) -> Attributes {
@@ -218,7 +218,7 @@ pub(crate) fn creatable(id: &str, capability: &str, pack: &str, attributes: Attr
         title: Some(format!("create {id}")),
         description: None,
         attributes,
-        create: Some(opsgraph_model::CreateAction {
+        create: Some(opsgraph_core::model::CreateAction {
             pack: pack.into(),
             action: "run".into(),
             parameters: Attributes::new(),

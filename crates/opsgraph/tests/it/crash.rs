@@ -149,13 +149,13 @@ pub(crate) fn check_outcomes(dir: &std::path::Path, ledger: &str) -> (usize, usi
     let mut completed = 0;
     for op in &ops {
         match &op.state {
-            opsgraph_model::OperationState::Completed => {
+            opsgraph_core::model::OperationState::Completed => {
                 completed += 1;
                 // A completed operation holds the artifact its job `c` declares, once.
                 let artifacts = store.artifacts(&op.id).unwrap();
                 assert_eq!(artifacts.iter().filter(|a| a.id == "c_out").count(), 1, "{}: {artifacts:?}", op.id);
             }
-            opsgraph_model::OperationState::Failed { reason } => {
+            opsgraph_core::model::OperationState::Failed { reason } => {
                 assert!(reason.contains("outcome unknown"), "{}: {reason}", op.id)
             }
             other => panic!("{} ended {other:?}", op.id),
@@ -167,7 +167,7 @@ pub(crate) fn check_outcomes(dir: &std::path::Path, ledger: &str) -> (usize, usi
         }
         assert_eq!(
             transitions.last().unwrap().to.as_deref(),
-            Some(opsgraph_plan::lifecycle::state_name(op.state.kind()))
+            Some(opsgraph_core::plan::lifecycle::state_name(op.state.kind()))
         );
     }
     (ops.len(), completed, text.lines().count())

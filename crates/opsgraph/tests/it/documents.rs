@@ -23,13 +23,13 @@ fn seed_examples_are_valid_documents() {
     for file in names {
         let text = std::fs::read_to_string(&file).unwrap();
         let name = file.file_name().unwrap().to_string_lossy().to_string();
-        let parsed = opsgraph_pack::parse_file(&name, &text);
+        let parsed = opsgraph_core::pack::parse_file(&name, &text);
         assert!(parsed.diagnostics.is_empty(), "{name}: {:?}", parsed.diagnostics);
         assert_eq!(parsed.docs.len(), 1, "{name}");
         let doc = &parsed.docs[0].doc;
         // Round trip: the normal form reads back as the same value.
         let json = serde_json::to_value(doc).unwrap();
-        let back: opsgraph_model::Document = serde_json::from_value(json.clone()).unwrap();
+        let back: opsgraph_core::model::Document = serde_json::from_value(json.clone()).unwrap();
         assert_eq!(&back, doc, "{name}");
         summary.push_str(&format!("{name}: {json}\n"));
     }
@@ -323,7 +323,7 @@ fn schema_for_editors() {
         }
     "##]]
     .assert_eq(&run.out);
-    for kind in opsgraph_pack::kinds() {
+    for kind in opsgraph_core::pack::kinds() {
         let run = opsgraph(&["schema", kind]);
         let schema: serde_json::Value = serde_json::from_str(&run.out).unwrap();
         assert_eq!(schema["required"][0], kind);

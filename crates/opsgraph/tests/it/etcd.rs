@@ -275,7 +275,7 @@ fn etcd_cluster_from_the_packs_certificates_configuration_and_evidence() {
         let cmd = cmd
             .replace("/etc/etcd/pki", &m1.join("pki").display().to_string())
             .replace("https://127.0.0.1:2379", &format!("https://{net}.11:2379"));
-        ev.command = Some(opsgraph_model::Command::Line(cmd));
+        ev.command = Some(opsgraph_core::model::Command::Line(cmd));
         ev.retries = Some(retries);
         let env: std::collections::BTreeMap<String, String> = [
             ("PATH".to_owned(), format!("{}:/usr/bin:/bin", bin.display())),

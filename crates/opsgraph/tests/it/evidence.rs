@@ -11,8 +11,8 @@ use std::path::Path;
 
 use expect_test::expect;
 use opsgraph::load::Source;
+use opsgraph_core::model::EvidenceSource;
 use opsgraph_exec::{check_evidence, Cancel, Executor, LocalExecutor};
-use opsgraph_model::EvidenceSource;
 
 use crate::support::{path, temp_dir};
 

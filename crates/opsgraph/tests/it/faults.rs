@@ -253,7 +253,7 @@ fn run_seed(seed: u64, rate: u64, read_rate: u64, operations: usize) -> (Vec<(us
     let loaded = opsgraph::load::packs(&[Source::parse(&dir.join("crashy").display().to_string())]);
     let mut rt = opsgraph_runtime::Runtime::new(Box::new(open(&data)), loaded.0, vec![], data.clone());
     for op in &ops {
-        if matches!(op.state, opsgraph_model::OperationState::Running) {
+        if matches!(op.state, opsgraph_core::model::OperationState::Running) {
             rt.drive(&op.id, &mut |_| {}).unwrap();
         }
     }
@@ -263,7 +263,7 @@ fn run_seed(seed: u64, rate: u64, read_rate: u64, operations: usize) -> (Vec<(us
         .operations(&Default::default())
         .unwrap()
         .iter()
-        .map(|o| opsgraph_plan::lifecycle::state_name(o.state.kind()).to_string())
+        .map(|o| opsgraph_core::plan::lifecycle::state_name(o.state.kind()).to_string())
         .collect();
     let log = faults.log.lock().unwrap().clone();
     (log, states, errors)

@@ -186,7 +186,7 @@ impl Server {
         loop {
             let op = store.operation(id).unwrap().unwrap();
             let v = opsgraph_api::views::operation_summary(&op);
-            let state = opsgraph_plan::lifecycle::state_name(v.state).to_string();
+            let state = opsgraph_core::plan::lifecycle::state_name(v.state).to_string();
             if matches!(state.as_str(), "completed" | "failed" | "cancelled") || Instant::now() > deadline {
                 return (state, v.detail);
             }

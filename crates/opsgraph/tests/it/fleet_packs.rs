@@ -17,8 +17,8 @@ use std::path::Path;
 
 use expect_test::expect;
 use opsgraph::load::Source;
+use opsgraph_core::model::SshAccess;
 use opsgraph_exec::{check_evidence, Cancel, SshExecutor};
-use opsgraph_model::SshAccess;
 
 use crate::fleet::{machine, unavailable, Fleet, FLEET};
 use crate::support::{opsgraph, path, temp_dir};

@@ -3,7 +3,7 @@
 //! parent that waits for a child operation's gate.
 
 use expect_test::expect;
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use opsgraph_runtime::{Error, GateAnswer, Runtime};
 
 use crate::subop::{events, World};
@@ -31,7 +31,7 @@ const SOFT: &str = "capability_policy:
 fn a_broken_soft_rule_needs_an_exception_from_a_higher_role() {
     let w = World::new(&[("world/policy.yaml", SOFT)]);
     let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let gate = plan.gates.iter().find(|g| g.type_ == opsgraph_model::GateType::PolicyException).unwrap();
+    let gate = plan.gates.iter().find(|g| g.type_ == opsgraph_core::model::GateType::PolicyException).unwrap();
     expect![[r#"
         exception-store-bucket answered by platform_admin, blocks use-bucket
         no candidate for store.bucket keeps the soft policy in dev (plain buckets are being retired): provider bucket_maker: provider bucket_maker is not among the preferred providers in dev (bucket_deluxe)"#]]
@@ -65,7 +65,7 @@ provider: {id: bucket_deluxe, capability: store.bucket, title: make a deluxe buc
     let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
     assert!(plan.gates.is_empty(), "{:?}", plan.gates);
     assert!(
-        matches!(&plan.resolution[0].outcome, opsgraph_plan::Outcome::Create { provider, .. } if provider == "bucket_deluxe"),
+        matches!(&plan.resolution[0].outcome, opsgraph_core::plan::Outcome::Create { provider, .. } if provider == "bucket_deluxe"),
         "{:?}",
         plan.resolution[0].outcome
     );
@@ -78,7 +78,7 @@ fn a_plan_above_the_cost_threshold_waits_for_confirmation_before_anything_runs()
         "operations_policy:\n  dev: {confirm_cost_above: 250, cost_unit: USD/month, cost_roles: [platform_admin]}\n";
     let w = World::new(&[("world/providers.yaml", providers), ("world/ops.yaml", ops)]);
     let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let text = opsgraph_plan::render::text(&plan);
+    let text = opsgraph_core::plan::render::text(&plan);
     let lines: Vec<&str> =
         text.lines().filter(|l| l.contains("Cost") || l.contains("confirm-cost") || l.contains("estimated")).collect();
     expect![[r#"

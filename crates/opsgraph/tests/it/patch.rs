@@ -2,12 +2,12 @@
 //! diff; changes outside the rules are refused with findings, and nothing changes.
 
 use expect_test::{expect, Expect};
-use opsgraph_model::PlanPatch;
-use opsgraph_plan::patch::{apply_patch, Finding};
+use opsgraph_core::model::PlanPatch;
+use opsgraph_core::plan::patch::{apply_patch, Finding};
 
 use crate::support::path;
 
-fn lab_plan() -> (opsgraph_plan::Plan, opsgraph_pack::Pack) {
+fn lab_plan() -> (opsgraph_core::plan::Plan, opsgraph_core::pack::Pack) {
     use opsgraph::load::Source;
     let intent = Source::parse(&path("examples/lab/intents/lab-create-cluster.yaml"));
     let inventory = Source::parse(&path("examples/lab/inventory"));
@@ -19,10 +19,10 @@ fn lab_plan() -> (opsgraph_plan::Plan, opsgraph_pack::Pack) {
 }
 
 fn patch(yaml: &str) -> PlanPatch {
-    let parsed = opsgraph_pack::parse_file("patch.yaml", yaml);
+    let parsed = opsgraph_core::pack::parse_file("patch.yaml", yaml);
     assert!(parsed.diagnostics.is_empty(), "{:?}", parsed.diagnostics);
     match parsed.docs.into_iter().next().unwrap().doc {
-        opsgraph_model::Document::PlanPatch(p) => p,
+        opsgraph_core::model::Document::PlanPatch(p) => p,
         other => panic!("not a patch: {other:?}"),
     }
 }
@@ -180,7 +180,7 @@ fn every_change_kind_of_the_shape_has_a_reviewed_rule() {
         ("set_parameters", "- set_parameters: {parameters: {no_such_parameter: 1}}\n"),
         ("add_gate", "- add_gate: {id: g, reason: r, before: [no-such-job]}\n"),
     ];
-    let mut shape: Vec<&str> = opsgraph_pack::patch_change_kinds().to_vec();
+    let mut shape: Vec<&str> = opsgraph_core::pack::patch_change_kinds().to_vec();
     let mut covered: Vec<&str> = examples.iter().map(|(k, _)| *k).collect();
     shape.sort();
     covered.sort();
@@ -191,7 +191,7 @@ fn every_change_kind_of_the_shape_has_a_reviewed_rule() {
             format!("plan_patch:\n  changes:\n{}", change.lines().map(|l| format!("    {l}\n")).collect::<String>());
         let findings = apply_patch(&plan, &pack, &patch(&yaml)).expect_err(kind);
         assert!(
-            findings.iter().any(|f| f.change == Some(0) && f.severity == opsgraph_plan::patch::Severity::Error),
+            findings.iter().any(|f| f.change == Some(0) && f.severity == opsgraph_core::plan::patch::Severity::Error),
             "{kind}: {findings:?}"
         );
     }

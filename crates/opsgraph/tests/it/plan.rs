@@ -2,9 +2,9 @@
 //! and every documented planning error.
 
 use expect_test::{expect, Expect};
-use opsgraph_model::{CapabilityPolicy, Intent, OperationsPolicy, Provider, Resource};
-use opsgraph_pack::Pack;
-use opsgraph_plan::{Input, Inventory};
+use opsgraph_core::model::{CapabilityPolicy, Intent, OperationsPolicy, Provider, Resource};
+use opsgraph_core::pack::Pack;
+use opsgraph_core::plan::{Input, Inventory};
 
 use crate::builders::*;
 
@@ -47,7 +47,7 @@ fn check(w: World, expect: Expect) {
         policy: &w.policy,
         operations: &w.operations,
     };
-    let text = match opsgraph_plan::build(&input) {
+    let text = match opsgraph_core::plan::build(&input) {
         Ok(plan) => {
             let mut s = String::new();
             for j in &plan.jobs {
@@ -182,14 +182,14 @@ fn scoped_requirements_must_hold_on_every_target() {
         policy: &w.policy,
         operations: &w.operations,
     };
-    let plan = opsgraph_plan::build(&input).unwrap();
+    let plan = opsgraph_core::plan::build(&input).unwrap();
     assert!(plan.is_blocked());
     expect![[r#"
         Capabilities
           package.manager.apt @ nodes  unsatisfiable  1 of 2 resources of scope nodes do not provide package.manager.apt as required
                                          rejected compute_node/n2: it does not provide package.manager.apt
     "#]]
-    .assert_eq(&section(&opsgraph_plan::render::text(&plan), "Capabilities"));
+    .assert_eq(&section(&opsgraph_core::plan::render::text(&plan), "Capabilities"));
 }
 
 #[test]
@@ -250,7 +250,7 @@ fn fan_out_scales_to_ten_thousand_instances() {
         policy: &w.policy,
         operations: &w.operations,
     };
-    let plan = opsgraph_plan::build(&input).unwrap();
+    let plan = opsgraph_core::plan::build(&input).unwrap();
     assert_eq!(plan.jobs.len(), 10_000);
     let j5 = plan.jobs.iter().find(|j| j.id == "j5@n500").unwrap();
     assert_eq!(j5.depends_on, vec!["j4@n500"]);
@@ -290,7 +290,7 @@ fn limits_refuse_oversized_plans_before_building_them() {
 #[test]
 fn the_reviewer_points_out_unproven_outputs_and_what_cannot_be_undone() {
     let mut p = pack("rv", "thing", vec![job("make").provides("rv.made", None), job("drop").destructive()]);
-    p.manifest.risk.default_level = opsgraph_model::RiskLevel::High;
+    p.manifest.risk.default_level = opsgraph_core::model::RiskLevel::High;
     let w = world(p, intent("thing", "dev"));
     let inventory = Inventory::new(&w.resources);
     let input = Input {
@@ -301,12 +301,12 @@ fn the_reviewer_points_out_unproven_outputs_and_what_cannot_be_undone() {
         policy: &w.policy,
         operations: &w.operations,
     };
-    let plan = opsgraph_plan::build(&input).unwrap();
+    let plan = opsgraph_core::plan::build(&input).unwrap();
     expect![[r#"
         Review
           warning[no-evidence]: make provides rv.made but no evidence proves it: its exit code alone decides
           warning[no-rollback]: make cannot be undone (rollback not declared) in a high-risk plan
           warning[no-rollback]: drop cannot be undone (rollback not declared) in a high-risk plan
     "#]]
-    .assert_eq(&section(&opsgraph_plan::render::text(&plan), "Review"));
+    .assert_eq(&section(&opsgraph_core::plan::render::text(&plan), "Review"));
 }

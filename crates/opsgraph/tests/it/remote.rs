@@ -3,8 +3,8 @@
 //! ones come back, and the job runs in a private directory of the remote host — not in the control
 //! host's run directory.
 
+use opsgraph_core::model::OperationState;
 use opsgraph_exec::testing::Sshd;
-use opsgraph_model::OperationState;
 
 use crate::subop::{events, World};
 

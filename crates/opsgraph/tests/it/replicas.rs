@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use opsgraph_store::testing::TestDb;
 
 use crate::support::temp_dir;

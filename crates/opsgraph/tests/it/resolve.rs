@@ -2,9 +2,9 @@
 //! outcome, and the reason each rejected candidate was rejected.
 
 use expect_test::{expect, Expect};
-use opsgraph_model::{CapabilityPolicy, EnvironmentPolicy, Health, Intent, Provider, Requirement, Resource};
-use opsgraph_plan::resolve::{resolve, Context};
-use opsgraph_plan::Inventory;
+use opsgraph_core::model::{CapabilityPolicy, EnvironmentPolicy, Health, Intent, Provider, Requirement, Resource};
+use opsgraph_core::plan::resolve::{resolve, Context};
+use opsgraph_core::plan::Inventory;
 use serde_json::json;
 
 use crate::builders::*;
@@ -209,7 +209,7 @@ fn require_approval_gates_with_roles() {
     c.providers = vec![
         creatable("dedicated_minio", "object_storage.s3", "minio", attrs(&[("encryption", json!(true))])),
         Provider {
-            bind: Some(opsgraph_model::BindMode::External),
+            bind: Some(opsgraph_core::model::BindMode::External),
             create: None,
             title: Some("bind external S3".into()),
             ..creatable("aws_s3", "object_storage.s3", "x", attrs(&[("encryption", json!(true))]))
@@ -275,7 +275,7 @@ fn large_inventories_list_a_sample_and_count_the_rest() {
         requester: "Tempo",
     };
     let r = resolve(&cx, &req("object_storage.s3"), vec![]);
-    assert_eq!(r.rejected.len(), opsgraph_plan::resolve::REJECTION_LIMIT);
+    assert_eq!(r.rejected.len(), opsgraph_core::plan::resolve::REJECTION_LIMIT);
     assert_eq!(r.rejected_by_rule.get("environment"), Some(&500));
     assert_eq!(r.considered, 500);
 }

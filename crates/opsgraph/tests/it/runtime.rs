@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use expect_test::{expect, Expect};
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use opsgraph_runtime::{GateAnswer, Runtime};
 use opsgraph_store::{JobState, Store, Write};
 use opsgraph_store_sqlite::{Durability, SqliteStore};
@@ -145,18 +145,18 @@ impl Lab {
         Runtime::new(Box::new(store), loaded.packs, loaded.world.resources, data)
     }
 
-    fn plan(&self) -> opsgraph_plan::Plan {
+    fn plan(&self) -> opsgraph_core::plan::Plan {
         opsgraph::plan_cmd::build(&self.loaded()).unwrap()
     }
 }
 
 /// Creates and drives an operation; shows the timeline (events and reasons) and the end state.
-fn run_all(rt: &mut Runtime, plan: &opsgraph_plan::Plan) -> (String, String) {
+fn run_all(rt: &mut Runtime, plan: &opsgraph_core::plan::Plan) -> (String, String) {
     let mut lines = Vec::new();
     let mut progress = |e: &opsgraph_store::TimelineEntry| lines.push(format!("{} {}", e.event, e.reason));
     let id = rt.create(plan, "user:alice", &mut progress).unwrap();
     let state = rt.drive(&id, &mut progress).unwrap();
-    lines.push(format!("=> {}", opsgraph_plan::lifecycle::state_name(state.kind())));
+    lines.push(format!("=> {}", opsgraph_core::plan::lifecycle::state_name(state.kind())));
     (id, lines.join("\n"))
 }
 
@@ -565,20 +565,20 @@ fn a_paused_operation_is_patched_and_resumes_with_the_new_revision() {
     let (id, _) = run_all(&mut rt, &lab.plan());
     let before = rt.store().operation(&id).unwrap().unwrap();
     assert!(matches!(before.state, OperationState::Paused { .. }), "{:?}", before.state);
-    let patch = |reason: &str| opsgraph_model::PlanPatch {
+    let patch = |reason: &str| opsgraph_core::model::PlanPatch {
         id: None,
         operation: None,
         author: None,
         reason: Some(reason.into()),
-        changes: vec![opsgraph_model::PatchChange::AddGate(opsgraph_model::Gate {
+        changes: vec![opsgraph_core::model::PatchChange::AddGate(opsgraph_core::model::Gate {
             id: format!("second-look-{reason}"),
-            type_: opsgraph_model::GateType::Approval,
+            type_: opsgraph_core::model::GateType::Approval,
             reason: "a second SRE checks".into(),
             options: vec!["proceed".into(), "cancel operation".into()],
             required_roles: vec!["sre".into()],
             before: vec!["verify".into()],
         })],
-        approval: Some(opsgraph_model::Approval { required: true, roles: vec!["sre".into()] }),
+        approval: Some(opsgraph_core::model::Approval { required: true, roles: vec!["sre".into()] }),
     };
     let answer = |option: &str, actor: &str| GateAnswer {
         option: option.into(),

@@ -4,7 +4,7 @@
 //! what `describe operation` prints; jobs still get the real values.
 
 use base64::Engine;
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 
 use crate::subop::{events, World};
 use crate::support::opsgraph;
@@ -197,11 +197,12 @@ fn secret_parameter_values_are_never_echoed_in_previews_or_errors() {
     let pack = loaded.packs.iter().find(|p| p.manifest.id == "vault").unwrap();
     for value in [format!("[{PARAM}]"), PARAM.to_string()] {
         let yaml = format!("plan_patch:\n  changes:\n    - set_parameters: {{parameters: {{db_password: {value}}}}}\n");
-        let parsed = opsgraph_pack::parse_file("patch.yaml", &yaml);
-        let Some(opsgraph_model::Document::PlanPatch(patch)) = parsed.docs.into_iter().next().map(|d| d.doc) else {
+        let parsed = opsgraph_core::pack::parse_file("patch.yaml", &yaml);
+        let Some(opsgraph_core::model::Document::PlanPatch(patch)) = parsed.docs.into_iter().next().map(|d| d.doc)
+        else {
             panic!("not a patch: {yaml}")
         };
-        let Err(findings) = opsgraph_plan::patch::apply_patch(&plan, pack, &patch) else {
+        let Err(findings) = opsgraph_core::plan::patch::apply_patch(&plan, pack, &patch) else {
             panic!("not refused: {yaml}")
         };
         let text: Vec<String> = findings.iter().map(|f| f.message.clone()).collect();

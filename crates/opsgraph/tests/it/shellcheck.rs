@@ -7,8 +7,8 @@ use std::process::Command;
 
 use expect_test::expect;
 use opsgraph::load::Source;
+use opsgraph_core::model::Command as Cmd;
 use opsgraph_exec::{program_for, Program};
-use opsgraph_model::Command as Cmd;
 
 use crate::support::{path, temp_dir};
 
@@ -47,8 +47,8 @@ fn every_bundled_script_and_shell_line_passes_shellcheck() {
         }
         let jobs = pack.jobs.values().chain(pack.templates.iter().flat_map(|t| {
             t.jobs.iter().filter_map(|e| match e {
-                opsgraph_model::JobEntry::Inline(j) => Some(&**j),
-                opsgraph_model::JobEntry::Ref(_) => None,
+                opsgraph_core::model::JobEntry::Inline(j) => Some(&**j),
+                opsgraph_core::model::JobEntry::Ref(_) => None,
             })
         }));
         let job_lines = jobs.filter_map(|j| Some((format!("job-{}", j.id), j.run.as_ref()?.command.as_ref()?.clone())));

@@ -1,7 +1,7 @@
 //! Sub-operations: a provider the resolution creates runs first as a child operation, and the
 //! jobs that need it wait for it — chosen by the resolution itself, or by a person at a gate.
 
-use opsgraph_model::OperationState;
+use opsgraph_core::model::OperationState;
 use opsgraph_runtime::{GateAnswer, Runtime};
 use opsgraph_store_sqlite::{Durability, SqliteStore};
 
@@ -84,7 +84,7 @@ pub(crate) fn events(rt: &Runtime, id: &str) -> Vec<String> {
 fn a_created_provider_runs_first_and_its_users_wait_for_it() {
     let w = World::new(&[]);
     let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    assert!(matches!(plan.resolution[0].outcome, opsgraph_plan::Outcome::Create { .. }), "{:?}", plan.resolution);
+    assert!(matches!(plan.resolution[0].outcome, opsgraph_core::plan::Outcome::Create { .. }), "{:?}", plan.resolution);
     let mut rt = w.runtime();
     let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
     let state = rt.drive(&id, &mut |_| {}).unwrap();

@@ -1,0 +1,76 @@
+//! Operation (seed §2, §3): the process of changing a resource.
+//!
+//! The lifecycle transition function lives in `plan::lifecycle` (issue [B]); this module only names
+//! the states so that every crate shares one vocabulary.
+
+use serde::{Deserialize, Serialize};
+
+/// The operation lifecycle of protocol §3, plus `Cancelled`. Variants carry their own data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum OperationState {
+    DraftIntent,
+    PlanPreview,
+    CapabilityResolution,
+    WaitingForInput { gates: Vec<String> },
+    WaitingForApproval { gates: Vec<String> },
+    Running,
+    Paused { reason: String },
+    Failed { reason: String },
+    Diagnosing,
+    PlanPatchReview { patch: String },
+    Verification { intervention: String },
+    Completed,
+    Cancelled { reason: String },
+}
+
+/// The field-less twin of [`OperationState`], for filters, queries and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationStateKind {
+    DraftIntent,
+    PlanPreview,
+    CapabilityResolution,
+    WaitingForInput,
+    WaitingForApproval,
+    Running,
+    Paused,
+    Failed,
+    Diagnosing,
+    PlanPatchReview,
+    Verification,
+    Completed,
+    Cancelled,
+}
+
+impl OperationState {
+    pub fn kind(&self) -> OperationStateKind {
+        match self {
+            OperationState::DraftIntent => OperationStateKind::DraftIntent,
+            OperationState::PlanPreview => OperationStateKind::PlanPreview,
+            OperationState::CapabilityResolution => OperationStateKind::CapabilityResolution,
+            OperationState::WaitingForInput { .. } => OperationStateKind::WaitingForInput,
+            OperationState::WaitingForApproval { .. } => OperationStateKind::WaitingForApproval,
+            OperationState::Running => OperationStateKind::Running,
+            OperationState::Paused { .. } => OperationStateKind::Paused,
+            OperationState::Failed { .. } => OperationStateKind::Failed,
+            OperationState::Diagnosing => OperationStateKind::Diagnosing,
+            OperationState::PlanPatchReview { .. } => OperationStateKind::PlanPatchReview,
+            OperationState::Verification { .. } => OperationStateKind::Verification,
+            OperationState::Completed => OperationStateKind::Completed,
+            OperationState::Cancelled { .. } => OperationStateKind::Cancelled,
+        }
+    }
+}
+
+/// An operation: an intent, the plan revision it runs, its state and who started it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Operation {
+    pub id: String,
+    pub intent_id: String,
+    pub plan_id: String,
+    /// The content hash of the plan revision being executed.
+    pub plan_revision: String,
+    pub state: OperationState,
+    pub actor: String,
+}

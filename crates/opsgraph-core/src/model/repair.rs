@@ -1,0 +1,212 @@
+//! Gates, interventions, plan patches, remedies and failures: how people and analyzers answer,
+//! repair and explain a run.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Attributes;
+
+// ---------------------------------------------------------------------------------------------
+// Gates, interventions, patches, remedies
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateType {
+    #[default]
+    Approval,
+    ProviderSelection,
+    DestructiveAction,
+    PolicyException,
+    MissingInput,
+    CostConfirmation,
+}
+
+impl fmt::Display for GateType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GateType::Approval => "approval",
+            GateType::ProviderSelection => "provider_selection",
+            GateType::DestructiveAction => "destructive_action",
+            GateType::PolicyException => "policy_exception",
+            GateType::MissingInput => "missing_input",
+            GateType::CostConfirmation => "cost_confirmation",
+        })
+    }
+}
+
+/// A gate (seed §12): a DAG node that blocks its descendants until a person answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gate {
+    pub id: String,
+    #[serde(default, rename = "type")]
+    pub type_: GateType,
+    pub reason: String,
+    #[serde(default)]
+    pub options: Vec<String>,
+    #[serde(default)]
+    pub required_roles: Vec<String>,
+    /// The jobs that wait for the answer (template gates); none: before the first jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InterventionType {
+    ManuallyFixed,
+}
+
+/// A recorded manual fix (seed §13), verified before the run goes on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Intervention {
+    #[serde(rename = "type")]
+    pub type_: InterventionType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_stage: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    pub note: String,
+    #[serde(default)]
+    pub requires_verification: Vec<String>,
+}
+
+/// A structured change to a plan (seed §14). Changes are an allow-list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanPatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub changes: Vec<PatchChange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PatchChange {
+    InsertAfter {
+        anchor: String,
+        jobs: Vec<String>,
+    },
+    InsertBefore {
+        anchor: String,
+        jobs: Vec<String>,
+    },
+    Retry {
+        job: String,
+        #[serde(default)]
+        with_descendants: bool,
+    },
+    Skip {
+        job: String,
+        reason: String,
+    },
+    SetParameters {
+        job: Option<String>,
+        parameters: Attributes,
+    },
+    AddGate(Gate),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    #[serde(default)]
+    pub required: bool,
+    #[serde(default)]
+    pub roles: Vec<String>,
+}
+
+/// A known failure signature a pack ships, with its diagnosis and patch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Remedy {
+    pub id: String,
+    pub applies_to: Vec<String>,
+    pub signature: Signature,
+    pub diagnosis: String,
+    pub plan_patch: PlanPatch,
+    /// Outputs the signature must and must not match (`opsgraph pack test`).
+    #[serde(default, skip_serializing_if = "RemedyExamples::is_empty")]
+    pub examples: RemedyExamples,
+}
+
+/// A remedy's examples: failures its signature must recognise, and near misses it must not.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemedyExamples {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matches: Vec<RemedyExample>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub does_not_match: Vec<RemedyExample>,
+}
+
+impl RemedyExamples {
+    pub fn is_empty(&self) -> bool {
+        self.matches.is_empty() && self.does_not_match.is_empty()
+    }
+}
+
+/// One example failure: the job's output, and optionally its exit code and failed checks.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemedyExample {
+    pub output: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_evidence: Vec<String>,
+}
+
+/// A failed job described outside any operation (`opsgraph diagnose FILE`): for pack authors and
+/// for triage of a failure seen elsewhere.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Failure {
+    /// `id` (the highest version) or `id@version`.
+    pub pack: String,
+    /// The job id (or an instance id `job@resource`).
+    pub job: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub output: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<FailureEvidence>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_state: Option<serde_json::Value>,
+}
+
+/// One evidence result of a [`Failure`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureEvidence {
+    pub check: String,
+    pub passed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Signature {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_matches: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exit_codes: Vec<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_evidence: Vec<String>,
+}

@@ -1,0 +1,857 @@
+//! The shape of each document kind of documents.md.
+
+use serde_json::{json, Map, Value};
+
+use crate::pack::shape::{field, required, Alt, Field, Obj, Shape, Wrap};
+
+static STR: Shape = Shape::Str;
+static ID: Shape = Shape::Id;
+static CAP: Shape = Shape::CapKey;
+static RID: Shape = Shape::ResourceId;
+static DURATION: Shape = Shape::Duration;
+static BOOL: Shape = Shape::Bool;
+static NUMBER: Shape = Shape::Number;
+static SCALAR: Shape = Shape::Scalar;
+static ANY: Shape = Shape::Any;
+static PORT: Shape = Shape::Int { min: 1, max: 65535 };
+static COUNT: Shape = Shape::Int { min: 1, max: i64::MAX };
+static EXIT_CODE: Shape = Shape::Int { min: 0, max: 255 };
+static STATUS_CODE: Shape = Shape::Int { min: 100, max: 599 };
+static IDS: Shape = Shape::List(&ID);
+static STRS: Shape = Shape::List(&STR);
+static RIDS: Shape = Shape::List(&RID);
+static ATTRS: Shape = Shape::Map { key: &STR, value: &ANY };
+static STR_MAP: Shape = Shape::Map { key: &STR, value: &STR };
+static CONSTRAINT_VALUE: Shape = Shape::Alt(&Alt {
+    doc: "a value, `required`, `same-as-workload`, or a list of allowed values",
+    scalar: Some((&SCALAR, Wrap::Keep)),
+    seq: Some((&Shape::List(&SCALAR), Wrap::Keep)),
+    map: None,
+});
+static CONSTRAINTS: Shape = Shape::Map { key: &ID, value: &CONSTRAINT_VALUE };
+
+pub(crate) static HEALTH: Shape = Shape::Enum(&["healthy", "degraded", "error", "unknown"]);
+pub(crate) static RESOURCE_STATUS: Shape = Shape::Enum(&["provisioning", "running", "degraded", "error"]);
+pub(crate) static SENSITIVITY: Shape = Shape::Enum(&["public", "internal", "confidential", "secret"]);
+pub(crate) static GATE_TYPE: Shape = Shape::Enum(&[
+    "approval",
+    "provider_selection",
+    "destructive_action",
+    "policy_exception",
+    "missing_input",
+    "cost_confirmation",
+]);
+static RISK_LEVEL: Shape = Shape::Enum(&["low", "medium", "high", "critical"]);
+static JOB_TYPE: Shape = Shape::Enum(&["automation", "verification", "diagnostic", "rollback", "noop"]);
+static EXECUTOR: Shape = Shape::Enum(&["local", "ssh", "http"]);
+static EVIDENCE_SOURCE: Shape = Shape::Enum(&["command", "systemd", "http", "tcp", "file"]);
+static PARAM_TYPE: Shape = Shape::Enum(&["string", "integer", "number", "boolean", "list", "map"]);
+static STORAGE: Shape = Shape::Enum(&["blob", "secret_ref"]);
+static BIND_MODE: Shape = Shape::Enum(&["external"]);
+static INTERVENTION_TYPE: Shape = Shape::Enum(&["manually_fixed"]);
+static ROLLBACK_SUPPORT: Shape = Shape::Alt(&Alt {
+    doc: "`full`, `partial`, `none`, or true / false",
+    scalar: Some((&Shape::Enum(&["full", "partial", "none", "true", "false"]), Wrap::Keep)),
+    seq: None,
+    map: None,
+});
+
+static COMMAND: Shape = Shape::Alt(&Alt {
+    doc: "a command line, or an argv list (run without a shell)",
+    scalar: Some((&STR, Wrap::Tag("line"))),
+    seq: Some((&Shape::List(&STR), Wrap::Tag("argv"))),
+    map: None,
+});
+
+// --- requirements and provisions -----------------------------------------------------------
+
+pub(crate) static REQUIREMENT_OBJ: Obj = Obj {
+    name: "requirement",
+    doc: "A capability requirement: key, constraints, scope (seed §5).",
+    fields: &[
+        Field {
+            name: "capability",
+            shape: &CAP,
+            required: true,
+            doc: "the capability key (`key` is accepted too)",
+            aliases: &["key"],
+        },
+        field("constraints", &CONSTRAINTS, "attribute predicates the provider must satisfy"),
+        field("scope", &ID, "the template scope whose resources must provide it (`target_nodes`)"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+pub(crate) static REQUIREMENT: Shape = Shape::Alt(&Alt {
+    doc: "a capability key, or a mapping with `capability`, `constraints`, `scope`",
+    scalar: Some((&CAP, Wrap::Field("capability"))),
+    seq: None,
+    map: Some((&Shape::Obj(&REQUIREMENT_OBJ), Wrap::Keep)),
+});
+static REQUIREMENTS: Shape = Shape::List(&REQUIREMENT);
+
+static PROVISION_OBJ: Obj = Obj {
+    name: "provision",
+    doc: "A capability provided, in a scope, with the attributes it will have.",
+    fields: &[
+        Field {
+            name: "capability",
+            shape: &CAP,
+            required: true,
+            doc: "the capability key (`key` is accepted too)",
+            aliases: &["key"],
+        },
+        field("scope", &ID, "the template scope it is provided on"),
+        field("provider", &ID, "a provider id this pack can create"),
+        field("attributes", &ATTRS, "attributes the provided capability has"),
+        field(
+            "credentials",
+            &ID,
+            "the artifact this operation produces that holds the credentials to use it (a kubeconfig, a key file)",
+        ),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static PROVISION: Shape = Shape::Alt(&Alt {
+    doc: "a capability key, or a mapping with `capability`, `scope`, `attributes`",
+    scalar: Some((&CAP, Wrap::Field("capability"))),
+    seq: None,
+    map: Some((&Shape::Obj(&PROVISION_OBJ), Wrap::Keep)),
+});
+static PROVISIONS: Shape = Shape::List(&PROVISION);
+
+// --- resource ------------------------------------------------------------------------------
+
+static PROVIDED_OBJ: Obj = Obj {
+    name: "provided capability",
+    doc: "A capability a resource provides, with the attributes constraints match.",
+    fields: &[
+        Field { name: "capability", shape: &CAP, required: true, doc: "the capability key", aliases: &["key"] },
+        field("attributes", &ATTRS, "attributes constraints are matched against"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static PROVIDED: Shape = Shape::Alt(&Alt {
+    doc: "a capability key, or a mapping with `capability` and `attributes`",
+    scalar: Some((&CAP, Wrap::Field("capability"))),
+    seq: None,
+    map: Some((&Shape::Obj(&PROVIDED_OBJ), Wrap::Keep)),
+});
+
+static SSH_ACCESS: Obj = Obj {
+    name: "ssh access",
+    doc: "How the SSH executor reaches the resource.",
+    fields: &[
+        required("host", &STR, "host name or address"),
+        field("port", &PORT, "port, 22 by default"),
+        field("user", &STR, "login user"),
+        field("key", &STR, "path of the private key file"),
+        field("known_hosts", &STR, "path of the known_hosts file to check the host key against"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static ACCESS: Obj = Obj {
+    name: "access",
+    doc: "How executors reach the resource.",
+    fields: &[
+        field("ssh", &Shape::Obj(&SSH_ACCESS), "reach it over SSH"),
+        field("local", &BOOL, "the resource is this machine"),
+        field("agent", &STR, "jobs go to the remote agent with this name"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+pub(crate) static RESOURCE: Obj = Obj {
+    name: "resource",
+    doc: "A managed object: a host, a cluster, a bucket (seed §2, §4).",
+    fields: &[
+        field("id", &RID, "`<type>/<name>`; derived from type and name when absent"),
+        required("type", &ID, "the resource type (`cluster`, `compute_node`)"),
+        required("name", &ID, "the resource name, unique within its type"),
+        field("environment", &ID, "the environment it belongs to (`dev`, `prod`)"),
+        field("provider", &ID, "the provider id policies name (`shared_minio`)"),
+        field("labels", &STR_MAP, "free labels"),
+        field("attributes", &ATTRS, "attributes constraints are matched against"),
+        field("desired_state", &STR, "what it should be, in words"),
+        field("observed_state", &STR, "what it was last seen to be"),
+        field("health", &HEALTH, "healthy | degraded | error | unknown"),
+        field("status", &RESOURCE_STATUS, "provisioning | running | degraded | error"),
+        field("provides", &Shape::List(&PROVIDED), "the capabilities it provides"),
+        field("access", &Shape::Obj(&ACCESS), "how executors reach it"),
+        field(
+            "credentials",
+            &STR_MAP,
+            "capability -> an absolute file path, or `artifact:<operation>/<artifact>`: handed to jobs bound to it",
+        ),
+    ],
+    one_of: &[],
+    normalize: Some(|mut m| {
+        if !m.contains_key("id") {
+            if let (Some(Value::String(t)), Some(Value::String(n))) = (m.get("type"), m.get("name")) {
+                let id = format!("{t}/{n}");
+                m.insert("id".into(), json!(id));
+            }
+        }
+        Value::Object(m)
+    }),
+};
+
+// --- provider and policy -------------------------------------------------------------------
+
+static CREATE_ACTION: Obj = Obj {
+    name: "create action",
+    doc: "The pack action that creates a resource of this provider (a sub-operation).",
+    fields: &[
+        required("pack", &ID, "the pack id"),
+        required("action", &ID, "the pack action"),
+        field("parameters", &ATTRS, "parameters passed to the action"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+pub(crate) static PROVIDER: Obj = Obj {
+    name: "provider",
+    doc: "What `allowed_providers` and `default_provider` name.",
+    fields: &[
+        required("id", &ID, "the provider id"),
+        required("capability", &CAP, "the capability it provides"),
+        field("title", &STR, "how options name it (`create dedicated MinIO`)"),
+        field("description", &STR, "free text"),
+        field("attributes", &ATTRS, "attributes every resource of this provider has"),
+        field("create", &Shape::Obj(&CREATE_ACTION), "the pack action that creates one"),
+        field("bind", &BIND_MODE, "`external`: a person may bind a resource outside the inventory at a gate"),
+        field("cost", &NUMBER, "estimated monthly cost of creating one"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+static ENV_POLICY: Obj = Obj {
+    name: "environment policy",
+    doc: "The provider policy of one capability in one environment (seed §6).",
+    fields: &[
+        field("allowed_providers", &IDS, "providers that may serve it; absent: any"),
+        field("default_provider", &ID, "the provider chosen when several match"),
+        field("require_encryption", &BOOL, "candidates must have `encryption: true`"),
+        field("require_approval", &BOOL, "binding or creating needs an approval gate"),
+        field("approval_roles", &IDS, "the roles that answer the gate"),
+        field("soft", &Shape::Obj(&SOFT_POLICY), "rules broken only by exception, at a `policy_exception` gate"),
+        field("exception_roles", &IDS, "the roles that grant an exception (default `platform_admin`)"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static SOFT_POLICY: Obj = Obj {
+    name: "soft policy",
+    doc: "Preferred rules: a candidate that breaks them is used only if nothing else fits, after an exception.",
+    fields: &[
+        field("allowed_providers", &IDS, "the preferred providers"),
+        field("require_encryption", &BOOL, "prefer candidates with `encryption: true`"),
+        field("reason", &STR, "why the rule exists, shown at the gate"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static ENV_OPERATIONS: Obj = Obj {
+    name: "environment operations policy",
+    doc: "Rules about whole operations in one environment (`default`: any environment without its own).",
+    fields: &[
+        field("confirm_cost_above", &NUMBER, "a plan estimated above this needs a `cost_confirmation` gate"),
+        field("cost_roles", &IDS, "the roles that confirm the cost (default `sre`, `platform_admin`)"),
+        field("cost_unit", &STR, "how cost figures are labelled (`USD/month`)"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+pub(crate) static OPERATIONS_POLICY: Shape = Shape::Map { key: &ID, value: &Shape::Obj(&ENV_OPERATIONS) };
+static ENV_POLICIES: Shape = Shape::Map { key: &ID, value: &Shape::Obj(&ENV_POLICY) };
+pub(crate) static CAPABILITY_POLICY: Shape = Shape::Map { key: &CAP, value: &ENV_POLICIES };
+
+// --- intent --------------------------------------------------------------------------------
+
+pub(crate) static INTENT: Obj = Obj {
+    name: "intent",
+    doc: "What a person wants (seed §2).",
+    fields: &[
+        field("id", &ID, "an id for the intent"),
+        required("target_resource_type", &ID, "the type of resource to create or change"),
+        required("action", &ID, "the pack action (`install`, `create_cluster`)"),
+        field(
+            "pack",
+            &Shape::PackRef,
+            "the pack to use, `id` or `id@version`; by default the one for the target type, highest version",
+        ),
+        field("name", &ID, "the resource the operation creates or changes"),
+        field("environment", &ID, "the environment; selects the policy"),
+        field("desired_result", &STR, "the result, in words"),
+        field("parameters", &ATTRS, "values for the plan template's parameters"),
+        field("constraints", &ATTRS, "the workload's attributes (`region`), for `same-as-workload`"),
+        field("targets", &Shape::Map { key: &ID, value: &RIDS }, "scope name -> resource ids"),
+        field("requires", &REQUIREMENTS, "requirements beyond the pack's own"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+// --- scenario pack -------------------------------------------------------------------------
+
+static TEMPLATE_REF: Obj = Obj {
+    name: "plan template reference",
+    doc: "A plan template of the pack.",
+    fields: &[
+        required("id", &ID, "the plan_template id"),
+        field("entrypoint", &ID, "the job the plan starts from"),
+        field("action", &ID, "the action it implements"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static EDITABLE: Obj = Obj {
+    name: "editable",
+    doc: "What users may change.",
+    fields: &[field("advanced_mode", &BOOL, "jobs and contracts are editable in advanced mode")],
+    one_of: &[],
+    normalize: None,
+};
+static RISK: Obj = Obj {
+    name: "risk",
+    doc: "The pack's risk.",
+    fields: &[
+        field("default_level", &RISK_LEVEL, "low | medium | high | critical"),
+        field("approval_from", &RISK_LEVEL, "from this level up, plans get an approval gate"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+pub(crate) static SCENARIO_PACK: Obj = Obj {
+    name: "scenario_pack",
+    doc: "The manifest of a pack directory (seed §15).",
+    fields: &[
+        required("id", &ID, "the pack id"),
+        required("version", &STR, "the pack version (`1.0.0`)"),
+        field("title", &STR, "the name used in sentences (`Tempo`)"),
+        field("description", &STR, "free text"),
+        field("resource_types", &IDS, "resource types the pack manages"),
+        field("actions", &IDS, "the actions it offers"),
+        field("requires", &REQUIREMENTS, "capabilities it needs"),
+        field("provides", &PROVISIONS, "capabilities it provides"),
+        field("plan_templates", &Shape::List(&Shape::Obj(&TEMPLATE_REF)), "its plan templates"),
+        field("editable", &Shape::Obj(&EDITABLE), "what users may change"),
+        field("risk", &Shape::Obj(&RISK), "its risk"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+// --- plan template -------------------------------------------------------------------------
+
+static PARAM_SPEC: Obj = Obj {
+    name: "parameter",
+    doc: "A typed parameter of a plan template.",
+    fields: &[
+        required("type", &PARAM_TYPE, "string | integer | number | boolean | list | map"),
+        field("default", &ANY, "the value when the intent gives none"),
+        field("required", &BOOL, "the intent must give it (else a missing_input gate)"),
+        field("description", &STR, "free text"),
+        field("enum", &Shape::List(&SCALAR), "the allowed values"),
+        field("secret", &BOOL, "encrypted at rest, masked in output"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static SCOPE_SPEC: Obj = Obj {
+    name: "scope",
+    doc: "A set of resources jobs fan out over.",
+    fields: &[
+        required("resource_type", &ID, "the type of its resources"),
+        required("from", &Shape::OneOrList(&STR), "`targets.<name>`: the intent's targets; a list joins several"),
+        field("min", &Shape::Int { min: 0, max: i64::MAX }, "at least this many resources"),
+        field("max", &Shape::Int { min: 0, max: i64::MAX }, "at most this many resources"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static STAGE_SPEC: Obj = Obj {
+    name: "stage",
+    doc: "A group of jobs, for people (seed §11).",
+    fields: &[
+        required("id", &ID, "the stage id"),
+        required("name", &STR, "its name"),
+        required("jobs", &IDS, "its jobs"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static JOB_ENTRY: Shape = Shape::Alt(&Alt {
+    doc: "a job id from the pack's library, or an inline job",
+    scalar: Some((&ID, Wrap::Tag("ref"))),
+    seq: None,
+    map: Some((&Shape::Obj(&JOB), Wrap::Tag("inline"))),
+});
+
+pub(crate) static PLAN_TEMPLATE: Obj = Obj {
+    name: "plan_template",
+    doc: "How a pack action becomes a plan.",
+    fields: &[
+        required("id", &ID, "the template id (`kubernetes.create`)"),
+        required("action", &ID, "the action it implements"),
+        field("title", &STR, "free text"),
+        field("description", &STR, "free text"),
+        field("parameters", &Shape::Map { key: &ID, value: &Shape::Obj(&PARAM_SPEC) }, "typed parameters"),
+        field("scopes", &Shape::Map { key: &ID, value: &Shape::Obj(&SCOPE_SPEC) }, "resource sets jobs fan out over"),
+        field("stages", &Shape::List(&Shape::Obj(&STAGE_SPEC)), "stages, for people"),
+        field("jobs", &Shape::List(&JOB_ENTRY), "the jobs of the plan"),
+        field("gates", &Shape::List(&Shape::Obj(&GATE)), "explicit gates"),
+        field("requires", &REQUIREMENTS, "external requirements; the pack's when absent"),
+        field("risk", &RISK_LEVEL, "overrides the pack's risk level"),
+        field("provides", &PROVISIONS, "what the resulting resource provides"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+// --- job -----------------------------------------------------------------------------------
+
+static JOB_SCOPE: Obj = Obj {
+    name: "job scope",
+    doc: "Where a job runs.",
+    fields: &[
+        field("resources", &IDS, "resource types it runs on"),
+        field("target", &ID, "the template scope it fans out over"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static REQUIRES: Obj = Obj {
+    name: "requires",
+    doc: "What a job needs.",
+    fields: &[
+        field("capabilities", &REQUIREMENTS, "capabilities"),
+        field("artifacts", &IDS, "artifacts other jobs produce"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static INPUTS: Obj = Obj {
+    name: "inputs",
+    doc: "A job's input contract.",
+    fields: &[
+        field("parameters", &ATTRS, "parameters and their defaults"),
+        field("requires", &Shape::Obj(&REQUIRES), "what it needs"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static PROVIDES: Obj = Obj {
+    name: "provides",
+    doc: "What a job provides.",
+    fields: &[field("capabilities", &PROVISIONS, "capabilities")],
+    one_of: &[],
+    normalize: None,
+};
+static OUTPUTS: Obj = Obj {
+    name: "outputs",
+    doc: "A job's output contract.",
+    fields: &[
+        field("provides", &Shape::Obj(&PROVIDES), "capabilities it provides"),
+        field("artifacts", &IDS, "artifacts it produces"),
+        field("evidence", &IDS, "evidence checks that prove its outputs"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static RETRY_POLICY: Obj = Obj {
+    name: "retry_policy",
+    doc: "How often a job is tried.",
+    fields: &[
+        field("max_attempts", &COUNT, "attempts in all, 1 by default"),
+        field("backoff", &DURATION, "delay before the second attempt, doubled after"),
+        field("max_backoff", &DURATION, "the longest delay"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static IDEMPOTENCY: Obj = Obj {
+    name: "idempotency",
+    doc: "The key under which a successful run is remembered.",
+    fields: &[required("key", &STR, "a template: `install-containerd:{node_id}:{version}`")],
+    one_of: &[],
+    normalize: None,
+};
+static ROLLBACK: Obj = Obj {
+    name: "rollback",
+    doc: "How a job is undone.",
+    fields: &[
+        required("supported", &ROLLBACK_SUPPORT, "full | partial | none"),
+        field("job", &ID, "the job that undoes it"),
+    ],
+    one_of: &[],
+    normalize: Some(|mut m| {
+        if let Some(Value::String(s)) = m.get("supported") {
+            let s = match s.as_str() {
+                "true" => "full",
+                "false" => "none",
+                other => other,
+            }
+            .to_string();
+            m.insert("supported".into(), json!(s));
+        }
+        Value::Object(m)
+    }),
+};
+static MANUAL: Obj = Obj {
+    name: "manual_intervention",
+    doc: "Whether a person may fix it by hand.",
+    fields: &[required("allowed", &BOOL, "true or false")],
+    one_of: &[],
+    normalize: None,
+};
+static CONTROLS: Obj = Obj {
+    name: "controls",
+    doc: "Retries, idempotency, rollback, manual intervention.",
+    fields: &[
+        field("retry_policy", &Shape::Obj(&RETRY_POLICY), "attempts and backoff"),
+        field("idempotency", &Shape::Obj(&IDEMPOTENCY), "the idempotency key"),
+        field("rollback", &Shape::Obj(&ROLLBACK), "how it is undone"),
+        field("manual_intervention", &Shape::Obj(&MANUAL), "whether a manual fix is allowed"),
+        field("destructive", &BOOL, "a destructive_action gate goes before it"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static RUN: Obj = Obj {
+    name: "run",
+    doc: "How the job runs.",
+    fields: &[
+        field("executor", &EXECUTOR, "local | ssh | http"),
+        field("command", &COMMAND, "a command: argv list, or a line"),
+        field("script", &STR, "a script of the pack, run with `sh -eu`"),
+        field("timeout", &DURATION, "TERM after this long, then KILL"),
+        field("env", &STR_MAP, "extra environment"),
+        field("workdir", &STR, "working directory"),
+        field("method", &Shape::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE"]), "HTTP method"),
+        field("url", &STR, "HTTP URL"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+pub(crate) static JOB: Obj = Obj {
+    name: "job",
+    doc: "A job and its contract (seed §8).",
+    fields: &[
+        required("id", &ID, "the job id"),
+        field("title", &STR, "its title"),
+        field("description", &STR, "free text"),
+        field("type", &JOB_TYPE, "automation | verification | diagnostic | rollback | noop"),
+        field("scope", &Shape::Obj(&JOB_SCOPE), "where it runs"),
+        field("inputs", &Shape::Obj(&INPUTS), "its input contract"),
+        field("outputs", &Shape::Obj(&OUTPUTS), "its output contract"),
+        field("controls", &Shape::Obj(&CONTROLS), "retries, idempotency, rollback"),
+        field("run", &Shape::Obj(&RUN), "how it runs"),
+        field("after", &IDS, "ordering no contract expresses"),
+        field("cost", &NUMBER, "estimated cost"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+// --- evidence, artifact --------------------------------------------------------------------
+
+pub(crate) static EVIDENCE_OBJ: Obj = Obj {
+    name: "evidence",
+    doc: "A check that proves an output exists (seed §10).",
+    fields: &[
+        required("id", &ID, "the check id"),
+        required("source", &EVIDENCE_SOURCE, "command | systemd | http | tcp | file"),
+        field("description", &STR, "free text"),
+        field("command", &COMMAND, "command and systemd sources: what to run"),
+        field("url", &STR, "http source: the URL"),
+        field("host", &STR, "tcp source: the host"),
+        field("port", &PORT, "tcp source: the port"),
+        field("path", &STR, "file source: the path"),
+        field("expected", &STR, "trimmed output equals this"),
+        field("expected_exit_code", &EXIT_CODE, "the exit code"),
+        field("expected_status", &STATUS_CODE, "http source: the status"),
+        field("contains", &STR, "output contains this"),
+        field("matches", &STR, "output matches this regular expression"),
+        field("retries", &Shape::Int { min: 0, max: 1000 }, "tries again this many times"),
+        field("interval", &DURATION, "between tries"),
+        field("timeout", &DURATION, "for one try"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+pub(crate) static EVIDENCE: Shape = Shape::OneOrList(&Shape::Obj(&EVIDENCE_OBJ));
+
+pub(crate) static ARTIFACT: Obj = Obj {
+    name: "artifact",
+    doc: "A concrete output other jobs can use (seed §9).",
+    fields: &[
+        field("id", &ID, "the artifact id; `type` when absent"),
+        required("type", &ID, "its type (`kubeconfig.admin`)"),
+        required("sensitivity", &SENSITIVITY, "public | internal | confidential | secret"),
+        field("storage", &STORAGE, "blob | secret_ref"),
+        field("visible_to_roles", &IDS, "roles that may read it"),
+        field("description", &STR, "free text"),
+        field("from_file", &STR, "where the job leaves it"),
+    ],
+    one_of: &[],
+    normalize: Some(|mut m| {
+        if !m.contains_key("id") {
+            if let Some(t) = m.get("type").cloned() {
+                m.insert("id".into(), t);
+            }
+        }
+        Value::Object(m)
+    }),
+};
+
+// --- gate, intervention, patch, remedy -----------------------------------------------------
+
+pub(crate) static GATE: Obj = Obj {
+    name: "gate",
+    doc: "A DAG node that waits for a person (seed §12).",
+    fields: &[
+        required("id", &ID, "the gate id"),
+        field(
+            "type",
+            &GATE_TYPE,
+            "approval | provider_selection | destructive_action | policy_exception | missing_input | cost_confirmation",
+        ),
+        required("reason", &STR, "why it exists"),
+        field("options", &STRS, "the answers a person may give"),
+        field("required_roles", &IDS, "who may answer"),
+        field("before", &IDS, "the jobs that wait for it"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+pub(crate) static INTERVENTION: Obj = Obj {
+    name: "intervention",
+    doc: "A manual fix, verified before the run goes on (seed §13).",
+    fields: &[
+        required("type", &INTERVENTION_TYPE, "manually_fixed"),
+        field("operation", &STR, "the operation it belongs to"),
+        field("target_stage", &ID, "the stage that was fixed"),
+        field("target_job", &STR, "the job that was fixed"),
+        field("actor", &STR, "who fixed it"),
+        required("note", &STR, "what was done"),
+        field("requires_verification", &IDS, "evidence checks to run before continuing"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+static INSERTED_JOB: Shape = Shape::Alt(&Alt {
+    doc: "a job id, or a mapping with `id`",
+    scalar: Some((&ID, Wrap::Keep)),
+    seq: None,
+    map: Some((&Shape::Obj(&INSERTED_JOB_OBJ), Wrap::Keep)),
+});
+static INSERTED_JOB_OBJ: Obj = Obj {
+    name: "inserted job",
+    doc: "A job from the pack's library or its remedies.",
+    fields: &[required("id", &ID, "the job id")],
+    one_of: &[],
+    normalize: Some(|m| m.get("id").cloned().unwrap_or(Value::Null)),
+};
+static RETRY_OBJ: Obj = Obj {
+    name: "retry",
+    doc: "Run a job again.",
+    fields: &[required("job", &STR, "the job"), field("with_descendants", &BOOL, "its descendants too")],
+    one_of: &[],
+    normalize: Some(|mut m| {
+        m.entry("with_descendants").or_insert(json!(false));
+        Value::Object(m)
+    }),
+};
+static RETRY: Shape = Shape::Alt(&Alt {
+    doc: "a job id, or a mapping with `job` and `with_descendants`",
+    scalar: Some((&STR, Wrap::Field("job"))),
+    seq: None,
+    map: Some((&Shape::Obj(&RETRY_OBJ), Wrap::Keep)),
+});
+static SKIP_OBJ: Obj = Obj {
+    name: "skip",
+    doc: "Skip a job, with a reason.",
+    fields: &[required("job", &STR, "the job"), required("reason", &STR, "why")],
+    one_of: &[],
+    normalize: None,
+};
+static SET_PARAMETERS_OBJ: Obj = Obj {
+    name: "set_parameters",
+    doc: "Change parameters of the plan or of one job.",
+    fields: &[
+        field("job", &STR, "the job; the whole plan when absent"),
+        required("parameters", &ATTRS, "the new values"),
+    ],
+    one_of: &[],
+    normalize: Some(|mut m| {
+        m.entry("job").or_insert(Value::Null);
+        Value::Object(m)
+    }),
+};
+
+pub(crate) static CHANGE: Obj = Obj {
+    name: "change",
+    doc: "One change of a plan patch: an allow-list.",
+    fields: &[
+        field("insert_after", &STR, "insert `jobs` after this job"),
+        field("insert_before", &STR, "insert `jobs` before this job"),
+        field("jobs", &Shape::List(&INSERTED_JOB), "the jobs to insert"),
+        field("retry", &RETRY, "run a job again"),
+        field("skip", &Shape::Obj(&SKIP_OBJ), "skip a job"),
+        field("set_parameters", &Shape::Obj(&SET_PARAMETERS_OBJ), "change parameters"),
+        field("add_gate", &Shape::Obj(&GATE), "add a gate"),
+    ],
+    one_of: &["insert_after", "insert_before", "retry", "skip", "set_parameters", "add_gate"],
+    normalize: Some(normalize_change),
+};
+
+fn normalize_change(mut m: Map<String, Value>) -> Value {
+    let jobs = m.remove("jobs").unwrap_or_else(|| json!([]));
+    for key in ["insert_after", "insert_before"] {
+        if let Some(anchor) = m.remove(key) {
+            return json!({ key: {"anchor": anchor, "jobs": jobs} });
+        }
+    }
+    // Exactly one key is left (checked by `one_of`).
+    Value::Object(m)
+}
+
+static APPROVAL: Obj = Obj {
+    name: "approval",
+    doc: "Who approves a patch.",
+    fields: &[field("required", &BOOL, "approval is required"), field("roles", &IDS, "roles that approve")],
+    one_of: &[],
+    normalize: None,
+};
+
+pub(crate) static PLAN_PATCH: Obj = Obj {
+    name: "plan_patch",
+    doc: "A structured change to a plan (seed §14).",
+    fields: &[
+        field("id", &ID, "the patch id"),
+        field("operation", &STR, "the operation it applies to"),
+        field("author", &STR, "who wrote it (`ai-agent:sre`, `user:alice`)"),
+        field("reason", &STR, "why"),
+        required("changes", &Shape::List(&Shape::Obj(&CHANGE)), "the changes"),
+        field("approval", &Shape::Obj(&APPROVAL), "who approves it"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+static SIGNATURE: Obj = Obj {
+    name: "signature",
+    doc: "How a known failure is recognised.",
+    fields: &[
+        field("output_matches", &STRS, "regular expressions over the job's output"),
+        field("exit_codes", &Shape::List(&EXIT_CODE), "exit codes"),
+        field("failed_evidence", &IDS, "evidence checks that failed"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+pub(crate) static REMEDY: Obj = Obj {
+    name: "remedy",
+    doc: "A known failure signature with its diagnosis and patch.",
+    fields: &[
+        required("id", &ID, "the remedy id"),
+        required("applies_to", &IDS, "the jobs it applies to"),
+        required("signature", &Shape::Obj(&SIGNATURE), "how the failure is recognised"),
+        required("diagnosis", &STR, "what went wrong, in words"),
+        required("plan_patch", &Shape::Obj(&PLAN_PATCH), "the fix"),
+        field(
+            "examples",
+            &Shape::Obj(&REMEDY_EXAMPLES),
+            "outputs the signature must and must not match, checked by `opsgraph pack test`",
+        ),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+static REMEDY_EXAMPLES: Obj = Obj {
+    name: "remedy examples",
+    doc: "Failures a remedy must recognise, and near misses it must not (`opsgraph pack test`).",
+    fields: &[
+        field("matches", &Shape::List(&REMEDY_EXAMPLE), "failures the remedy must be the best match for"),
+        field("does_not_match", &Shape::List(&REMEDY_EXAMPLE), "failures its signature must not match"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static REMEDY_EXAMPLE: Shape = Shape::Alt(&Alt {
+    doc: "the job's output, or a mapping with `output`, `exit_code`, `failed_evidence`",
+    scalar: Some((&STR, Wrap::Field("output"))),
+    seq: None,
+    map: Some((&Shape::Obj(&REMEDY_EXAMPLE_OBJ), Wrap::Keep)),
+});
+static REMEDY_EXAMPLE_OBJ: Obj = Obj {
+    name: "remedy example",
+    doc: "An example failure: output, exit code, failed evidence checks.",
+    fields: &[
+        required("output", &STR, "the job's output"),
+        field("exit_code", &EXIT_CODE, "its exit code"),
+        field("failed_evidence", &IDS, "evidence checks that failed"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+static FAILURE_EVIDENCE: Obj = Obj {
+    name: "evidence result",
+    doc: "One evidence check's result.",
+    fields: &[
+        required("check", &ID, "the evidence check id"),
+        required("passed", &BOOL, "whether it passed"),
+        field("observed", &ANY, "what it observed"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+pub(crate) static FAILURE: Obj = Obj {
+    name: "failure",
+    doc: "A failed job described outside any operation, for `opsgraph diagnose FILE`.",
+    fields: &[
+        required("pack", &STR, "the pack: `id` (its highest version) or `id@version`"),
+        required("job", &STR, "the job id (or an instance id `job@resource`)"),
+        field("exit_code", &EXIT_CODE, "the job's exit code"),
+        field("output", &STR, "the job's output (stdout and stderr)"),
+        field("evidence", &Shape::List(&Shape::Obj(&FAILURE_EVIDENCE)), "the job's evidence results"),
+        field("observed_state", &ANY, "what was observed on the resource, free-form"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+
+/// Every kind: its root key and shape.
+pub(crate) static KINDS: &[(&str, &Shape)] = &[
+    ("resource", &Shape::Obj(&RESOURCE)),
+    ("provider", &Shape::Obj(&PROVIDER)),
+    ("capability_policy", &CAPABILITY_POLICY),
+    ("operations_policy", &OPERATIONS_POLICY),
+    ("intent", &Shape::Obj(&INTENT)),
+    ("scenario_pack", &Shape::Obj(&SCENARIO_PACK)),
+    ("plan_template", &Shape::Obj(&PLAN_TEMPLATE)),
+    ("job", &Shape::Obj(&JOB)),
+    ("evidence", &EVIDENCE),
+    ("artifact", &Shape::Obj(&ARTIFACT)),
+    ("gate", &Shape::Obj(&GATE)),
+    ("intervention", &Shape::Obj(&INTERVENTION)),
+    ("plan_patch", &Shape::Obj(&PLAN_PATCH)),
+    ("remedy", &Shape::Obj(&REMEDY)),
+    ("failure", &Shape::Obj(&FAILURE)),
+    ("requires", &Shape::OneOrList(&REQUIREMENT)),
+];

@@ -1,0 +1,172 @@
+//! Rules within one document that span several fields (which a shape alone cannot say).
+
+use crate::pack::diag::{Code, Diagnostic};
+use crate::pack::yaml::{Node, NodeKind};
+
+pub(crate) fn check(kind: &str, body: &Node, diags: &mut Vec<Diagnostic>) {
+    match kind {
+        "evidence" => match &body.kind {
+            NodeKind::Seq(items) => items.iter().for_each(|it| evidence(it, diags)),
+            _ => evidence(body, diags),
+        },
+        "plan_patch" => patch(body, diags),
+        "remedy" => {
+            if let Some(p) = body.get("plan_patch") {
+                patch(p, diags)
+            }
+        }
+        "capability_policy" => policy(body, diags),
+        "plan_template" => template(body, diags),
+        "job" => job(body, diags),
+        "intent" => {}
+        _ => {}
+    }
+}
+
+fn evidence(check: &Node, diags: &mut Vec<Diagnostic>) {
+    let Some(source) = check.get("source").and_then(Node::as_str) else {
+        return;
+    };
+    let needs: &[&str] = match source {
+        "command" | "systemd" => &["command"],
+        "http" => &["url"],
+        "tcp" => &["host", "port"],
+        "file" => &["path"],
+        _ => &[],
+    };
+    for key in needs {
+        if check.get(key).is_none() {
+            diags.push(
+                Diagnostic::error(check.pos, Code::MissingKey, format!("a `{source}` evidence check needs `{key}`"))
+                    .expected(format!("`{key}` beside `source: {source}`")),
+            );
+        }
+    }
+    for (key, only) in [("url", "http"), ("expected_status", "http"), ("port", "tcp"), ("host", "tcp")] {
+        if let Some(n) = check.get(key) {
+            if source != only {
+                diags.push(Diagnostic::error(
+                    n.pos,
+                    Code::BadValue,
+                    format!("`{key}` belongs to `source: {only}` checks, not `{source}`"),
+                ));
+            }
+        }
+    }
+}
+
+fn patch(body: &Node, diags: &mut Vec<Diagnostic>) {
+    let Some(NodeKind::Seq(changes)) = body.get("changes").map(|n| &n.kind) else {
+        return;
+    };
+    for change in changes {
+        let insert = change.get("insert_after").is_some() || change.get("insert_before").is_some();
+        match (insert, change.get("jobs")) {
+            (true, None) => diags.push(
+                Diagnostic::error(change.pos, Code::MissingKey, "an insert needs `jobs`")
+                    .expected("`jobs: [job-id, ...]` beside `insert_after` or `insert_before`"),
+            ),
+            (true, Some(Node { kind: NodeKind::Seq(items), pos })) if items.is_empty() => {
+                diags.push(Diagnostic::error(*pos, Code::BadValue, "an insert with no jobs changes nothing"))
+            }
+            (false, Some(jobs)) => diags.push(Diagnostic::error(
+                jobs.pos,
+                Code::UnknownKey,
+                "`jobs` goes only with `insert_after` or `insert_before`",
+            )),
+            _ => {}
+        }
+    }
+}
+
+fn policy(body: &Node, diags: &mut Vec<Diagnostic>) {
+    let NodeKind::Map(caps) = &body.kind else {
+        return;
+    };
+    for (_, envs) in caps {
+        let NodeKind::Map(envs) = &envs.kind else {
+            continue;
+        };
+        for (env, rule) in envs {
+            let allowed: Option<Vec<&str>> = match rule.get("allowed_providers").map(|n| &n.kind) {
+                Some(NodeKind::Seq(items)) => Some(items.iter().filter_map(Node::as_str).collect()),
+                _ => None,
+            };
+            if let (Some(allowed), Some(default)) = (allowed, rule.get("default_provider")) {
+                let d = default.as_str().unwrap_or_default();
+                if !allowed.contains(&d) {
+                    diags.push(
+                        Diagnostic::error(
+                            default.pos,
+                            Code::BadValue,
+                            format!(
+                                "default provider `{d}` is not among the allowed providers of {}",
+                                env.as_str().unwrap_or_default()
+                            ),
+                        )
+                        .expected(format!("one of {}", allowed.join(", "))),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn template(body: &Node, diags: &mut Vec<Diagnostic>) {
+    if let Some(NodeKind::Map(scopes)) = body.get("scopes").map(|n| &n.kind) {
+        for (_, scope) in scopes {
+            let froms: Vec<&Node> = match scope.get("from") {
+                Some(Node { kind: NodeKind::Seq(items), .. }) => items.iter().collect(),
+                Some(one) => vec![one],
+                None => vec![],
+            };
+            for from in froms {
+                let text = from.as_str().unwrap_or_default();
+                let ok = text.strip_prefix("targets.").is_some_and(crate::model::is_id);
+                if !ok {
+                    diags.push(
+                        Diagnostic::error(from.pos, Code::BadValue, format!("unknown scope source `{text}`"))
+                            .expected("`targets.<name>`: the intent's targets of that name"),
+                    );
+                }
+            }
+        }
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    if let Some(NodeKind::Seq(stages)) = body.get("stages").map(|n| &n.kind) {
+        for stage in stages {
+            if let Some(id) = stage.get("id") {
+                let id_text = id.as_str().unwrap_or_default();
+                if seen.contains(&id_text) {
+                    diags.push(Diagnostic::error(
+                        id.pos,
+                        Code::Duplicate,
+                        format!("stage `{id_text}` is declared twice"),
+                    ));
+                }
+                seen.push(id_text);
+            }
+        }
+    }
+    if let Some(NodeKind::Seq(jobs)) = body.get("jobs").map(|n| &n.kind) {
+        for j in jobs.iter().filter(|j| matches!(j.kind, NodeKind::Map(_))) {
+            job(j, diags);
+        }
+    }
+}
+
+fn job(body: &Node, diags: &mut Vec<Diagnostic>) {
+    let Some(run) = body.get("run") else { return };
+    let has = |k: &str| run.get(k).is_some();
+    let executor = run.get("executor").and_then(Node::as_str);
+    let count = usize::from(has("command")) + usize::from(has("script")) + usize::from(has("url"));
+    if count != 1 {
+        diags.push(
+            Diagnostic::error(run.pos, Code::MissingKey, "a run needs exactly one of `command`, `script`, `url`")
+                .expected("`command: [argv...]`, `script: scripts/x.sh`, or `url:` with `executor: http`"),
+        );
+    }
+    if has("url") && executor != Some("http") {
+        diags.push(Diagnostic::error(run.pos, Code::BadValue, "`url` runs need `executor: http`"));
+    }
+}

@@ -1,0 +1,317 @@
+//! Plan previews: text a person reads in one screen, JSON for machines, DOT for Graphviz.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::plan::resolve::{GateOption, Outcome, Resolution};
+use crate::plan::types::{amount, JobInstance, Plan};
+
+/// The plan's status in one word.
+pub fn status(plan: &Plan) -> &'static str {
+    if plan.is_blocked() {
+        "blocked"
+    } else if !plan.gates.is_empty() {
+        "waiting_for_gates"
+    } else {
+        "ready"
+    }
+}
+
+fn resolution_json(r: &Resolution) -> Value {
+    let mut v = json!({
+        "requirement": r.requirement.capability,
+        "constraints": r.requirement.constraints,
+        "scope": r.requirement.scope,
+        "required_by": r.required_by,
+        "outcome": r.outcome.name(),
+        "provider": Value::Null,
+        "rejected": r.rejected,
+        "rejected_total": r.rejected_by_rule.values().sum::<usize>(),
+        "rejected_by_rule": r.rejected_by_rule,
+        "considered": r.considered,
+    });
+    match &r.outcome {
+        Outcome::Bind { resource, provider, because } => {
+            v["provider"] = json!(provider);
+            v["resource"] = json!(resource);
+            v["because"] = json!(because);
+        }
+        Outcome::BindScope { scope, resources } => {
+            v["provider"] = json!(format!("scope {scope}"));
+            v["resources"] = json!(resources);
+        }
+        Outcome::Create { provider, pack, action, parameters } => {
+            v["provider"] = json!(provider);
+            v["create"] = json!({"pack": pack, "action": action, "parameters": parameters});
+        }
+        Outcome::Gate { gate } => {
+            v["gate"] = json!(gate.id);
+            v["options"] = json!(gate.options);
+        }
+        Outcome::Unsatisfiable { reason } => v["reason"] = json!(reason),
+    }
+    v
+}
+
+/// What a secret parameter's value is shown as in a preview.
+pub use crate::plan::types::SECRET;
+
+/// The names of `plan`'s secret parameters, from its template among `packs`. When the pack or
+/// its template is not there, every parameter counts as secret (deny by default).
+pub fn secret_parameters(plan: &Plan, packs: &[crate::pack::Pack]) -> BTreeSet<String> {
+    let template = packs
+        .iter()
+        .find(|p| p.reference() == plan.pack)
+        .and_then(|p| p.templates.iter().find(|t| t.id == plan.template));
+    match template {
+        Some(t) => t.parameters.iter().filter(|(_, spec)| spec.secret).map(|(name, _)| name.clone()).collect(),
+        None => plan.parameters.keys().chain(plan.intent.parameters.keys()).cloned().collect(),
+    }
+}
+
+/// The JSON preview (`opsgraph plan -o json`, `POST /api/v1/plans`): the values of secret
+/// parameters (see [`secret_parameters`]; `packs` are those the plan was made from) are shown as
+/// [`SECRET`], in the parameters and in the intent, here and in sub-operation plans.
+pub fn json(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
+    let secret = secret_parameters(plan, packs);
+    let mut v = preview_json(plan, packs);
+    for at in ["/parameters", "/intent/parameters"] {
+        if let Some(Value::Object(params)) = v.pointer_mut(at) {
+            for (name, value) in params.iter_mut() {
+                if secret.contains(name) {
+                    *value = Value::String(SECRET.into());
+                }
+            }
+        }
+    }
+    v
+}
+
+fn preview_json(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
+    json!({
+        "pack": plan.pack,
+        "pack_digest": plan.pack_digest,
+        "template": plan.template,
+        "action": plan.action,
+        "intent": plan.intent,
+        "revision": plan.revision,
+        "status": status(plan),
+        "parameters": plan.parameters,
+        "resolution": plan.resolution.iter().map(resolution_json).collect::<Vec<_>>(),
+        "stages": plan.stages,
+        "jobs": plan.jobs.iter().map(|j| json!({
+            "id": j.id, "job": j.job, "title": j.title, "stage": j.stage, "scope": j.scope,
+            "resource": j.resource, "depends_on": j.depends_on, "because": j.because, "destructive": j.destructive,
+        })).collect::<Vec<_>>(),
+        "gates": plan.gates,
+        "risk": plan.risk,
+        "cost": plan.cost,
+        "review": plan.review,
+        "sub_operations": plan.sub_operations.iter().map(|s| json!({
+            "requirement": s.requirement, "provider": s.provider, "chosen": s.chosen,
+            "error": s.error, "plan": s.plan.as_deref().map(|p| json(p, packs)),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn short_hash(hash: &str) -> &str {
+    &hash[..hash.len().min(19)]
+}
+
+/// The text preview.
+pub fn text(plan: &Plan) -> String {
+    let mut s = String::new();
+    let i = &plan.intent;
+    let _ = writeln!(
+        s,
+        "Plan {} ({}) for: {} {} {}{}",
+        plan.template,
+        plan.pack,
+        i.action,
+        i.target_resource_type,
+        i.name.as_deref().unwrap_or("(unnamed)"),
+        i.environment.as_deref().map(|e| format!(" in {e}")).unwrap_or_default()
+    );
+    let _ = writeln!(
+        s,
+        "Revision {} {}   Risk: {}",
+        plan.revision.number,
+        short_hash(&plan.revision.hash),
+        plan.risk.level
+    );
+    if let Some(c) = &plan.cost {
+        let unit = c.unit.as_deref().map(|u| format!(" {u}")).unwrap_or_default();
+        let items: Vec<String> = c.items.iter().map(|i| format!("{} {}", i.what, amount(i.amount))).collect();
+        let _ = writeln!(s, "Cost estimate: {}{unit} ({})", amount(c.total), items.join(", "));
+    }
+    let _ = writeln!(s, "\nCapabilities");
+    let width = plan
+        .resolution
+        .iter()
+        .map(|r| r.requirement.capability.len() + r.requirement.scope.as_ref().map_or(0, |x| x.len() + 3))
+        .max()
+        .unwrap_or(0);
+    for r in &plan.resolution {
+        let name = match &r.requirement.scope {
+            Some(scope) => format!("{} @ {scope}", r.requirement.capability),
+            None => r.requirement.capability.clone(),
+        };
+        let what = match &r.outcome {
+            Outcome::Bind { resource, because, .. } => format!("{resource} ({because})"),
+            Outcome::BindScope { resources, .. } => abbreviate(resources),
+            Outcome::Create { provider, pack, action, .. } => {
+                format!("provider {provider} through {pack} {action} (sub-operation)")
+            }
+            Outcome::Gate { gate } => format!("gate {}", gate.id),
+            Outcome::Unsatisfiable { reason } => reason.clone(),
+        };
+        let _ = writeln!(s, "  {name:<width$}  {:<13}  {what}", r.outcome.name());
+        for rej in &r.rejected {
+            let _ = writeln!(s, "  {:<width$}    rejected {}: {}", "", rej.candidate, rej.reason);
+        }
+        let total: usize = r.rejected_by_rule.values().sum();
+        if total > r.rejected.len() {
+            let rules: Vec<String> = r.rejected_by_rule.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            let _ = writeln!(
+                s,
+                "  {:<width$}    ... {} more rejected ({})",
+                "",
+                total - r.rejected.len(),
+                rules.join(", ")
+            );
+        }
+    }
+    if !plan.gates.is_empty() {
+        let _ = writeln!(s, "\nGates");
+        for g in &plan.gates {
+            let _ = writeln!(s, "  {} ({}), answered by {}", g.id, g.type_, g.required_roles.join(" or "));
+            let _ = writeln!(s, "    {}", g.reason);
+            if !g.options.is_empty() {
+                let _ = writeln!(s, "    options: {}", g.options.join(" | "));
+            }
+            let _ = writeln!(s, "    blocks: {}", abbreviate(&g.before));
+        }
+    }
+    if !plan.review.is_empty() {
+        let _ = writeln!(s, "\nReview");
+        for f in &plan.review {
+            let sev = match f.severity {
+                crate::plan::types::Severity::Error => "error",
+                crate::plan::types::Severity::Warning => "warning",
+                crate::plan::types::Severity::Info => "note",
+            };
+            let _ = writeln!(s, "  {sev}[{}]: {}", f.code, f.message);
+        }
+    }
+    let _ = writeln!(s, "\nStages");
+    let by_id: std::collections::HashMap<&str, &JobInstance> = plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+    for (n, stage) in plan.stages.iter().enumerate() {
+        let mut by_job: Vec<(&str, Vec<&str>)> = Vec::new();
+        for id in &stage.jobs {
+            let Some(j) = by_id.get(id.as_str()) else {
+                continue;
+            };
+            let on = j.resource.as_deref().map(|r| r.rsplit('/').next().unwrap_or(r)).unwrap_or("");
+            match by_job.iter_mut().find(|(job, _)| *job == j.job) {
+                Some((_, rs)) => rs.push(on),
+                None => by_job.push((&j.job, vec![on])),
+            }
+        }
+        let jobs: Vec<String> = by_job
+            .iter()
+            .map(|(job, rs)| {
+                let rs: Vec<String> = rs.iter().filter(|r| !r.is_empty()).map(|r| r.to_string()).collect();
+                if rs.is_empty() {
+                    job.to_string()
+                } else {
+                    format!("{job} @ {}", abbreviate(&rs))
+                }
+            })
+            .collect();
+        let _ = writeln!(s, "  {}. {:<18} {}", n + 1, stage.name, jobs.join("; "));
+    }
+    if !plan.sub_operations.is_empty() {
+        let _ = writeln!(s, "\nSub-operations");
+        for sub in &plan.sub_operations {
+            let role = if sub.chosen { "runs first".to_string() } else { "if chosen at its gate".to_string() };
+            match (&sub.plan, &sub.error) {
+                (Some(p), None) => {
+                    let _ = writeln!(
+                        s,
+                        "  {} for {} ({role}): {} {}, {} jobs in {} stages, {} gates",
+                        sub.provider,
+                        sub.requirement,
+                        p.pack,
+                        p.action,
+                        p.jobs.len(),
+                        p.stages.len(),
+                        p.gates.len()
+                    );
+                    for r in &p.resolution {
+                        let _ = writeln!(s, "    {} {}", r.requirement.capability, r.outcome.name());
+                    }
+                }
+                (_, Some(e)) => {
+                    let _ = writeln!(s, "  {} for {} ({role}): cannot be planned: {e}", sub.provider, sub.requirement);
+                }
+                (None, None) => {}
+            }
+        }
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{} job{}, {} gate{}. Nothing has run. Status: {}.",
+        plan.jobs.len(),
+        if plan.jobs.len() == 1 { "" } else { "s" },
+        plan.gates.len(),
+        if plan.gates.len() == 1 { "" } else { "s" },
+        match status(plan) {
+            "blocked" => "blocked: a requirement cannot be met",
+            "waiting_for_gates" => "ready to apply; gates will wait for a person",
+            _ => "ready to apply",
+        }
+    );
+    s
+}
+
+fn abbreviate(items: &[String]) -> String {
+    const SHOWN: usize = 4;
+    if items.len() <= SHOWN {
+        items.join(", ")
+    } else {
+        format!("{}, ... ({} in all)", items[..SHOWN].join(", "), items.len())
+    }
+}
+
+/// Graphviz: stages as clusters, gates as diamonds.
+pub fn dot(plan: &Plan) -> String {
+    let mut s = String::new();
+    let q = |x: &str| format!("\"{}\"", x.replace('\\', "\\\\").replace('"', "\\\""));
+    let _ = writeln!(s, "digraph {} {{", q(&plan.template));
+    let _ = writeln!(s, "  rankdir=LR;\n  node [shape=box, fontname=\"sans-serif\"];");
+    for (n, stage) in plan.stages.iter().enumerate() {
+        let _ = writeln!(s, "  subgraph cluster_{n} {{\n    label={};", q(&stage.name));
+        for j in &stage.jobs {
+            let _ = writeln!(s, "    {};", q(j));
+        }
+        let _ = writeln!(s, "  }}");
+    }
+    for g in &plan.gates {
+        let _ = writeln!(s, "  {} [shape=diamond, label={}];", q(&g.id), q(&format!("{}\n({})", g.id, g.type_)));
+    }
+    for j in &plan.jobs {
+        for d in &j.depends_on {
+            let _ = writeln!(s, "  {} -> {};", q(d), q(&j.id));
+        }
+    }
+    let _ = writeln!(s, "}}");
+    s
+}
+
+/// The options of a resolution gate, by label (for callers answering it).
+pub fn option_labels(options: &[GateOption]) -> Vec<&str> {
+    options.iter().map(GateOption::label).collect()
+}
