@@ -11,7 +11,7 @@ mod operation;
 
 pub use documents::*;
 pub use ids::{is_capability_key, is_id, is_resource_id};
-pub use operation::{Operation, OperationState, OperationStateKind};
+pub use operation::{JobState, Operation, OperationState, OperationStateKind};
 
 /// A free-form attribute or parameter map. Ordered, so that hashes and renderings are stable.
 pub type Attributes = std::collections::BTreeMap<String, serde_json::Value>;

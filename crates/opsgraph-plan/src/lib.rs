@@ -7,6 +7,7 @@
 mod columns;
 mod edit;
 mod inputs;
+pub mod job_lifecycle;
 pub mod lifecycle;
 pub mod patch;
 mod plan;
