@@ -547,7 +547,7 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
                 // Given up first (the old holder is fenced off), then the evidence is checked
                 // by an agent before anything runs again.
                 let evidence_id = task_id(&w.operation, &task.instance, task.attempt, "evidence");
-                let note = crate::drive::entry(
+                let note = crate::timeline::entry(
                     &w.operation,
                     &w.actor,
                     "agent_lost",

@@ -2,11 +2,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use opsgraph_exec::{Cancel, Executor, LocalExecutor, Program, SshExecutor};
+use std::sync::Arc;
+use std::time::Instant;
+
+use opsgraph_exec::{Cancel, Executor, LocalExecutor, SshExecutor};
 use opsgraph_model::{GateType, Health, OperationState, ProvidedCapability, Resource, ResourceStatus};
 use opsgraph_pack::Pack;
 use opsgraph_plan::lifecycle::{self, state_name, Event};
@@ -17,25 +17,11 @@ use opsgraph_store::{
 };
 use serde_json::{json, Value};
 
-use crate::jobs::{self, artifact_env, param_text, render_key, Task, TaskResult};
+use crate::decide::{decide, Input, Snapshot};
+use crate::execute::{raced, Drive, Flow};
+use crate::jobs::{self, artifact_env, param_text, TaskResult};
+use crate::timeline::{entry, Progress};
 use crate::{new_operation_id, Error, Runtime};
-
-/// What the driver reports as it goes: each timeline entry once it is committed.
-pub type Progress<'a> = &'a mut dyn FnMut(&TimelineEntry);
-
-pub(crate) fn entry(op: &str, actor: &str, event: &str, reason: impl Into<String>, data: Value) -> TimelineEntry {
-    TimelineEntry {
-        seq: 0,
-        operation: op.to_string(),
-        at: now(),
-        actor: actor.to_string(),
-        event: event.to_string(),
-        from: None,
-        to: None,
-        reason: reason.into(),
-        data,
-    }
-}
 
 /// Gates answered before the run starts; the others block their descendants mid-run.
 pub(crate) fn is_pre_run(source: &str) -> bool {
@@ -618,25 +604,15 @@ impl Runtime {
 
     /// Runs an operation until it completes, fails, is cancelled, or waits for a person.
     /// Returns the state it stopped in.
+    ///
+    /// A short loop around one pure decision: read a snapshot of the operation, `decide` what to
+    /// write and do, commit and carry it out (`execute`), then turn the workers' reports into the
+    /// next decision. Sub-operations and crash recovery are steps of reading the snapshot: they
+    /// drive children and check evidence before anything is decided.
     pub fn drive(&mut self, id: &str, progress: Progress<'_>) -> Result<OperationState, Error> {
         let (_, plan) = self.load(id)?;
         let pack = self.pack(&plan)?.clone();
-        let template = pack.templates.iter().find(|t| t.id == plan.template).cloned();
         let inputs = self.gate_inputs(id)?;
-        let actor = self.actor.clone();
-        let (tx, rx) = mpsc::channel::<TaskResult>();
-        let mut in_flight: HashMap<String, Cancel> = HashMap::new();
-        let mut not_before: HashMap<String, Instant> = HashMap::new();
-        // The idempotency key of each attempt in flight, as rendered when it started.
-        let mut keys: HashMap<String, Option<String>> = HashMap::new();
-        let mut cache: HashMap<String, JobRecord> = HashMap::new();
-        let mut cache_stale = true;
-        let mut recovered_checked = false;
-        // Results not yet committed: they go into the same transaction as the attempts they let
-        // start (one commit per job on a chain), or alone before the driver waits or stops.
-        let mut carry: Vec<Write> = Vec::new();
-        let instances: HashMap<&str, &JobInstance> = plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
-        let jobs = template.as_ref().map(|t| pack.job_index(t));
         // Made once per drive: every attempt works and logs in the operation's run directory.
         let run_dir = self.data_dir.join("runs").join(id);
         for d in [&run_dir, &self.data_dir.join("lab")] {
@@ -644,419 +620,142 @@ impl Runtime {
         }
         // Plaintext copies of secrets a crashed driver left behind.
         let _ = std::fs::remove_dir_all(run_dir.join("secrets"));
-        let mut workers = Workers::new(tx.clone());
-        // The operation row as last read, with the store's data version and this runtime's count of
-        // operation writes at that moment: while neither changed, nobody changed the row (pause,
-        // cancel and gate answers from other processes change the data version).
-        let mut op_seen: Option<(i64, u64, OperationRecord)> = None;
-        // Jobs before this index of `plan.jobs` are all done: the search for ready jobs starts here.
-        let mut done_prefix = 0;
+        let mut d = Drive::new(&plan, &pack, inputs, self.actor.clone(), run_dir);
 
         loop {
             if let Some(lost) = self.lease_lost() {
                 // Another replica carries on from the store; nothing more is started or recorded here.
-                for c in in_flight.values() {
+                for c in d.in_flight.values() {
                     c.cancel();
                 }
                 return Err(lost);
             }
-            let data_version = self.store.data_version()?;
-            let op = match (&op_seen, data_version) {
-                (Some((v, w, op)), Some(now)) if *v == now && *w == self.operation_writes => op.clone(),
-                _ => {
-                    let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
-                    op_seen = data_version.map(|v| (v, self.operation_writes, op.clone()));
-                    op
-                }
-            };
+            let op = self.snapshot_op(&mut d, id)?;
             let running = matches!(op.state, OperationState::Running);
-            if !running && !carry.is_empty() {
-                self.commit_timeline(std::mem::take(&mut carry), progress)?;
+            if d.cache_stale {
+                d.cache = self.store.jobs(id)?.into_iter().map(|j| (j.id.clone(), j)).collect();
+                d.cache_stale = false;
+                d.done_prefix = 0;
             }
-            if !running {
-                // Stop: cancel running jobs when cancelled, let them finish otherwise.
-                if matches!(op.state, OperationState::Cancelled { .. }) {
-                    for c in in_flight.values() {
-                        c.cancel();
-                    }
-                }
-                if in_flight.is_empty() {
-                    return Ok(op.state);
-                }
-            }
-            // Jobs are read from the store once (and after recovery rewrote them); afterwards this
-            // driver is their only writer and keeps its copy current as it commits.
-            if cache_stale {
-                cache = self.store.jobs(id)?.into_iter().map(|j| (j.id.clone(), j)).collect();
-                cache_stale = false;
-                done_prefix = 0;
-            }
-            let state_of = |id: &str| cache.get(id).map(|j| j.state);
             let gates = if plan.gates.is_empty() { Vec::new() } else { self.store.gates(id)? };
-            let gate_done: HashMap<&str, bool> = gates
-                .iter()
-                .map(|g| (g.id.as_str(), g.answer.as_deref().is_some_and(|a| a != "cancel operation")))
-                .collect();
 
             // Sub-operations: providers created for this operation run first; the jobs that need
             // what they provide wait for them.
-            let mut blocked_jobs: HashSet<String> = HashSet::new();
+            let mut blocked: HashSet<String> = HashSet::new();
             let mut waiting_children: Vec<String> = Vec::new();
             if running {
-                match self.sub_operations(id, &plan, &actor, progress)? {
+                match self.sub_operations(id, &plan, &d.actor, progress)? {
                     Children::Failed(reason) => {
-                        raced(self.transition(
-                            &op,
-                            Event::JobFailed { job: "sub-operation".into(), reason: reason.clone() },
-                            &actor,
-                            &reason,
-                            vec![],
-                            progress,
-                        ))?;
+                        // The resource is not marked failed here (the lifecycle's
+                        // `MarkResourceFailed` is not carried out): the jobs that change it never ran.
+                        let actor = d.actor.clone();
+                        let event = Event::JobFailed { job: "sub-operation".into(), reason: reason.clone() };
+                        raced(self.transition(&op, event, &actor, &reason, vec![], progress))?;
                         continue;
                     }
                     Children::Progressed => continue,
                     Children::Blocking { jobs, waiting } => {
-                        blocked_jobs = jobs;
+                        blocked = jobs;
                         waiting_children = waiting;
                     }
                 }
             }
 
             // Recovery: attempts recorded as started whose outcome nobody recorded.
-            if running && !recovered_checked {
-                recovered_checked = true;
-                let orphans: Vec<JobRecord> = cache
-                    .values()
-                    .filter(|j| j.state == JobState::Running && !in_flight.contains_key(&j.id))
-                    .cloned()
-                    .collect();
-                // Attempts handed to agents are waited for again: their agent may still run them.
-                let orphans = self.agent_orphans(&op, &plan, &pack, orphans, &run_dir, |task, key| {
-                    in_flight.insert(task.instance.clone(), task.cancel.clone());
-                    keys.insert(task.instance.clone(), key);
-                    workers.run(task, in_flight.len());
-                })?;
-                if !orphans.is_empty() {
-                    self.recover(&op, &plan, &pack, &orphans, &inputs, progress)?;
-                    cache_stale = true;
-                    continue;
-                }
-            }
-
-            if running {
-                // Ready: pending, dependencies done, gates answered, not waiting for a retry; in plan
-                // order, as many as there are free slots.
-                let now_i = Instant::now();
-                while plan.jobs.get(done_prefix).is_some_and(|j| state_of(&j.id).is_some_and(JobState::is_done)) {
-                    done_prefix += 1;
-                }
-                let free = self.concurrency.max(1).saturating_sub(in_flight.len());
-                let ready: Vec<&JobInstance> = plan.jobs[done_prefix..]
-                    .iter()
-                    .filter(|j| state_of(&j.id) == Some(JobState::Pending) && !in_flight.contains_key(&j.id))
-                    .filter(|j| not_before.get(&j.id).is_none_or(|t| *t <= now_i))
-                    .filter(|j| !blocked_jobs.contains(&j.job))
-                    .filter(|j| {
-                        j.depends_on.iter().all(|d| match state_of(d) {
-                            Some(s) => s.is_done(),
-                            None => gate_done.get(d.as_str()).copied().unwrap_or(false),
-                        })
-                    })
-                    .take(free)
-                    .collect();
-                if ready.is_empty() && !carry.is_empty() {
-                    self.commit_timeline(std::mem::take(&mut carry), progress)?;
-                }
-
-                if ready.is_empty() && in_flight.is_empty() {
-                    if plan.jobs.iter().all(|j| state_of(&j.id).is_some_and(JobState::is_done)) {
-                        let extra = self.completion_writes(&op, &plan, &pack)?;
-                        raced(self.transition(
-                            &op,
-                            Event::Complete,
-                            &actor,
-                            "every job's outputs are verified by evidence",
-                            extra,
-                            progress,
-                        ))?;
-                        continue;
-                    }
-                    let waiting = not_before.iter().filter(|(j, _)| state_of(j) == Some(JobState::Pending));
-                    if let Some(wait) = waiting.map(|(_, t)| t.saturating_duration_since(now_i)).min() {
-                        std::thread::sleep(wait.min(Duration::from_secs(5)));
-                        continue;
-                    }
-                    // A job still failed (kept failed by a person's retry of others, or one an
-                    // intervention did not cover) fails the run again, naming it.
-                    if let Some(j) = plan.jobs.iter().find(|j| state_of(&j.id) == Some(JobState::Failed)) {
-                        let why = cache.get(&j.id).and_then(|r| r.outcome["failure"].as_str()).unwrap_or("it failed");
-                        let reason = format!("{}: {why}", j.id);
-                        let event = Event::JobFailed { job: j.id.clone(), reason: reason.clone() };
-                        let extra = self.failure_writes(&op, &plan, &reason)?;
-                        raced(self.transition(&op, event, &actor, &reason, extra, progress))?;
-                        continue;
-                    }
-                    let blocking: Vec<&str> =
-                        gates.iter().filter(|g| g.answer.is_none()).map(|g| g.id.as_str()).collect();
-                    let reason = if !waiting_children.is_empty() {
-                        format!("waiting for sub-operation {}", waiting_children.join(", "))
-                    } else if blocking.is_empty() {
-                        "no job can start".to_string()
-                    } else {
-                        format!("waiting for gate {}", blocking.join(", "))
-                    };
-                    raced(self.transition(
-                        &op,
-                        Event::Pause { reason: reason.clone() },
-                        &actor,
-                        &reason,
-                        vec![],
-                        progress,
-                    ))?;
-                    continue;
-                }
-
-                // Start: record each attempt before its process exists (one commit for all, with the
-                // results that made them ready).
-                let mut writes = std::mem::take(&mut carry);
-                let pending: Vec<ArtifactRecord> = writes
-                    .iter()
-                    .filter_map(|w| match w {
-                        Write::Artifact(a) => Some(a.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                let mut tasks = Vec::new();
-                for instance in ready {
-                    let job = jobs
-                        .as_ref()
-                        .ok_or_else(|| Error::NoPack(plan.template.clone()))?
-                        .get(&instance.job)
-                        .cloned()
-                        .ok_or_else(|| Error::NoPack(format!("{} (job {})", plan.pack, instance.job)))?;
-                    let record = cache.get(&instance.id).cloned();
-                    let attempt = record.map_or(0, |r| r.attempts) + 1;
-                    let mut mask = Vec::new();
-                    let env = self.environment(&op, &plan, instance, &job, &inputs, &pending, &mut mask)?;
-                    let key_values = self.key_values(&op, &plan, instance, &env);
-                    let key = job.controls.idempotency.as_ref().map(|k| render_key(&k.key, &key_values));
-                    let check_first = match &key {
-                        Some(k) => self.store.idempotency(k)?.is_some(),
-                        None => false,
-                    };
-                    let dir = run_dir.clone();
-                    let stem = format!("{}.{attempt}", instance.id);
-                    let program = job.run.as_ref().and_then(|r| {
-                        if let Some(script) = &r.script {
-                            Some(Program::Script { path: PathBuf::from(&pack.root).join(script), args: vec![] })
-                        } else if let Some(cmd) = &r.command {
-                            Some(opsgraph_exec::program_for(cmd))
-                        } else {
-                            r.url.as_ref().map(|url| Program::Http {
-                                method: r.method.clone().unwrap_or_else(|| "GET".into()),
-                                url: url.clone(),
-                                headers: vec![],
-                                body: vec![],
-                            })
-                        }
-                    });
-                    let timeout = job
-                        .run
-                        .as_ref()
-                        .and_then(|r| r.timeout.as_deref())
-                        .and_then(|t| opsgraph_exec::parse_duration(t).ok());
-                    let evidence = job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
-                    writes.push(Write::Job(JobRecord {
-                        operation: op.id.clone(),
-                        id: instance.id.clone(),
-                        state: JobState::Running,
-                        attempts: attempt,
-                        outcome: json!({"key": key}),
-                        updated_at: now(),
-                    }));
-                    writes.push(Write::Timeline(entry(
-                        &op.id,
-                        &actor,
-                        "job_started",
-                        format!(
-                            "{} attempt {attempt}{}",
-                            instance.id,
-                            if check_first { " (idempotency key seen before: evidence first)" } else { "" }
-                        ),
-                        json!({"job": instance.id, "attempt": attempt, "key": key}),
-                    )));
-                    let cancel = Cancel::new();
-                    not_before.remove(&instance.id);
-                    keys.insert(instance.id.clone(), key.clone());
-                    in_flight.insert(instance.id.clone(), cancel.clone());
-                    if let Some(held) = &self.lease {
-                        held.watch(&instance.id, Some(&cancel));
-                    }
-                    let job_secret_outputs: Vec<String> = job
-                        .outputs
-                        .artifacts
-                        .iter()
-                        .filter(|a| {
-                            pack.artifacts.get(*a).is_some_and(|d| d.sensitivity == opsgraph_model::Sensitivity::Secret)
-                        })
-                        .cloned()
-                        .collect();
-                    let mut task = Task {
-                        instance: instance.id.clone(),
-                        attempt,
-                        executor: self.executor_for(instance, &job),
-                        job,
-                        evidence,
-                        program,
-                        env,
-                        timeout,
-                        dir,
-                        stem,
-                        cancel,
-                        check_first,
-                        secret_outputs: job_secret_outputs,
-                        mask,
-                        agent: None,
-                    };
-                    // A resource an agent serves: the attempt is enqueued for it in this commit.
-                    if let Some(w) = self.agent_enqueue(&op.id, instance, &mut task, key.as_deref())? {
-                        writes.push(w);
-                    }
-                    tasks.push(task);
-                }
-                let started: Vec<JobRecord> = job_records(&writes);
-                self.commit_timeline(writes, progress)?;
-                crate::failpoint::hit("attempts.recorded");
-                cache.extend(started.into_iter().map(|j| (j.id.clone(), j)));
-                for task in tasks {
-                    if task.is_trivial() {
-                        // Nothing to run, check or collect: its result is known now, without a
-                        // thread (the no-op job type; it still went through the attempt record).
-                        let _ = tx.send(jobs::run(task));
-                    } else {
-                        workers.run(task, in_flight.len());
-                    }
-                }
-            }
-
-            if in_flight.is_empty() {
+            if running && !d.recovered_checked && self.recover_orphans(&mut d, &op, progress)? {
                 continue;
             }
-            // Wait for one result, then take every other one that is ready: one commit for all.
-            let first = match rx.recv_timeout(Duration::from_millis(250)) {
-                Ok(r) => r,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => continue,
+
+            let snapshot = Snapshot {
+                op: &op,
+                actor: &d.actor,
+                plan: &plan.jobs,
+                instances: &d.instances,
+                jobs: &d.cache,
+                gates: &gates,
+                in_flight: &d.in_flight,
+                not_before: &d.not_before,
+                now: Instant::now(),
+                concurrency: self.concurrency,
+                blocked: &blocked,
+                waiting_children: &waiting_children,
+                done_prefix: d.done_prefix,
             };
-            let mut results = vec![first];
-            results.extend(rx.try_iter());
-            crate::failpoint::hit("job.exited");
-            let mut writes = Vec::new();
-            let mut failed: Option<(String, String)> = None;
-            for r in results {
-                in_flight.remove(&r.instance);
-                if let Some(held) = &self.lease {
-                    held.watch(&r.instance, None);
-                }
-                // Plaintext copies of secrets live only while the attempt runs.
-                let _ = std::fs::remove_dir_all(run_dir.join("secrets").join(&r.instance));
-                let Some(instance) = instances.get(r.instance.as_str()) else { continue };
-                let job = jobs.as_ref().and_then(|j| j.get(&instance.job)).cloned();
-                let max_attempts =
-                    job.as_ref().and_then(|j| j.controls.retry_policy.as_ref()).map_or(1, |p| p.max_attempts);
-                let key = keys.remove(&r.instance).flatten();
-                self.result_writes(&op, instance, &r, &mut writes)?;
-                let state = match (&r.failure, r.satisfied_without_run) {
-                    // Its agent was lost: decided by its evidence, as after a crash.
-                    (None, _) if r.unknown => JobState::Recovered,
-                    (Some(_), _) if r.unknown && (key.is_none() || r.attempt >= max_attempts) => JobState::Failed,
-                    (None, true) => JobState::AlreadySatisfied,
-                    (None, false) => JobState::Succeeded,
-                    (Some(_), _) if r.cancelled => JobState::Cancelled,
-                    (Some(_), _) if r.attempt < max_attempts && running => JobState::Pending,
-                    (Some(_), _) => JobState::Failed,
-                };
-                if state == JobState::Pending {
-                    let backoff = job
-                        .as_ref()
-                        .and_then(|j| j.controls.retry_policy.as_ref())
-                        .and_then(|p| p.backoff.as_deref())
-                        .and_then(|b| opsgraph_exec::parse_duration(b).ok())
-                        .unwrap_or(Duration::ZERO);
-                    let delay = backoff.saturating_mul(1 << (r.attempt - 1).min(16));
-                    not_before.insert(r.instance.clone(), Instant::now() + delay);
-                }
-                if matches!(state, JobState::Succeeded) {
-                    if let Some(k) = &key {
-                        writes.push(Write::Idempotency {
-                            key: k.clone(),
-                            resource: instance.resource.clone(),
-                            operation: op.id.clone(),
-                            job: r.instance.clone(),
-                            at: now(),
-                        });
-                    }
-                }
-                let event = match state {
-                    JobState::Recovered => "job_recovered",
-                    JobState::Failed if r.unknown => "job_outcome_unknown",
-                    JobState::Succeeded => "job_succeeded",
-                    JobState::AlreadySatisfied => "job_already_satisfied",
-                    JobState::Pending => "job_retry",
-                    JobState::Cancelled => "job_cancelled",
-                    _ => "job_failed",
-                };
-                let reason = match &r.failure {
-                    None if r.unknown => format!("{}: its agent was lost mid-run; its evidence passes", r.instance),
-                    None if r.satisfied_without_run => format!("{}: already satisfied, evidence passes", r.instance),
-                    None => format!("{}: {} ({} evidence checks passed)", r.instance, r.outcome, r.evidence.len()),
-                    Some(f) if state == JobState::Pending => {
-                        format!("{}: {f}; attempt {} of {max_attempts}, retrying", r.instance, r.attempt)
-                    }
-                    Some(f) => format!("{}: {f}", r.instance),
-                };
-                writes.push(Write::Job(JobRecord {
-                    operation: op.id.clone(),
-                    id: r.instance.clone(),
-                    state,
-                    attempts: r.attempt,
-                    outcome: json!({
-                        "outcome": r.outcome, "failure": r.failure, "key": key,
-                        "log": r.log.as_ref().map(|p| p.display().to_string()),
-                        "duration_ms": r.duration.as_millis() as u64,
-                    }),
-                    updated_at: now(),
-                }));
-                writes.push(Write::Timeline(entry(
-                    &op.id,
-                    &actor,
-                    event,
-                    reason.clone(),
-                    json!({"job": r.instance, "attempt": r.attempt}),
-                )));
-                if state == JobState::Failed && failed.is_none() {
-                    failed = Some((r.instance.clone(), reason));
-                }
+            let decision = decide(&snapshot, Input::Tick)?;
+            match self.execute(&mut d, &op, decision, progress)? {
+                Flow::Stop(state) => return Ok(state),
+                Flow::Again => continue,
+                Flow::Next => {}
             }
-            let finished: Vec<JobRecord> = job_records(&writes);
-            match failed {
-                Some((job, reason)) if running => {
-                    let mut extra = writes;
-                    extra.extend(self.failure_writes(&op, &plan, &reason)?);
-                    raced(self.transition(
-                        &op,
-                        Event::JobFailed { job, reason: reason.clone() },
-                        &actor,
-                        &reason,
-                        extra,
-                        progress,
-                    ))?;
-                }
-                _ => carry.extend(writes),
+            if d.in_flight.is_empty() {
+                continue;
             }
-            cache.extend(finished.into_iter().map(|j| (j.id.clone(), j)));
+            // Wait for one report, then take every other one that is ready: one decision, one
+            // commit for all.
+            let Some(finished) = self.collect(&mut d, &op)? else { continue };
+            let snapshot = Snapshot {
+                op: &op,
+                actor: &d.actor,
+                plan: &plan.jobs,
+                instances: &d.instances,
+                jobs: &d.cache,
+                gates: &gates,
+                in_flight: &d.in_flight,
+                not_before: &d.not_before,
+                now: Instant::now(),
+                concurrency: self.concurrency,
+                blocked: &blocked,
+                waiting_children: &waiting_children,
+                done_prefix: d.done_prefix,
+            };
+            let decision = decide(&snapshot, Input::Finished(finished))?;
+            self.execute(&mut d, &op, decision, progress)?;
         }
+    }
+
+    /// The operation row, read again only when the store's data version or this runtime's own
+    /// operation writes say it may have changed.
+    fn snapshot_op(&mut self, d: &mut Drive<'_>, id: &str) -> Result<OperationRecord, Error> {
+        let data_version = self.store.data_version()?;
+        Ok(match (&d.op_seen, data_version) {
+            (Some((v, w, op)), Some(now)) if *v == now && *w == self.operation_writes => op.clone(),
+            _ => {
+                let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
+                d.op_seen = data_version.map(|v| (v, self.operation_writes, op.clone()));
+                op
+            }
+        })
+    }
+
+    /// Crash recovery, once per drive: attempts recorded as started whose outcome nobody
+    /// recorded are checked by evidence (those handed to agents are waited for again). Returns
+    /// whether it rewrote job records (the snapshot must be read again).
+    fn recover_orphans(
+        &mut self,
+        d: &mut Drive<'_>,
+        op: &OperationRecord,
+        progress: Progress<'_>,
+    ) -> Result<bool, Error> {
+        d.recovered_checked = true;
+        let orphans: Vec<JobRecord> = d
+            .cache
+            .values()
+            .filter(|j| j.state == JobState::Running && !d.in_flight.contains_key(&j.id))
+            .cloned()
+            .collect();
+        // Attempts handed to agents are waited for again: their agent may still run them.
+        let (in_flight, keys, workers) = (&mut d.in_flight, &mut d.keys, &mut d.workers);
+        let orphans = self.agent_orphans(op, d.plan, d.pack, orphans, &d.run_dir, |task, key| {
+            in_flight.insert(task.instance.clone(), task.cancel.clone());
+            keys.insert(task.instance.clone(), key);
+            workers.run(task, in_flight.len());
+        })?;
+        if orphans.is_empty() {
+            return Ok(false);
+        }
+        self.recover(op, d.plan, d.pack, &orphans, &d.inputs, progress)?;
+        d.cache_stale = true;
+        Ok(true)
     }
 
     /// Drives this operation's sub-operations as far as they go. Returns which jobs must still
@@ -1159,7 +858,7 @@ impl Runtime {
         Ok(Children::Blocking { jobs, waiting })
     }
 
-    fn key_values(
+    pub(crate) fn key_values(
         &self,
         op: &OperationRecord,
         plan: &Plan,
@@ -1292,7 +991,12 @@ impl Runtime {
     }
 
     /// The resource an operation completed: its capabilities, desired and observed state, health.
-    fn completion_writes(&self, op: &OperationRecord, plan: &Plan, pack: &Pack) -> Result<Vec<Write>, Error> {
+    pub(crate) fn completion_writes(
+        &self,
+        op: &OperationRecord,
+        plan: &Plan,
+        pack: &Pack,
+    ) -> Result<Vec<Write>, Error> {
         let Some(mut doc) = self.resource_doc(plan) else { return Ok(vec![]) };
         if plan.action == "rollback" {
             // Undone: it provides nothing any more, and nobody has observed it since.
@@ -1356,42 +1060,6 @@ impl Runtime {
     }
 }
 
-/// The threads that run one drive's attempts: started as attempts need them, never more than
-/// are in flight at once (so at most the concurrency), reused for the rest of the drive, ended
-/// when the drive returns. Each attempt still runs alone on its thread from start to result.
-struct Workers {
-    tasks: mpsc::Sender<Task>,
-    queue: Arc<Mutex<mpsc::Receiver<Task>>>,
-    results: mpsc::Sender<TaskResult>,
-    started: usize,
-}
-
-impl Workers {
-    fn new(results: mpsc::Sender<TaskResult>) -> Workers {
-        let (tasks, queue) = mpsc::channel();
-        Workers { tasks, queue: Arc::new(Mutex::new(queue)), results, started: 0 }
-    }
-
-    /// Hands `task` to a worker; `in_flight` counts the attempts started and not yet reported,
-    /// this one included. A worker is free for every one of them.
-    fn run(&mut self, task: Task, in_flight: usize) {
-        while self.started < in_flight {
-            let queue = Arc::clone(&self.queue);
-            let results = self.results.clone();
-            std::thread::spawn(move || loop {
-                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                let Ok(task) = next else { break };
-                if results.send(jobs::run(task)).is_err() {
-                    break;
-                }
-            });
-            self.started += 1;
-        }
-        // The receiving side lives as long as a worker does; a send fails only if none could start.
-        let _ = self.tasks.send(task);
-    }
-}
-
 /// An executor for a target nothing can reach: every run is "could not start".
 struct Unreachable(String);
 
@@ -1403,26 +1071,6 @@ impl Executor for Unreachable {
             http_status: None,
             leaked: false,
         }
-    }
-}
-
-fn job_records(writes: &[Write]) -> Vec<JobRecord> {
-    writes
-        .iter()
-        .filter_map(|w| match w {
-            Write::Job(j) => Some(j.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// A transition that lost a race with another writer is not an error of the driver: it re-reads
-/// the operation and goes on from the state the other writer left.
-fn raced<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
-    match result {
-        Ok(v) => Ok(Some(v)),
-        Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => Ok(None),
-        Err(e) => Err(e),
     }
 }
 

@@ -4,12 +4,13 @@
 //! again with the evidence that says why. failed -> verification -> running | failed.
 
 use opsgraph_model::{Intervention, OperationState};
+use opsgraph_plan::job_lifecycle::{self, JobEvent};
 use opsgraph_plan::lifecycle::Event;
 use opsgraph_store::{now, JobRecord, JobState, Write};
 use serde_json::json;
 
-use crate::drive::{entry, Progress};
 use crate::jobs::{self, TaskResult};
+use crate::timeline::{entry, Progress};
 use crate::{Error, Runtime};
 
 /// What an intervention did.
@@ -145,11 +146,8 @@ impl Runtime {
             None => {
                 for t in &targets {
                     if let Some(r) = records.iter().find(|r| r.id == t.id) {
-                        writes.push(Write::Job(JobRecord {
-                            state: JobState::ManuallyFixed,
-                            updated_at: now(),
-                            ..r.clone()
-                        }));
+                        let (state, _no_effects) = job_lifecycle::apply(r.state, JobEvent::ManuallyFixed)?;
+                        writes.push(Write::Job(JobRecord { state, updated_at: now(), ..r.clone() }));
                     }
                 }
                 let reason = format!("{id} verified by {} check(s)", results.len());

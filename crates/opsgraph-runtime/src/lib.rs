@@ -24,7 +24,9 @@ mod agent_wire;
 mod analyze;
 pub mod audit;
 mod control;
+mod decide;
 mod drive;
+mod execute;
 pub mod failpoint;
 mod intervene;
 mod jobs;
@@ -34,6 +36,8 @@ mod patch;
 mod recover;
 mod rollback;
 mod secrets;
+mod timeline;
+mod workers;
 
 use std::path::PathBuf;
 
@@ -45,12 +49,12 @@ pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
 pub use agent_screen::{Refusal, Screen};
 pub use analyze::Diagnosis;
 pub use control::{approves, GateAnswer};
-pub use drive::Progress;
 pub use intervene::Verified;
 /// Idempotency keys are rendered from `{placeholder}`s (public for the fuzz target `templating`).
 pub use jobs::render_key;
 pub use patch::{ApprovalReason, PatchRules, Proposal, SafeChanges};
 pub use secrets::Rotation;
+pub use timeline::Progress;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -58,6 +62,9 @@ pub enum Error {
     Store(#[from] opsgraph_store::Error),
     #[error(transparent)]
     Illegal(#[from] opsgraph_plan::lifecycle::IllegalTransition),
+    /// A job record asked to make a move its lifecycle does not allow.
+    #[error(transparent)]
+    IllegalJob(#[from] opsgraph_plan::job_lifecycle::IllegalJobTransition),
     #[error("no operation `{0}`")]
     NoOperation(String),
     #[error("the plan is blocked: {0}")]

@@ -7,7 +7,7 @@ use opsgraph_model::OperationState;
 use opsgraph_plan::lifecycle::{self, Event};
 use opsgraph_plan::rollback::{rollback, RollbackPlan};
 
-use crate::drive::Progress;
+use crate::timeline::Progress;
 use crate::{new_operation_id, Error, Runtime};
 
 impl Runtime {
