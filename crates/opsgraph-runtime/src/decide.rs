@@ -17,7 +17,7 @@ use opsgraph_plan::JobInstance;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::json;
 
-use crate::jobs::TaskResult;
+use crate::task::TaskResult;
 use crate::timeline::entry;
 use crate::Error;
 

@@ -13,7 +13,7 @@ use opsgraph_store::{GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::{json, Value};
 
 use super::{attempt_writes, decide, Effect, Finished, Input, Snapshot};
-use crate::jobs::TaskResult;
+use crate::task::TaskResult;
 
 /// What the store says, built up one call at a time.
 struct Given {

@@ -17,7 +17,8 @@ use opsgraph_store::{ArtifactRecord, JobRecord, JobState, OperationRecord, Write
 use serde_json::Value;
 
 use crate::decide::{self, Decision, Effect, Finished};
-use crate::jobs::{self, render_key, Task, TaskResult};
+use crate::jobs::{self, render_key};
+use crate::task::{Task, TaskResult};
 use crate::timeline::Progress;
 use crate::workers::Workers;
 use crate::{Error, Runtime};

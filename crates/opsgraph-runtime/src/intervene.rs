@@ -9,7 +9,8 @@ use opsgraph_plan::lifecycle::Event;
 use opsgraph_store::{now, JobRecord, JobState, Write};
 use serde_json::json;
 
-use crate::jobs::{self, TaskResult};
+use crate::jobs;
+use crate::task::TaskResult;
 use crate::timeline::{entry, Progress};
 use crate::{Error, Runtime};
 
@@ -118,7 +119,7 @@ impl Runtime {
             let env = self.environment(&op, &plan, t, &job, &inputs, &[], &mut mask)?;
             let executor = self.executor_for(t, &job);
             let (evidence, failure) = jobs::evidence(&checks, &*executor, &env, &opsgraph_exec::Cancel::new());
-            let (evidence, failure) = jobs::masked(mask, evidence, failure);
+            let (evidence, failure) = crate::masking::masked(mask, evidence, failure);
             let _ = std::fs::remove_dir_all(self.data_dir.join("runs").join(op_id).join("secrets").join(&t.id));
             for (c, r) in &evidence {
                 results.push((t.id.clone(), c.id.clone(), r.passed, r.expected.clone(), r.observed.clone()));

@@ -19,8 +19,6 @@
 //!   another writer committed, and a stale writer is refused by the operation's version.
 
 pub mod agent;
-mod agent_screen;
-mod agent_wire;
 mod analyze;
 mod attempt;
 pub mod audit;
@@ -34,12 +32,14 @@ mod intervene;
 mod jobs;
 pub mod lease;
 pub mod manage;
+mod masking;
 mod outcome;
 mod patch;
 mod recover;
 mod rollback;
 mod secrets;
 mod subop;
+mod task;
 mod timeline;
 mod transition;
 mod workers;
@@ -50,8 +50,8 @@ use opsgraph_model::{Intent, Resource};
 use opsgraph_pack::Pack;
 use opsgraph_store::{Store, Write};
 
+pub use agent::screen::{Refusal, Screen};
 pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
-pub use agent_screen::{Refusal, Screen};
 pub use analyze::Diagnosis;
 pub use control::{approves, GateAnswer};
 pub use intervene::Verified;

@@ -9,7 +9,8 @@ use opsgraph_plan::{JobInstance, Plan};
 use opsgraph_store::{now, ArtifactRecord, EvidenceRecord, OperationRecord, ResourceRecord, Write};
 use serde_json::Value;
 
-use crate::jobs::{self, TaskResult};
+use crate::jobs;
+use crate::task::TaskResult;
 use crate::{Error, Runtime};
 
 impl Runtime {

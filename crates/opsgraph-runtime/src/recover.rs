@@ -19,7 +19,8 @@ use opsgraph_plan::{JobInstance, Plan};
 use opsgraph_store::{now, JobRecord, OperationRecord, Write};
 use serde_json::{json, Value};
 
-use crate::jobs::{self, TaskResult};
+use crate::jobs;
+use crate::task::TaskResult;
 use crate::timeline::{entry, Progress};
 use crate::{Error, Runtime};
 
@@ -68,7 +69,7 @@ impl Runtime {
             (vec![], Some("it declares no evidence".to_string()))
         } else {
             let (results, failure) = jobs::evidence(&checks, &*executor, &env, &Cancel::new());
-            jobs::masked(mask, results, failure)
+            crate::masking::masked(mask, results, failure)
         };
         let _ = std::fs::remove_dir_all(self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id));
         // Evidence says the job's effect is there; its declared artifacts must be too (found

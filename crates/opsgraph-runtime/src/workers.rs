@@ -3,7 +3,8 @@
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use crate::jobs::{self, Task, TaskResult};
+use crate::jobs;
+use crate::task::{Task, TaskResult};
 
 /// The threads that run one drive's attempts: started as attempts need them, never more than
 /// are in flight at once (so at most the concurrency), reused for the rest of the drive, ended
@@ -30,7 +31,7 @@ impl Workers {
             std::thread::spawn(move || loop {
                 let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
                 let Ok(task) = next else { break };
-                if results.send(jobs::run(task)).is_err() {
+                if results.send(run(task)).is_err() {
                     break;
                 }
             });
@@ -38,5 +39,14 @@ impl Workers {
         }
         // The receiving side lives as long as a worker does; a send fails only if none could start.
         let _ = self.tasks.send(task);
+    }
+}
+
+/// One attempt on a worker thread: handed to an agent, the worker waits for its report;
+/// otherwise it runs here.
+fn run(mut task: Task) -> TaskResult {
+    match task.agent.take() {
+        Some(waiting) => crate::agent::wait::wait(task, waiting),
+        None => jobs::run(task),
     }
 }
