@@ -294,10 +294,16 @@ impl Runtime {
                 tasks.push(task);
             }
         }
-        let started = writes.clone();
+        let started: Vec<JobRecord> = writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Job(j) => Some(j.clone()),
+                _ => None,
+            })
+            .collect();
         self.commit_timeline(writes, progress)?;
         crate::failpoint::hit("attempts.recorded");
-        d.remember(&started);
+        d.cache.extend(started.into_iter().map(|j| (j.id.clone(), j)));
         for task in tasks {
             if task.is_trivial() {
                 // Nothing to run, check or collect: its result is known now, without a thread
