@@ -2,7 +2,6 @@
 //! and the pack version it was made from).
 
 use std::collections::HashSet;
-use std::time::Instant;
 
 use opsgraph_model::OperationState;
 use opsgraph_pack::Pack;
@@ -10,7 +9,7 @@ use opsgraph_plan::lifecycle::Event;
 use opsgraph_plan::Plan;
 use opsgraph_store::{JobRecord, JobState, OperationRecord};
 
-use crate::decide::{decide, Input, Snapshot};
+use crate::decide::{decide, Input};
 use crate::execute::{raced, Drive, Flow};
 use crate::subop::Children;
 use crate::timeline::Progress;
@@ -108,21 +107,7 @@ impl Runtime {
                 continue;
             }
 
-            let snapshot = Snapshot {
-                op: &op,
-                actor: &d.actor,
-                plan: &plan.jobs,
-                instances: &d.instances,
-                jobs: &d.cache,
-                gates: &gates,
-                in_flight: &d.in_flight,
-                not_before: &d.not_before,
-                now: Instant::now(),
-                concurrency: self.concurrency,
-                blocked: &blocked,
-                waiting_children: &waiting_children,
-                done_prefix: d.done_prefix,
-            };
+            let snapshot = d.snapshot(&op, &gates, &blocked, &waiting_children, self.concurrency);
             let decision = decide(&snapshot, Input::Tick)?;
             match self.execute(&mut d, &op, decision, progress)? {
                 Flow::Stop(state) => return Ok(state),
@@ -135,21 +120,7 @@ impl Runtime {
             // Wait for one report, then take every other one that is ready: one decision, one
             // commit for all.
             let Some(finished) = self.collect(&mut d, &op)? else { continue };
-            let snapshot = Snapshot {
-                op: &op,
-                actor: &d.actor,
-                plan: &plan.jobs,
-                instances: &d.instances,
-                jobs: &d.cache,
-                gates: &gates,
-                in_flight: &d.in_flight,
-                not_before: &d.not_before,
-                now: Instant::now(),
-                concurrency: self.concurrency,
-                blocked: &blocked,
-                waiting_children: &waiting_children,
-                done_prefix: d.done_prefix,
-            };
+            let snapshot = d.snapshot(&op, &gates, &blocked, &waiting_children, self.concurrency);
             let decision = decide(&snapshot, Input::Finished(finished))?;
             self.execute(&mut d, &op, decision, progress)?;
         }

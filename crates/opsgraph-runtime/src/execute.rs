@@ -3,7 +3,7 @@
 //! waits, moves the operation with its lifecycle's effects — and turns the workers' reports into
 //! the next decision's input.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -13,10 +13,10 @@ use opsgraph_pack::{JobIndex, Pack};
 use opsgraph_plan::job_lifecycle::JobEffect;
 use opsgraph_plan::lifecycle;
 use opsgraph_plan::{JobInstance, Plan};
-use opsgraph_store::{ArtifactRecord, JobRecord, JobState, OperationRecord, Write};
+use opsgraph_store::{ArtifactRecord, GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::Value;
 
-use crate::decide::{self, Decision, Effect, Finished};
+use crate::decide::{self, Decision, Effect, Finished, Snapshot};
 use crate::jobs::{self, render_key};
 use crate::task::{Task, TaskResult};
 use crate::timeline::Progress;
@@ -87,6 +87,32 @@ impl<'p> Drive<'p> {
             carry: Vec::new(),
             op_seen: None,
             done_prefix: 0,
+        }
+    }
+
+    /// What `decide` sees: this drive's bookkeeping with what was just read from the store.
+    pub(crate) fn snapshot<'a>(
+        &'a self,
+        op: &'a OperationRecord,
+        gates: &'a [GateRecord],
+        blocked: &'a HashSet<String>,
+        waiting_children: &'a [String],
+        concurrency: usize,
+    ) -> Snapshot<'a> {
+        Snapshot {
+            op,
+            actor: &self.actor,
+            plan: &self.plan.jobs,
+            instances: &self.instances,
+            jobs: &self.cache,
+            gates,
+            in_flight: &self.in_flight,
+            not_before: &self.not_before,
+            now: Instant::now(),
+            concurrency,
+            blocked,
+            waiting_children,
+            done_prefix: self.done_prefix,
         }
     }
 
