@@ -108,7 +108,8 @@ impl Runtime {
         data: serde_json::Value,
     ) -> Result<(), Error> {
         let attached = self.take_attached();
-        let mut writes = vec![opsgraph_store::Write::Timeline(crate::drive::entry(op_id, actor, event, reason, data))];
+        let mut writes =
+            vec![opsgraph_store::Write::Timeline(crate::timeline::entry(op_id, actor, event, reason, data))];
         writes.extend(attached);
         self.commit(&writes)?;
         Ok(())

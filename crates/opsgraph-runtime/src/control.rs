@@ -6,7 +6,7 @@ use opsgraph_core::plan::Plan;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, Write};
 use serde_json::{json, Value};
 
-use crate::drive::{entry, Progress};
+use crate::timeline::{entry, Progress};
 use crate::{Error, Runtime};
 
 /// An answer to a gate.

@@ -4,12 +4,14 @@
 //! again with the evidence that says why. failed -> verification -> running | failed.
 
 use opsgraph_core::model::{Intervention, OperationState};
+use opsgraph_core::plan::job_lifecycle::{self, JobEvent};
 use opsgraph_core::plan::lifecycle::Event;
 use opsgraph_store::{now, JobRecord, JobState, Write};
 use serde_json::json;
 
-use crate::drive::{entry, Progress};
-use crate::jobs::{self, TaskResult};
+use crate::jobs;
+use crate::task::TaskResult;
+use crate::timeline::{entry, Progress};
 use crate::{Error, Runtime};
 
 /// What an intervention did.
@@ -117,7 +119,7 @@ impl Runtime {
             let env = self.environment(&op, &plan, t, &job, &inputs, &[], &mut mask)?;
             let executor = self.executor_for(t, &job);
             let (evidence, failure) = jobs::evidence(&checks, &*executor, &env, &opsgraph_exec::Cancel::new());
-            let (evidence, failure) = jobs::masked(mask, evidence, failure);
+            let (evidence, failure) = crate::masking::masked(mask, evidence, failure);
             let _ = std::fs::remove_dir_all(self.data_dir.join("runs").join(op_id).join("secrets").join(&t.id));
             for (c, r) in &evidence {
                 results.push((t.id.clone(), c.id.clone(), r.passed, r.expected.clone(), r.observed.clone()));
@@ -145,11 +147,8 @@ impl Runtime {
             None => {
                 for t in &targets {
                     if let Some(r) = records.iter().find(|r| r.id == t.id) {
-                        writes.push(Write::Job(JobRecord {
-                            state: JobState::ManuallyFixed,
-                            updated_at: now(),
-                            ..r.clone()
-                        }));
+                        let (state, _no_effects) = job_lifecycle::apply(r.state, JobEvent::ManuallyFixed)?;
+                        writes.push(Write::Job(JobRecord { state, updated_at: now(), ..r.clone() }));
                     }
                 }
                 let reason = format!("{id} verified by {} check(s)", results.len());

@@ -2,69 +2,15 @@
 //! its artifacts. Runs on a worker thread; everything it needs is owned.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use opsgraph_core::model::{Evidence, Job};
-use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor, Program, Spec};
+use opsgraph_core::model::Evidence;
+use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor, Spec};
 use opsgraph_store::BlobStore;
 
-/// Everything a worker needs for one attempt.
-pub(crate) struct Task {
-    pub(crate) instance: String,
-    pub(crate) attempt: u32,
-    pub(crate) job: Job,
-    pub(crate) evidence: Vec<Evidence>,
-    pub(crate) program: Option<Program>,
-    pub(crate) env: BTreeMap<String, String>,
-    pub(crate) timeout: Option<Duration>,
-    pub(crate) executor: Arc<dyn Executor>,
-    /// The operation's run directory, the attempt's working directory.
-    pub(crate) dir: PathBuf,
-    /// `<instance>.<attempt>`: names the attempt's `.out/` directory and `.log` file in `dir`.
-    pub(crate) stem: String,
-    pub(crate) cancel: Cancel,
-    /// Check evidence first: when it all passes, the job is already satisfied and does not run.
-    pub(crate) check_first: bool,
-    /// Declared outputs that are secret: their content is masked in the output too.
-    pub(crate) secret_outputs: Vec<String>,
-    /// Secret values the job was given, masked in its captured output and evidence.
-    pub(crate) mask: Vec<Vec<u8>>,
-    /// Handed to a remote agent: the worker waits for its report instead of running it.
-    pub(crate) agent: Option<crate::agent::Waiting>,
-}
-
-impl Task {
-    /// Nothing to run, no evidence to check, no artifact to collect, and not an agent's: the
-    /// attempt's result is known the moment it starts.
-    pub(crate) fn is_trivial(&self) -> bool {
-        // One handed to an agent waits for its report: never trivial.
-        self.agent.is_none()
-            && self.program.is_none()
-            && self.evidence.is_empty()
-            && self.job.outputs.artifacts.is_empty()
-    }
-}
-
-/// How an attempt ended.
-#[derive(Debug, Clone)]
-pub(crate) struct TaskResult {
-    pub(crate) instance: String,
-    pub(crate) attempt: u32,
-    pub(crate) outcome: String,
-    /// `None` when the job's output contract is proven.
-    pub(crate) failure: Option<String>,
-    /// Evidence passed without running the job (idempotency or recovery).
-    pub(crate) satisfied_without_run: bool,
-    pub(crate) evidence: Vec<(Evidence, EvidenceResult)>,
-    pub(crate) produced: Vec<(String, PathBuf)>,
-    pub(crate) log: Option<PathBuf>,
-    pub(crate) duration: Duration,
-    pub(crate) cancelled: bool,
-    /// Its agent was lost mid-run: `evidence` was checked instead (recovery, as after a crash).
-    pub(crate) unknown: bool,
-}
+use crate::masking::Masking;
+use crate::task::{Task, TaskResult};
 
 /// Runs every evidence check; the first failing one is the reason.
 pub(crate) fn evidence(
@@ -90,10 +36,7 @@ pub(crate) fn evidence(
     (results, failure)
 }
 
-pub(crate) fn run(mut task: Task) -> TaskResult {
-    if let Some(waiting) = task.agent.take() {
-        return crate::agent::wait(task, waiting);
-    }
+pub(crate) fn run(task: Task) -> TaskResult {
     let started = Instant::now();
     let mut result = TaskResult {
         instance: task.instance.clone(),
@@ -201,65 +144,6 @@ pub(crate) fn run(mut task: Task) -> TaskResult {
     }
     result.duration = started.elapsed();
     result
-}
-
-/// Evidence results and their failure with `values` masked.
-pub(crate) fn masked(
-    values: Vec<Vec<u8>>,
-    checks: Vec<(Evidence, EvidenceResult)>,
-    failure: Option<String>,
-) -> (Vec<(Evidence, EvidenceResult)>, Option<String>) {
-    let m = Masking::new(values);
-    let failure = failure.map(|f| m.text(&f));
-    (m.evidence(checks), failure)
-}
-
-/// Masks secret values in what a job shows. When the masker cannot be built, output is
-/// withheld rather than shown unmasked (fail closed).
-pub(crate) enum Masking {
-    None,
-    Mask(opsgraph_secrets::Masker),
-    Withhold,
-}
-
-impl Masking {
-    pub(crate) fn new(values: Vec<Vec<u8>>) -> Masking {
-        if values.is_empty() {
-            return Masking::None;
-        }
-        match opsgraph_secrets::Masker::new(values) {
-            Ok(m) => Masking::Mask(m),
-            Err(_) => Masking::Withhold,
-        }
-    }
-
-    pub(crate) fn bytes(&self, b: &[u8]) -> Vec<u8> {
-        match self {
-            Masking::None => b.to_vec(),
-            Masking::Mask(m) => m.mask_bytes(b),
-            Masking::Withhold if b.is_empty() => Vec::new(),
-            Masking::Withhold => b"(output withheld: secrets could not be masked)\n".to_vec(),
-        }
-    }
-
-    pub(crate) fn text(&self, t: &str) -> String {
-        String::from_utf8_lossy(&self.bytes(t.as_bytes())).into_owned()
-    }
-
-    fn evidence(&self, checks: Vec<(Evidence, EvidenceResult)>) -> Vec<(Evidence, EvidenceResult)> {
-        if matches!(self, Masking::None) {
-            return checks;
-        }
-        checks
-            .into_iter()
-            .map(|(e, mut r)| {
-                r.observed = self.text(&r.observed);
-                r.expected = self.text(&r.expected);
-                r.detail = self.text(&r.detail);
-                (e, r)
-            })
-            .collect()
-    }
 }
 
 fn last_line(bytes: &[u8]) -> Option<String> {

@@ -18,7 +18,7 @@ use opsgraph_core::model::OperationState;
 use opsgraph_store::{Lease, Store};
 use serde_json::json;
 
-use crate::drive::{entry, Progress};
+use crate::timeline::{entry, Progress};
 use crate::{Error, Runtime};
 
 /// Opens a store connection (the keeper's own, for renewals).

@@ -19,21 +19,30 @@
 //!   another writer committed, and a stale writer is refused by the operation's version.
 
 pub mod agent;
-mod agent_screen;
-mod agent_wire;
 mod analyze;
+mod attempt;
 pub mod audit;
 mod control;
+mod create;
+mod decide;
 mod drive;
+mod execute;
 pub mod failpoint;
 mod intervene;
 mod jobs;
 pub mod lease;
 pub mod manage;
+mod masking;
+mod outcome;
 mod patch;
 mod recover;
 mod rollback;
 mod secrets;
+mod subop;
+mod task;
+mod timeline;
+mod transition;
+mod workers;
 
 use std::path::PathBuf;
 
@@ -41,16 +50,16 @@ use opsgraph_core::model::{Intent, Resource};
 use opsgraph_core::pack::Pack;
 use opsgraph_store::{Store, Write};
 
+pub use agent::screen::{Refusal, Screen};
 pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
-pub use agent_screen::{Refusal, Screen};
 pub use analyze::Diagnosis;
 pub use control::{approves, GateAnswer};
-pub use drive::Progress;
 pub use intervene::Verified;
 /// Idempotency keys are rendered from `{placeholder}`s (public for the fuzz target `templating`).
 pub use jobs::render_key;
 pub use patch::{ApprovalReason, PatchRules, Proposal, SafeChanges};
 pub use secrets::Rotation;
+pub use timeline::Progress;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -58,6 +67,9 @@ pub enum Error {
     Store(#[from] opsgraph_store::Error),
     #[error(transparent)]
     Illegal(#[from] opsgraph_core::plan::lifecycle::IllegalTransition),
+    /// A job record asked to make a move its lifecycle does not allow.
+    #[error(transparent)]
+    IllegalJob(#[from] opsgraph_core::plan::job_lifecycle::IllegalJobTransition),
     #[error("no operation `{0}`")]
     NoOperation(String),
     #[error("the plan is blocked: {0}")]

@@ -11,7 +11,7 @@ use opsgraph_core::plan::Plan;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::{json, Value};
 
-use crate::drive::{entry, Progress};
+use crate::timeline::{entry, Progress};
 use crate::{Error, Runtime};
 
 /// What proposing a patch did.

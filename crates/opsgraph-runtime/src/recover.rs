@@ -12,14 +12,16 @@ use std::time::Duration;
 
 use opsgraph_core::model::Job;
 use opsgraph_core::pack::Pack;
-use opsgraph_core::plan::lifecycle::Event;
+use opsgraph_core::plan::job_lifecycle::{self, JobEffect, JobEvent};
+use opsgraph_core::plan::lifecycle::{self, Event};
 use opsgraph_core::plan::{JobInstance, Plan};
 use opsgraph_exec::Cancel;
-use opsgraph_store::{now, JobRecord, JobState, OperationRecord, Write};
+use opsgraph_store::{now, JobRecord, OperationRecord, Write};
 use serde_json::{json, Value};
 
-use crate::drive::{entry, Progress};
-use crate::jobs::{self, TaskResult};
+use crate::jobs;
+use crate::task::TaskResult;
+use crate::timeline::{entry, Progress};
 use crate::{Error, Runtime};
 
 /// How long a dead driver's leftovers may take to die before the check goes on regardless.
@@ -67,7 +69,7 @@ impl Runtime {
             (vec![], Some("it declares no evidence".to_string()))
         } else {
             let (results, failure) = jobs::evidence(&checks, &*executor, &env, &Cancel::new());
-            jobs::masked(mask, results, failure)
+            crate::masking::masked(mask, results, failure)
         };
         let _ = std::fs::remove_dir_all(self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id));
         // Evidence says the job's effect is there; its declared artifacts must be too (found
@@ -126,21 +128,28 @@ impl Runtime {
             let failure = self.check_unknown((op, plan, pack), (instance, &job), record, inputs, &mut writes)?;
             let max_attempts = job.controls.retry_policy.as_ref().map_or(1, |p| p.max_attempts);
             let retry_allowed = job.controls.idempotency.is_some() && record.attempts < max_attempts;
-            let (state, event, reason) = match &failure {
-                None => (JobState::Recovered, "job_recovered", format!("{}: outcome unknown after a restart; its evidence passes", record.id)),
+            let (event, reason) = match &failure {
+                None => (JobEvent::Recovered, format!("{}: outcome unknown after a restart; its evidence passes", record.id)),
                 Some(f) if retry_allowed => (
-                    JobState::Pending,
-                    "job_retry",
+                    JobEvent::Failed { retry: true, unknown: true },
                     format!("{}: outcome unknown after a restart and {f}; idempotent, retrying", record.id),
                 ),
                 Some(f) => (
-                    JobState::Failed,
-                    "job_outcome_unknown",
+                    JobEvent::Failed { retry: false, unknown: true },
                     format!("{}: outcome unknown after a restart and {f}; not retried without an idempotency key and attempts left: a person decides", record.id),
                 ),
             };
-            if state == JobState::Failed && unknown.is_none() {
-                unknown = Some(reason.clone());
+            let (state, effects) = job_lifecycle::apply(record.state, event)?;
+            for effect in effects {
+                match effect {
+                    JobEffect::FailOperation => {
+                        unknown.get_or_insert_with(|| reason.clone());
+                    }
+                    // The attempt it replaces died with its driver, long enough ago: it starts again
+                    // at once, with the rest of the drive.
+                    JobEffect::Backoff => {}
+                    JobEffect::RunAttempt | JobEffect::RecordKey => {}
+                }
             }
             writes.push(Write::Job(JobRecord {
                 operation: op.id.clone(),
@@ -150,23 +159,20 @@ impl Runtime {
                 outcome: json!({"outcome": "unknown", "failure": failure, "recovered": failure.is_none()}),
                 updated_at: now(),
             }));
+            let event = event.timeline().unwrap_or(event.name());
             writes.push(Write::Timeline(entry(&op.id, &self.actor, event, reason, json!({"job": record.id}))));
         }
         crate::failpoint::hit("recovery.checked");
         match unknown {
             Some(reason) => {
                 let job = reason.split(':').next().unwrap_or_default().to_string();
+                let event = Event::JobFailed { job, reason: reason.clone() };
+                // The lifecycle's effects (the resource marked failed) join the transition.
+                let (_, effects) = lifecycle::apply(&op.state, &event)?;
                 let mut extra = writes;
-                extra.extend(self.failure_writes(op, plan, &reason)?);
+                extra.extend(self.lifecycle_writes(op, plan, pack, effects)?);
                 let actor = self.actor.clone();
-                self.transition(
-                    op,
-                    Event::JobFailed { job, reason: reason.clone() },
-                    &actor,
-                    &reason,
-                    extra,
-                    progress,
-                )?;
+                self.transition(op, event, &actor, &reason, extra, progress)?;
             }
             None => self.commit_timeline(writes, progress)?,
         }
@@ -213,10 +219,12 @@ impl Runtime {
                         format!("{}: outcome was unknown; its evidence passes now, so it is not run again", record.id),
                         json!({"job": record.id}),
                     )));
-                    (JobState::Recovered, json!({"outcome": "unknown", "failure": null, "recovered": true}))
+                    (JobEvent::Recovered, json!({"outcome": "unknown", "failure": null, "recovered": true}))
                 }
-                _ => (JobState::Pending, record.outcome.clone()),
+                _ => (JobEvent::Reset, record.outcome.clone()),
             };
+            // Neither has an effect of its own: the operation's `retry` dispatches them.
+            let (state, _no_effects) = job_lifecycle::apply(record.state, state)?;
             writes.push(Write::Job(JobRecord { state, outcome, updated_at: now(), ..record.clone() }));
         }
         Ok(writes)

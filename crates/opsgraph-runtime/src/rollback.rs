@@ -7,7 +7,7 @@ use opsgraph_core::model::OperationState;
 use opsgraph_core::plan::lifecycle::{self, Event};
 use opsgraph_core::plan::rollback::{rollback, RollbackPlan};
 
-use crate::drive::Progress;
+use crate::timeline::Progress;
 use crate::{new_operation_id, Error, Runtime};
 
 impl Runtime {

@@ -111,7 +111,7 @@ impl From<opsgraph_runtime::Error> for ApiError {
         let message = e.to_string();
         match e {
             R::Store(s) => s.into(),
-            R::Illegal(_) => ApiError::conflict("illegal_transition", message),
+            R::Illegal(_) | R::IllegalJob(_) => ApiError::conflict("illegal_transition", message),
             R::NoOperation(_) => ApiError::not_found("no_operation", message),
             R::NoGate { .. } => ApiError::not_found("no_gate", message),
             R::Blocked(_) => ApiError::unprocessable("plan_blocked", message),

@@ -132,66 +132,9 @@ pub struct TimelineEntry {
     pub data: Value,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobState {
-    Pending,
-    /// An attempt was started; if the process dies now, its outcome is unknown.
-    Running,
-    Succeeded,
-    Failed,
-    /// Its idempotency key already succeeded on the same resource and its evidence still passes.
-    AlreadySatisfied,
-    /// After a crash, its evidence passed: it succeeded without being run again.
-    Recovered,
-    /// A person fixed it; verification passed.
-    ManuallyFixed,
-    Skipped,
-    Cancelled,
-}
-
-impl JobState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Pending => "pending",
-            JobState::Running => "running",
-            JobState::Succeeded => "succeeded",
-            JobState::Failed => "failed",
-            JobState::AlreadySatisfied => "already_satisfied",
-            JobState::Recovered => "recovered",
-            JobState::ManuallyFixed => "manually_fixed",
-            JobState::Skipped => "skipped",
-            JobState::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<JobState> {
-        Some(match s {
-            "pending" => JobState::Pending,
-            "running" => JobState::Running,
-            "succeeded" => JobState::Succeeded,
-            "failed" => JobState::Failed,
-            "already_satisfied" => JobState::AlreadySatisfied,
-            "recovered" => JobState::Recovered,
-            "manually_fixed" => JobState::ManuallyFixed,
-            "skipped" => JobState::Skipped,
-            "cancelled" => JobState::Cancelled,
-            _ => return None,
-        })
-    }
-
-    /// Its dependents may start.
-    pub fn is_done(self) -> bool {
-        matches!(
-            self,
-            JobState::Succeeded
-                | JobState::AlreadySatisfied
-                | JobState::Recovered
-                | JobState::ManuallyFixed
-                | JobState::Skipped
-        )
-    }
-}
+/// The job states live in the model (`opsgraph_core::model::JobState`, with the job lifecycle beside
+/// the operation one in `opsgraph_plan`); re-exported here, where records carry them.
+pub use opsgraph_core::model::JobState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {

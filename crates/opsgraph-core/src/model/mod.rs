@@ -14,7 +14,7 @@ mod world;
 
 pub use documents::*;
 pub use ids::{is_capability_key, is_id, is_resource_id};
-pub use operation::{Operation, OperationState, OperationStateKind};
+pub use operation::{JobState, Operation, OperationState, OperationStateKind};
 pub use packs::*;
 pub use repair::*;
 pub use world::*;

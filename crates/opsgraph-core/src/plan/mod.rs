@@ -8,6 +8,7 @@ mod build;
 mod columns;
 mod edit;
 mod inputs;
+pub mod job_lifecycle;
 pub mod lifecycle;
 mod params;
 pub mod patch;

@@ -10,8 +10,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use crate::agent_wire::{unb64, AgentJob, AgentReport};
-use crate::jobs::Masking;
+use super::wire::{unb64, AgentJob, AgentReport};
+use crate::masking::Masking;
 use crate::Error;
 
 /// Screens of recent tasks: a log chunk arrives per line batch, and building a masker is not free.

@@ -1,0 +1,200 @@
+//! How the runtime reaches agents: the store connections waiting workers use, the bell the
+//! server rings, the keys payloads and reports are sealed with, and what a waiting worker holds.
+
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use opsgraph_store::{AgentTask, Store};
+use serde_json::{json, Value};
+
+use super::wire::{b64, AgentJob};
+use crate::Error;
+
+/// Opens another connection to the store.
+pub type OpenStore = dyn Fn() -> Result<Box<dyn Store>, opsgraph_store::Error> + Send + Sync;
+
+/// How a runtime reaches agents: through the store, which the server's agent routes share.
+pub struct Agents {
+    /// A connection for each attempt waiting for an agent.
+    pub open: Arc<OpenStore>,
+    /// Rung when agent work is queued or reported, so waiters in this process look at once;
+    /// other processes' changes are seen by polling.
+    pub bell: Arc<Bell>,
+    /// How long a task may wait for an agent to claim it (default 60 s).
+    pub claim_timeout: Duration,
+    /// How long a claim lasts without a heartbeat (default 30 s; agents beat every third).
+    pub lease: Duration,
+    /// Connections of finished waits, for the next ones.
+    pool: Mutex<Vec<Box<dyn Store>>>,
+    /// The master keyring, loaded once (payloads and reports are sealed with it).
+    keyring: std::sync::OnceLock<Result<Arc<opsgraph_secrets::Keyring>, String>>,
+    /// What recent tasks' reports and logs are screened with.
+    pub(crate) screens: super::screen::Screens,
+}
+
+impl Agents {
+    pub fn new(open: Arc<OpenStore>) -> Agents {
+        Agents {
+            open,
+            bell: Arc::new(Bell::default()),
+            claim_timeout: Duration::from_secs(60),
+            lease: Duration::from_secs(30),
+            pool: Mutex::new(Vec::new()),
+            keyring: std::sync::OnceLock::new(),
+            screens: Default::default(),
+        }
+    }
+
+    pub(super) fn connection(&self) -> Result<Pooled<'_>, opsgraph_store::Error> {
+        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let store = match pooled {
+            Some(s) => s,
+            None => (self.open)()?,
+        };
+        Ok(Pooled { agents: self, store: Some(store) })
+    }
+
+    /// The master keyring of `data_dir`, loaded on first use.
+    pub fn keyring(&self, data_dir: &Path) -> Result<Arc<opsgraph_secrets::Keyring>, Error> {
+        self.keyring
+            .get_or_init(|| {
+                opsgraph_secrets::Keyring::load(data_dir).map(|(k, _)| Arc::new(k)).map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(Error::Secrets)
+    }
+
+    /// The plaintext payload of a claimed task, for the agent that claimed it; its `kind` is the
+    /// task's (an evidence task shares its run task's payload and must never run the job).
+    pub fn open_payload(&self, data_dir: &Path, task: &AgentTask) -> Result<Value, Error> {
+        let sealed = task.payload.get("sealed").and_then(Value::as_str).unwrap_or_default();
+        let aad = payload_aad(&task.operation, &task.job, task.attempt);
+        let plain = open_with(&*self.keyring(data_dir)?, sealed, &aad)?;
+        let mut payload: Value =
+            serde_json::from_slice(plain.expose()).map_err(|e| Error::Secrets(format!("agent payload: {e}")))?;
+        payload["kind"] = Value::String(task.kind.clone());
+        Ok(payload)
+    }
+
+    /// What `task`'s log text and report are screened with before they are stored or shown
+    /// (see [`Screen`](super::screen::Screen)), from its sealed payload.
+    pub fn screen(&self, data_dir: &Path, task: &AgentTask) -> Result<Arc<super::screen::Screen>, Error> {
+        self.screens.get(&task.id, || {
+            let payload = self.open_payload(data_dir, task)?;
+            let job: AgentJob =
+                serde_json::from_value(payload).map_err(|e| Error::Secrets(format!("agent payload: {e}")))?;
+            Ok(super::screen::Screen::new(&job))
+        })
+    }
+
+    /// An agent's report, sealed for the store (it may hold secret artifacts).
+    pub fn seal_report(&self, data_dir: &Path, task: &str, report: &Value) -> Result<Value, Error> {
+        let text = serde_json::to_string(report).map_err(|e| Error::Secrets(e.to_string()))?;
+        Ok(json!({ "sealed": seal_with(&*self.keyring(data_dir)?, &text, &report_aad(task))? }))
+    }
+}
+
+/// A connection of the pool, given back when dropped.
+pub(super) struct Pooled<'a> {
+    agents: &'a Agents,
+    store: Option<Box<dyn Store>>,
+}
+
+impl std::ops::Deref for Pooled<'_> {
+    type Target = dyn Store;
+    fn deref(&self) -> &(dyn Store + 'static) {
+        self.store.as_deref().expect("present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Pooled<'_> {
+    fn deref_mut(&mut self) -> &mut (dyn Store + 'static) {
+        self.store.as_deref_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        let mut pool = self.agents.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = self.store.take().filter(|_| pool.len() < 64) {
+            pool.push(s);
+        }
+    }
+}
+
+/// `sealed:<base64>`, as `Runtime::seal_text` writes it.
+pub(super) fn seal_with(keys: &opsgraph_secrets::Keyring, plain: &str, aad: &str) -> Result<String, Error> {
+    let sealed = keys.seal(plain.as_bytes(), aad.as_bytes()).map_err(|e| Error::Secrets(e.to_string()))?;
+    Ok(format!("sealed:{}", b64(&sealed)))
+}
+
+pub(super) fn open_with(
+    keys: &opsgraph_secrets::Keyring,
+    value: &str,
+    aad: &str,
+) -> Result<opsgraph_secrets::Secret, Error> {
+    let b = value.strip_prefix("sealed:").ok_or_else(|| Error::Secrets(format!("{aad}: not a sealed value")))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b)
+        .map_err(|_| Error::Secrets(format!("{aad}: the sealed value is not base64")))?;
+    keys.open(&bytes, aad.as_bytes()).map_err(|e| Error::Secrets(format!("{aad}: {e}")))
+}
+
+/// A counter with a condition variable: `ring` bumps it, `wait` returns when it moved past what
+/// the waiter saw, or at the timeout.
+#[derive(Default)]
+pub struct Bell {
+    count: Mutex<u64>,
+    rung: Condvar,
+}
+
+impl Bell {
+    pub fn ring(&self) {
+        let mut n = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        *n += 1;
+        self.rung.notify_all();
+    }
+
+    pub fn seen(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until the count differs from `seen` or `timeout` passes; returns the count.
+    pub fn wait(&self, seen: u64, timeout: Duration) -> u64 {
+        let n = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let (n, _) = self.rung.wait_timeout_while(n, timeout, |n| *n == seen).unwrap_or_else(|e| e.into_inner());
+        *n
+    }
+}
+
+/// The associated data of a task's payload: the attempt, whatever the kind, so recovery can
+/// hand the same payload to an `evidence` task.
+pub(super) fn payload_aad(operation: &str, job: &str, attempt: u32) -> String {
+    format!("agent:{operation}/{job}/{attempt}")
+}
+
+/// The associated data of a task's sealed report.
+pub fn report_aad(task: &str) -> String {
+    format!("agent-report:{task}")
+}
+
+pub(super) fn task_id(operation: &str, job: &str, attempt: u32, kind: &str) -> String {
+    format!("{operation}/{job}/{attempt}/{kind}")
+}
+
+/// The worker's side of an attempt handed to an agent.
+pub(crate) struct Waiting {
+    pub(super) agents: Arc<Agents>,
+    pub(super) keyring: Arc<opsgraph_secrets::Keyring>,
+    pub(super) operation: String,
+    pub(super) agent: String,
+    pub(super) resource: String,
+    /// The run task, and its payload (copied into an evidence task when its agent is lost).
+    pub(super) task: String,
+    pub(super) payload: Value,
+    /// Run again after a lost agent when its evidence fails: an idempotency key and attempts left.
+    pub(super) retry_allowed: bool,
+    pub(super) actor: String,
+}

@@ -1,0 +1,395 @@
+//! The driver's executor: it carries out what [`decide`](crate::decide) decided — commits the
+//! writes (holding results for a group commit), prepares and starts attempts on the workers,
+//! waits, moves the operation with its lifecycle's effects — and turns the workers' reports into
+//! the next decision's input.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use opsgraph_core::pack::{JobIndex, Pack};
+use opsgraph_core::plan::job_lifecycle::JobEffect;
+use opsgraph_core::plan::lifecycle;
+use opsgraph_core::plan::{JobInstance, Plan};
+use opsgraph_exec::{Cancel, Program};
+use opsgraph_store::{ArtifactRecord, GateRecord, JobRecord, JobState, OperationRecord, Write};
+use serde_json::Value;
+
+use crate::decide::{self, Decision, Effect, Finished, Snapshot};
+use crate::jobs::{self, render_key};
+use crate::task::{Task, TaskResult};
+use crate::timeline::Progress;
+use crate::workers::Workers;
+use crate::{Error, Runtime};
+
+/// One drive of one operation: what it was started with, and what it keeps between decisions.
+pub(crate) struct Drive<'p> {
+    pub(crate) plan: &'p Plan,
+    pub(crate) pack: &'p Pack,
+    pub(crate) jobs: Option<JobIndex<'p>>,
+    pub(crate) instances: HashMap<&'p str, &'p JobInstance>,
+    /// Values given at answered missing-input gates.
+    pub(crate) inputs: BTreeMap<String, Value>,
+    pub(crate) actor: String,
+    /// Every attempt works and logs in the operation's run directory.
+    pub(crate) run_dir: PathBuf,
+    pub(crate) tx: mpsc::Sender<TaskResult>,
+    pub(crate) rx: mpsc::Receiver<TaskResult>,
+    pub(crate) workers: Workers,
+    pub(crate) in_flight: HashMap<String, Cancel>,
+    pub(crate) not_before: HashMap<String, Instant>,
+    /// The idempotency key of each attempt in flight, as rendered when it started.
+    pub(crate) keys: HashMap<String, Option<String>>,
+    /// The job records: read from the store once (and after recovery rewrote them); afterwards
+    /// this driver is their only writer and keeps its copy current as it commits.
+    pub(crate) cache: HashMap<String, JobRecord>,
+    pub(crate) cache_stale: bool,
+    pub(crate) recovered_checked: bool,
+    /// Results not yet committed: they go into the same transaction as the attempts they let
+    /// start (one commit per job on a chain), or alone before the driver waits or stops.
+    pub(crate) carry: Vec<Write>,
+    /// The operation row as last read, with the store's data version and this runtime's count of
+    /// operation writes at that moment: while neither changed, nobody changed the row (pause,
+    /// cancel and gate answers from other processes change the data version).
+    pub(crate) op_seen: Option<(i64, u64, OperationRecord)>,
+    /// Jobs before this index of `plan.jobs` are all done.
+    pub(crate) done_prefix: usize,
+}
+
+impl<'p> Drive<'p> {
+    pub(crate) fn new(
+        plan: &'p Plan,
+        pack: &'p Pack,
+        inputs: BTreeMap<String, Value>,
+        actor: String,
+        run_dir: PathBuf,
+    ) -> Self {
+        let template = pack.templates.iter().find(|t| t.id == plan.template);
+        let (tx, rx) = mpsc::channel::<TaskResult>();
+        Drive {
+            plan,
+            pack,
+            jobs: template.map(|t| pack.job_index(t)),
+            instances: plan.jobs.iter().map(|j| (j.id.as_str(), j)).collect(),
+            inputs,
+            actor,
+            run_dir,
+            workers: Workers::new(tx.clone()),
+            tx,
+            rx,
+            in_flight: HashMap::new(),
+            not_before: HashMap::new(),
+            keys: HashMap::new(),
+            cache: HashMap::new(),
+            cache_stale: true,
+            recovered_checked: false,
+            carry: Vec::new(),
+            op_seen: None,
+            done_prefix: 0,
+        }
+    }
+
+    /// What `decide` sees: this drive's bookkeeping with what was just read from the store.
+    pub(crate) fn snapshot<'a>(
+        &'a self,
+        op: &'a OperationRecord,
+        gates: &'a [GateRecord],
+        blocked: &'a HashSet<String>,
+        waiting_children: &'a [String],
+        concurrency: usize,
+    ) -> Snapshot<'a> {
+        Snapshot {
+            op,
+            actor: &self.actor,
+            plan: &self.plan.jobs,
+            instances: &self.instances,
+            jobs: &self.cache,
+            gates,
+            in_flight: &self.in_flight,
+            not_before: &self.not_before,
+            now: Instant::now(),
+            concurrency,
+            blocked,
+            waiting_children,
+            done_prefix: self.done_prefix,
+        }
+    }
+
+    fn remember(&mut self, writes: &[Write]) {
+        for w in writes {
+            if let Write::Job(j) = w {
+                self.cache.insert(j.id.clone(), j.clone());
+            }
+        }
+    }
+}
+
+/// What the drive does after an executed decision.
+pub(crate) enum Flow {
+    /// Go on: wait for reports when attempts are in flight, else decide again.
+    Next,
+    /// Decide again now.
+    Again,
+    /// The drive is over, in this state.
+    Stop(opsgraph_core::model::OperationState),
+}
+
+impl Runtime {
+    /// Carries out one decision.
+    pub(crate) fn execute(
+        &mut self,
+        d: &mut Drive<'_>,
+        op: &OperationRecord,
+        decision: Decision,
+        progress: Progress<'_>,
+    ) -> Result<Flow, Error> {
+        d.done_prefix = decision.done_prefix;
+        let mut writes = Some(decision.writes);
+        let mut flow = Flow::Next;
+        for effect in decision.effects {
+            match effect {
+                Effect::Flush => {
+                    if !d.carry.is_empty() {
+                        self.commit_timeline(std::mem::take(&mut d.carry), progress)?;
+                    }
+                }
+                Effect::Hold => {
+                    let held = writes.take().unwrap_or_default();
+                    d.remember(&held);
+                    d.carry.extend(held);
+                }
+                Effect::Start(ready) => self.start_attempts(d, op, &ready, progress)?,
+                Effect::Sleep(wait) => {
+                    std::thread::sleep(wait);
+                    flow = Flow::Again;
+                }
+                Effect::Backoff { instance, delay } => {
+                    d.not_before.insert(instance, Instant::now() + delay);
+                }
+                Effect::Transition { event, reason, effects } => {
+                    let mut extra = writes.take().unwrap_or_default();
+                    extra.extend(self.lifecycle_writes(op, d.plan, d.pack, effects)?);
+                    let actor = d.actor.clone();
+                    raced(self.transition(op, event, &actor, &reason, extra.clone(), progress))?;
+                    // Job records are kept even when another writer moved the operation first
+                    // (`transition` commits them alone then).
+                    d.remember(&extra);
+                    flow = Flow::Again;
+                }
+                Effect::CancelAttempts => {
+                    for c in d.in_flight.values() {
+                        c.cancel();
+                    }
+                }
+                Effect::Stop => return Ok(Flow::Stop(op.state.clone())),
+            }
+        }
+        Ok(flow)
+    }
+
+    /// Carries out the operation lifecycle's effects that are writes, for the transaction of the
+    /// transition that had them.
+    pub(crate) fn lifecycle_writes(
+        &self,
+        op: &OperationRecord,
+        plan: &Plan,
+        pack: &Pack,
+        effects: Vec<lifecycle::Effect>,
+    ) -> Result<Vec<Write>, Error> {
+        use lifecycle::Effect as F;
+        let mut writes = Vec::new();
+        for effect in effects {
+            match effect {
+                F::UpdateResource => writes.extend(self.completion_writes(op, plan, pack)?),
+                F::MarkResourceFailed { reason } => writes.extend(self.failure_writes(op, plan, &reason)?),
+                // The driver carries these out by what it decides next from the state it reads:
+                // nothing starts unless the operation runs, attempts are cancelled once it is
+                // cancelled (`decide`), ready jobs start while it runs.
+                F::StopDispatch | F::CancelRunningJobs | F::DispatchReadyJobs => {}
+                // Carried out by the person-facing calls that make these transitions (gate
+                // answers, retry, patch, intervene, diagnose), never by the driver's events.
+                F::ResolveRequirements
+                | F::OpenGates { .. }
+                | F::ResetJobs { .. }
+                | F::RunDiagnosis
+                | F::RunVerification { .. } => {}
+            }
+        }
+        Ok(writes)
+    }
+
+    /// Records an attempt of each ready instance before its process exists (one commit for all,
+    /// with the results that made them ready), then starts them.
+    fn start_attempts(
+        &mut self,
+        d: &mut Drive<'_>,
+        op: &OperationRecord,
+        ready: &[String],
+        progress: Progress<'_>,
+    ) -> Result<(), Error> {
+        let mut writes = std::mem::take(&mut d.carry);
+        let pending: Vec<ArtifactRecord> = writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Artifact(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect();
+        let (plan, pack) = (d.plan, d.pack);
+        let mut tasks = Vec::new();
+        for id in ready {
+            let Some(instance) = d.instances.get(id.as_str()).copied() else { continue };
+            let job = d
+                .jobs
+                .as_ref()
+                .ok_or_else(|| Error::NoPack(plan.template.clone()))?
+                .get(&instance.job)
+                .cloned()
+                .ok_or_else(|| Error::NoPack(format!("{} (job {})", plan.pack, instance.job)))?;
+            let record = d.cache.get(&instance.id).cloned();
+            let attempt = record.as_ref().map_or(0, |r| r.attempts) + 1;
+            let mut mask = Vec::new();
+            let env = self.environment(op, plan, instance, &job, &d.inputs, &pending, &mut mask)?;
+            let key_values = self.key_values(op, plan, instance, &env);
+            let key = job.controls.idempotency.as_ref().map(|k| render_key(&k.key, &key_values));
+            let check_first = match &key {
+                Some(k) => self.store.idempotency(k)?.is_some(),
+                None => false,
+            };
+            let program = job.run.as_ref().and_then(|r| {
+                if let Some(script) = &r.script {
+                    Some(Program::Script { path: PathBuf::from(&pack.root).join(script), args: vec![] })
+                } else if let Some(cmd) = &r.command {
+                    Some(opsgraph_exec::program_for(cmd))
+                } else {
+                    r.url.as_ref().map(|url| Program::Http {
+                        method: r.method.clone().unwrap_or_else(|| "GET".into()),
+                        url: url.clone(),
+                        headers: vec![],
+                        body: vec![],
+                    })
+                }
+            });
+            let timeout =
+                job.run.as_ref().and_then(|r| r.timeout.as_deref()).and_then(|t| opsgraph_exec::parse_duration(t).ok());
+            let evidence = job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
+            let from = record.as_ref().map_or(JobState::Pending, |r| r.state);
+            let (recorded, effects) =
+                decide::attempt_writes(&op.id, &d.actor, from, &instance.id, attempt, key.as_deref(), check_first)?;
+            writes.extend(recorded);
+            let cancel = Cancel::new();
+            d.not_before.remove(&instance.id);
+            d.keys.insert(instance.id.clone(), key.clone());
+            d.in_flight.insert(instance.id.clone(), cancel.clone());
+            if let Some(held) = &self.lease {
+                held.watch(&instance.id, Some(&cancel));
+            }
+            let secret_outputs: Vec<String> = job
+                .outputs
+                .artifacts
+                .iter()
+                .filter(|a| {
+                    pack.artifacts.get(*a).is_some_and(|d| d.sensitivity == opsgraph_core::model::Sensitivity::Secret)
+                })
+                .cloned()
+                .collect();
+            let mut task = Task {
+                instance: instance.id.clone(),
+                attempt,
+                executor: self.executor_for(instance, &job),
+                job,
+                evidence,
+                program,
+                env,
+                timeout,
+                dir: d.run_dir.clone(),
+                stem: format!("{}.{attempt}", instance.id),
+                cancel,
+                check_first,
+                secret_outputs,
+                mask,
+                agent: None,
+            };
+            // A resource an agent serves: the attempt is enqueued for it in this commit.
+            if let Some(w) = self.agent_enqueue(&op.id, instance, &mut task, key.as_deref())? {
+                writes.push(w);
+            }
+            // The lifecycle's one effect of a start: run the attempt just recorded.
+            if effects.contains(&JobEffect::RunAttempt) {
+                tasks.push(task);
+            }
+        }
+        let started: Vec<JobRecord> = writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Job(j) => Some(j.clone()),
+                _ => None,
+            })
+            .collect();
+        self.commit_timeline(writes, progress)?;
+        crate::failpoint::hit("attempts.recorded");
+        d.cache.extend(started.into_iter().map(|j| (j.id.clone(), j)));
+        for task in tasks {
+            if task.is_trivial() {
+                // Nothing to run, check or collect: its result is known now, without a thread
+                // (the no-op job type; it still went through the attempt record).
+                let _ = d.tx.send(jobs::run(task));
+            } else {
+                d.workers.run(task, d.in_flight.len());
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for one report (a quarter of a second at most), takes every other one that is
+    /// ready, and turns them into the next decision's input: each attempt's evidence and
+    /// artifacts stored, its plaintext secrets removed.
+    pub(crate) fn collect(&mut self, d: &mut Drive<'_>, op: &OperationRecord) -> Result<Option<Vec<Finished>>, Error> {
+        let first = match d.rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Timeout | mpsc::RecvTimeoutError::Disconnected) => return Ok(None),
+        };
+        let mut results = vec![first];
+        results.extend(d.rx.try_iter());
+        crate::failpoint::hit("job.exited");
+        let mut finished = Vec::with_capacity(results.len());
+        for r in results {
+            d.in_flight.remove(&r.instance);
+            if let Some(held) = &self.lease {
+                held.watch(&r.instance, None);
+            }
+            // Plaintext copies of secrets live only while the attempt runs.
+            let _ = std::fs::remove_dir_all(d.run_dir.join("secrets").join(&r.instance));
+            // The attempt's log joins the blob store before its record is committed.
+            self.keep_log(&op.id, &r.instance, r.attempt, r.log.as_deref())?;
+            let Some(instance) = d.instances.get(r.instance.as_str()).copied() else { continue };
+            let job = d.jobs.as_ref().and_then(|j| j.get(&instance.job));
+            let policy = job.and_then(|j| j.controls.retry_policy.as_ref());
+            let key = d.keys.remove(&r.instance).flatten();
+            let mut observed = Vec::new();
+            self.result_writes(op, instance, &r, &mut observed)?;
+            finished.push(Finished {
+                max_attempts: policy.map_or(1, |p| p.max_attempts),
+                backoff: policy
+                    .and_then(|p| p.backoff.as_deref())
+                    .and_then(|b| opsgraph_exec::parse_duration(b).ok())
+                    .unwrap_or(Duration::ZERO),
+                key,
+                observed,
+                result: r,
+            });
+        }
+        Ok(Some(finished))
+    }
+}
+
+/// A transition that lost a race with another writer is not an error of the driver: it re-reads
+/// the operation and goes on from the state the other writer left.
+pub(crate) fn raced<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

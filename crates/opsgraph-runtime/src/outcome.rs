@@ -1,0 +1,188 @@
+//! What attempts and operations leave in the store besides their records: evidence, artifacts,
+//! and the resource an operation completed or failed.
+
+use std::collections::BTreeMap;
+
+use opsgraph_core::model::{Health, ProvidedCapability, Resource, ResourceStatus};
+use opsgraph_core::pack::Pack;
+use opsgraph_core::plan::{JobInstance, Plan};
+use opsgraph_store::{now, ArtifactRecord, EvidenceRecord, OperationRecord, ResourceRecord, Write};
+use serde_json::Value;
+
+use crate::jobs;
+use crate::task::TaskResult;
+use crate::{Error, Runtime};
+
+impl Runtime {
+    /// Evidence records and stored artifacts of one attempt.
+    pub(crate) fn result_writes(
+        &self,
+        op: &OperationRecord,
+        instance: &JobInstance,
+        r: &TaskResult,
+        writes: &mut Vec<Write>,
+    ) -> Result<(), Error> {
+        // What the checks prove: the capabilities the job provides, on its resource (or the
+        // operation's target when the job runs once).
+        let provisions = self
+            .packs
+            .iter()
+            .find_map(|p| p.jobs.get(&instance.job))
+            .map(|j| j.outputs.provides.capabilities.clone())
+            .unwrap_or_default();
+        let proves: Vec<String> = provisions.iter().map(|c| c.capability.clone()).collect();
+        let capability = (!proves.is_empty()).then(|| proves.join(", "));
+        // A capability provided in a scope belongs to the resource the job ran on; one provided
+        // unscoped belongs to what the operation creates or changes.
+        let resource = if provisions.iter().any(|c| c.scope.is_none()) {
+            op.resource.clone().or_else(|| instance.resource.clone())
+        } else {
+            instance.resource.clone().or_else(|| op.resource.clone())
+        };
+        for (check, result) in &r.evidence {
+            writes.push(Write::Evidence(EvidenceRecord {
+                operation: op.id.clone(),
+                job: r.instance.clone(),
+                check: check.id.clone(),
+                source: serde_json::to_value(check.source)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                command: check
+                    .command
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .or_else(|| check.url.clone())
+                    .or_else(|| check.path.clone())
+                    .or_else(|| check.host.as_ref().map(|h| format!("{h}:{}", check.port.unwrap_or(0))))
+                    .unwrap_or_default(),
+                expected: result.expected.clone(),
+                observed: result.observed.clone(),
+                passed: result.passed,
+                at: now(),
+                resource: resource.clone(),
+                capability: capability.clone(),
+            }));
+        }
+        if r.failure.is_none() {
+            for (id, path) in &r.produced {
+                let sensitivity = self
+                    .packs
+                    .iter()
+                    .find_map(|p| p.artifacts.get(id))
+                    .and_then(|a| serde_json::to_value(a.sensitivity).ok())
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_else(|| "internal".into());
+                // Secret artifacts are sealed before they are stored; the plaintext file goes.
+                let (location, size) = if sensitivity == "secret" {
+                    self.seal_artifact(path, &crate::secrets::artifact_aad(&op.id, &r.instance, id))?
+                } else {
+                    jobs::store_blob(&*self.blobs, path)
+                        .map_err(|source| Error::Io { path: path.display().to_string(), source })?
+                };
+                crate::failpoint::hit("artifact.stored");
+                writes.push(Write::Artifact(ArtifactRecord {
+                    operation: op.id.clone(),
+                    job: r.instance.clone(),
+                    id: id.clone(),
+                    sensitivity,
+                    location,
+                    size,
+                    at: now(),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    fn resource_doc(&self, plan: &Plan) -> Option<Resource> {
+        let id = Runtime::target_resource(&plan.intent)?;
+        let existing =
+            self.store.resource(&id).ok().flatten().and_then(|r| serde_json::from_value::<Resource>(r.doc).ok());
+        Some(existing.unwrap_or_else(|| Resource {
+            id: id.clone(),
+            type_: plan.intent.target_resource_type.clone(),
+            name: plan.intent.name.clone().unwrap_or_default(),
+            environment: plan.intent.environment.clone(),
+            provider: None,
+            labels: BTreeMap::new(),
+            attributes: plan.intent.constraints.clone(),
+            desired_state: None,
+            observed_state: None,
+            health: Health::Unknown,
+            status: Some(ResourceStatus::Provisioning),
+            provides: Vec::new(),
+            access: None,
+            credentials: BTreeMap::new(),
+        }))
+    }
+
+    /// The resource an operation completed: its capabilities, desired and observed state, health.
+    pub(crate) fn completion_writes(
+        &self,
+        op: &OperationRecord,
+        plan: &Plan,
+        pack: &Pack,
+    ) -> Result<Vec<Write>, Error> {
+        let Some(mut doc) = self.resource_doc(plan) else { return Ok(vec![]) };
+        if plan.action == "rollback" {
+            // Undone: it provides nothing any more, and nobody has observed it since.
+            doc.provides.clear();
+            doc.credentials.clear();
+            doc.desired_state = Some("rolled back".into());
+            doc.observed_state = Some(format!("rolled back by operation {}: {} jobs undone", op.id, plan.jobs.len()));
+            doc.health = Health::Unknown;
+            doc.status = None;
+            return Ok(vec![Write::Resource(ResourceRecord {
+                id: doc.id.clone(),
+                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+                last_operation: Some(op.id.clone()),
+                updated_at: now(),
+            })]);
+        }
+        let template = pack.templates.iter().find(|t| t.id == plan.template);
+        let provisions = template
+            .map(|t| t.provides.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| pack.manifest.provides.clone());
+        let artifacts = self.store.artifacts(&op.id)?;
+        for p in provisions {
+            // The credentials to use it: a reference to the artifact, never its content.
+            if let Some(a) = p.credentials.as_ref().filter(|a| artifacts.iter().any(|r| r.id == **a)) {
+                doc.credentials.insert(p.capability.clone(), format!("artifact:{}/{a}", op.id));
+            }
+            if !doc.provides.iter().any(|c| c.capability == p.capability) {
+                doc.provides.push(ProvidedCapability { capability: p.capability, attributes: p.attributes });
+            }
+        }
+        let evidence = self.store.evidence(&op.id)?;
+        let passed = evidence.iter().filter(|e| e.passed).count();
+        doc.desired_state = plan
+            .intent
+            .desired_result
+            .clone()
+            .or_else(|| Some(format!("{} {}", plan.action, plan.intent.target_resource_type)));
+        doc.observed_state = Some(format!("{} jobs done; {passed} evidence checks passed", plan.jobs.len()));
+        doc.health = Health::Healthy;
+        doc.status = Some(ResourceStatus::Running);
+        Ok(vec![Write::Resource(ResourceRecord {
+            id: doc.id.clone(),
+            doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+            last_operation: Some(op.id.clone()),
+            updated_at: now(),
+        })])
+    }
+
+    pub(crate) fn failure_writes(&self, op: &OperationRecord, plan: &Plan, reason: &str) -> Result<Vec<Write>, Error> {
+        let Some(mut doc) = self.resource_doc(plan) else { return Ok(vec![]) };
+        doc.health = Health::Error;
+        doc.status = Some(ResourceStatus::Error);
+        doc.observed_state = Some(format!("operation {} failed: {reason}", op.id));
+        Ok(vec![Write::Resource(ResourceRecord {
+            id: doc.id.clone(),
+            doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+            last_operation: Some(op.id.clone()),
+            updated_at: now(),
+        })])
+    }
+}

@@ -1,0 +1,66 @@
+//! One attempt as the driver hands it to a worker ([`Task`]) and as the worker reports it
+//! ([`TaskResult`]). Below the modules that build, run and read them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use opsgraph_core::model::{Evidence, Job};
+use opsgraph_exec::{Cancel, EvidenceResult, Executor, Program};
+
+/// Everything a worker needs for one attempt.
+pub(crate) struct Task {
+    pub(crate) instance: String,
+    pub(crate) attempt: u32,
+    pub(crate) job: Job,
+    pub(crate) evidence: Vec<Evidence>,
+    pub(crate) program: Option<Program>,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) executor: Arc<dyn Executor>,
+    /// The operation's run directory, the attempt's working directory.
+    pub(crate) dir: PathBuf,
+    /// `<instance>.<attempt>`: names the attempt's `.out/` directory and `.log` file in `dir`.
+    pub(crate) stem: String,
+    pub(crate) cancel: Cancel,
+    /// Check evidence first: when it all passes, the job is already satisfied and does not run.
+    pub(crate) check_first: bool,
+    /// Declared outputs that are secret: their content is masked in the output too.
+    pub(crate) secret_outputs: Vec<String>,
+    /// Secret values the job was given, masked in its captured output and evidence.
+    pub(crate) mask: Vec<Vec<u8>>,
+    /// Handed to a remote agent: the worker waits for its report instead of running it.
+    pub(crate) agent: Option<crate::agent::pool::Waiting>,
+}
+
+impl Task {
+    /// Nothing to run, no evidence to check, no artifact to collect, and not an agent's: the
+    /// attempt's result is known the moment it starts.
+    pub(crate) fn is_trivial(&self) -> bool {
+        // One handed to an agent waits for its report: never trivial.
+        self.agent.is_none()
+            && self.program.is_none()
+            && self.evidence.is_empty()
+            && self.job.outputs.artifacts.is_empty()
+    }
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskResult {
+    pub(crate) instance: String,
+    pub(crate) attempt: u32,
+    pub(crate) outcome: String,
+    /// `None` when the job's output contract is proven.
+    pub(crate) failure: Option<String>,
+    /// Evidence passed without running the job (idempotency or recovery).
+    pub(crate) satisfied_without_run: bool,
+    pub(crate) evidence: Vec<(Evidence, EvidenceResult)>,
+    pub(crate) produced: Vec<(String, PathBuf)>,
+    pub(crate) log: Option<PathBuf>,
+    pub(crate) duration: Duration,
+    pub(crate) cancelled: bool,
+    /// Its agent was lost mid-run: `evidence` was checked instead (recovery, as after a crash).
+    pub(crate) unknown: bool,
+}

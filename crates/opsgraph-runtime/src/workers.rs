@@ -1,0 +1,52 @@
+//! The threads that run one drive's attempts.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use crate::jobs;
+use crate::task::{Task, TaskResult};
+
+/// The threads that run one drive's attempts: started as attempts need them, never more than
+/// are in flight at once (so at most the concurrency), reused for the rest of the drive, ended
+/// when the drive returns. Each attempt still runs alone on its thread from start to result.
+pub(crate) struct Workers {
+    tasks: mpsc::Sender<Task>,
+    queue: Arc<Mutex<mpsc::Receiver<Task>>>,
+    results: mpsc::Sender<TaskResult>,
+    started: usize,
+}
+
+impl Workers {
+    pub(crate) fn new(results: mpsc::Sender<TaskResult>) -> Workers {
+        let (tasks, queue) = mpsc::channel();
+        Workers { tasks, queue: Arc::new(Mutex::new(queue)), results, started: 0 }
+    }
+
+    /// Hands `task` to a worker; `in_flight` counts the attempts started and not yet reported,
+    /// this one included. A worker is free for every one of them.
+    pub(crate) fn run(&mut self, task: Task, in_flight: usize) {
+        while self.started < in_flight {
+            let queue = Arc::clone(&self.queue);
+            let results = self.results.clone();
+            std::thread::spawn(move || loop {
+                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let Ok(task) = next else { break };
+                if results.send(run(task)).is_err() {
+                    break;
+                }
+            });
+            self.started += 1;
+        }
+        // The receiving side lives as long as a worker does; a send fails only if none could start.
+        let _ = self.tasks.send(task);
+    }
+}
+
+/// One attempt on a worker thread: handed to an agent, the worker waits for its report;
+/// otherwise it runs here.
+fn run(mut task: Task) -> TaskResult {
+    match task.agent.take() {
+        Some(waiting) => crate::agent::wait::wait(task, waiting),
+        None => jobs::run(task),
+    }
+}
