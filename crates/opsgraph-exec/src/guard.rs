@@ -173,7 +173,7 @@ pub fn stop_leftovers(marks: &[(&str, &str)], limit: Duration) -> usize {
                     marks.iter().all(|m| vars.contains(&m.as_slice()))
                 })
             })
-            .filter(|pid| crate::process::process_state(&pid.to_string()).is_some_and(|(s, _)| s != 'Z' && s != 'X'))
+            .filter(|pid| crate::procfs::process_state(&pid.to_string()).is_some_and(|(s, _)| s != 'Z' && s != 'X'))
             .collect()
     };
     let found = find();
@@ -189,7 +189,7 @@ pub fn stop_leftovers(marks: &[(&str, &str)], limit: Duration) -> usize {
         for pid in live {
             use nix::sys::signal::{kill, killpg, Signal};
             use nix::unistd::Pid;
-            if let Some((_, pgrp)) = crate::process::process_state(&pid.to_string()) {
+            if let Some((_, pgrp)) = crate::procfs::process_state(&pid.to_string()) {
                 if pgrp > 1 && pgrp != nix::unistd::getpgrp().as_raw() {
                     let _ = killpg(Pid::from_raw(pgrp), Signal::SIGKILL);
                 }

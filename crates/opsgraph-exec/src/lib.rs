@@ -68,6 +68,7 @@ mod http;
 mod local;
 mod outcome;
 mod process;
+mod procfs;
 mod spec;
 mod ssh;
 

@@ -305,17 +305,6 @@ pub(crate) fn group_alive(pgid: i32) -> bool {
         let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
             return false;
         };
-        process_state(pid).is_some_and(|(state, pgrp)| pgrp == pgid && state != 'Z' && state != 'X')
+        crate::procfs::process_state(pid).is_some_and(|(state, pgrp)| pgrp == pgid && state != 'Z' && state != 'X')
     })
-}
-
-/// State letter and process group of a process, from `/proc/<pid>/stat`.
-pub(crate) fn process_state(pid: &str) -> Option<(char, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
 }

@@ -10,7 +10,7 @@ use expect_test::{expect, Expect};
 use opsgraph_core::model::{Command, Evidence, EvidenceSource};
 
 use crate::capture::Capture;
-use crate::process::process_state;
+use crate::procfs::process_state;
 use crate::ssh::remote_command;
 use crate::testing::{free_port, injection_corpus, HttpServer, Sshd, TempDir};
 use crate::{

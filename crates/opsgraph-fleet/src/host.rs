@@ -144,7 +144,8 @@ pub(crate) fn wait_ready(h: &HostState, limit: Duration) -> Result<(), Error> {
         if !sys::alive(h.pid) {
             return true;
         }
-        let hh = health(h);
+        // Booted: systemd and sshd; an agent's unit is the caller's to check.
+        let hh = crate::Health { agent: None, ..health(h, "") };
         last = format!("systemd {}, sshd {}", hh.systemd, if hh.sshd { "answers" } else { "silent" });
         hh.healthy()
     });
@@ -167,7 +168,8 @@ pub(crate) fn nsenter(h: &HostState, argv: &[&str]) -> Command {
     cmd
 }
 
-pub(crate) fn health(h: &HostState) -> crate::Health {
+/// The host's health; `agent_unit` is the unit its agent runs as, when it has one.
+pub(crate) fn health(h: &HostState, agent_unit: &str) -> crate::Health {
     let alive = h.pid != 0 && sys::alive(h.pid) && sys::comm(h.pid).as_deref() == Some("systemd");
     let systemd = if alive {
         // `is-system-running` exits non-zero for every state but `running`: read its word.
@@ -183,7 +185,7 @@ pub(crate) fn health(h: &HostState) -> crate::Health {
     };
     let agent = h.agent.as_ref().map(|name| crate::AgentHealth {
         name: name.clone(),
-        unit: if alive { unit_state(h, crate::agent::UNIT) } else { "unknown".into() },
+        unit: if alive { unit_state(h, agent_unit) } else { "unknown".into() },
     });
     crate::Health {
         name: h.name.clone(),

@@ -327,7 +327,7 @@ pub fn status(dir: &Path) -> Result<Option<(State, Vec<Health>)>, Error> {
 }
 
 fn status_of(state: &State) -> Vec<Health> {
-    state.hosts.iter().map(host::health).collect()
+    state.hosts.iter().map(|h| host::health(h, agent::UNIT)).collect()
 }
 
 /// What `down` removed.

@@ -30,9 +30,13 @@ pub(crate) struct Task {
     pub(crate) secret_outputs: Vec<String>,
     /// Secret values the job was given, masked in its captured output and evidence.
     pub(crate) mask: Vec<Vec<u8>>,
-    /// Handed to a remote agent: the worker waits for its report instead of running it.
-    pub(crate) agent: Option<crate::agent::pool::Waiting>,
+    /// Handed to a remote agent: the worker runs this (waiting for the agent's report) instead of
+    /// running the attempt here. A closure, so that a task names nothing of the agent module.
+    pub(crate) agent: Option<ByAgent>,
 }
+
+/// How a worker carries out an attempt handed to an agent.
+pub(crate) type ByAgent = Box<dyn FnOnce(Task) -> TaskResult + Send>;
 
 impl Task {
     /// Nothing to run, no evidence to check, no artifact to collect, and not an agent's: the

@@ -46,7 +46,7 @@ impl Workers {
 /// otherwise it runs here.
 fn run(mut task: Task) -> TaskResult {
     match task.agent.take() {
-        Some(waiting) => crate::agent::wait::wait(task, waiting),
+        Some(by_agent) => by_agent(task),
         None => jobs::run(task),
     }
 }

@@ -3,14 +3,13 @@ use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
-use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
+use crate::key::{decode_hex, KeyId, MasterKey, KEY_LEN};
 use crate::{sealed, Error, Result, Secret};
 
 /// The environment variable that holds the master key(s); when set, the key file is not read.
@@ -19,7 +18,6 @@ pub const ENV_VAR: &str = "OPSGRAPH_MASTER_KEY";
 /// The key file's name inside the data directory.
 pub const KEY_FILE: &str = "master.key";
 
-const KEY_LEN: usize = 32;
 const FILE_HEADER: &str = "\
 # Opsgraph master keys. Anyone with this file and the database reads every secret: keep it 0600
 # and out of the database's backups. `active` seals; `retired` keys only open older secrets.
@@ -30,72 +28,6 @@ const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::STANDARD,
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
-
-/// A master key's public name: the first 4 bytes of `sha256("opsgraph master key id\0" || key)`,
-/// shown as 8 lowercase hex digits. It is stored in every sealed value, so a reader knows which
-/// key to use, and in logs, so people can talk about keys without holding them.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct KeyId(pub(crate) [u8; 4]);
-
-impl fmt::Display for KeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
-    }
-}
-
-impl fmt::Debug for KeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "KeyId({self})")
-    }
-}
-
-impl FromStr for KeyId {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<KeyId, String> {
-        let bytes = decode_hex(s).filter(|b| b.len() == 4).ok_or_else(|| format!("`{s}` is not 8 hex digits"))?;
-        Ok(KeyId(bytes[..].try_into().expect("4 bytes")))
-    }
-}
-
-/// 32 random bytes that seal and open secrets, with their [`KeyId`]. Zeroed on drop; `Debug`
-/// shows the id only.
-#[derive(Clone)]
-pub struct MasterKey {
-    id: KeyId,
-    bytes: Zeroizing<[u8; KEY_LEN]>,
-}
-
-impl MasterKey {
-    /// A new key from the operating system's random number generator.
-    pub fn generate() -> Result<MasterKey> {
-        let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
-        getrandom::fill(&mut bytes[..]).map_err(Error::Random)?;
-        Ok(MasterKey::from_bytes(bytes))
-    }
-
-    pub fn from_bytes(bytes: Zeroizing<[u8; KEY_LEN]>) -> MasterKey {
-        let mut hash = Sha256::new();
-        hash.update(b"opsgraph master key id\0");
-        hash.update(&bytes[..]);
-        let digest = hash.finalize();
-        MasterKey { id: KeyId(digest[..4].try_into().expect("4 bytes")), bytes }
-    }
-
-    pub fn id(&self) -> KeyId {
-        self.id
-    }
-
-    pub(crate) fn bytes(&self) -> &[u8; KEY_LEN] {
-        &self.bytes
-    }
-}
-
-impl fmt::Debug for MasterKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MasterKey({}, **redacted**)", self.id)
-    }
-}
 
 /// Where [`Keyring::load`] found the keys, for the startup log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -372,13 +304,6 @@ fn decode_key(text: &str) -> Result<MasterKey, String> {
         format!("decodes to {} bytes; a master key is {KEY_LEN} bytes (`openssl rand -base64 32`)", bytes.len())
     })?;
     Ok(MasterKey::from_bytes(Zeroizing::new(array)))
-}
-
-fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 fn parse_key_file(path: &Path, text: &str) -> Result<Keyring> {

@@ -62,12 +62,14 @@
 //! (version, key id) is authenticated too and the caller's row binding cannot be confused with it
 //! (the header has a fixed length).
 
+mod key;
 mod keyring;
 mod mask;
 mod sealed;
 mod secret;
 
-pub use keyring::{retire, rotate, KeyId, KeySource, Keyring, MasterKey, Rotation, ENV_VAR, KEY_FILE};
+pub use key::{KeyId, MasterKey};
+pub use keyring::{retire, rotate, KeySource, Keyring, Rotation, ENV_VAR, KEY_FILE};
 pub use mask::{MaskStream, Masker, MASK, MIN_SECRET_LEN};
 pub use sealed::{sealed_key_id, SEALED_OVERHEAD};
 pub use secret::Secret;

@@ -3,7 +3,7 @@
 use chacha20poly1305::aead::{Aead, Payload};
 use chacha20poly1305::{KeyInit, XChaCha20Poly1305, XNonce};
 
-use crate::keyring::{KeyId, MasterKey};
+use crate::key::{KeyId, MasterKey};
 use crate::{Error, Result, Secret};
 
 pub(crate) const MAGIC: [u8; 2] = *b"og";

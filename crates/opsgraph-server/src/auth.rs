@@ -457,3 +457,9 @@ pub fn audit(
 ) -> AuditRecord {
     opsgraph_runtime::audit::record(actor, action, target, operation, resource, detail)
 }
+
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<String> {
+    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())
+}

@@ -97,7 +97,7 @@ impl IntoResponse for Reply {
                 let mut r = (self.status, text).into_response();
                 let h = r.headers_mut();
                 h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-                h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(crate::ui::CSP));
+                h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(crate::media::CSP));
                 h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
                 h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
                 h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
@@ -213,10 +213,6 @@ pub(crate) fn ready(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "the store does not answer"))
         }
     }
-}
-
-pub(crate) fn openapi_doc(_: &mut Ctx) -> Result<Reply, ApiError> {
-    Reply::ok(crate::routes::openapi())
 }
 
 pub(crate) fn me(ctx: &mut Ctx) -> Result<Reply, ApiError> {

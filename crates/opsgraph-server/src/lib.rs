@@ -1,6 +1,6 @@
 //! `opsgraph serve`: the REST API under `/api/v1`, and the web UI at `/` (static files, [`ui`]).
 //!
-//! - [`routes::ROUTES`] is the one table of routes: each names its method, path, the permission it
+//! - [`table::ROUTES`] is the one table of routes: each names its method, path, the permission it
 //!   needs and its handler. The router and the OpenAPI document are both built from it.
 //! - Deny by default: a route's permission is checked (bearer token -> roles -> permissions, one
 //!   table in [`auth`]) before its handler runs; a route with no permission is public by name.
@@ -18,11 +18,13 @@ mod handlers;
 mod limits;
 mod listen;
 mod manage;
+pub mod media;
 mod observe;
 mod replica;
 mod reveal;
 pub mod routes;
 mod stream;
+pub mod table;
 mod ui;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,7 +44,8 @@ pub use error::ApiError;
 pub use limits::Limits;
 pub use listen::Listener;
 pub use manage::{Installation, PackRegistry, RegistryError};
-pub use routes::{openapi, router, Access, Route, ROUTES};
+pub use routes::router;
+pub use table::{openapi, Access, Route, ROUTES};
 
 /// Opens a connection to the store; called per request and per driver.
 pub type OpenStore = dyn Fn() -> Result<Box<dyn Store>, opsgraph_store::Error> + Send + Sync;

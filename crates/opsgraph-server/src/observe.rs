@@ -8,7 +8,7 @@ use opsgraph_store::JobState;
 
 use crate::error::ApiError;
 use crate::handlers::{Content, Ctx, Reply};
-use crate::routes::PROMETHEUS;
+use crate::media::PROMETHEUS;
 use crate::stream;
 
 /// Where a stream resumes: `Last-Event-ID` (what a reconnecting client sends) wins over `?after=`;
@@ -32,7 +32,7 @@ fn resume_point(ctx: &Ctx) -> Result<i64, ApiError> {
 fn caller(ctx: &Ctx) -> Result<stream::Caller, ApiError> {
     let unauthenticated = || ApiError::unauthorized("unauthenticated", "an event stream needs a token");
     let who = ctx.who.as_ref().ok_or_else(unauthenticated)?;
-    let token = crate::routes::bearer(&ctx.headers).ok_or_else(unauthenticated)?;
+    let token = crate::auth::bearer(&ctx.headers).ok_or_else(unauthenticated)?;
     Ok(stream::Caller { actor: who.actor(), token_hash: crate::auth::token_hash(&token) })
 }
 

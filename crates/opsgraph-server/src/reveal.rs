@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::auth;
 use crate::error::ApiError;
 use crate::handlers::{Ctx, Reply};
-use crate::routes::OCTETS;
+use crate::media::OCTETS;
 
 fn record(ctx: &Ctx, op: &OperationRecord) -> Result<ArtifactRecord, ApiError> {
     let id = ctx.param("artifact");

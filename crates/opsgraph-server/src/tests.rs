@@ -1,7 +1,7 @@
 use std::collections::BTreeSet;
 
 use crate::auth::{Config, Permission, BUILTIN_ROLES};
-use crate::routes::{openapi_path, ROUTES};
+use crate::table::{openapi_path, ROUTES};
 
 fn perms(role: &str) -> BTreeSet<Permission> {
     Config::default().permissions(role).unwrap()
@@ -75,7 +75,7 @@ fn route_paths_are_unique_and_wildcards_become_plain_parameters_in_the_document(
     let mut seen = BTreeSet::new();
     for r in ROUTES {
         assert!(seen.insert((r.method, r.path)), "{} {} twice", r.method, r.path);
-        let ui = r.access == crate::routes::Access::Public && (r.path == "/" || r.path.starts_with("/ui/"));
+        let ui = r.access == crate::table::Access::Public && (r.path == "/" || r.path.starts_with("/ui/"));
         assert!(r.path.starts_with("/api/v1/") || r.path == "/metrics" || ui, "{}", r.path);
     }
     assert_eq!(openapi_path("/api/v1/resources/{*id}"), "/api/v1/resources/{id}");

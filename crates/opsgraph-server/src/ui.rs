@@ -7,9 +7,6 @@ use axum::http::StatusCode;
 use crate::error::ApiError;
 use crate::handlers::{Content, Ctx, Reply};
 
-/// Only this origin's files: no inline script or style, no other origin to talk to.
-pub(crate) const CSP: &str = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
-
 /// The files under `/ui/`, by name: (content type, text).
 const FILES: &[(&str, &str, &str)] = &[
     ("app.js", "text/javascript; charset=utf-8", include_str!("../ui/app.js")),
@@ -17,7 +14,7 @@ const FILES: &[(&str, &str, &str)] = &[
 ];
 
 pub(crate) fn index(_: &mut Ctx) -> Result<Reply, ApiError> {
-    Ok(page(crate::routes::HTML, include_str!("../ui/index.html")))
+    Ok(page(crate::media::HTML, include_str!("../ui/index.html")))
 }
 
 pub(crate) fn file(ctx: &mut Ctx) -> Result<Reply, ApiError> {

@@ -83,7 +83,7 @@ impl Runtime {
             created_at: at.clone(),
             updated_at: at,
         };
-        task.agent = Some(Waiting {
+        let waiting = Waiting {
             keyring: self.keyring()?,
             agents,
             operation: operation.to_string(),
@@ -93,7 +93,8 @@ impl Runtime {
             payload: record.payload.clone(),
             retry_allowed: key.is_some() && task.attempt < max_attempts,
             actor: self.actor.clone(),
-        });
+        };
+        task.agent = Some(Box::new(move |task| super::wait::wait(task, waiting)));
         Ok(Some(Write::Agent(AgentWrite::Enqueue(Box::new(record)))))
     }
 
@@ -149,16 +150,19 @@ impl Runtime {
                 check_first: false,
                 secret_outputs: vec![],
                 mask: vec![],
-                agent: Some(Waiting {
-                    keyring: self.keyring()?,
-                    agents: agents.clone(),
-                    operation: op.id.clone(),
-                    agent,
-                    resource,
-                    task: id,
-                    payload: stored.payload,
-                    retry_allowed: key.is_some() && record.attempts < max_attempts,
-                    actor: self.actor.clone(),
+                agent: Some({
+                    let waiting = Waiting {
+                        keyring: self.keyring()?,
+                        agents: agents.clone(),
+                        operation: op.id.clone(),
+                        agent,
+                        resource,
+                        task: id,
+                        payload: stored.payload,
+                        retry_allowed: key.is_some() && record.attempts < max_attempts,
+                        actor: self.actor.clone(),
+                    };
+                    Box::new(move |task| super::wait::wait(task, waiting))
                 }),
             };
             wait(task, key);

@@ -545,7 +545,7 @@ fn the_openapi_document_and_the_routes_are_the_same_set() {
         .flat_map(|(path, ops)| ops.as_object().unwrap().keys().map(move |m| (m.to_uppercase(), path.clone())))
         .collect();
     let routed: BTreeSet<(String, String)> =
-        ROUTES.iter().map(|r| (r.method.to_string(), opsgraph_server::routes::openapi_path(r.path))).collect();
+        ROUTES.iter().map(|r| (r.method.to_string(), opsgraph_server::table::openapi_path(r.path))).collect();
     assert_eq!(documented, routed);
     // Every documented operation reaches a handler of the real router.
     for (method, path) in &documented {

@@ -852,7 +852,7 @@ fn canaries_never_reach_viewers_operators_logs_or_files_and_a_reveal_is_audited(
         };
         for path in paths {
             routes += 1;
-            let text = if route.produces == opsgraph_server::routes::EVENT_STREAM {
+            let text = if route.produces == opsgraph_server::media::EVENT_STREAM {
                 // The operation's stream ends (it is terminal); the server's goes on: read it up
                 // to the operation's last event.
                 let (_, own) = stream(addr, &format!("/api/v1/operations/{id}/events"), &admin, &[]);

@@ -157,3 +157,109 @@ fn cli_modules_import_no_circle_but_the_known_one() {
     }
     assert_eq!(edges["render"], Vec::<&str>::new(), "render imports nothing of the crate");
 }
+
+/// No file in `crates/*/src` is over 800 lines, so that a newcomer can hold each in their head;
+/// the exceptions are listed with their reason.
+#[test]
+fn no_source_file_is_over_800_lines() {
+    let allowed: &[(&str, &str)] = &[
+        ("crates/opsgraph-exec/src/tests.rs", "the executor's test suite"),
+        ("crates/opsgraph-core/src/pack/kinds.rs", "one declarative shape per document kind: a table"),
+    ];
+    let mut files = Vec::new();
+    for krate in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        collect(&krate.path().join("src"), &mut files);
+    }
+    let mut over = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(root()).unwrap().display().to_string();
+        let lines = std::fs::read_to_string(&f).unwrap().lines().count();
+        if lines > 800 && !allowed.iter().any(|(p, _)| *p == rel) {
+            over.push(format!("{rel}: {lines} lines"));
+        }
+    }
+    assert!(over.is_empty(), "split these by concern (or list them here with a reason):\n{}", over.join("\n"));
+}
+
+/// Inside each crate, modules import downwards: no module reaches itself through the `crate::`
+/// (or, in a module directory, `super::`) paths of the modules it names. A module directory is
+/// one module at its parent's level. The circles left are listed; a new one fails here.
+#[test]
+fn no_import_circle_inside_a_crate() {
+    use std::collections::{BTreeMap, BTreeSet};
+    fn text_of(p: &std::path::Path) -> String {
+        let mut files = Vec::new();
+        if p.is_dir() {
+            collect(p, &mut files);
+        } else {
+            files.push(p.to_path_buf());
+        }
+        files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect()
+    }
+    fn uses(text: &str, prefix: &str, m: &str) -> bool {
+        let word = |s: &str| s.split(|c: char| !c.is_alphanumeric() && c != '_').any(|w| w == m);
+        let direct = [format!("crate::{prefix}{m}::"), format!("crate::{prefix}{m};")];
+        if direct.iter().any(|d| text.contains(d.as_str())) {
+            return true;
+        }
+        let group = format!("crate::{prefix}{{");
+        if text.match_indices(&group).any(|(i, _)| {
+            let rest = &text[i + group.len()..];
+            word(&rest[..rest.find('}').unwrap_or(0)])
+        }) {
+            return true;
+        }
+        !prefix.is_empty() && (text.contains(&format!("super::{m}::")) || text.contains(&format!("super::{m};")))
+    }
+    fn walk(dir: &std::path::Path, prefix: &str, krate: &str, out: &mut Vec<String>) {
+        let mut modules: BTreeMap<String, std::path::PathBuf> = BTreeMap::new();
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() && p.join("mod.rs").exists() {
+                walk(&p, &format!("{prefix}{name}::"), krate, out);
+                modules.insert(name, p);
+            } else if let Some(stem) = name.strip_suffix(".rs").filter(|s| !["lib", "main", "mod"].contains(s)) {
+                modules.insert(stem.to_owned(), p);
+            }
+        }
+        let edges: BTreeMap<&str, Vec<&str>> = modules
+            .iter()
+            .map(|(a, p)| {
+                let text = text_of(p);
+                (a.as_str(), modules.keys().filter(|b| *b != a && uses(&text, prefix, b)).map(String::as_str).collect())
+            })
+            .collect();
+        for m in modules.keys() {
+            let (mut seen, mut todo) = (BTreeSet::new(), vec![m.as_str()]);
+            let mut circled = false;
+            while let Some(x) = todo.pop() {
+                for &n in &edges[x] {
+                    circled |= n == m;
+                    if seen.insert(n) {
+                        todo.push(n);
+                    }
+                }
+            }
+            if circled {
+                out.push(format!("{krate}: {prefix}{m}"));
+            }
+        }
+    }
+    let mut circled = Vec::new();
+    for krate in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        let name = krate.file_name().to_string_lossy().into_owned();
+        walk(&krate.path().join("src"), "", &name, &mut circled);
+    }
+    circled.sort();
+    // Known, to be undone: the store-opening helpers live in ops_cmd, which plan_cmd needs and
+    // which needs plan_cmd's loading; PgStore's core and its agent queries are one impl in two files.
+    let known = [
+        "opsgraph-store-pg: pg",
+        "opsgraph-store-pg: pg_agent",
+        "opsgraph-store-pg: schema",
+        "opsgraph: ops_cmd",
+        "opsgraph: plan_cmd",
+    ];
+    assert_eq!(circled, known, "modules on an import circle");
+}
