@@ -171,21 +171,10 @@ pub(crate) fn nsenter(h: &HostState, argv: &[&str]) -> Command {
 /// The host's health; `agent_unit` is the unit its agent runs as, when it has one.
 pub(crate) fn health(h: &HostState, agent_unit: &str) -> crate::Health {
     let alive = h.pid != 0 && sys::alive(h.pid) && sys::comm(h.pid).as_deref() == Some("systemd");
-    let systemd = if alive {
-        // `is-system-running` exits non-zero for every state but `running`: read its word.
-        nsenter(h, &["systemctl", "is-system-running"])
-            .stdin(Stdio::null())
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-            .ok()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "unknown".into())
-    } else {
-        "dead".into()
-    };
+    let systemd = if alive { systemctl_word(h, &["is-system-running"]) } else { "dead".into() };
     let agent = h.agent.as_ref().map(|name| crate::AgentHealth {
         name: name.clone(),
-        unit: if alive { unit_state(h, agent_unit) } else { "unknown".into() },
+        unit: if alive { systemctl_word(h, &["is-active", agent_unit]) } else { "unknown".into() },
     });
     crate::Health {
         name: h.name.clone(),
@@ -197,9 +186,13 @@ pub(crate) fn health(h: &HostState, agent_unit: &str) -> crate::Health {
     }
 }
 
-/// `systemctl is-active UNIT` inside the host: its word (it exits non-zero for all but `active`).
-fn unit_state(h: &HostState, unit: &str) -> String {
-    nsenter(h, &["systemctl", "is-active", unit])
+/// `systemctl ARGS` inside the host, for a state word (`is-system-running`, `is-active UNIT`):
+/// the word it prints, whatever its exit status (non-zero for every state but the good one), or
+/// `unknown`.
+fn systemctl_word(h: &HostState, args: &[&str]) -> String {
+    let mut argv = vec!["systemctl"];
+    argv.extend_from_slice(args);
+    nsenter(h, &argv)
         .stdin(Stdio::null())
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())

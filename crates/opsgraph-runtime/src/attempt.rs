@@ -177,7 +177,9 @@ impl Runtime {
         }
         // Bound while running: a provider created by a sub-operation, an external resource a
         // person described at a gate.
-        if !plan.sub_operations.is_empty() || plan.gates.iter().any(|g| g.source == "resolution") {
+        if !plan.sub_operations.is_empty()
+            || plan.gates.iter().any(|g| g.source == opsgraph_core::plan::GateSource::Resolution)
+        {
             for e in self.store.timeline(op)? {
                 if !matches!(e.event.as_str(), "sub_operation_bound" | "external_bound") {
                     continue;

@@ -13,11 +13,6 @@ use crate::jobs::param_text;
 use crate::timeline::{entry, Progress};
 use crate::{new_operation_id, Error, Runtime};
 
-/// Gates answered before the run starts; the others block their descendants mid-run.
-pub(crate) fn is_pre_run(source: &str) -> bool {
-    matches!(source, "resolution" | "risk" | "missing_input" | "policy" | "cost")
-}
-
 pub(crate) fn is_input_gate(t: GateType) -> bool {
     matches!(t, GateType::MissingInput | GateType::ProviderSelection)
 }
@@ -27,7 +22,7 @@ fn resolution_event(plan: &Plan, answered: &HashSet<String>) -> (Event, String) 
     let open = |input: bool| -> Vec<String> {
         plan.gates
             .iter()
-            .filter(|g| is_pre_run(&g.source) && is_input_gate(g.type_) == input && !answered.contains(&g.id))
+            .filter(|g| g.source.is_pre_run() && is_input_gate(g.type_) == input && !answered.contains(&g.id))
             .map(|g| g.id.clone())
             .collect()
     };

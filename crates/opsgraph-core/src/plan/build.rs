@@ -9,7 +9,7 @@ use crate::pack::Pack;
 use crate::plan::edit::{apply, Edit};
 use crate::plan::params::check_parameter;
 use crate::plan::resolve::{self, Context, GateOption, Outcome};
-use crate::plan::types::{amount, Cost, CostItem, Input, JobInstance, Plan, PlanGate, Risk, SubOperation};
+use crate::plan::types::{amount, Cost, CostItem, GateSource, Input, JobInstance, Plan, PlanGate, Risk, SubOperation};
 use crate::plan::Error;
 
 const MAX_DEPTH: usize = 3;
@@ -333,7 +333,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 options: gate.options.iter().map(|o| o.label().to_string()).collect(),
                 required_roles: gate.required_roles.clone(),
                 before,
-                source: "resolution".into(),
+                source: GateSource::Resolution,
             });
         }
     }
@@ -347,12 +347,16 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 options: vec!["grant exception".into(), "cancel operation".into()],
                 required_roles: ex.required_roles.clone(),
                 before: if users.is_empty() { roots.clone() } else { instances_of(&users) },
-                source: "policy".into(),
+                source: GateSource::Policy,
             });
         }
     }
     for g in &template.gates {
-        gates.push(plan_gate(g, if g.before.is_empty() { roots.clone() } else { instances_of(&g.before) }, "template"));
+        gates.push(plan_gate(
+            g,
+            if g.before.is_empty() { roots.clone() } else { instances_of(&g.before) },
+            GateSource::Template,
+        ));
     }
     for (param, users) in &missing {
         let before = if users.is_empty() { roots.clone() } else { instances_of(users) };
@@ -363,7 +367,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             options: vec!["provide a value".into(), "cancel operation".into()],
             required_roles: vec!["operator".into(), "sre".into(), "platform_admin".into()],
             before,
-            source: "missing_input".into(),
+            source: GateSource::MissingInput,
         });
     }
     for (job, _) in jobs.iter().filter(|(j, _)| j.controls.destructive) {
@@ -374,7 +378,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             options: vec!["proceed".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before: instances_of(std::slice::from_ref(&job.id)),
-            source: "destructive".into(),
+            source: GateSource::Destructive,
         });
     }
     let level = template.risk.unwrap_or(pack.manifest.risk.default_level);
@@ -390,7 +394,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             options: vec!["approve".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before: roots.clone(),
-            source: "risk".into(),
+            source: GateSource::Risk,
         });
     }
 
@@ -440,7 +444,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 options: vec!["confirm cost".into(), "cancel operation".into()],
                 required_roles: roles.unwrap_or_else(|| vec!["sre".into(), "platform_admin".into()]),
                 before: roots.clone(),
-                source: "cost".into(),
+                source: GateSource::Cost,
             });
         }
     }
@@ -526,7 +530,7 @@ fn sub_operation(
     SubOperation { requirement: req.capability.clone(), provider: provider.to_string(), chosen, plan, error }
 }
 
-fn plan_gate(g: &Gate, before: Vec<String>, source: &str) -> PlanGate {
+fn plan_gate(g: &Gate, before: Vec<String>, source: GateSource) -> PlanGate {
     PlanGate {
         id: g.id.clone(),
         type_: g.type_,
@@ -534,7 +538,7 @@ fn plan_gate(g: &Gate, before: Vec<String>, source: &str) -> PlanGate {
         options: g.options.clone(),
         required_roles: g.required_roles.clone(),
         before,
-        source: source.into(),
+        source,
     }
 }
 

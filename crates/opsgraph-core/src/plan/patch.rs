@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use crate::plan::edit::Edit;
 pub use crate::plan::types::{Finding, Severity};
-use crate::plan::types::{JobInstance, Plan, PlanGate};
+use crate::plan::types::{GateSource, JobInstance, Plan, PlanGate};
 
 /// What a patch changes, for people (text) and machines (JSON).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -228,7 +228,7 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
                 }
             }
             PatchChange::AddGate(g) => {
-                if let Some(gate) = add_gate(&next, g, "patch", &mut diff, &mut f) {
+                if let Some(gate) = add_gate(&next, g, GateSource::Patch, &mut diff, &mut f) {
                     commit(&mut next, vec![Edit::AddGate(gate)], &mut f);
                 }
             }
@@ -287,7 +287,7 @@ fn commit(plan: &mut Plan, edits: Vec<Edit>, f: &mut impl FnMut(Severity, &'stat
 fn add_gate(
     plan: &Plan,
     g: &Gate,
-    source: &str,
+    source: GateSource,
     diff: &mut Diff,
     f: &mut impl FnMut(Severity, &'static str, String),
 ) -> Option<PlanGate> {
@@ -324,7 +324,7 @@ fn add_gate(
             g.required_roles.clone()
         },
         before,
-        source: source.into(),
+        source,
     })
 }
 
@@ -458,7 +458,7 @@ fn insert(
             before: vec![job.id.clone()],
         };
         if !plan.gates.iter().any(|g| g.id == gate.id) {
-            if let Some(gate) = add_gate(plan, &gate, "destructive", diff, f) {
+            if let Some(gate) = add_gate(plan, &gate, GateSource::Destructive, diff, f) {
                 commit(plan, vec![Edit::AddGate(gate)], f);
             }
             f(Severity::Info, "gate-added", format!("{} is destructive: gate {} added before it", job.id, gate.id));

@@ -9,7 +9,7 @@ use crate::model::{GateType, RiskLevel, RollbackSupport};
 use crate::pack::Pack;
 
 use crate::plan::edit::{apply, Edit};
-use crate::plan::types::{JobInstance, Plan, PlanGate, Risk};
+use crate::plan::types::{GateSource, JobInstance, Plan, PlanGate, Risk};
 use crate::plan::Error;
 
 /// A rollback plan and what it cannot do.
@@ -126,7 +126,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             options: vec!["approve".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before: roots,
-            source: "risk".into(),
+            source: GateSource::Risk,
         }));
     }
     for (job, before) in destructive {
@@ -137,7 +137,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             options: vec!["proceed".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before,
-            source: "destructive".into(),
+            source: GateSource::Destructive,
         }));
     }
     edits.push(Edit::SetResolution(plan.resolution.clone()));

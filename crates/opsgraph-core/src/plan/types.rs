@@ -130,8 +130,44 @@ pub struct PlanGate {
     pub required_roles: Vec<String>,
     /// The job instances that wait for the answer.
     pub before: Vec<String>,
-    /// What placed it: `resolution`, `template`, `risk`, `destructive`, `missing_input`.
-    pub source: String,
+    /// What placed it.
+    pub source: GateSource,
+}
+
+/// What placed a gate in a plan (`resolution`, `template`, … in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateSource {
+    /// A requirement the resolution cannot decide alone (ambiguous, or approval by policy).
+    Resolution,
+    /// The template's own gate.
+    Template,
+    /// An exception to a soft policy.
+    Policy,
+    /// A required parameter the intent did not give.
+    MissingInput,
+    /// A destructive job.
+    Destructive,
+    /// The plan's risk needs an approval.
+    Risk,
+    /// The cost estimate needs a confirmation.
+    Cost,
+    /// A plan patch's `add_gate`.
+    Patch,
+}
+
+impl GateSource {
+    /// Answered before the run starts; the others block only their descendants, mid-run.
+    pub fn is_pre_run(self) -> bool {
+        matches!(
+            self,
+            GateSource::Resolution
+                | GateSource::Risk
+                | GateSource::MissingInput
+                | GateSource::Policy
+                | GateSource::Cost
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
