@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use expect_test::{expect, Expect};
 use serde_json::Value;
 
-use crate::plan::section;
+use crate::preview_text::section;
 use crate::support::{opsgraph, path, temp_dir};
 
 const WORLD: [&str; 6] = [

@@ -3,7 +3,6 @@
 
 mod agent;
 mod ai;
-mod builders;
 mod bundled;
 mod crash;
 mod documents;
@@ -23,19 +22,18 @@ mod gates;
 mod intervene;
 mod k8s_network;
 mod lab;
-mod lifecycle;
 mod limits;
 mod local_audit;
 mod manage;
 mod orphans;
 mod packs;
 mod patch;
-mod plan;
 mod preview;
+#[path = "../../../opsgraph-core/tests/core/preview_text.rs"]
+mod preview_text;
 mod remedies;
 mod remote;
 mod replicas;
-mod resolve;
 mod runtime;
 mod secrets;
 mod server;

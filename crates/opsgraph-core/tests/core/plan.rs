@@ -7,6 +7,7 @@ use opsgraph_core::pack::Pack;
 use opsgraph_core::plan::{Input, Inventory};
 
 use crate::builders::*;
+use crate::preview_text::section;
 
 struct World {
     packs: Vec<Pack>,
@@ -203,24 +204,6 @@ fn destructive_jobs_get_a_gate_before_them() {
             gate confirm-drop (destructive_action) before [drop]
         "#]],
     );
-}
-
-/// One section of a text preview, from its heading to the next blank line.
-pub(crate) fn section(text: &str, heading: &str) -> String {
-    let mut out = String::new();
-    let mut on = false;
-    for line in text.lines() {
-        if line == heading {
-            on = true;
-        } else if on && line.is_empty() {
-            break;
-        }
-        if on {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
 }
 
 #[test]
