@@ -313,7 +313,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Demo { real: true, hosts, .. } => {
             crate::fleet_run::demo(&data_dir, cli.data_dir.as_deref(), hosts, out, err)
         }
-        Command::Demo { keep, .. } => crate::plan_cmd::demo(cli.data_dir.as_deref(), keep, out, err),
+        Command::Demo { keep, .. } => crate::demo_cmd::demo(cli.data_dir.as_deref(), keep, out, err),
         Command::Lab { command: LabCommand::Fleet { command } } => crate::fleet_cmd::run(&data_dir, command, out, err),
         Command::Secrets { command } => ops_cmd::secrets(&data_dir, &command, out),
         Command::Serve { listen, packs, inventory, agents } => {

@@ -97,7 +97,7 @@ pub fn demo(
         return Ok(code);
     }
     let fleet_dir = data_dir.join("fleet");
-    let dir = plan_cmd::run_dir(base, "opsgraph-demo");
+    let dir = crate::demo_cmd::run_dir(base, "opsgraph-demo");
     prepare(&dir)?;
     let what = if hosts > 1 { "a primary and streaming replicas" } else { "a real Debian 12 host" };
     writeln!(out, "opsgraph demo --real: PostgreSQL on {what} of a fleet of {hosts}, over SSH")?;
@@ -171,7 +171,7 @@ pub fn demo(
         &[Source::Disk(opsgraph_fleet::inventory_path(&state.dir))],
     );
     let loaded = plan_cmd::Loaded { patch: Some(crate::ops_cmd::patch_file(&patch.display().to_string())?), ..loaded };
-    let Some((code, id)) = plan_cmd::operate(&dir, &loaded, out, err)? else { return Ok(1) };
+    let Some((code, id)) = crate::demo_cmd::operate(&dir, &loaded, out, err)? else { return Ok(1) };
     writeln!(out, "\nExplore: opsgraph --data-dir {} describe operation {id}", dir.display())?;
     writeln!(
         out,
@@ -410,7 +410,7 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
     let fleet_dir = data_dir.join("fleet");
     let (state, existed) = fleet_up(&fleet_dir, hosts, err)?;
     let _down = Down { dir: &state.dir, keep: args.keep || existed };
-    let base = plan_cmd::run_dir(Some(data_dir), "opsgraph-pack-test");
+    let base = crate::demo_cmd::run_dir(Some(data_dir), "opsgraph-pack-test");
     let mut table: Vec<(String, bool)> = Vec::new();
     for (i, r) in runs.iter().enumerate() {
         let dir = base.join(format!("{}-{}", i + 1, r.template.id));
@@ -456,7 +456,7 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
             )
         };
         writeln!(out, "== template {} of pack {}: apply", r.template.id, r.pack.reference())?;
-        let Some((code, first)) = plan_cmd::operate(&dir, &load(), out, err)? else {
+        let Some((code, first)) = crate::demo_cmd::operate(&dir, &load(), out, err)? else {
             table.push((format!("template {}: the plan cannot be built", r.template.id), false));
             continue;
         };
@@ -471,7 +471,7 @@ pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err:
             continue;
         }
         writeln!(out, "\n== template {}: apply again, every evidence check first", r.template.id)?;
-        let second = match plan_cmd::operate(&dir, &load(), out, err) {
+        let second = match crate::demo_cmd::operate(&dir, &load(), out, err) {
             Ok(Some((_, id))) => id,
             Ok(None) => {
                 table.push((format!("template {}: the plan cannot be built again", r.template.id), false));

@@ -505,3 +505,18 @@ pub fn pack_file(pack_root: &str, rel: &str) -> Option<Vec<u8>> {
     let source = Source::parse(&format!("{}/{}", pack_root.trim_end_matches('/'), rel.trim_start_matches("./")));
     source.is_file().then(|| source.files().ok()).flatten()?.pop().and_then(|(_, b)| b.ok())
 }
+
+/// The `plan_patch` document of a file.
+pub fn patch_file(file: &str) -> anyhow::Result<opsgraph_core::model::PlanPatch> {
+    let (docs, diags) = documents(&[Source::parse(file)]);
+    if diags.iter().any(|d| d.is_error()) {
+        let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
+        anyhow::bail!("{}", text.join("\n"));
+    }
+    docs.into_iter()
+        .find_map(|d| match d.doc {
+            opsgraph_core::model::Document::PlanPatch(p) => Some(p),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow::anyhow!("{file} holds no plan_patch document"))
+}

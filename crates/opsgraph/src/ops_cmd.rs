@@ -32,6 +32,8 @@ pub fn default_data_dir() -> PathBuf {
     }
 }
 
+pub use crate::load::patch_file;
+pub use crate::registry::{load_packs, pack_sources};
 pub use crate::storage::{database_url, durability, open_store, use_database};
 
 /// Drives an operation under its lease, so that no server replica (or other CLI) drives it at
@@ -44,42 +46,6 @@ pub fn drive(rt: &mut Runtime, id: &str, progress: opsgraph_runtime::Progress<'_
         Box::new(move || open()),
     );
     Ok(rt.drive_leased(id, &keeper, progress)?)
-}
-
-/// Where packs come from. With `materialize`, bundled packs are written into the data directory
-/// first, so their scripts exist on disk (commands that run jobs need that; `plan` does not).
-pub fn pack_sources(packs: &[String], data_dir: &Path, materialize: bool) -> anyhow::Result<Vec<Source>> {
-    let packs: Vec<String> = if packs.is_empty() { vec!["bundled:packs".into()] } else { packs.to_vec() };
-    packs
-        .iter()
-        .map(|p| match Source::parse(p) {
-            Source::Bundled(rel) if materialize => {
-                let root = data_dir.join("bundled");
-                load::materialize(&root)?;
-                Ok(Source::Disk(root.join(rel)))
-            }
-            bundled @ Source::Bundled(_) => Ok(bundled),
-            // Scripts run from the operation's run directory: pack paths must not be relative.
-            Source::Disk(path) => Ok(Source::Disk(std::path::absolute(&path).unwrap_or(path))),
-        })
-        .collect()
-}
-
-/// The packs a command uses: those of `--packs`; without it, the bundled packs plus the packs
-/// installed in the data directory (an installed `id@version` replaces the bundled one). Several
-/// versions of a pack may be loaded side by side; the plan picks one.
-pub fn load_packs(
-    packs: &[String],
-    data_dir: &Path,
-    materialize: bool,
-) -> anyhow::Result<(Vec<opsgraph_core::pack::Pack>, Vec<opsgraph_core::pack::Diagnostic>)> {
-    let (loaded, mut diags) = load::packs(&pack_sources(packs, data_dir, materialize)?);
-    if !packs.is_empty() {
-        return Ok((loaded, diags));
-    }
-    let (installed, d) = crate::registry::load_installed(data_dir)?;
-    diags.extend(d);
-    Ok((crate::registry::merge(loaded, installed), diags))
 }
 
 pub struct ApplyArgs<'a> {
@@ -97,21 +63,6 @@ pub struct ApplyArgs<'a> {
     pub patch: Option<&'a str>,
     /// `--plan-hash HASH`: the hash of the plan a person previewed; another plan is refused.
     pub plan_hash: Option<&'a str>,
-}
-
-/// The `plan_patch` document of a file.
-pub fn patch_file(file: &str) -> anyhow::Result<opsgraph_core::model::PlanPatch> {
-    let (docs, diags) = load::documents(&[Source::parse(file)]);
-    if diags.iter().any(|d| d.is_error()) {
-        let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
-        bail!("{}", text.join("\n"));
-    }
-    docs.into_iter()
-        .find_map(|d| match d.doc {
-            opsgraph_core::model::Document::PlanPatch(p) => Some(p),
-            _ => None,
-        })
-        .with_context(|| format!("{file} holds no plan_patch document"))
 }
 
 /// A runtime over the data directory, with packs and the inventory given on the command line.

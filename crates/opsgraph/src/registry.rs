@@ -586,6 +586,42 @@ pub fn merge(bundled: Vec<Pack>, installed: Vec<Pack>) -> Vec<Pack> {
     bundled.into_iter().filter(|p| !installed_refs.contains(&p.reference())).chain(installed).collect()
 }
 
+/// Where packs come from. With `materialize`, bundled packs are written into the data directory
+/// first, so their scripts exist on disk (commands that run jobs need that; `plan` does not).
+pub fn pack_sources(packs: &[String], data_dir: &Path, materialize: bool) -> anyhow::Result<Vec<Source>> {
+    let packs: Vec<String> = if packs.is_empty() { vec!["bundled:packs".into()] } else { packs.to_vec() };
+    packs
+        .iter()
+        .map(|p| match Source::parse(p) {
+            Source::Bundled(rel) if materialize => {
+                let root = data_dir.join("bundled");
+                crate::load::materialize(&root)?;
+                Ok(Source::Disk(root.join(rel)))
+            }
+            bundled @ Source::Bundled(_) => Ok(bundled),
+            // Scripts run from the operation's run directory: pack paths must not be relative.
+            Source::Disk(path) => Ok(Source::Disk(std::path::absolute(&path).unwrap_or(path))),
+        })
+        .collect()
+}
+
+/// The packs a command uses: those of `--packs`; without it, the bundled packs plus the packs
+/// installed in the data directory (an installed `id@version` replaces the bundled one). Several
+/// versions of a pack may be loaded side by side; the plan picks one.
+pub fn load_packs(
+    packs: &[String],
+    data_dir: &Path,
+    materialize: bool,
+) -> anyhow::Result<(Vec<opsgraph_core::pack::Pack>, Vec<opsgraph_core::pack::Diagnostic>)> {
+    let (loaded, mut diags) = crate::load::packs(&pack_sources(packs, data_dir, materialize)?);
+    if !packs.is_empty() {
+        return Ok((loaded, diags));
+    }
+    let (installed, d) = load_installed(data_dir)?;
+    diags.extend(d);
+    Ok((merge(loaded, installed), diags))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
