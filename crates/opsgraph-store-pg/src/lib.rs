@@ -1,9 +1,11 @@
 //! The PostgreSQL backend of [`opsgraph_store::Store`] (issue [F]), for several replicas on one
-//! database: `pg.rs` (`PgStore`: one transaction per commit), `schema.rs` (its migrations),
+//! database: `conn.rs` (`PgStore`'s connection, statement cache and commit transaction), `pg.rs`
+//! (the store: one transaction per commit), `schema.rs` (every migration),
 //! `pg_lease.rs` (leases on the server's clock), `pg_agent.rs` (agent tasks) and `pg_blob.rs`
 //! (`PgBlobStore`: artifact contents and job logs in tables, so replicas share no filesystem).
 //! The conformance suite of `opsgraph-store` runs against it through [`test_db`].
 
+mod conn;
 mod pg;
 mod pg_agent;
 mod pg_blob;
@@ -23,7 +25,7 @@ pub(crate) struct Fail(Error);
 
 impl From<postgres::Error> for Fail {
     fn from(e: postgres::Error) -> Fail {
-        Fail(Error::Postgres(pg::pg_message(&e)))
+        Fail(Error::Postgres(conn::pg_message(&e)))
     }
 }
 
@@ -78,7 +80,7 @@ pub fn test_db(name: &str) -> Option<TestDb> {
     let mut admin = match postgres::Client::connect(&server, postgres::NoTls) {
         Ok(c) => c,
         Err(e) => {
-            let why = format!("PostgreSQL unreachable at {} ({})", redact(&server), pg::pg_message(&e));
+            let why = format!("PostgreSQL unreachable at {} ({})", redact(&server), conn::pg_message(&e));
             if pg_required() {
                 panic!("{name}: {why}; CI=true requires PostgreSQL (set OPSGRAPH_TEST_PG)");
             }

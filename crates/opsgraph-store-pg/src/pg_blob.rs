@@ -10,22 +10,6 @@ use postgres::Client;
 
 use crate::{edge, PgStore};
 
-/// Migration 3.
-pub(crate) const MIGRATION: &str = "
-    CREATE TABLE blobs (
-        location TEXT PRIMARY KEY,
-        content BYTEA NOT NULL
-    );
-    CREATE TABLE job_logs (
-        seq BIGSERIAL PRIMARY KEY,
-        operation TEXT NOT NULL,
-        job TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        content BYTEA NOT NULL
-    );
-    CREATE INDEX job_logs_attempt ON job_logs(operation, job, attempt, seq);
-";
-
 /// A connection of its own (the blob store is shared between threads, a `PgStore` is not),
 /// opened again when it broke: a server keeps its blob store for its whole life, across database
 /// restarts.

@@ -4,7 +4,7 @@
 use opsgraph_store::{describe_current, Error, Lease};
 use postgres::Row;
 
-use crate::pg::{PgStore, NOW_MS};
+use crate::conn::{PgStore, NOW_MS};
 use crate::Fail;
 
 /// operation, holder, token, expires_in_ms, released.

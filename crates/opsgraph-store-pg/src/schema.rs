@@ -145,10 +145,58 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     ",
     // 2: agent tasks and their logs (`pg_agent.rs`).
-    crate::pg_agent::MIGRATION,
+    AGENT_MIGRATION,
     // 3: artifact contents and job logs (`pg_blob.rs`).
-    crate::pg_blob::MIGRATION,
+    BLOB_MIGRATION,
 ];
 
 /// The key of the advisory lock migrations run under (`'opsgraph'` in ASCII).
 pub(crate) const MIGRATION_LOCK: i64 = 0x6f70_7367_7261_7068;
+
+/// Migration 2 of the PostgreSQL schema: agent tasks and their logs.
+const AGENT_MIGRATION: &str = "
+    CREATE TABLE agent_tasks (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        operation TEXT NOT NULL,
+        job TEXT NOT NULL,
+        attempt BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        state TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        lease TEXT,
+        claimed_by TEXT,
+        claims BIGINT NOT NULL,
+        expires_ms BIGINT NOT NULL,
+        report TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX agent_tasks_queue ON agent_tasks(agent, state, seq);
+    CREATE INDEX agent_tasks_job ON agent_tasks(operation, job);
+    CREATE TABLE agent_log (
+        seq BIGSERIAL PRIMARY KEY,
+        task TEXT NOT NULL,
+        at TEXT NOT NULL,
+        text TEXT NOT NULL
+    );
+    CREATE INDEX agent_log_task ON agent_log(task, seq);
+";
+
+/// Migration 3.
+const BLOB_MIGRATION: &str = "
+    CREATE TABLE blobs (
+        location TEXT PRIMARY KEY,
+        content BYTEA NOT NULL
+    );
+    CREATE TABLE job_logs (
+        seq BIGSERIAL PRIMARY KEY,
+        operation TEXT NOT NULL,
+        job TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        content BYTEA NOT NULL
+    );
+    CREATE INDEX job_logs_attempt ON job_logs(operation, job, attempt, seq);
+";

@@ -1,0 +1,69 @@
+//! A connection to PostgreSQL: the store's handle, its statement cache and one transaction of a
+//! commit. Below the store's queries (`pg.rs`), its agent tasks (`pg_agent.rs`) and leases.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use postgres::types::ToSql;
+use postgres::{Client, GenericClient, Row, Statement};
+
+use crate::Fail;
+
+/// Now on the database server's clock, in milliseconds: lease expiry is judged by one clock.
+pub(crate) const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+pub struct PgStore {
+    pub(crate) client: RefCell<Client>,
+    /// Prepared statements by text: a transition is parsed once per connection.
+    pub(crate) statements: RefCell<HashMap<String, Statement>>,
+}
+
+/// The server's message (with its detail and SQLSTATE), or the client's reason and its causes.
+pub(crate) fn pg_message(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let detail = db.detail().map(|d| format!(" ({d})")).unwrap_or_default();
+        return format!("{}{detail} [SQLSTATE {}]", db.message(), db.code().code());
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+impl PgStore {
+    /// The prepared statement for `sql` on this connection.
+    pub(crate) fn prepared(
+        statements: &RefCell<HashMap<String, Statement>>,
+        client: &mut impl GenericClient,
+        sql: &str,
+    ) -> Result<Statement, Fail> {
+        if let Some(s) = statements.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let s = client.prepare(sql)?;
+        statements.borrow_mut().insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+}
+
+/// One transaction of a commit, with the connection's statement cache.
+pub(crate) struct Tx<'a, 'c> {
+    pub(crate) tx: postgres::Transaction<'c>,
+    pub(crate) statements: &'a RefCell<HashMap<String, Statement>>,
+}
+
+impl Tx<'_, '_> {
+    pub(crate) fn exec(&mut self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<u64, Fail> {
+        let stmt = PgStore::prepared(self.statements, &mut self.tx, sql)?;
+        Ok(self.tx.execute(&stmt, args)?)
+    }
+
+    pub(crate) fn query(&mut self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Fail> {
+        let stmt = PgStore::prepared(self.statements, &mut self.tx, sql)?;
+        Ok(self.tx.query(&stmt, args)?)
+    }
+}
