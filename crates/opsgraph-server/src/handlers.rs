@@ -309,7 +309,7 @@ pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             let id = e.data["patch"].as_str().unwrap_or_default();
             let diff: opsgraph_core::plan::patch::Diff =
                 serde_json::from_value(e.data["diff"].clone()).unwrap_or_default();
-            let gate = gates.iter().find(|g| g.id == format!("patch-{id}"));
+            let gate = gates.iter().find(|g| g.kind.patch() == Some(id));
             let state = match gate.map(|g| g.answer.as_deref()) {
                 None => "applied",
                 Some(None) => "waiting_for_approval",
@@ -435,7 +435,7 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         .find(|g| g.id == gate_id)
         .ok_or_else(|| ApiError::not_found("no_gate", format!("no gate `{gate_id}` in operation `{}`", op.id)))?;
     // A plan patch's gate also needs the permission to approve patches.
-    if gate_id.starts_with("patch-") && !who.may(auth::Permission::ApprovePatches) {
+    if gate.kind.patch().is_some() && !who.may(auth::Permission::ApprovePatches) {
         return Err(ApiError::forbidden(
             "approve_patches_needed",
             format!("gate `{gate_id}` approves a plan patch: it needs the approve_patches permission"),

@@ -92,8 +92,7 @@ pub fn print_finish(view: &OperationView, resource: Option<&Value>, out: &mut dy
     }
     match view.summary.state {
         K::WaitingForApproval | K::WaitingForInput => {
-            let waiting = view.waiting_gates();
-            for g in view.gates.iter().filter(|g| g.answer.is_none() && waiting.contains(&g.id.as_str())) {
+            for g in view.gates.iter().filter(|g| g.answer.is_none() && view.waiting_at.contains(&g.id)) {
                 writeln!(
                     out,
                     "Gate {} ({}): {}\n  options: {}\n  answered by: {}",
