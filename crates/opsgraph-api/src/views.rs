@@ -211,6 +211,21 @@ pub fn intervention(operation: &str, v: &opsgraph_runtime::Verified) -> crate::d
     }
 }
 
+/// A plan patch as proposed, of operation `operation`.
+pub fn patch_reply(operation: &str, p: &opsgraph_runtime::Proposal) -> crate::dto::PatchReply {
+    crate::dto::PatchReply {
+        id: operation.to_string(),
+        patch: p.patch.clone(),
+        diff: p.diff.clone(),
+        diff_text: p.diff.text(),
+        findings: p.findings.clone(),
+        gate: p.gate.clone(),
+        approval: serde_json::to_value(&p.approval).unwrap_or(Value::Null),
+        state: p.state.kind(),
+        detail: detail(&p.state),
+    }
+}
+
 /// The analyzer's findings as the API serves them.
 pub fn diagnosis(d: &opsgraph_runtime::Diagnosis) -> crate::dto::DiagnosisView {
     crate::dto::DiagnosisView {

@@ -235,6 +235,15 @@ pub fn document(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Res
     Ok(())
 }
 
+/// A reviewer's findings, one a line, the severity as the API spells it (`error`, `warning`).
+pub fn print_findings(findings: &[opsgraph_core::plan::patch::Finding], out: &mut dyn Write) -> anyhow::Result<()> {
+    for f in findings {
+        let severity = serde_json::to_value(f.severity)?;
+        writeln!(out, "{} {}: {}", severity.as_str().unwrap_or_default(), f.code, f.message)?;
+    }
+    Ok(())
+}
+
 /// A manual fix as recorded and verified: its checks, and `still failed: …` (exit 1) when they
 /// did not pass.
 pub fn print_intervention(
