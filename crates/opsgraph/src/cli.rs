@@ -53,6 +53,12 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
     // commands (`query_cmd`, `control_cmd`) over its client. What only a server does, or only
     // this machine, is told apart here.
     let mut remote = crate::remote::Remote::from_env(cli.server.as_deref(), cli.token_file.as_deref())?;
+    if let (Some(_), Command::Apply { plan, yes, plan_hash: None }) = (&remote, &cli.command) {
+        if plan.patch.is_none() {
+            let applier = crate::remote::RemoteApply::new(remote.take().expect("a server"), &plan.intent)?;
+            return run::apply(Box::new(applier), plan.output, *yes, input, out, err);
+        }
+    }
     if let Some(remote) = remote.as_mut() {
         match &cli.command {
             Command::Plan(p) | Command::Apply { plan: p, .. } if p.patch.is_some() => {
@@ -62,7 +68,6 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             Command::Apply { plan_hash: Some(_), .. } => {
                 bail!("--plan-hash checks a local preview: run it without --server")
             }
-            Command::Apply { plan, yes, .. } => return remote.apply(&plan.intent, *yes, plan.output, input, out, err),
             Command::Patch { dry_run: true, .. } => bail!("`patch --dry-run` reviews locally: run it without --server"),
             Command::Diagnose { ai, .. } if ai != "rules" => {
                 bail!("`diagnose --ai openai` runs where the data directory is (no API route yet)")

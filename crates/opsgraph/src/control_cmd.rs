@@ -87,7 +87,7 @@ pub fn act(
 
 /// How `apply` prints: text (`None`: preview, confirmation, live view) or, with `--yes` only, a
 /// document once the run stops.
-pub fn apply_format(output: Output, yes: bool) -> anyhow::Result<Option<&'static str>> {
+fn apply_format(output: Output, yes: bool) -> anyhow::Result<Option<&'static str>> {
     match output {
         Output::Json | Output::Yaml if !yes => bail!("`apply -o json|yaml` prints no preview to confirm: add --yes"),
         Output::Dot => bail!("`apply` has no dot output; `opsgraph plan -o dot` draws the plan"),
@@ -239,4 +239,56 @@ pub fn diagnose(
         return Ok(1);
     }
     patch(ctl, op, &PatchRequest::Analyzer, wait, out)
+}
+
+/// Where `apply` gets its preview and creates the operation: this machine (the plan built here
+/// from `--packs` and the inventory) or a server (its preview of the intent). The flow around
+/// them — confirmation, refusals, the run followed — is [`apply`]'s, the same for both.
+pub trait Applier {
+    /// Writes the preview to `out` (problems to `err`): `None` when no plan could be built, else
+    /// whether it is blocked.
+    fn preview(&mut self, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<Option<bool>>;
+    /// Before the question: false when the plan may not run (said why on `err`).
+    fn may_run(&mut self, _err: &mut dyn Write) -> anyhow::Result<bool> {
+        Ok(true)
+    }
+    /// After a person said yes: false when the plan to run is no longer the one shown.
+    fn still_shown(&mut self, _err: &mut dyn Write) -> anyhow::Result<bool> {
+        Ok(true)
+    }
+    /// Creates the operation; its id, and the client that follows its run.
+    fn create(self: Box<Self>) -> anyhow::Result<(String, Box<dyn Control>)>;
+}
+
+/// `apply -f INTENT`: the preview, refusals, a person's confirmation (unless `--yes`), then the
+/// run followed to where it stops.
+pub fn apply<'a>(
+    mut applier: Box<dyn Applier + 'a>,
+    output: Output,
+    yes: bool,
+    input: &mut dyn std::io::BufRead,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let format = apply_format(output, yes)?;
+    let mut sink = std::io::sink();
+    let shown: &mut dyn Write = if format.is_some() { &mut sink } else { out };
+    match applier.preview(shown, err)? {
+        None => return Ok(1),
+        Some(true) => {
+            writeln!(err, "nothing applied: a requirement cannot be met")?;
+            return Ok(1);
+        }
+        Some(false) => {}
+    }
+    if !applier.may_run(err)? {
+        return Ok(1);
+    }
+    // Without `--yes`, a person says yes to the plan shown, and it is still the plan.
+    let agreed = yes || (confirmed("Apply this plan?", "not applied", input, out, err)? && applier.still_shown(err)?);
+    if !agreed {
+        return Ok(1);
+    }
+    let (id, mut ctl) = applier.create()?;
+    run_created(&mut *ctl, &id, format, out)
 }

@@ -84,50 +84,60 @@ pub fn patch_rules(data_dir: &Path) -> anyhow::Result<opsgraph_runtime::PatchRul
     opsgraph_runtime::PatchRules::from_config(&config).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
+/// `apply` on this machine: the plan built here from the packs and inventory, as `plan` builds it.
 pub fn apply(
     args: &ApplyArgs<'_>,
     input: &mut dyn BufRead,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let world: Vec<Source> = args.world.iter().map(|p| Source::parse(p)).collect();
-    // The world as `plan` sees it (one function for both), assembled again at confirmation.
-    let assemble = || -> anyhow::Result<plan_cmd::Loaded> {
+    let (output, yes) = (args.output, args.yes);
+    let applier = LocalApply { loaded: LocalApply::assemble(args)?, args, plan: None };
+    crate::control_cmd::apply(Box::new(applier), output, yes, input, out, err)
+}
+
+/// The local half of `apply`.
+struct LocalApply<'a, 'b> {
+    args: &'a ApplyArgs<'b>,
+    loaded: plan_cmd::Loaded,
+    /// The plan previewed.
+    plan: Option<opsgraph_core::plan::Plan>,
+}
+
+impl LocalApply<'_, '_> {
+    /// The world as `plan` sees it (one function for both).
+    fn assemble(args: &ApplyArgs<'_>) -> anyhow::Result<plan_cmd::Loaded> {
+        let world: Vec<Source> = args.world.iter().map(|p| Source::parse(p)).collect();
         let packs = load_packs(args.packs, &args.data_dir, true)?;
         let mut loaded = plan_cmd::assemble(&Source::parse(args.intent), packs, &world, &args.data_dir)?;
         loaded.patch = args.patch.map(patch_file).transpose()?;
         Ok(loaded)
-    };
-    let mut loaded = assemble()?;
-    use crate::render::Output;
-    let format = crate::control_cmd::apply_format(args.output, args.yes)?;
-    let mut sink = std::io::sink();
-    let preview: &mut dyn Write = if format.is_some() { &mut sink } else { out };
-    let plan = match plan_cmd::preview_to(&loaded, Output::Text, preview, err)? {
-        Some(plan) => plan,
-        None => return Ok(1),
-    };
-    if plan.is_blocked() {
-        writeln!(err, "nothing applied: a requirement cannot be met")?;
-        return Ok(1);
     }
-    // Preview = run: the plan that runs is the plan a person saw, or nothing runs.
-    if let Some(previewed) = args.plan_hash {
-        if let Err(e) = opsgraph_core::plan::check_preview(previewed, &plan) {
+}
+
+impl crate::control_cmd::Applier for LocalApply<'_, '_> {
+    fn preview(&mut self, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<Option<bool>> {
+        self.plan = plan_cmd::preview_to(&self.loaded, crate::render::Output::Text, out, err)?;
+        Ok(self.plan.as_ref().map(|p| p.is_blocked()))
+    }
+
+    /// Preview = run: the plan that runs is the plan a person saw (`--plan-hash`), or nothing runs.
+    fn may_run(&mut self, err: &mut dyn Write) -> anyhow::Result<bool> {
+        let (Some(previewed), Some(plan)) = (self.args.plan_hash, &self.plan) else { return Ok(true) };
+        if let Err(e) = opsgraph_core::plan::check_preview(previewed, plan) {
             writeln!(err, "error[{}]: {e}", e.code())?;
-            return Ok(1);
+            return Ok(false);
         }
+        Ok(true)
     }
-    let mut plan = plan;
-    if !args.yes {
-        if !crate::control_cmd::confirmed("Apply this plan?", "not applied", input, out, err)? {
-            return Ok(1);
-        }
-        // The world may have changed while the question was open: built again, the plan must
-        // be the one shown.
-        let again = assemble()?;
-        let mut sink = std::io::sink();
-        let rebuilt = plan_cmd::preview_to(&again, Output::Text, &mut sink, &mut std::io::sink())?;
+
+    /// The world may have changed while the question was open: built again, the plan must be
+    /// the one shown.
+    fn still_shown(&mut self, err: &mut dyn Write) -> anyhow::Result<bool> {
+        let Some(plan) = &self.plan else { return Ok(false) };
+        let again = LocalApply::assemble(self.args)?;
+        let rebuilt =
+            plan_cmd::preview_to(&again, crate::render::Output::Text, &mut std::io::sink(), &mut std::io::sink())?;
         let check = match &rebuilt {
             Some(now) => opsgraph_core::plan::check_preview(&plan.revision.hash, now),
             None => Err(opsgraph_core::plan::Error::StalePreview {
@@ -137,25 +147,30 @@ pub fn apply(
         };
         if let Err(e) = check {
             writeln!(err, "error[{}]: {e}", e.code())?;
-            return Ok(1);
+            return Ok(false);
         }
-        plan = rebuilt.unwrap_or(plan);
-        loaded = again;
+        self.plan = rebuilt;
+        self.loaded = again;
+        Ok(true)
     }
-    let store = open_store(&args.data_dir)?;
-    let mut rt =
-        Runtime::new(Box::new(store), loaded.packs.clone(), loaded.world.resources.clone(), args.data_dir.clone());
-    rt.agents = Some(crate::agent_cmd::local_agents(&args.data_dir));
-    rt.blobs = crate::storage::blobs(&args.data_dir)?;
-    if let Some(n) = args.concurrency {
-        rt.set_concurrency(n.into());
+
+    fn create(self: Box<Self>) -> anyhow::Result<(String, Box<dyn opsgraph_api::Control>)> {
+        let (args, loaded) = (self.args, self.loaded);
+        let plan = self.plan.context("nothing was previewed")?;
+        let store = open_store(&args.data_dir)?;
+        let mut rt =
+            Runtime::new(Box::new(store), loaded.packs.clone(), loaded.world.resources.clone(), args.data_dir.clone());
+        rt.agents = Some(crate::agent_cmd::local_agents(&args.data_dir));
+        rt.blobs = crate::storage::blobs(&args.data_dir)?;
+        if let Some(n) = args.concurrency {
+            rt.set_concurrency(n.into());
+        }
+        // The same audit row as the server's, in the operation's own transaction.
+        let id = opsgraph_runtime::new_operation_id();
+        rt.attach(vec![opsgraph_runtime::audit::create(&args.actor, &id, &plan, None)]);
+        let id = rt.create_as(&id, &plan, &args.actor, &mut |_| {})?;
+        Ok((id, Box::new(crate::client::LocalControl::new(rt, &args.actor))))
     }
-    // The same audit row as the server's, in the operation's own transaction.
-    let id = opsgraph_runtime::new_operation_id();
-    rt.attach(vec![opsgraph_runtime::audit::create(&args.actor, &id, &plan, None)]);
-    let id = rt.create_as(&id, &plan, &args.actor, &mut |_| {})?;
-    let mut ctl = crate::client::LocalControl::new(rt, &args.actor);
-    crate::control_cmd::run_created(&mut ctl, &id, format, out)
 }
 
 /// Drives an operation with the live view, then prints how it ended; the runtime back.

@@ -3,7 +3,7 @@
 //! print what they print locally. The token is read from the environment (or
 //! `OPSGRAPH_TOKEN_FILE`), never from a flag, so it does not show in `ps`.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -167,35 +167,33 @@ impl Remote {
         }
         Ok(if plan["status"] == "blocked" { 1 } else { 0 })
     }
+}
 
-    /// `apply -f INTENT`: preview, confirmation, then the server runs it while this follows.
-    pub fn apply(
-        &mut self,
-        intent: &str,
-        yes: bool,
-        output: Output,
-        input: &mut dyn BufRead,
-        out: &mut dyn Write,
-        err: &mut dyn Write,
-    ) -> anyhow::Result<u8> {
-        use crate::control_cmd as run;
-        let text = crate::load::read_document(intent)?;
-        let format = run::apply_format(output, yes)?;
-        let preview =
-            self.call("POST", "/api/v1/plans?format=text", Some(("application/yaml", text.clone().into_bytes())))?;
-        if format.is_none() {
-            write!(out, "{}", preview["text"].as_str().unwrap_or_default())?;
-        }
-        if preview["status"] == "blocked" {
-            writeln!(err, "nothing applied: a requirement cannot be met")?;
-            return Ok(1);
-        }
-        if !yes && !run::confirmed("Apply this plan?", "not applied", input, out, err)? {
-            return Ok(1);
-        }
-        let created = self.call("POST", "/api/v1/operations", Some(("application/yaml", text.into_bytes())))?;
+/// `apply` through a server: its preview of the intent, and the operation it creates and drives.
+pub struct RemoteApply {
+    remote: Remote,
+    text: String,
+}
+
+impl RemoteApply {
+    pub fn new(remote: Remote, intent: &str) -> anyhow::Result<RemoteApply> {
+        Ok(RemoteApply { remote, text: crate::load::read_document(intent)? })
+    }
+}
+
+impl crate::control_cmd::Applier for RemoteApply {
+    fn preview(&mut self, out: &mut dyn Write, _err: &mut dyn Write) -> anyhow::Result<Option<bool>> {
+        let body = Some(("application/yaml", self.text.clone().into_bytes()));
+        let preview = self.remote.call("POST", "/api/v1/plans?format=text", body)?;
+        write!(out, "{}", preview["text"].as_str().unwrap_or_default())?;
+        Ok(Some(preview["status"] == "blocked"))
+    }
+
+    fn create(self: Box<Self>) -> anyhow::Result<(String, Box<dyn opsgraph_api::Control>)> {
+        let body = Some(("application/yaml", self.text.into_bytes()));
+        let created = self.remote.call("POST", "/api/v1/operations", body)?;
         let id = created["id"].as_str().context("the server did not say which operation it created")?.to_string();
-        run::run_created(self, &id, format, out)
+        Ok((id, Box::new(self.remote)))
     }
 }
 
