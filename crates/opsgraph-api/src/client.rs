@@ -2,21 +2,25 @@
 //! client, runtime + store) or talks to `opsgraph serve` (the HTTP client). Both return the
 //! documents of `dto`, so a command is written once and prints the same either way.
 
-use opsgraph_store::{AuditFilter, AuditRecord, JobRecord};
+use opsgraph_store::{AuditFilter, AuditRecord, JobRecord, TimelineEntry};
 
-use crate::dto::{DiagnosisView, GateList, LogEntry, OperationSummary, OperationView, ResourceRow};
+use crate::dto::{
+    DiagnosisView, GateList, LogEntry, OperationSummary, OperationView, PatchReply, ResourceRow, ResourceView,
+};
 
 pub trait Client {
     /// Every operation, oldest first.
     fn operations(&self) -> anyhow::Result<Vec<OperationSummary>>;
     /// Everything about one operation; an error naming it when there is none.
     fn operation(&self, id: &str) -> anyhow::Result<OperationView>;
-    /// The job instances of an operation.
+    /// The job instances of an operation; an error naming it when there is none.
     fn jobs(&self, operation: &str) -> anyhow::Result<Vec<JobRecord>>;
     /// The gates of an operation, with its current plan revision.
     fn gates(&self, operation: &str) -> anyhow::Result<GateList>;
     /// Every resource an operation recorded.
     fn resources(&self) -> anyhow::Result<Vec<ResourceRow>>;
+    /// One resource with the operations that touched it; an error naming it when there is none.
+    fn resource(&self, id: &str) -> anyhow::Result<ResourceView>;
     /// Each attempt's captured output, for one job (`JOB` or its instances `JOB@…`) or all.
     fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<LogEntry>>;
     /// The audit log, narrowed by the filter.
@@ -53,6 +57,8 @@ pub fn find_gate(client: &dyn Client, gate: &str) -> anyhow::Result<String> {
 /// The changes a person makes to an operation through a client. Locally each change commits
 /// with its audit row (the server's rows, `opsgraph_runtime::audit`); a server audits its caller.
 pub trait Control: Client {
+    /// This client as a reader (the trait objects' upcast, spelled out for the MSRV).
+    fn as_client(&self) -> &dyn Client;
     /// Answers `gate` of `operation`. `user` names the person locally (`--as`); a server knows
     /// its caller from the token. `value` is the typed value of a missing-input gate.
     fn answer(
@@ -75,6 +81,88 @@ pub trait Control: Client {
         operation: &str,
         iv: &opsgraph_core::model::Intervention,
     ) -> anyhow::Result<crate::dto::InterventionReply>;
+    /// Proposes a plan patch for a failed (or paused) operation: reviewed, then applied or left
+    /// waiting at its review gate.
+    fn propose(&mut self, operation: &str, patch: &PatchRequest) -> anyhow::Result<PatchReply>;
+    /// Follows operation `id` until it stops moving — driving it here (the local client) or
+    /// watching the server drive it (HTTP) — and hands `seen` each entry of [`timeline_after`]
+    /// `after` as it is committed. Returns the operation's document once it stopped.
+    fn follow(&mut self, id: &str, after: i64, seen: &mut dyn FnMut(&TimelineEntry)) -> anyhow::Result<OperationView>;
+}
+
+/// The plan patch a person proposes.
+#[derive(Debug, Clone)]
+pub enum PatchRequest {
+    /// A `plan_patch` document: checked, and its text (what a server is sent).
+    Document { patch: opsgraph_core::model::PlanPatch, text: String },
+    /// The patch of one of the operation's pack remedies, by id, proposed by the caller.
+    Remedy(String),
+    /// The patch of the remedy the rules analyzer matches for the operation's failure, proposed
+    /// by the analyzer (`ai-agent:planner`): it waits for a person like any AI's patch.
+    Analyzer,
+}
+
+/// The operation at the top of `id`'s chain of parents: the one that drives it.
+pub fn root_of(client: &dyn Client, id: &str) -> anyhow::Result<String> {
+    let mut id = id.to_string();
+    for _ in 0..16 {
+        match client.operation(&id)?.summary.parent {
+            Some(parent) => id = parent,
+            None => break,
+        }
+    }
+    Ok(id)
+}
+
+/// The timeline entries of operation `id` and of its sub-operations (at any depth) with a `seq`
+/// above `after`, in commit order: what following an operation shows, the same for both clients.
+pub fn timeline_after(client: &dyn Client, id: &str, after: i64) -> anyhow::Result<Vec<TimelineEntry>> {
+    let all = client.operations()?;
+    let mut family = vec![id.to_string()];
+    let mut grown = true;
+    while grown {
+        grown = false;
+        for o in &all {
+            if o.parent.as_ref().is_some_and(|p| family.contains(p)) && !family.contains(&o.id) {
+                family.push(o.id.clone());
+                grown = true;
+            }
+        }
+    }
+    let mut entries = Vec::new();
+    for op in &family {
+        let view = client.operation(op)?;
+        entries.extend(view.timeline.iter().filter(|e| e.seq > after).map(|e| e.entry(op)));
+    }
+    entries.sort_by_key(|e| e.seq);
+    Ok(entries)
+}
+
+/// Where a follower starts: after the last entry `timeline_after` shows now.
+pub fn last_seq(client: &dyn Client, id: &str) -> anyhow::Result<i64> {
+    Ok(timeline_after(client, id, 0)?.last().map_or(0, |e| e.seq))
+}
+
+/// A follower's place in an operation's timeline: hands on each entry once, in commit order.
+#[derive(Debug, Clone, Copy)]
+pub struct Cursor {
+    pub after: i64,
+}
+
+impl Cursor {
+    /// Hands `seen` every entry committed since the last call.
+    pub fn advance(
+        &mut self,
+        client: &dyn Client,
+        id: &str,
+        seen: &mut dyn FnMut(&TimelineEntry),
+    ) -> anyhow::Result<()> {
+        for e in timeline_after(client, id, self.after)? {
+            self.after = e.seq;
+            seen(&e);
+        }
+        Ok(())
+    }
 }
 
 /// A gate's value as given on the command line: JSON when it parses, else the text itself.

@@ -36,6 +36,9 @@ pub struct OperationView {
     pub intent: Value,
     /// Sealed values shown as `{"secret": "sealed"}`.
     pub gates: Vec<GateRecord>,
+    /// The gates a waiting operation waits at (its state's own list); absent when it does not wait.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_at: Vec<String>,
     pub jobs: Vec<JobRecord>,
     pub evidence: Vec<EvidenceRecord>,
     pub artifacts: Vec<ArtifactView>,

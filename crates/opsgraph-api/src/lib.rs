@@ -8,5 +8,5 @@ pub mod client;
 pub mod dto;
 pub mod views;
 
-pub use client::{find_gate, gate_value, Client, Control};
+pub use client::{find_gate, gate_value, last_seq, root_of, timeline_after, Client, Control, Cursor, PatchRequest};
 pub use dto::*;

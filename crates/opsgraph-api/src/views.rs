@@ -74,6 +74,7 @@ pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<OperationView
         stages: plan.as_ref().map(stages).unwrap_or_default(),
         intent: hide_sealed(o.intent.clone()),
         gates: gates(store, o)?.gates,
+        waiting_at: waiting_at(&o.state).to_vec(),
         jobs: store.jobs(&o.id)?,
         evidence: store.evidence(&o.id)?,
         artifacts: store.artifacts(&o.id)?.iter().map(artifact).collect(),
@@ -173,25 +174,19 @@ pub fn gates(store: &dyn Store, o: &OperationRecord) -> Result<crate::dto::GateL
     Ok(crate::dto::GateList { plan_revision: o.plan_revision.clone(), gates })
 }
 
+/// The gates an operation in `state` waits at: none unless it waits for a person.
+pub fn waiting_at(state: &OperationState) -> &[String] {
+    match state {
+        OperationState::WaitingForApproval { gates } | OperationState::WaitingForInput { gates } => gates,
+        _ => &[],
+    }
+}
+
 /// The exit status of a command that leaves an operation in `state`: 1 when it failed or was
 /// cancelled; 0 when it completed, runs or waits for a person.
 pub fn exit_code(state: opsgraph_core::model::OperationStateKind) -> u8 {
     use opsgraph_core::model::OperationStateKind as K;
     u8::from(matches!(state, K::Failed | K::Cancelled))
-}
-
-impl crate::dto::OperationView {
-    /// The gates a waiting operation waits at, as `detail` names them (the document carries no
-    /// other list of them; `detail` is built by [`detail`] above, so the two are kept together).
-    pub fn waiting_gates(&self) -> Vec<&str> {
-        use opsgraph_core::model::OperationStateKind as K;
-        let prefix = match self.summary.state {
-            K::WaitingForApproval => "waiting for approval at ",
-            K::WaitingForInput => "waiting for input at ",
-            _ => return vec![],
-        };
-        self.summary.detail.strip_prefix(prefix).map_or(vec![], |list| list.split(", ").collect())
-    }
 }
 
 /// A manual fix as recorded and verified by the runtime.
@@ -216,6 +211,21 @@ pub fn intervention(operation: &str, v: &opsgraph_runtime::Verified) -> crate::d
     }
 }
 
+/// A plan patch as proposed, of operation `operation`.
+pub fn patch_reply(operation: &str, p: &opsgraph_runtime::Proposal) -> crate::dto::PatchReply {
+    crate::dto::PatchReply {
+        id: operation.to_string(),
+        patch: p.patch.clone(),
+        diff: p.diff.clone(),
+        diff_text: p.diff.text(),
+        findings: p.findings.clone(),
+        gate: p.gate.clone(),
+        approval: serde_json::to_value(&p.approval).unwrap_or(Value::Null),
+        state: p.state.kind(),
+        detail: detail(&p.state),
+    }
+}
+
 /// The analyzer's findings as the API serves them.
 pub fn diagnosis(d: &opsgraph_runtime::Diagnosis) -> crate::dto::DiagnosisView {
     crate::dto::DiagnosisView {
@@ -237,33 +247,12 @@ mod tests {
 
     use super::*;
 
-    /// The waiting gates read back from an operation's detail are the gates of its state.
+    /// The gates an operation waits at are its state's, typed; `detail` names the same ones.
     fn check(state: OperationState, expect: &[&str]) {
-        let record = OperationRecord {
-            id: "op".into(),
-            parent: None,
-            intent: Value::Null,
-            resource: None,
-            state,
-            plan_revision: "sha256:0".into(),
-            actor: "user:a".into(),
-            created_at: "t".into(),
-            updated_at: "t".into(),
-            version: 1,
-        };
-        let view = crate::dto::OperationView {
-            summary: operation_summary(&record),
-            pack: None,
-            pack_digest: None,
-            stages: vec![],
-            intent: Value::Null,
-            gates: vec![],
-            jobs: vec![],
-            evidence: vec![],
-            artifacts: vec![],
-            timeline: vec![],
-        };
-        assert_eq!(view.waiting_gates(), expect, "{}", view.summary.detail);
+        assert_eq!(waiting_at(&state), expect, "{state:?}");
+        for g in expect {
+            assert!(detail(&state).contains(g), "{}", detail(&state));
+        }
     }
 
     #[test]

@@ -28,7 +28,19 @@ pub struct Diagnosis {
     pub analyzer: String,
 }
 
+/// Who proposes the patch of a remedy the rules analyzer matched: an AI's patch, which waits
+/// for a person unless `ai_policy.auto_apply` covers it.
+pub const ANALYZER_AUTHOR: &str = "ai-agent:planner";
+
 impl Runtime {
+    /// The patch of the first remedy the rules analyzer matches for `op_id`'s failed jobs, for
+    /// [`ANALYZER_AUTHOR`] to propose; refused when none matches.
+    pub fn analyzer_patch(&self, op_id: &str) -> Result<opsgraph_core::model::PlanPatch, Error> {
+        let remedy = self.diagnose(op_id)?.into_iter().find_map(|d| d.remedy);
+        let remedy = remedy.ok_or_else(|| Error::Unsupported("nothing to propose: no remedy matches".into()))?;
+        self.remedy_patch(op_id, &remedy)
+    }
+
     /// Diagnoses every failed job of `op_id` against its pack's remedies.
     pub fn diagnose(&self, op_id: &str) -> Result<Vec<Diagnosis>, Error> {
         let (_, plan) = self.load(op_id)?;

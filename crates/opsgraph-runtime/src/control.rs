@@ -1,6 +1,6 @@
 //! What people do to an operation: answer gates, pause, resume, cancel, retry.
 
-use opsgraph_core::model::{GateType, OperationState};
+use opsgraph_core::model::{GateKind, GateType, OperationState};
 use opsgraph_core::plan::lifecycle::Event;
 use opsgraph_core::plan::Plan;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, Write};
@@ -23,10 +23,11 @@ pub struct GateAnswer {
 /// Gates whose answer approves something (a plan, a patch, a destructive action, an exception, a
 /// cost): their operation's creator may not answer them, except to cancel, unless
 /// `allow_self_approval` is set; and a patch's author never approves it.
-pub fn approves(gate_type: &str) -> bool {
-    [GateType::Approval, GateType::DestructiveAction, GateType::PolicyException, GateType::CostConfirmation]
-        .iter()
-        .any(|t| t.to_string() == gate_type)
+pub fn approves(gate_type: GateType) -> bool {
+    matches!(
+        gate_type,
+        GateType::Approval | GateType::DestructiveAction | GateType::PolicyException | GateType::CostConfirmation
+    )
 }
 
 impl Runtime {
@@ -188,7 +189,7 @@ impl Runtime {
             });
         }
         let cancelling = answer.option == "cancel operation" || answer.option == "reject patch";
-        if approves(&gate.gate_type) && op.actor == answer.actor && !cancelling && !self.rules.allow_self_approval {
+        if approves(gate.gate_type) && op.actor == answer.actor && !cancelling && !self.rules.allow_self_approval {
             return Err(Error::SelfApproval {
                 actor: answer.actor.clone(),
                 gate: gate_id.to_string(),
@@ -202,6 +203,7 @@ impl Runtime {
                 options: gate.options.join(", "),
             });
         }
+        let reviews = gate.kind.clone();
         let plan_gate = plan.gates.iter().find(|g| g.id == gate_id);
         use opsgraph_core::plan::resolve::GateOption;
         let chosen: Option<(String, &GateOption)> = plan
@@ -312,19 +314,16 @@ impl Runtime {
         }
         writes.extend(attached);
         // The approval of a plan patch under review (of a failed operation), or of a paused one.
-        if let OperationState::PlanPatchReview { patch } = &op.state {
-            if gate_id == format!("patch-{patch}") {
+        if let GateKind::PatchReview { patch } = &reviews {
+            let deciding = match &op.state {
+                OperationState::PlanPatchReview { patch: under_review } => under_review == patch,
+                OperationState::Paused { .. } => self.patch_under_review(&op.id, patch).is_ok(),
+                _ => false,
+            };
+            if deciding {
                 let approve = answer.option == "approve patch";
-                let patch = patch.clone();
-                return self.decide_patch(&op, &patch, approve, &answer.actor, writes, progress);
+                return self.decide_patch(&op, patch, approve, &answer.actor, writes, progress);
             }
-        }
-        let proposed = |p: &str| self.patch_under_review(&op.id, p).is_ok();
-        if let (OperationState::Paused { .. }, Some(patch)) =
-            (&op.state, gate_id.strip_prefix("patch-").filter(|p| proposed(p)))
-        {
-            let approve = answer.option == "approve patch";
-            return self.decide_patch(&op, patch, approve, &answer.actor, writes, progress);
         }
         if answer.option == "cancel operation" {
             let reason = format!("gate {gate_id} answered `cancel operation` by {}", answer.actor);

@@ -147,7 +147,8 @@ impl Runtime {
             writes.push(Write::Gate(GateRecord {
                 operation: id.clone(),
                 id: g.id.clone(),
-                gate_type: g.type_.to_string(),
+                gate_type: g.type_,
+                kind: opsgraph_core::model::GateKind::Plan,
                 reason: g.reason.clone(),
                 options: g.options.clone(),
                 required_roles: g.required_roles.clone(),

@@ -81,7 +81,8 @@ impl Given {
         self.gates.push(GateRecord {
             operation: "op-1".into(),
             id: id.into(),
-            gate_type: "approval".into(),
+            gate_type: opsgraph_core::model::GateType::Approval,
+            kind: opsgraph_core::model::GateKind::Plan,
             reason: String::new(),
             options: vec![],
             required_roles: vec![],

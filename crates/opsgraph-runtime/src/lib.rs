@@ -52,7 +52,7 @@ use opsgraph_store::{Store, Write};
 
 pub use agent::screen::{Refusal, Screen};
 pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
-pub use analyze::Diagnosis;
+pub use analyze::{Diagnosis, ANALYZER_AUTHOR};
 pub use control::{approves, GateAnswer};
 pub use intervene::Verified;
 /// Idempotency keys are rendered from `{placeholder}`s (public for the fuzz target `templating`).

@@ -4,7 +4,7 @@
 //! author; once approved it becomes the operation's next plan revision — new jobs recorded, the
 //! jobs it retries reset, the ones it skips skipped — and the run goes on from where it stopped.
 
-use opsgraph_core::model::{GateType, OperationState, PlanPatch};
+use opsgraph_core::model::{GateKind, GateType, OperationState, PlanPatch};
 use opsgraph_core::plan::lifecycle::Event;
 use opsgraph_core::plan::patch::{apply_patch, Diff, Finding, Severity};
 use opsgraph_core::plan::Plan;
@@ -194,12 +194,13 @@ impl Runtime {
             format!("patch {id} by {author}: {}", reviewed.diff.text().lines().collect::<Vec<_>>().join("; ")),
             data,
         ))];
-        let gate = needs.then(|| format!("patch-{id}"));
+        let gate = needs.then(|| GateKind::review_gate_id(&id));
         if let Some(g) = &gate {
             writes.push(Write::Gate(GateRecord {
                 operation: op_id.to_string(),
                 id: g.clone(),
-                gate_type: GateType::Approval.to_string(),
+                gate_type: GateType::Approval,
+                kind: GateKind::PatchReview { patch: id.clone() },
                 reason: format!(
                     "plan patch {id} by {author}{} (approval: {})",
                     patch.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default(),
@@ -260,7 +261,7 @@ impl Runtime {
             reasons.push(ApprovalReason::AiAuthor);
         }
         let approved = self.store.gates(op_id)?.into_iter().find(|g| {
-            crate::control::approves(&g.gate_type)
+            crate::control::approves(g.gate_type)
                 && g.answered_by.is_some()
                 && !matches!(g.answer.as_deref(), Some("cancel operation" | "reject patch") | None)
         });
@@ -312,7 +313,7 @@ impl Runtime {
         if approve && author == actor {
             return Err(Error::SelfApproval {
                 actor: actor.to_string(),
-                gate: format!("patch-{patch}"),
+                gate: GateKind::review_gate_id(patch),
                 why: format!("proposed patch {patch}"),
             });
         }
@@ -407,7 +408,8 @@ impl Runtime {
             writes.push(Write::Gate(GateRecord {
                 operation: op.id.clone(),
                 id: g.id.clone(),
-                gate_type: g.type_.to_string(),
+                gate_type: g.type_,
+                kind: GateKind::Plan,
                 reason: g.reason.clone(),
                 options: g.options.clone(),
                 required_roles: g.required_roles.clone(),

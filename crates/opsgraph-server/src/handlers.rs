@@ -309,7 +309,7 @@ pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             let id = e.data["patch"].as_str().unwrap_or_default();
             let diff: opsgraph_core::plan::patch::Diff =
                 serde_json::from_value(e.data["diff"].clone()).unwrap_or_default();
-            let gate = gates.iter().find(|g| g.id == format!("patch-{id}"));
+            let gate = gates.iter().find(|g| g.kind.patch() == Some(id));
             let state = match gate.map(|g| g.answer.as_deref()) {
                 None => "applied",
                 Some(None) => "waiting_for_approval",
@@ -435,7 +435,7 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         .find(|g| g.id == gate_id)
         .ok_or_else(|| ApiError::not_found("no_gate", format!("no gate `{gate_id}` in operation `{}`", op.id)))?;
     // A plan patch's gate also needs the permission to approve patches.
-    if gate_id.starts_with("patch-") && !who.may(auth::Permission::ApprovePatches) {
+    if gate.kind.patch().is_some() && !who.may(auth::Permission::ApprovePatches) {
         return Err(ApiError::forbidden(
             "approve_patches_needed",
             format!("gate `{gate_id}` approves a plan patch: it needs the approve_patches permission"),
@@ -676,13 +676,25 @@ pub(crate) fn revoke_token(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let actor = ctx.who()?.actor();
     let op = ctx.operation_record()?;
-    // `?remedy=ID`: the patch of one of the operation's pack remedies; else a `plan_patch` body.
-    let patch = match ctx.query.get("remedy").cloned() {
-        Some(id) => {
+    // `?remedy=ID`: the patch of one of the operation's pack remedies; `?analyzer=rules`: the
+    // remedy the rules analyzer matches, proposed by the analyzer; else a `plan_patch` body.
+    let mut author = actor.clone();
+    let patch = match (ctx.query.get("remedy").cloned(), ctx.query.get("analyzer").cloned()) {
+        (Some(id), None) => {
             let rt = ctx.runtime()?;
             rt.remedy_patch(&op.id, &id)?
         }
-        None => {
+        (None, Some(a)) if a == "rules" => {
+            author = opsgraph_runtime::ANALYZER_AUTHOR.to_string();
+            ctx.runtime()?.analyzer_patch(&op.id)?
+        }
+        (None, Some(a)) => {
+            return Err(ApiError::bad_request("unknown_analyzer", format!("no analyzer `{a}`: expected rules")))
+        }
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request("invalid_query", "name a remedy or an analyzer, not both"))
+        }
+        (None, None) => {
             let Document::PlanPatch(p) = ctx.document("plan_patch")? else { unreachable!("kind checked") };
             p
         }
@@ -691,21 +703,11 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let mut rt = ctx.runtime()?;
     rt.attach(vec![control_audit(&actor, "operation.patch", &op, json!({"reason": patch.reason}))]);
-    let p = rt.propose_patch(&op.id, &patch, &actor, &mut |_| {})?;
+    let p = rt.propose_patch(&op.id, &patch, &author, &mut |_| {})?;
     let root = rt.root_of(&op.id)?;
     drop(_write);
     app.wake(&root);
-    Reply::ok(json!(opsgraph_api::PatchReply {
-        id: op.id,
-        diff_text: p.diff.text(),
-        patch: p.patch,
-        diff: p.diff,
-        findings: p.findings,
-        gate: p.gate,
-        approval: json!(p.approval),
-        state: p.state.kind(),
-        detail: views::detail(&p.state),
-    }))
+    Reply::ok(json!(views::patch_reply(&op.id, &p)))
 }
 
 /// `POST /operations/{id}/interventions`: record a manual fix and verify it.

@@ -295,7 +295,7 @@ pub static ROUTES: &[Route] = &[
         Need(Patch),
         200,
         "plan_patch",
-        &["remedy"],
+        &["remedy", "analyzer"],
         handlers::propose_patch,
         "Propose a plan patch for a failed operation: reviewed, then applied or waiting at its patch gate."
     ),

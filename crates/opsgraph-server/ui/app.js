@@ -528,7 +528,7 @@ function gateButtons(op, ctx, g, read) {
 }
 
 function gatesSection(op, ctx) {
-  const open = (op.gates || []).filter((g) => (g.answer === null || g.answer === undefined) && !g.id.startsWith("patch-"));
+  const open = (op.gates || []).filter((g) => (g.answer === null || g.answer === undefined) && g.kind !== "patch_review");
   const items = open.map((g) => {
     const allowed = roleAllows(g);
     let field = null;

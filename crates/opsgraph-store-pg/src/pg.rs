@@ -249,14 +249,14 @@ impl Store for PgStore {
                         // An answered gate is never answered again: the update matches no row and the
                         // whole transaction is refused.
                         let changed = tx.exec(
-                        "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                        "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value, patch)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                          ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
                          answered_at = excluded.answered_at, value = excluded.value WHERE gates.answer IS NULL",
                         &[
                             &g.operation,
                             &g.id,
-                            &g.gate_type,
+                            &g.type_columns().0,
                             &g.reason,
                             &json(&g.options)?,
                             &json(&g.required_roles)?,
@@ -264,6 +264,7 @@ impl Store for PgStore {
                             &g.answered_by,
                             &g.answered_at,
                             &g.value.as_ref().map(json).transpose()?,
+                            &g.type_columns().1,
                         ],
                     )?;
                         if changed != 1 {
@@ -556,16 +557,18 @@ impl Store for PgStore {
     fn gates(&self, operation: &str) -> Result<Vec<GateRecord>, Error> {
         edge(|| {
             let rows = self.query(
-            "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value
+            "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value, patch
              FROM gates WHERE operation = $1 ORDER BY ord",
             &[&operation],
         )?;
             rows.iter()
                 .map(|r| {
+                    let (gate_type, kind) = GateRecord::from_columns(r.get(2), r.get(10))?;
                     Ok(GateRecord {
                         operation: r.get(0),
                         id: r.get(1),
-                        gate_type: r.get(2),
+                        gate_type,
+                        kind,
                         reason: r.get(3),
                         options: serde_json::from_str(r.get(4))?,
                         required_roles: serde_json::from_str(r.get(5))?,

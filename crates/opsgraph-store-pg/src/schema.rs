@@ -148,6 +148,17 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     AGENT_MIGRATION,
     // 3: artifact contents and job logs (`pg_blob.rs`).
     BLOB_MIGRATION,
+    // 4: a gate's kind (issue [J]): the plan patch a gate reviews, NULL for a plan's gate. Gates
+    // made before it review a patch exactly when they are `patch-<id>` of a patch proposed for
+    // their operation (the one place a kind is read from an id, once, here).
+    "
+    ALTER TABLE gates ADD COLUMN patch TEXT;
+    UPDATE gates SET patch = substr(id, 7)
+     WHERE substr(id, 1, 6) = 'patch-'
+       AND EXISTS (SELECT 1 FROM timeline t
+                    WHERE t.operation = gates.operation AND t.event = 'patch_proposed'
+                      AND (t.data::jsonb ->> 'patch') = substr(gates.id, 7));
+    ",
 ];
 
 /// The key of the advisory lock migrations run under (`'opsgraph'` in ASCII).

@@ -144,4 +144,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL
     );
     ",
+    // 5: a gate's kind (issue [J]): the plan patch a gate reviews, NULL for a plan's gate. Gates
+    // made before it review a patch exactly when they are `patch-<id>` of a patch proposed for
+    // their operation (the one place a kind is read from an id, once, here).
+    "
+    ALTER TABLE gates ADD COLUMN patch TEXT;
+    UPDATE gates SET patch = substr(id, 7)
+     WHERE substr(id, 1, 6) = 'patch-'
+       AND EXISTS (SELECT 1 FROM timeline t
+                    WHERE t.operation = gates.operation AND t.event = 'patch_proposed'
+                      AND json_extract(t.data, '$.patch') = substr(gates.id, 7));
+    ",
 ];

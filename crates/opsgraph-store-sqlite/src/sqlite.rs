@@ -234,21 +234,22 @@ impl Store for SqliteStore {
                         // An answered gate is never answered again: the update matches no row and the
                         // whole transaction is refused.
                         let changed = exec(&tx,
-                        "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                        "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value, patch)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                          ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
                          answered_at = excluded.answered_at, value = excluded.value WHERE gates.answer IS NULL",
                         params![
                             g.operation,
                             g.id,
-                            g.gate_type,
+                            g.type_columns().0,
                             g.reason,
                             json(&g.options)?,
                             json(&g.required_roles)?,
                             g.answer,
                             g.answered_by,
                             g.answered_at,
-                            g.value.as_ref().map(json).transpose()?
+                            g.value.as_ref().map(json).transpose()?,
+                            g.type_columns().1
                         ],
                     )?;
                         if changed != 1 {
@@ -508,7 +509,7 @@ impl Store for SqliteStore {
     fn gates(&self, operation: &str) -> Result<Vec<GateRecord>, Error> {
         edge(|| {
             let mut stmt = self.conn.prepare_cached(
-            "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value
+            "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value, patch
              FROM gates WHERE operation = ?1 ORDER BY rowid",
         )?;
             let rows = stmt.query_map([operation], |r| {
@@ -516,7 +517,8 @@ impl Store for SqliteStore {
                     GateRecord {
                         operation: r.get(0)?,
                         id: r.get(1)?,
-                        gate_type: r.get(2)?,
+                        gate_type: Default::default(),
+                        kind: Default::default(),
                         reason: r.get(3)?,
                         options: Vec::new(),
                         required_roles: Vec::new(),
@@ -528,10 +530,12 @@ impl Store for SqliteStore {
                     r.get::<_, String>(4)?,
                     r.get::<_, String>(5)?,
                     r.get::<_, Option<String>>(9)?,
+                    (r.get::<_, String>(2)?, r.get::<_, Option<String>>(10)?),
                 ))
             })?;
             rows.map(|r| {
-                let (mut g, options, roles, value) = r?;
+                let (mut g, options, roles, value, (gate_type, patch)) = r?;
+                (g.gate_type, g.kind) = GateRecord::from_columns(&gate_type, patch)?;
                 g.options = serde_json::from_str(&options)?;
                 g.required_roles = serde_json::from_str(&roles)?;
                 g.value = value.map(|v| serde_json::from_str(&v)).transpose()?;

@@ -135,6 +135,8 @@ pub struct TimelineEntry {
 /// The job states live in the model (`opsgraph_core::model::JobState`, with the job lifecycle beside
 /// the operation one in `opsgraph_plan`); re-exported here, where records carry them.
 pub use opsgraph_core::model::JobState;
+/// A gate's type and kind, as records carry them (`GateRecord`).
+pub use opsgraph_core::model::{GateKind, GateType};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -167,7 +169,11 @@ pub struct EvidenceRecord {
 pub struct GateRecord {
     pub operation: String,
     pub id: String,
-    pub gate_type: String,
+    /// What answering it means (`approval`, `missing_input`, …).
+    pub gate_type: GateType,
+    /// A gate of the plan, or the review of a plan patch (with the patch's id).
+    #[serde(flatten)]
+    pub kind: GateKind,
     pub reason: String,
     pub options: Vec<String>,
     pub required_roles: Vec<String>,
@@ -176,6 +182,20 @@ pub struct GateRecord {
     pub answered_at: Option<String>,
     /// A typed value given with the answer (missing input).
     pub value: Option<Value>,
+}
+
+impl GateRecord {
+    /// The columns a backend stores the gate's type and kind in: the type's text (`gate_type`,
+    /// as before kinds existed) and the patch it reviews (`patch`, `NULL` for a plan's gate).
+    pub fn type_columns(&self) -> (String, Option<&str>) {
+        (self.gate_type.to_string(), self.kind.patch())
+    }
+
+    /// The gate's type and kind read back from those columns; an unknown type is an error.
+    pub fn from_columns(gate_type: &str, patch: Option<String>) -> Result<(GateType, GateKind), Error> {
+        let t: GateType = serde_json::from_value(Value::String(gate_type.to_string()))?;
+        Ok((t, patch.map_or(GateKind::Plan, |patch| GateKind::PatchReview { patch })))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

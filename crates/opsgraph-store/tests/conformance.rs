@@ -104,7 +104,8 @@ fn every_record_round_trips(db: &TestDb) {
     let gate = GateRecord {
         operation: "op-1".into(),
         id: "approve-plan".into(),
-        gate_type: "approval".into(),
+        gate_type: GateType::Approval,
+        kind: GateKind::Plan,
         reason: "high risk".into(),
         options: vec!["approve".into(), "cancel operation".into()],
         required_roles: vec!["sre".into()],
@@ -113,6 +114,32 @@ fn every_record_round_trips(db: &TestDb) {
         answered_at: Some(now()),
         value: Some(json!(14)),
     };
+    // A gate's type and kind are typed values: each type, and a patch's review (an approval whose
+    // id says nothing: the kind names the patch).
+    let mut gates = vec![gate.clone()];
+    for (i, t) in
+        [GateType::MissingInput, GateType::ProviderSelection, GateType::CostConfirmation].into_iter().enumerate()
+    {
+        gates.push(GateRecord {
+            id: format!("g{i}"),
+            gate_type: t,
+            answer: None,
+            answered_by: None,
+            answered_at: None,
+            value: None,
+            ..gate.clone()
+        });
+    }
+    gates.push(GateRecord {
+        id: "review-of-p7".into(),
+        kind: GateKind::PatchReview { patch: "p7".into() },
+        answer: None,
+        answered_by: None,
+        answered_at: None,
+        value: None,
+        ..gate.clone()
+    });
+    gates.push(GateRecord { id: "patch-p8".into(), kind: GateKind::Plan, ..gates[1].clone() });
     let artifact = ArtifactRecord {
         operation: "op-1".into(),
         job: "install@w1".into(),
@@ -133,7 +160,6 @@ fn every_record_round_trips(db: &TestDb) {
             Write::CreateOperation { op: op("op-1"), plan: json!({"p": 1}) },
             Write::Job(job.clone()),
             Write::Evidence(evidence.clone()),
-            Write::Gate(gate.clone()),
             Write::Artifact(artifact.clone()),
             Write::Resource(resource.clone()),
             Write::Idempotency {
@@ -146,9 +172,10 @@ fn every_record_round_trips(db: &TestDb) {
             Write::SetPlan { operation: "op-1".into(), revision: "sha256:bb".into(), plan: json!({"p": 2}) },
         ])
         .unwrap();
+    store.commit(&gates.iter().cloned().map(Write::Gate).collect::<Vec<_>>()).unwrap();
     assert_eq!(store.jobs("op-1").unwrap(), vec![job]);
     assert_eq!(store.evidence("op-1").unwrap(), vec![evidence]);
-    assert_eq!(store.gates("op-1").unwrap(), vec![gate]);
+    assert_eq!(store.gates("op-1").unwrap(), gates);
     assert_eq!(store.artifacts("op-1").unwrap(), vec![artifact]);
     assert_eq!(store.resources().unwrap(), vec![resource.clone()]);
     assert_eq!(store.resource("tempo.instance/t").unwrap(), Some(resource));
@@ -243,7 +270,8 @@ fn gate(answer: Option<&str>) -> GateRecord {
     GateRecord {
         operation: "op-1".into(),
         id: "approve".into(),
-        gate_type: "approval".into(),
+        gate_type: GateType::Approval,
+        kind: GateKind::Plan,
         reason: "risky".into(),
         options: vec!["approve".into()],
         required_roles: vec!["sre".into()],

@@ -13,7 +13,8 @@ pub use crate::render::report;
 
 /// Runs a command; the exit code is 0 for success, 1 when the input has problems.
 pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
-    use crate::ops_cmd::{self, Action, Control};
+    use crate::control_cmd::{self as run, Action};
+    use crate::ops_cmd::{self, Control};
     let data_dir = cli.data_dir.clone().unwrap_or_else(ops_cmd::default_data_dir);
     ops_cmd::use_database(&data_dir, cli.database.clone());
     let control = |world: &WorldArgs| Control {
@@ -48,10 +49,17 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         };
         return crate::agent_cmd::run(args, out);
     }
-    // With a server, the commands that read or change operations go through its API.
-    if let Some(mut remote) = crate::remote::Remote::from_env(cli.server.as_deref(), cli.token_file.as_deref())? {
-        use crate::client::Action as R;
-        let wait = |w: &WorldArgs| !w.no_wait;
+    // With a server, the commands that read or change operations go through its API: the same
+    // commands (`query_cmd`, `control_cmd`) over its client. What only a server does, or only
+    // this machine, is told apart here.
+    let mut remote = crate::remote::Remote::from_env(cli.server.as_deref(), cli.token_file.as_deref())?;
+    if let (Some(_), Command::Apply { plan, yes, plan_hash: None }) = (&remote, &cli.command) {
+        if plan.patch.is_none() {
+            let applier = crate::remote::RemoteApply::new(remote.take().expect("a server"), &plan.intent)?;
+            return run::apply(Box::new(applier), plan.output, *yes, input, out, err);
+        }
+    }
+    if let Some(remote) = remote.as_mut() {
         match &cli.command {
             Command::Plan(p) | Command::Apply { plan: p, .. } if p.patch.is_some() => {
                 bail!("--patch customises a plan locally: run it without --server, or patch the operation")
@@ -60,63 +68,9 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             Command::Apply { plan_hash: Some(_), .. } => {
                 bail!("--plan-hash checks a local preview: run it without --server")
             }
-            Command::Apply { plan, yes, .. } => return remote.apply(&plan.intent, *yes, plan.output, input, out, err),
-            Command::Get { what, operation, output } => {
-                return crate::query_cmd::get(&remote, what, operation.as_deref(), output, out)
-            }
-            Command::Describe { what, id, output } if what == "resource" => {
-                return remote.describe_resource(id, output, out)
-            }
-            Command::Describe { what, id, output } => return describe(&remote, what, id, output, out),
-            Command::Gate { command: GateCommand::Answer { gate, operation, option, user, value, world } } => {
-                let a = R::Answer { gate, operation: operation.as_deref(), option, user, value: value.as_deref() };
-                return remote.control(&a, wait(world), world.output, out);
-            }
-            Command::Pause { operation, output } => return remote.control(&R::Pause(operation), false, *output, out),
-            Command::Resume { operation, world } => {
-                return remote.control(&R::Resume(operation), wait(world), world.output, out)
-            }
-            Command::Cancel { operation, output } => return remote.control(&R::Cancel(operation), false, *output, out),
-            Command::Retry { operation, job, world } => {
-                let jobs = job.iter().cloned().collect();
-                return remote.control(&R::Retry(operation, jobs), wait(world), world.output, out);
-            }
-            Command::Audit { actor, operation, resource, since, output } => {
-                let filter = opsgraph_store::AuditFilter {
-                    actor: actor.clone(),
-                    operation: operation.clone(),
-                    resource: resource.clone(),
-                    since: since.clone(),
-                };
-                return crate::query_cmd::audit(&remote, &filter, output, out);
-            }
-            Command::Logs { operation, job, output } => {
-                return crate::query_cmd::logs(&remote, operation, job.as_deref(), *output, out)
-            }
-            Command::Patch { operation, file, remedy, dry_run: false, .. } => {
-                return remote.patch(operation, file.as_deref(), remedy.as_deref(), out)
-            }
             Command::Patch { dry_run: true, .. } => bail!("`patch --dry-run` reviews locally: run it without --server"),
-            Command::Diagnose { operation, propose, ai, world } if ai == "rules" => {
-                return remote.diagnose(operation, *propose, world.output, out)
-            }
-            Command::Diagnose { .. } => {
+            Command::Diagnose { ai, .. } if ai != "rules" => {
                 bail!("`diagnose --ai openai` runs where the data directory is (no API route yet)")
-            }
-            Command::Intervene { operation, file, stage, job, note, verify, .. } => {
-                let iv = match file {
-                    Some(f) => crate::ops_cmd::intervention_file(f)?,
-                    None => opsgraph_core::model::Intervention {
-                        type_: opsgraph_core::model::InterventionType::ManuallyFixed,
-                        operation: Some(operation.clone()),
-                        target_stage: stage.clone(),
-                        target_job: job.clone(),
-                        actor: None,
-                        note: note.clone().unwrap_or_default(),
-                        requires_verification: verify.clone(),
-                    },
-                };
-                return remote.intervene(operation, &iv, out);
             }
             Command::Token { command: TokenCommand::Create { name, roles } } => {
                 return remote.token_create(name, roles, out)
@@ -133,21 +87,82 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             }
             Command::Resource { command: ResourceCommand::Delete { id } } => return remote.resource_delete(id, out),
             // Documents, schemas, `pack validate|show`, the demo, secrets and serve act on this
-            // machine.
+            // machine; reads and changes of operations go on below, over the server's client.
             _ => {}
         }
     }
+    // The client that reads: the server's, else the data directory's store.
+    let reader = |run: &mut dyn FnMut(&dyn opsgraph_api::Client) -> anyhow::Result<u8>| -> anyhow::Result<u8> {
+        match &remote {
+            Some(r) => run(r),
+            None => {
+                let store = ops_cmd::open_store(&data_dir)?;
+                run(&Local::new(&*store, &data_dir))
+            }
+        }
+    };
     match cli.command {
-        Command::Rollback { operation, yes, world } => {
+        Command::Get { what, operation, output } => {
+            reader(&mut |c| crate::query_cmd::get(c, &what, operation.as_deref(), &output, out))
+        }
+        Command::Describe { what, id, output } => {
+            reader(&mut |c| crate::query_cmd::describe(c, &what, &id, &output, out))
+        }
+        Command::Logs { operation, job, output } => {
+            reader(&mut |c| crate::query_cmd::logs(c, &operation, job.as_deref(), output, out))
+        }
+        Command::Audit { actor, operation, resource, since, output } => {
+            let filter = opsgraph_store::AuditFilter { actor, operation, resource, since };
+            reader(&mut |c| crate::query_cmd::audit(c, &filter, &output, out))
+        }
+        Command::Gate { command: GateCommand::Answer { gate, operation, option, user, value, world } } => {
             let c = Control { packs: &world.packs, ..control(&world) };
-            ops_cmd::rollback(&c, &operation, yes, input, out, err)
+            let action = Action::Answer {
+                gate: &gate,
+                operation: operation.as_deref(),
+                option: &option,
+                user: &user,
+                value: value.as_deref(),
+            };
+            let mut ctl = controller(remote, &c, &ops_cmd::local_actor(None))?;
+            run::act(&mut *ctl, &action, c.wait, c.output, out)
+        }
+        Command::Pause { operation, output } => {
+            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true, output };
+            let mut ctl = controller(remote, &control(&world), &ops_cmd::local_actor(None))?;
+            run::act(&mut *ctl, &Action::Pause(&operation), false, output, out)
+        }
+        Command::Resume { operation, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            let mut ctl = controller(remote, &c, &ops_cmd::local_actor(None))?;
+            run::act(&mut *ctl, &Action::Resume(&operation), c.wait, c.output, out)
+        }
+        Command::Cancel { operation, output } => {
+            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true, output };
+            let mut ctl = controller(remote, &control(&world), &ops_cmd::local_actor(None))?;
+            run::act(&mut *ctl, &Action::Cancel(&operation), false, output, out)
+        }
+        Command::Retry { operation, job, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            let mut ctl = controller(remote, &c, &ops_cmd::local_actor(None))?;
+            run::act(&mut *ctl, &Action::Retry(&operation, job.into_iter().collect()), c.wait, c.output, out)
+        }
+        Command::Patch { operation, file, remedy, user, dry_run, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            let request = run::patch_request(file.as_deref(), remedy.as_deref())?;
+            if dry_run {
+                return ops_cmd::patch_dry_run(&c, &operation, &request, out);
+            }
+            let mut ctl = controller(remote, &c, &ops_cmd::local_actor(user.as_deref()))?;
+            run::patch(&mut *ctl, &operation, &request, c.wait, out)
         }
         Command::Diagnose { operation, propose, ai, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
             if ai == "openai" {
                 return ops_cmd::diagnose_openai(&c, &operation, propose, out);
             }
-            ops_cmd::diagnose(&c, &operation, propose, world.output, out)
+            let mut ctl = controller(remote, &c, &ops_cmd::local_actor(None))?;
+            run::diagnose(&mut *ctl, &operation, propose, c.wait, world.output, out)
         }
         Command::Intervene { operation, file, stage, job, note, verify, user, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
@@ -163,23 +178,13 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                     requires_verification: verify,
                 },
             };
-            ops_cmd::intervene(&c, &operation, &iv, user.as_deref(), out)
+            let actor = ops_cmd::local_actor(user.as_deref().or(iv.actor.as_deref()));
+            let mut ctl = controller(remote, &c, &actor)?;
+            run::intervene(&mut *ctl, &operation, &iv, c.wait, out)
         }
-        Command::Patch { operation, file, remedy, user, dry_run, world } => {
+        Command::Rollback { operation, yes, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
-            let args = ops_cmd::PatchArgs {
-                operation: &operation,
-                file: file.as_deref(),
-                remedy: remedy.as_deref(),
-                user: user.as_deref(),
-                dry_run,
-            };
-            ops_cmd::patch(&c, &args, out)
-        }
-        Command::Audit { actor, operation, resource, since, output } => {
-            let store = ops_cmd::open_store(&data_dir)?;
-            let filter = opsgraph_store::AuditFilter { actor, operation, resource, since };
-            crate::query_cmd::audit(&Local::new(&*store, &data_dir), &filter, &output, out)
+            ops_cmd::rollback(&c, &operation, yes, input, out, err)
         }
         Command::Apply { plan, yes, plan_hash } => {
             let output = plan.output;
@@ -197,48 +202,6 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 plan_hash: plan_hash.as_deref(),
             };
             ops_cmd::apply(&args, input, out, err)
-        }
-        Command::Get { what, operation, output } => {
-            let store = ops_cmd::open_store(&data_dir)?;
-            crate::query_cmd::get(&Local::new(&*store, &data_dir), &what, operation.as_deref(), &output, out)
-        }
-        Command::Describe { what, id, output } if what == "resource" => {
-            ops_cmd::describe(&data_dir, &what, &id, &output, out)
-        }
-        Command::Describe { what, id, output } => {
-            let store = ops_cmd::open_store(&data_dir)?;
-            describe(&Local::new(&*store, &data_dir), &what, &id, &output, out)
-        }
-        Command::Logs { operation, job, output } => {
-            let store = ops_cmd::open_store(&data_dir)?;
-            crate::query_cmd::logs(&Local::new(&*store, &data_dir), &operation, job.as_deref(), output, out)
-        }
-        Command::Gate { command: GateCommand::Answer { gate, operation, option, user, value, world } } => {
-            let c = Control { packs: &world.packs, ..control(&world) };
-            let action = Action::Answer {
-                gate: &gate,
-                operation: operation.as_deref(),
-                option: &option,
-                user: &user,
-                value: value.as_deref(),
-            };
-            ops_cmd::control(&c, action, out)
-        }
-        Command::Pause { operation, output } => {
-            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true, output };
-            ops_cmd::control(&control(&world), Action::Pause(&operation), out)
-        }
-        Command::Resume { operation, world } => {
-            let c = Control { packs: &world.packs, ..control(&world) };
-            ops_cmd::control(&c, Action::Resume(&operation), out)
-        }
-        Command::Cancel { operation, output } => {
-            let world = WorldArgs { packs: vec![], inventory: vec![], no_wait: true, output };
-            ops_cmd::control(&control(&world), Action::Cancel(&operation), out)
-        }
-        Command::Retry { operation, job, world } => {
-            let c = Control { packs: &world.packs, ..control(&world) };
-            ops_cmd::control(&c, Action::Retry(&operation, job.into_iter().collect()), out)
         }
         Command::Validate { files } => {
             let sources: Vec<Source> = files.iter().map(|f| Source::parse(f)).collect();
@@ -335,16 +298,15 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
     }
 }
 
-/// `describe operation ID` (`describe resource` prints each client's own document).
-fn describe(
-    client: &dyn opsgraph_api::Client,
-    what: &str,
-    id: &str,
-    output: &str,
-    out: &mut dyn Write,
-) -> anyhow::Result<u8> {
-    match what {
-        "operation" | "op" => crate::query_cmd::describe_operation(client, id, output, out),
-        other => bail!("cannot describe `{other}`: expected operation or resource"),
-    }
+/// The client that changes operations: the server's, else a runtime over the data directory
+/// acting as `actor`.
+fn controller(
+    remote: Option<crate::remote::Remote>,
+    c: &crate::ops_cmd::Control<'_>,
+    actor: &str,
+) -> anyhow::Result<Box<dyn opsgraph_api::Control>> {
+    Ok(match remote {
+        Some(r) => Box::new(r),
+        None => Box::new(c.client(actor)?),
+    })
 }

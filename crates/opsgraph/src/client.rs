@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use opsgraph_api::{
-    views, AnswerReply, Client, Control, ControlReply, DiagnosisView, GateList, InterventionReply, LogEntry,
-    OperationSummary, OperationView, ResourceRow,
+    views, AnswerReply, Client, Control, ControlReply, Cursor, DiagnosisView, GateList, InterventionReply, LogEntry,
+    OperationSummary, OperationView, PatchReply, PatchRequest, ResourceRow, ResourceView,
 };
 use opsgraph_core::model::{Intervention, OperationState};
 use opsgraph_runtime::GateAnswer;
 use opsgraph_runtime::Runtime;
-use opsgraph_store::{AuditFilter, AuditRecord, JobRecord, OperationFilter, OperationRecord, Store};
+use opsgraph_store::{AuditFilter, AuditRecord, JobRecord, OperationFilter, OperationRecord, Store, TimelineEntry};
 use serde_json::{json, Value};
 
 pub struct Local<'a> {
@@ -45,6 +45,7 @@ impl Client for Local<'_> {
     }
 
     fn jobs(&self, operation: &str) -> anyhow::Result<Vec<JobRecord>> {
+        self.store.operation(operation)?.with_context(|| format!("no operation `{operation}`"))?;
         Ok(self.store.jobs(operation)?)
     }
 
@@ -55,6 +56,11 @@ impl Client for Local<'_> {
 
     fn resources(&self) -> anyhow::Result<Vec<ResourceRow>> {
         Ok(self.store.resources()?.iter().map(views::resource_row).collect())
+    }
+
+    fn resource(&self, id: &str) -> anyhow::Result<ResourceView> {
+        let r = self.store.resource(id)?.with_context(|| format!("no resource `{id}`"))?;
+        Ok(views::resource(self.store, &r)?)
     }
 
     fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<LogEntry>> {
@@ -143,6 +149,10 @@ impl Client for LocalControl {
         Local::of(&self.rt).resources()
     }
 
+    fn resource(&self, id: &str) -> anyhow::Result<ResourceView> {
+        Local::of(&self.rt).resource(id)
+    }
+
     fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<LogEntry>> {
         Local::of(&self.rt).logs(operation, job)
     }
@@ -157,6 +167,10 @@ impl Client for LocalControl {
 }
 
 impl Control for LocalControl {
+    fn as_client(&self) -> &dyn Client {
+        self
+    }
+
     fn answer(
         &mut self,
         operation: &str,
@@ -242,25 +256,49 @@ impl Control for LocalControl {
         let v = self.rt.intervene(operation, iv, &self.actor.clone(), &mut |_| {})?;
         Ok(views::intervention(operation, &v))
     }
-}
 
-/// What a control command asks of a client: the same for the local and the HTTP one (`user` is
-/// the local `--as`; a server knows its caller from the token).
-#[derive(Clone)]
-pub enum Action<'a> {
-    Answer { gate: &'a str, operation: Option<&'a str>, option: &'a str, user: &'a str, value: Option<&'a str> },
-    Pause(&'a str),
-    Resume(&'a str),
-    Cancel(&'a str),
-    Retry(&'a str, Vec<String>),
-}
-
-impl Action<'_> {
-    /// The operation it names, when it names one (an answer may name only its gate).
-    pub fn operation_hint(&self) -> Option<&str> {
-        match self {
-            Action::Answer { operation, .. } => *operation,
-            Action::Pause(id) | Action::Resume(id) | Action::Cancel(id) | Action::Retry(id, _) => Some(id),
-        }
+    fn propose(&mut self, operation: &str, patch: &PatchRequest) -> anyhow::Result<PatchReply> {
+        let (patch, author) = match patch {
+            PatchRequest::Document { patch, .. } => (patch.clone(), self.actor.clone()),
+            PatchRequest::Remedy(id) => (self.rt.remedy_patch(operation, id)?, self.actor.clone()),
+            PatchRequest::Analyzer => {
+                (self.rt.analyzer_patch(operation)?, opsgraph_runtime::ANALYZER_AUTHOR.to_string())
+            }
+        };
+        let op = self.record(operation)?;
+        self.rt.attach(vec![opsgraph_runtime::audit::control(
+            &self.actor,
+            "operation.patch",
+            &op,
+            json!({"reason": patch.reason}),
+        )]);
+        let p = self.rt.propose_patch(operation, &patch, &author, &mut |_| {})?;
+        Ok(views::patch_reply(operation, &p))
     }
+
+    fn follow(&mut self, id: &str, after: i64, seen: &mut dyn FnMut(&TimelineEntry)) -> anyhow::Result<OperationView> {
+        // What this drive commits is read back from the store on a connection of its own, so
+        // it shows exactly what a server's client sees of the same run.
+        let data_dir = self.rt.data_dir().to_path_buf();
+        let reader = crate::storage::open_store(&data_dir)?;
+        let reader = Local::new(&*reader, &data_dir);
+        let mut cursor = Cursor { after };
+        drive(&mut self.rt, id, &mut |_| {
+            let _ = cursor.advance(&reader, id, seen);
+        })?;
+        cursor.advance(&reader, id, seen)?;
+        self.operation(id)
+    }
+}
+
+/// Drives an operation under its lease, so that no server replica (or other CLI) drives it at
+/// the same time; refused while another holds it.
+pub fn drive(rt: &mut Runtime, id: &str, progress: opsgraph_runtime::Progress<'_>) -> anyhow::Result<OperationState> {
+    let data_dir = rt.data_dir().to_path_buf();
+    let open = crate::storage::opener(&data_dir);
+    let keeper = opsgraph_runtime::lease::Keeper::new(
+        opsgraph_runtime::lease::LeaseConfig::from_env(),
+        Box::new(move || open()),
+    );
+    Ok(rt.drive_leased(id, &keeper, progress)?)
 }

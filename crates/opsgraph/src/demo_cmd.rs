@@ -127,7 +127,7 @@ pub fn operate(
         if let Some(OperationState::Paused { .. }) = rt.store().operation(&id)?.map(|o| o.state) {
             rt.resume(&id, "user:demo-sre", &mut |_| {})?;
         }
-        code = ops_cmd::drive_and_finish(&mut rt, &id, out)?;
+        (code, rt) = ops_cmd::drive_and_finish(rt, &id, out)?;
     }
     writeln!(out, "\nEvidence recorded:")?;
     for e in rt.store().evidence(&id)? {

@@ -8,6 +8,7 @@ pub mod ai;
 pub mod args;
 pub mod cli;
 pub mod client;
+pub mod control_cmd;
 pub mod demo_cmd;
 pub mod fleet_cmd;
 pub mod fleet_run;

@@ -211,6 +211,18 @@ fn read_regular(path: &Path, meta: &std::fs::Metadata) -> Read {
 
 /// The text of one document file named by the user (`-f FILE`, sent to a server as it is): read
 /// as [`documents`] reads files — a regular file only, its size checked first, never blocking.
+/// The text of one document file named on the command line: a path, or `bundled:…`.
+pub fn document_text(arg: &str) -> anyhow::Result<String> {
+    match Source::parse(arg) {
+        Source::Bundled(p) => bundled::FILES
+            .iter()
+            .find(|(f, _)| *f == p)
+            .map(|(_, text)| text.to_string())
+            .ok_or_else(|| anyhow::anyhow!("{arg}: no such bundled file")),
+        Source::Disk(_) => read_document(arg),
+    }
+}
+
 pub fn read_document(path: &str) -> anyhow::Result<String> {
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))?;
     let bytes = read_regular(Path::new(path), &meta).map_err(|u| anyhow::anyhow!("{}", refusal(path, &u)))?;

@@ -44,6 +44,18 @@ pub fn get(
     Ok(0)
 }
 
+/// `describe operation|resource ID`: the document the API serves.
+pub fn describe(client: &dyn Client, what: &str, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+    match what {
+        "operation" | "op" => describe_operation(client, id, output, out),
+        "resource" => {
+            document(&serde_json::to_value(client.resource(id)?)?, output, out)?;
+            Ok(0)
+        }
+        other => bail!("cannot describe `{other}`: expected operation or resource"),
+    }
+}
+
 /// `describe operation ID`: the operation document the API serves.
 pub fn describe_operation(client: &dyn Client, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     document(&serde_json::to_value(client.operation(id)?)?, output, out)?;

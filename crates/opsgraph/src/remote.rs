@@ -3,20 +3,33 @@
 //! print what they print locally. The token is read from the environment (or
 //! `OPSGRAPH_TOKEN_FILE`), never from a flag, so it does not show in `ps`.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
 use crate::render::Output;
-use opsgraph_api::views::exit_code;
-use opsgraph_api::{Client, Control, OperationView};
+use opsgraph_api::{Client, OperationView, PatchRequest};
 use opsgraph_core::model::OperationStateKind;
 
-use crate::client::Action;
-use crate::render::{document, live, print_finish, to_yaml};
+use crate::render::to_yaml;
+
+/// A non-2xx answer: the server's status, code and message (with its details).
+#[derive(Debug)]
+struct Refused {
+    status: u16,
+    code: String,
+    message: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the server refused ({} {}): {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 pub struct Remote {
     base: String,
@@ -113,7 +126,7 @@ impl Remote {
                     message.push_str(&format!("\n  {line}"));
                 }
             }
-            bail!("the server refused ({status} {code}): {message}");
+            return Err(Refused { status, code: code.to_string(), message }.into());
         }
         Ok(value)
     }
@@ -122,12 +135,22 @@ impl Remote {
         self.call("GET", path, None)
     }
 
+    /// A read of the API's documents: a missing one is the error the local client gives (the
+    /// server's message, which is the same text), not a refusal.
+    fn read(&self, path: &str) -> anyhow::Result<Value> {
+        self.get(path).map_err(|e| match e.downcast::<Refused>() {
+            Ok(r) if r.status == 404 => anyhow::anyhow!(r.message),
+            Ok(r) => r.into(),
+            Err(e) => e,
+        })
+    }
+
     fn post_json(&self, path: &str, body: Value) -> anyhow::Result<Value> {
         self.call("POST", path, Some(("application/json", serde_json::to_vec(&body)?)))
     }
 
     fn operation_value(&self, id: &str) -> anyhow::Result<Value> {
-        self.get(&format!("/api/v1/operations/{}", segment(id)))
+        self.read(&format!("/api/v1/operations/{}", segment(id)))
     }
 
     /// `plan -f INTENT`: the server's preview of an intent file.
@@ -144,226 +167,37 @@ impl Remote {
         }
         Ok(if plan["status"] == "blocked" { 1 } else { 0 })
     }
+}
 
-    /// `apply -f INTENT`: preview, confirmation, then the server runs it while this follows.
-    pub fn apply(
-        &self,
-        intent: &str,
-        yes: bool,
-        output: Output,
-        input: &mut dyn BufRead,
-        out: &mut dyn Write,
-        err: &mut dyn Write,
-    ) -> anyhow::Result<u8> {
-        let text = crate::load::read_document(intent)?;
-        let machine = match output {
-            Output::Text => false,
-            Output::Json | Output::Yaml if yes => true,
-            Output::Json | Output::Yaml => bail!("`apply -o json|yaml` prints no preview to confirm: add --yes"),
-            Output::Dot => bail!("`apply` has no dot output; `opsgraph plan -o dot` draws the plan"),
-        };
-        let preview =
-            self.call("POST", "/api/v1/plans?format=text", Some(("application/yaml", text.clone().into_bytes())))?;
-        if !machine {
-            write!(out, "{}", preview["text"].as_str().unwrap_or_default())?;
-        }
-        if preview["status"] == "blocked" {
-            writeln!(err, "nothing applied: a requirement cannot be met")?;
-            return Ok(1);
-        }
-        if !yes {
-            write!(out, "\nApply this plan? Type `yes` to go on: ")?;
-            out.flush()?;
-            let mut answer = String::new();
-            input.read_line(&mut answer)?;
-            if answer.trim() != "yes" {
-                writeln!(err, "not applied")?;
-                return Ok(1);
-            }
-        }
-        let created = self.call("POST", "/api/v1/operations", Some(("application/yaml", text.into_bytes())))?;
+/// `apply` through a server: its preview of the intent, and the operation it creates and drives.
+pub struct RemoteApply {
+    remote: Remote,
+    text: String,
+}
+
+impl RemoteApply {
+    pub fn new(remote: Remote, intent: &str) -> anyhow::Result<RemoteApply> {
+        Ok(RemoteApply { remote, text: crate::load::read_document(intent)? })
+    }
+}
+
+impl crate::control_cmd::Applier for RemoteApply {
+    fn preview(&mut self, out: &mut dyn Write, _err: &mut dyn Write) -> anyhow::Result<Option<bool>> {
+        let body = Some(("application/yaml", self.text.clone().into_bytes()));
+        let preview = self.remote.call("POST", "/api/v1/plans?format=text", body)?;
+        write!(out, "{}", preview["text"].as_str().unwrap_or_default())?;
+        Ok(Some(preview["status"] == "blocked"))
+    }
+
+    fn create(self: Box<Self>) -> anyhow::Result<(String, Box<dyn opsgraph_api::Control>)> {
+        let body = Some(("application/yaml", self.text.into_bytes()));
+        let created = self.remote.call("POST", "/api/v1/operations", body)?;
         let id = created["id"].as_str().context("the server did not say which operation it created")?.to_string();
-        if machine {
-            let view = self.follow(&id, &mut std::io::sink(), &preview)?;
-            document(&serde_json::to_value(&view)?, if output == Output::Json { "json" } else { "yaml" }, out)?;
-            return Ok(exit_code(view.summary.state));
-        }
-        writeln!(out)?;
-        self.follow_and_finish(&id, &preview, out)
-    }
-
-    /// Prints the timeline as the server records it, until the operation stops moving; returns
-    /// the operation document.
-    fn follow(&self, id: &str, out: &mut dyn Write, plan: &Value) -> anyhow::Result<OperationView> {
-        let stages: BTreeMap<String, String> = {
-            let names: BTreeMap<&str, &str> = plan["stages"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| Some((s["id"].as_str()?, s["name"].as_str()?)))
-                .collect();
-            plan["jobs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|j| {
-                    Some((j["id"].as_str()?.to_string(), names.get(j["stage"].as_str()?).copied()?.to_string()))
-                })
-                .collect()
-        };
-        let mut view = live(out, stages);
-        let mut seen = 0i64;
-        let mut quiet = 0;
-        loop {
-            let op = Client::operation(self, id)?;
-            for e in &op.timeline {
-                if e.seq > seen {
-                    seen = e.seq;
-                    view(&e.entry(id));
-                }
-            }
-            // A stopped operation is done once two reads agree (its last entries are in).
-            if !moving(op.summary.state) {
-                quiet += 1;
-                if quiet > 1 {
-                    return Ok(op);
-                }
-            } else {
-                quiet = 0;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn follow_and_finish(&self, id: &str, plan: &Value, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let view = self.follow(id, out, plan)?;
-        let resource = match view.summary.resource.as_deref() {
-            Some(r) => self.get(&format!("/api/v1/resources/{}", segment(r))).ok().map(|v| v["resource"].clone()),
-            None => None,
-        };
-        print_finish(&view, resource.as_ref(), out)
-    }
-
-    /// `describe resource ID`: the server's resource document (`describe operation` is
-    /// `query_cmd::describe_operation`, the same for both clients).
-    pub fn describe_resource(&self, id: &str, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
-        document(&self.get(&format!("/api/v1/resources/{}", segment(id)))?, output, out)?;
-        Ok(0)
-    }
-
-    /// `gate answer`, `pause`, `resume`, `cancel`, `retry`, then (unless `--no-wait`) follow the
-    /// operation as the server drives it.
-    pub fn control(
-        &mut self,
-        action: &Action<'_>,
-        wait: bool,
-        output: Output,
-        out: &mut dyn Write,
-    ) -> anyhow::Result<u8> {
-        let id = match action {
-            Action::Answer { gate, operation: Some(id), .. } => {
-                let _ = gate;
-                id.to_string()
-            }
-            Action::Answer { gate, operation: None, .. } => opsgraph_api::find_gate(self, gate)?,
-            Action::Pause(id) | Action::Resume(id) | Action::Cancel(id) => id.to_string(),
-            Action::Retry(id, _) => id.to_string(),
-        };
-        let mut sink = std::io::sink();
-        let text: &mut dyn Write = if output == Output::Text { out } else { &mut sink };
-        match action {
-            Action::Answer { gate, option, value, .. } => {
-                Control::answer(self, &id, gate, option, value.map(opsgraph_api::gate_value), "")?;
-                writeln!(text, "gate {gate} of {id}: {option}")?;
-            }
-            Action::Pause(_) => {
-                Control::pause(self, &id)?;
-                writeln!(text, "{id}: paused; running jobs finish, no new job starts")?;
-            }
-            Action::Resume(_) => {
-                Control::resume(self, &id)?;
-            }
-            Action::Cancel(_) => {
-                Control::cancel(self, &id)?;
-                writeln!(text, "{id}: cancelled")?;
-            }
-            Action::Retry(_, jobs) => {
-                Control::retry(self, &id, jobs)?;
-            }
-        }
-        let waits = wait && !matches!(action, Action::Pause(_) | Action::Cancel(_));
-        if output != Output::Text {
-            let view =
-                if waits { self.follow(&id, &mut std::io::sink(), &json!({}))? } else { Client::operation(self, &id)? };
-            document(&serde_json::to_value(&view)?, if output == Output::Json { "json" } else { "yaml" }, out)?;
-            return Ok(exit_code(view.summary.state));
-        }
-        if !waits {
-            return Ok(0);
-        }
-        self.follow_and_finish(&id, &json!({}), out)
+        Ok((id, Box::new(self.remote)))
     }
 }
 
 impl Remote {
-    /// `patch OP -f PATCH | --remedy ID`.
-    pub fn patch(&self, op: &str, file: Option<&str>, remedy: Option<&str>, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let base = format!("/api/v1/operations/{}/patches", segment(op));
-        let reply = match (file, remedy) {
-            (Some(f), _) => {
-                let text = crate::load::read_document(f)?;
-                self.call("POST", &base, Some(("application/yaml", text.into_bytes())))?
-            }
-            (None, Some(id)) => self.call("POST", &format!("{base}?remedy={}", segment(id)), None)?,
-            (None, None) => bail!("name a patch: -f PATCH.yaml or --remedy ID"),
-        };
-        self.print_patch(op, reply, out)
-    }
-
-    fn print_patch(&self, op: &str, reply: Value, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let reply: opsgraph_api::PatchReply = serde_json::from_value(reply)?;
-        writeln!(out, "patch {} of {op}:", reply.patch)?;
-        write!(out, "{}", reply.diff_text)?;
-        for f in &reply.findings {
-            // The severity as the API spells it (`error`, `warning`).
-            let severity = serde_json::to_value(f.severity)?;
-            writeln!(out, "{} {}: {}", severity.as_str().unwrap_or_default(), f.code, f.message)?;
-        }
-        if let Some(g) = &reply.gate {
-            writeln!(
-                out,
-                "waiting for approval at {g}: opsgraph gate answer {g} --operation {op} --option 'approve patch'"
-            )?;
-        }
-        Ok(0)
-    }
-
-    /// `intervene OP ...`.
-    pub fn intervene(
-        &mut self,
-        op: &str,
-        iv: &opsgraph_core::model::Intervention,
-        out: &mut dyn Write,
-    ) -> anyhow::Result<u8> {
-        let reply = Control::intervene(self, op, iv)?;
-        crate::render::print_intervention(&reply, &iv.note, out)
-    }
-
-    /// `diagnose OP [--propose]`.
-    pub fn diagnose(&self, op: &str, propose: bool, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
-        let list = crate::query_cmd::diagnose(self, op, output, out)?;
-        if !propose {
-            return Ok(0);
-        }
-        let Some(remedy) = list.iter().find_map(|d| d.remedy.as_deref()) else {
-            writeln!(out, "nothing to propose: no remedy matches")?;
-            return Ok(1);
-        };
-        let reply =
-            self.call("POST", &format!("/api/v1/operations/{}/patches?remedy={}", segment(op), segment(remedy)), None)?;
-        self.print_patch(op, reply, out)
-    }
-
     /// `pack install FILE.tar.gz|DIR`: a directory is packed into a `.tar.gz` in memory first,
     /// with the checks of a local directory install.
     pub fn pack_install(&self, path: &std::path::Path, replace: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
@@ -462,22 +296,26 @@ impl opsgraph_api::Client for Remote {
 
     fn jobs(&self, operation: &str) -> anyhow::Result<Vec<opsgraph_store::JobRecord>> {
         Ok(serde_json::from_value(
-            self.get(&format!("/api/v1/operations/{}/jobs", segment(operation)))?["jobs"].take(),
+            self.read(&format!("/api/v1/operations/{}/jobs", segment(operation)))?["jobs"].take(),
         )?)
     }
 
     fn gates(&self, operation: &str) -> anyhow::Result<opsgraph_api::GateList> {
-        Ok(serde_json::from_value(self.get(&format!("/api/v1/operations/{}/gates", segment(operation)))?)?)
+        Ok(serde_json::from_value(self.read(&format!("/api/v1/operations/{}/gates", segment(operation)))?)?)
     }
 
     fn resources(&self) -> anyhow::Result<Vec<opsgraph_api::ResourceRow>> {
         Ok(serde_json::from_value(self.get("/api/v1/resources")?["resources"].take())?)
     }
 
+    fn resource(&self, id: &str) -> anyhow::Result<opsgraph_api::ResourceView> {
+        Ok(serde_json::from_value(self.read(&format!("/api/v1/resources/{}", segment(id)))?)?)
+    }
+
     fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<opsgraph_api::LogEntry>> {
         let query = job.map(|j| format!("?job={}", segment(j))).unwrap_or_default();
         let path = format!("/api/v1/operations/{}/logs{query}", segment(operation));
-        Ok(serde_json::from_value(self.get(&path)?["logs"].take())?)
+        Ok(serde_json::from_value(self.read(&path)?["logs"].take())?)
     }
 
     fn audit(&self, filter: &opsgraph_store::AuditFilter) -> anyhow::Result<Vec<opsgraph_store::AuditRecord>> {
@@ -496,12 +334,52 @@ impl opsgraph_api::Client for Remote {
 
     fn diagnosis(&self, operation: &str) -> anyhow::Result<Vec<opsgraph_api::DiagnosisView>> {
         let path = format!("/api/v1/operations/{}/diagnosis", segment(operation));
-        Ok(serde_json::from_value(self.get(&path)?["diagnosis"].take())?)
+        Ok(serde_json::from_value(self.read(&path)?["diagnosis"].take())?)
     }
 }
 
 /// The HTTP client's changes: one request each, audited by the server as the token's identity.
 impl opsgraph_api::Control for Remote {
+    fn as_client(&self) -> &dyn Client {
+        self
+    }
+
+    fn propose(&mut self, operation: &str, patch: &PatchRequest) -> anyhow::Result<opsgraph_api::PatchReply> {
+        let base = format!("/api/v1/operations/{}/patches", segment(operation));
+        let reply = match patch {
+            PatchRequest::Document { text, .. } => {
+                self.call("POST", &base, Some(("application/yaml", text.clone().into_bytes())))?
+            }
+            PatchRequest::Remedy(id) => self.call("POST", &format!("{base}?remedy={}", segment(id)), None)?,
+            PatchRequest::Analyzer => self.call("POST", &format!("{base}?analyzer=rules"), None)?,
+        };
+        Ok(serde_json::from_value(reply)?)
+    }
+
+    /// Watches the server drive it: the timeline read again every 200 ms until the operation
+    /// stops moving and two reads agree (its last entries are in).
+    fn follow(
+        &mut self,
+        id: &str,
+        after: i64,
+        seen: &mut dyn FnMut(&opsgraph_store::TimelineEntry),
+    ) -> anyhow::Result<OperationView> {
+        let mut cursor = opsgraph_api::Cursor { after };
+        let mut quiet = 0;
+        loop {
+            let op = Client::operation(self, id)?;
+            cursor.advance(self, id, seen)?;
+            if !moving(op.summary.state) {
+                quiet += 1;
+                if quiet > 1 {
+                    return Ok(op);
+                }
+            } else {
+                quiet = 0;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     fn answer(
         &mut self,
         operation: &str,

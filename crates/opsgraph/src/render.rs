@@ -92,8 +92,7 @@ pub fn print_finish(view: &OperationView, resource: Option<&Value>, out: &mut dy
     }
     match view.summary.state {
         K::WaitingForApproval | K::WaitingForInput => {
-            let waiting = view.waiting_gates();
-            for g in view.gates.iter().filter(|g| g.answer.is_none() && waiting.contains(&g.id.as_str())) {
+            for g in view.gates.iter().filter(|g| g.answer.is_none() && view.waiting_at.contains(&g.id)) {
                 writeln!(
                     out,
                     "Gate {} ({}): {}\n  options: {}\n  answered by: {}",
@@ -232,6 +231,15 @@ pub fn document(value: &Value, output: &str, out: &mut dyn Write) -> anyhow::Res
     match output {
         "json" => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
         _ => write!(out, "{}", to_yaml(value, 0))?,
+    }
+    Ok(())
+}
+
+/// A reviewer's findings, one a line, the severity as the API spells it (`error`, `warning`).
+pub fn print_findings(findings: &[opsgraph_core::plan::patch::Finding], out: &mut dyn Write) -> anyhow::Result<()> {
+    for f in findings {
+        let severity = serde_json::to_value(f.severity)?;
+        writeln!(out, "{} {}: {}", severity.as_str().unwrap_or_default(), f.code, f.message)?;
     }
     Ok(())
 }

@@ -35,6 +35,37 @@ impl fmt::Display for GateType {
     }
 }
 
+/// What a gate belongs to, besides its type (which says what answering it means): a gate of
+/// the plan (placed by the planner, a template or a patch's `add_gate`), or the review of a
+/// proposed plan patch, whose answer applies or rejects that patch. A patch's review gate has
+/// type `approval` too, so the type alone cannot tell them apart; neither may its id. In JSON:
+/// `"kind": "plan"` or `"kind": "patch_review", "patch": "<id>"`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GateKind {
+    #[default]
+    Plan,
+    PatchReview {
+        patch: String,
+    },
+}
+
+impl GateKind {
+    /// The patch whose review this gate is, if it is one.
+    pub fn patch(&self) -> Option<&str> {
+        match self {
+            GateKind::Plan => None,
+            GateKind::PatchReview { patch } => Some(patch),
+        }
+    }
+
+    /// The id of the gate that reviews patch `patch` (`patch-<id>`): the one place that names it.
+    /// Ids are names only; what a gate is for is its `GateKind`.
+    pub fn review_gate_id(patch: &str) -> String {
+        format!("patch-{patch}")
+    }
+}
+
 /// A gate (seed §12): a DAG node that blocks its descendants until a person answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -209,3 +209,155 @@ fn apply_prints_the_same_run_locally_and_through_the_server() {
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
 }
+
+/// The remedy of a greeting that is not `hello`: run the job again.
+const REMEDY: &str = "remedy:
+  id: greet-again
+  applies_to: [say-hello]
+  signature: {failed_evidence: [greeting_written]}
+  diagnosis: the greeting written is not hello
+  plan_patch:
+    reason: say it again
+    changes:
+      - retry: {job: say-hello}
+";
+
+/// One implementation of each command that changes an operation: two operations in the same
+/// state, one changed by this process on the data directory and one through `opsgraph serve`,
+/// print the same bytes and exit alike (operation ids, times and names normalised) for `gate
+/// answer` (the run followed to its end), `diagnose --propose`, the patch's approval, `patch
+/// --remedy`, `retry`, `intervene`, `pause` and `cancel`; and `describe resource`, `get jobs` and
+/// `logs` of an unknown operation give the same document or error.
+#[test]
+fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
+    let api =
+        crate::server::Api::with_files("users: {bob: [sre], sam: [operator]}\n", &[("hello/remedies.yaml", REMEDY)]);
+    let bye = |name: &str| format!("{}  parameters: {{word: bye}}\n", crate::server::intent(name));
+    let files = crate::support::temp_dir(&[
+        ("sam.token", &api.token("sam", &["operator"])),
+        ("bob.token", &api.token("bob", &["sre"])),
+        ("here.yaml", &bye("h41")),
+        ("there.yaml", &bye("h42")),
+    ]);
+    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let state = api.state.clone();
+    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let remote = |who: &str, args: &[&str]| {
+        let token = files.join(&format!("{who}.token")).display().to_string();
+        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
+    };
+    let data = api.dir.join("data").display().to_string();
+    let packs = api.dir.join("hello").display().to_string();
+    let local = |args: &[&str]| {
+        // The commands that change operations load the packs here (a server has its own).
+        let world: &[&str] =
+            if ["describe", "get", "logs", "cancel", "pause"].contains(&args[0]) { &[] } else { &["--packs", &packs] };
+        crate::support::opsgraph(&[&["--data-dir", &data], args, world].concat())
+    };
+    let (here, there) = (files.join("here.yaml").display().to_string(), files.join("there.yaml").display().to_string());
+    let created = |file: &str| {
+        let applied = remote("sam", &["apply", "-f", file, "--yes"]);
+        assert_eq!(applied.code, 0, "{}", applied.render());
+        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string()
+    };
+    // Two operations waiting at the same gate.
+    let (a, b) = (created(&here), created(&there));
+    let normal = |text: &str| {
+        let text = regex::Regex::new(r"op-[0-9a-z]+").unwrap().replace_all(text, "OP");
+        let text = regex::Regex::new(r"\d\d:\d\d:\d\d").unwrap().replace_all(&text, "TIME");
+        let text = regex::Regex::new(r"\d{4}-\d\d-\d\dTTIME\.\d+Z").unwrap().replace_all(&text, "AT");
+        let text = regex::Regex::new(r"sha256:[0-9a-f]+").unwrap().replace_all(&text, "HASH");
+        text.replace("h41", "NAME").replace("h42", "NAME")
+    };
+    // `{op}` is the operation each side acts on, `{name}` its name.
+    let same = |who: &str, args: &[&str]| {
+        let with = |id: &str, name: &str| {
+            args.iter().map(|x| x.replace("{op}", id).replace("{name}", name)).collect::<Vec<_>>()
+        };
+        let (mine, theirs) = (with(&a, "h41"), with(&b, "h42"));
+        let here = local(&mine.iter().map(String::as_str).collect::<Vec<_>>());
+        let there = remote(who, &theirs.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(
+            (here.code, normal(&here.out), normal(&here.err)),
+            (there.code, normal(&there.out), normal(&there.err)),
+            "`opsgraph {}` differs:\n--- local\n{}\n--- remote\n{}",
+            args.join(" "),
+            here.render(),
+            there.render()
+        );
+        here
+    };
+
+    // The answer, then the run followed to its end: it fails its evidence.
+    let answered =
+        same("bob", &["gate", "answer", "approve-hello", "--operation", "{op}", "--option", "approve", "--as", "bob"]);
+    assert_eq!(answered.code, 1, "{}", answered.render());
+    assert!(
+        answered.out.contains("gate approve-hello of op-") && answered.out.contains("(by user:bob)"),
+        "{}",
+        answered.out
+    );
+    assert!(answered.out.contains("Greet              FAILED    say-hello"), "{}", answered.out);
+    assert!(answered.out.contains(": failed"), "{}", answered.out);
+    // The analyzer's patch, proposed by the analyzer: it waits for a person.
+    let proposed = same("bob", &["diagnose", "{op}", "--propose"]);
+    assert!(proposed.out.contains("remedy: greet-again"), "{}", proposed.out);
+    assert!(proposed.out.contains("waiting for approval at patch-p1"), "{}", proposed.out);
+    // (Documents hold seqs and durations of their own: read from one side.)
+    let gates = remote("bob", &["describe", "operation", &b, "-o", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&gates.out).unwrap();
+    let review = doc["gates"].as_array().unwrap().iter().find(|g| g["id"] == "patch-p1").unwrap().clone();
+    assert_eq!((&review["kind"], &review["patch"]), (&serde_json::json!("patch_review"), &serde_json::json!("p1")));
+    assert_eq!(doc["waiting_at"], serde_json::Value::Null, "a failed operation waits at no gate: {doc}");
+    // Approved by a person: applied, and the run followed again.
+    let approved =
+        same("bob", &["gate", "answer", "patch-p1", "--operation", "{op}", "--option", "approve patch", "--as", "bob"]);
+    assert!(approved.out.contains("patch p1 applied: plan revision 2"), "{}", approved.out);
+    // A person's patch of the pack's remedy, a retry, a manual fix that its evidence refutes.
+    same("bob", &["patch", "{op}", "--remedy", "greet-again", "--as", "bob"]);
+    same("bob", &["gate", "answer", "patch-p2", "--operation", "{op}", "--option", "reject patch", "--as", "bob"]);
+    let retried = same("bob", &["retry", "{op}"]);
+    assert_eq!(retried.code, 1, "{}", retried.render());
+    let fixed = same(
+        "bob",
+        &[
+            "intervene",
+            "{op}",
+            "--job",
+            "say-hello",
+            "--note",
+            "wrote it",
+            "--verify",
+            "greeting_written",
+            "--as",
+            "bob",
+        ],
+    );
+    assert!(fixed.out.contains("still failed"), "{}", fixed.render());
+    for args in [
+        vec!["describe", "resource", "hello.app/{name}"],
+        vec!["get", "jobs", "op-nothing"],
+        vec!["logs", "op-nothing"],
+        vec!["describe", "operation", "op-nothing"],
+        vec!["describe", "resource", "nothing/here"],
+        vec!["cancel", "{op}"],
+        vec!["get", "jobs", "{op}"],
+    ] {
+        same("bob", &args);
+    }
+    let unknown = same("bob", &["get", "jobs", "op-nothing"]);
+    assert_eq!((unknown.code, unknown.err.as_str()), (1, "error: no operation `op-nothing`\n"));
+    let resource = same("bob", &["describe", "resource", "hello.app/{name}"]);
+    assert!(resource.out.starts_with("id: hello.app/") && resource.out.contains("operations:"), "{}", resource.out);
+    let events: Vec<String> = {
+        let described = remote("bob", &["describe", "operation", &b, "-o", "json"]);
+        let doc: serde_json::Value = serde_json::from_str(&described.out).unwrap();
+        doc["timeline"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap().to_string()).collect()
+    };
+    assert!(events.contains(&"patch_rejected".to_string()) || events.iter().any(|e| e == "reject_patch"), "{events:?}");
+
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}

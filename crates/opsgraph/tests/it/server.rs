@@ -79,7 +79,13 @@ impl Reply {
 
 impl Api {
     pub(crate) fn new(config: &str) -> Api {
-        let dir = temp_dir(PACK);
+        Api::with_files(config, &[])
+    }
+
+    /// A server whose pack holds more files (remedies).
+    pub(crate) fn with_files(config: &str, extra: &[(&str, &str)]) -> Api {
+        let files: Vec<(&str, &str)> = PACK.iter().chain(extra).copied().collect();
+        let dir = temp_dir(&files);
         let data = dir.join("data");
         std::fs::create_dir_all(&data).unwrap();
         std::fs::write(data.join("config.yaml"), config).unwrap();
