@@ -3,6 +3,7 @@
 
 mod agent;
 mod ai;
+mod artifact_params;
 mod bundled;
 mod crash;
 mod documents;
