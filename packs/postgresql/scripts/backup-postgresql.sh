@@ -4,7 +4,8 @@
 # Runs on the database host (scope target_nodes), as root over SSH; talks to the server as the
 # postgres superuser on the local socket.
 #   1. pg_dump --format=custom of the database into a temporary file beside the host's copy;
-#   2. pg_restore --list must read it and list at least one entry, else nothing is kept;
+#   2. pg_restore --list must read it and its header must name the database, else nothing is
+#      kept (an empty database's dump lists no entries and is valid);
 #   3. the host keeps it as /var/lib/opsgraph/postgresql/backups/<operation>.dump (root, 0600;
 #      the evidence postgresql_backup_valid reads it there; old copies are for a person to
 #      remove), and it is collected as the artifact postgresql_backup with a manifest.
@@ -51,7 +52,9 @@ runuser -u postgres -- pg_dump --cluster "$VERSION/$NAME" --format=custom --dbna
     fail "pg_dump of $DB failed (see above)"
 [ -s "$tmp" ] || fail "pg_dump wrote nothing"
 toc=$(pg_restore --list "$tmp") || fail "pg_restore cannot read the dump"
-entries=$(printf '%s\n' "$toc" | grep -Ec '^[0-9]+; ') || fail "the dump's table of contents is empty"
+printf '%s\n' "$toc" | grep -Fqx ";     dbname: $DB" || fail "the dump does not name database $DB in its header"
+# An empty database dumps to no entries: a valid backup all the same.
+entries=$(printf '%s\n' "$toc" | grep -Ec '^[0-9]+; ') || entries=0
 tables=$(printf '%s\n' "$toc" | grep -Ec '^[0-9]+; [0-9]+ [0-9]+ TABLE DATA ') || tables=0
 chmod 0600 "$tmp"
 mv -f "$tmp" "$FILE"

@@ -7,7 +7,7 @@
 # OPSGRAPH_ARTIFACT_POSTGRESQL_BACKUP.
 #   1. The file must be a pg_dump custom archive holding table data, and the database must
 #      exist: otherwise nothing is changed.
-#   2. The row count of every table in the backup is written to
+#   2. The row count of every table in the backup ("<count> <table>" lines) is written to
 #      /var/lib/opsgraph/postgresql/restore/<operation>.expected (the evidence
 #      postgresql_restored_rows compares the database with it).
 #   3. pg_restore --clean --if-exists --single-transaction --exit-on-error into the database
@@ -55,8 +55,12 @@ data=$(mktemp "$STATE/.data.XXXXXX")
 counts=$(mktemp "$STATE/.expected.XXXXXX")
 trap 'rm -f "$data" "$counts"' EXIT
 pg_restore --data-only --file=- "$DUMP" >"$data" || fail "pg_restore cannot read the backup's data"
-awk '/^COPY [^ ]+ / && !inside { t = $2; n = 0; inside = 1; next }
-     inside && /^\\\.$/ { print t, n; inside = 0; next }
+# Each line of the result: the row count, then the table as COPY names it (schema-qualified,
+# quoted where it needs quotes, so it may hold spaces).
+awk '/^COPY .* FROM stdin;$/ && !inside {
+         t = $0; sub(/^COPY /, "", t); sub(/ FROM stdin;$/, "", t); sub(/ \(.*\)$/, "", t)
+         n = 0; inside = 1; next }
+     inside && /^\\\.$/ { print n, t; inside = 0; next }
      inside { n++ }' "$data" >"$counts"
 [ -s "$counts" ] || fail "the backup holds no table data: nothing to restore"
 chmod 0600 "$counts"
@@ -64,4 +68,4 @@ mv -f "$counts" "$EXPECTED"
 
 runuser -u postgres -- pg_restore --cluster "$VERSION/$NAME" --dbname "$DB" --clean --if-exists \
     --single-transaction --exit-on-error <"$DUMP" || fail "pg_restore into $DB failed; the transaction was rolled back"
-log "ok: $DB restored: $(tr '\n' ',' <"$EXPECTED" | sed 's/,$//')"
+log "ok: $DB restored: $(awk '{ n = $1; sub(/^[0-9]+ /, ""); printf "%s%s %s rows", sep, $0, n; sep = ", " }' "$EXPECTED")"
