@@ -5,7 +5,8 @@
 # confirm-remove-replica.
 #   1. Refuses, changing nothing, when the cluster runs and is not in recovery (a primary).
 #   2. Stops and disables postgresql@<version>-<cluster>.
-#   3. pg_dropcluster: its configuration and data directory (a copy of the primary's) go.
+#   3. pg_dropcluster, then what it leaves (files opsgraph wrote in the configuration
+#      directory): its configuration and data directory (a copy of the primary's) go.
 #      The packages stay installed.
 # The primary is not touched: a standby without a replication slot leaves nothing behind there.
 #
@@ -37,9 +38,10 @@ if systemctl is-enabled --quiet "$UNIT" 2>/dev/null || systemctl is-active --qui
     systemctl disable --now --quiet "$UNIT"
     log "stopped and disabled $UNIT"
 fi
-if [ -d "/etc/postgresql/$VERSION/$NAME" ]; then
+if pg_lsclusters --no-header "$VERSION" "$NAME" >/dev/null 2>&1; then
     pg_dropcluster --stop "$VERSION" "$NAME"
     log "dropped cluster $VERSION/$NAME"
 fi
-rm -rf "/var/lib/postgresql/$VERSION/$NAME"
+# pg_dropcluster leaves files it did not make (clone-replica's conf.d/50-opsgraph.conf).
+rm -rf "/etc/postgresql/$VERSION/$NAME" "/var/lib/postgresql/$VERSION/$NAME"
 log "ok: the replica $VERSION/$NAME is removed from this host"

@@ -49,11 +49,12 @@ if systemctl is-enabled --quiet "$UNIT" 2>/dev/null || systemctl is-active --qui
     log "stopped and disabled $UNIT"
 fi
 if [ "$PURGE" = true ]; then
-    if [ -d "/etc/postgresql/$VERSION/$NAME" ] && command -v pg_dropcluster >/dev/null; then
+    if command -v pg_dropcluster >/dev/null && pg_lsclusters --no-header "$VERSION" "$NAME" >/dev/null 2>&1; then
         pg_dropcluster --stop "$VERSION" "$NAME"
         log "purge: dropped cluster $VERSION/$NAME (configuration and data)"
     fi
-    rm -rf "$DATA"
+    # pg_dropcluster leaves files it did not make (configure-postgresql's conf.d file).
+    rm -rf "/etc/postgresql/$VERSION/$NAME" "$DATA"
 fi
 
 remove=""
