@@ -4,7 +4,8 @@
 //! artifact behind its destructive gate, the row back; the restore's evidence shown failing on
 //! the host once the table is gone again; `upgrade` proving the server runs apt's candidate;
 //! `add_replica` on a second host and `remove_replica` behind its gate; `uninstall` behind its
-//! gate, the data directory kept. Needs root and OPSGRAPH_FLEET=1.
+//! gate, the data directory kept, then again with `purge: true`, the data gone. Needs root and
+//! OPSGRAPH_FLEET=1.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -230,6 +231,18 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     assert_eq!(String::from_utf8_lossy(&active.stdout), "inactive\n");
     assert!(on_host(&["test", "!", "-e", "/usr/lib/postgresql/15/bin/postgres"]).status.success());
     assert!(on_host(&["test", "-s", "/var/lib/postgresql/15/main/PG_VERSION"]).status.success(), "the data is gone");
+    assert!(done.out.contains("Evidence: 3 of 3 checks passed"), "{}", done.out);
+
+    // Asked again with purge: true, the cluster's data directory and configuration go too.
+    std::fs::write(tmp.join("purge.yaml"), intent("uninstall", "    purge: true\n")).unwrap();
+    let purge = apply("purge.yaml");
+    let purged = answer(&operation_id(&purge), "confirm-uninstall-postgresql");
+    assert_eq!(purged.code, 0, "{}", purged.render());
+    assert!(on_host(&["test", "!", "-e", "/var/lib/postgresql/15/main"]).status.success(), "the data is still there");
+    assert!(
+        on_host(&["test", "!", "-e", "/etc/postgresql/15/main"]).status.success(),
+        "the configuration is still there"
+    );
 
     for run in [&backup, &restore, &done, &upgrade] {
         assert!(!run.render().contains(PASSWORD), "the password leaked");
