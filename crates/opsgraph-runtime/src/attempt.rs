@@ -126,6 +126,7 @@ impl Runtime {
         }
         let lab = self.data_dir.join("lab");
         env.insert("OPSGRAPH_LAB_DIR".into(), lab.display().to_string());
+        self.artifact_parameters(plan, inputs, &private, &mut env, secrets)?;
         // Required artifacts: the file of the dependency that produced it (on the same resource
         // when there is one).
         if job.inputs.requires.artifacts.is_empty() {
@@ -221,21 +222,76 @@ impl Runtime {
     /// The file behind a credentials reference: an artifact an operation produced (its blob), or
     /// an absolute path the inventory names.
     fn credentials_path(&self, reference: &str, private: &Path, secrets: &mut Vec<Vec<u8>>) -> Result<String, Error> {
-        let bad = |why: &str| Error::Unsupported(format!("credentials `{reference}`: {why}"));
         match reference.strip_prefix("artifact:") {
             Some(rest) => {
-                let (op, id) = rest.split_once('/').ok_or_else(|| bad("expected artifact:<operation>/<artifact>"))?;
                 let record = self
-                    .store
-                    .artifacts(op)?
-                    .into_iter()
-                    .rfind(|a| a.id == id)
-                    .ok_or_else(|| bad("no such artifact was produced"))?;
+                    .produced_artifact(rest)
+                    .map_err(|why| Error::Unsupported(format!("credentials `{reference}`: {why}")))?;
                 self.artifact_file(&record, private, secrets)
             }
             None if Path::new(reference).is_absolute() => Ok(reference.to_string()),
-            None => Err(bad("expected an absolute path or artifact:<operation>/<artifact>")),
+            None => Err(Error::Unsupported(format!(
+                "credentials `{reference}`: expected an absolute path or artifact:<operation>/<artifact>"
+            ))),
         }
+    }
+
+    /// The record of an artifact an operation produced, from `<operation>/<artifact>` (a
+    /// credentials reference after its `artifact:`, or an artifact parameter's value); the last
+    /// one when the operation produced it more than once. Why not, in words, when there is none.
+    pub(crate) fn produced_artifact(&self, reference: &str) -> Result<ArtifactRecord, String> {
+        let (op, id) = reference.split_once('/').ok_or("expected <operation>/<artifact>")?;
+        let records = self.store.artifacts(op).map_err(|e| format!("cannot read the artifacts of {op}: {e}"))?;
+        records.into_iter().rfind(|a| a.id == id).ok_or_else(|| format!("operation {op} produced no artifact {id}"))
+    }
+
+    /// Artifact parameters (`artifact:` in the template): the file of the artifact each names, in
+    /// the artifact's `OPSGRAPH_ARTIFACT_<ID>` as if a dependency had produced it. One that cannot
+    /// be read (the operation was checked at creation) is told to the job in
+    /// `OPSGRAPH_MISSING_ARTIFACT_<ID>`, and the job fails with that reason when it needs it.
+    fn artifact_parameters(
+        &self,
+        plan: &Plan,
+        inputs: &BTreeMap<String, Value>,
+        private: &Path,
+        env: &mut BTreeMap<String, String>,
+        secrets: &mut Vec<Vec<u8>>,
+    ) -> Result<(), Error> {
+        for (name, spec, reference) in self.artifact_params(plan, inputs) {
+            let Some(id) = spec.artifact.as_deref() else { continue };
+            match self.produced_artifact(&reference) {
+                Ok(record) => {
+                    env.insert(artifact_env(id), self.artifact_file(&record, private, secrets)?);
+                }
+                Err(why) => {
+                    env.insert(
+                        format!("OPSGRAPH_MISSING_ARTIFACT_{}", env_word(id)),
+                        format!("parameter {name}: {why}"),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The plan's parameters that name an artifact of an earlier operation, with their values
+    /// (from the intent, or given at a missing-input gate).
+    pub(crate) fn artifact_params(
+        &self,
+        plan: &Plan,
+        inputs: &BTreeMap<String, Value>,
+    ) -> Vec<(String, opsgraph_core::model::ParamSpec, String)> {
+        let Ok(pack) = self.pack(plan) else { return Vec::new() };
+        let Some(template) = pack.templates.iter().find(|t| t.id == plan.template) else { return Vec::new() };
+        template
+            .parameters
+            .iter()
+            .filter(|(_, spec)| spec.artifact.is_some())
+            .filter_map(|(name, spec)| {
+                let value = inputs.get(name).or_else(|| plan.parameters.get(name))?.as_str()?.to_string();
+                Some((name.clone(), spec.clone(), value))
+            })
+            .collect()
     }
 
     fn resource_by_id(&self, id: &str) -> Option<Resource> {

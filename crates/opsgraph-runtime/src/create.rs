@@ -95,6 +95,10 @@ impl Runtime {
                 .collect();
             return Err(Error::Blocked(reasons.join("; ")));
         }
+        // A parameter naming an artifact of an earlier operation names one that exists.
+        for (name, _, reference) in self.artifact_params(plan, &Default::default()) {
+            self.produced_artifact(&reference).map_err(|why| Error::Unsupported(format!("parameter {name}: {why}")))?;
+        }
         let resource = Runtime::target_resource(&plan.intent);
         if let Some(resource) = &resource {
             let busy = self.store.operations(&OperationFilter { state: None, resource: Some(resource.clone()) })?;

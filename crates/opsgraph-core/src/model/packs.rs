@@ -128,6 +128,10 @@ pub struct ParamSpec {
     /// A secret parameter: encrypted at rest, masked in output.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub secret: bool,
+    /// The value names an artifact of this id produced by an earlier operation
+    /// (`<operation>/<artifact>`); each job gets its file as a required artifact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -478,6 +478,19 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
             );
         }
     }
+    // A parameter naming an artifact of an earlier operation names one this pack declares.
+    for d in &docs {
+        let Document::PlanTemplate(t) = &d.doc else { continue };
+        for (name, spec) in &t.parameters {
+            let Some(a) = spec.artifact.as_ref().filter(|a| !pack.artifacts.contains_key(*a)) else { continue };
+            let at = pos_at(&d.node, &[PathSeg::Key("parameters"), PathSeg::Key(name), PathSeg::Key("artifact")]);
+            diags.push(
+                Diagnostic::error(at, Code::UnknownRef, format!("unknown artifact `{a}` for parameter {name}"))
+                    .in_file(&d.file)
+                    .expected("an artifact declared in this pack, produced by one of its jobs"),
+            );
+        }
+    }
     diag::sort(&mut diags);
     let ok = !diags.iter().any(Diagnostic::is_error);
     (ok.then_some(pack), diags)

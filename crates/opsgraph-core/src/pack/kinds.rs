@@ -361,6 +361,11 @@ static PARAM_SPEC: Obj = Obj {
         field("description", &STR, "free text"),
         field("enum", &Shape::List(&SCALAR), "the allowed values"),
         field("secret", &BOOL, "encrypted at rest, masked in output"),
+        field(
+            "artifact",
+            &ID,
+            "the value names this artifact of an earlier operation, `<operation>/<artifact>`; jobs get its file",
+        ),
     ],
     one_of: &[],
     normalize: None,

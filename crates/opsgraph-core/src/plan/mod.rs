@@ -63,6 +63,12 @@ pub enum Error {
         allowed: Vec<serde_json::Value>,
         found: serde_json::Value,
     },
+    /// A parameter that names an artifact of an earlier operation is not `<operation>/<artifact>`.
+    ArtifactReference {
+        name: String,
+        artifact: String,
+        found: serde_json::Value,
+    },
     UnknownResource {
         id: String,
         scope: String,
@@ -151,7 +157,10 @@ impl Error {
         match self {
             Error::UnknownPack { .. } | Error::NoPackForType { .. } | Error::AmbiguousPack { .. } => "P001",
             Error::UnknownAction { .. } => "P002",
-            Error::UnknownParameter { .. } | Error::ParameterType { .. } | Error::ParameterValue { .. } => "P003",
+            Error::UnknownParameter { .. }
+            | Error::ParameterType { .. }
+            | Error::ParameterValue { .. }
+            | Error::ArtifactReference { .. } => "P003",
             Error::UnknownResource { .. }
             | Error::WrongResourceType { .. }
             | Error::ScopeSize { .. }
@@ -210,6 +219,12 @@ impl fmt::Display for Error {
             Error::ParameterValue { name, allowed, found } => {
                 let allowed: Vec<String> = allowed.iter().map(ToString::to_string).collect();
                 write!(f, "parameter `{name}` must be one of {}, found {found}", allowed.join(", "))
+            }
+            Error::ArtifactReference { name, artifact, found } => {
+                write!(
+                    f,
+                    "parameter `{name}` names an artifact of an earlier operation, `<operation>/{artifact}`, found {found}"
+                )
             }
             Error::UnknownResource { id, scope } => {
                 write!(f, "target `{id}` of scope `{scope}` is not in the inventory")

@@ -293,7 +293,13 @@ fn every_example_intent_plans() {
         k8s-add-node.yaml: kubernetes.add_node 9 jobs, 1 gates, waiting_for_gates
         k8s-create-cluster.yaml: kubernetes.create 24 jobs, 1 gates, waiting_for_gates
         minio-install.yaml: minio.install 5 jobs, 0 gates, ready
+        postgresql-add-replica.yaml: postgresql.add_replica 5 jobs, 1 gates, waiting_for_gates
+        postgresql-backup.yaml: postgresql.backup 1 jobs, 0 gates, ready
         postgresql-install.yaml: postgresql.install 6 jobs, 1 gates, waiting_for_gates
+        postgresql-remove-replica.yaml: postgresql.remove_replica 1 jobs, 1 gates, waiting_for_gates
+        postgresql-restore.yaml: postgresql.restore 1 jobs, 1 gates, waiting_for_gates
+        postgresql-uninstall.yaml: postgresql.uninstall 1 jobs, 1 gates, waiting_for_gates
+        postgresql-upgrade.yaml: postgresql.upgrade 1 jobs, 0 gates, ready
         tempo-dev.yaml: tempo.install 6 jobs, 0 gates, ready
         tempo-prod.yaml: tempo.install 6 jobs, 1 gates, waiting_for_gates
         tempo-stage.yaml: tempo.install 6 jobs, 0 gates, ready

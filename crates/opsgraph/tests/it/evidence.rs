@@ -22,7 +22,12 @@ const NOT_HERE: &[&str] = &[];
 /// Checks that look only at a file this machine has itself (its PostgreSQL 15 server serves the
 /// store's tests): they cannot show their tool's absence here and are listed, not run. A fleet
 /// host has none of these files.
-const MACHINE_FILES: &[(&str, &str)] = &[("postgresql_server_installed", "/usr/lib/postgresql/15/bin/postgres")];
+const MACHINE_FILES: &[(&str, &str)] = &[
+    ("postgresql_server_installed", "/usr/lib/postgresql/15/bin/postgres"),
+    ("postgresql_server_removed", "/usr/lib/postgresql/15/bin/postgres"),
+    ("postgresql_data_as_requested", "/var/lib/postgresql/15/main/PG_VERSION"),
+    ("postgresql_cluster_absent", "/var/lib/postgresql/15/main"),
+];
 
 /// Checks that read kernel state a fleet host shares with the machine, with tools every Debian
 /// host has (`sysctl`, `swapon`): the machine's loaded `br_netfilter` sets
@@ -38,7 +43,15 @@ const KERNEL_STATE: &[(&str, &str)] = &[
 ];
 
 /// Checks that prove absence: with nothing installed they pass, as they should.
-const ABSENCE: &[&str] = &["kubeadm_state_absent", "lab_node_absent", "labdb_absent", "pg_local_absent"];
+const ABSENCE: &[&str] = &[
+    "kubeadm_state_absent",
+    "lab_node_absent",
+    "labdb_absent",
+    "pg_local_absent",
+    "postgresql_unit_not_active",
+    "postgresql_server_removed",
+    "postgresql_cluster_absent",
+];
 
 /// The programs of a bare host: a shell and coreutils, nothing a pack installs.
 const COREUTILS: &[&str] = &[
@@ -129,7 +142,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        85 checks
+        93 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
@@ -195,16 +208,24 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         minio/minio_pods_ready: failed, exit code 127
         minio/minio_smoke_job_succeeded: failed, (empty output)
         postgresql/postgresql_accepting_connections: failed, exit code 127
+        postgresql/postgresql_backup_valid: failed, exit code 1
+        postgresql/postgresql_cluster_absent: not run, it checks /var/lib/postgresql/15/main of this machine
         postgresql/postgresql_cluster_exists: failed, exit code 127
         postgresql/postgresql_config_valid: failed, exit code 1
+        postgresql/postgresql_data_as_requested: not run, it checks /var/lib/postgresql/15/main/PG_VERSION of this machine
         postgresql/postgresql_database_exists: failed, (empty output)
+        postgresql/postgresql_is_primary: failed, (empty output)
         postgresql/postgresql_owner_login_tcp: failed, exit code 127
         postgresql/postgresql_replicas_streaming: failed, exit code 2
         postgresql/postgresql_replication_role: failed, exit code 1
+        postgresql/postgresql_restored_rows: failed, exit code 1
+        postgresql/postgresql_runs_candidate_version: failed, exit code 127
         postgresql/postgresql_select_one: failed, (empty output)
         postgresql/postgresql_server_installed: not run, it checks /usr/lib/postgresql/15/bin/postgres of this machine
+        postgresql/postgresql_server_removed: not run, it checks /usr/lib/postgresql/15/bin/postgres of this machine
         postgresql/postgresql_standby_streaming: failed, exit code 1
         postgresql/postgresql_unit_active: failed, (empty output)
+        postgresql/postgresql_unit_not_active: passed (proves absence)
         postgresql-local/pg_local_absent: passed (proves absence)
         postgresql-local/pg_local_accepting_connections: failed, exit code 127
         postgresql-local/pg_local_cluster_initialised: failed, exit code 1

@@ -88,7 +88,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
     let (report, wrong) = crate::evidence::run_every_check(&fresh, &env, "/tmp/opsgraph-lab", true);
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        85 checks
+        93 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
@@ -154,16 +154,24 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         minio/minio_pods_ready: failed, exit code 127
         minio/minio_smoke_job_succeeded: failed, (empty output)
         postgresql/postgresql_accepting_connections: failed, exit code 127
+        postgresql/postgresql_backup_valid: failed, exit code 1
+        postgresql/postgresql_cluster_absent: passed (proves absence)
         postgresql/postgresql_cluster_exists: failed, exit code 127
         postgresql/postgresql_config_valid: failed, exit code 1
+        postgresql/postgresql_data_as_requested: failed, exit code 1
         postgresql/postgresql_database_exists: failed, (empty output)
+        postgresql/postgresql_is_primary: failed, (empty output)
         postgresql/postgresql_owner_login_tcp: failed, exit code 127
         postgresql/postgresql_replicas_streaming: failed, exit code 2
         postgresql/postgresql_replication_role: failed, exit code 1
+        postgresql/postgresql_restored_rows: failed, exit code 1
+        postgresql/postgresql_runs_candidate_version: failed, exit code 1
         postgresql/postgresql_select_one: failed, (empty output)
         postgresql/postgresql_server_installed: failed, exit code 1
+        postgresql/postgresql_server_removed: passed (proves absence)
         postgresql/postgresql_standby_streaming: failed, exit code 1
         postgresql/postgresql_unit_active: failed, inactive
+        postgresql/postgresql_unit_not_active: passed (proves absence)
         postgresql-local/pg_local_absent: passed (proves absence)
         postgresql-local/pg_local_accepting_connections: failed, exit code 127
         postgresql-local/pg_local_cluster_initialised: failed, exit code 1

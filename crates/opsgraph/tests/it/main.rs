@@ -3,6 +3,7 @@
 
 mod agent;
 mod ai;
+mod artifact_params;
 mod bundled;
 mod crash;
 mod documents;
@@ -17,6 +18,7 @@ mod fleet_faults;
 mod fleet_kubernetes;
 mod fleet_packs;
 mod fleet_postgresql;
+mod fleet_postgresql_day2;
 mod foureyes;
 mod gates;
 mod intervene;

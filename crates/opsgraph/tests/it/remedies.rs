@@ -63,7 +63,7 @@ remedy:
     expect_test::expect![[r#"
         exit: 1
         --- stdout
-        FAILED: pack postgresql@1.1.0: 3 failures of 2 checks
+        FAILED: pack postgresql@1.2.0: 3 failures of 2 checks
           remedy port-in-use matches[0] (job start-postgresql): should match, but the signature matches nothing
             | FATAL:  could not create any TCP/IP sockets
           remedy port-in-use does_not_match[0] (job start-postgresql): should not match, but matches on output `Address already in use`

@@ -1,0 +1,252 @@
+//! The postgresql pack's day-2 actions for real on a fleet host (docs/fleet.md), each through
+//! `opsgraph apply` on the resource the install made (same type, name and host): a row written,
+//! `backup` (a pg_dump collected as a secret artifact), the table dropped, `restore` from that
+//! artifact behind its destructive gate, the row back; the restore's evidence shown failing on
+//! the host once the table is gone again; `upgrade` proving the server runs apt's candidate;
+//! `add_replica` on a second host and `remove_replica` behind its gate; `uninstall` behind its
+//! gate, the data directory kept, then again with `purge: true`, the data gone. Needs root and
+//! OPSGRAPH_FLEET=1.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use crate::fleet::{machine, unavailable, Fleet, FLEET};
+use crate::fleet_packs::{check_once, ssh_executor};
+use crate::support::{opsgraph, path, temp_dir, Run};
+
+const PASSWORD: &str = "fleet-canary-day2-4b8e";
+
+/// The install's parameters, which the day-2 intents give again (version, port, database).
+fn intent(action: &str, parameters: &str) -> String {
+    let port = if action == "uninstall" { "" } else { "    port: 5433\n" };
+    let targets = match action {
+        "add_replica" => "    target_nodes: [compute_node/fleet-1]\n    replica_nodes: [compute_node/fleet-2]\n",
+        "remove_replica" => "    replica_nodes: [compute_node/fleet-2]\n",
+        _ => "    target_nodes: [compute_node/fleet-1]\n",
+    };
+    format!(
+        "intent:
+  target_resource_type: postgresql.instance
+  action: {action}
+  name: orders-db
+  environment: dev
+  parameters:
+    postgresql_version: \"15\"
+{port}{parameters}  targets:
+{targets}"
+    )
+}
+
+/// SQL as the owner over TCP from this machine to fleet-1.
+fn sql(statement: &str) -> std::process::Output {
+    sql_at("10.213.0.11", statement)
+}
+
+fn sql_at(host: &str, statement: &str) -> std::process::Output {
+    Command::new("psql")
+        .args(["-X", "-w", "-q", &format!("host={host} port=5433 dbname=orders user=orders_app connect_timeout=10")])
+        .args(["-tAc", statement])
+        .env("PGPASSWORD", PASSWORD)
+        .output()
+        .expect("psql (postgresql-client) is installed")
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn operation_id(run: &Run) -> String {
+    let line = run.out.lines().find(|l| l.starts_with("Operation op-")).unwrap_or_else(|| panic!("{}", run.render()));
+    line["Operation ".len()..].split(':').next().unwrap().to_string()
+}
+
+#[test]
+fn postgresql_day2_actions_on_fleet_hosts() {
+    if let Some(why) = unavailable() {
+        eprintln!("SKIPPED postgresql_day2_actions_on_fleet_hosts: {why}");
+        return;
+    }
+    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let install = intent(
+        "install",
+        &format!(
+            "    database: orders\n    owner: orders_app\n    db_password: {PASSWORD}\n    listen_addresses: \"*\"\n    client_cidr: 10.213.0.0/24\n"
+        ),
+    );
+    let tmp = temp_dir(&[
+        ("data/config.yaml", "users:\n  alice: [sre]\n"),
+        ("install.yaml", &install),
+        ("backup.yaml", &intent("backup", "    database: orders\n")),
+        ("upgrade.yaml", &intent("upgrade", "")),
+        ("uninstall.yaml", &intent("uninstall", "    purge: false\n")),
+        (
+            "add-replica.yaml",
+            &intent(
+                "add_replica",
+                "    database: orders\n    owner: orders_app\n    replication_password: fleet-canary-repl-2d7f\n    primary_host: 10.213.0.11\n    replica_cidr: 10.213.0.0/24\n    listen_addresses: \"*\"\n    client_cidr: 10.213.0.0/24\n",
+            ),
+        ),
+        ("remove-replica.yaml", &intent("remove_replica", "")),
+    ]);
+    let dir = tmp.join("fleet");
+    let before = machine();
+    let up = opsgraph(&["lab", "fleet", "up", "--hosts", "2", "--dir", &dir.display().to_string()]);
+    assert_eq!(up.code, 0, "{}", up.render());
+    let fleet = Fleet { dir: dir.clone() };
+    let inventory = dir.join("inventory").display().to_string();
+    let packs = path("packs");
+    let data = tmp.join("data").display().to_string();
+    let apply = |file: &str| {
+        let f = tmp.join(file).display().to_string();
+        opsgraph(&["--data-dir", &data, "apply", "-f", &f, "--packs", &packs, "--inventory", &inventory, "--yes"])
+    };
+    let answer = |op: &str, gate: &str| {
+        opsgraph(&[
+            "--data-dir",
+            &data,
+            "gate",
+            "answer",
+            gate,
+            "--operation",
+            op,
+            "--option",
+            "proceed",
+            "--as",
+            "alice",
+        ])
+    };
+    let (state, _) = opsgraph_fleet::status(&dir).unwrap().unwrap();
+    let host = &state.hosts[0];
+    let on_host = |args: &[&str]| opsgraph_fleet::exec(host, args).output().unwrap();
+
+    // Install, and the application's rows.
+    let run = apply("install.yaml");
+    assert_eq!(run.code, 0, "{}", run.render());
+    let rows = "create table items (id int primary key, note text); \
+                insert into items values (1, 'first'), (2, 'second'), (3, 'third')";
+    let write = sql(rows);
+    assert!(write.status.success(), "{}", text(&write));
+
+    // Backup: the dump is checked on the host and collected as a secret artifact.
+    let backup = apply("backup.yaml");
+    assert_eq!(backup.code, 0, "{}", backup.render());
+    assert!(backup.out.contains("done      backup-postgresql@fleet-1: exited with code 0"), "{}", backup.out);
+    assert!(backup.out.contains("Evidence: 1 of 1 checks passed"), "{}", backup.out);
+    let backup_op = operation_id(&backup);
+    let manifest = opsgraph(&["--data-dir", &data, "describe", "operation", &backup_op, "-o", "json"]);
+    assert!(manifest.out.contains("postgresql_backup_manifest"), "{}", manifest.render());
+    assert!(manifest.out.contains("postgresql_backup"), "{}", manifest.render());
+
+    // The table is lost.
+    let dropped = sql("drop table items");
+    assert!(dropped.status.success(), "{}", text(&dropped));
+    assert!(!sql("select count(*) from items").status.success());
+
+    // Restore from the backup artifact: it waits at the destructive gate, then the rows are back.
+    let restore_intent =
+        intent("restore", &format!("    database: orders\n    backup: {backup_op}/postgresql_backup\n"));
+    std::fs::write(tmp.join("restore.yaml"), restore_intent).unwrap();
+    let restore = apply("restore.yaml");
+    assert!(restore.out.contains("confirm-restore-postgresql"), "{}", restore.render());
+    let restore_op = operation_id(&restore);
+    let done = answer(&restore_op, "confirm-restore-postgresql");
+    assert_eq!(done.code, 0, "{}", done.render());
+    assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+    let back = sql("select string_agg(id || ':' || note, ',' order by id) from items");
+    assert_eq!(String::from_utf8_lossy(&back.stdout), "1:first,2:second,3:third\n", "{}", text(&back));
+
+    // The restore's evidence fails where it must: the same check, on the same host, once the
+    // table is gone again (a database without the backup's data).
+    let exec = ssh_executor(&dir, "10.213.0.11");
+    let env: BTreeMap<String, String> = [
+        ("OPSGRAPH_OPERATION_ID", restore_op.as_str()),
+        ("OPSGRAPH_PARAM_PORT", "5433"),
+        ("OPSGRAPH_PARAM_DATABASE", "orders"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let (passed, why) = check_once("postgresql", "postgresql_restored_rows", &exec, &env);
+    assert!(passed, "the restore's evidence fails on the restored database: {why}");
+    assert!(sql("delete from items where id = 3").status.success());
+    let (passed, why) = check_once("postgresql", "postgresql_restored_rows", &exec, &env);
+    assert!(!passed, "the restore's evidence passed with a row missing: {why}");
+    assert!(sql("drop table items").status.success());
+    let (passed, why) = check_once("postgresql", "postgresql_restored_rows", &exec, &env);
+    assert!(!passed, "the restore's evidence passed without the table: {why}");
+
+    // Minor upgrade: whether or not the archive has a newer minor, the server runs apt's candidate.
+    let upgrade = apply("upgrade.yaml");
+    assert_eq!(upgrade.code, 0, "{}", upgrade.render());
+    assert!(upgrade.out.contains("done      upgrade-postgresql@fleet-1: exited with code 0"), "{}", upgrade.out);
+    let policy = on_host(&["sh", "-c", "LC_ALL=C apt-cache policy postgresql-15"]);
+    let policy = String::from_utf8_lossy(&policy.stdout).into_owned();
+    let candidate = policy.lines().find_map(|l| l.trim().strip_prefix("Candidate: ")).unwrap().to_owned();
+    let version = sql("show server_version");
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim_end(),
+        format!("{} (Debian {candidate})", candidate.split('-').next().unwrap())
+    );
+
+    // Scale out: a streaming replica on fleet-2 of the running primary; a row written on the
+    // primary is read there. Scale in: the replica removed behind its gate, the primary untouched.
+    let add = apply("add-replica.yaml");
+    assert_eq!(add.code, 0, "{}", add.render());
+    assert!(add.out.contains("done      check-primary@fleet-1: exited with code 0"), "{}", add.out);
+    assert!(add.out.contains("done      clone-replica@fleet-2: exited with code 0"), "{}", add.out);
+    assert!(add.out.contains("done      verify-replication@fleet-1: exited with code 0"), "{}", add.out);
+    assert!(!add.render().contains("fleet-canary-repl-2d7f"), "the replication password leaked");
+    let write = sql("create table scaled (x text); insert into scaled values ('on the primary')");
+    assert!(write.status.success(), "{}", text(&write));
+    let mut read = String::new();
+    for _ in 0..50 {
+        read = String::from_utf8_lossy(&sql_at("10.213.0.12", "select x, pg_is_in_recovery() from scaled").stdout)
+            .into_owned();
+        if !read.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(read, "on the primary|t\n");
+    let remove = apply("remove-replica.yaml");
+    assert!(remove.out.contains("confirm-remove-replica"), "{}", remove.render());
+    let done = answer(&operation_id(&remove), "confirm-remove-replica");
+    assert_eq!(done.code, 0, "{}", done.render());
+    assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+    assert!(!sql_at("10.213.0.12", "select 1").status.success(), "the replica still answers");
+    let replica = &state.hosts[1];
+    let gone = opsgraph_fleet::exec(replica, &["test", "!", "-e", "/var/lib/postgresql/15/main"]).output().unwrap();
+    assert!(gone.status.success(), "the replica's data directory is still there");
+    assert_eq!(String::from_utf8_lossy(&sql("select x from scaled").stdout), "on the primary\n");
+
+    // Uninstall behind its gate: the service and the server are gone, the data directory stays.
+    let uninstall = apply("uninstall.yaml");
+    assert!(uninstall.out.contains("confirm-uninstall-postgresql"), "{}", uninstall.render());
+    let uninstall_op = operation_id(&uninstall);
+    let done = answer(&uninstall_op, "confirm-uninstall-postgresql");
+    assert_eq!(done.code, 0, "{}", done.render());
+    assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+    assert!(!sql("select 1").status.success(), "the server still answers");
+    let active = on_host(&["systemctl", "is-active", "postgresql@15-main"]);
+    assert_eq!(String::from_utf8_lossy(&active.stdout), "inactive\n");
+    assert!(on_host(&["test", "!", "-e", "/usr/lib/postgresql/15/bin/postgres"]).status.success());
+    assert!(on_host(&["test", "-s", "/var/lib/postgresql/15/main/PG_VERSION"]).status.success(), "the data is gone");
+    assert!(done.out.contains("Evidence: 3 of 3 checks passed"), "{}", done.out);
+
+    // Asked again with purge: true, the cluster's data directory and configuration go too.
+    std::fs::write(tmp.join("purge.yaml"), intent("uninstall", "    purge: true\n")).unwrap();
+    let purge = apply("purge.yaml");
+    let purged = answer(&operation_id(&purge), "confirm-uninstall-postgresql");
+    assert_eq!(purged.code, 0, "{}", purged.render());
+    assert!(on_host(&["test", "!", "-e", "/var/lib/postgresql/15/main"]).status.success(), "the data is still there");
+    assert!(
+        on_host(&["test", "!", "-e", "/etc/postgresql/15/main"]).status.success(),
+        "the configuration is still there"
+    );
+
+    for run in [&backup, &restore, &done, &upgrade] {
+        assert!(!run.render().contains(PASSWORD), "the password leaked");
+    }
+    drop(fleet);
+    assert_eq!(machine(), before, "down leaves the machine as it found it");
+}
