@@ -75,6 +75,8 @@ pub trait Control: Client {
         operation: &str,
         iv: &opsgraph_core::model::Intervention,
     ) -> anyhow::Result<crate::dto::InterventionReply>;
+    /// Verifies a resource now by its pack's checks ([I]) and records what they found.
+    fn verify(&mut self, resource: &str) -> anyhow::Result<opsgraph_runtime::VerifyReport>;
 }
 
 /// A gate's value as given on the command line: JSON when it parses, else the text itself.

@@ -144,4 +144,19 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL
     );
     ",
+    // 5: resource histories (issue [I]): operations that changed a resource, its verifications.
+    "
+    CREATE TABLE resource_events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        resource TEXT NOT NULL,
+        at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        operation TEXT,
+        summary TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );
+    CREATE INDEX resource_events_resource ON resource_events(resource, seq);
+    ",
 ];

@@ -118,6 +118,9 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 };
                 return remote.intervene(operation, &iv, out);
             }
+            Command::Verify { resource, world, .. } => {
+                return crate::verify_cmd::verify(&mut remote, resource, world.output, out)
+            }
             Command::Token { command: TokenCommand::Create { name, roles } } => {
                 return remote.token_create(name, roles, out)
             }
@@ -165,6 +168,15 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             };
             ops_cmd::intervene(&c, &operation, &iv, user.as_deref(), out)
         }
+        Command::Verify { resource, user, world } => crate::verify_cmd::local(
+            &data_dir,
+            &world.packs,
+            &world.inventory,
+            &resource,
+            user.as_deref(),
+            world.output,
+            out,
+        ),
         Command::Patch { operation, file, remedy, user, dry_run, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
             let args = ops_cmd::PatchArgs {

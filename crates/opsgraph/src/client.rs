@@ -242,6 +242,10 @@ impl Control for LocalControl {
         let v = self.rt.intervene(operation, iv, &self.actor.clone(), &mut |_| {})?;
         Ok(views::intervention(operation, &v))
     }
+
+    fn verify(&mut self, resource: &str) -> anyhow::Result<opsgraph_runtime::VerifyReport> {
+        Ok(self.rt.verify(resource, &self.actor.clone())?)
+    }
 }
 
 /// What a control command asks of a client: the same for the local and the HTTP one (`user` is

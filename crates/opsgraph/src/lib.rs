@@ -24,3 +24,4 @@ pub mod render;
 pub mod resource_cmd;
 pub mod serve_cmd;
 pub mod storage;
+pub mod verify_cmd;

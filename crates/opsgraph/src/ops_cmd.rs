@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context as _};
 use opsgraph_api::views::exit_code;
 use opsgraph_core::model::OperationState;
-use opsgraph_core::plan::lifecycle::state_name;
 use opsgraph_runtime::Runtime;
 use opsgraph_store::{OperationFilter, Store};
 use serde_json::{json, Value};
@@ -66,7 +65,12 @@ pub struct ApplyArgs<'a> {
 }
 
 /// A runtime over the data directory, with packs and the inventory given on the command line.
-fn runtime(data_dir: &Path, packs: &[String], world: &[String], concurrency: Option<u16>) -> anyhow::Result<Runtime> {
+pub(crate) fn runtime(
+    data_dir: &Path,
+    packs: &[String],
+    world: &[String],
+    concurrency: Option<u16>,
+) -> anyhow::Result<Runtime> {
     let world_sources: Vec<Source> = world.iter().map(|p| Source::parse(p)).collect();
     let (packs, diags) = load_packs(packs, data_dir, true)?;
     if diags.iter().any(|d| d.is_error()) {
@@ -220,13 +224,9 @@ fn describe_to(store: &dyn Store, what: &str, id: &str, output: &str, out: &mut 
             );
         }
         "resource" => {
+            // The document the API serves (`GET /api/v1/resources/{id}`): with its history.
             let r = store.resource(id)?.with_context(|| format!("no resource `{id}` recorded by an operation"))?;
-            let ops: Vec<Value> = store
-                .operations(&OperationFilter { state: None, resource: Some(id.to_string()) })?
-                .iter()
-                .map(|o| json!({"id": o.id, "state": state_name(o.state.kind()), "detail": opsgraph_api::views::detail(&o.state), "at": o.updated_at}))
-                .collect();
-            json!({"resource": r.doc, "last_operation": r.last_operation, "operations": ops})
+            json!(opsgraph_api::views::resource(store, &r)?)
         }
         other => bail!("cannot describe `{other}`: expected operation or resource"),
     };

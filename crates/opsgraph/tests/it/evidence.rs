@@ -129,7 +129,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        85 checks
+        86 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
@@ -158,6 +158,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         lab-cluster/lab_admin_conf_present: failed, exit code 127
         lab-cluster/lab_apiserver_alive: failed, exit code 1
         lab-cluster/lab_apiserver_heartbeat_fresh: failed, exit code 1
+        lab-cluster/lab_cluster_observed: failed, exit code 127
         lab-cluster/lab_cluster_spec_recorded: failed, exit code 127
         lab-cluster/lab_cluster_status_ready: failed, exit code 127
         lab-cluster/lab_cni_alive: failed, exit code 1

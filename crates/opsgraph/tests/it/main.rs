@@ -5,6 +5,7 @@ mod agent;
 mod ai;
 mod bundled;
 mod crash;
+mod day2;
 mod documents;
 mod edge;
 mod etcd;
