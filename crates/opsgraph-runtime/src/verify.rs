@@ -15,7 +15,7 @@ use opsgraph_core::model::{
     Evidence, FailedCheck, Job, OperationStateKind, Resource, ResourceSpec, ResourceStatus, Verification,
 };
 use opsgraph_core::pack::Pack;
-use opsgraph_core::plan::{JobInstance, Plan};
+use opsgraph_core::plan::Plan;
 use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor};
 use opsgraph_store::{now, OperationFilter, OperationRecord, ResourceEventRecord, ResourceRecord, Write};
 use serde::{Deserialize, Serialize};
@@ -136,11 +136,7 @@ impl Runtime {
             .collect();
         let before = doc.status;
         let status = if checks.iter().all(|c| c.passed) { ResourceStatus::Running } else { ResourceStatus::Degraded };
-        for c in checks.iter().filter(|c| spec.observe.contains(&c.check)) {
-            for (name, value) in &c.captured {
-                doc.observed.insert(observed_key(name, &c.on, &plan), value.clone());
-            }
-        }
+        observe(&mut doc.observed, checks.iter().filter(|c| spec.observe.contains(&c.check)));
         let at = now();
         doc.status = Some(status);
         doc.health = status.health();
@@ -257,12 +253,16 @@ impl Runtime {
     }
 }
 
-/// A check as a verification runs it: once more at most after a failure. A job's evidence may
-/// wait for a service to come up (`retries: 20`); a verification asks whether it is up now, and
-/// must answer within its interval.
+/// A check as a verification runs it: once more at most after a failure, a second later. A
+/// job's evidence may wait for a service to come up (`retries: 20`, `interval: 3s`); a
+/// verification asks whether it is up now, and must answer well within its interval. The one
+/// retry keeps a blip (a check racing a heartbeat) from flapping the resource.
 fn for_verification(e: &Evidence) -> Evidence {
     let mut e = e.clone();
-    e.retries = e.retries.map(|r| r.min(1));
+    if e.retries.is_some_and(|r| r > 0) {
+        e.retries = Some(1);
+        e.interval = Some("1s".into());
+    }
     e
 }
 
@@ -291,16 +291,27 @@ fn run_checks(checks: &[Evidence], prepared: Vec<Prepared>, limit: usize) -> Vec
     out
 }
 
-/// The name an observed value is kept under: the capture's name when the job runs once, else
-/// `name@host` per instance (`version@fleet-2`).
-fn observed_key(name: &str, instance: &str, plan: &Plan) -> String {
-    let instances: Vec<&JobInstance> =
-        plan.jobs.iter().filter(|j| Some(j.job.as_str()) == instance.split('@').next()).collect();
-    if instances.len() <= 1 {
-        return name.to_string();
+/// Merges what the observing checks captured into `observed`: a value every host agrees on
+/// under its name (`version`), else one per host (`version@fleet-2`), replacing what an earlier
+/// verification saw under either form. A failed check captured nothing and changes nothing.
+fn observe<'a>(observed: &mut BTreeMap<String, String>, checks: impl Iterator<Item = &'a CheckRun>) {
+    let mut seen: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+    for c in checks {
+        let host = c.on.split_once('@').map(|(_, r)| r.rsplit('/').next().unwrap_or(r)).unwrap_or("");
+        for (name, value) in &c.captured {
+            seen.entry(name).or_default().push((host, value));
+        }
     }
-    let host = instance.split_once('@').map(|(_, r)| r.rsplit('/').next().unwrap_or(r)).unwrap_or(instance);
-    format!("{name}@{host}")
+    for (name, values) in seen {
+        observed.retain(|k, _| k != name && !k.starts_with(&format!("{name}@")));
+        if values.iter().all(|(_, v)| *v == values[0].1) {
+            observed.insert(name.to_string(), values[0].1.to_string());
+        } else {
+            for (host, value) in values {
+                observed.insert(format!("{name}@{host}"), value.to_string());
+            }
+        }
+    }
 }
 
 /// One line for `observed_state`: the observed values, then the verification's verdict.
