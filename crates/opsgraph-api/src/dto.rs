@@ -99,6 +99,9 @@ pub struct ResourceView {
     pub last_operation: Option<String>,
     pub updated_at: String,
     pub operations: Vec<OperationSummary>,
+    /// Its history's last entries, oldest first: operations that changed it, verifications.
+    #[serde(default)]
+    pub history: Vec<opsgraph_store::ResourceEventRecord>,
 }
 
 /// The captured (masked) output of one attempt; `None` when it left none.

@@ -112,6 +112,9 @@ pub fn resource_row(r: &ResourceRecord) -> ResourceRow {
     }
 }
 
+/// How many entries of a resource's history its view shows.
+pub const HISTORY_SHOWN: usize = 20;
+
 /// A resource with the operations that touched it.
 pub fn resource(store: &dyn Store, r: &ResourceRecord) -> Result<ResourceView, opsgraph_store::Error> {
     let filter = opsgraph_store::OperationFilter { state: None, resource: Some(r.id.clone()) };
@@ -121,6 +124,7 @@ pub fn resource(store: &dyn Store, r: &ResourceRecord) -> Result<ResourceView, o
         last_operation: r.last_operation.clone(),
         updated_at: r.updated_at.clone(),
         operations: store.operations(&filter)?.iter().map(operation_summary).collect(),
+        history: store.resource_events(&r.id, HISTORY_SHOWN)?,
     })
 }
 

@@ -115,6 +115,7 @@ fn pack() -> Pack {
             plan_templates: vec![],
             editable: Editable::default(),
             risk: Risk::default(),
+            resources: Vec::new(),
         },
         templates: vec![template],
         jobs: jobs.into_iter().map(|j| (j.id.clone(), j)).collect(),
@@ -141,6 +142,8 @@ fn node(i: usize) -> Resource {
         provides: vec![ProvidedCapability { capability: "linux.host".into(), attributes: Attributes::new() }],
         access: None,
         credentials: Default::default(),
+        observed: Default::default(),
+        verification: None,
     }
 }
 
@@ -215,6 +218,8 @@ fn storage(i: usize) -> Resource {
         }],
         access: None,
         credentials: Default::default(),
+        observed: Default::default(),
+        verification: None,
     }
 }
 

@@ -35,6 +35,8 @@ pub struct EvidenceResult {
     pub observed: String,
     pub detail: String,
     pub attempts: u32,
+    /// The values of the check's `capture`, when it passed.
+    pub captured: BTreeMap<String, String>,
 }
 
 /// Runs one evidence check, with its `retries` (attempts = retries + 1, `interval` apart,
@@ -61,6 +63,7 @@ pub fn check_evidence(
                 observed: format!("invalid check: {reason}"),
                 detail: format!("evidence `{}`: {reason}", ev.id),
                 attempts: 0,
+                captured: BTreeMap::new(),
             }
         }
     };
@@ -158,6 +161,8 @@ struct Miss {
 
 struct Check {
     compares: Vec<Compare>,
+    /// `capture`: name -> a regex whose first group is the value.
+    captures: Vec<(String, Regex)>,
     timeout: Duration,
     interval: Duration,
 }
@@ -173,6 +178,11 @@ impl Check {
         }
         if let Some(s) = &ev.matches {
             compares.push(Compare::Matches(Regex::new(s).map_err(|e| format!("invalid regex `{s}`: {e}"))?));
+        }
+        let mut captures = Vec::new();
+        for (name, pattern) in &ev.capture {
+            let re = Regex::new(pattern).map_err(|e| format!("capture `{name}`: invalid regex `{pattern}`: {e}"))?;
+            captures.push((name.clone(), re));
         }
         let duration = |field: &str, value: &Option<String>, default| match value {
             None => Ok(default),
@@ -200,6 +210,7 @@ impl Check {
         };
         Ok(Check {
             compares,
+            captures,
             timeout: duration("timeout", &ev.timeout, default_timeout)?,
             interval: duration("interval", &ev.interval, DEFAULT_INTERVAL)?,
         })
@@ -233,6 +244,29 @@ impl Check {
             observed.push(c.observed(what, text));
         }
         Ok((expected, observed))
+    }
+
+    /// A passing result with the values its captures found in `text`; a capture that finds
+    /// nothing fails the check (what it was to observe is not there).
+    fn capture(&self, mut result: EvidenceResult, what: &str, text: &str) -> EvidenceResult {
+        if !result.passed {
+            return result;
+        }
+        for (name, re) in &self.captures {
+            match re.captures(text).and_then(|c| c.get(1)) {
+                Some(m) => {
+                    result.captured.insert(name.clone(), m.as_str().trim().to_owned());
+                }
+                None => {
+                    return fail(
+                        format!("{what} with {name} matching /{}/", re.as_str()),
+                        shown(text.trim(), what),
+                        result.detail,
+                    )
+                }
+            }
+        }
+        result
     }
 
     fn command(
@@ -282,7 +316,7 @@ impl Check {
                 let mut o = e.clone();
                 e.extend(expected);
                 o.extend(observed);
-                pass(e.join("; "), o.join("; "), detail)
+                self.capture(pass(e.join("; "), o.join("; "), detail), "output", &stdout)
             }
         }
     }
@@ -314,7 +348,7 @@ impl Check {
             Ok((mut expected, mut observed)) => {
                 expected.insert(0, format!("status {want}"));
                 observed.insert(0, format!("status {}", response.status));
-                pass(expected.join("; "), observed.join("; "), detail)
+                self.capture(pass(expected.join("; "), observed.join("; "), detail), "body", &body)
             }
         }
     }
@@ -398,11 +432,12 @@ impl Check {
             }
         };
         let text = String::from_utf8_lossy(&content);
-        match self.compare("content", &text) {
+        let result = match self.compare("content", &text) {
             Err(miss) => fail(miss.expected, miss.observed, format!("read {path}")),
             Ok((expected, _)) if expected.is_empty() => pass(exists, "exists".to_owned(), format!("read {path}")),
             Ok((expected, observed)) => pass(expected.join("; "), observed.join("; "), format!("read {path}")),
-        }
+        };
+        self.capture(result, "content", &text)
     }
 }
 
@@ -414,11 +449,11 @@ fn last_lines(text: &str, n: usize) -> &str {
 }
 
 fn pass(expected: String, observed: String, detail: String) -> EvidenceResult {
-    EvidenceResult { passed: true, expected, observed, detail, attempts: 1 }
+    EvidenceResult { passed: true, expected, observed, detail, attempts: 1, captured: BTreeMap::new() }
 }
 
 fn fail(expected: String, observed: String, detail: String) -> EvidenceResult {
-    EvidenceResult { passed: false, expected, observed, detail, attempts: 1 }
+    EvidenceResult { passed: false, expected, observed, detail, attempts: 1, captured: BTreeMap::new() }
 }
 
 fn invalid(reason: &str) -> EvidenceResult {
@@ -428,5 +463,6 @@ fn invalid(reason: &str) -> EvidenceResult {
         observed: format!("invalid check: {reason}"),
         detail: reason.to_owned(),
         attempts: 1,
+        captured: BTreeMap::new(),
     }
 }

@@ -411,19 +411,13 @@ impl SshExecutor {
     /// Connects afresh (not through the master) and runs `true`: `None` when the host answers,
     /// else why it does not (`ssh: connect to host …: No route to host`).
     fn unreachable(&self, options: &[String]) -> Option<String> {
+        // ssh keeps the first value it is given for an option: these come before `options`
+        // (which name the master's ControlPath), or the probe would try the dead master's
+        // socket first and report that instead of the host.
         let out = Command::new("ssh")
+            .args(["-o", "ControlMaster=no", "-o", "ControlPath=none", "-o", "ConnectTimeout=5"])
             .args(options)
-            .args([
-                "-o",
-                "ControlMaster=no",
-                "-o",
-                "ControlPath=none",
-                "-o",
-                "ConnectTimeout=5",
-                "--",
-                &self.host,
-                "true",
-            ])
+            .args(["--", &self.host, "true"])
             .stdin(Stdio::null())
             .output()
             .ok()?;

@@ -816,6 +816,7 @@ fn ev(source: EvidenceSource) -> Evidence {
         retries: None,
         interval: None,
         timeout: None,
+        capture: Default::default(),
     }
 }
 

@@ -109,6 +109,7 @@ fn chain_pack(n: usize, chained: bool) -> Pack {
             plan_templates: vec![],
             editable: Editable::default(),
             risk: opsgraph_core::model::Risk::default(),
+            resources: Vec::new(),
         },
         templates: vec![template],
         jobs: jobs.into_iter().map(|j| (j.id.clone(), j)).collect(),

@@ -134,6 +134,8 @@ impl Runtime {
             provides: vec![opsgraph_core::model::ProvidedCapability { capability: cap.to_string(), attributes }],
             access: None,
             credentials,
+            observed: Default::default(),
+            verification: None,
         };
         if self.store.resource(&r.id)?.is_some() || self.resources.iter().any(|x| x.id == r.id) {
             return Err(Error::Unsupported(format!(

@@ -189,6 +189,7 @@ impl Runtime {
             op = next;
         }
         writes.extend(extra);
+        writes.extend(self.start_writes(&id, plan, actor));
         if let Some(resource) = &op.resource {
             // Checked again inside the transaction: another replica may be creating one too.
             writes.insert(0, Write::ExpectIdle { resource: resource.clone(), operation: id.clone() });

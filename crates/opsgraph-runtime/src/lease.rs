@@ -269,6 +269,9 @@ impl Runtime {
         })();
         self.lease = None;
         keeper.release(&mut *self.store, &held);
+        if let Ok(OperationState::Completed) = &result {
+            self.verify_completed(id);
+        }
         result
     }
 

@@ -37,11 +37,13 @@ mod outcome;
 mod patch;
 mod recover;
 mod rollback;
+mod schedule;
 mod secrets;
 mod subop;
 mod task;
 mod timeline;
 mod transition;
+mod verify;
 mod workers;
 
 use std::path::PathBuf;
@@ -58,8 +60,10 @@ pub use intervene::Verified;
 /// Idempotency keys are rendered from `{placeholder}`s (public for the fuzz target `templating`).
 pub use jobs::render_key;
 pub use patch::{ApprovalReason, PatchRules, Proposal, SafeChanges};
+pub use schedule::{is_due, lease_key};
 pub use secrets::Rotation;
 pub use timeline::Progress;
+pub use verify::{CheckRun, VerifyReport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -72,6 +76,8 @@ pub enum Error {
     IllegalJob(#[from] opsgraph_core::plan::job_lifecycle::IllegalJobTransition),
     #[error("no operation `{0}`")]
     NoOperation(String),
+    #[error("no resource `{0}`")]
+    NoResource(String),
     #[error("the plan is blocked: {0}")]
     Blocked(String),
     #[error("resource `{resource}` is being changed by operation `{operation}` ({state}); wait for it or cancel it")]

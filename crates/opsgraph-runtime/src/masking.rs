@@ -56,6 +56,9 @@ impl Masking {
                 r.observed = self.text(&r.observed);
                 r.expected = self.text(&r.expected);
                 r.detail = self.text(&r.detail);
+                for v in r.captured.values_mut() {
+                    *v = self.text(v);
+                }
                 (e, r)
             })
             .collect()

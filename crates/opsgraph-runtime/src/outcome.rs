@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use opsgraph_core::model::{Health, ProvidedCapability, Resource, ResourceStatus};
 use opsgraph_core::pack::Pack;
 use opsgraph_core::plan::{JobInstance, Plan};
-use opsgraph_store::{now, ArtifactRecord, EvidenceRecord, OperationRecord, ResourceRecord, Write};
+use opsgraph_store::{
+    now, ArtifactRecord, EvidenceRecord, OperationRecord, ResourceEventRecord, ResourceRecord, Write,
+};
 use serde_json::Value;
 
 use crate::jobs;
@@ -114,7 +116,34 @@ impl Runtime {
             provides: Vec::new(),
             access: None,
             credentials: BTreeMap::new(),
+            observed: BTreeMap::new(),
+            verification: None,
         }))
+    }
+
+    /// The resource an operation is about to change ([I]): a new one exists from now on as
+    /// `provisioning`; an existing one keeps its state and is linked to the operation. With an
+    /// entry of its history.
+    pub(crate) fn start_writes(&self, op_id: &str, plan: &Plan, actor: &str) -> Vec<Write> {
+        let Some(doc) = self.resource_doc(plan) else { return vec![] };
+        let status = doc.status.unwrap_or(ResourceStatus::Provisioning);
+        vec![
+            Write::Resource(ResourceRecord {
+                id: doc.id.clone(),
+                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+                last_operation: Some(op_id.to_string()),
+                updated_at: now(),
+            }),
+            history(
+                &doc.id,
+                actor,
+                "operation.started",
+                status,
+                op_id,
+                format!("{} {}", plan.action, doc.id),
+                Value::Null,
+            ),
+        ]
     }
 
     /// The resource an operation completed: its capabilities, desired and observed state, health.
@@ -133,12 +162,25 @@ impl Runtime {
             doc.observed_state = Some(format!("rolled back by operation {}: {} jobs undone", op.id, plan.jobs.len()));
             doc.health = Health::Unknown;
             doc.status = None;
-            return Ok(vec![Write::Resource(ResourceRecord {
-                id: doc.id.clone(),
-                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
-                last_operation: Some(op.id.clone()),
-                updated_at: now(),
-            })]);
+            doc.observed.clear();
+            doc.verification = None;
+            return Ok(vec![
+                Write::Resource(ResourceRecord {
+                    id: doc.id.clone(),
+                    doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+                    last_operation: Some(op.id.clone()),
+                    updated_at: now(),
+                }),
+                history(
+                    &doc.id,
+                    &op.actor,
+                    "operation.completed",
+                    ResourceStatus::Provisioning,
+                    &op.id,
+                    "rolled back".into(),
+                    Value::Null,
+                ),
+            ]);
         }
         let template = pack.templates.iter().find(|t| t.id == plan.template);
         let provisions = template
@@ -162,27 +204,109 @@ impl Runtime {
             .desired_result
             .clone()
             .or_else(|| Some(format!("{} {}", plan.action, plan.intent.target_resource_type)));
-        doc.observed_state = Some(format!("{} jobs done; {passed} evidence checks passed", plan.jobs.len()));
+        // What the run's evidence proved; the values its pack observes come from the
+        // verification that follows a completed operation (`verify.rs`).
+        let summary = format!("completed: {passed} evidence checks passed");
+        doc.observed_state = Some(summary.clone());
         doc.health = Health::Healthy;
         doc.status = Some(ResourceStatus::Running);
-        Ok(vec![Write::Resource(ResourceRecord {
-            id: doc.id.clone(),
-            doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
-            last_operation: Some(op.id.clone()),
-            updated_at: now(),
-        })])
+        Ok(vec![
+            Write::Resource(ResourceRecord {
+                id: doc.id.clone(),
+                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+                last_operation: Some(op.id.clone()),
+                updated_at: now(),
+            }),
+            history(&doc.id, &op.actor, "operation.completed", ResourceStatus::Running, &op.id, summary, Value::Null),
+        ])
+    }
+
+    /// An operation cancelled while it was creating its resource ([I]): a resource nothing was
+    /// done to is forgotten; one whose jobs ran is in an unknown, partial state: `error`.
+    pub(crate) fn cancel_writes(&self, op: &OperationRecord, actor: &str) -> Result<Vec<Write>, Error> {
+        let Some(id) = &op.resource else { return Ok(vec![]) };
+        let Some(record) = self.store.resource(id)? else { return Ok(vec![]) };
+        let Ok(mut doc) = serde_json::from_value::<Resource>(record.doc) else { return Ok(vec![]) };
+        if doc.status != Some(ResourceStatus::Provisioning) || record.last_operation.as_deref() != Some(op.id.as_str())
+        {
+            return Ok(vec![]);
+        }
+        let ran = self.store.jobs(&op.id)?.iter().any(|j| j.attempts > 0);
+        if !ran {
+            let summary = "cancelled before any job ran: the resource was never created".to_string();
+            return Ok(vec![
+                Write::DeleteResource(id.clone()),
+                history(id, actor, "operation.cancelled", ResourceStatus::Provisioning, &op.id, summary, Value::Null),
+            ]);
+        }
+        let summary = format!("operation {} was cancelled while creating it: partly provisioned", op.id);
+        doc.status = Some(ResourceStatus::Error);
+        doc.health = Health::Error;
+        doc.observed_state = Some(summary.clone());
+        Ok(vec![
+            Write::Resource(ResourceRecord {
+                id: id.clone(),
+                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+                last_operation: Some(op.id.clone()),
+                updated_at: now(),
+            }),
+            history(id, actor, "operation.cancelled", ResourceStatus::Error, &op.id, summary, Value::Null),
+        ])
     }
 
     pub(crate) fn failure_writes(&self, op: &OperationRecord, plan: &Plan, reason: &str) -> Result<Vec<Write>, Error> {
         let Some(mut doc) = self.resource_doc(plan) else { return Ok(vec![]) };
         doc.health = Health::Error;
         doc.status = Some(ResourceStatus::Error);
-        doc.observed_state = Some(format!("operation {} failed: {reason}", op.id));
-        Ok(vec![Write::Resource(ResourceRecord {
-            id: doc.id.clone(),
-            doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
-            last_operation: Some(op.id.clone()),
-            updated_at: now(),
-        })])
+        // The failing checks are the reason, when evidence failed; else the job's failure.
+        let failed: Vec<Value> = self
+            .store
+            .evidence(&op.id)?
+            .into_iter()
+            .filter(|e| !e.passed)
+            .map(|e| serde_json::json!({"check": e.check, "on": e.job, "expected": e.expected, "observed": e.observed}))
+            .collect();
+        let summary = format!("operation {} failed: {reason}", op.id);
+        doc.observed_state = Some(summary.clone());
+        Ok(vec![
+            Write::Resource(ResourceRecord {
+                id: doc.id.clone(),
+                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
+                last_operation: Some(op.id.clone()),
+                updated_at: now(),
+            }),
+            history(
+                &doc.id,
+                &op.actor,
+                "operation.failed",
+                ResourceStatus::Error,
+                &op.id,
+                summary,
+                serde_json::json!({"failed": failed}),
+            ),
+        ])
     }
+}
+
+/// An entry of a resource's history for an operation.
+fn history(
+    resource: &str,
+    actor: &str,
+    kind: &str,
+    status: ResourceStatus,
+    op: &str,
+    summary: String,
+    detail: Value,
+) -> Write {
+    Write::ResourceEvent(ResourceEventRecord {
+        seq: 0,
+        resource: resource.to_string(),
+        at: now(),
+        actor: actor.to_string(),
+        kind: kind.to_string(),
+        status: status.as_str().to_string(),
+        operation: Some(op.to_string()),
+        summary,
+        detail,
+    })
 }

@@ -50,14 +50,19 @@ impl Runtime {
         let (next, write, e) = Runtime::transition_write(op, &event, actor, reason)?;
         let mut writes = vec![write];
         writes.extend(extra);
+        // What the caller observed ends here; what follows belongs to the transition alone.
+        let observed_end = writes.len();
+        if matches!(event, Event::Cancel { .. }) {
+            writes.extend(self.cancel_writes(op, actor)?);
+        }
         if let Err(err) = self.commit(&writes) {
             // Someone else moved the operation first (a person cancelled or paused it): what this
             // writer observed — job results, evidence — is still true and is kept.
             // An audit record alone is not kept: it describes the change that was refused.
-            let observed = writes[1..].iter().any(|w| !matches!(w, Write::Audit(_)));
+            let observed = writes[1..observed_end].iter().any(|w| !matches!(w, Write::Audit(_)));
             if matches!(err, opsgraph_store::Error::Conflict { .. }) && observed {
-                self.commit(&writes[1..])?;
-                for w in &writes[1..] {
+                self.commit(&writes[1..observed_end])?;
+                for w in &writes[1..observed_end] {
                     if let Write::Timeline(t) = w {
                         progress(t);
                     }

@@ -113,6 +113,7 @@ impl From<opsgraph_runtime::Error> for ApiError {
             R::Store(s) => s.into(),
             R::Illegal(_) | R::IllegalJob(_) => ApiError::conflict("illegal_transition", message),
             R::NoOperation(_) => ApiError::not_found("no_operation", message),
+            R::NoResource(_) => ApiError::not_found("no_resource", message),
             R::NoGate { .. } => ApiError::not_found("no_gate", message),
             R::Blocked(_) => ApiError::unprocessable("plan_blocked", message),
             R::Busy { .. } => ApiError::conflict("resource_busy", message),

@@ -26,6 +26,8 @@ pub mod routes;
 mod stream;
 pub mod table;
 mod ui;
+mod verifier;
+pub use verifier::VerifierConfig;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -321,6 +323,7 @@ pub fn serve(addr: SocketAddr, state: AppState) -> Result<(), Error> {
         tracing::error!(error = %e, "could not look for operations left running");
     }
     state.start_scanner();
+    state.start_verifier(VerifierConfig::from_env());
     listener.serve(state, None)
 }
 

@@ -8,7 +8,7 @@ use crate::auth::Permission;
 use crate::error::ApiError;
 use crate::handlers::{self, Ctx, Reply};
 use crate::media::*;
-use crate::{agent, catalog, manage, observe, reveal, ui};
+use crate::{agent, catalog, manage, observe, reveal, ui, verifier};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -379,6 +379,16 @@ pub static ROUTES: &[Route] = &[
         &[],
         handlers::resource,
         "One resource (its id holds `/`) and the operations that explain it."
+    ),
+    route!(
+        "POST",
+        "/api/v1/verifications",
+        Need(Apply),
+        200,
+        "json",
+        &[],
+        verifier::verify,
+        "Verify a resource now by its pack's checks (`{\"resource\": ID}`); records and returns what they found."
     ),
     route!(
         "DELETE",

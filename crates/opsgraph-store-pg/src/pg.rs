@@ -17,7 +17,8 @@ use opsgraph_core::model::OperationState;
 use opsgraph_store::{describe_current, redact};
 use opsgraph_store::{
     ArtifactRecord, AuditFilter, AuditRecord, Error, EvidenceRecord, GateRecord, JobRecord, JobState, Lease,
-    OperationFilter, OperationRecord, RequestRecord, ResourceRecord, Stats, Store, TimelineEntry, TokenRecord, Write,
+    OperationFilter, OperationRecord, RequestRecord, ResourceEventRecord, ResourceRecord, Stats, Store, TimelineEntry,
+    TokenRecord, Write,
 };
 
 pub use crate::conn::PgStore;
@@ -291,6 +292,13 @@ impl Store for PgStore {
                     }
                     Write::DeleteResource(id) => {
                         tx.exec("DELETE FROM resources WHERE id = $1", &[id])?;
+                    }
+                    Write::ResourceEvent(e) => {
+                        tx.exec(
+                            "INSERT INTO resource_events (resource, at, actor, kind, status, operation, summary, detail)
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                            &[&e.resource, &e.at, &e.actor, &e.kind, &e.status, &e.operation, &e.summary, &json(&e.detail)?],
+                        )?;
                     }
                     Write::Idempotency { key, resource, operation, job, at } => {
                         tx.exec(
@@ -609,6 +617,32 @@ impl Store for PgStore {
                 .iter()
                 .map(resource)
                 .collect()
+        })
+    }
+
+    fn resource_events(&self, resource: &str, limit: usize) -> Result<Vec<ResourceEventRecord>, Error> {
+        edge(|| {
+            let limit = limit as i64;
+            self.query(
+                "SELECT seq, resource, at, actor, kind, status, operation, summary, detail FROM
+                 (SELECT * FROM resource_events WHERE resource = $1 ORDER BY seq DESC LIMIT $2) AS last ORDER BY seq",
+                &[&resource, &limit],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(ResourceEventRecord {
+                    seq: r.get(0),
+                    resource: r.get(1),
+                    at: r.get(2),
+                    actor: r.get(3),
+                    kind: r.get(4),
+                    status: r.get(5),
+                    operation: r.get(6),
+                    summary: r.get(7),
+                    detail: parse(r.get(8))?,
+                })
+            })
+            .collect()
         })
     }
 

@@ -159,6 +159,21 @@ pub(crate) const MIGRATIONS: &[&str] = &[
                     WHERE t.operation = gates.operation AND t.event = 'patch_proposed'
                       AND (t.data::jsonb ->> 'patch') = substr(gates.id, 7));
     ",
+    // 5: resource histories (issue [I]): operations that changed a resource, its verifications.
+    "
+    CREATE TABLE resource_events (
+        seq BIGSERIAL PRIMARY KEY,
+        resource TEXT NOT NULL,
+        at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        operation TEXT,
+        summary TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );
+    CREATE INDEX resource_events_resource ON resource_events(resource, seq);
+    ",
 ];
 
 /// The key of the advisory lock migrations run under (`'opsgraph'` in ASCII).

@@ -4,6 +4,7 @@
 //! conformance suite of `opsgraph-store` runs against it through [`test_db`], whose blob store is
 //! the data directory's files (`opsgraph_store::FsBlobStore`).
 
+mod history;
 mod lease;
 mod schema;
 mod sqlite;

@@ -155,4 +155,19 @@ pub(crate) const MIGRATIONS: &[&str] = &[
                     WHERE t.operation = gates.operation AND t.event = 'patch_proposed'
                       AND json_extract(t.data, '$.patch') = substr(gates.id, 7));
     ",
+    // 6: resource histories (issue [I]): operations that changed a resource, its verifications.
+    "
+    CREATE TABLE resource_events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        resource TEXT NOT NULL,
+        at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        operation TEXT,
+        summary TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );
+    CREATE INDEX resource_events_resource ON resource_events(resource, seq);
+    ",
 ];

@@ -10,7 +10,7 @@ use opsgraph_core::model::OperationState;
 use opsgraph_store::Error;
 use opsgraph_store::{
     ArtifactRecord, AuditFilter, AuditRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter,
-    OperationRecord, RequestRecord, ResourceRecord, Store, TimelineEntry, TokenRecord, Write,
+    OperationRecord, RequestRecord, ResourceEventRecord, ResourceRecord, Store, TimelineEntry, TokenRecord, Write,
 };
 
 use crate::schema::MIGRATIONS;
@@ -275,6 +275,14 @@ impl Store for SqliteStore {
                     }
                     Write::DeleteResource(id) => {
                         exec(&tx, "DELETE FROM resources WHERE id = ?1", params![id])?;
+                    }
+                    Write::ResourceEvent(e) => {
+                        exec(
+                            &tx,
+                            "INSERT INTO resource_events (resource, at, actor, kind, status, operation, summary, detail)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                            params![e.resource, e.at, e.actor, e.kind, e.status, e.operation, e.summary, json(&e.detail)?],
+                        )?;
                     }
                     Write::Idempotency { key, resource, operation, job, at } => {
                         exec(&tx,
@@ -572,6 +580,10 @@ impl Store for SqliteStore {
             let rows = stmt.query_map([], resource_row)?;
             rows.map(|r| finish_resource(r?)).collect()
         })
+    }
+
+    fn resource_events(&self, resource: &str, limit: usize) -> Result<Vec<ResourceEventRecord>, Error> {
+        edge(|| crate::history::resource_events(&self.conn, resource, limit))
     }
 
     fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error> {

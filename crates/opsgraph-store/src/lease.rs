@@ -103,6 +103,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn resource(&self, id: &str) -> Result<Option<crate::ResourceRecord>, Error> {
         (**self).resource(id)
     }
+    fn resource_events(&self, resource: &str, limit: usize) -> Result<Vec<crate::ResourceEventRecord>, Error> {
+        (**self).resource_events(resource, limit)
+    }
     fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error> {
         (**self).idempotency(key)
     }

@@ -219,6 +219,27 @@ pub struct ResourceRecord {
     pub updated_at: String,
 }
 
+/// One entry of a resource's history ([I]): an operation that changed it, a verification and
+/// what it found. Kept apart from operation timelines: a verification is not an operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceEventRecord {
+    /// Assigned by the store; ignored when writing.
+    pub seq: i64,
+    pub resource: String,
+    pub at: String,
+    /// Who or what: `user:alice`, `serve:<replica>` for a scheduled verification.
+    pub actor: String,
+    /// `operation.started`, `operation.completed`, `operation.failed`, `verified`.
+    pub kind: String,
+    /// The resource's status afterwards (`provisioning`, `running`, `degraded`, `error`).
+    pub status: String,
+    pub operation: Option<String>,
+    /// One line: `3/3 checks passed`, `etcd_unit_active failed on compute_node/fleet-2: ...`.
+    pub summary: String,
+    /// The checks and what they observed, as JSON.
+    pub detail: Value,
+}
+
 /// An API token. Only the SHA-256 of the token is stored; the token itself is shown once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenRecord {
@@ -315,6 +336,8 @@ pub enum Write {
     Gate(GateRecord),
     Artifact(ArtifactRecord),
     Resource(ResourceRecord),
+    /// An entry of a resource's history.
+    ResourceEvent(ResourceEventRecord),
     /// A resource removed from the resources table (a person's `resource delete`); nothing when
     /// there is no such row.
     DeleteResource(String),
@@ -399,6 +422,8 @@ pub trait Store: Send {
     fn artifacts(&self, operation: &str) -> Result<Vec<ArtifactRecord>, Error>;
     fn resources(&self) -> Result<Vec<ResourceRecord>, Error>;
     fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error>;
+    /// A resource's history: its last `limit` entries, oldest first.
+    fn resource_events(&self, resource: &str, limit: usize) -> Result<Vec<ResourceEventRecord>, Error>;
     /// The operation that last succeeded with this idempotency key, if any.
     fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error>;
     /// Timeline entries after `after` (a `seq`), of one operation or of all, oldest first, at most
@@ -466,6 +491,41 @@ pub trait Store: Send {
 pub fn now() -> String {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     rfc3339(since.as_secs() as i64, since.subsec_millis())
+}
+
+/// Milliseconds since the epoch of a time [`rfc3339`] wrote (`YYYY-MM-DDTHH:MM:SS[.mmm]Z`);
+/// `None` for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() < 20
+        || !text.ends_with('Z')
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let millis = match &text[19..text.len() - 1] {
+        "" => 0,
+        f if f.len() == 4 && f.starts_with('.') => f[1..].parse::<i64>().ok()?,
+        _ => return None,
+    };
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // days-from-civil, the inverse of `rfc3339`'s civil-from-days.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000 + millis)
 }
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (civil-from-days, proleptic Gregorian).

@@ -43,6 +43,13 @@ fn times_render_as_rfc3339() {
     assert_eq!(rfc3339(1_700_000_000, 42), "2023-11-14T22:13:20.042Z");
     assert_eq!(rfc3339(951_782_400, 0), "2000-02-29T00:00:00.000Z");
     assert!(now().ends_with('Z'));
+    for (secs, ms) in [(0, 0), (1_700_000_000, 42), (951_782_400, 0), (4_102_444_799, 999)] {
+        assert_eq!(parse_rfc3339(&rfc3339(secs, ms)), Some(secs * 1000 + ms as i64));
+    }
+    assert_eq!(parse_rfc3339("2026-12-03T20:00:00Z"), Some(1_796_328_000_000));
+    for bad in ["", "2026-12-03 20:00:00Z", "2026-13-03T20:00:00.000Z", "2026-12-03T20:00:00.0Z", "yesterday"] {
+        assert_eq!(parse_rfc3339(bad), None, "{bad}");
+    }
 }
 
 fn a_transition_and_its_timeline_entry_land_together_or_not_at_all(db: &TestDb) {
@@ -189,6 +196,37 @@ fn every_record_round_trips(db: &TestDb) {
     store.commit(&[Write::DeleteResource("tempo.instance/t".into())]).unwrap();
     assert_eq!(store.resource("tempo.instance/t").unwrap(), None);
     store.commit(&[Write::DeleteResource("tempo.instance/t".into())]).unwrap();
+}
+
+/// A resource's history keeps every entry in commit order; a read asks for the last few.
+fn resource_history_keeps_its_order_and_reads_the_last_entries(db: &TestDb) {
+    let mut store = db.store();
+    let event = |resource: &str, n: i64| ResourceEventRecord {
+        seq: 0,
+        resource: resource.into(),
+        at: format!("2026-12-03T20:00:{n:02}Z"),
+        actor: "serve:r1".into(),
+        kind: if n == 0 { "operation.completed".into() } else { "verified".into() },
+        status: if n % 2 == 0 { "running".into() } else { "degraded".into() },
+        operation: (n == 0).then(|| "op-1".into()),
+        summary: format!("check {n}"),
+        detail: json!({"checks": [{"check": "etcd_unit_active", "passed": n % 2 == 0}]}),
+    };
+    for n in 0..5 {
+        store
+            .commit(&[
+                Write::ResourceEvent(event("etcd.cluster/a", n)),
+                Write::ResourceEvent(event("etcd.cluster/b", n)),
+            ])
+            .unwrap();
+    }
+    let last = store.resource_events("etcd.cluster/a", 3).unwrap();
+    assert_eq!(last.iter().map(|e| e.summary.as_str()).collect::<Vec<_>>(), ["check 2", "check 3", "check 4"]);
+    assert!(last.windows(2).all(|w| w[0].seq < w[1].seq), "seqs grow: {last:?}");
+    let all = store.resource_events("etcd.cluster/a", 100).unwrap();
+    assert_eq!(all.len(), 5);
+    assert_eq!(all[0], ResourceEventRecord { seq: all[0].seq, ..event("etcd.cluster/a", 0) });
+    assert!(store.resource_events("etcd.cluster/none", 10).unwrap().is_empty());
 }
 
 /// The driver skips re-reading an operation while the data version stands still: it must move
@@ -726,4 +764,5 @@ opsgraph_store::conformance!(
     timeline_seqs_follow_commit_order_across_writers,
     jobs_keep_their_order_and_the_last_write_of_a_batch_wins,
     agent_tasks_are_claimed_once_and_fenced_by_their_lease,
+    resource_history_keeps_its_order_and_reads_the_last_entries,
 );

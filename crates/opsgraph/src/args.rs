@@ -253,6 +253,19 @@ pub enum Command {
         #[command(flatten)]
         world: WorldArgs,
     },
+    /// Verify a resource now by its pack's checks, and record what they found.
+    ///
+    /// The checks its pack declares (`resources:` in pack.yaml) run where the resource's last
+    /// completed operation ran them. All pass: `running`; any fails: `degraded`, with the checks
+    /// as the reason. `opsgraph serve` does the same on schedule. Exit 1 when a check failed.
+    Verify {
+        /// The resource id (`etcd.cluster/config-store`).
+        resource: String,
+        #[arg(long = "as")]
+        user: Option<String>,
+        #[command(flatten)]
+        world: WorldArgs,
+    },
     /// The audit log: every change, who made it, when.
     Audit {
         #[arg(long)]

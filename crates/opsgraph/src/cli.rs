@@ -182,6 +182,11 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             let mut ctl = controller(remote, &c, &actor)?;
             run::intervene(&mut *ctl, &operation, &iv, c.wait, out)
         }
+        Command::Verify { resource, user, world } => {
+            let c = Control { packs: &world.packs, ..control(&world) };
+            let mut ctl = controller(remote, &c, &ops_cmd::local_actor(user.as_deref()))?;
+            crate::verify_cmd::verify(&mut *ctl, &resource, world.output, out)
+        }
         Command::Rollback { operation, yes, world } => {
             let c = Control { packs: &world.packs, ..control(&world) };
             ops_cmd::rollback(&c, &operation, yes, input, out, err)

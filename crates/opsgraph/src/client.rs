@@ -289,6 +289,10 @@ impl Control for LocalControl {
         cursor.advance(&reader, id, seen)?;
         self.operation(id)
     }
+
+    fn verify(&mut self, resource: &str) -> anyhow::Result<opsgraph_runtime::VerifyReport> {
+        Ok(self.rt.verify(resource, &self.actor.clone())?)
+    }
 }
 
 /// Drives an operation under its lease, so that no server replica (or other CLI) drives it at

@@ -25,3 +25,4 @@ pub mod render;
 pub mod resource_cmd;
 pub mod serve_cmd;
 pub mod storage;
+pub mod verify_cmd;

@@ -53,7 +53,12 @@ pub struct ApplyArgs<'a> {
 }
 
 /// A runtime over the data directory, with packs and the inventory given on the command line.
-fn runtime(data_dir: &Path, packs: &[String], world: &[String], concurrency: Option<u16>) -> anyhow::Result<Runtime> {
+pub(crate) fn runtime(
+    data_dir: &Path,
+    packs: &[String],
+    world: &[String],
+    concurrency: Option<u16>,
+) -> anyhow::Result<Runtime> {
     let world_sources: Vec<Source> = world.iter().map(|p| Source::parse(p)).collect();
     let (packs, diags) = load_packs(packs, data_dir, true)?;
     if diags.iter().any(|d| d.is_error()) {

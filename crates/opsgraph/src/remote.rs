@@ -432,6 +432,10 @@ impl opsgraph_api::Control for Remote {
         let path = format!("/api/v1/operations/{}/interventions", segment(operation));
         Ok(serde_json::from_value(self.post_json(&path, doc)?)?)
     }
+
+    fn verify(&mut self, resource: &str) -> anyhow::Result<opsgraph_runtime::VerifyReport> {
+        Ok(serde_json::from_value(self.post_json("/api/v1/verifications", json!({"resource": resource}))?)?)
+    }
 }
 
 impl Remote {

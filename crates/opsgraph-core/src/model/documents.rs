@@ -15,7 +15,6 @@ use crate::model::world::{CapabilityPolicy, Intent, OperationsPolicy, Provider, 
 /// One YAML document, by kind. The root key of the document names the variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[expect(clippy::large_enum_variant, reason = "documents are loaded once, at most thousands of them")]
 pub enum Document {
     Resource(Resource),
     Provider(Provider),

@@ -58,9 +58,39 @@ pub struct ScenarioPack {
     pub editable: Editable,
     #[serde(default)]
     pub risk: Risk,
+    /// How each resource type the pack manages is observed and verified after day 1 ([I]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceSpec>,
+}
+
+/// How a managed resource type is kept right after its first operation ([I]): the evidence that
+/// verifies it, the evidence whose captures are its observed state, and how often.
+///
+/// Checks run where the instances of the job `on` ran in the resource's latest completed
+/// operation that has them (one per host of a fanned-out job), with that instance's environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceSpec {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The job whose instances give the checks their place and environment.
+    pub on: String,
+    /// Between two verifications by `opsgraph serve` (`30s`, `5m`).
+    pub interval: String,
+    /// Evidence checks that must pass for the resource to be `running`.
+    #[serde(default)]
+    pub verify: Vec<String>,
+    /// Evidence checks with `capture`: their captured values are the observed state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observe: Vec<String>,
 }
 
 impl ScenarioPack {
+    /// The verification of a resource type, when the pack declares one.
+    pub fn resource_spec(&self, type_: &str) -> Option<&ResourceSpec> {
+        self.resources.iter().find(|r| r.type_ == type_)
+    }
+
     /// `Tempo` for `tempo`: how the pack is named in sentences.
     pub fn display_title(&self) -> String {
         self.title.clone().unwrap_or_else(|| {
@@ -445,6 +475,11 @@ pub struct Evidence {
     pub interval: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// Values the check observes ([I]): name -> a regular expression whose first group, found in
+    /// the output (body, file content), is the value. A passing check whose capture does not
+    /// match fails: an observation that saw nothing proves nothing.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capture: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -64,6 +64,58 @@ pub struct Resource {
     /// `artifact:<operation>/<artifact>` for one an operation produced.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub credentials: BTreeMap<String, String>,
+    /// What evidence observed of it ([I]): the values its pack's `observe` checks captured
+    /// (`version`, `members`, `endpoint`), merged across operations and verifications.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub observed: BTreeMap<String, String>,
+    /// Its last verification ([I]), whose failing checks are the reason it is degraded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<Verification>,
+}
+
+/// What the last verification of a resource found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verification {
+    pub at: String,
+    /// Checks run (one per check and host).
+    pub checks: usize,
+    /// The checks that failed, each with where, what was expected and what was observed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<FailedCheck>,
+    /// The operation whose jobs gave the checks their hosts and environment.
+    pub operation: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailedCheck {
+    pub check: String,
+    /// The job instance it ran for (`verify-etcd-cluster@compute_node/fleet-2`).
+    pub on: String,
+    pub expected: String,
+    pub observed: String,
+}
+
+impl ResourceStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceStatus::Provisioning => "provisioning",
+            ResourceStatus::Running => "running",
+            ResourceStatus::Degraded => "degraded",
+            ResourceStatus::Error => "error",
+        }
+    }
+
+    /// The health that goes with a status.
+    pub fn health(self) -> Health {
+        match self {
+            ResourceStatus::Provisioning => Health::Unknown,
+            ResourceStatus::Running => Health::Healthy,
+            ResourceStatus::Degraded => Health::Degraded,
+            ResourceStatus::Error => Health::Error,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -188,6 +188,7 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
         }
     }
 
+    check_resources(&mut cx, &pack, manifest);
     // Manifest -> templates.
     for (i, r) in pack.manifest.plan_templates.iter().enumerate() {
         let at = |seg| pos_at(&manifest.node, &[PathSeg::Key("plan_templates"), PathSeg::Index(i), PathSeg::Key(seg)]);
@@ -588,6 +589,60 @@ fn lint_evidence(diags: &mut Vec<Diagnostic>, e: &Evidence, file: &str, at: Pos,
                 )
                 .in_file(&join(root, &script.path))
                 .hint(f.hint),
+            );
+        }
+    }
+}
+
+/// Manifest -> resource verification: a managed type, a job of the pack, its evidence; observed
+/// checks must capture something.
+fn check_resources(cx: &mut Cx<'_>, pack: &Pack, manifest: &Located) {
+    for (i, r) in pack.manifest.resources.iter().enumerate() {
+        let at = |key: &'static str, j: Option<usize>| {
+            let mut path = vec![PathSeg::Key("resources"), PathSeg::Index(i), PathSeg::Key(key)];
+            path.extend(j.map(PathSeg::Index));
+            pos_at(&manifest.node, &path)
+        };
+        if !pack.manifest.resource_types.contains(&r.type_) {
+            let known = pack.manifest.resource_types.iter().map(String::as_str);
+            cx.unknown(&manifest.file, at("type", None), "resource type", &r.type_, known);
+        }
+        let jobs = || pack.jobs.keys().map(String::as_str);
+        if !pack.jobs.contains_key(&r.on) && !pack.templates.iter().any(|t| t.jobs.iter().any(|e| e.id() == r.on)) {
+            cx.unknown(&manifest.file, at("on", None), "job", &r.on, jobs());
+        }
+        for (key, list) in [("verify", &r.verify), ("observe", &r.observe)] {
+            for (j, id) in list.iter().enumerate() {
+                match pack.evidence.get(id) {
+                    None => cx.unknown(
+                        &manifest.file,
+                        at(key, Some(j)),
+                        "evidence",
+                        id,
+                        pack.evidence.keys().map(String::as_str),
+                    ),
+                    Some(e) if key == "observe" && e.capture.is_empty() => cx.diags.push(
+                        Diagnostic::error(
+                            at(key, Some(j)),
+                            Code::BadValue,
+                            format!("evidence `{id}` captures nothing"),
+                        )
+                        .in_file(&manifest.file)
+                        .expected("an evidence check with `capture:` (name -> regular expression)"),
+                    ),
+                    Some(_) => {}
+                }
+            }
+        }
+        if r.verify.is_empty() && r.observe.is_empty() {
+            cx.diags.push(
+                Diagnostic::error(
+                    at("type", None),
+                    Code::MissingKey,
+                    format!("resource `{}` verifies nothing", r.type_),
+                )
+                .in_file(&manifest.file)
+                .expected("`verify:` or `observe:` evidence ids"),
             );
         }
     }

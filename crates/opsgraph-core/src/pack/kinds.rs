@@ -344,6 +344,24 @@ pub(crate) static SCENARIO_PACK: Obj = Obj {
         field("plan_templates", &Shape::List(&Shape::Obj(&TEMPLATE_REF)), "its plan templates"),
         field("editable", &Shape::Obj(&EDITABLE), "what users may change"),
         field("risk", &Shape::Obj(&RISK), "its risk"),
+        field(
+            "resources",
+            &Shape::List(&Shape::Obj(&RESOURCE_SPEC)),
+            "how its resource types are verified after day 1",
+        ),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static RESOURCE_SPEC: Obj = Obj {
+    name: "resource verification",
+    doc: "How a managed resource type is observed and verified after its first operation.",
+    fields: &[
+        required("type", &ID, "one of the pack's resource_types"),
+        required("on", &ID, "the job whose instances give the checks their hosts and environment"),
+        required("interval", &DURATION, "between two verifications by `opsgraph serve`"),
+        field("verify", &IDS, "evidence checks that must pass for the resource to be running"),
+        field("observe", &IDS, "evidence checks with `capture`: their values are the observed state"),
     ],
     one_of: &[],
     normalize: None,
@@ -589,6 +607,7 @@ pub(crate) static EVIDENCE_OBJ: Obj = Obj {
         field("retries", &Shape::Int { min: 0, max: 1000 }, "tries again this many times"),
         field("interval", &DURATION, "between tries"),
         field("timeout", &DURATION, "for one try"),
+        field("capture", &STR_MAP, "observed values: name -> a regular expression whose first group is the value"),
     ],
     one_of: &[],
     normalize: None,

@@ -141,6 +141,7 @@ fn ev(command: Command, expected: Option<&str>, exit: Option<i32>) -> Evidence {
         retries: None,
         interval: None,
         timeout: None,
+        capture: Default::default(),
     }
 }
 

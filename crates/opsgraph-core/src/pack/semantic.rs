@@ -42,6 +42,24 @@ fn evidence(check: &Node, diags: &mut Vec<Diagnostic>) {
             );
         }
     }
+    // A capture finds its value in text: tcp checks have none. Its first group is the value.
+    if let Some(NodeKind::Map(entries)) = check.get("capture").map(|n| &n.kind) {
+        for (name, pattern) in entries {
+            let Some(text) = pattern.as_str() else { continue };
+            let problem = match regex::Regex::new(text) {
+                Err(e) => Some(format!("capture `{}`: invalid regular expression: {e}", name.as_str().unwrap_or("?"))),
+                Ok(re) if re.captures_len() < 2 => Some(format!(
+                    "capture `{}` has no group: its value is the first `(…)`",
+                    name.as_str().unwrap_or("?")
+                )),
+                Ok(_) if source == "tcp" => Some("a `tcp` check has no output to capture from".to_string()),
+                Ok(_) => None,
+            };
+            if let Some(problem) = problem {
+                diags.push(Diagnostic::error(pattern.pos, Code::BadValue, problem));
+            }
+        }
+    }
     for (key, only) in [("url", "http"), ("expected_status", "http"), ("port", "tcp"), ("host", "tcp")] {
         if let Some(n) = check.get(key) {
             if source != only {

@@ -417,6 +417,8 @@ mod tests {
             provides: vec![crate::model::ProvidedCapability { capability: "s3".into(), attributes: cap }],
             access: None,
             credentials: Default::default(),
+            observed: Default::default(),
+            verification: None,
         }
     }
 

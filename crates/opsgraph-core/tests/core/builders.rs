@@ -132,6 +132,7 @@ pub(crate) fn pack(id: &str, resource_type: &str, jobs: Vec<JobB>) -> Pack {
             plan_templates: Vec::new(),
             editable: Default::default(),
             risk: Risk::default(),
+            resources: Vec::new(),
         },
         templates: vec![template],
         jobs: jobs.into_iter().map(|j| (j.0.id.clone(), j.0)).collect(),
@@ -176,6 +177,8 @@ pub(crate) fn resource(type_: &str, name: &str) -> ResourceB {
         provides: Vec::new(),
         access: None,
         credentials: BTreeMap::new(),
+        observed: BTreeMap::new(),
+        verification: None,
     })
 }
 

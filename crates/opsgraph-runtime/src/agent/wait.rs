@@ -248,6 +248,7 @@ fn to_result(task: &Task, report: AgentReport) -> TaskResult {
                 observed: e.observed,
                 detail: e.detail,
                 attempts: e.attempts,
+                captured: Default::default(),
             };
             Some((check, result))
         })

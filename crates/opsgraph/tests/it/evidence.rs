@@ -171,6 +171,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         lab-cluster/lab_admin_conf_present: failed, exit code 127
         lab-cluster/lab_apiserver_alive: failed, exit code 1
         lab-cluster/lab_apiserver_heartbeat_fresh: failed, exit code 1
+        lab-cluster/lab_cluster_observed: failed, exit code 127
         lab-cluster/lab_cluster_spec_recorded: failed, exit code 127
         lab-cluster/lab_cluster_status_ready: failed, exit code 127
         lab-cluster/lab_cni_alive: failed, exit code 1

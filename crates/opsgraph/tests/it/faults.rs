@@ -138,6 +138,9 @@ impl Store for Faulty {
     fn resource(&self, id: &str) -> Result<Option<opsgraph_store::ResourceRecord>, Error> {
         read!(self.resource(id))
     }
+    fn resource_events(&self, resource: &str, limit: usize) -> Result<Vec<opsgraph_store::ResourceEventRecord>, Error> {
+        read!(self.resource_events(resource, limit))
+    }
     fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error> {
         read!(self.idempotency(key))
     }

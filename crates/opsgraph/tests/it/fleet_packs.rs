@@ -117,6 +117,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         lab-cluster/lab_admin_conf_present: failed, exit code 2
         lab-cluster/lab_apiserver_alive: failed, exit code 1
         lab-cluster/lab_apiserver_heartbeat_fresh: failed, exit code 1
+        lab-cluster/lab_cluster_observed: failed, exit code 2
         lab-cluster/lab_cluster_spec_recorded: failed, exit code 2
         lab-cluster/lab_cluster_status_ready: failed, exit code 2
         lab-cluster/lab_cni_alive: failed, exit code 1
@@ -233,6 +234,45 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         }
     }
 
+    // Day 2 ([I]): verified right after it completed, with what the checks observed.
+    let resource = || -> serde_json::Value {
+        let described =
+            opsgraph(&["--data-dir", &data, "describe", "resource", "etcd.cluster/config-store", "-o", "json"]);
+        serde_json::from_str(&described.out).unwrap_or_else(|e| panic!("{e}: {}", described.render()))
+    };
+    let r = resource();
+    assert_eq!(r["resource"]["status"], "running", "{r:#}");
+    assert_eq!(r["resource"]["observed"]["members"], "3", "{r:#}");
+    assert!(r["resource"]["observed"]["version"].as_str().is_some_and(|v| v.starts_with("3.")), "{r:#}");
+    // `opsgraph serve` verifies it every 15 s (the pack's interval) from now on.
+    let server = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+        .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0", "--packs", &packs])
+        .env("OPSGRAPH_VERIFY_TICK_MS", "500")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let server = Stop(server);
+    let status_within = |want: &str, limit: std::time::Duration| {
+        let start = std::time::Instant::now();
+        loop {
+            let r = resource();
+            if r["resource"]["status"] == want {
+                eprintln!("TIME etcd.cluster {want} after {:.1} s", start.elapsed().as_secs_f64());
+                return r;
+            }
+            assert!(start.elapsed() < limit, "not {want} within {limit:?}: {r:#}");
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    };
+
     // etcd stopped on fleet-2 behind Opsgraph's back: the health check fails on every member
     // (fleet-2's own endpoint does not answer; the others see fleet-2's endpoint unhealthy).
     let stop = opsgraph_fleet::exec(&state.hosts[1], &["systemctl", "stop", "etcd"]).output().unwrap();
@@ -242,6 +282,28 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         assert!(!passed, "etcd_cluster_healthy passed on {name} with fleet-2's etcd stopped: {observed}");
         assert!(observed.starts_with("exit code 1;"), "{name}: {observed}");
     }
+    // Within one interval (15 s, plus up to 1.5 s of jitter and the checks' own time), serve
+    // finds it degraded, with the failing checks as the reason.
+    let r = status_within("degraded", std::time::Duration::from_secs(40));
+    let failed: Vec<String> = r["resource"]["verification"]["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{} on {}", f["check"].as_str().unwrap(), f["on"].as_str().unwrap()))
+        .collect();
+    assert!(failed.contains(&"etcd_unit_active on verify-etcd-cluster@fleet-2".to_string()), "{failed:?}");
+    // Started again: running at its next verification.
+    let start = opsgraph_fleet::exec(&state.hosts[1], &["systemctl", "start", "etcd"]).output().unwrap();
+    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    let r = status_within("running", std::time::Duration::from_secs(40));
+    let kinds: Vec<(&str, &str)> = r["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), e["status"].as_str().unwrap()))
+        .collect();
+    assert!(kinds.windows(2).any(|w| w == [("verified", "degraded"), ("verified", "running")]), "{kinds:?}");
+    drop(server);
 
     drop(fleet);
     assert_eq!(machine(), before, "down leaves the machine as it found it");

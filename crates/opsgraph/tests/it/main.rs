@@ -6,6 +6,7 @@ mod ai;
 mod artifact_params;
 mod bundled;
 mod crash;
+mod day2;
 mod documents;
 mod edge;
 mod etcd;

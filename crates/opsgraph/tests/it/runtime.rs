@@ -229,7 +229,7 @@ fn an_operation_runs_to_completion_and_evidence_decides() {
     assert_eq!(artifacts.len(), 1);
     assert_eq!(std::fs::read_to_string(lab.dir.join("data").join(&artifacts[0].location)).unwrap(), "port=8080\n");
     let resource = store.resource("mini.app/app-1").unwrap().unwrap();
-    expect![[r#"{"id":"mini.app/app-1","type":"mini.app","name":"app-1","environment":"dev","desired_state":"install mini.app","observed_state":"5 jobs done; 4 evidence checks passed","health":"healthy","status":"running","provides":[{"capability":"app.service"}]}"#]]
+    expect![[r#"{"id":"mini.app/app-1","type":"mini.app","name":"app-1","environment":"dev","desired_state":"install mini.app","observed_state":"completed: 4 evidence checks passed","health":"healthy","status":"running","provides":[{"capability":"app.service"}]}"#]]
     .assert_eq(&serde_json::to_string(&resource.doc).unwrap());
     // A completed run cannot be resumed, and says why.
     let err = rt.resume(&id, "user:alice", &mut |_| {}).unwrap_err();
