@@ -259,10 +259,15 @@ impl Runtime {
         doc.health = Health::Error;
         doc.status = Some(ResourceStatus::Error);
         // The failing checks are the reason, when evidence failed; else the job's failure.
-        let failed: Vec<Value> = self
-            .store
-            .evidence(&op.id)?
-            .into_iter()
+        // Each failing check once, as its latest attempt saw it (a retried job records its checks
+        // again); the failure's own attempt may still be in this transaction, and then its reason
+        // is in the summary.
+        let mut latest: BTreeMap<(String, String), EvidenceRecord> = BTreeMap::new();
+        for e in self.store.evidence(&op.id)? {
+            latest.insert((e.job.clone(), e.check.clone()), e);
+        }
+        let failed: Vec<Value> = latest
+            .into_values()
             .filter(|e| !e.passed)
             .map(|e| serde_json::json!({"check": e.check, "on": e.job, "expected": e.expected, "observed": e.observed}))
             .collect();
