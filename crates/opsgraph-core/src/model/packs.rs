@@ -58,6 +58,10 @@ pub struct ScenarioPack {
     pub editable: Editable,
     #[serde(default)]
     pub risk: Risk,
+    /// Library scripts (`scripts/lib/NAME.sh`) staged beside every script job's script, wherever
+    /// it runs, in the directory `OPSGRAPH_LIB` names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub libraries: Vec<String>,
 }
 
 impl ScenarioPack {
@@ -140,6 +144,13 @@ pub struct ScopeSpec {
     pub min: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<u32>,
+}
+
+impl ScopeSpec {
+    /// The scope of every resource of `resource_type` the intent names in `targets.<target>`.
+    pub fn targets(resource_type: &str, target: &str) -> ScopeSpec {
+        ScopeSpec { resource_type: resource_type.into(), from: vec![format!("targets.{target}")], min: None, max: None }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

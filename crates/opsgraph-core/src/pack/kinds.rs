@@ -344,6 +344,11 @@ pub(crate) static SCENARIO_PACK: Obj = Obj {
         field("plan_templates", &Shape::List(&Shape::Obj(&TEMPLATE_REF)), "its plan templates"),
         field("editable", &Shape::Obj(&EDITABLE), "what users may change"),
         field("risk", &Shape::Obj(&RISK), "its risk"),
+        field(
+            "libraries",
+            &STRS,
+            "library scripts (`scripts/lib/NAME.sh`) staged beside every job's script; scripts source them from `$OPSGRAPH_LIB`",
+        ),
     ],
     one_of: &[],
     normalize: None,

@@ -19,38 +19,19 @@ use std::time::{Duration, Instant};
 use opsgraph_store::Store;
 use serde_json::Value;
 
-use crate::support::{temp_dir, TempDir};
+use crate::support::{files_under, holds, temp_dir, StepPack, TempDir};
 
 /// A pack of `jobs` jobs, each fanned out over the intent's nodes, running `scripts/step.sh`
 /// with evidence `done`; `controls` goes into every job.
 fn pack(jobs: usize, script: &str, controls: &str) -> Vec<(String, String)> {
-    let ids: Vec<String> = (0..jobs).map(|k| format!("j{k}")).collect();
-    let mut files = vec![
-        (
-            "packs/agentpack/pack.yaml".to_string(),
-            "scenario_pack:\n  id: agentpack\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: agentpack.run}]\n".to_string(),
-        ),
-        (
-            "packs/agentpack/templates.yaml".to_string(),
-            format!(
-                "plan_template:\n  id: agentpack.run\n  action: run\n  parameters:\n    ledger: {{type: string, required: true}}\n  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: all, name: All, jobs: [{ids}]}}\n  jobs: [{ids}]\n",
-                ids = ids.join(", ")
-            ),
-        ),
-        (
-            "packs/agentpack/evidence.yaml".to_string(),
-            "evidence:\n  - {id: done, source: command, command: 'test -f \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"'}\n".to_string(),
-        ),
-        ("packs/agentpack/scripts/step.sh".to_string(), script.to_string()),
-    ];
-    let jobs: Vec<String> = ids
-        .iter()
-        .map(|id| {
-            format!("job: {{id: {id}, scope: {{resources: [compute_node], target: nodes}}, outputs: {{evidence: [done]}}, {controls}run: {{script: scripts/step.sh}}}}\n")
-        })
-        .collect();
-    files.push(("packs/agentpack/jobs.yaml".to_string(), jobs.join("---\n")));
-    files
+    let pack = StepPack {
+        id: "agentpack",
+        resource_type: "agent.batch",
+        parameters: "    ledger: {type: string, required: true}\n",
+        done: "test -f \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"",
+        step: script,
+    };
+    pack.files(jobs, &|_| controls.to_string())
 }
 
 /// Records the run in the ledger, then proves it with the evidence file.
@@ -543,7 +524,7 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
     let files: Vec<(String, String)> = [
         (
             "packs/artpack/pack.yaml",
-            "scenario_pack:\n  id: artpack\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: artpack.run}]\n",
+            "scenario_pack:\n  id: artpack\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: artpack.run}]\n  libraries: [scripts/lib/note.sh]\n",
         ),
         (
             "packs/artpack/templates.yaml",
@@ -564,8 +545,10 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
         ),
         (
             "packs/artpack/scripts/make.sh",
-            "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"\nprintf 'note of %s: %s\\n' \"$OPSGRAPH_TARGET_NAME\" \"$OPSGRAPH_PARAM_TOKEN\" > \"$OPSGRAPH_OUT/note\"\n",
+            "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"\n. \"$OPSGRAPH_LIB/note.sh\"\nnote > \"$OPSGRAPH_OUT/note\"\n",
         ),
+        // A library the agent gets beside the script (the pack is not on the agent's machine).
+        ("packs/artpack/scripts/lib/note.sh", "note() { printf 'note of %s: %s\\n' \"$OPSGRAPH_TARGET_NAME\" \"$OPSGRAPH_PARAM_TOKEN\"; }\n"),
         ("packs/artpack/scripts/use.sh", "cp \"$OPSGRAPH_ARTIFACT_NOTE\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"\n"),
         ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
     ]
@@ -590,18 +573,9 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
     let log = std::fs::read_to_string(c.dir.join(&format!("data/runs/{id}/make@w0.1.log"))).unwrap();
     assert_eq!(log, "the token is ***\n");
     let _ = std::fs::remove_file(c.dir.join("data/lab/used.w0"));
-    let mut found = Vec::new();
-    let mut stack = vec![c.dir.join("data")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if std::fs::read(&p).unwrap_or_default().windows(CANARY.len()).any(|w| w == CANARY.as_bytes()) {
-                found.push(p);
-            }
-        }
-    }
+    let mut all = Vec::new();
+    files_under(&c.dir.join("data"), &mut all);
+    let found: Vec<_> = all.iter().filter(|(_, bytes)| holds(bytes, CANARY)).map(|(p, _)| p).collect();
     assert!(found.is_empty(), "the secret in plain text in {found:?}");
 }
 
