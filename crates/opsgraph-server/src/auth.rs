@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use base64::Engine as _;
-use opsgraph_store::{now, AuditRecord, Store, TokenRecord, Write};
+use opsgraph_store::{now, Store, TokenRecord, Write};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -446,17 +446,8 @@ pub enum BootstrapError {
     Store(#[from] opsgraph_store::Error),
 }
 
-/// An audit record (the store assigns `seq`).
-pub fn audit(
-    actor: &str,
-    action: &str,
-    target: &str,
-    operation: Option<&str>,
-    resource: Option<&str>,
-    detail: Value,
-) -> AuditRecord {
-    opsgraph_runtime::audit::record(actor, action, target, operation, resource, detail)
-}
+/// An audit record (the store assigns `seq`): the runtime's one builder of them.
+pub use opsgraph_runtime::audit::record as audit;
 
 pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<String> {
     let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;

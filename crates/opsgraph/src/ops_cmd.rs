@@ -138,12 +138,7 @@ pub fn apply(
     }
     let mut plan = plan;
     if !args.yes {
-        write!(out, "\nApply this plan? Type `yes` to go on: ")?;
-        out.flush()?;
-        let mut answer = String::new();
-        input.read_line(&mut answer)?;
-        if answer.trim() != "yes" {
-            writeln!(err, "not applied")?;
+        if !crate::render::confirmed("Apply this plan?", "not applied", input, out, err)? {
             return Ok(1);
         }
         // The world may have changed while the question was open: built again, the plan must
@@ -394,19 +389,10 @@ pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyh
         .or_else(|| packs.iter().find(|p| p.manifest.id == pack_id))
         .with_context(|| format!("the pack {} of this operation is not loaded", plan.pack))?;
     let patch = match (args.file, args.remedy) {
-        (Some(file), _) => {
-            let (docs, diags) = load::documents(&[Source::parse(file)]);
-            if diags.iter().any(|d| d.is_error()) {
-                let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
-                bail!("{}", text.join("\n"));
-            }
-            docs.into_iter()
-                .find_map(|d| match d.doc {
-                    opsgraph_core::model::Document::PlanPatch(p) => Some(p),
-                    _ => None,
-                })
-                .with_context(|| format!("{file} holds no plan_patch document"))?
-        }
+        (Some(file), _) => document_of(file, "plan_patch", |d| match d {
+            opsgraph_core::model::Document::PlanPatch(p) => Some(p),
+            _ => None,
+        })?,
         (None, Some(id)) => {
             pack.remedies.iter().find(|r| r.id == id).map(|r| r.plan_patch.clone()).with_context(|| {
                 let known: Vec<&str> = pack.remedies.iter().map(|r| r.id.as_str()).collect();
@@ -459,17 +445,25 @@ pub fn patch(c: &Control<'_>, args: &PatchArgs<'_>, out: &mut dyn Write) -> anyh
 
 /// The `intervention` document of a file.
 pub fn intervention_file(file: &str) -> anyhow::Result<opsgraph_core::model::Intervention> {
+    document_of(file, "intervention", |d| match d {
+        opsgraph_core::model::Document::Intervention(i) => Some(i),
+        _ => None,
+    })
+}
+
+/// The first document of `file` that `pick` takes (a `kind` document); the file's errors, if
+/// it has any.
+fn document_of<T>(
+    file: &str,
+    kind: &str,
+    pick: impl Fn(opsgraph_core::model::Document) -> Option<T>,
+) -> anyhow::Result<T> {
     let (docs, diags) = load::documents(&[Source::parse(file)]);
     if diags.iter().any(|d| d.is_error()) {
         let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
         bail!("{}", text.join("\n"));
     }
-    docs.into_iter()
-        .find_map(|d| match d.doc {
-            opsgraph_core::model::Document::Intervention(i) => Some(i),
-            _ => None,
-        })
-        .with_context(|| format!("{file} holds no intervention document"))
+    docs.into_iter().find_map(|d| pick(d.doc)).with_context(|| format!("{file} holds no {kind} document"))
 }
 
 /// `intervene OP ...`: record, verify, and drive on when verified.
@@ -544,15 +538,10 @@ pub fn rollback(
         writeln!(err, "nothing to roll back: no completed job of {op} can be undone")?;
         return Ok(1);
     }
-    if !yes {
-        write!(out, "\nRoll back {op} with this plan? Type `yes` to go on: ")?;
-        out.flush()?;
-        let mut answer = String::new();
-        input.read_line(&mut answer)?;
-        if answer.trim() != "yes" {
-            writeln!(err, "not rolled back")?;
-            return Ok(1);
-        }
+    if !yes
+        && !crate::render::confirmed(&format!("Roll back {op} with this plan?"), "not rolled back", input, out, err)?
+    {
+        return Ok(1);
     }
     let actor = local_actor(None);
     writeln!(out)?;

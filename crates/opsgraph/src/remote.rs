@@ -171,15 +171,8 @@ impl Remote {
             writeln!(err, "nothing applied: a requirement cannot be met")?;
             return Ok(1);
         }
-        if !yes {
-            write!(out, "\nApply this plan? Type `yes` to go on: ")?;
-            out.flush()?;
-            let mut answer = String::new();
-            input.read_line(&mut answer)?;
-            if answer.trim() != "yes" {
-                writeln!(err, "not applied")?;
-                return Ok(1);
-            }
+        if !yes && !crate::render::confirmed("Apply this plan?", "not applied", input, out, err)? {
+            return Ok(1);
         }
         let created = self.call("POST", "/api/v1/operations", Some(("application/yaml", text.into_bytes())))?;
         let id = created["id"].as_str().context("the server did not say which operation it created")?.to_string();

@@ -53,31 +53,26 @@ fn s3(name: &str, env: &str, provider: &str, attributes: &[(&str, serde_json::Va
 #[test]
 fn every_constraint_form() {
     let mut c = case("prod");
-    c.resources = vec![
-        s3(
-            "big",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "small",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(100)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "plain",
-            "prod",
-            "p",
-            &[("encryption", json!(false)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "shared",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("shared"))],
-        ),
+    // name, environment, encryption, capacity_gb, access_mode
+    let rows = [
+        ("big", "prod", true, 1000, "dedicated"),
+        ("small", "prod", true, 100, "dedicated"),
+        ("plain", "prod", false, 1000, "dedicated"),
+        ("shared", "prod", true, 1000, "shared"),
+        ("huge", "prod", true, 90000, "dedicated"),
+        ("devbox", "dev", true, 1000, "dedicated"),
+        ("broken", "prod", true, 1000, "dedicated"),
+    ];
+    c.resources = rows
+        .iter()
+        .map(|(name, env, encryption, capacity, mode)| {
+            let a = [("encryption", json!(encryption)), ("capacity_gb", json!(capacity)), ("access_mode", json!(mode))];
+            s3(name, env, "p", &a)
+        })
+        .collect();
+    // In another region: after `shared`, where it was listed.
+    c.resources.insert(
+        4,
         resource("object_storage", "far")
             .env("prod")
             .provider("p")
@@ -91,25 +86,7 @@ fn every_constraint_form() {
                 ]),
             )
             .0,
-        s3(
-            "huge",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(90000)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "devbox",
-            "dev",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "broken",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
-        ),
-    ];
+    );
     c.resources.last_mut().unwrap().health = Health::Error;
     // The seed's §5 requirement, plus a max_ bound and a list.
     let r = req("object_storage.s3")
