@@ -28,9 +28,8 @@ needs_out
 needs_cluster
 release_and_namespace fail
 BUCKET=${OPSGRAPH_PARAM_BUCKET:-data}
-MC_IMAGE=${OPSGRAPH_PARAM_MC_IMAGE:-quay.io/minio/mc:RELEASE.2024-11-21T17-21-54Z}
-matches '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' "$BUCKET" || fail "bucket '$BUCKET' is not an S3 bucket name"
-matches '[a-z0-9][-A-Za-z0-9./:_@]*' "$MC_IMAGE" || fail "mc_image '$MC_IMAGE' is not an image reference"
+s3_bucket "$BUCKET"
+mc_image
 JOB="$RELEASE-opsgraph-bucket"
 POLICY="$RELEASE-$BUCKET-rw"
 ENDPOINT="http://$RELEASE.$NAMESPACE.svc:9000"

@@ -33,8 +33,7 @@ ENDPOINT_URL=$(ref ENDPOINT_URL)
 REGION=$(ref REGION)
 BUCKET=$(ref BUCKET)
 PATH_STYLE=$(ref FORCE_PATH_STYLE)
-MC_IMAGE=${OPSGRAPH_PARAM_MC_IMAGE:-quay.io/minio/mc:RELEASE.2024-11-21T17-21-54Z}
-matches '[a-z0-9][-A-Za-z0-9./:_@]*' "$MC_IMAGE" || fail "mc_image '$MC_IMAGE' is not an image reference"
+mc_image
 for v in "$NAMESPACE" "$RELEASE" "$SECRET" "$ENDPOINT_URL" "$REGION" "$BUCKET"; do
     [ -n "$v" ] || fail "s3_credentials_ref is incomplete"
 done

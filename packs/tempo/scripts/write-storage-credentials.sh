@@ -56,7 +56,7 @@ BUCKET=${BUCKET:-$RELEASE-traces}
 matches 'https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?/?' "$ENDPOINT_URL" ||
     fail "S3 endpoint '$ENDPOINT_URL' is not http(s)://host[:port] (set s3_endpoint or the binding's ENDPOINT)"
 matches '[a-z0-9-]+' "$REGION" || fail "region '$REGION' is not an S3 region"
-matches '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' "$BUCKET" || fail "bucket '$BUCKET' is not an S3 bucket name"
+s3_bucket "$BUCKET"
 case $FORCE_PATH_STYLE in true | false) ;; *) fail "FORCE_PATH_STYLE must be true or false" ;; esac
 ENDPOINT_URL=${ENDPOINT_URL%/}
 case $ENDPOINT_URL in

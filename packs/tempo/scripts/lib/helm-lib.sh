@@ -49,6 +49,15 @@ release_and_namespace() {
     matches '[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?' "$NAMESPACE" || "$1" "namespace '$NAMESPACE' is not a DNS label"
 }
 
+# mc_image: sets MC_IMAGE, the mc_image parameter (else a pinned mc release), an image reference.
+mc_image() {
+    MC_IMAGE=${OPSGRAPH_PARAM_MC_IMAGE:-quay.io/minio/mc:RELEASE.2024-11-21T17-21-54Z}
+    matches '[a-z0-9][-A-Za-z0-9./:_@]*' "$MC_IMAGE" || fail "mc_image '$MC_IMAGE' is not an image reference"
+}
+
+# s3_bucket NAME: the script fails unless NAME is an S3 bucket name.
+s3_bucket() { matches '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' "$1" || fail "bucket '$1' is not an S3 bucket name"; }
+
 # preflight RESOURCE...: kubectl and helm are installed, the API answers (SERVER: its version),
 # helm is 3.8 or later (HELM_VERSION), and this identity may create the namespace when it is
 # missing and each RESOURCE in it. Problems are reported with `problem`.
