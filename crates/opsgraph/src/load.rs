@@ -244,13 +244,7 @@ pub fn documents(sources: &[Source]) -> (Vec<Located>, Vec<Diagnostic>) {
     let mut docs = Vec::new();
     let mut diags = Vec::new();
     for source in sources {
-        let files = match source.files() {
-            Ok(files) => files,
-            Err(e) => {
-                diags.push(io_error(source, &e));
-                continue;
-            }
-        };
+        let Some(files) = source.files().map_err(|e| diags.push(io_error(source, &e))).ok() else { continue };
         let single = source.is_file();
         for (rel, read) in files.iter().filter(|(p, _)| single || is_yaml(p)) {
             let name = if single { source.display() } else { source.join(rel) };
@@ -282,13 +276,7 @@ pub fn packs(sources: &[Source]) -> (Vec<Pack>, Vec<Diagnostic>) {
     let mut packs = Vec::new();
     let mut diags = Vec::new();
     for source in sources {
-        let files = match source.files() {
-            Ok(files) => files,
-            Err(e) => {
-                diags.push(io_error(source, &e));
-                continue;
-            }
-        };
+        let Some(files) = source.files().map_err(|e| diags.push(io_error(source, &e))).ok() else { continue };
         // A file that was not read fails the pack it is in: it would count in its digest.
         let files: Vec<(String, Vec<u8>)> = files
             .into_iter()

@@ -4,7 +4,7 @@
 use expect_test::{expect, Expect};
 use opsgraph_core::model::{CapabilityPolicy, EnvironmentPolicy, Health, Intent, Provider, Requirement, Resource};
 use opsgraph_core::plan::resolve::{resolve, Context};
-use opsgraph_core::plan::Inventory;
+use opsgraph_core::plan::{Inventory, Resolution};
 use serde_json::json;
 
 use crate::builders::*;
@@ -22,8 +22,8 @@ fn case(env: &str) -> Case {
     Case { resources: Vec::new(), providers: Vec::new(), policy: CapabilityPolicy::default(), intent }
 }
 
-/// Resolves `req` and shows the outcome and each rejection.
-fn check(c: &Case, req: Requirement, expect: Expect) {
+/// `req` resolved for Tempo's jobs `jobs` in the world of `c`.
+fn resolved(c: &Case, req: &Requirement, jobs: Vec<String>) -> Resolution {
     let inventory = Inventory::new(&c.resources);
     let cx = Context {
         inventory: &inventory,
@@ -32,7 +32,12 @@ fn check(c: &Case, req: Requirement, expect: Expect) {
         intent: &c.intent,
         requester: "Tempo",
     };
-    let r = resolve(&cx, &req, vec!["install-tempo".into()]);
+    resolve(&cx, req, jobs)
+}
+
+/// Resolves `req` and shows the outcome and each rejection.
+fn check(c: &Case, req: Requirement, expect: Expect) {
+    let r = resolved(c, &req, vec!["install-tempo".into()]);
     let mut s = serde_json::to_string(&r.outcome).unwrap();
     s.push('\n');
     for rej in &r.rejected {
@@ -243,15 +248,7 @@ fn unsatisfiable_lists_every_candidate() {
 fn large_inventories_list_a_sample_and_count_the_rest() {
     let mut c = case("dev");
     c.resources = (0..500).map(|i| s3(&format!("r{i}"), "prod", "p", &[])).collect();
-    let inventory = Inventory::new(&c.resources);
-    let cx = Context {
-        inventory: &inventory,
-        providers: &c.providers,
-        policy: &c.policy,
-        intent: &c.intent,
-        requester: "Tempo",
-    };
-    let r = resolve(&cx, &req("object_storage.s3"), vec![]);
+    let r = resolved(&c, &req("object_storage.s3"), vec![]);
     assert_eq!(r.rejected.len(), opsgraph_core::plan::resolve::REJECTION_LIMIT);
     assert_eq!(r.rejected_by_rule.get("environment"), Some(&500));
     assert_eq!(r.considered, 500);

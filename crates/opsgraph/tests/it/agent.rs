@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use opsgraph_store::Store;
 use serde_json::Value;
 
-use crate::support::{files_under, holds, temp_dir, StepPack, TempDir};
+use crate::support::{files_under, free_port, holds, temp_dir, StepPack, TempDir};
 
 /// A pack of `jobs` jobs, each fanned out over the intent's nodes, running `scripts/step.sh`
 /// with evidence `done`; `controls` goes into every job.
@@ -54,10 +54,6 @@ fn intent(nodes: &[&str], ledger: &Path) -> String {
     )
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A data directory, its server process and agent processes; every process is killed on drop.
 struct Cluster {
     dir: TempDir,
@@ -89,7 +85,7 @@ impl Cluster {
         };
         let agent_token = dir.join("agent.token");
         std::fs::write(&agent_token, &agent).unwrap();
-        let port = free_port();
+        let port = free_port("127.0.0.1");
         let serve_args: Vec<String> = [
             "--data-dir",
             &data.display().to_string(),
@@ -518,18 +514,26 @@ fn bench_jobs_per_second_through_agents_beside_the_local_executor() {
     }
 }
 
+/// The manifest and template of a pack `id` whose jobs (`jobs`, one stage) run on the intent's
+/// nodes with a secret parameter `token`; `manifest` is added to the manifest.
+fn token_pack(id: &str, jobs: &str, manifest: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            format!("packs/{id}/pack.yaml"),
+            format!("scenario_pack:\n  id: {id}\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{{id: {id}.run}}]\n{manifest}"),
+        ),
+        (
+            format!("packs/{id}/templates.yaml"),
+            format!("plan_template:\n  id: {id}.run\n  action: run\n  parameters:\n    token: {{type: string, required: true, secret: true}}\n  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: all, name: All, jobs: [{jobs}]}}\n  jobs: [{jobs}]\n"),
+        ),
+    ]
+}
+
 #[test]
 fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
     const CANARY: &str = "canary-agent-7f3a9c1e5b";
-    let files: Vec<(String, String)> = [
-        (
-            "packs/artpack/pack.yaml",
-            "scenario_pack:\n  id: artpack\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: artpack.run}]\n  libraries: [scripts/lib/note.sh]\n",
-        ),
-        (
-            "packs/artpack/templates.yaml",
-            "plan_template:\n  id: artpack.run\n  action: run\n  parameters:\n    token: {type: string, required: true, secret: true}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: all, name: All, jobs: [make, use]}\n  jobs: [make, use]\n",
-        ),
+    let mut files = token_pack("artpack", "make, use", "  libraries: [scripts/lib/note.sh]\n");
+    files.extend([
         (
             "packs/artpack/artifacts.yaml",
             "artifact: {id: note, type: text, sensitivity: secret, storage: blob}\n",
@@ -553,8 +557,7 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
         ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
     ]
     .iter()
-    .map(|(a, b)| (a.to_string(), b.to_string()))
-    .collect();
+    .map(|(a, b)| (a.to_string(), b.to_string())));
     let mut c = Cluster::new(files, "10s", "30s");
     c.start_agent(&[]);
     let intent = format!(
@@ -582,15 +585,8 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
 #[test]
 fn what_an_agent_sends_is_masked_by_the_server_and_undeclared_evidence_is_refused() {
     const CANARY: &str = "canary-hostile-4d2b8e6f1a";
-    let files: Vec<(String, String)> = [
-        (
-            "packs/hostile/pack.yaml",
-            "scenario_pack:\n  id: hostile\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: hostile.run}]\n",
-        ),
-        (
-            "packs/hostile/templates.yaml",
-            "plan_template:\n  id: hostile.run\n  action: run\n  parameters:\n    token: {type: string, required: true, secret: true}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: all, name: All, jobs: [make]}\n  jobs: [make]\n",
-        ),
+    let mut files = token_pack("hostile", "make", "");
+    files.extend([
         (
             "packs/hostile/jobs.yaml",
             "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {evidence: [made]}, run: {script: scripts/make.sh}}\n",
@@ -600,8 +596,7 @@ fn what_an_agent_sends_is_masked_by_the_server_and_undeclared_evidence_is_refuse
         ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
     ]
     .iter()
-    .map(|(a, b)| (a.to_string(), b.to_string()))
-    .collect();
+    .map(|(a, b)| (a.to_string(), b.to_string())));
     let c = Cluster::new(files, "30s", "60s");
     let token = std::fs::read_to_string(&c.agent_token).unwrap();
     let id = c.create(&format!(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use opsgraph_store::Store;
 
 use crate::fleet::{claim, machine, Fleet};
-use crate::support::{opsgraph, temp_dir, StepPack, TempDir};
+use crate::support::{free_port, opsgraph, temp_dir, StepPack, TempDir};
 
 /// The ledger on a host's disk: one line per run of a job (`OP JOB HOST PARENT`).
 pub(crate) const LEDGER: &str = "/var/lib/fleet-ledger/ledger";
@@ -84,10 +84,6 @@ pub(crate) fn ledger(fleet_dir: &Path, host: usize) -> Vec<String> {
     let (state, _) = opsgraph_fleet::status(fleet_dir).unwrap().unwrap();
     let o = opsgraph_fleet::exec(&state.hosts[host], &["cat", LEDGER]).output().unwrap();
     String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("10.213.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// `opsgraph serve` on the bridge address, killed on drop.
@@ -201,7 +197,7 @@ fn an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh() {
     // The agent first (it retries until its server answers), then the server on the bridge's
     // address (there once the fleet is up), reading the inventory that now says agent.
     let (admin, token) = tokens(&tmp);
-    let port = free_port();
+    let port = free_port("10.213.0.1");
     let url = format!("http://10.213.0.1:{port}");
     let bin = env!("CARGO_BIN_EXE_opsgraph");
     let (t, n) = (token.display().to_string(), "fleet-agents");

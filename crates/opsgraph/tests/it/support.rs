@@ -165,3 +165,8 @@ pub(crate) fn files_under(dir: &std::path::Path, out: &mut Vec<(std::path::PathB
 pub(crate) fn holds(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
+
+/// A TCP port free on `address` just now.
+pub(crate) fn free_port(address: &str) -> u16 {
+    std::net::TcpListener::bind((address, 0)).unwrap().local_addr().unwrap().port()
+}
