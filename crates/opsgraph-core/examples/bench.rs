@@ -72,58 +72,8 @@ fn job(k: usize) -> Job {
 }
 
 fn pack() -> Pack {
-    let jobs: Vec<Job> = (0..10).map(job).collect();
-    let template = PlanTemplate {
-        id: "bench.run".into(),
-        action: "run".into(),
-        title: None,
-        description: None,
-        parameters: BTreeMap::new(),
-        scopes: [(
-            "nodes".to_string(),
-            ScopeSpec {
-                resource_type: "compute_node".into(),
-                from: vec!["targets.nodes".into()],
-                min: None,
-                max: None,
-            },
-        )]
-        .into(),
-        stages: vec![StageSpec {
-            id: "all".into(),
-            name: "All".into(),
-            jobs: jobs.iter().map(|j| j.id.clone()).collect(),
-        }],
-        jobs: jobs.iter().map(|j| JobEntry::Ref(j.id.clone())).collect(),
-        gates: vec![],
-        requires: None,
-        risk: None,
-        provides: vec![],
-    };
-    Pack {
-        root: "bench".into(),
-        digest: String::new(),
-        manifest: ScenarioPack {
-            id: "bench".into(),
-            version: "1.0.0".into(),
-            title: None,
-            description: None,
-            resource_types: vec!["bench.thing".into()],
-            actions: vec!["run".into()],
-            requires: vec![],
-            provides: vec![],
-            plan_templates: vec![],
-            editable: Editable::default(),
-            risk: Risk::default(),
-            resources: Vec::new(),
-        },
-        templates: vec![template],
-        jobs: jobs.into_iter().map(|j| (j.id.clone(), j)).collect(),
-        evidence: BTreeMap::new(),
-        artifacts: BTreeMap::new(),
-        remedies: vec![],
-        providers: vec![],
-    }
+    let scopes = [("nodes".to_string(), ScopeSpec::targets("compute_node", "nodes"))].into();
+    Pack::one_stage("bench", "bench", "bench.thing", scopes, (0..10).map(job).collect())
 }
 
 fn node(i: usize) -> Resource {

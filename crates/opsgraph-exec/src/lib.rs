@@ -84,7 +84,7 @@ pub use guard::stop_leftovers;
 pub use http::HttpExecutor;
 pub use local::LocalExecutor;
 pub use outcome::{Outcome, Output, Run};
-pub use spec::{param_env, program_for, Cancel, Download, Program, Spec, Tee, TeeFn, Transfer};
+pub use spec::{param_env, program_for, Bundle, Cancel, Download, Program, Spec, Tee, TeeFn, Transfer};
 pub use ssh::{shell_quote, SshExecutor};
 
 /// Runs a [`Spec`] somewhere. Implementations never panic on bad input: what cannot run comes

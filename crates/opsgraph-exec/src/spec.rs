@@ -138,9 +138,20 @@ pub struct Transfer {
     /// Variables of [`Spec::env`] whose values are paths of local files: each file is copied to
     /// the remote directory (mode 0600) and the variable names the copy there.
     pub upload: Vec<String>,
+    /// Files copied by name into one remote directory, which a variable then names.
+    pub bundle: Option<Bundle>,
     /// A variable set to a remote directory the program writes into (`OPSGRAPH_OUT`), and the
     /// files fetched from it into a local directory afterwards (missing ones are skipped).
     pub download: Option<Download>,
+}
+
+/// Local files that travel together into one remote directory (mode 0600, each under its file
+/// name), and the variable of [`Spec::env`] set to that directory: a pack's library scripts,
+/// `OPSGRAPH_LIB`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bundle {
+    pub env: String,
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +164,9 @@ pub struct Download {
 
 impl Transfer {
     pub fn is_empty(&self) -> bool {
-        self.upload.is_empty() && self.download.as_ref().is_none_or(|d| d.files.is_empty())
+        self.upload.is_empty()
+            && self.bundle.as_ref().is_none_or(|b| b.files.is_empty())
+            && self.download.as_ref().is_none_or(|d| d.files.is_empty())
     }
 }
 

@@ -122,6 +122,19 @@ pub(crate) fn remote_command(spec: &Spec) -> Result<String, String> {
     Ok(out)
 }
 
+/// The file name of `path` with every character but `[A-Za-z0-9._-]` replaced by `_`: safe inside
+/// a quoted remote path.
+fn plain_name(path: &Path) -> String {
+    path.file_name()
+        .map(|f| {
+            f.to_string_lossy()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Runs commands on `host` with the system `ssh` (see the module doc for the remote command and
 /// the host key policy).
 ///
@@ -292,18 +305,22 @@ impl SshExecutor {
         staged.workdir = Some(PathBuf::from(&dir));
         for (n, name) in transfer.upload.iter().enumerate() {
             let Some(local) = spec.env.get(name) else { continue };
-            let base: String = Path::new(local)
-                .file_name()
-                .map(|f| {
-                    f.to_string_lossy()
-                        .chars()
-                        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let target = format!("{dir}/in/{n}-{base}");
+            let target = format!("{dir}/in/{n}-{}", plain_name(Path::new(local)));
             self.helper(options, &format!("umask 077 && cat > {}", shell_quote(&target)), Some(Path::new(local)))?;
             staged.env.insert(name.clone(), target);
+        }
+        if let Some(b) = transfer.bundle.as_ref().filter(|b| !b.files.is_empty()) {
+            let bundle = format!("{dir}/lib");
+            self.helper(options, &format!("mkdir -m 700 -- {}", shell_quote(&bundle)), None)?;
+            for file in &b.files {
+                let name = plain_name(file);
+                if name.is_empty() || name.starts_with('.') {
+                    return Err(format!("`{}` has no plain file name", file.display()));
+                }
+                let target = shell_quote(&format!("{bundle}/{name}"));
+                self.helper(options, &format!("umask 077 && cat > {target}"), Some(file))?;
+            }
+            staged.env.insert(b.env.clone(), bundle);
         }
         if let Some(d) = &transfer.download {
             staged.env.insert(d.env.clone(), format!("{dir}/out"));

@@ -76,48 +76,7 @@ fn chain_pack(n: usize, chained: bool) -> Pack {
             j
         })
         .collect();
-    let template = PlanTemplate {
-        id: "chain.run".into(),
-        action: "run".into(),
-        title: None,
-        description: None,
-        parameters: BTreeMap::new(),
-        scopes: BTreeMap::new(),
-        stages: vec![StageSpec {
-            id: "all".into(),
-            name: "All".into(),
-            jobs: jobs.iter().map(|j| j.id.clone()).collect(),
-        }],
-        jobs: jobs.iter().map(|j| JobEntry::Ref(j.id.clone())).collect(),
-        gates: vec![],
-        requires: None,
-        risk: None,
-        provides: vec![],
-    };
-    Pack {
-        root: "/nonexistent".into(),
-        digest: String::new(),
-        manifest: ScenarioPack {
-            id: "chain".into(),
-            version: "1.0.0".into(),
-            title: None,
-            description: None,
-            resource_types: vec!["chain.thing".into()],
-            actions: vec!["run".into()],
-            requires: vec![],
-            provides: vec![],
-            plan_templates: vec![],
-            editable: Editable::default(),
-            risk: opsgraph_core::model::Risk::default(),
-            resources: Vec::new(),
-        },
-        templates: vec![template],
-        jobs: jobs.into_iter().map(|j| (j.id.clone(), j)).collect(),
-        evidence: BTreeMap::new(),
-        artifacts: BTreeMap::new(),
-        remedies: vec![],
-        providers: vec![],
-    }
+    Pack::one_stage("/nonexistent", "chain", "chain.thing", BTreeMap::new(), jobs)
 }
 
 fn spawn_floor(n: usize) -> Duration {

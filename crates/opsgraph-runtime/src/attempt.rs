@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use opsgraph_core::model::Resource;
 use opsgraph_core::plan::{JobInstance, Plan};
-use opsgraph_exec::{Cancel, Executor, LocalExecutor, SshExecutor};
+use opsgraph_exec::{Executor, LocalExecutor, SshExecutor};
 use opsgraph_store::{ArtifactRecord, OperationRecord};
 use serde_json::Value;
 
 use crate::jobs::{artifact_env, param_text};
+use crate::task::Refuse;
 use crate::{Error, Runtime};
 
 impl Runtime {
@@ -44,7 +45,7 @@ impl Runtime {
                 control_dir: Some(self.data_dir.join("ssh")),
             }),
             (None, None) if local => Arc::new(LocalExecutor),
-            (Some(ExecutorKind::Ssh) | None, None) => Arc::new(Unreachable(format!(
+            (Some(ExecutorKind::Ssh) | None, None) => Arc::new(Refuse(format!(
                 "{} has no {}access in the inventory",
                 instance.resource.as_deref().unwrap_or("the control host"),
                 if wants == Some(ExecutorKind::Ssh) { "SSH " } else { "" }
@@ -348,20 +349,6 @@ impl Runtime {
         }
         values.insert("operation_id".into(), op.id.clone());
         values
-    }
-}
-
-/// An executor for a target nothing can reach: every run is "could not start".
-struct Unreachable(String);
-
-impl Executor for Unreachable {
-    fn run(&self, _: &opsgraph_exec::Spec, _: &Cancel) -> opsgraph_exec::Run {
-        opsgraph_exec::Run {
-            outcome: opsgraph_exec::Outcome::CouldNotStart { error: self.0.clone() },
-            output: opsgraph_exec::Output::default(),
-            http_status: None,
-            leaked: false,
-        }
     }
 }
 

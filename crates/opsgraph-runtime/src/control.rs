@@ -396,16 +396,11 @@ impl Runtime {
         reason: &str,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
-        let attached = self.take_attached();
-        let (op, _) = self.load(op_id)?;
-        let event = Event::Pause { reason: reason.to_string() };
-        Ok(self.transition(&op, event, actor, reason, attached, progress)?.state)
+        self.person_event(op_id, Event::Pause { reason: reason.to_string() }, actor, reason, progress)
     }
 
     pub fn resume(&mut self, op_id: &str, actor: &str, progress: Progress<'_>) -> Result<OperationState, Error> {
-        let attached = self.take_attached();
-        let (op, _) = self.load(op_id)?;
-        Ok(self.transition(&op, Event::Resume, actor, "resumed", attached, progress)?.state)
+        self.person_event(op_id, Event::Resume, actor, "resumed", progress)
     }
 
     pub fn cancel(
@@ -415,9 +410,21 @@ impl Runtime {
         reason: &str,
         progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
+        self.person_event(op_id, Event::Cancel { reason: reason.to_string() }, actor, reason, progress)
+    }
+
+    /// A person's lifecycle event on an operation (pause, resume, cancel), committed with what
+    /// was attached to the call.
+    fn person_event(
+        &mut self,
+        op_id: &str,
+        event: Event,
+        actor: &str,
+        reason: &str,
+        progress: Progress<'_>,
+    ) -> Result<OperationState, Error> {
         let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
-        let event = Event::Cancel { reason: reason.to_string() };
         Ok(self.transition(&op, event, actor, reason, attached, progress)?.state)
     }
 

@@ -147,21 +147,7 @@ impl Runtime {
                 updated_at: at.clone(),
             }));
         }
-        for g in &plan.gates {
-            writes.push(Write::Gate(GateRecord {
-                operation: id.clone(),
-                id: g.id.clone(),
-                gate_type: g.type_,
-                kind: opsgraph_core::model::GateKind::Plan,
-                reason: g.reason.clone(),
-                options: g.options.clone(),
-                required_roles: g.required_roles.clone(),
-                answer: None,
-                answered_by: None,
-                answered_at: None,
-                value: None,
-            }));
-        }
+        writes.extend(plan.gates.iter().map(|g| open_gate(&id, g)));
         // The inventory entries the plan runs on are kept, so later commands reach them without
         // being given the inventory again.
         let targets: HashSet<&str> = plan.jobs.iter().filter_map(|j| j.resource.as_deref()).collect();
@@ -242,4 +228,21 @@ impl Runtime {
         }
         Ok(())
     }
+}
+
+/// The record of a plan's gate of operation `op`, not answered yet.
+pub(crate) fn open_gate(op: &str, g: &opsgraph_core::plan::PlanGate) -> Write {
+    Write::Gate(GateRecord {
+        operation: op.to_string(),
+        id: g.id.clone(),
+        gate_type: g.type_,
+        kind: opsgraph_core::model::GateKind::Plan,
+        reason: g.reason.clone(),
+        options: g.options.clone(),
+        required_roles: g.required_roles.clone(),
+        answer: None,
+        answered_by: None,
+        answered_at: None,
+        value: None,
+    })
 }

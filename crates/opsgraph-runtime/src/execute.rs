@@ -300,6 +300,11 @@ impl Runtime {
                 executor: self.executor_for(instance, &job),
                 job,
                 evidence,
+                libraries: if matches!(program, Some(Program::Script { .. })) {
+                    pack.library_paths().into_iter().map(PathBuf::from).collect()
+                } else {
+                    vec![]
+                },
                 program,
                 env,
                 timeout,

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use opsgraph_core::model::Evidence;
+use opsgraph_core::pack::libraries::LIBRARY_ENV;
 use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor, Spec};
 use opsgraph_store::BlobStore;
 
@@ -38,19 +39,7 @@ pub(crate) fn evidence(
 
 pub(crate) fn run(task: Task) -> TaskResult {
     let started = Instant::now();
-    let mut result = TaskResult {
-        instance: task.instance.clone(),
-        attempt: task.attempt,
-        outcome: String::new(),
-        failure: None,
-        satisfied_without_run: false,
-        evidence: Vec::new(),
-        produced: Vec::new(),
-        log: None,
-        duration: Duration::ZERO,
-        cancelled: false,
-        unknown: false,
-    };
+    let mut result = TaskResult::of(&task);
     if task.check_first && !task.evidence.is_empty() {
         let (checks, failure) = evidence(&task.evidence, &*task.executor, &task.env, &task.cancel);
         if failure.is_none() {
@@ -72,6 +61,11 @@ pub(crate) fn run(task: Task) -> TaskResult {
     }
     let mut env = task.env.clone();
     env.insert("OPSGRAPH_OUT".into(), out.display().to_string());
+    // The libraries are in one directory (the pack's, or the agent's copy): scripts source them
+    // from there, or from the copy the SSH executor makes on the remote host.
+    if let Some(lib) = task.libraries.first().and_then(|l| l.parent()) {
+        env.insert(LIBRARY_ENV.into(), lib.display().to_string());
+    }
     let mut masker = Masking::new(task.mask.clone());
     if let Some(program) = task.program.clone() {
         let mut spec = Spec::new(program);
@@ -86,6 +80,7 @@ pub(crate) fn run(task: Task) -> TaskResult {
                 .filter(|k| k.starts_with("OPSGRAPH_ARTIFACT_") || k.ends_with("_CREDENTIALS") || *k == "KUBECONFIG")
                 .cloned()
                 .collect(),
+            bundle: Some(opsgraph_exec::Bundle { env: LIBRARY_ENV.into(), files: task.libraries.clone() }),
             download: Some(opsgraph_exec::Download {
                 env: "OPSGRAPH_OUT".into(),
                 local_dir: out.clone(),

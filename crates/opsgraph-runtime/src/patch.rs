@@ -405,19 +405,7 @@ impl Runtime {
             writes.push(job(id, JobState::Skipped));
         }
         for g in next.gates.iter().filter(|g| reviewed.diff.added_gates.contains(&g.id)) {
-            writes.push(Write::Gate(GateRecord {
-                operation: op.id.clone(),
-                id: g.id.clone(),
-                gate_type: g.type_,
-                kind: GateKind::Plan,
-                reason: g.reason.clone(),
-                options: g.options.clone(),
-                required_roles: g.required_roles.clone(),
-                answer: None,
-                answered_by: None,
-                answered_at: None,
-                value: None,
-            }));
+            writes.push(crate::create::open_gate(&op.id, g));
         }
         // From review, the patch applied; from a pause, the run resumes with it.
         let event = if paused {

@@ -17,6 +17,9 @@ pub(crate) struct Task {
     pub(crate) evidence: Vec<Evidence>,
     pub(crate) program: Option<Program>,
     pub(crate) env: BTreeMap<String, String>,
+    /// The pack's library scripts, staged beside the script wherever it runs, in the directory
+    /// `OPSGRAPH_LIB` names (all in one local directory: the pack's `scripts/lib/`).
+    pub(crate) libraries: Vec<PathBuf>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) executor: Arc<dyn Executor>,
     /// The operation's run directory, the attempt's working directory.
@@ -67,4 +70,38 @@ pub(crate) struct TaskResult {
     pub(crate) cancelled: bool,
     /// Its agent was lost mid-run: `evidence` was checked instead (recovery, as after a crash).
     pub(crate) unknown: bool,
+}
+
+impl TaskResult {
+    /// The result of `task` before anything is known: no outcome yet, nothing produced.
+    pub(crate) fn of(task: &Task) -> TaskResult {
+        TaskResult {
+            instance: task.instance.clone(),
+            attempt: task.attempt,
+            outcome: String::new(),
+            failure: None,
+            satisfied_without_run: false,
+            evidence: Vec::new(),
+            produced: Vec::new(),
+            log: None,
+            duration: Duration::ZERO,
+            cancelled: false,
+            unknown: false,
+        }
+    }
+}
+
+/// An executor that refuses, saying why: every run is "could not start" with that reason (a
+/// target nothing can reach, a task no agent may take).
+pub(crate) struct Refuse(pub(crate) String);
+
+impl Executor for Refuse {
+    fn run(&self, _: &opsgraph_exec::Spec, _: &Cancel) -> opsgraph_exec::Run {
+        opsgraph_exec::Run {
+            outcome: opsgraph_exec::Outcome::CouldNotStart { error: self.0.clone() },
+            output: opsgraph_exec::Output::default(),
+            http_status: None,
+            leaked: false,
+        }
+    }
 }

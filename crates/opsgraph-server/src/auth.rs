@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use base64::Engine as _;
-use opsgraph_store::{now, AuditRecord, Store, TokenRecord, Write};
+use opsgraph_store::{now, Store, TokenRecord, Write};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -35,6 +35,7 @@ pub enum Permission {
 }
 
 impl Permission {
+    /// Every permission (what `platform_admin` holds).
     pub const ALL: [Permission; 12] = [
         Permission::Read,
         Permission::Apply,
@@ -83,23 +84,7 @@ pub const BUILTIN_ROLES: &[(&str, &[Permission])] = &[
     ("ai_agent", &[Read, Patch]),
     ("operator", &[Read, Apply, AnswerGates]),
     ("sre", &[Read, Apply, AnswerGates, Patch, ApprovePatches, Intervene]),
-    (
-        "platform_admin",
-        &[
-            Read,
-            Apply,
-            AnswerGates,
-            Patch,
-            ApprovePatches,
-            Intervene,
-            RevealSecrets,
-            ManagePacks,
-            ManageResources,
-            ManageTokens,
-            Metrics,
-            AgentWork,
-        ],
-    ),
+    ("platform_admin", &Permission::ALL),
     // A remote agent (`opsgraph agent`): pulls and reports the work of the resources that name
     // it (`access: {agent: NAME}`, NAME the token's name), and nothing else.
     ("agent", &[AgentWork]),
@@ -131,25 +116,37 @@ pub struct Config {
     pub patch_rules: opsgraph_runtime::PatchRules,
 }
 
+/// `DIR/config.yaml`: its path and text, `None` when there is none.
+pub(crate) fn config_file(data_dir: &Path) -> Result<Option<(String, String)>, ConfigError> {
+    let path = data_dir.join("config.yaml");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some((path.display().to_string(), text))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ConfigError::Read { path: path.display().to_string(), source }),
+    }
+}
+
+/// The configuration text of `path` as a value: its first YAML document (null when empty).
+pub(crate) fn config_value(path: &str, text: &str) -> Result<Value, ConfigError> {
+    let docs = opsgraph_core::pack::yaml::parse_stream(text).map_err(|e| ConfigError::Yaml {
+        path: path.to_string(),
+        line: e.pos.line,
+        message: e.message,
+    })?;
+    Ok(docs.first().map(opsgraph_core::pack::shape::to_json).unwrap_or(Value::Null))
+}
+
 impl Config {
     /// Reads `DIR/config.yaml`; a missing file is the default configuration.
     pub fn load(data_dir: &Path) -> Result<Config, ConfigError> {
-        let path = data_dir.join("config.yaml");
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
-            Err(source) => return Err(ConfigError::Read { path: path.display().to_string(), source }),
-        };
-        Config::parse(&path.display().to_string(), &text)
+        match config_file(data_dir)? {
+            Some((path, text)) => Config::parse(&path, &text),
+            None => Ok(Config::default()),
+        }
     }
 
     pub fn parse(path: &str, text: &str) -> Result<Config, ConfigError> {
-        let docs = opsgraph_core::pack::yaml::parse_stream(text).map_err(|e| ConfigError::Yaml {
-            path: path.to_string(),
-            line: e.pos.line,
-            message: e.message,
-        })?;
-        let value = docs.first().map(opsgraph_core::pack::shape::to_json).unwrap_or(Value::Null);
+        let value = config_value(path, text)?;
         let invalid = |message: String| ConfigError::Invalid { path: path.to_string(), message };
         let mut config = Config {
             patch_rules: opsgraph_runtime::PatchRules::from_config(&value).map_err(invalid)?,
@@ -446,17 +443,8 @@ pub enum BootstrapError {
     Store(#[from] opsgraph_store::Error),
 }
 
-/// An audit record (the store assigns `seq`).
-pub fn audit(
-    actor: &str,
-    action: &str,
-    target: &str,
-    operation: Option<&str>,
-    resource: Option<&str>,
-    detail: Value,
-) -> AuditRecord {
-    opsgraph_runtime::audit::record(actor, action, target, operation, resource, detail)
-}
+/// An audit record (the store assigns `seq`): the runtime's one builder of them.
+pub use opsgraph_runtime::audit::record as audit;
 
 pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<String> {
     let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::auth::ConfigError;
+use crate::auth::{config_file, config_value, ConfigError};
 
 /// Documented limits, enforced with 413, 422, 429 or 503 naming the limit.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,24 +85,16 @@ impl Limits {
     /// The `limits:` of `DIR/config.yaml` over the defaults; a missing file or section is the
     /// defaults.
     pub fn load(data_dir: &Path) -> Result<Limits, ConfigError> {
-        let path = data_dir.join("config.yaml");
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Limits::default()),
-            Err(source) => return Err(ConfigError::Read { path: path.display().to_string(), source }),
-        };
-        Limits::parse(&path.display().to_string(), &text)
+        match config_file(data_dir)? {
+            Some((path, text)) => Limits::parse(&path, &text),
+            None => Ok(Limits::default()),
+        }
     }
 
     /// Every key is checked: an unknown one, a count that is not a whole number above 0, or a
     /// duration that is not a number of seconds above 0 is refused, naming the key.
     pub fn parse(path: &str, text: &str) -> Result<Limits, ConfigError> {
-        let docs = opsgraph_core::pack::yaml::parse_stream(text).map_err(|e| ConfigError::Yaml {
-            path: path.to_string(),
-            line: e.pos.line,
-            message: e.message,
-        })?;
-        let value = docs.first().map(opsgraph_core::pack::shape::to_json).unwrap_or(Value::Null);
+        let value = config_value(path, text)?;
         let invalid = |message: String| ConfigError::Invalid { path: path.to_string(), message };
         let mut limits = Limits::default();
         let section = match &value["limits"] {

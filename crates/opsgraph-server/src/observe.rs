@@ -50,17 +50,7 @@ pub(crate) fn all_events(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 /// Operation states always reported (0 when none), so that dashboards see every series.
 const OPERATION_STATES: &[&str] =
     &["waiting_for_input", "waiting_for_approval", "running", "paused", "failed", "completed", "cancelled"];
-const JOB_STATES: &[JobState] = &[
-    JobState::Pending,
-    JobState::Running,
-    JobState::Succeeded,
-    JobState::Failed,
-    JobState::AlreadySatisfied,
-    JobState::Recovered,
-    JobState::ManuallyFixed,
-    JobState::Skipped,
-    JobState::Cancelled,
-];
+const JOB_STATES: &[JobState] = &JobState::ALL;
 
 /// A label value, escaped as the text format wants.
 fn label(v: &str) -> String {

@@ -1,22 +1,10 @@
-use opsgraph_core::model::OperationState;
-use opsgraph_store::{rfc3339, OperationRecord, Store, Write};
+use opsgraph_store::{OperationRecord, Store, Write};
 use serde_json::json;
 
 use crate::{Durability, SqliteStore};
 
 fn op(id: &str) -> OperationRecord {
-    OperationRecord {
-        id: id.into(),
-        parent: None,
-        intent: json!({"action": "install"}),
-        resource: None,
-        state: OperationState::DraftIntent,
-        plan_revision: "sha256:aa".into(),
-        actor: "user:alice".into(),
-        created_at: rfc3339(1_700_000_000, 0),
-        updated_at: rfc3339(1_700_000_000, 0),
-        version: 0,
-    }
+    opsgraph_store::testing::operation(id, None)
 }
 
 #[test]

@@ -10,10 +10,27 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{BlobStore, Error, Store};
+use crate::{rfc3339, BlobStore, Error, OperationRecord, Store};
 
 /// The server tests create their databases on, when `OPSGRAPH_TEST_PG` is not set.
 pub const DEFAULT_TEST_PG: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// An operation record for tests: `id`, a draft intent to install, made by `user:alice` at one
+/// fixed time, on `resource` when given.
+pub fn operation(id: &str, resource: Option<&str>) -> OperationRecord {
+    OperationRecord {
+        id: id.into(),
+        parent: None,
+        intent: serde_json::json!({"action": "install"}),
+        resource: resource.map(str::to_string),
+        state: opsgraph_core::model::OperationState::DraftIntent,
+        plan_revision: "sha256:aa".into(),
+        actor: "user:alice".into(),
+        created_at: rfc3339(1_700_000_000, 0),
+        updated_at: rfc3339(1_700_000_000, 0),
+        version: 0,
+    }
+}
 
 /// Which backend a [`TestDb`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,18 +9,7 @@ use opsgraph_store::*;
 use opsgraph_store_sqlite::{Durability, SqliteStore};
 
 fn op(id: &str) -> OperationRecord {
-    OperationRecord {
-        id: id.into(),
-        parent: None,
-        intent: json!({"action": "install"}),
-        resource: Some("tempo.instance/tempo-dev".into()),
-        state: OperationState::DraftIntent,
-        plan_revision: "sha256:aa".into(),
-        actor: "user:alice".into(),
-        created_at: rfc3339(1_700_000_000, 0),
-        updated_at: rfc3339(1_700_000_000, 0),
-        version: 0,
-    }
+    opsgraph_store::testing::operation(id, Some("tempo.instance/tempo-dev"))
 }
 
 fn entry(op: &str, event: &str) -> TimelineEntry {

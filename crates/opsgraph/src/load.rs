@@ -256,13 +256,7 @@ pub fn documents(sources: &[Source]) -> (Vec<Located>, Vec<Diagnostic>) {
     let mut docs = Vec::new();
     let mut diags = Vec::new();
     for source in sources {
-        let files = match source.files() {
-            Ok(files) => files,
-            Err(e) => {
-                diags.push(io_error(source, &e));
-                continue;
-            }
-        };
+        let Some(files) = source.files().map_err(|e| diags.push(io_error(source, &e))).ok() else { continue };
         let single = source.is_file();
         for (rel, read) in files.iter().filter(|(p, _)| single || is_yaml(p)) {
             let name = if single { source.display() } else { source.join(rel) };
@@ -294,13 +288,7 @@ pub fn packs(sources: &[Source]) -> (Vec<Pack>, Vec<Diagnostic>) {
     let mut packs = Vec::new();
     let mut diags = Vec::new();
     for source in sources {
-        let files = match source.files() {
-            Ok(files) => files,
-            Err(e) => {
-                diags.push(io_error(source, &e));
-                continue;
-            }
-        };
+        let Some(files) = source.files().map_err(|e| diags.push(io_error(source, &e))).ok() else { continue };
         // A file that was not read fails the pack it is in: it would count in its digest.
         let files: Vec<(String, Vec<u8>)> = files
             .into_iter()
@@ -424,22 +412,14 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
         match d.doc {
             Document::Resource(r) => {
                 if let Some(first) = ids.insert(format!("resource {}", r.id), here.clone()) {
-                    diags.push(
-                        Diagnostic::error(d.pos, Code::Duplicate, format!("resource `{}` is declared twice", r.id))
-                            .in_file(&d.file)
-                            .hint(format!("first declared at {first}")),
-                    );
+                    diags.push(twice(d.pos, &d.file, format!("resource `{}`", r.id), &first));
                     continue;
                 }
                 world.resources.push(r);
             }
             Document::Provider(p) => {
                 if let Some(first) = ids.insert(format!("provider {}", p.id), here.clone()) {
-                    diags.push(
-                        Diagnostic::error(d.pos, Code::Duplicate, format!("provider `{}` is declared twice", p.id))
-                            .in_file(&d.file)
-                            .hint(format!("first declared at {first}")),
-                    );
+                    diags.push(twice(d.pos, &d.file, format!("provider `{}`", p.id), &first));
                     continue;
                 }
                 world.providers.push(p);
@@ -448,15 +428,7 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
                 for (cap, envs) in p.rules {
                     for (env, rule) in envs {
                         if let Some(first) = policy_origin.insert((cap.clone(), env.clone()), here.clone()) {
-                            diags.push(
-                                Diagnostic::error(
-                                    d.pos,
-                                    Code::Duplicate,
-                                    format!("policy for `{cap}` in `{env}` is declared twice"),
-                                )
-                                .in_file(&d.file)
-                                .hint(format!("first declared at {first}")),
-                            );
+                            diags.push(twice(d.pos, &d.file, format!("policy for `{cap}` in `{env}`"), &first));
                             continue;
                         }
                         world.policy.rules.entry(cap.clone()).or_default().insert(env, rule);
@@ -466,15 +438,7 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
             Document::OperationsPolicy(p) => {
                 for (env, rule) in p.environments {
                     if let Some(first) = ops_origin.insert(env.clone(), here.clone()) {
-                        diags.push(
-                            Diagnostic::error(
-                                d.pos,
-                                Code::Duplicate,
-                                format!("operations policy for `{env}` is declared twice"),
-                            )
-                            .in_file(&d.file)
-                            .hint(format!("first declared at {first}")),
-                        );
+                        diags.push(twice(d.pos, &d.file, format!("operations policy for `{env}`"), &first));
                         continue;
                     }
                     world.operations.environments.insert(env, rule);
@@ -494,6 +458,13 @@ pub fn world(docs: Vec<Located>, diags: &mut Vec<Diagnostic>) -> World {
         }
     }
     world
+}
+
+/// `what`, declared again at `pos` of `file`; `first` is where it was declared first.
+fn twice(pos: Pos, file: &str, what: String, first: &str) -> Diagnostic {
+    Diagnostic::error(pos, Code::Duplicate, format!("{what} is declared twice"))
+        .in_file(file)
+        .hint(format!("first declared at {first}"))
 }
 
 /// Writes the bundled tree (`packs/`, `examples/`) under `root`, so its scripts exist on disk.

@@ -267,17 +267,25 @@ pub fn patch_dry_run(
 
 /// The `intervention` document of a file.
 pub fn intervention_file(file: &str) -> anyhow::Result<opsgraph_core::model::Intervention> {
+    document_of(file, "intervention", |d| match d {
+        opsgraph_core::model::Document::Intervention(i) => Some(i),
+        _ => None,
+    })
+}
+
+/// The first document of `file` that `pick` takes (a `kind` document); the file's errors, if
+/// it has any.
+fn document_of<T>(
+    file: &str,
+    kind: &str,
+    pick: impl Fn(opsgraph_core::model::Document) -> Option<T>,
+) -> anyhow::Result<T> {
     let (docs, diags) = load::documents(&[Source::parse(file)]);
     if diags.iter().any(|d| d.is_error()) {
         let text: Vec<String> = diags.iter().map(ToString::to_string).collect();
         bail!("{}", text.join("\n"));
     }
-    docs.into_iter()
-        .find_map(|d| match d.doc {
-            opsgraph_core::model::Document::Intervention(i) => Some(i),
-            _ => None,
-        })
-        .with_context(|| format!("{file} holds no intervention document"))
+    docs.into_iter().find_map(|d| pick(d.doc)).with_context(|| format!("{file} holds no {kind} document"))
 }
 
 /// `rollback OP`: preview the plan that undoes it, confirm, run it as a new operation.

@@ -2,7 +2,7 @@
 //! and remote commands print through it, from the API's documents, so their output is the same.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
+use std::io::{BufRead, Write};
 
 use opsgraph_api::OperationView;
 use opsgraph_core::pack::Diagnostic;
@@ -275,4 +275,24 @@ pub fn print_tokens(tokens: &[opsgraph_api::TokenView], out: &mut dyn Write) -> 
         writeln!(out, "{:<18} {:<20} {:<28} {:<24} {status}", t.id, t.name, t.roles.join(","), t.created_at)?;
     }
     Ok(0)
+}
+
+/// Asks `question` on `out` and reads the answer from `input`: true for `yes`; anything else
+/// says `declined` on `err` and is false.
+pub fn confirmed(
+    question: &str,
+    declined: &str,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> std::io::Result<bool> {
+    write!(out, "\n{question} Type `yes` to go on: ")?;
+    out.flush()?;
+    let mut answer = String::new();
+    input.read_line(&mut answer)?;
+    if answer.trim() == "yes" {
+        return Ok(true);
+    }
+    writeln!(err, "{declined}")?;
+    Ok(false)
 }

@@ -18,34 +18,12 @@
 # Provides:   container.runtime.registry_mirror
 # Produces:   registry_mirror_config
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
 
-log() { printf 'configure-registry-mirror[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-# shellcheck disable=SC2034 # WROTE is for callers that care
-write_file() {
-    WROTE=no
-    _tmp=$(mktemp "$1.opsgraph.XXXXXX")
-    cat >"$_tmp"
-    if [ -f "$1" ] && cmp -s "$_tmp" "$1"; then
-        rm -f "$_tmp"
-        return 0
-    fi
-    chmod "$2" "$_tmp"
-    mv -f "$_tmp" "$1"
-    WROTE=yes
-    log "wrote $1"
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-[ "$(id -u)" -eq 0 ] || fail "must run as root"
+needs_out
+needs_root
 MIRROR=${OPSGRAPH_PARAM_REGISTRY_MIRROR:-https://mirror.gcr.io}
 K8S_MIRROR=${OPSGRAPH_PARAM_K8S_REGISTRY_MIRROR:-}
 URL_RE='https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[-A-Za-z0-9._/]*)?'

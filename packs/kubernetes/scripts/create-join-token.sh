@@ -17,19 +17,11 @@
 # Parameters: join_token_ttl (1h), cluster_name
 # Produces:   join_command (secret)
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
 
-log() { printf 'create-join-token: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-[ "$(id -u)" -eq 0 ] || fail "must run as root"
+needs_out
+needs_root
 TTL=${OPSGRAPH_PARAM_JOIN_TOKEN_TTL:-1h}
 matches '[0-9]+[smh]' "$TTL" || fail "join_token_ttl '$TTL' is not a duration such as 1h"
 CLUSTER_NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-${OPSGRAPH_INTENT_NAME:-}}

@@ -25,19 +25,12 @@
 # Provides:   kubernetes.control_plane
 # Produces:   kubeconfig_admin (secret), join_command (secret)
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
 
-log() { printf 'init-control-plane[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-[ "$(id -u)" -eq 0 ] || fail "must run as root"
+needs_out
+needs_root
 
 CLUSTER_NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-${OPSGRAPH_INTENT_NAME:-}}
 POD_CIDR=${OPSGRAPH_PARAM_POD_CIDR:-10.244.0.0/16}

@@ -18,20 +18,12 @@
 # Provides:   kubernetes.cni
 # Produces:   cni_manifest
 set -eu
-
-log() { printf 'install-cni: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
 
 KUBECONFIG=${OPSGRAPH_ARTIFACT_KUBECONFIG_ADMIN:?the kubeconfig_admin artifact is required}
 export KUBECONFIG
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
+needs_out
 CNI=${OPSGRAPH_PARAM_CNI:-calico}
 POD_CIDR=${OPSGRAPH_PARAM_POD_CIDR:-10.244.0.0/16}
 SHA256=${OPSGRAPH_PARAM_CNI_MANIFEST_SHA256:-}

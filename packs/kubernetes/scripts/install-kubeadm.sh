@@ -20,45 +20,12 @@
 # Provides:   kubernetes.node.kubeadm
 # Produces:   package_install_report
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
 
-log() { printf 'install-kubeadm[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-# write_file PATH MODE < content: replaces PATH atomically when the content differs and
-# sets WROTE=yes; leaves it alone (WROTE=no) when it is already up to date.
-write_file() {
-    WROTE=no
-    _tmp=$(mktemp "$1.opsgraph.XXXXXX")
-    cat >"$_tmp"
-    if [ -f "$1" ] && cmp -s "$_tmp" "$1"; then
-        rm -f "$_tmp"
-        return 0
-    fi
-    chmod "$2" "$_tmp"
-    mv -f "$_tmp" "$1"
-    WROTE=yes
-    log "wrote $1"
-}
-
-apt_get() { apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
-apt_install() {
-    apt_get install -y --no-install-recommends \
-        -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
-}
-# installed_version PACKAGE: its version when installed, else nothing.
-installed_version() {
-    dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '$3 == "installed" { print $4 }'
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-[ "$(id -u)" -eq 0 ] || fail "must run as root"
+needs_out
+needs_root
 
 K8S_VERSION=${OPSGRAPH_PARAM_KUBERNETES_VERSION:-1.30}
 K8S_VERSION=${K8S_VERSION#v}

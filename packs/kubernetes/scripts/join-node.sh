@@ -17,20 +17,13 @@
 # Requires: join_command (OPSGRAPH_ARTIFACT_JOIN_COMMAND)
 # Provides: kubernetes.node.joined
 set -eu
-
-log() { printf 'join-node[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
 
 JOIN=${OPSGRAPH_ARTIFACT_JOIN_COMMAND:?the join_command artifact is required}
 [ -r "$JOIN" ] || fail "cannot read $JOIN"
-[ "$(id -u)" -eq 0 ] || fail "must run as root"
+needs_root
 
 # word N following WORD in the join command.
 after_word() { awk -v w="$1" '{ for (i = 1; i < NF; i++) if ($i == w) { print $(i + 1); exit } }' "$JOIN"; }

@@ -15,18 +15,11 @@
 # Parameters: image_repository, cni, calico_version
 # Provides:   kubernetes.images.cached
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
 
-log() { printf 'pre-pull-images[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-[ "$(id -u)" -eq 0 ] || fail "must run as root"
+needs_root
 SOCK=unix:///run/containerd/containerd.sock
 IMAGE_REPOSITORY=${OPSGRAPH_PARAM_IMAGE_REPOSITORY:-registry.k8s.io}
 CNI=${OPSGRAPH_PARAM_CNI:-calico}

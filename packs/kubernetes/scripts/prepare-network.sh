@@ -21,30 +21,13 @@
 # Provides: kubernetes.node.network_ready - swap off, overlay + br_netfilter loaded,
 #           net.bridge.bridge-nf-call-ip{,6}tables=1, net.ipv4.ip_forward=1
 set -eu
-
-log() { printf 'prepare-network[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-# write_file PATH MODE < content: replaces PATH atomically when the content differs and
-# sets WROTE=yes; leaves it alone (WROTE=no) when it is already up to date.
-# shellcheck disable=SC2034 # WROTE is for callers that care
-write_file() {
-    WROTE=no
-    _tmp=$(mktemp "$1.opsgraph.XXXXXX")
-    cat >"$_tmp"
-    if [ -f "$1" ] && cmp -s "$_tmp" "$1"; then
-        rm -f "$_tmp"
-        return 0
-    fi
-    chmod "$2" "$_tmp"
-    mv -f "$_tmp" "$1"
-    WROTE=yes
-    log "wrote $1"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
 
 INVENTORY=${OPSGRAPH_ARTIFACT_NODE_INVENTORY:?the node_inventory artifact is required}
 REPORT=${OPSGRAPH_ARTIFACT_CREDENTIALS_REPORT:?the credentials_report artifact is required}
-[ "$(id -u)" -eq 0 ] || fail "must run as root"
+needs_root
 
 # The inventory must be this node's (the planner pairs instances per node).
 inv_node=$(sed -n 's/^NODE_NAME=//p' "$INVENTORY" | head -n 1)

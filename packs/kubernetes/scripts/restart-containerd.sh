@@ -11,9 +11,11 @@
 #   required artifacts  path in OPSGRAPH_ARTIFACT_<ID>, ID uppercased, '.' and '-' -> '_'
 #   produced artifacts  written to "$OPSGRAPH_OUT/<artifact-id>"
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
 
-log() { printf 'restart-containerd[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-[ "$(id -u)" -eq 0 ] || { log "must run as root"; exit 1; }
+needs_root
 
 systemctl restart containerd
 i=0

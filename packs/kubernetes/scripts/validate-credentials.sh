@@ -18,19 +18,11 @@
 # Requires:   cluster_spec (OPSGRAPH_ARTIFACT_CLUSTER_SPEC)
 # Produces:   credentials_report - KEY=value lines, STATUS=ok on success
 set -eu
-
-log() { printf 'validate-credentials: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
 
 SPEC=${OPSGRAPH_ARTIFACT_CLUSTER_SPEC:?the cluster_spec artifact is required}
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
+needs_out
 [ -r "$SPEC" ] || fail "cannot read cluster spec $SPEC"
 CLUSTER_NAME=$(sed -n 's/^CLUSTER_NAME=//p' "$SPEC" | head -n 1)
 

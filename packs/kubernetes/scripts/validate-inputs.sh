@@ -15,18 +15,8 @@
 #             control_plane_endpoint
 # Produces:   cluster_spec - KEY=value lines, every value matched against a strict pattern
 set -eu
-
-log() { printf 'validate-inputs: %s\n' "$*" >&2; }
-errors=0
-problem() { log "ERROR: $*"; errors=$((errors + 1)); }
-
-NL='
-'
-# matches REGEX VALUE: VALUE is a single line that matches the extended REGEX as a whole.
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
 
 # cidr_range CIDR: prints "first end" (end exclusive) as integers.
 cidr_range() {
@@ -48,7 +38,7 @@ cidr_ok() {
     }'
 }
 
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
+needs_out
 
 CLUSTER_NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-${OPSGRAPH_INTENT_NAME:-}}
 K8S_VERSION=${OPSGRAPH_PARAM_KUBERNETES_VERSION:-1.30}

@@ -14,9 +14,10 @@
 # Requires: cluster_spec (OPSGRAPH_ARTIFACT_CLUSTER_SPEC)
 # Produces: node_inventory - this node's facts as KEY=value lines
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
 
-log() { printf 'validate-nodes[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-errors=0
 first=
 problem() {
     log "ERROR: $*"
@@ -24,13 +25,6 @@ problem() {
     [ -n "$first" ] || first=$*
 }
 warn() { log "warning: $*"; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
 
 # in_cidr IP CIDR: the address lies inside the network.
 in_cidr() {
@@ -43,13 +37,13 @@ in_cidr() {
 }
 
 SPEC=${OPSGRAPH_ARTIFACT_CLUSTER_SPEC:?the cluster_spec artifact is required}
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
+needs_out
 [ -r "$SPEC" ] || { log "cannot read cluster spec $SPEC"; exit 1; }
 spec_get() { sed -n "s/^$1=//p" "$SPEC" | head -n 1; }
 POD_CIDR=$(spec_get POD_CIDR)
 SERVICE_CIDR=$(spec_get SERVICE_CIDR)
 
-[ "$(id -u)" -eq 0 ] || { log "must run as root"; exit 1; }
+needs_root
 
 # Operating system: Debian or Ubuntu (apt, pkgs.k8s.io .deb packages) under systemd.
 # shellcheck disable=SC1091

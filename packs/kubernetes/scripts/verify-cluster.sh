@@ -16,11 +16,10 @@
 # Provides: kubernetes.cluster
 # Produces: cluster_report
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
 
-log() { printf 'verify: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
+needs_out
 KUBECONFIG=/etc/kubernetes/admin.conf
 export KUBECONFIG
 [ -r "$KUBECONFIG" ] || fail "$KUBECONFIG not found: run this on the control-plane node"

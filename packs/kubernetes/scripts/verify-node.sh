@@ -14,9 +14,9 @@
 #
 # Provides: kubernetes.node.ready
 set -eu
-
-log() { printf 'verify-node[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
 
 CONF=/etc/kubernetes/kubelet.conf
 [ -r "$CONF" ] || fail "$CONF not found: the node has not joined"

@@ -7,13 +7,13 @@
 # init-control-plane on that node pulls through the mirror, so its registry failure (fail_mode
 # exit) no longer happens.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: registry_mirror, fail_job, fail_mode
 # Provides:   lab.container.runtime.registry_mirror
 # Produces:   registry_mirror_config
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 
 MIRROR=${OPSGRAPH_PARAM_REGISTRY_MIRROR:-https://mirror.gcr.io}
 matches 'https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[-A-Za-z0-9._~/]*)?' "$MIRROR" ||

@@ -8,18 +8,18 @@
 # (background loops that beat only while containerd runs), and registers the node as the
 # cluster's control plane in <lab>/<cluster>/nodes/<node>.
 #
-# Failure switch (scripts/lab-lib.sh): `exit` fails with kubeadm's image pull error from
+# Failure switch (scripts/lib/lab-lib.sh): `exit` fails with kubeadm's image pull error from
 # registry-1.docker.io (the registry-unreachable remedy's signature) unless the node has a
 # registry mirror (<node>/registry-mirror, written by configure-containerd-registry-mirror);
 # the switch file fails it whatever the mirror.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: kubernetes_version, pod_cidr, image_repository, join_token_ttl, fail_job, fail_mode
 # Provides:   lab.kubernetes.control_plane
 # Produces:   kubeconfig_admin (secret), join_token (secret)
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node cluster
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node cluster
 # shellcheck source-path=SCRIPTDIR source=cluster-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/cluster-lib.sh"
 

@@ -7,14 +7,14 @@
 # nodes that join) and <node>/etc/cni.conf, and starts the node's "cni" agent (a background loop
 # that beats only while the apiserver runs).
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Requires:   kubeconfig_admin (OPSGRAPH_ARTIFACT_KUBECONFIG_ADMIN)
 # Parameters: pod_cidr, fail_job, fail_mode
 # Provides:   lab.kubernetes.cni
 # Produces:   cni_config
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node cluster
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node cluster
 # shellcheck source-path=SCRIPTDIR source=cluster-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/cluster-lib.sh"
 

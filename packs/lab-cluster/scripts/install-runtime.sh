@@ -7,13 +7,13 @@
 # and starts the node's "containerd": a background loop writing <node>/run/containerd.heartbeat
 # every second (pid in <node>/run/containerd.pid). Idempotent: a running containerd is kept.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: kubernetes_version, fail_job, fail_mode
 # Provides:   lab.container.runtime, lab.node.kubeadm
 # Produces:   containerd_config_snapshot
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 
 K8S_VERSION=${OPSGRAPH_PARAM_KUBERNETES_VERSION:-1.30}
 K8S_VERSION=${K8S_VERSION#v}

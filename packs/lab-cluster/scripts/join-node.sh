@@ -9,13 +9,13 @@
 # <lab>/<cluster>/nodes/<node>. Idempotent: a node already joined to this cluster only gets its
 # kubelet started; a node of another cluster is an error.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Requires:   join_token (OPSGRAPH_ARTIFACT_JOIN_TOKEN)
 # Parameters: fail_job, fail_mode
 # Provides:   lab.kubernetes.node.joined
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node cluster
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node cluster
 # shellcheck source-path=SCRIPTDIR source=cluster-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/cluster-lib.sh"
 

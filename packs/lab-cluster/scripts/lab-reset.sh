@@ -7,11 +7,11 @@
 # removes the node directory "$OPSGRAPH_LAB_DIR/<node>". Nothing outside the lab directory is
 # touched. Idempotent: a node without a directory is done.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: fail_job, fail_mode
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=cluster-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/cluster-lib.sh"
 

@@ -6,12 +6,12 @@
 # image in <node>/images (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
 # etcd, coredns, pause).
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: kubernetes_version, image_repository, fail_job, fail_mode
 # Provides:   lab.kubernetes.images.cached
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 
 K8S_VERSION=${OPSGRAPH_PARAM_KUBERNETES_VERSION:-1.30}
 K8S_VERSION=${K8S_VERSION#v}

@@ -6,13 +6,13 @@
 # network, and the settings kubelet wants (forwarding, bridged traffic through iptables, swap
 # off) - what the kubernetes pack sets with sysctl and swapoff.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Requires:   node_inventory (this node's), credentials_report
 # Parameters: pod_cidr, fail_job, fail_mode
 # Provides:   lab.node.network_ready
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 
 INVENTORY=${OPSGRAPH_ARTIFACT_NODE_INVENTORY:?the node_inventory artifact is required}
 REPORT=${OPSGRAPH_ARTIFACT_CREDENTIALS_REPORT:?the credentials_report artifact is required}

@@ -5,11 +5,11 @@
 # loads <node>/etc/containerd.conf (it copies it to <node>/run/containerd.loaded), and waits for
 # a fresh heartbeat. The node's kubelet keeps beating across the restart once containerd is back.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: fail_job, fail_mode
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 
 [ -x "$NODE_DIR/bin/lab-daemon" ] || fail "$NODE_DIR/bin/lab-daemon is missing: install-runtime has not run on $NODE"
 [ -f "$NODE_DIR/etc/containerd.conf" ] || fail "$NODE_DIR/etc/containerd.conf is missing"

@@ -6,13 +6,13 @@
 # repository the nodes would pull from in "$OPSGRAPH_LAB_DIR/<cluster>/credentials.report" and
 # writes the same report (no secret material) as the credentials_report artifact.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Requires:   cluster_spec (OPSGRAPH_ARTIFACT_CLUSTER_SPEC)
 # Parameters: image_repository, fail_job, fail_mode
 # Produces:   credentials_report - KEY=value lines
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init cluster
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init cluster
 
 SPEC=${OPSGRAPH_ARTIFACT_CLUSTER_SPEC:?the cluster_spec artifact is required}
 [ -r "$SPEC" ] || fail "cannot read the cluster_spec artifact $SPEC"

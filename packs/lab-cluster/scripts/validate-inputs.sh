@@ -5,12 +5,12 @@
 # version, the pod CIDR and the token lifetime, records them in the cluster directory
 # "$OPSGRAPH_LAB_DIR/<cluster>/spec.env" and in the cluster_spec artifact.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: kubernetes_version, pod_cidr, join_token_ttl, fail_job, fail_mode
 # Produces:   cluster_spec - KEY=value lines
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init cluster
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init cluster
 
 K8S_VERSION=${OPSGRAPH_PARAM_KUBERNETES_VERSION:-1.30}
 K8S_VERSION=${K8S_VERSION#v}

@@ -5,13 +5,13 @@
 # it is missing, checks it is writable and that the node is not a member of another cluster,
 # checks the tools the lab needs, and writes <node>/node.env and the node_inventory artifact.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Requires:   cluster_spec (OPSGRAPH_ARTIFACT_CLUSTER_SPEC)
 # Parameters: fail_job, fail_mode
 # Produces:   node_inventory - KEY=value lines (NODE, ADDRESS, OS, KERNEL, ARCH, CPUS)
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node cluster
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node cluster
 # shellcheck source-path=SCRIPTDIR source=cluster-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/cluster-lib.sh"
 

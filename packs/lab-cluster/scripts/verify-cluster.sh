@@ -6,13 +6,13 @@
 # heartbeat (waiting up to 3 s for each); marks them Ready, records the cluster's status in
 # <lab>/<cluster>/status.env and writes the cluster_report artifact.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: fail_job, fail_mode
 # Provides:   lab.kubernetes.cluster
 # Produces:   cluster_report
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node cluster
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node cluster
 # shellcheck source-path=SCRIPTDIR source=cluster-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/cluster-lib.sh"
 

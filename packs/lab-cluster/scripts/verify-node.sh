@@ -4,12 +4,12 @@
 # Runs on each new node after join-node. Checks the node is registered in its cluster and its
 # kubelet heartbeat is fresh (waiting up to 3 s), and marks it Ready.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: fail_job, fail_mode
 # Provides:   lab.kubernetes.node.ready
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node cluster
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node cluster
 # shellcheck source-path=SCRIPTDIR source=cluster-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/cluster-lib.sh"
 

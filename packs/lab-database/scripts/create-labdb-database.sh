@@ -5,13 +5,13 @@
 # with the secret password and the database it owns. The password reaches labdb through the
 # environment (LABDB_PASSWORD), never argv. Writes the labdb_credentials artifact.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: database, owner, db_password (secret), fail_job, fail_mode
 # Provides:   lab.database.database
 # Produces:   labdb_credentials (secret) - HOST, PORT, DATABASE, USER, PASSWORD
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 DB_HOME=$NODE_DIR/labdb
 
 DATABASE=${OPSGRAPH_PARAM_DATABASE:-appdb}

@@ -4,12 +4,12 @@
 # Runs on the node of target_nodes. Copies the labdb client and server (two sh scripts) to
 # <node>/labdb/bin. Idempotent: files are replaced only when they differ.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: fail_job, fail_mode
 # Provides:   lab.database.binaries
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 DB_HOME=$NODE_DIR/labdb
 
 lab_failpoint "E: Unable to locate package labdb-server-1.0"

@@ -4,11 +4,11 @@
 # Runs on the node of target_nodes. Stops the server (and any other process with a pid file
 # under <node>/labdb) and removes <node>/labdb with its data. The node directory stays.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: fail_job, fail_mode
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 DB_HOME=$NODE_DIR/labdb
 
 lab_failpoint "labdb-server: server does not shut down (pid file still names a running process)"

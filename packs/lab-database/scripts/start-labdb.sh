@@ -6,12 +6,12 @@
 # run/labdb.port); a running server is kept, unless its port is not the configured one (then it
 # is restarted). Waits until `labdb ping` answers.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: fail_job, fail_mode
 # Provides:   lab.database.server
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 DB_HOME=$NODE_DIR/labdb
 
 [ -f "$DB_HOME/data/LABDB_VERSION" ] || fail "$DB_HOME/data is not a labdb data directory: init-labdb has not run"

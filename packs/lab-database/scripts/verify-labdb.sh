@@ -5,13 +5,13 @@
 # `select 1`, then records the connection (no password) as <node>/labdb/services/<database>.env
 # - what clients on the node read - and as the labdb_connection artifact.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: database, owner, db_password (secret), fail_job, fail_mode
 # Provides:   lab.database
 # Produces:   labdb_connection - HOST, PORT, DATABASE, USER
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 DB_HOME=$NODE_DIR/labdb
 
 DATABASE=${OPSGRAPH_PARAM_DATABASE:-appdb}

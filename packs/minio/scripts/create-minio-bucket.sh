@@ -21,28 +21,15 @@
 # Provides:   minio.bucket
 # Produces:   minio_credentials (secret)
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/helm-lib.sh
+. "$OPSGRAPH_LIB/helm-lib.sh"
 
-log() { printf 'create-minio-bucket: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the bound cluster}"
-export KUBECONFIG
-RELEASE=${OPSGRAPH_PARAM_RELEASE_NAME:-${OPSGRAPH_INTENT_NAME:-}}
-NAMESPACE=${OPSGRAPH_PARAM_NAMESPACE:-$RELEASE}
+needs_out
+needs_cluster
+release_and_namespace fail
 BUCKET=${OPSGRAPH_PARAM_BUCKET:-data}
-MC_IMAGE=${OPSGRAPH_PARAM_MC_IMAGE:-quay.io/minio/mc:RELEASE.2024-11-21T17-21-54Z}
-matches '[a-z0-9]([-a-z0-9]{0,41}[a-z0-9])?' "$RELEASE" || fail "release name '$RELEASE' is not a DNS label"
-matches '[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?' "$NAMESPACE" || fail "namespace '$NAMESPACE' is not a DNS label"
-matches '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' "$BUCKET" || fail "bucket '$BUCKET' is not an S3 bucket name"
-matches '[a-z0-9][-A-Za-z0-9./:_@]*' "$MC_IMAGE" || fail "mc_image '$MC_IMAGE' is not an image reference"
+s3_bucket "$BUCKET"
+mc_image
 JOB="$RELEASE-opsgraph-bucket"
 POLICY="$RELEASE-$BUCKET-rw"
 ENDPOINT="http://$RELEASE.$NAMESPACE.svc:9000"
@@ -75,32 +62,7 @@ fi
 echo "bucket $BUCKET ready, policy $POLICY attached to the client key"
 RUN
 
-kubectl -n "$NAMESPACE" create configmap "$JOB" --from-file=run.sh="$work/run.sh" \
-    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n "$NAMESPACE" delete job "$JOB" --ignore-not-found --wait=true >/dev/null
-
-kubectl apply -f - >/dev/null <<JOBSPEC
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: $JOB
-  namespace: $NAMESPACE
-  labels: {app.kubernetes.io/managed-by: opsgraph, app.kubernetes.io/instance: $RELEASE}
-spec:
-  backoffLimit: 3
-  ttlSecondsAfterFinished: 86400
-  template:
-    metadata:
-      labels: {app.kubernetes.io/managed-by: opsgraph}
-    spec:
-      restartPolicy: Never
-      securityContext: {runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, seccompProfile: {type: RuntimeDefault}}
-      containers:
-        - name: mc
-          image: "$MC_IMAGE"
-          command: [/bin/sh, /opsgraph/run.sh]
-          env:
-            - {name: MC_CONFIG_DIR, value: /tmp/.mc}
+mc_job "$JOB" "$work/run.sh" 3 <<ENV
             - {name: MINIO_URL, value: "$ENDPOINT"}
             - {name: BUCKET, value: "$BUCKET"}
             - {name: POLICY, value: "$POLICY"}
@@ -108,28 +70,8 @@ spec:
             - {name: MINIO_ROOT_PASSWORD, valueFrom: {secretKeyRef: {name: "$RELEASE-root", key: rootPassword}}}
             - {name: CLIENT_ACCESS_KEY, valueFrom: {secretKeyRef: {name: "$RELEASE-client", key: accessKey}}}
             - {name: CLIENT_SECRET_KEY, valueFrom: {secretKeyRef: {name: "$RELEASE-client", key: secretKey}}}
-          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
-          volumeMounts:
-            - {name: script, mountPath: /opsgraph, readOnly: true}
-            - {name: tmp, mountPath: /tmp}
-      volumes:
-        - {name: script, configMap: {name: "$JOB"}}
-        - {name: tmp, emptyDir: {}}
-JOBSPEC
-
-# Wait for success or failure (kubectl wait alone would sit out the timeout on failure).
-deadline=$(($(date +%s) + 480))
-while :; do
-    succeeded=$(kubectl -n "$NAMESPACE" get job "$JOB" -o jsonpath='{.status.succeeded}')
-    failed=$(kubectl -n "$NAMESPACE" get job "$JOB" -o jsonpath='{.status.conditions[?(@.type=="Failed")].status}')
-    [ "${succeeded:-0}" -ge 1 ] && break
-    if [ "$failed" = True ] || [ "$(date +%s)" -ge "$deadline" ]; then
-        kubectl -n "$NAMESPACE" logs "job/$JOB" --all-containers --tail=50 >&2 || true
-        fail "job $JOB did not succeed"
-    fi
-    sleep 5
-done
-kubectl -n "$NAMESPACE" logs "job/$JOB" --tail=20 >&2 || true
+ENV
+wait_job "$JOB" 480 "job $JOB" 20
 
 secret_value() {
     kubectl -n "$NAMESPACE" get secret "$RELEASE-client" -o jsonpath="{.data.$1}" | base64 -d

@@ -20,22 +20,12 @@
 # Provides:   minio.server
 # Produces:   minio_helm_values
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/helm-lib.sh
+. "$OPSGRAPH_LIB/helm-lib.sh"
 
-log() { printf 'install-minio: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the bound cluster}"
-export KUBECONFIG
+needs_out
+needs_cluster
 REF=${OPSGRAPH_ARTIFACT_MINIO_SECRETS_REF:?the minio_secrets_ref artifact is required}
-ref() { sed -n "s/^$1=//p" "$REF" | head -n 1; }
 NAMESPACE=$(ref NAMESPACE)
 RELEASE=$(ref RELEASE)
 ROOT_SECRET=$(ref ROOT_SECRET)

@@ -21,13 +21,11 @@
 # Requires:   minio_preflight_report
 # Produces:   minio_secrets_ref (names only)
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/helm-lib.sh
+. "$OPSGRAPH_LIB/helm-lib.sh"
 
-log() { printf 'prepare-minio-secrets: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the bound cluster}"
-export KUBECONFIG
+needs_out
+needs_cluster
 REPORT=${OPSGRAPH_ARTIFACT_MINIO_PREFLIGHT_REPORT:?the minio_preflight_report artifact is required}
 grep -qx 'STATUS=ok' "$REPORT" || fail "the preflight report is not ok"
 RELEASE=$(sed -n 's/^RELEASE=//p' "$REPORT")
@@ -42,10 +40,7 @@ umask 077
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-if ! kubectl get namespace "$NAMESPACE" >/dev/null 2>&1; then
-    kubectl create namespace "$NAMESPACE"
-fi
-kubectl label namespace "$NAMESPACE" --overwrite app.kubernetes.io/managed-by=opsgraph >/dev/null
+ensure_namespace
 
 # create_once NAME ARGS...: creates Secret NAME from ARGS unless it exists.
 create_once() {

@@ -19,29 +19,16 @@
 # Provides:   object_storage.s3 (encryption: true, access_mode: <mode>)
 # Produces:   minio_connection
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/helm-lib.sh
+. "$OPSGRAPH_LIB/helm-lib.sh"
 
-log() { printf 'verify-minio: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the bound cluster}"
-export KUBECONFIG
-RELEASE=${OPSGRAPH_PARAM_RELEASE_NAME:-${OPSGRAPH_INTENT_NAME:-}}
-NAMESPACE=${OPSGRAPH_PARAM_NAMESPACE:-$RELEASE}
+needs_out
+needs_cluster
+release_and_namespace fail
 BUCKET=${OPSGRAPH_PARAM_BUCKET:-data}
 MODE=${OPSGRAPH_PARAM_MODE:-dedicated}
-MC_IMAGE=${OPSGRAPH_PARAM_MC_IMAGE:-quay.io/minio/mc:RELEASE.2024-11-21T17-21-54Z}
-matches '[a-z0-9]([-a-z0-9]{0,41}[a-z0-9])?' "$RELEASE" || fail "release name '$RELEASE' is not a DNS label"
-matches '[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?' "$NAMESPACE" || fail "namespace '$NAMESPACE' is not a DNS label"
-matches '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' "$BUCKET" || fail "bucket '$BUCKET' is not an S3 bucket name"
-matches '[a-z0-9][-A-Za-z0-9./:_@]*' "$MC_IMAGE" || fail "mc_image '$MC_IMAGE' is not an image reference"
+s3_bucket "$BUCKET"
+mc_image
 JOB="$RELEASE-opsgraph-smoke"
 ENDPOINT="http://$RELEASE.$NAMESPACE.svc:9000"
 
@@ -67,56 +54,13 @@ mc stat --json "$object" | grep -Eq 'AES256|SSE-S3' || { echo "object is not sto
 mc rm "$object" >/dev/null
 echo "put, SSE-S3, get, delete: ok"
 RUN
-kubectl -n "$NAMESPACE" create configmap "$JOB" --from-file=run.sh="$work/run.sh" \
-    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n "$NAMESPACE" delete job "$JOB" --ignore-not-found --wait=true >/dev/null
-kubectl apply -f - >/dev/null <<JOBSPEC
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: $JOB
-  namespace: $NAMESPACE
-  labels: {app.kubernetes.io/managed-by: opsgraph, app.kubernetes.io/instance: $RELEASE}
-spec:
-  backoffLimit: 2
-  ttlSecondsAfterFinished: 86400
-  template:
-    metadata:
-      labels: {app.kubernetes.io/managed-by: opsgraph}
-    spec:
-      restartPolicy: Never
-      securityContext: {runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, seccompProfile: {type: RuntimeDefault}}
-      containers:
-        - name: mc
-          image: "$MC_IMAGE"
-          command: [/bin/sh, /opsgraph/run.sh]
-          env:
-            - {name: MC_CONFIG_DIR, value: /tmp/.mc}
+mc_job "$JOB" "$work/run.sh" 2 <<ENV
             - {name: MINIO_URL, value: "$ENDPOINT"}
             - {name: BUCKET, value: "$BUCKET"}
             - {name: ACCESS_KEY, valueFrom: {secretKeyRef: {name: "$RELEASE-client", key: accessKey}}}
             - {name: SECRET_KEY, valueFrom: {secretKeyRef: {name: "$RELEASE-client", key: secretKey}}}
-          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
-          volumeMounts:
-            - {name: script, mountPath: /opsgraph, readOnly: true}
-            - {name: tmp, mountPath: /tmp}
-      volumes:
-        - {name: script, configMap: {name: "$JOB"}}
-        - {name: tmp, emptyDir: {}}
-JOBSPEC
-
-deadline=$(($(date +%s) + 300))
-while :; do
-    succeeded=$(kubectl -n "$NAMESPACE" get job "$JOB" -o jsonpath='{.status.succeeded}')
-    failed=$(kubectl -n "$NAMESPACE" get job "$JOB" -o jsonpath='{.status.conditions[?(@.type=="Failed")].status}')
-    [ "${succeeded:-0}" -ge 1 ] && break
-    if [ "$failed" = True ] || [ "$(date +%s)" -ge "$deadline" ]; then
-        kubectl -n "$NAMESPACE" logs "job/$JOB" --all-containers --tail=50 >&2 || true
-        fail "smoke test job $JOB did not succeed"
-    fi
-    sleep 5
-done
-kubectl -n "$NAMESPACE" logs "job/$JOB" --tail=5 >&2 || true
+ENV
+wait_job "$JOB" 300 "smoke test job $JOB" 5
 
 mkdir -p "$OPSGRAPH_OUT"
 {

@@ -6,12 +6,12 @@
 # owns, and revokes CONNECT from PUBLIC. The SQL, password included, goes to psql on stdin -
 # never argv - with statement logging off for the session.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: database, owner, db_password (secret), fail_job, fail_mode
 # Provides:   postgresql.local.database
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=pg-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/pg-lib.sh"; pg_load
 

@@ -8,12 +8,12 @@
 # OS user: the job's own, or `postgres` when the job runs as root (initdb refuses root).
 # Records all that in <node>/postgresql/server.env. Installs nothing.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: postgresql_version (optional), fail_job, fail_mode
 # Provides:   postgresql.local.binaries
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=pg-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/pg-lib.sh"
 

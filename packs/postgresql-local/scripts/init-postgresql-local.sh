@@ -6,12 +6,12 @@
 # server's OS user, unless a cluster of the same major version is there (another one is an
 # error: a person decides).
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: fail_job, fail_mode
 # Provides:   postgresql.local.cluster
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=pg-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/pg-lib.sh"; pg_load
 

@@ -8,12 +8,12 @@
 #   pg_ctl -D data -l log/postgresql.log -o "-p PORT -k SOCKDIR -c listen_addresses=127.0.0.1" start
 # as the server's OS user, trying the next free port when the chosen one cannot be bound.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: port, fail_job, fail_mode
 # Provides:   postgresql.local.server
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=pg-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/pg-lib.sh"; pg_load
 

@@ -5,11 +5,11 @@
 # SIGINT to the postmaster when pg_ctl is gone) and removes <node>/postgresql with the cluster
 # and its socket directory. The node directory stays. Idempotent.
 #
-# Conventions (packs/README.md, scripts/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
+# Conventions (packs/README.md, scripts/lib/lab-lib.sh): run with `sh -eu`; POSIX sh; idempotent.
 # Parameters: fail_job, fail_mode
 set -eu
-# shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-. "$(dirname -- "$0")/lab-lib.sh"; lab_init node
+# shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+. "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node
 # shellcheck source-path=SCRIPTDIR source=pg-lib.sh disable=SC1091
 . "$LAB_SCRIPTS/pg-lib.sh"
 

@@ -21,21 +21,11 @@
 # Requires:   s3_credentials_ref
 # Provides:   tempo.storage.bucket
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/helm-lib.sh
+. "$OPSGRAPH_LIB/helm-lib.sh"
 
-log() { printf 'create-bucket: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the bound cluster}"
-export KUBECONFIG
+needs_cluster
 REF=${OPSGRAPH_ARTIFACT_S3_CREDENTIALS_REF:?the s3_credentials_ref artifact is required}
-ref() { sed -n "s/^$1=//p" "$REF" | head -n 1; }
 NAMESPACE=$(ref NAMESPACE)
 RELEASE=$(ref RELEASE)
 SECRET=$(ref SECRET)
@@ -43,8 +33,7 @@ ENDPOINT_URL=$(ref ENDPOINT_URL)
 REGION=$(ref REGION)
 BUCKET=$(ref BUCKET)
 PATH_STYLE=$(ref FORCE_PATH_STYLE)
-MC_IMAGE=${OPSGRAPH_PARAM_MC_IMAGE:-quay.io/minio/mc:RELEASE.2024-11-21T17-21-54Z}
-matches '[a-z0-9][-A-Za-z0-9./:_@]*' "$MC_IMAGE" || fail "mc_image '$MC_IMAGE' is not an image reference"
+mc_image
 for v in "$NAMESPACE" "$RELEASE" "$SECRET" "$ENDPOINT_URL" "$REGION" "$BUCKET"; do
     [ -n "$v" ] || fail "s3_credentials_ref is incomplete"
 done
@@ -70,56 +59,13 @@ echo "opsgraph probe" | mc pipe "$probe"
 mc rm "$probe" >/dev/null
 echo "write, read, delete in $BUCKET: ok"
 RUN
-kubectl -n "$NAMESPACE" create configmap "$JOB" --from-file=run.sh="$work/run.sh" \
-    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n "$NAMESPACE" delete job "$JOB" --ignore-not-found --wait=true >/dev/null
-kubectl apply -f - >/dev/null <<JOBSPEC
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: $JOB
-  namespace: $NAMESPACE
-  labels: {app.kubernetes.io/managed-by: opsgraph, app.kubernetes.io/instance: $RELEASE}
-spec:
-  backoffLimit: 3
-  ttlSecondsAfterFinished: 86400
-  template:
-    metadata:
-      labels: {app.kubernetes.io/managed-by: opsgraph}
-    spec:
-      restartPolicy: Never
-      securityContext: {runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, seccompProfile: {type: RuntimeDefault}}
-      containers:
-        - name: mc
-          image: "$MC_IMAGE"
-          command: [/bin/sh, /opsgraph/run.sh]
-          env:
-            - {name: MC_CONFIG_DIR, value: /tmp/.mc}
+mc_job "$JOB" "$work/run.sh" 3 <<ENV
             - {name: S3_ENDPOINT_URL, value: "$ENDPOINT_URL"}
             - {name: S3_REGION, value: "$REGION"}
             - {name: S3_LOOKUP, value: "$LOOKUP"}
             - {name: BUCKET, value: "$BUCKET"}
           envFrom:
             - secretRef: {name: "$SECRET"}
-          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
-          volumeMounts:
-            - {name: script, mountPath: /opsgraph, readOnly: true}
-            - {name: tmp, mountPath: /tmp}
-      volumes:
-        - {name: script, configMap: {name: "$JOB"}}
-        - {name: tmp, emptyDir: {}}
-JOBSPEC
-
-deadline=$(($(date +%s) + 480))
-while :; do
-    succeeded=$(kubectl -n "$NAMESPACE" get job "$JOB" -o jsonpath='{.status.succeeded}')
-    failed=$(kubectl -n "$NAMESPACE" get job "$JOB" -o jsonpath='{.status.conditions[?(@.type=="Failed")].status}')
-    [ "${succeeded:-0}" -ge 1 ] && break
-    if [ "$failed" = True ] || [ "$(date +%s)" -ge "$deadline" ]; then
-        kubectl -n "$NAMESPACE" logs "job/$JOB" --all-containers --tail=50 >&2 || true
-        fail "job $JOB did not succeed"
-    fi
-    sleep 5
-done
-kubectl -n "$NAMESPACE" logs "job/$JOB" --tail=10 >&2 || true
+ENV
+wait_job "$JOB" 480 "job $JOB" 10
 log "ok: bucket $BUCKET at $ENDPOINT_URL is usable"

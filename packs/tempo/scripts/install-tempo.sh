@@ -17,26 +17,14 @@
 # Requires:   tempo_helm_values
 # Provides:   tempo.release.deployed
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/helm-lib.sh
+. "$OPSGRAPH_LIB/helm-lib.sh"
 
-log() { printf 'install-tempo: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the bound cluster}"
-export KUBECONFIG
+needs_cluster
 VALUES=${OPSGRAPH_ARTIFACT_TEMPO_HELM_VALUES:?the tempo_helm_values artifact is required}
 [ -r "$VALUES" ] || fail "cannot read $VALUES"
-RELEASE=${OPSGRAPH_PARAM_RELEASE_NAME:-${OPSGRAPH_INTENT_NAME:-}}
-NAMESPACE=${OPSGRAPH_PARAM_NAMESPACE:-$RELEASE}
+release_and_namespace fail
 CHART_VERSION=${OPSGRAPH_PARAM_CHART_VERSION:-1.10.1}
-matches '[a-z0-9]([-a-z0-9]{0,41}[a-z0-9])?' "$RELEASE" || fail "release name '$RELEASE' is not a DNS label"
-matches '[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?' "$NAMESPACE" || fail "namespace '$NAMESPACE' is not a DNS label"
 matches '[0-9]+\.[0-9]+\.[0-9]+' "$CHART_VERSION" || fail "chart_version '$CHART_VERSION' is not X.Y.Z"
 grep -qx "fullnameOverride: $RELEASE" "$VALUES" || fail "the values were rendered for another release"
 

@@ -19,20 +19,11 @@
 # Requires:   s3_credentials_ref
 # Produces:   tempo_helm_values
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/helm-lib.sh
+. "$OPSGRAPH_LIB/helm-lib.sh"
 
-log() { printf 'render-helm-values: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
+needs_out
 REF=${OPSGRAPH_ARTIFACT_S3_CREDENTIALS_REF:?the s3_credentials_ref artifact is required}
-ref() { sed -n "s/^$1=//p" "$REF" | head -n 1; }
 RELEASE=$(ref RELEASE)
 SECRET=$(ref SECRET)
 ENDPOINT=$(ref ENDPOINT)

@@ -18,24 +18,12 @@
 # Provides:   observability.tracing
 # Produces:   tempo_endpoints
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/helm-lib.sh
+. "$OPSGRAPH_LIB/helm-lib.sh"
 
-log() { printf 'verify-tempo: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the bound cluster}"
-export KUBECONFIG
-RELEASE=${OPSGRAPH_PARAM_RELEASE_NAME:-${OPSGRAPH_INTENT_NAME:-}}
-NAMESPACE=${OPSGRAPH_PARAM_NAMESPACE:-$RELEASE}
-matches '[a-z0-9]([-a-z0-9]{0,41}[a-z0-9])?' "$RELEASE" || fail "release name '$RELEASE' is not a DNS label"
-matches '[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?' "$NAMESPACE" || fail "namespace '$NAMESPACE' is not a DNS label"
+needs_out
+needs_cluster
+release_and_namespace fail
 
 kubectl -n "$NAMESPACE" rollout status "statefulset/$RELEASE" --timeout=5m
 

@@ -22,20 +22,11 @@
 # Requires:   cluster_access_report
 # Produces:   s3_credentials_ref
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/helm-lib.sh
+. "$OPSGRAPH_LIB/helm-lib.sh"
 
-log() { printf 'write-storage-credentials: %s\n' "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-: "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-: "${KUBECONFIG:?KUBECONFIG must name the kubeconfig of the bound cluster}"
-export KUBECONFIG
+needs_out
+needs_cluster
 REPORT=${OPSGRAPH_ARTIFACT_CLUSTER_ACCESS_REPORT:?the cluster_access_report artifact is required}
 CREDS=${OPSGRAPH_BINDING_OBJECT_STORAGE_S3_CREDENTIALS:?the bound object storage has no credentials file}
 grep -qx 'STATUS=ok' "$REPORT" || fail "the cluster access report is not ok"
@@ -65,7 +56,7 @@ BUCKET=${BUCKET:-$RELEASE-traces}
 matches 'https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?/?' "$ENDPOINT_URL" ||
     fail "S3 endpoint '$ENDPOINT_URL' is not http(s)://host[:port] (set s3_endpoint or the binding's ENDPOINT)"
 matches '[a-z0-9-]+' "$REGION" || fail "region '$REGION' is not an S3 region"
-matches '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' "$BUCKET" || fail "bucket '$BUCKET' is not an S3 bucket name"
+s3_bucket "$BUCKET"
 case $FORCE_PATH_STYLE in true | false) ;; *) fail "FORCE_PATH_STYLE must be true or false" ;; esac
 ENDPOINT_URL=${ENDPOINT_URL%/}
 case $ENDPOINT_URL in
@@ -80,10 +71,7 @@ trap 'rm -rf "$work"' EXIT
 printf 'S3_ACCESS_KEY=%s\nS3_SECRET_KEY=%s\n' "$ACCESS_KEY" "$SECRET_KEY" >"$work/s3.env"
 CHECKSUM=$(sha256sum "$work/s3.env" | cut -c1-16)
 
-if ! kubectl get namespace "$NAMESPACE" >/dev/null 2>&1; then
-    kubectl create namespace "$NAMESPACE"
-fi
-kubectl label namespace "$NAMESPACE" --overwrite app.kubernetes.io/managed-by=opsgraph >/dev/null
+ensure_namespace
 SECRET="$RELEASE-s3"
 kubectl -n "$NAMESPACE" create secret generic "$SECRET" --from-env-file="$work/s3.env" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null

@@ -96,6 +96,19 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state, in the order above.
+    pub const ALL: [JobState; 9] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::AlreadySatisfied,
+        JobState::Recovered,
+        JobState::ManuallyFixed,
+        JobState::Skipped,
+        JobState::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Pending => "pending",

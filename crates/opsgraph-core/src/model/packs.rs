@@ -58,6 +58,10 @@ pub struct ScenarioPack {
     pub editable: Editable,
     #[serde(default)]
     pub risk: Risk,
+    /// Library scripts (`scripts/lib/NAME.sh`) staged beside every script job's script, wherever
+    /// it runs, in the directory `OPSGRAPH_LIB` names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub libraries: Vec<String>,
     /// How each resource type the pack manages is observed and verified after day 1 ([I]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<ResourceSpec>,
@@ -174,6 +178,13 @@ pub struct ScopeSpec {
     pub min: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<u32>,
+}
+
+impl ScopeSpec {
+    /// The scope of every resource of `resource_type` the intent names in `targets.<target>`.
+    pub fn targets(resource_type: &str, target: &str) -> ScopeSpec {
+        ScopeSpec { resource_type: resource_type.into(), from: vec![format!("targets.{target}")], min: None, max: None }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{
-    Artifact, Document, Evidence, Job, JobEntry, PatchChange, PlanTemplate, Provider, Remedy, ScenarioPack,
+    Artifact, Document, Editable, Evidence, Job, JobEntry, PatchChange, PlanTemplate, Provider, Remedy, Risk,
+    ScenarioPack, ScopeSpec, StageSpec,
 };
 
 use crate::pack::diag::{self, did_you_mean, Code, Diagnostic};
@@ -37,6 +38,65 @@ pub struct Pack {
 }
 
 impl Pack {
+    /// A pack of one template `<id>.run` (action `run`) with every job in one stage `all`, made in
+    /// code rather than read from files (fixtures, benchmarks).
+    pub fn one_stage(
+        root: &str,
+        id: &str,
+        resource_type: &str,
+        scopes: BTreeMap<String, ScopeSpec>,
+        jobs: Vec<Job>,
+    ) -> Pack {
+        let template = PlanTemplate {
+            id: format!("{id}.run"),
+            action: "run".into(),
+            title: None,
+            description: None,
+            parameters: BTreeMap::new(),
+            scopes,
+            stages: vec![StageSpec {
+                id: "all".into(),
+                name: "All".into(),
+                jobs: jobs.iter().map(|j| j.id.clone()).collect(),
+            }],
+            jobs: jobs.iter().map(|j| JobEntry::Ref(j.id.clone())).collect(),
+            gates: vec![],
+            requires: None,
+            risk: None,
+            provides: vec![],
+        };
+        Pack {
+            root: root.into(),
+            digest: String::new(),
+            manifest: ScenarioPack {
+                id: id.into(),
+                version: "1.0.0".into(),
+                title: None,
+                description: None,
+                resource_types: vec![resource_type.into()],
+                actions: vec!["run".into()],
+                requires: vec![],
+                provides: vec![],
+                plan_templates: vec![],
+                editable: Editable::default(),
+                risk: Risk::default(),
+                libraries: vec![],
+                resources: vec![],
+            },
+            templates: vec![template],
+            jobs: jobs.into_iter().map(|j| (j.id.clone(), j)).collect(),
+            evidence: BTreeMap::new(),
+            artifacts: BTreeMap::new(),
+            remedies: vec![],
+            providers: vec![],
+        }
+    }
+
+    /// The paths of its library scripts (`OPSGRAPH_LIB`), below its root.
+    pub fn library_paths(&self) -> Vec<String> {
+        self.manifest.libraries.iter().map(|l| join(&self.root, l.trim_start_matches("./"))).collect()
+    }
+
     pub fn id(&self) -> &str {
         &self.manifest.id
     }
@@ -189,6 +249,10 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
     }
 
     check_resources(&mut cx, &pack, manifest);
+    // Manifest -> libraries <- scripts.
+    let here = |p: &str| join(root, p);
+    crate::pack::libraries::check(manifest, &pack.manifest.libraries, files, all_paths, here, cx.diags);
+
     // Manifest -> templates.
     for (i, r) in pack.manifest.plan_templates.iter().enumerate() {
         let at = |seg| pos_at(&manifest.node, &[PathSeg::Key("plan_templates"), PathSeg::Index(i), PathSeg::Key(seg)]);

@@ -345,6 +345,11 @@ pub(crate) static SCENARIO_PACK: Obj = Obj {
         field("editable", &Shape::Obj(&EDITABLE), "what users may change"),
         field("risk", &Shape::Obj(&RISK), "its risk"),
         field(
+            "libraries",
+            &STRS,
+            "library scripts (`scripts/lib/NAME.sh`) staged beside every job's script; scripts source them from `$OPSGRAPH_LIB`",
+        ),
+        field(
             "resources",
             &Shape::List(&Shape::Obj(&RESOURCE_SPEC)),
             "how its resource types are verified after day 1",

@@ -12,6 +12,7 @@ pub mod contents;
 pub mod diag;
 pub mod digest;
 mod kinds;
+pub mod libraries;
 pub mod lint;
 pub mod remedy;
 mod semantic;

@@ -148,17 +148,7 @@ mod tests {
 
     use super::*;
 
-    const STATES: [JobState; 9] = [
-        JobState::Pending,
-        JobState::Running,
-        JobState::Succeeded,
-        JobState::Failed,
-        JobState::AlreadySatisfied,
-        JobState::Recovered,
-        JobState::ManuallyFixed,
-        JobState::Skipped,
-        JobState::Cancelled,
-    ];
+    const STATES: [JobState; 9] = JobState::ALL;
 
     const EVENTS: [JobEvent; 14] = [
         JobEvent::Start,
@@ -178,18 +168,25 @@ mod tests {
     ];
 
     /// Every event of `events` applied to every state of `states`: the state and effects after
-    /// it, or the refusal naming the state and the event.
+    /// each legal one, then the events refused (each refusal names the state and the event).
     fn check(states: &[JobState], events: &[JobEvent], expect: Expect) {
         let mut out = String::new();
         for state in states {
             out.push_str(&format!("{}:\n", state.as_str()));
+            let mut refused = Vec::new();
             for e in events {
-                let line = match apply(*state, *e) {
-                    Ok((next, effects)) => format!("  {e:?} -> {} {effects:?}", next.as_str()),
-                    Err(err) => format!("  {e:?} -> error: {err}"),
-                };
-                out.push_str(&line);
-                out.push('\n');
+                match apply(*state, *e) {
+                    Ok((next, effects)) => out.push_str(&format!("  {e:?} -> {} {effects:?}\n", next.as_str())),
+                    Err(err) => {
+                        let said = err.to_string();
+                        let of_state = format!("` to a job in state `{}`", state.as_str());
+                        assert!(said.starts_with("cannot apply `") && said.ends_with(&of_state), "{said}");
+                        refused.push(format!("{e:?}"));
+                    }
+                }
+            }
+            if !refused.is_empty() {
+                out.push_str(&format!("  refused: {}\n", refused.join(", ")));
             }
         }
         expect.assert_eq(&out);
@@ -201,142 +198,44 @@ mod tests {
             &STATES,
             &EVENTS,
             expect![[r#"
-            pending:
-              Start -> running [RunAttempt]
-              Passed { ran: true, keyed: true } -> error: cannot apply `passed` to a job in state `pending`
-              Passed { ran: true, keyed: false } -> error: cannot apply `passed` to a job in state `pending`
-              Passed { ran: false, keyed: true } -> error: cannot apply `passed` to a job in state `pending`
-              Passed { ran: false, keyed: false } -> error: cannot apply `passed` to a job in state `pending`
-              Recovered -> error: cannot apply `recovered` to a job in state `pending`
-              Failed { retry: true, unknown: false } -> error: cannot apply `failed` to a job in state `pending`
-              Failed { retry: true, unknown: true } -> error: cannot apply `failed` to a job in state `pending`
-              Failed { retry: false, unknown: false } -> error: cannot apply `failed` to a job in state `pending`
-              Failed { retry: false, unknown: true } -> error: cannot apply `failed` to a job in state `pending`
-              Cancelled -> error: cannot apply `cancelled` to a job in state `pending`
-              Reset -> error: cannot apply `reset` to a job in state `pending`
-              Skip -> skipped []
-              ManuallyFixed -> error: cannot apply `manually_fixed` to a job in state `pending`
-            running:
-              Start -> error: cannot apply `start` to a job in state `running`
-              Passed { ran: true, keyed: true } -> succeeded [RecordKey]
-              Passed { ran: true, keyed: false } -> succeeded []
-              Passed { ran: false, keyed: true } -> already_satisfied []
-              Passed { ran: false, keyed: false } -> already_satisfied []
-              Recovered -> recovered []
-              Failed { retry: true, unknown: false } -> pending [Backoff]
-              Failed { retry: true, unknown: true } -> pending [Backoff]
-              Failed { retry: false, unknown: false } -> failed [FailOperation]
-              Failed { retry: false, unknown: true } -> failed [FailOperation]
-              Cancelled -> cancelled []
-              Reset -> error: cannot apply `reset` to a job in state `running`
-              Skip -> error: cannot apply `skip` to a job in state `running`
-              ManuallyFixed -> error: cannot apply `manually_fixed` to a job in state `running`
-            succeeded:
-              Start -> error: cannot apply `start` to a job in state `succeeded`
-              Passed { ran: true, keyed: true } -> error: cannot apply `passed` to a job in state `succeeded`
-              Passed { ran: true, keyed: false } -> error: cannot apply `passed` to a job in state `succeeded`
-              Passed { ran: false, keyed: true } -> error: cannot apply `passed` to a job in state `succeeded`
-              Passed { ran: false, keyed: false } -> error: cannot apply `passed` to a job in state `succeeded`
-              Recovered -> error: cannot apply `recovered` to a job in state `succeeded`
-              Failed { retry: true, unknown: false } -> error: cannot apply `failed` to a job in state `succeeded`
-              Failed { retry: true, unknown: true } -> error: cannot apply `failed` to a job in state `succeeded`
-              Failed { retry: false, unknown: false } -> error: cannot apply `failed` to a job in state `succeeded`
-              Failed { retry: false, unknown: true } -> error: cannot apply `failed` to a job in state `succeeded`
-              Cancelled -> error: cannot apply `cancelled` to a job in state `succeeded`
-              Reset -> error: cannot apply `reset` to a job in state `succeeded`
-              Skip -> error: cannot apply `skip` to a job in state `succeeded`
-              ManuallyFixed -> error: cannot apply `manually_fixed` to a job in state `succeeded`
-            failed:
-              Start -> error: cannot apply `start` to a job in state `failed`
-              Passed { ran: true, keyed: true } -> error: cannot apply `passed` to a job in state `failed`
-              Passed { ran: true, keyed: false } -> error: cannot apply `passed` to a job in state `failed`
-              Passed { ran: false, keyed: true } -> error: cannot apply `passed` to a job in state `failed`
-              Passed { ran: false, keyed: false } -> error: cannot apply `passed` to a job in state `failed`
-              Recovered -> recovered []
-              Failed { retry: true, unknown: false } -> error: cannot apply `failed` to a job in state `failed`
-              Failed { retry: true, unknown: true } -> error: cannot apply `failed` to a job in state `failed`
-              Failed { retry: false, unknown: false } -> error: cannot apply `failed` to a job in state `failed`
-              Failed { retry: false, unknown: true } -> error: cannot apply `failed` to a job in state `failed`
-              Cancelled -> error: cannot apply `cancelled` to a job in state `failed`
-              Reset -> pending []
-              Skip -> skipped []
-              ManuallyFixed -> manually_fixed []
-            already_satisfied:
-              Start -> error: cannot apply `start` to a job in state `already_satisfied`
-              Passed { ran: true, keyed: true } -> error: cannot apply `passed` to a job in state `already_satisfied`
-              Passed { ran: true, keyed: false } -> error: cannot apply `passed` to a job in state `already_satisfied`
-              Passed { ran: false, keyed: true } -> error: cannot apply `passed` to a job in state `already_satisfied`
-              Passed { ran: false, keyed: false } -> error: cannot apply `passed` to a job in state `already_satisfied`
-              Recovered -> error: cannot apply `recovered` to a job in state `already_satisfied`
-              Failed { retry: true, unknown: false } -> error: cannot apply `failed` to a job in state `already_satisfied`
-              Failed { retry: true, unknown: true } -> error: cannot apply `failed` to a job in state `already_satisfied`
-              Failed { retry: false, unknown: false } -> error: cannot apply `failed` to a job in state `already_satisfied`
-              Failed { retry: false, unknown: true } -> error: cannot apply `failed` to a job in state `already_satisfied`
-              Cancelled -> error: cannot apply `cancelled` to a job in state `already_satisfied`
-              Reset -> error: cannot apply `reset` to a job in state `already_satisfied`
-              Skip -> error: cannot apply `skip` to a job in state `already_satisfied`
-              ManuallyFixed -> error: cannot apply `manually_fixed` to a job in state `already_satisfied`
-            recovered:
-              Start -> error: cannot apply `start` to a job in state `recovered`
-              Passed { ran: true, keyed: true } -> error: cannot apply `passed` to a job in state `recovered`
-              Passed { ran: true, keyed: false } -> error: cannot apply `passed` to a job in state `recovered`
-              Passed { ran: false, keyed: true } -> error: cannot apply `passed` to a job in state `recovered`
-              Passed { ran: false, keyed: false } -> error: cannot apply `passed` to a job in state `recovered`
-              Recovered -> error: cannot apply `recovered` to a job in state `recovered`
-              Failed { retry: true, unknown: false } -> error: cannot apply `failed` to a job in state `recovered`
-              Failed { retry: true, unknown: true } -> error: cannot apply `failed` to a job in state `recovered`
-              Failed { retry: false, unknown: false } -> error: cannot apply `failed` to a job in state `recovered`
-              Failed { retry: false, unknown: true } -> error: cannot apply `failed` to a job in state `recovered`
-              Cancelled -> error: cannot apply `cancelled` to a job in state `recovered`
-              Reset -> error: cannot apply `reset` to a job in state `recovered`
-              Skip -> error: cannot apply `skip` to a job in state `recovered`
-              ManuallyFixed -> error: cannot apply `manually_fixed` to a job in state `recovered`
-            manually_fixed:
-              Start -> error: cannot apply `start` to a job in state `manually_fixed`
-              Passed { ran: true, keyed: true } -> error: cannot apply `passed` to a job in state `manually_fixed`
-              Passed { ran: true, keyed: false } -> error: cannot apply `passed` to a job in state `manually_fixed`
-              Passed { ran: false, keyed: true } -> error: cannot apply `passed` to a job in state `manually_fixed`
-              Passed { ran: false, keyed: false } -> error: cannot apply `passed` to a job in state `manually_fixed`
-              Recovered -> error: cannot apply `recovered` to a job in state `manually_fixed`
-              Failed { retry: true, unknown: false } -> error: cannot apply `failed` to a job in state `manually_fixed`
-              Failed { retry: true, unknown: true } -> error: cannot apply `failed` to a job in state `manually_fixed`
-              Failed { retry: false, unknown: false } -> error: cannot apply `failed` to a job in state `manually_fixed`
-              Failed { retry: false, unknown: true } -> error: cannot apply `failed` to a job in state `manually_fixed`
-              Cancelled -> error: cannot apply `cancelled` to a job in state `manually_fixed`
-              Reset -> error: cannot apply `reset` to a job in state `manually_fixed`
-              Skip -> error: cannot apply `skip` to a job in state `manually_fixed`
-              ManuallyFixed -> error: cannot apply `manually_fixed` to a job in state `manually_fixed`
-            skipped:
-              Start -> error: cannot apply `start` to a job in state `skipped`
-              Passed { ran: true, keyed: true } -> error: cannot apply `passed` to a job in state `skipped`
-              Passed { ran: true, keyed: false } -> error: cannot apply `passed` to a job in state `skipped`
-              Passed { ran: false, keyed: true } -> error: cannot apply `passed` to a job in state `skipped`
-              Passed { ran: false, keyed: false } -> error: cannot apply `passed` to a job in state `skipped`
-              Recovered -> error: cannot apply `recovered` to a job in state `skipped`
-              Failed { retry: true, unknown: false } -> error: cannot apply `failed` to a job in state `skipped`
-              Failed { retry: true, unknown: true } -> error: cannot apply `failed` to a job in state `skipped`
-              Failed { retry: false, unknown: false } -> error: cannot apply `failed` to a job in state `skipped`
-              Failed { retry: false, unknown: true } -> error: cannot apply `failed` to a job in state `skipped`
-              Cancelled -> error: cannot apply `cancelled` to a job in state `skipped`
-              Reset -> error: cannot apply `reset` to a job in state `skipped`
-              Skip -> error: cannot apply `skip` to a job in state `skipped`
-              ManuallyFixed -> error: cannot apply `manually_fixed` to a job in state `skipped`
-            cancelled:
-              Start -> error: cannot apply `start` to a job in state `cancelled`
-              Passed { ran: true, keyed: true } -> error: cannot apply `passed` to a job in state `cancelled`
-              Passed { ran: true, keyed: false } -> error: cannot apply `passed` to a job in state `cancelled`
-              Passed { ran: false, keyed: true } -> error: cannot apply `passed` to a job in state `cancelled`
-              Passed { ran: false, keyed: false } -> error: cannot apply `passed` to a job in state `cancelled`
-              Recovered -> recovered []
-              Failed { retry: true, unknown: false } -> error: cannot apply `failed` to a job in state `cancelled`
-              Failed { retry: true, unknown: true } -> error: cannot apply `failed` to a job in state `cancelled`
-              Failed { retry: false, unknown: false } -> error: cannot apply `failed` to a job in state `cancelled`
-              Failed { retry: false, unknown: true } -> error: cannot apply `failed` to a job in state `cancelled`
-              Cancelled -> error: cannot apply `cancelled` to a job in state `cancelled`
-              Reset -> pending []
-              Skip -> skipped []
-              ManuallyFixed -> error: cannot apply `manually_fixed` to a job in state `cancelled`
-        "#]],
+                pending:
+                  Start -> running [RunAttempt]
+                  Skip -> skipped []
+                  refused: Passed { ran: true, keyed: true }, Passed { ran: true, keyed: false }, Passed { ran: false, keyed: true }, Passed { ran: false, keyed: false }, Recovered, Failed { retry: true, unknown: false }, Failed { retry: true, unknown: true }, Failed { retry: false, unknown: false }, Failed { retry: false, unknown: true }, Cancelled, Reset, ManuallyFixed
+                running:
+                  Passed { ran: true, keyed: true } -> succeeded [RecordKey]
+                  Passed { ran: true, keyed: false } -> succeeded []
+                  Passed { ran: false, keyed: true } -> already_satisfied []
+                  Passed { ran: false, keyed: false } -> already_satisfied []
+                  Recovered -> recovered []
+                  Failed { retry: true, unknown: false } -> pending [Backoff]
+                  Failed { retry: true, unknown: true } -> pending [Backoff]
+                  Failed { retry: false, unknown: false } -> failed [FailOperation]
+                  Failed { retry: false, unknown: true } -> failed [FailOperation]
+                  Cancelled -> cancelled []
+                  refused: Start, Reset, Skip, ManuallyFixed
+                succeeded:
+                  refused: Start, Passed { ran: true, keyed: true }, Passed { ran: true, keyed: false }, Passed { ran: false, keyed: true }, Passed { ran: false, keyed: false }, Recovered, Failed { retry: true, unknown: false }, Failed { retry: true, unknown: true }, Failed { retry: false, unknown: false }, Failed { retry: false, unknown: true }, Cancelled, Reset, Skip, ManuallyFixed
+                failed:
+                  Recovered -> recovered []
+                  Reset -> pending []
+                  Skip -> skipped []
+                  ManuallyFixed -> manually_fixed []
+                  refused: Start, Passed { ran: true, keyed: true }, Passed { ran: true, keyed: false }, Passed { ran: false, keyed: true }, Passed { ran: false, keyed: false }, Failed { retry: true, unknown: false }, Failed { retry: true, unknown: true }, Failed { retry: false, unknown: false }, Failed { retry: false, unknown: true }, Cancelled
+                already_satisfied:
+                  refused: Start, Passed { ran: true, keyed: true }, Passed { ran: true, keyed: false }, Passed { ran: false, keyed: true }, Passed { ran: false, keyed: false }, Recovered, Failed { retry: true, unknown: false }, Failed { retry: true, unknown: true }, Failed { retry: false, unknown: false }, Failed { retry: false, unknown: true }, Cancelled, Reset, Skip, ManuallyFixed
+                recovered:
+                  refused: Start, Passed { ran: true, keyed: true }, Passed { ran: true, keyed: false }, Passed { ran: false, keyed: true }, Passed { ran: false, keyed: false }, Recovered, Failed { retry: true, unknown: false }, Failed { retry: true, unknown: true }, Failed { retry: false, unknown: false }, Failed { retry: false, unknown: true }, Cancelled, Reset, Skip, ManuallyFixed
+                manually_fixed:
+                  refused: Start, Passed { ran: true, keyed: true }, Passed { ran: true, keyed: false }, Passed { ran: false, keyed: true }, Passed { ran: false, keyed: false }, Recovered, Failed { retry: true, unknown: false }, Failed { retry: true, unknown: true }, Failed { retry: false, unknown: false }, Failed { retry: false, unknown: true }, Cancelled, Reset, Skip, ManuallyFixed
+                skipped:
+                  refused: Start, Passed { ran: true, keyed: true }, Passed { ran: true, keyed: false }, Passed { ran: false, keyed: true }, Passed { ran: false, keyed: false }, Recovered, Failed { retry: true, unknown: false }, Failed { retry: true, unknown: true }, Failed { retry: false, unknown: false }, Failed { retry: false, unknown: true }, Cancelled, Reset, Skip, ManuallyFixed
+                cancelled:
+                  Recovered -> recovered []
+                  Reset -> pending []
+                  Skip -> skipped []
+                  refused: Start, Passed { ran: true, keyed: true }, Passed { ran: true, keyed: false }, Passed { ran: false, keyed: true }, Passed { ran: false, keyed: false }, Failed { retry: true, unknown: false }, Failed { retry: true, unknown: true }, Failed { retry: false, unknown: false }, Failed { retry: false, unknown: true }, Cancelled, ManuallyFixed
+            "#]],
         );
     }
 

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use opsgraph_core::model::{
-    Attributes, CapabilityPolicy, Controls, EnvironmentPolicy, Health, Intent, Job, JobEntry, JobScope, PlanTemplate,
-    ProvidedCapability, Provider, Provision, Requirement, Resource, Risk, ScenarioPack, ScopeSpec, StageSpec,
+    Attributes, CapabilityPolicy, Controls, EnvironmentPolicy, Health, Intent, Job, JobScope, ProvidedCapability,
+    Provider, Provision, Requirement, Resource, ScopeSpec,
 };
 use opsgraph_core::pack::Pack;
 use serde_json::Value;
@@ -90,57 +90,8 @@ impl JobB {
 
 /// A one-template pack: action `run`, every job in one stage, scope `nodes` over `targets.nodes`.
 pub(crate) fn pack(id: &str, resource_type: &str, jobs: Vec<JobB>) -> Pack {
-    let template = PlanTemplate {
-        id: format!("{id}.run"),
-        action: "run".into(),
-        title: None,
-        description: None,
-        parameters: BTreeMap::new(),
-        scopes: [(
-            "nodes".to_string(),
-            ScopeSpec {
-                resource_type: "compute_node".into(),
-                from: vec!["targets.nodes".into()],
-                min: None,
-                max: None,
-            },
-        )]
-        .into(),
-        stages: vec![StageSpec {
-            id: "all".into(),
-            name: "All".into(),
-            jobs: jobs.iter().map(|j| j.0.id.clone()).collect(),
-        }],
-        jobs: jobs.iter().map(|j| JobEntry::Ref(j.0.id.clone())).collect(),
-        gates: Vec::new(),
-        requires: None,
-        risk: None,
-        provides: Vec::new(),
-    };
-    Pack {
-        root: format!("fixture/{id}"),
-        digest: String::new(),
-        manifest: ScenarioPack {
-            id: id.into(),
-            version: "1.0.0".into(),
-            title: None,
-            description: None,
-            resource_types: vec![resource_type.into()],
-            actions: vec!["run".into()],
-            requires: Vec::new(),
-            provides: Vec::new(),
-            plan_templates: Vec::new(),
-            editable: Default::default(),
-            risk: Risk::default(),
-            resources: Vec::new(),
-        },
-        templates: vec![template],
-        jobs: jobs.into_iter().map(|j| (j.0.id.clone(), j.0)).collect(),
-        evidence: BTreeMap::new(),
-        artifacts: BTreeMap::new(),
-        remedies: Vec::new(),
-        providers: Vec::new(),
-    }
+    let scopes = [("nodes".to_string(), ScopeSpec::targets("compute_node", "nodes"))].into();
+    Pack::one_stage(&format!("fixture/{id}"), id, resource_type, scopes, jobs.into_iter().map(|j| j.0).collect())
 }
 
 pub(crate) fn intent(resource_type: &str, environment: &str) -> Intent {

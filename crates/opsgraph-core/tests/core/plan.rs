@@ -4,7 +4,7 @@
 use expect_test::{expect, Expect};
 use opsgraph_core::model::{CapabilityPolicy, Intent, OperationsPolicy, Provider, Resource};
 use opsgraph_core::pack::Pack;
-use opsgraph_core::plan::{Input, Inventory};
+use opsgraph_core::plan::{Error as PlanError, Input, Inventory, Plan};
 
 use crate::builders::*;
 use crate::preview_text::section;
@@ -29,6 +29,22 @@ fn world(pack: Pack, intent: Intent) -> World {
     }
 }
 
+impl World {
+    /// The plan of this world's intent, or the planning errors.
+    fn build(&self) -> Result<Plan, Vec<PlanError>> {
+        let inventory = Inventory::new(&self.resources);
+        let input = Input {
+            intent: &self.intent,
+            packs: &self.packs,
+            inventory: &inventory,
+            providers: &self.providers,
+            policy: &self.policy,
+            operations: &self.operations,
+        };
+        opsgraph_core::plan::build(&input)
+    }
+}
+
 fn nodes(n: usize) -> Vec<Resource> {
     (1..=n).map(|i| resource("compute_node", &format!("n{i}")).provides("linux.host", Default::default()).0).collect()
 }
@@ -39,16 +55,7 @@ fn targets(intent: &mut Intent, n: usize) {
 
 /// Builds the plan and shows its jobs with their dependencies, its gates — or its errors.
 fn check(w: World, expect: Expect) {
-    let inventory = Inventory::new(&w.resources);
-    let input = Input {
-        intent: &w.intent,
-        packs: &w.packs,
-        inventory: &inventory,
-        providers: &w.providers,
-        policy: &w.policy,
-        operations: &w.operations,
-    };
-    let text = match opsgraph_core::plan::build(&input) {
+    let text = match w.build() {
         Ok(plan) => {
             let mut s = String::new();
             for j in &plan.jobs {
@@ -174,16 +181,7 @@ fn scoped_requirements_must_hold_on_every_target() {
         resource("compute_node", "n1").provides("package.manager.apt", Default::default()).0,
         resource("compute_node", "n2").provides("linux.host", Default::default()).0,
     ];
-    let inventory = Inventory::new(&w.resources);
-    let input = Input {
-        intent: &w.intent,
-        packs: &w.packs,
-        inventory: &inventory,
-        providers: &w.providers,
-        policy: &w.policy,
-        operations: &w.operations,
-    };
-    let plan = opsgraph_core::plan::build(&input).unwrap();
+    let plan = w.build().unwrap();
     assert!(plan.is_blocked());
     expect![[r#"
         Capabilities
@@ -224,16 +222,7 @@ fn fan_out_scales_to_ten_thousand_instances() {
     targets(&mut i, 1000);
     let mut w = world(p, i);
     w.resources = nodes(1000);
-    let inventory = Inventory::new(&w.resources);
-    let input = Input {
-        intent: &w.intent,
-        packs: &w.packs,
-        inventory: &inventory,
-        providers: &w.providers,
-        policy: &w.policy,
-        operations: &w.operations,
-    };
-    let plan = opsgraph_core::plan::build(&input).unwrap();
+    let plan = w.build().unwrap();
     assert_eq!(plan.jobs.len(), 10_000);
     let j5 = plan.jobs.iter().find(|j| j.id == "j5@n500").unwrap();
     assert_eq!(j5.depends_on, vec!["j4@n500"]);
@@ -275,16 +264,7 @@ fn the_reviewer_points_out_unproven_outputs_and_what_cannot_be_undone() {
     let mut p = pack("rv", "thing", vec![job("make").provides("rv.made", None), job("drop").destructive()]);
     p.manifest.risk.default_level = opsgraph_core::model::RiskLevel::High;
     let w = world(p, intent("thing", "dev"));
-    let inventory = Inventory::new(&w.resources);
-    let input = Input {
-        intent: &w.intent,
-        packs: &w.packs,
-        inventory: &inventory,
-        providers: &w.providers,
-        policy: &w.policy,
-        operations: &w.operations,
-    };
-    let plan = opsgraph_core::plan::build(&input).unwrap();
+    let plan = w.build().unwrap();
     expect![[r#"
         Review
           warning[no-evidence]: make provides rv.made but no evidence proves it: its exit code alone decides

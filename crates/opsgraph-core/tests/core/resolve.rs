@@ -4,7 +4,7 @@
 use expect_test::{expect, Expect};
 use opsgraph_core::model::{CapabilityPolicy, EnvironmentPolicy, Health, Intent, Provider, Requirement, Resource};
 use opsgraph_core::plan::resolve::{resolve, Context};
-use opsgraph_core::plan::Inventory;
+use opsgraph_core::plan::{Inventory, Resolution};
 use serde_json::json;
 
 use crate::builders::*;
@@ -22,8 +22,8 @@ fn case(env: &str) -> Case {
     Case { resources: Vec::new(), providers: Vec::new(), policy: CapabilityPolicy::default(), intent }
 }
 
-/// Resolves `req` and shows the outcome and each rejection.
-fn check(c: &Case, req: Requirement, expect: Expect) {
+/// `req` resolved for Tempo's jobs `jobs` in the world of `c`.
+fn resolved(c: &Case, req: &Requirement, jobs: Vec<String>) -> Resolution {
     let inventory = Inventory::new(&c.resources);
     let cx = Context {
         inventory: &inventory,
@@ -32,7 +32,12 @@ fn check(c: &Case, req: Requirement, expect: Expect) {
         intent: &c.intent,
         requester: "Tempo",
     };
-    let r = resolve(&cx, &req, vec!["install-tempo".into()]);
+    resolve(&cx, req, jobs)
+}
+
+/// Resolves `req` and shows the outcome and each rejection.
+fn check(c: &Case, req: Requirement, expect: Expect) {
+    let r = resolved(c, &req, vec!["install-tempo".into()]);
     let mut s = serde_json::to_string(&r.outcome).unwrap();
     s.push('\n');
     for rej in &r.rejected {
@@ -53,31 +58,26 @@ fn s3(name: &str, env: &str, provider: &str, attributes: &[(&str, serde_json::Va
 #[test]
 fn every_constraint_form() {
     let mut c = case("prod");
-    c.resources = vec![
-        s3(
-            "big",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "small",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(100)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "plain",
-            "prod",
-            "p",
-            &[("encryption", json!(false)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "shared",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("shared"))],
-        ),
+    // name, environment, encryption, capacity_gb, access_mode
+    let rows = [
+        ("big", "prod", true, 1000, "dedicated"),
+        ("small", "prod", true, 100, "dedicated"),
+        ("plain", "prod", false, 1000, "dedicated"),
+        ("shared", "prod", true, 1000, "shared"),
+        ("huge", "prod", true, 90000, "dedicated"),
+        ("devbox", "dev", true, 1000, "dedicated"),
+        ("broken", "prod", true, 1000, "dedicated"),
+    ];
+    c.resources = rows
+        .iter()
+        .map(|(name, env, encryption, capacity, mode)| {
+            let a = [("encryption", json!(encryption)), ("capacity_gb", json!(capacity)), ("access_mode", json!(mode))];
+            s3(name, env, "p", &a)
+        })
+        .collect();
+    // In another region: after `shared`, where it was listed.
+    c.resources.insert(
+        4,
         resource("object_storage", "far")
             .env("prod")
             .provider("p")
@@ -91,25 +91,7 @@ fn every_constraint_form() {
                 ]),
             )
             .0,
-        s3(
-            "huge",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(90000)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "devbox",
-            "dev",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
-        ),
-        s3(
-            "broken",
-            "prod",
-            "p",
-            &[("encryption", json!(true)), ("capacity_gb", json!(1000)), ("access_mode", json!("dedicated"))],
-        ),
-    ];
+    );
     c.resources.last_mut().unwrap().health = Health::Error;
     // The seed's §5 requirement, plus a max_ bound and a list.
     let r = req("object_storage.s3")
@@ -266,15 +248,7 @@ fn unsatisfiable_lists_every_candidate() {
 fn large_inventories_list_a_sample_and_count_the_rest() {
     let mut c = case("dev");
     c.resources = (0..500).map(|i| s3(&format!("r{i}"), "prod", "p", &[])).collect();
-    let inventory = Inventory::new(&c.resources);
-    let cx = Context {
-        inventory: &inventory,
-        providers: &c.providers,
-        policy: &c.policy,
-        intent: &c.intent,
-        requester: "Tempo",
-    };
-    let r = resolve(&cx, &req("object_storage.s3"), vec![]);
+    let r = resolved(&c, &req("object_storage.s3"), vec![]);
     assert_eq!(r.rejected.len(), opsgraph_core::plan::resolve::REJECTION_LIMIT);
     assert_eq!(r.rejected_by_rule.get("environment"), Some(&500));
     assert_eq!(r.considered, 500);

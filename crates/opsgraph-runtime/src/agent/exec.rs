@@ -34,6 +34,16 @@ pub fn execute(payload: &Value, dir: &Path, tee: Option<opsgraph_exec::Tee>, can
             Err(e) => return refused(format!("cannot write {}: {e}", f.name)),
         }
     }
+    let mut libraries = Vec::new();
+    for f in &job.libraries {
+        if f.name.is_empty() || f.name.contains('/') || f.name.starts_with('.') {
+            return refused(format!("`{}` is not a library's file name", f.name));
+        }
+        match crate::secrets::private_file(&dir.join("lib"), &f.name, &unb64(&f.content)) {
+            Ok(path) => libraries.push(path),
+            Err(e) => return refused(format!("cannot write the library {}: {e}", f.name)),
+        }
+    }
     let program = match &job.program {
         None => None,
         Some(WireProgram::Argv(a)) => Some(Program::Argv(a.clone())),
@@ -78,6 +88,7 @@ pub fn execute(payload: &Value, dir: &Path, tee: Option<opsgraph_exec::Tee>, can
         evidence: job.evidence.clone(),
         program,
         env,
+        libraries,
         timeout: job.timeout_ms.map(Duration::from_millis),
         executor,
         dir: dir.to_path_buf(),

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use opsgraph_core::model::Job;
 use opsgraph_core::plan::JobInstance;
-use opsgraph_exec::{Cancel, Executor, LocalExecutor, Program};
+use opsgraph_exec::{Cancel, LocalExecutor, Program};
 use opsgraph_store::{now, now_ms, AgentTask, AgentTaskState, AgentWrite, Store, Write};
 use serde_json::{json, Value};
 
 use super::pool::{payload_aad, task_id, Waiting};
 use super::wire::{b64, AgentJob, WireFile, WireProgram, MAX_FILES_BYTES};
-use crate::task::Task;
+use crate::task::{Refuse, Task};
 use crate::{Error, Runtime};
 
 impl Runtime {
@@ -142,6 +142,7 @@ impl Runtime {
                 evidence,
                 program: None,
                 env: BTreeMap::new(),
+                libraries: vec![],
                 timeout: None,
                 executor: Arc::new(LocalExecutor),
                 dir: run_dir.to_path_buf(),
@@ -205,6 +206,20 @@ fn agent_job(task: &Task, kind: &str) -> Result<AgentJob, String> {
         }
         files.push(WireFile { name: k.clone(), content: b64(&bytes) });
     }
+    let mut libraries = Vec::new();
+    for path in &task.libraries {
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read the library {}: {e}", path.display()))?;
+        total += bytes.len();
+        if total > MAX_FILES_BYTES {
+            return Err(format!(
+                "the files this job needs are larger than the {} MiB an agent job carries ({})",
+                MAX_FILES_BYTES >> 20,
+                path.display()
+            ));
+        }
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        libraries.push(WireFile { name, content: b64(&bytes) });
+    }
     Ok(AgentJob {
         instance: task.instance.clone(),
         attempt: task.attempt,
@@ -214,23 +229,10 @@ fn agent_job(task: &Task, kind: &str) -> Result<AgentJob, String> {
         program,
         env: task.env.clone(),
         files,
+        libraries,
         timeout_ms: task.timeout.map(|t| t.as_millis() as u64),
         check_first: task.check_first,
         secret_outputs: task.secret_outputs.clone(),
         mask: task.mask.iter().map(|m| b64(m)).collect(),
     })
-}
-
-/// An executor that refuses, saying why: the attempt is "could not start" with that reason.
-struct Refuse(String);
-
-impl Executor for Refuse {
-    fn run(&self, _: &opsgraph_exec::Spec, _: &Cancel) -> opsgraph_exec::Run {
-        opsgraph_exec::Run {
-            outcome: opsgraph_exec::Outcome::CouldNotStart { error: self.0.clone() },
-            output: opsgraph_exec::Output::default(),
-            http_status: None,
-            leaked: false,
-        }
-    }
 }

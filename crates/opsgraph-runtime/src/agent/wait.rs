@@ -12,24 +12,8 @@ use super::pool::{open_with, report_aad, task_id, Pooled, Waiting};
 use super::wire::{unb64, AgentReport};
 use crate::task::{Task, TaskResult};
 
-fn result(task: &Task) -> TaskResult {
-    TaskResult {
-        instance: task.instance.clone(),
-        attempt: task.attempt,
-        outcome: String::new(),
-        failure: None,
-        satisfied_without_run: false,
-        evidence: Vec::new(),
-        produced: Vec::new(),
-        log: None,
-        duration: Duration::ZERO,
-        cancelled: false,
-        unknown: false,
-    }
-}
-
 fn failed(task: &Task, outcome: &str, failure: String) -> TaskResult {
-    let mut r = result(task);
+    let mut r = TaskResult::of(task);
     r.outcome = outcome.into();
     r.failure = Some(failure);
     r
@@ -231,7 +215,7 @@ fn open_report(w: &Waiting, t: &AgentTask) -> Result<AgentReport, String> {
 
 /// The attempt's result from a report: produced files written where a local run leaves them.
 fn to_result(task: &Task, report: AgentReport) -> TaskResult {
-    let mut r = result(task);
+    let mut r = TaskResult::of(task);
     r.outcome = report.outcome;
     r.failure = report.failure;
     r.satisfied_without_run = report.satisfied_without_run;

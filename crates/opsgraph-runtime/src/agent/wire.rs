@@ -21,6 +21,10 @@ pub struct AgentJob {
     /// Files the job reads (required artifacts, credentials): the variable naming each is set
     /// to the agent's private copy.
     pub files: Vec<WireFile>,
+    /// The pack's library scripts, by file name: the agent writes them into one directory beside
+    /// the script and sets `OPSGRAPH_LIB` to it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub libraries: Vec<WireFile>,
     pub timeout_ms: Option<u64>,
     pub check_first: bool,
     pub secret_outputs: Vec<String>,

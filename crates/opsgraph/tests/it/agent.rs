@@ -19,38 +19,19 @@ use std::time::{Duration, Instant};
 use opsgraph_store::Store;
 use serde_json::Value;
 
-use crate::support::{temp_dir, TempDir};
+use crate::support::{files_under, free_port, holds, temp_dir, StepPack, TempDir};
 
 /// A pack of `jobs` jobs, each fanned out over the intent's nodes, running `scripts/step.sh`
 /// with evidence `done`; `controls` goes into every job.
 fn pack(jobs: usize, script: &str, controls: &str) -> Vec<(String, String)> {
-    let ids: Vec<String> = (0..jobs).map(|k| format!("j{k}")).collect();
-    let mut files = vec![
-        (
-            "packs/agentpack/pack.yaml".to_string(),
-            "scenario_pack:\n  id: agentpack\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: agentpack.run}]\n".to_string(),
-        ),
-        (
-            "packs/agentpack/templates.yaml".to_string(),
-            format!(
-                "plan_template:\n  id: agentpack.run\n  action: run\n  parameters:\n    ledger: {{type: string, required: true}}\n  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: all, name: All, jobs: [{ids}]}}\n  jobs: [{ids}]\n",
-                ids = ids.join(", ")
-            ),
-        ),
-        (
-            "packs/agentpack/evidence.yaml".to_string(),
-            "evidence:\n  - {id: done, source: command, command: 'test -f \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"'}\n".to_string(),
-        ),
-        ("packs/agentpack/scripts/step.sh".to_string(), script.to_string()),
-    ];
-    let jobs: Vec<String> = ids
-        .iter()
-        .map(|id| {
-            format!("job: {{id: {id}, scope: {{resources: [compute_node], target: nodes}}, outputs: {{evidence: [done]}}, {controls}run: {{script: scripts/step.sh}}}}\n")
-        })
-        .collect();
-    files.push(("packs/agentpack/jobs.yaml".to_string(), jobs.join("---\n")));
-    files
+    let pack = StepPack {
+        id: "agentpack",
+        resource_type: "agent.batch",
+        parameters: "    ledger: {type: string, required: true}\n",
+        done: "test -f \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"",
+        step: script,
+    };
+    pack.files(jobs, &|_| controls.to_string())
 }
 
 /// Records the run in the ledger, then proves it with the evidence file.
@@ -71,10 +52,6 @@ fn intent(nodes: &[&str], ledger: &Path) -> String {
         ledger.display(),
         targets.join(", ")
     )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A data directory, its server process and agent processes; every process is killed on drop.
@@ -108,7 +85,7 @@ impl Cluster {
         };
         let agent_token = dir.join("agent.token");
         std::fs::write(&agent_token, &agent).unwrap();
-        let port = free_port();
+        let port = free_port("127.0.0.1");
         let serve_args: Vec<String> = [
             "--data-dir",
             &data.display().to_string(),
@@ -537,18 +514,26 @@ fn bench_jobs_per_second_through_agents_beside_the_local_executor() {
     }
 }
 
+/// The manifest and template of a pack `id` whose jobs (`jobs`, one stage) run on the intent's
+/// nodes with a secret parameter `token`; `manifest` is added to the manifest.
+fn token_pack(id: &str, jobs: &str, manifest: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            format!("packs/{id}/pack.yaml"),
+            format!("scenario_pack:\n  id: {id}\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{{id: {id}.run}}]\n{manifest}"),
+        ),
+        (
+            format!("packs/{id}/templates.yaml"),
+            format!("plan_template:\n  id: {id}.run\n  action: run\n  parameters:\n    token: {{type: string, required: true, secret: true}}\n  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: all, name: All, jobs: [{jobs}]}}\n  jobs: [{jobs}]\n"),
+        ),
+    ]
+}
+
 #[test]
 fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
     const CANARY: &str = "canary-agent-7f3a9c1e5b";
-    let files: Vec<(String, String)> = [
-        (
-            "packs/artpack/pack.yaml",
-            "scenario_pack:\n  id: artpack\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: artpack.run}]\n",
-        ),
-        (
-            "packs/artpack/templates.yaml",
-            "plan_template:\n  id: artpack.run\n  action: run\n  parameters:\n    token: {type: string, required: true, secret: true}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: all, name: All, jobs: [make, use]}\n  jobs: [make, use]\n",
-        ),
+    let mut files = token_pack("artpack", "make, use", "  libraries: [scripts/lib/note.sh]\n");
+    files.extend([
         (
             "packs/artpack/artifacts.yaml",
             "artifact: {id: note, type: text, sensitivity: secret, storage: blob}\n",
@@ -564,14 +549,15 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
         ),
         (
             "packs/artpack/scripts/make.sh",
-            "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"\nprintf 'note of %s: %s\\n' \"$OPSGRAPH_TARGET_NAME\" \"$OPSGRAPH_PARAM_TOKEN\" > \"$OPSGRAPH_OUT/note\"\n",
+            "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"\n. \"$OPSGRAPH_LIB/note.sh\"\nnote > \"$OPSGRAPH_OUT/note\"\n",
         ),
+        // A library the agent gets beside the script (the pack is not on the agent's machine).
+        ("packs/artpack/scripts/lib/note.sh", "note() { printf 'note of %s: %s\\n' \"$OPSGRAPH_TARGET_NAME\" \"$OPSGRAPH_PARAM_TOKEN\"; }\n"),
         ("packs/artpack/scripts/use.sh", "cp \"$OPSGRAPH_ARTIFACT_NOTE\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"\n"),
         ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
     ]
     .iter()
-    .map(|(a, b)| (a.to_string(), b.to_string()))
-    .collect();
+    .map(|(a, b)| (a.to_string(), b.to_string())));
     let mut c = Cluster::new(files, "10s", "30s");
     c.start_agent(&[]);
     let intent = format!(
@@ -590,33 +576,17 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
     let log = std::fs::read_to_string(c.dir.join(&format!("data/runs/{id}/make@w0.1.log"))).unwrap();
     assert_eq!(log, "the token is ***\n");
     let _ = std::fs::remove_file(c.dir.join("data/lab/used.w0"));
-    let mut found = Vec::new();
-    let mut stack = vec![c.dir.join("data")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if std::fs::read(&p).unwrap_or_default().windows(CANARY.len()).any(|w| w == CANARY.as_bytes()) {
-                found.push(p);
-            }
-        }
-    }
+    let mut all = Vec::new();
+    files_under(&c.dir.join("data"), &mut all);
+    let found: Vec<_> = all.iter().filter(|(_, bytes)| holds(bytes, CANARY)).map(|(p, _)| p).collect();
     assert!(found.is_empty(), "the secret in plain text in {found:?}");
 }
 
 #[test]
 fn what_an_agent_sends_is_masked_by_the_server_and_undeclared_evidence_is_refused() {
     const CANARY: &str = "canary-hostile-4d2b8e6f1a";
-    let files: Vec<(String, String)> = [
-        (
-            "packs/hostile/pack.yaml",
-            "scenario_pack:\n  id: hostile\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{id: hostile.run}]\n",
-        ),
-        (
-            "packs/hostile/templates.yaml",
-            "plan_template:\n  id: hostile.run\n  action: run\n  parameters:\n    token: {type: string, required: true, secret: true}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: all, name: All, jobs: [make]}\n  jobs: [make]\n",
-        ),
+    let mut files = token_pack("hostile", "make", "");
+    files.extend([
         (
             "packs/hostile/jobs.yaml",
             "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {evidence: [made]}, run: {script: scripts/make.sh}}\n",
@@ -626,8 +596,7 @@ fn what_an_agent_sends_is_masked_by_the_server_and_undeclared_evidence_is_refuse
         ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
     ]
     .iter()
-    .map(|(a, b)| (a.to_string(), b.to_string()))
-    .collect();
+    .map(|(a, b)| (a.to_string(), b.to_string())));
     let c = Cluster::new(files, "30s", "60s");
     let token = std::fs::read_to_string(&c.agent_token).unwrap();
     let id = c.create(&format!(

@@ -10,15 +10,12 @@ use crate::support::{opsgraph, path, temp_dir};
 
 #[test]
 fn etcd_plan_preview_over_three_hosts() {
-    let run = opsgraph(&[
-        "plan",
-        "-f",
-        "{root}/examples/etcd/intent.yaml",
-        "--inventory",
-        "{root}/examples/etcd/inventory.yaml",
-        "--packs",
-        "{root}/packs/etcd",
-    ]);
+    // `opsgraph plan` of the etcd example, with `extra` arguments.
+    let plan = |extra: &[&str]| {
+        let example = ["-f", "{root}/examples/etcd/intent.yaml", "--inventory", "{root}/examples/etcd/inventory.yaml"];
+        opsgraph(&[&["plan"], &example[..], &["--packs", "{root}/packs/etcd"], extra].concat())
+    };
+    let run = plan(&[]);
     expect![[r#"
         exit: 0
         --- stdout
@@ -37,17 +34,7 @@ fn etcd_plan_preview_over_three_hosts() {
 
         16 jobs, 0 gates. Nothing has run. Status: ready to apply.
     "#]].assert_eq(&run.render());
-    let run = opsgraph(&[
-        "plan",
-        "-f",
-        "{root}/examples/etcd/intent.yaml",
-        "--inventory",
-        "{root}/examples/etcd/inventory.yaml",
-        "--packs",
-        "{root}/packs/etcd",
-        "-o",
-        "json",
-    ]);
+    let run = plan(&["-o", "json"]);
     let plan: serde_json::Value = serde_json::from_str(&run.out).unwrap();
     let edges: String = plan["jobs"]
         .as_array()

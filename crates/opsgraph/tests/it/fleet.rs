@@ -26,6 +26,16 @@ pub(crate) fn unavailable() -> Option<&'static str> {
     None
 }
 
+/// The start of a fleet test: `None` (saying the test is skipped, and why) where fleets cannot
+/// run, else the machine's one fleet, held until the guard is dropped.
+pub(crate) fn claim(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    if let Some(why) = unavailable() {
+        eprintln!("SKIPPED {test}: {why}");
+        return None;
+    }
+    Some(FLEET.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// The machine's view the fleet must leave as it found it: /dev, mount points, links,
 /// cgroups named for fleet hosts.
 pub(crate) fn machine() -> String {
@@ -123,19 +133,13 @@ fn cmd_output(cmd: &mut Command, args: &[&str], data: &Path) -> String {
 
 #[test]
 fn fleet_of_three_hosts_up_ssh_apt_down() {
-    if let Some(why) = unavailable() {
-        eprintln!("SKIPPED fleet_of_three_hosts_up_ssh_apt_down: {why}");
-        return;
-    }
-    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = claim("fleet_of_three_hosts_up_ssh_apt_down") else { return };
     let tmp = temp_dir(&[]);
     let dir = tmp.join("fleet");
     let d = dir.display().to_string();
     let before = machine();
 
-    let up = opsgraph(&["lab", "fleet", "up", "--hosts", "3", "--dir", &d]);
-    assert_eq!(up.code, 0, "{}", up.render());
-    let fleet = Fleet { dir: dir.clone() };
+    let fleet = Fleet::up(&dir, 3);
     check(
         &["lab", "fleet", "status", "--dir", &d],
         &dir,
@@ -234,6 +238,16 @@ pub(crate) struct Fleet {
     pub(crate) dir: std::path::PathBuf,
 }
 
+impl Fleet {
+    /// `opsgraph lab fleet up` of `hosts` hosts in `dir`, which must succeed: taken down again
+    /// when the value is dropped.
+    pub(crate) fn up(dir: &std::path::Path, hosts: usize) -> Fleet {
+        let up = opsgraph(&["lab", "fleet", "up", "--hosts", &hosts.to_string(), "--dir", &dir.display().to_string()]);
+        assert_eq!(up.code, 0, "{}", up.render());
+        Fleet { dir: dir.to_path_buf() }
+    }
+}
+
 impl Drop for Fleet {
     fn drop(&mut self) {
         let down = opsgraph(&["lab", "fleet", "down", "--dir", &self.dir.display().to_string()]);
@@ -249,11 +263,7 @@ impl Drop for Fleet {
 
 #[test]
 fn a_failed_up_removes_what_it_made() {
-    if let Some(why) = unavailable() {
-        eprintln!("SKIPPED a_failed_up_removes_what_it_made: {why}");
-        return;
-    }
-    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = claim("a_failed_up_removes_what_it_made") else { return };
     // A cache whose root filesystem is not one: its "systemd" is there (so it counts as built)
     // but there is no /proc to mount. The bridge and the package cache come up, the host does not.
     let tmp = temp_dir(&[]);

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use opsgraph_store::Store;
 
-use crate::fleet::{machine, unavailable, Fleet, FLEET};
-use crate::support::{opsgraph, temp_dir, TempDir};
+use crate::fleet::{claim, machine, Fleet};
+use crate::support::{free_port, opsgraph, temp_dir, StepPack, TempDir};
 
 /// The ledger on a host's disk: one line per run of a job (`OP JOB HOST PARENT`).
 pub(crate) const LEDGER: &str = "/var/lib/fleet-ledger/ledger";
@@ -22,36 +22,19 @@ pub(crate) const LEDGER: &str = "/var/lib/fleet-ledger/ledger";
 /// the evidence checks. `controls(k)` goes into job `k`. Its remedies name the two failures the
 /// fault tests cause: a host that cannot be reached, a disk that is full.
 pub(crate) fn pack(jobs: usize, controls: &dyn Fn(usize) -> String) -> Vec<(String, String)> {
+    let pack = StepPack {
+        id: "ledger",
+        resource_type: "ledger.run",
+        parameters: "    sleep: {type: string, default: \"0\"}\n    size_kb: {type: string, default: \"4\"}\n",
+        done: "test -f \"/var/lib/fleet-ledger/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"",
+        step: STEP,
+    };
+    let mut files = pack.files(jobs, &|k| {
+        let after = if k == 0 { String::new() } else { format!("after: [j{}], ", k - 1) };
+        format!("{after}{}", controls(k))
+    });
     let ids: Vec<String> = (0..jobs).map(|k| format!("j{k}")).collect();
-    let mut files = vec![
-        (
-            "packs/ledger/pack.yaml".to_string(),
-            "scenario_pack:\n  id: ledger\n  version: 1.0.0\n  resource_types: [ledger.run]\n  actions: [run]\n  plan_templates: [{id: ledger.run}]\n".to_string(),
-        ),
-        (
-            "packs/ledger/templates.yaml".to_string(),
-            format!(
-                "plan_template:\n  id: ledger.run\n  action: run\n  parameters:\n    sleep: {{type: string, default: \"0\"}}\n    size_kb: {{type: string, default: \"4\"}}\n  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: all, name: All, jobs: [{ids}]}}\n  jobs: [{ids}]\n",
-                ids = ids.join(", ")
-            ),
-        ),
-        (
-            "packs/ledger/evidence.yaml".to_string(),
-            "evidence:\n  - {id: done, source: command, command: 'test -f \"/var/lib/fleet-ledger/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"'}\n".to_string(),
-        ),
-        ("packs/ledger/scripts/step.sh".to_string(), STEP.to_string()),
-        ("packs/ledger/remedies.yaml".to_string(), REMEDIES.replace("JOBS", &ids.join(", "))),
-    ];
-    let jobs: Vec<String> = ids
-        .iter()
-        .enumerate()
-        .map(|(k, id)| {
-            let after = if k == 0 { String::new() } else { format!("after: [j{}], ", k - 1) };
-            let controls = controls(k);
-            format!("job: {{id: {id}, {after}scope: {{resources: [compute_node], target: nodes}}, outputs: {{evidence: [done]}}, {controls}run: {{script: scripts/step.sh}}}}\n")
-        })
-        .collect();
-    files.push(("packs/ledger/jobs.yaml".to_string(), jobs.join("---\n")));
+    files.push(("packs/ledger/remedies.yaml".to_string(), REMEDIES.replace("JOBS", &ids.join(", "))));
     files
 }
 
@@ -101,10 +84,6 @@ pub(crate) fn ledger(fleet_dir: &Path, host: usize) -> Vec<String> {
     let (state, _) = opsgraph_fleet::status(fleet_dir).unwrap().unwrap();
     let o = opsgraph_fleet::exec(&state.hosts[host], &["cat", LEDGER]).output().unwrap();
     String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("10.213.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// `opsgraph serve` on the bridge address, killed on drop.
@@ -204,11 +183,7 @@ impl Drop for Server {
 
 #[test]
 fn an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh() {
-    if let Some(why) = unavailable() {
-        eprintln!("SKIPPED an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh: {why}");
-        return;
-    }
-    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = claim("an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh") else { return };
     let started = Instant::now();
     let files = pack(2, &|_| String::new());
     let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
@@ -216,15 +191,13 @@ fn an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh() {
     let dir = tmp.join("fleet");
     let d = dir.display().to_string();
     let before = machine();
-    let up = opsgraph(&["lab", "fleet", "up", "--hosts", "1", "--dir", &d]);
-    assert_eq!(up.code, 0, "{}", up.render());
-    let fleet = Fleet { dir: dir.clone() };
+    let fleet = Fleet::up(&dir, 1);
     let inventory = dir.join("inventory");
 
     // The agent first (it retries until its server answers), then the server on the bridge's
     // address (there once the fleet is up), reading the inventory that now says agent.
     let (admin, token) = tokens(&tmp);
-    let port = free_port();
+    let port = free_port("10.213.0.1");
     let url = format!("http://10.213.0.1:{port}");
     let bin = env!("CARGO_BIN_EXE_opsgraph");
     let (t, n) = (token.display().to_string(), "fleet-agents");

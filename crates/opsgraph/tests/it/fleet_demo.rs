@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::fleet::{unavailable, Fleet, FLEET};
+use crate::fleet::{claim, unavailable, Fleet, FLEET};
 use crate::support::{opsgraph, temp_dir};
 
 #[test]
@@ -37,11 +37,7 @@ fn without_root_demo_real_and_pack_test_fleet_say_so_and_exit_2() {
 
 #[test]
 fn demo_real_installs_a_primary_and_a_replica_and_leaves_the_fleet_up() {
-    if let Some(why) = unavailable() {
-        eprintln!("SKIPPED demo_real_installs_a_primary_and_a_replica_and_leaves_the_fleet_up: {why}");
-        return;
-    }
-    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = claim("demo_real_installs_a_primary_and_a_replica_and_leaves_the_fleet_up") else { return };
     let tmp = temp_dir(&[]);
     let data = tmp.path().display().to_string();
     let fleet = Fleet { dir: tmp.join("fleet") };

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::fleet::{machine, unavailable, Fleet, FLEET};
+use crate::fleet::{claim, machine, Fleet};
 use crate::fleet_agent::{intent, ledger, pack};
 use crate::support::{opsgraph, temp_dir};
 
@@ -167,11 +167,7 @@ fn scenario(fault: Fault, i: usize, dir: &Path, work: &Path) -> Outcome {
 
 #[test]
 fn faults_on_real_hosts_lose_nothing() {
-    if let Some(why) = unavailable() {
-        eprintln!("SKIPPED faults_on_real_hosts_lose_nothing: {why}");
-        return;
-    }
-    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = claim("faults_on_real_hosts_lose_nothing") else { return };
     let started = Instant::now();
     let files = pack(3, &|k| {
         if k == 1 {
@@ -184,9 +180,7 @@ fn faults_on_real_hosts_lose_nothing() {
     let tmp = temp_dir(&refs);
     let dir = tmp.join("fleet");
     let before = machine();
-    let up = opsgraph(&["lab", "fleet", "up", "--hosts", "4", "--dir", &dir.display().to_string()]);
-    assert_eq!(up.code, 0, "{}", up.render());
-    let fleet = Fleet { dir: dir.clone() };
+    let fleet = Fleet::up(&dir, 4);
 
     let faults = [Fault::MachineDies, Fault::NetworkCut, Fault::DiskFull, Fault::SshdStopped];
     let outcomes: Vec<Outcome> = std::thread::scope(|s| {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use expect_test::expect;
 
-use crate::fleet::{machine, unavailable, Fleet, FLEET};
+use crate::fleet::{claim, machine, Fleet};
 use crate::fleet_packs::{check_once, op_id, ssh_executor};
 use crate::support::{opsgraph, path, temp_dir};
 
@@ -63,18 +63,12 @@ fn jobs_of(data: &str) -> Jobs {
 
 #[test]
 fn fleet_kubernetes_runs_for_real_until_pkgs_k8s_io() {
-    if let Some(why) = unavailable() {
-        eprintln!("SKIPPED fleet_kubernetes_runs_for_real_until_pkgs_k8s_io: {why}");
-        return;
-    }
-    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = claim("fleet_kubernetes_runs_for_real_until_pkgs_k8s_io") else { return };
     let tmp = temp_dir(&[("data/config.yaml", "users:\n  alice: [sre]\n")]);
     let dir = tmp.join("fleet");
     let before = machine();
     let t0 = Instant::now();
-    let up = opsgraph(&["lab", "fleet", "up", "--hosts", "3", "--dir", &dir.display().to_string()]);
-    assert_eq!(up.code, 0, "{}", up.render());
-    let fleet = Fleet { dir: dir.clone() };
+    let fleet = Fleet::up(&dir, 3);
     let (state, _) = opsgraph_fleet::status(&dir).unwrap().unwrap();
 
     // The site's registry on fleet-3, from Debian's archive through the fleet's package cache.

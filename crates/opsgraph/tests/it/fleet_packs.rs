@@ -20,7 +20,7 @@ use opsgraph::load::Source;
 use opsgraph_core::model::SshAccess;
 use opsgraph_exec::{check_evidence, Cancel, SshExecutor};
 
-use crate::fleet::{machine, unavailable, Fleet, FLEET};
+use crate::fleet::{claim, machine, Fleet};
 use crate::support::{opsgraph, path, temp_dir};
 
 /// The SSH executor for a fleet host, as the inventory describes it (pinned host key).
@@ -53,18 +53,12 @@ pub(crate) fn op_id(data: &str) -> String {
 
 #[test]
 fn fleet_bundled_packs_for_real_on_three_hosts() {
-    if let Some(why) = unavailable() {
-        eprintln!("SKIPPED fleet_bundled_packs_for_real_on_three_hosts: {why}");
-        return;
-    }
-    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = claim("fleet_bundled_packs_for_real_on_three_hosts") else { return };
     let tmp = temp_dir(&[]);
     let dir = tmp.join("fleet");
     let before = machine();
     let t0 = std::time::Instant::now();
-    let up = opsgraph(&["lab", "fleet", "up", "--hosts", "3", "--dir", &dir.display().to_string()]);
-    assert_eq!(up.code, 0, "{}", up.render());
-    let fleet = Fleet { dir: dir.clone() };
+    let fleet = Fleet::up(&dir, 3);
     eprintln!("TIME fleet up: {:.1} s", t0.elapsed().as_secs_f64());
     let inventory = dir.join("inventory").display().to_string();
     let packs = path("packs");

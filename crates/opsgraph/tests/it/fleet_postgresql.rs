@@ -7,7 +7,7 @@ use std::process::Command;
 
 use expect_test::expect;
 
-use crate::fleet::{machine, unavailable, Fleet, FLEET};
+use crate::fleet::{claim, machine, Fleet};
 use crate::support::{opsgraph, path, temp_dir};
 
 fn intent(name: &str, node: &str, source: &str) -> String {
@@ -76,11 +76,7 @@ const REPLICATED: &str = "intent:
 
 #[test]
 fn postgresql_pack_installs_for_real_on_a_fleet_host() {
-    if let Some(why) = unavailable() {
-        eprintln!("SKIPPED postgresql_pack_installs_for_real_on_a_fleet_host: {why}");
-        return;
-    }
-    let _one = FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one) = claim("postgresql_pack_installs_for_real_on_a_fleet_host") else { return };
     let tmp = temp_dir(&[
         ("debian.yaml", &intent("orders-db", "fleet-1", "debian")),
         ("pgdg.yaml", &intent("pgdg-db", "fleet-2", "pgdg")),
@@ -88,9 +84,7 @@ fn postgresql_pack_installs_for_real_on_a_fleet_host() {
     ]);
     let dir = tmp.join("fleet");
     let before = machine();
-    let up = opsgraph(&["lab", "fleet", "up", "--hosts", "3", "--dir", &dir.display().to_string()]);
-    assert_eq!(up.code, 0, "{}", up.render());
-    let fleet = Fleet { dir: dir.clone() };
+    let fleet = Fleet::up(&dir, 3);
     let inventory = dir.join("inventory").display().to_string();
     let packs = path("packs");
 

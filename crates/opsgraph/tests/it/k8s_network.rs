@@ -29,7 +29,7 @@ mount --bind {d}/fstab /etc/fstab
 {setup}
 status=0
 OPSGRAPH_ARTIFACT_NODE_INVENTORY={d}/node_inventory OPSGRAPH_ARTIFACT_CREDENTIALS_REPORT={d}/credentials_report \
-  sh -eu {script} 2>{d}/stderr || status=$?
+  OPSGRAPH_LIB={lib} sh -eu {script} 2>{d}/stderr || status=$?
 echo "exit $status"
 grep -E 'ERROR|prepare-network\[[^]]*\]: ok' {d}/stderr | sed 's/^prepare-network\[[^]]*\]: //' || true
 echo "ip_forward $(sysctl -n net.ipv4.ip_forward)"
@@ -37,6 +37,8 @@ echo "bridge-nf-call-iptables $(sysctl -n net.bridge.bridge-nf-call-iptables)"
 echo "modules-load.d: $(cat /etc/modules-load.d/kubernetes.conf | grep -v '^#' | tr '\n' ' ')"
 "#,
         script = path("packs/kubernetes/scripts/prepare-network.sh"),
+        // The pack's library, where the runtime puts it for a job run here.
+        lib = path("packs/kubernetes/scripts/lib"),
     );
     let out = Command::new("unshare")
         .args(["--mount", "--net", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", &runner])

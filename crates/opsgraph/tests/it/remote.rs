@@ -11,8 +11,11 @@ use crate::subop::{events, World};
 const PACK: &[(&str, &str)] = &[
     (
         "packs/app/pack.yaml",
-        "scenario_pack:\n  id: app\n  version: 1.0.0\n  resource_types: [app.thing]\n  actions: [run]\n  plan_templates: [{id: app.run}]\n",
+        "scenario_pack:\n  id: app\n  version: 1.0.0\n  resource_types: [app.thing]\n  actions: [run]\n  plan_templates: [{id: app.run}]\n  libraries: [scripts/lib/report.sh]\n",
     ),
+    // The pack's library goes to the remote host beside the script.
+    ("packs/app/scripts/lib/report.sh", "report() { printf 'cwd=%s\\nout=%s\\nlib=%s\\n' \"$PWD\" \"$OPSGRAPH_OUT\" \"$OPSGRAPH_LIB\"; }\n"),
+    ("packs/app/scripts/write-report.sh", ". \"$OPSGRAPH_LIB/report.sh\"\nreport > \"$OPSGRAPH_OUT/report\"\n"),
     (
         "packs/app/templates.yaml",
         "plan_template:\n  id: app.run\n  action: run\n  scopes: {hosts: {resource_type: host, from: targets.hosts}}\n  stages: [{id: all, name: All, jobs: [write-report, copy-report]}]\n  jobs: [write-report, copy-report]\n",
@@ -23,7 +26,7 @@ const PACK: &[(&str, &str)] = &[
   id: write-report
   scope: {target: hosts}
   outputs: {artifacts: [report]}
-  run: {executor: ssh, command: 'printf "cwd=%s\nout=%s\n" "$PWD" "$OPSGRAPH_OUT" > "$OPSGRAPH_OUT/report"'}
+  run: {executor: ssh, script: scripts/write-report.sh}
 ---
 job:
   id: copy-report
@@ -68,6 +71,7 @@ fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
     let cwd = line("cwd");
     assert!(cwd.contains("/opsgraph."), "{text}");
     assert_eq!(line("out"), format!("{cwd}/out"), "{text}");
+    assert_eq!(line("lib"), format!("{cwd}/lib"), "{text}");
     assert!(!cwd.starts_with(&data.display().to_string()), "ran in the control host's directory: {text}");
     // The second job read the report from its own remote copy.
     assert!(line("from").contains("/opsgraph.") && line("from").contains("/in/"), "{text}");

@@ -7,7 +7,7 @@ use base64::Engine;
 use opsgraph_core::model::OperationState;
 
 use crate::subop::{events, World};
-use crate::support::opsgraph;
+use crate::support::{files_under, holds, opsgraph};
 
 const PARAM: &str = "PW-CANARY-91b2e4d7";
 const GATE: &str = "API-CANARY-c0ffee42";
@@ -56,22 +56,6 @@ job:
     ),
 ];
 
-/// Every file under `dir`, with its bytes.
-fn files(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            files(&p, out);
-        } else if let Ok(b) = std::fs::read(&p) {
-            out.push((p, b));
-        }
-    }
-}
-
-fn contains(hay: &[u8], needle: &str) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
-}
-
 #[test]
 fn canary_secrets_never_appear_in_plain_text() {
     let w = World::replacing(FILES);
@@ -103,15 +87,15 @@ fn canary_secrets_never_appear_in_plain_text() {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let canaries = [PARAM, GATE, TOKEN];
     let mut all = Vec::new();
-    files(&data, &mut all);
+    files_under(&data, &mut all);
     assert!(all.iter().any(|(p, _)| p.ends_with("opsgraph.db")), "no database file scanned");
     for (path, bytes) in &all {
         if path.ends_with("token-file") || path.ends_with("params-ok") {
             continue; // written by the test's own job, on purpose
         }
         for c in canaries {
-            assert!(!contains(bytes, c), "{c} in plain text in {}", path.display());
-            assert!(!contains(bytes, &b64(c)), "{c} as base64 in {}", path.display());
+            assert!(!holds(bytes, c), "{c} in plain text in {}", path.display());
+            assert!(!holds(bytes, &b64(c)), "{c} as base64 in {}", path.display());
         }
     }
     for c in canaries {
@@ -133,13 +117,13 @@ fn canary_secrets_never_appear_in_plain_text() {
     assert_eq!(rt.reveal_artifact(&id, "token").unwrap().expose(), TOKEN.as_bytes());
     assert_eq!(rt.reseal_all().unwrap(), 0, "everything is under the active key");
     let mut all = Vec::new();
-    files(&data, &mut all);
+    files_under(&data, &mut all);
     for (path, bytes) in &all {
         if path.ends_with("token-file") || path.ends_with("params-ok") {
             continue;
         }
         for c in canaries {
-            assert!(!contains(bytes, c), "{c} in plain text in {} after rotation", path.display());
+            assert!(!holds(bytes, c), "{c} in plain text in {} after rotation", path.display());
         }
     }
 }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
 use crate::server::{intent, Api};
-use crate::support::temp_dir;
+use crate::support::{files_under, holds, temp_dir};
 
 /// A raw HTTP/1.1 answer: status, header lines (lower-cased names) and the body, de-chunked.
 pub(crate) struct Raw {
@@ -697,21 +697,6 @@ fn serve(data: &std::path::Path, packs: &std::path::Path, log: &std::path::Path)
     Served { child, addr, admin }
 }
 
-fn files(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            files(&p, out);
-        } else if let Ok(b) = std::fs::read(&p) {
-            out.push((p, b));
-        }
-    }
-}
-
-fn holds(hay: &[u8], needle: &str) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
-}
-
 #[test]
 fn canaries_never_reach_viewers_operators_logs_or_files_and_a_reveal_is_audited() {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
@@ -940,7 +925,7 @@ fn canaries_never_reach_viewers_operators_logs_or_files_and_a_reveal_is_audited(
     }
     assert!(log_text.contains("/reveal"), "the reveal requests are logged");
     let mut all = vec![(log.clone(), log_text.into_bytes())];
-    files(&data, &mut all);
+    files_under(&data, &mut all);
     assert!(all.iter().any(|(p, _)| p.ends_with("opsgraph.db")), "no database file scanned");
     for (path, bytes) in &all {
         let hits: usize =

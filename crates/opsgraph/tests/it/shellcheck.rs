@@ -38,11 +38,14 @@ fn every_bundled_script_and_shell_line_passes_shellcheck() {
     let mut lines = 0;
     for pack in &packs {
         let root = std::path::Path::new(&pack.root);
-        for entry in std::fs::read_dir(root.join("scripts")).into_iter().flatten() {
-            let p = entry.unwrap().path();
-            if p.extension().is_some_and(|e| e == "sh") {
-                files.push(p);
-                scripts += 1;
+        // The pack's scripts and its libraries (`scripts/lib`, which they source).
+        for dir in ["scripts", "scripts/lib"] {
+            for entry in std::fs::read_dir(root.join(dir)).into_iter().flatten() {
+                let p = entry.unwrap().path();
+                if p.extension().is_some_and(|e| e == "sh") {
+                    files.push(p);
+                    scripts += 1;
+                }
             }
         }
         let jobs = pack.jobs.values().chain(pack.templates.iter().flat_map(|t| {

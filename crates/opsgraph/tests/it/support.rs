@@ -99,3 +99,74 @@ pub(crate) fn temp_dir(files: &[(&str, &str)]) -> TempDir {
     }
     TempDir(dir)
 }
+
+/// A pack of jobs `j0`, `j1`, … each fanned out over the intent's `nodes` (compute nodes) and
+/// running `scripts/step.sh`, proven by the evidence `done`: the shape the agent and fleet tests
+/// drive in bulk.
+pub(crate) struct StepPack<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) resource_type: &'a str,
+    /// The template's `parameters:` entries, each a line indented by four spaces.
+    pub(crate) parameters: &'a str,
+    /// The command of the evidence `done`.
+    pub(crate) done: &'a str,
+    pub(crate) step: &'a str,
+}
+
+impl StepPack<'_> {
+    /// The pack's files (under `packs/<id>/`) with `jobs` jobs; `extra(k)` goes into job `k`'s
+    /// document before its `run` (controls, `after`).
+    pub(crate) fn files(&self, jobs: usize, extra: &dyn Fn(usize) -> String) -> Vec<(String, String)> {
+        let (id, ty) = (self.id, self.resource_type);
+        let ids: Vec<String> = (0..jobs).map(|k| format!("j{k}")).collect();
+        let ids_list = ids.join(", ");
+        let docs: Vec<String> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, j)| {
+                format!("job: {{id: {j}, {}scope: {{resources: [compute_node], target: nodes}}, outputs: {{evidence: [done]}}, run: {{script: scripts/step.sh}}}}\n", extra(k))
+            })
+            .collect();
+        vec![
+            (
+                format!("packs/{id}/pack.yaml"),
+                format!("scenario_pack:\n  id: {id}\n  version: 1.0.0\n  resource_types: [{ty}]\n  actions: [run]\n  plan_templates: [{{id: {id}.run}}]\n"),
+            ),
+            (
+                format!("packs/{id}/templates.yaml"),
+                format!(
+                    "plan_template:\n  id: {id}.run\n  action: run\n  parameters:\n{}  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: all, name: All, jobs: [{ids_list}]}}\n  jobs: [{ids_list}]\n",
+                    self.parameters
+                ),
+            ),
+            (
+                format!("packs/{id}/evidence.yaml"),
+                format!("evidence:\n  - {{id: done, source: command, command: '{}'}}\n", self.done),
+            ),
+            (format!("packs/{id}/scripts/step.sh"), self.step.to_string()),
+            (format!("packs/{id}/jobs.yaml"), docs.join("---\n")),
+        ]
+    }
+}
+
+/// Every file under `dir`, with its bytes (the places a secret must never be in plain text).
+pub(crate) fn files_under(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files_under(&p, out);
+        } else if let Ok(b) = std::fs::read(&p) {
+            out.push((p, b));
+        }
+    }
+}
+
+/// Whether `hay` holds `needle`'s bytes.
+pub(crate) fn holds(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// A TCP port free on `address` just now.
+pub(crate) fn free_port(address: &str) -> u16 {
+    std::net::TcpListener::bind((address, 0)).unwrap().local_addr().unwrap().port()
+}

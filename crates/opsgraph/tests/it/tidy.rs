@@ -1,5 +1,7 @@
 //! Architecture invariants and generated files, checked like any other behaviour.
 
+use std::collections::BTreeMap;
+
 use crate::support::root;
 
 /// The core (`model`, `pack`, `plan`) does no IO: no filesystem, processes, network or async
@@ -88,24 +90,33 @@ fn document_reference_is_current() {
     assert!(have == want, "docs/reference/documents.md is stale: run `UPDATE_EXPECT=1 cargo test --test it tidy`");
 }
 
-/// A pack is a self-contained unit (installed, digested and shipped alone), so the lab packs each
-/// carry the lab shell library; this holds the copies equal to the one in `lab-cluster`, the
-/// copy to edit.
+/// A pack is a self-contained unit (installed, digested and shipped alone), so packs that share a
+/// library (`scripts/lib/NAME`, docs/pack-authoring.md) each carry a copy: this holds the copies
+/// of one name equal (edit one, copy it to the others).
 #[test]
-fn the_lab_shell_library_is_one_text() {
-    let canonical = root().join("packs/lab-cluster/scripts/lab-lib.sh");
-    let want = std::fs::read_to_string(&canonical).unwrap();
-    let mut copies = Vec::new();
-    for pack in std::fs::read_dir(root().join("packs")).unwrap().flatten() {
-        let copy = pack.path().join("scripts/lab-lib.sh");
-        if copy.exists() && copy != canonical {
-            let text = std::fs::read_to_string(&copy).unwrap();
-            assert!(text == want, "{} differs from {}: copy the canonical one", copy.display(), canonical.display());
-            copies.push(pack.file_name().to_string_lossy().into_owned());
+fn shared_pack_libraries_are_one_text() {
+    let mut by_name: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    let mut packs: Vec<_> = std::fs::read_dir(root().join("packs")).unwrap().flatten().map(|e| e.path()).collect();
+    packs.sort();
+    for pack in packs {
+        for lib in std::fs::read_dir(pack.join("scripts/lib")).into_iter().flatten() {
+            let lib = lib.unwrap().path();
+            let name = lib.file_name().unwrap().to_string_lossy().into_owned();
+            let owner = pack.file_name().unwrap().to_string_lossy().into_owned();
+            by_name.entry(name).or_default().push((owner, std::fs::read_to_string(&lib).unwrap()));
         }
     }
-    copies.sort();
-    assert_eq!(copies, ["lab-database", "postgresql-local"]);
+    let mut shared = Vec::new();
+    for (name, copies) in &by_name {
+        let (first, text) = &copies[0];
+        for (owner, other) in &copies[1..] {
+            assert!(other == text, "packs/{owner}/scripts/lib/{name} differs from packs/{first}/scripts/lib/{name}");
+        }
+        if copies.len() > 1 {
+            shared.push(format!("{name}: {}", copies.iter().map(|c| c.0.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+    }
+    assert_eq!(shared, ["helm-lib.sh: minio, tempo", "lab-lib.sh: lab-cluster, lab-database, postgresql-local"]);
 }
 
 /// The CLI's modules import downwards: `args` and `render` below every command, the commands

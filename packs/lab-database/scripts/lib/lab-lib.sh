@@ -2,9 +2,10 @@
 # shellcheck shell=sh disable=SC2034  # variables set here are read by the scripts that source it
 #
 # An identical copy lives in each lab pack (lab-cluster, lab-database, postgresql-local), so a
-# pack stays self-contained. A script finds it next to itself:
-#     # shellcheck source-path=SCRIPTDIR source=lab-lib.sh disable=SC1091
-#     . "$(dirname -- "$0")/lab-lib.sh"; lab_init node cluster
+# pack stays self-contained. Each pack lists it under `libraries:`; a script finds it in the
+# directory OPSGRAPH_LIB names (docs/pack-authoring.md):
+#     # shellcheck source-path=SCRIPTDIR source=lib/lab-lib.sh
+#     . "$OPSGRAPH_LIB/lab-lib.sh"; lab_init node cluster
 #
 # The lab: a lab node is the directory "$OPSGRAPH_LAB_DIR/<node-name>" with its own background
 # processes (plain `sh` loops started with setsid, pid files in <node>/run). A cluster's shared
