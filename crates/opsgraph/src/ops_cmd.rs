@@ -69,6 +69,11 @@ pub(crate) fn runtime(
     let world = load::world(docs, &mut diags);
     let store = open_store(data_dir)?;
     let mut rt = Runtime::new(Box::new(store), packs, world.resources, data_dir.to_path_buf());
+    rt.plan_world = Some(opsgraph_runtime::PlanWorld {
+        providers: world.providers,
+        policy: world.policy,
+        operations: world.operations,
+    });
     rt.agents = Some(crate::agent_cmd::local_agents(data_dir));
     rt.blobs = crate::storage::blobs(data_dir)?;
     if let Some(n) = concurrency {
