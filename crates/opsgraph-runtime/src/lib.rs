@@ -25,6 +25,7 @@ pub mod audit;
 mod control;
 mod create;
 mod decide;
+mod drift;
 mod drive;
 mod execute;
 pub mod failpoint;
@@ -36,6 +37,7 @@ mod masking;
 mod outcome;
 mod patch;
 mod recover;
+mod report;
 mod rollback;
 mod schedule;
 mod secrets;
@@ -56,14 +58,15 @@ pub use agent::screen::{Refusal, Screen};
 pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
 pub use analyze::{Diagnosis, ANALYZER_AUTHOR};
 pub use control::{approves, GateAnswer};
+pub use drift::PlanWorld;
 pub use intervene::Verified;
 /// Idempotency keys are rendered from `{placeholder}`s (public for the fuzz target `templating`).
 pub use jobs::render_key;
 pub use patch::{ApprovalReason, PatchRules, Proposal, SafeChanges};
+pub use report::{CheckRun, Repair, VerifyReport};
 pub use schedule::{is_due, lease_key};
 pub use secrets::Rotation;
 pub use timeline::Progress;
-pub use verify::{CheckRun, VerifyReport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -148,6 +151,9 @@ pub struct Runtime {
     pub blobs: std::sync::Arc<dyn opsgraph_store::BlobStore>,
     /// The lease the operation being driven is held under: every commit is fenced with it.
     pub(crate) lease: Option<std::sync::Arc<lease::Held>>,
+    /// Providers and policies plans are made in, for repairs of drifted resources ([I]); without
+    /// it drift is only recorded.
+    pub plan_world: Option<PlanWorld>,
 }
 
 impl Runtime {
@@ -168,6 +174,7 @@ impl Runtime {
             rules: patch::PatchRules::default(),
             agents: None,
             lease: None,
+            plan_world: None,
         }
     }
 

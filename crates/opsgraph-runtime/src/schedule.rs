@@ -10,7 +10,7 @@ use opsgraph_core::model::{Resource, ResourceStatus};
 use opsgraph_core::pack::shape::parse_duration;
 use opsgraph_store::{parse_rfc3339, ResourceRecord};
 
-use crate::verify::VerifyReport;
+use crate::report::VerifyReport;
 use crate::{Error, Runtime};
 
 /// The lease key of a resource's verification (leases are keyed by name; operations use their id).

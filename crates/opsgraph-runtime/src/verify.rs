@@ -18,53 +18,11 @@ use opsgraph_core::pack::Pack;
 use opsgraph_core::plan::Plan;
 use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor};
 use opsgraph_store::{now, OperationFilter, OperationRecord, ResourceEventRecord, ResourceRecord, Write};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::masking::Masking;
+use crate::report::{CheckRun, VerifyReport};
 use crate::{Error, Runtime};
-
-/// One check on one job instance's host.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckRun {
-    pub check: String,
-    /// The job instance whose host and environment it ran with.
-    pub on: String,
-    pub passed: bool,
-    pub expected: String,
-    pub observed: String,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub captured: BTreeMap<String, String>,
-}
-
-/// What a verification found and did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VerifyReport {
-    pub resource: String,
-    pub before: Option<ResourceStatus>,
-    pub status: ResourceStatus,
-    pub operation: String,
-    pub checks: Vec<CheckRun>,
-    /// The resource's observed values after this verification.
-    pub observed: BTreeMap<String, String>,
-}
-
-impl VerifyReport {
-    /// `3/3 checks passed`, or the first failures.
-    pub fn summary(&self) -> String {
-        let failed: Vec<&CheckRun> = self.checks.iter().filter(|c| !c.passed).collect();
-        if failed.is_empty() {
-            return format!("{}/{} checks passed", self.checks.len(), self.checks.len());
-        }
-        let first = failed
-            .iter()
-            .take(3)
-            .map(|c| format!("{} on {}: expected {}, observed {}", c.check, c.on, c.expected, c.observed))
-            .collect::<Vec<_>>()
-            .join("; ");
-        format!("{} of {} checks failed: {first}", failed.len(), self.checks.len())
-    }
-}
 
 /// A check prepared to run: where, with what.
 struct Prepared {
@@ -162,6 +120,7 @@ impl Runtime {
             operation: op.id.clone(),
             checks,
             observed: doc.observed.clone(),
+            repair: None,
         };
         doc.observed_state = Some(observed_state(&verified));
         let summary = verified.summary();
@@ -203,6 +162,10 @@ impl Runtime {
             }
             e => Error::Store(e),
         })?;
+        let mut verified = verified;
+        if status == ResourceStatus::Degraded && before != Some(ResourceStatus::Degraded) {
+            verified.repair = Some(self.on_drift(&verified, actor)?);
+        }
         Ok(verified)
     }
 

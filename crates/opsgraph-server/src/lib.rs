@@ -225,6 +225,11 @@ impl AppState {
         rt.rules = self.config().patch_rules.clone();
         rt.agents = Some(self.0.agents.clone());
         rt.blobs = self.0.blobs.clone();
+        rt.plan_world = Some(opsgraph_runtime::PlanWorld {
+            providers: w.providers.clone(),
+            policy: w.policy.clone(),
+            operations: w.operations.clone(),
+        });
         if let Some(n) = self.0.concurrency {
             rt.set_concurrency(n);
         }

@@ -94,6 +94,9 @@ impl AppState {
             .runtime()
             .map_err(opsgraph_runtime::Error::from)
             .and_then(|mut rt| rt.verify_leased(id, &holder, VERIFY_LEASE_MS));
+        if let Ok(Some(report)) = &result {
+            self.wake_repair(report);
+        }
         match result {
             Ok(Some(report)) if report.before != Some(report.status) => {
                 tracing::info!(resource = %id, status = report.status.as_str(), summary = %report.summary(), "resource verified: status changed")
@@ -103,6 +106,17 @@ impl AppState {
             // Busy (an operation changes it), rolled back, nothing to verify against: the
             // scheduler asks again next time it is due.
             Err(e) => tracing::debug!(resource = %id, error = %e, "resource not verified"),
+        }
+    }
+}
+
+impl AppState {
+    /// A repair operation a verification created and started is driven like any other.
+    fn wake_repair(&self, report: &opsgraph_runtime::VerifyReport) {
+        if let Some(opsgraph_runtime::Repair::Created { operation, state }) = &report.repair {
+            if state == "running" {
+                self.wake(operation);
+            }
         }
     }
 }
@@ -122,5 +136,6 @@ pub(crate) fn verify(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     }
     let mut rt = ctx.runtime()?;
     let report = rt.verify(&body.resource, &actor)?;
+    ctx.state.wake_repair(&report);
     Reply::ok(json!(report))
 }

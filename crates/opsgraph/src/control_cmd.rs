@@ -95,25 +95,6 @@ fn apply_format(output: Output, yes: bool) -> anyhow::Result<Option<&'static str
     }
 }
 
-/// Asks `question`; true when the person typed `yes`, else says `refused` on `err`.
-pub fn confirmed(
-    question: &str,
-    refused: &str,
-    input: &mut dyn std::io::BufRead,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> anyhow::Result<bool> {
-    write!(out, "\n{question} Type `yes` to go on: ")?;
-    out.flush()?;
-    let mut answer = String::new();
-    input.read_line(&mut answer)?;
-    if answer.trim() != "yes" {
-        writeln!(err, "{refused}")?;
-        return Ok(false);
-    }
-    Ok(true)
-}
-
 /// An operation just created (by `apply`, `rollback`), followed from its first entry to where it
 /// stops.
 pub fn run_created(ctl: &mut dyn Control, id: &str, format: Option<&str>, out: &mut dyn Write) -> anyhow::Result<u8> {
@@ -285,7 +266,9 @@ pub fn apply<'a>(
         return Ok(1);
     }
     // Without `--yes`, a person says yes to the plan shown, and it is still the plan.
-    let agreed = yes || (confirmed("Apply this plan?", "not applied", input, out, err)? && applier.still_shown(err)?);
+    let agreed = yes
+        || (crate::render::confirmed("Apply this plan?", "not applied", input, out, err)?
+            && applier.still_shown(err)?);
     if !agreed {
         return Ok(1);
     }

@@ -69,6 +69,11 @@ pub(crate) fn runtime(
     let world = load::world(docs, &mut diags);
     let store = open_store(data_dir)?;
     let mut rt = Runtime::new(Box::new(store), packs, world.resources, data_dir.to_path_buf());
+    rt.plan_world = Some(opsgraph_runtime::PlanWorld {
+        providers: world.providers,
+        policy: world.policy,
+        operations: world.operations,
+    });
     rt.agents = Some(crate::agent_cmd::local_agents(data_dir));
     rt.blobs = crate::storage::blobs(data_dir)?;
     if let Some(n) = concurrency {
@@ -311,13 +316,7 @@ pub fn rollback(
         return Ok(1);
     }
     if !yes
-        && !crate::control_cmd::confirmed(
-            &format!("Roll back {op} with this plan?"),
-            "not rolled back",
-            input,
-            out,
-            err,
-        )?
+        && !crate::render::confirmed(&format!("Roll back {op} with this plan?"), "not rolled back", input, out, err)?
     {
         return Ok(1);
     }

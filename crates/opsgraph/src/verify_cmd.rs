@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use opsgraph_core::model::ResourceStatus;
-use opsgraph_runtime::VerifyReport;
+use opsgraph_runtime::{Repair, VerifyReport};
 
 use crate::render::Output;
 
@@ -20,6 +20,15 @@ pub fn verify(
         Output::Json => crate::render::document(&serde_json::to_value(&report)?, "json", out)?,
         Output::Yaml => crate::render::document(&serde_json::to_value(&report)?, "yaml", out)?,
         Output::Text | Output::Dot => print(&report, out)?,
+    }
+    // A repair the policy started is followed until it stops (driven here, or by the server).
+    if let Some(Repair::Created { operation, state }) = &report.repair {
+        if state == "running" {
+            let view = ctl.follow(operation, 0, &mut |_| {})?;
+            if output == Output::Text {
+                writeln!(out, "repair operation {operation}: {}", view.summary.detail)?;
+            }
+        }
     }
     Ok(if report.status == ResourceStatus::Running { 0 } else { 1 })
 }
@@ -44,6 +53,12 @@ fn print(r: &VerifyReport, out: &mut dyn Write) -> anyhow::Result<()> {
         } else {
             writeln!(out, "  FAILED {} on {}: expected {}, observed {}", c.check, c.on, c.expected, c.observed)?;
         }
+    }
+    match &r.repair {
+        Some(Repair::Off { reason }) => writeln!(out, "repair: none ({reason})")?,
+        Some(Repair::NotPlanned { reason }) => writeln!(out, "repair: not planned ({reason})")?,
+        Some(Repair::Created { operation, state }) => writeln!(out, "repair: operation {operation} created ({state})")?,
+        None => {}
     }
     if !r.observed.is_empty() {
         let values: Vec<String> = r.observed.iter().map(|(k, v)| format!("{k}={v}")).collect();

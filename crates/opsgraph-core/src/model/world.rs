@@ -276,6 +276,30 @@ pub struct EnvironmentOperations {
     /// How cost figures are labelled (`USD/month`); display only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_unit: Option<String>,
+    /// What happens when a verification finds a resource of this environment degraded ([I]).
+    #[serde(default, skip_serializing_if = "RepairMode::is_off")]
+    pub repair: RepairMode,
+}
+
+/// The operations policy's answer to drift: a resource a verification found degraded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepairMode {
+    /// Recorded on its history; nothing is planned.
+    #[default]
+    Off,
+    /// The pack's `repair` action is planned and created as an operation that waits for a
+    /// person's approval.
+    Propose,
+    /// The same, started at once unless its plan has gates of its own (risk, destructive jobs):
+    /// those still wait for a person.
+    ApplySafe,
+}
+
+impl RepairMode {
+    pub fn is_off(&self) -> bool {
+        *self == RepairMode::Off
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

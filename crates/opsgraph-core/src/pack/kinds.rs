@@ -264,10 +264,12 @@ static ENV_OPERATIONS: Obj = Obj {
         field("confirm_cost_above", &NUMBER, "a plan estimated above this needs a `cost_confirmation` gate"),
         field("cost_roles", &IDS, "the roles that confirm the cost (default `sre`, `platform_admin`)"),
         field("cost_unit", &STR, "how cost figures are labelled (`USD/month`)"),
+        field("repair", &REPAIR_MODE, "a resource that drifts to degraded: off | propose | apply_safe"),
     ],
     one_of: &[],
     normalize: None,
 };
+static REPAIR_MODE: Shape = Shape::Enum(&["off", "propose", "apply_safe"]);
 pub(crate) static OPERATIONS_POLICY: Shape = Shape::Map { key: &ID, value: &Shape::Obj(&ENV_OPERATIONS) };
 static ENV_POLICIES: Shape = Shape::Map { key: &ID, value: &Shape::Obj(&ENV_POLICY) };
 pub(crate) static CAPABILITY_POLICY: Shape = Shape::Map { key: &CAP, value: &ENV_POLICIES };

@@ -249,3 +249,76 @@ fn two_replicas_racing_verify_a_resource_once() {
         assert_eq!(verified(), before + round);
     }
 }
+
+/// Drift -> repair ([I] 3): with `repair: propose` for its environment, a verification that finds
+/// the cluster degraded diagnoses it and creates the pack's `repair` operation behind an approval
+/// gate; approved by a person, it restarts the apiserver and the cluster is running again. With
+/// `repair: off` (the default) the drift is only recorded.
+#[test]
+fn drift_is_diagnosed_and_a_repair_is_proposed_then_approved() {
+    let lab = Lab::new();
+    lab.create_cluster();
+    let inventory = path("examples/lab/inventory");
+    let policy = lab.dir.join("policy.yaml");
+    let write_policy = |mode: &str| {
+        std::fs::write(&policy, format!("operations_policy:\n  lab: {{repair: {mode}}}\n")).unwrap();
+    };
+    let verify = |as_user: &str| {
+        let policy = policy.display().to_string();
+        lab.run(&["verify", CLUSTER, "--inventory", &inventory, "--inventory", &policy, "--as", as_user])
+    };
+    // Off: recorded, nothing planned.
+    write_policy("off");
+    lab.kill_apiserver();
+    let off = verify("alice");
+    assert_eq!(off.code, 1, "{}", off.render());
+    assert!(
+        off.out.contains("repair: none (the operations policy says `repair: off` for its environment)"),
+        "{}",
+        off.out
+    );
+    lab.start_apiserver();
+    assert_eq!(verify("alice").code, 0);
+
+    // Propose: a repair operation waits for a person.
+    write_policy("propose");
+    lab.kill_apiserver();
+    let proposed = verify("alice");
+    assert_eq!(proposed.code, 1, "{}", proposed.render());
+    let line = proposed
+        .out
+        .lines()
+        .find(|l| l.starts_with("repair: operation "))
+        .unwrap_or_else(|| panic!("{}", proposed.out));
+    assert!(line.ends_with("created (waiting_for_approval)"), "{line}");
+    let op = line["repair: operation ".len()..].split(' ').next().unwrap().to_string();
+    let r = lab.resource();
+    assert_eq!(r["resource"]["status"], "degraded", "{r:#}");
+    assert_eq!(r["last_operation"], op.as_str(), "{r:#}");
+    let last = r["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((last["kind"].as_str(), last["operation"].as_str()), (Some("repair"), Some(op.as_str())), "{last:#}");
+    // Nothing ran: the apiserver is still dead, and the resource is not verified while its
+    // repair waits (the operation owns it).
+    let busy = verify("alice");
+    assert!(busy.err.contains(&format!("is being changed by operation `{op}`")), "{}", busy.render());
+    let approved =
+        lab.run(&["gate", "answer", "approve-repair", "--operation", &op, "--option", "approve", "--as", "bob"]);
+    assert_eq!(approved.code, 0, "{}", approved.render());
+    assert!(approved.out.contains("completed"), "{}", approved.render());
+    // Completed, then verified at once: running.
+    let r = lab.resource();
+    assert_eq!(r["resource"]["status"], "running", "{r:#}");
+    let kinds = lab.history_kinds();
+    assert_eq!(
+        kinds[kinds.len() - 3..].iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+        ["repair", "operation.completed", "verified"]
+    );
+
+    // Apply safe: the repair starts at once (its plan has no gate of its own) and runs.
+    write_policy("apply_safe");
+    lab.kill_apiserver();
+    let applied = verify("alice");
+    assert!(applied.out.contains("created (running)"), "{}", applied.render());
+    assert!(applied.out.contains(": completed"), "{}", applied.render());
+    assert_eq!(lab.resource()["resource"]["status"], "running");
+}
