@@ -128,12 +128,7 @@ impl Runtime {
         let Some(doc) = self.resource_doc(plan) else { return vec![] };
         let status = doc.status.unwrap_or(ResourceStatus::Provisioning);
         vec![
-            Write::Resource(ResourceRecord {
-                id: doc.id.clone(),
-                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
-                last_operation: Some(op_id.to_string()),
-                updated_at: now(),
-            }),
+            resource_write(&doc, op_id),
             history(
                 &doc.id,
                 actor,
@@ -165,12 +160,7 @@ impl Runtime {
             doc.observed.clear();
             doc.verification = None;
             return Ok(vec![
-                Write::Resource(ResourceRecord {
-                    id: doc.id.clone(),
-                    doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
-                    last_operation: Some(op.id.clone()),
-                    updated_at: now(),
-                }),
+                resource_write(&doc, &op.id),
                 history(
                     &doc.id,
                     &op.actor,
@@ -211,12 +201,7 @@ impl Runtime {
         doc.health = Health::Healthy;
         doc.status = Some(ResourceStatus::Running);
         Ok(vec![
-            Write::Resource(ResourceRecord {
-                id: doc.id.clone(),
-                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
-                last_operation: Some(op.id.clone()),
-                updated_at: now(),
-            }),
+            resource_write(&doc, &op.id),
             history(&doc.id, &op.actor, "operation.completed", ResourceStatus::Running, &op.id, summary, Value::Null),
         ])
     }
@@ -244,12 +229,7 @@ impl Runtime {
         doc.health = Health::Error;
         doc.observed_state = Some(summary.clone());
         Ok(vec![
-            Write::Resource(ResourceRecord {
-                id: id.clone(),
-                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
-                last_operation: Some(op.id.clone()),
-                updated_at: now(),
-            }),
+            resource_write(&doc, &op.id),
             history(id, actor, "operation.cancelled", ResourceStatus::Error, &op.id, summary, Value::Null),
         ])
     }
@@ -274,12 +254,7 @@ impl Runtime {
         let summary = format!("operation {} failed: {reason}", op.id);
         doc.observed_state = Some(summary.clone());
         Ok(vec![
-            Write::Resource(ResourceRecord {
-                id: doc.id.clone(),
-                doc: serde_json::to_value(&doc).unwrap_or(Value::Null),
-                last_operation: Some(op.id.clone()),
-                updated_at: now(),
-            }),
+            resource_write(&doc, &op.id),
             history(
                 &doc.id,
                 &op.actor,
@@ -291,6 +266,16 @@ impl Runtime {
             ),
         ])
     }
+}
+
+/// The resource's record as an operation leaves it.
+fn resource_write(doc: &Resource, op: &str) -> Write {
+    Write::Resource(ResourceRecord {
+        id: doc.id.clone(),
+        doc: serde_json::to_value(doc).unwrap_or(Value::Null),
+        last_operation: Some(op.to_string()),
+        updated_at: now(),
+    })
 }
 
 /// An entry of a resource's history for an operation.
