@@ -238,9 +238,14 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
     assert_eq!(r["resource"]["status"], "running", "{r:#}");
     assert_eq!(r["resource"]["observed"]["members"], "3", "{r:#}");
     assert!(r["resource"]["observed"]["version"].as_str().is_some_and(|v| v.starts_with("3.")), "{r:#}");
-    // `opsgraph serve` verifies it every 15 s (the pack's interval) from now on.
+    // `opsgraph serve` verifies it every 15 s (the pack's interval) from now on, and repairs what
+    // drifts at once (`repair: apply_safe` for dev, the example's environment).
+    let policy = tmp.join("repair-policy.yaml");
+    std::fs::write(&policy, "operations_policy:\n  dev: {repair: apply_safe}\n").unwrap();
+    let policy = policy.display().to_string();
     let server = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
         .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0", "--packs", &packs])
+        .args(["--inventory", &inventory, "--inventory", &policy])
         .env("OPSGRAPH_VERIFY_TICK_MS", "500")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -277,27 +282,33 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         assert!(observed.starts_with("exit code 1;"), "{name}: {observed}");
     }
     // Within one interval (15 s, plus up to 1.5 s of jitter and the checks' own time), serve
-    // finds it degraded, with the failing checks as the reason.
-    let r = status_within("degraded", std::time::Duration::from_secs(40));
-    let failed: Vec<String> = r["resource"]["verification"]["failed"]
-        .as_array()
-        .unwrap()
+    // finds it degraded, with the failing checks as the reason, and under the policy plans the
+    // pack's repair and runs it: etcd on fleet-2 is started again, and the cluster verified
+    // running. Each step is on the resource's history.
+    status_within("degraded", std::time::Duration::from_secs(40));
+    let r = status_within("running", std::time::Duration::from_secs(90));
+    let history = r["history"].as_array().unwrap();
+    let degraded = history
         .iter()
-        .map(|f| format!("{} on {}", f["check"].as_str().unwrap(), f["on"].as_str().unwrap()))
-        .collect();
-    assert!(failed.contains(&"etcd_unit_active on verify-etcd-cluster@fleet-2".to_string()), "{failed:?}");
-    // Started again: running at its next verification.
-    let start = opsgraph_fleet::exec(&state.hosts[1], &["systemctl", "start", "etcd"]).output().unwrap();
-    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
-    let r = status_within("running", std::time::Duration::from_secs(40));
-    let kinds: Vec<(&str, &str)> = r["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "verified")
-        .map(|e| (e["kind"].as_str().unwrap(), e["status"].as_str().unwrap()))
-        .collect();
-    assert!(kinds.windows(2).any(|w| w == [("verified", "degraded"), ("verified", "running")]), "{kinds:?}");
+        .find(|e| e["kind"] == "verified" && e["status"] == "degraded")
+        .unwrap_or_else(|| panic!("{r:#}"));
+    let failed = degraded["detail"]["checks"].as_array().unwrap();
+    assert!(
+        failed.iter().any(|c| c["check"] == "etcd_unit_active"
+            && c["on"] == "verify-etcd-cluster@fleet-2"
+            && c["passed"] == false),
+        "{degraded:#}"
+    );
+    let repair = history.iter().find(|e| e["kind"] == "repair").unwrap_or_else(|| panic!("{r:#}"));
+    let repair_op = repair["operation"].as_str().unwrap_or_else(|| panic!("{repair:#}")).to_string();
+    assert!(
+        history.iter().any(|e| e["kind"] == "operation.completed" && e["operation"] == repair_op.as_str()),
+        "{r:#}"
+    );
+    let active = opsgraph_fleet::exec(&state.hosts[1], &["systemctl", "is-active", "etcd"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&active.stdout).trim(), "active");
+    let jobs = opsgraph(&["--data-dir", &data, "get", "jobs", &repair_op]);
+    assert!(jobs.out.contains("repair-etcd-member@fleet-2       succeeded"), "{}", jobs.render());
     drop(server);
 
     drop(fleet);
