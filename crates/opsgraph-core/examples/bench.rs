@@ -99,6 +99,7 @@ fn pack() -> Pack {
         requires: None,
         risk: None,
         provides: vec![],
+        removes_resource: false,
     };
     Pack {
         root: "bench".into(),
@@ -181,6 +182,7 @@ fn bench_plans(sizes: &[usize], runs: usize) -> Vec<(Duration, usize, usize)> {
                 providers: &[],
                 policy: &policy,
                 operations: &Default::default(),
+                recorded: None,
             })
             .expect("the bench plan builds");
             times[k].push(start.elapsed());

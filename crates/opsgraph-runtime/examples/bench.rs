@@ -93,6 +93,7 @@ fn chain_pack(n: usize, chained: bool) -> Pack {
         requires: None,
         risk: None,
         provides: vec![],
+        removes_resource: false,
     };
     Pack {
         root: "/nonexistent".into(),
@@ -227,6 +228,7 @@ fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration
         providers: &[],
         policy: &CapabilityPolicy::default(),
         operations: &Default::default(),
+        recorded: None,
     })
     .expect("chain plan");
     let data = dir.join(format!("chain-{}", std::process::id()));
@@ -543,6 +545,7 @@ mod scale {
             providers: &[],
             policy: &CapabilityPolicy::default(),
             operations: &Default::default(),
+            recorded: None,
         })
         .expect("plan");
         let data = std::env::temp_dir().join(format!("opsgraph-bench-scale-{}", std::process::id()));

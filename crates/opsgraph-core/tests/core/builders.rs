@@ -116,6 +116,7 @@ pub(crate) fn pack(id: &str, resource_type: &str, jobs: Vec<JobB>) -> Pack {
         requires: None,
         risk: None,
         provides: Vec::new(),
+        removes_resource: false,
     };
     Pack {
         root: format!("fixture/{id}"),

@@ -47,6 +47,7 @@ fn check(w: World, expect: Expect) {
         providers: &w.providers,
         policy: &w.policy,
         operations: &w.operations,
+        recorded: None,
     };
     let text = match opsgraph_core::plan::build(&input) {
         Ok(plan) => {
@@ -182,6 +183,7 @@ fn scoped_requirements_must_hold_on_every_target() {
         providers: &w.providers,
         policy: &w.policy,
         operations: &w.operations,
+        recorded: None,
     };
     let plan = opsgraph_core::plan::build(&input).unwrap();
     assert!(plan.is_blocked());
@@ -232,6 +234,7 @@ fn fan_out_scales_to_ten_thousand_instances() {
         providers: &w.providers,
         policy: &w.policy,
         operations: &w.operations,
+        recorded: None,
     };
     let plan = opsgraph_core::plan::build(&input).unwrap();
     assert_eq!(plan.jobs.len(), 10_000);
@@ -283,6 +286,7 @@ fn the_reviewer_points_out_unproven_outputs_and_what_cannot_be_undone() {
         providers: &w.providers,
         policy: &w.policy,
         operations: &w.operations,
+        recorded: None,
     };
     let plan = opsgraph_core::plan::build(&input).unwrap();
     expect![[r#"
