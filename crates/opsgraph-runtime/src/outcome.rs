@@ -138,7 +138,7 @@ impl Runtime {
                 &doc.id,
                 actor,
                 "operation.started",
-                status,
+                status.as_str(),
                 op_id,
                 format!("{} {}", plan.action, doc.id),
                 Value::Null,
@@ -175,18 +175,34 @@ impl Runtime {
                     &doc.id,
                     &op.actor,
                     "operation.completed",
-                    ResourceStatus::Provisioning,
+                    ResourceStatus::Provisioning.as_str(),
                     &op.id,
                     "rolled back".into(),
                     Value::Null,
                 ),
             ]);
         }
+        if plan.removes_resource {
+            // Removed (`uninstall`): nothing is running any more; the record goes, its history
+            // stays, and a later install starts a new life.
+            let summary = format!("removed by {} (operation {})", plan.action, op.id);
+            return Ok(vec![
+                Write::DeleteResource(doc.id.clone()),
+                history(&doc.id, &op.actor, "operation.completed", "removed", &op.id, summary, Value::Null),
+            ]);
+        }
+        // What it provides: the template's `provides`; a template without one provides the
+        // pack's only when it creates the resource — a day-2 action (backup, restore) adds none.
         let template = pack.templates.iter().find(|t| t.id == plan.template);
-        let provisions = template
-            .map(|t| t.provides.clone())
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| pack.manifest.provides.clone());
+        let creates = match crate::manage::completed_plans(&*self.store, &doc.id)?.first() {
+            Some((_, first)) => first.action == plan.action,
+            None => true,
+        };
+        let provisions = match template.map(|t| t.provides.clone()).filter(|p| !p.is_empty()) {
+            Some(own) => own,
+            None if creates => pack.manifest.provides.clone(),
+            None => Vec::new(),
+        };
         let artifacts = self.store.artifacts(&op.id)?;
         for p in provisions {
             // The credentials to use it: a reference to the artifact, never its content.
@@ -217,7 +233,15 @@ impl Runtime {
                 last_operation: Some(op.id.clone()),
                 updated_at: now(),
             }),
-            history(&doc.id, &op.actor, "operation.completed", ResourceStatus::Running, &op.id, summary, Value::Null),
+            history(
+                &doc.id,
+                &op.actor,
+                "operation.completed",
+                ResourceStatus::Running.as_str(),
+                &op.id,
+                summary,
+                Value::Null,
+            ),
         ])
     }
 
@@ -236,7 +260,15 @@ impl Runtime {
             let summary = "cancelled before any job ran: the resource was never created".to_string();
             return Ok(vec![
                 Write::DeleteResource(id.clone()),
-                history(id, actor, "operation.cancelled", ResourceStatus::Provisioning, &op.id, summary, Value::Null),
+                history(
+                    id,
+                    actor,
+                    "operation.cancelled",
+                    ResourceStatus::Provisioning.as_str(),
+                    &op.id,
+                    summary,
+                    Value::Null,
+                ),
             ]);
         }
         let summary = format!("operation {} was cancelled while creating it: partly provisioned", op.id);
@@ -250,7 +282,7 @@ impl Runtime {
                 last_operation: Some(op.id.clone()),
                 updated_at: now(),
             }),
-            history(id, actor, "operation.cancelled", ResourceStatus::Error, &op.id, summary, Value::Null),
+            history(id, actor, "operation.cancelled", ResourceStatus::Error.as_str(), &op.id, summary, Value::Null),
         ])
     }
 
@@ -279,7 +311,7 @@ impl Runtime {
                 &doc.id,
                 &op.actor,
                 "operation.failed",
-                ResourceStatus::Error,
+                ResourceStatus::Error.as_str(),
                 &op.id,
                 summary,
                 serde_json::json!({"failed": failed}),
@@ -289,22 +321,14 @@ impl Runtime {
 }
 
 /// An entry of a resource's history for an operation.
-fn history(
-    resource: &str,
-    actor: &str,
-    kind: &str,
-    status: ResourceStatus,
-    op: &str,
-    summary: String,
-    detail: Value,
-) -> Write {
+fn history(resource: &str, actor: &str, kind: &str, status: &str, op: &str, summary: String, detail: Value) -> Write {
     Write::ResourceEvent(ResourceEventRecord {
         seq: 0,
         resource: resource.to_string(),
         at: now(),
         actor: actor.to_string(),
         kind: kind.to_string(),
-        status: status.as_str().to_string(),
+        status: status.to_string(),
         operation: Some(op.to_string()),
         summary,
         detail,
