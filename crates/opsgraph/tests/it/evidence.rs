@@ -142,7 +142,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        93 checks
+        94 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
