@@ -158,6 +158,22 @@ fn a_day2_action_plans_against_the_record_shows_the_change_and_uninstall_removes
     .assert_eq(&redact(&v["inherited"].to_string(), &installed));
     assert!(!json.out.contains("canary-token"), "a secret in the JSON preview");
 
+    // The server plans against the same record (one assembly of planner inputs).
+    let data = kv.dir.join("data");
+    let (packs, world) = (kv.dir.join("kv").display().to_string(), kv.dir.join("world.yaml").display().to_string());
+    let api = crate::server::Api {
+        dir: temp_dir(&[]),
+        state: opsgraph::serve_cmd::state(&data, &[packs], &[world]).unwrap(),
+        rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+    };
+    let token = api.token("sam", &["operator"]);
+    let upgrade = std::fs::read_to_string(kv.dir.join("upgrade.yaml")).unwrap();
+    let served = api.post("/api/v1/plans", &token, &upgrade);
+    assert_eq!(served.status, 200, "{}", served.body);
+    assert_eq!(served.body["inherited"], v["inherited"]);
+    assert_eq!(served.body["revision"], v["revision"], "the server's plan is the CLI's");
+    drop(api);
+
     // Run: the job sees the recorded port; the day-2 template adds none of the pack's
     // capabilities (kv.admin).
     let upgrade = kv.apply("upgrade.yaml");
