@@ -131,6 +131,7 @@ fn bench_plans(sizes: &[usize], runs: usize) -> Vec<(Duration, usize, usize)> {
                 providers: &[],
                 policy: &policy,
                 operations: &Default::default(),
+                recorded: None,
             })
             .expect("the bench plan builds");
             times[k].push(start.elapsed());

@@ -186,6 +186,7 @@ fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration
         providers: &[],
         policy: &CapabilityPolicy::default(),
         operations: &Default::default(),
+        recorded: None,
     })
     .expect("chain plan");
     let data = dir.join(format!("chain-{}", std::process::id()));
@@ -502,6 +503,7 @@ mod scale {
             providers: &[],
             policy: &CapabilityPolicy::default(),
             operations: &Default::default(),
+            recorded: None,
         })
         .expect("plan");
         let data = std::env::temp_dir().join(format!("opsgraph-bench-scale-{}", std::process::id()));

@@ -135,6 +135,8 @@ impl Runtime {
             providers: &world.providers,
             policy: &world.policy,
             operations: &world.operations,
+            // The intent already carries the verified operation's parameters and targets.
+            recorded: None,
         });
         let mut plan = match built {
             Ok(plan) => plan,

@@ -226,7 +226,7 @@ impl Runtime {
 
     /// The resource an intent creates or changes: `<type>/<name>`.
     pub fn target_resource(intent: &Intent) -> Option<String> {
-        intent.name.as_ref().map(|n| format!("{}/{n}", intent.target_resource_type))
+        intent.resource_id()
     }
 }
 

@@ -2,8 +2,8 @@
 //! and the guards shared by the CLI and the server: nothing an unfinished operation depends on is
 //! changed under it.
 
-use opsgraph_core::model::Resource;
-use opsgraph_core::plan::lifecycle;
+use opsgraph_core::model::{Intent, OperationState, Resource};
+use opsgraph_core::plan::{lifecycle, Plan, Recorded};
 use opsgraph_store::{now, OperationFilter, OperationRecord, ResourceRecord, Store, Write};
 use serde_json::{json, Value};
 
@@ -23,6 +23,62 @@ pub fn world_resources(given: &[Resource], store: &dyn Store) -> Result<Vec<Reso
         }
     }
     Ok(resources)
+}
+
+/// The completed operations of a resource's current life, oldest first, with their plans: those
+/// after the latest one that removed it (an `uninstall`), rollbacks left out (they undo, they
+/// configure nothing).
+pub(crate) fn completed_plans(store: &dyn Store, resource: &str) -> Result<Vec<(OperationRecord, Plan)>, Error> {
+    let ops = store.operations(&OperationFilter { state: None, resource: Some(resource.to_string()) })?;
+    let mut out = Vec::new();
+    for op in ops {
+        if op.state != OperationState::Completed {
+            continue;
+        }
+        let Some(plan) = store.plan(&op.plan_revision)? else { continue };
+        let Ok(plan) = serde_json::from_value::<Plan>(plan) else { continue };
+        if plan.removes_resource {
+            out.clear();
+        } else if plan.action != "rollback" {
+            out.push((op, plan));
+        }
+    }
+    Ok(out)
+}
+
+/// What the store recorded about the resource `intent` names, for a day-2 plan
+/// (`opsgraph_core::plan::day2`): the stored resource, the action that created it, and the
+/// parameters and targets of its completed operations — each value from the latest operation
+/// that had it, so a backup (which takes no `owner`) does not hide the install's. Secret
+/// parameters are never handed on (the stored plan holds them sealed): a day-2 action that needs
+/// one is given it again, or asks at its missing-input gate. `None` when the store has no such
+/// resource or no completed operation on it. The one assembly for `opsgraph plan`, `apply` and
+/// the server.
+pub fn recorded(intent: &Intent, store: &dyn Store) -> Result<Option<Recorded>, Error> {
+    let Some(id) = intent.resource_id() else { return Ok(None) };
+    let Some(record) = store.resource(&id)? else { return Ok(None) };
+    let Ok(resource) = serde_json::from_value::<Resource>(record.doc) else { return Ok(None) };
+    let plans = completed_plans(store, &id)?;
+    let (Some((_, first)), Some((last, _))) = (plans.first(), plans.last()) else { return Ok(None) };
+    let mut recorded = Recorded {
+        resource,
+        created_by: first.action.clone(),
+        operation: last.id.clone(),
+        parameters: Default::default(),
+        targets: Default::default(),
+    };
+    for (_, plan) in &plans {
+        for (name, value) in &plan.parameters {
+            if !plan.secret_parameters.contains(name) && !crate::secrets::is_sealed(value) {
+                recorded.parameters.insert(name.clone(), value.clone());
+            }
+        }
+        let inherited = plan.inherited.iter().flat_map(|i| &i.targets);
+        for (key, ids) in plan.intent.targets.iter().chain(inherited) {
+            recorded.targets.insert(key.clone(), ids.clone());
+        }
+    }
+    Ok(Some(recorded))
 }
 
 /// The unfinished operation (not `completed` or `cancelled`) that targets `resource`, if any.

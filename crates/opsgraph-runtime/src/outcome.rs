@@ -133,7 +133,7 @@ impl Runtime {
                 &doc.id,
                 actor,
                 "operation.started",
-                status,
+                status.as_str(),
                 op_id,
                 format!("{} {}", plan.action, doc.id),
                 Value::Null,
@@ -165,18 +165,34 @@ impl Runtime {
                     &doc.id,
                     &op.actor,
                     "operation.completed",
-                    ResourceStatus::Provisioning,
+                    ResourceStatus::Provisioning.as_str(),
                     &op.id,
                     "rolled back".into(),
                     Value::Null,
                 ),
             ]);
         }
+        if plan.removes_resource {
+            // Removed (`uninstall`): nothing is running any more; the record goes, its history
+            // stays, and a later install starts a new life.
+            let summary = format!("removed by {} (operation {})", plan.action, op.id);
+            return Ok(vec![
+                Write::DeleteResource(doc.id.clone()),
+                history(&doc.id, &op.actor, "operation.completed", "removed", &op.id, summary, Value::Null),
+            ]);
+        }
+        // What it provides: the template's `provides`; a template without one provides the
+        // pack's only when it creates the resource — a day-2 action (backup, restore) adds none.
         let template = pack.templates.iter().find(|t| t.id == plan.template);
-        let provisions = template
-            .map(|t| t.provides.clone())
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| pack.manifest.provides.clone());
+        let creates = match crate::manage::completed_plans(&*self.store, &doc.id)?.first() {
+            Some((_, first)) => first.action == plan.action,
+            None => true,
+        };
+        let provisions = match template.map(|t| t.provides.clone()).filter(|p| !p.is_empty()) {
+            Some(own) => own,
+            None if creates => pack.manifest.provides.clone(),
+            None => Vec::new(),
+        };
         let artifacts = self.store.artifacts(&op.id)?;
         for p in provisions {
             // The credentials to use it: a reference to the artifact, never its content.
@@ -202,7 +218,15 @@ impl Runtime {
         doc.status = Some(ResourceStatus::Running);
         Ok(vec![
             resource_write(&doc, &op.id),
-            history(&doc.id, &op.actor, "operation.completed", ResourceStatus::Running, &op.id, summary, Value::Null),
+            history(
+                &doc.id,
+                &op.actor,
+                "operation.completed",
+                ResourceStatus::Running.as_str(),
+                &op.id,
+                summary,
+                Value::Null,
+            ),
         ])
     }
 
@@ -221,7 +245,15 @@ impl Runtime {
             let summary = "cancelled before any job ran: the resource was never created".to_string();
             return Ok(vec![
                 Write::DeleteResource(id.clone()),
-                history(id, actor, "operation.cancelled", ResourceStatus::Provisioning, &op.id, summary, Value::Null),
+                history(
+                    id,
+                    actor,
+                    "operation.cancelled",
+                    ResourceStatus::Provisioning.as_str(),
+                    &op.id,
+                    summary,
+                    Value::Null,
+                ),
             ]);
         }
         let summary = format!("operation {} was cancelled while creating it: partly provisioned", op.id);
@@ -230,7 +262,7 @@ impl Runtime {
         doc.observed_state = Some(summary.clone());
         Ok(vec![
             resource_write(&doc, &op.id),
-            history(id, actor, "operation.cancelled", ResourceStatus::Error, &op.id, summary, Value::Null),
+            history(id, actor, "operation.cancelled", ResourceStatus::Error.as_str(), &op.id, summary, Value::Null),
         ])
     }
 
@@ -259,7 +291,7 @@ impl Runtime {
                 &doc.id,
                 &op.actor,
                 "operation.failed",
-                ResourceStatus::Error,
+                ResourceStatus::Error.as_str(),
                 &op.id,
                 summary,
                 serde_json::json!({"failed": failed}),
@@ -279,22 +311,14 @@ fn resource_write(doc: &Resource, op: &str) -> Write {
 }
 
 /// An entry of a resource's history for an operation.
-fn history(
-    resource: &str,
-    actor: &str,
-    kind: &str,
-    status: ResourceStatus,
-    op: &str,
-    summary: String,
-    detail: Value,
-) -> Write {
+fn history(resource: &str, actor: &str, kind: &str, status: &str, op: &str, summary: String, detail: Value) -> Write {
     Write::ResourceEvent(ResourceEventRecord {
         seq: 0,
         resource: resource.to_string(),
         at: now(),
         actor: actor.to_string(),
         kind: kind.to_string(),
-        status: status.as_str().to_string(),
+        status: status.to_string(),
         operation: Some(op.to_string()),
         summary,
         detail,

@@ -185,6 +185,7 @@ impl Ctx {
     fn plan(&self, intent: &Intent) -> Result<Plan, ApiError> {
         let w = self.state.world();
         let resources = opsgraph_runtime::manage::world_resources(&w.resources, &*self.store)?;
+        let recorded = opsgraph_runtime::manage::recorded(intent, &*self.store)?;
         let inventory = Inventory::new(&resources);
         opsgraph_core::plan::build(&Input {
             intent,
@@ -193,6 +194,7 @@ impl Ctx {
             providers: &w.providers,
             policy: &w.policy,
             operations: &w.operations,
+            recorded: recorded.as_ref(),
         })
         .map_err(|errors| {
             let list: Vec<Value> = errors.iter().map(|e| json!({"code": e.code(), "message": e.to_string()})).collect();

@@ -18,6 +18,9 @@ pub struct Loaded {
     pub diagnostics: Vec<Diagnostic>,
     /// A plan patch that customises the preview before anything runs (`--patch`).
     pub patch: Option<opsgraph_core::model::PlanPatch>,
+    /// What the store recorded about the resource the intent names ([I]: a day-2 action plans
+    /// against it).
+    pub recorded: Option<opsgraph_core::plan::Recorded>,
 }
 
 /// Loads world documents and the intent, next to packs already loaded. The intent file may hold
@@ -71,7 +74,7 @@ pub fn load_inputs(
             }
         }
     };
-    Loaded { intent, packs, world, diagnostics: diags, patch: None }
+    Loaded { intent, packs, world, diagnostics: diags, patch: None, recorded: None }
 }
 
 /// The world a local plan is built from, the one function `plan` and `apply` share: the
@@ -91,6 +94,7 @@ pub fn assemble(
     if exists {
         let store = crate::storage::open_store(data_dir)?;
         loaded.world.resources = opsgraph_runtime::manage::world_resources(&loaded.world.resources, &*store)?;
+        loaded.recorded = opsgraph_runtime::manage::recorded(&loaded.intent, &*store)?;
     }
     Ok(loaded)
 }
@@ -105,6 +109,7 @@ pub fn build(loaded: &Loaded) -> Result<Plan, Vec<opsgraph_core::plan::Error>> {
         providers: &loaded.world.providers,
         policy: &loaded.world.policy,
         operations: &loaded.world.operations,
+        recorded: loaded.recorded.as_ref(),
     })
 }
 

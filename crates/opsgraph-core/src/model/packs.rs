@@ -240,6 +240,10 @@ pub struct PlanTemplate {
     /// The resource the completed operation creates or updates, and what it then provides.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub provides: Vec<Provision>,
+    /// The completed operation removes its resource ([I], `uninstall`): its record is deleted,
+    /// its history stays.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removes_resource: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -333,6 +333,13 @@ pub struct Intent {
     pub requires: Vec<Requirement>,
 }
 
+impl Intent {
+    /// The id of the resource it creates or changes (`type/name`), when it names one.
+    pub fn resource_id(&self) -> Option<String> {
+        self.name.as_ref().map(|n| format!("{}/{n}", self.target_resource_type))
+    }
+}
+
 /// A capability requirement (seed §2, §5): key, constraints, scope.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

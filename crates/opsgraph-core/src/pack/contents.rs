@@ -64,6 +64,7 @@ impl Pack {
             requires: None,
             risk: None,
             provides: vec![],
+            removes_resource: false,
         };
         Pack {
             root: root.into(),

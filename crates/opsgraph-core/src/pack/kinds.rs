@@ -441,6 +441,7 @@ pub(crate) static PLAN_TEMPLATE: Obj = Obj {
         field("requires", &REQUIREMENTS, "external requirements; the pack's when absent"),
         field("risk", &RISK_LEVEL, "overrides the pack's risk level"),
         field("provides", &PROVISIONS, "what the resulting resource provides"),
+        field("removes_resource", &BOOL, "the completed operation removes its resource (uninstall)"),
     ],
     one_of: &[],
     normalize: None,

@@ -20,8 +20,8 @@ pub fn build(input: &Input<'_>) -> Result<Plan, Vec<Error>> {
 }
 
 fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
+    let pack = find_pack(input.packs, input.intent).map_err(|e| vec![e])?;
     let intent = input.intent;
-    let pack = find_pack(input.packs, intent).map_err(|e| vec![e])?;
     let template = pack.template_for(&intent.action).ok_or_else(|| {
         vec![Error::UnknownAction {
             pack: pack.manifest.id.clone(),
@@ -29,6 +29,9 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             available: pack.templates.iter().map(|t| t.action.clone()).collect(),
         }]
     })?;
+    // A day-2 action on a recorded resource: what the intent does not give comes from the record.
+    let day2 = crate::plan::day2::inherit(input.intent, template, input.recorded);
+    let intent = day2.as_ref().map_or(intent, |(effective, _)| effective);
     let mut errors = Vec::new();
     let mut edits = Vec::new();
 
@@ -474,7 +477,13 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     edits.push(Edit::SetRisk(Risk { level, reasons }));
     edits.push(Edit::SetSubOperations(subs));
     edits.push(Edit::SetCost(cost));
-    let mut empty = Plan::empty(pack, template, intent);
+    let mut empty = Plan::empty(pack, template, input.intent);
+    empty.inherited = day2.map(|(_, mut inherited)| {
+        if let Some(recorded) = input.recorded {
+            inherited.changes = crate::plan::day2::changes(template, &parameters, input.intent, recorded);
+        }
+        inherited
+    });
     // The top plan's hash covers every input (a sub-operation's plan is part of it).
     empty.inputs = (depth == 0).then(|| crate::plan::inputs::digest(input));
     let mut plan = apply(empty, edits)?;
@@ -516,7 +525,7 @@ fn sub_operation(
             targets: BTreeMap::new(),
             requires: Vec::new(),
         };
-        let sub_input = Input { intent: &sub_intent, ..*input };
+        let sub_input = Input { intent: &sub_intent, recorded: None, ..*input };
         build_at(&sub_input, depth + 1)
             .map_err(|errs| errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
     })();

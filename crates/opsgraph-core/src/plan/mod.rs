@@ -6,6 +6,7 @@
 
 mod build;
 mod columns;
+pub mod day2;
 mod edit;
 mod inputs;
 pub mod job_lifecycle;
@@ -22,6 +23,7 @@ mod types;
 use std::fmt;
 
 pub use build::{build, job_edges, transitive_reduction};
+pub use day2::{Change, Inherited, Recorded};
 pub use edit::{apply, Edit};
 pub use inputs::check_preview;
 pub use params::check_parameter;

@@ -77,6 +77,11 @@ pub fn secret_parameters(plan: &Plan, packs: &[crate::pack::Pack]) -> BTreeSet<S
 pub fn json(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
     let secret = secret_parameters(plan, packs);
     let mut v = preview_json(plan, packs);
+    // A day-2 action's change to its recorded resource (never a secret: none is inherited or
+    // compared).
+    if let (Some(d), Value::Object(map)) = (&plan.inherited, &mut v) {
+        map.insert("inherited".into(), json!(d));
+    }
     for at in ["/parameters", "/intent/parameters"] {
         if let Some(Value::Object(params)) = v.pointer_mut(at) {
             for (name, value) in params.iter_mut() {
@@ -145,6 +150,9 @@ pub fn text(plan: &Plan) -> String {
         let unit = c.unit.as_deref().map(|u| format!(" {u}")).unwrap_or_default();
         let items: Vec<String> = c.items.iter().map(|i| format!("{} {}", i.what, amount(i.amount))).collect();
         let _ = writeln!(s, "Cost estimate: {}{unit} ({})", amount(c.total), items.join(", "));
+    }
+    if let Some(d) = &plan.inherited {
+        changes(&mut s, d);
     }
     let _ = writeln!(s, "\nCapabilities");
     let width = plan
@@ -275,6 +283,30 @@ pub fn text(plan: &Plan) -> String {
         }
     );
     s
+}
+
+/// A day-2 plan's section: what it changes on the recorded resource (`~ name from → to`), what it
+/// keeps as recorded, and what evidence last observed there.
+fn changes(s: &mut String, d: &crate::plan::day2::Inherited) {
+    use crate::plan::day2::show;
+    let status = d.status.as_deref().map(|st| format!("{st}, ")).unwrap_or_default();
+    let _ = writeln!(s, "\nChanges to {} ({status}recorded by {})", d.resource, d.operation);
+    let width = d.changes.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for c in &d.changes {
+        let _ = writeln!(s, "  ~ {:<width$}  {} → {}", c.name, show(&c.from), show(&c.to));
+    }
+    if d.changes.is_empty() {
+        let _ = writeln!(s, "  no parameter or target differs from the record");
+    }
+    let mut kept: Vec<String> = d.parameters.iter().map(|(k, v)| format!("{k}={}", show(v))).collect();
+    kept.extend(d.targets.iter().map(|(k, ids)| format!("targets.{k}={}", ids.join(","))));
+    if !kept.is_empty() {
+        let _ = writeln!(s, "  as recorded: {}", kept.join(", "));
+    }
+    if !d.observed.is_empty() {
+        let seen: Vec<String> = d.observed.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(s, "  observed: {}", seen.join(", "));
+    }
 }
 
 fn abbreviate(items: &[String]) -> String {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::plan::day2::{Inherited, Recorded};
 use crate::plan::resolve::{Inventory, Outcome, Resolution};
 
 /// What a secret parameter's value is shown as in a preview, and counted as in a plan's hash.
@@ -29,6 +30,9 @@ pub struct Input<'a> {
     pub policy: &'a CapabilityPolicy,
     /// Rules about whole operations: the cost confirmation threshold.
     pub operations: &'a OperationsPolicy,
+    /// What the store recorded about the resource the intent names, if anything ([I]): a day-2
+    /// action plans against it (`day2.rs`).
+    pub recorded: Option<&'a Recorded>,
 }
 
 /// A plan revision.
@@ -63,6 +67,14 @@ pub struct Plan {
     /// `(secret)` there, as in the preview), so a published hash cannot be used to guess them.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub secret_parameters: BTreeSet<String>,
+    /// A day-2 action on a recorded resource ([I]): what it took from the record and what it
+    /// changes (derived for the preview; its effect on parameters and jobs is hashed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherited: Option<Inherited>,
+    /// The template removes its resource: when the operation completes, the resource's record
+    /// is deleted and its history stays.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removes_resource: bool,
     pub revision: Revision,
 }
 
@@ -212,6 +224,8 @@ impl Plan {
                 .filter(|(_, spec)| spec.secret)
                 .map(|(name, _)| name.clone())
                 .collect(),
+            inherited: None,
+            removes_resource: template.removes_resource,
             revision: Revision { number: 0, hash: String::new() },
         }
     }

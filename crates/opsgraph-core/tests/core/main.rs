@@ -3,6 +3,7 @@
 //! compile the core alone — no runtime, store or server — and run in well under a second.
 
 mod builders;
+mod day2;
 mod lifecycle;
 mod plan;
 mod preview_text;

@@ -40,6 +40,7 @@ impl World {
             providers: &self.providers,
             policy: &self.policy,
             operations: &self.operations,
+            recorded: None,
         };
         opsgraph_core::plan::build(&input)
     }

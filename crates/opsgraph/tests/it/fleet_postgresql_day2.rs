@@ -16,24 +16,16 @@ use crate::support::{opsgraph, path, temp_dir, Run};
 
 const PASSWORD: &str = "fleet-canary-day2-4b8e";
 
-/// The install's parameters, which the day-2 intents give again (version, port, database).
-fn intent(action: &str, parameters: &str) -> String {
-    let port = if action == "uninstall" { "" } else { "    port: 5433\n" };
-    let targets = match action {
-        "add_replica" => "    target_nodes: [compute_node/fleet-1]\n    replica_nodes: [compute_node/fleet-2]\n",
-        "remove_replica" => "    replica_nodes: [compute_node/fleet-2]\n",
-        _ => "    target_nodes: [compute_node/fleet-1]\n",
-    };
+/// An intent for `orders-db`. The day-2 ones give only what is new: the install's version, port,
+/// database, owner, addresses and host come from the resource's record (docs/day2.md#day-2-actions).
+fn intent(action: &str, body: &str) -> String {
     format!(
         "intent:
   target_resource_type: postgresql.instance
   action: {action}
   name: orders-db
   environment: dev
-  parameters:
-    postgresql_version: \"15\"
-{port}{parameters}  targets:
-{targets}"
+{body}"
     )
 }
 
@@ -70,23 +62,23 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     let install = intent(
         "install",
         &format!(
-            "    database: orders\n    owner: orders_app\n    db_password: {PASSWORD}\n    listen_addresses: \"*\"\n    client_cidr: 10.213.0.0/24\n"
+            "  parameters:\n    postgresql_version: \"15\"\n    port: 5433\n    database: orders\n    owner: orders_app\n    db_password: {PASSWORD}\n    listen_addresses: \"*\"\n    client_cidr: 10.213.0.0/24\n  targets:\n    target_nodes: [compute_node/fleet-1]\n"
         ),
     );
     let tmp = temp_dir(&[
         ("data/config.yaml", "users:\n  alice: [sre]\n"),
         ("install.yaml", &install),
-        ("backup.yaml", &intent("backup", "    database: orders\n")),
+        ("backup.yaml", &intent("backup", "")),
         ("upgrade.yaml", &intent("upgrade", "")),
-        ("uninstall.yaml", &intent("uninstall", "    purge: false\n")),
+        ("uninstall.yaml", &intent("uninstall", "")),
         (
             "add-replica.yaml",
             &intent(
                 "add_replica",
-                "    database: orders\n    owner: orders_app\n    replication_password: fleet-canary-repl-2d7f\n    primary_host: 10.213.0.11\n    replica_cidr: 10.213.0.0/24\n    listen_addresses: \"*\"\n    client_cidr: 10.213.0.0/24\n",
+                "  parameters:\n    replication_password: fleet-canary-repl-2d7f\n    primary_host: 10.213.0.11\n    replica_cidr: 10.213.0.0/24\n  targets:\n    replica_nodes: [compute_node/fleet-2]\n",
             ),
         ),
-        ("remove-replica.yaml", &intent("remove_replica", "")),
+        ("remove-replica.yaml", &intent("remove_replica", "  targets:\n    replica_nodes: [compute_node/fleet-2]\n")),
     ]);
     let dir = tmp.join("fleet");
     let before = machine();
@@ -136,6 +128,11 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     let manifest = opsgraph(&["--data-dir", &data, "describe", "operation", &backup_op, "-o", "json"]);
     assert!(manifest.out.contains("postgresql_backup_manifest"), "{}", manifest.render());
     assert!(manifest.out.contains("postgresql_backup"), "{}", manifest.render());
+    let described =
+        opsgraph(&["--data-dir", &data, "describe", "resource", "postgresql.instance/orders-db", "-o", "json"]);
+    let resource: serde_json::Value = serde_json::from_str(&described.out).unwrap();
+    assert_eq!(resource["resource"]["status"], "running", "{resource:#}");
+    assert_eq!(resource["resource"]["provides"].as_array().map(Vec::len), Some(1), "{resource:#}");
 
     // The table is lost.
     let dropped = sql("drop table items");
@@ -143,8 +140,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     assert!(!sql("select count(*) from items").status.success());
 
     // Restore from the backup artifact: it waits at the destructive gate, then the rows are back.
-    let restore_intent =
-        intent("restore", &format!("    database: orders\n    backup: {backup_op}/postgresql_backup\n"));
+    let restore_intent = intent("restore", &format!("  parameters:\n    backup: {backup_op}/postgresql_backup\n"));
     std::fs::write(tmp.join("restore.yaml"), restore_intent).unwrap();
     let restore = apply("restore.yaml");
     assert!(restore.out.contains("confirm-restore-postgresql"), "{}", restore.render());
@@ -178,6 +174,10 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     // Minor upgrade: whether or not the archive has a newer minor, the server runs apt's candidate.
     let upgrade = apply("upgrade.yaml");
     assert_eq!(upgrade.code, 0, "{}", upgrade.render());
+    // Planned against the record: the intent gave nothing, the version, port and host are the install's.
+    let recorded =
+        "as recorded: cluster_name=main, port=5433, postgresql_version=15, targets.target_nodes=compute_node/fleet-1";
+    assert!(upgrade.out.contains(recorded), "{}", upgrade.out);
     assert!(upgrade.out.contains("done      upgrade-postgresql@fleet-1: exited with code 0"), "{}", upgrade.out);
     let policy = on_host(&["sh", "-c", "LC_ALL=C apt-cache policy postgresql-15"]);
     let policy = String::from_utf8_lossy(&policy.stdout).into_owned();
@@ -232,9 +232,14 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     assert!(on_host(&["test", "!", "-e", "/usr/lib/postgresql/15/bin/postgres"]).status.success());
     assert!(on_host(&["test", "-s", "/var/lib/postgresql/15/main/PG_VERSION"]).status.success(), "the data is gone");
     assert!(done.out.contains("Evidence: 3 of 3 checks passed"), "{}", done.out);
+    // Uninstalled, the resource is no longer recorded; its history says it was removed.
+    let described = opsgraph(&["--data-dir", &data, "describe", "resource", "postgresql.instance/orders-db"]);
+    assert_ne!(described.code, 0, "the uninstalled resource is still recorded: {}", described.render());
 
     // Asked again with purge: true, the cluster's data directory and configuration go too.
-    std::fs::write(tmp.join("purge.yaml"), intent("uninstall", "    purge: true\n")).unwrap();
+    // The resource is no longer recorded: nothing is inherited, the intent names the host.
+    let purge_intent = "  parameters:\n    purge: true\n  targets:\n    target_nodes: [compute_node/fleet-1]\n";
+    std::fs::write(tmp.join("purge.yaml"), intent("uninstall", purge_intent)).unwrap();
     let purge = apply("purge.yaml");
     let purged = answer(&operation_id(&purge), "confirm-uninstall-postgresql");
     assert_eq!(purged.code, 0, "{}", purged.render());

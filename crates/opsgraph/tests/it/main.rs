@@ -7,6 +7,7 @@ mod artifact_params;
 mod bundled;
 mod crash;
 mod day2;
+mod day2_actions;
 mod documents;
 mod edge;
 mod etcd;
