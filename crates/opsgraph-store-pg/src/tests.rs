@@ -1,19 +1,25 @@
 use crate::PgStore;
 
+/// The schema version a fresh store migrates to: one per migration.
+const LATEST: i64 = crate::schema::MIGRATIONS.len() as i64;
+
 #[test]
 fn postgres_schema_is_versioned_and_a_newer_one_refused() {
     let Some(db) = crate::test_db("postgres_schema_is_versioned_and_a_newer_one_refused") else { return };
     let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 4);
+    assert_eq!(store.schema_version().unwrap(), LATEST);
     drop(store);
     // Connecting again migrates nothing.
     let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 4);
+    assert_eq!(store.schema_version().unwrap(), LATEST);
     drop(store);
     let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
     admin.batch_execute("UPDATE schema_version SET version = 99").unwrap();
     let err = PgStore::connect(db.url()).err().unwrap();
-    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 4; upgrade opsgraph");
+    assert_eq!(
+        err.to_string(),
+        format!("the store's schema version 99 is newer than this binary's {LATEST}; upgrade opsgraph")
+    );
     let err = PgStore::connect("postgres://postgres:hunter2@127.0.0.1:1/nowhere").err().unwrap();
     assert!(
         err.to_string().starts_with("failed to connect to PostgreSQL at postgres://postgres:***@127.0.0.1:1/nowhere: "),
@@ -46,7 +52,7 @@ fn postgres_gates_made_before_kinds_existed_get_theirs() {
         )
         .unwrap();
     let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 4);
+    assert_eq!(store.schema_version().unwrap(), LATEST);
     let kinds = |op: &str| -> Vec<(String, GateType, GateKind)> {
         store.gates(op).unwrap().into_iter().map(|g| (g.id, g.gate_type, g.kind)).collect()
     };
