@@ -14,7 +14,7 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     let path = dir.join("opsgraph.db");
     {
         let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 5);
+        assert_eq!(store.schema_version().unwrap(), crate::schema::MIGRATIONS.len() as i64);
         let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
         assert_eq!((mode.as_str(), sync), ("wal", 2));
@@ -25,7 +25,11 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     store.conn.execute_batch("PRAGMA user_version = 99").unwrap();
     drop(store);
     let err = SqliteStore::open(&path, Durability::Full).err().unwrap();
-    assert_eq!(err.to_string(), "the store's schema version 99 is newer than this binary's 5; upgrade opsgraph");
+    let latest = crate::schema::MIGRATIONS.len();
+    assert_eq!(
+        err.to_string(),
+        format!("the store's schema version 99 is newer than this binary's {latest}; upgrade opsgraph")
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
