@@ -83,6 +83,7 @@ pub fn build(pack: &Pack, resources: &[Resource], intent: &Intent) -> Result<Pla
         providers: &[],
         policy: &CapabilityPolicy::default(),
         operations: &OperationsPolicy::default(),
+        recorded: None,
     })
 }
 
