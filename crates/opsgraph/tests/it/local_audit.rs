@@ -18,7 +18,7 @@ const FILES: &[(&str, &str)] = &[
     ),
     (
         "packs/aud/jobs.yaml",
-        "job: {id: slow, outputs: {provides: {capabilities: [aud.slow]}, evidence: [slow_done]}, run: {command: 'sleep 1.5; touch \"$OPSGRAPH_LAB_DIR/slow.$OPSGRAPH_OPERATION_ID\"'}}\n---\n\
+        "job: {id: slow, outputs: {provides: {capabilities: [aud.slow]}, evidence: [slow_done]}, run: {command: 'i=0; until [ -e \"$OPSGRAPH_LAB_DIR/release\" ] || [ $i -ge 1200 ]; do sleep 0.1; i=$((i + 1)); done; touch \"$OPSGRAPH_LAB_DIR/slow.$OPSGRAPH_OPERATION_ID\"'}}\n---\n\
          job: {id: flaky, inputs: {requires: {capabilities: [aud.slow]}}, outputs: {provides: {capabilities: [aud.flaky]}, evidence: [fixed]}, run: {command: 'true'}}\n",
     ),
     (
@@ -82,7 +82,8 @@ fn each_local_command_writes_the_servers_audit_row_as_the_local_user() {
     let lab = dir.join("data/lab");
     let file = |f: &str| dir.join(f).display().to_string();
 
-    // alice applies `one`; while its slow job runs, bob pauses it.
+    // alice applies `one`; while its slow job runs (it waits for the file `release`, so that a
+    // loaded machine cannot let it finish before it is seen running), bob pauses it.
     let mut apply = c.cmd("alice", &["apply", "-f", &file("one.yaml"), "--packs", &c.packs, "--yes"]).spawn().unwrap();
     let started = Instant::now();
     let one = loop {
@@ -90,10 +91,12 @@ fn each_local_command_writes_the_servers_audit_row_as_the_local_user() {
         if !id.is_empty() && c.state(&id) == "running" {
             break id;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "`one` never ran");
+        assert!(started.elapsed() < Duration::from_secs(60), "`one` never ran");
         std::thread::sleep(Duration::from_millis(20));
     };
     c.run("bob", &["pause", &one]);
+    std::fs::create_dir_all(&lab).unwrap();
+    std::fs::write(lab.join("release"), "").unwrap();
     apply.wait().unwrap();
     assert_eq!(c.state(&one), "paused");
     // bob resumes it: `flaky`'s evidence fails. carol retries `flaky`: it fails again. dave fixes
