@@ -10,17 +10,11 @@
 # Parameters: postgresql_version, cluster_name, port, database
 # Provides:   postgresql.database
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
-log() { printf 'check-primary[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
+pg_params
 DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
-case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
-case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
-case $PORT in *[!0-9]* | '') fail "port '$PORT' is not a port" ;; esac
 case $DB in *[!a-z0-9_]* | '') fail "database '$DB' is not a lowercase identifier" ;; esac
 
 pg_isready -q -p "$PORT" || fail "PostgreSQL $VERSION/$NAME does not accept connections on port $PORT (install it first)"

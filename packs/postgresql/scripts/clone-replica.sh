@@ -18,29 +18,22 @@
 #             owner, primary_host, replication_password (secret)
 # Provides:   postgresql.replica
 set -eu
-
-log() { printf 'clone-replica[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
+pg_params
 LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
 CIDR=${OPSGRAPH_PARAM_CLIENT_CIDR:-127.0.0.1/32}
 DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
 OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
 PRIMARY=${OPSGRAPH_PARAM_PRIMARY_HOST:?the primary_host parameter is required}
 PGPASSWORD=${OPSGRAPH_PARAM_REPLICATION_PASSWORD:?the replication_password secret parameter is required}
-case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
-case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
-case $PORT in *[!0-9]* | '') fail "port '$PORT' is not a port" ;; esac
 case $PRIMARY in *[!A-Za-z0-9.:-]* | '') fail "primary_host '$PRIMARY' is not a host name or address" ;; esac
 case $DB$OWNER in *[!a-z0-9_]*) fail "database and owner must be lowercase identifiers" ;; esac
 case $LISTEN in *"'"*) fail "listen_addresses may not hold a quote" ;; esac
 case $CIDR in *[!0-9A-Fa-f.:/]* | '') fail "client_cidr '$CIDR' is not a CIDR" ;; esac
 
-UNIT="postgresql@$VERSION-$NAME"
 CONF=/etc/postgresql/$VERSION/$NAME
 DATA=/var/lib/postgresql/$VERSION/$NAME
 BIN=/usr/lib/postgresql/$VERSION/bin
@@ -90,11 +83,6 @@ unset PGPASSWORD
 
 systemctl enable --quiet postgresql.service "$UNIT"
 systemctl start "$UNIT"
-i=0
-until pg_isready -q -p "$PORT"; do
-    i=$((i + 1))
-    [ "$i" -lt 30 ] || fail "the standby does not accept connections on port $PORT"
-    sleep 2
-done
+pg_wait_ready "the standby does not accept connections on port $PORT"
 in_recovery || fail "the cluster started but is not in recovery (not a standby)"
 log "ok: $UNIT is a standby of $PRIMARY:$PORT"

@@ -22,47 +22,17 @@
 # Provides:   postgresql.configured
 # Produces:   postgresql_config_snapshot
 set -eu
-
-log() { printf 'configure-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
-
-# write_file PATH MODE OWNER < content: replaces PATH atomically when the content differs
-# and sets WROTE=yes; leaves it alone (WROTE=no) when it is already up to date.
-write_file() {
-    WROTE=no
-    _tmp=$(mktemp "$1.opsgraph.XXXXXX")
-    cat >"$_tmp"
-    if [ -f "$1" ] && cmp -s "$_tmp" "$1"; then
-        rm -f "$_tmp"
-        return 0
-    fi
-    chmod "$2" "$_tmp"
-    chown "$3" "$_tmp"
-    mv -f "$_tmp" "$1"
-    WROTE=yes
-    log "wrote $1"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
+pg_params
 LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
 CIDR=${OPSGRAPH_PARAM_CLIENT_CIDR:-127.0.0.1/32}
 DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
 OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
 
-matches '[0-9]{2}' "$VERSION" || fail "postgresql_version '$VERSION' is not a major version"
-matches '[a-z0-9][a-z0-9_-]{0,30}' "$NAME" || fail "cluster_name '$NAME' is not a cluster name"
-matches '[0-9]{4,5}' "$PORT" || fail "port '$PORT' is not a port"
 matches '(\*|[A-Za-z0-9.:-]+)(, *[A-Za-z0-9.:-]+)*' "$LISTEN" || fail "listen_addresses '$LISTEN' is not '*' or a list of addresses"
 matches '[0-9A-Fa-f.:]+/[0-9]{1,3}' "$CIDR" || fail "client_cidr '$CIDR' is not a CIDR"
 matches '[a-z_][a-z0-9_]{0,62}' "$DB" || fail "database '$DB' is not a lowercase identifier"

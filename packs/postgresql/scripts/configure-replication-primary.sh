@@ -17,17 +17,13 @@
 #             replication_password (secret)
 # Provides:   postgresql.replication_source
 set -eu
-
-log() { printf 'replication-primary[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
+pg_params
 CIDR=${OPSGRAPH_PARAM_REPLICA_CIDR:-127.0.0.1/32}
 PASSWORD=${OPSGRAPH_PARAM_REPLICATION_PASSWORD:?the replication_password secret parameter is required}
-case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
-case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
 case $CIDR in *[!0-9A-Fa-f.:/]* | '' | */*/*) fail "replica_cidr '$CIDR' is not a CIDR" ;; */*) ;; *) fail "replica_cidr '$CIDR' is not a CIDR" ;; esac
 [ "${#PASSWORD}" -ge 12 ] || fail "replication_password is shorter than 12 characters"
 

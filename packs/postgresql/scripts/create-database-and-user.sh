@@ -21,30 +21,17 @@
 # Provides:   postgresql.database
 # Produces:   postgresql_credentials (secret)
 set -eu
-
-log() { printf 'create-database[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
+pg_params
 LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
 DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
 OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
 PASSWORD=${OPSGRAPH_PARAM_DB_PASSWORD:?the db_password secret parameter is required}
 
-matches '[0-9]{2}' "$VERSION" || fail "postgresql_version '$VERSION' is not a major version"
-matches '[a-z0-9][a-z0-9_-]{0,30}' "$NAME" || fail "cluster_name '$NAME' is not a cluster name"
-matches '[0-9]{4,5}' "$PORT" || fail "port '$PORT' is not a port"
 matches '[a-z_][a-z0-9_]{0,62}' "$DB" || fail "database '$DB' is not a lowercase identifier"
 matches '[a-z_][a-z0-9_]{0,62}' "$OWNER" || fail "owner '$OWNER' is not a lowercase identifier"
 [ "$OWNER" != postgres ] || fail "the owner must not be the postgres superuser"

@@ -15,24 +15,12 @@
 # Parameters: postgresql_version, cluster_name, port, locale
 # Provides:   postgresql.cluster
 set -eu
-
-log() { printf 'ensure-cluster[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-NL='
-'
-matches() {
-    case $2 in *"$NL"*) return 1 ;; esac
-    printf '%s\n' "$2" | grep -Eqx -- "$1"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
+pg_params
 LOCALE=${OPSGRAPH_PARAM_LOCALE:-C.UTF-8}
-matches '[0-9]{2}' "$VERSION" || fail "postgresql_version '$VERSION' is not a major version"
-matches '[a-z0-9][a-z0-9_-]{0,30}' "$NAME" || fail "cluster_name '$NAME' is not a cluster name"
 port_ok() { matches '[0-9]{4,5}' "$1" && [ "$1" -ge 1024 ] && [ "$1" -le 65535 ]; }
 port_ok "$PORT" || fail "port '$PORT' is not 1024-65535"
 matches '[A-Za-z0-9_.@-]+' "$LOCALE" || fail "locale '$LOCALE' is not a locale name"

@@ -23,24 +23,9 @@
 # Provides:   postgresql.packages
 # Produces:   postgresql_package_report
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
-log() { printf 'install-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-# shellcheck disable=SC2034 # WROTE is for callers that care
-write_file() {
-    WROTE=no
-    _tmp=$(mktemp "$1.opsgraph.XXXXXX")
-    cat >"$_tmp"
-    if [ -f "$1" ] && cmp -s "$_tmp" "$1"; then
-        rm -f "$_tmp"
-        return 0
-    fi
-    chmod "$2" "$_tmp"
-    mv -f "$_tmp" "$1"
-    WROTE=yes
-    log "wrote $1"
-}
 apt_get() { apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
 apt_install() {
     apt_get install -y --no-install-recommends \
@@ -52,7 +37,7 @@ installed_version() {
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
+pg_params
 SOURCE_KIND=${OPSGRAPH_PARAM_SOURCE:-debian}
 case $VERSION in 1[5-9] | 2[0-9]) ;; *) fail "postgresql_version '$VERSION' is not supported (15 or later)" ;; esac
 case $SOURCE_KIND in debian | pgdg) ;; *) fail "source must be debian or pgdg, not '$SOURCE_KIND'" ;; esac

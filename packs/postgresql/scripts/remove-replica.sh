@@ -16,19 +16,12 @@
 # Parameters: postgresql_version, cluster_name, port
 # Provides:   postgresql.replica_removed
 set -eu
-
-log() { printf 'remove-replica[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
-case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
-case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
-case $PORT in *[!0-9]* | '') fail "port '$PORT' is not a port" ;; esac
+pg_params
 
-UNIT="postgresql@$VERSION-$NAME"
 if pg_isready -q -p "$PORT" 2>/dev/null; then
     recovery=$(runuser -u postgres -- psql -X --cluster "$VERSION/$NAME" -d postgres -tAc 'select pg_is_in_recovery()') ||
         fail "cannot ask $VERSION/$NAME whether it is a standby"

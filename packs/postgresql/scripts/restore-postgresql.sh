@@ -22,21 +22,15 @@
 # Parameters: backup (an artifact reference), postgresql_version, cluster_name, port, database
 # Provides:   postgresql.restored
 set -eu
-
-log() { printf 'restore-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
 : "${OPSGRAPH_OPERATION_ID:?OPSGRAPH_OPERATION_ID must name the operation}"
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
 DUMP=${OPSGRAPH_ARTIFACT_POSTGRESQL_BACKUP:-}
 [ -n "$DUMP" ] || fail "no backup to restore: ${OPSGRAPH_MISSING_ARTIFACT_POSTGRESQL_BACKUP:-the parameter backup names no postgresql_backup artifact}"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
+pg_params
 DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
-case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
-case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
-case $PORT in *[!0-9]* | '') fail "port '$PORT' is not a port" ;; esac
 case $DB in *[!a-z0-9_]* | '') fail "database '$DB' is not a lowercase identifier" ;; esac
 case $OPSGRAPH_OPERATION_ID in *[!a-z0-9-]* | '') fail "operation id '$OPSGRAPH_OPERATION_ID' is not an id" ;; esac
 

@@ -15,19 +15,12 @@
 # Parameters: postgresql_version, cluster_name, port
 # Provides:   postgresql.server.running
 set -eu
-
-log() { printf 'start-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
-case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
-case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
-case $PORT in *[!0-9]* | '') fail "port '$PORT' is not a port" ;; esac
+pg_params
 
-UNIT="postgresql@$VERSION-$NAME"
 STATE=/var/lib/opsgraph/postgresql
 RESTART_FLAG=$STATE/$VERSION-$NAME.restart
 RELOAD_FLAG=$STATE/$VERSION-$NAME.reload
@@ -52,13 +45,5 @@ elif [ -f "$RELOAD_FLAG" ]; then
     log "reloaded $UNIT"
 fi
 
-i=0
-until pg_isready -q -p "$PORT"; do
-    i=$((i + 1))
-    if [ "$i" -ge 30 ]; then
-        journalctl -u "$UNIT" -n 30 --no-pager >&2 || true
-        fail "PostgreSQL does not accept connections on port $PORT"
-    fi
-    sleep 2
-done
+pg_wait_ready "PostgreSQL does not accept connections on port $PORT"
 log "ok: $UNIT accepts connections on port $PORT"

@@ -19,24 +19,20 @@
 # Parameters: postgresql_version, cluster_name, purge
 # Provides:   postgresql.removed
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
-log() { printf 'uninstall-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
 apt_get() { apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
 installed_version() {
     dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '$3 == "installed" { print $4 }'
 }
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
+pg_params
 PURGE=${OPSGRAPH_PARAM_PURGE:-false}
-case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
-case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
 case $PURGE in true | false) ;; *) fail "purge must be true or false, not '$PURGE'" ;; esac
 export DEBIAN_FRONTEND=noninteractive
 
-UNIT="postgresql@$VERSION-$NAME"
 DATA=/var/lib/postgresql/$VERSION/$NAME
 if command -v pg_lsclusters >/dev/null; then
     all=$(pg_lsclusters --no-header)

@@ -19,9 +19,9 @@
 # Provides:   postgresql.upgraded
 # Produces:   postgresql_upgrade_report
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
-log() { printf 'upgrade-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
 apt_get() { apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
 installed_version() {
     dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '$3 == "installed" { print $4 }'
@@ -29,15 +29,9 @@ installed_version() {
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
-case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
-case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
-case $PORT in *[!0-9]* | '') fail "port '$PORT' is not a port" ;; esac
+pg_params
 export DEBIAN_FRONTEND=noninteractive
 
-UNIT="postgresql@$VERSION-$NAME"
 BIN=/usr/lib/postgresql/$VERSION/bin
 PKGS="postgresql-$VERSION postgresql-client-$VERSION"
 before=$(installed_version "postgresql-$VERSION")
@@ -65,12 +59,7 @@ elif [ "$(server)" != "$binary" ]; then
     systemctl restart "$UNIT"
     log "restarted $UNIT: it ran $(server), the binaries are $binary"
 fi
-i=0
-until pg_isready -q -p "$PORT"; do
-    i=$((i + 1))
-    [ "$i" -lt 30 ] || fail "PostgreSQL does not accept connections on port $PORT after the upgrade"
-    sleep 2
-done
+pg_wait_ready "PostgreSQL does not accept connections on port $PORT after the upgrade"
 running=$(server) || fail "cannot read server_version"
 [ "$running" = "$binary" ] || fail "the server runs $running, the installed binaries are $binary"
 

@@ -17,21 +17,17 @@
 # Provides:   database.postgresql
 # Produces:   postgresql_connection
 set -eu
-
-log() { printf 'verify-postgresql[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-PORT=${OPSGRAPH_PARAM_PORT:-5432}
+pg_params
 LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
 DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
 OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
 PGPASSWORD=${OPSGRAPH_PARAM_DB_PASSWORD:?the db_password secret parameter is required}
 export PGPASSWORD
 case $DB$OWNER in *[!a-z0-9_]*) fail "database and owner must be lowercase identifiers" ;; esac
-case $PORT in *[!0-9]* | '') fail "port '$PORT' is not a port" ;; esac
 
 show() { runuser -u postgres -- psql -X --cluster "$VERSION/$NAME" -d postgres -tAc "SHOW $1"; }
 [ "$(show port)" = "$PORT" ] || fail "the server runs on port $(show port), not $PORT"

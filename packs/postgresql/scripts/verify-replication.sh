@@ -10,14 +10,10 @@
 # Parameters: postgresql_version, cluster_name
 # Provides:   postgresql.replication
 set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+. "$OPSGRAPH_LIB/pg-lib.sh"
 
-log() { printf 'verify-replication[%s]: %s\n' "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
-fail() { log "ERROR: $*"; exit 1; }
-
-VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
-NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
-case $VERSION in [0-9][0-9]) ;; *) fail "postgresql_version '$VERSION' is not a major version" ;; esac
-case $NAME in *[!a-z0-9_-]* | '') fail "cluster_name '$NAME' is not a cluster name" ;; esac
+pg_params
 
 q() { runuser -u postgres -- psql -X --cluster "$VERSION/$NAME" -d postgres -tAc "$1"; }
 i=0

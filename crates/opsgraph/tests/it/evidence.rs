@@ -142,7 +142,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        94 checks
+        95 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
@@ -224,6 +224,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         postgresql/postgresql_select_one: failed, (empty output)
         postgresql/postgresql_server_installed: not run, it checks /usr/lib/postgresql/15/bin/postgres of this machine
         postgresql/postgresql_server_removed: not run, it checks /usr/lib/postgresql/15/bin/postgres of this machine
+        postgresql/postgresql_server_version: failed, (empty output)
         postgresql/postgresql_standby_streaming: failed, exit code 1
         postgresql/postgresql_unit_active: failed, (empty output)
         postgresql/postgresql_unit_not_active: passed (proves absence)

@@ -176,7 +176,7 @@ fn postgresql_pack_installs_for_real_on_a_fleet_host() {
     let (pgdg, pgdg_data) = pgdg.join().unwrap();
     assert_eq!(pgdg.code, 1, "{}", pgdg.render());
     assert!(
-        pgdg.out.contains("failed: install-postgresql-packages@fleet-2: exited with code 1: install-postgresql[compute_node/fleet-2]: ERROR: the PGDG repository is unreachable from this host: its signing key (https://www.postgresql.org/media/keys/ACCC4CF8.asc) could not be downloaded: curl: (6) Could not resolve host: www.postgresql.org."),
+        pgdg.out.contains("failed: install-postgresql-packages@fleet-2: exited with code 1: install-postgresql-packages[compute_node/fleet-2]: ERROR: the PGDG repository is unreachable from this host: its signing key (https://www.postgresql.org/media/keys/ACCC4CF8.asc) could not be downloaded: curl: (6) Could not resolve host: www.postgresql.org."),
         "{}",
         pgdg.out
     );

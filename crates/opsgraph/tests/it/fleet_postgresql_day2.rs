@@ -1,6 +1,7 @@
 //! The postgresql pack's day-2 actions for real on a fleet host (docs/fleet.md), each through
-//! `opsgraph apply` on the resource the install made (same type, name and host): a row written,
-//! `backup` (a pg_dump collected as a secret artifact), the table dropped, `restore` from that
+//! `opsgraph apply` on the resource the install made (same type, name and host): the server
+//! stopped behind Opsgraph's back, found degraded by `opsgraph verify` and started again by the
+//! pack's `repair` under `repair: apply_safe`; a row written, `backup` (a pg_dump collected as a secret artifact), the table dropped, `restore` from that
 //! artifact behind its destructive gate, the row back; the restore's evidence shown failing on
 //! the host once the table is gone again; `upgrade` proving the server runs apt's candidate;
 //! `add_replica` on a second host and `remove_replica` behind its gate; `uninstall` behind its
@@ -118,6 +119,55 @@ fn postgresql_day2_actions_on_fleet_hosts() {
                 insert into items values (1, 'first'), (2, 'second'), (3, 'third')";
     let write = sql(rows);
     assert!(write.status.success(), "{}", text(&write));
+
+    // Verified at once after the install, with the version the server reports. Stopped behind
+    // Opsgraph's back, `opsgraph verify` finds it degraded with the failing checks; under the
+    // dev environment's `repair: apply_safe`, the pack's low-risk repair is planned from the
+    // instance's record and run at once: the server is started again, and verified running.
+    let described =
+        opsgraph(&["--data-dir", &data, "describe", "resource", "postgresql.instance/orders-db", "-o", "json"]);
+    let resource: serde_json::Value = serde_json::from_str(&described.out).unwrap();
+    assert_eq!(resource["resource"]["status"], "running", "{resource:#}");
+    let version = resource["resource"]["observed"]["version"].as_str().unwrap_or_default();
+    assert!(version.starts_with("15."), "{resource:#}");
+    let policy = tmp.join("repair-policy.yaml");
+    std::fs::write(&policy, "operations_policy:\n  dev: {repair: apply_safe}\n").unwrap();
+    let policy = policy.display().to_string();
+    let verify = || {
+        opsgraph(&[
+            "--data-dir",
+            &data,
+            "verify",
+            "postgresql.instance/orders-db",
+            "--packs",
+            &packs,
+            "--inventory",
+            &inventory,
+            "--inventory",
+            &policy,
+        ])
+    };
+    let stop = on_host(&["systemctl", "stop", "postgresql@15-main"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    let degraded = verify();
+    assert_eq!(degraded.code, 1, "{}", degraded.render());
+    assert!(degraded.out.starts_with("postgresql.instance/orders-db: degraded (was running)"), "{}", degraded.out);
+    assert!(
+        degraded
+            .out
+            .contains("FAILED postgresql_unit_active on verify-postgresql@fleet-1: expected active, observed inactive"),
+        "{}",
+        degraded.out
+    );
+    let repair_line = degraded.out.lines().find(|l| l.starts_with("repair operation ")).unwrap_or_default();
+    assert!(repair_line.ends_with("completed"), "{}", degraded.render());
+    let active = on_host(&["systemctl", "is-active", "postgresql@15-main"]);
+    assert_eq!(String::from_utf8_lossy(&active.stdout).trim(), "active");
+    // The repair's completion verified it at once: it is running again before anyone asks.
+    let running = verify();
+    assert_eq!(running.code, 0, "{}", running.render());
+    assert!(running.out.starts_with("postgresql.instance/orders-db: running; 5/5 checks passed"), "{}", running.out);
+    assert!(running.out.contains(&format!("observed: version={version}")), "{}", running.out);
 
     // Backup: the dump is checked on the host and collected as a secret artifact.
     let backup = apply("backup.yaml");

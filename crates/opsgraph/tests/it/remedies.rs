@@ -26,10 +26,15 @@ fn postgresql_with(remedies: &str) -> TempDir {
     for rel in ["pack.yaml", "templates.yaml", "jobs.yaml", "evidence.yaml", "artifacts.yaml"] {
         files.push((rel.into(), std::fs::read_to_string(src.join(rel)).unwrap()));
     }
-    for e in std::fs::read_dir(src.join("scripts")).unwrap() {
-        let e = e.unwrap();
-        let rel = format!("scripts/{}", e.file_name().to_string_lossy());
-        files.push((rel, std::fs::read_to_string(e.path()).unwrap()));
+    // The scripts and their libraries (scripts/lib/).
+    for dir in ["scripts", "scripts/lib"] {
+        for e in std::fs::read_dir(src.join(dir)).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_file() {
+                let rel = format!("{dir}/{}", e.file_name().to_string_lossy());
+                files.push((rel, std::fs::read_to_string(e.path()).unwrap()));
+            }
+        }
     }
     files.push(("remedies.yaml".into(), remedies.into()));
     let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();

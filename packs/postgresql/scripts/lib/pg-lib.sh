@@ -1,0 +1,69 @@
+# opsgraph pack postgresql - pg-lib.sh: helpers every script of the pack sources (never run on
+# its own).
+# shellcheck shell=sh disable=SC2034  # variables set here are read by the scripts that source it
+#
+# The pack lists it under `libraries:`; a script finds it in the directory OPSGRAPH_LIB names
+# (docs/pack-authoring.md):
+#     # shellcheck source-path=SCRIPTDIR source=lib/pg-lib.sh
+#     . "$OPSGRAPH_LIB/pg-lib.sh"; pg_params
+#
+# log MESSAGE           one line on stderr: "<job>[<target>]: MESSAGE"
+# fail MESSAGE          logs "ERROR: MESSAGE" and exits 1
+# matches ERE VALUE     VALUE is one line matching the whole extended regular expression
+# write_file PATH MODE [OWNER] < content
+#                       replaces PATH atomically when the content differs (WROTE=yes), leaves
+#                       it alone when it is up to date (WROTE=no); OWNER may be empty
+# pg_params             reads and checks postgresql_version, cluster_name and port: VERSION, NAME,
+#                       PORT, and UNIT (the cluster's systemd unit postgresql@<version>-<name>)
+# pg_wait_ready WHY     waits up to 60 s for the server on PORT to accept connections; otherwise
+#                       shows the unit's journal and fails with WHY
+
+PG_JOB=${OPSGRAPH_JOB_ID:-$(basename -- "$0" .sh)}
+PG_JOB=${PG_JOB%@*}
+NL='
+'
+
+log() { printf '%s[%s]: %s\n' "$PG_JOB" "${OPSGRAPH_TARGET_ID:-$(hostname)}" "$*" >&2; }
+fail() { log "ERROR: $*"; exit 1; }
+
+matches() {
+    case $2 in *"$NL"*) return 1 ;; esac
+    printf '%s\n' "$2" | grep -Eqx -- "$1"
+}
+
+write_file() {
+    WROTE=no
+    _tmp=$(mktemp "$1.opsgraph.XXXXXX")
+    cat >"$_tmp"
+    if [ -f "$1" ] && cmp -s "$_tmp" "$1"; then
+        rm -f "$_tmp"
+        return 0
+    fi
+    chmod "$2" "$_tmp"
+    [ -z "${3:-}" ] || chown "$3" "$_tmp"
+    mv -f "$_tmp" "$1"
+    WROTE=yes
+    log "wrote $1"
+}
+
+pg_params() {
+    VERSION=${OPSGRAPH_PARAM_POSTGRESQL_VERSION:-15}
+    NAME=${OPSGRAPH_PARAM_CLUSTER_NAME:-main}
+    PORT=${OPSGRAPH_PARAM_PORT:-5432}
+    matches '[0-9]{2}' "$VERSION" || fail "postgresql_version '$VERSION' is not a major version"
+    matches '[a-z0-9][a-z0-9_-]{0,30}' "$NAME" || fail "cluster_name '$NAME' is not a cluster name"
+    matches '[0-9]{2,5}' "$PORT" || fail "port '$PORT' is not a port"
+    UNIT="postgresql@$VERSION-$NAME"
+}
+
+pg_wait_ready() {
+    _i=0
+    until pg_isready -q -p "$PORT"; do
+        _i=$((_i + 1))
+        if [ "$_i" -ge 30 ]; then
+            journalctl -u "$UNIT" -n 30 --no-pager >&2 || log "(the journal of $UNIT could not be read)"
+            fail "$1"
+        fi
+        sleep 2
+    done
+}
