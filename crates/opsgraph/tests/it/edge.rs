@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use expect_test::{expect, Expect};
 use serde_json::json;
 
+use crate::serve::Server;
 use crate::server::Api;
-use crate::server_stream::{events, http, parse, send, Raw, Server};
+use crate::server_stream::{events, http, parse, send, Raw};
 use crate::support::temp_dir;
 
 /// Opens an event stream (of no events yet: `after` the end) and reads its head; the stream

@@ -6,6 +6,7 @@
 use opsgraph_core::model::OperationState;
 use opsgraph_exec::testing::Sshd;
 
+use crate::serve::Server;
 use crate::subop::{events, World};
 
 const PACK: &[(&str, &str)] = &[
@@ -95,15 +96,8 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
             "intent:\n  target_resource_type: hello.app\n  action: install\n  name: h12\n  environment: dev\n  parameters: {word: bye}\n",
         ),
     ]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let remote = |who: &str, args: &[&str]| {
-        let token = files.join(&format!("{who}.token")).display().to_string();
-        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
-    };
+    let server = Server::start(&api);
+    let remote = |who: &str, args: &[&str]| server.opsgraph(&files.join(&format!("{who}.token")), args);
     let data = api.dir.join("data").display().to_string();
     let local = |args: &[&str]| crate::support::opsgraph(&[&["--data-dir", &data], args].concat());
 
@@ -172,8 +166,7 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
     assert_eq!((here.code, &here.out), (there.code, &there.out), "{}\n{}", here.render(), there.render());
     assert!(here.out.contains("ada") && here.out.contains("platform_admin"), "{}", here.out);
 
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 /// `apply --yes` prints the same preview, live view and ending whether this process drives the
@@ -186,17 +179,12 @@ fn apply_prints_the_same_run_locally_and_through_the_server() {
         ("here.yaml", &crate::server::intent("h31")),
         ("there.yaml", &crate::server::intent("h32")),
     ]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let token = files.join("sam.token").display().to_string();
+    let server = Server::start(&api);
     let (here, there) = (files.join("here.yaml").display().to_string(), files.join("there.yaml").display().to_string());
     let data = api.dir.join("data").display().to_string();
     let packs = api.dir.join("hello").display().to_string();
     let local = crate::support::opsgraph(&["--data-dir", &data, "apply", "-f", &here, "--yes", "--packs", &packs]);
-    let remote = crate::support::opsgraph(&["--server", &url, "--token-file", &token, "apply", "-f", &there, "--yes"]);
+    let remote = server.opsgraph(&files.join("sam.token"), &["apply", "-f", &there, "--yes"]);
     let normal = |text: &str| {
         let text = regex::Regex::new(r"op-[0-9a-z]+").unwrap().replace_all(text, "OP");
         let text = regex::Regex::new(r"\d\d:\d\d:\d\d").unwrap().replace_all(&text, "TIME");
@@ -210,8 +198,7 @@ fn apply_prints_the_same_run_locally_and_through_the_server() {
         (local.code, normal(&local.out), normal(&local.err))
     );
 
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 /// The remedy of a greeting that is not `hello`: run the job again.
@@ -243,15 +230,8 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
         ("here.yaml", &bye("h41")),
         ("there.yaml", &bye("h42")),
     ]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let remote = |who: &str, args: &[&str]| {
-        let token = files.join(&format!("{who}.token")).display().to_string();
-        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
-    };
+    let server = Server::start(&api);
+    let remote = |who: &str, args: &[&str]| server.opsgraph(&files.join(&format!("{who}.token")), args);
     let data = api.dir.join("data").display().to_string();
     let packs = api.dir.join("hello").display().to_string();
     let local = |args: &[&str]| {
@@ -364,6 +344,5 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
     };
     assert!(events.contains(&"patch_rejected".to_string()) || events.iter().any(|e| e == "reject_patch"), "{events:?}");
 
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }

@@ -13,6 +13,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
+use crate::serve::{wait_for, Server};
 use crate::server::{intent, Api};
 use crate::support::{files_under, holds, temp_dir};
 
@@ -141,45 +142,6 @@ fn stream(addr: SocketAddr, path: &str, token: &str, extra: &[(&str, &str)]) -> 
 
 fn ids(events: &[Sse]) -> Vec<i64> {
     events.iter().filter_map(|e| e.id).collect()
-}
-
-pub(crate) struct Server {
-    pub(crate) addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<(), opsgraph_server::Error>>>,
-}
-
-impl Server {
-    pub(crate) fn start(api: &Api) -> Server {
-        let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel();
-        let state = api.state.clone();
-        let thread = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-        Server { addr, stop: Some(stop), thread: Some(thread) }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let result = self.thread.take().unwrap().join();
-        if !std::thread::panicking() {
-            result.unwrap().unwrap();
-        }
-    }
-}
-
-pub(crate) fn wait_for(addr: SocketAddr, id: &str, token: &str, want: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let op = http(addr, "GET", &format!("/api/v1/operations/{id}"), token, &[], "").json();
-        if op["detail"] == want || op["state"] == want {
-            return op;
-        }
-        assert!(Instant::now() < deadline, "never {want}: {op}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
