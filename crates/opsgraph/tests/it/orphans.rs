@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::crash::{check_outcomes, intent_file, PACK};
+use crate::serve::Process;
 use crate::support::temp_dir;
 
 /// A slow chain a -> b -> c: `a` and `c` are not idempotent, `b` is (a key, three attempts). Each
@@ -137,30 +138,17 @@ fn kill_9_of_the_driver_stops_its_jobs_and_nothing_runs_twice() {
 /// `kill -9` while job `a` runs: its job processes die with it, and the attempt never ends.
 #[test]
 fn kill_9_of_the_server_stops_its_jobs() {
-    use std::io::BufRead as _;
     let dir = temp_dir(SLOW);
     let data = dir.join("data").display().to_string();
     let ledger = dir.join("ledger").display().to_string();
     let pack = dir.join("slow").display().to_string();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_opsgraph"))
-        .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0", "--packs", &pack])
-        .env_remove("OPSGRAPH_ADMIN_TOKEN_FILE")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
-    let (mut admin, mut addr) = (None, None);
-    for line in lines.by_ref().map_while(Result::ok) {
-        if line.starts_with("og_") {
-            admin = Some(line);
-        } else if let Some(rest) = line.strip_prefix("serving the API on http://") {
-            addr = rest.split('/').next().and_then(|a| a.parse::<std::net::SocketAddr>().ok());
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    let (admin, addr) = (admin.expect("an admin token"), addr.expect("an address"));
+    let mut server = Process::start(
+        Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+            .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0", "--packs", &pack])
+            .env_remove("OPSGRAPH_ADMIN_TOKEN_FILE"),
+        &dir.join("serve.log"),
+    );
+    let (admin, addr) = (server.admin.clone().expect("an admin token"), server.addr);
     let intent = format!(
         "intent:\n  target_resource_type: slow.thing\n  action: run\n  name: s\n  parameters: {{ledger: '{ledger}'}}\n"
     );
@@ -176,8 +164,8 @@ fn kill_9_of_the_server_stops_its_jobs() {
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    server.kill().unwrap(); // SIGKILL
-    server.wait().unwrap();
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
     let killed = Instant::now();
     while pids.iter().any(|p| alive(p)) && killed.elapsed() < Duration::from_secs(1) {
         std::thread::sleep(Duration::from_millis(5));
