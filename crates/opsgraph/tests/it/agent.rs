@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use opsgraph_store::Store;
 use serde_json::Value;
 
+use crate::serve::wait_terminal;
 use crate::support::{files_under, free_port, holds, temp_dir, StepPack, TempDir};
 
 /// A pack of `jobs` jobs, each fanned out over the intent's nodes, running `scripts/step.sh`
@@ -196,17 +197,7 @@ impl Cluster {
 
     /// Waits until the operation is terminal (or the time is up); returns its state and detail.
     fn wait(&self, id: &str, timeout: Duration) -> (String, String) {
-        let deadline = Instant::now() + timeout;
-        let store = self.store();
-        loop {
-            let op = store.operation(id).unwrap().unwrap();
-            let v = opsgraph_api::views::operation_summary(&op);
-            let state = opsgraph_core::plan::lifecycle::state_name(v.state).to_string();
-            if matches!(state.as_str(), "completed" | "failed" | "cancelled") || Instant::now() > deadline {
-                return (state, v.detail);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_terminal(&*self.store(), id, timeout, Duration::from_millis(100))
     }
 
     fn timeline(&self, id: &str) -> Vec<(String, String)> {

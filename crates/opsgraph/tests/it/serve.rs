@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use opsgraph_store::Store;
 use serde_json::Value;
 
 use crate::server::Api;
@@ -110,6 +111,20 @@ pub(crate) fn wait_for(addr: SocketAddr, id: &str, token: &str, want: &str) -> V
         }
         assert!(Instant::now() < deadline, "never {want}: {op}");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The operation in the store, once it is terminal (or `timeout` is up): its state and detail.
+pub(crate) fn wait_terminal(store: &dyn Store, id: &str, timeout: Duration, every: Duration) -> (String, String) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let op = store.operation(id).unwrap().unwrap();
+        let v = opsgraph_api::views::operation_summary(&op);
+        let state = opsgraph_core::plan::lifecycle::state_name(v.state).to_string();
+        if matches!(state.as_str(), "completed" | "failed" | "cancelled") || Instant::now() > deadline {
+            return (state, v.detail);
+        }
+        std::thread::sleep(every);
     }
 }
 
