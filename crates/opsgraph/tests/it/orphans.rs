@@ -2,12 +2,12 @@
 //! that drives it (`kill -9`), so recovery never races a live orphan; and `opsgraph retry` of a
 //! job whose outcome is unknown checks its evidence before it runs the job again.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::crash::{check_outcomes, intent_file, PACK};
 use crate::serve::Process;
-use crate::support::temp_dir;
+use crate::support::{temp_dir, TempDir};
 
 /// A slow chain a -> b -> c: `a` and `c` are not idempotent, `b` is (a key, three attempts). Each
 /// step writes `start` to the ledger, its pids to `$LAB/<op>.<job>.pids`, waits on a child
@@ -56,6 +56,34 @@ fn bin() -> Command {
     c
 }
 
+/// Waits (at most 30 s) until job `at` has started, by the ledger: its operation and the pids its
+/// job wrote (its shell's and the shell's child's).
+fn started(dir: &TempDir, ledger: &str, at: &str) -> (String, Vec<String>) {
+    let started = Instant::now();
+    loop {
+        assert!(started.elapsed() < Duration::from_secs(30), "job {at} never started");
+        let text = std::fs::read_to_string(ledger).unwrap_or_default();
+        if let Some(op) =
+            text.lines().find(|l| l.ends_with(&format!(" {at} start"))).map(|l| l.split(' ').next().unwrap())
+        {
+            let pids = std::fs::read_to_string(dir.join(&format!("data/lab/{op}.{at}.pids"))).unwrap();
+            return (op.to_string(), pids.split_whitespace().map(str::to_string).collect());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `kill -9` of `process`; the `pids` still alive a second later.
+fn kill_9(process: &mut Child, pids: &[String]) -> Vec<String> {
+    process.kill().unwrap(); // SIGKILL
+    process.wait().unwrap();
+    let killed = Instant::now();
+    while pids.iter().any(|p| alive(p)) && killed.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    pids.iter().filter(|p| alive(p)).cloned().collect()
+}
+
 /// Runs `apply`, kills it with `kill -9` while job `at` runs, and reports what was alive after
 /// the kill and how the operation ended after `resume` (and how often each job started and
 /// ended, from the ledger).
@@ -74,27 +102,10 @@ fn kill_during(at: &str) -> String {
     let mut driver =
         bin().args(["--data-dir", &data, "apply", "-f", &intent, "--packs", &pack, "--yes"]).spawn().unwrap();
     // Until the job runs and its pids are written.
-    let started = Instant::now();
-    let pids = loop {
-        assert!(started.elapsed() < Duration::from_secs(30), "job {at} never started");
-        let text = std::fs::read_to_string(&ledger).unwrap_or_default();
-        if let Some(op) =
-            text.lines().find(|l| l.ends_with(&format!(" {at} start"))).map(|l| l.split(' ').next().unwrap())
-        {
-            let pids = std::fs::read_to_string(dir.join(&format!("data/lab/{op}.{at}.pids"))).unwrap();
-            break pids.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    driver.kill().unwrap(); // SIGKILL
-    driver.wait().unwrap();
+    let (_, pids) = started(&dir, &ledger, at);
     // Its job's shell and the shell's child die with it: within a second, long before the
     // `sleep` would have ended.
-    let killed = Instant::now();
-    while pids.iter().any(|p| alive(p)) && killed.elapsed() < Duration::from_secs(1) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let left: Vec<&String> = pids.iter().filter(|p| alive(p)).collect();
+    let left = kill_9(&mut driver, &pids);
     let after_kill = if left.is_empty() { "no job process alive".to_string() } else { format!("ALIVE: {left:?}") };
     // A person resumes it: recovery checks the evidence of the attempt without an outcome.
     let ops =
@@ -155,22 +166,9 @@ fn kill_9_of_the_server_stops_its_jobs() {
     let (status, created) = crate::server::http(addr, "POST", "/api/v1/operations", &admin, &intent);
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
-    let started = Instant::now();
-    let pids = loop {
-        assert!(started.elapsed() < Duration::from_secs(30), "job a never started");
-        if std::fs::read_to_string(&ledger).unwrap_or_default().contains(" a start") {
-            let pids = std::fs::read_to_string(dir.join(&format!("data/lab/{id}.a.pids"))).unwrap();
-            break pids.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    server.child.kill().unwrap(); // SIGKILL
-    server.child.wait().unwrap();
-    let killed = Instant::now();
-    while pids.iter().any(|p| alive(p)) && killed.elapsed() < Duration::from_secs(1) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let left: Vec<&String> = pids.iter().filter(|p| alive(p)).collect();
+    let (op, pids) = started(&dir, &ledger, "a");
+    assert_eq!(op, id);
+    let left = kill_9(&mut server.child, &pids);
     assert!(left.is_empty(), "job processes outlived the server: {left:?}");
     std::thread::sleep(Duration::from_millis(1600));
     let text = std::fs::read_to_string(&ledger).unwrap();
