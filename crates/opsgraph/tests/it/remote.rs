@@ -105,16 +105,14 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
     let intent = files.join("intent.yaml").display().to_string();
     let applied = remote("sam", &["apply", "-f", &intent, "--yes"]);
     assert_eq!(applied.code, 0, "{}", applied.render());
-    let id =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let id = applied.operation_id();
     let answered = remote("bob", &["gate", "answer", "approve-hello", "--option", "approve", "--as", "bob"]);
     assert!(answered.out.contains(&format!("Operation {id}: completed")), "{}", answered.render());
 
     // And one that failed: the analyzer's findings read the same both ways.
     let failing = files.join("failing.yaml").display().to_string();
     let applied = remote("sam", &["apply", "-f", &failing, "--yes"]);
-    let failed =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let failed = applied.operation_id();
     let answered = remote(
         "bob",
         &["gate", "answer", "approve-hello", "--operation", &failed, "--option", "approve", "--as", "bob"],
@@ -244,7 +242,7 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
     let created = |file: &str| {
         let applied = remote("sam", &["apply", "-f", file, "--yes"]);
         assert_eq!(applied.code, 0, "{}", applied.render());
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string()
+        applied.operation_id()
     };
     // Two operations waiting at the same gate.
     let (a, b) = (created(&here), created(&there));

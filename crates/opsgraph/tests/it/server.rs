@@ -650,8 +650,7 @@ fn the_cli_drives_an_operation_through_the_server_with_a_second_identity_at_its_
     assert!(preview.out.starts_with("Plan hello.install"), "{}", preview.render());
     let applied = as_("sam", &["apply", "-f", &intent, "--yes"]);
     assert_eq!(applied.code, 0, "{}", applied.render());
-    let id =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let id = applied.operation_id();
     assert!(
         applied.out.contains(&format!("Operation {id}: paused: waiting for gate approve-hello")),
         "{}",
@@ -706,8 +705,7 @@ fn a_failed_operation_is_repaired_through_the_server_by_patch_and_approval() {
     let as_ = |who: &str, args: &[&str]| server.opsgraph(&files.join(&format!("{who}.token")), args);
     let intent = files.join("intent.yaml").display().to_string();
     let applied = as_("bob", &["apply", "-f", &intent, "--yes"]);
-    let id =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let id = applied.operation_id();
     let failed =
         as_("bob", &["gate", "answer", "approve-hello", "--operation", &id, "--option", "approve", "--as", "bob"]);
     // bob created it: the server refuses his own approval of the plan gate; ada approves it.
