@@ -38,6 +38,11 @@ impl Data {
         opsgraph(&args)
     }
 
+    /// alice approves the plan of operation `op` at its gate `approve-plan`.
+    fn approve_plan(&self, op: &str) -> Run {
+        self.run(&["gate", "answer", "approve-plan", "--operation", op, "--option", "approve", "--as", "alice"])
+    }
+
     fn run(&self, args: &[&str]) -> Run {
         let data = self.data();
         let mut all = vec!["--data-dir", data.as_str()];
@@ -63,19 +68,17 @@ fn lab_cluster_created_at_a_gate_then_grown() {
     // A viewer may not approve; an SRE may, once.
     let denied = d.run(&["gate", "answer", "approve-plan", "--option", "approve", "--as", "victor"]);
     assert!(denied.err.contains("role `viewer` may not answer gate `approve-plan`"), "{}", denied.render());
-    let approved =
-        d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let approved = d.approve_plan(&op);
     assert_eq!(approved.code, 0, "{}", approved.render());
     assert!(approved.out.contains("operation running -> completed"), "{}", approved.out);
-    let again = d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let again = d.approve_plan(&op);
     assert!(again.err.contains("was already answered `approve` by user:alice"), "{}", again.render());
 
     // The cluster the first operation recorded is what add_node binds.
     let grow = d.apply("lab-add-node.yaml", &[]);
     assert!(grow.out.contains("lab.kubernetes.cluster"), "{}", grow.out);
     let op2 = grow.operation_id();
-    let approved =
-        d.run(&["gate", "answer", "approve-plan", "--operation", &op2, "--option", "approve", "--as", "alice"]);
+    let approved = d.approve_plan(&op2);
     assert!(approved.out.contains("operation running -> completed"), "{}", approved.render());
     let describe = d.run(&["describe", "resource", "lab.cluster/lab-k8s", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_str(&describe.out).unwrap();
@@ -88,8 +91,7 @@ fn a_failing_job_fails_the_way_real_ones_do() {
     let d = Data::new();
     let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-broken\n  environment: lab\n  parameters: {fail_job: init-control-plane, fail_mode: exit}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
     let op = run.operation_id();
-    let answered =
-        d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let answered = d.approve_plan(&op);
     assert_eq!(answered.code, 1, "{}", answered.render());
     assert!(answered.out.contains("failed: init-control-plane@lab-1"), "{}", answered.out);
     assert!(answered.out.contains("registry-1.docker.io"), "{}", answered.out);
@@ -209,7 +211,7 @@ fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
     let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-rb\n  environment: lab\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
     let (data, inventory) = (d.data(), path("examples/lab/inventory"));
     let op = run.operation_id();
-    let done = d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let done = d.approve_plan(&op);
     assert!(done.out.contains(&format!("Operation {op}: completed")), "{}", done.render());
     let lab = std::path::Path::new(&data).join("lab");
     assert!(lab.join("lab-2").exists());
@@ -245,7 +247,7 @@ fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
     let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-iv\n  environment: lab\n  parameters: {fail_job: join-workers@lab-2, fail_mode: evidence}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
     let (data, inventory) = (d.data(), path("examples/lab/inventory"));
     let op = run.operation_id();
-    let failed = d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let failed = d.approve_plan(&op);
     assert!(failed.out.contains("failed: join-workers@lab-2"), "{}", failed.render());
 
     let intervene = |d: &Data| {
