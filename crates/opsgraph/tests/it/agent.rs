@@ -506,9 +506,10 @@ fn bench_jobs_per_second_through_agents_beside_the_local_executor() {
 }
 
 /// The manifest and template of a pack `id` whose jobs (`jobs`, one stage) run on the intent's
-/// nodes with a secret parameter `token`; `manifest` is added to the manifest.
-fn token_pack(id: &str, jobs: &str, manifest: &str) -> Vec<(String, String)> {
-    vec![
+/// nodes with a secret parameter `token`; `manifest` is added to the manifest. With an inventory
+/// of one node, `w0`, served by the agent `pool`, and the files `more` (the jobs, their scripts).
+fn token_pack(id: &str, jobs: &str, manifest: &str, more: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut files = vec![
         (
             format!("packs/{id}/pack.yaml"),
             format!("scenario_pack:\n  id: {id}\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{{id: {id}.run}}]\n{manifest}"),
@@ -517,38 +518,42 @@ fn token_pack(id: &str, jobs: &str, manifest: &str) -> Vec<(String, String)> {
             format!("packs/{id}/templates.yaml"),
             format!("plan_template:\n  id: {id}.run\n  action: run\n  parameters:\n    token: {{type: string, required: true, secret: true}}\n  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: all, name: All, jobs: [{jobs}]}}\n  jobs: [{jobs}]\n"),
         ),
-    ]
+        ("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")),
+    ];
+    files.extend(more.iter().map(|(a, b)| (a.to_string(), b.to_string())));
+    files
 }
 
 #[test]
 fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
     const CANARY: &str = "canary-agent-7f3a9c1e5b";
-    let mut files = token_pack("artpack", "make, use", "  libraries: [scripts/lib/note.sh]\n");
-    files.extend([
-        (
-            "packs/artpack/artifacts.yaml",
-            "artifact: {id: note, type: text, sensitivity: secret, storage: blob}\n",
-        ),
-        (
-            "packs/artpack/jobs.yaml",
-            "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {artifacts: [note], evidence: [made]}, run: {script: scripts/make.sh}}\n---\n\
-             job: {id: use, scope: {resources: [compute_node], target: nodes}, inputs: {requires: {artifacts: [note]}}, outputs: {evidence: [used]}, run: {script: scripts/use.sh}}\n",
-        ),
-        (
-            "packs/artpack/evidence.yaml",
-            "evidence:\n  - {id: made, source: command, command: 'test -s \"$OPSGRAPH_OUT/note\"'}\n---\nevidence:\n  - {id: used, source: command, command: 'grep -q \"note of\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"'}\n",
-        ),
-        (
-            "packs/artpack/scripts/make.sh",
-            "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"\n. \"$OPSGRAPH_LIB/note.sh\"\nnote > \"$OPSGRAPH_OUT/note\"\n",
-        ),
-        // A library the agent gets beside the script (the pack is not on the agent's machine).
-        ("packs/artpack/scripts/lib/note.sh", "note() { printf 'note of %s: %s\\n' \"$OPSGRAPH_TARGET_NAME\" \"$OPSGRAPH_PARAM_TOKEN\"; }\n"),
-        ("packs/artpack/scripts/use.sh", "cp \"$OPSGRAPH_ARTIFACT_NOTE\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"\n"),
-        ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
-    ]
-    .iter()
-    .map(|(a, b)| (a.to_string(), b.to_string())));
+    let files = token_pack(
+        "artpack",
+        "make, use",
+        "  libraries: [scripts/lib/note.sh]\n",
+        &[
+            (
+                "packs/artpack/artifacts.yaml",
+                "artifact: {id: note, type: text, sensitivity: secret, storage: blob}\n",
+            ),
+            (
+                "packs/artpack/jobs.yaml",
+                "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {artifacts: [note], evidence: [made]}, run: {script: scripts/make.sh}}\n---\n\
+                 job: {id: use, scope: {resources: [compute_node], target: nodes}, inputs: {requires: {artifacts: [note]}}, outputs: {evidence: [used]}, run: {script: scripts/use.sh}}\n",
+            ),
+            (
+                "packs/artpack/evidence.yaml",
+                "evidence:\n  - {id: made, source: command, command: 'test -s \"$OPSGRAPH_OUT/note\"'}\n---\nevidence:\n  - {id: used, source: command, command: 'grep -q \"note of\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"'}\n",
+            ),
+            (
+                "packs/artpack/scripts/make.sh",
+                "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"\n. \"$OPSGRAPH_LIB/note.sh\"\nnote > \"$OPSGRAPH_OUT/note\"\n",
+            ),
+            // A library the agent gets beside the script (the pack is not on the agent's machine).
+            ("packs/artpack/scripts/lib/note.sh", "note() { printf 'note of %s: %s\\n' \"$OPSGRAPH_TARGET_NAME\" \"$OPSGRAPH_PARAM_TOKEN\"; }\n"),
+            ("packs/artpack/scripts/use.sh", "cp \"$OPSGRAPH_ARTIFACT_NOTE\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"\n"),
+        ],
+    );
     let mut c = Cluster::new(files, "10s", "30s");
     c.start_agent(&[]);
     let intent = format!(
@@ -576,18 +581,19 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
 #[test]
 fn what_an_agent_sends_is_masked_by_the_server_and_undeclared_evidence_is_refused() {
     const CANARY: &str = "canary-hostile-4d2b8e6f1a";
-    let mut files = token_pack("hostile", "make", "");
-    files.extend([
-        (
-            "packs/hostile/jobs.yaml",
-            "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {evidence: [made]}, run: {script: scripts/make.sh}}\n",
-        ),
-        ("packs/hostile/evidence.yaml", "evidence:\n  - {id: made, source: command, command: 'true'}\n"),
-        ("packs/hostile/scripts/make.sh", "echo \"$OPSGRAPH_PARAM_TOKEN\"\n"),
-        ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
-    ]
-    .iter()
-    .map(|(a, b)| (a.to_string(), b.to_string())));
+    let files = token_pack(
+        "hostile",
+        "make",
+        "",
+        &[
+            (
+                "packs/hostile/jobs.yaml",
+                "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {evidence: [made]}, run: {script: scripts/make.sh}}\n",
+            ),
+            ("packs/hostile/evidence.yaml", "evidence:\n  - {id: made, source: command, command: 'true'}\n"),
+            ("packs/hostile/scripts/make.sh", "echo \"$OPSGRAPH_PARAM_TOKEN\"\n"),
+        ],
+    );
     let c = Cluster::new(files, "30s", "60s");
     let token = std::fs::read_to_string(&c.agent_token).unwrap();
     let id = c.create(&format!(
