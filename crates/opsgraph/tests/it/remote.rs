@@ -59,9 +59,7 @@ fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
     let mut files: Vec<(&str, &str)> = PACK.to_vec();
     files.push(("world/host.yaml", &host));
     let w = World::replacing(&files);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, _, id) = w.created();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
     let data = w.dir.join("data");
     let artifacts = rt.store().artifacts(&id).unwrap();
