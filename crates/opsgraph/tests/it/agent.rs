@@ -300,31 +300,36 @@ fn kill_job(lab: &Path) {
 /// Starts, records its pid, waits for `$LAB/release` (the test's signal), then proves itself.
 const SLOW: &str = "printf '%s %s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$$\" >> \"$OPSGRAPH_PARAM_LEDGER\"\necho $$ > \"$OPSGRAPH_LAB_DIR/pid\"\necho \"started $$\"\nn=0\nwhile [ ! -f \"$OPSGRAPH_LAB_DIR/release\" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
 
-#[test]
-fn an_agent_killed_mid_job_is_recovered_by_evidence_first_then_the_job_runs_again() {
-    let mut files = pack(
-        1,
-        SLOW,
-        "controls: {idempotency: {key: 'slow:{node_id}:{operation_id}'}, retry_policy: {max_attempts: 2}}, ",
-    );
+/// A cluster whose one job (`SLOW`, with these `controls`) runs on `w0` through an agent; once the
+/// job has started (its log line streamed to the server while it runs), `kill -9` of the agent
+/// and of the job it left behind (its process group), and a new agent started (the agent
+/// restarted). The cluster, the operation's id and the ledger's path.
+fn agent_killed_mid_job(controls: &str) -> (Cluster, String, PathBuf) {
+    let mut files = pack(1, SLOW, controls);
     files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
     let mut c = Cluster::new(files, "1500ms", "60s");
     let ledger_path = c.dir.join("ledger");
-    let lab = c.dir.join("data/lab");
     let first = c.start_agent(&[]);
     let id = c.create(&intent(&["w0"], &ledger_path));
-    // The job is running on the agent: its log line streamed to the server while it runs.
     let deadline = Instant::now() + Duration::from_secs(20);
     let log = c.dir.join(&format!("data/runs/{id}/j0@w0.1.log"));
     while !std::fs::read_to_string(&log).unwrap_or_default().contains("started") {
         assert!(Instant::now() < deadline, "the job did not start: {}\n{}", c.server_log(), c.agent_logs());
         std::thread::sleep(Duration::from_millis(50));
     }
-    // kill -9 of the agent, and of the job it left behind (its process group).
     c.kill_agent(first);
-    kill_job(&lab);
-    // A new agent (the agent restarted); the job may finish from now on.
+    kill_job(&c.dir.join("data/lab"));
     c.start_agent(&[]);
+    (c, id, ledger_path)
+}
+
+#[test]
+fn an_agent_killed_mid_job_is_recovered_by_evidence_first_then_the_job_runs_again() {
+    let (c, id, ledger_path) = agent_killed_mid_job(
+        "controls: {idempotency: {key: 'slow:{node_id}:{operation_id}'}, retry_policy: {max_attempts: 2}}, ",
+    );
+    // The job may finish from now on.
+    let lab = c.dir.join("data/lab");
     std::fs::write(lab.join("release"), "").unwrap();
     let (state, detail) = c.wait(&id, Duration::from_secs(40));
     assert_eq!(state, "completed", "{detail}\n{}", c.agent_logs());
@@ -350,21 +355,7 @@ fn an_agent_killed_mid_job_is_recovered_by_evidence_first_then_the_job_runs_agai
 
 #[test]
 fn a_non_idempotent_job_whose_agent_died_fails_as_outcome_unknown_after_its_evidence_fails() {
-    let mut files = pack(1, SLOW, "");
-    files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
-    let mut c = Cluster::new(files, "1500ms", "60s");
-    let ledger_path = c.dir.join("ledger");
-    let lab = c.dir.join("data/lab");
-    let first = c.start_agent(&[]);
-    let id = c.create(&intent(&["w0"], &ledger_path));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !lab.join("pid").exists() {
-        assert!(Instant::now() < deadline, "the job did not start: {}", c.agent_logs());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    c.kill_agent(first);
-    kill_job(&lab);
-    c.start_agent(&[]);
+    let (c, id, ledger_path) = agent_killed_mid_job("");
     let (state, detail) = c.wait(&id, Duration::from_secs(40));
     assert_eq!(state, "failed", "{detail}\n{:#?}\n{}\n{}", c.timeline(&id), c.server_log(), c.agent_logs());
     assert!(detail.contains("its agent was lost and evidence done failed"), "{detail}");
