@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use opsgraph_store::Store;
 use serde_json::Value;
 
+use crate::serve::wait_terminal;
 use crate::support::{files_under, free_port, holds, temp_dir, StepPack, TempDir};
 
 /// A pack of `jobs` jobs, each fanned out over the intent's nodes, running `scripts/step.sh`
@@ -196,17 +197,7 @@ impl Cluster {
 
     /// Waits until the operation is terminal (or the time is up); returns its state and detail.
     fn wait(&self, id: &str, timeout: Duration) -> (String, String) {
-        let deadline = Instant::now() + timeout;
-        let store = self.store();
-        loop {
-            let op = store.operation(id).unwrap().unwrap();
-            let v = opsgraph_api::views::operation_summary(&op);
-            let state = opsgraph_core::plan::lifecycle::state_name(v.state).to_string();
-            if matches!(state.as_str(), "completed" | "failed" | "cancelled") || Instant::now() > deadline {
-                return (state, v.detail);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_terminal(&*self.store(), id, timeout, Duration::from_millis(100))
     }
 
     fn timeline(&self, id: &str) -> Vec<(String, String)> {
@@ -309,31 +300,36 @@ fn kill_job(lab: &Path) {
 /// Starts, records its pid, waits for `$LAB/release` (the test's signal), then proves itself.
 const SLOW: &str = "printf '%s %s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$$\" >> \"$OPSGRAPH_PARAM_LEDGER\"\necho $$ > \"$OPSGRAPH_LAB_DIR/pid\"\necho \"started $$\"\nn=0\nwhile [ ! -f \"$OPSGRAPH_LAB_DIR/release\" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
 
-#[test]
-fn an_agent_killed_mid_job_is_recovered_by_evidence_first_then_the_job_runs_again() {
-    let mut files = pack(
-        1,
-        SLOW,
-        "controls: {idempotency: {key: 'slow:{node_id}:{operation_id}'}, retry_policy: {max_attempts: 2}}, ",
-    );
+/// A cluster whose one job (`SLOW`, with these `controls`) runs on `w0` through an agent; once the
+/// job has started (its log line streamed to the server while it runs), `kill -9` of the agent
+/// and of the job it left behind (its process group), and a new agent started (the agent
+/// restarted). The cluster, the operation's id and the ledger's path.
+fn agent_killed_mid_job(controls: &str) -> (Cluster, String, PathBuf) {
+    let mut files = pack(1, SLOW, controls);
     files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
     let mut c = Cluster::new(files, "1500ms", "60s");
     let ledger_path = c.dir.join("ledger");
-    let lab = c.dir.join("data/lab");
     let first = c.start_agent(&[]);
     let id = c.create(&intent(&["w0"], &ledger_path));
-    // The job is running on the agent: its log line streamed to the server while it runs.
     let deadline = Instant::now() + Duration::from_secs(20);
     let log = c.dir.join(&format!("data/runs/{id}/j0@w0.1.log"));
     while !std::fs::read_to_string(&log).unwrap_or_default().contains("started") {
         assert!(Instant::now() < deadline, "the job did not start: {}\n{}", c.server_log(), c.agent_logs());
         std::thread::sleep(Duration::from_millis(50));
     }
-    // kill -9 of the agent, and of the job it left behind (its process group).
     c.kill_agent(first);
-    kill_job(&lab);
-    // A new agent (the agent restarted); the job may finish from now on.
+    kill_job(&c.dir.join("data/lab"));
     c.start_agent(&[]);
+    (c, id, ledger_path)
+}
+
+#[test]
+fn an_agent_killed_mid_job_is_recovered_by_evidence_first_then_the_job_runs_again() {
+    let (c, id, ledger_path) = agent_killed_mid_job(
+        "controls: {idempotency: {key: 'slow:{node_id}:{operation_id}'}, retry_policy: {max_attempts: 2}}, ",
+    );
+    // The job may finish from now on.
+    let lab = c.dir.join("data/lab");
     std::fs::write(lab.join("release"), "").unwrap();
     let (state, detail) = c.wait(&id, Duration::from_secs(40));
     assert_eq!(state, "completed", "{detail}\n{}", c.agent_logs());
@@ -359,21 +355,7 @@ fn an_agent_killed_mid_job_is_recovered_by_evidence_first_then_the_job_runs_agai
 
 #[test]
 fn a_non_idempotent_job_whose_agent_died_fails_as_outcome_unknown_after_its_evidence_fails() {
-    let mut files = pack(1, SLOW, "");
-    files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
-    let mut c = Cluster::new(files, "1500ms", "60s");
-    let ledger_path = c.dir.join("ledger");
-    let lab = c.dir.join("data/lab");
-    let first = c.start_agent(&[]);
-    let id = c.create(&intent(&["w0"], &ledger_path));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !lab.join("pid").exists() {
-        assert!(Instant::now() < deadline, "the job did not start: {}", c.agent_logs());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    c.kill_agent(first);
-    kill_job(&lab);
-    c.start_agent(&[]);
+    let (c, id, ledger_path) = agent_killed_mid_job("");
     let (state, detail) = c.wait(&id, Duration::from_secs(40));
     assert_eq!(state, "failed", "{detail}\n{:#?}\n{}\n{}", c.timeline(&id), c.server_log(), c.agent_logs());
     assert!(detail.contains("its agent was lost and evidence done failed"), "{detail}");
@@ -515,9 +497,10 @@ fn bench_jobs_per_second_through_agents_beside_the_local_executor() {
 }
 
 /// The manifest and template of a pack `id` whose jobs (`jobs`, one stage) run on the intent's
-/// nodes with a secret parameter `token`; `manifest` is added to the manifest.
-fn token_pack(id: &str, jobs: &str, manifest: &str) -> Vec<(String, String)> {
-    vec![
+/// nodes with a secret parameter `token`; `manifest` is added to the manifest. With an inventory
+/// of one node, `w0`, served by the agent `pool`, and the files `more` (the jobs, their scripts).
+fn token_pack(id: &str, jobs: &str, manifest: &str, more: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut files = vec![
         (
             format!("packs/{id}/pack.yaml"),
             format!("scenario_pack:\n  id: {id}\n  version: 1.0.0\n  resource_types: [agent.batch]\n  actions: [run]\n  plan_templates: [{{id: {id}.run}}]\n{manifest}"),
@@ -526,38 +509,42 @@ fn token_pack(id: &str, jobs: &str, manifest: &str) -> Vec<(String, String)> {
             format!("packs/{id}/templates.yaml"),
             format!("plan_template:\n  id: {id}.run\n  action: run\n  parameters:\n    token: {{type: string, required: true, secret: true}}\n  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: all, name: All, jobs: [{jobs}]}}\n  jobs: [{jobs}]\n"),
         ),
-    ]
+        ("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")),
+    ];
+    files.extend(more.iter().map(|(a, b)| (a.to_string(), b.to_string())));
+    files
 }
 
 #[test]
 fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
     const CANARY: &str = "canary-agent-7f3a9c1e5b";
-    let mut files = token_pack("artpack", "make, use", "  libraries: [scripts/lib/note.sh]\n");
-    files.extend([
-        (
-            "packs/artpack/artifacts.yaml",
-            "artifact: {id: note, type: text, sensitivity: secret, storage: blob}\n",
-        ),
-        (
-            "packs/artpack/jobs.yaml",
-            "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {artifacts: [note], evidence: [made]}, run: {script: scripts/make.sh}}\n---\n\
-             job: {id: use, scope: {resources: [compute_node], target: nodes}, inputs: {requires: {artifacts: [note]}}, outputs: {evidence: [used]}, run: {script: scripts/use.sh}}\n",
-        ),
-        (
-            "packs/artpack/evidence.yaml",
-            "evidence:\n  - {id: made, source: command, command: 'test -s \"$OPSGRAPH_OUT/note\"'}\n---\nevidence:\n  - {id: used, source: command, command: 'grep -q \"note of\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"'}\n",
-        ),
-        (
-            "packs/artpack/scripts/make.sh",
-            "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"\n. \"$OPSGRAPH_LIB/note.sh\"\nnote > \"$OPSGRAPH_OUT/note\"\n",
-        ),
-        // A library the agent gets beside the script (the pack is not on the agent's machine).
-        ("packs/artpack/scripts/lib/note.sh", "note() { printf 'note of %s: %s\\n' \"$OPSGRAPH_TARGET_NAME\" \"$OPSGRAPH_PARAM_TOKEN\"; }\n"),
-        ("packs/artpack/scripts/use.sh", "cp \"$OPSGRAPH_ARTIFACT_NOTE\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"\n"),
-        ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
-    ]
-    .iter()
-    .map(|(a, b)| (a.to_string(), b.to_string())));
+    let files = token_pack(
+        "artpack",
+        "make, use",
+        "  libraries: [scripts/lib/note.sh]\n",
+        &[
+            (
+                "packs/artpack/artifacts.yaml",
+                "artifact: {id: note, type: text, sensitivity: secret, storage: blob}\n",
+            ),
+            (
+                "packs/artpack/jobs.yaml",
+                "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {artifacts: [note], evidence: [made]}, run: {script: scripts/make.sh}}\n---\n\
+                 job: {id: use, scope: {resources: [compute_node], target: nodes}, inputs: {requires: {artifacts: [note]}}, outputs: {evidence: [used]}, run: {script: scripts/use.sh}}\n",
+            ),
+            (
+                "packs/artpack/evidence.yaml",
+                "evidence:\n  - {id: made, source: command, command: 'test -s \"$OPSGRAPH_OUT/note\"'}\n---\nevidence:\n  - {id: used, source: command, command: 'grep -q \"note of\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"'}\n",
+            ),
+            (
+                "packs/artpack/scripts/make.sh",
+                "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"\n. \"$OPSGRAPH_LIB/note.sh\"\nnote > \"$OPSGRAPH_OUT/note\"\n",
+            ),
+            // A library the agent gets beside the script (the pack is not on the agent's machine).
+            ("packs/artpack/scripts/lib/note.sh", "note() { printf 'note of %s: %s\\n' \"$OPSGRAPH_TARGET_NAME\" \"$OPSGRAPH_PARAM_TOKEN\"; }\n"),
+            ("packs/artpack/scripts/use.sh", "cp \"$OPSGRAPH_ARTIFACT_NOTE\" \"$OPSGRAPH_LAB_DIR/used.$OPSGRAPH_TARGET_NAME\"\n"),
+        ],
+    );
     let mut c = Cluster::new(files, "10s", "30s");
     c.start_agent(&[]);
     let intent = format!(
@@ -585,18 +572,19 @@ fn artifacts_and_secrets_reach_agent_jobs_and_come_back_sealed_and_masked() {
 #[test]
 fn what_an_agent_sends_is_masked_by_the_server_and_undeclared_evidence_is_refused() {
     const CANARY: &str = "canary-hostile-4d2b8e6f1a";
-    let mut files = token_pack("hostile", "make", "");
-    files.extend([
-        (
-            "packs/hostile/jobs.yaml",
-            "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {evidence: [made]}, run: {script: scripts/make.sh}}\n",
-        ),
-        ("packs/hostile/evidence.yaml", "evidence:\n  - {id: made, source: command, command: 'true'}\n"),
-        ("packs/hostile/scripts/make.sh", "echo \"$OPSGRAPH_PARAM_TOKEN\"\n"),
-        ("inventory/nodes.yaml", &nodes(&["w0"], "pool")),
-    ]
-    .iter()
-    .map(|(a, b)| (a.to_string(), b.to_string())));
+    let files = token_pack(
+        "hostile",
+        "make",
+        "",
+        &[
+            (
+                "packs/hostile/jobs.yaml",
+                "job: {id: make, scope: {resources: [compute_node], target: nodes}, outputs: {evidence: [made]}, run: {script: scripts/make.sh}}\n",
+            ),
+            ("packs/hostile/evidence.yaml", "evidence:\n  - {id: made, source: command, command: 'true'}\n"),
+            ("packs/hostile/scripts/make.sh", "echo \"$OPSGRAPH_PARAM_TOKEN\"\n"),
+        ],
+    );
     let c = Cluster::new(files, "30s", "60s");
     let token = std::fs::read_to_string(&c.agent_token).unwrap();
     let id = c.create(&format!(

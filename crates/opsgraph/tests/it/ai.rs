@@ -56,20 +56,14 @@ fn the_openai_analyzer_is_checked_and_its_patch_waits_for_a_person() {
             reply(&answer.lock().unwrap())
         })
     };
-    let dir = temp_dir(FILES);
+    let config = format!("users:\n  alice: [sre]\nai:\n  url: {}\n  model: test-model\n", server.url("/v1"));
+    let dir = temp_dir(&[FILES, &[("data/config.yaml", &config)]].concat());
     let data = dir.join("data").display().to_string();
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(
-        dir.join("data/config.yaml"),
-        format!("users:\n  alice: [sre]\nai:\n  url: {}\n  model: test-model\n", server.url("/v1")),
-    )
-    .unwrap();
     let packs = dir.join("packs").display().to_string();
     let run = |args: &[&str]| opsgraph(&[&["--data-dir", data.as_str()], args, &["--packs", packs.as_str()]].concat());
     let intent = dir.join("intent.yaml").display().to_string();
     let applied = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--packs", &packs, "--yes"]);
-    let op =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let op = applied.operation_id();
     assert!(applied.out.contains("failed: say"), "{}", applied.render());
     let diagnose = |content: &str, propose: bool| {
         *answer.lock().unwrap() = content.to_string();
@@ -164,20 +158,15 @@ job:
         let answer = answer.clone();
         HttpServer::start(move |_| reply(&answer.lock().unwrap()))
     };
-    let dir = temp_dir(files);
+    let config =
+        format!("ai:\n  url: {}\n  model: m\nai_policy:\n  auto_apply: [retry_idempotent]\n", server.url("/v1"));
+    let dir = temp_dir(&[files, &[("data/config.yaml", &config)]].concat());
     let data = dir.join("data").display().to_string();
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(
-        dir.join("data/config.yaml"),
-        format!("ai:\n  url: {}\n  model: m\nai_policy:\n  auto_apply: [retry_idempotent]\n", server.url("/v1")),
-    )
-    .unwrap();
     let packs = dir.join("packs").display().to_string();
     let intent = dir.join("intent.yaml").display().to_string();
     let applied =
         opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--packs", &packs, "--yes", "--concurrency", "1"]);
-    let op =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let op = applied.operation_id();
     assert!(applied.out.contains("failed: once"), "{}", applied.render());
     let ask = |content: &str| {
         *answer.lock().unwrap() = content.to_string();

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::serve::{describe_resource, status_within, Process};
 use crate::support::{opsgraph, path, temp_dir, Run, TempDir};
 
 const CLUSTER: &str = "lab.cluster/lab-k8s";
@@ -45,9 +46,7 @@ impl Lab {
     }
 
     fn resource(&self) -> Value {
-        let described = self.run(&["describe", "resource", CLUSTER, "-o", "json"]);
-        assert_eq!(described.code, 0, "{}", described.render());
-        serde_json::from_str(&described.out).unwrap()
+        describe_resource(&self.data(), CLUSTER)
     }
 
     fn node(&self) -> std::path::PathBuf {
@@ -164,33 +163,14 @@ fn serve_notices_a_dead_apiserver_within_one_interval_and_its_return() {
     let lab = Lab::new();
     lab.create_cluster();
     let data = lab.data();
-    let server = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
-        .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0"])
-        .env("OPSGRAPH_VERIFY_TICK_MS", "200")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Kill(server);
-
-    let status_within = |want: &str, limit: Duration| {
-        let start = Instant::now();
-        loop {
-            let r = lab.resource();
-            if r["resource"]["status"] == want {
-                return (start.elapsed(), r);
-            }
-            assert!(start.elapsed() < limit, "not {want} within {limit:?}: {r:#}");
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    };
+    let _server = Process::start(
+        std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+            .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0"])
+            .env("OPSGRAPH_VERIFY_TICK_MS", "200"),
+        &lab.dir.join("serve.log"),
+    );
+    let status_within =
+        |want: &str, limit: Duration| status_within(&data, CLUSTER, want, limit, Duration::from_millis(250));
     lab.kill_apiserver();
     // One interval (10 s) plus its jitter (at most 1 s), the tick and the checks themselves.
     let (_, r) = status_within("degraded", Duration::from_secs(15));

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use expect_test::{expect, Expect};
 use serde_json::json;
 
+use crate::serve::{Process, Server};
 use crate::server::Api;
-use crate::server_stream::{events, http, parse, send, Raw, Server};
+use crate::server_stream::{events, http, parse, send, Raw};
 use crate::support::temp_dir;
 
 /// Opens an event stream (of no events yet: `after` the end) and reads its head; the stream
@@ -228,46 +229,24 @@ fn keep_alive_stays_correct_after_a_request_refused_before_its_body_was_read() {
     drop(server);
 }
 
-/// The real `opsgraph serve`, killed when dropped.
-struct Serve {
-    child: std::process::Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Starts `opsgraph serve` on a loopback port under `prlimit --nofile=NOFILE`, with this
 /// `config.yaml` and an admin token read from a file.
-fn serve_binary(data: &std::path::Path, nofile: u32, config: &str, token: &str, log: &std::path::Path) -> Serve {
+fn serve_binary(data: &std::path::Path, nofile: u32, config: &str, token: &str, log: &std::path::Path) -> Process {
     std::fs::create_dir_all(data).unwrap();
     std::fs::write(data.join("config.yaml"), config).unwrap();
     let token_file = data.join("admin.token");
     std::fs::write(&token_file, token).unwrap();
-    let mut child = std::process::Command::new("prlimit")
-        .arg(format!("--nofile={nofile}"))
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_opsgraph"))
-        .args(["--data-dir", &data.display().to_string(), "serve", "--listen", "127.0.0.1:0"])
-        .env("OPSGRAPH_ADMIN_TOKEN_FILE", &token_file)
-        .env("OPSGRAPH_MASTER_KEY", "a".repeat(64))
-        .env_remove("OPSGRAPH_LOG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("prlimit and opsgraph start");
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = lines.by_ref().map_while(Result::ok).find_map(|line| {
-        line.strip_prefix("serving the API on http://").and_then(|rest| rest.split('/').next()?.parse().ok())
-    });
-    std::thread::spawn(move || lines.for_each(drop));
-    let serve = Serve { child, addr: addr.unwrap_or_else(|| ([0, 0, 0, 0], 0).into()) };
-    assert_ne!(serve.addr.port(), 0, "opsgraph serve did not start: {}", std::fs::read_to_string(log).unwrap());
-    serve
+    Process::start(
+        std::process::Command::new("prlimit")
+            .arg(format!("--nofile={nofile}"))
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_opsgraph"))
+            .args(["--data-dir", &data.display().to_string(), "serve", "--listen", "127.0.0.1:0"])
+            .env("OPSGRAPH_ADMIN_TOKEN_FILE", &token_file)
+            .env("OPSGRAPH_MASTER_KEY", "a".repeat(64))
+            .env_remove("OPSGRAPH_LOG"),
+        log,
+    )
 }
 
 /// Whether the server still holds a connection open (nothing to read yet, no end, no reset).

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use opsgraph_store::Store;
 
 use crate::fleet::{claim, machine, Fleet};
+use crate::serve::wait_terminal;
 use crate::support::{free_port, opsgraph, temp_dir, StepPack, TempDir};
 
 /// The ledger on a host's disk: one line per run of a job (`OP JOB HOST PARENT`).
@@ -160,17 +161,8 @@ impl Server {
 
     /// Waits for the operation to end; its state and detail.
     fn wait(&self, id: &str, timeout: Duration) -> (String, String) {
-        let deadline = Instant::now() + timeout;
         let store = opsgraph::ops_cmd::open_store(&self.data).unwrap();
-        loop {
-            let op = store.operation(id).unwrap().unwrap();
-            let v = opsgraph_api::views::operation_summary(&op);
-            let state = opsgraph_core::plan::lifecycle::state_name(v.state).to_string();
-            if matches!(state.as_str(), "completed" | "failed" | "cancelled") || Instant::now() > deadline {
-                return (state, v.detail);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_terminal(&*store, id, timeout, Duration::from_millis(200))
     }
 }
 
@@ -200,23 +192,13 @@ fn an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh() {
     let port = free_port("10.213.0.1");
     let url = format!("http://10.213.0.1:{port}");
     let bin = env!("CARGO_BIN_EXE_opsgraph");
-    let (t, n) = (token.display().to_string(), "fleet-agents");
-    let agent = opsgraph(&[
-        "lab",
-        "fleet",
-        "agent",
-        "fleet-1",
-        "--dir",
-        &d,
-        "--server",
-        &url,
-        "--token-file",
-        &t,
-        "--name",
-        n,
-        "--binary",
-        bin,
-    ]);
+    let t = token.display().to_string();
+    // `lab fleet agent fleet-1` with the agent's token, named `fleet-agents`, of `server`.
+    let install = |server: &str, more: &[&str]| {
+        let args = ["lab", "fleet", "agent", "fleet-1", "--dir", &d, "--server", server, "--token-file", &t];
+        opsgraph(&[&args[..], &["--name", "fleet-agents"], more].concat())
+    };
+    let agent = install(&url, &["--binary", bin]);
     assert_eq!(agent.code, 0, "{}", agent.render());
     assert!(agent.out.starts_with("fleet-1: opsgraph "), "{}", agent.out);
     // The inventory now says the host is served by the agent; the token is root's alone.
@@ -243,20 +225,7 @@ fn an_agent_on_a_fleet_host_runs_its_jobs_over_the_bridge_not_ssh() {
     let start = opsgraph_fleet::exec(h, &["systemctl", "start", opsgraph_fleet::AGENT_UNIT]).status().unwrap();
     assert!(start.success());
     // A wrong server is refused before anything is copied.
-    let bad = opsgraph(&[
-        "lab",
-        "fleet",
-        "agent",
-        "fleet-1",
-        "--dir",
-        &d,
-        "--server",
-        "http://127.0.0.1:1",
-        "--token-file",
-        &t,
-        "--name",
-        n,
-    ]);
+    let bad = install("http://127.0.0.1:1", &[]);
     assert_eq!(bad.code, 1, "{}", bad.render());
     assert!(
         bad.err.starts_with("error[fleet_refused]: the agent's server must be on the fleet's bridge"),

@@ -21,6 +21,7 @@ use opsgraph_core::model::SshAccess;
 use opsgraph_exec::{check_evidence, Cancel, SshExecutor};
 
 use crate::fleet::{claim, machine, Fleet};
+use crate::serve::{describe_resource, status_within, Process};
 use crate::support::{opsgraph, path, temp_dir};
 
 /// The SSH executor for a fleet host, as the inventory describes it (pinned host key).
@@ -229,12 +230,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
     }
 
     // Day 2 ([I]): verified right after it completed, with what the checks observed.
-    let resource = || -> serde_json::Value {
-        let described =
-            opsgraph(&["--data-dir", &data, "describe", "resource", "etcd.cluster/config-store", "-o", "json"]);
-        serde_json::from_str(&described.out).unwrap_or_else(|e| panic!("{e}: {}", described.render()))
-    };
-    let r = resource();
+    let r = describe_resource(&data, "etcd.cluster/config-store");
     assert_eq!(r["resource"]["status"], "running", "{r:#}");
     assert_eq!(r["resource"]["observed"]["members"], "3", "{r:#}");
     assert!(r["resource"]["observed"]["version"].as_str().is_some_and(|v| v.starts_with("3.")), "{r:#}");
@@ -243,33 +239,18 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
     let policy = tmp.join("repair-policy.yaml");
     std::fs::write(&policy, "operations_policy:\n  dev: {repair: apply_safe}\n").unwrap();
     let policy = policy.display().to_string();
-    let server = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
-        .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0", "--packs", &packs])
-        .args(["--inventory", &inventory, "--inventory", &policy])
-        .env("OPSGRAPH_VERIFY_TICK_MS", "500")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    struct Stop(std::process::Child);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let server = Stop(server);
+    let server = Process::start(
+        std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+            .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0", "--packs", &packs])
+            .args(["--inventory", &inventory, "--inventory", &policy])
+            .env("OPSGRAPH_VERIFY_TICK_MS", "500"),
+        &tmp.join("serve.log"),
+    );
     let status_within = |want: &str, limit: std::time::Duration| {
-        let start = std::time::Instant::now();
-        loop {
-            let r = resource();
-            if r["resource"]["status"] == want {
-                eprintln!("TIME etcd.cluster {want} after {:.1} s", start.elapsed().as_secs_f64());
-                return r;
-            }
-            assert!(start.elapsed() < limit, "not {want} within {limit:?}: {r:#}");
-            std::thread::sleep(std::time::Duration::from_millis(500));
-        }
+        let every = std::time::Duration::from_millis(500);
+        let (took, r) = status_within(&data, "etcd.cluster/config-store", want, limit, every);
+        eprintln!("TIME etcd.cluster {want} after {:.1} s", took.as_secs_f64());
+        r
     };
 
     // etcd stopped on fleet-2 behind Opsgraph's back: the health check fails on every member

@@ -179,9 +179,7 @@ const TYPED: &[(&str, &str)] = &[
 #[test]
 fn gate_values_are_checked_like_an_intents() {
     let w = crate::subop::World::replacing(TYPED);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, _, id) = w.created();
     let mut give = |gate: &str, value: serde_json::Value| {
         let answer = opsgraph_runtime::GateAnswer {
             option: "provide a value".into(),

@@ -106,9 +106,7 @@ fn a_plan_above_the_cost_threshold_waits_for_confirmation_before_anything_runs()
 fn a_parent_waiting_on_a_childs_gate_goes_on_when_it_is_answered() {
     let risky = "scenario_pack:\n  id: bucket\n  version: 1.0.0\n  resource_types: [bucket.thing]\n  actions: [make]\n  provides: [store.bucket]\n  plan_templates: [{id: bucket.make}]\n  risk: {default_level: high}\n";
     let w = World::new(&[("packs/bucket/pack.yaml", risky)]);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, _, id) = w.created();
     let stopped = rt.drive(&id, &mut |_| {}).unwrap();
     assert!(
         matches!(&stopped, OperationState::Paused { reason } if reason.starts_with("waiting for sub-operation")),
@@ -201,9 +199,7 @@ fn a_created_provider_hands_its_credentials_artifact_to_the_jobs_bound_to_it() {
         ("packs/bucket/artifacts.yaml", artifact),
         ("packs/app/jobs.yaml", TELL),
     ]);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, _, id) = w.created();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
     assert_eq!(std::fs::read_to_string(w.dir.join("data/lab/creds-seen")).unwrap(), "SECRET_KEY=s3cr3t\n");
     // The resource keeps a reference to the artifact, never its content.

@@ -57,9 +57,7 @@ fn iv(stage: Option<&str>, job: Option<&str>, verify: &[&str]) -> Intervention {
 #[test]
 fn a_manual_fix_is_verified_before_the_run_goes_on() {
     let w = World::replacing(FILES);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, _, id) = w.created();
     assert!(matches!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Failed { .. }));
     let state = |rt: &opsgraph_runtime::Runtime| rt.store().operation(&id).unwrap().unwrap().state;
     // The pack has no remedy for this: the analyzer says so instead of guessing.

@@ -18,13 +18,29 @@ impl Data {
         self.dir.join("data").display().to_string()
     }
 
+    /// `apply --yes` of the lab example intent `intent`, with the lab's inventory.
     fn apply(&self, intent: &str, extra: &[&str]) -> Run {
-        let intent = path(&format!("examples/lab/intents/{intent}"));
+        self.apply_file(&path(&format!("examples/lab/intents/{intent}")), extra)
+    }
+
+    /// `apply --yes` of an intent of this text, with the lab's inventory.
+    fn apply_text(&self, intent: &str) -> Run {
+        let file = self.dir.join("intent.yaml");
+        std::fs::write(&file, intent).unwrap();
+        self.apply_file(&file.display().to_string(), &[])
+    }
+
+    fn apply_file(&self, intent: &str, extra: &[&str]) -> Run {
         let inventory = path("examples/lab/inventory");
         let data = self.data();
-        let mut args = vec!["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"];
+        let mut args = vec!["--data-dir", &data, "apply", "-f", intent, "--inventory", &inventory, "--yes"];
         args.extend(extra);
         opsgraph(&args)
+    }
+
+    /// alice approves the plan of operation `op` at its gate `approve-plan`.
+    fn approve_plan(&self, op: &str) -> Run {
+        self.run(&["gate", "answer", "approve-plan", "--operation", op, "--option", "approve", "--as", "alice"])
     }
 
     fn run(&self, args: &[&str]) -> Run {
@@ -43,33 +59,26 @@ impl Drop for Data {
     }
 }
 
-fn operation_id(run: &Run) -> String {
-    let line = run.out.lines().find(|l| l.starts_with("Operation op-")).unwrap_or_else(|| panic!("{}", run.render()));
-    line["Operation ".len()..].split(':').next().unwrap().to_string()
-}
-
 #[test]
 fn lab_cluster_created_at_a_gate_then_grown() {
     let d = Data::new();
     let run = d.apply("lab-create-cluster.yaml", &[]);
     assert!(run.out.contains("waiting for approval at approve-plan"), "{}", run.render());
-    let op = operation_id(&run);
+    let op = run.operation_id();
     // A viewer may not approve; an SRE may, once.
     let denied = d.run(&["gate", "answer", "approve-plan", "--option", "approve", "--as", "victor"]);
     assert!(denied.err.contains("role `viewer` may not answer gate `approve-plan`"), "{}", denied.render());
-    let approved =
-        d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let approved = d.approve_plan(&op);
     assert_eq!(approved.code, 0, "{}", approved.render());
     assert!(approved.out.contains("operation running -> completed"), "{}", approved.out);
-    let again = d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let again = d.approve_plan(&op);
     assert!(again.err.contains("was already answered `approve` by user:alice"), "{}", again.render());
 
     // The cluster the first operation recorded is what add_node binds.
     let grow = d.apply("lab-add-node.yaml", &[]);
     assert!(grow.out.contains("lab.kubernetes.cluster"), "{}", grow.out);
-    let op2 = operation_id(&grow);
-    let approved =
-        d.run(&["gate", "answer", "approve-plan", "--operation", &op2, "--option", "approve", "--as", "alice"]);
+    let op2 = grow.operation_id();
+    let approved = d.approve_plan(&op2);
     assert!(approved.out.contains("operation running -> completed"), "{}", approved.render());
     let describe = d.run(&["describe", "resource", "lab.cluster/lab-k8s", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_str(&describe.out).unwrap();
@@ -80,17 +89,9 @@ fn lab_cluster_created_at_a_gate_then_grown() {
 #[test]
 fn a_failing_job_fails_the_way_real_ones_do() {
     let d = Data::new();
-    let dir = temp_dir(&[(
-        "intent.yaml",
-        "intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-broken\n  environment: lab\n  parameters: {fail_job: init-control-plane, fail_mode: exit}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n",
-    )]);
-    let data = d.data();
-    let intent = dir.join("intent.yaml").display().to_string();
-    let inventory = path("examples/lab/inventory");
-    let run = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"]);
-    let op = operation_id(&run);
-    let answered =
-        d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-broken\n  environment: lab\n  parameters: {fail_job: init-control-plane, fail_mode: exit}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
+    let op = run.operation_id();
+    let answered = d.approve_plan(&op);
     assert_eq!(answered.code, 1, "{}", answered.render());
     assert!(answered.out.contains("failed: init-control-plane@lab-1"), "{}", answered.out);
     assert!(answered.out.contains("registry-1.docker.io"), "{}", answered.out);
@@ -169,7 +170,7 @@ fn postgresql_local_where_the_server_binaries_exist() {
     let run = d.apply("postgresql-local.yaml", &[]);
     assert_eq!(run.code, 0, "{}", run.render());
     assert!(run.out.contains("operation running -> completed"), "{}", run.out);
-    let op = operation_id(&run);
+    let op = run.operation_id();
     let describe = d.run(&["describe", "operation", &op, "-o", "json"]);
     let v: serde_json::Value = serde_json::from_str(&describe.out).unwrap();
     let checks: Vec<String> =
@@ -183,15 +184,9 @@ fn postgresql_local_where_the_server_binaries_exist() {
 #[test]
 fn a_missing_input_is_asked_for_and_used() {
     let d = Data::new();
-    let dir = temp_dir(&[(
-        "intent.yaml",
-        "intent:\n  target_resource_type: lab.database\n  action: install\n  name: lab-asks-db\n  environment: lab\n  targets: {target_nodes: [compute_node/lab-4]}\n",
-    )]);
-    let (data, intent, inventory) =
-        (d.data(), dir.join("intent.yaml").display().to_string(), path("examples/lab/inventory"));
-    let run = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"]);
+    let run = d.apply_text("intent:\n  target_resource_type: lab.database\n  action: install\n  name: lab-asks-db\n  environment: lab\n  targets: {target_nodes: [compute_node/lab-4]}\n");
     assert!(run.out.contains("waiting for input at input-db-password"), "{}", run.render());
-    let op = operation_id(&run);
+    let op = run.operation_id();
     let no_value = d.run(&["gate", "answer", "input-db-password", "--option", "provide a value", "--as", "alice"]);
     assert!(no_value.err.contains("needs a value: answer it with --value"), "{}", no_value.render());
     let answered = d.run(&[
@@ -213,16 +208,10 @@ fn a_missing_input_is_asked_for_and_used() {
 #[test]
 fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
     let d = Data::new();
-    let dir = temp_dir(&[(
-        "intent.yaml",
-        "intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-rb\n  environment: lab\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n",
-    )]);
-    let data = d.data();
-    let intent = dir.join("intent.yaml").display().to_string();
-    let inventory = path("examples/lab/inventory");
-    let run = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"]);
-    let op = operation_id(&run);
-    let done = d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-rb\n  environment: lab\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
+    let (data, inventory) = (d.data(), path("examples/lab/inventory"));
+    let op = run.operation_id();
+    let done = d.approve_plan(&op);
     assert!(done.out.contains(&format!("Operation {op}: completed")), "{}", done.render());
     let lab = std::path::Path::new(&data).join("lab");
     assert!(lab.join("lab-2").exists());
@@ -232,7 +221,7 @@ fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
     // Each node is reset once, the worker before the control plane; the run waits for approval.
     assert!(rb.out.contains("lab-reset @ lab-1, lab-2"), "{}", rb.out);
     assert!(rb.out.contains("cannot undo:"), "{}", rb.out);
-    let rb_op = operation_id(&rb);
+    let rb_op = rb.operation_id();
     assert!(rb.out.contains("waiting for approval at approve-rollback"), "{}", rb.out);
     let approved =
         d.run(&["gate", "answer", "approve-rollback", "--operation", &rb_op, "--option", "approve", "--as", "alice"]);
@@ -255,16 +244,10 @@ fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
 #[test]
 fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
     let d = Data::new();
-    let dir = temp_dir(&[(
-        "intent.yaml",
-        "intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-iv\n  environment: lab\n  parameters: {fail_job: join-workers@lab-2, fail_mode: evidence}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n",
-    )]);
-    let data = d.data();
-    let intent = dir.join("intent.yaml").display().to_string();
-    let inventory = path("examples/lab/inventory");
-    let run = opsgraph(&["--data-dir", &data, "apply", "-f", &intent, "--inventory", &inventory, "--yes"]);
-    let op = operation_id(&run);
-    let failed = d.run(&["gate", "answer", "approve-plan", "--operation", &op, "--option", "approve", "--as", "alice"]);
+    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-iv\n  environment: lab\n  parameters: {fail_job: join-workers@lab-2, fail_mode: evidence}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
+    let (data, inventory) = (d.data(), path("examples/lab/inventory"));
+    let op = run.operation_id();
+    let failed = d.approve_plan(&op);
     assert!(failed.out.contains("failed: join-workers@lab-2"), "{}", failed.render());
 
     let intervene = |d: &Data| {

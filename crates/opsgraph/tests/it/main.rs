@@ -40,6 +40,7 @@ mod remote;
 mod replicas;
 mod runtime;
 mod secrets;
+mod serve;
 mod server;
 mod server_stream;
 mod shellcheck;

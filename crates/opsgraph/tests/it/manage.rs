@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use crate::packs::{hello, tar_gz};
+use crate::serve::Server;
 use crate::server::{Api, Reply};
 use crate::support::temp_dir;
 
@@ -287,14 +288,9 @@ fn the_cli_installs_packs_and_applies_resources_through_the_server_as_it_does_lo
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
     }
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let token = files.join("admin.token").display().to_string();
-    let remote =
-        |args: &[&str]| crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat());
+    let server = Server::start(&api);
+    let token = files.join("admin.token");
+    let remote = |args: &[&str]| server.opsgraph(&token, args);
     let local_data = files.join("local").display().to_string();
     let local = |args: &[&str]| crate::support::opsgraph(&[&["--data-dir", local_data.as_str()], args].concat());
     let path = |rel: &str| files.join(rel).display().to_string();
@@ -345,6 +341,5 @@ fn the_cli_installs_packs_and_applies_resources_through_the_server_as_it_does_lo
             "user:admin resource.delete hello.app/h1",
         ]
     );
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }

@@ -2,11 +2,12 @@
 //! that drives it (`kill -9`), so recovery never races a live orphan; and `opsgraph retry` of a
 //! job whose outcome is unknown checks its evidence before it runs the job again.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::crash::{check_outcomes, intent_file, PACK};
-use crate::support::temp_dir;
+use crate::serve::Process;
+use crate::support::{temp_dir, TempDir};
 
 /// A slow chain a -> b -> c: `a` and `c` are not idempotent, `b` is (a key, three attempts). Each
 /// step writes `start` to the ledger, its pids to `$LAB/<op>.<job>.pids`, waits on a child
@@ -55,6 +56,34 @@ fn bin() -> Command {
     c
 }
 
+/// Waits (at most 30 s) until job `at` has started, by the ledger: its operation and the pids its
+/// job wrote (its shell's and the shell's child's).
+fn started(dir: &TempDir, ledger: &str, at: &str) -> (String, Vec<String>) {
+    let started = Instant::now();
+    loop {
+        assert!(started.elapsed() < Duration::from_secs(30), "job {at} never started");
+        let text = std::fs::read_to_string(ledger).unwrap_or_default();
+        if let Some(op) =
+            text.lines().find(|l| l.ends_with(&format!(" {at} start"))).map(|l| l.split(' ').next().unwrap())
+        {
+            let pids = std::fs::read_to_string(dir.join(&format!("data/lab/{op}.{at}.pids"))).unwrap();
+            return (op.to_string(), pids.split_whitespace().map(str::to_string).collect());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `kill -9` of `process`; the `pids` still alive a second later.
+fn kill_9(process: &mut Child, pids: &[String]) -> Vec<String> {
+    process.kill().unwrap(); // SIGKILL
+    process.wait().unwrap();
+    let killed = Instant::now();
+    while pids.iter().any(|p| alive(p)) && killed.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    pids.iter().filter(|p| alive(p)).cloned().collect()
+}
+
 /// Runs `apply`, kills it with `kill -9` while job `at` runs, and reports what was alive after
 /// the kill and how the operation ended after `resume` (and how often each job started and
 /// ended, from the ledger).
@@ -73,27 +102,10 @@ fn kill_during(at: &str) -> String {
     let mut driver =
         bin().args(["--data-dir", &data, "apply", "-f", &intent, "--packs", &pack, "--yes"]).spawn().unwrap();
     // Until the job runs and its pids are written.
-    let started = Instant::now();
-    let pids = loop {
-        assert!(started.elapsed() < Duration::from_secs(30), "job {at} never started");
-        let text = std::fs::read_to_string(&ledger).unwrap_or_default();
-        if let Some(op) =
-            text.lines().find(|l| l.ends_with(&format!(" {at} start"))).map(|l| l.split(' ').next().unwrap())
-        {
-            let pids = std::fs::read_to_string(dir.join(&format!("data/lab/{op}.{at}.pids"))).unwrap();
-            break pids.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    driver.kill().unwrap(); // SIGKILL
-    driver.wait().unwrap();
+    let (_, pids) = started(&dir, &ledger, at);
     // Its job's shell and the shell's child die with it: within a second, long before the
     // `sleep` would have ended.
-    let killed = Instant::now();
-    while pids.iter().any(|p| alive(p)) && killed.elapsed() < Duration::from_secs(1) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let left: Vec<&String> = pids.iter().filter(|p| alive(p)).collect();
+    let left = kill_9(&mut driver, &pids);
     let after_kill = if left.is_empty() { "no job process alive".to_string() } else { format!("ALIVE: {left:?}") };
     // A person resumes it: recovery checks the evidence of the attempt without an outcome.
     let ops =
@@ -137,52 +149,26 @@ fn kill_9_of_the_driver_stops_its_jobs_and_nothing_runs_twice() {
 /// `kill -9` while job `a` runs: its job processes die with it, and the attempt never ends.
 #[test]
 fn kill_9_of_the_server_stops_its_jobs() {
-    use std::io::BufRead as _;
     let dir = temp_dir(SLOW);
     let data = dir.join("data").display().to_string();
     let ledger = dir.join("ledger").display().to_string();
     let pack = dir.join("slow").display().to_string();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_opsgraph"))
-        .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0", "--packs", &pack])
-        .env_remove("OPSGRAPH_ADMIN_TOKEN_FILE")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
-    let (mut admin, mut addr) = (None, None);
-    for line in lines.by_ref().map_while(Result::ok) {
-        if line.starts_with("og_") {
-            admin = Some(line);
-        } else if let Some(rest) = line.strip_prefix("serving the API on http://") {
-            addr = rest.split('/').next().and_then(|a| a.parse::<std::net::SocketAddr>().ok());
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    let (admin, addr) = (admin.expect("an admin token"), addr.expect("an address"));
+    let mut server = Process::start(
+        Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+            .args(["--data-dir", &data, "serve", "--listen", "127.0.0.1:0", "--packs", &pack])
+            .env_remove("OPSGRAPH_ADMIN_TOKEN_FILE"),
+        &dir.join("serve.log"),
+    );
+    let (admin, addr) = (server.admin.clone().expect("an admin token"), server.addr);
     let intent = format!(
         "intent:\n  target_resource_type: slow.thing\n  action: run\n  name: s\n  parameters: {{ledger: '{ledger}'}}\n"
     );
     let (status, created) = crate::server::http(addr, "POST", "/api/v1/operations", &admin, &intent);
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
-    let started = Instant::now();
-    let pids = loop {
-        assert!(started.elapsed() < Duration::from_secs(30), "job a never started");
-        if std::fs::read_to_string(&ledger).unwrap_or_default().contains(" a start") {
-            let pids = std::fs::read_to_string(dir.join(&format!("data/lab/{id}.a.pids"))).unwrap();
-            break pids.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    server.kill().unwrap(); // SIGKILL
-    server.wait().unwrap();
-    let killed = Instant::now();
-    while pids.iter().any(|p| alive(p)) && killed.elapsed() < Duration::from_secs(1) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let left: Vec<&String> = pids.iter().filter(|p| alive(p)).collect();
+    let (op, pids) = started(&dir, &ledger, "a");
+    assert_eq!(op, id);
+    let left = kill_9(&mut server.child, &pids);
     assert!(left.is_empty(), "job processes outlived the server: {left:?}");
     std::thread::sleep(Duration::from_millis(1600));
     let text = std::fs::read_to_string(&ledger).unwrap();

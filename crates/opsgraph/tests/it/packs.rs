@@ -240,21 +240,19 @@ fn versions_side_by_side_highest_by_default_or_named_in_the_intent() {
     assert_eq!(plan["pack"], "hello@1.10.0");
     assert_eq!(plan["pack_digest"], digests["1.10.0"].as_str());
 
-    std::fs::write(
-        ws.dir.join("pinned.yaml"),
-        "intent:\n  target_resource_type: hello.app\n  action: install\n  pack: hello@1.9.0\n  name: h1\n",
-    )
-    .unwrap();
-    let plan = ws.plan_json(&ws.path("pinned.yaml"));
+    // An intent that names its pack's version.
+    let pinned = |version: &str| {
+        let intent = format!(
+            "intent:\n  target_resource_type: hello.app\n  action: install\n  pack: hello@{version}\n  name: h1\n"
+        );
+        std::fs::write(ws.dir.join(&format!("pinned-{version}.yaml")), intent).unwrap();
+        ws.path(&format!("pinned-{version}.yaml"))
+    };
+    let plan = ws.plan_json(&pinned("1.9.0"));
     assert_eq!(plan["pack"], "hello@1.9.0");
     assert_eq!(plan["pack_digest"], digests["1.9.0"].as_str());
 
-    std::fs::write(
-        ws.dir.join("missing.yaml"),
-        "intent:\n  target_resource_type: hello.app\n  action: install\n  pack: hello@2.0.0\n  name: h1\n",
-    )
-    .unwrap();
-    let run = ws.run(&["plan", "-f", &ws.path("missing.yaml")]);
+    let run = ws.run(&["plan", "-f", &pinned("2.0.0")]);
     assert!(run.err.contains("no pack `hello@2.0.0` is loaded"), "{}", run.render());
     assert!(run.err.contains("hello@1.9.0"), "{}", run.render());
 

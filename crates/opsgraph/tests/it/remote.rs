@@ -6,6 +6,7 @@
 use opsgraph_core::model::OperationState;
 use opsgraph_exec::testing::Sshd;
 
+use crate::serve::Server;
 use crate::subop::{events, World};
 
 const PACK: &[(&str, &str)] = &[
@@ -58,9 +59,7 @@ fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
     let mut files: Vec<(&str, &str)> = PACK.to_vec();
     files.push(("world/host.yaml", &host));
     let w = World::replacing(&files);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, _, id) = w.created();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
     let data = w.dir.join("data");
     let artifacts = rt.store().artifacts(&id).unwrap();
@@ -95,15 +94,8 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
             "intent:\n  target_resource_type: hello.app\n  action: install\n  name: h12\n  environment: dev\n  parameters: {word: bye}\n",
         ),
     ]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let remote = |who: &str, args: &[&str]| {
-        let token = files.join(&format!("{who}.token")).display().to_string();
-        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
-    };
+    let server = Server::start(&api);
+    let remote = |who: &str, args: &[&str]| server.opsgraph(&files.join(&format!("{who}.token")), args);
     let data = api.dir.join("data").display().to_string();
     let local = |args: &[&str]| crate::support::opsgraph(&[&["--data-dir", &data], args].concat());
 
@@ -111,16 +103,14 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
     let intent = files.join("intent.yaml").display().to_string();
     let applied = remote("sam", &["apply", "-f", &intent, "--yes"]);
     assert_eq!(applied.code, 0, "{}", applied.render());
-    let id =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let id = applied.operation_id();
     let answered = remote("bob", &["gate", "answer", "approve-hello", "--option", "approve", "--as", "bob"]);
     assert!(answered.out.contains(&format!("Operation {id}: completed")), "{}", answered.render());
 
     // And one that failed: the analyzer's findings read the same both ways.
     let failing = files.join("failing.yaml").display().to_string();
     let applied = remote("sam", &["apply", "-f", &failing, "--yes"]);
-    let failed =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let failed = applied.operation_id();
     let answered = remote(
         "bob",
         &["gate", "answer", "approve-hello", "--operation", &failed, "--option", "approve", "--as", "bob"],
@@ -172,8 +162,7 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
     assert_eq!((here.code, &here.out), (there.code, &there.out), "{}\n{}", here.render(), there.render());
     assert!(here.out.contains("ada") && here.out.contains("platform_admin"), "{}", here.out);
 
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 /// `apply --yes` prints the same preview, live view and ending whether this process drives the
@@ -186,17 +175,12 @@ fn apply_prints_the_same_run_locally_and_through_the_server() {
         ("here.yaml", &crate::server::intent("h31")),
         ("there.yaml", &crate::server::intent("h32")),
     ]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let token = files.join("sam.token").display().to_string();
+    let server = Server::start(&api);
     let (here, there) = (files.join("here.yaml").display().to_string(), files.join("there.yaml").display().to_string());
     let data = api.dir.join("data").display().to_string();
     let packs = api.dir.join("hello").display().to_string();
     let local = crate::support::opsgraph(&["--data-dir", &data, "apply", "-f", &here, "--yes", "--packs", &packs]);
-    let remote = crate::support::opsgraph(&["--server", &url, "--token-file", &token, "apply", "-f", &there, "--yes"]);
+    let remote = server.opsgraph(&files.join("sam.token"), &["apply", "-f", &there, "--yes"]);
     let normal = |text: &str| {
         let text = regex::Regex::new(r"op-[0-9a-z]+").unwrap().replace_all(text, "OP");
         let text = regex::Regex::new(r"\d\d:\d\d:\d\d").unwrap().replace_all(&text, "TIME");
@@ -210,8 +194,7 @@ fn apply_prints_the_same_run_locally_and_through_the_server() {
         (local.code, normal(&local.out), normal(&local.err))
     );
 
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 /// The remedy of a greeting that is not `hello`: run the job again.
@@ -243,15 +226,8 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
         ("here.yaml", &bye("h41")),
         ("there.yaml", &bye("h42")),
     ]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let remote = |who: &str, args: &[&str]| {
-        let token = files.join(&format!("{who}.token")).display().to_string();
-        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
-    };
+    let server = Server::start(&api);
+    let remote = |who: &str, args: &[&str]| server.opsgraph(&files.join(&format!("{who}.token")), args);
     let data = api.dir.join("data").display().to_string();
     let packs = api.dir.join("hello").display().to_string();
     let local = |args: &[&str]| {
@@ -264,7 +240,7 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
     let created = |file: &str| {
         let applied = remote("sam", &["apply", "-f", file, "--yes"]);
         assert_eq!(applied.code, 0, "{}", applied.render());
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string()
+        applied.operation_id()
     };
     // Two operations waiting at the same gate.
     let (a, b) = (created(&here), created(&there));
@@ -364,6 +340,5 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
     };
     assert!(events.contains(&"patch_rejected".to_string()) || events.iter().any(|e| e == "reject_patch"), "{events:?}");
 
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }

@@ -5,14 +5,13 @@
 //! PostgreSQL is unreachable, except under `CI=true`.
 
 use std::collections::BTreeMap;
-use std::io::BufRead as _;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use opsgraph_core::model::OperationState;
 use opsgraph_store::testing::TestDb;
 
+use crate::serve::Process;
 use crate::support::temp_dir;
 
 const JOBS: usize = 200;
@@ -61,46 +60,18 @@ fn pack() -> Vec<(String, String)> {
 }
 
 /// One replica: `opsgraph serve` as a process of its own on the shared database.
-struct Replica {
-    child: std::process::Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn replica(id: &str, data: &Path, database: &str, pack: &Path, token_file: &Path, log: &Path) -> Replica {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
-        .args(["--data-dir", &data.display().to_string(), "--database", database])
-        .args(["serve", "--listen", "127.0.0.1:0", "--packs", &pack.display().to_string()])
-        .env("OPSGRAPH_REPLICA_ID", id)
-        .env("OPSGRAPH_LEASE_TTL_MS", TTL_MS.to_string())
-        .env("OPSGRAPH_ADMIN_TOKEN_FILE", token_file)
-        .env("OPSGRAPH_MASTER_KEY", "a".repeat(64))
-        .env("OPSGRAPH_LOG", "json")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut addr = None;
-    for line in lines.by_ref().map_while(Result::ok) {
-        if let Some(rest) = line.strip_prefix("serving the API on http://") {
-            addr = rest.split('/').next().and_then(|a| a.parse().ok());
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    let Some(addr) = addr else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("replica {id} did not start: {}", std::fs::read_to_string(log).unwrap_or_default());
-    };
-    Replica { child, addr }
+fn replica(id: &str, data: &Path, database: &str, pack: &Path, token_file: &Path, log: &Path) -> Process {
+    Process::start(
+        std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+            .args(["--data-dir", &data.display().to_string(), "--database", database])
+            .args(["serve", "--listen", "127.0.0.1:0", "--packs", &pack.display().to_string()])
+            .env("OPSGRAPH_REPLICA_ID", id)
+            .env("OPSGRAPH_LEASE_TTL_MS", TTL_MS.to_string())
+            .env("OPSGRAPH_ADMIN_TOKEN_FILE", token_file)
+            .env("OPSGRAPH_MASTER_KEY", "a".repeat(64))
+            .env("OPSGRAPH_LOG", "json"),
+        log,
+    )
 }
 
 #[test]
@@ -120,7 +91,7 @@ fn a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice() 
     let token_file = dir.join("admin.token");
     std::fs::write(&token_file, &token).unwrap();
     let pack = dir.join("many");
-    let mut replicas: BTreeMap<String, Replica> = BTreeMap::new();
+    let mut replicas: BTreeMap<String, Process> = BTreeMap::new();
     for id in ["replica-a", "replica-b"] {
         let data = dir.join(&format!("data-{id}"));
         let r = replica(id, &data, db.url(), &pack, &token_file, &dir.join(&format!("{id}.log")));

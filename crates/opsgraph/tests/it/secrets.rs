@@ -59,9 +59,7 @@ job:
 #[test]
 fn canary_secrets_never_appear_in_plain_text() {
     let w = World::replacing(FILES);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, _, id) = w.created();
     assert!(matches!(rt.store().operation(&id).unwrap().unwrap().state, OperationState::WaitingForInput { .. }));
     let answer = opsgraph_runtime::GateAnswer {
         option: "provide a value".into(),

@@ -3,7 +3,7 @@
 //! OpenAPI document held against the routes, and one run over a real socket.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::Request;
@@ -12,6 +12,7 @@ use opsgraph_server::{auth, router, Access, AppState, ROUTES};
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
+use crate::serve::{wait_for, Server};
 use crate::support::{temp_dir, TempDir};
 
 /// A pack of one shell job behind an approval gate that only an SRE may answer.
@@ -567,22 +568,10 @@ fn the_openapi_document_and_the_routes_are_the_same_set() {
     }
 }
 
-/// One HTTP/1.1 request over a real socket.
+/// One HTTP/1.1 request over a real socket: its status and JSON body (null when it has none).
 pub(crate) fn http(addr: std::net::SocketAddr, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    let raw = crate::server_stream::http(addr, method, path, token, &[], body);
+    (raw.status, raw.json())
 }
 
 #[test]
@@ -590,26 +579,13 @@ fn an_operation_runs_end_to_end_over_a_socket_with_a_second_identity_at_its_gate
     let api = Api::new("");
     let sam = api.token("sam", &["operator"]);
     let bob = api.token("bob", &["sre"]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
+    let server = Server::start(&api);
+    let addr = server.addr;
 
     let (status, created) = http(addr, "POST", "/api/v1/operations", &sam, &intent("h1"));
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap();
-    let wait_for = |want: &str| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (_, op) = http(addr, "GET", &format!("/api/v1/operations/{id}"), &sam, "");
-            if op["detail"] == want || op["state"] == want {
-                return op;
-            }
-            assert!(Instant::now() < deadline, "never {want}: {op}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
+    let wait_for = |want: &str| wait_for(addr, id, &sam, want);
     let op = wait_for("paused: waiting for gate approve-hello");
     let answer = json!({"option": "approve", "revision": op["plan_revision"]}).to_string();
     let (status, body) =
@@ -626,8 +602,7 @@ fn an_operation_runs_end_to_end_over_a_socket_with_a_second_identity_at_its_gate
     let greeting = std::fs::read_to_string(api.dir.join("data/lab/greeting-h1")).unwrap();
     assert_eq!(greeting, "hello");
 
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 #[test]
@@ -667,23 +642,15 @@ fn the_cli_drives_an_operation_through_the_server_with_a_second_identity_at_its_
         ("bob.token", &api.token("bob", &["sre"])),
         ("intent.yaml", &intent("h7")),
     ]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let as_ = |who: &str, args: &[&str]| {
-        let token = files.join(&format!("{who}.token")).display().to_string();
-        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
-    };
+    let server = Server::start(&api);
+    let as_ = |who: &str, args: &[&str]| server.opsgraph(&files.join(&format!("{who}.token")), args);
     let intent = files.join("intent.yaml").display().to_string();
 
     let preview = as_("sam", &["plan", "-f", &intent]);
     assert!(preview.out.starts_with("Plan hello.install"), "{}", preview.render());
     let applied = as_("sam", &["apply", "-f", &intent, "--yes"]);
     assert_eq!(applied.code, 0, "{}", applied.render());
-    let id =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let id = applied.operation_id();
     assert!(
         applied.out.contains(&format!("Operation {id}: paused: waiting for gate approve-hello")),
         "{}",
@@ -708,11 +675,10 @@ fn the_cli_drives_an_operation_through_the_server_with_a_second_identity_at_its_
     assert_eq!(rows.out, crate::support::opsgraph(&["--data-dir", &data, "get", "jobs", &id]).out);
     let audit = as_("sam", &["audit", "--operation", &id]);
     assert!(audit.out.contains("user:bob") && audit.out.contains("gate"), "{}", audit.out);
-    let no_token = crate::support::opsgraph(&["--server", &url, "--token-file", "/nonexistent", "get", "operations"]);
+    let no_token = server.opsgraph(std::path::Path::new("/nonexistent"), &["get", "operations"]);
     assert!(no_token.err.contains("cannot read the token file"), "{}", no_token.render());
 
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 /// The repair loop through the server: a failed run is diagnosed (no remedy: said plainly), a
@@ -735,19 +701,11 @@ fn a_failed_operation_is_repaired_through_the_server_by_patch_and_approval() {
             "plan_patch:\n  reason: the greeting must be hello\n  changes:\n    - set_parameters: {parameters: {word: hello}}\n    - retry: {job: say-hello}\n  approval: {required: true, roles: [sre, platform_admin]}\n",
         ),
     ]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let as_ = |who: &str, args: &[&str]| {
-        let token = files.join(&format!("{who}.token")).display().to_string();
-        crate::support::opsgraph(&[&["--server", &url, "--token-file", &token], args].concat())
-    };
+    let server = Server::start(&api);
+    let as_ = |who: &str, args: &[&str]| server.opsgraph(&files.join(&format!("{who}.token")), args);
     let intent = files.join("intent.yaml").display().to_string();
     let applied = as_("bob", &["apply", "-f", &intent, "--yes"]);
-    let id =
-        applied.out.lines().find_map(|l| l.strip_prefix("Operation ")).unwrap().split(':').next().unwrap().to_string();
+    let id = applied.operation_id();
     let failed =
         as_("bob", &["gate", "answer", "approve-hello", "--operation", &id, "--option", "approve", "--as", "bob"]);
     // bob created it: the server refuses his own approval of the plan gate; ada approves it.
@@ -801,8 +759,7 @@ fn a_failed_operation_is_repaired_through_the_server_by_patch_and_approval() {
     let escalate = as_("bob", &["token", "create", "--name", "mallory", "--role", "platform_admin"]);
     assert!(escalate.err.contains("403"), "{}", escalate.render());
 
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 /// What the web UI draws an operation from: its plan (jobs and what they wait for, the capability

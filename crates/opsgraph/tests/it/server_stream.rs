@@ -3,7 +3,7 @@
 //! audited reveals of secret artifacts, and canary secrets that no API response to a viewer or
 //! operator, no log line of the real `opsgraph serve` and no file of its data directory holds.
 
-use std::io::{BufRead as _, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
+use crate::serve::{wait_for, Process, Server};
 use crate::server::{intent, Api};
 use crate::support::{files_under, holds, temp_dir};
 
@@ -141,45 +142,6 @@ fn stream(addr: SocketAddr, path: &str, token: &str, extra: &[(&str, &str)]) -> 
 
 fn ids(events: &[Sse]) -> Vec<i64> {
     events.iter().filter_map(|e| e.id).collect()
-}
-
-pub(crate) struct Server {
-    pub(crate) addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<(), opsgraph_server::Error>>>,
-}
-
-impl Server {
-    pub(crate) fn start(api: &Api) -> Server {
-        let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel();
-        let state = api.state.clone();
-        let thread = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-        Server { addr, stop: Some(stop), thread: Some(thread) }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let result = self.thread.take().unwrap().join();
-        if !std::thread::panicking() {
-            result.unwrap().unwrap();
-        }
-    }
-}
-
-pub(crate) fn wait_for(addr: SocketAddr, id: &str, token: &str, want: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let op = http(addr, "GET", &format!("/api/v1/operations/{id}"), token, &[], "").json();
-        if op["detail"] == want || op["state"] == want {
-            return op;
-        }
-        assert!(Instant::now() < deadline, "never {want}: {op}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -651,50 +613,17 @@ job:
     ("data/config.yaml", "roles:\n  revealer: [read, reveal_secrets]\n"),
 ];
 
-/// `opsgraph serve` as a process of its own, with JSON logs on standard error (kept in a file).
-struct Served {
-    child: std::process::Child,
-    addr: SocketAddr,
-    admin: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(data: &std::path::Path, packs: &std::path::Path, log: &std::path::Path) -> Served {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
-        .args(["--data-dir", &data.display().to_string(), "serve", "--listen", "127.0.0.1:0"])
-        .args(["--packs", &packs.display().to_string()])
-        .env("OPSGRAPH_LOG", "json")
-        .env_remove("OPSGRAPH_MASTER_KEY")
-        .env_remove("OPSGRAPH_ADMIN_TOKEN_FILE")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut admin = None;
-    let mut addr = None;
-    for line in lines.by_ref().map_while(Result::ok) {
-        if line.starts_with("og_") {
-            admin = Some(line);
-        } else if let Some(rest) = line.strip_prefix("serving the API on http://") {
-            addr = rest.split('/').next().and_then(|a| a.parse().ok());
-            break;
-        }
-    }
-    // Keep reading standard output, so that the server never writes into a closed pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    let (Some(addr), Some(admin)) = (addr, admin) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the server did not print its admin token and address");
-    };
-    Served { child, addr, admin }
+/// `opsgraph serve` as a process of its own, with JSON logs on standard error (kept in `log`).
+fn serve(data: &std::path::Path, packs: &std::path::Path, log: &std::path::Path) -> Process {
+    Process::start(
+        std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+            .args(["--data-dir", &data.display().to_string(), "serve", "--listen", "127.0.0.1:0"])
+            .args(["--packs", &packs.display().to_string()])
+            .env("OPSGRAPH_LOG", "json")
+            .env_remove("OPSGRAPH_MASTER_KEY")
+            .env_remove("OPSGRAPH_ADMIN_TOKEN_FILE"),
+        log,
+    )
 }
 
 #[test]
@@ -711,7 +640,7 @@ fn canaries_never_reach_viewers_operators_logs_or_files_and_a_reveal_is_audited(
     let log = dir.join("server.log");
     let server = serve(&data, &dir.join("packs/vault"), &log);
     let addr = server.addr;
-    let admin = server.admin.clone();
+    let admin = server.admin.clone().expect("the server printed its admin token");
     let mint = |name: &str, role: &str| {
         let out = crate::support::opsgraph(&[
             "--data-dir",

@@ -74,6 +74,15 @@ impl World {
         let store = SqliteStore::open(&data.join("opsgraph.db"), Durability::Full).unwrap();
         Runtime::new(Box::new(store), loaded.packs, loaded.world.resources, data)
     }
+
+    /// The world's intent planned and created by `user:alice` (not yet driven): the runtime, the
+    /// plan and the operation's id.
+    pub(crate) fn created(&self) -> (Runtime, opsgraph_core::plan::Plan, String) {
+        let plan = opsgraph::plan_cmd::build(&self.loaded()).unwrap();
+        let mut rt = self.runtime();
+        let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+        (rt, plan, id)
+    }
 }
 
 pub(crate) fn events(rt: &Runtime, id: &str) -> Vec<String> {
@@ -107,9 +116,7 @@ fn a_created_provider_runs_first_and_its_users_wait_for_it() {
 fn a_person_chooses_to_create_the_provider_at_the_gate() {
     let policy = "capability_policy:\n  store.bucket:\n    dev: {allowed_providers: [bucket_maker], require_approval: true, approval_roles: [sre]}\n";
     let w = World::new(&[("world/policy.yaml", policy)]);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, plan, id) = w.created();
     assert!(matches!(rt.store().operation(&id).unwrap().unwrap().state, OperationState::WaitingForApproval { .. }));
     let gate = plan.gates[0].id.clone();
     let answer =

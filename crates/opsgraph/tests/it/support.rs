@@ -34,6 +34,13 @@ impl Run {
         }
         s
     }
+
+    /// The id of the operation the run printed (`Operation op-…: …`, the first such line).
+    pub(crate) fn operation_id(&self) -> String {
+        let line =
+            self.out.lines().find(|l| l.starts_with("Operation op-")).unwrap_or_else(|| panic!("{}", self.render()));
+        line["Operation ".len()..].split(':').next().unwrap().to_string()
+    }
 }
 
 /// Runs `opsgraph ARGS...` in-process. `{root}` in an argument is the repository root.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
+use crate::serve::Server;
 use crate::server::{http, intent, Api};
 
 pub(crate) const CHROMIUM: &str = "/usr/bin/chromium";
@@ -27,7 +28,7 @@ pub(crate) struct Browser {
 
 impl Browser {
     pub(crate) fn start() -> Browser {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = crate::support::free_port("127.0.0.1");
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -236,24 +237,27 @@ impl Drop for Browser {
     }
 }
 
-#[test]
-fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
+/// Where the UI tests write their screenshots; `None` (the test skips) when Debian's `chromium`
+/// or `chromium-driver` is not installed.
+fn screenshots() -> Option<PathBuf> {
     if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
         eprintln!("SKIPPED the UI test: chromium/chromedriver not installed ({CHROMIUM}, {CHROMEDRIVER})");
-        return;
+        return None;
     }
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
+    Some(shots)
+}
+
+#[test]
+fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
+    let Some(shots) = screenshots() else { return };
     let api = Api::new("");
     let sam = api.token("sam", &["operator"]); // creates the operations
     let bob = api.token("bob", &["sre"]); // answers the gate in the browser
     let vera = api.token("vera", &["viewer"]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let base = format!("http://{addr}");
+    let server = Server::start(&api);
+    let (addr, base) = (server.addr, server.url());
 
     let create = |name: &str| {
         let (status, created) = http(addr, "POST", "/api/v1/operations", &sam, &intent(name));
@@ -317,8 +321,7 @@ fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
         Some("default-src 'self'")
     );
     drop(browser);
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 /// Without a browser: the UI's files, their content types and policy, and the stages the
@@ -371,23 +374,14 @@ fn the_ui_files_are_served_with_a_content_security_policy_and_no_inline_script()
 /// made is on the resources page. Screenshots of every main page are written out.
 #[test]
 fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser() {
-    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
-        eprintln!("SKIPPED the UI test: chromium/chromedriver not installed ({CHROMIUM}, {CHROMEDRIVER})");
-        return;
-    }
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let Some(shots) = screenshots() else { return };
     let api = Api::new("");
     let sam = api.token("sam", &["operator"]); // files the intent
     let bob = api.token("bob", &["sre"]); // answers the gate, approves the patch
     let ada = api.token("ada", &["sre"]); // proposes the patch
     let vera = api.token("vera", &["viewer"]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let base = format!("http://{addr}");
+    let server = Server::start(&api);
+    let (addr, base) = (server.addr, server.url());
 
     let browser = Browser::start();
     browser.go(&format!("{base}/"));
@@ -506,8 +500,7 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     browser.screenshot(&shots, "resource");
 
     drop(browser);
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 /// A pack with secret parameters, a secret and an internal artifact, and a requirement the world
@@ -557,12 +550,7 @@ job:
 /// only revealed by an allowed role, and the reveal is audited.
 #[test]
 fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_binding() {
-    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
-        eprintln!("SKIPPED the UI test: chromium/chromedriver not installed ({CHROMIUM}, {CHROMEDRIVER})");
-        return;
-    }
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let Some(shots) = screenshots() else { return };
     let dir = crate::support::temp_dir(VAULT);
     let data = dir.join("data");
     std::fs::create_dir_all(&data).unwrap();
@@ -576,12 +564,8 @@ fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_bin
     let api = Api { dir, state, rt };
     let ada = api.token("ada", &["platform_admin"]);
     let vera = api.token("vera", &["viewer"]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let base = format!("http://{addr}");
+    let server = Server::start(&api);
+    let (addr, base) = (server.addr, server.url());
     let password = "PW-CANARY-ui";
     let artifact = "ART-CANARY-ui";
 
@@ -662,8 +646,7 @@ fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_bin
     assert_eq!(status, 403, "a forged reveal is refused");
 
     drop(browser);
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
 
 /// A pack of two stages: `wait-for-go` runs until the test creates `go-<name>` in the lab
@@ -722,12 +705,7 @@ fn timeline(addr: std::net::SocketAddr, id: &str, token: &str) -> Vec<(i64, Stri
 /// receives every timeline entry once.
 #[test]
 fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_failed_runs() {
-    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
-        eprintln!("SKIPPED the UI test: chromium/chromedriver not installed ({CHROMIUM}, {CHROMEDRIVER})");
-        return;
-    }
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let Some(shots) = screenshots() else { return };
     let dir = crate::support::temp_dir(STEPS);
     let data = dir.join("data");
     let lab = data.join("lab");
@@ -743,12 +721,8 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     let sam = api.token("sam", &["operator"]);
     let bob = api.token("bob", &["sre"]);
     let vera = api.token("vera", &["viewer"]);
-    let listener = opsgraph_server::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let state = api.state.clone();
-    let server = std::thread::spawn(move || listener.serve(state, Some(stopped)));
-    let base = format!("http://{addr}");
+    let server = Server::start(&api);
+    let (addr, base) = (server.addr, server.url());
     let go = |name: &str| std::fs::write(lab.join(format!("go-{name}")), "").unwrap();
     let create = |name: &str, word: &str| {
         let intent = format!(
@@ -1019,6 +993,5 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     go("vx");
     wait_api(&running, "completed");
     assert!(api.state.wait_idle(Duration::from_secs(30)));
-    stop.send(()).unwrap();
-    server.join().unwrap().unwrap();
+    drop(server);
 }
