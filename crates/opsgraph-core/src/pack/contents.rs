@@ -65,6 +65,7 @@ impl Pack {
             risk: None,
             provides: vec![],
             removes_resource: false,
+            refuse: Vec::new(),
         };
         Pack {
             root: root.into(),

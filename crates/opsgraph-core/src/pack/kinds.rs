@@ -442,6 +442,11 @@ pub(crate) static PLAN_TEMPLATE: Obj = Obj {
         field("risk", &RISK_LEVEL, "overrides the pack's risk level"),
         field("provides", &PROVISIONS, "what the resulting resource provides"),
         field("removes_resource", &BOOL, "the completed operation removes its resource (uninstall)"),
+        field(
+            "refuse",
+            &crate::pack::refusals::REFUSALS,
+            "when a plan of it is refused before anything runs (docs/day2.md)",
+        ),
     ],
     one_of: &[],
     normalize: None,
