@@ -277,7 +277,7 @@ plan_template:
           = hint: did you mean `members`?
         ring/templates.yaml:13:42: error[E006]: `below` tests a number, and `params.members` is not one (count a list's items with `count_of`)
         ring/templates.yaml:15:41: error[E006]: `params.force` is a boolean; `equals: yes` can never match it
-        ring/templates.yaml:17:25: error[E009]: unknown target (no scope reads it) `node`
+        ring/templates.yaml:17:25: error[E009]: unknown target `node`
           = hint: did you mean `nodes`?
         ring/templates.yaml:19:42: error[E006]: `equals` compares one value, and `targets.nodes` is a list (use `count_of` or `includes_all`)
         ring/templates.yaml:21:19: error[E006]: unknown reference `param.members`
