@@ -248,8 +248,23 @@ fn a_refused_day2_action_prints_why_and_changes_nothing() {
     assert_eq!(kv.resource().unwrap(), before, "a refused apply changed the resource");
     assert_eq!(kv.conf(), "version=2 port=8001\n");
 
-    // `plan` refuses it the same way; the port the record has passes.
+    // `plan` refuses it the same way, and so does the server (a 422 naming P012); the port the
+    // record has passes.
     let planned = kv.run("plan", "upgrade-port80.yaml", &[]);
     assert_eq!((planned.code, planned.err.clone()), (1, refused.err.clone()), "{}", planned.render());
+    let data = kv.dir.join("data");
+    let (packs, world) = (kv.dir.join("kv").display().to_string(), kv.dir.join("world.yaml").display().to_string());
+    let api = crate::server::Api {
+        dir: temp_dir(&[]),
+        state: opsgraph::serve_cmd::state(&data, &[packs], &[world]).unwrap(),
+        rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+    };
+    let token = api.token("sam", &["operator"]);
+    let body = std::fs::read_to_string(kv.dir.join("upgrade-port80.yaml")).unwrap();
+    let created = api.post("/api/v1/operations", &token, &body);
+    assert_eq!(created.status, 422, "{}", created.body);
+    assert_eq!(created.body["error"]["details"]["errors"][0]["code"], "P012", "{}", created.body);
+    drop(api);
+    assert_eq!(operations(&kv), ops_before, "a refused create created an operation");
     kv.apply("upgrade.yaml");
 }
