@@ -76,6 +76,14 @@ pub fn recorded(intent: &Intent, store: &dyn Store) -> Result<Option<Recorded>, 
                 recorded.parameters.insert(name.clone(), value.clone());
             }
         }
+        if plan.removes_targets {
+            // Removed (`remove_node`): what it targeted is no longer the resource's.
+            let gone: Vec<&String> = plan.intent.targets.values().flatten().collect();
+            for ids in recorded.targets.values_mut() {
+                ids.retain(|id| !gone.contains(&id));
+            }
+            continue;
+        }
         let inherited = plan.inherited.iter().flat_map(|i| &i.targets);
         for (key, ids) in plan.intent.targets.iter().chain(inherited) {
             recorded.targets.insert(key.clone(), ids.clone());

@@ -244,6 +244,10 @@ pub struct PlanTemplate {
     /// its history stays.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removes_resource: bool,
+    /// The resources its intent targets leave the resource ([I], `remove_node`): once it
+    /// completes, the record's target lists no longer name them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removes_targets: bool,
     /// When a plan of this template is refused before anything runs ([I]): each rule's
     /// conditions, all holding, refuse it with the rule's message (`plan/refuse.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -65,6 +65,7 @@ impl Pack {
             risk: None,
             provides: vec![],
             removes_resource: false,
+            removes_targets: false,
             refuse: Vec::new(),
         };
         Pack {

@@ -161,6 +161,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
     base.cost = None;
     base.revision.number = 0;
     base.removes_resource = false;
+    base.removes_targets = false;
     base.inherited = plan.inherited.clone().map(|i| Inherited { changes: restored, observed: Default::default(), ..i });
     let plan = apply(base, edits)?;
     Ok(RollbackPlan { plan, unsupported, partial })

@@ -186,6 +186,10 @@ fn lab_cluster_scale_remove_node_and_uninstall_with_their_refusals() {
     let r = lab.resource().unwrap();
     assert_eq!(r["resource"]["status"], "running", "{r:#}");
     assert_eq!(r["resource"]["observed"]["nodes"], "2", "{r:#}");
+    // The removed node left the record: an upgrade now runs on the two nodes left.
+    let planned = lab.intent_args("plan", "upgrade.yaml");
+    assert!(planned.out.contains("upgrade-node @ lab-1, lab-2\n"), "{}", planned.render());
+    assert!(planned.out.contains("targets.workers=compute_node/lab-2\n"), "{}", planned.render());
 
     // Uninstall names nothing but the cluster; every recorded node is reset, the record goes.
     lab.apply("uninstall.yaml");
