@@ -28,7 +28,7 @@ pub fn world_resources(given: &[Resource], store: &dyn Store) -> Result<Vec<Reso
 /// The completed operations of a resource's current life, oldest first, with their plans: those
 /// after the latest one that removed it (an `uninstall`), rollbacks left out (they undo, they
 /// configure nothing) and so is each operation a completed rollback undid (an upgrade rolled
-/// back: the record is the one before it).
+/// back: the record is the one before it; the creating operation rolled back: nothing is left).
 pub(crate) fn completed_plans(store: &dyn Store, resource: &str) -> Result<Vec<(OperationRecord, Plan)>, Error> {
     let ops = store.operations(&OperationFilter { state: None, resource: Some(resource.to_string()) })?;
     let mut out: Vec<(OperationRecord, Plan)> = Vec::new();
@@ -39,7 +39,11 @@ pub(crate) fn completed_plans(store: &dyn Store, resource: &str) -> Result<Vec<(
         let Some(plan) = store.plan(&op.plan_revision)? else { continue };
         let Ok(plan) = serde_json::from_value::<Plan>(plan) else { continue };
         if plan.action == "rollback" {
-            out.retain(|(o, _)| Some(&o.id) != plan.rolls_back.as_ref());
+            // Undoing what created it undoes its whole life; undoing a day-2 action, that one.
+            match out.first() {
+                Some((first, _)) if Some(&first.id) == plan.rolls_back.as_ref() => out.clear(),
+                _ => out.retain(|(o, _)| Some(&o.id) != plan.rolls_back.as_ref()),
+            }
         } else if plan.removes_resource {
             out.clear();
         } else {

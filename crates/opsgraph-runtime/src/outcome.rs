@@ -240,8 +240,9 @@ impl Runtime {
     fn back_to_record(&self, doc: &Resource, op: &OperationRecord, plan: &Plan) -> Result<Option<Vec<Write>>, Error> {
         let Some(undone) = &plan.rolls_back else { return Ok(None) };
         let before = crate::manage::completed_plans(&*self.store, &doc.id)?;
-        if !before.iter().any(|(o, _)| o.id != *undone) {
-            return Ok(None);
+        match before.first() {
+            Some((first, _)) if first.id != *undone => {}
+            _ => return Ok(None),
         }
         let mut doc = doc.clone();
         let summary = format!("rolled back {undone}: {} jobs undone", plan.jobs.len());
