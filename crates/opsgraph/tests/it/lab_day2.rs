@@ -129,7 +129,7 @@ fn operation_id(run: &Run) -> String {
 #[test]
 fn lab_cluster_upgrade_and_its_rollback_to_the_recorded_version() {
     let lab = Lab::new();
-    lab.apply("create");
+    let create_op = operation_id(&lab.apply("create"));
     assert_eq!(lab.versions(), ["lab-1=1.30", "lab-2=1.30", "lab-3=1.30"]);
 
     // The upgrade names only the version: the nodes come from the record.
@@ -160,6 +160,17 @@ fn lab_cluster_upgrade_and_its_rollback_to_the_recorded_version() {
     let again = lab.intent_args("plan", "upgrade-same.yaml");
     assert!(again.out.contains("no parameter or target differs from the record"), "{}", again.render());
     assert!(again.out.contains("kubernetes_version=1.30"), "{}", again.render());
+
+    // Rolling back what created the cluster still ends its life, day-2 actions or not: its nodes
+    // reset, the resource rolled back, nothing left to inherit.
+    let rb = lab.run(&["rollback", &create_op, "--yes", "--inventory", &inventory]);
+    lab.through_gates(rb);
+    assert!(!lab.node("lab-1").exists(), "the control plane was not reset");
+    let r = lab.resource().unwrap();
+    assert!(r["resource"]["observed_state"].as_str().unwrap().starts_with("rolled back by operation"), "{r:#}");
+    assert!(r["resource"]["status"].is_null(), "{r:#}");
+    let after = lab.intent_args("plan", "upgrade-same.yaml");
+    assert!(!after.out.contains("Changes to"), "{}", after.render());
 }
 
 #[test]
