@@ -27,19 +27,26 @@ pub fn world_resources(given: &[Resource], store: &dyn Store) -> Result<Vec<Reso
 
 /// The completed operations of a resource's current life, oldest first, with their plans: those
 /// after the latest one that removed it (an `uninstall`), rollbacks left out (they undo, they
-/// configure nothing).
+/// configure nothing) and so is each operation a completed rollback undid (an upgrade rolled
+/// back: the record is the one before it; the creating operation rolled back: nothing is left).
 pub(crate) fn completed_plans(store: &dyn Store, resource: &str) -> Result<Vec<(OperationRecord, Plan)>, Error> {
     let ops = store.operations(&OperationFilter { state: None, resource: Some(resource.to_string()) })?;
-    let mut out = Vec::new();
+    let mut out: Vec<(OperationRecord, Plan)> = Vec::new();
     for op in ops {
         if op.state != OperationState::Completed {
             continue;
         }
         let Some(plan) = store.plan(&op.plan_revision)? else { continue };
         let Ok(plan) = serde_json::from_value::<Plan>(plan) else { continue };
-        if plan.removes_resource {
+        if plan.action == "rollback" {
+            // Undoing what created it undoes its whole life; undoing a day-2 action, that one.
+            match out.first() {
+                Some((first, _)) if Some(&first.id) == plan.rolls_back.as_ref() => out.clear(),
+                _ => out.retain(|(o, _)| Some(&o.id) != plan.rolls_back.as_ref()),
+            }
+        } else if plan.removes_resource {
             out.clear();
-        } else if plan.action != "rollback" {
+        } else {
             out.push((op, plan));
         }
     }
@@ -72,6 +79,14 @@ pub fn recorded(intent: &Intent, store: &dyn Store) -> Result<Option<Recorded>, 
             if !plan.secret_parameters.contains(name) && !crate::secrets::is_sealed(value) {
                 recorded.parameters.insert(name.clone(), value.clone());
             }
+        }
+        if plan.removes_targets {
+            // Removed (`remove_node`): what it targeted is no longer the resource's.
+            let gone: Vec<&String> = plan.intent.targets.values().flatten().collect();
+            for ids in recorded.targets.values_mut() {
+                ids.retain(|id| !gone.contains(&id));
+            }
+            continue;
         }
         let inherited = plan.inherited.iter().flat_map(|i| &i.targets);
         for (key, ids) in plan.intent.targets.iter().chain(inherited) {

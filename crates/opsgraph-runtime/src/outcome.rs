@@ -150,6 +150,9 @@ impl Runtime {
     ) -> Result<Vec<Write>, Error> {
         let Some(mut doc) = self.resource_doc(plan) else { return Ok(vec![]) };
         if plan.action == "rollback" {
+            if let Some(writes) = self.back_to_record(&doc, op, plan)? {
+                return Ok(writes);
+            }
             // Undone: it provides nothing any more, and nobody has observed it since.
             doc.provides.clear();
             doc.credentials.clear();
@@ -228,6 +231,39 @@ impl Runtime {
                 Value::Null,
             ),
         ])
+    }
+
+    /// A completed rollback of a day-2 action ([I] 6): the operations before the one it undid
+    /// still make up the resource, which is running again as they left it (its capabilities
+    /// kept; its observed values cleared until the verification that follows the completion).
+    /// `None` when the rollback undid what created the resource.
+    fn back_to_record(&self, doc: &Resource, op: &OperationRecord, plan: &Plan) -> Result<Option<Vec<Write>>, Error> {
+        let Some(undone) = &plan.rolls_back else { return Ok(None) };
+        let before = crate::manage::completed_plans(&*self.store, &doc.id)?;
+        match before.first() {
+            Some((first, _)) if first.id != *undone => {}
+            _ => return Ok(None),
+        }
+        let mut doc = doc.clone();
+        let summary = format!("rolled back {undone}: {} jobs undone", plan.jobs.len());
+        doc.desired_state = Some(format!("as before operation {undone}"));
+        doc.observed_state = Some(summary.clone());
+        doc.health = Health::Healthy;
+        doc.status = Some(ResourceStatus::Running);
+        doc.observed.clear();
+        doc.verification = None;
+        Ok(Some(vec![
+            resource_write(&doc, &op.id),
+            history(
+                &doc.id,
+                &op.actor,
+                "operation.completed",
+                ResourceStatus::Running.as_str(),
+                &op.id,
+                summary,
+                Value::Null,
+            ),
+        ]))
     }
 
     /// An operation cancelled while it was creating its resource ([I]): a resource nothing was

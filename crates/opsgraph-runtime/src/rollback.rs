@@ -22,12 +22,16 @@ impl Runtime {
             .filter(|j| j.state.is_done() && j.state != opsgraph_store::JobState::Skipped)
             .map(|j| j.id)
             .collect();
-        rollback(&plan, pack, &done).map_err(|errs| {
+        let mut rb = rollback(&plan, pack, &done).map_err(|errs| {
             Error::Unsupported(format!(
                 "the rollback plan cannot be built: {}",
                 errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
             ))
-        })
+        })?;
+        // Which operation it undoes: once it completes, that one leaves the resource's record
+        // (`manage::completed_plans`), and a day-2 action's resource is as it was before it.
+        rb.plan.rolls_back = Some(op_id.to_string());
+        Ok(rb)
     }
 
     /// Starts the rollback of `op_id` as a new operation. A failed or paused operation is

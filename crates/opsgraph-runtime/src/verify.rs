@@ -203,10 +203,20 @@ impl Runtime {
             }
             Some(_) => {}
         }
+        // A rollback of a day-2 action leaves the operations before it in place: the checks run
+        // where they ran before the undone one. A rollback of what created it ends the search.
+        let life: Vec<String> =
+            crate::manage::completed_plans(&*self.store, id)?.into_iter().map(|(o, _)| o.id).collect();
         for op in ops.filter(|o| o.state.kind() == OperationStateKind::Completed) {
             let (op, plan) = self.load(&op.id)?;
             if plan.action == "rollback" {
+                if plan.rolls_back.as_ref().is_some_and(|undone| !life.contains(undone)) && !life.is_empty() {
+                    continue;
+                }
                 return Err(Error::Unsupported(format!("`{id}` was rolled back by operation {}", op.id)));
+            }
+            if !life.contains(&op.id) {
+                continue;
             }
             if plan.jobs.iter().any(|j| j.job == spec.on) {
                 return Ok((op, plan));

@@ -244,6 +244,103 @@ pub struct PlanTemplate {
     /// its history stays.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removes_resource: bool,
+    /// The resources its intent targets leave the resource ([I], `remove_node`): once it
+    /// completes, the record's target lists no longer name them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removes_targets: bool,
+    /// When a plan of this template is refused before anything runs ([I]): each rule's
+    /// conditions, all holding, refuse it with the rule's message (`plan/refuse.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refuse: Vec<Refusal>,
+}
+
+/// A rule of a template's `refuse:` list: the plan is refused, with `message`, when every
+/// condition of `when` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub when: Vec<Condition>,
+    pub message: String,
+}
+
+/// One condition of a refusal: a value (`of`) or the number of its items (`count_of`), and one
+/// test of it. Both are written flat: `{count_of: params.members, parity: even}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Condition {
+    #[serde(flatten)]
+    pub subject: Subject,
+    #[serde(flatten)]
+    pub test: Test,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Subject {
+    /// The value a reference names ([`ValueRef`]).
+    Of(String),
+    /// How many items it has: a list's, or a comma-separated string's non-empty items.
+    CountOf(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Test {
+    Equals(serde_json::Value),
+    NotEquals(serde_json::Value),
+    Below(f64),
+    Above(f64),
+    Parity(Parity),
+    /// Every item of the list the reference names is among the subject's items.
+    IncludesAll(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Parity {
+    Even,
+    Odd,
+}
+
+/// What a refusal's reference names: the plan's parameter (given, inherited or defaulted), the
+/// recorded resource's parameter or target list, the plan's target list, or an observed value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueRef<'a> {
+    Param(&'a str),
+    Targets(&'a str),
+    Recorded(&'a str),
+    RecordedTargets(&'a str),
+    Observed(&'a str),
+}
+
+impl<'a> ValueRef<'a> {
+    /// `params.NAME`, `targets.NAME`, `recorded.NAME`, `recorded.targets.NAME`, `observed.NAME`.
+    pub fn parse(text: &'a str) -> Option<ValueRef<'a>> {
+        let (head, name) = text.split_once('.')?;
+        let r = match head {
+            "params" => ValueRef::Param(name),
+            "targets" => ValueRef::Targets(name),
+            "recorded" => match name.strip_prefix("targets.") {
+                Some(t) => ValueRef::RecordedTargets(t),
+                None => ValueRef::Recorded(name),
+            },
+            "observed" => ValueRef::Observed(name),
+            _ => return None,
+        };
+        let name = match r {
+            ValueRef::Param(n)
+            | ValueRef::Targets(n)
+            | ValueRef::Recorded(n)
+            | ValueRef::RecordedTargets(n)
+            | ValueRef::Observed(n) => n,
+        };
+        // Observed values of one host are `name@host`.
+        let ok = match r {
+            ValueRef::Observed(n) => n
+                .split_once('@')
+                .map_or(crate::model::is_id(n), |(a, b)| crate::model::is_id(a) && crate::model::is_id(b)),
+            _ => crate::model::is_id(name),
+        };
+        ok.then_some(r)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

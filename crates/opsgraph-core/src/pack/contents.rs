@@ -65,6 +65,8 @@ impl Pack {
             risk: None,
             provides: vec![],
             removes_resource: false,
+            removes_targets: false,
+            refuse: Vec::new(),
         };
         Pack {
             root: root.into(),

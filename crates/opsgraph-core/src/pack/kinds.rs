@@ -442,6 +442,12 @@ pub(crate) static PLAN_TEMPLATE: Obj = Obj {
         field("risk", &RISK_LEVEL, "overrides the pack's risk level"),
         field("provides", &PROVISIONS, "what the resulting resource provides"),
         field("removes_resource", &BOOL, "the completed operation removes its resource (uninstall)"),
+        field("removes_targets", &BOOL, "the resources it targets leave the resource's record (remove_node)"),
+        field(
+            "refuse",
+            &crate::pack::refusals::REFUSALS,
+            "when a plan of it is refused before anything runs (docs/day2.md)",
+        ),
     ],
     one_of: &[],
     normalize: None,

@@ -14,6 +14,7 @@ pub mod digest;
 mod kinds;
 pub mod libraries;
 pub mod lint;
+mod refusals;
 pub mod remedy;
 mod semantic;
 pub mod shape;

@@ -131,6 +131,7 @@ fn policy(body: &Node, diags: &mut Vec<Diagnostic>) {
 }
 
 fn template(body: &Node, diags: &mut Vec<Diagnostic>) {
+    crate::pack::refusals::check(body, diags);
     if let Some(NodeKind::Map(scopes)) = body.get("scopes").map(|n| &n.kind) {
         for (_, scope) in scopes {
             let froms: Vec<&Node> = match scope.get("from") {

@@ -83,6 +83,11 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         }
         scopes.insert(name, resources);
     }
+    // The template's refusals ([I]): what was inherited and defaulted counts, as does the
+    // record of the resource the intent names (whichever action it is).
+    let recorded = input.recorded.filter(|r| intent.resource_id().as_deref() == Some(r.resource.id.as_str()));
+    let facts = crate::plan::refuse::Facts { parameters: &parameters, targets: &intent.targets, recorded };
+    errors.extend(crate::plan::refuse::check(template, &facts));
     for key in intent.targets.keys() {
         let used = template.scopes.values().any(|s| s.from.iter().any(|f| f.strip_prefix("targets.") == Some(key)));
         if !used {

@@ -13,6 +13,7 @@ pub mod job_lifecycle;
 pub mod lifecycle;
 mod params;
 pub mod patch;
+mod refuse;
 pub mod render;
 mod resolution;
 pub mod resolve;
@@ -138,6 +139,13 @@ pub enum Error {
         previewed: String,
         now: String,
     },
+    /// A `refuse:` rule of the template holds ([I]): the message, and each condition said with
+    /// the values found.
+    Refused {
+        template: String,
+        message: String,
+        because: Vec<String>,
+    },
 }
 
 /// Limits on what one plan may hold, checked before anything is stored (docs/operations.md).
@@ -177,6 +185,7 @@ impl Error {
             Error::Cycle { .. } => "P009",
             Error::Limit { .. } => "P010",
             Error::StalePreview { .. } => "P011",
+            Error::Refused { .. } => "P012",
         }
     }
 }
@@ -283,6 +292,9 @@ impl fmt::Display for Error {
                 f,
                 "the preview is stale: it showed plan {previewed}, but the world changed since (resources, packs or policies) and the plan is now {now}; nothing was applied: preview again"
             ),
+            Error::Refused { template, message, because } => {
+                write!(f, "refused by template `{template}`: {message} ({})", because.join("; "))
+            }
         }
     }
 }

@@ -1,13 +1,15 @@
 //! Rollback plans (seed §8 `rollback.supported`): the completed jobs of an operation, undone in
 //! reverse dependency order by the job each names (`controls.rollback.job`), on the resource it
 //! ran on. A job that cannot be undone is named, a partial undo is marked; the plan is previewed,
-//! gated (an approval before anything runs) and run like any other.
+//! gated (an approval before anything runs) and run like any other. The undo of a day-2 action
+//! ([I]) runs with the recorded values of the parameters it changed.
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::model::{GateType, RiskLevel, RollbackSupport};
+use crate::model::{Attributes, GateType, RiskLevel, RollbackSupport};
 use crate::pack::Pack;
 
+use crate::plan::day2::{Change, Inherited};
 use crate::plan::edit::{apply, Edit};
 use crate::plan::types::{GateSource, JobInstance, Plan, PlanGate, Risk};
 use crate::plan::Error;
@@ -103,10 +105,18 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
     if !partial.is_empty() {
         reasons.push(format!("only partly undone: {}", partial.join(", ")));
     }
-    let mut edits = vec![
-        Edit::SetParameters(plan.parameters.clone()),
-        Edit::AddStage { id: "rollback".into(), name: "Rollback".into() },
-    ];
+    // A day-2 action changed parameters of a recorded resource (`inherited.changes`: recorded →
+    // new): its undo runs with the recorded values, and its preview shows the change back.
+    let (parameters, restored) = restore_recorded(plan);
+    if !restored.is_empty() {
+        let said: Vec<String> = restored
+            .iter()
+            .map(|c| format!("{} {} → {}", c.name, crate::plan::day2::show(&c.from), crate::plan::day2::show(&c.to)))
+            .collect();
+        reasons.push(format!("returns to the recorded {}", said.join(", ")));
+    }
+    let mut edits =
+        vec![Edit::SetParameters(parameters), Edit::AddStage { id: "rollback".into(), name: "Rollback".into() }];
     // One destructive-action gate per rollback job, before all its instances (as plans do).
     let mut destructive: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for i in instances.values().filter(|i| i.destructive) {
@@ -150,8 +160,26 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
     base.sub_operations.clear();
     base.cost = None;
     base.revision.number = 0;
+    base.removes_resource = false;
+    base.removes_targets = false;
+    base.inherited = plan.inherited.clone().map(|i| Inherited { changes: restored, observed: Default::default(), ..i });
     let plan = apply(base, edits)?;
     Ok(RollbackPlan { plan, unsupported, partial })
+}
+
+/// The forward plan's parameters with each one its day-2 change set (recorded → new) back to its
+/// recorded value, and those changes turned round (new → recorded). Target changes are not
+/// parameters: the undo runs where the forward jobs ran.
+fn restore_recorded(plan: &Plan) -> (Attributes, Vec<Change>) {
+    let mut parameters = plan.parameters.clone();
+    let mut restored = Vec::new();
+    for c in plan.inherited.iter().flat_map(|i| &i.changes) {
+        if let Some(v) = parameters.get_mut(&c.name) {
+            *v = c.from.clone();
+            restored.push(Change { name: c.name.clone(), from: c.to.clone(), to: c.from.clone() });
+        }
+    }
+    (parameters, restored)
 }
 
 /// Each job's index in a topological order of the plan (dependencies first).

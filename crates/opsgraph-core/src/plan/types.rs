@@ -75,6 +75,14 @@ pub struct Plan {
     /// is deleted and its history stays.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removes_resource: bool,
+    /// The template removes what the intent targets from the resource (`remove_node`): the
+    /// record's target lists no longer name them once it completes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removes_targets: bool,
+    /// A rollback plan: the operation it undoes (set by the runtime, which knows it). Once the
+    /// rollback completes, that operation no longer counts in the resource's record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolls_back: Option<String>,
     pub revision: Revision,
 }
 
@@ -226,6 +234,8 @@ impl Plan {
                 .collect(),
             inherited: None,
             removes_resource: template.removes_resource,
+            removes_targets: template.removes_targets,
+            rolls_back: None,
             revision: Revision { number: 0, hash: String::new() },
         }
     }

@@ -214,3 +214,48 @@ fn the_json_preview_carries_the_change_without_secrets() {
         }"#]]
     .assert_eq(&text);
 }
+
+/// The rollback of a day-2 action ([I] 6) runs its undo jobs with the recorded values of the
+/// parameters it changed, and its preview shows the change back.
+#[test]
+fn the_rollback_of_a_day2_action_returns_to_the_recorded_values() {
+    use opsgraph_core::model::{Rollback, RollbackSupport};
+    let mut packs = vec![db_pack()];
+    let job = packs[0].jobs.get_mut("converge").unwrap();
+    job.controls.rollback = Some(Rollback { supported: RollbackSupport::Full, job: Some("converge".into()) });
+    let resources = vec![resource("compute_node", "n1").0];
+    let inventory = Inventory::new(&resources);
+    let (policy, operations) = (CapabilityPolicy::default(), OperationsPolicy::default());
+    let recorded = recorded();
+    let intent = db_intent("upgrade", "main", &[("version", json!("17")), ("password", json!("s3cret-s3cret"))], &[]);
+    let input = Input {
+        intent: &intent,
+        packs: &packs,
+        inventory: &inventory,
+        providers: &[],
+        policy: &policy,
+        operations: &operations,
+        recorded: Some(&recorded),
+    };
+    let plan = opsgraph_core::plan::build(&input).unwrap();
+    let done = plan.jobs.iter().map(|j| j.id.clone()).collect();
+    let rb = opsgraph_core::plan::rollback::rollback(&plan, &packs[0], &done).unwrap().plan;
+    let preview = opsgraph_core::plan::render::text(&rb);
+    let shown: Attributes = rb.parameters.clone().into_iter().filter(|(k, _)| k != "password").collect();
+    let text = format!(
+        "parameters {}\njobs {}\nrisk {}\n{}",
+        serde_json::to_string(&shown).unwrap(),
+        rb.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>().join(", "),
+        rb.risk.reasons.join("; "),
+        section(&preview, preview.lines().find(|l| l.starts_with("Changes to ")).unwrap()),
+    );
+    expect![[r#"
+        parameters {"port":5433,"version":"16"}
+        jobs converge@n1
+        risk rolls back 1 completed job(s) of db.upgrade; returns to the recorded version 17 → 16
+        Changes to db.instance/main (running, recorded by op-1)
+          ~ version  17 → 16
+          as recorded: port=5433, targets.nodes=compute_node/n1
+    "#]]
+    .assert_eq(&text);
+}

@@ -7,4 +7,5 @@ mod day2;
 mod lifecycle;
 mod plan;
 mod preview_text;
+mod refuse;
 mod resolve;

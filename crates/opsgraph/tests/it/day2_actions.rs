@@ -1,7 +1,8 @@
 //! Day-2 actions through the CLI ([I]): an action on a resource an operation created plans
 //! against its record — parameters and targets the intent leaves out come from it, secrets are
 //! given again — its preview shows the change, it adds none of the pack's capabilities, and an
-//! action that removes the resource leaves no record behind, only its history.
+//! action that removes the resource leaves no record behind, only its history. A day-2 action
+//! its template refuses changes nothing.
 
 use expect_test::expect;
 use opsgraph_store::Store;
@@ -47,6 +48,9 @@ plan_template:
     token: {type: string, required: true, secret: true}
   scopes:
     nodes: {resource_type: compute_node, from: targets.nodes, min: 1}
+  refuse:
+    - when: [{of: params.port, below: 1024}, {of: recorded.port, above: 1023}]
+      message: moving kv to a port below 1024 needs root on every node; uninstall and install instead
   stages: [{id: write, name: Write, jobs: [kv-write]}]
   jobs: [kv-write]
 ---
@@ -89,6 +93,10 @@ job:
     (
         "upgrade.yaml",
         "intent:\n  target_resource_type: kv.store\n  action: upgrade\n  name: kv-1\n  parameters: {version: \"3\", token: canary-token-upgrade}\n",
+    ),
+    (
+        "upgrade-port80.yaml",
+        "intent:\n  target_resource_type: kv.store\n  action: upgrade\n  name: kv-1\n  parameters: {version: \"3\", port: 80, token: canary-token-upgrade}\n",
     ),
     ("uninstall.yaml", "intent:\n  target_resource_type: kv.store\n  action: uninstall\n  name: kv-1\n"),
 ];
@@ -211,4 +219,52 @@ fn a_day2_action_plans_against_the_record_shows_the_change_and_uninstall_removes
     // Nothing is recorded any more: an upgrade plans from its intent alone (and has no node).
     let again = kv.run("plan", "upgrade.yaml", &[]);
     assert!(!again.out.contains("Changes to"), "{}", again.render());
+}
+
+/// A day-2 action a `refuse:` rule of its template refuses (here: against the recorded port) is
+/// refused at plan time: `apply` prints the reason with P012 and exits 1, and nothing changes —
+/// no operation, no audit row, the resource and its node as they were.
+#[test]
+fn a_refused_day2_action_prints_why_and_changes_nothing() {
+    let kv = Kv { dir: temp_dir(FILES) };
+    kv.apply("install.yaml");
+    let before = kv.resource().unwrap();
+    let operations = |kv: &Kv| -> Value {
+        serde_json::from_str(&opsgraph(&["--data-dir", &kv.data(), "get", "operations", "-o", "json"]).out).unwrap()
+    };
+    let audit = |kv: &Kv| opsgraph(&["--data-dir", &kv.data(), "audit", "-o", "json"]).out;
+    let (ops_before, audit_before) = (operations(&kv), audit(&kv));
+
+    let refused = kv.run("apply", "upgrade-port80.yaml", &["--yes"]);
+    assert_eq!(refused.code, 1, "{}", refused.render());
+    expect![[r#"
+        error[P012]: refused by template `kv.upgrade`: moving kv to a port below 1024 needs root on every node; uninstall and install instead (params.port is 80, below 1024; recorded.port is 8001, above 1023)
+        the plan cannot be built: 1 error
+    "#]]
+    .assert_eq(&refused.err);
+    assert!(!refused.out.contains("created"), "{}", refused.render());
+    assert_eq!(operations(&kv), ops_before, "a refused apply created an operation");
+    assert_eq!(audit(&kv), audit_before, "a refused apply wrote an audit row");
+    assert_eq!(kv.resource().unwrap(), before, "a refused apply changed the resource");
+    assert_eq!(kv.conf(), "version=2 port=8001\n");
+
+    // `plan` refuses it the same way, and so does the server (a 422 naming P012); the port the
+    // record has passes.
+    let planned = kv.run("plan", "upgrade-port80.yaml", &[]);
+    assert_eq!((planned.code, planned.err.clone()), (1, refused.err.clone()), "{}", planned.render());
+    let data = kv.dir.join("data");
+    let (packs, world) = (kv.dir.join("kv").display().to_string(), kv.dir.join("world.yaml").display().to_string());
+    let api = crate::server::Api {
+        dir: temp_dir(&[]),
+        state: opsgraph::serve_cmd::state(&data, &[packs], &[world]).unwrap(),
+        rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+    };
+    let token = api.token("sam", &["operator"]);
+    let body = std::fs::read_to_string(kv.dir.join("upgrade-port80.yaml")).unwrap();
+    let created = api.post("/api/v1/operations", &token, &body);
+    assert_eq!(created.status, 422, "{}", created.body);
+    assert_eq!(created.body["error"]["details"]["errors"][0]["code"], "P012", "{}", created.body);
+    drop(api);
+    assert_eq!(operations(&kv), ops_before, "a refused create created an operation");
+    kv.apply("upgrade.yaml");
 }

@@ -142,7 +142,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        95 checks
+        97 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
@@ -171,6 +171,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         lab-cluster/lab_admin_conf_present: failed, exit code 127
         lab-cluster/lab_apiserver_alive: failed, exit code 1
         lab-cluster/lab_apiserver_heartbeat_fresh: failed, exit code 1
+        lab-cluster/lab_apiserver_replicas: failed, exit code 2, output replicas=0
         lab-cluster/lab_cluster_observed: failed, exit code 127
         lab-cluster/lab_cluster_spec_recorded: failed, exit code 127
         lab-cluster/lab_cluster_status_ready: failed, exit code 127
@@ -192,6 +193,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         lab-cluster/lab_node_dir_writable: failed, exit code 1
         lab-cluster/lab_node_ready: failed, exit code 127
         lab-cluster/lab_node_registered: failed, exit code 127
+        lab-cluster/lab_node_version: failed, (empty output)
         lab-cluster/lab_nodes_all_ready: failed, no nodes
         lab-cluster/lab_registry_mirror_configured: failed, exit code 127
         lab-database/labdb_absent: passed (proves absence)

@@ -26,6 +26,7 @@ mod gates;
 mod intervene;
 mod k8s_network;
 mod lab;
+mod lab_day2;
 mod limits;
 mod local_audit;
 mod manage;
