@@ -408,6 +408,33 @@ pub struct Stats {
 pub const DURATION_BUCKETS_MS: &[f64] =
     &[10.0, 50.0, 100.0, 500.0, 1_000.0, 5_000.0, 10_000.0, 60_000.0, 300_000.0, 1_800_000.0];
 
+impl Stats {
+    /// Fills the duration histogram, count and sum from finished attempts' durations (ms).
+    pub fn set_durations(&mut self, durations: impl IntoIterator<Item = f64>) {
+        let mut counts = vec![0u64; DURATION_BUCKETS_MS.len()];
+        for ms in durations {
+            self.duration_count += 1;
+            self.duration_sum_ms += ms;
+            for (count, bound) in counts.iter_mut().zip(DURATION_BUCKETS_MS) {
+                if ms <= *bound {
+                    *count += 1;
+                }
+            }
+        }
+        self.duration_buckets = DURATION_BUCKETS_MS.iter().copied().zip(counts).collect();
+    }
+}
+
+/// The guard of [`Write::ExpectPlan`]: the operation's current plan revision (`None` when there
+/// is no such operation) must be `expected`.
+pub fn expect_plan(operation: &str, expected: &str, current: Option<String>) -> Result<(), Error> {
+    let current = current.ok_or_else(|| Error::NoOperation(operation.to_string()))?;
+    if current != expected {
+        return Err(Error::StalePlan { operation: operation.to_string(), expected: expected.to_string(), current });
+    }
+    Ok(())
+}
+
 pub trait Store: Send {
     /// Applies every write in one transaction: all or nothing.
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error>;
