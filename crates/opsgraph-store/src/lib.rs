@@ -100,6 +100,42 @@ pub enum Error {
     ResourceBusy { resource: String, operation: String, state: String },
 }
 
+/// Defines a backend's `Fail` and `edge`, which let its functions use `?` over the client's and
+/// the store's errors alike: the client's error becomes an [`Error`] by `$convert`, the store's
+/// own errors and JSON errors ([`Error::Json`]) pass through, and `edge` turns a `Fail` back into
+/// an [`Error`] at every function the rest of the workspace calls. A macro, not a type here: a
+/// backend's `From<ClientError>` can only be implemented for a type of its own crate.
+#[macro_export]
+macro_rules! backend_fail {
+    ($client:ty => $convert:expr) => {
+        /// A failure inside this crate (`opsgraph_store::backend_fail!`).
+        pub(crate) struct Fail($crate::Error);
+
+        impl From<$client> for Fail {
+            fn from(e: $client) -> Fail {
+                Fail(($convert)(e))
+            }
+        }
+
+        impl From<$crate::Error> for Fail {
+            fn from(e: $crate::Error) -> Fail {
+                Fail(e)
+            }
+        }
+
+        impl From<::serde_json::Error> for Fail {
+            fn from(e: ::serde_json::Error) -> Fail {
+                Fail($crate::Error::Json(e))
+            }
+        }
+
+        /// Runs a body written with `?` over the client's and the store's errors alike.
+        pub(crate) fn edge<T>(body: impl FnOnce() -> Result<T, Fail>) -> Result<T, $crate::Error> {
+            body().map_err(|f| f.0)
+        }
+    };
+}
+
 /// An operation as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperationRecord {
