@@ -1,24 +1,26 @@
 use crate::PgStore;
 
 /// The schema version a fresh store migrates to: one per migration.
-const LATEST: i64 = crate::schema::MIGRATIONS.len() as i64;
+fn latest() -> i64 {
+    crate::schema::MIGRATIONS.len() as i64
+}
 
 #[test]
 fn postgres_schema_is_versioned_and_a_newer_one_refused() {
     let Some(db) = crate::test_db("postgres_schema_is_versioned_and_a_newer_one_refused") else { return };
     let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), LATEST);
+    assert_eq!(store.schema_version().unwrap(), latest());
     drop(store);
     // Connecting again migrates nothing.
     let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), LATEST);
+    assert_eq!(store.schema_version().unwrap(), latest());
     drop(store);
     let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
     admin.batch_execute("UPDATE schema_version SET version = 99").unwrap();
     let err = PgStore::connect(db.url()).err().unwrap();
     assert_eq!(
         err.to_string(),
-        format!("the store's schema version 99 is newer than this binary's {LATEST}; upgrade opsgraph")
+        format!("the store's schema version 99 is newer than this binary's {}; upgrade opsgraph", latest())
     );
     let err = PgStore::connect("postgres://postgres:hunter2@127.0.0.1:1/nowhere").err().unwrap();
     assert!(
@@ -40,6 +42,6 @@ fn postgres_gates_made_before_kinds_existed_get_theirs() {
     }
     admin.batch_execute(opsgraph_store::testing::GATES_BEFORE_KINDS).unwrap();
     let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), LATEST);
+    assert_eq!(store.schema_version().unwrap(), latest());
     opsgraph_store::testing::assert_gates_got_their_kinds(&store);
 }

@@ -9,38 +9,6 @@ use opsgraph_store::Error;
 
 use crate::Fail;
 
-/// Migration 3: agent tasks and their logs.
-pub(crate) const MIGRATION: &str = "
-    CREATE TABLE agent_tasks (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT NOT NULL UNIQUE,
-        operation TEXT NOT NULL,
-        job TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        kind TEXT NOT NULL,
-        agent TEXT NOT NULL,
-        resource TEXT NOT NULL,
-        state TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        lease TEXT,
-        claimed_by TEXT,
-        claims INTEGER NOT NULL,
-        expires_ms INTEGER NOT NULL,
-        report TEXT,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL
-    );
-    CREATE INDEX agent_tasks_queue ON agent_tasks(agent, state, seq);
-    CREATE INDEX agent_tasks_job ON agent_tasks(operation, job);
-    CREATE TABLE agent_log (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        task TEXT NOT NULL,
-        at TEXT NOT NULL,
-        text TEXT NOT NULL
-    );
-    CREATE INDEX agent_log_task ON agent_log(task, seq);
-";
-
 const COLUMNS: &str = "id, operation, job, attempt, kind, agent, resource, state, payload, lease, claimed_by, claims, \
                        expires_ms, report, created_at, updated_at";
 

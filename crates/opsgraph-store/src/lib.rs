@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod blob;
 mod lease;
+pub mod schema;
 pub mod testing;
 
 use std::collections::BTreeMap;
