@@ -71,7 +71,7 @@ pub fn check_evidence(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let mut result = check.once(ev, exec, env, cancel);
+        let mut result = check.once(ev, Target { exec, env }, cancel);
         result.attempts = attempt;
         let cancelled = cancel.is_cancelled();
         if result.passed || attempt >= attempts || cancelled || !sleep(check.interval, cancel) {
@@ -159,6 +159,14 @@ struct Miss {
     observed: String,
 }
 
+/// Where a check's commands run (`command`, `systemd`, a remote `file`): the executor, and
+/// the environment they get.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    exec: &'a dyn Executor,
+    env: &'a BTreeMap<String, String>,
+}
+
 struct Check {
     compares: Vec<Compare>,
     /// `capture`: name -> a regex whose first group is the value.
@@ -216,18 +224,12 @@ impl Check {
         })
     }
 
-    fn once(
-        &self,
-        ev: &Evidence,
-        exec: &dyn Executor,
-        env: &BTreeMap<String, String>,
-        cancel: &Cancel,
-    ) -> EvidenceResult {
+    fn once(&self, ev: &Evidence, on: Target<'_>, cancel: &Cancel) -> EvidenceResult {
         match ev.source {
-            EvidenceSource::Command | EvidenceSource::Systemd => self.command(ev, exec, env, cancel),
+            EvidenceSource::Command | EvidenceSource::Systemd => self.command(ev, on, cancel),
             EvidenceSource::Http => self.http(ev, cancel),
             EvidenceSource::Tcp => self.tcp(ev),
-            EvidenceSource::File => self.file(ev, exec, env, cancel),
+            EvidenceSource::File => self.file(ev, on, cancel),
         }
     }
 
@@ -269,13 +271,7 @@ impl Check {
         result
     }
 
-    fn command(
-        &self,
-        ev: &Evidence,
-        exec: &dyn Executor,
-        env: &BTreeMap<String, String>,
-        cancel: &Cancel,
-    ) -> EvidenceResult {
+    fn command(&self, ev: &Evidence, on: Target<'_>, cancel: &Cancel) -> EvidenceResult {
         let Some(cmd) = &ev.command else {
             return invalid("a command check needs `command`");
         };
@@ -287,9 +283,9 @@ impl Check {
         let mut all_expected: Vec<String> = exit_code.map(|c| format!("exit code {c}")).into_iter().collect();
         all_expected.extend(self.compares.iter().map(|c| c.expected("output")));
         let mut spec = Spec::new(program_for(cmd));
-        spec.env = env.clone();
+        spec.env = on.env.clone();
         spec.timeout = Some(self.timeout);
-        let run = exec.run(&spec, cancel);
+        let run = on.exec.run(&spec, cancel);
         let stdout = run.output.stdout_lossy();
         let stderr = run.output.stderr_lossy();
         let mut detail = format!("command `{cmd}`");
@@ -386,18 +382,12 @@ impl Check {
         fail(expected, observed, detail)
     }
 
-    fn file(
-        &self,
-        ev: &Evidence,
-        exec: &dyn Executor,
-        env: &BTreeMap<String, String>,
-        cancel: &Cancel,
-    ) -> EvidenceResult {
+    fn file(&self, ev: &Evidence, on: Target<'_>, cancel: &Cancel) -> EvidenceResult {
         let Some(path) = &ev.path else {
             return invalid("a file check needs `path`");
         };
         let exists = format!("file {path} exists");
-        let content = if exec.is_local() {
+        let content = if on.exec.is_local() {
             let file = std::fs::File::open(path);
             match file.and_then(|f| {
                 let mut bytes = Vec::new();
@@ -411,10 +401,10 @@ impl Check {
             }
         } else {
             let mut spec = Spec::new(Program::Argv(vec!["cat".into(), "--".into(), path.clone()]));
-            spec.env = env.clone();
+            spec.env = on.env.clone();
             spec.timeout = Some(self.timeout);
             spec.output_cap = MAX_CONTENT;
-            let run = exec.run(&spec, cancel);
+            let run = on.exec.run(&spec, cancel);
             let stderr = run.output.stderr_lossy();
             match run.outcome {
                 Outcome::Exited { code: 0 } => run.output.stdout,

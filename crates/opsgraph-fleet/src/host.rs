@@ -99,28 +99,20 @@ fn machine_id() -> Result<String, Error> {
 /// Starts `boot.sh outer` in a process group of its own (a Ctrl-C of `up` does not reach the
 /// host) and finds the host's systemd: the child of the `unshare` it becomes.
 pub(crate) fn boot(boot_sh: &Path, h: &HostState, lower: &Path) -> Result<(u32, u32), Error> {
-    use std::os::unix::process::CommandExt as _;
-    let log = std::fs::File::create(h.dir.join("boot.log")).map_err(io("create the host's boot log"))?;
-    let log2 = log.try_clone().map_err(io("create the host's boot log"))?;
-    let child = Command::new("/bin/sh")
-        .arg(boot_sh)
-        .arg("outer")
-        .arg(&h.dir)
-        .arg(lower)
-        .args(&h.cgroups)
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2)
-        .process_group(0)
-        .spawn()
-        .map_err(|source| Error::Spawn {
-            what: format!("boot {}", h.name),
-            command: "/bin/sh boot.sh".into(),
-            source,
-        })?;
-    let launcher = child.id();
+    let launcher = sys::spawn_logged(
+        Command::new("/bin/sh")
+            .arg(boot_sh)
+            .arg("outer")
+            .arg(&h.dir)
+            .arg(lower)
+            .args(&h.cgroups)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        &h.dir.join("boot.log"),
+        "the host's boot log",
+        format!("boot {}", h.name),
+        "/bin/sh boot.sh",
+    )?;
     let mut pid = 0;
     let found = sys::wait_until(Duration::from_secs(20), || {
         if !sys::alive(launcher) {

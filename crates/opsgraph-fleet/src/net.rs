@@ -3,7 +3,7 @@
 //! machine's forwarding and firewall are left alone: host traffic cannot leave the machine.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::state::HostState;
@@ -82,24 +82,13 @@ pub(crate) fn cache_start(dir: &Path, store: &Path) -> Result<u32, Error> {
         pid = conf.join("pid").display(),
     );
     std::fs::write(conf.join("acng.conf"), text).map_err(io("write the package cache's configuration"))?;
-    let log = std::fs::File::create(conf.join("stderr.log")).map_err(io("create the package cache's log"))?;
-    let log2 = log.try_clone().map_err(io("create the package cache's log"))?;
-    use std::os::unix::process::CommandExt as _;
-    let child = Command::new("apt-cacher-ng")
-        .arg("-c")
-        .arg(&conf)
-        .arg("ForeGround=1")
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2)
-        .process_group(0)
-        .spawn()
-        .map_err(|source| Error::Spawn {
-            what: "start the package cache".into(),
-            command: "apt-cacher-ng (apt-get install apt-cacher-ng)".into(),
-            source,
-        })?;
-    let pid = child.id();
+    let pid = sys::spawn_logged(
+        Command::new("apt-cacher-ng").arg("-c").arg(&conf).arg("ForeGround=1"),
+        &conf.join("stderr.log"),
+        "the package cache's log",
+        "start the package cache".into(),
+        "apt-cacher-ng (apt-get install apt-cacher-ng)",
+    )?;
     let addr: std::net::SocketAddr = format!("{NET}.1:{CACHE_PORT}").parse().expect("the fleet range is an address");
     let up = sys::wait_until(Duration::from_secs(15), || {
         sys::alive(pid) && std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()

@@ -31,6 +31,29 @@ pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Erro
     move |source| Error::Io { what, source }
 }
 
+/// Starts `cmd` without input, in a process group of its own (a Ctrl-C of the caller does not
+/// reach it), its output and errors written to the file `log` (`log_what` names it); its pid.
+/// `what` and `command` name it in a failure to start.
+pub(crate) fn spawn_logged(
+    cmd: &mut Command,
+    log: &Path,
+    log_what: &str,
+    what: String,
+    command: &str,
+) -> Result<u32, Error> {
+    use std::os::unix::process::CommandExt as _;
+    let out = std::fs::File::create(log).map_err(io(format!("create {log_what}")))?;
+    let err = out.try_clone().map_err(io(format!("create {log_what}")))?;
+    let child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .map_err(|source| Error::Spawn { what, command: command.to_owned(), source })?;
+    Ok(child.id())
+}
+
 pub(crate) fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }

@@ -116,12 +116,15 @@ pub struct Config {
     pub patch_rules: opsgraph_runtime::PatchRules,
 }
 
-/// `DIR/config.yaml`: its path and text, `None` when there is none.
-pub(crate) fn config_file(data_dir: &Path) -> Result<Option<(String, String)>, ConfigError> {
+/// `DIR/config.yaml` read by `parse` (given its path and text); a missing file is the default.
+pub(crate) fn load_config<T: Default>(
+    data_dir: &Path,
+    parse: impl FnOnce(&str, &str) -> Result<T, ConfigError>,
+) -> Result<T, ConfigError> {
     let path = data_dir.join("config.yaml");
     match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(Some((path.display().to_string(), text))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Ok(text) => parse(&path.display().to_string(), &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
         Err(source) => Err(ConfigError::Read { path: path.display().to_string(), source }),
     }
 }
@@ -139,10 +142,7 @@ pub(crate) fn config_value(path: &str, text: &str) -> Result<Value, ConfigError>
 impl Config {
     /// Reads `DIR/config.yaml`; a missing file is the default configuration.
     pub fn load(data_dir: &Path) -> Result<Config, ConfigError> {
-        match config_file(data_dir)? {
-            Some((path, text)) => Config::parse(&path, &text),
-            None => Ok(Config::default()),
-        }
+        load_config(data_dir, Config::parse)
     }
 
     pub fn parse(path: &str, text: &str) -> Result<Config, ConfigError> {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use opsgraph_core::model::{Document, Intent};
+use opsgraph_core::model::{Document, Intent, OperationState};
 use opsgraph_core::plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
 use opsgraph_store::{now, AuditFilter, OperationFilter, OperationRecord, RequestRecord, Store, Write};
@@ -542,15 +542,9 @@ fn control_reply(id: &str, state: &opsgraph_core::model::OperationState) -> Resu
 }
 
 pub(crate) fn pause(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let actor = ctx.who()?.actor();
-    let body: ReasonBody = ctx.json(true)?;
-    let op = ctx.operation_record()?;
-    let reason = body.reason.unwrap_or_else(|| "paused by a person".into());
-    let _write = ctx.state.0.write.lock().unwrap_or_else(|e| e.into_inner());
-    let mut rt = ctx.runtime()?;
-    rt.attach(vec![control_audit(&actor, "operation.pause", &op, json!({"reason": reason}))]);
-    let state = rt.pause(&op.id, &actor, &reason, &mut |_| {})?;
-    control_reply(&op.id, &state)
+    with_reason(ctx, "operation.pause", "paused by a person", |rt, id, actor, reason| {
+        rt.pause(id, actor, reason, &mut |_| {})
+    })
 }
 
 pub(crate) fn resume(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -574,14 +568,27 @@ pub(crate) fn resume(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 }
 
 pub(crate) fn cancel(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    with_reason(ctx, "operation.cancel", "cancelled by a person", |rt, id, actor, reason| {
+        rt.cancel(id, actor, reason, &mut |_| {})
+    })
+}
+
+/// A person's control request that gives a reason (`default` when the body names none): audited
+/// as `action`, then `act`ed on the runtime with the operation's id, the actor and the reason.
+fn with_reason(
+    ctx: &mut Ctx,
+    action: &str,
+    default: &str,
+    act: impl FnOnce(&mut Runtime, &str, &str, &str) -> Result<OperationState, opsgraph_runtime::Error>,
+) -> Result<Reply, ApiError> {
     let actor = ctx.who()?.actor();
     let body: ReasonBody = ctx.json(true)?;
     let op = ctx.operation_record()?;
-    let reason = body.reason.unwrap_or_else(|| "cancelled by a person".into());
+    let reason = body.reason.unwrap_or_else(|| default.into());
     let _write = ctx.state.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let mut rt = ctx.runtime()?;
-    rt.attach(vec![control_audit(&actor, "operation.cancel", &op, json!({"reason": reason}))]);
-    let state = rt.cancel(&op.id, &actor, &reason, &mut |_| {})?;
+    rt.attach(vec![control_audit(&actor, action, &op, json!({"reason": reason}))]);
+    let state = act(&mut rt, &op.id, &actor, &reason)?;
     control_reply(&op.id, &state)
 }
 

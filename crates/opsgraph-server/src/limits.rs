@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::auth::{config_file, config_value, ConfigError};
+use crate::auth::{config_value, load_config, ConfigError};
 
 /// Documented limits, enforced with 413, 422, 429 or 503 naming the limit.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,10 +85,7 @@ impl Limits {
     /// The `limits:` of `DIR/config.yaml` over the defaults; a missing file or section is the
     /// defaults.
     pub fn load(data_dir: &Path) -> Result<Limits, ConfigError> {
-        match config_file(data_dir)? {
-            Some((path, text)) => Limits::parse(&path, &text),
-            None => Ok(Limits::default()),
-        }
+        load_config(data_dir, Limits::parse)
     }
 
     /// Every key is checked: an unknown one, a count that is not a whole number above 0, or a

@@ -18,33 +18,8 @@ use opsgraph_store::{redact, Error, Store};
 pub use pg::PgStore;
 pub use pg_blob::PgBlobStore;
 
-/// A failure inside this crate. The client's errors become [`Error::Postgres`] (the server's
-/// message) through `?`, and the store's own errors pass through; [`edge`] turns it back into an
-/// [`Error`] at every function the rest of the workspace calls.
-pub(crate) struct Fail(Error);
-
-impl From<postgres::Error> for Fail {
-    fn from(e: postgres::Error) -> Fail {
-        Fail(Error::Postgres(conn::pg_message(&e)))
-    }
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Fail {
-        Fail(e)
-    }
-}
-
-impl From<serde_json::Error> for Fail {
-    fn from(e: serde_json::Error) -> Fail {
-        Fail(Error::Json(e))
-    }
-}
-
-/// Runs a body written with `?` over the client's and the store's errors alike.
-pub(crate) fn edge<T>(body: impl FnOnce() -> Result<T, Fail>) -> Result<T, Error> {
-    body().map_err(|f| f.0)
-}
+// The client's errors become [`Error::Postgres`] (the server's message).
+opsgraph_store::backend_fail!(postgres::Error => |e: postgres::Error| Error::Postgres(conn::pg_message(&e)));
 
 /// Connects to the database a `postgres://` URL names (migrated).
 pub fn open(url: &str) -> Result<Box<dyn Store>, Error> {

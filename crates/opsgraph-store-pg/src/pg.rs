@@ -310,16 +310,7 @@ impl Store for PgStore {
                     }
                     Write::ExpectPlan { operation, revision } => {
                         let rows = tx.query("SELECT plan_revision FROM operations WHERE id = $1", &[operation])?;
-                        let current: String =
-                            rows.first().map(|r| r.get(0)).ok_or_else(|| Error::NoOperation(operation.clone()))?;
-                        if current != *revision {
-                            return Err(Error::StalePlan {
-                                operation: operation.clone(),
-                                expected: revision.clone(),
-                                current,
-                            }
-                            .into());
-                        }
+                        opsgraph_store::expect_plan(operation, revision, rows.first().map(|r| r.get(0)))?;
                     }
                     Write::Token(t) => {
                         tx.exec(
@@ -495,22 +486,11 @@ impl Store for PgStore {
                 &[],
             )?;
             stats.queue_depth = depth.first().map_or(0, |r| r.get::<_, i64>(0) as u64);
-            let mut counts = vec![0u64; opsgraph_store::DURATION_BUCKETS_MS.len()];
             let rows = self.query(
             "SELECT ms FROM (SELECT (outcome::jsonb ->> 'duration_ms')::float8 AS ms FROM jobs) d WHERE ms IS NOT NULL",
             &[],
         )?;
-            for r in rows {
-                let ms: f64 = r.get(0);
-                stats.duration_count += 1;
-                stats.duration_sum_ms += ms;
-                for (i, bound) in opsgraph_store::DURATION_BUCKETS_MS.iter().enumerate() {
-                    if ms <= *bound {
-                        counts[i] += 1;
-                    }
-                }
-            }
-            stats.duration_buckets = opsgraph_store::DURATION_BUCKETS_MS.iter().copied().zip(counts).collect();
+            stats.set_durations(rows.iter().map(|r| r.get::<_, f64>(0)));
             Ok(stats)
         })
     }

@@ -76,9 +76,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Fail> {
                 "UPDATE agent_tasks SET expires_ms = $3, updated_at = $4 WHERE id = $1 AND lease = $2 AND state = 'claimed'",
                 &[task, lease, expires_ms, at],
             )?;
-            if n != 1 {
-                return Err(stale(tx, task).into());
-            }
+            held(tx, task, n)?;
         }
         AgentWrite::Log { task, lease, text, at } => {
             let n = tx.exec(
@@ -86,9 +84,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Fail> {
                  WHERE EXISTS (SELECT 1 FROM agent_tasks WHERE id = $1 AND lease = $2 AND state = 'claimed')",
                 &[task, lease, at, text],
             )?;
-            if n != 1 {
-                return Err(stale(tx, task).into());
-            }
+            held(tx, task, n)?;
         }
         AgentWrite::Report { task, lease, report, at } => {
             let n = tx.exec(
@@ -96,9 +92,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Fail> {
                  WHERE id = $1 AND lease = $2 AND state = 'claimed'",
                 &[task, lease, &json(report)?, at],
             )?;
-            if n != 1 {
-                return Err(stale(tx, task).into());
-            }
+            held(tx, task, n)?;
         }
         AgentWrite::Settle { task, from, to, now_ms, at } => {
             // Giving up on time (unclaimed, lost) needs the deadline passed; cancelling does not.
@@ -112,6 +106,14 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Fail> {
                 return Err(Error::AgentTaskMoved { task: task.clone() }.into());
             }
         }
+    }
+    Ok(())
+}
+
+/// A write under a task's lease changed `n` rows: one, or the lease is no longer the task's.
+fn held(tx: &mut Tx<'_, '_>, task: &str, n: u64) -> Result<(), Fail> {
+    if n != 1 {
+        return Err(stale(tx, task).into());
     }
     Ok(())
 }

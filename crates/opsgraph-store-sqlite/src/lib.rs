@@ -15,33 +15,8 @@ use opsgraph_store::{Error, Store};
 
 pub use sqlite::{Durability, SqliteStore};
 
-/// A failure inside this crate. rusqlite's errors become [`Error::Query`] through `?`, and the
-/// store's own errors pass through; [`edge`] turns it back into an [`Error`] at every function
-/// the rest of the workspace calls.
-pub(crate) struct Fail(Error);
-
-impl From<rusqlite::Error> for Fail {
-    fn from(e: rusqlite::Error) -> Fail {
-        Fail(query_error(e))
-    }
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Fail {
-        Fail(e)
-    }
-}
-
-impl From<serde_json::Error> for Fail {
-    fn from(e: serde_json::Error) -> Fail {
-        Fail(Error::Json(e))
-    }
-}
-
-/// Runs a body written with `?` over rusqlite's and the store's errors alike.
-pub(crate) fn edge<T>(body: impl FnOnce() -> Result<T, Fail>) -> Result<T, Error> {
-    body().map_err(|f| f.0)
-}
+// rusqlite's errors become [`Error::Query`].
+opsgraph_store::backend_fail!(rusqlite::Error => query_error);
 
 /// A rusqlite error as the store's backend-neutral [`Error::Query`] (its source).
 pub fn query_error(e: rusqlite::Error) -> Error {

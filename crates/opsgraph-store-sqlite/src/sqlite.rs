@@ -295,15 +295,7 @@ impl Store for SqliteStore {
                             .prepare_cached("SELECT plan_revision FROM operations WHERE id = ?1")?
                             .query_row([operation], |r| r.get(0))
                             .optional()?;
-                        let current = current.ok_or_else(|| Error::NoOperation(operation.clone()))?;
-                        if current != *revision {
-                            return Err(Error::StalePlan {
-                                operation: operation.clone(),
-                                expected: revision.clone(),
-                                current,
-                            }
-                            .into());
-                        }
+                        opsgraph_store::expect_plan(operation, revision, current)?;
                     }
                     Write::Token(t) => {
                         exec(
@@ -439,22 +431,12 @@ impl Store for SqliteStore {
                 [],
                 |r| r.get::<_, i64>(0),
             )? as u64;
-            let mut counts = vec![0u64; opsgraph_store::DURATION_BUCKETS_MS.len()];
             let mut stmt = self.conn.prepare_cached(
                 "SELECT json_extract(outcome, '$.duration_ms') FROM jobs
              WHERE json_valid(outcome) AND json_extract(outcome, '$.duration_ms') IS NOT NULL",
             )?;
-            for row in stmt.query_map([], |r| r.get::<_, f64>(0))? {
-                let ms = row?;
-                stats.duration_count += 1;
-                stats.duration_sum_ms += ms;
-                for (i, bound) in opsgraph_store::DURATION_BUCKETS_MS.iter().enumerate() {
-                    if ms <= *bound {
-                        counts[i] += 1;
-                    }
-                }
-            }
-            stats.duration_buckets = opsgraph_store::DURATION_BUCKETS_MS.iter().copied().zip(counts).collect();
+            let durations = stmt.query_map([], |r| r.get::<_, f64>(0))?.collect::<Result<Vec<_>, _>>()?;
+            stats.set_durations(durations);
             Ok(stats)
         })
     }

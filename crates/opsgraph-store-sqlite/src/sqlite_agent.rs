@@ -9,38 +9,6 @@ use opsgraph_store::Error;
 
 use crate::Fail;
 
-/// Migration 3: agent tasks and their logs.
-pub(crate) const MIGRATION: &str = "
-    CREATE TABLE agent_tasks (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT NOT NULL UNIQUE,
-        operation TEXT NOT NULL,
-        job TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        kind TEXT NOT NULL,
-        agent TEXT NOT NULL,
-        resource TEXT NOT NULL,
-        state TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        lease TEXT,
-        claimed_by TEXT,
-        claims INTEGER NOT NULL,
-        expires_ms INTEGER NOT NULL,
-        report TEXT,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL
-    );
-    CREATE INDEX agent_tasks_queue ON agent_tasks(agent, state, seq);
-    CREATE INDEX agent_tasks_job ON agent_tasks(operation, job);
-    CREATE TABLE agent_log (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        task TEXT NOT NULL,
-        at TEXT NOT NULL,
-        text TEXT NOT NULL
-    );
-    CREATE INDEX agent_log_task ON agent_log(task, seq);
-";
-
 const COLUMNS: &str = "id, operation, job, attempt, kind, agent, resource, state, payload, lease, claimed_by, claims, \
                        expires_ms, report, created_at, updated_at";
 
@@ -122,9 +90,7 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
                 "UPDATE agent_tasks SET expires_ms = ?3, updated_at = ?4 WHERE id = ?1 AND lease = ?2 AND state = 'claimed'",
                 params![task, lease, expires_ms, at],
             )?;
-            if n != 1 {
-                return Err(stale(tx, task).into());
-            }
+            held(tx, task, n)?;
         }
         AgentWrite::Log { task, lease, text, at } => {
             let n = exec(
@@ -133,9 +99,7 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
                  WHERE EXISTS (SELECT 1 FROM agent_tasks WHERE id = ?1 AND lease = ?2 AND state = 'claimed')",
                 params![task, lease, at, text],
             )?;
-            if n != 1 {
-                return Err(stale(tx, task).into());
-            }
+            held(tx, task, n)?;
         }
         AgentWrite::Report { task, lease, report, at } => {
             let n = exec(
@@ -144,9 +108,7 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
                  WHERE id = ?1 AND lease = ?2 AND state = 'claimed'",
                 params![task, lease, json(report)?, at],
             )?;
-            if n != 1 {
-                return Err(stale(tx, task).into());
-            }
+            held(tx, task, n)?;
         }
         AgentWrite::Settle { task, from, to, now_ms, at } => {
             // Giving up on time (unclaimed, lost) needs the deadline passed; cancelling does not.
@@ -161,6 +123,14 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
                 return Err(Error::AgentTaskMoved { task: task.clone() }.into());
             }
         }
+    }
+    Ok(())
+}
+
+/// A write under a task's lease changed `n` rows: one, or the lease is no longer the task's.
+fn held(tx: &Transaction<'_>, task: &str, n: usize) -> Result<(), Fail> {
+    if n != 1 {
+        return Err(stale(tx, task).into());
     }
     Ok(())
 }

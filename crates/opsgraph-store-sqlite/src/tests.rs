@@ -33,11 +33,9 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Migration 5 gives gates made before it their kind: `patch-<id>` reviews patch `<id>` when that
-/// patch was proposed for the gate's operation; any other gate, whatever its id, is the plan's.
+/// Migration 5 gives gates made before it their kind (`testing::assert_gates_got_their_kinds`).
 #[test]
 fn gates_made_before_kinds_existed_get_theirs() {
-    use opsgraph_store::{GateKind, GateType};
     let dir = std::env::temp_dir().join(format!("opsgraph-store-kind-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("opsgraph.db");
@@ -46,32 +44,11 @@ fn gates_made_before_kinds_existed_get_theirs() {
         for sql in &crate::schema::MIGRATIONS[..4] {
             conn.execute_batch(sql).unwrap();
         }
-        conn.execute_batch(
-            "PRAGMA user_version = 4;
-             INSERT INTO timeline (operation, at, actor, event, reason, data)
-               VALUES ('op-1', 't', 'user:a', 'patch_proposed', 'p', '{\"patch\": \"p1\"}');
-             INSERT INTO gates (operation, id, gate_type, reason, options, required_roles)
-               VALUES ('op-1', 'approve', 'approval', 'r', '[]', '[]'),
-                      ('op-1', 'patch-p1', 'approval', 'r', '[]', '[]'),
-                      ('op-1', 'patch-nobody', 'missing_input', 'r', '[]', '[]'),
-                      ('op-2', 'patch-p1', 'approval', 'r', '[]', '[]');",
-        )
-        .unwrap();
+        conn.execute_batch("PRAGMA user_version = 4").unwrap();
+        conn.execute_batch(opsgraph_store::testing::GATES_BEFORE_KINDS).unwrap();
     }
     let store = SqliteStore::open(&path, Durability::Full).unwrap();
-    let kinds = |op: &str| -> Vec<(String, GateType, GateKind)> {
-        store.gates(op).unwrap().into_iter().map(|g| (g.id, g.gate_type, g.kind)).collect()
-    };
-    let review = GateKind::PatchReview { patch: "p1".into() };
-    assert_eq!(
-        kinds("op-1"),
-        [
-            ("approve".to_string(), GateType::Approval, GateKind::Plan),
-            ("patch-p1".to_string(), GateType::Approval, review),
-            ("patch-nobody".to_string(), GateType::MissingInput, GateKind::Plan),
-        ]
-    );
-    assert_eq!(kinds("op-2"), [("patch-p1".to_string(), GateType::Approval, GateKind::Plan)]);
+    opsgraph_store::testing::assert_gates_got_their_kinds(&store);
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod blob;
 mod lease;
+pub mod schema;
 pub mod testing;
 
 use std::collections::BTreeMap;
@@ -98,6 +99,42 @@ pub enum Error {
     /// Another operation that is not completed or cancelled changes the resource.
     #[error("resource `{resource}` is being changed by operation `{operation}` ({state})")]
     ResourceBusy { resource: String, operation: String, state: String },
+}
+
+/// Defines a backend's `Fail` and `edge`, which let its functions use `?` over the client's and
+/// the store's errors alike: the client's error becomes an [`Error`] by `$convert`, the store's
+/// own errors and JSON errors ([`Error::Json`]) pass through, and `edge` turns a `Fail` back into
+/// an [`Error`] at every function the rest of the workspace calls. A macro, not a type here: a
+/// backend's `From<ClientError>` can only be implemented for a type of its own crate.
+#[macro_export]
+macro_rules! backend_fail {
+    ($client:ty => $convert:expr) => {
+        /// A failure inside this crate (`opsgraph_store::backend_fail!`).
+        pub(crate) struct Fail($crate::Error);
+
+        impl From<$client> for Fail {
+            fn from(e: $client) -> Fail {
+                Fail(($convert)(e))
+            }
+        }
+
+        impl From<$crate::Error> for Fail {
+            fn from(e: $crate::Error) -> Fail {
+                Fail(e)
+            }
+        }
+
+        impl From<::serde_json::Error> for Fail {
+            fn from(e: ::serde_json::Error) -> Fail {
+                Fail($crate::Error::Json(e))
+            }
+        }
+
+        /// Runs a body written with `?` over the client's and the store's errors alike.
+        pub(crate) fn edge<T>(body: impl FnOnce() -> Result<T, Fail>) -> Result<T, $crate::Error> {
+            body().map_err(|f| f.0)
+        }
+    };
 }
 
 /// An operation as stored.
@@ -407,6 +444,33 @@ pub struct Stats {
 /// The upper bounds of the job duration histogram, in milliseconds.
 pub const DURATION_BUCKETS_MS: &[f64] =
     &[10.0, 50.0, 100.0, 500.0, 1_000.0, 5_000.0, 10_000.0, 60_000.0, 300_000.0, 1_800_000.0];
+
+impl Stats {
+    /// Fills the duration histogram, count and sum from finished attempts' durations (ms).
+    pub fn set_durations(&mut self, durations: impl IntoIterator<Item = f64>) {
+        let mut counts = vec![0u64; DURATION_BUCKETS_MS.len()];
+        for ms in durations {
+            self.duration_count += 1;
+            self.duration_sum_ms += ms;
+            for (count, bound) in counts.iter_mut().zip(DURATION_BUCKETS_MS) {
+                if ms <= *bound {
+                    *count += 1;
+                }
+            }
+        }
+        self.duration_buckets = DURATION_BUCKETS_MS.iter().copied().zip(counts).collect();
+    }
+}
+
+/// The guard of [`Write::ExpectPlan`]: the operation's current plan revision (`None` when there
+/// is no such operation) must be `expected`.
+pub fn expect_plan(operation: &str, expected: &str, current: Option<String>) -> Result<(), Error> {
+    let current = current.ok_or_else(|| Error::NoOperation(operation.to_string()))?;
+    if current != expected {
+        return Err(Error::StalePlan { operation: operation.to_string(), expected: expected.to_string(), current });
+    }
+    Ok(())
+}
 
 pub trait Store: Send {
     /// Applies every write in one transaction: all or nothing.

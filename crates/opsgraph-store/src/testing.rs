@@ -32,6 +32,37 @@ pub fn operation(id: &str, resource: Option<&str>) -> OperationRecord {
     }
 }
 
+/// Rows of a store made before gates had kinds (both backends' migration that adds them is
+/// tested on these): patch `p1` proposed for `op-1`, and gates named like patch reviews or not.
+pub const GATES_BEFORE_KINDS: &str = "
+    INSERT INTO timeline (seq, operation, at, actor, event, reason, data)
+      VALUES (1, 'op-1', 't', 'user:a', 'patch_proposed', 'p', '{\"patch\": \"p1\"}');
+    INSERT INTO gates (operation, id, gate_type, reason, options, required_roles)
+      VALUES ('op-1', 'approve', 'approval', 'r', '[]', '[]'),
+             ('op-1', 'patch-p1', 'approval', 'r', '[]', '[]'),
+             ('op-1', 'patch-nobody', 'missing_input', 'r', '[]', '[]'),
+             ('op-2', 'patch-p1', 'approval', 'r', '[]', '[]');";
+
+/// What the migration must make of [`GATES_BEFORE_KINDS`]: `patch-<id>` reviews patch `<id>`
+/// when that patch was proposed for the gate's operation; any other gate, whatever its id, is
+/// the plan's.
+pub fn assert_gates_got_their_kinds(store: &dyn Store) {
+    use opsgraph_core::model::{GateKind, GateType};
+    let kinds = |op: &str| -> Vec<(String, GateType, GateKind)> {
+        store.gates(op).unwrap().into_iter().map(|g| (g.id, g.gate_type, g.kind)).collect()
+    };
+    let review = GateKind::PatchReview { patch: "p1".into() };
+    assert_eq!(
+        kinds("op-1"),
+        [
+            ("approve".to_string(), GateType::Approval, GateKind::Plan),
+            ("patch-p1".to_string(), GateType::Approval, review),
+            ("patch-nobody".to_string(), GateType::MissingInput, GateKind::Plan),
+        ]
+    );
+    assert_eq!(kinds("op-2"), [("patch-p1".to_string(), GateType::Approval, GateKind::Plan)]);
+}
+
 /// Which backend a [`TestDb`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

@@ -26,6 +26,19 @@ fn entry(op: &str, event: &str) -> TimelineEntry {
     }
 }
 
+/// The first state change of `op-1` (version 0), to `state`, with its timeline entry.
+fn first_transition(state: OperationState, event: &str) -> Write {
+    Write::Transition { operation: "op-1".into(), expect_version: 0, state, entry: entry("op-1", event) }
+}
+
+/// An empty directory of this process for SQLite files, named after `name`.
+fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("opsgraph-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 #[test]
 fn times_render_as_rfc3339() {
     assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
@@ -44,14 +57,7 @@ fn times_render_as_rfc3339() {
 fn a_transition_and_its_timeline_entry_land_together_or_not_at_all(db: &TestDb) {
     let mut store = db.store();
     store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}) }]).unwrap();
-    store
-        .commit(&[Write::Transition {
-            operation: "op-1".into(),
-            expect_version: 0,
-            state: OperationState::PlanPreview,
-            entry: entry("op-1", "plan_built"),
-        }])
-        .unwrap();
+    store.commit(&[first_transition(OperationState::PlanPreview, "plan_built")]).unwrap();
     let got = store.operation("op-1").unwrap().unwrap();
     assert_eq!(got.state, OperationState::PlanPreview);
     assert_eq!(got.version, 1);
@@ -59,15 +65,7 @@ fn a_transition_and_its_timeline_entry_land_together_or_not_at_all(db: &TestDb) 
 
     // A stale version: the whole batch is refused, including the writes before it.
     let err = store
-        .commit(&[
-            Write::Timeline(entry("op-1", "note")),
-            Write::Transition {
-                operation: "op-1".into(),
-                expect_version: 0,
-                state: OperationState::Running,
-                entry: entry("op-1", "start"),
-            },
-        ])
+        .commit(&[Write::Timeline(entry("op-1", "note")), first_transition(OperationState::Running, "start")])
         .unwrap_err();
     assert!(matches!(err, Error::Conflict { expected: 0, .. }), "{err}");
     assert_eq!(store.timeline("op-1").unwrap().len(), 1);
@@ -222,23 +220,14 @@ fn resource_history_keeps_its_order_and_reads_the_last_entries(db: &TestDb) {
 /// when another connection commits, and only then.
 #[test]
 fn data_version_moves_on_other_connections_commits_only() {
-    let dir = std::env::temp_dir().join(format!("opsgraph-store-dv-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("store-dv");
     let path = dir.join("opsgraph.db");
     let mut mine = SqliteStore::open(&path, Durability::Full).unwrap();
     let mut other = SqliteStore::open(&path, Durability::Full).unwrap();
     let before = mine.data_version().unwrap().expect("sqlite knows its data version");
     mine.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }]).unwrap();
     assert_eq!(mine.data_version().unwrap(), Some(before), "its own commit");
-    other
-        .commit(&[Write::Transition {
-            operation: "op-1".into(),
-            expect_version: 0,
-            state: OperationState::PlanPreview,
-            entry: entry("op-1", "plan_built"),
-        }])
-        .unwrap();
+    other.commit(&[first_transition(OperationState::PlanPreview, "plan_built")]).unwrap();
     assert_ne!(mine.data_version().unwrap(), Some(before), "another connection's commit");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -611,14 +600,7 @@ fn a_second_operation_on_a_busy_resource_is_refused(db: &TestDb) {
     assert!(store.operation("op-2").unwrap().is_none());
     // The operation itself does not count, and a finished one frees the resource.
     store.commit(&[idle("op-1")]).unwrap();
-    store
-        .commit(&[Write::Transition {
-            operation: "op-1".into(),
-            expect_version: 0,
-            state: OperationState::Completed,
-            entry: entry("op-1", "completed"),
-        }])
-        .unwrap();
+    store.commit(&[first_transition(OperationState::Completed, "completed")]).unwrap();
     store.commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}) }]).unwrap();
 }
 
@@ -707,9 +689,7 @@ fn agent_tasks_are_claimed_once_and_fenced_by_their_lease(db: &TestDb) {
 
 #[test]
 fn agents_racing_on_one_file_claim_each_task_once() {
-    let dir = std::env::temp_dir().join(format!("opsgraph-agent-race-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("agent-race");
     let path = dir.join("store.db");
     let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
     let tasks: Vec<Write> = (0..200)
