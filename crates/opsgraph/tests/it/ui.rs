@@ -100,11 +100,23 @@ impl Browser {
 
     /// Waits for an element matching `css` whose text satisfies `ok`; its reference.
     pub(crate) fn wait(&self, css: &str, ok: impl Fn(&str) -> bool) -> String {
+        self.wait_for(css, ok).0
+    }
+
+    /// Waits as `wait` does; the text that satisfied `ok`. Read it here, not from the element
+    /// afterwards: the page may render again and replace the element (a stale reference reads
+    /// as no text).
+    pub(crate) fn wait_text(&self, css: &str, ok: impl Fn(&str) -> bool) -> String {
+        self.wait_for(css, ok).1
+    }
+
+    fn wait_for(&self, css: &str, ok: impl Fn(&str) -> bool) -> (String, String) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(el) = self.find(css) {
-                if ok(&self.text(&el)) {
-                    return el;
+                let text = self.text(&el);
+                if ok(&text) {
+                    return (el, text);
                 }
             }
             let status = self.find("#status").map(|s| self.text(&s)).unwrap_or_default();
@@ -401,8 +413,7 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     browser.screenshot(&shots, "new-operation-preview");
     assert!(api.state.store().unwrap().operations(&Default::default()).unwrap().is_empty(), "a preview runs nothing");
     browser.click_when("[data-testid=apply]", |t| t.contains("Apply"));
-    let id = browser.wait("[data-testid=op-id]", |t| t.starts_with("op-"));
-    let id = browser.text(&id);
+    let id = browser.wait_text("[data-testid=op-id]", |t| t.starts_with("op-"));
     browser.wait("[data-testid=op-detail]", |t| t.contains("waiting for gate approve-hello"));
     // The operator may not answer this gate: no button, the reason why.
     browser.wait("[data-testid=gate][data-gate=approve-hello]", |t| t.contains("Needs one of the roles sre"));
@@ -585,8 +596,7 @@ fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_bin
     browser.click_when("#preview-btn", |_| true);
     browser.wait("[data-testid=preview-text]", |t| t.contains("Plan vault.run") && t.contains("kv.store"));
     browser.click_when("[data-testid=apply]", |_| true);
-    let id = browser.wait("[data-testid=op-id]", |t| t.starts_with("op-"));
-    let id = browser.text(&id);
+    let id = browser.wait_text("[data-testid=op-id]", |t| t.starts_with("op-"));
     browser.wait("[data-testid=op-state]", |t| t == "completed");
 
     // The capability graph: bound to kv/good; the others rejected, each with its reason.
