@@ -346,6 +346,27 @@ pub struct Controls {
     /// A destructive job gets a destructive_action gate before it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub destructive: bool,
+    /// How the job's instances (one per resource of its scope) run relative to each other.
+    #[serde(default, skip_serializing_if = "Rollout::is_parallel")]
+    pub rollout: Rollout,
+}
+
+/// How a job's instances run relative to each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rollout {
+    /// All at once, as their dependencies allow.
+    #[default]
+    Parallel,
+    /// In the order of the scope's resources, each instance after the one before it has
+    /// succeeded: a rolling change (an upgrade that keeps a quorum or capacity serving).
+    OneAtATime,
+}
+
+impl Rollout {
+    pub fn is_parallel(&self) -> bool {
+        *self == Rollout::Parallel
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

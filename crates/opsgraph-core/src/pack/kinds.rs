@@ -552,6 +552,11 @@ static CONTROLS: Obj = Obj {
         field("rollback", &Shape::Obj(&ROLLBACK), "how it is undone"),
         field("manual_intervention", &Shape::Obj(&MANUAL), "whether a manual fix is allowed"),
         field("destructive", &BOOL, "a destructive_action gate goes before it"),
+        field(
+            "rollout",
+            &Shape::Enum(&["parallel", "one_at_a_time"]),
+            "parallel (default) | one_at_a_time: each instance waits for the one before it",
+        ),
     ],
     one_of: &[],
     normalize: None,
