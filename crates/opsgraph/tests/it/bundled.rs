@@ -292,6 +292,9 @@ fn every_example_intent_plans() {
     expect![[r#"
         k8s-add-node.yaml: kubernetes.add_node 9 jobs, 1 gates, waiting_for_gates
         k8s-create-cluster.yaml: kubernetes.create 24 jobs, 1 gates, waiting_for_gates
+        k8s-remove-node.yaml: kubernetes.remove_node 3 jobs, 2 gates, waiting_for_gates
+        k8s-uninstall.yaml: kubernetes.uninstall 3 jobs, 3 gates, waiting_for_gates
+        k8s-upgrade.yaml: kubernetes.upgrade 5 jobs, 1 gates, waiting_for_gates
         minio-install.yaml: minio.install 5 jobs, 0 gates, ready
         postgresql-add-replica.yaml: postgresql.add_replica 5 jobs, 1 gates, waiting_for_gates
         postgresql-backup.yaml: postgresql.backup 1 jobs, 0 gates, ready

@@ -142,7 +142,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        94 checks
+        100 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
@@ -151,6 +151,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         etcd/etcd_unit_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         etcd/etcdctl_installed: failed, could not start: failed to start `etcdctl`: No such file or directory (os error 2)
         kubernetes/apiserver_readyz: failed, (empty output)
+        kubernetes/apiserver_runs_target_version: failed, exit code 127
         kubernetes/br_netfilter_enabled: failed, could not start: failed to start `sysctl`: No such file or directory (os error 2)
         kubernetes/cni_daemonsets_ready: failed, (empty output)
         kubernetes/containerd_answers: failed, could not start: failed to start `ctr`: No such file or directory (os error 2)
@@ -164,8 +165,13 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         kubernetes/kubeadm_state_absent: passed (proves absence)
         kubernetes/kubelet_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/kubelet_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        kubernetes/kubelet_runs_target_version: failed, exit code 127
         kubernetes/kubernetes_images_present: failed, exit code 127
+        kubernetes/kubernetes_packages_as_requested: failed, (empty output)
+        kubernetes/kubernetes_server_version: failed, could not start: failed to start `kubectl`: No such file or directory (os error 2)
+        kubernetes/node_cordoned_self: failed, (empty output)
         kubernetes/node_ready_self: failed, (empty output)
+        kubernetes/node_schedulable_self: failed, (empty output)
         kubernetes/nodes_all_ready: failed, (empty output)
         kubernetes/swap_disabled: failed, (empty output)
         lab-cluster/lab_admin_conf_present: failed, exit code 127
