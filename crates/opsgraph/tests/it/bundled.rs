@@ -296,6 +296,7 @@ fn every_example_intent_plans() {
         k8s-uninstall.yaml: kubernetes.uninstall 3 jobs, 3 gates, waiting_for_gates
         k8s-upgrade.yaml: kubernetes.upgrade 5 jobs, 1 gates, waiting_for_gates
         minio-install.yaml: minio.install 5 jobs, 0 gates, ready
+        minio-uninstall.yaml: minio.uninstall 1 jobs, 1 gates, waiting_for_gates
         postgresql-add-replica.yaml: postgresql.add_replica 5 jobs, 1 gates, waiting_for_gates
         postgresql-backup.yaml: postgresql.backup 1 jobs, 0 gates, ready
         postgresql-install.yaml: postgresql.install 6 jobs, 1 gates, waiting_for_gates
@@ -306,6 +307,7 @@ fn every_example_intent_plans() {
         tempo-dev.yaml: tempo.install 6 jobs, 0 gates, ready
         tempo-prod.yaml: tempo.install 6 jobs, 1 gates, waiting_for_gates
         tempo-stage.yaml: tempo.install 6 jobs, 0 gates, ready
+        tempo-upgrade.yaml: tempo.upgrade 6 jobs, 0 gates, ready
     "#]]
     .assert_eq(&summary);
 }

@@ -142,7 +142,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        100 checks
+        104 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
@@ -210,9 +210,11 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         lab-database/labdb_server_alive: failed, exit code 1
         lab-database/labdb_service_recorded: failed, exit code 127
         minio/minio_bucket_job_succeeded: failed, (empty output)
+        minio/minio_chart_is_target: failed, exit code 127
         minio/minio_health_ready: failed, exit code 127
         minio/minio_helm_release_deployed: failed, (empty output)
         minio/minio_pods_ready: failed, exit code 127
+        minio/minio_release_absent: failed, (empty output)
         minio/minio_smoke_job_succeeded: failed, (empty output)
         postgresql/postgresql_accepting_connections: failed, exit code 127
         postgresql/postgresql_backup_valid: failed, exit code 1
@@ -240,8 +242,10 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         postgresql-local/pg_local_server_found: failed, (empty output)
         postgresql-local/pg_local_service_recorded: failed, exit code 127
         tempo/tempo_bucket_job_succeeded: failed, (empty output)
+        tempo/tempo_chart_is_target: failed, exit code 127
         tempo/tempo_helm_release_deployed: failed, (empty output)
         tempo/tempo_ready_endpoint: failed, (empty output)
+        tempo/tempo_release_absent: failed, (empty output)
         tempo/tempo_rollout_complete: failed, exit code 127
     "#]].assert_eq(&report);
     assert!(wrong.is_empty(), "checks that passed without their tools:\n{}", wrong.join("\n"));

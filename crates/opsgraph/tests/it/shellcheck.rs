@@ -75,7 +75,7 @@ fn every_bundled_script_and_shell_line_passes_shellcheck() {
         .replace(&dir.path().display().to_string(), "$INLINE")
         .replace(&path(""), "");
     expect![[r#"
-        94 scripts, 85 shell lines
+        98 scripts, 89 shell lines
     "#]]
     .assert_eq(&format!("{scripts} scripts, {lines} shell lines\n{findings}"));
     assert!(
