@@ -70,15 +70,17 @@ pub struct ScenarioPack {
 /// How a managed resource type is kept right after its first operation ([I]): the evidence that
 /// verifies it, the evidence whose captures are its observed state, and how often.
 ///
-/// Checks run where the instances of the job `on` ran in the resource's latest completed
+/// Checks run where the instances of a job of `on` ran in the resource's latest completed
 /// operation that has them (one per host of a fanned-out job), with that instance's environment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceSpec {
     #[serde(rename = "type")]
     pub type_: String,
-    /// The job whose instances give the checks their place and environment.
-    pub on: String,
+    /// The jobs whose instances give the checks their place and environment: the one the
+    /// resource's latest operation ran (a type several templates create, such as a cluster with
+    /// one control-plane node or three, names each template's verification job).
+    pub on: Vec<String>,
     /// Between two verifications by `opsgraph serve` (`30s`, `5m`).
     pub interval: String,
     /// Evidence checks that must pass for the resource to be `running`.

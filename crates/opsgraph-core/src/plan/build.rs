@@ -381,13 +381,18 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         });
     }
     for (job, _) in jobs.iter().filter(|(j, _)| j.controls.destructive) {
+        // A destructive job on an empty scope (no HA control-plane members) destroys nothing.
+        let before = instances_of(std::slice::from_ref(&job.id));
+        if before.is_empty() {
+            continue;
+        }
         gates.push(PlanGate {
             id: format!("confirm-{}", job.id),
             type_: GateType::DestructiveAction,
             reason: format!("job {} is destructive", job.id),
             options: vec!["proceed".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
-            before: instances_of(std::slice::from_ref(&job.id)),
+            before,
             source: GateSource::Destructive,
         });
     }

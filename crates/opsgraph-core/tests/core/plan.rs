@@ -241,6 +241,21 @@ fn a_rolling_job_runs_its_instances_one_at_a_time() {
 }
 
 #[test]
+fn a_destructive_job_with_no_instance_gets_no_gate() {
+    // `wipe` runs on every node of `nodes`; the intent names none, so nothing is wiped and
+    // nobody is asked to confirm it.
+    let p = pack("w", "thing", vec![job("backup"), job("wipe").on("nodes").destructive()]);
+    let mut i = intent("thing", "dev");
+    targets(&mut i, 0);
+    check(
+        world(p, i),
+        expect![[r#"
+            backup <- []
+        "#]],
+    );
+}
+
+#[test]
 fn fan_out_scales_to_ten_thousand_instances() {
     // 1,000 nodes x 10 jobs: the shape of the performance goal, checked here for correctness only.
     let mut jobs =
