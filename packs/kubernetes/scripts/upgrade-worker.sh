@@ -1,8 +1,9 @@
 #!/bin/sh
-# opsgraph pack kubernetes - job upgrade-worker (action upgrade): one worker, after the control
-# plane, one at a time (controls.rollout: one_at_a_time).
+# opsgraph pack kubernetes - jobs upgrade-worker and upgrade-control-plane-member (action
+# upgrade): one node at a time, after the first control-plane node (controls.rollout: one_at_a_time);
+# the same steps on a worker and on a further control-plane node of an HA cluster.
 #
-# Runs on each worker (scope workers), as root over SSH. The cluster's admin kubeconfig is the
+# Runs on each node of its scope (workers, control_plane_members), as root over SSH. The cluster's admin kubeconfig is the
 # kubernetes.cluster binding's credentials (KUBECONFIG, copied here for the job): it drains and
 # uncordons this node. The steps kubeadm documents for a worker: kubeadm at the target version,
 # `kubeadm upgrade node`, the node drained, kubelet and kubectl upgraded, kubelet restarted, the

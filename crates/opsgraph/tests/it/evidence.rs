@@ -142,7 +142,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        104 checks
+        108 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
@@ -150,6 +150,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         etcd/etcd_unit_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         etcd/etcd_unit_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         etcd/etcdctl_installed: failed, could not start: failed to start `etcdctl`: No such file or directory (os error 2)
+        kubernetes/api_endpoint_answers: failed, (empty output)
         kubernetes/apiserver_readyz: failed, (empty output)
         kubernetes/apiserver_runs_target_version: failed, exit code 127
         kubernetes/br_netfilter_enabled: failed, could not start: failed to start `sysctl`: No such file or directory (os error 2)
@@ -160,7 +161,10 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         kubernetes/control_plane_pods_ready: failed, exit code 127
         kubernetes/coredns_available: failed, exit code 127
         kubernetes/crictl_works: failed, could not start: failed to start `crictl`: No such file or directory (os error 2)
+        kubernetes/etcd_member_per_control_plane: failed, (empty output)
+        kubernetes/haproxy_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/ip_forward_enabled: failed, could not start: failed to start `sysctl`: No such file or directory (os error 2)
+        kubernetes/keepalived_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/kubeadm_installed: failed, could not start: failed to start `kubeadm`: No such file or directory (os error 2)
         kubernetes/kubeadm_state_absent: passed (proves absence)
         kubernetes/kubelet_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
