@@ -66,7 +66,7 @@ if [ -n "$missing" ]; then
     apt_install --allow-change-held-packages $missing
     log "installed$missing"
 fi
-apt-mark hold kubelet kubeadm kubectl >/dev/null
+apt_mark hold kubelet kubeadm kubectl >/dev/null
 
 # 3. containerd's sandbox image is kubeadm's pause image.
 KUBEADM_VERSION=$(kubeadm version -o short)
@@ -111,6 +111,6 @@ mkdir -p "$OPSGRAPH_OUT"
     for pkg in containerd containerd.io runc kubelet kubeadm kubectl cri-tools kubernetes-cni; do
         printf 'PACKAGE %s=%s\n' "$pkg" "$(installed_version "$pkg")"
     done
-    printf 'HELD=%s\n' "$(apt-mark showhold | tr '\n' ' ')"
+    printf 'HELD=%s\n' "$(apt_mark showhold | tr '\n' ' ')"
 } >"$OPSGRAPH_OUT/package_install_report"
 log "ok: kubeadm $KUBEADM_VERSION, sandbox image $PAUSE_IMAGE"

@@ -28,7 +28,7 @@ if [ "$PURGE" = true ]; then
     done
     if [ -n "$installed" ]; then
         # shellcheck disable=SC2086 # one word per package
-        apt-mark unhold $installed >/dev/null
+        apt_mark unhold $installed >/dev/null
         # shellcheck disable=SC2086
         apt_get purge -y $installed
         log "purged$installed"

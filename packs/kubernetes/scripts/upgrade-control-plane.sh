@@ -47,7 +47,7 @@ if [ "$(installed_version kubeadm)" != "$pkgver" ]; then
     apt_install --allow-change-held-packages "kubeadm=$pkgver"
     log "installed kubeadm $pkgver"
 fi
-apt-mark hold kubeadm >/dev/null
+apt_mark hold kubeadm >/dev/null
 
 if [ "$running" != "$K8S_VERSION" ]; then
     kubeadm upgrade plan "v$K8S_VERSION" >&2
@@ -60,7 +60,7 @@ fi
 if [ "$(installed_version kubelet)" != "$pkgver" ] || [ "$(installed_version kubectl)" != "$pkgver" ]; then
     kubectl_admin drain "$NODE" --ignore-daemonsets --delete-emptydir-data --timeout="$DRAIN_TIMEOUT"
     apt_install --allow-change-held-packages "kubelet=$pkgver" "kubectl=$pkgver"
-    apt-mark hold kubelet kubectl >/dev/null
+    apt_mark hold kubelet kubectl >/dev/null
     systemctl daemon-reload
     systemctl restart kubelet
     log "kubelet and kubectl $pkgver"

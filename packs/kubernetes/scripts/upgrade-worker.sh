@@ -34,13 +34,13 @@ if [ "$(installed_version kubeadm)" != "$pkgver" ]; then
     apt_install --allow-change-held-packages "kubeadm=$pkgver"
     log "installed kubeadm $pkgver"
 fi
-apt-mark hold kubeadm >/dev/null
+apt_mark hold kubeadm >/dev/null
 
 if [ "$(installed_version kubelet)" != "$pkgver" ] || [ "$(installed_version kubectl)" != "$pkgver" ]; then
     kubeadm upgrade node >&2
     kubectl drain "$NODE" --ignore-daemonsets --delete-emptydir-data --timeout="$DRAIN_TIMEOUT"
     apt_install --allow-change-held-packages "kubelet=$pkgver" "kubectl=$pkgver"
-    apt-mark hold kubelet kubectl >/dev/null
+    apt_mark hold kubelet kubectl >/dev/null
     systemctl daemon-reload
     systemctl restart kubelet
     log "kubelet and kubectl $pkgver"

@@ -53,7 +53,13 @@ write_file() {
     log "wrote $1"
 }
 
-apt_get() { apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
+# apt_get ARGS: apt-get, one at a time on this node: two jobs of a plan may run here at once
+# (install-runtime and install-api-load-balancer), and `apt-get update` does not wait for the
+# lists lock as dpkg's lock timeout makes installs wait. flock (util-linux) serialises opsgraph's
+# own apt runs; DPkg::Lock::Timeout still waits for anyone else's.
+apt_get() { flock -w 900 /run/lock/opsgraph-apt.lock apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
+# apt_mark ARGS: apt-mark under the same lock (hold and unhold write dpkg's selections).
+apt_mark() { flock -w 900 /run/lock/opsgraph-apt.lock apt-mark "$@"; }
 apt_install() {
     apt_get install -y --no-install-recommends \
         -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
