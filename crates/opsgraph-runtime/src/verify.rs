@@ -62,7 +62,7 @@ impl Runtime {
         let inputs = self.gate_inputs(&op.id)?;
         let mut secrets = Vec::new();
         let mut prepared = Vec::new();
-        for instance in plan.jobs.iter().filter(|j| j.job == spec.on && j.skipped.is_none()) {
+        for instance in plan.jobs.iter().filter(|j| spec.on.contains(&j.job) && j.skipped.is_none()) {
             let job: Job = template
                 .and_then(|t| pack.job(t, &instance.job))
                 .or_else(|| pack.jobs.get(&instance.job))
@@ -218,11 +218,14 @@ impl Runtime {
             if !life.contains(&op.id) {
                 continue;
             }
-            if plan.jobs.iter().any(|j| j.job == spec.on) {
+            if plan.jobs.iter().any(|j| spec.on.contains(&j.job)) {
                 return Ok((op, plan));
             }
         }
-        Err(Error::Unsupported(format!("no completed operation of `{id}` ran job `{}`, where its checks run", spec.on)))
+        Err(Error::Unsupported(format!(
+            "no completed operation of `{id}` ran job `{}`, where its checks run",
+            spec.on.join("` or `")
+        )))
     }
 }
 

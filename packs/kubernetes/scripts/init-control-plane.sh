@@ -21,9 +21,10 @@
 #   OPSGRAPH_INTENT_NAME the cluster's name when cluster_name is not given
 #
 # Parameters: kubernetes_version, cluster_name, pod_cidr, service_cidr,
-#             control_plane_endpoint, image_repository, join_token_ttl
+#             control_plane_endpoint, image_repository, join_token_ttl, upload_certs
 # Provides:   kubernetes.control_plane
-# Produces:   kubeconfig_admin (secret), join_command (secret)
+# Produces:   kubeconfig_admin (secret), join_command (secret); with upload_certs true (HA),
+#             control_plane_join_command (secret)
 set -eu
 # shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
 . "$OPSGRAPH_LIB/node-lib.sh"
@@ -38,6 +39,8 @@ SERVICE_CIDR=${OPSGRAPH_PARAM_SERVICE_CIDR:-10.96.0.0/12}
 ENDPOINT=${OPSGRAPH_PARAM_CONTROL_PLANE_ENDPOINT:-}
 IMAGE_REPOSITORY=${OPSGRAPH_PARAM_IMAGE_REPOSITORY:-registry.k8s.io}
 TOKEN_TTL=${OPSGRAPH_PARAM_JOIN_TOKEN_TTL:-2h}
+UPLOAD_CERTS=${OPSGRAPH_PARAM_UPLOAD_CERTS:-false}
+case $UPLOAD_CERTS in true | false) ;; *) fail "upload_certs must be true or false, not '$UPLOAD_CERTS'" ;; esac
 K8S_VERSION=${OPSGRAPH_PARAM_KUBERNETES_VERSION:-1.30}
 K8S_VERSION=${K8S_VERSION#v}
 
@@ -128,4 +131,16 @@ matches 'kubeadm join [^ ]+ --token [a-z0-9]{6}\.[a-z0-9]{16} --discovery-token-
     fail "kubeadm printed an unexpected join command"
 printf '%s\n' "$join" >"$OPSGRAPH_OUT/join_command.tmp"
 mv -f "$OPSGRAPH_OUT/join_command.tmp" "$OPSGRAPH_OUT/join_command"
+
+# An HA control plane (upload_certs true): the certificates go to the cluster, encrypted with a
+# fresh key (kubeadm deletes them after 2 h), and the other control-plane nodes get a join
+# command with that key (control_plane_join_command, a secret).
+if [ "$UPLOAD_CERTS" = true ]; then
+    uploaded=$(kubeadm init phase upload-certs --upload-certs) || fail "kubeadm could not upload the control-plane certificates"
+    key=$(printf '%s\n' "$uploaded" | tail -n 1)
+    matches '[a-f0-9]{64}' "$key" || fail "kubeadm printed no certificate key"
+    printf '%s --control-plane --certificate-key %s\n' "$join" "$key" >"$OPSGRAPH_OUT/control_plane_join_command.tmp"
+    mv -f "$OPSGRAPH_OUT/control_plane_join_command.tmp" "$OPSGRAPH_OUT/control_plane_join_command"
+    log "control-plane certificates uploaded; control_plane_join_command written"
+fi
 log "ok: control plane ready; kubeconfig_admin and join_command (token ttl $TOKEN_TTL) written"

@@ -27,11 +27,7 @@ on_node
 needs_out
 needs_root
 
-K8S_VERSION=${OPSGRAPH_PARAM_KUBERNETES_VERSION:-1.30}
-K8S_VERSION=${K8S_VERSION#v}
-matches '1\.[0-9]{2}(\.[0-9]{1,3})?' "$K8S_VERSION" || fail "kubernetes_version '$K8S_VERSION' is not 1.<minor>[.<patch>]"
-MINOR=$(printf '%s\n' "$K8S_VERSION" | cut -d. -f1-2)
-PATCH=$(printf '%s\n' "$K8S_VERSION" | cut -s -d. -f3)
+k8s_version
 IMAGE_REPOSITORY=${OPSGRAPH_PARAM_IMAGE_REPOSITORY:-registry.k8s.io}
 matches '[a-z0-9][-a-z0-9.:/_]*' "$IMAGE_REPOSITORY" || fail "image_repository '$IMAGE_REPOSITORY' is not a repository"
 [ -f /etc/containerd/config.toml ] || fail "/etc/containerd/config.toml is missing: install-runtime has not run"
@@ -39,24 +35,7 @@ matches '[a-z0-9][-a-z0-9.:/_]*' "$IMAGE_REPOSITORY" || fail "image_repository '
 export DEBIAN_FRONTEND=noninteractive
 
 # 1. The pkgs.k8s.io repository of this minor.
-KEYRING=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
-REPO_URL="https://pkgs.k8s.io/core:/stable:/v${MINOR}/deb/"
-install -d -m 0755 /etc/apt/keyrings
-if [ ! -s "$KEYRING" ] || ! grep -qsF "$REPO_URL" /etc/apt/sources.list.d/kubernetes.list; then
-    key=$(mktemp)
-    curl -fsSL --retry 3 -o "$key" "${REPO_URL}Release.key" \
-        || fail "the package repository $REPO_URL is unreachable (curl exit $?): kubelet, kubeadm and kubectl cannot be installed"
-    gpg --batch --yes --dearmor -o "$KEYRING.tmp" "$key"
-    rm -f "$key"
-    chmod 0644 "$KEYRING.tmp"
-    mv -f "$KEYRING.tmp" "$KEYRING"
-    log "installed the pkgs.k8s.io signing key for v$MINOR"
-fi
-write_file /etc/apt/sources.list.d/kubernetes.list 0644 <<LIST
-# managed by opsgraph (pack kubernetes, job install-runtime)
-deb [signed-by=$KEYRING] $REPO_URL /
-LIST
-apt_get update
+k8s_repo
 
 # 2. kubelet, kubeadm, kubectl at one version.
 current=$(installed_version kubeadm)
@@ -74,12 +53,9 @@ if [ -n "$current" ]; then
 fi
 if [ -n "$current" ]; then
     pkgver=$current
-elif [ -n "$PATCH" ]; then
-    pkgver=$(apt-cache madison kubeadm | awk -v v="$MINOR.$PATCH" '$3 ~ ("^" v "-") { print $3; exit }')
-    [ -n "$pkgver" ] || fail "kubeadm $MINOR.$PATCH is not in $REPO_URL"
 else
-    pkgver=$(apt-cache madison kubeadm | awk '{ print $3; exit }')
-    [ -n "$pkgver" ] || fail "no kubeadm in $REPO_URL: the package repository is unreachable or empty (see apt-get update above)"
+    pkgver=$(k8s_package_version kubeadm) || fail "apt-cache cannot list kubeadm"
+    [ -n "$pkgver" ] || fail "no kubeadm $K8S_VERSION in $REPO_URL: the package repository is unreachable or does not have it (see apt-get update above)"
 fi
 missing=
 for pkg in kubelet kubeadm kubectl; do
@@ -90,7 +66,7 @@ if [ -n "$missing" ]; then
     apt_install --allow-change-held-packages $missing
     log "installed$missing"
 fi
-apt-mark hold kubelet kubeadm kubectl >/dev/null
+apt_mark hold kubelet kubeadm kubectl >/dev/null
 
 # 3. containerd's sandbox image is kubeadm's pause image.
 KUBEADM_VERSION=$(kubeadm version -o short)
@@ -135,6 +111,6 @@ mkdir -p "$OPSGRAPH_OUT"
     for pkg in containerd containerd.io runc kubelet kubeadm kubectl cri-tools kubernetes-cni; do
         printf 'PACKAGE %s=%s\n' "$pkg" "$(installed_version "$pkg")"
     done
-    printf 'HELD=%s\n' "$(apt-mark showhold | tr '\n' ' ')"
+    printf 'HELD=%s\n' "$(apt_mark showhold | tr '\n' ' ')"
 } >"$OPSGRAPH_OUT/package_install_report"
 log "ok: kubeadm $KUBEADM_VERSION, sandbox image $PAUSE_IMAGE"

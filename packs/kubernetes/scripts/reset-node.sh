@@ -21,22 +21,5 @@ on_node
 
 needs_root
 
-if [ -e /etc/kubernetes/admin.conf ] || [ -e /etc/kubernetes/kubelet.conf ] ||
-    [ -n "$(ls -A /etc/kubernetes/manifests 2>/dev/null)" ] || [ -d /var/lib/etcd/member ]; then
-    if [ -f /root/.kube/config ] && [ -f /etc/kubernetes/admin.conf ] &&
-        cmp -s /root/.kube/config /etc/kubernetes/admin.conf; then
-        rm -f /root/.kube/config
-    fi
-    kubeadm reset --force --cri-socket unix:///run/containerd/containerd.sock
-    log "kubeadm reset done"
-else
-    log "no kubeadm state on this node"
-fi
-
-# kubeadm reset leaves the CNI configuration and some kubelet state behind.
-rm -rf /etc/cni/net.d/* /var/lib/kubelet/pki /etc/kubernetes/opsgraph
-if ip link show cni0 >/dev/null 2>&1; then ip link delete cni0; fi
-if ip link show flannel.1 >/dev/null 2>&1; then ip link delete flannel.1; fi
-if ip link show vxlan.calico >/dev/null 2>&1; then ip link delete vxlan.calico; fi
-systemctl restart containerd
+reset_kubeadm_state
 log "ok: node reset; iptables/IPVS rules left in place (see kubeadm reset's notes)"

@@ -70,15 +70,17 @@ pub struct ScenarioPack {
 /// How a managed resource type is kept right after its first operation ([I]): the evidence that
 /// verifies it, the evidence whose captures are its observed state, and how often.
 ///
-/// Checks run where the instances of the job `on` ran in the resource's latest completed
+/// Checks run where the instances of a job of `on` ran in the resource's latest completed
 /// operation that has them (one per host of a fanned-out job), with that instance's environment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceSpec {
     #[serde(rename = "type")]
     pub type_: String,
-    /// The job whose instances give the checks their place and environment.
-    pub on: String,
+    /// The jobs whose instances give the checks their place and environment: the one the
+    /// resource's latest operation ran (a type several templates create, such as a cluster with
+    /// one control-plane node or three, names each template's verification job).
+    pub on: Vec<String>,
     /// Between two verifications by `opsgraph serve` (`30s`, `5m`).
     pub interval: String,
     /// Evidence checks that must pass for the resource to be `running`.
@@ -443,6 +445,27 @@ pub struct Controls {
     /// A destructive job gets a destructive_action gate before it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub destructive: bool,
+    /// How the job's instances (one per resource of its scope) run relative to each other.
+    #[serde(default, skip_serializing_if = "Rollout::is_parallel")]
+    pub rollout: Rollout,
+}
+
+/// How a job's instances run relative to each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rollout {
+    /// All at once, as their dependencies allow.
+    #[default]
+    Parallel,
+    /// In the order of the scope's resources, each instance after the one before it has
+    /// succeeded: a rolling change (an upgrade that keeps a quorum or capacity serving).
+    OneAtATime,
+}
+
+impl Rollout {
+    pub fn is_parallel(&self) -> bool {
+        *self == Rollout::Parallel
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

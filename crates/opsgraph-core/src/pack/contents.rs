@@ -675,8 +675,10 @@ fn check_resources(cx: &mut Cx<'_>, pack: &Pack, manifest: &Located) {
             cx.unknown(&manifest.file, at("type", None), "resource type", &r.type_, known);
         }
         let jobs = || pack.jobs.keys().map(String::as_str);
-        if !pack.jobs.contains_key(&r.on) && !pack.templates.iter().any(|t| t.jobs.iter().any(|e| e.id() == r.on)) {
-            cx.unknown(&manifest.file, at("on", None), "job", &r.on, jobs());
+        for on in &r.on {
+            if !pack.jobs.contains_key(on) && !pack.templates.iter().any(|t| t.jobs.iter().any(|e| e.id() == *on)) {
+                cx.unknown(&manifest.file, at("on", None), "job", on, jobs());
+            }
         }
         for (key, list) in [("verify", &r.verify), ("observe", &r.observe)] {
             for (j, id) in list.iter().enumerate() {

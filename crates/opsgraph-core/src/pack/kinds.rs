@@ -365,7 +365,11 @@ static RESOURCE_SPEC: Obj = Obj {
     doc: "How a managed resource type is observed and verified after its first operation.",
     fields: &[
         required("type", &ID, "one of the pack's resource_types"),
-        required("on", &ID, "the job whose instances give the checks their hosts and environment"),
+        required(
+            "on",
+            &Shape::OneOrList(&ID),
+            "the job (or jobs, one per template) whose instances give the checks their hosts and environment",
+        ),
         required("interval", &DURATION, "between two verifications by `opsgraph serve`"),
         field("verify", &IDS, "evidence checks that must pass for the resource to be running"),
         field("observe", &IDS, "evidence checks with `capture`: their values are the observed state"),
@@ -558,6 +562,11 @@ static CONTROLS: Obj = Obj {
         field("rollback", &Shape::Obj(&ROLLBACK), "how it is undone"),
         field("manual_intervention", &Shape::Obj(&MANUAL), "whether a manual fix is allowed"),
         field("destructive", &BOOL, "a destructive_action gate goes before it"),
+        field(
+            "rollout",
+            &Shape::Enum(&["parallel", "one_at_a_time"]),
+            "parallel (default) | one_at_a_time: each instance waits for the one before it",
+        ),
     ],
     one_of: &[],
     normalize: None,

@@ -240,6 +240,13 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                     }
                 }
             }
+            // A rolling job: each instance waits for the one before it (the scope's order).
+            if job.controls.rollout == crate::model::Rollout::OneAtATime {
+                if let Some(previous) = job_edits.last().filter(|p: &&JobInstance| p.job == job.id) {
+                    depends_on.push(previous.id.clone());
+                    because.push("one at a time (controls.rollout)".to_string());
+                }
+            }
             job_edits.push(JobInstance {
                 id: id.clone(),
                 job: job.id.clone(),
@@ -379,13 +386,18 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         });
     }
     for (job, _) in jobs.iter().filter(|(j, _)| j.controls.destructive) {
+        // A destructive job on an empty scope (no HA control-plane members) destroys nothing.
+        let before = instances_of(std::slice::from_ref(&job.id));
+        if before.is_empty() {
+            continue;
+        }
         gates.push(PlanGate {
             id: format!("confirm-{}", job.id),
             type_: GateType::DestructiveAction,
             reason: format!("job {} is destructive", job.id),
             options: vec!["proceed".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
-            before: instances_of(std::slice::from_ref(&job.id)),
+            before,
             source: GateSource::Destructive,
         });
     }
@@ -698,13 +710,14 @@ fn parameters(
     (out, missing)
 }
 
-/// The job-level graph (instances collapsed to their job), for people and tests.
+/// The job-level graph (instances collapsed to their job), for people and tests; a DAG.
 pub fn job_edges(plan: &Plan) -> BTreeSet<(String, String)> {
     let job_of: HashMap<&str, &str> = plan.jobs.iter().map(|j| (j.id.as_str(), j.job.as_str())).collect();
     let mut edges = BTreeSet::new();
     for j in &plan.jobs {
         for d in &j.depends_on {
-            if let Some(from) = job_of.get(d.as_str()) {
+            // A rolling job's instances wait for each other: no edge from a job to itself.
+            if let Some(from) = job_of.get(d.as_str()).filter(|from| **from != j.job) {
                 edges.insert((from.to_string(), j.job.clone()));
             }
         }

@@ -86,6 +86,10 @@ impl JobB {
         self.0.controls.destructive = true;
         self
     }
+    pub(crate) fn one_at_a_time(mut self) -> Self {
+        self.0.controls.rollout = opsgraph_core::model::Rollout::OneAtATime;
+        self
+    }
 }
 
 /// A one-template pack: action `run`, every job in one stage, scope `nodes` over `targets.nodes`.

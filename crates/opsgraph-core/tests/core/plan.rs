@@ -206,6 +206,56 @@ fn destructive_jobs_get_a_gate_before_them() {
 }
 
 #[test]
+fn a_rolling_job_runs_its_instances_one_at_a_time() {
+    // drain@n is parallel (the default); upgrade@n waits for its own node's drain and for the
+    // upgrade of the node before it, so one node at a time is out of service.
+    let p = pack(
+        "r",
+        "cluster",
+        vec![
+            job("drain").on("nodes").provides("drained", Some("nodes")),
+            job("upgrade").on("nodes").requires(req("drained").scoped("nodes")).one_at_a_time(),
+        ],
+    );
+    let mut i = intent("cluster", "prod");
+    targets(&mut i, 3);
+    let mut w = world(p, i);
+    w.resources = nodes(3);
+    let plan = w.build().unwrap();
+    assert_eq!(
+        opsgraph_core::plan::job_edges(&plan).into_iter().collect::<Vec<_>>(),
+        [("drain".to_string(), "upgrade".to_string())],
+        "the job-level graph stays a DAG without a self-edge"
+    );
+    check(
+        w,
+        expect![[r#"
+            drain@n1 <- []
+            drain@n2 <- []
+            drain@n3 <- []
+            upgrade@n1 <- [drain@n1]
+            upgrade@n2 <- [drain@n2, upgrade@n1]
+            upgrade@n3 <- [drain@n3, upgrade@n2]
+        "#]],
+    );
+}
+
+#[test]
+fn a_destructive_job_with_no_instance_gets_no_gate() {
+    // `wipe` runs on every node of `nodes`; the intent names none, so nothing is wiped and
+    // nobody is asked to confirm it.
+    let p = pack("w", "thing", vec![job("backup"), job("wipe").on("nodes").destructive()]);
+    let mut i = intent("thing", "dev");
+    targets(&mut i, 0);
+    check(
+        world(p, i),
+        expect![[r#"
+            backup <- []
+        "#]],
+    );
+}
+
+#[test]
 fn fan_out_scales_to_ten_thousand_instances() {
     // 1,000 nodes x 10 jobs: the shape of the performance goal, checked here for correctness only.
     let mut jobs =

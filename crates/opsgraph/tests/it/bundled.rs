@@ -292,7 +292,11 @@ fn every_example_intent_plans() {
     expect![[r#"
         k8s-add-node.yaml: kubernetes.add_node 9 jobs, 1 gates, waiting_for_gates
         k8s-create-cluster.yaml: kubernetes.create 24 jobs, 1 gates, waiting_for_gates
+        k8s-remove-node.yaml: kubernetes.remove_node 3 jobs, 2 gates, waiting_for_gates
+        k8s-uninstall.yaml: kubernetes.uninstall 3 jobs, 3 gates, waiting_for_gates
+        k8s-upgrade.yaml: kubernetes.upgrade 5 jobs, 1 gates, waiting_for_gates
         minio-install.yaml: minio.install 5 jobs, 0 gates, ready
+        minio-uninstall.yaml: minio.uninstall 1 jobs, 1 gates, waiting_for_gates
         postgresql-add-replica.yaml: postgresql.add_replica 5 jobs, 1 gates, waiting_for_gates
         postgresql-backup.yaml: postgresql.backup 1 jobs, 0 gates, ready
         postgresql-install.yaml: postgresql.install 6 jobs, 1 gates, waiting_for_gates
@@ -303,6 +307,7 @@ fn every_example_intent_plans() {
         tempo-dev.yaml: tempo.install 6 jobs, 0 gates, ready
         tempo-prod.yaml: tempo.install 6 jobs, 1 gates, waiting_for_gates
         tempo-stage.yaml: tempo.install 6 jobs, 0 gates, ready
+        tempo-upgrade.yaml: tempo.upgrade 6 jobs, 0 gates, ready
     "#]]
     .assert_eq(&summary);
 }
@@ -330,4 +335,61 @@ fn demo_runs_the_lab_scenario_end_to_end() {
         assert!(run.out.contains(needle), "missing {needle:?} in:\n{}", run.out);
     }
     assert!(!run.out.contains("FAIL"), "{}", run.out);
+}
+
+/// The HA control plane (`create_ha_cluster`): every control-plane node gets the endpoint's load
+/// balancer before the first one initialises the cluster through it; the other control-plane
+/// nodes then join one at a time (`controls.rollout`), and the whole is verified after them.
+#[test]
+fn kubernetes_ha_control_plane_joins_one_at_a_time_behind_the_endpoint() {
+    let node = |name: &str, ip: &str| {
+        format!(
+            "resource:\n  type: compute_node\n  name: {name}\n  environment: dev\n  provides: [linux.host, ssh.access, package.manager.apt, network.registry_access]\n  access:\n    ssh: {{host: {ip}, port: 22, user: root}}\n"
+        )
+    };
+    let nodes =
+        [node("fleet-1", "10.213.0.11"), node("fleet-2", "10.213.0.12"), node("fleet-3", "10.213.0.13")].join("---\n");
+    let dir = temp_dir(&[("inventory/fleet.yaml", &nodes)]);
+    let inventory = dir.join("inventory").display().to_string();
+    let run = opsgraph(&[
+        "plan",
+        "-f",
+        "{root}/examples/kubernetes/fleet-ha-intent.yaml",
+        "--packs",
+        "{root}/packs",
+        "--inventory",
+        &inventory,
+        "-o",
+        "json",
+    ]);
+    let p: Value = serde_json::from_str(&run.out).unwrap_or_else(|e| panic!("{e}: {}", run.render()));
+    let mut text = String::new();
+    for j in p["jobs"].as_array().unwrap() {
+        let deps: Vec<&str> = j["depends_on"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+        text.push_str(&format!("{} <- [{}]\n", j["id"].as_str().unwrap(), deps.join(", ")));
+    }
+    expect![[r#"
+        validate-inputs <- [approve-plan]
+        validate-nodes@fleet-1 <- [validate-inputs]
+        validate-nodes@fleet-2 <- [validate-inputs]
+        validate-nodes@fleet-3 <- [validate-inputs]
+        validate-credentials <- [validate-inputs]
+        prepare-network@fleet-1 <- [validate-nodes@fleet-1, validate-credentials]
+        prepare-network@fleet-2 <- [validate-nodes@fleet-2, validate-credentials]
+        prepare-network@fleet-3 <- [validate-nodes@fleet-3, validate-credentials]
+        install-api-load-balancer@fleet-1 <- [prepare-network@fleet-1]
+        install-api-load-balancer@fleet-2 <- [prepare-network@fleet-2]
+        install-api-load-balancer@fleet-3 <- [prepare-network@fleet-3]
+        install-runtime@fleet-1 <- [prepare-network@fleet-1]
+        install-runtime@fleet-2 <- [prepare-network@fleet-2]
+        install-runtime@fleet-3 <- [prepare-network@fleet-3]
+        install-kubeadm@fleet-1 <- [install-runtime@fleet-1]
+        install-kubeadm@fleet-2 <- [install-runtime@fleet-2]
+        install-kubeadm@fleet-3 <- [install-runtime@fleet-3]
+        init-ha-control-plane@fleet-1 <- [install-kubeadm@fleet-1, install-kubeadm@fleet-2, install-kubeadm@fleet-3, install-api-load-balancer@fleet-1, install-api-load-balancer@fleet-2, install-api-load-balancer@fleet-3]
+        join-control-plane@fleet-2 <- [init-ha-control-plane@fleet-1]
+        join-control-plane@fleet-3 <- [init-ha-control-plane@fleet-1, join-control-plane@fleet-2]
+        install-cni@fleet-1 <- [init-ha-control-plane@fleet-1]
+        verify-ha@fleet-1 <- [install-cni@fleet-1, join-control-plane@fleet-2, join-control-plane@fleet-3]
+    "#]].assert_eq(&text);
 }

@@ -142,7 +142,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        97 checks
+        111 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_member_key_private: failed, (empty output)
         etcd/etcd_members_started: failed, (empty output)
@@ -150,7 +150,9 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         etcd/etcd_unit_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         etcd/etcd_unit_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         etcd/etcdctl_installed: failed, could not start: failed to start `etcdctl`: No such file or directory (os error 2)
+        kubernetes/api_endpoint_answers: failed, (empty output)
         kubernetes/apiserver_readyz: failed, (empty output)
+        kubernetes/apiserver_runs_target_version: failed, exit code 127
         kubernetes/br_netfilter_enabled: failed, could not start: failed to start `sysctl`: No such file or directory (os error 2)
         kubernetes/cni_daemonsets_ready: failed, (empty output)
         kubernetes/containerd_answers: failed, could not start: failed to start `ctr`: No such file or directory (os error 2)
@@ -159,13 +161,21 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         kubernetes/control_plane_pods_ready: failed, exit code 127
         kubernetes/coredns_available: failed, exit code 127
         kubernetes/crictl_works: failed, could not start: failed to start `crictl`: No such file or directory (os error 2)
+        kubernetes/etcd_member_per_control_plane: failed, (empty output)
+        kubernetes/haproxy_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/ip_forward_enabled: failed, could not start: failed to start `sysctl`: No such file or directory (os error 2)
+        kubernetes/keepalived_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/kubeadm_installed: failed, could not start: failed to start `kubeadm`: No such file or directory (os error 2)
         kubernetes/kubeadm_state_absent: passed (proves absence)
         kubernetes/kubelet_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/kubelet_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        kubernetes/kubelet_runs_target_version: failed, exit code 127
         kubernetes/kubernetes_images_present: failed, exit code 127
+        kubernetes/kubernetes_packages_as_requested: failed, (empty output)
+        kubernetes/kubernetes_server_version: failed, could not start: failed to start `kubectl`: No such file or directory (os error 2)
+        kubernetes/node_cordoned_self: failed, (empty output)
         kubernetes/node_ready_self: failed, (empty output)
+        kubernetes/node_schedulable_self: failed, (empty output)
         kubernetes/nodes_all_ready: failed, (empty output)
         kubernetes/swap_disabled: failed, (empty output)
         lab-cluster/lab_admin_conf_present: failed, exit code 127
@@ -206,9 +216,11 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         lab-database/labdb_server_alive: failed, exit code 1
         lab-database/labdb_service_recorded: failed, exit code 127
         minio/minio_bucket_job_succeeded: failed, (empty output)
+        minio/minio_chart_is_target: failed, exit code 127
         minio/minio_health_ready: failed, exit code 127
         minio/minio_helm_release_deployed: failed, (empty output)
         minio/minio_pods_ready: failed, exit code 127
+        minio/minio_release_absent: failed, (empty output)
         minio/minio_smoke_job_succeeded: failed, (empty output)
         postgresql/postgresql_accepting_connections: failed, exit code 127
         postgresql/postgresql_backup_valid: failed, exit code 1
@@ -237,8 +249,10 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         postgresql-local/pg_local_server_found: failed, (empty output)
         postgresql-local/pg_local_service_recorded: failed, exit code 127
         tempo/tempo_bucket_job_succeeded: failed, (empty output)
+        tempo/tempo_chart_is_target: failed, exit code 127
         tempo/tempo_helm_release_deployed: failed, (empty output)
         tempo/tempo_ready_endpoint: failed, (empty output)
+        tempo/tempo_release_absent: failed, (empty output)
         tempo/tempo_rollout_complete: failed, exit code 127
     "#]].assert_eq(&report);
     assert!(wrong.is_empty(), "checks that passed without their tools:\n{}", wrong.join("\n"));

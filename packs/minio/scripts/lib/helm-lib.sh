@@ -155,3 +155,36 @@ wait_job() {
     done
     kubectl -n "$NAMESPACE" logs "job/$1" --tail="$4" >&2 || true
 }
+
+# rollback_release: the release (release_and_namespace) back to the revision before its newest
+# (`helm rollback` without a revision), waiting for it; the `rollback` of an upgrade.
+rollback_release() {
+    release_and_namespace fail
+    helm -n "$NAMESPACE" history "$RELEASE" --max 2 >&2 || fail "release $RELEASE has no history in $NAMESPACE"
+    helm -n "$NAMESPACE" rollback "$RELEASE" --wait --timeout 10m
+    log "ok: release $RELEASE rolled back to its previous revision"
+}
+
+# uninstall_release PVC_SELECTOR: `helm uninstall --wait` of the release (one that is not
+# installed is left alone). With the purge parameter true, the release's persistent volume
+# claims (PVC_SELECTOR) and the Secrets opsgraph made for it go too; by default both are kept.
+uninstall_release() {
+    release_and_namespace fail
+    _purge=${OPSGRAPH_PARAM_PURGE:-false}
+    case $_purge in true | false) ;; *) fail "purge must be true or false, not '$_purge'" ;; esac
+    _listed=$(helm -n "$NAMESPACE" list -q --filter "^$RELEASE\$") || fail "helm cannot list the releases in $NAMESPACE"
+    if [ -n "$_listed" ]; then
+        helm -n "$NAMESPACE" uninstall "$RELEASE" --wait --timeout 10m
+        log "release $RELEASE uninstalled"
+    else
+        log "release $RELEASE is not installed in $NAMESPACE"
+    fi
+    if [ "$_purge" = true ]; then
+        kubectl -n "$NAMESPACE" delete pvc -l "$1" --ignore-not-found --wait=true
+        kubectl -n "$NAMESPACE" delete secret --ignore-not-found \
+            -l "app.kubernetes.io/instance=$RELEASE,app.kubernetes.io/managed-by=opsgraph"
+        log "purged: the release's volumes and secrets are deleted"
+    else
+        log "kept: the release's volumes and secrets (purge: false)"
+    fi
+}

@@ -1,0 +1,76 @@
+#!/bin/sh
+# opsgraph pack kubernetes - job upgrade-control-plane (action upgrade): kubeadm upgrade apply.
+#
+# Runs on the cluster's first control-plane node (scope control_plane), as root over SSH, with
+# its own /etc/kubernetes/admin.conf. The steps kubeadm documents for a control-plane node:
+#   1. the pkgs.k8s.io repository of the target minor; kubeadm at the exact target version;
+#   2. `kubeadm upgrade plan` (kubeadm's own checks: one minor at a time, a healthy control
+#      plane), then `kubeadm upgrade apply` (the static pods, etcd, CoreDNS, kube-proxy);
+#   3. the node drained, kubelet and kubectl upgraded, kubelet restarted, the node uncordoned.
+# Refuses, changing nothing, a downgrade or a jump of more than one minor. Idempotent: a control
+# plane already at the target only has its kubelet brought up to it (and is uncordoned).
+# Workers follow in upgrade-worker, one at a time.
+#
+# Conventions (packs/README.md): run with `sh -eu`; POSIX sh; idempotent.
+# Parameters: kubernetes_version (the exact target, 1.31.2), drain_timeout
+# Provides:   kubernetes.control_plane.upgraded
+set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
+
+needs_root
+k8s_version
+[ -n "$PATCH" ] || fail "kubernetes_version '$K8S_VERSION' names no patch: an upgrade names its exact target (1.31.2)"
+DRAIN_TIMEOUT=${OPSGRAPH_PARAM_DRAIN_TIMEOUT:-5m}
+matches '[0-9]+[smh]' "$DRAIN_TIMEOUT" || fail "drain_timeout '$DRAIN_TIMEOUT' is not a duration such as 5m"
+ADMIN=/etc/kubernetes/admin.conf
+[ -r "$ADMIN" ] || fail "$ADMIN not found: this is not the cluster's first control-plane node"
+kubectl_admin() { kubectl --kubeconfig "$ADMIN" "$@"; }
+NODE=$(node_name)
+
+# The API server's version, and whether the target is a step kubeadm takes.
+served=$(kubectl_admin get --raw /version) || fail "the API server does not answer: repair the cluster before upgrading it"
+running=$(printf '%s\n' "$served" | sed -n 's/.*"gitVersion": *"v\([0-9.]*\)".*/\1/p')
+[ -n "$running" ] || fail "cannot read the API server's version from /version"
+from_minor=$(printf '%s\n' "$running" | cut -d. -f2)
+to_minor=$(printf '%s\n' "$MINOR" | cut -d. -f2)
+[ "$to_minor" -ge "$from_minor" ] || fail "the cluster runs $running; $K8S_VERSION is older: kubeadm does not downgrade"
+[ "$to_minor" -le $((from_minor + 1)) ] ||
+    fail "the cluster runs $running; kubeadm upgrades one minor at a time: upgrade to 1.$((from_minor + 1)) first"
+
+export DEBIAN_FRONTEND=noninteractive
+k8s_repo
+pkgver=$(k8s_package_version kubeadm) || fail "apt-cache cannot list kubeadm"
+[ -n "$pkgver" ] || fail "kubeadm $K8S_VERSION is not in $REPO_URL"
+if [ "$(installed_version kubeadm)" != "$pkgver" ]; then
+    apt_install --allow-change-held-packages "kubeadm=$pkgver"
+    log "installed kubeadm $pkgver"
+fi
+apt_mark hold kubeadm >/dev/null
+
+if [ "$running" != "$K8S_VERSION" ]; then
+    kubeadm upgrade plan "v$K8S_VERSION" >&2
+    log "kubeadm upgrade apply: $running -> $K8S_VERSION"
+    kubeadm upgrade apply --yes "v$K8S_VERSION" >&2
+else
+    log "the control plane already runs $K8S_VERSION"
+fi
+
+if [ "$(installed_version kubelet)" != "$pkgver" ] || [ "$(installed_version kubectl)" != "$pkgver" ]; then
+    kubectl_admin drain "$NODE" --ignore-daemonsets --delete-emptydir-data --timeout="$DRAIN_TIMEOUT"
+    apt_install --allow-change-held-packages "kubelet=$pkgver" "kubectl=$pkgver"
+    apt_mark hold kubelet kubectl >/dev/null
+    systemctl daemon-reload
+    systemctl restart kubelet
+    log "kubelet and kubectl $pkgver"
+fi
+kubectl_admin uncordon "$NODE"
+
+i=0
+until kubectl_admin get --raw=/readyz >/dev/null 2>&1; do
+    i=$((i + 1))
+    [ "$i" -lt 60 ] || fail "the API server is not ready after the upgrade"
+    sleep 5
+done
+log "ok: control plane at $K8S_VERSION; node $NODE uncordoned"

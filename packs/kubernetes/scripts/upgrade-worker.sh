@@ -1,0 +1,52 @@
+#!/bin/sh
+# opsgraph pack kubernetes - jobs upgrade-worker and upgrade-control-plane-member (action
+# upgrade): one node at a time, after the first control-plane node (controls.rollout: one_at_a_time);
+# the same steps on a worker and on a further control-plane node of an HA cluster.
+#
+# Runs on each node of its scope (workers, control_plane_members), as root over SSH. The cluster's admin kubeconfig is the
+# kubernetes.cluster binding's credentials (KUBECONFIG, copied here for the job): it drains and
+# uncordons this node. The steps kubeadm documents for a worker: kubeadm at the target version,
+# `kubeadm upgrade node`, the node drained, kubelet and kubectl upgraded, kubelet restarted, the
+# node uncordoned once it is Ready again. Idempotent: a worker at the target is only uncordoned.
+#
+# Conventions (packs/README.md): run with `sh -eu`; POSIX sh; idempotent.
+# Parameters: kubernetes_version (the exact target), drain_timeout
+# Provides:   kubernetes.node.upgraded
+set -eu
+# shellcheck source-path=SCRIPTDIR source=lib/node-lib.sh
+. "$OPSGRAPH_LIB/node-lib.sh"
+on_node
+
+needs_root
+k8s_version
+[ -n "$PATCH" ] || fail "kubernetes_version '$K8S_VERSION' names no patch: an upgrade names its exact target (1.31.2)"
+DRAIN_TIMEOUT=${OPSGRAPH_PARAM_DRAIN_TIMEOUT:-5m}
+matches '[0-9]+[smh]' "$DRAIN_TIMEOUT" || fail "drain_timeout '$DRAIN_TIMEOUT' is not a duration such as 5m"
+needs_admin_kubeconfig
+[ -r /etc/kubernetes/kubelet.conf ] || fail "/etc/kubernetes/kubelet.conf not found: this node has not joined the cluster"
+NODE=$(node_name)
+
+export DEBIAN_FRONTEND=noninteractive
+k8s_repo
+pkgver=$(k8s_package_version kubeadm) || fail "apt-cache cannot list kubeadm"
+[ -n "$pkgver" ] || fail "kubeadm $K8S_VERSION is not in $REPO_URL"
+if [ "$(installed_version kubeadm)" != "$pkgver" ]; then
+    apt_install --allow-change-held-packages "kubeadm=$pkgver"
+    log "installed kubeadm $pkgver"
+fi
+apt_mark hold kubeadm >/dev/null
+
+if [ "$(installed_version kubelet)" != "$pkgver" ] || [ "$(installed_version kubectl)" != "$pkgver" ]; then
+    kubeadm upgrade node >&2
+    kubectl drain "$NODE" --ignore-daemonsets --delete-emptydir-data --timeout="$DRAIN_TIMEOUT"
+    apt_install --allow-change-held-packages "kubelet=$pkgver" "kubectl=$pkgver"
+    apt_mark hold kubelet kubectl >/dev/null
+    systemctl daemon-reload
+    systemctl restart kubelet
+    log "kubelet and kubectl $pkgver"
+fi
+
+kubectl wait --for=condition=Ready "node/$NODE" --timeout=5m >/dev/null ||
+    fail "node $NODE is not Ready after its kubelet was upgraded: it stays cordoned (see journalctl -u kubelet)"
+kubectl uncordon "$NODE"
+log "ok: node $NODE at $K8S_VERSION, Ready and uncordoned"
