@@ -25,6 +25,8 @@ apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
 
 body=$(mktemp)
 trap 'rm -f "$body"' EXIT
+# etcdctl lock runs the body (it starts with set -eu) while this member holds the lock; sh gets
+# no flags of its own, which etcdctl would read as its own.
 cat >"$body" <<'BODY'
 set -eu
 # shellcheck source-path=SCRIPTDIR source=lib/etcd-lib.sh
@@ -54,4 +56,4 @@ until etcdctl_tls --endpoints="$all" endpoint health >/dev/null 2>&1; do
 done
 log "ok: etcd-server $installed (apt's candidate); the member runs $binary; every endpoint healthy"
 BODY
-etcdctl_tls --endpoints="$(client_endpoints "")" lock "opsgraph-upgrade/$CLUSTER" sh -eu "$body"
+etcdctl_tls --endpoints="$(client_endpoints "")" lock "opsgraph-upgrade/$CLUSTER" sh "$body"

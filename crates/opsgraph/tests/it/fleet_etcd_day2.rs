@@ -276,6 +276,12 @@ fn etcd_day2_actions_on_fleet_hosts() {
     // Upgrade: every member runs apt's candidate (Debian 12 has one etcd: nothing restarts).
     let upgrade = apply("upgrade.yaml");
     assert_eq!(upgrade.code, 0, "{}", upgrade.render());
+    // Planned against the record, which the scale operations left at three members.
+    let recorded = format!(
+        "as recorded: cluster_name=config-store, member_addresses={THREE}, \
+         targets.members=compute_node/fleet-1,compute_node/fleet-2,compute_node/fleet-3"
+    );
+    assert!(upgrade.out.contains(&recorded), "{}", upgrade.out);
     for m in ["fleet-1", "fleet-2", "fleet-3"] {
         assert!(
             upgrade.out.contains(&format!("done      upgrade-etcd-member@{m}: exited with code 0")),
