@@ -7,7 +7,8 @@
 //! would not be a quorum), then done behind its gate; `restore` of the snapshot behind its gate
 //! (the first key back, the second gone; its evidence failing once a key is written);
 //! `upgrade` proving every member runs apt's candidate; `uninstall` behind its gate, the data
-//! kept, the resource no longer recorded. Needs root and OPSGRAPH_FLEET=1.
+//! kept, the resource no longer recorded, then again with `purge: true`, the data gone. Needs
+//! root and OPSGRAPH_FLEET=1.
 
 use std::collections::BTreeMap;
 
@@ -308,6 +309,30 @@ fn etcd_day2_actions_on_fleet_hosts() {
     }
     let described = opsgraph(&["--data-dir", &data, "describe", "resource", "etcd.cluster/config-store"]);
     assert_ne!(described.code, 0, "the uninstalled cluster is still recorded: {}", described.render());
+    // The data evidence fails where the data went against the request: purge asked, data kept.
+    let purge_env = env(&[("OPSGRAPH_PARAM_CLUSTER_NAME", "config-store"), ("OPSGRAPH_PARAM_PURGE", "true")]);
+    let (passed, why) = check_once("etcd", "etcd_data_as_requested", &fleet1, &purge_env);
+    assert!(!passed, "etcd_data_as_requested passed with purge asked and the data there: {why}");
+
+    // Asked again with purge: true, the data, configuration and keys go too. Nothing is recorded
+    // any more: the intent names the cluster and its members.
+    let purge = intent(
+        "uninstall",
+        &format!(
+            "  parameters:\n    cluster_name: config-store\n    purge: true\n  targets:\n    members: {MEMBERS3}\n"
+        ),
+    );
+    std::fs::write(tmp.join("purge.yaml"), purge).unwrap();
+    let purge = apply("purge.yaml");
+    let purged = answer(&operation_id(&purge), "confirm-uninstall-etcd-member");
+    assert_eq!(purged.code, 0, "{}", purged.render());
+    for host in 0..3 {
+        for gone in ["/var/lib/etcd/config-store", "/etc/default/etcd", "/etc/etcd"] {
+            assert!(on(host, &["test", "!", "-e", gone]).status.success(), "{gone} is still on fleet-{}", host + 1);
+        }
+    }
+    let (passed, why) = check_once("etcd", "etcd_data_as_requested", &fleet1, &purge_env);
+    assert!(passed, "{why}");
 
     drop(fleet);
     assert_eq!(machine(), before, "down leaves the machine as it found it");
