@@ -53,7 +53,7 @@ if [ "$mode" = add ]; then
   [ -n "$new" ] || fail "member_addresses names no new member: nothing to add"
   [ "$(printf '%s\n' "$new" | wc -l)" -eq 1 ] || fail "member_addresses names $(words "$new") as new: add one member at a time"
   health=$(etcdctl_tls --endpoints="$(client_endpoints "$new")" endpoint health 2>&1) ||
-    fail "the cluster is not healthy; refusing to add a member: $(words "$health")"
+    fail "the cluster is not healthy; refusing to add a member: $(unhealthy "$health")"
   log "ok: all $n members healthy; $new may join (quorum $quorum -> $(((n + 1) / 2 + 1)))"
 else
   [ -z "$new" ] || fail "member_addresses names $(words "$new"), which are not members (remove_member only removes)"

@@ -30,7 +30,7 @@ if printf '%s\n' "$live" | awk -v m="$member" '$1 == m { found = 1 } END { exit 
   log "$member is in the member list already (peer https://$addr:2380)"
 else
   health=$(etcdctl_tls --endpoints="$others" endpoint health 2>&1) ||
-    fail "the cluster is not healthy; refusing to add $member: $(words "$health")"
+    fail "the cluster is not healthy; refusing to add $member: $(unhealthy "$health")"
   [ ! -e "$DATA/member" ] || fail "$DATA/member exists: a data directory of an earlier life; remove it first (a person decides)"
   etcdctl_tls --endpoints="$others" member add "$member" --peer-urls="https://$addr:2380" >/dev/null ||
     fail "etcdctl member add $member failed"

@@ -34,7 +34,7 @@ set -eu
 ME=upgrade-etcd
 all=$(client_endpoints "")
 health=$(etcdctl_tls --endpoints="$all" endpoint health 2>&1) ||
-  fail "the cluster is not healthy; this member is not upgraded: $(words "$health")"
+  fail "the cluster is not healthy; this member is not upgraded: $(unhealthy "$health")"
 apt-get -q -o DPkg::Lock::Timeout=600 install -y --only-upgrade --no-install-recommends \
   -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold etcd-server etcd-client >/dev/null
 installed=$(dpkg-query -W -f '${Version}' etcd-server)

@@ -20,7 +20,7 @@ fn etcd_plan_preview_over_three_hosts() {
         exit: 0
         --- stdout
         Plan etcd.create (etcd@1.1.0) for: create_cluster etcd.cluster config-store in dev
-        Revision 1 sha256:623b6eb3b3d6   Risk: medium
+        Revision 1 sha256:f3dbb971672c   Risk: medium
 
         Capabilities
           linux.host @ members           bind           compute_node/etcd-1, compute_node/etcd-2, compute_node/etcd-3
@@ -364,15 +364,71 @@ fn etcd_cluster_from_the_packs_certificates_configuration_and_evidence() {
     );
     assert!(healthy.passed, "{healthy:?}\n{}", std::fs::read_to_string(m1.join("log.err")).unwrap_or_default());
     assert!(started.passed, "{started:?}");
+    // add_member's and remove_member's check (check-etcd-scale.sh) from member 1, against
+    // memberships after the change; its paths moved as the library's are.
+    let scale = std::fs::read_to_string(path("packs/etcd/scripts/check-etcd-scale.sh"))
+        .unwrap()
+        .replace("/etc/default/etcd", &m1.join("default/etcd").display().to_string())
+        .replace("/var/lib/", &format!("{}/var/lib/", m1.display()))
+        .replace("https://127.0.0.1:2379", &format!("https://{net}.11:2379"));
+    std::fs::write(m1.join("check-etcd-scale.sh"), scale).unwrap();
+    let scale = |job: &str, list: &str| {
+        let list = list.replace("NET", &net);
+        let out = Command::new("/bin/sh")
+            .arg("-eu")
+            .arg(m1.join("check-etcd-scale.sh"))
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("OPSGRAPH_LIB", m1.join("lib"))
+            .env("OPSGRAPH_JOB_ID", format!("{job}@etcd-1"))
+            .env("OPSGRAPH_TARGET_NAME", "etcd-1")
+            .env("OPSGRAPH_PARAM_CLUSTER_NAME", "probe")
+            .env("OPSGRAPH_PARAM_MEMBER_ADDRESSES", &list)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).replace(&net, "NET");
+        format!(
+            "{job} [{}]: {} {}\n",
+            list.replace(&net, "NET"),
+            out.status.code().unwrap_or(-1),
+            err.lines().last().unwrap_or("")
+        )
+    };
+    let (m2, m3) = ("etcd-2=NET.12", "etcd-3=NET.13");
+    let cases = [
+        ("check-etcd-add", format!("etcd-1=NET.11,{m2},{m3},etcd-4=NET.14")),
+        ("check-etcd-add", format!("etcd-1=NET.11,{m2},{m3},etcd-4=NET.14,etcd-5=NET.15")),
+        ("check-etcd-add", format!("etcd-1=NET.11,{m2},etcd-4=NET.14")),
+        ("check-etcd-remove", format!("etcd-1=NET.11,{m2}")),
+        ("check-etcd-remove", "etcd-1=NET.11".to_owned()),
+        ("check-etcd-remove", format!("etcd-1=NET.11,{m2},{m3}")),
+    ];
+    for (job, list) in &cases {
+        report.push_str(&scale(job, list));
+    }
     let mut third = members.0.pop().unwrap();
     third.kill().unwrap();
     third.wait().unwrap();
     let down = check("etcd_cluster_healthy", 0);
     report.push_str(&format!("after killing etcd-3: etcd_cluster_healthy: {} ({})\n", down.passed, down.observed));
+    // With etcd-3 down: no member is added; etcd-3 itself may leave (etcd-1 and etcd-2 are a
+    // quorum of 3), etcd-2 may not (etcd-1 alone would stay healthy).
+    report.push_str(&scale("check-etcd-add", &format!("etcd-1=NET.11,{m2},{m3},etcd-4=NET.14")));
+    report.push_str(&scale("check-etcd-remove", &format!("etcd-1=NET.11,{m3}")));
+    report.push_str(&scale("check-etcd-remove", &format!("etcd-1=NET.11,{m2}")));
     expect![[r#"
         etcd_cluster_healthy: true
         etcd_members_started: true (exit code 0; 3 started)
+        check-etcd-add [etcd-1=NET.11,etcd-2=NET.12,etcd-3=NET.13,etcd-4=NET.14]: 0 check-etcd-scale[etcd-1]: ok: all 3 members healthy; etcd-4 may join (quorum 2 -> 3)
+        check-etcd-add [etcd-1=NET.11,etcd-2=NET.12,etcd-3=NET.13,etcd-4=NET.14,etcd-5=NET.15]: 1 check-etcd-scale[etcd-1]: ERROR: member_addresses names etcd-4 etcd-5 as new: add one member at a time
+        check-etcd-add [etcd-1=NET.11,etcd-2=NET.12,etcd-4=NET.14]: 1 check-etcd-scale[etcd-1]: ERROR: members not in member_addresses: etcd-3 (add one member at a time, keeping the others)
+        check-etcd-remove [etcd-1=NET.11,etcd-2=NET.12]: 0 check-etcd-scale[etcd-1]: ok: etcd-3 may leave; 2 healthy members stay (quorum 2 -> 2)
+        check-etcd-remove [etcd-1=NET.11]: 1 check-etcd-scale[etcd-1]: ERROR: etcd-2 etcd-3 would leave: remove one member at a time
+        check-etcd-remove [etcd-1=NET.11,etcd-2=NET.12,etcd-3=NET.13]: 1 check-etcd-scale[etcd-1]: ERROR: every member is in member_addresses: nothing to remove
         after killing etcd-3: etcd_cluster_healthy: false (exit code 1)
+        check-etcd-add [etcd-1=NET.11,etcd-2=NET.12,etcd-3=NET.13,etcd-4=NET.14]: 1 check-etcd-scale[etcd-1]: ERROR: the cluster is not healthy; refusing to add a member: https://NET.13:2379 unhealthy
+        check-etcd-remove [etcd-1=NET.11,etcd-3=NET.13]: 1 check-etcd-scale[etcd-1]: ERROR: only 1 of the members that stay are healthy; removing etcd-2 needs 2 (a quorum of 3): refusing
+        check-etcd-remove [etcd-1=NET.11,etcd-2=NET.12]: 0 check-etcd-scale[etcd-1]: ok: etcd-3 may leave; 2 healthy members stay (quorum 2 -> 2)
     "#]]
     .assert_eq(&report);
 }

@@ -161,3 +161,10 @@ minus() {
 
 # words TEXT: TEXT's lines on one line, separated by spaces.
 words() { printf '%s\n' "$1" | awk 'NF { printf "%s%s", sep, $0; sep = " " } END { print "" }'; }
+
+# unhealthy OUTPUT: from `etcdctl endpoint health` output, the endpoints it found unhealthy
+# ("https://a:2379 https://b:2379 unhealthy"), else its last line.
+unhealthy() {
+  bad=$(printf '%s\n' "$1" | awk '/ is unhealthy/ { printf "%s%s", sep, $1; sep = " " }')
+  if [ -n "$bad" ]; then printf '%s unhealthy\n' "$bad"; else printf '%s\n' "$1" | tail -n 1; fi
+}
