@@ -127,7 +127,7 @@ impl Runtime {
         }
         let lab = self.data_dir.join("lab");
         env.insert("OPSGRAPH_LAB_DIR".into(), lab.display().to_string());
-        self.artifact_parameters(plan, inputs, &private, &mut env, secrets)?;
+        self.artifact_parameters(plan, job, inputs, &private, &mut env, secrets)?;
         // Required artifacts: the file of the dependency that produced it (on the same resource
         // when there is one).
         if job.inputs.requires.artifacts.is_empty() {
@@ -247,18 +247,25 @@ impl Runtime {
     }
 
     /// Artifact parameters (`artifact:` in the template): the file of the artifact each names, in
-    /// the artifact's `OPSGRAPH_ARTIFACT_<ID>` as if a dependency had produced it. One that cannot
-    /// be read (the operation was checked at creation) is told to the job in
+    /// the artifact's `OPSGRAPH_ARTIFACT_<ID>` as if a dependency had produced it — only for a
+    /// job that declares the parameter among its `inputs.parameters`, as a required artifact
+    /// reaches only the jobs that require it (a CA key named by a parameter is opened into the
+    /// job that signs with it, not copied to every host of the plan). One that cannot be read
+    /// (the operation was checked at creation) is told to the job in
     /// `OPSGRAPH_MISSING_ARTIFACT_<ID>`, and the job fails with that reason when it needs it.
     fn artifact_parameters(
         &self,
         plan: &Plan,
+        job: &opsgraph_core::model::Job,
         inputs: &BTreeMap<String, Value>,
         private: &Path,
         env: &mut BTreeMap<String, String>,
         secrets: &mut Vec<Vec<u8>>,
     ) -> Result<(), Error> {
         for (name, spec, reference) in self.artifact_params(plan, inputs) {
+            if !job.inputs.parameters.contains_key(&name) {
+                continue;
+            }
             let Some(id) = spec.artifact.as_deref() else { continue };
             match self.produced_artifact(&reference) {
                 Ok(record) => {

@@ -5,52 +5,8 @@
 # Requires: etcd_ca_cert, etcd_ca_key (secret). Produces: etcd_member_cert, etcd_member_key (secret).
 set -eu
 
-# member_addresses is `name=IPv4,...` (names are inventory names). The same helpers are in
-# configure-etcd.sh: an SSH job receives its own script and its artifacts, nothing else.
-# Fails with a message unless OPSGRAPH_PARAM_MEMBER_ADDRESSES is well-formed.
-check_member_addresses() {
-  list=${OPSGRAPH_PARAM_MEMBER_ADDRESSES:-}
-  [ -n "$list" ] || { echo "member_addresses is empty: give name=IPv4 for every member" >&2; return 2; }
-  old_ifs=$IFS
-  IFS=,
-  for entry in $list; do
-    case $entry in
-      [a-z0-9]*=[0-9]*.[0-9]*.[0-9]*.[0-9]*) ;;
-      *) IFS=$old_ifs; echo "member_addresses: '$entry' is not name=IPv4" >&2; return 2 ;;
-    esac
-    case ${entry%%=*} in *[!a-z0-9.-]*) IFS=$old_ifs; echo "member_addresses: bad name in '$entry'" >&2; return 2 ;; esac
-    case ${entry#*=} in *[!0-9.]*) IFS=$old_ifs; echo "member_addresses: bad address in '$entry'" >&2; return 2 ;; esac
-  done
-  IFS=$old_ifs
-}
-
-# Prints the address of member $1, or fails with a message.
-member_address() {
-  old_ifs=$IFS
-  IFS=,
-  for entry in ${OPSGRAPH_PARAM_MEMBER_ADDRESSES:-}; do
-    if [ "${entry%%=*}" = "$1" ]; then
-      IFS=$old_ifs
-      printf '%s\n' "${entry#*=}"
-      return 0
-    fi
-  done
-  IFS=$old_ifs
-  echo "member $1 has no address in member_addresses" >&2
-  return 1
-}
-
-# Prints etcd's initial cluster: name=https://address:2380,...
-initial_cluster() {
-  out=
-  old_ifs=$IFS
-  IFS=,
-  for entry in ${OPSGRAPH_PARAM_MEMBER_ADDRESSES:-}; do
-    out="${out:+$out,}${entry%%=*}=https://${entry#*=}:2380"
-  done
-  IFS=$old_ifs
-  printf '%s\n' "$out"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/etcd-lib.sh
+. "$OPSGRAPH_LIB/etcd-lib.sh"
 
 member=${OPSGRAPH_TARGET_NAME:?OPSGRAPH_TARGET_NAME is not set: the job is scoped to members}
 days=${OPSGRAPH_PARAM_CERT_DAYS:-825}

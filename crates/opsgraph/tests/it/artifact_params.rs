@@ -1,8 +1,9 @@
 //! A template parameter that names an artifact of an earlier operation (`artifact:` in its
 //! declaration; the postgresql pack's restore takes its backup this way): the value is
 //! `<operation>/<artifact>`, checked in form when planning and in existence when the operation
-//! is created; the job gets the artifact's file (opened, for a secret one) in
-//! `OPSGRAPH_ARTIFACT_<ID>`, the same variable a dependency's artifact would use.
+//! is created; a job that declares the parameter among its inputs gets the artifact's file
+//! (opened, for a secret one) in `OPSGRAPH_ARTIFACT_<ID>`, the same variable a dependency's
+//! artifact would use; the plan's other jobs get nothing of it.
 
 use crate::support::{opsgraph, temp_dir, TempDir};
 
@@ -13,7 +14,7 @@ const FILES: &[(&str, &str)] = &[
     ),
     (
         "packs/keeper/templates.yaml",
-        "plan_template:\n  id: keeper.save\n  action: save\n  stages: [{id: all, name: All, jobs: [save]}]\n  jobs: [save]\n---\nplan_template:\n  id: keeper.load\n  action: load\n  parameters:\n    from: {type: string, required: true, artifact: snapshot}\n  stages: [{id: all, name: All, jobs: [load]}]\n  jobs: [load]\n",
+        "plan_template:\n  id: keeper.save\n  action: save\n  stages: [{id: all, name: All, jobs: [save]}]\n  jobs: [save]\n---\nplan_template:\n  id: keeper.load\n  action: load\n  parameters:\n    from: {type: string, required: true, artifact: snapshot}\n  stages: [{id: all, name: All, jobs: [load, bystander]}]\n  jobs: [load, bystander]\n",
     ),
     (
         "packs/keeper/jobs.yaml",
@@ -25,11 +26,18 @@ const FILES: &[(&str, &str)] = &[
 ---
 job:
   id: load
+  inputs: {parameters: {from: ""}}
   outputs: {provides: {capabilities: [keeper.loaded]}, evidence: [loaded]}
   run:
     command: |
       [ -n "${OPSGRAPH_ARTIFACT_SNAPSHOT:-}" ] || { echo "no snapshot: ${OPSGRAPH_MISSING_ARTIFACT_SNAPSHOT:-}" >&2; exit 1; }
       mkdir -p "$OPSGRAPH_LAB_DIR" && cp "$OPSGRAPH_ARTIFACT_SNAPSHOT" "$OPSGRAPH_LAB_DIR/loaded"
+---
+# A job that does not declare the parameter gets neither the file nor the reason.
+job:
+  id: bystander
+  run:
+    command: '[ -z "${OPSGRAPH_ARTIFACT_SNAPSHOT:-}${OPSGRAPH_MISSING_ARTIFACT_SNAPSHOT:-}" ]'
 "#,
     ),
     (

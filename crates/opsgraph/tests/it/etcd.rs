@@ -19,8 +19,8 @@ fn etcd_plan_preview_over_three_hosts() {
     expect![[r#"
         exit: 0
         --- stdout
-        Plan etcd.create (etcd@1.0.0) for: create_cluster etcd.cluster config-store in dev
-        Revision 1 sha256:eeb15dfce4a0   Risk: medium
+        Plan etcd.create (etcd@1.1.0) for: create_cluster etcd.cluster config-store in dev
+        Revision 1 sha256:f3dbb971672c   Risk: medium
 
         Capabilities
           linux.host @ members           bind           compute_node/etcd-1, compute_node/etcd-2, compute_node/etcd-3
@@ -66,6 +66,86 @@ fn etcd_plan_preview_over_three_hosts() {
     .assert_eq(&edges);
 }
 
+/// The day-2 templates' plans (examples/etcd/day2, planned from what each intent gives, as with no
+/// record): jobs, gates and the job-level graph. The scale actions check every member before
+/// anything changes; the destructive ones wait at their gate.
+#[test]
+fn etcd_day2_plans() {
+    let mut report = String::new();
+    for name in ["backup", "add-member", "remove-member", "restore", "upgrade", "uninstall"] {
+        let run = opsgraph(&[
+            "plan",
+            "-f",
+            &format!("{{root}}/examples/etcd/day2/{name}.yaml"),
+            "--inventory",
+            "{root}/examples/etcd/inventory.yaml",
+            "--packs",
+            "{root}/packs/etcd",
+            "-o",
+            "json",
+        ]);
+        assert_eq!(run.code, 0, "{}", run.render());
+        let plan: serde_json::Value = serde_json::from_str(&run.out).unwrap();
+        let gates: Vec<&str> = plan["gates"].as_array().unwrap().iter().filter_map(|g| g["id"].as_str()).collect();
+        report.push_str(&format!(
+            "{name}: {} {} jobs, gates [{}], {}\n",
+            plan["template"].as_str().unwrap(),
+            plan["jobs"].as_array().unwrap().len(),
+            gates.join(", "),
+            plan["status"].as_str().unwrap()
+        ));
+        for j in plan["jobs"].as_array().unwrap() {
+            let deps: Vec<&str> = j["depends_on"].as_array().unwrap().iter().filter_map(|d| d.as_str()).collect();
+            report.push_str(&format!("  {} <- {}\n", j["id"].as_str().unwrap(), deps.join(", ")));
+        }
+    }
+    expect![[r#"
+        backup: etcd.backup 1 jobs, gates [], ready
+          backup-etcd@etcd-1 <- 
+        add-member: etcd.add_member 11 jobs, gates [], ready
+          check-etcd-add@etcd-1 <- 
+          check-etcd-add@etcd-2 <- 
+          check-etcd-add@etcd-3 <- 
+          check-etcd-add@etcd-4 <- 
+          issue-joining-certificate@etcd-4 <- check-etcd-add@etcd-1, check-etcd-add@etcd-2, check-etcd-add@etcd-3, check-etcd-add@etcd-4
+          install-joining-member@etcd-4 <- issue-joining-certificate@etcd-4
+          join-etcd-member@etcd-4 <- install-joining-member@etcd-4
+          verify-etcd-cluster@etcd-1 <- join-etcd-member@etcd-4
+          verify-etcd-cluster@etcd-2 <- join-etcd-member@etcd-4
+          verify-etcd-cluster@etcd-3 <- join-etcd-member@etcd-4
+          verify-etcd-cluster@etcd-4 <- join-etcd-member@etcd-4
+        remove-member: etcd.remove_member 7 jobs, gates [confirm-remove-etcd-member], waiting_for_gates
+          check-etcd-remove@etcd-1 <- 
+          check-etcd-remove@etcd-2 <- 
+          check-etcd-remove@etcd-3 <- 
+          remove-etcd-member@etcd-4 <- check-etcd-remove@etcd-1, check-etcd-remove@etcd-2, check-etcd-remove@etcd-3, confirm-remove-etcd-member
+          verify-etcd-cluster@etcd-1 <- remove-etcd-member@etcd-4
+          verify-etcd-cluster@etcd-2 <- remove-etcd-member@etcd-4
+          verify-etcd-cluster@etcd-3 <- remove-etcd-member@etcd-4
+        restore: etcd.restore 9 jobs, gates [confirm-restore-etcd-member], waiting_for_gates
+          restore-etcd-member@etcd-1 <- confirm-restore-etcd-member
+          restore-etcd-member@etcd-2 <- confirm-restore-etcd-member
+          restore-etcd-member@etcd-3 <- confirm-restore-etcd-member
+          start-restored-member@etcd-1 <- restore-etcd-member@etcd-1, restore-etcd-member@etcd-2, restore-etcd-member@etcd-3
+          start-restored-member@etcd-2 <- restore-etcd-member@etcd-1, restore-etcd-member@etcd-2, restore-etcd-member@etcd-3
+          start-restored-member@etcd-3 <- restore-etcd-member@etcd-1, restore-etcd-member@etcd-2, restore-etcd-member@etcd-3
+          verify-etcd-cluster@etcd-1 <- start-restored-member@etcd-1, start-restored-member@etcd-2, start-restored-member@etcd-3
+          verify-etcd-cluster@etcd-2 <- start-restored-member@etcd-1, start-restored-member@etcd-2, start-restored-member@etcd-3
+          verify-etcd-cluster@etcd-3 <- start-restored-member@etcd-1, start-restored-member@etcd-2, start-restored-member@etcd-3
+        upgrade: etcd.upgrade 6 jobs, gates [], ready
+          upgrade-etcd-member@etcd-1 <- 
+          upgrade-etcd-member@etcd-2 <- 
+          upgrade-etcd-member@etcd-3 <- 
+          verify-etcd-cluster@etcd-1 <- upgrade-etcd-member@etcd-1, upgrade-etcd-member@etcd-2, upgrade-etcd-member@etcd-3
+          verify-etcd-cluster@etcd-2 <- upgrade-etcd-member@etcd-1, upgrade-etcd-member@etcd-2, upgrade-etcd-member@etcd-3
+          verify-etcd-cluster@etcd-3 <- upgrade-etcd-member@etcd-1, upgrade-etcd-member@etcd-2, upgrade-etcd-member@etcd-3
+        uninstall: etcd.uninstall 3 jobs, gates [confirm-uninstall-etcd-member], waiting_for_gates
+          uninstall-etcd-member@etcd-1 <- confirm-uninstall-etcd-member
+          uninstall-etcd-member@etcd-2 <- confirm-uninstall-etcd-member
+          uninstall-etcd-member@etcd-3 <- confirm-uninstall-etcd-member
+    "#]].assert_eq(&report);
+}
+
 /// Runs a pack script as the runtime does (`sh -eu`), with only `env`.
 fn script(name: &str, env: &[(&str, String)]) -> std::process::Output {
     Command::new("/bin/sh")
@@ -73,6 +153,7 @@ fn script(name: &str, env: &[(&str, String)]) -> std::process::Output {
         .arg(path(&format!("packs/etcd/scripts/{name}")))
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("OPSGRAPH_LIB", path("packs/etcd/scripts/lib"))
         .envs(env.iter().map(|(k, v)| (*k, v)))
         .output()
         .unwrap()
@@ -199,11 +280,12 @@ fn etcd_cluster_from_the_packs_certificates_configuration_and_evidence() {
     let ca = root.join("ca");
     let out = script("issue-ca.sh", &[("OPSGRAPH_OUT", ca.display().to_string())]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let configure = std::fs::read_to_string(path("packs/etcd/scripts/configure-etcd.sh")).unwrap();
+    // The configuration is written by the pack library's write_etcd_config.
+    let lib = std::fs::read_to_string(path("packs/etcd/scripts/lib/etcd-lib.sh")).unwrap();
     let mut members = Members(Vec::new());
     for i in 1..=3 {
         let m = root.join(format!("m{i}"));
-        for sub in ["out", "pki", "default", "var/lib/opsgraph"] {
+        for sub in ["out", "pki", "default", "var/lib/opsgraph", "lib"] {
             std::fs::create_dir_all(m.join(sub)).unwrap();
         }
         let name = format!("etcd-{i}");
@@ -221,16 +303,17 @@ fn etcd_cluster_from_the_packs_certificates_configuration_and_evidence() {
         std::fs::copy(ca.join("etcd_ca_cert"), m.join("pki/ca.crt")).unwrap();
         std::fs::copy(m.join("out/etcd_member_cert"), m.join("pki/member.crt")).unwrap();
         std::fs::copy(m.join("out/etcd_member_key"), m.join("pki/member.key")).unwrap();
-        let moved = configure
+        let moved = lib
             .replace("/etc/default/etcd", &m.join("default/etcd").display().to_string())
             .replace("/etc/etcd/pki", &m.join("pki").display().to_string())
             .replace("/var/lib/", &format!("{}/var/lib/", m.display()));
-        std::fs::write(m.join("configure.sh"), moved).unwrap();
+        std::fs::write(m.join("lib/etcd-lib.sh"), moved).unwrap();
         let out = Command::new("/bin/sh")
             .arg("-eu")
-            .arg(m.join("configure.sh"))
+            .arg(path("packs/etcd/scripts/configure-etcd.sh"))
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
+            .env("OPSGRAPH_LIB", m.join("lib"))
             .env("OPSGRAPH_TARGET_NAME", &name)
             .env("OPSGRAPH_PARAM_MEMBER_ADDRESSES", &addresses)
             .env("OPSGRAPH_PARAM_CLUSTER_NAME", "probe")
@@ -281,15 +364,71 @@ fn etcd_cluster_from_the_packs_certificates_configuration_and_evidence() {
     );
     assert!(healthy.passed, "{healthy:?}\n{}", std::fs::read_to_string(m1.join("log.err")).unwrap_or_default());
     assert!(started.passed, "{started:?}");
+    // add_member's and remove_member's check (check-etcd-scale.sh) from member 1, against
+    // memberships after the change; its paths moved as the library's are.
+    let scale = std::fs::read_to_string(path("packs/etcd/scripts/check-etcd-scale.sh"))
+        .unwrap()
+        .replace("/etc/default/etcd", &m1.join("default/etcd").display().to_string())
+        .replace("/var/lib/", &format!("{}/var/lib/", m1.display()))
+        .replace("https://127.0.0.1:2379", &format!("https://{net}.11:2379"));
+    std::fs::write(m1.join("check-etcd-scale.sh"), scale).unwrap();
+    let scale = |job: &str, list: &str| {
+        let list = list.replace("NET", &net);
+        let out = Command::new("/bin/sh")
+            .arg("-eu")
+            .arg(m1.join("check-etcd-scale.sh"))
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("OPSGRAPH_LIB", m1.join("lib"))
+            .env("OPSGRAPH_JOB_ID", format!("{job}@etcd-1"))
+            .env("OPSGRAPH_TARGET_NAME", "etcd-1")
+            .env("OPSGRAPH_PARAM_CLUSTER_NAME", "probe")
+            .env("OPSGRAPH_PARAM_MEMBER_ADDRESSES", &list)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).replace(&net, "NET");
+        format!(
+            "{job} [{}]: {} {}\n",
+            list.replace(&net, "NET"),
+            out.status.code().unwrap_or(-1),
+            err.lines().last().unwrap_or("")
+        )
+    };
+    let (m2, m3) = ("etcd-2=NET.12", "etcd-3=NET.13");
+    let cases = [
+        ("check-etcd-add", format!("etcd-1=NET.11,{m2},{m3},etcd-4=NET.14")),
+        ("check-etcd-add", format!("etcd-1=NET.11,{m2},{m3},etcd-4=NET.14,etcd-5=NET.15")),
+        ("check-etcd-add", format!("etcd-1=NET.11,{m2},etcd-4=NET.14")),
+        ("check-etcd-remove", format!("etcd-1=NET.11,{m2}")),
+        ("check-etcd-remove", "etcd-1=NET.11".to_owned()),
+        ("check-etcd-remove", format!("etcd-1=NET.11,{m2},{m3}")),
+    ];
+    for (job, list) in &cases {
+        report.push_str(&scale(job, list));
+    }
     let mut third = members.0.pop().unwrap();
     third.kill().unwrap();
     third.wait().unwrap();
     let down = check("etcd_cluster_healthy", 0);
     report.push_str(&format!("after killing etcd-3: etcd_cluster_healthy: {} ({})\n", down.passed, down.observed));
+    // With etcd-3 down: no member is added; etcd-3 itself may leave (etcd-1 and etcd-2 are a
+    // quorum of 3), etcd-2 may not (etcd-1 alone would stay healthy).
+    report.push_str(&scale("check-etcd-add", &format!("etcd-1=NET.11,{m2},{m3},etcd-4=NET.14")));
+    report.push_str(&scale("check-etcd-remove", &format!("etcd-1=NET.11,{m3}")));
+    report.push_str(&scale("check-etcd-remove", &format!("etcd-1=NET.11,{m2}")));
     expect![[r#"
         etcd_cluster_healthy: true
         etcd_members_started: true (exit code 0; 3 started)
+        check-etcd-add [etcd-1=NET.11,etcd-2=NET.12,etcd-3=NET.13,etcd-4=NET.14]: 0 check-etcd-scale[etcd-1]: ok: all 3 members healthy; etcd-4 may join (quorum 2 -> 3)
+        check-etcd-add [etcd-1=NET.11,etcd-2=NET.12,etcd-3=NET.13,etcd-4=NET.14,etcd-5=NET.15]: 1 check-etcd-scale[etcd-1]: ERROR: member_addresses names etcd-4 etcd-5 as new: add one member at a time
+        check-etcd-add [etcd-1=NET.11,etcd-2=NET.12,etcd-4=NET.14]: 1 check-etcd-scale[etcd-1]: ERROR: members not in member_addresses: etcd-3 (add one member at a time, keeping the others)
+        check-etcd-remove [etcd-1=NET.11,etcd-2=NET.12]: 0 check-etcd-scale[etcd-1]: ok: etcd-3 may leave; 2 healthy members stay (quorum 2 -> 2)
+        check-etcd-remove [etcd-1=NET.11]: 1 check-etcd-scale[etcd-1]: ERROR: etcd-2 etcd-3 would leave: remove one member at a time
+        check-etcd-remove [etcd-1=NET.11,etcd-2=NET.12,etcd-3=NET.13]: 1 check-etcd-scale[etcd-1]: ERROR: every member is in member_addresses: nothing to remove
         after killing etcd-3: etcd_cluster_healthy: false (exit code 1)
+        check-etcd-add [etcd-1=NET.11,etcd-2=NET.12,etcd-3=NET.13,etcd-4=NET.14]: 1 check-etcd-scale[etcd-1]: ERROR: the cluster is not healthy; refusing to add a member: https://NET.13:2379 unhealthy
+        check-etcd-remove [etcd-1=NET.11,etcd-3=NET.13]: 1 check-etcd-scale[etcd-1]: ERROR: only 1 of the members that stay are healthy; removing etcd-2 needs 2 (a quorum of 3): refusing
+        check-etcd-remove [etcd-1=NET.11,etcd-2=NET.12]: 0 check-etcd-scale[etcd-1]: ok: etcd-3 may leave; 2 healthy members stay (quorum 2 -> 2)
     "#]]
     .assert_eq(&report);
 }

@@ -44,6 +44,10 @@ const KERNEL_STATE: &[(&str, &str)] = &[
 
 /// Checks that prove absence: with nothing installed they pass, as they should.
 const ABSENCE: &[&str] = &[
+    "etcd_unit_not_active",
+    "etcd_data_absent",
+    "etcd_server_removed",
+    "etcd_member_ready_for_scale",
     "kubeadm_state_absent",
     "lab_node_absent",
     "labdb_absent",
@@ -142,13 +146,22 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        111 checks
+        120 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
+        etcd/etcd_data_absent: passed (proves absence)
+        etcd/etcd_data_as_requested: failed, exit code 1
         etcd/etcd_member_key_private: failed, (empty output)
+        etcd/etcd_member_ready_for_scale: passed (proves absence)
         etcd/etcd_members_started: failed, (empty output)
+        etcd/etcd_restore_prepared: failed, (empty output)
+        etcd/etcd_restored_revision: failed, exit code 1
+        etcd/etcd_runs_candidate_version: failed, exit code 127
         etcd/etcd_server_installed: failed, could not start: failed to start `etcd`: No such file or directory (os error 2)
+        etcd/etcd_server_removed: passed (proves absence)
+        etcd/etcd_snapshot_valid: failed, (empty output)
         etcd/etcd_unit_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         etcd/etcd_unit_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
+        etcd/etcd_unit_not_active: passed (proves absence)
         etcd/etcdctl_installed: failed, could not start: failed to start `etcdctl`: No such file or directory (os error 2)
         kubernetes/api_endpoint_answers: failed, (empty output)
         kubernetes/apiserver_readyz: failed, (empty output)

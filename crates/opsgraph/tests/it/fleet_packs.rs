@@ -83,13 +83,22 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
     let (report, wrong) = crate::evidence::run_every_check(&fresh, &env, "/tmp/opsgraph-lab", true);
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        94 checks
+        103 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
+        etcd/etcd_data_absent: passed (proves absence)
+        etcd/etcd_data_as_requested: failed, exit code 1
         etcd/etcd_member_key_private: failed, (empty output)
+        etcd/etcd_member_ready_for_scale: passed (proves absence)
         etcd/etcd_members_started: failed, (empty output)
+        etcd/etcd_restore_prepared: failed, (empty output)
+        etcd/etcd_restored_revision: failed, exit code 1
+        etcd/etcd_runs_candidate_version: failed, exit code 1
         etcd/etcd_server_installed: failed, (empty output)
+        etcd/etcd_server_removed: passed (proves absence)
+        etcd/etcd_snapshot_valid: failed, (empty output)
         etcd/etcd_unit_active: failed, inactive
         etcd/etcd_unit_enabled: failed, (empty output)
+        etcd/etcd_unit_not_active: passed (proves absence)
         etcd/etcdctl_installed: failed, (empty output)
         kubernetes/apiserver_readyz: failed, (empty output)
         kubernetes/br_netfilter_enabled: not judged, it reads net.bridge.bridge-nf-call-iptables, set in every namespace by the machine's br_netfilter

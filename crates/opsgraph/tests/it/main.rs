@@ -16,6 +16,7 @@ mod faults;
 mod fleet;
 mod fleet_agent;
 mod fleet_demo;
+mod fleet_etcd_day2;
 mod fleet_faults;
 mod fleet_kubernetes;
 mod fleet_packs;
