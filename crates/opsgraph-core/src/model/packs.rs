@@ -168,6 +168,10 @@ pub struct ParamSpec {
     /// (`<operation>/<artifact>`); each job gets its file as a required artifact.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact: Option<String>,
+    /// A decision for this one action (`force`, `purge`): a day-2 plan never takes it from the
+    /// resource's record, so an earlier operation's `force: true` does not force a later one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub once: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -390,6 +390,7 @@ static PARAM_SPEC: Obj = Obj {
         field("description", &STR, "free text"),
         field("enum", &Shape::List(&SCALAR), "the allowed values"),
         field("secret", &BOOL, "encrypted at rest, masked in output"),
+        field("once", &BOOL, "given per action (force, purge): a day-2 plan never inherits it from the record"),
         field(
             "artifact",
             &ID,

@@ -67,7 +67,8 @@ pub struct Change {
 /// `recorded` — and what was taken; `None` when the intent is not a day-2 action on the recorded
 /// resource (another resource, none recorded, or its creating action). Secret parameters are
 /// never taken: the record holds none (they must be given again, or answered at their
-/// missing-input gate), and one the template declares secret is skipped even if handed in.
+/// missing-input gate), and one the template declares secret is skipped even if handed in;
+/// nor are `once` parameters (a decision for one action: `force`, `purge`).
 pub(crate) fn inherit(
     intent: &Intent,
     template: &PlanTemplate,
@@ -80,7 +81,7 @@ pub(crate) fn inherit(
     let mut effective = intent.clone();
     let mut parameters = Attributes::new();
     for (name, spec) in &template.parameters {
-        if spec.secret || intent.parameters.contains_key(name) {
+        if spec.secret || spec.once || intent.parameters.contains_key(name) {
             continue;
         }
         if let Some(v) = recorded.parameters.get(name) {
@@ -122,7 +123,7 @@ pub(crate) fn changes(
     let mut out = Vec::new();
     for (name, spec) in &template.parameters {
         let (Some(from), Some(to)) = (recorded.parameters.get(name), planned.get(name)) else { continue };
-        if !spec.secret && from != to {
+        if !spec.secret && !spec.once && from != to {
             out.push(Change { name: name.clone(), from: from.clone(), to: to.clone() });
         }
     }

@@ -73,6 +73,7 @@ mod tests {
             enum_: vec![],
             secret: false,
             artifact: Some("postgresql_backup".into()),
+            once: false,
         };
         let got = match super::check_parameter("backup", &spec, &value) {
             Ok(v) => format!("ok {v}"),

@@ -23,6 +23,7 @@ fn param(default: Option<Value>, secret: bool) -> ParamSpec {
         enum_: Vec::new(),
         secret,
         artifact: None,
+        once: false,
     }
 }
 
@@ -37,6 +38,8 @@ fn db_pack() -> Pack {
         ("version".to_string(), param(Some(json!("15")), false)),
         ("port".to_string(), param(Some(json!(5432)), false)),
         ("password".to_string(), param(None, true)),
+        // A decision for one action: never taken from the record.
+        ("force".to_string(), ParamSpec { type_: ParamType::Boolean, once: true, ..param(Some(json!(false)), false) }),
     ]
     .into();
     let mut upgrade = install.clone();
@@ -56,8 +59,13 @@ fn recorded() -> Recorded {
         resource,
         created_by: "install".into(),
         operation: "op-1".into(),
-        // A secret handed in by mistake is still not taken.
-        parameters: attrs(&[("version", json!("16")), ("port", json!(5433)), ("password", json!("hunter2-hunter2"))]),
+        // A secret handed in by mistake is still not taken; nor is an earlier action's `force`.
+        parameters: attrs(&[
+            ("version", json!("16")),
+            ("port", json!(5433)),
+            ("password", json!("hunter2-hunter2")),
+            ("force", json!(true)),
+        ]),
         targets: BTreeMap::from([("nodes".to_string(), vec!["compute_node/n1".to_string()])]),
     }
 }
@@ -115,7 +123,7 @@ fn a_day2_action_takes_what_its_intent_does_not_give_from_the_record() {
     check(
         db_intent("upgrade", "main", &[], &[]),
         expect![[r#"
-            parameters {"port":5433,"version":"16"}
+            parameters {"force":false,"port":5433,"version":"16"}
             jobs converge@n1
             gates input-password
             Changes to db.instance/main (running, recorded by op-1)
@@ -131,7 +139,7 @@ fn the_preview_shows_what_a_day2_action_changes() {
     check(
         db_intent("upgrade", "main", &[("version", json!("17")), ("password", json!("s3cret-s3cret"))], &["n2"]),
         expect![[r#"
-            parameters {"port":5433,"version":"17"}
+            parameters {"force":false,"port":5433,"version":"17"}
             jobs converge@n2
             gates -
             Changes to db.instance/main (running, recorded by op-1)
@@ -149,7 +157,7 @@ fn the_creating_action_and_other_resources_are_planned_from_their_intent_alone()
     check(
         db_intent("install", "main", &[("password", json!("s3cret-s3cret"))], &["n1"]),
         expect![[r#"
-            parameters {"port":5432,"version":"15"}
+            parameters {"force":false,"port":5432,"version":"15"}
             jobs converge@n1
             gates -
             (no change section)
@@ -159,7 +167,7 @@ fn the_creating_action_and_other_resources_are_planned_from_their_intent_alone()
     check(
         db_intent("upgrade", "other", &[], &[]),
         expect![[r#"
-            parameters {"port":5432,"version":"15"}
+            parameters {"force":false,"port":5432,"version":"15"}
             jobs -
             gates input-password
             (no change section)
@@ -250,7 +258,7 @@ fn the_rollback_of_a_day2_action_returns_to_the_recorded_values() {
         section(&preview, preview.lines().find(|l| l.starts_with("Changes to ")).unwrap()),
     );
     expect![[r#"
-        parameters {"port":5433,"version":"16"}
+        parameters {"force":false,"port":5433,"version":"16"}
         jobs converge@n1
         risk rolls back 1 completed job(s) of db.upgrade; returns to the recorded version 17 → 16
         Changes to db.instance/main (running, recorded by op-1)
