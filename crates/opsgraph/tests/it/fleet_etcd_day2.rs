@@ -154,7 +154,13 @@ fn etcd_day2_actions_on_fleet_hosts() {
             "  parameters:\n    member_addresses: {FOUR}\n    ca_cert: {create_op}/etcd_ca_cert\n    ca_key: {create_op}/etcd_ca_key\n  targets:\n    members: {MEMBERS4}\n    joining: [compute_node/fleet-4]\n"
         ),
     );
-    std::fs::write(tmp.join("add.yaml"), add).unwrap();
+    // Four members is an even count: refused (P012) before anything is created, unless forced.
+    std::fs::write(tmp.join("add.yaml"), &add).unwrap();
+    let refused = apply("add.yaml");
+    assert_eq!(refused.code, 1, "{}", refused.render());
+    assert!(refused.render().contains("error[P012]: refused by template `etcd.add_member`"), "{}", refused.render());
+    assert_eq!(started(0), 3);
+    std::fs::write(tmp.join("add.yaml"), add.replace("  parameters:\n", "  parameters:\n    force: true\n")).unwrap();
     let added = apply("add.yaml");
     assert_eq!(added.code, 0, "{}", added.render());
     assert!(added.out.contains(&format!("~ member_addresses  {THREE} → {FOUR}")), "{}", added.out);
