@@ -109,12 +109,7 @@ CONF
     kubeadm init --config "$CONFIG" --skip-token-print
 fi
 
-i=0
-until api_ready; do
-    i=$((i + 1))
-    [ "$i" -lt 60 ] || fail "the API server did not become ready"
-    sleep 5
-done
+wait_api_ready "the API server did not become ready"
 
 # root's kubectl on this node.
 install -d -m 0700 /root/.kube

@@ -56,12 +56,7 @@ else
         --cri-socket unix:///run/containerd/containerd.sock >&2
 fi
 
-i=0
-until kubectl --kubeconfig "$ADMIN" get --raw=/readyz >/dev/null 2>&1; do
-    i=$((i + 1))
-    [ "$i" -lt 60 ] || fail "this node's API server is not ready 5 minutes after the join"
-    sleep 5
-done
+wait_api_ready "this node's API server is not ready 5 minutes after the join"
 install -d -m 0700 /root/.kube
 if ! cmp -s "$ADMIN" /root/.kube/config; then
     install -m 0600 "$ADMIN" /root/.kube/config

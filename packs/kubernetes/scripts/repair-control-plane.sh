@@ -26,10 +26,5 @@ for unit in containerd kubelet; do
         log "started $unit"
     fi
 done
-i=0
-until kubectl --kubeconfig "$ADMIN" get --raw=/readyz >/dev/null 2>&1; do
-    i=$((i + 1))
-    [ "$i" -lt 60 ] || fail "the API server is not ready 5 minutes after containerd and the kubelet run (see crictl ps -a, journalctl -u kubelet)"
-    sleep 5
-done
+wait_api_ready "the API server is not ready 5 minutes after containerd and the kubelet run (see crictl ps -a, journalctl -u kubelet)"
 log "ok: the API server is ready"

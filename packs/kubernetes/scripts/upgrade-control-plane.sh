@@ -20,10 +20,7 @@ set -eu
 on_node
 
 needs_root
-k8s_version
-[ -n "$PATCH" ] || fail "kubernetes_version '$K8S_VERSION' names no patch: an upgrade names its exact target (1.31.2)"
-DRAIN_TIMEOUT=${OPSGRAPH_PARAM_DRAIN_TIMEOUT:-5m}
-matches '[0-9]+[smh]' "$DRAIN_TIMEOUT" || fail "drain_timeout '$DRAIN_TIMEOUT' is not a duration such as 5m"
+upgrade_params
 ADMIN=/etc/kubernetes/admin.conf
 [ -r "$ADMIN" ] || fail "$ADMIN not found: this is not the cluster's first control-plane node"
 kubectl_admin() { kubectl --kubeconfig "$ADMIN" "$@"; }
@@ -67,10 +64,5 @@ if [ "$(installed_version kubelet)" != "$pkgver" ] || [ "$(installed_version kub
 fi
 kubectl_admin uncordon "$NODE"
 
-i=0
-until kubectl_admin get --raw=/readyz >/dev/null 2>&1; do
-    i=$((i + 1))
-    [ "$i" -lt 60 ] || fail "the API server is not ready after the upgrade"
-    sleep 5
-done
+wait_api_ready "the API server is not ready after the upgrade"
 log "ok: control plane at $K8S_VERSION; node $NODE uncordoned"

@@ -18,10 +18,7 @@ set -eu
 on_node
 
 needs_root
-k8s_version
-[ -n "$PATCH" ] || fail "kubernetes_version '$K8S_VERSION' names no patch: an upgrade names its exact target (1.31.2)"
-DRAIN_TIMEOUT=${OPSGRAPH_PARAM_DRAIN_TIMEOUT:-5m}
-matches '[0-9]+[smh]' "$DRAIN_TIMEOUT" || fail "drain_timeout '$DRAIN_TIMEOUT' is not a duration such as 5m"
+upgrade_params
 needs_admin_kubeconfig
 [ -r /etc/kubernetes/kubelet.conf ] || fail "/etc/kubernetes/kubelet.conf not found: this node has not joined the cluster"
 NODE=$(node_name)

@@ -148,3 +148,23 @@ needs_admin_kubeconfig() {
     fi
     export KUBECONFIG
 }
+
+# wait_api_ready WHY: waits up to 5 minutes for this node's API server (/readyz, with the node's
+# /etc/kubernetes/admin.conf); fails with WHY when it is not ready by then.
+wait_api_ready() {
+    _i=0
+    until kubectl --kubeconfig /etc/kubernetes/admin.conf get --raw=/readyz >/dev/null 2>&1; do
+        _i=$((_i + 1))
+        [ "$_i" -lt 60 ] || fail "$1"
+        sleep 5
+    done
+}
+
+# upgrade_params: kubernetes_version must name an exact target (K8S_VERSION, MINOR, PATCH), and
+# drain_timeout a duration (DRAIN_TIMEOUT): the parameters of every upgrade job.
+upgrade_params() {
+    k8s_version
+    [ -n "$PATCH" ] || fail "kubernetes_version '$K8S_VERSION' names no patch: an upgrade names its exact target (1.31.2)"
+    DRAIN_TIMEOUT=${OPSGRAPH_PARAM_DRAIN_TIMEOUT:-5m}
+    matches '[0-9]+[smh]' "$DRAIN_TIMEOUT" || fail "drain_timeout '$DRAIN_TIMEOUT' is not a duration such as 5m"
+}
