@@ -67,7 +67,7 @@ pub fn shell(text: &str) -> Vec<Finding> {
     let toks = scan(text);
     let mut findings = Vec::new();
     for (i, t) in toks.iter().enumerate() {
-        if t.is_op("|") && !pipefail_at(&toks, i) {
+        if t.is_op("|") && !pipefail_at(&toks, i) && !in_case_pattern(&toks, i) {
             let stage = stage_before(&toks, i);
             let prints_only = stage.first().and_then(|t| t.word()).is_some_and(|w| w == "printf" || w == "echo")
                 && stage.iter().all(|s| s.depth == t.depth && !s.subst);
@@ -130,6 +130,26 @@ pub fn shell(text: &str) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// Whether token `i`, a `|`, separates the patterns of a `case` item (`absent | *gone) …`)
+/// rather than the commands of a pipeline: going back at its depth over pattern words, it meets
+/// the `in` of `case WORD in`, or the `;;` that ends the item before.
+fn in_case_pattern(toks: &[Tok], i: usize) -> bool {
+    let depth = toks[i].depth;
+    for j in (0..i).rev() {
+        let t = &toks[j];
+        if t.depth != depth {
+            return false;
+        }
+        match &t.kind {
+            Kind::Word(w) if w == "in" => return j >= 2 && toks[j - 2].is_word("case"),
+            Kind::Word(_) | Kind::Op("|") | Kind::Op("\n") | Kind::Op("(") => {}
+            Kind::Op(";") => return j >= 1 && matches!(toks[j - 1].kind, Kind::Op(";")),
+            Kind::Op(_) => return false,
+        }
+    }
+    false
 }
 
 /// Whether `pipefail` was set before token `i` (`set -o pipefail`, `set -euo pipefail`).

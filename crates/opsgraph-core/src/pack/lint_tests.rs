@@ -36,6 +36,17 @@ fn pipelines() {
         1:23 W001: a pipeline without pipefail: its status is its last stage's, so `wc` failing or missing goes unnoticed
     "#]],
     );
+    // The `|` between a case item's patterns is no pipeline; one in its commands still is.
+    check(
+        "s=$(dpkg-query -W kubeadm) || s=absent; case $s in absent | *not-installed) echo ok ;; (x|y) echo y ;; *) echo no ;; esac",
+        expect!["clean\n"],
+    );
+    check(
+        "case $1 in a) echo a ;; b | c) kubectl get nodes | awk '{print}' ;; esac",
+        expect![[r#"
+            1:50 W001: a pipeline without pipefail: its status is its last stage's, so `kubectl` failing or missing goes unnoticed
+        "#]],
+    );
     // pipefail set before, as an option of set or of the shell.
     check("set -o pipefail; kubectl get nodes | awk '{print}'", expect!["clean\n"]);
     check("set -euo pipefail\nkubectl get nodes | wc -l", expect!["clean\n"]);
