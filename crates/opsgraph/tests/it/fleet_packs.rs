@@ -83,7 +83,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
     let (report, wrong) = crate::evidence::run_every_check(&fresh, &env, "/tmp/opsgraph-lab", true);
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        103 checks
+        120 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_data_absent: passed (proves absence)
         etcd/etcd_data_as_requested: failed, exit code 1
@@ -100,7 +100,9 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         etcd/etcd_unit_enabled: failed, (empty output)
         etcd/etcd_unit_not_active: passed (proves absence)
         etcd/etcdctl_installed: failed, (empty output)
+        kubernetes/api_endpoint_answers: failed, (empty output)
         kubernetes/apiserver_readyz: failed, (empty output)
+        kubernetes/apiserver_runs_target_version: failed, exit code 127
         kubernetes/br_netfilter_enabled: not judged, it reads net.bridge.bridge-nf-call-iptables, set in every namespace by the machine's br_netfilter
         kubernetes/cni_daemonsets_ready: failed, (empty output)
         kubernetes/containerd_answers: failed, (empty output)
@@ -109,18 +111,27 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         kubernetes/control_plane_pods_ready: failed, exit code 127
         kubernetes/coredns_available: failed, exit code 127
         kubernetes/crictl_works: failed, exit code 127
+        kubernetes/etcd_member_per_control_plane: failed, (empty output)
+        kubernetes/haproxy_active: failed, inactive
         kubernetes/ip_forward_enabled: failed, 0
+        kubernetes/keepalived_active: failed, inactive
         kubernetes/kubeadm_installed: failed, (empty output)
         kubernetes/kubeadm_state_absent: passed (proves absence)
         kubernetes/kubelet_active: failed, inactive
         kubernetes/kubelet_enabled: failed, (empty output)
+        kubernetes/kubelet_runs_target_version: failed, exit code 127
         kubernetes/kubernetes_images_present: failed, exit code 127
+        kubernetes/kubernetes_packages_as_requested: failed, kubeadm is not installed (absent) though purge is false: the packages were to stay
+        kubernetes/kubernetes_server_version: failed, (empty output)
+        kubernetes/node_cordoned_self: failed, (empty output)
         kubernetes/node_ready_self: failed, (empty output)
+        kubernetes/node_schedulable_self: failed, (empty output)
         kubernetes/nodes_all_ready: failed, (empty output)
         kubernetes/swap_disabled: not judged, it reads /proc/swaps, the machine's swap devices
         lab-cluster/lab_admin_conf_present: failed, exit code 2
         lab-cluster/lab_apiserver_alive: failed, exit code 1
         lab-cluster/lab_apiserver_heartbeat_fresh: failed, exit code 1
+        lab-cluster/lab_apiserver_replicas: failed, exit code 2, output replicas=0
         lab-cluster/lab_cluster_observed: failed, exit code 2
         lab-cluster/lab_cluster_spec_recorded: failed, exit code 2
         lab-cluster/lab_cluster_status_ready: failed, exit code 2
@@ -142,6 +153,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         lab-cluster/lab_node_dir_writable: failed, exit code 1
         lab-cluster/lab_node_ready: failed, exit code 2
         lab-cluster/lab_node_registered: failed, exit code 2
+        lab-cluster/lab_node_version: failed, (empty output)
         lab-cluster/lab_nodes_all_ready: failed, no nodes
         lab-cluster/lab_registry_mirror_configured: failed, exit code 2
         lab-database/labdb_absent: passed (proves absence)
@@ -154,9 +166,11 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         lab-database/labdb_server_alive: failed, exit code 1
         lab-database/labdb_service_recorded: failed, exit code 2
         minio/minio_bucket_job_succeeded: failed, (empty output)
+        minio/minio_chart_is_target: failed, exit code 127
         minio/minio_health_ready: failed, exit code 127
         minio/minio_helm_release_deployed: failed, (empty output)
         minio/minio_pods_ready: failed, exit code 127
+        minio/minio_release_absent: failed, (empty output)
         minio/minio_smoke_job_succeeded: failed, (empty output)
         postgresql/postgresql_accepting_connections: failed, exit code 127
         postgresql/postgresql_backup_valid: failed, exit code 1
@@ -174,6 +188,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         postgresql/postgresql_select_one: failed, (empty output)
         postgresql/postgresql_server_installed: failed, exit code 1
         postgresql/postgresql_server_removed: passed (proves absence)
+        postgresql/postgresql_server_version: failed, (empty output)
         postgresql/postgresql_standby_streaming: failed, exit code 1
         postgresql/postgresql_unit_active: failed, inactive
         postgresql/postgresql_unit_not_active: passed (proves absence)
@@ -184,8 +199,10 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         postgresql-local/pg_local_server_found: failed, (empty output)
         postgresql-local/pg_local_service_recorded: failed, exit code 2
         tempo/tempo_bucket_job_succeeded: failed, (empty output)
+        tempo/tempo_chart_is_target: failed, exit code 127
         tempo/tempo_helm_release_deployed: failed, (empty output)
         tempo/tempo_ready_endpoint: failed, (empty output)
+        tempo/tempo_release_absent: failed, (empty output)
         tempo/tempo_rollout_complete: failed, exit code 127
     "#]].assert_eq(&report);
     assert!(wrong.is_empty(), "checks that passed on a host without their tools:\n{}", wrong.join("\n"));
