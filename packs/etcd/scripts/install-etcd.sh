@@ -16,18 +16,23 @@ installed() {
 }
 
 if ! installed etcd-server || ! installed etcd-client; then
-  if [ -e /usr/sbin/policy-rc.d ]; then
+  # Ours, left by an attempt that was killed (a timeout) before it could remove it, is replaced;
+  # anyone else's is not touched.
+  marker='# opsgraph etcd pack: no service starts while etcd-server installs'
+  if [ -e /usr/sbin/policy-rc.d ] && ! grep -qxF "$marker" /usr/sbin/policy-rc.d; then
     echo "/usr/sbin/policy-rc.d exists already: refusing to replace it (remove it or install etcd-server by hand)" >&2
     exit 1
   fi
-  printf '#!/bin/sh\n# opsgraph etcd pack: no service starts while etcd-server installs\nexit 101\n' >/usr/sbin/policy-rc.d
+  printf '#!/bin/sh\n%s\nexit 101\n' "$marker" >/usr/sbin/policy-rc.d
   chmod 755 /usr/sbin/policy-rc.d
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  trap 'rm -f /usr/sbin/policy-rc.d; exit 143' TERM
+  trap 'rm -f /usr/sbin/policy-rc.d; exit 130' INT
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends etcd-server etcd-client
   rm -f /usr/sbin/policy-rc.d
-  trap - EXIT
+  trap - EXIT TERM INT
   echo "installed etcd-server and etcd-client"
 else
   echo "etcd-server and etcd-client are installed already"

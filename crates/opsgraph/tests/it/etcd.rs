@@ -20,7 +20,7 @@ fn etcd_plan_preview_over_three_hosts() {
         exit: 0
         --- stdout
         Plan etcd.create (etcd@1.1.0) for: create_cluster etcd.cluster config-store in dev
-        Revision 1 sha256:dc6c6a9f7b27   Risk: medium
+        Revision 1 sha256:f6f617026b7a   Risk: medium
 
         Capabilities
           linux.host @ members           bind           compute_node/etcd-1, compute_node/etcd-2, compute_node/etcd-3
@@ -134,8 +134,8 @@ fn etcd_day2_plans() {
           verify-etcd-cluster@etcd-3 <- start-restored-member@etcd-1, start-restored-member@etcd-2, start-restored-member@etcd-3
         upgrade: etcd.upgrade 6 jobs, gates [], ready
           upgrade-etcd-member@etcd-1 <- 
-          upgrade-etcd-member@etcd-2 <- 
-          upgrade-etcd-member@etcd-3 <- 
+          upgrade-etcd-member@etcd-2 <- upgrade-etcd-member@etcd-1
+          upgrade-etcd-member@etcd-3 <- upgrade-etcd-member@etcd-2
           verify-etcd-cluster@etcd-1 <- upgrade-etcd-member@etcd-1, upgrade-etcd-member@etcd-2, upgrade-etcd-member@etcd-3
           verify-etcd-cluster@etcd-2 <- upgrade-etcd-member@etcd-1, upgrade-etcd-member@etcd-2, upgrade-etcd-member@etcd-3
           verify-etcd-cluster@etcd-3 <- upgrade-etcd-member@etcd-1, upgrade-etcd-member@etcd-2, upgrade-etcd-member@etcd-3
