@@ -216,21 +216,7 @@ impl Runtime {
         // What the run's evidence proved; the values its pack observes come from the
         // verification that follows a completed operation (`verify.rs`).
         let summary = format!("completed: {passed} evidence checks passed");
-        doc.observed_state = Some(summary.clone());
-        doc.health = Health::Healthy;
-        doc.status = Some(ResourceStatus::Running);
-        Ok(vec![
-            resource_write(&doc, &op.id),
-            history(
-                &doc.id,
-                &op.actor,
-                "operation.completed",
-                ResourceStatus::Running.as_str(),
-                &op.id,
-                summary,
-                Value::Null,
-            ),
-        ])
+        Ok(running_again(doc, op, summary))
     }
 
     /// A completed rollback of a day-2 action ([I] 6): the operations before the one it undid
@@ -247,23 +233,9 @@ impl Runtime {
         let mut doc = doc.clone();
         let summary = format!("rolled back {undone}: {} jobs undone", plan.jobs.len());
         doc.desired_state = Some(format!("as before operation {undone}"));
-        doc.observed_state = Some(summary.clone());
-        doc.health = Health::Healthy;
-        doc.status = Some(ResourceStatus::Running);
         doc.observed.clear();
         doc.verification = None;
-        Ok(Some(vec![
-            resource_write(&doc, &op.id),
-            history(
-                &doc.id,
-                &op.actor,
-                "operation.completed",
-                ResourceStatus::Running.as_str(),
-                &op.id,
-                summary,
-                Value::Null,
-            ),
-        ]))
+        Ok(Some(running_again(doc, op, summary)))
     }
 
     /// An operation cancelled while it was creating its resource ([I]): a resource nothing was
@@ -347,6 +319,26 @@ fn resource_write(doc: &Resource, op: &str) -> Write {
 }
 
 /// An entry of a resource's history for an operation.
+/// A completed operation leaves `doc` running and healthy, `summary` its observed state: the
+/// resource's write and its history entry.
+fn running_again(mut doc: Resource, op: &OperationRecord, summary: String) -> Vec<Write> {
+    doc.observed_state = Some(summary.clone());
+    doc.health = Health::Healthy;
+    doc.status = Some(ResourceStatus::Running);
+    vec![
+        resource_write(&doc, &op.id),
+        history(
+            &doc.id,
+            &op.actor,
+            "operation.completed",
+            ResourceStatus::Running.as_str(),
+            &op.id,
+            summary,
+            Value::Null,
+        ),
+    ]
+}
+
 fn history(resource: &str, actor: &str, kind: &str, status: &str, op: &str, summary: String, detail: Value) -> Write {
     Write::ResourceEvent(ResourceEventRecord {
         seq: 0,
