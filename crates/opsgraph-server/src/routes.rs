@@ -71,6 +71,13 @@ async fn dispatch(state: AppState, route: &'static Route, req: Request) -> Respo
             if error.status.is_server_error() {
                 tracing::error!(code = error.code, "{}", error.message);
             }
+            if let Some(row) = actor.as_deref().and_then(|a| refusal_audit(route, &path, a, &error)) {
+                let s = state_for_count.clone();
+                let written = blocking(move || Ok(s.store()?.commit(&[opsgraph_store::Write::Audit(row)])?)).await;
+                if let Err(e) = written {
+                    tracing::error!(code = e.code, "the audit row of a refused request was not written: {}", e.message);
+                }
+            }
             let response = error.into_response();
             (if body_unread { refused_unread(&headers, response) } else { response }, actor)
         }
@@ -89,6 +96,46 @@ async fn dispatch(state: AppState, route: &'static Route, req: Request) -> Respo
         "request"
     );
     response
+}
+
+/// The audit row of a refused request that decided something about its actor: a denial (403, on
+/// any route), or a change refused by a rule (a template's `refuse:` rule, a blocked plan, a
+/// refused patch or pack) on a route that changes something. Bad input (400, 413, 415), unknown things (404) and
+/// races (409) changed nothing and decided nothing about the actor: they are in the request log
+/// only. The row holds the route, status and codes, never the message (a refused value could be
+/// a secret's).
+fn refusal_audit(route: &Route, path: &str, actor: &str, e: &ApiError) -> Option<opsgraph_store::AuditRecord> {
+    let denied = e.status == StatusCode::FORBIDDEN;
+    let codes: Vec<&str> = e
+        .details
+        .as_ref()
+        .and_then(|d| d.get("errors"))
+        .and_then(|l| l.as_array())
+        .map(|l| l.iter().filter_map(|x| x.get("code").and_then(|c| c.as_str())).collect())
+        .unwrap_or_default();
+    // Refused by a rule, not for its shape: a template's `refuse:` rule (P012), a blocked plan, a
+    // patch the reviewer refused, a pack the registry refused.
+    let by_rule = codes.contains(&"P012") || ["plan_blocked", "patch_refused", "pack_refused"].contains(&e.code);
+    // A change, not a preview or a read: a route that needs more than `read`.
+    let changes = matches!(route.access, Need(p) if p != crate::auth::Permission::Read);
+    if !(denied || changes && by_rule) {
+        return None;
+    }
+    let mut detail = json!({
+        "method": route.method,
+        "route": route.path,
+        "status": e.status.as_u16(),
+        "code": e.code,
+    });
+    if !codes.is_empty() {
+        detail["errors"] = json!(codes);
+    }
+    let action = if denied { "request.denied" } else { "request.refused" };
+    // `/api/v1/operations/{id}/…` and `/api/v1/resources/{*id}`: the row is found by its
+    // operation or resource too.
+    let operation = path.split('/').nth(4).filter(|_| route.path.starts_with("/api/v1/operations/{id}"));
+    let resource = path.strip_prefix("/api/v1/resources/").filter(|_| route.path == "/api/v1/resources/{*id}");
+    Some(crate::auth::audit(actor, action, path, operation, resource, detail))
 }
 
 /// A request answered with an error: by whom, and whether its body was left unread (refused

@@ -264,6 +264,19 @@ fn a_refused_day2_action_prints_why_and_changes_nothing() {
     let created = api.post("/api/v1/operations", &token, &body);
     assert_eq!(created.status, 422, "{}", created.body);
     assert_eq!(created.body["error"]["details"]["errors"][0]["code"], "P012", "{}", created.body);
+    // Many people act through one server: the refusal is on its audit log, with the codes and not
+    // the message.
+    let rows = api.state.store().unwrap().audit(&Default::default()).unwrap();
+    let refused: Vec<String> = rows
+        .iter()
+        .filter(|a| a.actor == "user:sam")
+        .map(|a| format!("{} {} {} {}", a.actor, a.action, a.target, a.detail))
+        .collect();
+    expect![[r#"
+        [
+            "user:sam request.refused /api/v1/operations {\"method\":\"POST\",\"route\":\"/api/v1/operations\",\"status\":422,\"code\":\"plan_error\",\"errors\":[\"P012\"]}",
+        ]
+    "#]].assert_debug_eq(&refused);
     drop(api);
     assert_eq!(operations(&kv), ops_before, "a refused create created an operation");
     kv.apply("upgrade.yaml");

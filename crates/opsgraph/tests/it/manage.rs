@@ -130,8 +130,13 @@ fn a_pack_archive_is_installed_checked_and_planned_with_at_once() {
 
     assert_eq!(
         api.audit(),
-        vec!["user:admin pack.install hello@1.0.0", "user:admin pack.install hello@1.0.0"],
-        "one row per change; refusals and the identical install leave none"
+        vec![
+            "user:bob request.denied /api/v1/packs",
+            "user:admin request.refused /api/v1/packs",
+            "user:admin pack.install hello@1.0.0",
+            "user:admin pack.install hello@1.0.0"
+        ],
+        "one row per change and per denial or refusal by a rule; bad input, unknown packs and the identical install leave none"
     );
 }
 

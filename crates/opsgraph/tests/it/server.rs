@@ -282,8 +282,12 @@ fn the_authorization_matrix_follows_the_permission_table() {
         DELETE /api/v1/tokens/{id}                                   -        -        -        -        allow    -        -        -        allow
     "#]]
     .assert_eq(&table);
-    // Nothing above changed anything: no audit row but the test's own token minting.
-    assert_eq!(api.audit(), Vec::<String>::new());
+    // Nothing above changed anything; every denial is on the audit log, and nothing else is: each
+    // `-` above, and the AI identity's reveal, which its handler refuses (`ai_identity`).
+    let denials = 1 + table.lines().skip(1).map(|l| l.split_whitespace().filter(|c| *c == "-").count()).sum::<usize>();
+    let audit = api.audit();
+    assert_eq!(audit.len(), denials, "{audit:#?}");
+    assert!(audit.iter().all(|a| a.split(' ').nth(1) == Some("request.denied")), "{audit:#?}");
 
     // A revoked token is refused everywhere a token is needed.
     let admin = &tokens["platform_admin"];
@@ -362,10 +366,12 @@ fn gates_are_enforced_by_the_server_and_every_change_is_audited() {
         assert_eq!((r.status, r.body["id"].as_str()), (200, Some("hello.app/h1")), "{path}: {}", r.body);
     }
 
-    // Only the changes that happened are in the audit log: none of the refused answers.
+    // The changes that happened are in the audit log, and the refused answers as denials.
     expect![[r#"
         [
             "user:sam operation.create OP",
+            "user:carol request.denied /api/v1/operations/OP/gates/approve-hello/answer",
+            "user:sam request.denied /api/v1/operations/OP/gates/approve-hello/answer",
             "user:bob gate.answer OP/approve-hello",
         ]
     "#]]
@@ -374,7 +380,7 @@ fn gates_are_enforced_by_the_server_and_every_change_is_audited() {
     assert_eq!(by_bob["audit"].as_array().unwrap().len(), 1);
     assert_eq!(by_bob["audit"][0]["detail"]["revision"], revision.as_str());
     let r = api.get(&format!("/api/v1/audit?operation={id}&since=2000-01-01T00:00:00Z"), &carol);
-    assert_eq!(r.body["audit"].as_array().unwrap().len(), 2, "{}", r.body);
+    assert_eq!(r.body["audit"].as_array().unwrap().len(), 4, "{}", r.body);
     assert_eq!(api.get("/api/v1/audit?since=yesterday", &carol).code(), "invalid_parameter");
 }
 
@@ -530,7 +536,9 @@ fn tokens_are_shown_once_and_nobody_grants_what_they_do_not_hold() {
     expect![[r#"
         [
             "user:admin token.create TOK",
+            "user:lesser request.denied TOK",
             "user:lesser token.create TOK",
+            "user:lesser request.denied TOK",
             "user:lesser token.revoke TOK",
         ]
     "#]]
