@@ -53,7 +53,7 @@ const REMEDIES: &str = "remedy:
   id: host-unreachable
   applies_to: [JOBS]
   signature:
-    output_matches: ['(No route to host|Connection refused|Connection timed out|Timeout, server .* not responding|closed by remote host)']
+    output_matches: ['(No route to host|Connection refused|Connection timed out|Timeout, server .* not responding|closed by remote host|kex_exchange_identification: .*Connection reset by peer)']
   diagnosis: The host could not be reached over SSH (it is down, its network is cut, or sshd is not running). Bring it back, then retry.
   plan_patch:
     reason: A person brings the host back, then the job runs again.

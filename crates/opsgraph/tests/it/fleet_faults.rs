@@ -218,10 +218,13 @@ fn faults_on_real_hosts_lose_nothing() {
             }
         }
     }
-    // The reason each time, as apply said it and diagnose named it.
+    // The reason each time, as apply said it and diagnose named it. What ssh says of a host that
+    // dies depends on how far it got: `connect to host … port 22: …` once the namespace is gone,
+    // `kex_exchange_identification: read: Connection reset by peer` while its sshd is going down
+    // (seen in CI); either way the host does not answer.
     let want = [
-        ("machine dies", "j1@fleet-1: lost: the connection dropped mid-run and the host does not answer: ssh: connect to host 10.213.0.11 port 22: ", "host-unreachable"),
-        ("network cut", "j1@fleet-2: lost: the connection dropped mid-run and the host does not answer: ssh: connect to host 10.213.0.12 port 22: ", "host-unreachable"),
+        ("machine dies", "j1@fleet-1: lost: the connection dropped mid-run and the host does not answer: ssh: ", "host-unreachable"),
+        ("network cut", "j1@fleet-2: lost: the connection dropped mid-run and the host does not answer: ssh: ", "host-unreachable"),
         ("disk full", "j1@fleet-3: exited with code 1: dd: error writing '/var/lib/fleet-data/j1@fleet-3': No space left on device", "disk-full"),
         ("sshd stopped", "j0@fleet-4: could not start: ssh: connect to host 10.213.0.14 port 22: Connection refused", "host-unreachable"),
     ];
