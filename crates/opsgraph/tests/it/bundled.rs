@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use expect_test::{expect, Expect};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::preview_text::section;
 use crate::support::{opsgraph, path, temp_dir};
@@ -296,6 +296,7 @@ fn every_example_intent_plans() {
         k8s-uninstall.yaml: kubernetes.uninstall 3 jobs, 3 gates, waiting_for_gates
         k8s-upgrade.yaml: kubernetes.upgrade 5 jobs, 1 gates, waiting_for_gates
         minio-install.yaml: minio.install 5 jobs, 0 gates, ready
+        minio-scale.yaml: minio.scale 3 jobs, 0 gates, ready
         minio-uninstall.yaml: minio.uninstall 1 jobs, 1 gates, waiting_for_gates
         postgresql-add-replica.yaml: postgresql.add_replica 5 jobs, 1 gates, waiting_for_gates
         postgresql-backup.yaml: postgresql.backup 1 jobs, 0 gates, ready
@@ -310,6 +311,36 @@ fn every_example_intent_plans() {
         tempo-upgrade.yaml: tempo.upgrade 6 jobs, 0 gates, ready
     "#]]
     .assert_eq(&summary);
+}
+
+/// MinIO grows by server pools: a standalone MinIO, or a scale to one pool, is refused at plan
+/// time with the template's reason; fewer pools or other pods per pool than the release has are
+/// refused by install-minio at run time, before helm changes anything.
+#[test]
+fn minio_scale_adds_pools_and_refuses_what_minio_cannot_do() {
+    let example = std::fs::read_to_string(path("examples/intents/minio-scale.yaml")).unwrap();
+    let standalone = example.replace("deployment_mode: distributed", "deployment_mode: standalone");
+    let one_pool = example.replace("pools: 2", "pools: 1");
+    let dir = temp_dir(&[("standalone.yaml", &standalone), ("one-pool.yaml", &one_pool)]);
+    let mut refused = String::new();
+    for name in ["standalone", "one-pool"] {
+        let file = dir.join(&format!("{name}.yaml"));
+        let mut args = vec!["plan", "-f", file.to_str().unwrap(), "--packs", "{root}/packs"];
+        args.extend(WORLD);
+        let run = opsgraph(&args);
+        assert_eq!(run.code, 1, "{}", run.render());
+        refused.push_str(&format!("{name}: {}", run.err));
+    }
+    expect![[r#"
+        standalone: error[P012]: refused by template `minio.scale`: a standalone MinIO is one server with no pools; it cannot grow in place (install a distributed one and move the data) (params.deployment_mode is standalone, equal to standalone)
+        the plan cannot be built: 1 error
+        one-pool: error[P012]: refused by template `minio.scale`: scale adds server pools to the one install made; give pools 2 or more (a pool is removed only by decommissioning it, which this action does not do) (params.pools is 1, below 2)
+        the plan cannot be built: 1 error
+    "#]].assert_eq(&refused);
+    let p = plan_json("minio-scale.yaml");
+    let jobs: Vec<&str> = p["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
+    assert_eq!(jobs, ["check-minio-prerequisites", "prepare-minio-secrets", "scale-minio"]);
+    assert_eq!((&p["parameters"]["pools"], &p["parameters"]["replicas"]), (&json!(2), &json!(4)), "{p:#}");
 }
 
 /// The README's main command runs a whole operation on lab nodes: preview, gate, run, evidence.

@@ -146,7 +146,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        120 checks
+        121 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_data_absent: passed (proves absence)
         etcd/etcd_data_as_requested: failed, exit code 1
@@ -233,6 +233,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         minio/minio_health_ready: failed, exit code 127
         minio/minio_helm_release_deployed: failed, (empty output)
         minio/minio_pods_ready: failed, exit code 127
+        minio/minio_pools_as_requested: failed, exit code 127
         minio/minio_release_absent: failed, (empty output)
         minio/minio_smoke_job_succeeded: failed, (empty output)
         postgresql/postgresql_accepting_connections: failed, exit code 127

@@ -83,7 +83,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
     let (report, wrong) = crate::evidence::run_every_check(&fresh, &env, "/tmp/opsgraph-lab", true);
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        120 checks
+        121 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_data_absent: passed (proves absence)
         etcd/etcd_data_as_requested: failed, exit code 1
@@ -170,6 +170,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         minio/minio_health_ready: failed, exit code 127
         minio/minio_helm_release_deployed: failed, (empty output)
         minio/minio_pods_ready: failed, exit code 127
+        minio/minio_pools_as_requested: failed, exit code 127
         minio/minio_release_absent: failed, (empty output)
         minio/minio_smoke_job_succeeded: failed, (empty output)
         postgresql/postgresql_accepting_connections: failed, exit code 127
