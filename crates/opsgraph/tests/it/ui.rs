@@ -574,7 +574,11 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     browser.wait("[data-testid=stage][data-stage=wait]", |t| t.contains("running"));
     browser.tab_to_and_press("op-cancel");
     browser.wait("[data-testid=cancel-confirm]", |t| t.contains("cannot be resumed"));
-    assert_eq!(browser.js("return document.activeElement.id"), "op-cancel-yes", "the question has the focus");
+    assert_eq!(
+        browser.js("return document.activeElement.id"),
+        "op-cancel-no",
+        "the question has the focus, on its safe answer"
+    );
     assert_eq!(get(&doomed)["state"], "running", "asking cancels nothing");
     assert_eq!(browser.unlabelled(), json!([]));
     browser.screenshot(&shots, "operation-cancel-confirm");
