@@ -29,7 +29,11 @@ function h(tag, attrs, ...children) {
 const SVG = "http://www.w3.org/2000/svg";
 function s(tag, attrs, ...children) {
   const el = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) el.setAttribute(k, String(v));
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, String(v));
+  }
   for (const c of children.flat()) {
     if (c === null || c === undefined) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
@@ -1056,7 +1060,7 @@ function headerFacts(op, ctx) {
   const end = terminal ? Date.parse(op.updated_at) : Date.now();
   const failing = jobs.filter((j) => j.state === "failed");
   return h("dl", { class: "facts", "data-testid": "run-header" },
-    h("div", {}, h("dt", {}, "State"), h("dd", {}, stateEl(op.state))),
+    h("div", {}, h("dt", {}, "State"), h("dd", {}, stateEl(op.state, "op-state"), " ", h("span", { class: "muted detail", "data-testid": "op-detail" }, op.detail))),
     h("div", {}, h("dt", {}, "Progress"), h("dd", { "data-testid": "run-progress" }, `${done}/${jobs.length} jobs`,
       h("progress", { max: jobs.length || 1, value: done, "aria-label": `${done} of ${jobs.length} jobs done` }))),
     h("div", {}, h("dt", {}, "Started"), h("dd", { "data-testid": "run-started" }, h("time", { datetime: op.created_at }, new Date(op.created_at).toLocaleString([], { hour12: false })))),
@@ -1182,7 +1186,6 @@ async function operationPage(id) {
     const who = me && me.actor;
     patchSection(parts.head, JSON.stringify([op.state, op.detail, op.plan_revision, who, ctx.confirmCancel, op.jobs, op.updated_at]), () => [
       h("h2", {}, "Operation ", h("span", { "data-testid": "op-id" }, op.id)),
-      h("p", {}, "State: ", stateEl(op.state, "op-state"), " ", h("span", { class: "muted", "data-testid": "op-detail" }, op.detail)),
       headerFacts(op, ctx),
       h("p", { class: "muted" }, `${op.pack || ""} · resource `, op.resource ? h("a", { href: "#/resources/" + enc(op.resource) }, op.resource) : "-",
         ` · by ${op.actor} · revision ${ctx.plan && ctx.plan.revision ? ctx.plan.revision.number : op.plan_revision}`),

@@ -101,7 +101,12 @@ fn the_ui_files_are_served_with_a_content_security_policy_and_no_inline_script()
         let bytes = api.rt.block_on(axum::body::to_bytes(response.into_body(), usize::MAX)).unwrap();
         (status, headers, String::from_utf8(bytes.to_vec()).unwrap())
     };
-    for (path, media) in [("/", "text/html"), ("/ui/app.js", "text/javascript"), ("/ui/app.css", "text/css")] {
+    for (path, media) in [
+        ("/", "text/html"),
+        ("/ui/app.js", "text/javascript"),
+        ("/ui/app.css", "text/css"),
+        ("/ui/dagre.min.js", "text/javascript"),
+    ] {
         let (status, headers, text) = raw(path);
         assert_eq!(status, 200, "{path}");
         assert!(headers["content-type"].to_str().unwrap().starts_with(media), "{path}");

@@ -367,3 +367,70 @@ fn logs_tail_live_the_patch_draft_is_valid_and_a_missing_page_replaces_the_last(
     browser.wait("[data-testid=not-found]", |t| t.contains("fleet.app/nosuch"));
     assert!(browser.find("[data-testid=op-id]").is_none());
 }
+
+/// The run console: the header gives state, progress in jobs, start, duration, who and the
+/// failing step (a link opening its panel); the DAG is laid out by dagre with full labels, fits
+/// the width, zooms and pans; a node (clicked, or Enter on it) opens a side panel with its
+/// contract, attempts with start, end and duration, evidence expected and observed, and its log.
+#[test]
+fn the_run_console_shows_progress_the_dag_and_a_panel_per_node() {
+    let Some(shots) = screenshots() else { return };
+    let c = Console::start();
+    let id = c.roll("console", "fast");
+    c.wait_op(&id, "ran install-runtime", |op| Console::job_state(op, "install-runtime@n1") == "running");
+    let browser = Browser::start();
+    browser.go(&format!("{}/#/operations/{id}", c.base()));
+    browser.sign_in(&c.bob, "bob");
+    browser.wait("[data-testid=run-progress]", |t| t.starts_with("1/5 jobs"));
+    let header = browser.wait_text("[data-testid=run-header]", |t| t.contains("user:sam"));
+    assert!(header.contains("running") && header.contains("so far"), "{header}");
+    browser.shot_of(&shots, "#op-head", "console-header-running");
+
+    // Full labels, no node over another, and the drawing fits the width.
+    browser.wait("[data-testid=dag-node][data-node='check-the-configuration-of-the-runtime']", |_| true);
+    let labels =
+        browser.js("return [...document.querySelectorAll('[data-testid=dag-node] text.name')].map(t => t.textContent)");
+    assert!(labels.as_array().unwrap().contains(&json!("check-the-configuration-of-the-runtime")), "{labels}");
+    let overlaps = browser.js(
+        "const r = [...document.querySelectorAll('[data-testid=dag-node] rect')].map(e => e.getBoundingClientRect());\
+         let n = 0; for (let i = 0; i < r.length; i++) for (let j = i + 1; j < r.length; j++)\
+           if (r[i].left < r[j].right && r[j].left < r[i].right && r[i].top < r[j].bottom && r[j].top < r[i].bottom) n++;\
+         const label = [...document.querySelectorAll('[data-testid=dag-node]')].every(g => g.querySelector('text.name').getBBox().width <= g.querySelector('rect').getBBox().width);\
+         const svg = document.querySelector('[data-testid=dag]').getBoundingClientRect();\
+         const wrap = document.querySelector('.dag-wrap').getBoundingClientRect();\
+         return [n, label, svg.width <= wrap.width + 1]",
+    );
+    assert_eq!(overlaps, json!([0, true, true]), "no overlapping nodes, every label inside its node, the DAG fits");
+    let before = browser.js("return document.querySelector('.viewport').getAttribute('transform')");
+    browser.click_when("#dag-zoom-in", |_| true);
+    let after = browser.js("return document.querySelector('.viewport').getAttribute('transform')");
+    assert_ne!(before, after, "zoom in changes the view");
+    browser.click_when("#dag-fit", |_| true);
+    assert_eq!(browser.js("return document.querySelector('.viewport').getAttribute('transform')"), before);
+    browser.shot_of(&shots, "#sec-dag", "console-dag");
+
+    // A node with the keyboard: its panel, with the contract and the running attempt.
+    browser.js("document.getElementById('node-install-runtime_n2').focus(); return null");
+    browser.press("\u{E007}");
+    let panel =
+        browser.wait_text("[data-testid=node-panel]", |t| t.contains("install-runtime@n2") && t.contains("Attempts"));
+    assert!(panel.contains("linux.host @ nodes") && panel.contains("running"), "{panel}");
+    assert_eq!(browser.js("return document.activeElement.id"), "panel-h", "the panel takes the focus");
+
+    // The run fails at the check: the header links the failing step, which opens its panel with
+    // the evidence's expected and observed values and the attempt's start, end and duration.
+    c.go("console");
+    browser.wait("[data-testid=op-state]", |t| t == "failed");
+    browser.wait("[data-testid=run-progress]", |t| t.starts_with("4/5 jobs"));
+    browser.click_when("[data-testid=run-failing] a", |t| t == "check-the-configuration-of-the-runtime");
+    let panel = browser.wait_text("[data-testid=node-panel]", |t| t.contains("mode_careful: failed"));
+    assert!(panel.contains("expected careful, observed fast"), "{panel}");
+    let attempt = browser.wait_text("[data-testid=panel-attempts]", |t| t.contains("failed"));
+    assert!(attempt.contains(" ms") || attempt.contains(" s"), "a duration: {attempt}");
+    browser.wait("[data-testid=node-panel] [data-testid=logs]", |t| t.contains("checking"));
+    assert_eq!(browser.unlabelled(), json!([]), "every control of the console has a name");
+    browser.screenshot(&shots, "console-failed-panel");
+    browser.click_when("#panel-close", |_| true);
+    browser.wait("[data-testid=dag-node][data-node='check-the-configuration-of-the-runtime']", |_| true);
+    assert!(browser.js("return document.getElementById('sec-panel').hidden") == json!(true));
+}
