@@ -918,11 +918,26 @@ function dagView(op, ctx) {
   const nodes = {};
   for (const j of plan.jobs || []) nodes[j.id] = { id: j.id, kind: "job", deps: j.depends_on || [], title: j.title || j.job };
   for (const g of plan.gates || []) if (!nodes[g.id]) nodes[g.id] = { id: g.id, kind: "gate", deps: [], title: g.reason };
+  for (const n of Object.values(nodes)) n.state = nodeState(op, ctx, n);
+  // Fan-out groups (a job's instances, `install-runtime@n1`…): a collapsed one is one node,
+  // `install-runtime ×3`, in the state that matters most among its instances.
+  const groups = fanOut(plan);
+  const into = {};
+  for (const [base, ids] of Object.entries(groups)) {
+    if (!ctx.collapsed.has(base)) continue;
+    const members = ids.map((i) => nodes[i]);
+    const counts = {};
+    for (const m of members) counts[m.state] = (counts[m.state] || 0) + 1;
+    const state = ["failed", "running", "cancelled", "pending"].find((x) => counts[x]) || members[0].state;
+    const gid = `${base} ×${ids.length}`;
+    for (const i of ids) { into[i] = gid; delete nodes[i]; }
+    nodes[gid] = { id: gid, kind: "group", base, deps: [...new Set(members.flatMap((m) => m.deps))], state, title: Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(", ") };
+  }
+  for (const n of Object.values(nodes)) n.deps = [...new Set(n.deps.map((d) => into[d] || d))].filter((d) => d !== n.id && nodes[d]);
   const g = new dagre.graphlib.Graph();
   g.setGraph({ rankdir: "LR", nodesep: 14, ranksep: 56, marginx: 10, marginy: 10 });
   g.setDefaultEdgeLabel(() => ({}));
   for (const n of Object.values(nodes)) {
-    n.state = nodeState(op, ctx, n);
     const w = Math.max(textWidth(n.id, "600 13px system-ui, sans-serif"), textWidth(n.state, "12px system-ui, sans-serif")) + 24;
     g.setNode(n.id, { width: Math.ceil(Math.max(110, w)), height: 44 });
   }
@@ -936,15 +951,15 @@ function dagView(op, ctx) {
   const shapes = Object.values(nodes).map((n) => {
     const p = g.node(n.id);
     const x = p.x - p.width / 2, y = p.y - p.height / 2;
-    const open = () => selectNode(ctx, n.id);
+    const open = () => (n.kind === "group" ? toggleGroup(ctx, n.base) : selectNode(ctx, n.id));
     return s("g", { class: `node node-${n.kind} node-${n.state}${ctx.selected === n.id ? " selected" : ""}`, "data-testid": "dag-node", "data-node": n.id,
       "data-state": n.state, role: "button", tabindex: "0", "aria-pressed": ctx.selected === n.id ? "true" : "false",
-      "aria-label": `${n.kind} ${n.id}: ${n.state}. Open its details`, id: "node-" + safeId(n.id),
+      "aria-label": n.kind === "group" ? `${n.id} instances: ${n.title}. Expand them` : `${n.kind} ${n.id}: ${n.state}. Open its details`, id: "node-" + safeId(n.id),
       onclick: open, onkeydown: (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); open(); } } },
       s("title", {}, `${n.kind} ${n.id}: ${n.state}${n.title ? " — " + n.title : ""}`),
       s("rect", { x, y, width: p.width, height: p.height, rx: n.kind === "gate" ? 18 : 6 }),
       s("text", { x: x + 12, y: y + 18, class: "name" }, n.id),
-      s("text", { x: x + 12, y: y + 35, class: "st" }, `${n.kind === "gate" ? "gate · " : ""}${n.state}`));
+      s("text", { x: x + 12, y: y + 35, class: "st" }, n.kind === "group" ? n.title : `${n.kind === "gate" ? "gate · " : ""}${n.state}`));
   });
   const z = ctx.zoom;
   const inner = s("g", { class: "viewport", transform: `translate(${z.x},${z.y}) scale(${z.k})` }, edges, shapes);
@@ -971,8 +986,56 @@ function dagView(op, ctx) {
     h("button", { type: "button", id: "dag-zoom-in", onclick: () => zoomBy(1.25) }, "Zoom in"),
     h("button", { type: "button", id: "dag-zoom-out", onclick: () => zoomBy(0.8) }, "Zoom out"),
     h("button", { type: "button", id: "dag-fit", onclick: () => { z.k = 1; z.x = 0; z.y = 0; apply(); } }, "Fit"),
+    Object.entries(groups).map(([base, ids]) => h("button", { type: "button", id: "dag-group-" + safeId(base), "data-testid": "dag-group",
+      "aria-pressed": ctx.collapsed.has(base) ? "true" : "false", onclick: () => toggleGroup(ctx, base) },
+      `${ctx.collapsed.has(base) ? "Expand" : "Collapse"} ${base} ×${ids.length}`)),
     h("span", { class: "muted" }, "Drag to pan, wheel to zoom; a node opens its details."));
   return [tools, svg];
+}
+
+// A Gantt chart of the attempts: one row per attempt, a bar from its start to its end (or now),
+// coloured by how it ended, on one time axis from the operation's start. A row is a button that
+// opens the job's panel.
+function ganttView(op, ctx) {
+  const rows = [];
+  for (const j of op.jobs || []) for (const a of attemptsOf(op, j.id)) rows.push({ job: j.id, ...a });
+  if (!rows.length) return h("p", { class: "muted" }, "No attempt has started yet.");
+  rows.sort((a, b) => Date.parse(a.start) - Date.parse(b.start));
+  const t0 = Date.parse(op.created_at);
+  const terminal = ["completed", "cancelled", "failed"].includes(op.state);
+  const tEnd = Math.max(t0 + 1, terminal ? Date.parse(op.updated_at) : Date.now(), ...rows.map((r) => Date.parse(r.end || r.start)));
+  const label = Math.max(...rows.map((r) => textWidth(`${r.job} #${r.attempt}`, "12px system-ui, sans-serif"))) + 16;
+  const W = 900, RH = 22, plot = W - label - 70;
+  const X = (t) => label + ((t - t0) / (tEnd - t0)) * plot;
+  const height = rows.length * RH + 24;
+  return s("svg", { class: "gantt", "data-testid": "gantt", viewBox: `0 0 ${W} ${height}`, width: "100%", role: "list", "aria-label": "Attempts over time" },
+    s("text", { x: label, y: height - 6, class: "axis" }, fmtTime(op.created_at)),
+    s("text", { x: W - 70, y: height - 6, class: "axis", "text-anchor": "end" }, `+${fmtDuration(tEnd - t0)}`),
+    rows.map((r, i) => {
+      const x1 = X(Date.parse(r.start));
+      const x2 = Math.max(x1 + 2, X(r.end ? Date.parse(r.end) : tEnd));
+      const dur = fmtDuration((r.end ? Date.parse(r.end) : tEnd) - Date.parse(r.start));
+      return s("g", { class: `bar bar-${r.how}${ctx.selected === r.job ? " selected" : ""}`, role: "listitem", "data-testid": "gantt-row", "data-job": r.job,
+        "aria-label": `${r.job} attempt ${r.attempt}: ${r.how}, ${dur}`, onclick: () => selectNode(ctx, r.job) },
+        s("title", {}, `${r.job} attempt ${r.attempt}: ${r.how}, ${dur}`),
+        s("text", { x: 4, y: i * RH + 15, class: "label" }, `${r.job} #${r.attempt}`),
+        s("rect", { x: x1, y: i * RH + 4, width: x2 - x1, height: RH - 8, rx: 3 }),
+        s("text", { x: x2 + 4, y: i * RH + 15, class: "dur" }, dur));
+    }));
+}
+
+// A plan's fan-out groups: job -> its instance ids, for jobs with more than one instance.
+function fanOut(plan) {
+  const by = {};
+  for (const j of plan.jobs || []) if (j.id.includes("@")) (by[j.job] = by[j.job] || []).push(j.id);
+  return Object.fromEntries(Object.entries(by).filter(([, ids]) => ids.length > 1));
+}
+
+function toggleGroup(ctx, base) {
+  if (ctx.collapsed.has(base)) ctx.collapsed.delete(base);
+  else ctx.collapsed.add(base);
+  ctx.focus = "dag-group-" + safeId(base);
+  if (ctx.paint) ctx.paint();
 }
 
 // The side panel of one node of the DAG (or a failing step of the header): its contract, its
@@ -1156,6 +1219,7 @@ async function operationPage(id) {
     patches: sec("patches", "patches-h"),
     progress: sec("progress", "progress-h"),
     dag: sec("dag", "dag-h"),
+    gantt: sec("gantt", "gantt-h"),
     panel: h("aside", { id: "sec-panel", "data-testid": "node-panel", "aria-labelledby": "panel-h", class: "panel" }),
     caps: sec("caps", "caps-h"),
     artifacts: sec("artifacts", "artifacts-h"),
@@ -1164,17 +1228,17 @@ async function operationPage(id) {
   };
   view.replaceChildren(h("p", {}, h("a", { href: "#/" }, "← All operations")),
     h("nav", { class: "toc", "aria-label": "Sections of the operation" }, h("ul", {},
-      [["gates", "Gates"], ["patches", "Patches"], ["progress", "Progress"], ["dag", "DAG"], ["caps", "Capabilities"], ["artifacts", "Artifacts"], ["timeline", "Timeline"]]
+      [["gates", "Gates"], ["patches", "Patches"], ["progress", "Progress"], ["dag", "DAG"], ["gantt", "Attempts"], ["caps", "Capabilities"], ["artifacts", "Artifacts"], ["timeline", "Timeline"]]
         .map(([k, t]) => h("li", {}, h("a", { href: "#/operations/" + enc(id), "data-section": k, onclick: (ev) => { ev.preventDefault(); $("sec-" + k).scrollIntoView(); } }, t))))),
     parts.head, parts.gates, parts.patches,
-    h("div", { class: "console" }, parts.dag, parts.panel),
+    h("div", { class: "console" }, h("div", {}, parts.dag, parts.gantt), parts.panel),
     parts.progress, parts.caps, parts.artifacts, parts.act, parts.timeline);
   // What the page knows (the last answers of the API) and what the person is doing on it (forms
   // half filled, a question asked): `paint` draws the sections from it without asking the API,
   // `load` asks the API, one call at a time, then paints.
   const ctx = {
     op: null, plan: null, revision: null, pack: null, patches: [],
-    confirmCancel: false, cancelReason: "", focus: null, logs: {}, selected: null, zoom: { k: 1, x: 0, y: 0 },
+    confirmCancel: false, cancelReason: "", focus: null, logs: {}, selected: null, zoom: { k: 1, x: 0, y: 0 }, collapsed: new Set(),
     iv: { open: false, job: "", note: "", checks: "", result: null },
     draft: { open: false, text: null, result: null },
   };
@@ -1198,8 +1262,10 @@ async function operationPage(id) {
         h("button", { type: "button", id: "mode-toggle", "data-testid": "mode-toggle", "aria-pressed": advanced ? "true" : "false",
           onclick: () => { advanced = !advanced; paint(); } }, advanced ? "Simple view" : "Advanced view")),
       advanced ? advancedView(op, ctx) : simpleView(op)]);
-    patchSection(parts.dag, JSON.stringify([ctx.revision, op.jobs.map((j) => j.state), op.gates.map((g) => g.answer), ctx.selected]), () => [
+    patchSection(parts.dag, JSON.stringify([ctx.revision, op.jobs.map((j) => j.state), op.gates.map((g) => g.answer), ctx.selected, [...ctx.collapsed]]), () => [
       h("h3", { id: "dag-h" }, "DAG"), h("div", { class: "dag-wrap" }, dagView(op, ctx))]);
+    patchSection(parts.gantt, JSON.stringify([op.timeline.length, op.state, ctx.selected]), () => [
+      h("h3", { id: "gantt-h" }, "Attempts over time"), ganttView(op, ctx)]);
     parts.panel.hidden = !ctx.selected;
     parts.panel.parentNode.classList.toggle("with-panel", !!ctx.selected);
     patchSection(parts.panel, JSON.stringify([ctx.selected, op.jobs, op.evidence, op.artifacts, op.timeline, op.gates, ctx.logs[ctx.selected]]), () => panelView(op, ctx));
@@ -1219,6 +1285,11 @@ async function operationPage(id) {
       op = await api("GET", "/api/v1/operations/" + enc(id));
       if (ctx.revision !== op.plan_revision) {
         ctx.plan = await api("GET", `/api/v1/operations/${enc(id)}/plan`).catch(() => null);
+        // Large fan-outs start collapsed (more than 4 instances); a person's choice is kept.
+        if (ctx.plan && !ctx.grouped) {
+          ctx.grouped = true;
+          for (const [base, ids] of Object.entries(fanOut(ctx.plan))) if (ids.length > 4) ctx.collapsed.add(base);
+        }
         ctx.revision = op.plan_revision;
       }
       if (!ctx.pack) ctx.pack = await packDetail(op.pack);

@@ -430,6 +430,22 @@ fn the_run_console_shows_progress_the_dag_and_a_panel_per_node() {
     browser.wait("[data-testid=node-panel] [data-testid=logs]", |t| t.contains("checking"));
     assert_eq!(browser.unlabelled(), json!([]), "every control of the console has a name");
     browser.screenshot(&shots, "console-failed-panel");
+    // The Gantt chart: a bar per attempt, the failed check's in red; a bar opens its panel.
+    browser.wait("[data-testid=gantt-row][data-job='check-the-configuration-of-the-runtime']", |_| true);
+    assert_eq!(browser.js("return document.querySelectorAll('[data-testid=gantt-row]').length"), 5);
+    assert!(browser
+        .find("[data-testid=gantt-row][data-job='check-the-configuration-of-the-runtime'].bar-failed")
+        .is_some());
+    browser.shot_of(&shots, "#sec-gantt", "console-gantt");
+    // The fan-out collapses into one node and expands again, with the keyboard.
+    browser.tab_to_and_press("dag-group-install-runtime");
+    let group =
+        browser.wait_text("[data-testid=dag-node][data-node='install-runtime ×3']", |t| t.contains("3 succeeded"));
+    assert!(group.contains("install-runtime ×3"), "{group}");
+    assert!(browser.find("[data-testid=dag-node][data-node='install-runtime@n1']").is_none());
+    browser.shot_of(&shots, "#sec-dag", "console-dag-collapsed");
+    browser.tab_to_and_press("dag-group-install-runtime");
+    browser.wait("[data-testid=dag-node][data-node='install-runtime@n1']", |_| true);
     browser.click_when("#panel-close", |_| true);
     browser.wait("[data-testid=dag-node][data-node='check-the-configuration-of-the-runtime']", |_| true);
     assert!(browser.js("return document.getElementById('sec-panel').hidden") == json!(true));
