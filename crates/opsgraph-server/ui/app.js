@@ -871,6 +871,13 @@ function logsView(ctx, job) {
         : "(no output captured)"))));
 }
 
+// A job's last outcome in words: how it ended, why it failed, how long it took.
+function outcomeText(o) {
+  if (!o || typeof o !== "object") return "";
+  return [o.outcome, o.duration_ms !== undefined ? fmtDuration(o.duration_ms) : null].filter(Boolean).join(" · ") +
+    (o.failure && o.failure !== o.outcome ? ` — ${o.failure}` : "");
+}
+
 function advancedView(op, ctx) {
   const evidence = op.evidence || [];
   return h("table", { "data-testid": "jobs" },
@@ -881,7 +888,7 @@ function advancedView(op, ctx) {
         h("td", {}, contractView(ctx, j.id)),
         h("td", {}, stateEl(j.state)),
         h("td", {}, String(j.attempts)),
-        h("td", {}, h("pre", {}, j.outcome === null ? "" : JSON.stringify(j.outcome, null, 1))),
+        h("td", { "data-testid": "job-outcome" }, outcomeText(j.outcome)),
         h("td", {}, h("ul", {}, evidence.filter((e) => e.job === j.id).map((e) =>
           h("li", { class: e.passed ? "pass" : "fail" },
             `${e.check}: ${e.passed ? "passed" : "failed"} (expected ${show(e.expected)}, observed ${show(e.observed)})`)))),
@@ -963,8 +970,9 @@ function dagView(op, ctx) {
   });
   const z = ctx.zoom;
   const inner = s("g", { class: "viewport", transform: `translate(${z.x},${z.y}) scale(${z.k})` }, edges, shapes);
-  const svg = s("svg", { class: "dag", "data-testid": "dag", viewBox: `0 0 ${width} ${height}`, width: "100%",
-    height: Math.min(520, Math.max(120, height)), preserveAspectRatio: "xMinYMin meet", role: "group",
+  // Its natural size, shrunk to the page's width by CSS (`max-width: 100%`), never enlarged.
+  const svg = s("svg", { class: "dag", "data-testid": "dag", viewBox: `0 0 ${width} ${height}`, width, height,
+    preserveAspectRatio: "xMinYMin meet", role: "group",
     "aria-label": "Jobs and gates of the plan, in the order they run" },
     s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" }, s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }))),
     inner);
@@ -1008,7 +1016,7 @@ function ganttView(op, ctx) {
   const W = 900, RH = 22, plot = W - label - 70;
   const X = (t) => label + ((t - t0) / (tEnd - t0)) * plot;
   const height = rows.length * RH + 24;
-  return s("svg", { class: "gantt", "data-testid": "gantt", viewBox: `0 0 ${W} ${height}`, width: "100%", role: "list", "aria-label": "Attempts over time" },
+  return s("svg", { class: "gantt", "data-testid": "gantt", viewBox: `0 0 ${W} ${height}`, width: W, height, role: "list", "aria-label": "Attempts over time" },
     s("text", { x: label, y: height - 6, class: "axis" }, fmtTime(op.created_at)),
     s("text", { x: W - 70, y: height - 6, class: "axis", "text-anchor": "end" }, `+${fmtDuration(tEnd - t0)}`),
     rows.map((r, i) => {
