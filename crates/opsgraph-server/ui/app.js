@@ -316,11 +316,14 @@ async function listPage() {
           h("td", {}, stateEl(o.state)),
           h("td", {}, o.detail),
           h("td", {}, o.resource ? h("a", { href: "#/resources/" + enc(o.resource) }, o.resource) : ""),
-          h("td", {}, o.actor)));
+          h("td", {}, o.actor),
+          h("td", {}, h("time", { datetime: o.created_at }, new Date(o.created_at).toLocaleString([], { hour12: false }))),
+          h("td", { "data-testid": "op-duration" }, ["completed", "cancelled", "failed"].includes(o.state)
+            ? fmtDuration(Date.parse(o.updated_at) - Date.parse(o.created_at)) : `${fmtDuration(Date.now() - Date.parse(o.created_at))} so far`)));
       return ops.length === 0 ? h("p", { class: "muted" }, "No operations yet.") :
         h("table", { id: "operations", "data-testid": "operations" },
           h("caption", { class: "muted" }, `${ops.length} operation(s), live`),
-          h("thead", {}, h("tr", {}, ["Operation", "State", "Detail", "Resource", "By"].map((t) => h("th", { scope: "col" }, t)))),
+          h("thead", {}, h("tr", {}, ["Operation", "State", "Detail", "Resource", "By", "Started", "Duration"].map((t) => h("th", { scope: "col" }, t)))),
           h("tbody", {}, rows));
     });
   });
@@ -1135,7 +1138,8 @@ function headerFacts(op, ctx) {
     h("div", {}, h("dt", {}, "Progress"), h("dd", { "data-testid": "run-progress" }, `${done}/${jobs.length} jobs`,
       h("progress", { max: jobs.length || 1, value: done, "aria-label": `${done} of ${jobs.length} jobs done` }))),
     h("div", {}, h("dt", {}, "Started"), h("dd", { "data-testid": "run-started" }, h("time", { datetime: op.created_at }, new Date(op.created_at).toLocaleString([], { hour12: false })))),
-    h("div", {}, h("dt", {}, "Duration"), h("dd", { "data-testid": "run-duration" }, fmtDuration(end - Date.parse(op.created_at)), terminal ? "" : " so far")),
+    h("div", {}, h("dt", {}, "Duration"), h("dd", { "data-testid": "run-duration" },
+      h("span", { id: "run-duration-value", "data-since": terminal ? null : op.created_at }, fmtDuration(end - Date.parse(op.created_at))), terminal ? "" : " so far")),
     h("div", {}, h("dt", {}, "By"), h("dd", {}, op.actor)),
     failing.length ? h("div", {}, h("dt", {}, "Failing step"), h("dd", { "data-testid": "run-failing" }, failing.map((j) =>
       h("a", { href: "#/operations/" + enc(op.id), "data-job": j.id, id: "failing-" + safeId(j.id),
@@ -1319,6 +1323,8 @@ async function operationPage(id) {
   // The tail of the open logs of running jobs, every second (a job's output makes no event).
   const tail = setInterval(async () => {
     if (!current(gen)) { clearInterval(tail); return; }
+    const since = $("run-duration-value");
+    if (since && since.dataset.since) since.textContent = fmtDuration(Date.now() - Date.parse(since.dataset.since));
     const running = new Set((ctx.op.jobs || []).filter((j) => j.state === "running").map((j) => j.id));
     const open = Object.keys(ctx.logs).filter((j) => running.has(j));
     if (!open.length) return;

@@ -385,6 +385,10 @@ fn the_run_console_shows_progress_the_dag_and_a_panel_per_node() {
     let header = browser.wait_text("[data-testid=run-header]", |t| t.contains("user:sam"));
     assert!(header.contains("running") && header.contains("so far"), "{header}");
     browser.shot_of(&shots, "#op-head", "console-header-running");
+    let duration = || browser.js("return document.getElementById('run-duration-value').textContent");
+    let first = duration();
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_ne!(first, duration(), "the duration of a running operation ticks");
 
     // Full labels, no node over another, and the drawing fits the width.
     browser.wait("[data-testid=dag-node][data-node='check-the-configuration-of-the-runtime']", |_| true);
@@ -449,4 +453,11 @@ fn the_run_console_shows_progress_the_dag_and_a_panel_per_node() {
     browser.click_when("#panel-close", |_| true);
     browser.wait("[data-testid=dag-node][data-node='check-the-configuration-of-the-runtime']", |_| true);
     assert!(browser.js("return document.getElementById('sec-panel').hidden") == json!(true));
+
+    // The operations list: when each started and how long it ran.
+    browser.go(&format!("{}/#/", c.base()));
+    let row = browser.wait_text(&format!("tr[data-id='{id}']"), |t| t.contains("failed"));
+    let ran = browser.wait_text(&format!("tr[data-id='{id}'] [data-testid=op-duration]"), |t| !t.is_empty());
+    assert!(!ran.contains("so far") && (ran.ends_with(" s") || ran.ends_with(" ms")), "{row}");
+    browser.screenshot(&shots, "console-operations");
 }
