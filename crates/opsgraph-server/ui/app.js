@@ -590,6 +590,27 @@ function gatesSection(op, ctx) {
   return [h("h3", { id: "gates-h" }, "Gates"), items.length ? items : h("p", { class: "muted" }, "No open gates.")];
 }
 
+// A failed run's diagnosis (`GET …/diagnosis`): for each failed job the analyzer's cause, its
+// confidence, the log lines that matched, and the remedy; "Propose this remedy" fills the patch
+// form with the remedy's plan patch (a person still reviews and sends it).
+function diagnosisSection(op, ctx) {
+  const list = ctx.diagnosis;
+  if (!list || op.state !== "failed") return null;
+  return [h("h3", { id: "diagnosis-h" }, "Diagnosis"),
+    list.length ? list.map((d) => h("article", { class: "diagnosis", "data-testid": "diagnosis", "data-job": d.job },
+      h("p", {}, h("strong", {}, d.job), ": ", d.summary),
+      d.cause && d.cause !== d.summary ? h("p", {}, "Cause: ", d.cause) : null,
+      h("p", { class: "muted" }, `Confidence ${Math.round((d.confidence || 0) * 100)}% · ${d.analyzer}${d.remedy ? " · remedy " + d.remedy : ""}`),
+      (d.evidence || []).length ? [h("p", {}, "What matched:"), h("pre", { class: "log", "data-testid": "diagnosis-evidence" }, d.evidence.join("\n"))] : null,
+      d.patch && may("patch") ? h("button", { type: "button", id: "remedy-" + safeId(d.job), "data-testid": "propose-remedy", onclick: () => {
+        ctx.draft.text = JSON.stringify({ plan_patch: d.patch }, null, 2);
+        ctx.draft.open = true;
+        ctx.focus = "patch-yaml";
+        ctx.paint(true);
+      } }, `Propose this remedy for ${d.job}`) : null))
+      : h("p", { class: "muted" }, "No analyzer recognises this failure; the job's log and evidence below say what happened.")];
+}
+
 // Patch review: each proposed patch with its diff and the Reviewer's findings; approve / reject
 // at its `patch-<id>` gate for those who may (not its author).
 function patchesSection(op, ctx) {
@@ -1227,6 +1248,7 @@ async function operationPage(id) {
   const sec = (name, label) => h("section", { id: "sec-" + name, "data-testid": "sec-" + name, "aria-labelledby": label });
   const parts = {
     head: h("div", { id: "op-head" }),
+    diagnosis: sec("diagnosis", "diagnosis-h"),
     gates: sec("gates", "gates-h"),
     patches: sec("patches", "patches-h"),
     progress: sec("progress", "progress-h"),
@@ -1240,9 +1262,9 @@ async function operationPage(id) {
   };
   view.replaceChildren(h("p", {}, h("a", { href: "#/" }, "← All operations")),
     h("nav", { class: "toc", "aria-label": "Sections of the operation" }, h("ul", {},
-      [["gates", "Gates"], ["patches", "Patches"], ["progress", "Progress"], ["dag", "DAG"], ["gantt", "Attempts"], ["caps", "Capabilities"], ["artifacts", "Artifacts"], ["timeline", "Timeline"]]
+      [["diagnosis", "Diagnosis"], ["gates", "Gates"], ["patches", "Patches"], ["progress", "Progress"], ["dag", "DAG"], ["gantt", "Attempts"], ["caps", "Capabilities"], ["artifacts", "Artifacts"], ["timeline", "Timeline"]]
         .map(([k, t]) => h("li", {}, h("a", { href: "#/operations/" + enc(id), "data-section": k, onclick: (ev) => { ev.preventDefault(); $("sec-" + k).scrollIntoView(); } }, t))))),
-    parts.head, parts.gates, parts.patches,
+    parts.head, parts.diagnosis, parts.gates, parts.patches,
     h("div", { class: "console" }, h("div", {}, parts.dag, parts.gantt), parts.panel),
     parts.progress, parts.caps, parts.artifacts, parts.act, parts.timeline);
   // What the page knows (the last answers of the API) and what the person is doing on it (forms
@@ -1266,6 +1288,7 @@ async function operationPage(id) {
       h("p", { class: "muted" }, `${op.pack || ""} · resource `, op.resource ? h("a", { href: "#/resources/" + enc(op.resource) }, op.resource) : "-",
         ` · by ${op.actor} · revision ${ctx.plan && ctx.plan.revision ? ctx.plan.revision.number : op.plan_revision}`),
       controlsSection(op, ctx, paint)]);
+    patchSection(parts.diagnosis, JSON.stringify([ctx.diagnosis, op.state, who]), () => diagnosisSection(op, ctx));
     patchSection(parts.gates, JSON.stringify([op.gates, op.plan_revision, who, op.state]), () => gatesSection(op, ctx));
     patchSection(parts.patches, JSON.stringify([ctx.patches, op.gates, op.state, op.plan_revision, who, op.jobs.map((j) => j.state), ctx.draft.result]),
       () => patchesSection(op, ctx));
@@ -1306,6 +1329,12 @@ async function operationPage(id) {
       }
       if (!ctx.pack) ctx.pack = await packDetail(op.pack);
       ctx.patches = (await api("GET", `/api/v1/operations/${enc(id)}/patches`)).patches || [];
+      // A failed run's diagnosis, asked again only when the operation changed.
+      if (op.state !== "failed") ctx.diagnosis = null;
+      else if (!ctx.diagnosis || ctx.diagnosedAt !== op.updated_at) {
+        ctx.diagnosis = (await api("GET", `/api/v1/operations/${enc(id)}/diagnosis`).catch(() => ({ diagnosis: [] }))).diagnosis || [];
+        ctx.diagnosedAt = op.updated_at;
+      }
       ctx.op = ctx.op || op;
       await refreshLogs(ctx);
     } catch (e) {

@@ -28,7 +28,7 @@ const FLEET: &[(&str, &str)] = &[
   id: fleet.roll
   action: roll
   parameters:
-    mode: {type: string, enum: [fast, careful], default: careful, description: how to roll}
+    mode: {type: string, enum: [fast, careful, broken], default: careful, description: how to roll}
   scopes:
     nodes: {resource_type: node, from: targets.nodes, min: 1}
   requires:
@@ -59,7 +59,7 @@ job:
   after: [prepare]
   scope: {resources: [node], target: nodes}
   inputs: {requires: {capabilities: [{key: linux.host, scope: nodes}]}}
-  run: {command: "echo installing the runtime; i=0; while [ ! -e \"$OPSGRAPH_LAB_DIR/go-$OPSGRAPH_INTENT_NAME\" ]; do i=$((i+1)); [ $i -lt 900 ] || exit 1; sleep 0.1; done; echo runtime installed"}
+  run: {command: "if [ \"$OPSGRAPH_PARAM_MODE\" = broken ]; then echo 'ERROR: runtime mirror unreachable' >&2; exit 1; fi; echo installing the runtime; i=0; while [ ! -e \"$OPSGRAPH_LAB_DIR/go-$OPSGRAPH_INTENT_NAME\" ]; do i=$((i+1)); [ $i -lt 900 ] || exit 1; sleep 0.1; done; echo runtime installed"}
 ---
 job:
   id: check-the-configuration-of-the-runtime
@@ -71,6 +71,23 @@ job:
     (
         "fleet/evidence.yaml",
         "evidence:\n  - {id: mode_careful, source: command, command: 'printf %s \"$OPSGRAPH_PARAM_MODE\"', expected: careful}\n",
+    ),
+    (
+        "fleet/remedies.yaml",
+        r#"remedy:
+  id: fleet-mirror-down
+  applies_to: [install-runtime]
+  signature:
+    output_matches: ["runtime mirror unreachable"]
+  diagnosis: "The runtime mirror cannot be reached from the node; retry once it is back."
+  plan_patch:
+    reason: "retry the install once the mirror is back"
+    changes:
+      - retry: {job: install-runtime}
+  examples:
+    matches: ["ERROR: runtime mirror unreachable"]
+    does_not_match: ["runtime installed"]
+"#,
     ),
     (
         "world/nodes.yaml",
@@ -212,7 +229,7 @@ fn the_new_operation_form_shows_plain_values_the_plans_reasons_and_a_disabled_ap
     browser.sign_in(&c.sam, "sam");
     browser.wait("[data-testid=param][data-param=mode]", |t| t.contains("mode"));
     let options = browser.js("return [...document.querySelectorAll('#param-mode option')].map(o => o.textContent)");
-    assert_eq!(options, json!(["(default)", "fast", "careful"]), "enum values without JSON quotes");
+    assert_eq!(options, json!(["(default)", "fast", "careful", "broken"]), "enum values without JSON quotes");
     assert_eq!(browser.js("return document.querySelector('#param-mode option:checked').textContent"), "careful");
 
     // No target for the `nodes` scope (min 1): the plan cannot be built, and the page says why.
@@ -460,4 +477,32 @@ fn the_run_console_shows_progress_the_dag_and_a_panel_per_node() {
     let ran = browser.wait_text(&format!("tr[data-id='{id}'] [data-testid=op-duration]"), |t| !t.is_empty());
     assert!(!ran.contains("so far") && (ran.ends_with(" s") || ran.ends_with(" ms")), "{row}");
     browser.screenshot(&shots, "console-operations");
+}
+
+/// A failed run shows its diagnosis — the analyzer's cause, its confidence, the log line that
+/// matched — and "Propose this remedy" fills the patch form with the remedy's plan patch, which
+/// a person sends.
+#[test]
+fn a_failed_run_shows_its_diagnosis_and_proposes_its_remedy() {
+    let Some(shots) = screenshots() else { return };
+    let c = Console::start();
+    let id = c.roll("diag", "broken");
+    c.wait_op(&id, "failed", |op| op["state"] == "failed");
+    let browser = Browser::start();
+    browser.go(&format!("{}/#/operations/{id}", c.base()));
+    browser.sign_in(&c.bob, "bob");
+    let found = browser.wait_text("[data-testid=diagnosis][data-job='install-runtime@n1']", |t| t.contains("mirror"));
+    assert!(found.contains("Confidence") && found.contains("fleet-mirror-down"), "{found}");
+    browser.wait("[data-testid=diagnosis][data-job='install-runtime@n1'] [data-testid=diagnosis-evidence]", |t| {
+        t.contains("runtime mirror unreachable")
+    });
+    browser.shot_of(&shots, "#sec-diagnosis", "console-diagnosis");
+    browser.click_when("#remedy-install-runtime_n1", |_| true);
+    browser.wait("#patch-yaml", |_| true);
+    assert_eq!(browser.js("return document.activeElement.id"), "patch-yaml", "the filled form has the focus");
+    let draft = browser.js("return document.getElementById('patch-yaml').value");
+    assert!(draft.as_str().unwrap().contains("\"install-runtime\""), "{draft}");
+    browser.click_when("#patch-submit", |_| true);
+    let result = browser.wait_text("[data-testid=patch-result]", |t| !t.is_empty());
+    assert!(result.contains("Patch p1 proposed"), "the remedy as proposed is a valid patch: {result}");
 }
