@@ -292,16 +292,42 @@ function patchSection(el, key, build) {
 
 // ---- Operations ----
 
+// The list's filters, kept while the tab lives (across live redraws and navigation).
+const listFilter = { state: "", resource: "", actor: "" };
+
 async function listPage() {
   const gen = generation;
   const view = $("view");
   const body = h("div", { id: "ops-body" });
+  let ops = [];
+  const stateSel = h("select", { id: "filter-state", onchange: () => { listFilter.state = stateSel.value; redraw(); } });
+  const text = (key, id) => {
+    const el = h("input", { id, type: "search", autocomplete: "off", value: listFilter[key],
+      oninput: () => { listFilter[key] = el.value; redraw(); } });
+    return el;
+  };
+  const filters = h("form", { class: "filters", role: "search", "aria-label": "Filter the operations", onsubmit: (ev) => ev.preventDefault() },
+    h("label", { for: "filter-state" }, "State"), stateSel,
+    h("label", { for: "filter-resource" }, "Resource"), text("resource", "filter-resource"),
+    h("label", { for: "filter-actor" }, "By"), text("actor", "filter-actor"));
   view.replaceChildren(
     h("h2", {}, "Operations"),
     may("apply") ? h("p", {}, h("a", { href: "#/new", id: "new-op", class: "button", "data-testid": "new-op" }, "New operation")) : "",
-    body);
+    filters, body);
+  // Newest first; the rows the filters keep.
+  const redraw = () => {
+    const states = [...new Set(ops.map((o) => o.state))].sort();
+    if (stateSel.dataset.key !== states.join()) {
+      stateSel.dataset.key = states.join();
+      stateSel.replaceChildren(h("option", { value: "" }, "any"), ...states.map((x) => h("option", { value: x, selected: x === listFilter.state }, x)));
+      stateSel.value = listFilter.state;
+    }
+    const has = (v, f) => !f || String(v || "").toLowerCase().includes(f.toLowerCase());
+    const shown = ops.filter((o) => (!listFilter.state || o.state === listFilter.state) && has(o.resource, listFilter.resource) && has(o.actor, listFilter.actor))
+      .sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at));
+    patchSection(body, JSON.stringify([shown, ops.length]), () => drawList(shown, ops.length));
+  };
   const draw = serial(async () => {
-    let ops;
     try {
       ops = (await api("GET", "/api/v1/operations")).operations || [];
     } catch (e) {
@@ -309,8 +335,10 @@ async function listPage() {
       return;
     }
     if (!current(gen)) return;
-    patchSection(body, JSON.stringify(ops), () => {
-      const rows = ops.map((o) =>
+    redraw();
+  });
+  const drawList = (shown, total) => {
+    const rows = shown.map((o) =>
         h("tr", { "data-testid": "op-row", "data-id": o.id },
           h("td", {}, h("a", { href: "#/operations/" + enc(o.id), "data-testid": "op-link" }, o.id)),
           h("td", {}, stateEl(o.state)),
@@ -320,13 +348,13 @@ async function listPage() {
           h("td", {}, h("time", { datetime: o.created_at }, new Date(o.created_at).toLocaleString([], { hour12: false }))),
           h("td", { "data-testid": "op-duration" }, ["completed", "cancelled", "failed"].includes(o.state)
             ? fmtDuration(Date.parse(o.updated_at) - Date.parse(o.created_at)) : `${fmtDuration(Date.now() - Date.parse(o.created_at))} so far`)));
-      return ops.length === 0 ? h("p", { class: "muted" }, "No operations yet.") :
-        h("table", { id: "operations", "data-testid": "operations" },
-          h("caption", { class: "muted" }, `${ops.length} operation(s), live`),
-          h("thead", {}, h("tr", {}, ["Operation", "State", "Detail", "Resource", "By", "Started", "Duration"].map((t) => h("th", { scope: "col" }, t)))),
-          h("tbody", {}, rows));
-    });
-  });
+    if (!total) return h("p", { class: "muted" }, "No operations yet.");
+    if (!shown.length) return h("p", { class: "muted", "data-testid": "no-match" }, `None of the ${total} operation(s) matches the filters.`);
+    return h("table", { id: "operations", "data-testid": "operations" },
+      h("caption", { class: "muted" }, shown.length === total ? `${total} operation(s), newest first, live` : `${shown.length} of ${total} operation(s), newest first, live`),
+      h("thead", {}, h("tr", {}, ["Operation", "State", "Detail", "Resource", "By", "Started", "Duration"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, rows));
+  };
   await draw();
   follow("/api/v1/events", debounce(draw), gen);
 }

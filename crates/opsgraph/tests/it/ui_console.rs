@@ -335,6 +335,20 @@ fn pause_is_offered_only_when_legal_states_have_their_own_colours_and_cancel_foc
     let error = style(&browser, &format!("tr[data-id='{resource}'] .state-error"), "color");
     assert_eq!(error, "rgb(207, 34, 46)", "error has the failure colour");
     browser.screenshot(&shots, "console-resources");
+
+    // The operations list: newest first, filtered by state and by who, the filters labelled.
+    browser.go(&format!("{}/#/", c.base()));
+    browser.wait(&format!("tr[data-id='{failed}']"), |t| t.contains("failed"));
+    let order = browser.js("return [...document.querySelectorAll('tr[data-testid=op-row]')].map(r => r.dataset.id)");
+    assert_eq!(order, json!([failed, rolled, picked]), "newest first");
+    assert_eq!(browser.unlabelled(), json!([]), "every filter has a label");
+    browser.js("const s = document.getElementById('filter-state'); s.value = 'failed'; s.dispatchEvent(new Event('change')); return null");
+    browser.wait("[data-testid=operations] caption", |t| t.starts_with("1 of 3"));
+    let order = browser.js("return [...document.querySelectorAll('tr[data-testid=op-row]')].map(r => r.dataset.id)");
+    assert_eq!(order, json!([failed]));
+    browser.screenshot(&shots, "console-operations-filtered");
+    browser.fill("#filter-actor", "nobody");
+    browser.wait("[data-testid=no-match]", |t| t.contains("None of the 3"));
 }
 
 /// Bugs 6, 7 and 8: a job's log panel stays open across live updates and shows the output as
