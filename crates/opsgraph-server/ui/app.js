@@ -1414,7 +1414,7 @@ async function resourcesPage() {
           h("td", {}, h("a", { href: "#/resources/" + enc(r.id) }, r.id)),
           h("td", {}, stateEl(String(r.status || "-"))),
           h("td", {}, h("span", { class: "health health-" + r.health }, String(r.health || "-"))),
-          h("td", {}, h("code", {}, r.observed_state ? JSON.stringify(r.observed_state) : "-")),
+          h("td", {}, h("code", {}, r.observed_state ? show(r.observed_state) : "-")),
           h("td", {}, r.last_operation ? h("a", { href: "#/operations/" + enc(r.last_operation) }, r.last_operation) : "-"),
           h("td", {}, r.updated_at || ""))))));
   });
@@ -1440,13 +1440,38 @@ async function resourcePage(id) {
   view.replaceChildren(
     h("p", {}, h("a", { href: "#/resources" }, "← All resources")),
     h("h2", {}, "Resource ", h("span", { "data-testid": "resource-id" }, r.id)),
-    h("p", {}, "Status: ", stateEl(String(doc.status || "-")), " · health: ", h("span", { class: "health health-" + doc.health, "data-testid": "resource-health" }, String(doc.health || "-"))),
+    h("p", {}, "Status: ", stateEl(String(doc.status || "-")), " · health: ", h("span", { class: "health health-" + doc.health, "data-testid": "resource-health" }, String(doc.health || "-")),
+      " · ", h("span", { "data-testid": "resource-verified" }, lastVerified(r))),
     h("div", { class: "columns" },
       h("section", { "aria-labelledby": "desired-h" }, h("h3", { id: "desired-h" }, "Desired"), h("pre", { "data-testid": "desired" }, JSON.stringify(desired, null, 2))),
-      h("section", { "aria-labelledby": "observed-h" }, h("h3", { id: "observed-h" }, "Observed"), h("pre", { "data-testid": "observed" }, JSON.stringify(doc.observed_state || null, null, 2)))),
+      h("section", { "aria-labelledby": "observed-h" }, h("h3", { id: "observed-h" }, "Observed"), h("pre", { "data-testid": "observed" }, typeof doc.observed_state === "string" ? doc.observed_state : JSON.stringify(doc.observed_state || null, null, 2)))),
+    historyView(r),
     h("section", { "aria-labelledby": "ops-h" }, h("h3", { id: "ops-h" }, "Operations that explain it"),
       h("ul", { "data-testid": "resource-ops" }, (r.operations || []).map((o) =>
         h("li", {}, h("a", { href: "#/operations/" + enc(o.id) }, o.id), " ", stateEl(o.state), ` ${o.detail} · by ${o.actor} · ${o.created_at}`)))));
+}
+
+// When the resource's evidence was last checked (a `verified` entry of its history).
+function lastVerified(r) {
+  const v = (r.history || []).filter((e) => e.kind === "verified").pop();
+  return v ? `last verified ${new Date(v.at).toLocaleString([], { hour12: false })}: ${v.summary}` : "never verified";
+}
+
+// A resource's history, newest first: each operation that changed it and each verification, with
+// the status it left and the operation that explains it.
+function historyView(r) {
+  const list = (r.history || []).slice().reverse();
+  return h("section", { "aria-labelledby": "history-h" }, h("h3", { id: "history-h" }, "History"),
+    list.length ? h("table", { "data-testid": "resource-history" },
+      h("thead", {}, h("tr", {}, ["When", "What", "Status after", "Operation", "Summary", "By"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, list.map((e) => h("tr", {},
+        h("td", {}, h("time", { datetime: e.at }, new Date(e.at).toLocaleString([], { hour12: false }))),
+        h("td", {}, e.kind),
+        h("td", {}, stateEl(e.status)),
+        h("td", {}, e.operation ? h("a", { href: "#/operations/" + enc(e.operation) }, e.operation) : "-"),
+        h("td", {}, e.summary),
+        h("td", {}, e.actor)))))
+      : h("p", { class: "muted" }, "Nothing recorded yet."));
 }
 
 // The page of something the API could not give (missing, or refused): what and why, and a way

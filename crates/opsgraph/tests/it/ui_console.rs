@@ -335,6 +335,12 @@ fn pause_is_offered_only_when_legal_states_have_their_own_colours_and_cancel_foc
     let error = style(&browser, &format!("tr[data-id='{resource}'] .state-error"), "color");
     assert_eq!(error, "rgb(207, 34, 46)", "error has the failure colour");
     browser.screenshot(&shots, "console-resources");
+    // Its page: the history, newest first, with the status each change left and its operation.
+    browser.click_when(&format!("tr[data-id='{resource}'] a"), |_| true);
+    let history = browser.wait_text("[data-testid=resource-history]", |t| t.contains("error"));
+    assert!(history.contains(&failed) && history.contains("operation.failed"), "{history}");
+    browser.wait("[data-testid=resource-verified]", |t| t.contains("verified"));
+    browser.screenshot(&shots, "console-resource");
 
     // The operations list: newest first, filtered by state and by who, the filters labelled.
     browser.go(&format!("{}/#/", c.base()));
