@@ -661,6 +661,8 @@ function patchesSection(op, ctx) {
       h("h5", {}, "Diff"),
       h("pre", { class: "diff", "data-testid": "patch-diff" }, (p.diff_text || "").split("\n").filter(Boolean).map((line) =>
         h("span", { class: line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "chg" }, line + "\n"))),
+      h("h5", {}, "The plan after it"),
+      patchDag(ctx, p),
       h("h5", {}, "Reviewer's findings"),
       findings.length
         ? h("ul", { "data-testid": "patch-findings" }, findings.map((f) =>
@@ -1051,6 +1053,52 @@ function dagView(op, ctx) {
       `${ctx.collapsed.has(base) ? "Expand" : "Collapse"} ${base} ×${ids.length}`)),
     h("span", { class: "muted" }, "Drag to pan, wheel to zoom; a node opens its details."));
   return [tools, svg];
+}
+
+// The plan as a patch would leave it, for its review: the plan's nodes and the patch's changes
+// (from its structured `diff`) marked — added jobs and gates, new dependencies, retried and
+// skipped instances — laid out by dagre like the DAG, with a legend in words.
+function patchDag(ctx, p) {
+  const plan = ctx.plan;
+  const d = p.diff || {};
+  if (!plan || !window.dagre) return null;
+  const nodes = {};
+  for (const j of plan.jobs || []) nodes[j.id] = { deps: [...(j.depends_on || [])], mark: "" };
+  for (const g of plan.gates || []) if (!nodes[g.id]) nodes[g.id] = { deps: [], mark: "" };
+  for (const [id, deps] of d.added_jobs || []) nodes[id] = { deps: [...deps], mark: "added" };
+  for (const id of d.added_gates || []) nodes[id] = nodes[id] || { deps: [], mark: "added" };
+  const newEdges = new Set();
+  for (const [id, dep] of d.added_edges || []) {
+    if (!nodes[dep]) nodes[dep] = { deps: [], mark: "added" };
+    if (nodes[id]) { nodes[id].deps.push(dep); newEdges.add(`${dep}>${id}`); }
+  }
+  for (const id of d.retried || []) if (nodes[id]) nodes[id].mark = "retried";
+  for (const [id] of d.skipped || []) if (nodes[id]) nodes[id].mark = "skipped";
+  const g = new dagre.graphlib.Graph();
+  g.setGraph({ rankdir: "LR", nodesep: 12, ranksep: 44, marginx: 8, marginy: 8 });
+  g.setDefaultEdgeLabel(() => ({}));
+  for (const [id, n] of Object.entries(nodes)) {
+    g.setNode(id, { width: Math.ceil(Math.max(90, textWidth(id, "600 13px system-ui, sans-serif") + 24)), height: n.mark ? 40 : 30 });
+  }
+  for (const [id, n] of Object.entries(nodes)) for (const dep of n.deps) if (nodes[dep]) g.setEdge(dep, id);
+  dagre.layout(g);
+  const { width, height } = g.graph();
+  return h("div", { class: "dag-wrap patch-dag" },
+    s("svg", { class: "dag", "data-testid": "patch-dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "list",
+      "aria-label": `The plan after patch ${p.id}` },
+      s("defs", {}, s("marker", { id: "arrow-" + safeId(p.id), viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" }, s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }))),
+      g.edges().map((e) => s("path", { class: "edge" + (newEdges.has(`${e.v}>${e.w}`) ? " edge-added" : ""), "marker-end": `url(#arrow-${safeId(p.id)})`,
+        d: "M" + g.edge(e).points.map((q) => `${q.x},${q.y}`).join(" L") })),
+      Object.entries(nodes).map(([id, n]) => {
+        const q = g.node(id);
+        const x = q.x - q.width / 2, y = q.y - q.height / 2;
+        return s("g", { class: "node patch-node" + (n.mark ? " node-" + n.mark : ""), role: "listitem", "data-testid": "patch-dag-node", "data-node": id, "data-mark": n.mark,
+          "aria-label": `${id}${n.mark ? ": " + n.mark + " by the patch" : ""}` },
+          s("rect", { x, y, width: q.width, height: q.height, rx: 6 }),
+          s("text", { x: x + 12, y: y + 19, class: "name" }, id),
+          n.mark ? s("text", { x: x + 12, y: y + 34, class: "st" }, n.mark) : null);
+      })),
+    h("p", { class: "muted" }, "After the patch: added jobs, gates and dependencies in green, retried jobs in blue, skipped ones crossed out in grey."));
 }
 
 // A Gantt chart of the attempts: one row per attempt, a bar from its start to its end (or now),

@@ -525,4 +525,9 @@ fn a_failed_run_shows_its_diagnosis_and_proposes_its_remedy() {
     browser.click_when("#patch-submit", |_| true);
     let result = browser.wait_text("[data-testid=patch-result]", |t| !t.is_empty());
     assert!(result.contains("Patch p1 proposed"), "the remedy as proposed is a valid patch: {result}");
+    // Its review draws the plan after it, the retried instances marked.
+    browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-dag]", |_| true);
+    let marked = browser.js("return [...document.querySelectorAll('[data-testid=patch-dag-node][data-mark=retried]')].map(n => n.dataset.node)");
+    assert!(marked.as_array().is_some_and(|m| m.contains(&json!("install-runtime@n1"))), "{marked}");
+    browser.shot_of(&shots, "[data-testid=patch-dag]", "console-patch-dag");
 }
