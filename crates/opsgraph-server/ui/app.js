@@ -625,11 +625,12 @@ function diagnosisSection(op, ctx) {
   const list = ctx.diagnosis;
   if (!list || op.state !== "failed") return null;
   return [h("h3", { id: "diagnosis-h" }, "Diagnosis"),
-    list.length ? list.map((d) => h("article", { class: "diagnosis", "data-testid": "diagnosis", "data-job": d.job },
+    list.length ? list.map((d) => h("article", { class: "diagnosis" + (d.confidence > 0 ? "" : " unmatched"), "data-testid": "diagnosis", "data-job": d.job },
       h("p", {}, h("strong", {}, d.job), ": ", d.summary),
       d.cause && d.cause !== d.summary ? h("p", {}, "Cause: ", d.cause) : null,
-      h("p", { class: "muted" }, `Confidence ${Math.round((d.confidence || 0) * 100)}% · ${d.analyzer}${d.remedy ? " · remedy " + d.remedy : ""}`),
-      (d.evidence || []).length ? [h("p", {}, "What matched:"), h("pre", { class: "log", "data-testid": "diagnosis-evidence" }, d.evidence.join("\n"))] : null,
+      // A diagnosis without confidence found nothing: it says what it looked at, not what matched.
+      h("p", { class: "muted" }, d.confidence > 0 ? `Confidence ${Math.round(d.confidence * 100)}% · ${d.analyzer}${d.remedy ? " · remedy " + d.remedy : ""}` : `Analyzer: ${d.analyzer}`),
+      (d.evidence || []).length ? [h("p", {}, d.confidence > 0 ? "What matched:" : "What it looked at:"), h("pre", { class: "log", "data-testid": "diagnosis-evidence" }, d.evidence.join("\n"))] : null,
       d.patch && may("patch") ? h("button", { type: "button", id: "remedy-" + safeId(d.job), "data-testid": "propose-remedy", onclick: () => {
         ctx.draft.text = JSON.stringify({ plan_patch: d.patch }, null, 2);
         ctx.draft.open = true;
