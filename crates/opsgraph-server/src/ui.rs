@@ -1,5 +1,6 @@
-//! The web UI: three static files compiled into the binary (`cargo build` builds them; there is
-//! no front-end toolchain). They are public; everything they show or do goes through the API
+//! The web UI: three static files and one vendored library (`ui/vendor/`: dagre, the DAG's
+//! layout, a committed build file with its licence and checksum) compiled into the binary
+//! (`cargo build` builds them; there is no front-end toolchain). They are public; everything they show or do goes through the API
 //! with the token the person signs in with, and the server enforces every permission.
 
 use axum::http::StatusCode;
@@ -11,6 +12,7 @@ use crate::handlers::{Content, Ctx, Reply};
 const FILES: &[(&str, &str, &str)] = &[
     ("app.js", "text/javascript; charset=utf-8", include_str!("../ui/app.js")),
     ("app.css", "text/css; charset=utf-8", include_str!("../ui/app.css")),
+    ("dagre.min.js", "text/javascript; charset=utf-8", include_str!("../ui/vendor/dagre.min.js")),
 ];
 
 pub(crate) fn index(_: &mut Ctx) -> Result<Reply, ApiError> {

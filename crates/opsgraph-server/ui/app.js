@@ -29,7 +29,11 @@ function h(tag, attrs, ...children) {
 const SVG = "http://www.w3.org/2000/svg";
 function s(tag, attrs, ...children) {
   const el = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) el.setAttribute(k, String(v));
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, String(v));
+  }
   for (const c of children.flat()) {
     if (c === null || c === undefined) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
@@ -62,13 +66,29 @@ async function api(method, path, body, raw) {
   try { json = JSON.parse(text); } catch (_) { json = null; }
   if (!r.ok) {
     const e = (json && json.error) || {};
-    const diags = (e.details && e.details.diagnostics) || [];
-    const err = new Error(`${r.status} ${e.code || ""}: ${e.message || text}${diags.length ? " — " + diags.join("; ") : ""}`);
+    const reasons = errorReasons(e.details);
+    const err = new Error(`${r.status} ${e.code || ""}: ${e.message || text}${reasons.length ? " — " + reasons.join("; ") : ""}`);
     err.status = r.status;
+    err.code = e.code;
+    err.reasons = reasons;
     throw err;
   }
   return raw ? text : json;
 }
+
+// The reasons an API error gives in its details, as sentences: document diagnostics, the plan's
+// errors (`P012: …`), what a refusal needs.
+function errorReasons(details) {
+  if (!details || typeof details !== "object") return [];
+  const out = [];
+  for (const d of details.diagnostics || []) out.push(String(d));
+  for (const x of details.errors || []) out.push(typeof x === "string" ? x : `${x.code ? x.code + ": " : ""}${x.message || JSON.stringify(x)}`);
+  if (details.needs) out.push(`needs ${details.needs}`);
+  return out;
+}
+
+// A value for people: strings as they are (no JSON quotes), anything else as JSON.
+const show = (v) => (v === null || v === undefined ? "" : typeof v === "string" ? v : JSON.stringify(v));
 
 const enc = encodeURIComponent;
 const stateEl = (state, testid) => h("span", { class: "state state-" + state, "data-testid": testid }, state);
@@ -272,16 +292,42 @@ function patchSection(el, key, build) {
 
 // ---- Operations ----
 
+// The list's filters, kept while the tab lives (across live redraws and navigation).
+const listFilter = { state: "", resource: "", actor: "" };
+
 async function listPage() {
   const gen = generation;
   const view = $("view");
   const body = h("div", { id: "ops-body" });
+  let ops = [];
+  const stateSel = h("select", { id: "filter-state", onchange: () => { listFilter.state = stateSel.value; redraw(); } });
+  const text = (key, id) => {
+    const el = h("input", { id, type: "search", autocomplete: "off", value: listFilter[key],
+      oninput: () => { listFilter[key] = el.value; redraw(); } });
+    return el;
+  };
+  const filters = h("form", { class: "filters", role: "search", "aria-label": "Filter the operations", onsubmit: (ev) => ev.preventDefault() },
+    h("label", { for: "filter-state" }, "State"), stateSel,
+    h("label", { for: "filter-resource" }, "Resource"), text("resource", "filter-resource"),
+    h("label", { for: "filter-actor" }, "By"), text("actor", "filter-actor"));
   view.replaceChildren(
     h("h2", {}, "Operations"),
     may("apply") ? h("p", {}, h("a", { href: "#/new", id: "new-op", class: "button", "data-testid": "new-op" }, "New operation")) : "",
-    body);
+    filters, body);
+  // Newest first; the rows the filters keep.
+  const redraw = () => {
+    const states = [...new Set(ops.map((o) => o.state))].sort();
+    if (stateSel.dataset.key !== states.join()) {
+      stateSel.dataset.key = states.join();
+      stateSel.replaceChildren(h("option", { value: "" }, "any"), ...states.map((x) => h("option", { value: x, selected: x === listFilter.state }, x)));
+      stateSel.value = listFilter.state;
+    }
+    const has = (v, f) => !f || String(v || "").toLowerCase().includes(f.toLowerCase());
+    const shown = ops.filter((o) => (!listFilter.state || o.state === listFilter.state) && has(o.resource, listFilter.resource) && has(o.actor, listFilter.actor))
+      .sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at));
+    patchSection(body, JSON.stringify([shown, ops.length]), () => drawList(shown, ops.length));
+  };
   const draw = serial(async () => {
-    let ops;
     try {
       ops = (await api("GET", "/api/v1/operations")).operations || [];
     } catch (e) {
@@ -289,21 +335,26 @@ async function listPage() {
       return;
     }
     if (!current(gen)) return;
-    patchSection(body, JSON.stringify(ops), () => {
-      const rows = ops.map((o) =>
+    redraw();
+  });
+  const drawList = (shown, total) => {
+    const rows = shown.map((o) =>
         h("tr", { "data-testid": "op-row", "data-id": o.id },
           h("td", {}, h("a", { href: "#/operations/" + enc(o.id), "data-testid": "op-link" }, o.id)),
           h("td", {}, stateEl(o.state)),
           h("td", {}, o.detail),
           h("td", {}, o.resource ? h("a", { href: "#/resources/" + enc(o.resource) }, o.resource) : ""),
-          h("td", {}, o.actor)));
-      return ops.length === 0 ? h("p", { class: "muted" }, "No operations yet.") :
-        h("table", { id: "operations", "data-testid": "operations" },
-          h("caption", { class: "muted" }, `${ops.length} operation(s), live`),
-          h("thead", {}, h("tr", {}, ["Operation", "State", "Detail", "Resource", "By"].map((t) => h("th", { scope: "col" }, t)))),
-          h("tbody", {}, rows));
-    });
-  });
+          h("td", {}, o.actor),
+          h("td", {}, h("time", { datetime: o.created_at }, new Date(o.created_at).toLocaleString([], { hour12: false }))),
+          h("td", { "data-testid": "op-duration" }, ["completed", "cancelled", "failed"].includes(o.state)
+            ? fmtDuration(Date.parse(o.updated_at) - Date.parse(o.created_at)) : `${fmtDuration(Date.now() - Date.parse(o.created_at))} so far`)));
+    if (!total) return h("p", { class: "muted" }, "No operations yet.");
+    if (!shown.length) return h("p", { class: "muted", "data-testid": "no-match" }, `None of the ${total} operation(s) matches the filters.`);
+    return h("table", { id: "operations", "data-testid": "operations" },
+      h("caption", { class: "muted" }, shown.length === total ? `${total} operation(s), newest first, live` : `${shown.length} of ${total} operation(s), newest first, live`),
+      h("thead", {}, h("tr", {}, ["Operation", "State", "Detail", "Resource", "By", "Started", "Duration"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, rows));
+  };
   await draw();
   follow("/api/v1/events", debounce(draw), gen);
 }
@@ -338,7 +389,7 @@ function paramField(prefix, name, spec) {
   if (Array.isArray(spec.enum) && spec.enum.length) {
     input = h("select", common,
       spec.required ? null : h("option", { value: "" }, "(default)"),
-      spec.enum.map((v, i) => h("option", { value: String(i), selected: JSON.stringify(v) === JSON.stringify(dflt) }, JSON.stringify(v))));
+      spec.enum.map((v, i) => h("option", { value: String(i), selected: JSON.stringify(v) === JSON.stringify(dflt) }, show(v))));
     read = () => (input.value === "" ? undefined : spec.enum[Number(input.value)]);
   } else if (type === "boolean") {
     input = h("input", { ...common, type: "checkbox", checked: dflt === true, required: false });
@@ -369,6 +420,12 @@ function paramField(prefix, name, spec) {
 async function newPage() {
   const gen = generation;
   const view = $("view");
+  if (!may("apply")) {
+    view.replaceChildren(h("p", {}, h("a", { href: "#/" }, "← All operations")), h("h2", {}, "New operation"),
+      h("p", { class: "muted", "data-testid": "new-not-allowed" },
+        `Filing an operation needs the apply permission; your roles (${((me && me.roles) || []).join(", ")}) do not hold it.`));
+    return;
+  }
   let packs;
   try {
     packs = (await api("GET", "/api/v1/packs")).packs || [];
@@ -447,16 +504,22 @@ async function newPage() {
         h("h3", { id: "preview-h", tabindex: "-1" }, "Plan preview"),
         h("p", {}, "Status: ", stateEl(String(plan.status || "")), ` · risk ${(plan.risk && plan.risk.level) || "-"} · revision ${plan.revision ? plan.revision.number : ""}`),
         h("pre", { "data-testid": "preview-text" }, plan.text || JSON.stringify(plan, null, 1)),
-        may("apply")
-          ? h("button", { type: "button", class: "primary", id: "apply", "data-testid": "apply", disabled: blocked ? true : null,
-              onclick: () => doApply(body) }, "Apply this plan")
-          : h("p", { class: "muted" }, "Applying needs the apply permission."));
+        h("button", { type: "button", class: "primary", id: "apply", "data-testid": "apply", disabled: blocked ? true : null,
+          "aria-describedby": blocked ? "apply-why" : null, onclick: () => doApply(body) }, "Apply this plan"),
+        blocked ? h("p", { id: "apply-why", class: "fail", "data-testid": "apply-why" },
+          "This plan is blocked and cannot be applied: ", blockedReasons(plan).join("; ") || "see the preview above.") : null);
       $("preview-h").focus();
     } catch (e) {
-      preview.replaceChildren(h("p", { class: "fail", "data-testid": "preview-error" }, e.message));
+      preview.replaceChildren(h("div", { class: "fail", role: "alert", "data-testid": "preview-error", id: "preview-error", tabindex: "-1" },
+        h("p", {}, h("strong", {}, "The plan cannot be built"), e.code ? ` (${e.code})` : "", ":"),
+        (e.reasons || []).length ? h("ul", {}, e.reasons.map((x) => h("li", {}, x))) : h("p", {}, e.message)));
+      $("preview-error").focus();
       status("The plan was refused: " + e.message, true);
     }
   };
+  // Why a blocked plan is blocked: its unsatisfiable requirements, in the API's words.
+  const blockedReasons = (plan) => (plan.resolution || []).filter((r) => r.outcome === "unsatisfiable")
+    .map((r) => `${r.requirement}: ${r.reason || "unsatisfiable"}`);
   const doApply = async (body) => {
     if (lastPreview !== JSON.stringify(body)) return;
     status("Applying…");
@@ -477,7 +540,14 @@ async function newPage() {
     params,
     h("button", { type: "submit", id: "preview-btn", "data-testid": "preview-btn" }, "Preview the plan"));
   // Any change voids the preview: a person applies exactly what they previewed.
-  form.addEventListener("input", () => { lastPreview = null; const a = $("apply"); if (a) a.disabled = true; });
+  form.addEventListener("input", () => {
+    lastPreview = null;
+    const a = $("apply");
+    if (a && !a.disabled) {
+      a.disabled = true;
+      a.after(h("p", { class: "muted", "data-testid": "apply-why" }, "The form changed after the preview: preview the plan again to apply it."));
+    }
+  });
   packSel.addEventListener("change", async () => { fillActions(); await fillParams(); });
   actionSel.addEventListener("change", fillParams);
   view.replaceChildren(h("p", {}, h("a", { href: "#/" }, "← All operations")), h("h2", {}, "New operation"), form, preview);
@@ -548,6 +618,28 @@ function gatesSection(op, ctx) {
   return [h("h3", { id: "gates-h" }, "Gates"), items.length ? items : h("p", { class: "muted" }, "No open gates.")];
 }
 
+// A failed run's diagnosis (`GET …/diagnosis`): for each failed job the analyzer's cause, its
+// confidence, the log lines that matched, and the remedy; "Propose this remedy" fills the patch
+// form with the remedy's plan patch (a person still reviews and sends it).
+function diagnosisSection(op, ctx) {
+  const list = ctx.diagnosis;
+  if (!list || op.state !== "failed") return null;
+  return [h("h3", { id: "diagnosis-h" }, "Diagnosis"),
+    list.length ? list.map((d) => h("article", { class: "diagnosis" + (d.confidence > 0 ? "" : " unmatched"), "data-testid": "diagnosis", "data-job": d.job },
+      h("p", {}, h("strong", {}, d.job), ": ", d.summary),
+      d.cause && d.cause !== d.summary ? h("p", {}, "Cause: ", d.cause) : null,
+      // A diagnosis without confidence found nothing: it says what it looked at, not what matched.
+      h("p", { class: "muted" }, d.confidence > 0 ? `Confidence ${Math.round(d.confidence * 100)}% · ${d.analyzer}${d.remedy ? " · remedy " + d.remedy : ""}` : `Analyzer: ${d.analyzer}`),
+      (d.evidence || []).length ? [h("p", {}, d.confidence > 0 ? "What matched:" : "What it looked at:"), h("pre", { class: "log", "data-testid": "diagnosis-evidence" }, d.evidence.join("\n"))] : null,
+      d.patch && may("patch") ? h("button", { type: "button", id: "remedy-" + safeId(d.job), "data-testid": "propose-remedy", onclick: () => {
+        ctx.draft.text = JSON.stringify({ plan_patch: d.patch }, null, 2);
+        ctx.draft.open = true;
+        ctx.focus = "patch-yaml";
+        ctx.paint(true);
+      } }, `Propose this remedy for ${d.job}`) : null))
+      : h("p", { class: "muted" }, "No analyzer recognises this failure; the job's log and evidence below say what happened.")];
+}
+
 // Patch review: each proposed patch with its diff and the Reviewer's findings; approve / reject
 // at its `patch-<id>` gate for those who may (not its author).
 function patchesSection(op, ctx) {
@@ -570,6 +662,8 @@ function patchesSection(op, ctx) {
       h("h5", {}, "Diff"),
       h("pre", { class: "diff", "data-testid": "patch-diff" }, (p.diff_text || "").split("\n").filter(Boolean).map((line) =>
         h("span", { class: line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "chg" }, line + "\n"))),
+      h("h5", {}, "The plan after it"),
+      patchDag(ctx, p),
       h("h5", {}, "Reviewer's findings"),
       findings.length
         ? h("ul", { "data-testid": "patch-findings" }, findings.map((f) =>
@@ -582,7 +676,11 @@ function patchesSection(op, ctx) {
   // Until the person types, the draft retries the first job that failed now.
   const draft = ctx.draft;
   const failedNow = (op.jobs || []).filter((j) => j.state === "failed").map((j) => j.id);
-  const initial = `plan_patch:\n  reason: \n  changes:\n    - retry: {job: ${failedNow[0] || ""}}\n`;
+  // A draft that is valid as drafted: a reason and a retry of the failed job. Without a failed
+  // job (a paused run) there is nothing to draft: the text area only shows an example.
+  const initial = failedNow.length
+    ? `plan_patch:\n  reason: retry ${failedNow[0]} after its failure\n  changes:\n    - retry: {job: ${failedNow[0]}}\n`
+    : "";
   const result = draft.result
     ? h("p", { id: "patch-result", tabindex: "-1", "data-testid": "patch-result", role: draft.result.ok ? "status" : "alert",
         class: draft.result.ok ? "pass" : "fail" }, draft.result.text)
@@ -590,6 +688,7 @@ function patchesSection(op, ctx) {
   let propose = null;
   if ((op.state === "failed" || op.state === "paused") && may("patch")) {
     const text = h("textarea", { id: "patch-yaml", rows: 8, required: true, spellcheck: "false", "aria-describedby": "patch-help",
+      placeholder: "plan_patch:\n  reason: why\n  changes:\n    - skip: {job: JOB}",
       oninput: () => { draft.text = text.value; } }, draft.text === null ? initial : draft.text);
     propose = h("details", { "data-testid": "propose-patch", open: draft.open, ontoggle: (ev) => toggled(ctx, draft, ev) },
       h("summary", { id: "patch-summary" }, "Propose a plan patch"),
@@ -631,7 +730,8 @@ function controlsSection(op, ctx, paint) {
     onclick: () => act(what, label) }, label);
   const buttons = [];
   const terminal = ["completed", "cancelled"].includes(op.state);
-  if (may("apply") && !terminal && !["paused", "failed"].includes(op.state)) buttons.push(control("pause", "Pause"));
+  // The lifecycle pauses a running operation only (anything else is 409).
+  if (may("apply") && op.state === "running") buttons.push(control("pause", "Pause"));
   // A run paused at a gate goes on when the gate is answered, not by resume.
   if (may("apply") && op.state === "paused" && !String(op.detail).startsWith("paused: waiting for gate")) buttons.push(control("resume", "Resume"));
   if (may("intervene") && op.state === "failed") buttons.push(control("retry", "Retry failed jobs"));
@@ -652,7 +752,7 @@ function controlsSection(op, ctx, paint) {
           h("button", { type: "button", id: "op-cancel-no", onclick: () => { ctx.confirmCancel = false; ctx.focus = "op-cancel"; paint(); } }, "No, keep it"))));
     } else {
       buttons.push(h("button", { type: "button", id: "op-cancel", "data-testid": "op-cancel",
-        onclick: () => { ctx.confirmCancel = true; ctx.focus = "op-cancel-yes"; paint(); } }, "Cancel operation"));
+        onclick: () => { ctx.confirmCancel = true; ctx.focus = "op-cancel-no"; paint(); } }, "Cancel operation"));
     }
   }
   if (!buttons.length) {
@@ -777,7 +877,7 @@ function contractView(ctx, instance) {
   const list = (v) => (v && v.length ? v.map(name).join(", ") : "-");
   const req = inputs.requires || {};
   const prov = outputs.provides || {};
-  const params = Object.entries(inputs.parameters || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`);
+  const params = Object.entries(inputs.parameters || {}).map(([k, v]) => `${k}=${show(v)}`);
   return h("dl", { class: "contract" },
     h("dt", {}, "parameters"), h("dd", {}, params.length ? params.join(", ") : "-"),
     h("dt", {}, "requires"), h("dd", {}, list(req.capabilities), req.artifacts && req.artifacts.length ? " · artifacts " + list(req.artifacts) : ""),
@@ -785,14 +885,52 @@ function contractView(ctx, instance) {
     h("dt", {}, "evidence"), h("dd", {}, list(outputs.evidence)));
 }
 
-async function showLogs(op, job, target) {
+// Job logs. Which panels are open and what they hold live in `ctx.logs` (job -> { entries,
+// error }), so a live redraw draws them again instead of dropping them; every load of the page
+// reads the open ones again, and while one of their jobs runs the page reads them every second
+// (`tailLogs`): the output grows as the job writes it.
+async function fetchLogs(ctx, job) {
+  const id = ctx.op.id;
   try {
-    const logs = (await api("GET", `/api/v1/operations/${enc(op.id)}/logs?job=${enc(job)}`)).logs || [];
-    target.replaceChildren(...(logs.length ? logs.map((l) => h("div", {}, h("strong", {}, `attempt ${l.attempt}`),
-      h("pre", { class: "log" }, l.output === null ? "(no output captured)" : l.output))) : [h("p", { class: "muted" }, "No attempts yet.")]));
+    const logs = (await api("GET", `/api/v1/operations/${enc(id)}/logs?job=${enc(job)}`)).logs || [];
+    if (ctx.logs[job]) ctx.logs[job] = { entries: logs, error: null };
   } catch (e) {
-    target.replaceChildren(h("p", { class: "fail" }, e.message));
+    if (ctx.logs[job]) ctx.logs[job] = { entries: (ctx.logs[job] || {}).entries || null, error: e.message };
   }
+}
+
+async function toggleLogs(ctx, job) {
+  if (ctx.logs[job]) delete ctx.logs[job];
+  else {
+    ctx.logs[job] = { entries: null, error: null };
+    await fetchLogs(ctx, job);
+  }
+  ctx.focus = "logs-" + safeId(job);
+  if (ctx.paint) ctx.paint();
+}
+
+const refreshLogs = (ctx) => Promise.all(Object.keys(ctx.logs).map((job) => fetchLogs(ctx, job)));
+
+function logsView(ctx, job) {
+  const l = ctx.logs[job];
+  if (!l) return null;
+  const running = ctx.op && (ctx.op.jobs || []).some((j) => j.id === job && j.state === "running");
+  const list = l.entries || [];
+  return h("div", { "data-testid": "logs", "data-job": job, "aria-live": running ? "polite" : null },
+    l.error ? h("p", { class: "fail" }, l.error) : null,
+    l.entries === null && !l.error ? h("p", { class: "muted" }, "Loading…") : null,
+    l.entries !== null && !list.length ? h("p", { class: "muted" }, "No attempts yet.") : null,
+    list.map((x) => h("div", {}, h("strong", {}, `attempt ${x.attempt}`), running && x === list[list.length - 1] ? h("span", { class: "muted" }, " · live") : null,
+      h("pre", { class: "log", "data-testid": "log-output" }, x.output !== null ? x.output
+        : running && x === list[list.length - 1] ? "(running: the server keeps an attempt's output when it ends; it appears here then, without a reload)"
+        : "(no output captured)"))));
+}
+
+// A job's last outcome in words: how it ended, why it failed, how long it took.
+function outcomeText(o) {
+  if (!o || typeof o !== "object") return "";
+  return [o.outcome, o.duration_ms !== undefined ? fmtDuration(o.duration_ms) : null].filter(Boolean).join(" · ") +
+    (o.failure && o.failure !== o.outcome ? ` — ${o.failure}` : "");
 }
 
 function advancedView(op, ctx) {
@@ -800,74 +938,310 @@ function advancedView(op, ctx) {
   return h("table", { "data-testid": "jobs" },
     h("thead", {}, h("tr", {}, ["Job", "Contract", "State", "Attempts", "Outcome", "Evidence", "Logs"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, (op.jobs || []).map((j) => {
-      const logs = h("div", { "data-testid": "logs" });
       return h("tr", { "data-testid": "job", "data-job": j.id },
         h("td", {}, j.id),
         h("td", {}, contractView(ctx, j.id)),
         h("td", {}, stateEl(j.state)),
         h("td", {}, String(j.attempts)),
-        h("td", {}, h("pre", {}, j.outcome === null ? "" : JSON.stringify(j.outcome, null, 1))),
+        h("td", { "data-testid": "job-outcome" }, outcomeText(j.outcome)),
         h("td", {}, h("ul", {}, evidence.filter((e) => e.job === j.id).map((e) =>
           h("li", { class: e.passed ? "pass" : "fail" },
-            `${e.check}: ${e.passed ? "passed" : "failed"} (expected ${JSON.stringify(e.expected)}, observed ${JSON.stringify(e.observed)})`)))),
-        h("td", {}, h("button", { type: "button", id: "logs-" + safeId(j.id), onclick: () => showLogs(op, j.id, logs) }, `Logs of ${j.id}`), logs));
+            `${e.check}: ${e.passed ? "passed" : "failed"} (expected ${show(e.expected)}, observed ${show(e.observed)})`)))),
+        h("td", {}, h("button", { type: "button", id: "logs-" + safeId(j.id), "aria-expanded": ctx.logs[j.id] ? "true" : "false",
+          onclick: () => toggleLogs(ctx, j.id) }, `Logs of ${j.id}`), logsView(ctx, j.id)));
     })));
 }
 
-// The DAG: jobs and gates of the plan in layers (each node one layer after everything it waits
-// for), edges from dependencies, nodes coloured by their live state.
+// The DAG: the plan's jobs and gates laid out by dagre (a layered, Sugiyama layout: ranks,
+// fewer crossings, edges routed around nodes; vendored in `ui/vendor/`), left to right, each node
+// as wide as its full label and coloured by its live state. The drawing fits the width; Zoom in,
+// Zoom out and Fit (and the mouse wheel, and dragging) zoom and pan it, kept in `ctx.zoom` across
+// live redraws. A node is a button: a click (or Enter) opens its side panel.
+let measurer = null;
+function textWidth(text, font) {
+  measurer = measurer || document.createElement("canvas").getContext("2d");
+  measurer.font = font;
+  return measurer.measureText(text).width;
+}
+
+function nodeState(op, ctx, n) {
+  if (n.kind === "gate") {
+    const g = (op.gates || []).find((x) => x.id === n.id);
+    return !g ? "pending" : g.answer ? "answered" : "open";
+  }
+  const j = (op.jobs || []).find((x) => x.id === n.id);
+  return j ? j.state : "pending";
+}
+
 function dagView(op, ctx) {
   const plan = ctx.plan;
   if (!plan) return h("p", { class: "muted" }, "The plan is not available.");
-  const jobs = jobIndex(op);
-  const gates = {};
-  for (const g of op.gates || []) gates[g.id] = g;
+  if (!window.dagre) return h("p", { class: "fail" }, "The DAG layout library did not load.");
   const nodes = {};
   for (const j of plan.jobs || []) nodes[j.id] = { id: j.id, kind: "job", deps: j.depends_on || [], title: j.title || j.job };
   for (const g of plan.gates || []) if (!nodes[g.id]) nodes[g.id] = { id: g.id, kind: "gate", deps: [], title: g.reason };
-  for (const n of Object.values(nodes)) n.deps = n.deps.filter((d) => nodes[d]);
-  const layer = {};
-  const depth = (id, seen) => {
-    if (id in layer) return layer[id];
-    if (seen.has(id)) return 0;
-    seen.add(id);
-    const d = nodes[id].deps.reduce((m, x) => Math.max(m, depth(x, seen) + 1), 0);
-    layer[id] = d;
-    return d;
-  };
-  Object.keys(nodes).forEach((id) => depth(id, new Set()));
-  const cols = [];
-  for (const id of Object.keys(nodes)) (cols[layer[id]] = cols[layer[id]] || []).push(id);
-  const W = 200, H = 46, GX = 60, GY = 18;
-  const pos = {};
-  cols.forEach((ids, c) => ids.forEach((id, r) => { pos[id] = { x: 10 + c * (W + GX), y: 10 + r * (H + GY) }; }));
-  const width = 20 + cols.length * (W + GX) - GX;
-  const height = 20 + Math.max(1, ...cols.map((c) => c.length)) * (H + GY) - GY;
-  const stateOf = (n) => {
-    if (n.kind === "gate") {
-      const g = gates[n.id];
-      return !g ? "pending" : g.answer ? "answered" : "open";
-    }
-    return jobs[n.id] ? jobs[n.id].state : "pending";
-  };
-  const edges = [];
-  for (const n of Object.values(nodes)) for (const d of n.deps) {
-    const a = pos[d], b = pos[n.id];
-    edges.push(s("path", { class: "edge", d: `M${a.x + W},${a.y + H / 2} C${a.x + W + GX / 2},${a.y + H / 2} ${b.x - GX / 2},${b.y + H / 2} ${b.x},${b.y + H / 2}`, "marker-end": "url(#arrow)" }));
+  for (const n of Object.values(nodes)) n.state = nodeState(op, ctx, n);
+  // Fan-out groups (a job's instances, `install-runtime@n1`…): a collapsed one is one node,
+  // `install-runtime ×3`, in the state that matters most among its instances.
+  const groups = fanOut(plan);
+  const into = {};
+  for (const [base, ids] of Object.entries(groups)) {
+    if (!ctx.collapsed.has(base)) continue;
+    const members = ids.map((i) => nodes[i]);
+    const counts = {};
+    for (const m of members) counts[m.state] = (counts[m.state] || 0) + 1;
+    const state = ["failed", "running", "cancelled", "pending"].find((x) => counts[x]) || members[0].state;
+    const gid = `${base} ×${ids.length}`;
+    for (const i of ids) { into[i] = gid; delete nodes[i]; }
+    nodes[gid] = { id: gid, kind: "group", base, deps: [...new Set(members.flatMap((m) => m.deps))], state, title: Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(", ") };
   }
-  const shapes = Object.values(nodes).map((n) => {
-    const st = stateOf(n);
-    const p = pos[n.id];
-    const label = n.id.length > 26 ? n.id.slice(0, 25) + "…" : n.id;
-    return s("g", { class: `node node-${n.kind} node-${st}`, "data-testid": "dag-node", "data-node": n.id, "data-state": st, role: "listitem", "aria-label": `${n.kind} ${n.id}: ${st}` },
-      s("title", {}, `${n.kind} ${n.id}: ${st}${n.title ? " — " + n.title : ""}`),
-      s("rect", { x: p.x, y: p.y, width: W, height: H, rx: n.kind === "gate" ? 18 : 6 }),
-      s("text", { x: p.x + 10, y: p.y + 19, class: "name" }, label),
-      s("text", { x: p.x + 10, y: p.y + 36, class: "st" }, `${n.kind === "gate" ? "gate · " : ""}${st}`));
+  for (const n of Object.values(nodes)) n.deps = [...new Set(n.deps.map((d) => into[d] || d))].filter((d) => d !== n.id && nodes[d]);
+  const g = new dagre.graphlib.Graph();
+  g.setGraph({ rankdir: "LR", nodesep: 14, ranksep: 56, marginx: 10, marginy: 10 });
+  g.setDefaultEdgeLabel(() => ({}));
+  for (const n of Object.values(nodes)) {
+    const w = Math.max(textWidth(n.id, "600 13px system-ui, sans-serif"), textWidth(n.state, "12px system-ui, sans-serif")) + 24;
+    g.setNode(n.id, { width: Math.ceil(Math.max(110, w)), height: 44 });
+  }
+  for (const n of Object.values(nodes)) for (const d of n.deps) if (nodes[d]) g.setEdge(d, n.id);
+  dagre.layout(g);
+  const { width, height } = g.graph();
+  const edges = g.edges().map((e) => {
+    const pts = g.edge(e).points;
+    return s("path", { class: "edge", d: "M" + pts.map((p) => `${p.x},${p.y}`).join(" L"), "marker-end": "url(#arrow)" });
   });
-  return s("svg", { class: "dag", "data-testid": "dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "list", "aria-label": "Jobs and gates of the plan, in the order they run" },
+  const shapes = Object.values(nodes).map((n) => {
+    const p = g.node(n.id);
+    const x = p.x - p.width / 2, y = p.y - p.height / 2;
+    const open = () => (n.kind === "group" ? toggleGroup(ctx, n.base) : selectNode(ctx, n.id));
+    return s("g", { class: `node node-${n.kind} node-${n.state}${ctx.selected === n.id ? " selected" : ""}`, "data-testid": "dag-node", "data-node": n.id,
+      "data-state": n.state, role: "button", tabindex: "0", "aria-pressed": ctx.selected === n.id ? "true" : "false",
+      "aria-label": n.kind === "group" ? `${n.id} instances: ${n.title}. Expand them` : `${n.kind} ${n.id}: ${n.state}. Open its details`, id: "node-" + safeId(n.id),
+      onclick: open, onkeydown: (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); open(); } } },
+      s("title", {}, `${n.kind} ${n.id}: ${n.state}${n.title ? " — " + n.title : ""}`),
+      s("rect", { x, y, width: p.width, height: p.height, rx: n.kind === "gate" ? 18 : 6 }),
+      s("text", { x: x + 12, y: y + 18, class: "name" }, n.id),
+      s("text", { x: x + 12, y: y + 35, class: "st" }, n.kind === "group" ? n.title : `${n.kind === "gate" ? "gate · " : ""}${n.state}`));
+  });
+  const z = ctx.zoom;
+  const inner = s("g", { class: "viewport", transform: `translate(${z.x},${z.y}) scale(${z.k})` }, edges, shapes);
+  // Its natural size, shrunk to the page's width by CSS (`max-width: 100%`), never enlarged.
+  const svg = s("svg", { class: "dag", "data-testid": "dag", viewBox: `0 0 ${width} ${height}`, width, height,
+    preserveAspectRatio: "xMinYMin meet", role: "group",
+    "aria-label": "Jobs and gates of the plan, in the order they run" },
     s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" }, s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }))),
-    edges, shapes);
+    inner);
+  const apply = () => inner.setAttribute("transform", `translate(${z.x},${z.y}) scale(${z.k})`);
+  const zoomBy = (f) => { z.k = Math.min(4, Math.max(0.25, z.k * f)); apply(); };
+  svg.addEventListener("wheel", (ev) => { ev.preventDefault(); zoomBy(ev.deltaY < 0 ? 1.1 : 1 / 1.1); }, { passive: false });
+  let drag = null;
+  svg.addEventListener("pointerdown", (ev) => { if (ev.target.closest(".node")) return; drag = { x: ev.clientX, y: ev.clientY, zx: z.x, zy: z.y }; });
+  svg.addEventListener("pointermove", (ev) => {
+    if (!drag) return;
+    const scale = width / svg.getBoundingClientRect().width;
+    z.x = drag.zx + (ev.clientX - drag.x) * scale;
+    z.y = drag.zy + (ev.clientY - drag.y) * scale;
+    apply();
+  });
+  svg.addEventListener("pointerup", () => { drag = null; });
+  svg.addEventListener("pointerleave", () => { drag = null; });
+  const tools = h("div", { class: "actions dag-tools", role: "group", "aria-label": "Zoom and pan the DAG" },
+    h("button", { type: "button", id: "dag-zoom-in", onclick: () => zoomBy(1.25) }, "Zoom in"),
+    h("button", { type: "button", id: "dag-zoom-out", onclick: () => zoomBy(0.8) }, "Zoom out"),
+    h("button", { type: "button", id: "dag-fit", onclick: () => { z.k = 1; z.x = 0; z.y = 0; apply(); } }, "Fit"),
+    Object.entries(groups).map(([base, ids]) => h("button", { type: "button", id: "dag-group-" + safeId(base), "data-testid": "dag-group",
+      "aria-pressed": ctx.collapsed.has(base) ? "true" : "false", onclick: () => toggleGroup(ctx, base) },
+      `${ctx.collapsed.has(base) ? "Expand" : "Collapse"} ${base} ×${ids.length}`)),
+    h("span", { class: "muted" }, "Drag to pan, wheel to zoom; a node opens its details."));
+  return [tools, svg];
+}
+
+// The plan as a patch would leave it, for its review: the plan's nodes and the patch's changes
+// (from its structured `diff`) marked — added jobs and gates, new dependencies, retried and
+// skipped instances — laid out by dagre like the DAG, with a legend in words.
+function patchDag(ctx, p) {
+  const plan = ctx.plan;
+  const d = p.diff || {};
+  if (!plan || !window.dagre) return null;
+  const nodes = {};
+  for (const j of plan.jobs || []) nodes[j.id] = { deps: [...(j.depends_on || [])], mark: "" };
+  for (const g of plan.gates || []) if (!nodes[g.id]) nodes[g.id] = { deps: [], mark: "" };
+  for (const [id, deps] of d.added_jobs || []) nodes[id] = { deps: [...deps], mark: "added" };
+  for (const id of d.added_gates || []) nodes[id] = nodes[id] || { deps: [], mark: "added" };
+  const newEdges = new Set();
+  for (const [id, dep] of d.added_edges || []) {
+    if (!nodes[dep]) nodes[dep] = { deps: [], mark: "added" };
+    if (nodes[id]) { nodes[id].deps.push(dep); newEdges.add(`${dep}>${id}`); }
+  }
+  for (const id of d.retried || []) if (nodes[id]) nodes[id].mark = "retried";
+  for (const [id] of d.skipped || []) if (nodes[id]) nodes[id].mark = "skipped";
+  const g = new dagre.graphlib.Graph();
+  g.setGraph({ rankdir: "LR", nodesep: 12, ranksep: 44, marginx: 8, marginy: 8 });
+  g.setDefaultEdgeLabel(() => ({}));
+  for (const [id, n] of Object.entries(nodes)) {
+    g.setNode(id, { width: Math.ceil(Math.max(90, textWidth(id, "600 13px system-ui, sans-serif") + 24)), height: n.mark ? 40 : 30 });
+  }
+  for (const [id, n] of Object.entries(nodes)) for (const dep of n.deps) if (nodes[dep]) g.setEdge(dep, id);
+  dagre.layout(g);
+  const { width, height } = g.graph();
+  return h("div", { class: "dag-wrap patch-dag" },
+    s("svg", { class: "dag", "data-testid": "patch-dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "list",
+      "aria-label": `The plan after patch ${p.id}` },
+      s("defs", {}, s("marker", { id: "arrow-" + safeId(p.id), viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" }, s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }))),
+      g.edges().map((e) => s("path", { class: "edge" + (newEdges.has(`${e.v}>${e.w}`) ? " edge-added" : ""), "marker-end": `url(#arrow-${safeId(p.id)})`,
+        d: "M" + g.edge(e).points.map((q) => `${q.x},${q.y}`).join(" L") })),
+      Object.entries(nodes).map(([id, n]) => {
+        const q = g.node(id);
+        const x = q.x - q.width / 2, y = q.y - q.height / 2;
+        return s("g", { class: "node patch-node" + (n.mark ? " node-" + n.mark : ""), role: "listitem", "data-testid": "patch-dag-node", "data-node": id, "data-mark": n.mark,
+          "aria-label": `${id}${n.mark ? ": " + n.mark + " by the patch" : ""}` },
+          s("rect", { x, y, width: q.width, height: q.height, rx: 6 }),
+          s("text", { x: x + 12, y: y + 19, class: "name" }, id),
+          n.mark ? s("text", { x: x + 12, y: y + 34, class: "st" }, n.mark) : null);
+      })),
+    h("p", { class: "muted" }, "After the patch: added jobs, gates and dependencies in green, retried jobs in blue, skipped ones crossed out in grey."));
+}
+
+// A Gantt chart of the attempts: one row per attempt, a bar from its start to its end (or now),
+// coloured by how it ended, on one time axis from the operation's start. A row is a button that
+// opens the job's panel.
+function ganttView(op, ctx) {
+  const rows = [];
+  for (const j of op.jobs || []) for (const a of attemptsOf(op, j.id)) rows.push({ job: j.id, ...a });
+  if (!rows.length) return h("p", { class: "muted" }, "No attempt has started yet.");
+  rows.sort((a, b) => Date.parse(a.start) - Date.parse(b.start));
+  const t0 = Date.parse(op.created_at);
+  const terminal = ["completed", "cancelled", "failed"].includes(op.state);
+  const tEnd = Math.max(t0 + 1, terminal ? Date.parse(op.updated_at) : Date.now(), ...rows.map((r) => Date.parse(r.end || r.start)));
+  const label = Math.max(...rows.map((r) => textWidth(`${r.job} #${r.attempt}`, "12px system-ui, sans-serif"))) + 16;
+  const W = 900, RH = 22, plot = W - label - 70;
+  const X = (t) => label + ((t - t0) / (tEnd - t0)) * plot;
+  const height = rows.length * RH + 24;
+  return s("svg", { class: "gantt", "data-testid": "gantt", viewBox: `0 0 ${W} ${height}`, width: W, height, role: "list", "aria-label": "Attempts over time" },
+    s("text", { x: label, y: height - 6, class: "axis" }, fmtTime(op.created_at)),
+    s("text", { x: W - 70, y: height - 6, class: "axis", "text-anchor": "end" }, `+${fmtDuration(tEnd - t0)}`),
+    rows.map((r, i) => {
+      const x1 = X(Date.parse(r.start));
+      const x2 = Math.max(x1 + 2, X(r.end ? Date.parse(r.end) : tEnd));
+      const dur = fmtDuration((r.end ? Date.parse(r.end) : tEnd) - Date.parse(r.start));
+      return s("g", { class: `bar bar-${r.how}${ctx.selected === r.job ? " selected" : ""}`, role: "listitem", "data-testid": "gantt-row", "data-job": r.job,
+        "aria-label": `${r.job} attempt ${r.attempt}: ${r.how}, ${dur}`, onclick: () => selectNode(ctx, r.job) },
+        s("title", {}, `${r.job} attempt ${r.attempt}: ${r.how}, ${dur}`),
+        s("text", { x: 4, y: i * RH + 15, class: "label" }, `${r.job} #${r.attempt}`),
+        s("rect", { x: x1, y: i * RH + 4, width: x2 - x1, height: RH - 8, rx: 3 }),
+        s("text", { x: x2 + 4, y: i * RH + 15, class: "dur" }, dur));
+    }));
+}
+
+// A plan's fan-out groups: job -> its instance ids, for jobs with more than one instance.
+function fanOut(plan) {
+  const by = {};
+  for (const j of plan.jobs || []) if (j.id.includes("@")) (by[j.job] = by[j.job] || []).push(j.id);
+  return Object.fromEntries(Object.entries(by).filter(([, ids]) => ids.length > 1));
+}
+
+function toggleGroup(ctx, base) {
+  if (ctx.collapsed.has(base)) ctx.collapsed.delete(base);
+  else ctx.collapsed.add(base);
+  ctx.focus = "dag-group-" + safeId(base);
+  if (ctx.paint) ctx.paint();
+}
+
+// The side panel of one node of the DAG (or a failing step of the header): its contract, its
+// attempts with start, end and duration (from the timeline), its evidence with expected and
+// observed values, its artifacts, and its log (read again on every update, every second while
+// it runs).
+function selectNode(ctx, id) {
+  ctx.selected = id;
+  if (id && !ctx.logs[id] && (ctx.plan && (ctx.plan.jobs || []).some((j) => j.id === id))) {
+    ctx.logs[id] = { entries: null, error: null };
+    fetchLogs(ctx, id).then(() => ctx.paint && ctx.paint());
+  }
+  ctx.focus = "panel-h";
+  if (ctx.paint) ctx.paint();
+}
+
+const fmtTime = (at) => (at ? new Date(at).toLocaleTimeString([], { hour12: false }) : "-");
+function fmtDuration(ms) {
+  if (ms === null || ms === undefined || isNaN(ms)) return "-";
+  const sec = Math.round(ms / 1000);
+  if (ms < 1000) return `${ms} ms`;
+  if (sec < 60) return `${sec} s`;
+  const m = Math.floor(sec / 60);
+  return m < 60 ? `${m} min ${sec % 60} s` : `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+// Each attempt of a job: (attempt, started, ended, how it ended), from the timeline's
+// `job_started` and the `job_*` entry of the same attempt that ends it.
+function attemptsOf(op, job) {
+  const out = [];
+  for (const e of op.timeline || []) {
+    const d = e.data || {};
+    if (d.job !== job || d.attempt === undefined) continue;
+    if (e.event === "job_started") out.push({ attempt: d.attempt, start: e.at, end: null, how: "running" });
+    else if (e.event.startsWith("job_")) {
+      const a = out.find((x) => x.attempt === d.attempt && !x.end);
+      if (a) { a.end = e.at; a.how = e.event.slice(4); }
+    }
+  }
+  return out;
+}
+
+function panelView(op, ctx) {
+  const id = ctx.selected;
+  if (!id) return null;
+  const job = (op.jobs || []).find((j) => j.id === id);
+  const gate = (op.gates || []).find((g) => g.id === id);
+  const close = h("button", { type: "button", id: "panel-close", "aria-label": "Close the details of " + id,
+    onclick: () => { ctx.selected = null; ctx.focus = "node-" + safeId(id); ctx.paint(); } }, "Close");
+  const head = [h("div", { class: "panel-head" }, h("h3", { id: "panel-h", tabindex: "-1" }, id), close)];
+  if (!job) {
+    return [...head, gate
+      ? h("div", {}, h("p", {}, `Gate (${gate.gate_type}): `, stateEl(gate.answer ? "answered" : "open")), h("p", {}, gate.reason),
+          gate.answer ? h("p", { class: "muted" }, `Answered ${gate.answer} by ${gate.answered_by} at ${fmtTime(gate.answered_at)}.`) : null)
+      : h("p", { class: "muted" }, "Not started.")];
+  }
+  const now = Date.now();
+  const attempts = attemptsOf(op, id);
+  const evidence = (op.evidence || []).filter((e) => e.job === id);
+  const artifacts = (op.artifacts || []).filter((a) => a.job === id);
+  return [...head,
+    h("p", {}, "State: ", stateEl(job.state, "panel-state"), job.outcome && job.outcome.failure ? h("span", { class: "fail" }, " — " + job.outcome.failure) : null),
+    h("h4", {}, "Contract"), contractView(ctx, id),
+    h("h4", {}, "Attempts"),
+    attempts.length ? h("table", { "data-testid": "panel-attempts" },
+      h("thead", {}, h("tr", {}, ["#", "Started", "Ended", "Duration", "Result"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, attempts.map((a) => h("tr", {}, h("td", {}, String(a.attempt)), h("td", {}, fmtTime(a.start)), h("td", {}, a.end ? fmtTime(a.end) : "-"),
+        h("td", {}, fmtDuration((a.end ? Date.parse(a.end) : now) - Date.parse(a.start))), h("td", {}, stateEl(a.how))))))
+      : h("p", { class: "muted" }, "No attempt yet."),
+    h("h4", {}, "Evidence"),
+    evidence.length ? h("ul", { "data-testid": "panel-evidence" }, evidence.map((e) => h("li", { class: e.passed ? "pass" : "fail" },
+      `${e.check}: ${e.passed ? "passed" : "failed"} — expected ${show(e.expected)}, observed ${show(e.observed)}`)))
+      : h("p", { class: "muted" }, "No evidence checked yet."),
+    h("h4", {}, "Artifacts"),
+    artifacts.length ? h("ul", {}, artifacts.map((a) => h("li", {}, `${a.id} (${a.sensitivity})`))) : h("p", { class: "muted" }, "None."),
+    h("h4", {}, "Log"), logsView(ctx, id) || h("p", { class: "muted" }, "Loading…")];
+}
+
+// The run console's header: state, progress in jobs, when it started and how long it has run,
+// who filed it, and the failing step (a link opening its panel).
+function headerFacts(op, ctx) {
+  const jobs = op.jobs || [];
+  const done = jobs.filter((j) => ["succeeded", "skipped", "already_satisfied", "recovered", "manually_fixed"].includes(j.state)).length;
+  const terminal = ["completed", "cancelled", "failed"].includes(op.state);
+  const end = terminal ? Date.parse(op.updated_at) : Date.now();
+  const failing = jobs.filter((j) => j.state === "failed");
+  return h("dl", { class: "facts", "data-testid": "run-header" },
+    h("div", {}, h("dt", {}, "State"), h("dd", {}, stateEl(op.state, "op-state"), " ", h("span", { class: "muted detail", "data-testid": "op-detail" }, op.detail))),
+    h("div", {}, h("dt", {}, "Progress"), h("dd", { "data-testid": "run-progress" }, `${done}/${jobs.length} jobs`,
+      h("progress", { max: jobs.length || 1, value: done, "aria-label": `${done} of ${jobs.length} jobs done` }))),
+    h("div", {}, h("dt", {}, "Started"), h("dd", { "data-testid": "run-started" }, h("time", { datetime: op.created_at }, new Date(op.created_at).toLocaleString([], { hour12: false })))),
+    h("div", {}, h("dt", {}, "Duration"), h("dd", { "data-testid": "run-duration" },
+      h("span", { id: "run-duration-value", "data-since": terminal ? null : op.created_at }, fmtDuration(end - Date.parse(op.created_at))), terminal ? "" : " so far")),
+    h("div", {}, h("dt", {}, "By"), h("dd", {}, op.actor)),
+    failing.length ? h("div", {}, h("dt", {}, "Failing step"), h("dd", { "data-testid": "run-failing" }, failing.map((j) =>
+      h("a", { href: "#/operations/" + enc(op.id), "data-job": j.id, id: "failing-" + safeId(j.id),
+        onclick: (ev) => { ev.preventDefault(); selectNode(ctx, j.id); } }, j.id)))) : null);
 }
 
 // The resolved capability graph: each requirement, how it was resolved and every candidate
@@ -875,12 +1249,14 @@ function dagView(op, ctx) {
 function capabilityView(ctx) {
   const res = (ctx.plan && ctx.plan.resolution) || [];
   if (!res.length) return h("p", { class: "muted", "data-testid": "capabilities" }, "The plan requires no capabilities from outside its own jobs.");
+  // A scope's binding (`outcome: bind` with `resources[]`) names each resource of the scope; a
+  // gate's options are objects with a label.
   const boundTo = (r) => {
+    if (Array.isArray(r.resources)) return `${r.resources.join(", ") || "(no resource)"}${r.provider ? " via " + r.provider : ""}`;
     switch (r.outcome) {
       case "bind": return `${r.resource}${r.provider ? " via " + r.provider : ""}${r.because ? " (" + r.because + ")" : ""}`;
-      case "bind_scope": return (r.resources || []).join(", ");
       case "create": return `created by ${r.provider} through ${r.create.pack} ${r.create.action} (sub-operation)`;
-      case "gate": return `gate ${r.gate}: ${(r.options || []).join(" / ")}`;
+      case "gate": return `gate ${r.gate}: ${(r.options || []).map((o) => (typeof o === "string" ? o : o.label || o.kind)).join(" / ")}`;
       default: return r.reason || "";
     }
   };
@@ -949,10 +1325,13 @@ async function operationPage(id) {
   const sec = (name, label) => h("section", { id: "sec-" + name, "data-testid": "sec-" + name, "aria-labelledby": label });
   const parts = {
     head: h("div", { id: "op-head" }),
+    diagnosis: sec("diagnosis", "diagnosis-h"),
     gates: sec("gates", "gates-h"),
     patches: sec("patches", "patches-h"),
     progress: sec("progress", "progress-h"),
     dag: sec("dag", "dag-h"),
+    gantt: sec("gantt", "gantt-h"),
+    panel: h("aside", { id: "sec-panel", "data-testid": "node-panel", "aria-labelledby": "panel-h", class: "panel" }),
     caps: sec("caps", "caps-h"),
     artifacts: sec("artifacts", "artifacts-h"),
     act: h("div", { id: "op-act" }),
@@ -960,15 +1339,17 @@ async function operationPage(id) {
   };
   view.replaceChildren(h("p", {}, h("a", { href: "#/" }, "← All operations")),
     h("nav", { class: "toc", "aria-label": "Sections of the operation" }, h("ul", {},
-      [["gates", "Gates"], ["patches", "Patches"], ["progress", "Progress"], ["dag", "DAG"], ["caps", "Capabilities"], ["artifacts", "Artifacts"], ["timeline", "Timeline"]]
+      [["diagnosis", "Diagnosis"], ["gates", "Gates"], ["patches", "Patches"], ["progress", "Progress"], ["dag", "DAG"], ["gantt", "Attempts"], ["caps", "Capabilities"], ["artifacts", "Artifacts"], ["timeline", "Timeline"]]
         .map(([k, t]) => h("li", {}, h("a", { href: "#/operations/" + enc(id), "data-section": k, onclick: (ev) => { ev.preventDefault(); $("sec-" + k).scrollIntoView(); } }, t))))),
-    ...Object.values(parts));
+    parts.head, parts.diagnosis, parts.gates, parts.patches,
+    h("div", { class: "console" }, h("div", {}, parts.dag, parts.gantt), parts.panel),
+    parts.progress, parts.caps, parts.artifacts, parts.act, parts.timeline);
   // What the page knows (the last answers of the API) and what the person is doing on it (forms
   // half filled, a question asked): `paint` draws the sections from it without asking the API,
   // `load` asks the API, one call at a time, then paints.
   const ctx = {
     op: null, plan: null, revision: null, pack: null, patches: [],
-    confirmCancel: false, cancelReason: "", focus: null,
+    confirmCancel: false, cancelReason: "", focus: null, logs: {}, selected: null, zoom: { k: 1, x: 0, y: 0 }, collapsed: new Set(),
     iv: { open: false, job: "", note: "", checks: "", result: null },
     draft: { open: false, text: null, result: null },
   };
@@ -978,22 +1359,28 @@ async function operationPage(id) {
     if (!op || !current(gen)) return;
     if (force === true) Object.values(parts).forEach((p) => { delete p.dataset.key; });
     const who = me && me.actor;
-    patchSection(parts.head, JSON.stringify([op.state, op.detail, op.plan_revision, who, ctx.confirmCancel]), () => [
+    patchSection(parts.head, JSON.stringify([op.state, op.detail, op.plan_revision, who, ctx.confirmCancel, op.jobs, op.updated_at]), () => [
       h("h2", {}, "Operation ", h("span", { "data-testid": "op-id" }, op.id)),
-      h("p", {}, "State: ", stateEl(op.state, "op-state"), " ", h("span", { class: "muted", "data-testid": "op-detail" }, op.detail)),
+      headerFacts(op, ctx),
       h("p", { class: "muted" }, `${op.pack || ""} · resource `, op.resource ? h("a", { href: "#/resources/" + enc(op.resource) }, op.resource) : "-",
         ` · by ${op.actor} · revision ${ctx.plan && ctx.plan.revision ? ctx.plan.revision.number : op.plan_revision}`),
       controlsSection(op, ctx, paint)]);
+    patchSection(parts.diagnosis, JSON.stringify([ctx.diagnosis, op.state, who]), () => diagnosisSection(op, ctx));
     patchSection(parts.gates, JSON.stringify([op.gates, op.plan_revision, who, op.state]), () => gatesSection(op, ctx));
     patchSection(parts.patches, JSON.stringify([ctx.patches, op.gates, op.state, op.plan_revision, who, op.jobs.map((j) => j.state), ctx.draft.result]),
       () => patchesSection(op, ctx));
-    patchSection(parts.progress, JSON.stringify([advanced, op.jobs, op.stages, op.evidence, op.plan_revision]), () => [
+    patchSection(parts.progress, JSON.stringify([advanced, op.jobs, op.stages, op.evidence, op.plan_revision, ctx.logs]), () => [
       h("h3", { id: "progress-h" }, advanced ? "Jobs" : "Stages", " ",
         h("button", { type: "button", id: "mode-toggle", "data-testid": "mode-toggle", "aria-pressed": advanced ? "true" : "false",
           onclick: () => { advanced = !advanced; paint(); } }, advanced ? "Simple view" : "Advanced view")),
       advanced ? advancedView(op, ctx) : simpleView(op)]);
-    patchSection(parts.dag, JSON.stringify([ctx.revision, op.jobs.map((j) => j.state), op.gates.map((g) => g.answer)]), () => [
+    patchSection(parts.dag, JSON.stringify([ctx.revision, op.jobs.map((j) => j.state), op.gates.map((g) => g.answer), ctx.selected, [...ctx.collapsed]]), () => [
       h("h3", { id: "dag-h" }, "DAG"), h("div", { class: "dag-wrap" }, dagView(op, ctx))]);
+    patchSection(parts.gantt, JSON.stringify([op.timeline.length, op.state, ctx.selected]), () => [
+      h("h3", { id: "gantt-h" }, "Attempts over time"), ganttView(op, ctx)]);
+    parts.panel.hidden = !ctx.selected;
+    parts.panel.parentNode.classList.toggle("with-panel", !!ctx.selected);
+    patchSection(parts.panel, JSON.stringify([ctx.selected, op.jobs, op.evidence, op.artifacts, op.timeline, op.gates, ctx.logs[ctx.selected]]), () => panelView(op, ctx));
     patchSection(parts.caps, JSON.stringify(ctx.revision), () => [h("h3", { id: "caps-h" }, "Capability graph"), capabilityView(ctx)]);
     patchSection(parts.artifacts, JSON.stringify([op.artifacts, who]), () => [h("h3", { id: "artifacts-h" }, "Artifacts"), artifactsView(op)]);
     patchSection(parts.act, JSON.stringify([op.state, who, op.jobs.map((j) => [j.id, j.state]), ctx.iv.result]), () => interventionSection(op, ctx));
@@ -1010,18 +1397,46 @@ async function operationPage(id) {
       op = await api("GET", "/api/v1/operations/" + enc(id));
       if (ctx.revision !== op.plan_revision) {
         ctx.plan = await api("GET", `/api/v1/operations/${enc(id)}/plan`).catch(() => null);
+        // Large fan-outs start collapsed (more than 4 instances); a person's choice is kept.
+        if (ctx.plan && !ctx.grouped) {
+          ctx.grouped = true;
+          for (const [base, ids] of Object.entries(fanOut(ctx.plan))) if (ids.length > 4) ctx.collapsed.add(base);
+        }
         ctx.revision = op.plan_revision;
       }
       if (!ctx.pack) ctx.pack = await packDetail(op.pack);
       ctx.patches = (await api("GET", `/api/v1/operations/${enc(id)}/patches`)).patches || [];
+      // A failed run's diagnosis, asked again only when the operation changed.
+      if (op.state !== "failed") ctx.diagnosis = null;
+      else if (!ctx.diagnosis || ctx.diagnosedAt !== op.updated_at) {
+        ctx.diagnosis = (await api("GET", `/api/v1/operations/${enc(id)}/diagnosis`).catch(() => ({ diagnosis: [] }))).diagnosis || [];
+        ctx.diagnosedAt = op.updated_at;
+      }
+      ctx.op = ctx.op || op;
+      await refreshLogs(ctx);
     } catch (e) {
-      if (current(gen)) status("Could not load the operation: " + e.message, true);
+      if (!current(gen)) return;
+      status("Could not load the operation: " + e.message, true);
+      // Nothing of another page stays on screen: a missing operation is said so.
+      if (!ctx.op) view.replaceChildren(notFound("operation", id, e, "#/", "All operations"));
       return;
     }
     ctx.op = op;
     paint();
   });
   await load();
+  if (!ctx.op || !current(gen)) return;
+  // The tail of the open logs of running jobs, every second (a job's output makes no event).
+  const tail = setInterval(async () => {
+    if (!current(gen)) { clearInterval(tail); return; }
+    const since = $("run-duration-value");
+    if (since && since.dataset.since) since.textContent = fmtDuration(Date.now() - Date.parse(since.dataset.since));
+    const running = new Set((ctx.op.jobs || []).filter((j) => j.state === "running").map((j) => j.id));
+    const open = Object.keys(ctx.logs).filter((j) => running.has(j));
+    if (!open.length) return;
+    await Promise.all(open.map((j) => fetchLogs(ctx, j)));
+    paint();
+  }, 1000);
   follow(`/api/v1/operations/${enc(id)}/events`, debounce(load), gen);
 }
 
@@ -1048,7 +1463,7 @@ async function resourcesPage() {
           h("td", {}, h("a", { href: "#/resources/" + enc(r.id) }, r.id)),
           h("td", {}, stateEl(String(r.status || "-"))),
           h("td", {}, h("span", { class: "health health-" + r.health }, String(r.health || "-"))),
-          h("td", {}, h("code", {}, r.observed_state ? JSON.stringify(r.observed_state) : "-")),
+          h("td", {}, h("code", {}, r.observed_state ? show(r.observed_state) : "-")),
           h("td", {}, r.last_operation ? h("a", { href: "#/operations/" + enc(r.last_operation) }, r.last_operation) : "-"),
           h("td", {}, r.updated_at || ""))))));
   });
@@ -1063,7 +1478,9 @@ async function resourcePage(id) {
   try {
     r = await api("GET", "/api/v1/resources/" + id.split("/").map(enc).join("/"));
   } catch (e) {
-    if (current(gen)) status("Could not load the resource: " + e.message, true);
+    if (!current(gen)) return;
+    status("Could not load the resource: " + e.message, true);
+    view.replaceChildren(notFound("resource", id, e, "#/resources", "All resources"));
     return;
   }
   if (!current(gen)) return;
@@ -1072,13 +1489,47 @@ async function resourcePage(id) {
   view.replaceChildren(
     h("p", {}, h("a", { href: "#/resources" }, "← All resources")),
     h("h2", {}, "Resource ", h("span", { "data-testid": "resource-id" }, r.id)),
-    h("p", {}, "Status: ", stateEl(String(doc.status || "-")), " · health: ", h("span", { class: "health health-" + doc.health, "data-testid": "resource-health" }, String(doc.health || "-"))),
+    h("p", {}, "Status: ", stateEl(String(doc.status || "-")), " · health: ", h("span", { class: "health health-" + doc.health, "data-testid": "resource-health" }, String(doc.health || "-")),
+      " · ", h("span", { "data-testid": "resource-verified" }, lastVerified(r))),
     h("div", { class: "columns" },
       h("section", { "aria-labelledby": "desired-h" }, h("h3", { id: "desired-h" }, "Desired"), h("pre", { "data-testid": "desired" }, JSON.stringify(desired, null, 2))),
-      h("section", { "aria-labelledby": "observed-h" }, h("h3", { id: "observed-h" }, "Observed"), h("pre", { "data-testid": "observed" }, JSON.stringify(doc.observed_state || null, null, 2)))),
+      h("section", { "aria-labelledby": "observed-h" }, h("h3", { id: "observed-h" }, "Observed"), h("pre", { "data-testid": "observed" }, typeof doc.observed_state === "string" ? doc.observed_state : JSON.stringify(doc.observed_state || null, null, 2)))),
+    historyView(r),
     h("section", { "aria-labelledby": "ops-h" }, h("h3", { id: "ops-h" }, "Operations that explain it"),
       h("ul", { "data-testid": "resource-ops" }, (r.operations || []).map((o) =>
         h("li", {}, h("a", { href: "#/operations/" + enc(o.id) }, o.id), " ", stateEl(o.state), ` ${o.detail} · by ${o.actor} · ${o.created_at}`)))));
+}
+
+// When the resource's evidence was last checked (a `verified` entry of its history).
+function lastVerified(r) {
+  const v = (r.history || []).filter((e) => e.kind === "verified").pop();
+  return v ? `last verified ${new Date(v.at).toLocaleString([], { hour12: false })}: ${v.summary}` : "never verified";
+}
+
+// A resource's history, newest first: each operation that changed it and each verification, with
+// the status it left and the operation that explains it.
+function historyView(r) {
+  const list = (r.history || []).slice().reverse();
+  return h("section", { "aria-labelledby": "history-h" }, h("h3", { id: "history-h" }, "History"),
+    list.length ? h("table", { "data-testid": "resource-history" },
+      h("thead", {}, h("tr", {}, ["When", "What", "Status after", "Operation", "Summary", "By"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, list.map((e) => h("tr", {},
+        h("td", {}, h("time", { datetime: e.at }, new Date(e.at).toLocaleString([], { hour12: false }))),
+        h("td", {}, e.kind),
+        h("td", {}, stateEl(e.status)),
+        h("td", {}, e.operation ? h("a", { href: "#/operations/" + enc(e.operation) }, e.operation) : "-"),
+        h("td", {}, e.summary),
+        h("td", {}, e.actor)))))
+      : h("p", { class: "muted" }, "Nothing recorded yet."));
+}
+
+// The page of something the API could not give (missing, or refused): what and why, and a way
+// back. Nothing of the page before stays.
+function notFound(kind, id, e, back, backText) {
+  return h("div", { "data-testid": "not-found", "data-status": e.status || "" },
+    h("p", {}, h("a", { href: back }, "← " + backText)),
+    h("h2", { id: "not-found-h", tabindex: "-1" }, e.status === 404 ? `No ${kind} ${id}` : `The ${kind} ${id} cannot be shown`),
+    h("p", { class: "fail" }, e.message));
 }
 
 // Each render is one generation: a page whose render was superseded (another navigation, a
@@ -1096,6 +1547,9 @@ async function render() {
   $("signout").hidden = false;
   $("nav").hidden = false;
   $("whoami").textContent = `Signed in as ${me.name} (${(me.roles || []).join(", ")})`;
+  // Filing an operation needs `apply`: nobody else is offered the form.
+  $("nav-new").hidden = !may("apply");
+  $("view").replaceChildren(h("p", { class: "muted", "data-testid": "loading" }, "Loading…"));
   const hash = location.hash;
   let m;
   if ((m = hash.match(/^#\/operations\/(.+)$/))) await operationPage(decodeURIComponent(m[1]));

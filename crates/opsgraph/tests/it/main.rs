@@ -4,6 +4,7 @@
 mod agent;
 mod ai;
 mod artifact_params;
+mod browser;
 mod bundled;
 mod crash;
 mod day2;
@@ -50,3 +51,4 @@ mod subop;
 mod support;
 mod tidy;
 mod ui;
+mod ui_console;
