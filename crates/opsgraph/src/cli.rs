@@ -224,7 +224,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             Ok(0)
         }
         Command::Schema { kind: Some(k), markdown: false } if k == "diagnosis" => {
-            writeln!(out, "{}", serde_json::to_string_pretty(&crate::ai::diagnosis_schema())?)?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&crate::remedy_cmd::diagnosis_schema())?)?;
             Ok(0)
         }
         Command::Schema { kind, markdown: false } => {
