@@ -74,7 +74,7 @@ impl Runtime {
             let failure = record.outcome["failure"].as_str().unwrap_or_default();
             let mut source = format!("log:{log_file}");
             let mut found = None;
-            let (job_type, provides) = opsgraph_core::pack::remedy::job_facts(&pack, &instance.job);
+            let (job_type, provides) = opsgraph_core::pack::remedy::job_facts(pack, &instance.job);
             for (text, label) in [(log.as_str(), source.clone()), (failure, "outcome".to_string())] {
                 let symptoms = opsgraph_core::pack::remedy::Symptoms {
                     job: &instance.job,

@@ -1,7 +1,7 @@
 //! The remedy library: cross-cutting remedies that ship with Opsgraph and apply to every pack
 //! (apt locks and keys, DNS, disk, memory, permissions, ports, SSH, certificates, registries,
 //! Helm, PostgreSQL, etcd, MinIO). Their YAML lives in `crates/opsgraph-core/remedies/` and is
-//! embedded at build time (no IO); [`super::remedy::best_match`] tries a pack's remedies first,
+//! embedded at build time (no IO); `remedy::best_match` tries a pack's remedies first,
 //! then these. A library remedy's patch may only retry or skip the failed job (`$job`) or set
 //! parameters: it knows no pack's job library, so the fix jobs are the packs' own remedies.
 
@@ -53,7 +53,7 @@ pub fn check() -> Vec<String> {
                 problems.push(format!("{file}: remedy `{}` is defined twice", r.id));
             }
             for p in &r.signature.output_matches {
-                if let Err(e) = super::remedy::compile(p) {
+                if let Err(e) = regex::RegexBuilder::new(p).case_insensitive(true).build() {
                     problems.push(format!("{file}: remedy `{}`: invalid pattern: {e}", r.id));
                 }
             }
@@ -73,21 +73,4 @@ pub fn check() -> Vec<String> {
         }
     }
     problems
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_library_is_valid_and_passes_its_examples() {
-        assert_eq!(check(), Vec::<String>::new());
-        let (failures, ran) = super::super::remedy::test_examples("any-pack", remedies());
-        let lines: Vec<String> = failures
-            .iter()
-            .map(|f| format!("{} {} ({}): {}\n  {}", f.remedy, f.example, f.job, f.problem, f.output))
-            .collect();
-        assert!(lines.is_empty(), "{}", lines.join("\n"));
-        assert!(ran > 60, "{ran}");
-    }
 }

@@ -338,3 +338,21 @@ fn check_example(remedies: &[Remedy], r: &Remedy, ex: &RemedyExample, t: &Trial,
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pack::library;
+
+    #[test]
+    fn the_library_is_valid_and_passes_its_examples() {
+        assert_eq!(library::check(), Vec::<String>::new());
+        let (failures, ran) = test_examples("any-pack", library::remedies());
+        let lines: Vec<String> = failures
+            .iter()
+            .map(|f| format!("{} {} ({}): {}\n  {}", f.remedy, f.example, f.job, f.problem, f.output))
+            .collect();
+        assert!(lines.is_empty(), "{}", lines.join("\n"));
+        assert!(ran > 60, "{ran}");
+    }
+}
