@@ -5,6 +5,7 @@ mod agent;
 mod ai;
 mod artifact_params;
 mod bundled;
+mod corpus;
 mod crash;
 mod day2;
 mod day2_actions;
