@@ -25,6 +25,41 @@ fn patch_kind(patch: &serde_json::Value) -> &'static str {
     }
 }
 
+/// Whether `v` fits the object schema `s` as far as `schema diagnosis` uses JSON Schema: required
+/// keys, no other keys than its properties, and each property's JSON type. (No JSON Schema
+/// validator is among the workspace's dependencies; this checks the keywords the schema uses.)
+pub(crate) fn fits(v: &serde_json::Value, s: &serde_json::Value) -> Result<(), String> {
+    let obj = v.as_object().ok_or("not an object")?;
+    for key in s["required"].as_array().into_iter().flatten().filter_map(|k| k.as_str()) {
+        if !obj.contains_key(key) {
+            return Err(format!("`{key}` is required"));
+        }
+    }
+    for (key, value) in obj {
+        let prop = &s["properties"][key];
+        if prop.is_null() {
+            return Err(format!("`{key}` is not a property of the schema"));
+        }
+        let types: Vec<&str> = match &prop["type"] {
+            serde_json::Value::String(t) => vec![t.as_str()],
+            serde_json::Value::Array(ts) => ts.iter().filter_map(|t| t.as_str()).collect(),
+            _ => continue,
+        };
+        let actual = match value {
+            serde_json::Value::Null => "null",
+            serde_json::Value::Bool(_) => "boolean",
+            serde_json::Value::Number(_) => "number",
+            serde_json::Value::String(_) => "string",
+            serde_json::Value::Array(_) => "array",
+            serde_json::Value::Object(_) => "object",
+        };
+        if !types.contains(&actual) {
+            return Err(format!("`{key}` is {actual}, the schema says {types:?}"));
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn the_failure_corpus_is_diagnosed_with_precision_and_recall_of_90_percent() {
     let dir = root().join("crates/opsgraph/tests/it/fixtures/failures");
@@ -32,6 +67,7 @@ fn the_failure_corpus_is_diagnosed_with_precision_and_recall_of_90_percent() {
     files.sort();
     assert!(files.len() >= 60, "only {} failure documents", files.len());
     let packs = vec![path("packs")];
+    let schema = opsgraph::remedy_cmd::diagnosis_schema();
     let data = temp_dir(&[]);
     let (mut given, mut right, mut expected_remedies, mut right_remedies) = (0, 0, 0, 0);
     let (mut wrong, mut patched_no_fix) = (Vec::new(), Vec::new());
@@ -52,6 +88,9 @@ fn the_failure_corpus_is_diagnosed_with_precision_and_recall_of_90_percent() {
         .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_ne!(code, 2, "{name}: bad input: {v}");
+        if let Err(e) = fits(&v, &schema["$defs"]["diagnosis"]) {
+            panic!("{name}: the output does not fit `opsgraph schema diagnosis`: {e}\n{v}");
+        }
         let got_remedy = v["remedy"].as_str().unwrap_or("none");
         let got_kind = patch_kind(&v["plan_patch"]);
         let is_right = got_remedy == want_remedy && got_kind == want_kind;

@@ -170,6 +170,9 @@ fn diagnose_file_bad_input_exits_2_with_json_errors() {
         assert_eq!(json.code, 2, "{}", json.render());
         let v: serde_json::Value = serde_json::from_str(&json.out).unwrap();
         assert_eq!((v["outcome"].as_str(), v["error"]["code"].as_str()), (Some("bad_input"), Some(code)), "{v}");
+        let schema = opsgraph::remedy_cmd::diagnosis_schema();
+        crate::corpus::fits(&v, &schema["$defs"]["bad_input"]).unwrap();
+        crate::corpus::fits(&v["error"], &schema["$defs"]["bad_input"]["properties"]["error"]).unwrap();
         let text = opsgraph(&["diagnose", &file]);
         assert_eq!(text.code, 2, "{}", text.render());
         assert!(text.err.contains("error: "), "{}", text.render());
