@@ -122,7 +122,7 @@ fn first_sentence(text: &str) -> String {
 fn fill(text: &str, groups: &[(String, String)]) -> String {
     let filled = groups.iter().fold(text.to_string(), |t, (name, value)| t.replace(&format!("{{{name}}}"), value));
     let placeholder = regex::Regex::new(r"\{[a-z_]+\}").expect("a valid pattern");
-    placeholder.replace_all(&filled, "(see the quoted line)").into_owned()
+    placeholder.replace_all(&filled, "see the quoted line").into_owned()
 }
 
 /// A signature's pattern as the matcher compiles it: case-insensitive. Compiled patterns are
