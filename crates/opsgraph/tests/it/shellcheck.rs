@@ -75,7 +75,7 @@ fn every_bundled_script_and_shell_line_passes_shellcheck() {
         .replace(&dir.path().display().to_string(), "$INLINE")
         .replace(&path(""), "");
     expect![[r#"
-        113 scripts, 103 shell lines
+        114 scripts, 103 shell lines
     "#]]
     .assert_eq(&format!("{scripts} scripts, {lines} shell lines\n{findings}"));
     assert!(
