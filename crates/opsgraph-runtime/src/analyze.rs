@@ -196,7 +196,10 @@ impl Runtime {
             "failed_jobs": failed,
             "job_library": pack.jobs.keys().collect::<Vec<_>>(),
             "stages": plan.stages.iter().map(|s| serde_json::json!({"id": s.id, "jobs": s.jobs})).collect::<Vec<_>>(),
-            "remedies": pack.remedies.iter().map(|r| serde_json::json!({"id": r.id, "applies_to": r.applies_to, "diagnosis": r.diagnosis})).collect::<Vec<_>>(),
+            // The pack's remedies, then the remedy library's (the same order the rules analyzer tries).
+            "remedies": pack.remedies.iter().map(|r| (r, "pack")).chain(opsgraph_core::pack::library::remedies().iter().map(|r| (r, "library")))
+                .map(|(r, source)| serde_json::json!({"id": r.id, "source": source, "applies_to": r.applies_to, "diagnosis": r.diagnosis, "proposes_a_patch": r.plan_patch.is_some()}))
+                .collect::<Vec<_>>(),
         }))
     }
 }
