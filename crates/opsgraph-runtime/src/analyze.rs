@@ -23,6 +23,10 @@ pub struct Diagnosis {
     /// What the diagnosis rests on: `log:<file>`, `exit:<code>`, `evidence:<check>`.
     pub evidence: Vec<String>,
     pub remedy: Option<String>,
+    /// The remedy comes from the remedy library (not the pack).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_library: bool,
+    /// None when no remedy matched, or when the remedy only diagnoses (no machine should guess).
     pub patch: Option<PlanPatch>,
     /// Who diagnosed: `rules` (the pack's remedies).
     pub analyzer: String,
@@ -36,9 +40,18 @@ impl Runtime {
     /// The patch of the first remedy the rules analyzer matches for `op_id`'s failed jobs, for
     /// [`ANALYZER_AUTHOR`] to propose; refused when none matches.
     pub fn analyzer_patch(&self, op_id: &str) -> Result<opsgraph_core::model::PlanPatch, Error> {
-        let remedy = self.diagnose(op_id)?.into_iter().find_map(|d| d.remedy);
-        let remedy = remedy.ok_or_else(|| Error::Unsupported("nothing to propose: no remedy matches".into()))?;
-        self.remedy_patch(op_id, &remedy)
+        let found = self.diagnose(op_id)?;
+        if let Some(patch) = found.iter().find_map(|d| d.patch.clone()) {
+            return Ok(patch);
+        }
+        Err(Error::Unsupported(match found.iter().find(|d| d.remedy.is_some()) {
+            Some(d) => format!(
+                "nothing to propose: remedy {} diagnoses without a patch ({})",
+                d.remedy.as_deref().unwrap_or_default(),
+                d.cause
+            ),
+            None => "nothing to propose: no remedy matches".into(),
+        }))
     }
 
     /// Diagnoses every failed job of `op_id` against its pack's remedies.
@@ -61,9 +74,13 @@ impl Runtime {
             let failure = record.outcome["failure"].as_str().unwrap_or_default();
             let mut source = format!("log:{log_file}");
             let mut found = None;
+            let (job_type, provides) = opsgraph_core::pack::remedy::job_facts(pack, &instance.job);
             for (text, label) in [(log.as_str(), source.clone()), (failure, "outcome".to_string())] {
                 let symptoms = opsgraph_core::pack::remedy::Symptoms {
                     job: &instance.job,
+                    pack: &pack.manifest.id,
+                    job_type,
+                    provides: &provides,
                     output: text,
                     exit_code: exit,
                     failed_evidence: &failed_checks,
@@ -77,8 +94,8 @@ impl Runtime {
             let best = found.map(|m| Diagnosis {
                 operation: op_id.to_string(),
                 job: record.id.clone(),
-                summary: m.remedy.diagnosis.clone(),
-                cause: format!("{} matches remedy {} of pack {}", record.id, m.remedy.id, pack.manifest.id),
+                summary: m.diagnosis(),
+                cause: m.cause(),
                 confidence: m.confidence,
                 evidence: m
                     .basis
@@ -90,7 +107,8 @@ impl Runtime {
                     })
                     .collect(),
                 remedy: Some(m.remedy.id.clone()),
-                patch: Some(m.remedy.plan_patch.clone()),
+                from_library: m.from_library(),
+                patch: m.patch(&instance.job),
                 analyzer: "rules".into(),
             });
             out.push(best.unwrap_or_else(|| Diagnosis {
@@ -101,6 +119,7 @@ impl Runtime {
                 confidence: 0.0,
                 evidence: vec![format!("log:{log_file}")],
                 remedy: None,
+                from_library: false,
                 patch: None,
                 analyzer: "rules".into(),
             }));
@@ -177,7 +196,10 @@ impl Runtime {
             "failed_jobs": failed,
             "job_library": pack.jobs.keys().collect::<Vec<_>>(),
             "stages": plan.stages.iter().map(|s| serde_json::json!({"id": s.id, "jobs": s.jobs})).collect::<Vec<_>>(),
-            "remedies": pack.remedies.iter().map(|r| serde_json::json!({"id": r.id, "applies_to": r.applies_to, "diagnosis": r.diagnosis})).collect::<Vec<_>>(),
+            // The pack's remedies, then the remedy library's (the same order the rules analyzer tries).
+            "remedies": pack.remedies.iter().map(|r| (r, "pack")).chain(opsgraph_core::pack::library::remedies().iter().map(|r| (r, "library")))
+                .map(|(r, source)| serde_json::json!({"id": r.id, "source": source, "applies_to": r.applies_to, "diagnosis": r.diagnosis, "proposes_a_patch": r.plan_patch.is_some()}))
+                .collect::<Vec<_>>(),
         }))
     }
 }

@@ -33,7 +33,14 @@ fn diagnose(pack: &opsgraph_core::pack::Pack, failed: &[&CheckRun]) -> Vec<Strin
     for instance in on {
         let checks: Vec<&str> = failed.iter().filter(|c| c.on == instance).map(|c| c.check.as_str()).collect();
         let output: String = failed.iter().filter(|c| c.on == instance).map(|c| format!("{}\n", c.observed)).collect();
-        let symptoms = Symptoms { job: instance, output: &output, exit_code: None, failed_evidence: &checks };
+        let (job_type, provides) = opsgraph_core::pack::remedy::job_facts(pack, instance);
+        let symptoms = Symptoms {
+            pack: &pack.manifest.id,
+            job_type,
+            provides: &provides,
+            failed_evidence: &checks,
+            ..Symptoms::new(instance, &output)
+        };
         if let Some(m) = best_match(&pack.remedies, &symptoms) {
             found.push(format!("{} on {instance} ({:.0}% sure)", m.remedy.id, m.confidence * 100.0));
         }

@@ -278,10 +278,28 @@ impl Runtime {
     pub fn remedy_patch(&self, op_id: &str, id: &str) -> Result<PlanPatch, Error> {
         let (_, plan) = self.load(op_id)?;
         let pack = self.pack(&plan)?;
-        pack.remedies.iter().find(|r| r.id == id).map(|r| r.plan_patch.clone()).ok_or_else(|| {
+        // A remedy the diagnosis matched: its patch for the job that failed (`$job` filled in).
+        if let Some(d) = self.diagnose(op_id)?.into_iter().find(|d| d.remedy.as_deref() == Some(id)) {
+            return d
+                .patch
+                .ok_or_else(|| Error::Unsupported(format!("remedy `{id}` diagnoses without a patch: {}", d.cause)));
+        }
+        let library = opsgraph_core::pack::library::remedies();
+        let remedy = pack.remedies.iter().chain(library).find(|r| r.id == id).ok_or_else(|| {
             let known: Vec<&str> = pack.remedies.iter().map(|r| r.id.as_str()).collect();
             Error::Unsupported(format!("pack {} has no remedy `{id}` (remedies: {})", plan.pack, known.join(", ")))
-        })
+        })?;
+        let patch = remedy
+            .plan_patch
+            .clone()
+            .ok_or_else(|| Error::Unsupported(format!("remedy `{id}` diagnoses without a patch")))?;
+        let names_failed = serde_json::to_string(&patch).unwrap_or_default().contains("\"$job\"");
+        if names_failed {
+            return Err(Error::Unsupported(format!(
+                "remedy `{id}` patches the job that failed, and it matches no failed job of {op_id}"
+            )));
+        }
+        Ok(patch)
     }
 
     /// The patch under review of `op`, its author and its changes, from the timeline.

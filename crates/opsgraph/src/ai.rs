@@ -34,9 +34,10 @@ insert_after/insert_before {anchor, jobs from job_library}, retry {job, with_des
 set_parameters {parameters}, add_gate). Never propose anything outside that list. If you are not sure, say so \
 with a low confidence and no plan_patch.";
 
-/// The JSON Schema of an analyzer's answer (`opsgraph schema diagnosis`), sent with every
-/// question; `check` enforces it (and, for `plan_patch`, the document shapes).
-pub fn diagnosis_schema() -> Value {
+/// The JSON Schema of an analyzer's answer, sent with every question; `check` enforces it (and,
+/// for `plan_patch`, the document shapes). Its keys are a subset of what `diagnose -o json`
+/// prints (`opsgraph schema diagnosis`).
+pub fn answer_schema() -> Value {
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "Diagnosis",
@@ -103,7 +104,7 @@ impl OpenAi {
             "temperature": 0,
             "response_format": {"type": "json_object"},
             "messages": [
-                {"role": "system", "content": format!("{SYSTEM}\nThe answer's JSON Schema: {}", diagnosis_schema())},
+                {"role": "system", "content": format!("{SYSTEM}\nThe answer's JSON Schema: {}", answer_schema())},
                 {"role": "user", "content": context.to_string()},
             ],
         });

@@ -29,7 +29,16 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
     if let Command::Diagnose { operation, propose, ai, world } = &cli.command {
         if crate::remedy_cmd::is_failure_file(operation) {
             if *propose || ai != "rules" {
-                bail!("`diagnose FILE` uses the rules analyzer and proposes nothing: --propose and --ai need an operation");
+                // Bad input (exit 2), said as JSON too when JSON was asked for.
+                let message = "`diagnose FILE` uses the rules analyzer and proposes nothing: --propose and --ai need an operation";
+                if matches!(world.output, crate::render::Output::Json) {
+                    let v = serde_json::json!({"outcome": "bad_input", "file": operation,
+                        "error": {"code": "bad_arguments", "message": message, "diagnostics": []}});
+                    writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+                } else {
+                    writeln!(err, "error: {message}")?;
+                }
+                return Ok(2);
             }
             return crate::remedy_cmd::diagnose_file(operation, &world.packs, &data_dir, world.output, out, err);
         }
@@ -224,7 +233,7 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             Ok(0)
         }
         Command::Schema { kind: Some(k), markdown: false } if k == "diagnosis" => {
-            writeln!(out, "{}", serde_json::to_string_pretty(&crate::ai::diagnosis_schema())?)?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&crate::remedy_cmd::diagnosis_schema())?)?;
             Ok(0)
         }
         Command::Schema { kind, markdown: false } => {

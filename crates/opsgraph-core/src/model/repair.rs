@@ -161,18 +161,94 @@ pub struct Approval {
     pub roles: Vec<String>,
 }
 
-/// A known failure signature a pack ships, with its diagnosis and patch.
+/// A known failure signature a pack (or the remedy library) ships, with its diagnosis and, when
+/// a machine may fix it, its patch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Remedy {
     pub id: String,
-    pub applies_to: Vec<String>,
+    /// The jobs it applies to: a failure class, not only job ids.
+    pub applies_to: AppliesTo,
     pub signature: Signature,
+    /// The cause in one sentence (`{name}` is filled from the signature's named groups); the
+    /// first sentence of `diagnosis` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
     pub diagnosis: String,
-    pub plan_patch: PlanPatch,
+    /// The fix; none where no machine should guess (auth, host keys, disk full): a diagnosis only.
+    /// `$job` in a change names the failed job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_patch: Option<PlanPatch>,
     /// Outputs the signature must and must not match (`opsgraph pack test`).
     #[serde(default, skip_serializing_if = "RemedyExamples::is_empty")]
     pub examples: RemedyExamples,
+}
+
+/// The jobs a remedy applies to: `everywhere`, or any of a list of selectors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AppliesTo {
+    Everywhere(Everywhere),
+    Only(Vec<JobSelector>),
+}
+
+/// The word `everywhere`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Everywhere {
+    Everywhere,
+}
+
+/// One way of naming jobs: by id, by type, by a capability they provide, by pack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobSelector {
+    Job(String),
+    JobType(crate::model::JobType),
+    Provides(String),
+    Pack(String),
+}
+
+impl AppliesTo {
+    /// The job ids it names (none for `everywhere`).
+    pub fn job_ids(&self) -> impl Iterator<Item = &str> {
+        let list: &[JobSelector] = match self {
+            AppliesTo::Everywhere(_) => &[],
+            AppliesTo::Only(l) => l,
+        };
+        list.iter().filter_map(|s| match s {
+            JobSelector::Job(j) => Some(j.as_str()),
+            _ => None,
+        })
+    }
+
+    pub fn selectors(&self) -> &[JobSelector] {
+        match self {
+            AppliesTo::Everywhere(_) => &[],
+            AppliesTo::Only(l) => l,
+        }
+    }
+}
+
+impl fmt::Display for AppliesTo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = match self {
+            AppliesTo::Everywhere(_) => return f.write_str("every job"),
+            AppliesTo::Only(l) => l,
+        };
+        let words: Vec<String> = list
+            .iter()
+            .map(|s| match s {
+                JobSelector::Job(j) => j.clone(),
+                JobSelector::JobType(t) => {
+                    format!("{} jobs", serde_json::to_value(t).unwrap_or_default().as_str().unwrap_or_default())
+                }
+                JobSelector::Provides(c) => format!("jobs providing {c}"),
+                JobSelector::Pack(p) => format!("jobs of pack {p}"),
+            })
+            .collect();
+        f.write_str(&words.join(", "))
+    }
 }
 
 /// A remedy's examples: failures its signature must recognise, and near misses it must not.

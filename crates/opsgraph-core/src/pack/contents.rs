@@ -446,7 +446,8 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
         let Document::Remedy(r) = &d.doc else {
             continue;
         };
-        for (i, job) in r.applies_to.iter().enumerate() {
+        for (i, sel) in r.applies_to.selectors().iter().enumerate() {
+            let crate::model::JobSelector::Job(job) = sel else { continue };
             if !pack.jobs.contains_key(job) && !pack.templates.iter().any(|t| t.jobs.iter().any(|e| e.id() == job)) {
                 cx.unknown(
                     &d.file,
@@ -458,7 +459,7 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
             }
         }
         for (i, pattern) in r.signature.output_matches.iter().enumerate() {
-            if let Err(e) = regex::Regex::new(pattern) {
+            if let Err(e) = crate::pack::remedy::compile(pattern) {
                 let at =
                     pos_at(&d.node, &[PathSeg::Key("signature"), PathSeg::Key("output_matches"), PathSeg::Index(i)]);
                 let first = e.to_string().lines().last().unwrap_or_default().trim().to_string();
@@ -472,10 +473,13 @@ pub fn check_pack(root: &str, files: &[PackFile], all_paths: &BTreeSet<String>) 
                 );
             }
         }
-        for (ci, change) in r.plan_patch.changes.iter().enumerate() {
+        for (ci, change) in r.plan_patch.iter().flat_map(|p| p.changes.iter()).enumerate() {
             let at = pos_at(&d.node, &[PathSeg::Key("plan_patch"), PathSeg::Key("changes"), PathSeg::Index(ci)]);
+            // `$job`: the failed job, whichever it is.
             let known = |id: &str| {
-                pack.jobs.contains_key(id) || pack.templates.iter().any(|t| t.jobs.iter().any(|e| e.id() == id))
+                id == "$job"
+                    || pack.jobs.contains_key(id)
+                    || pack.templates.iter().any(|t| t.jobs.iter().any(|e| e.id() == id))
             };
             let refs: Vec<&str> = match change {
                 PatchChange::InsertAfter { anchor, jobs } | PatchChange::InsertBefore { anchor, jobs } => {

@@ -815,10 +815,15 @@ pub(crate) static REMEDY: Obj = Obj {
     doc: "A known failure signature with its diagnosis and patch.",
     fields: &[
         required("id", &ID, "the remedy id"),
-        required("applies_to", &IDS, "the jobs it applies to"),
+        required(
+            "applies_to",
+            &APPLIES_TO,
+            "`everywhere`, or a list of job ids and `{job_type: T}`, `{provides: CAP}`, `{pack: P}` selectors",
+        ),
         required("signature", &Shape::Obj(&SIGNATURE), "how the failure is recognised"),
-        required("diagnosis", &STR, "what went wrong, in words"),
-        required("plan_patch", &Shape::Obj(&PLAN_PATCH), "the fix"),
+        field("cause", &STR, "the cause in one sentence; `{name}` is a named group of the signature"),
+        required("diagnosis", &STR, "what went wrong and what a person does, in words"),
+        field("plan_patch", &Shape::Obj(&PLAN_PATCH), "the fix (`$job` names the failed job); none: diagnosis only"),
         field(
             "examples",
             &Shape::Obj(&REMEDY_EXAMPLES),
@@ -826,6 +831,31 @@ pub(crate) static REMEDY: Obj = Obj {
         ),
     ],
     one_of: &[],
+    normalize: None,
+};
+
+static APPLIES_TO: Shape = Shape::Alt(&Alt {
+    doc: "`everywhere`, or a list of selectors",
+    scalar: Some((&Shape::Enum(&["everywhere"]), Wrap::Keep)),
+    seq: Some((&Shape::List(&JOB_SELECTOR), Wrap::Keep)),
+    map: None,
+});
+static JOB_SELECTOR: Shape = Shape::Alt(&Alt {
+    doc: "a job id, or a mapping with one of `job`, `job_type`, `provides`, `pack`",
+    scalar: Some((&ID, Wrap::Tag("job"))),
+    seq: None,
+    map: Some((&Shape::Obj(&JOB_SELECTOR_OBJ), Wrap::Keep)),
+});
+static JOB_SELECTOR_OBJ: Obj = Obj {
+    name: "job selector",
+    doc: "Jobs by id, by type, by a capability they provide, or by pack.",
+    fields: &[
+        field("job", &ID, "a job id"),
+        field("job_type", &JOB_TYPE, "automation | verification | diagnostic | rollback | noop"),
+        field("provides", &Shape::CapKey, "a capability the job provides"),
+        field("pack", &ID, "a pack id"),
+    ],
+    one_of: &["job", "job_type", "provides", "pack"],
     normalize: None,
 };
 

@@ -13,6 +13,7 @@ pub mod diag;
 pub mod digest;
 mod kinds;
 pub mod libraries;
+pub mod library;
 pub mod lint;
 mod refusals;
 pub mod remedy;

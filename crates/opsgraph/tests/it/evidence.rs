@@ -183,6 +183,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
         kubernetes/kubelet_active: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/kubelet_enabled: failed, could not start: failed to start `systemctl`: No such file or directory (os error 2)
         kubernetes/kubelet_runs_target_version: failed, exit code 127
+        kubernetes/kubernetes_apt_repository_verified: failed, (empty output)
         kubernetes/kubernetes_images_present: failed, exit code 127
         kubernetes/kubernetes_packages_as_requested: failed, (empty output)
         kubernetes/kubernetes_server_version: failed, could not start: failed to start `kubectl`: No such file or directory (os error 2)

@@ -302,3 +302,26 @@ fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
         jobs.out
     );
 }
+
+#[test]
+fn a_failure_the_pack_does_not_know_is_diagnosed_by_the_remedy_library_without_a_patch() {
+    let d = Data::new();
+    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-apt\n  environment: lab\n  parameters: {fail_job: install-runtime, fail_mode: exit}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
+    let op = run.operation_id();
+    let answered = d.approve_plan(&op);
+    assert_eq!(answered.code, 1, "{}", answered.render());
+    // lab-cluster has no remedy for it; the library recognises apt's own words and names the host.
+    let diagnosed = d.run(&["diagnose", &op, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&diagnosed.out).unwrap();
+    let d0 = &v[0];
+    assert_eq!(d0["remedy"], "package-repository-unreachable", "{v}");
+    assert!(d0["cause"].as_str().unwrap().contains("https://download.docker.com/linux/debian"), "{v}");
+    assert!(d0["evidence"][0].as_str().unwrap().contains("Could not connect to download.docker.com:443"), "{v}");
+    assert!(d0["patch"].is_null(), "a person opens the network path: {v}");
+    // Nothing to propose, said as such.
+    let propose = d.run(&["diagnose", &op, "--propose"]);
+    assert_eq!(propose.code, 1, "{}", propose.render());
+    let refused = d.run(&["patch", &op, "--remedy", "package-repository-unreachable", "--as", "alice"]);
+    assert_ne!(refused.code, 0, "{}", refused.render());
+    assert!(refused.render().contains("diagnoses without a patch"), "{}", refused.render());
+}

@@ -6,6 +6,7 @@ mod ai;
 mod artifact_params;
 mod browser;
 mod bundled;
+mod corpus;
 mod crash;
 mod day2;
 mod day2_actions;

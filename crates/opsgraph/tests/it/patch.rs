@@ -53,7 +53,7 @@ fn the_registry_remedy_patch_applies_with_its_diff() {
     let (_, pack) = lab_plan();
     let remedy = pack.remedies.iter().find(|r| r.id == "registry-unreachable").unwrap();
     check_patch(
-        &remedy.plan_patch,
+        remedy.plan_patch.as_ref().unwrap(),
         expect![[r#"
             + job configure-containerd-registry-mirror@lab-1 (after install-runtime@lab-1)
             + job restart-containerd@lab-1 (after configure-containerd-registry-mirror@lab-1)
@@ -225,13 +225,21 @@ fn bundled_remedy_patches_apply_to_their_packs_plans() {
         let loaded = opsgraph::plan_cmd::load_inputs(&Source::parse(&path(intent)), packs, &world);
         let Ok(plan) = opsgraph::plan_cmd::build(&loaded) else { continue };
         let pack = loaded.packs.iter().find(|p| p.reference() == plan.pack).unwrap();
+        // Each remedy with a patch, for each job it names that the plan has: the patch made for
+        // that job (`$job` filled in) applies.
         for r in &pack.remedies {
-            if !r.applies_to.iter().all(|j| plan.jobs.iter().any(|i| i.job == *j)) {
-                continue;
-            }
-            tried += 1;
-            if let Err(findings) = apply_patch(&plan, pack, &r.plan_patch) {
-                report.push_str(&format!("{} {} on {intent}:\n{}", pack.manifest.id, r.id, refused(&findings)));
+            let Some(patch) = &r.plan_patch else { continue };
+            for job in r.applies_to.job_ids().filter(|j| plan.jobs.iter().any(|i| i.job == *j)) {
+                tried += 1;
+                let patch = opsgraph_core::pack::remedy::instantiate(patch, job);
+                if let Err(findings) = apply_patch(&plan, pack, &patch) {
+                    report.push_str(&format!(
+                        "{} {} for {job} on {intent}:\n{}",
+                        pack.manifest.id,
+                        r.id,
+                        refused(&findings)
+                    ));
+                }
             }
         }
     }

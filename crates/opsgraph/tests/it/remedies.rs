@@ -71,7 +71,7 @@ remedy:
         FAILED: pack postgresql@1.2.0: 3 failures of 2 checks
           remedy port-in-use matches[0] (job start-postgresql): should match, but the signature matches nothing
             | FATAL:  could not create any TCP/IP sockets
-          remedy port-in-use does_not_match[0] (job start-postgresql): should not match, but matches on output `Address already in use`
+          remedy port-in-use does_not_match[0] (job start-postgresql): should not match, but matches on output `LOG:  could not bind IPv4 address "127.0.0.1": Address already in use`
             | LOG:  could not bind IPv4 address "127.0.0.1": Address already in use
           remedy untested matches (job start-postgresql): has no `matches` example: an untested remedy
     "#]]
@@ -102,12 +102,12 @@ fn diagnose_file_prints_the_diagnosis_the_patch_and_its_review() {
         exit: 0
         --- stdout
         Diagnosis of init-control-plane@cp-1 (pack kubernetes@1.0.0, rules analyzer, confidence 0.9)
-          kubeadm init failed because images cannot be pulled from registry-1.docker.io.
-          cause: init-control-plane@cp-1 matches remedy registry-unreachable of pack kubernetes
-          based on: output: failed to pull image registry.k8s.io/kube-apiserver:v1.30.2: output: time="2024-06-12T10:02:03Z" level=fatal msg="pulling image: failed to pull and unpack image: failed to do request: Head \"https://registry.k8s.io
-          remedy: registry-unreachable
+          cause: The container registry registry.k8s.io cannot be reached from the node, so the Kubernetes images cannot be pulled.
+          kubeadm failed because images cannot be pulled from registry.k8s.io (a timeout or refusal on the way to the registry). Pull-through mirrors (registry_mirror for docker.io, k8s_registry_mirror for registry.k8s.io) avoid the path.
+          based on: output: [ERROR ImagePull]: failed to pull image registry.k8s.io/kube-apiserver:v1.30.2: output: time="2024-06-12T10:02:03Z" level=fatal msg="pulling image: failed to pull and unpack image: failed to do request: Head \"https://registry.k8s.io/v2/kube-apiserver/manifests/v1.30.2\": dial tcp 34.96.108.209:443: i/o timeout"
+          remedy: registry-unreachable (pack kubernetes)
         Patch (approval required: sre):
-          Configure containerd pull-through mirrors (registry_mirror for docker.io, k8s_registry_mirror for registry.k8s.io) on every node, restart containerd, pre-pull the images through them, then run kubeadm init again.
+          Configure containerd pull-through mirrors (registry_mirror for docker.io, k8s_registry_mirror for registry.k8s.io) on every node, restart containerd, pre-pull the images through them, then run the kubeadm job that failed again.
           - insert configure-containerd-registry-mirror, restart-containerd, pre-pull-kubernetes-images after install-kubeadm
           - retry init-control-plane
         Review (against the pack's job library and templates only: there is no plan here, so contracts, order, cycles and parameters are checked when the patch is proposed for a real operation (`opsgraph patch`)):
@@ -132,7 +132,7 @@ fn diagnose_file_says_plainly_when_no_remedy_applies() {
         exit: 1
         --- stdout
         Diagnosis of init-control-plane (pack kubernetes@1.0.0, rules analyzer)
-          no remedy applies: no remedy of pack kubernetes matches this failure of init-control-plane
+          no remedy applies: no remedy of pack kubernetes or of the remedy library matches this failure of init-control-plane
           nothing is proposed
     "#]]
     .assert_eq(&run.render());
@@ -141,9 +141,42 @@ fn diagnose_file_says_plainly_when_no_remedy_applies() {
     let v: serde_json::Value = serde_json::from_str(&json.out).unwrap();
     assert!(v["remedy"].is_null() && v["plan_patch"].is_null());
 
-    // A job the pack does not have is refused, not diagnosed.
-    let dir = failure_file("no-such-job", "boom\n");
-    let run = opsgraph(&["diagnose", &dir.join("failure.yaml").display().to_string()]);
-    assert_eq!(run.code, 1);
-    assert!(run.err.contains("pack kubernetes@1.0.0 has no job `no-such-job`"), "{}", run.render());
+    // A job the pack does not have is still analysed, against the library; no patch can name it.
+    let dir = failure_file(
+        "no-such-job",
+        "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 2716 (unattended-upgr)\n",
+    );
+    let json = opsgraph(&["diagnose", &dir.join("failure.yaml").display().to_string(), "-o", "json"]);
+    assert_eq!(json.code, 0, "{}", json.render());
+    let v: serde_json::Value = serde_json::from_str(&json.out).unwrap();
+    assert_eq!((v["remedy"].as_str(), v["source"].as_str()), (Some("apt-lock-held"), Some("library")));
+    assert!(v["plan_patch"].is_null(), "{v}");
+    assert!(v["notes"][0].as_str().unwrap().contains("pack kubernetes@1.0.0 has no job `no-such-job`"), "{v}");
+}
+
+#[test]
+fn diagnose_file_bad_input_exits_2_with_json_errors() {
+    let dir = temp_dir(&[
+        ("bad.yaml", "failure:\n  pack: kubernetes\n  jbo: x\n"),
+        ("other.yaml", "failure:\n  pack: nosuchpack\n  job: x\n"),
+    ]);
+    let cases = [
+        (dir.join("missing.yaml").display().to_string(), "missing_file"),
+        (dir.join("bad.yaml").display().to_string(), "invalid_document"),
+        (dir.join("other.yaml").display().to_string(), "unknown_pack"),
+    ];
+    for (file, code) in cases {
+        let json = opsgraph(&["diagnose", &file, "-o", "json"]);
+        assert_eq!(json.code, 2, "{}", json.render());
+        let v: serde_json::Value = serde_json::from_str(&json.out).unwrap();
+        assert_eq!((v["outcome"].as_str(), v["error"]["code"].as_str()), (Some("bad_input"), Some(code)), "{v}");
+        let schema = opsgraph::remedy_cmd::diagnosis_schema();
+        crate::corpus::fits(&v, &schema["$defs"]["bad_input"]).unwrap();
+        crate::corpus::fits(&v["error"], &schema["$defs"]["bad_input"]["properties"]["error"]).unwrap();
+        let text = opsgraph(&["diagnose", &file]);
+        assert_eq!(text.code, 2, "{}", text.render());
+        assert!(text.err.contains("error: "), "{}", text.render());
+    }
+    let missing = opsgraph(&["diagnose", &dir.join("missing.yaml").display().to_string()]);
+    assert!(missing.err.contains("missing.yaml: no such file"), "{}", missing.render());
 }

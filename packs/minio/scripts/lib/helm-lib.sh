@@ -165,6 +165,28 @@ rollback_release() {
     log "ok: release $RELEASE rolled back to its previous revision"
 }
 
+# unlock_release: a release stuck in pending-install/-upgrade/-rollback (an interrupted helm run)
+# rolled back to its last deployed (or superseded) revision, waiting for it; a release that is not
+# pending is left alone; one that never deployed fails (uninstalling it is a person's decision).
+unlock_release() {
+    release_and_namespace fail
+    _history=$(helm -n "$NAMESPACE" history "$RELEASE" --max 20 -o yaml) ||
+        fail "release $RELEASE has no history in $NAMESPACE"
+    _status=$(printf '%s\n' "$_history" | awk '$1 == "status:" { s = $2 } END { print s }')
+    case $_status in
+        pending-install | pending-upgrade | pending-rollback) ;;
+        *)
+            log "release $RELEASE is $_status, not pending: nothing to unlock"
+            return 0
+            ;;
+    esac
+    _good=$(printf '%s\n' "$_history" |
+        awk '$1 == "revision:" { r = $2 } $1 == "status:" && ($2 == "deployed" || $2 == "superseded") { g = r } END { print g }')
+    [ -n "$_good" ] || fail "release $RELEASE is $_status and never deployed: helm -n $NAMESPACE uninstall $RELEASE is for a person"
+    helm -n "$NAMESPACE" rollback "$RELEASE" "$_good" --wait --timeout 10m
+    log "ok: release $RELEASE ($_status) rolled back to revision $_good"
+}
+
 # uninstall_release PVC_SELECTOR: `helm uninstall --wait` of the release (one that is not
 # installed is left alone). With the purge parameter true, the release's persistent volume
 # claims (PVC_SELECTOR) and the Secrets opsgraph made for it go too; by default both are kept.
