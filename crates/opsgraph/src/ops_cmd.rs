@@ -121,6 +121,7 @@ impl LocalApply<'_, '_> {
         let packs = load_packs(args.packs, &args.data_dir, true)?;
         let mut loaded = plan_cmd::assemble(&Source::parse(args.intent), packs, &world, &args.data_dir)?;
         loaded.patch = args.patch.map(patch_file).transpose()?;
+        loaded.roles = plan_cmd::local_roles(&args.data_dir, &args.actor);
         Ok(loaded)
     }
 }

@@ -33,6 +33,9 @@ pub struct Input<'a> {
     /// What the store recorded about the resource the intent names, if anything ([I]): a day-2
     /// action plans against it (`day2.rs`).
     pub recorded: Option<&'a Recorded>,
+    /// The requesting identity's roles ([O]): policy rules may match on them (`roles` in their
+    /// expressions). The server's identity, or the local user's roles from `config.yaml`.
+    pub roles: &'a [String],
 }
 
 /// A plan revision.
