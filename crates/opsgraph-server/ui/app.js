@@ -873,7 +873,7 @@ function dagView(op, ctx) {
 // The resolved capability graph: each requirement, how it was resolved and every candidate
 // rejected with its reason.
 function capabilityView(ctx) {
-  const res = (ctx.plan && ctx.plan.resolution) || [];
+  const res = (ctx.plan && (ctx.plan.capability_bindings || ctx.plan.resolution)) || [];
   if (!res.length) return h("p", { class: "muted", "data-testid": "capabilities" }, "The plan requires no capabilities from outside its own jobs.");
   const boundTo = (r) => {
     switch (r.outcome) {

@@ -178,7 +178,9 @@ impl crate::control_cmd::Applier for LocalApply<'_, '_> {
         }
         // The same audit row as the server's, in the operation's own transaction.
         let id = opsgraph_runtime::new_operation_id();
-        rt.attach(vec![opsgraph_runtime::audit::create(&args.actor, &id, &plan, None)]);
+        let mut audit = vec![opsgraph_runtime::audit::create(&args.actor, &id, &plan, None)];
+        audit.extend(opsgraph_runtime::audit::customizations(&args.actor, &id, &plan));
+        rt.attach(audit);
         let id = rt.create_as(&id, &plan, &args.actor, &mut |_| {})?;
         Ok((id, Box::new(crate::client::LocalControl::new(rt, &args.actor))))
     }

@@ -31,7 +31,9 @@ pub use edit::{apply, Edit};
 pub use inputs::check_preview;
 pub use params::check_parameter;
 pub use resolve::{Inventory, Outcome, Resolution};
-pub use types::{Cost, CostItem, GateSource, Input, JobInstance, Plan, PlanGate, Revision, Risk, Stage, SubOperation};
+pub use types::{
+    Cost, CostItem, Customization, GateSource, Input, JobInstance, Plan, PlanGate, Revision, Risk, Stage, SubOperation,
+};
 
 /// Why a plan could not be built. Each names what to fix.
 #[derive(Debug, Clone, PartialEq)]

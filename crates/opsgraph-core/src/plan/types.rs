@@ -50,6 +50,9 @@ pub struct Plan {
     pub action: String,
     pub intent: Intent,
     pub parameters: Attributes,
+    /// How each requirement was bound (protocol §2's `capability_bindings`; stored plans written
+    /// before [O] call it `resolution`, still read).
+    #[serde(rename = "capability_bindings", alias = "resolution")]
     pub resolution: Vec<Resolution>,
     pub stages: Vec<Stage>,
     pub jobs: Vec<JobInstance>,
@@ -86,7 +89,27 @@ pub struct Plan {
     /// rollback completes, that operation no longer counts in the resource's record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolls_back: Option<String>,
+    /// The patches that changed it since it was built ([O], protocol §2's `customizations`),
+    /// oldest first: not part of its hash (the changes themselves are).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub customizations: Vec<Customization>,
     pub revision: Revision,
+}
+
+/// One patch applied to a plan: which, by whom, what it changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Customization {
+    /// The patch's id, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The revision it made.
+    pub revision: u32,
+    /// The diff, one line a change (`+ job backup-db before migrate`).
+    pub diff: Vec<String>,
 }
 
 /// What a plan is estimated to cost, item by item.
@@ -239,6 +262,7 @@ impl Plan {
             removes_resource: template.removes_resource,
             removes_targets: template.removes_targets,
             rolls_back: None,
+            customizations: Vec::new(),
             revision: Revision { number: 0, hash: String::new() },
         }
     }

@@ -6,6 +6,7 @@ mod ai;
 mod artifact_params;
 mod bundled;
 mod crash;
+mod customized;
 mod day2;
 mod day2_actions;
 mod documents;
