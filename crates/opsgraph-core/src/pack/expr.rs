@@ -96,6 +96,23 @@ mod tests {
         expect.assert_eq(&got);
     }
 
+    /// A policy document with a bad expression: E013 at the value's line and column, naming
+    /// the column inside the expression; the document is not loaded.
+    #[test]
+    fn a_bad_expression_is_a_diagnostic_where_it_is_written() {
+        let text = "capability_policy:\n  object_storage.s3:\n    prod:\n      rules:\n        - name: ok\n          when: \"'pci' in intent.compliance\"\n        - name: bad\n          require: candidate.cost >\n---\noperations_policy:\n  prod:\n    rules:\n      - {name: who, when: \"candidate.kind == 'x'\"}\n";
+        let parsed = crate::pack::parse_file("policy.yaml", text);
+        let got: Vec<String> = parsed.diagnostics.iter().map(ToString::to_string).collect();
+        expect![[r#"
+            policy.yaml:8:20: error[E013]: `require` at column 18 of the expression: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}
+              = expected: a CEL expression over intent, roles, candidate
+              = hint: see docs/documents.md, "Policy rules"
+            policy.yaml:13:27: error[E013]: `when` at column 1 of the expression: unknown variable `candidate`; here an expression may use intent, roles, cost
+              = expected: a CEL expression over intent, roles, cost
+              = hint: see docs/documents.md, "Policy rules""#]].assert_eq(&got.join("\n"));
+        assert!(parsed.docs.is_empty());
+    }
+
     #[test]
     fn expressions_compile_or_say_where() {
         check("'pci' in intent.compliance && 'sre' in roles", Scope::When, expect!["ok"]);

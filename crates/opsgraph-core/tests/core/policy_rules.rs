@@ -200,3 +200,81 @@ fn external_binding_is_offered_with_its_checks_and_checked_at_the_gate() {
     let ok = brought(&[("region", json!("eu-west-1")), ("encryption", json!(true))]);
     assert_eq!(meets_constraints(&r, &intent, &roles, &ok), Ok(()));
 }
+
+/// The operations policy's rules over a whole plan: a denial names the rule, an approval gate is
+/// placed before the first jobs, and the cost threshold differs by criticality.
+#[test]
+fn operations_rules_deny_ask_for_approval_and_set_the_cost_threshold() {
+    use opsgraph_core::model::{EnvironmentOperations, OperationsPolicy, OperationsRule};
+    use opsgraph_core::plan::Input;
+    let mut backup = job("backup");
+    backup.0.cost = Some(300.0);
+    let packs = vec![pack("h", "thing", vec![backup, job("migrate")])];
+    let operations = OperationsPolicy {
+        environments: [(
+            "prod".to_string(),
+            EnvironmentOperations {
+                confirm_cost_above: Some(500.0),
+                rules: vec![
+                    OperationsRule {
+                        name: "no-contractors-in-pci".into(),
+                        when: Some("'contractor' in roles && 'pci' in intent.compliance".into()),
+                        deny: Some("contractors do not change PCI systems".into()),
+                        ..Default::default()
+                    },
+                    OperationsRule {
+                        name: "critical-costs-less".into(),
+                        when: Some("intent.criticality == 'critical'".into()),
+                        confirm_cost_above: Some(100.0),
+                        ..Default::default()
+                    },
+                    OperationsRule {
+                        name: "payments-approve".into(),
+                        when: Some("intent.organization == 'payments' && cost > 200.0".into()),
+                        require_approval: true,
+                        approval_roles: vec!["finance".into()],
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            },
+        )]
+        .into(),
+    };
+    let inventory = Inventory::new(&[]);
+    let plan = |criticality: &str, roles: &[&str]| {
+        let mut intent = prod_intent();
+        intent.target_resource_type = "thing".into();
+        intent.criticality = Some(criticality.into());
+        let roles: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
+        let input = Input {
+            intent: &intent,
+            packs: &packs,
+            inventory: &inventory,
+            providers: &[],
+            policy: &CapabilityPolicy::default(),
+            operations: &operations,
+            recorded: None,
+            roles: &roles,
+        };
+        match opsgraph_core::plan::build(&input) {
+            Ok(p) => {
+                p.gates.iter().map(|g| format!("{} [{}]: {}\n", g.id, g.required_roles.join(", "), g.reason)).collect()
+            }
+            Err(errors) => errors.iter().map(|e| format!("error[{}]: {e}\n", e.code())).collect::<String>(),
+        }
+    };
+    expect![[r#"
+        approve-payments-approve [finance]: the operations policy asks for an approval: rule payments-approve (when `intent.organization == 'payments' && cost > 200.0`)
+    "#]]
+    .assert_eq(&plan("high", &["sre"]));
+    expect![[r#"
+        approve-payments-approve [finance]: the operations policy asks for an approval: rule payments-approve (when `intent.organization == 'payments' && cost > 200.0`)
+        confirm-cost [sre, platform_admin]: the plan is estimated at 300, above the 100 that prod allows by rule critical-costs-less (when `intent.criticality == 'critical'`) without confirmation (job backup: 300)
+    "#]]
+    .assert_eq(&plan("critical", &["sre"]));
+    expect![[r#"
+        error[P013]: refused by operations policy rule no-contractors-in-pci (when `'contractor' in roles && 'pci' in intent.compliance`): contractors do not change PCI systems
+    "#]]
+    .assert_eq(&plan("high", &["contractor"]));
+}

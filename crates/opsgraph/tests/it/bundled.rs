@@ -174,6 +174,7 @@ fn tempo_preview_reads_in_one_screen() {
           approve-dedicated-minio (approval), answered by sre or platform_admin
             Tempo requires object_storage.s3 and no existing prod provider matches.
             options: create dedicated MinIO | bind external S3 | cancel operation
+            bind external S3: checked when answered: encryption: true (the policy in prod); constraint encryption: required; constraint region: eu-west-1
             blocks: write-storage-credentials
 
         Stages
