@@ -156,6 +156,7 @@ fn tempo_preview_reads_in_one_screen() {
     expect![[r#"
         Plan tempo.install (tempo@1.0.0) for: install tempo.instance tempo-prod in prod
         Revision 1 sha256:HASH   Risk: medium
+        Cost estimate: 40 (job install-tempo 40)
 
         Capabilities
           kubernetes.cluster  bind           cluster/prod-k8s (the only candidate that satisfies every rule)
