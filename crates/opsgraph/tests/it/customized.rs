@@ -57,3 +57,46 @@ fn a_plan_patched_before_its_run_is_recorded_and_described_as_customized() {
     let audit = opsgraph(&["--data-dir", &data, "audit", "-o", "json"]);
     assert!(audit.out.contains("\"plan.customize\"") && audit.out.contains("look-first"), "{}", audit.render());
 }
+
+/// Locally, the roles policy rules see are the user's in the data directory's `config.yaml`
+/// (`users:`), as for answering gates ([O]).
+#[test]
+fn local_plans_see_the_users_roles_from_the_config() {
+    let tmp = temp_dir(FILES);
+    let data = tmp.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let policy = tmp.join("ops.yaml");
+    std::fs::write(
+        &policy,
+        "operations_policy:\n  dev:\n    rules:\n      - {name: sre-only, when: \"!('sre' in roles)\", deny: only SREs plan here}\n",
+    )
+    .unwrap();
+    let me = std::env::var("USER").ok().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| "local".into());
+    let plan = |roles: &str| {
+        std::fs::write(data.join("config.yaml"), format!("users: {{{me}: [{roles}]}}\n")).unwrap();
+        let (intent, packs) = (tmp.join("make.yaml").display().to_string(), tmp.join("packs").display().to_string());
+        let policy = policy.display().to_string();
+        opsgraph(&[
+            "--data-dir",
+            &data.display().to_string(),
+            "plan",
+            "-f",
+            &intent,
+            "--packs",
+            &packs,
+            "--policy",
+            &policy,
+        ])
+    };
+    let refused = plan("operator");
+    assert_eq!(refused.code, 1, "{}", refused.render());
+    assert!(
+        refused.err.contains(
+            "error[P013]: refused by operations policy rule sre-only (when `!('sre' in roles)`): only SREs plan here"
+        ),
+        "{}",
+        refused.render()
+    );
+    let planned = plan("sre");
+    assert_eq!(planned.code, 0, "{}", planned.render());
+}
