@@ -54,9 +54,12 @@ pub fn compile(text: &str, scope: Scope) -> Result<Program, ExprError> {
     let mut unknown: Vec<&str> = references.variables().into_iter().filter(|v| !allowed.contains(v)).collect();
     unknown.sort_unstable();
     if let Some(v) = unknown.first().map(|v| v.to_string()) {
+        // Where the name first appears (1-based line and column).
+        let at = text.find(&v).unwrap_or(0);
+        let before = &text[..at];
         return Err(ExprError {
-            line: 1,
-            col: text.find(&v).map_or(1, |i| i + 1),
+            line: before.matches('\n').count() + 1,
+            col: before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1,
             message: format!("unknown variable `{v}`; here an expression may use {}", allowed.join(", ")),
         });
     }
@@ -128,6 +131,11 @@ mod tests {
         for bad in [".", "/", "1 +", "(", ")", "intent.", "[1,", "{'a':"] {
             assert!(compile(bad, Scope::When).is_err(), "{bad}");
         }
+        check(
+            "intent.name == 'a' &&\n  roles.size() > 0 && cost > 1.0",
+            Scope::When,
+            expect!["2:23: unknown variable `cost`; here an expression may use intent, roles"],
+        );
         check(
             "cost > 1",
             Scope::Candidate,
