@@ -84,6 +84,7 @@ pub fn build(pack: &Pack, resources: &[Resource], intent: &Intent) -> Result<Pla
         policy: &CapabilityPolicy::default(),
         operations: &OperationsPolicy::default(),
         recorded: None,
+        roles: &[],
     })
 }
 

@@ -28,6 +28,17 @@ pub struct OperationSummary {
 pub struct OperationView {
     #[serde(flatten)]
     pub summary: OperationSummary,
+    /// Protocol §2's Operation fields ([O]): the intent's `id` (when it gave one) and the plan
+    /// revision it runs (`plan_revision`'s hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent_id: Option<String>,
+    pub plan_id: String,
+    /// Whether a patch changed the plan since it was built, and each patch: id, author, reason,
+    /// the revision it made and its diff ([O]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub customized: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub customizations: Vec<Value>,
     /// The pack it ran (`id@version`), pinned by digest.
     pub pack: Option<String>,
     pub pack_digest: Option<String>,
@@ -50,6 +61,10 @@ pub struct OperationView {
 pub struct StageView {
     pub id: String,
     pub name: String,
+    /// From its jobs' states ([O]): `pending`, `running`, `completed` (every job done or
+    /// skipped), `failed` (one failed), `waiting` (some done, the rest not started).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub status: String,
     pub jobs: Vec<String>,
 }
 

@@ -1,9 +1,9 @@
 //! The documents of stored records, built once: the server's handlers serve them and the CLI's
 //! local client returns them, so the two cannot drift.
 
-use opsgraph_core::model::OperationState;
+use opsgraph_core::model::{JobState, OperationState};
 use opsgraph_core::plan::lifecycle::state_name;
-use opsgraph_store::{ArtifactRecord, OperationRecord, ResourceRecord, Store, TimelineEntry, TokenRecord};
+use opsgraph_store::{ArtifactRecord, JobRecord, OperationRecord, ResourceRecord, Store, TimelineEntry, TokenRecord};
 use serde_json::{json, Value};
 
 use crate::dto::{
@@ -67,15 +67,21 @@ pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<OperationView
     // The pack it ran, pinned by digest.
     let plan = store.plan(&o.plan_revision)?;
     let text = |key: &str| plan.as_ref().and_then(|p| p[key].as_str().map(str::to_string));
+    let jobs = store.jobs(&o.id)?;
+    let customizations = plan.as_ref().and_then(|p| p["customizations"].as_array().cloned()).unwrap_or_default();
     Ok(OperationView {
         summary: operation_summary(o),
+        intent_id: o.intent["id"].as_str().map(str::to_string),
+        plan_id: o.plan_revision.clone(),
+        customized: !customizations.is_empty(),
+        customizations,
         pack: text("pack"),
         pack_digest: text("pack_digest"),
-        stages: plan.as_ref().map(stages).unwrap_or_default(),
+        stages: plan.as_ref().map(|p| stages(p, &jobs)).unwrap_or_default(),
         intent: hide_sealed(o.intent.clone()),
         gates: gates(store, o)?.gates,
         waiting_at: waiting_at(&o.state).to_vec(),
-        jobs: store.jobs(&o.id)?,
+        jobs,
         evidence: store.evidence(&o.id)?,
         artifacts: store.artifacts(&o.id)?.iter().map(artifact).collect(),
         timeline: store.timeline(&o.id)?.iter().map(timeline_entry).collect(),
@@ -84,7 +90,7 @@ pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<OperationView
 
 /// The plan's stages, each with the job instances in it (the plan names template jobs; an
 /// instance records its stage).
-fn stages(plan: &Value) -> Vec<StageView> {
+fn stages(plan: &Value, records: &[JobRecord]) -> Vec<StageView> {
     let empty = Vec::new();
     let jobs = plan["jobs"].as_array().unwrap_or(&empty);
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
@@ -92,12 +98,42 @@ fn stages(plan: &Value) -> Vec<StageView> {
         .as_array()
         .unwrap_or(&empty)
         .iter()
-        .map(|s| StageView {
-            id: text(&s["id"]),
-            name: text(&s["name"]),
-            jobs: jobs.iter().filter(|j| j["stage"] == s["id"]).map(|j| text(&j["id"])).collect(),
+        .map(|s| {
+            let ids: Vec<String> = jobs.iter().filter(|j| j["stage"] == s["id"]).map(|j| text(&j["id"])).collect();
+            let states: Vec<JobState> =
+                ids.iter().filter_map(|id| records.iter().find(|r| r.id == *id).map(|r| r.state)).collect();
+            StageView { id: text(&s["id"]), name: text(&s["name"]), status: stage_status(&states).into(), jobs: ids }
         })
         .collect()
+}
+
+/// A stage's status from its jobs' states (protocol §2: a Stage has a status).
+fn stage_status(states: &[JobState]) -> &'static str {
+    let done = |s: &JobState| {
+        matches!(
+            s,
+            JobState::Succeeded
+                | JobState::AlreadySatisfied
+                | JobState::Recovered
+                | JobState::ManuallyFixed
+                | JobState::Skipped
+        )
+    };
+    if states.is_empty() {
+        "pending"
+    } else if states.iter().any(|s| matches!(s, JobState::Failed)) {
+        "failed"
+    } else if states.iter().any(|s| matches!(s, JobState::Cancelled)) {
+        "cancelled"
+    } else if states.iter().any(|s| matches!(s, JobState::Running)) {
+        "running"
+    } else if states.iter().all(done) {
+        "completed"
+    } else if states.iter().any(done) {
+        "waiting"
+    } else {
+        "pending"
+    }
 }
 
 /// A resource in a list.
@@ -247,9 +283,25 @@ pub fn diagnosis(d: &opsgraph_runtime::Diagnosis) -> crate::dto::DiagnosisView {
 
 #[cfg(test)]
 mod tests {
-    use opsgraph_core::model::OperationState;
-
     use super::*;
+
+    /// A stage's status from its jobs' states.
+    #[test]
+    fn a_stage_status_follows_its_jobs() {
+        use JobState::*;
+        let cases: &[(&[JobState], &str)] = &[
+            (&[], "pending"),
+            (&[Pending, Pending], "pending"),
+            (&[Succeeded, Pending], "waiting"),
+            (&[Succeeded, Running], "running"),
+            (&[Succeeded, Skipped, Recovered], "completed"),
+            (&[Succeeded, Failed, Running], "failed"),
+            (&[Succeeded, Cancelled], "cancelled"),
+        ];
+        for (states, want) in cases {
+            assert_eq!(stage_status(states), *want, "{states:?}");
+        }
+    }
 
     /// The gates an operation waits at are its state's, typed; `detail` names the same ones.
     fn check(state: OperationState, expect: &[&str]) {

@@ -84,6 +84,9 @@ fn node(i: usize) -> Resource {
         environment: Some("prod".into()),
         provider: None,
         labels: BTreeMap::new(),
+        organization: None,
+        criticality: None,
+        compliance: vec![],
         attributes: Attributes::new(),
         desired_state: None,
         observed_state: None,
@@ -106,6 +109,9 @@ fn intent(nodes: usize) -> Intent {
         name: Some("bench".into()),
         environment: Some("prod".into()),
         desired_result: None,
+        organization: None,
+        criticality: None,
+        compliance: vec![],
         parameters: Attributes::new(),
         constraints: [("region".to_string(), json!("region-3"))].into(),
         targets: [("nodes".to_string(), (0..nodes).map(|i| format!("compute_node/n{i}")).collect())].into(),
@@ -132,6 +138,7 @@ fn bench_plans(sizes: &[usize], runs: usize) -> Vec<(Duration, usize, usize)> {
                 policy: &policy,
                 operations: &Default::default(),
                 recorded: None,
+                roles: &[],
             })
             .expect("the bench plan builds");
             times[k].push(start.elapsed());
@@ -150,6 +157,9 @@ fn storage(i: usize) -> Resource {
         environment: Some(env.into()),
         provider: Some(["shared_minio", "dedicated_minio", "aws_s3", "ceph", "legacy"][i % 5].into()),
         labels: BTreeMap::new(),
+        organization: None,
+        criticality: None,
+        compliance: vec![],
         attributes: [
             ("region".to_string(), json!(format!("region-{}", i % 10))),
             ("site".to_string(), json!(format!("site{:03}", i % 100))),
@@ -209,8 +219,14 @@ fn bench_resolve(count: usize, runs: usize) -> (Duration, Duration, usize) {
         let start = Instant::now();
         let inventory = Inventory::new(&resources);
         index.push(start.elapsed());
-        let cx =
-            Context { inventory: &inventory, providers: &[], policy: &policy, intent: &intent, requester: "Bench" };
+        let cx = Context {
+            inventory: &inventory,
+            providers: &[],
+            policy: &policy,
+            intent: &intent,
+            requester: "Bench",
+            roles: &[],
+        };
         let start = Instant::now();
         let r = resolve(&cx, &req, vec![]);
         answer.push(start.elapsed());

@@ -172,6 +172,9 @@ fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration
         name: None,
         environment: None,
         desired_result: None,
+        organization: None,
+        criticality: None,
+        compliance: vec![],
         parameters: Attributes::new(),
         constraints: Attributes::new(),
         targets: BTreeMap::new(),
@@ -187,6 +190,7 @@ fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration
         policy: &CapabilityPolicy::default(),
         operations: &Default::default(),
         recorded: None,
+        roles: &[],
     })
     .expect("chain plan");
     let data = dir.join(format!("chain-{}", std::process::id()));
@@ -489,6 +493,9 @@ mod scale {
             name: None,
             environment: None,
             desired_result: None,
+            organization: None,
+            criticality: None,
+            compliance: vec![],
             parameters: Attributes::new(),
             constraints: Attributes::new(),
             targets: Default::default(),
@@ -504,6 +511,7 @@ mod scale {
             policy: &CapabilityPolicy::default(),
             operations: &Default::default(),
             recorded: None,
+            roles: &[],
         })
         .expect("plan");
         let data = std::env::temp_dir().join(format!("opsgraph-bench-scale-{}", std::process::id()));

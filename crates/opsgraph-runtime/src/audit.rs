@@ -42,6 +42,20 @@ pub fn create(actor: &str, id: &str, plan: &Plan, idempotency_key: Option<&str>)
     ))
 }
 
+/// `plan.customize`: one row per patch that changed the plan before its run ([O]), beside the
+/// creation's row, naming the patch, its author and its diff.
+pub fn customizations(actor: &str, id: &str, plan: &Plan) -> Vec<Write> {
+    let resource = crate::Runtime::target_resource(&plan.intent);
+    plan.customizations
+        .iter()
+        .map(|c| {
+            let target = format!("{id}/{}", c.patch.clone().unwrap_or_else(|| format!("revision-{}", c.revision)));
+            let detail = serde_json::to_value(c).unwrap_or_default();
+            Write::Audit(record(actor, "plan.customize", &target, Some(id), resource.as_deref(), detail))
+        })
+        .collect()
+}
+
 /// `gate.answer`: `gate` of `op` answered `option` in `role`, against plan `revision`.
 pub fn gate_answer(
     actor: &str,

@@ -126,6 +126,9 @@ impl Runtime {
             environment: plan.intent.environment.clone(),
             provider: Some(provider.to_string()),
             labels: Default::default(),
+            organization: None,
+            criticality: None,
+            compliance: vec![],
             attributes: Default::default(),
             desired_state: None,
             observed_state: Some(format!("described by {} at gate, not observed", answer.actor)),
@@ -143,13 +146,14 @@ impl Runtime {
                 r.id
             )));
         }
-        let req = plan
+        let res = plan
             .resolution
             .iter()
             .find(|x| x.requirement.capability == cap)
-            .map(|x| &x.requirement)
             .ok_or_else(|| Error::Unsupported(format!("the plan has no requirement {cap}")))?;
-        opsgraph_core::plan::resolve::meets_constraints(req, &plan.intent, &r)
+        // Its constraints and the policy it was planned under (encryption, the rules' `require`),
+        // against what the person supplies, with their role.
+        opsgraph_core::plan::resolve::meets_constraints(res, &plan.intent, std::slice::from_ref(&answer.role), &r)
             .map_err(|why| Error::Unsupported(format!("{} does not meet the requirement: {why}", r.id)))?;
         Ok((cap.to_string(), r))
     }

@@ -136,6 +136,22 @@ impl Runtime {
                 json!({"revision": plan.revision.hash}),
             )),
         ];
+        // Each patch that customised the plan before its run ([O]): on the timeline, as it is on
+        // the plan.
+        for c in &plan.customizations {
+            writes.push(Write::Timeline(entry(
+                &id,
+                c.author.as_deref().unwrap_or(actor),
+                "customized",
+                format!(
+                    "revision {} by patch {}: {}",
+                    c.revision,
+                    c.patch.as_deref().unwrap_or("(unnamed)"),
+                    c.diff.join("; ")
+                ),
+                serde_json::to_value(c).unwrap_or(Value::Null),
+            )));
+        }
         for j in &plan.jobs {
             writes.push(Write::Job(JobRecord {
                 operation: id.clone(),

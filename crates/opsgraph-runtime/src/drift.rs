@@ -144,6 +144,8 @@ impl Runtime {
             operations: &world.operations,
             // The intent already carries the verified operation's parameters and targets.
             recorded: None,
+            // The operations policy plans a repair, not a person: no roles.
+            roles: &[],
         });
         let mut plan = match built {
             Ok(plan) => plan,

@@ -187,6 +187,8 @@ impl Ctx {
         let resources = opsgraph_runtime::manage::world_resources(&w.resources, &*self.store)?;
         let recorded = opsgraph_runtime::manage::recorded(intent, &*self.store)?;
         let inventory = Inventory::new(&resources);
+        // The requester's roles ([O]): policy rules may match on them.
+        let roles = self.who().map(|w| w.roles.clone()).unwrap_or_default();
         opsgraph_core::plan::build(&Input {
             intent,
             packs: &w.packs,
@@ -195,6 +197,7 @@ impl Ctx {
             policy: &w.policy,
             operations: &w.operations,
             recorded: recorded.as_ref(),
+            roles: &roles,
         })
         .map_err(|errors| {
             let list: Vec<Value> = errors.iter().map(|e| json!({"code": e.code(), "message": e.to_string()})).collect();

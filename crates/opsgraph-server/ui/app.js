@@ -1247,7 +1247,7 @@ function headerFacts(op, ctx) {
 // The resolved capability graph: each requirement, how it was resolved and every candidate
 // rejected with its reason.
 function capabilityView(ctx) {
-  const res = (ctx.plan && ctx.plan.resolution) || [];
+  const res = (ctx.plan && (ctx.plan.capability_bindings || ctx.plan.resolution)) || [];
   if (!res.length) return h("p", { class: "muted", "data-testid": "capabilities" }, "The plan requires no capabilities from outside its own jobs.");
   // A scope's binding (`outcome: bind` with `resources[]`) names each resource of the scope; a
   // gate's options are objects with a label.

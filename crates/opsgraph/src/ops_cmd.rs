@@ -121,6 +121,7 @@ impl LocalApply<'_, '_> {
         let packs = load_packs(args.packs, &args.data_dir, true)?;
         let mut loaded = plan_cmd::assemble(&Source::parse(args.intent), packs, &world, &args.data_dir)?;
         loaded.patch = args.patch.map(patch_file).transpose()?;
+        loaded.roles = plan_cmd::local_roles(&args.data_dir, &args.actor);
         Ok(loaded)
     }
 }
@@ -177,7 +178,9 @@ impl crate::control_cmd::Applier for LocalApply<'_, '_> {
         }
         // The same audit row as the server's, in the operation's own transaction.
         let id = opsgraph_runtime::new_operation_id();
-        rt.attach(vec![opsgraph_runtime::audit::create(&args.actor, &id, &plan, None)]);
+        let mut audit = vec![opsgraph_runtime::audit::create(&args.actor, &id, &plan, None)];
+        audit.extend(opsgraph_runtime::audit::customizations(&args.actor, &id, &plan));
+        rt.attach(audit);
         let id = rt.create_as(&id, &plan, &args.actor, &mut |_| {})?;
         Ok((id, Box::new(crate::client::LocalControl::new(rt, &args.actor))))
     }

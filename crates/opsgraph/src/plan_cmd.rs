@@ -21,6 +21,9 @@ pub struct Loaded {
     /// What the store recorded about the resource the intent names ([I]: a day-2 action plans
     /// against it).
     pub recorded: Option<opsgraph_core::plan::Recorded>,
+    /// The roles of the local user ([O]: policy rules match on them): `config.yaml`'s `users:`
+    /// for `$USER` (`apply --as`), none without it.
+    pub roles: Vec<String>,
 }
 
 /// Loads world documents and the intent, next to packs already loaded. The intent file may hold
@@ -67,6 +70,9 @@ pub fn load_inputs(
                 name: None,
                 environment: None,
                 desired_result: None,
+                organization: None,
+                criticality: None,
+                compliance: vec![],
                 parameters: Default::default(),
                 constraints: Default::default(),
                 targets: Default::default(),
@@ -74,7 +80,7 @@ pub fn load_inputs(
             }
         }
     };
-    Loaded { intent, packs, world, diagnostics: diags, patch: None, recorded: None }
+    Loaded { intent, packs, world, diagnostics: diags, patch: None, recorded: None, roles: Vec::new() }
 }
 
 /// The world a local plan is built from, the one function `plan` and `apply` share: the
@@ -96,7 +102,15 @@ pub fn assemble(
         loaded.world.resources = opsgraph_runtime::manage::world_resources(&loaded.world.resources, &*store)?;
         loaded.recorded = opsgraph_runtime::manage::recorded(&loaded.intent, &*store)?;
     }
+    loaded.roles = local_roles(data_dir, &crate::client::local_actor(None));
     Ok(loaded)
+}
+
+/// The roles of a local actor (`user:NAME`) from the data directory's `config.yaml`; none when
+/// it has no such file or user (a plan is then made for someone without roles).
+pub fn local_roles(data_dir: &std::path::Path, actor: &str) -> Vec<String> {
+    let user = actor.strip_prefix("user:").unwrap_or(actor);
+    crate::client::roles_of(data_dir, user).unwrap_or_default()
 }
 
 /// Builds the plan from loaded inputs.
@@ -110,6 +124,7 @@ pub fn build(loaded: &Loaded) -> Result<Plan, Vec<opsgraph_core::plan::Error>> {
         policy: &loaded.world.policy,
         operations: &loaded.world.operations,
         recorded: loaded.recorded.as_ref(),
+        roles: &loaded.roles,
     })
 }
 

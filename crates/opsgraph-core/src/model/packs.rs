@@ -123,8 +123,11 @@ pub struct PlanTemplateRef {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Editable {
-    #[serde(default)]
-    pub advanced_mode: bool,
+    /// `false` said explicitly: a plan of this pack may only be patched with `retry` (no job
+    /// inserted, skipped or re-parameterised, no gate added). Absent: anything the patch
+    /// review allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advanced_mode: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -46,6 +46,16 @@ pub struct Resource {
     pub provider: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// What policies match on ([O]): the organization that owns it, how critical it is, the
+    /// compliance regimes it serves (`pci`, `hipaa`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub organization: Option<String>,
+    /// `low`, `medium`, `high`, `critical`, or the organization's own words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub criticality: Option<String>,
+    /// Compliance regimes (`pci`, `hipaa`, `sox`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compliance: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: Attributes,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -232,9 +242,55 @@ pub struct EnvironmentPolicy {
     /// Rules a plan may break only by exception: a `policy_exception` gate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft: Option<SoftPolicy>,
+    /// Rules with CEL expressions over the intent's context, the requester's roles and each
+    /// candidate ([O]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<PolicyRule>,
     /// The roles that grant an exception to `soft` (default `platform_admin`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exception_roles: Vec<String>,
+}
+
+/// One rule of a capability policy ([O]), its expressions in CEL (compiled when the document
+/// loads, `pack::expr`). `when` (default: always) may use `intent` and `roles`; `require` also
+/// `candidate`, and a candidate for which it is false is rejected naming the rule.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyRule {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require: Option<String>,
+    /// While `when` holds, binding or creating needs an approval gate.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_approval: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval_roles: Vec<String>,
+    /// Why the rule exists, said with its rejections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One rule of an operations policy ([O]): `when` (CEL over `intent`, `roles`, `cost`) holds,
+/// then the plan is refused (`deny`), needs an approval, or confirms its cost above another
+/// threshold.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperationsRule {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// The plan is refused, with this reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_approval: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval_roles: Vec<String>,
+    /// Replaces the environment's `confirm_cost_above` while `when` holds (the first such rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_cost_above: Option<f64>,
 }
 
 /// The soft part of an environment policy: what is preferred, and breakable by exception.
@@ -279,6 +335,10 @@ pub struct EnvironmentOperations {
     /// What happens when a verification finds a resource of this environment degraded ([I]).
     #[serde(default, skip_serializing_if = "RepairMode::is_off")]
     pub repair: RepairMode,
+    /// Rules with CEL expressions over the intent's context, the requester's roles and the
+    /// plan's cost ([O]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<OperationsRule>,
 }
 
 /// The operations policy's answer to drift: a resource a verification found degraded.
@@ -321,6 +381,15 @@ pub struct Intent {
     pub environment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_result: Option<String>,
+    /// Organization, criticality, compliance tags: what policies match on ([O]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub organization: Option<String>,
+    /// `low`, `medium`, `high`, `critical`, or the organization's own words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub criticality: Option<String>,
+    /// Compliance regimes (`pci`, `hipaa`, `sox`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compliance: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parameters: Attributes,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

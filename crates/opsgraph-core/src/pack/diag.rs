@@ -31,6 +31,8 @@ pub enum Code {
     /// A file that is not read: not a regular file (a FIFO, socket or device), a symbolic link
     /// leaving the tree, or unreadable.
     File,
+    /// A policy expression (CEL) that does not compile, or names an unknown variable.
+    Expression,
 }
 
 impl Code {
@@ -50,6 +52,7 @@ impl Code {
             Code::Pipeline => "W001",
             Code::Swallowed => "W002",
             Code::File => "E012",
+            Code::Expression => "E013",
         }
     }
 
@@ -69,6 +72,7 @@ impl Code {
             Code::Pipeline => "pipeline-without-pipefail",
             Code::Swallowed => "swallowed-failure",
             Code::File => "file",
+            Code::Expression => "expression",
         }
     }
 }

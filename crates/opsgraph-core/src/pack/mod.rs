@@ -11,6 +11,7 @@
 pub mod contents;
 pub mod diag;
 pub mod digest;
+pub mod expr;
 mod kinds;
 pub mod libraries;
 pub mod library;

@@ -1,6 +1,7 @@
 //! Rules within one document that span several fields (which a shape alone cannot say).
 
 use crate::pack::diag::{Code, Diagnostic};
+use crate::pack::expr::{self, Scope};
 use crate::pack::yaml::{Node, NodeKind};
 
 pub(crate) fn check(kind: &str, body: &Node, diags: &mut Vec<Diagnostic>) {
@@ -16,6 +17,7 @@ pub(crate) fn check(kind: &str, body: &Node, diags: &mut Vec<Diagnostic>) {
             }
         }
         "capability_policy" => policy(body, diags),
+        "operations_policy" => operations(body, diags),
         "plan_template" => template(body, diags),
         "job" => job(body, diags),
         "intent" => {}
@@ -106,6 +108,10 @@ fn policy(body: &Node, diags: &mut Vec<Diagnostic>) {
             continue;
         };
         for (env, rule) in envs {
+            for r in rules(rule) {
+                expr::check(r, "when", Scope::When, diags);
+                expr::check(r, "require", Scope::Candidate, diags);
+            }
             let allowed: Option<Vec<&str>> = match rule.get("allowed_providers").map(|n| &n.kind) {
                 Some(NodeKind::Seq(items)) => Some(items.iter().filter_map(Node::as_str).collect()),
                 _ => None,
@@ -126,6 +132,25 @@ fn policy(body: &Node, diags: &mut Vec<Diagnostic>) {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The entries of a policy's `rules:`.
+fn rules(policy: &Node) -> &[Node] {
+    match policy.get("rules").map(|n| &n.kind) {
+        Some(NodeKind::Seq(items)) => items,
+        _ => &[],
+    }
+}
+
+fn operations(body: &Node, diags: &mut Vec<Diagnostic>) {
+    let NodeKind::Map(envs) = &body.kind else {
+        return;
+    };
+    for (_, policy) in envs {
+        for r in rules(policy) {
+            expr::check(r, "when", Scope::Operations, diags);
         }
     }
 }

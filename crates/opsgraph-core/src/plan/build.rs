@@ -9,7 +9,7 @@ use crate::pack::Pack;
 use crate::plan::edit::{apply, Edit};
 use crate::plan::params::check_parameter;
 use crate::plan::resolve::{self, Context, GateOption, Outcome};
-use crate::plan::types::{amount, Cost, CostItem, GateSource, Input, JobInstance, Plan, PlanGate, Risk, SubOperation};
+use crate::plan::types::{Cost, CostItem, GateSource, Input, JobInstance, Plan, PlanGate, Risk, SubOperation};
 use crate::plan::Error;
 
 const MAX_DEPTH: usize = 3;
@@ -282,6 +282,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         policy: input.policy,
         intent,
         requester: &requester,
+        roles: input.roles,
     };
     let mut resolution = Vec::new();
     for (req, by) in external {
@@ -443,30 +444,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         unit: ops_rule.and_then(|r| r.cost_unit.clone()),
         items,
     });
-    if let (Some(cost), Some(limit)) = (&cost, ops_rule.and_then(|r| r.confirm_cost_above)) {
-        if cost.total > limit {
-            let unit = cost.unit.as_deref().map(|u| format!(" {u}")).unwrap_or_default();
-            let env = intent.environment.as_deref().unwrap_or("this environment");
-            let roles = ops_rule.map(|r| r.cost_roles.clone()).filter(|r| !r.is_empty());
-            gates.push(PlanGate {
-                id: "confirm-cost".into(),
-                type_: GateType::CostConfirmation,
-                reason: format!(
-                    "the plan is estimated at {}{unit}, above the {}{unit} that {env} allows without confirmation ({})",
-                    amount(cost.total),
-                    amount(limit),
-                    cost.items
-                        .iter()
-                        .map(|i| format!("{}: {}", i.what, amount(i.amount)))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                options: vec!["confirm cost".into(), "cancel operation".into()],
-                required_roles: roles.unwrap_or_else(|| vec!["sre".into(), "platform_admin".into()]),
-                before: roots.clone(),
-                source: GateSource::Cost,
-            });
-        }
+    // The cost confirmation and the operations policy's rules ([O]): gates, or a refusal.
+    match crate::plan::operations::operations(ops_rule, intent, input.roles, cost.as_ref(), &roots) {
+        Ok(more) => gates.extend(more),
+        Err(denied) => errors.push(denied),
     }
 
     let mut reasons = vec![format!("{} risk level of {}", level, pack.manifest.id)];
@@ -537,6 +518,9 @@ fn sub_operation(
             name: Some(format!("{}-{}", provider.replace('_', "-"), parent)),
             environment: input.intent.environment.clone(),
             desired_result: Some(format!("{} for {parent}", req.capability)),
+            organization: input.intent.organization.clone(),
+            criticality: input.intent.criticality.clone(),
+            compliance: input.intent.compliance.clone(),
             parameters: params.clone(),
             constraints: input.intent.constraints.clone(),
             targets: BTreeMap::new(),

@@ -11,8 +11,10 @@ mod edit;
 mod inputs;
 pub mod job_lifecycle;
 pub mod lifecycle;
+mod operations;
 mod params;
 pub mod patch;
+pub mod policy;
 mod refuse;
 pub mod render;
 mod resolution;
@@ -29,7 +31,9 @@ pub use edit::{apply, Edit};
 pub use inputs::check_preview;
 pub use params::check_parameter;
 pub use resolve::{Inventory, Outcome, Resolution};
-pub use types::{Cost, CostItem, GateSource, Input, JobInstance, Plan, PlanGate, Revision, Risk, Stage, SubOperation};
+pub use types::{
+    Cost, CostItem, Customization, GateSource, Input, JobInstance, Plan, PlanGate, Revision, Risk, Stage, SubOperation,
+};
 
 /// Why a plan could not be built. Each names what to fix.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,6 +150,12 @@ pub enum Error {
         message: String,
         because: Vec<String>,
     },
+    /// An operations policy rule refuses the plan ([O]).
+    Denied {
+        rule: String,
+        when: Option<String>,
+        reason: String,
+    },
 }
 
 /// Limits on what one plan may hold, checked before anything is stored (docs/operations.md).
@@ -186,6 +196,7 @@ impl Error {
             Error::Limit { .. } => "P010",
             Error::StalePreview { .. } => "P011",
             Error::Refused { .. } => "P012",
+            Error::Denied { .. } => "P013",
         }
     }
 }
@@ -294,6 +305,9 @@ impl fmt::Display for Error {
             ),
             Error::Refused { template, message, because } => {
                 write!(f, "refused by template `{template}`: {message} ({})", because.join("; "))
+            }
+            Error::Denied { rule, when, reason } => {
+                write!(f, "refused by operations policy {}: {reason}", policy::named(rule, when.as_deref()))
             }
         }
     }

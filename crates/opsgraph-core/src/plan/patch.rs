@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::plan::edit::Edit;
+use crate::plan::types::{Customization, GateSource, JobInstance, Plan, PlanGate};
 pub use crate::plan::types::{Finding, Severity};
-use crate::plan::types::{GateSource, JobInstance, Plan, PlanGate};
 
 /// What a patch changes, for people (text) and machines (JSON).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -93,6 +93,18 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
         let mut f = |severity, code: &'static str, message: String| {
             findings.push(Finding { severity, code: code.into(), change: Some(n), message })
         };
+        // A pack that says `editable.advanced_mode: false` allows only retries ([O], §15).
+        if pack.manifest.editable.advanced_mode == Some(false) && !matches!(change, PatchChange::Retry { .. }) {
+            f(
+                Severity::Error,
+                "advanced-mode",
+                format!(
+                    "pack {} does not allow advanced edits (editable.advanced_mode: false): a patch may only retry jobs",
+                    pack.manifest.id
+                ),
+            );
+            continue;
+        }
         match change {
             PatchChange::InsertAfter { anchor, jobs } => insert(&mut next, pack, anchor, jobs, true, &mut diff, &mut f),
             PatchChange::InsertBefore { anchor, jobs } => {
@@ -239,7 +251,16 @@ pub fn apply_patch(plan: &Plan, pack: &Pack, patch: &PlanPatch) -> Result<Patche
     }
     next.review = review(&next, pack);
     match crate::plan::edit::revise(next) {
-        Ok(plan) => Ok(Patched { plan, diff, findings }),
+        Ok(mut plan) => {
+            plan.customizations.push(Customization {
+                patch: patch.id.clone(),
+                author: patch.author.clone(),
+                reason: patch.reason.clone(),
+                revision: plan.revision.number,
+                diff: diff.text().lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect(),
+            });
+            Ok(Patched { plan, diff, findings })
+        }
         Err(errors) => {
             findings.extend(errors.into_iter().map(|e| Finding {
                 severity: Severity::Error,

@@ -199,6 +199,10 @@ pub fn text(plan: &Plan) -> String {
             if !g.options.is_empty() {
                 let _ = writeln!(s, "    options: {}", g.options.join(" | "));
             }
+            // What a resource brought for an external binding must meet, checked at the answer.
+            for (label, checks) in external_checks(plan, &g.id) {
+                let _ = writeln!(s, "    {label}: checked when answered: {}", checks.join("; "));
+            }
             let _ = writeln!(s, "    blocks: {}", abbreviate(&g.before));
         }
     }
@@ -341,6 +345,22 @@ pub fn dot(plan: &Plan) -> String {
     }
     let _ = writeln!(s, "}}");
     s
+}
+
+/// The external-binding options of resolution gate `id` that carry checks, by label.
+fn external_checks<'p>(plan: &'p Plan, id: &str) -> Vec<(&'p str, &'p [String])> {
+    plan.resolution
+        .iter()
+        .filter_map(|r| match &r.outcome {
+            Outcome::Gate { gate } if gate.id == id => Some(&gate.options),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|o| match o {
+            GateOption::BindExternal { label, checks, .. } if !checks.is_empty() => Some((label.as_str(), &checks[..])),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The options of a resolution gate, by label (for callers answering it).

@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{Attributes, CapabilityPolicy, GateType, Intent, Provider, Requirement, Resource};
+use crate::model::{
+    Attributes, CapabilityPolicy, EnvironmentPolicy, GateType, Intent, Provider, Requirement, Resource,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::plan::columns::{Group, Strings};
@@ -65,6 +67,8 @@ pub struct Context<'a> {
     pub intent: &'a Intent,
     /// `Tempo`: how the requiring pack is named in gate reasons.
     pub requester: &'a str,
+    /// The requesting identity's roles, for policy rules ([O]).
+    pub roles: &'a [String],
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,6 +86,10 @@ pub struct Resolution {
     /// The soft policy rule the outcome breaks: a person must grant an exception.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exception: Option<PolicyException>,
+    /// The environment's policy as it was planned, when a gate offers an external binding:
+    /// what the person supplies there is checked against it ([O]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<EnvironmentPolicy>,
 }
 
 /// A soft rule broken by the chosen candidate(s), granted at a `policy_exception` gate.
@@ -146,10 +154,28 @@ pub struct ResolutionGate {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum GateOption {
-    Bind { label: String, resource: String },
-    Create { label: String, provider: String, pack: String, action: String, parameters: Attributes },
-    BindExternal { label: String, provider: String },
-    Cancel { label: String },
+    Bind {
+        label: String,
+        resource: String,
+    },
+    Create {
+        label: String,
+        provider: String,
+        pack: String,
+        action: String,
+        parameters: Attributes,
+    },
+    BindExternal {
+        label: String,
+        provider: String,
+        /// What the resource a person supplies must meet, checked when they answer
+        /// (`encryption: true`, `constraint region: eu-west-1`, `policy rule …`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        checks: Vec<String>,
+    },
+    Cancel {
+        label: String,
+    },
 }
 
 impl GateOption {

@@ -2,9 +2,12 @@
 //! bound, created through a sub-operation, put to a person at a gate, or found unsatisfiable —
 //! and every candidate that lost says which rule rejected it.
 
-use crate::model::{Attributes, CapabilityPolicy, GateType, Health, Intent, Provider, Requirement, Resource};
+use crate::model::{
+    Attributes, CapabilityPolicy, EnvironmentPolicy, GateType, Health, Intent, Provider, Requirement, Resource,
+};
 
 use crate::plan::columns::Prepared;
+use crate::plan::policy::{named, provider_view, resource_view, Active, Verdict};
 
 pub use crate::plan::resolution::*;
 use crate::plan::rules::*;
@@ -22,10 +25,14 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
     let explicit_env = req.constraints.contains_key("environment");
     let constraints = Constraints::new(&req.constraints, cx.intent, None);
     let empty = Attributes::new();
+    let no_rules = [];
+    let active = Active::new(rule.ok().flatten().map_or(&no_rules[..], |r| &r.rules), cx.intent, cx.roles);
 
     let mut matches: Vec<&Resource> = Vec::new();
     if let Some(index) = cx.inventory.by_capability.get(req.capability.as_str()) {
-        let prepared = Prepared::new(&cx.inventory.strings, req, cx.intent, rule, workload_value).filter(|_| fast);
+        // Policy rules are CEL, evaluated candidate by candidate: no fast path then.
+        let prepared = Prepared::new(&cx.inventory.strings, req, cx.intent, rule, workload_value)
+            .filter(|_| fast && active.requires.is_empty());
         for (group_env, group) in &index.by_env {
             let members = &group.members;
             considered += members.len();
@@ -62,7 +69,10 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
                 if r.health == Health::Error {
                     return Err(Fail::Unhealthy { health: r.health });
                 }
-                constraints.check(&subject)
+                constraints.check(&subject)?;
+                active
+                    .check(&resource_view(r, &r.provides[j as usize].attributes))
+                    .map_err(|(rule, verdict)| Fail::Policy { rule, verdict })
             };
             for (m, &(i, j)) in members.iter().enumerate() {
                 let r = &cx.inventory.resources[i as usize];
@@ -107,11 +117,18 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
         // A constraint on an attribute the provider does not declare is decided when the
         // resource exists; only declared attributes can rule a provider out.
         let declared = Constraints::new(&req.constraints, cx.intent, Some(&subject));
+        // An external binding is a resource a person brings: encryption it does not declare is
+        // checked against what they supply at the gate, like the constraints.
+        let bring = p.create.is_none() && !p.attributes.contains_key("encryption");
         let verdict = match rule {
             Err(()) => Err(Fail::NoPolicyRule),
             Ok(rule) => allowed(rule, Some(&p.id))
-                .and_then(|()| encryption(rule, &subject))
-                .and_then(|()| declared.check(&subject)),
+                .and_then(|()| if bring { Ok(()) } else { encryption(rule, &subject) })
+                .and_then(|()| declared.check(&subject))
+                .and_then(|()| match active.check(&provider_view(p, cx.intent)) {
+                    Err((_, Verdict::Missing(_))) | Ok(()) => Ok(()),
+                    Err((rule, verdict)) => Err(Fail::Policy { rule, verdict }),
+                }),
         };
         match verdict {
             Ok(()) if p.create.is_some() => creatable.push(p),
@@ -154,10 +171,23 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
         }
     }
 
-    let require_approval = rule.is_some_and(|r| r.require_approval);
-    let roles = match rule {
+    let require_approval = rule.is_some_and(|r| r.require_approval) || !active.approvals.is_empty();
+    let mut roles = match rule {
         Some(r) if !r.approval_roles.is_empty() => r.approval_roles.clone(),
+        Some(r) if !r.require_approval && active.approvals.iter().any(|a| !a.approval_roles.is_empty()) => vec![],
         _ => vec!["sre".to_string(), "platform_admin".to_string()],
+    };
+    for role in active.approvals.iter().flat_map(|a| &a.approval_roles) {
+        if !roles.contains(role) {
+            roles.push(role.clone());
+        }
+    }
+    // Said in an approval gate's reason: the rules that ask for it.
+    let by_rules = match active.approvals.as_slice() {
+        [] => String::new(),
+        rules => {
+            format!(" ({})", rules.iter().map(|r| named(&r.name, r.when.as_deref())).collect::<Vec<_>>().join("; "))
+        }
     };
     let slug = |s: &str| s.replace(['_', '.'], "-");
 
@@ -195,7 +225,7 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
                         GateType::Approval,
                         format!("approve-{}", slug(&req.capability)),
                         format!(
-                            "{} requires {}, and the policy in {env} requires approval to bind it.",
+                            "{} requires {}, and the policy in {env} requires approval to bind it{by_rules}.",
                             cx.requester, req.capability
                         ),
                     )
@@ -249,6 +279,7 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
         options.extend(external.iter().map(|p| GateOption::BindExternal {
             label: p.title.clone().unwrap_or_else(|| format!("bind external {}", p.id)),
             provider: p.id.clone(),
+            checks: external_checks(rule, &active, req, cx.intent, p),
         }));
         options.push(GateOption::Cancel { label: "cancel operation".into() });
         let id = match (require_approval, creatable.first()) {
@@ -260,7 +291,10 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
             gate: ResolutionGate {
                 id,
                 type_: if require_approval { GateType::Approval } else { GateType::ProviderSelection },
-                reason: format!("{} requires {} and no existing {env} provider matches.", cx.requester, req.capability),
+                reason: format!(
+                    "{} requires {} and no existing {env} provider matches{by_rules}.",
+                    cx.requester, req.capability
+                ),
                 options,
                 required_roles: roles,
             },
@@ -298,26 +332,80 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
         _ => None,
     };
     let (rejected, rejected_by_rule) = rejections.finish();
-    Resolution { requirement: req.clone(), required_by, outcome, rejected, rejected_by_rule, considered, exception }
+    let offers_external = matches!(&outcome, Outcome::Gate { gate } if gate.options.iter().any(|o| matches!(o, GateOption::BindExternal { .. })));
+    let policy = rule.filter(|_| offers_external).cloned();
+    Resolution {
+        requirement: req.clone(),
+        required_by,
+        outcome,
+        rejected,
+        rejected_by_rule,
+        considered,
+        exception,
+        policy,
+    }
 }
 
-/// Whether a resource a person described (an external binding) meets a requirement's
-/// constraints; `Err` says which constraint fails and why.
-pub fn meets_constraints(req: &Requirement, intent: &Intent, r: &Resource) -> Result<(), String> {
+/// What a resource a person brings for an external binding must meet, said at the gate: the
+/// encryption the policy requires and the constraints the provider does not declare, and the
+/// policy rules that apply.
+fn external_checks(
+    rule: Option<&EnvironmentPolicy>,
+    active: &Active<'_>,
+    req: &Requirement,
+    intent: &Intent,
+    p: &Provider,
+) -> Vec<String> {
+    let mut checks = Vec::new();
+    let env = intent.environment.as_deref().unwrap_or("any environment");
+    if rule.is_some_and(|r| r.require_encryption) && !p.attributes.contains_key("encryption") {
+        checks.push(format!("encryption: true (the policy in {env})"));
+    }
+    for (key, want) in &req.constraints {
+        if !p.attributes.contains_key(attr_name(key)) {
+            let want = match want.as_str() {
+                Some("same-as-workload") => workload_value(intent, key).map_or_else(|| plain(want), |w| plain(&w)),
+                _ => plain(want),
+            };
+            checks.push(format!("constraint {key}: {want}"));
+        }
+    }
+    for (r, _) in &active.requires {
+        checks.push(format!("policy rule {}: `{}`", r.name, r.require.as_deref().unwrap_or_default()));
+    }
+    checks
+}
+
+/// Whether a resource a person described (an external binding) meets what its requirement was
+/// planned with: the requirement's constraints, and the environment's policy (allowed
+/// providers, encryption, the rules' `require`, with the roles of the person answering).
+/// `Err` names the rule that fails and why.
+pub fn meets_constraints(res: &Resolution, intent: &Intent, roles: &[String], r: &Resource) -> Result<(), String> {
+    let req = &res.requirement;
     let empty = Attributes::new();
+    let capability = r.provides.iter().find(|c| c.capability == req.capability).map_or(&empty, |c| &c.attributes);
     let subject = Subject {
-        capability: r.provides.iter().find(|c| c.capability == req.capability).map_or(&empty, |c| &c.attributes),
+        capability,
         attributes: &r.attributes,
         environment: r.environment.as_deref(),
         name: Some(&r.name),
         provider: r.provider.as_deref(),
     };
+    let rule = res.policy.as_ref();
+    let no_rules = [];
+    let active = Active::new(rule.map_or(&no_rules[..], |r| &r.rules), intent, roles);
     let constraints = Constraints::new(&req.constraints, intent, None);
-    constraints.check(&subject).map_err(|fail| {
+    let verdict = allowed(rule, r.provider.as_deref())
+        .and_then(|()| encryption(rule, &subject))
+        .and_then(|()| constraints.check(&subject))
+        .and_then(|()| {
+            active.check(&resource_view(r, capability)).map_err(|(rule, verdict)| Fail::Policy { rule, verdict })
+        });
+    verdict.map_err(|fail| {
         let inventory = Inventory::new(&[]);
         let policy = CapabilityPolicy::default();
-        let cx = Context { inventory: &inventory, providers: &[], policy: &policy, intent, requester: "" };
-        fail.describe(&cx, req, None)
+        let cx = Context { inventory: &inventory, providers: &[], policy: &policy, intent, requester: "", roles };
+        fail.describe(&cx, req, rule)
     })
 }
 
@@ -368,6 +456,7 @@ pub fn resolve_scoped(
         rejected_by_rule,
         considered: resources.len(),
         exception: None,
+        policy: None,
     }
 }
 
@@ -409,6 +498,9 @@ mod tests {
             environment: envs[i % 3].map(Into::into),
             provider: [Some("a"), Some("b"), None][i % 3 / 2 + i % 2].map(Into::into),
             labels: Default::default(),
+            organization: None,
+            criticality: None,
+            compliance: vec![],
             attributes,
             desired_state: None,
             observed_state: None,
@@ -465,13 +557,23 @@ mod tests {
                         name: None,
                         environment: Some(env.into()),
                         desired_result: None,
+                        organization: None,
+                        criticality: None,
+                        compliance: vec![],
                         parameters: Default::default(),
                         constraints: Default::default(),
                         targets: Default::default(),
                         requires: vec![],
                     };
                     intent.constraints.insert("region".into(), json!("eu"));
-                    let cx = Context { inventory: &inventory, providers: &[], policy, intent: &intent, requester: "T" };
+                    let cx = Context {
+                        inventory: &inventory,
+                        providers: &[],
+                        policy,
+                        intent: &intent,
+                        requester: "T",
+                        roles: &[],
+                    };
                     let req = Requirement { capability: "s3".into(), constraints: c.clone(), scope: None };
                     let fast = resolve_with(&cx, &req, vec![], true);
                     let slow = resolve_with(&cx, &req, vec![], false);

@@ -159,6 +159,8 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
     base.gates.clear();
     base.sub_operations.clear();
     base.cost = None;
+    // The rollback is a plan of its own: the patches of the plan it undoes are not its own.
+    base.customizations.clear();
     base.revision.number = 0;
     base.removes_resource = false;
     base.removes_targets = false;

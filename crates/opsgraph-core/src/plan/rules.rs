@@ -4,7 +4,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use crate::model::{Attributes, EnvironmentPolicy, Health, Intent, Requirement, SoftPolicy};
+use crate::model::{Attributes, EnvironmentPolicy, Health, Intent, PolicyRule, Requirement, SoftPolicy};
+use crate::plan::policy::Verdict;
 
 use crate::plan::columns::FastFail;
 use serde_json::Value;
@@ -15,14 +16,31 @@ use crate::plan::resolution::*;
 /// nothing; only the listed ones are rendered into sentences.
 #[derive(Debug, Clone)]
 pub(crate) enum Fail<'a> {
-    Environment { theirs: &'a str },
+    Environment {
+        theirs: &'a str,
+    },
     NoPolicyRule,
-    NotAllowed { provider: &'a str },
+    NotAllowed {
+        provider: &'a str,
+    },
     NoProviderId,
-    EncryptionRequired { observed: Option<Cow<'a, Value>> },
-    Unhealthy { health: Health },
-    Constraint { key: &'a str, want: &'a Value, observed: Option<Cow<'a, Value>> },
+    EncryptionRequired {
+        observed: Option<Cow<'a, Value>>,
+    },
+    Unhealthy {
+        health: Health,
+    },
+    Constraint {
+        key: &'a str,
+        want: &'a Value,
+        observed: Option<Cow<'a, Value>>,
+    },
     NotProvided,
+    /// A policy rule's `require` is not true for it ([O]).
+    Policy {
+        rule: &'a PolicyRule,
+        verdict: Verdict,
+    },
 }
 
 /// The rule a failure counts under.
@@ -35,6 +53,7 @@ pub(crate) enum Rule<'a> {
     Unhealthy,
     Constraint(&'a str),
     NotProvided,
+    Policy(&'a str),
 }
 
 impl Rule<'_> {
@@ -47,6 +66,7 @@ impl Rule<'_> {
             Rule::Unhealthy => "unhealthy".into(),
             Rule::Constraint(key) => format!("constraint {key}"),
             Rule::NotProvided => "not provided".into(),
+            Rule::Policy(name) => format!("policy rule {name}"),
         }
     }
 }
@@ -61,6 +81,7 @@ impl<'a> Fail<'a> {
             Fail::Unhealthy { .. } => Rule::Unhealthy,
             Fail::Constraint { key, .. } => Rule::Constraint(key),
             Fail::NotProvided => Rule::NotProvided,
+            Fail::Policy { rule, .. } => Rule::Policy(&rule.name),
         }
     }
 
@@ -104,8 +125,24 @@ impl<'a> Fail<'a> {
                 }
             }
             Fail::NotProvided => format!("it does not provide {}", req.capability),
+            Fail::Policy { rule, verdict } => policy_reason(rule, verdict),
         }
     }
+}
+
+/// `policy rule pci-encrypted: `candidate.attributes.encryption == true` is false (PCI data is
+/// stored encrypted)`.
+pub(crate) fn policy_reason(rule: &PolicyRule, verdict: &Verdict) -> String {
+    let expr = rule.require.as_deref().unwrap_or_default();
+    let what = match verdict {
+        Verdict::Holds => "holds".to_string(),
+        Verdict::False => "is false".to_string(),
+        Verdict::Missing(key) => format!("cannot be decided: it has no {key}"),
+        Verdict::Error(e) => format!("cannot be evaluated: {e}"),
+    };
+    let when = rule.when.as_deref().map(|w| format!(" (when `{w}`)")).unwrap_or_default();
+    let why = rule.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+    format!("policy rule {}{when}: `{expr}` {what}{why}", rule.name)
 }
 
 pub(crate) fn health_word(h: Health) -> &'static str {

@@ -33,6 +33,9 @@ pub struct Input<'a> {
     /// What the store recorded about the resource the intent names, if anything ([I]): a day-2
     /// action plans against it (`day2.rs`).
     pub recorded: Option<&'a Recorded>,
+    /// The requesting identity's roles ([O]): policy rules may match on them (`roles` in their
+    /// expressions). The server's identity, or the local user's roles from `config.yaml`.
+    pub roles: &'a [String],
 }
 
 /// A plan revision.
@@ -47,6 +50,9 @@ pub struct Plan {
     pub action: String,
     pub intent: Intent,
     pub parameters: Attributes,
+    /// How each requirement was bound (protocol §2's `capability_bindings`; stored plans written
+    /// before [O] call it `resolution`, still read).
+    #[serde(rename = "capability_bindings", alias = "resolution")]
     pub resolution: Vec<Resolution>,
     pub stages: Vec<Stage>,
     pub jobs: Vec<JobInstance>,
@@ -83,7 +89,27 @@ pub struct Plan {
     /// rollback completes, that operation no longer counts in the resource's record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolls_back: Option<String>,
+    /// The patches that changed it since it was built ([O], protocol §2's `customizations`),
+    /// oldest first: not part of its hash (the changes themselves are).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub customizations: Vec<Customization>,
     pub revision: Revision,
+}
+
+/// One patch applied to a plan: which, by whom, what it changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Customization {
+    /// The patch's id, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The revision it made.
+    pub revision: u32,
+    /// The diff, one line a change (`+ job backup-db before migrate`).
+    pub diff: Vec<String>,
 }
 
 /// What a plan is estimated to cost, item by item.
@@ -236,6 +262,7 @@ impl Plan {
             removes_resource: template.removes_resource,
             removes_targets: template.removes_targets,
             rolls_back: None,
+            customizations: Vec::new(),
             revision: Revision { number: 0, hash: String::new() },
         }
     }

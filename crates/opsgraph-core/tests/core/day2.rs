@@ -97,6 +97,7 @@ fn check(intent: Intent, expect: Expect) {
         policy: &policy,
         operations: &operations,
         recorded: Some(&recorded),
+        roles: &[],
     };
     let text = match opsgraph_core::plan::build(&input) {
         Ok(plan) => {
@@ -191,6 +192,7 @@ fn the_json_preview_carries_the_change_without_secrets() {
         policy: &policy,
         operations: &operations,
         recorded: Some(&recorded),
+        roles: &[],
     };
     let plan = opsgraph_core::plan::build(&input).unwrap();
     let v = opsgraph_core::plan::render::json(&plan, &packs);
@@ -244,6 +246,7 @@ fn the_rollback_of_a_day2_action_returns_to_the_recorded_values() {
         policy: &policy,
         operations: &operations,
         recorded: Some(&recorded),
+        roles: &[],
     };
     let plan = opsgraph_core::plan::build(&input).unwrap();
     let done = plan.jobs.iter().map(|j| j.id.clone()).collect();

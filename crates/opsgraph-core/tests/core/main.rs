@@ -6,6 +6,7 @@ mod builders;
 mod day2;
 mod lifecycle;
 mod plan;
+mod policy_rules;
 mod preview_text;
 mod refuse;
 mod resolve;

@@ -41,6 +41,7 @@ impl World {
             policy: &self.policy,
             operations: &self.operations,
             recorded: None,
+            roles: &[],
         };
         opsgraph_core::plan::build(&input)
     }

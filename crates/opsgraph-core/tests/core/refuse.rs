@@ -127,6 +127,7 @@ fn check(intent: Intent, recorded: Option<Recorded>, expect: Expect) {
         policy: &policy,
         operations: &operations,
         recorded: recorded.as_ref(),
+        roles: &[],
     };
     let text = match opsgraph_core::plan::build(&input) {
         Ok(plan) => format!("planned: {}\n", plan.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>().join(", ")),

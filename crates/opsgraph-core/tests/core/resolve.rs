@@ -31,6 +31,7 @@ fn resolved(c: &Case, req: &Requirement, jobs: Vec<String>) -> Resolution {
         policy: &c.policy,
         intent: &c.intent,
         requester: "Tempo",
+        roles: &[],
     };
     resolve(&cx, req, jobs)
 }

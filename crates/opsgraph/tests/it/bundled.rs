@@ -156,6 +156,7 @@ fn tempo_preview_reads_in_one_screen() {
     expect![[r#"
         Plan tempo.install (tempo@1.0.0) for: install tempo.instance tempo-prod in prod
         Revision 1 sha256:HASH   Risk: medium
+        Cost estimate: 40 (job install-tempo 40)
 
         Capabilities
           kubernetes.cluster  bind           cluster/prod-k8s (the only candidate that satisfies every rule)
@@ -174,6 +175,7 @@ fn tempo_preview_reads_in_one_screen() {
           approve-dedicated-minio (approval), answered by sre or platform_admin
             Tempo requires object_storage.s3 and no existing prod provider matches.
             options: create dedicated MinIO | bind external S3 | cancel operation
+            bind external S3: checked when answered: encryption: true (the policy in prod); constraint encryption: required; constraint region: eu-west-1
             blocks: write-storage-credentials
 
         Stages

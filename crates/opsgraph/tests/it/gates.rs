@@ -208,3 +208,45 @@ fn a_created_provider_hands_its_credentials_artifact_to_the_jobs_bound_to_it() {
     assert!(reference.starts_with("artifact:op-") && reference.ends_with("/bucket_key"), "{reference}");
     assert!(!r.doc.to_string().contains("s3cr3t"));
 }
+
+/// External binding with constraints ([O]): the provider declares nothing up front, prod's
+/// policy requires encryption and a rule requires versioning for PCI; the gate still offers the
+/// external binding, and what the person brings is checked at the answer, each refusal naming
+/// the rule; nothing is recorded until an answer meets them all.
+#[test]
+fn an_external_binding_is_checked_against_the_policy_when_the_person_brings_it() {
+    let providers =
+        "provider: {id: bucket_ext, capability: store.bucket, title: bind external bucket, bind: external}\n";
+    let policy = "capability_policy:\n  store.bucket:\n    prod:\n      allowed_providers: [bucket_ext]\n      require_encryption: true\n      rules:\n        - {name: pci-versioned, when: \"'pci' in intent.compliance\", require: 'candidate.attributes.versioning == true'}\n";
+    let intent = "intent:\n  target_resource_type: app.thing\n  action: run\n  name: app-1\n  environment: prod\n  compliance: [pci]\n  requires: [{capability: store.bucket}]\n";
+    let w = World::new(&[
+        ("world/providers.yaml", providers),
+        ("world/policy.yaml", policy),
+        ("intent.yaml", intent),
+        ("packs/app/jobs.yaml", TELL),
+    ]);
+    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+    let gate = plan.gates[0].id.clone();
+    assert_eq!(plan.gates[0].options, ["bind external bucket", "cancel operation"]);
+    let mut rt = w.runtime();
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let mut try_answer = |value: serde_json::Value| {
+        let a = GateAnswer { value: Some(value), ..answer("bind external bucket", "sre") };
+        rt.answer_gate(&id, &gate, &a, &mut |_| {}).map(|_| "accepted".to_string()).unwrap_or_else(|e| e.to_string())
+    };
+    let verdicts: Vec<String> = [
+        serde_json::json!({"name": "ext-1", "attributes": {}}),
+        serde_json::json!({"name": "ext-1", "attributes": {"encryption": true}}),
+        serde_json::json!({"name": "ext-1", "attributes": {"encryption": true, "versioning": false}}),
+        serde_json::json!({"name": "ext-1", "attributes": {"encryption": true, "versioning": true}}),
+    ]
+    .into_iter()
+    .map(&mut try_answer)
+    .collect();
+    expect![[r#"
+        store/ext-1 does not meet the requirement: prod requires encryption, and it declares no encryption attribute
+        store/ext-1 does not meet the requirement: policy rule pci-versioned (when `'pci' in intent.compliance`): `candidate.attributes.versioning == true` cannot be decided: it has no versioning
+        store/ext-1 does not meet the requirement: policy rule pci-versioned (when `'pci' in intent.compliance`): `candidate.attributes.versioning == true` is false
+        accepted"#]].assert_eq(&verdicts.join("\n"));
+    assert!(rt.store().resource("store/ext-1").unwrap().is_some());
+}

@@ -8,6 +8,7 @@ mod browser;
 mod bundled;
 mod corpus;
 mod crash;
+mod customized;
 mod day2;
 mod day2_actions;
 mod documents;

@@ -273,3 +273,47 @@ fn parameters_can_be_set_for_one_job() {
     assert_eq!(init.parameters["kubernetes_version"], "1.31");
     assert!(p.plan.jobs.iter().filter(|j| j.job != "init-control-plane").all(|j| j.parameters.is_empty()));
 }
+
+/// A patched plan keeps each patch as a customization (id, author, reason, revision, diff),
+/// outside its hash; a pack that says `editable.advanced_mode: false` allows only retries ([O]).
+#[test]
+fn a_patch_is_recorded_as_a_customization_and_advanced_mode_false_allows_only_retries() {
+    let (plan, mut pack) = lab_plan();
+    let gate = patch(
+        "plan_patch:\n  id: p1\n  author: user:alice\n  reason: look first\n  changes:\n    - add_gate: {id: look, reason: an SRE looks, before: [verify]}\n",
+    );
+    let patched = apply_patch(&plan, &pack, &gate).unwrap().plan;
+    expect![[r#"
+        [
+          {
+            "patch": "p1",
+            "author": "user:alice",
+            "reason": "look first",
+            "revision": 2,
+            "diff": [
+              "+ gate look"
+            ]
+          }
+        ]"#]]
+    .assert_eq(&serde_json::to_string_pretty(&patched.customizations).unwrap());
+    // Stored plans name the bindings as the protocol does, and older ones still read.
+    let stored = serde_json::to_value(&patched).unwrap();
+    assert!(stored["capability_bindings"].is_array() && stored.get("resolution").is_none(), "{stored}");
+    let mut old = stored.clone();
+    let bindings = old.as_object_mut().unwrap().remove("capability_bindings").unwrap();
+    old["resolution"] = bindings;
+    let read: opsgraph_core::plan::Plan = serde_json::from_value(old).unwrap();
+    assert_eq!(read, patched);
+
+    pack.manifest.editable.advanced_mode = Some(false);
+    let text = match apply_patch(&plan, &pack, &gate) {
+        Ok(_) => "applied".to_string(),
+        Err(findings) => refused(&findings),
+    };
+    expect![[r#"
+        Error advanced-mode (change Some(0)): pack lab-cluster does not allow advanced edits (editable.advanced_mode: false): a patch may only retry jobs
+    "#]]
+    .assert_eq(&text);
+    let retry = patch("plan_patch:\n  changes:\n    - retry: {job: verify}\n");
+    assert!(apply_patch(&plan, &pack, &retry).is_ok());
+}

@@ -825,3 +825,31 @@ fn the_plan_and_the_patches_of_an_operation_are_served() {
     let r = api.get("/api/v1/operations/op-none/plan", &vera);
     assert_eq!((r.status, r.code()), (404, "no_operation"));
 }
+
+/// The requester's roles reach planning ([O]): an operations policy rule over `roles` refuses a
+/// plan for one identity and lets another's through, naming the rule (P013).
+#[test]
+fn the_token_roles_reach_the_policy_rules() {
+    let policy = "operations_policy:\n  dev:\n    rules:\n      - name: sre-only-in-dev\n        when: \"!('sre' in roles)\"\n        deny: only SREs plan here\n";
+    let files: Vec<(&str, &str)> = PACK.iter().copied().chain([("world/ops.yaml", policy)]).collect();
+    let dir = temp_dir(&files);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("config.yaml"), "").unwrap();
+    let state = opsgraph::serve_cmd::state(
+        &data,
+        &[dir.join("hello").display().to_string()],
+        &[dir.join("world/ops.yaml").display().to_string()],
+    )
+    .expect("server state");
+    let api = Api { dir, state, rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap() };
+    let (sam, sue) = (api.token("sam", &["operator"]), api.token("sue", &["operator", "sre"]));
+    let r = api.post("/api/v1/plans", &sam, &intent("h1"));
+    assert_eq!((r.status, r.code()), (422, "plan_error"), "{}", r.body);
+    assert_eq!(
+        r.body["error"]["details"]["errors"][0],
+        json!({"code": "P013", "message": "refused by operations policy rule sre-only-in-dev (when `!('sre' in roles)`): only SREs plan here"})
+    );
+    let r = api.post("/api/v1/plans", &sue, &intent("h1"));
+    assert_eq!(r.status, 200, "{}", r.body);
+}

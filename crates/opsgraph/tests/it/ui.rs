@@ -124,13 +124,13 @@ fn the_ui_files_are_served_with_a_content_security_policy_and_no_inline_script()
     let r = api.call("GET", "/ui/../Cargo.toml", None, "", &[]);
     assert_eq!(r.status, 404);
 
-    // The operation document carries the plan's stages with their job instances.
+    // The operation document carries the plan's stages with their job instances and status.
     let sam = api.token("sam", &["operator"]);
     let created = api.call("POST", "/api/v1/operations", Some(&sam), &intent("st1"), &[]);
     assert_eq!(created.status, 201, "{}", created.body);
     let id = created.body["id"].as_str().unwrap();
     let op = api.call("GET", &format!("/api/v1/operations/{id}"), Some(&sam), "", &[]).body;
-    assert_eq!(op["stages"], json!([{"id": "greet", "name": "Greet", "jobs": ["say-hello"]}]));
+    assert_eq!(op["stages"], json!([{"id": "greet", "name": "Greet", "status": "pending", "jobs": ["say-hello"]}]));
     assert!(api.state.wait_idle(Duration::from_secs(30)));
 }
 
