@@ -146,7 +146,7 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        121 checks
+        122 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_data_absent: passed (proves absence)
         etcd/etcd_data_as_requested: failed, exit code 1
