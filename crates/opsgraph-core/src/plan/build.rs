@@ -191,6 +191,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         add_external(req, "pack");
     }
     let mut job_edits = Vec::new();
+    let mut rollouts = Vec::new();
     for (job, scope) in &jobs {
         // What this job waits for, decided once per job: (provider job, same resource, why).
         let mut links: Vec<(&str, bool, String)> = Vec::new();
@@ -223,7 +224,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             }
         }
         let stage = stage_of.get(job.id.as_str()).copied().unwrap_or("");
-        for (resource, id) in instances.get(job.id.as_str()).into_iter().flatten() {
+        let mine = instances.get(job.id.as_str()).map_or(&[][..], Vec::as_slice);
+        let rollout =
+            scope.and_then(|_| crate::plan::rollout::plan_rollout(&job.id, &job.controls.rollout, mine.len()));
+        for (index, (resource, id)) in mine.iter().enumerate() {
             let mut depends_on: Vec<String> = Vec::new();
             let mut because: Vec<String> = Vec::new();
             let mut seen: HashSet<&str> = HashSet::new();
@@ -241,7 +245,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 }
             }
             // A rolling job: each instance waits for the one before it (the scope's order).
-            if job.controls.rollout == crate::model::Rollout::OneAtATime {
+            if job.controls.rollout.order == crate::model::RolloutOrder::OneAtATime {
                 if let Some(previous) = job_edits.last().filter(|p: &&JobInstance| p.job == job.id) {
                     depends_on.push(previous.id.clone());
                     because.push("one at a time (controls.rollout)".to_string());
@@ -259,8 +263,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 destructive: job.controls.destructive,
                 skipped: None,
                 parameters: Attributes::new(),
+                wave: rollout.as_ref().map(|r| r.wave_of(index)),
             });
         }
+        rollouts.extend(rollout);
     }
 
     let edges: usize = job_edits.iter().map(|j| j.depends_on.len()).sum();
@@ -349,6 +355,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 required_roles: gate.required_roles.clone(),
                 before,
                 source: GateSource::Resolution,
+                opens_after: Vec::new(),
             });
         }
     }
@@ -363,6 +370,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 required_roles: ex.required_roles.clone(),
                 before: if users.is_empty() { roots.clone() } else { instances_of(&users) },
                 source: GateSource::Policy,
+                opens_after: Vec::new(),
             });
         }
     }
@@ -383,6 +391,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             required_roles: vec!["operator".into(), "sre".into(), "platform_admin".into()],
             before,
             source: GateSource::MissingInput,
+            opens_after: Vec::new(),
         });
     }
     for (job, _) in jobs.iter().filter(|(j, _)| j.controls.destructive) {
@@ -399,8 +408,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before,
             source: GateSource::Destructive,
+            opens_after: Vec::new(),
         });
     }
+    gates.extend(rollouts.iter().filter_map(|r| crate::plan::canary::canary_gate(r, &job_edits)));
     let level = template.risk.unwrap_or(pack.manifest.risk.default_level);
     let approval_from = pack.manifest.risk.approval_from.unwrap_or(RiskLevel::High);
     if level >= approval_from {
@@ -415,6 +426,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before: roots.clone(),
             source: GateSource::Risk,
+            opens_after: Vec::new(),
         });
     }
 
@@ -465,6 +477,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 required_roles: roles.unwrap_or_else(|| vec!["sre".into(), "platform_admin".into()]),
                 before: roots.clone(),
                 source: GateSource::Cost,
+                opens_after: Vec::new(),
             });
         }
     }
@@ -494,6 +507,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     edits.push(Edit::SetRisk(Risk { level, reasons }));
     edits.push(Edit::SetSubOperations(subs));
     edits.push(Edit::SetCost(cost));
+    edits.push(Edit::SetRollouts(rollouts));
     let mut empty = Plan::empty(pack, template, input.intent);
     empty.inherited = day2.map(|(_, mut inherited)| {
         if let Some(recorded) = input.recorded {
@@ -565,6 +579,7 @@ fn plan_gate(g: &Gate, before: Vec<String>, source: GateSource) -> PlanGate {
         required_roles: g.required_roles.clone(),
         before,
         source,
+        opens_after: Vec::new(),
     }
 }
 

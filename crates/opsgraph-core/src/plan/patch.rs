@@ -324,6 +324,7 @@ fn add_gate(
             g.required_roles.clone()
         },
         before,
+        opens_after: Vec::new(),
         source,
     })
 }
@@ -425,6 +426,7 @@ fn insert(
                 destructive: job.controls.destructive,
                 skipped: None,
                 parameters: Default::default(),
+                wave: None,
             });
             prev = vec![id];
         }

@@ -69,6 +69,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             destructive: def.controls.destructive,
             skipped: None,
             parameters: Default::default(),
+            wave: None,
         });
     }
     // Where each undo stands: the latest (in forward topological order) of the jobs it undoes.
@@ -136,6 +137,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             options: vec!["approve".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before: roots,
+            opens_after: Vec::new(),
             source: GateSource::Risk,
         }));
     }
@@ -147,6 +149,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             options: vec!["proceed".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before,
+            opens_after: Vec::new(),
             source: GateSource::Destructive,
         }));
     }

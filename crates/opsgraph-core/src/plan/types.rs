@@ -83,6 +83,10 @@ pub struct Plan {
     /// rollback completes, that operation no longer counts in the resource's record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolls_back: Option<String>,
+    /// The fleet rollouts of fanned-out jobs (`controls.rollout` with waves or budgets): their
+    /// waves, limits and budgets as counts, which the runtime enforces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollouts: Vec<crate::plan::rollout::RolloutPlan>,
     pub revision: Revision,
 }
 
@@ -138,6 +142,10 @@ pub struct JobInstance {
     /// Parameters a patch set for this job alone (they win over the plan's).
     #[serde(default, skip_serializing_if = "Attributes::is_empty")]
     pub parameters: Attributes,
+    /// The wave (1, 2, …) of a fleet rollout this instance belongs to (`Plan::rollouts`): it
+    /// starts once every instance of the job's earlier waves has finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,6 +160,10 @@ pub struct PlanGate {
     pub before: Vec<String>,
     /// What placed it.
     pub source: GateSource,
+    /// The job instances that must have finished (done or failed) before the gate can be
+    /// answered: a canary gate opens once its first wave ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opens_after: Vec<String>,
 }
 
 /// What placed a gate in a plan (`resolution`, `template`, … in JSON).
@@ -174,6 +186,8 @@ pub enum GateSource {
     Cost,
     /// A plan patch's `add_gate`.
     Patch,
+    /// A fleet rollout's canary gate, after its first wave.
+    Rollout,
 }
 
 impl GateSource {
@@ -236,6 +250,7 @@ impl Plan {
             removes_resource: template.removes_resource,
             removes_targets: template.removes_targets,
             rolls_back: None,
+            rollouts: Vec::new(),
             revision: Revision { number: 0, hash: String::new() },
         }
     }

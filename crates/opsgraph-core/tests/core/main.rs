@@ -9,3 +9,4 @@ mod plan;
 mod preview_text;
 mod refuse;
 mod resolve;
+mod rollout;
