@@ -450,8 +450,9 @@ pub struct Controls {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub destructive: bool,
     /// How the job's instances (one per resource of its scope) run relative to each other.
+    /// Boxed: most jobs have none, and it would make every document as large as a job.
     #[serde(default, skip_serializing_if = "Rollout::is_default")]
-    pub rollout: Rollout,
+    pub rollout: Box<Rollout>,
 }
 
 /// How a fanned-out job's instances run relative to each other: an order, and for a fleet

@@ -87,7 +87,7 @@ impl JobB {
         self
     }
     pub(crate) fn rollout(mut self, r: opsgraph_core::model::Rollout) -> Self {
-        self.0.controls.rollout = r;
+        self.0.controls.rollout = Box::new(r);
         self
     }
     pub(crate) fn one_at_a_time(mut self) -> Self {

@@ -40,6 +40,7 @@ mod preview_text;
 mod remedies;
 mod remote;
 mod replicas;
+mod rollout;
 mod runtime;
 mod secrets;
 mod serve;
