@@ -176,6 +176,7 @@ fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration
         constraints: Attributes::new(),
         targets: BTreeMap::new(),
         requires: vec![],
+        rollouts: Default::default(),
     };
     let packs = [pack];
     let inventory = Inventory::new(&[]);
@@ -493,6 +494,7 @@ mod scale {
             constraints: Attributes::new(),
             targets: Default::default(),
             requires: vec![],
+            rollouts: Default::default(),
         };
         let packs = vec![pack.clone()];
         let inventory = Inventory::new(&[]);

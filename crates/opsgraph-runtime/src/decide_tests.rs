@@ -103,6 +103,7 @@ impl Given {
             max_failures: budget,
             pause_between: pause.map(str::to_string),
             canary_gate: None,
+            from: "the pack".into(),
         });
         self
     }

@@ -71,6 +71,7 @@ pub fn load_inputs(
                 constraints: Default::default(),
                 targets: Default::default(),
                 requires: Vec::new(),
+                rollouts: Default::default(),
             }
         }
     };

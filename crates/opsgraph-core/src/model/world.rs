@@ -279,6 +279,9 @@ pub struct EnvironmentOperations {
     /// What happens when a verification finds a resource of this environment degraded ([I]).
     #[serde(default, skip_serializing_if = "RepairMode::is_off")]
     pub repair: RepairMode,
+    /// Job id -> its rollout in this environment ([P]): wins over the pack's and the intent's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rollouts: BTreeMap<String, crate::model::Rollout>,
 }
 
 /// The operations policy's answer to drift: a resource a verification found degraded.
@@ -331,6 +334,9 @@ pub struct Intent {
     /// Requirements beyond the pack's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<Requirement>,
+    /// Job id -> its rollout for this operation ([P]): wins over the pack's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rollouts: BTreeMap<String, crate::model::Rollout>,
 }
 
 impl Intent {

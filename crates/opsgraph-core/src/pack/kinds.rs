@@ -265,6 +265,7 @@ static ENV_OPERATIONS: Obj = Obj {
         field("cost_roles", &IDS, "the roles that confirm the cost (default `sre`, `platform_admin`)"),
         field("cost_unit", &STR, "how cost figures are labelled (`USD/month`)"),
         field("repair", &REPAIR_MODE, "a resource that drifts to degraded: off | propose | apply_safe"),
+        field("rollouts", &ROLLOUTS, "job id -> its rollout in this environment (wins over the pack and the intent)"),
     ],
     one_of: &[],
     normalize: None,
@@ -295,6 +296,7 @@ pub(crate) static INTENT: Obj = Obj {
         field("constraints", &ATTRS, "the workload's attributes (`region`), for `same-as-workload`"),
         field("targets", &Shape::Map { key: &ID, value: &RIDS }, "scope name -> resource ids"),
         field("requires", &REQUIREMENTS, "requirements beyond the pack's own"),
+        field("rollouts", &ROLLOUTS, "job id -> its rollout for this operation (wins over the pack's)"),
     ],
     one_of: &[],
     normalize: None,
@@ -568,6 +570,7 @@ static CONTROLS: Obj = Obj {
     one_of: &[],
     normalize: None,
 };
+static ROLLOUTS: Shape = Shape::Map { key: &ID, value: &ROLLOUT };
 static WAVE: Shape = Shape::Amount { min: 1 };
 static BUDGET: Shape = Shape::Amount { min: 0 };
 static ROLLOUT: Shape = Shape::Alt(&Alt {

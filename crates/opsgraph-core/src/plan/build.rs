@@ -110,6 +110,9 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             Err(e) => errors.push(e),
         }
     }
+    for name in intent.rollouts.keys().filter(|n| !jobs.iter().any(|(j, _)| j.id == **n)) {
+        errors.push(Error::UnknownJob { id: name.clone(), referenced_by: "the intent's rollouts".into() });
+    }
     let instance_id = |job: &str, r: Option<&Resource>| match r {
         Some(r) => format!("{job}@{}", r.name),
         None => job.to_string(),
@@ -225,8 +228,8 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         }
         let stage = stage_of.get(job.id.as_str()).copied().unwrap_or("");
         let mine = instances.get(job.id.as_str()).map_or(&[][..], Vec::as_slice);
-        let rollout =
-            scope.and_then(|_| crate::plan::rollout::plan_rollout(&job.id, &job.controls.rollout, mine.len()));
+        let (policy, from) = rollout_policy(input, intent, job);
+        let rollout = scope.and_then(|_| crate::plan::rollout::plan_rollout(&job.id, policy, mine.len(), from));
         for (index, (resource, id)) in mine.iter().enumerate() {
             let mut depends_on: Vec<String> = Vec::new();
             let mut because: Vec<String> = Vec::new();
@@ -555,6 +558,7 @@ fn sub_operation(
             constraints: input.intent.constraints.clone(),
             targets: BTreeMap::new(),
             requires: Vec::new(),
+            rollouts: Default::default(),
         };
         let sub_input = Input { intent: &sub_intent, recorded: None, ..*input };
         build_at(&sub_input, depth + 1)
@@ -568,6 +572,19 @@ fn sub_operation(
         Err(e) => (None, Some(e)),
     };
     SubOperation { requirement: req.capability.clone(), provider: provider.to_string(), chosen, plan, error }
+}
+
+/// A job's rollout: the environment's operations policy wins over the intent, the intent over
+/// the pack ([P]); with where it came from.
+fn rollout_policy<'a>(input: &'a Input<'_>, intent: &'a Intent, job: &'a Job) -> (&'a crate::model::Rollout, String) {
+    let env = intent.environment.as_deref();
+    if let Some(r) = input.operations.for_environment(env).and_then(|o| o.rollouts.get(&job.id)) {
+        return (r, format!("the operations policy of {}", env.unwrap_or("default")));
+    }
+    match intent.rollouts.get(&job.id) {
+        Some(r) => (r, "the intent".into()),
+        None => (&job.controls.rollout, "the pack".into()),
+    }
 }
 
 fn plan_gate(g: &Gate, before: Vec<String>, source: GateSource) -> PlanGate {

@@ -469,6 +469,7 @@ mod tests {
                         constraints: Default::default(),
                         targets: Default::default(),
                         requires: vec![],
+                        rollouts: Default::default(),
                     };
                     intent.constraints.insert("region".into(), json!("eu"));
                     let cx = Context { inventory: &inventory, providers: &[], policy, intent: &intent, requester: "T" };

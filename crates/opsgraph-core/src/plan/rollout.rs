@@ -24,6 +24,9 @@ pub struct RolloutPlan {
     /// The canary gate after the first wave, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary_gate: Option<String>,
+    /// Whose policy it is: `the pack`, `the intent`, `the operations policy of prod`.
+    #[serde(default)]
+    pub from: String,
 }
 
 /// One wave of a rollout.
@@ -54,7 +57,7 @@ pub fn wave_sizes(waves: &[Amount], n: usize) -> Vec<usize> {
 
 /// The rollout of a job with `n` instances, or `None` when its policy is only an order
 /// (`parallel`, `one_at_a_time`: no waves, limits or budgets to enforce).
-pub fn plan_rollout(job: &str, policy: &Rollout, n: usize) -> Option<RolloutPlan> {
+pub fn plan_rollout(job: &str, policy: &Rollout, n: usize, from: String) -> Option<RolloutPlan> {
     if !policy.is_fleet() || n == 0 {
         return None;
     }
@@ -70,6 +73,7 @@ pub fn plan_rollout(job: &str, policy: &Rollout, n: usize) -> Option<RolloutPlan
         max_failures: policy.max_failures.map_or(0, |a| a.of_down(n)),
         pause_between: policy.pause_between.clone(),
         canary_gate: canary.then(|| format!("canary-{job}")),
+        from,
     })
 }
 
@@ -104,6 +108,7 @@ impl RolloutPlan {
         if let Some(g) = &self.canary_gate {
             extra.push(format!("gate {g} after wave 1"));
         }
+        extra.push(format!("from {}", self.from));
         format!("{} waves: {} of {total} ({})", self.waves.len(), sizes.join(" + "), extra.join(", "))
     }
 }

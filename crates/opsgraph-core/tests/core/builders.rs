@@ -115,6 +115,7 @@ pub(crate) fn intent(resource_type: &str, environment: &str) -> Intent {
         constraints: Attributes::new(),
         targets: BTreeMap::new(),
         requires: Vec::new(),
+        rollouts: Default::default(),
     }
 }
 

@@ -14,8 +14,8 @@ pub(crate) struct World {
     pub(crate) resources: Vec<Resource>,
     providers: Vec<Provider>,
     policy: CapabilityPolicy,
-    operations: OperationsPolicy,
-    intent: Intent,
+    pub(crate) operations: OperationsPolicy,
+    pub(crate) intent: Intent,
 }
 
 pub(crate) fn world(pack: Pack, intent: Intent) -> World {

@@ -70,19 +70,20 @@ fn budgets_round_percentages_down_per_wave_and_overall() {
         canary_gate: true,
         ..Rollout::default()
     };
-    let r = plan_rollout("upgrade", &policy, 200).unwrap();
-    expect![[r#"4 waves: 1 + 10 + 50 + 139 of 200 (budget 4, per wave 0/1/5/13, 10 at once, 1m between waves, gate canary-upgrade after wave 1)"#]]
+    let r = plan_rollout("upgrade", &policy, 200, "the pack".into()).unwrap();
+    expect!["4 waves: 1 + 10 + 50 + 139 of 200 (budget 4, per wave 0/1/5/13, 10 at once, 1m between waves, gate canary-upgrade after wave 1, from the pack)"]
         .assert_eq(&r.summary());
     // Only an order: nothing to enforce beyond the edges.
-    assert_eq!(plan_rollout("upgrade", &Rollout::default(), 200), None);
+    assert_eq!(plan_rollout("upgrade", &Rollout::default(), 200, "the pack".into()), None);
     // A fleet rollout with no budget given tolerates no failure; one wave has no canary.
     let one = plan_rollout(
         "upgrade",
         &Rollout { max_in_flight: Some(Amount::Count(2)), canary_gate: true, ..Rollout::default() },
         7,
+        "the pack".into(),
     )
     .unwrap();
-    expect![[r#"1 waves: 7 of 7 (budget 0, 2 at once)"#]].assert_eq(&one.summary());
+    expect!["1 waves: 7 of 7 (budget 0, 2 at once, from the pack)"].assert_eq(&one.summary());
 }
 
 #[test]
@@ -144,7 +145,7 @@ fn a_plan_puts_instances_in_waves_and_a_canary_gate_after_the_first() {
     let text = opsgraph_core::plan::render::text(&plan);
     expect![[r#"
         Rollouts
-          upgrade: 3 waves: 1 + 3 + 1 of 5 (budget 1, gate canary-upgrade after wave 1)
+          upgrade: 3 waves: 1 + 3 + 1 of 5 (budget 1, gate canary-upgrade after wave 1, from the pack)
             wave 1: n1
             wave 2: n2, n3, n4
             wave 3: n5
@@ -219,4 +220,48 @@ fn the_rollout_shape_takes_short_forms_and_refuses_bad_values_where_they_are() {
           = hint: did you mean `canary_gate`?
     "#]],
     );
+}
+
+#[test]
+fn the_intent_overrides_the_packs_rollout_and_the_environments_operations_policy_both() {
+    let pack_policy = Rollout { waves: amounts("1 100%"), ..Rollout::default() };
+    let p = pack("r", "cluster", vec![job("upgrade").on("nodes").rollout(pack_policy)]);
+    let mut i = intent("cluster", "prod");
+    targets(&mut i, 10);
+    let mut w = world(p, i);
+    w.resources = nodes(10);
+    let summary = |w: &crate::plan::World| {
+        let plan = w.build().unwrap();
+        plan.rollouts.iter().map(|r| format!("{}: {}\n", r.job, r.summary())).collect::<String>()
+    };
+    let mut out = summary(&w);
+    w.intent.rollouts.insert(
+        "upgrade".into(),
+        Rollout { waves: amounts("2 50%"), max_failures: Some(Amount::Count(1)), ..Rollout::default() },
+    );
+    out.push_str(&summary(&w));
+    let prod = opsgraph_core::model::EnvironmentOperations {
+        rollouts: [(
+            "upgrade".to_string(),
+            Rollout { waves: amounts("1 10%"), canary_gate: true, ..Rollout::default() },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    w.operations.environments.insert("prod".into(), prod);
+    out.push_str(&summary(&w));
+    // Another environment's rule does not apply.
+    w.intent.environment = Some("dev".into());
+    out.push_str(&summary(&w));
+    // The intent names a job the template does not have.
+    w.intent.rollouts.insert("upgrde".into(), Rollout::default());
+    out.extend(w.build().unwrap_err().iter().map(|e| format!("error[{}]: {e}\n", e.code())));
+    expect![[r#"
+        upgrade: 2 waves: 1 + 9 of 10 (budget 0, from the pack)
+        upgrade: 3 waves: 2 + 5 + 3 of 10 (budget 1, from the intent)
+        upgrade: 10 waves: 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 of 10 (budget 0, gate canary-upgrade after wave 1, from the operations policy of prod)
+        upgrade: 3 waves: 2 + 5 + 3 of 10 (budget 1, from the intent)
+        error[P006]: unknown job `upgrde` (named by the intent's rollouts)
+    "#]]
+    .assert_eq(&out);
 }

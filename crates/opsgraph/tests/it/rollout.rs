@@ -148,7 +148,7 @@ fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_aft
     let plan = opsgraph::plan_cmd::build(&fleet.loaded()).unwrap();
     expect![[r#"
         Rollouts
-          upgrade: 4 waves: 1 + 10 + 50 + 139 of 200 (budget 2, gate canary-upgrade after wave 1)
+          upgrade: 4 waves: 1 + 10 + 50 + 139 of 200 (budget 2, gate canary-upgrade after wave 1, from the pack)
             wave 1: n001
             wave 2: n002, n003, n004, n005, ... (10 in all)
             wave 3: n012, n013, n014, n015, ... (50 in all)
