@@ -22,6 +22,7 @@ mod fleet_kubernetes;
 mod fleet_packs;
 mod fleet_postgresql;
 mod fleet_postgresql_day2;
+mod fleet_rollout;
 mod foureyes;
 mod gates;
 mod intervene;
