@@ -409,9 +409,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             reason: format!("job {} is destructive", job.id),
             options: vec!["proceed".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
+            // Confirmed once what comes before it ran (its checks): not up front.
+            opens_after: crate::plan::canary::before_all(&before, &job_edits),
             before,
             source: GateSource::Destructive,
-            opens_after: Vec::new(),
         });
     }
     gates.extend(rollouts.iter().filter_map(|r| crate::plan::canary::canary_gate(r, &job_edits)));

@@ -1,4 +1,4 @@
-//! A fleet rollout's canary gate ([P]): after the first wave of a job, before the rest, answerable
+//! Gates that open late ([P]). A fleet rollout's canary gate: after the first wave of a job, before the rest, answerable
 //! only once that wave has finished (`PlanGate::opens_after`), so a person approves what they saw
 //! run rather than what they expect to.
 
@@ -29,4 +29,18 @@ pub(crate) fn canary_gate(rollout: &RolloutPlan, instances: &[JobInstance]) -> O
         source: GateSource::Rollout,
         opens_after: first.iter().map(|j| j.id.clone()).collect(),
     })
+}
+
+/// The job instances the instances `before` wait for (besides each other), in plan order: what
+/// must have finished before a gate in front of them can be answered (a destructive gate opens
+/// once the checks before it ran).
+pub(crate) fn before_all(before: &[String], instances: &[JobInstance]) -> Vec<String> {
+    let mine: std::collections::HashSet<&str> = before.iter().map(String::as_str).collect();
+    let wanted: std::collections::HashSet<&str> = instances
+        .iter()
+        .filter(|j| mine.contains(j.id.as_str()))
+        .flat_map(|j| j.depends_on.iter().map(String::as_str))
+        .filter(|d| !mine.contains(d))
+        .collect();
+    instances.iter().filter(|j| wanted.contains(j.id.as_str())).map(|j| j.id.clone()).collect()
 }

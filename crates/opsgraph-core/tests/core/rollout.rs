@@ -265,3 +265,32 @@ fn the_intent_overrides_the_packs_rollout_and_the_environments_operations_policy
     "#]]
     .assert_eq(&out);
 }
+
+#[test]
+fn a_destructive_gate_opens_once_what_its_job_waits_for_has_run() {
+    let p = pack(
+        "h",
+        "thing",
+        vec![
+            job("check").on("nodes").provides("checked", Some("nodes")),
+            job("backup").produces("dump"),
+            job("wipe")
+                .on("nodes")
+                .requires(req("checked").scoped("nodes"))
+                .needs("dump")
+                .destructive()
+                .one_at_a_time(),
+        ],
+    );
+    let mut i = intent("thing", "dev");
+    targets(&mut i, 2);
+    let mut w = world(p, i);
+    w.resources = nodes(2);
+    let plan = w.build().unwrap();
+    let g = plan.gates.iter().find(|g| g.id == "confirm-wipe").unwrap();
+    expect![[r#"before [wipe@n1, wipe@n2] opens after [check@n1, check@n2, backup]"#]].assert_eq(&format!(
+        "before [{}] opens after [{}]",
+        g.before.join(", "),
+        g.opens_after.join(", ")
+    ));
+}
