@@ -273,3 +273,44 @@ fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_aft
     "#]]
     .assert_eq(&rollout_timeline(&rt, &op));
 }
+
+#[test]
+fn an_intent_overrides_the_packs_rollout_and_the_preview_shows_whose_it_is() {
+    let fleet = Fleet::new();
+    let p = |rel: &str| fleet.dir.join(rel).display().to_string();
+    let intent = std::fs::read_to_string(p("intent.yaml")).unwrap()
+        + "  rollouts:\n    upgrade: {waves: [50%], max_failures: 10%, max_in_flight: 20}\n";
+    std::fs::write(p("override.yaml"), intent).unwrap();
+    let plan = crate::support::opsgraph(&[
+        "plan",
+        "-f",
+        &p("override.yaml"),
+        "--packs",
+        &p("fleet"),
+        "--inventory",
+        &p("world.yaml"),
+    ]);
+    assert_eq!(plan.code, 0, "{}", plan.render());
+    expect![[r#"
+        Rollouts
+          upgrade: 2 waves: 100 + 100 of 200 (budget 20, 20 at once, from the intent)
+            wave 1: n001, n002, n003, n004, ... (100 in all)
+            wave 2: n101, n102, n103, n104, ... (100 in all)
+    "#]]
+    .assert_eq(&crate::preview_text::section(&plan.out, "Rollouts"));
+    // A bad value in the intent is reported where it is, and nothing is planned.
+    std::fs::write(p("bad.yaml"), std::fs::read_to_string(p("override.yaml")).unwrap().replace("50%", "0%")).unwrap();
+    let bad = crate::support::opsgraph(&[
+        "plan",
+        "-f",
+        &p("bad.yaml"),
+        "--packs",
+        &p("fleet"),
+        "--inventory",
+        &p("world.yaml"),
+    ]);
+    assert_ne!(bad.code, 0);
+    let errors: Vec<&str> = bad.err.lines().filter(|l| l.contains("error[")).collect();
+    expect!["DIR/bad.yaml:8:23: error[E006]: `0%` is not a percentage from 1% to 100%"]
+        .assert_eq(&errors.join("\n").replace(&fleet.dir.display().to_string(), "DIR"));
+}
