@@ -161,6 +161,8 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
     base.stages.clear();
     base.gates.clear();
     base.sub_operations.clear();
+    // The undo runs as it is planned, without the forward rollout's waves.
+    base.rollouts.clear();
     base.cost = None;
     base.revision.number = 0;
     base.removes_resource = false;
