@@ -116,6 +116,7 @@ fn intent(nodes: usize) -> Intent {
         constraints: [("region".to_string(), json!("region-3"))].into(),
         targets: [("nodes".to_string(), (0..nodes).map(|i| format!("compute_node/n{i}")).collect())].into(),
         requires: vec![],
+        rollouts: Default::default(),
     }
 }
 

@@ -179,6 +179,7 @@ fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration
         constraints: Attributes::new(),
         targets: BTreeMap::new(),
         requires: vec![],
+        rollouts: Default::default(),
     };
     let packs = [pack];
     let inventory = Inventory::new(&[]);
@@ -500,6 +501,7 @@ mod scale {
             constraints: Attributes::new(),
             targets: Default::default(),
             requires: vec![],
+            rollouts: Default::default(),
         };
         let packs = vec![pack.clone()];
         let inventory = Inventory::new(&[]);

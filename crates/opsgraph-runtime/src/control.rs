@@ -187,6 +187,18 @@ impl Runtime {
                 at: at.clone(),
             });
         }
+        // A gate that opens after job instances (a rollout's canary gate) is answered once they
+        // finished: a person approves what ran, not what is expected to.
+        let opens_after = plan.gates.iter().find(|g| g.id == gate_id).map_or(&[][..], |g| g.opens_after.as_slice());
+        if !opens_after.is_empty() && answer.option != "cancel operation" {
+            let records = self.store.jobs(op_id)?;
+            let finished =
+                |id: &String| records.iter().any(|r| r.id == *id && (r.state.is_done() || r.state == JobState::Failed));
+            let waiting: Vec<&str> = opens_after.iter().filter(|id| !finished(id)).map(String::as_str).collect();
+            if !waiting.is_empty() {
+                return Err(Error::GateNotOpen { gate: gate_id.to_string(), waiting: waiting.join(", ") });
+            }
+        }
         if !gate.required_roles.is_empty() && !gate.required_roles.contains(&answer.role) {
             return Err(Error::Forbidden {
                 gate: gate_id.into(),

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use opsgraph_core::plan::job_lifecycle::{self, JobEffect, JobEvent};
 use opsgraph_core::plan::lifecycle::{self, Event};
-use opsgraph_core::plan::JobInstance;
+use opsgraph_core::plan::{JobInstance, RolloutPlan};
 use opsgraph_exec::Cancel;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::json;
 
+use crate::rollout::{stand, standings, Standing};
 use crate::task::TaskResult;
 use crate::timeline::entry;
 use crate::Error;
@@ -44,6 +45,8 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) waiting_children: &'a [String],
     /// Jobs before this index of `plan` are all done: the search for ready jobs starts here.
     pub(crate) done_prefix: usize,
+    /// The plan's fleet rollouts: waves, limits in flight, failure budgets.
+    pub(crate) rollouts: &'a [RolloutPlan],
 }
 
 /// What happened.
@@ -126,6 +129,18 @@ fn tick(s: &Snapshot<'_>) -> Result<Decision, Error> {
         return Ok(d);
     }
     let state_of = |id: &str| s.jobs.get(id).map(|j| j.state);
+    // Fleet rollouts: a spent failure budget pauses the operation; waves and limits in flight
+    // decide which of a rolled-out job's instances may start.
+    let rolling = (!s.rollouts.is_empty()).then(|| standing(s, &HashMap::new()));
+    if let Some((r, wave, why)) =
+        rolling.iter().flatten().find_map(|r| r.over_budget().map(|(wave, why)| (r, wave, why)))
+    {
+        let (reason, e) = r.paused(&s.op.id, s.actor, wave, &why);
+        d.writes.push(Write::Timeline(e));
+        d.effects.push(transition(s, Event::Pause { reason: reason.clone() }, reason)?);
+        return Ok(d);
+    }
+    let mut chosen: HashMap<&str, usize> = HashMap::new();
     while s.plan.get(d.done_prefix).is_some_and(|j| state_of(&j.id).is_some_and(JobState::is_done)) {
         d.done_prefix += 1;
     }
@@ -145,10 +160,36 @@ fn tick(s: &Snapshot<'_>) -> Result<Decision, Error> {
                 None => gate_done.get(d.as_str()).copied().unwrap_or(false),
             })
         })
+        .filter(|j| match (j.wave, &rolling) {
+            (Some(k), Some(rolling)) => match rolling.iter().find(|r| r.plan.job == j.job) {
+                Some(r) => {
+                    let n = chosen.entry(j.job.as_str()).or_default();
+                    let ok = r.may_start(k, *n);
+                    *n += usize::from(ok);
+                    ok
+                }
+                None => true,
+            },
+            _ => true,
+        })
         .take(free)
         .map(|j| j.id.clone())
         .collect();
     if !ready.is_empty() {
+        if let Some(rolling) = &rolling {
+            // A wave none of whose instances ran yet starts now: on the timeline.
+            let mut seen: HashSet<(&str, u32)> = HashSet::new();
+            for j in ready.iter().filter_map(|id| s.instances.get(id.as_str())) {
+                let (Some(k), Some(r)) = (j.wave, rolling.iter().find(|r| r.plan.job == j.job)) else { continue };
+                let w = &r.waves[k as usize - 1];
+                if w.running.is_empty() && w.done.is_empty() && w.failed.is_empty() && seen.insert((&r.plan.job, k)) {
+                    d.writes.push(Write::Timeline(r.wave_started(&s.op.id, s.actor, k)));
+                }
+            }
+            if !d.writes.is_empty() {
+                d.effects.push(Effect::Hold);
+            }
+        }
         d.effects.push(Effect::Start(ready));
         return Ok(d);
     }
@@ -205,6 +246,8 @@ fn finished(s: &Snapshot<'_>, reports: Vec<Finished>) -> Result<Decision, Error>
     let running = matches!(s.op.state, opsgraph_core::model::OperationState::Running);
     let mut d = Decision { done_prefix: s.done_prefix, ..Decision::default() };
     let mut failed: Option<(String, String)> = None;
+    // The states this report batch leaves, for the rollouts' waves and budgets.
+    let mut after: HashMap<String, JobState> = HashMap::new();
     for f in reports {
         let Some(instance) = s.instances.get(f.result.instance.as_str()) else { continue };
         let event = job_event(&f, running);
@@ -239,6 +282,8 @@ fn finished(s: &Snapshot<'_>, reports: Vec<Finished>) -> Result<Decision, Error>
                     instance: r.instance.clone(),
                     delay: f.backoff.saturating_mul(1 << (r.attempt - 1).min(16)),
                 }),
+                // A rolled-out instance fails within its rollout's budget (checked below).
+                JobEffect::FailOperation if instance.wave.is_some() => {}
                 JobEffect::FailOperation => {
                     failed.get_or_insert_with(|| (r.instance.clone(), reason.clone()));
                 }
@@ -246,6 +291,7 @@ fn finished(s: &Snapshot<'_>, reports: Vec<Finished>) -> Result<Decision, Error>
                 JobEffect::RunAttempt => {}
             }
         }
+        after.insert(r.instance.clone(), state);
         d.writes.push(Write::Job(JobRecord {
             operation: s.op.id.clone(),
             id: r.instance.clone(),
@@ -262,13 +308,55 @@ fn finished(s: &Snapshot<'_>, reports: Vec<Finished>) -> Result<Decision, Error>
         let data = json!({"job": r.instance, "attempt": r.attempt});
         d.writes.push(Write::Timeline(entry(&s.op.id, s.actor, name, reason, data)));
     }
-    match failed {
-        Some((job, reason)) if running => {
+    let pause = if s.rollouts.is_empty() { None } else { waves_after(s, &after, &mut d) };
+    match (failed, pause) {
+        (Some((job, reason)), _) if running => {
             d.effects.push(transition(s, Event::JobFailed { job, reason: reason.clone() }, reason)?)
         }
+        (_, Some(reason)) if running => d.effects.push(transition(s, Event::Pause { reason: reason.clone() }, reason)?),
         _ => d.effects.push(Effect::Hold),
     }
     Ok(d)
+}
+
+/// Where the plan's rollouts stand, with `after` (states a report batch leaves) over the records.
+fn standing<'a>(s: &'a Snapshot<'_>, after: &HashMap<String, JobState>) -> Vec<Standing<'a>> {
+    let in_flight = |id: &str| s.in_flight.contains_key(id) && !after.contains_key(id);
+    standings(
+        s.rollouts,
+        s.plan,
+        |j| {
+            let record = s.jobs.get(&j.id);
+            let state = after.get(&j.id).copied().or(record.map(|r| r.state));
+            stand(state, record.map_or(0, |r| r.attempts), in_flight(&j.id))
+        },
+        in_flight,
+    )
+}
+
+/// After a report batch: each wave it finished on the timeline (and the pause before the next
+/// wave as a backoff of its instances); the reason to pause when a failure budget is spent.
+fn waves_after(s: &Snapshot<'_>, after: &HashMap<String, JobState>, d: &mut Decision) -> Option<String> {
+    let before = standing(s, &HashMap::new());
+    let now = standing(s, after);
+    for (b, r) in before.iter().zip(&now) {
+        for (k, (wb, wa)) in b.waves.iter().zip(&r.waves).enumerate() {
+            if wb.settled() || !wa.settled() {
+                continue;
+            }
+            d.writes.push(Write::Timeline(r.wave_finished(&s.op.id, s.actor, k as u32 + 1)));
+            let pause = r.plan.pause_between.as_deref().and_then(|p| opsgraph_exec::parse_duration(p).ok());
+            if let (Some(delay), Some(next)) = (pause, r.waves.get(k + 1)) {
+                for j in &next.untouched {
+                    d.effects.push(Effect::Backoff { instance: j.id.clone(), delay });
+                }
+            }
+        }
+    }
+    let (r, wave, why) = now.iter().find_map(|r| r.over_budget().map(|(wave, why)| (r, wave, why)))?;
+    let (reason, e) = r.paused(&s.op.id, s.actor, wave, &why);
+    d.writes.push(Write::Timeline(e));
+    Some(reason)
 }
 
 /// The writes that record attempt `attempt` of `instance` (now in state `from`) before its

@@ -191,6 +191,7 @@ fn with_approval(plan: Plan, report: &VerifyReport, diagnosis: &[String]) -> Res
         options: vec!["approve".into(), "cancel operation".into()],
         required_roles: vec!["sre".into(), "platform_admin".into()],
         before: roots,
+        opens_after: Vec::new(),
         source: GateSource::Policy,
     };
     opsgraph_core::plan::apply(plan, vec![Edit::AddGate(gate)])

@@ -113,6 +113,7 @@ impl<'p> Drive<'p> {
             blocked,
             waiting_children,
             done_prefix: self.done_prefix,
+            rollouts: &self.plan.rollouts,
         }
     }
 

@@ -39,6 +39,7 @@ mod patch;
 mod recover;
 mod report;
 mod rollback;
+mod rollout;
 mod schedule;
 mod secrets;
 mod subop;
@@ -89,6 +90,9 @@ pub enum Error {
     NoGate { operation: String, gate: String },
     #[error("gate `{gate}` was already answered `{answer}` by {by} at {at}")]
     AlreadyAnswered { gate: String, answer: String, by: String, at: String },
+    /// A gate that opens after job instances (a rollout's canary) answered before they finished.
+    #[error("gate `{gate}` opens once {waiting} finished; it cannot be answered before (only cancelled)")]
+    GateNotOpen { gate: String, waiting: String },
     #[error("role `{role}` may not answer gate `{gate}`; it needs one of: {required}")]
     Forbidden { gate: String, role: String, required: String },
     #[error("`{option}` is not an option of gate `{gate}`; options: {options}")]

@@ -118,6 +118,7 @@ impl From<opsgraph_runtime::Error> for ApiError {
             R::Blocked(_) => ApiError::unprocessable("plan_blocked", message),
             R::Busy { .. } => ApiError::conflict("resource_busy", message),
             R::AlreadyAnswered { .. } => ApiError::conflict("gate_answered", message),
+            R::GateNotOpen { .. } => ApiError::conflict("gate_not_open", message),
             R::Forbidden { .. } => ApiError::forbidden("role_not_allowed", message),
             R::SelfApproval { .. } => ApiError::forbidden("self_approval", message),
             R::BadValue { .. } => ApiError::unprocessable("invalid_gate_value", message),

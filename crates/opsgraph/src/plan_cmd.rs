@@ -77,6 +77,7 @@ pub fn load_inputs(
                 constraints: Default::default(),
                 targets: Default::default(),
                 requires: Vec::new(),
+                rollouts: Default::default(),
             }
         }
     };

@@ -453,14 +453,55 @@ pub struct Controls {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub destructive: bool,
     /// How the job's instances (one per resource of its scope) run relative to each other.
-    #[serde(default, skip_serializing_if = "Rollout::is_parallel")]
-    pub rollout: Rollout,
+    /// Boxed: most jobs have none, and it would make every document as large as a job.
+    #[serde(default, skip_serializing_if = "Rollout::is_default")]
+    pub rollout: Box<Rollout>,
 }
 
-/// How a job's instances run relative to each other.
+/// How a fanned-out job's instances run relative to each other: an order, and for a fleet
+/// rollout waves, a limit in flight, failure budgets, a pause between waves and a canary gate.
+/// `parallel` and `one_at_a_time` are short forms of `{order: ...}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rollout {
+    #[serde(default, skip_serializing_if = "RolloutOrder::is_parallel")]
+    pub order: RolloutOrder,
+    /// Wave sizes in the scope's order; the last one repeats until every instance has a wave.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waves: Vec<Amount>,
+    /// At most this many instances of the job run at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<Amount>,
+    /// Failed instances tolerated over the whole rollout (a percentage of its instances, rounded
+    /// down); one more pauses the operation. 0 when the rollout has waves and no budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failures: Option<Amount>,
+    /// Failed instances tolerated within one wave (a percentage of the wave, rounded down).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failures_per_wave: Option<Amount>,
+    /// The time between the end of a wave and the start of the next (`10m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_between: Option<String>,
+    /// A gate after the first wave: a person looks at the canary before the rest runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub canary_gate: bool,
+}
+
+impl Rollout {
+    pub fn is_default(&self) -> bool {
+        *self == Rollout::default()
+    }
+
+    /// A fleet rollout: waves, budgets, a limit in flight or a canary (more than an order).
+    pub fn is_fleet(&self) -> bool {
+        Rollout { order: self.order, ..Rollout::default() } != *self
+    }
+}
+
+/// The order of a job's instances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Rollout {
+pub enum RolloutOrder {
     /// All at once, as their dependencies allow.
     #[default]
     Parallel,
@@ -469,9 +510,45 @@ pub enum Rollout {
     OneAtATime,
 }
 
-impl Rollout {
+impl RolloutOrder {
     pub fn is_parallel(&self) -> bool {
-        *self == Rollout::Parallel
+        *self == RolloutOrder::Parallel
+    }
+}
+
+/// A number of instances: a count, or a percentage of a whole (`5%`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Amount {
+    Count(u64),
+    Percent(u32),
+}
+
+impl Amount {
+    /// Of `whole`, a percentage rounded up (a wave, a limit in flight), at least `min`.
+    pub fn of_up(self, whole: usize, min: usize) -> usize {
+        match self {
+            Amount::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            Amount::Percent(p) => (whole * p as usize).div_ceil(100),
+        }
+        .max(min)
+    }
+
+    /// Of `whole`, a percentage rounded down (a failure budget).
+    pub fn of_down(self, whole: usize) -> usize {
+        match self {
+            Amount::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            Amount::Percent(p) => whole * p as usize / 100,
+        }
+    }
+}
+
+impl std::fmt::Display for Amount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Amount::Count(n) => write!(f, "{n}"),
+            Amount::Percent(p) => write!(f, "{p}%"),
+        }
     }
 }
 

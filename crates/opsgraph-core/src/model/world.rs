@@ -339,6 +339,9 @@ pub struct EnvironmentOperations {
     /// plan's cost ([O]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<OperationsRule>,
+    /// Job id -> its rollout in this environment ([P]): wins over the pack's and the intent's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rollouts: BTreeMap<String, crate::model::Rollout>,
 }
 
 /// The operations policy's answer to drift: a resource a verification found degraded.
@@ -400,6 +403,9 @@ pub struct Intent {
     /// Requirements beyond the pack's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<Requirement>,
+    /// Job id -> its rollout for this operation ([P]): wins over the pack's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rollouts: BTreeMap<String, crate::model::Rollout>,
 }
 
 impl Intent {

@@ -303,6 +303,7 @@ static ENV_OPERATIONS: Obj = Obj {
             &Shape::List(&Shape::Obj(&OPERATIONS_RULE)),
             "rules with CEL expressions over the intent, the roles and the cost",
         ),
+        field("rollouts", &ROLLOUTS, "job id -> its rollout in this environment (wins over the pack and the intent)"),
     ],
     one_of: &[],
     normalize: None,
@@ -336,6 +337,7 @@ pub(crate) static INTENT: Obj = Obj {
         field("constraints", &ATTRS, "the workload's attributes (`region`), for `same-as-workload`"),
         field("targets", &Shape::Map { key: &ID, value: &RIDS }, "scope name -> resource ids"),
         field("requires", &REQUIREMENTS, "requirements beyond the pack's own"),
+        field("rollouts", &ROLLOUTS, "job id -> its rollout for this operation (wins over the pack's)"),
     ],
     one_of: &[],
     normalize: None,
@@ -604,11 +606,30 @@ static CONTROLS: Obj = Obj {
         field("rollback", &Shape::Obj(&ROLLBACK), "how it is undone"),
         field("manual_intervention", &Shape::Obj(&MANUAL), "whether a manual fix is allowed"),
         field("destructive", &BOOL, "a destructive_action gate goes before it"),
-        field(
-            "rollout",
-            &Shape::Enum(&["parallel", "one_at_a_time"]),
-            "parallel (default) | one_at_a_time: each instance waits for the one before it",
-        ),
+        field("rollout", &ROLLOUT, "parallel (default) | one_at_a_time | a fleet rollout: waves, budgets, canary"),
+    ],
+    one_of: &[],
+    normalize: None,
+};
+static ROLLOUTS: Shape = Shape::Map { key: &ID, value: &ROLLOUT };
+static WAVE: Shape = Shape::Amount { min: 1 };
+static BUDGET: Shape = Shape::Amount { min: 0 };
+static ROLLOUT: Shape = Shape::Alt(&Alt {
+    doc: "`parallel`, `one_at_a_time`, or a mapping (rollout) of waves, budgets and a canary gate",
+    scalar: Some((&Shape::Enum(&["parallel", "one_at_a_time"]), Wrap::Field("order"))),
+    seq: None,
+    map: Some((&Shape::Obj(&ROLLOUT_POLICY), Wrap::Keep)),
+});
+static ROLLOUT_POLICY: Obj = Obj {
+    name: "rollout",
+    doc: "A fleet rollout of a fanned-out job: waves in the scope's order, a failure budget, a canary.",
+    fields: &[
+        field("waves", &Shape::List(&WAVE), "wave sizes (`[1, 5%, 25%, 100%]`); the last repeats"),
+        field("max_in_flight", &WAVE, "at most this many instances at once"),
+        field("max_failures", &BUDGET, "failures tolerated overall (rounded down); one more pauses"),
+        field("max_failures_per_wave", &BUDGET, "failures tolerated within one wave (rounded down)"),
+        field("pause_between", &DURATION, "time between the end of a wave and the next"),
+        field("canary_gate", &BOOL, "a gate after the first wave, answerable once it finished"),
     ],
     one_of: &[],
     normalize: None,

@@ -29,6 +29,11 @@ pub enum Shape {
     },
     Number,
     Bool,
+    /// A number of instances: an integer >= `min`, or a percentage `N%` (`min`..100); normalised
+    /// to `{count: N}` or `{percent: N}`.
+    Amount {
+        min: i64,
+    },
     /// One of the listed words.
     Enum(&'static [&'static str]),
     /// A plain scalar, typed as YAML types it (parameters, attributes).
@@ -178,6 +183,26 @@ impl Checker<'_> {
                 }
                 _ => self.wrong_type(node, expected(shape)),
             },
+            Shape::Amount { min } => {
+                let bad = |what: String| Diagnostic::error(node.pos, Code::BadValue, what).expected(expected(shape));
+                match &node.kind {
+                    NodeKind::Scalar(Scalar::Int(n), _) if n >= min => Some(json!({"count": n})),
+                    NodeKind::Scalar(Scalar::Int(n), _) => {
+                        self.diags.push(bad(format!("{n} is out of range")));
+                        None
+                    }
+                    NodeKind::Scalar(Scalar::Str, text) if text.ends_with('%') => {
+                        match text.trim_end_matches('%').parse::<i64>() {
+                            Ok(p) if p >= *min && p <= 100 => Some(json!({"percent": p})),
+                            _ => {
+                                self.diags.push(bad(format!("`{text}` is not a percentage from {min}% to 100%")));
+                                None
+                            }
+                        }
+                    }
+                    _ => self.wrong_type(node, expected(shape)),
+                }
+            }
             Shape::Number => match &node.kind {
                 NodeKind::Scalar(Scalar::Int(n), _) => Some(json!(n)),
                 NodeKind::Scalar(Scalar::Float(f), _) => Some(json!(f)),
@@ -408,6 +433,7 @@ pub fn expected(shape: &Shape) -> String {
         Shape::Int { min, max } if *max == i64::MAX => format!("an integer >= {min}"),
         Shape::Int { min, max } => format!("an integer from {min} to {max}"),
         Shape::Number => "a number".to_string(),
+        Shape::Amount { min } => format!("a count >= {min}, or a percentage such as `25%`"),
         Shape::Bool => "true or false".to_string(),
         Shape::Enum(words) => format!("one of {}", list_words(words.iter().copied())),
         Shape::Scalar => "a string, number or boolean".to_string(),
@@ -456,6 +482,10 @@ pub fn json_schema(shape: &Shape, defs: &mut Map<String, Value>) -> Value {
             s
         }
         Shape::Number => json!({"type": "number"}),
+        Shape::Amount { min } => json!({"anyOf": [
+            {"type": "integer", "minimum": min},
+            {"type": "string", "pattern": "^[0-9]{1,3}%$"},
+        ]}),
         Shape::Bool => json!({"type": "boolean"}),
         Shape::Enum(words) => json!({"enum": words}),
         Shape::Scalar => json!({"type": ["string", "number", "boolean", "null"]}),
@@ -600,6 +630,7 @@ fn brief(shape: &Shape) -> String {
         Shape::Int { min, max } if *max == i64::MAX => format!("integer >= {min}"),
         Shape::Int { min, max } => format!("integer {min}..{max}"),
         Shape::Number => "number".into(),
+        Shape::Amount { min } => format!("count >= {min} or N%"),
         Shape::Bool => "boolean".into(),
         Shape::Enum(words) => words.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(" | "),
         Shape::Scalar => "scalar".into(),

@@ -110,6 +110,9 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             Err(e) => errors.push(e),
         }
     }
+    for name in intent.rollouts.keys().filter(|n| !jobs.iter().any(|(j, _)| j.id == **n)) {
+        errors.push(Error::UnknownJob { id: name.clone(), referenced_by: "the intent's rollouts".into() });
+    }
     let instance_id = |job: &str, r: Option<&Resource>| match r {
         Some(r) => format!("{job}@{}", r.name),
         None => job.to_string(),
@@ -191,6 +194,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         add_external(req, "pack");
     }
     let mut job_edits = Vec::new();
+    let mut rollouts = Vec::new();
     for (job, scope) in &jobs {
         // What this job waits for, decided once per job: (provider job, same resource, why).
         let mut links: Vec<(&str, bool, String)> = Vec::new();
@@ -223,7 +227,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             }
         }
         let stage = stage_of.get(job.id.as_str()).copied().unwrap_or("");
-        for (resource, id) in instances.get(job.id.as_str()).into_iter().flatten() {
+        let mine = instances.get(job.id.as_str()).map_or(&[][..], Vec::as_slice);
+        let (policy, from) = rollout_policy(input, intent, job);
+        let rollout = scope.and_then(|_| crate::plan::rollout::plan_rollout(&job.id, policy, mine.len(), from));
+        for (index, (resource, id)) in mine.iter().enumerate() {
             let mut depends_on: Vec<String> = Vec::new();
             let mut because: Vec<String> = Vec::new();
             let mut seen: HashSet<&str> = HashSet::new();
@@ -241,7 +248,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 }
             }
             // A rolling job: each instance waits for the one before it (the scope's order).
-            if job.controls.rollout == crate::model::Rollout::OneAtATime {
+            if job.controls.rollout.order == crate::model::RolloutOrder::OneAtATime {
                 if let Some(previous) = job_edits.last().filter(|p: &&JobInstance| p.job == job.id) {
                     depends_on.push(previous.id.clone());
                     because.push("one at a time (controls.rollout)".to_string());
@@ -259,8 +266,10 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 destructive: job.controls.destructive,
                 skipped: None,
                 parameters: Attributes::new(),
+                wave: rollout.as_ref().map(|r| r.wave_of(index)),
             });
         }
+        rollouts.extend(rollout);
     }
 
     let edges: usize = job_edits.iter().map(|j| j.depends_on.len()).sum();
@@ -350,6 +359,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 required_roles: gate.required_roles.clone(),
                 before,
                 source: GateSource::Resolution,
+                opens_after: Vec::new(),
             });
         }
     }
@@ -364,6 +374,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 required_roles: ex.required_roles.clone(),
                 before: if users.is_empty() { roots.clone() } else { instances_of(&users) },
                 source: GateSource::Policy,
+                opens_after: Vec::new(),
             });
         }
     }
@@ -384,6 +395,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             required_roles: vec!["operator".into(), "sre".into(), "platform_admin".into()],
             before,
             source: GateSource::MissingInput,
+            opens_after: Vec::new(),
         });
     }
     for (job, _) in jobs.iter().filter(|(j, _)| j.controls.destructive) {
@@ -398,10 +410,13 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             reason: format!("job {} is destructive", job.id),
             options: vec!["proceed".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
+            // Confirmed once what comes before it ran (its checks): not up front.
+            opens_after: crate::plan::canary::before_all(&before, &job_edits),
             before,
             source: GateSource::Destructive,
         });
     }
+    gates.extend(rollouts.iter().filter_map(|r| crate::plan::canary::canary_gate(r, &job_edits)));
     let level = template.risk.unwrap_or(pack.manifest.risk.default_level);
     let approval_from = pack.manifest.risk.approval_from.unwrap_or(RiskLevel::High);
     if level >= approval_from {
@@ -416,6 +431,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before: roots.clone(),
             source: GateSource::Risk,
+            opens_after: Vec::new(),
         });
     }
 
@@ -475,6 +491,7 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
     edits.push(Edit::SetRisk(Risk { level, reasons }));
     edits.push(Edit::SetSubOperations(subs));
     edits.push(Edit::SetCost(cost));
+    edits.push(Edit::SetRollouts(rollouts));
     let mut empty = Plan::empty(pack, template, input.intent);
     empty.inherited = day2.map(|(_, mut inherited)| {
         if let Some(recorded) = input.recorded {
@@ -525,6 +542,7 @@ fn sub_operation(
             constraints: input.intent.constraints.clone(),
             targets: BTreeMap::new(),
             requires: Vec::new(),
+            rollouts: Default::default(),
         };
         let sub_input = Input { intent: &sub_intent, recorded: None, ..*input };
         build_at(&sub_input, depth + 1)
@@ -540,6 +558,19 @@ fn sub_operation(
     SubOperation { requirement: req.capability.clone(), provider: provider.to_string(), chosen, plan, error }
 }
 
+/// A job's rollout: the environment's operations policy wins over the intent, the intent over
+/// the pack ([P]); with where it came from.
+fn rollout_policy<'a>(input: &'a Input<'_>, intent: &'a Intent, job: &'a Job) -> (&'a crate::model::Rollout, String) {
+    let env = intent.environment.as_deref();
+    if let Some(r) = input.operations.for_environment(env).and_then(|o| o.rollouts.get(&job.id)) {
+        return (r, format!("the operations policy of {}", env.unwrap_or("default")));
+    }
+    match intent.rollouts.get(&job.id) {
+        Some(r) => (r, "the intent".into()),
+        None => (&job.controls.rollout, "the pack".into()),
+    }
+}
+
 fn plan_gate(g: &Gate, before: Vec<String>, source: GateSource) -> PlanGate {
     PlanGate {
         id: g.id.clone(),
@@ -549,6 +580,7 @@ fn plan_gate(g: &Gate, before: Vec<String>, source: GateSource) -> PlanGate {
         required_roles: g.required_roles.clone(),
         before,
         source,
+        opens_after: Vec::new(),
     }
 }
 

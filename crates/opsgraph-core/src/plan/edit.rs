@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use crate::model::Attributes;
 
 use crate::plan::resolve::Resolution;
+use crate::plan::rollout::RolloutPlan;
 use crate::plan::types::{Cost, JobInstance, Plan, PlanGate, Risk, Stage, SubOperation};
 use crate::plan::Error;
 
@@ -27,6 +28,8 @@ pub enum Edit {
     SetRisk(Risk),
     SetSubOperations(Vec<SubOperation>),
     SetCost(Option<Cost>),
+    /// The plan's fleet rollouts.
+    SetRollouts(Vec<RolloutPlan>),
     /// `job` also waits for `on`, for the reason given.
     AddDependency {
         job: String,
@@ -97,6 +100,7 @@ pub(crate) fn change(plan: &mut Plan, edits: Vec<Edit>, errors: &mut Vec<Error>)
             Edit::SetRisk(r) => plan.risk = r,
             Edit::SetSubOperations(s) => plan.sub_operations = s,
             Edit::SetCost(c) => plan.cost = c,
+            Edit::SetRollouts(r) => plan.rollouts = r,
             Edit::AddDependency { job, on, because } => match plan.jobs.iter_mut().find(|j| j.id == job) {
                 Some(j) => {
                     j.depends_on.push(on);
@@ -141,6 +145,15 @@ fn validate(plan: &Plan, errors: &mut Vec<Error>) {
             match ids.get(d.as_str()) {
                 Some(&k) => adj[k].push(i),
                 None => errors.push(Error::UnknownDependency { job: j.id.clone(), dependency: d.clone() }),
+            }
+        }
+    }
+    // A gate that opens after some instances comes after them in the graph.
+    for (g, gate) in plan.gates.iter().enumerate() {
+        for a in &gate.opens_after {
+            match ids.get(a.as_str()) {
+                Some(&k) => adj[k].push(n + g),
+                None => errors.push(Error::UnknownDependency { job: gate.id.clone(), dependency: a.clone() }),
             }
         }
     }

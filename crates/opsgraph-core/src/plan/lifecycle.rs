@@ -260,7 +260,8 @@ pub fn apply(state: &OperationState, event: &Event) -> Result<(OperationState, V
             }
             (S::Failed { reason: format!("patch {patch} rejected: {reason}") }, vec![])
         }
-        (S::Failed { .. }, E::Retry { jobs }) => {
+        // A paused one too: a rollout paused by its failure budget retries its failed hosts.
+        (S::Failed { .. } | S::Paused { .. }, E::Retry { jobs }) => {
             (S::Running, vec![F::ResetJobs { jobs: jobs.clone() }, F::DispatchReadyJobs])
         }
         (S::Failed { .. }, E::ManuallyFixed { intervention }) => (

@@ -5,6 +5,7 @@
 //! reproducible and the runtime ([B]) can rebuild any revision from what it stored.
 
 mod build;
+mod canary;
 mod columns;
 pub mod day2;
 mod edit;
@@ -20,6 +21,7 @@ pub mod render;
 mod resolution;
 pub mod resolve;
 pub mod rollback;
+pub mod rollout;
 mod rules;
 mod types;
 
@@ -31,6 +33,7 @@ pub use edit::{apply, Edit};
 pub use inputs::check_preview;
 pub use params::check_parameter;
 pub use resolve::{Inventory, Outcome, Resolution};
+pub use rollout::{RolloutPlan, WavePlan};
 pub use types::{
     Cost, CostItem, Customization, GateSource, Input, JobInstance, Plan, PlanGate, Revision, Risk, Stage, SubOperation,
 };

@@ -40,6 +40,7 @@ pub(crate) fn operations(
             required_roles: Some(rule.approval_roles.clone()).filter(|r| !r.is_empty()).unwrap_or_else(default_roles),
             before: roots.to_vec(),
             source: GateSource::Policy,
+            opens_after: Vec::new(),
         });
     }
     let threshold = active
@@ -71,6 +72,7 @@ pub(crate) fn operations(
                 required_roles: Some(policy.cost_roles.clone()).filter(|r| !r.is_empty()).unwrap_or_else(default_roles),
                 before: roots.to_vec(),
                 source: GateSource::Cost,
+                opens_after: Vec::new(),
             });
         }
     }

@@ -345,6 +345,7 @@ fn add_gate(
             g.required_roles.clone()
         },
         before,
+        opens_after: Vec::new(),
         source,
     })
 }
@@ -446,6 +447,7 @@ fn insert(
                 destructive: job.controls.destructive,
                 skipped: None,
                 parameters: Default::default(),
+                wave: None,
             });
             prev = vec![id];
         }

@@ -95,6 +95,14 @@ pub fn json(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
 }
 
 fn preview_json(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
+    let mut v = preview_json_base(plan, packs);
+    if !plan.rollouts.is_empty() {
+        v["rollouts"] = json!(plan.rollouts);
+    }
+    v
+}
+
+fn preview_json_base(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
     json!({
         "pack": plan.pack,
         "pack_digest": plan.pack_digest,
@@ -106,10 +114,16 @@ fn preview_json(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
         "parameters": plan.parameters,
         "resolution": plan.resolution.iter().map(resolution_json).collect::<Vec<_>>(),
         "stages": plan.stages,
-        "jobs": plan.jobs.iter().map(|j| json!({
-            "id": j.id, "job": j.job, "title": j.title, "stage": j.stage, "scope": j.scope,
-            "resource": j.resource, "depends_on": j.depends_on, "because": j.because, "destructive": j.destructive,
-        })).collect::<Vec<_>>(),
+        "jobs": plan.jobs.iter().map(|j| {
+            let mut v = json!({
+                "id": j.id, "job": j.job, "title": j.title, "stage": j.stage, "scope": j.scope,
+                "resource": j.resource, "depends_on": j.depends_on, "because": j.because, "destructive": j.destructive,
+            });
+            if let Some(w) = j.wave {
+                v["wave"] = json!(w);
+            }
+            v
+        }).collect::<Vec<_>>(),
         "gates": plan.gates,
         "risk": plan.risk,
         "cost": plan.cost,
@@ -204,6 +218,9 @@ pub fn text(plan: &Plan) -> String {
                 let _ = writeln!(s, "    {label}: checked when answered: {}", checks.join("; "));
             }
             let _ = writeln!(s, "    blocks: {}", abbreviate(&g.before));
+            if !g.opens_after.is_empty() {
+                let _ = writeln!(s, "    opens once finished: {}", abbreviate(&g.opens_after));
+            }
         }
     }
     if !plan.review.is_empty() {
@@ -243,6 +260,22 @@ pub fn text(plan: &Plan) -> String {
             })
             .collect();
         let _ = writeln!(s, "  {}. {:<18} {}", n + 1, stage.name, jobs.join("; "));
+    }
+    if !plan.rollouts.is_empty() {
+        let _ = writeln!(s, "\nRollouts");
+        for r in &plan.rollouts {
+            let _ = writeln!(s, "  {}: {}", r.job, r.summary());
+            for k in 1..=r.waves.len() as u32 {
+                let on: Vec<String> = plan
+                    .jobs
+                    .iter()
+                    .filter(|j| j.job == r.job && j.wave == Some(k))
+                    .map(|j| j.resource.as_deref().map_or(j.id.as_str(), |r| r.rsplit('/').next().unwrap_or(r)))
+                    .map(str::to_string)
+                    .collect();
+                let _ = writeln!(s, "    wave {k}: {}", abbreviate(&on));
+            }
+        }
     }
     if !plan.sub_operations.is_empty() {
         let _ = writeln!(s, "\nSub-operations");

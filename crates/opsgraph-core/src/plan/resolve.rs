@@ -564,6 +564,7 @@ mod tests {
                         constraints: Default::default(),
                         targets: Default::default(),
                         requires: vec![],
+                        rollouts: Default::default(),
                     };
                     intent.constraints.insert("region".into(), json!("eu"));
                     let cx = Context {

@@ -69,6 +69,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             destructive: def.controls.destructive,
             skipped: None,
             parameters: Default::default(),
+            wave: None,
         });
     }
     // Where each undo stands: the latest (in forward topological order) of the jobs it undoes.
@@ -136,6 +137,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             options: vec!["approve".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before: roots,
+            opens_after: Vec::new(),
             source: GateSource::Risk,
         }));
     }
@@ -147,6 +149,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             options: vec!["proceed".into(), "cancel operation".into()],
             required_roles: vec!["sre".into(), "platform_admin".into()],
             before,
+            opens_after: Vec::new(),
             source: GateSource::Destructive,
         }));
     }
@@ -158,6 +161,8 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
     base.stages.clear();
     base.gates.clear();
     base.sub_operations.clear();
+    // The undo runs as it is planned, without the forward rollout's waves.
+    base.rollouts.clear();
     base.cost = None;
     // The rollback is a plan of its own: the patches of the plan it undoes are not its own.
     base.customizations.clear();

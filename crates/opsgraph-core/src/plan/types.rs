@@ -93,6 +93,10 @@ pub struct Plan {
     /// oldest first: not part of its hash (the changes themselves are).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub customizations: Vec<Customization>,
+    /// The fleet rollouts of fanned-out jobs (`controls.rollout` with waves or budgets): their
+    /// waves, limits and budgets as counts, which the runtime enforces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollouts: Vec<crate::plan::rollout::RolloutPlan>,
     pub revision: Revision,
 }
 
@@ -164,6 +168,10 @@ pub struct JobInstance {
     /// Parameters a patch set for this job alone (they win over the plan's).
     #[serde(default, skip_serializing_if = "Attributes::is_empty")]
     pub parameters: Attributes,
+    /// The wave (1, 2, …) of a fleet rollout this instance belongs to (`Plan::rollouts`): it
+    /// starts once every instance of the job's earlier waves has finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -178,6 +186,10 @@ pub struct PlanGate {
     pub before: Vec<String>,
     /// What placed it.
     pub source: GateSource,
+    /// The job instances that must have finished (done or failed) before the gate can be
+    /// answered: a canary gate opens once its first wave ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opens_after: Vec<String>,
 }
 
 /// What placed a gate in a plan (`resolution`, `template`, … in JSON).
@@ -200,6 +212,8 @@ pub enum GateSource {
     Cost,
     /// A plan patch's `add_gate`.
     Patch,
+    /// A fleet rollout's canary gate, after its first wave.
+    Rollout,
 }
 
 impl GateSource {
@@ -263,6 +277,7 @@ impl Plan {
             removes_targets: template.removes_targets,
             rolls_back: None,
             customizations: Vec::new(),
+            rollouts: Vec::new(),
             revision: Revision { number: 0, hash: String::new() },
         }
     }

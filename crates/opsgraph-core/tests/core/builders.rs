@@ -86,8 +86,12 @@ impl JobB {
         self.0.controls.destructive = true;
         self
     }
+    pub(crate) fn rollout(mut self, r: opsgraph_core::model::Rollout) -> Self {
+        self.0.controls.rollout = Box::new(r);
+        self
+    }
     pub(crate) fn one_at_a_time(mut self) -> Self {
-        self.0.controls.rollout = opsgraph_core::model::Rollout::OneAtATime;
+        self.0.controls.rollout.order = opsgraph_core::model::RolloutOrder::OneAtATime;
         self
     }
 }
@@ -114,6 +118,7 @@ pub(crate) fn intent(resource_type: &str, environment: &str) -> Intent {
         constraints: Attributes::new(),
         targets: BTreeMap::new(),
         requires: Vec::new(),
+        rollouts: Default::default(),
     }
 }
 

@@ -85,6 +85,9 @@ fn repair_paths() {
         Event::Verified,
         Event::JobFailed { job: "verify".into(), reason: "flaky".into() },
         Event::Retry { jobs: vec!["verify".into()] },
+        // A rollout paused by its failure budget retries its failed hosts.
+        Event::Pause { reason: "rollout of up paused in wave 2 of 3".into() },
+        Event::Retry { jobs: vec!["up@b".into()] },
         Event::Complete,
     ]);
     check(
@@ -105,6 +108,8 @@ fn repair_paths() {
             verification --verified--> running {"effect":"dispatch_ready_jobs"}
             running --job_failed--> failed {"effect":"stop_dispatch"} {"effect":"mark_resource_failed","reason":"flaky"}
             failed --retry--> running {"effect":"reset_jobs","jobs":["verify"]} {"effect":"dispatch_ready_jobs"}
+            running --pause--> paused {"effect":"stop_dispatch"}
+            paused --retry--> running {"effect":"reset_jobs","jobs":["up@b"]} {"effect":"dispatch_ready_jobs"}
             running --complete--> completed {"effect":"update_resource"}
         "#]],
     );

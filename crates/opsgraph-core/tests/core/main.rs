@@ -10,3 +10,4 @@ mod policy_rules;
 mod preview_text;
 mod refuse;
 mod resolve;
+mod rollout;

@@ -9,16 +9,16 @@ use opsgraph_core::plan::{Error as PlanError, Input, Inventory, Plan};
 use crate::builders::*;
 use crate::preview_text::section;
 
-struct World {
-    packs: Vec<Pack>,
-    resources: Vec<Resource>,
+pub(crate) struct World {
+    pub(crate) packs: Vec<Pack>,
+    pub(crate) resources: Vec<Resource>,
     providers: Vec<Provider>,
     policy: CapabilityPolicy,
-    operations: OperationsPolicy,
-    intent: Intent,
+    pub(crate) operations: OperationsPolicy,
+    pub(crate) intent: Intent,
 }
 
-fn world(pack: Pack, intent: Intent) -> World {
+pub(crate) fn world(pack: Pack, intent: Intent) -> World {
     World {
         packs: vec![pack],
         resources: Vec::new(),
@@ -31,7 +31,7 @@ fn world(pack: Pack, intent: Intent) -> World {
 
 impl World {
     /// The plan of this world's intent, or the planning errors.
-    fn build(&self) -> Result<Plan, Vec<PlanError>> {
+    pub(crate) fn build(&self) -> Result<Plan, Vec<PlanError>> {
         let inventory = Inventory::new(&self.resources);
         let input = Input {
             intent: &self.intent,
@@ -47,11 +47,11 @@ impl World {
     }
 }
 
-fn nodes(n: usize) -> Vec<Resource> {
+pub(crate) fn nodes(n: usize) -> Vec<Resource> {
     (1..=n).map(|i| resource("compute_node", &format!("n{i}")).provides("linux.host", Default::default()).0).collect()
 }
 
-fn targets(intent: &mut Intent, n: usize) {
+pub(crate) fn targets(intent: &mut Intent, n: usize) {
     intent.targets.insert("nodes".into(), (1..=n).map(|i| format!("compute_node/n{i}")).collect());
 }
 

@@ -1,0 +1,60 @@
+//! A fleet rollout ([P]) on four real hosts: the ledger pack's job in waves `[1, 1, 100%]` with
+//! no failure tolerated, fleet-2 (wave 2) made to fail by a full disk (a 100 KiB tmpfs under the
+//! directory the job writes 200 KiB to). `apply` stops with the operation paused — not failed —
+//! fleet-1 done, fleet-2 failed, fleet-3 and fleet-4 untouched (their ledgers empty); once the
+//! disk is grown, `retry` runs fleet-2 again and the rollout finishes on every host. Root and
+//! `OPSGRAPH_FLEET=1`.
+
+use crate::fleet::{claim, machine, Fleet};
+use crate::fleet_agent::{intent, ledger, pack};
+use crate::support::{opsgraph, temp_dir};
+
+fn inside(dir: &std::path::Path, i: usize, script: &str) {
+    let (state, _) = opsgraph_fleet::status(dir).unwrap().unwrap();
+    let o = opsgraph_fleet::exec(&state.hosts[i], &["sh", "-c", script]).output().unwrap();
+    assert!(o.status.success(), "{script}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_rollout_on_real_hosts_pauses_at_the_failed_host_and_finishes_after_a_retry() {
+    let Some(_one) = claim("a_rollout_on_real_hosts_pauses_at_the_failed_host_and_finishes_after_a_retry") else {
+        return;
+    };
+    let files = pack(1, &|_| "controls: {rollout: {waves: [1, 1, 100%], max_failures: 0}}, ".into());
+    let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let tmp = temp_dir(&refs);
+    let dir = tmp.join("fleet");
+    let before = machine();
+    let fleet = Fleet::up(&dir, 4);
+    inside(&dir, 1, "mkdir -p /var/lib/fleet-data && mount -t tmpfs -o size=100k tmpfs /var/lib/fleet-data");
+    let names = ["fleet-1", "fleet-2", "fleet-3", "fleet-4"];
+    std::fs::write(tmp.join("intent.yaml"), intent(&names, "0", "200")).unwrap();
+    let (d, f, p, inv) = (
+        tmp.join("data").display().to_string(),
+        tmp.join("intent.yaml").display().to_string(),
+        tmp.join("packs").display().to_string(),
+        dir.join("inventory").display().to_string(),
+    );
+    let apply = opsgraph(&["--data-dir", &d, "apply", "-f", &f, "--packs", &p, "--inventory", &inv, "--yes"]);
+    let end = apply.out.lines().find(|l| l.starts_with("Operation ")).unwrap_or_default().to_string();
+    assert!(
+        end.contains(": paused: rollout of j0 paused in wave 2 of 3: 1 failed, over its budget of 0; failed: fleet-2; 1 done, 0 running, 2 untouched"),
+        "{}",
+        apply.render()
+    );
+    assert!(apply.out.contains("wave_started: j0 wave 2 of 3: 1 instance(s) (fleet-2)"), "{}", apply.render());
+    let runs = |i: usize| ledger(&dir, i).iter().filter(|l| l.ends_with(" done")).count();
+    assert_eq!([runs(0), runs(1), runs(2), runs(3)], [1, 0, 0, 0], "only fleet-1 ran to the end");
+    assert!(ledger(&dir, 2).is_empty() && ledger(&dir, 3).is_empty(), "wave 3 untouched");
+
+    // The disk grown, the failed host is retried and the rollout runs to the end.
+    inside(&dir, 1, "mount -o remount,size=1m /var/lib/fleet-data");
+    let id = end.trim_start_matches("Operation ").split(':').next().unwrap().to_string();
+    let retry = opsgraph(&["--data-dir", &d, "retry", &id, "--packs", &p, "--inventory", &inv]);
+    assert_eq!(retry.code, 0, "{}", retry.render());
+    assert!(retry.out.contains(&format!("Operation {id}: completed")), "{}", retry.render());
+    assert_eq!([runs(0), runs(1), runs(2), runs(3)], [1, 1, 1, 1]);
+
+    drop(fleet);
+    assert_eq!(machine(), before, "down leaves the machine as it found it");
+}

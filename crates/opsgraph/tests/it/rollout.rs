@@ -1,0 +1,316 @@
+//! Fleet rollouts ([P]) at scale on the real runtime: 200 local hosts upgraded in waves
+//! `[1, 5%, 25%, 100%]` (1 + 10 + 50 + 139) behind a canary gate, three hosts of wave 2 made to
+//! fail (a marker file per host), a budget of 2 crossed: the operation pauses with exactly the
+//! hosts of waves 1 and 2 done or failed and the rest untouched; one failed host skipped by a
+//! patch, the rollout goes on within its budget to the end, and the two hosts left failed are
+//! retried.
+
+use expect_test::expect;
+use opsgraph_core::model::OperationState;
+use opsgraph_runtime::{Error, GateAnswer, Runtime};
+use opsgraph_store_sqlite::{Durability, SqliteStore};
+
+use crate::support::{temp_dir, TempDir};
+
+const HOSTS: usize = 200;
+
+fn files() -> Vec<(String, String)> {
+    let mut world = String::new();
+    let mut targets = Vec::new();
+    for i in 1..=HOSTS {
+        world.push_str(&format!(
+            "---\nresource: {{type: compute_node, name: n{i:03}, access: {{local: true}}, provides: [linux.host]}}\n"
+        ));
+        targets.push(format!("compute_node/n{i:03}"));
+    }
+    vec![
+        (
+            "fleet/pack.yaml".into(),
+            "scenario_pack:\n  id: fleet\n  version: 1.0.0\n  title: Fleet\n  resource_types: [fleet.group]\n  actions: [upgrade]\n  plan_templates: [{id: fleet.upgrade}]\n".into(),
+        ),
+        (
+            "fleet/templates.yaml".into(),
+            "plan_template:\n  id: fleet.upgrade\n  action: upgrade\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: upgrade, name: Upgrade, jobs: [upgrade, report]}\n  jobs: [upgrade, report]\n".into(),
+        ),
+        (
+            "fleet/jobs.yaml".into(),
+            r#"job:
+  id: upgrade
+  scope: {resources: [compute_node]}
+  inputs:
+    requires:
+      capabilities: [{key: linux.host, scope: nodes}]
+  controls:
+    rollout: {waves: [1, 5%, 25%, 100%], max_failures: 2, canary_gate: true}
+  run: {script: scripts/upgrade.sh}
+---
+job:
+  id: report
+  after: [upgrade]
+  run: {command: [true]}
+"#
+            .into(),
+        ),
+        (
+            "fleet/scripts/upgrade.sh".into(),
+            "if [ -e \"$OPSGRAPH_LAB_DIR/fail/$OPSGRAPH_TARGET_NAME\" ]; then sleep 1; echo \"upgrade failed on $OPSGRAPH_TARGET_NAME\" >&2; exit 1; fi\nmkdir -p \"$OPSGRAPH_LAB_DIR/done\"\ntouch \"$OPSGRAPH_LAB_DIR/done/$OPSGRAPH_TARGET_NAME\"\n".into(),
+        ),
+        ("world.yaml".into(), world),
+        (
+            "intent.yaml".into(),
+            format!(
+                "intent:\n  target_resource_type: fleet.group\n  action: upgrade\n  name: workers\n  environment: prod\n  targets: {{nodes: [{}]}}\n",
+                targets.join(", ")
+            ),
+        ),
+    ]
+}
+
+struct Fleet {
+    dir: TempDir,
+}
+
+impl Fleet {
+    fn new() -> Fleet {
+        let files = files();
+        let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+        Fleet { dir: temp_dir(&refs) }
+    }
+
+    fn loaded(&self) -> opsgraph::plan_cmd::Loaded {
+        use opsgraph::load::Source;
+        let p = |rel: &str| self.dir.join(rel).display().to_string();
+        opsgraph::plan_cmd::load_inputs(
+            &Source::parse(&p("intent.yaml")),
+            opsgraph::load::packs(&[Source::parse(&p("fleet"))]),
+            &[Source::parse(&p("world.yaml"))],
+        )
+    }
+
+    fn runtime(&self) -> Runtime {
+        let loaded = self.loaded();
+        assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
+        let data = self.dir.join("data");
+        std::fs::create_dir_all(data.join("lab/fail")).unwrap();
+        let store = SqliteStore::open(&data.join("opsgraph.db"), Durability::Full).unwrap();
+        let mut rt = Runtime::new(Box::new(store), loaded.packs, loaded.world.resources, data);
+        // Every instance of wave 2 at once, so what has run when the budget is spent is exact.
+        rt.concurrency = 16;
+        rt
+    }
+
+    fn fail(&self, hosts: &[&str]) {
+        for h in hosts {
+            std::fs::write(self.dir.join(&format!("data/lab/fail/{h}")), "").unwrap();
+        }
+    }
+
+    fn heal(&self) {
+        std::fs::remove_dir_all(self.dir.join("data/lab/fail")).unwrap();
+    }
+}
+
+fn answer(actor: &str) -> GateAnswer {
+    GateAnswer { option: "continue rollout".into(), actor: actor.into(), role: "sre".into(), value: None }
+}
+
+/// The upgrade's hosts by state: `succeeded 8: n001, …`.
+fn hosts_by_state(rt: &Runtime, op: &str) -> String {
+    let mut by: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for j in rt.store().jobs(op).unwrap() {
+        if let Some(host) = j.id.strip_prefix("upgrade@") {
+            by.entry(j.state.as_str()).or_default().push(host.to_string());
+        }
+    }
+    by.iter()
+        .map(|(state, hosts)| {
+            let shown = if hosts.len() > 12 { format!("{}, …", hosts[..3].join(", ")) } else { hosts.join(", ") };
+            format!("{state} {}: {shown}\n", hosts.len())
+        })
+        .collect()
+}
+
+/// The rollout's own timeline entries, and the operation's pauses and resumptions.
+fn rollout_timeline(rt: &Runtime, op: &str) -> String {
+    rt.store()
+        .timeline(op)
+        .unwrap()
+        .iter()
+        .filter(|e| e.event.starts_with("wave_") || e.event == "rollout_paused" || e.to.is_some())
+        .map(|e| format!("{} {}\n", e.event, e.reason))
+        .collect()
+}
+
+#[test]
+fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_after_a_skip_and_a_retry() {
+    let fleet = Fleet::new();
+    let mut rt = fleet.runtime();
+    let plan = opsgraph::plan_cmd::build(&fleet.loaded()).unwrap();
+    expect![[r#"
+        Rollouts
+          upgrade: 4 waves: 1 + 10 + 50 + 139 of 200 (budget 2, gate canary-upgrade after wave 1, from the pack)
+            wave 1: n001
+            wave 2: n002, n003, n004, n005, ... (10 in all)
+            wave 3: n012, n013, n014, n015, ... (50 in all)
+            wave 4: n062, n063, n064, n065, ... (139 in all)
+    "#]]
+    .assert_eq(&crate::preview_text::section(&opsgraph_core::plan::render::text(&plan), "Rollouts"));
+    fleet.fail(&["n005", "n007", "n009"]);
+    let op = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+
+    // The canary gate opens once wave 1 ran: not before.
+    let early = rt.answer_gate(&op, "canary-upgrade", &answer("user:bob"), &mut |_| {}).unwrap_err();
+    assert!(matches!(early, Error::GateNotOpen { .. }), "{early}");
+    expect!["gate `canary-upgrade` opens once upgrade@n001 finished; it cannot be answered before (only cancelled)"]
+        .assert_eq(&early.to_string());
+    let state = rt.drive(&op, &mut |_| {}).unwrap();
+    assert_eq!(state, OperationState::Paused { reason: "waiting for gate canary-upgrade".into() });
+    expect![[r#"
+        pending 199: n002, n003, n004, …
+        succeeded 1: n001
+    "#]]
+    .assert_eq(&hosts_by_state(&rt, &op));
+    // Four eyes: whoever created the rollout does not wave its canary through.
+    let own = rt.answer_gate(&op, "canary-upgrade", &answer("user:alice"), &mut |_| {}).unwrap_err();
+    assert!(matches!(own, Error::SelfApproval { .. }), "{own}");
+    assert_eq!(
+        rt.answer_gate(&op, "canary-upgrade", &answer("user:bob"), &mut |_| {}).unwrap(),
+        OperationState::Running
+    );
+
+    // Wave 2: three of its ten hosts fail, one more than the budget of 2: the operation pauses
+    // (it does not fail) with waves 1 and 2 run and nothing of waves 3 and 4 started.
+    let state = rt.drive(&op, &mut |_| {}).unwrap();
+    let OperationState::Paused { reason } = &state else { panic!("{state:?}") };
+    expect!["rollout of upgrade paused in wave 2 of 4: 3 failed, over its budget of 2; failed: n005, n007, n009; 8 done, 0 running, 189 untouched; retry or skip the failed hosts, roll back, or cancel"]
+        .assert_eq(reason);
+    expect![[r#"
+        failed 3: n005, n007, n009
+        pending 189: n012, n013, n014, …
+        succeeded 8: n001, n002, n003, n004, n006, n008, n010, n011
+    "#]]
+    .assert_eq(&hosts_by_state(&rt, &op));
+    let paused = rt.store().timeline(&op).unwrap().into_iter().find(|e| e.event == "rollout_paused").unwrap();
+    assert_eq!(paused.data["failed"], serde_json::json!(["n005", "n007", "n009"]));
+    assert_eq!(paused.data["done"].as_array().unwrap().len(), 8);
+    assert_eq!(paused.data["untouched"].as_array().unwrap().len(), 189);
+    // Resumed as it is, the spent budget pauses it again at once, starting nothing.
+    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    assert!(matches!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Paused { .. }));
+    assert!(hosts_by_state(&rt, &op).contains("pending 189"));
+
+    // n009 is skipped by a reviewed patch: two failures are left, within the budget, and the
+    // rollout goes on through waves 3 and 4 with n005 and n007 failed.
+    let skip = opsgraph_core::model::PlanPatch {
+        id: None,
+        operation: None,
+        author: None,
+        reason: Some("n009 is being replaced".into()),
+        changes: vec![opsgraph_core::model::PatchChange::Skip {
+            job: "upgrade@n009".into(),
+            reason: "n009 is being replaced".into(),
+        }],
+        approval: None,
+    };
+    // It changes what runs in a plan a person approved (the canary): a third person approves it.
+    let proposal = rt.propose_patch(&op, &skip, "user:bob", &mut |_| {}).unwrap();
+    assert_eq!(proposal.gate.as_deref(), Some("patch-p1"), "{:?}", proposal.approval);
+    assert!(matches!(proposal.state, OperationState::Paused { .. }), "{:?}", proposal.state);
+    let approve = |actor: &str| GateAnswer {
+        option: "approve patch".into(),
+        actor: actor.into(),
+        role: "sre".into(),
+        value: None,
+    };
+    assert!(rt.answer_gate(&op, "patch-p1", &approve("user:bob"), &mut |_| {}).is_err(), "not by its author");
+    assert_eq!(rt.answer_gate(&op, "patch-p1", &approve("user:carol"), &mut |_| {}).unwrap(), OperationState::Running);
+    let state = rt.drive(&op, &mut |_| {}).unwrap();
+    // The end: every other host done, the report (after every host) never ran: the operation
+    // fails naming the first host still failed.
+    let OperationState::Failed { reason } = &state else { panic!("{state:?}") };
+    expect!["upgrade@n005: exited with code 1: upgrade failed on n005"].assert_eq(reason);
+    expect![[r#"
+        failed 2: n005, n007
+        skipped 1: n009
+        succeeded 197: n001, n002, n003, …
+    "#]]
+    .assert_eq(&hosts_by_state(&rt, &op));
+
+    // The hosts repaired, their retry runs them again and the operation completes.
+    fleet.heal();
+    rt.retry(&op, &[], "user:bob", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
+    expect![[r#"
+        skipped 1: n009
+        succeeded 199: n001, n002, n003, …
+    "#]]
+    .assert_eq(&hosts_by_state(&rt, &op));
+    assert_eq!(std::fs::read_dir(fleet.dir.join("data/lab/done")).unwrap().count(), HOSTS - 1);
+    expect![[r#"
+        plan_built plan preview built
+        resolve capabilities resolved
+        start no approval needed
+        wave_started upgrade wave 1 of 4: 1 instance(s) (n001)
+        wave_finished upgrade wave 1 of 4 finished: 1 done, 0 failed; budget left 2 of 2
+        pause waiting for gate canary-upgrade
+        resume canary-upgrade answered
+        wave_started upgrade wave 2 of 4: 10 instance(s) (n002, n003, n004, n005, n006, ... (10 in all))
+        pause rollout of upgrade paused in wave 2 of 4: 3 failed, over its budget of 2; failed: n005, n007, n009; 8 done, 0 running, 189 untouched; retry or skip the failed hosts, roll back, or cancel
+        wave_finished upgrade wave 2 of 4 finished: 7 done, 3 failed (n005, n007, n009); budget left 0 of 2
+        rollout_paused rollout of upgrade paused in wave 2 of 4: 3 failed, over its budget of 2; failed: n005, n007, n009; 8 done, 0 running, 189 untouched; retry or skip the failed hosts, roll back, or cancel
+        resume resumed
+        pause rollout of upgrade paused in wave 2 of 4: 3 failed, over its budget of 2; failed: n005, n007, n009; 8 done, 0 running, 189 untouched; retry or skip the failed hosts, roll back, or cancel
+        rollout_paused rollout of upgrade paused in wave 2 of 4: 3 failed, over its budget of 2; failed: n005, n007, n009; 8 done, 0 running, 189 untouched; retry or skip the failed hosts, roll back, or cancel
+        resume patch p1 applied: plan revision 2
+        wave_started upgrade wave 3 of 4: 50 instance(s) (n012, n013, n014, n015, n016, ... (50 in all))
+        wave_finished upgrade wave 3 of 4 finished: 50 done, 0 failed; budget left 0 of 2
+        wave_started upgrade wave 4 of 4: 139 instance(s) (n062, n063, n064, n065, n066, ... (139 in all))
+        wave_finished upgrade wave 4 of 4 finished: 139 done, 0 failed; budget left 0 of 2
+        job_failed upgrade@n005: exited with code 1: upgrade failed on n005
+        retry retry upgrade@n005, upgrade@n007
+        wave_finished upgrade wave 2 of 4 finished: 10 done, 0 failed; budget left 2 of 2
+        complete every job's outputs are verified by evidence
+    "#]]
+    .assert_eq(&rollout_timeline(&rt, &op));
+}
+
+#[test]
+fn an_intent_overrides_the_packs_rollout_and_the_preview_shows_whose_it_is() {
+    let fleet = Fleet::new();
+    let p = |rel: &str| fleet.dir.join(rel).display().to_string();
+    let intent = std::fs::read_to_string(p("intent.yaml")).unwrap()
+        + "  rollouts:\n    upgrade: {waves: [50%], max_failures: 10%, max_in_flight: 20}\n";
+    std::fs::write(p("override.yaml"), intent).unwrap();
+    let plan = crate::support::opsgraph(&[
+        "plan",
+        "-f",
+        &p("override.yaml"),
+        "--packs",
+        &p("fleet"),
+        "--inventory",
+        &p("world.yaml"),
+    ]);
+    assert_eq!(plan.code, 0, "{}", plan.render());
+    expect![[r#"
+        Rollouts
+          upgrade: 2 waves: 100 + 100 of 200 (budget 20, 20 at once, from the intent)
+            wave 1: n001, n002, n003, n004, ... (100 in all)
+            wave 2: n101, n102, n103, n104, ... (100 in all)
+    "#]]
+    .assert_eq(&crate::preview_text::section(&plan.out, "Rollouts"));
+    // A bad value in the intent is reported where it is, and nothing is planned.
+    std::fs::write(p("bad.yaml"), std::fs::read_to_string(p("override.yaml")).unwrap().replace("50%", "0%")).unwrap();
+    let bad = crate::support::opsgraph(&[
+        "plan",
+        "-f",
+        &p("bad.yaml"),
+        "--packs",
+        &p("fleet"),
+        "--inventory",
+        &p("world.yaml"),
+    ]);
+    assert_ne!(bad.code, 0);
+    let errors: Vec<&str> = bad.err.lines().filter(|l| l.contains("error[")).collect();
+    expect!["DIR/bad.yaml:8:23: error[E006]: `0%` is not a percentage from 1% to 100%"]
+        .assert_eq(&errors.join("\n").replace(&fleet.dir.display().to_string(), "DIR"));
+}
