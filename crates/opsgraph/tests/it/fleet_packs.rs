@@ -83,7 +83,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
     let (report, wrong) = crate::evidence::run_every_check(&fresh, &env, "/tmp/opsgraph-lab", true);
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"
-        121 checks
+        122 checks
         etcd/etcd_cluster_healthy: failed, exit code 127
         etcd/etcd_data_absent: passed (proves absence)
         etcd/etcd_data_as_requested: failed, exit code 1
@@ -120,6 +120,7 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         kubernetes/kubelet_active: failed, inactive
         kubernetes/kubelet_enabled: failed, (empty output)
         kubernetes/kubelet_runs_target_version: failed, exit code 127
+        kubernetes/kubernetes_apt_repository_verified: failed, (empty output)
         kubernetes/kubernetes_images_present: failed, exit code 127
         kubernetes/kubernetes_packages_as_requested: failed, kubeadm is not installed (absent) though purge is false: the packages were to stay
         kubernetes/kubernetes_server_version: failed, (empty output)
