@@ -28,8 +28,9 @@ pub struct OperationSummary {
 pub struct OperationView {
     #[serde(flatten)]
     pub summary: OperationSummary,
-    /// Protocol §2's Operation fields ([O]): the intent's `id` (when it gave one) and the plan
-    /// revision it runs (`plan_revision`'s hash).
+    /// Protocol §2's Operation fields ([O]), stored with the operation: the intent's `id` (when it
+    /// gave one) and the plan it was created from (that revision's hash; `plan_revision` is the
+    /// one it runs now, after patches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intent_id: Option<String>,
     pub plan_id: String,
@@ -61,11 +62,29 @@ pub struct OperationView {
 pub struct StageView {
     pub id: String,
     pub name: String,
-    /// From its jobs' states ([O]): `pending`, `running`, `completed` (every job done or
-    /// skipped), `failed` (one failed), `waiting` (some done, the rest not started).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub status: String,
+    /// From its jobs' states ([O]).
+    #[serde(default)]
+    pub status: StageStatus,
     pub jobs: Vec<String>,
+}
+
+/// A stage's status (protocol §2), derived from its jobs' states (`views::stage_status`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    /// No job of it has started (or it has no job yet).
+    #[default]
+    Pending,
+    /// Some of its jobs are done, none runs, the rest have not started.
+    Waiting,
+    /// A job of it runs.
+    Running,
+    /// Every job of it is done (succeeded, already satisfied, recovered, manually fixed, skipped).
+    Completed,
+    /// A job of it failed.
+    Failed,
+    /// A job of it was cancelled.
+    Cancelled,
 }
 
 /// An artifact: secret ones by reference only, others with where they are kept.

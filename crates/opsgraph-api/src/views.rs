@@ -7,7 +7,8 @@ use opsgraph_store::{ArtifactRecord, JobRecord, OperationRecord, ResourceRecord,
 use serde_json::{json, Value};
 
 use crate::dto::{
-    ArtifactView, OperationSummary, OperationView, ResourceRow, ResourceView, StageView, TimelineView, TokenView,
+    ArtifactView, OperationSummary, OperationView, ResourceRow, ResourceView, StageStatus, StageView, TimelineView,
+    TokenView,
 };
 
 /// The state in words: its reason, or the gates it waits at.
@@ -71,8 +72,8 @@ pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<OperationView
     let customizations = plan.as_ref().and_then(|p| p["customizations"].as_array().cloned()).unwrap_or_default();
     Ok(OperationView {
         summary: operation_summary(o),
-        intent_id: o.intent["id"].as_str().map(str::to_string),
-        plan_id: o.plan_revision.clone(),
+        intent_id: o.intent_id.clone(),
+        plan_id: if o.plan_id.is_empty() { o.plan_revision.clone() } else { o.plan_id.clone() },
         customized: !customizations.is_empty(),
         customizations,
         pack: text("pack"),
@@ -102,13 +103,13 @@ fn stages(plan: &Value, records: &[JobRecord]) -> Vec<StageView> {
             let ids: Vec<String> = jobs.iter().filter(|j| j["stage"] == s["id"]).map(|j| text(&j["id"])).collect();
             let states: Vec<JobState> =
                 ids.iter().filter_map(|id| records.iter().find(|r| r.id == *id).map(|r| r.state)).collect();
-            StageView { id: text(&s["id"]), name: text(&s["name"]), status: stage_status(&states).into(), jobs: ids }
+            StageView { id: text(&s["id"]), name: text(&s["name"]), status: stage_status(&states), jobs: ids }
         })
         .collect()
 }
 
 /// A stage's status from its jobs' states (protocol §2: a Stage has a status).
-fn stage_status(states: &[JobState]) -> &'static str {
+fn stage_status(states: &[JobState]) -> StageStatus {
     let done = |s: &JobState| {
         matches!(
             s,
@@ -120,19 +121,19 @@ fn stage_status(states: &[JobState]) -> &'static str {
         )
     };
     if states.is_empty() {
-        "pending"
+        StageStatus::Pending
     } else if states.iter().any(|s| matches!(s, JobState::Failed)) {
-        "failed"
+        StageStatus::Failed
     } else if states.iter().any(|s| matches!(s, JobState::Cancelled)) {
-        "cancelled"
+        StageStatus::Cancelled
     } else if states.iter().any(|s| matches!(s, JobState::Running)) {
-        "running"
+        StageStatus::Running
     } else if states.iter().all(done) {
-        "completed"
+        StageStatus::Completed
     } else if states.iter().any(done) {
-        "waiting"
+        StageStatus::Waiting
     } else {
-        "pending"
+        StageStatus::Pending
     }
 }
 
@@ -299,7 +300,7 @@ mod tests {
             (&[Succeeded, Cancelled], "cancelled"),
         ];
         for (states, want) in cases {
-            assert_eq!(stage_status(states), *want, "{states:?}");
+            assert_eq!(serde_json::to_value(stage_status(states)).unwrap(), *want, "{states:?}");
         }
     }
 

@@ -121,6 +121,8 @@ impl Runtime {
             resource,
             state: OperationState::DraftIntent,
             plan_revision: plan.revision.hash.clone(),
+            intent_id: plan.intent.id.clone(),
+            plan_id: plan.revision.hash.clone(),
             actor: actor.to_string(),
             created_at: at.clone(),
             updated_at: at.clone(),

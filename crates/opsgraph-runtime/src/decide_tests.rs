@@ -159,6 +159,8 @@ impl Given {
             resource: None,
             state: self.state,
             plan_revision: String::new(),
+            intent_id: None,
+            plan_id: String::new(),
             actor: "ann".into(),
             created_at: String::new(),
             updated_at: String::new(),

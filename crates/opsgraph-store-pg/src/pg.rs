@@ -101,7 +101,7 @@ fn parse(text: &str) -> Result<Value, Fail> {
 }
 
 const OPERATION_COLUMNS: &str =
-    "id, parent, intent, resource, state, plan_revision, actor, created_at, updated_at, version";
+    "id, parent, intent, resource, state, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id";
 
 fn operation(r: &Row) -> Result<OperationRecord, Fail> {
     Ok(OperationRecord {
@@ -115,6 +115,8 @@ fn operation(r: &Row) -> Result<OperationRecord, Fail> {
         created_at: r.get(7),
         updated_at: r.get(8),
         version: r.get(9),
+        intent_id: r.get(10),
+        plan_id: r.get(11),
     })
 }
 
@@ -168,8 +170,8 @@ impl Store for PgStore {
                 match w {
                     Write::CreateOperation { op, plan } => {
                         tx.exec(
-                        "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                        "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
                         &[
                             &op.id,
                             &op.parent,
@@ -182,6 +184,8 @@ impl Store for PgStore {
                             &op.created_at,
                             &op.updated_at,
                             &op.version,
+                            &op.intent_id,
+                            &op.plan_id,
                         ],
                     )?;
                         tx.exec(

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use opsgraph_store::schema::{
-    render, AGENT_TASKS, GATE_KINDS, IDENTITIES, LEASES, OPERATIONS, POSTGRES, RESOURCE_EVENTS,
+    render, AGENT_TASKS, GATE_KINDS, IDENTITIES, LEASES, OPERATIONS, OPERATION_IDS, POSTGRES, RESOURCE_EVENTS,
 };
 
 /// Versioned migrations; they run in order, each once, in one transaction under an advisory
@@ -21,6 +21,8 @@ pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
         GATE_KINDS,
         // 5: resource histories (issue [I]).
         RESOURCE_EVENTS,
+        // 6: an operation's `intent_id` and `plan_id` (issue [O]).
+        OPERATION_IDS,
     ]
     .iter()
     .map(|sql| render(sql, &POSTGRES))

@@ -45,3 +45,21 @@ fn postgres_gates_made_before_kinds_existed_get_theirs() {
     assert_eq!(store.schema_version().unwrap(), latest());
     opsgraph_store::testing::assert_gates_got_their_kinds(&store);
 }
+
+/// Migration 6 gives operations made before it their `intent_id` and `plan_id`
+/// (`testing::assert_operations_got_their_ids`).
+#[test]
+fn postgres_operations_made_before_ids_existed_get_theirs() {
+    let Some(db) = crate::test_db("postgres_operations_made_before_ids_existed_get_theirs") else { return };
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    admin
+        .batch_execute("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (5)")
+        .unwrap();
+    for sql in &crate::schema::MIGRATIONS[..5] {
+        admin.batch_execute(sql).unwrap();
+    }
+    admin.batch_execute(opsgraph_store::testing::OPERATIONS_BEFORE_IDS).unwrap();
+    let store = PgStore::connect(db.url()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), latest());
+    opsgraph_store::testing::assert_operations_got_their_ids(&store);
+}

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use opsgraph_store::schema::{
-    render, AGENT_TASKS, GATE_KINDS, IDENTITIES, LEASES, OPERATIONS, RESOURCE_EVENTS, SQLITE,
+    render, AGENT_TASKS, GATE_KINDS, IDENTITIES, LEASES, OPERATIONS, OPERATION_IDS, RESOURCE_EVENTS, SQLITE,
 };
 
 /// Versioned migrations; each runs once, in order, in its own transaction.
@@ -22,6 +22,8 @@ pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
         GATE_KINDS,
         // 6: resource histories (issue [I]).
         RESOURCE_EVENTS,
+        // 7: an operation's `intent_id` and `plan_id` (issue [O]).
+        OPERATION_IDS,
     ]
     .iter()
     .map(|sql| render(sql, &SQLITE))

@@ -108,6 +108,8 @@ fn operation_row(r: &Row<'_>) -> rusqlite::Result<(OperationRecord, String, Stri
             created_at: r.get(7)?,
             updated_at: r.get(8)?,
             version: r.get(9)?,
+            intent_id: r.get(10)?,
+            plan_id: r.get(11)?,
         },
         r.get(2)?,
         r.get(4)?,
@@ -121,7 +123,7 @@ fn finish_operation((mut op, intent, state): (OperationRecord, String, String)) 
 }
 
 const OPERATION_COLUMNS: &str =
-    "id, parent, intent, resource, state, plan_revision, actor, created_at, updated_at, version";
+    "id, parent, intent, resource, state, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id";
 
 impl Store for SqliteStore {
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
@@ -139,8 +141,8 @@ impl Store for SqliteStore {
                 match w {
                     Write::CreateOperation { op, plan } => {
                         exec(&tx,
-                        "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                        "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                         params![
                             op.id,
                             op.parent,
@@ -152,7 +154,9 @@ impl Store for SqliteStore {
                             op.actor,
                             op.created_at,
                             op.updated_at,
-                            op.version
+                            op.version,
+                            op.intent_id,
+                            op.plan_id
                         ],
                     )?;
                         exec(

@@ -52,3 +52,24 @@ fn gates_made_before_kinds_existed_get_theirs() {
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Migration 7 gives operations made before it their `intent_id` and `plan_id`
+/// (`testing::assert_operations_got_their_ids`).
+#[test]
+fn operations_made_before_ids_existed_get_theirs() {
+    let dir = std::env::temp_dir().join(format!("opsgraph-store-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("opsgraph.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for sql in &crate::schema::MIGRATIONS[..6] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch("PRAGMA user_version = 6").unwrap();
+        conn.execute_batch(opsgraph_store::testing::OPERATIONS_BEFORE_IDS).unwrap();
+    }
+    let store = SqliteStore::open(&path, Durability::Full).unwrap();
+    opsgraph_store::testing::assert_operations_got_their_ids(&store);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

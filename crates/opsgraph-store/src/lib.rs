@@ -148,6 +148,15 @@ pub struct OperationRecord {
     pub state: OperationState,
     /// The hash of the plan revision being executed.
     pub plan_revision: String,
+    /// Protocol §2: the id of the intent it carries out (the intent's `id`; none when the intent
+    /// gave none).
+    #[serde(default)]
+    pub intent_id: Option<String>,
+    /// Protocol §2: the plan it was created from (that plan's revision hash). `plan_revision`
+    /// moves on with each patch; this stays. Operations stored before it have their revision at
+    /// the migration.
+    #[serde(default)]
+    pub plan_id: String,
     pub actor: String,
     pub created_at: String,
     pub updated_at: String,

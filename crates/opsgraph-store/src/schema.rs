@@ -22,6 +22,8 @@ pub struct Dialect {
     pub timeline_seq: &'static str,
     /// `{data.patch}`: the `patch` key of the JSON text in the column `t.data`.
     pub data_patch: &'static str,
+    /// `{intent.id}`: the `id` key of the JSON text in the column `intent`.
+    pub intent_id: &'static str,
 }
 
 pub const SQLITE: Dialect = Dialect {
@@ -31,6 +33,7 @@ pub const SQLITE: Dialect = Dialect {
     ord: "",
     timeline_seq: "INTEGER PRIMARY KEY AUTOINCREMENT",
     data_patch: "json_extract(t.data, '$.patch')",
+    intent_id: "json_extract(intent, '$.id')",
 };
 
 pub const POSTGRES: Dialect = Dialect {
@@ -40,6 +43,7 @@ pub const POSTGRES: Dialect = Dialect {
     ord: "ord BIGSERIAL,",
     timeline_seq: "BIGINT PRIMARY KEY",
     data_patch: "(t.data::jsonb ->> 'patch')",
+    intent_id: "(intent::jsonb ->> 'id')",
 };
 
 /// `sql` in `dialect`'s words.
@@ -50,6 +54,7 @@ pub fn render(sql: &str, dialect: &Dialect) -> String {
         .replace("{ord}", dialect.ord)
         .replace("{timeline_seq}", dialect.timeline_seq)
         .replace("{data.patch}", dialect.data_patch)
+        .replace("{intent.id}", dialect.intent_id)
 }
 
 /// Operations, their plans, timelines, jobs, evidence, gates and artifacts; resources and
@@ -258,4 +263,13 @@ pub const RESOURCE_EVENTS: &str = "
         detail TEXT NOT NULL
     );
     CREATE INDEX resource_events_resource ON resource_events(resource, seq);
+";
+
+/// Protocol §2's Operation fields ([O]): `intent_id` and `plan_id` (SQLite's migration 7,
+/// PostgreSQL's 6). Operations stored before have their intent's `id` and, for `plan_id`, the
+/// revision they ran at the migration (the first one is not known any more).
+pub const OPERATION_IDS: &str = "
+    ALTER TABLE operations ADD COLUMN intent_id TEXT;
+    ALTER TABLE operations ADD COLUMN plan_id TEXT NOT NULL DEFAULT '';
+    UPDATE operations SET intent_id = {intent.id}, plan_id = plan_revision;
 ";

@@ -25,6 +25,8 @@ pub fn operation(id: &str, resource: Option<&str>) -> OperationRecord {
         resource: resource.map(str::to_string),
         state: opsgraph_core::model::OperationState::DraftIntent,
         plan_revision: "sha256:aa".into(),
+        intent_id: None,
+        plan_id: "sha256:aa".into(),
         actor: "user:alice".into(),
         created_at: rfc3339(1_700_000_000, 0),
         updated_at: rfc3339(1_700_000_000, 0),
@@ -61,6 +63,24 @@ pub fn assert_gates_got_their_kinds(store: &dyn Store) {
         ]
     );
     assert_eq!(kinds("op-2"), [("patch-p1".to_string(), GateType::Approval, GateKind::Plan)]);
+}
+
+/// Operations stored before they had `intent_id` and `plan_id` (both backends' migration that
+/// adds them is tested on these): one whose intent has an id, one whose intent has none.
+pub const OPERATIONS_BEFORE_IDS: &str = "
+    INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version)
+      VALUES ('op-1', NULL, '{\"id\": \"make-b1\", \"action\": \"install\"}', NULL, '{\"state\": \"draft_intent\"}', 'draft_intent', 'sha256:r1', 'user:a', 't', 't', 0),
+             ('op-2', NULL, '{\"action\": \"install\"}', NULL, '{\"state\": \"draft_intent\"}', 'draft_intent', 'sha256:r2', 'user:a', 't', 't', 0);";
+
+/// What the migration must make of [`OPERATIONS_BEFORE_IDS`]: the intent's id when it had one,
+/// and the revision each ran as its `plan_id`.
+pub fn assert_operations_got_their_ids(store: &dyn Store) {
+    let ids = |id: &str| {
+        let o = store.operation(id).unwrap().unwrap();
+        (o.intent_id, o.plan_id)
+    };
+    assert_eq!(ids("op-1"), (Some("make-b1".to_string()), "sha256:r1".to_string()));
+    assert_eq!(ids("op-2"), (None, "sha256:r2".to_string()));
 }
 
 /// Which backend a [`TestDb`] is.

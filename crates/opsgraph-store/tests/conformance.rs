@@ -72,6 +72,32 @@ fn a_transition_and_its_timeline_entry_land_together_or_not_at_all(db: &TestDb) 
     assert_eq!(store.operation("op-1").unwrap().unwrap().state, OperationState::PlanPreview);
 }
 
+/// Protocol §2: an operation carries its intent's id and the plan it was created from; a new
+/// plan revision (a patch) moves `plan_revision`, not `plan_id`.
+fn an_operation_keeps_its_intent_id_and_plan_id(db: &TestDb) {
+    let mut store = db.store();
+    let mut one = op("op-1");
+    one.intent_id = Some("tempo-prod-1".into());
+    store.commit(&[Write::CreateOperation { op: one.clone(), plan: json!({"jobs": []}) }]).unwrap();
+    store.commit(&[Write::CreateOperation { op: op("op-2"), plan: json!({"jobs": []}) }]).unwrap();
+    assert_eq!(store.operation("op-1").unwrap().unwrap(), one);
+    store
+        .commit(&[Write::SetPlan {
+            operation: "op-1".into(),
+            revision: "sha256:bb".into(),
+            plan: json!({"jobs": [1]}),
+        }])
+        .unwrap();
+    let got = store.operation("op-1").unwrap().unwrap();
+    assert_eq!(
+        (got.intent_id.as_deref(), got.plan_id.as_str(), got.plan_revision.as_str()),
+        (Some("tempo-prod-1"), "sha256:aa", "sha256:bb")
+    );
+    let listed = store.operations(&OperationFilter::default()).unwrap();
+    let two = listed.iter().find(|o| o.id == "op-2").unwrap();
+    assert_eq!((two.intent_id.as_deref(), two.plan_id.as_str()), (None, "sha256:aa"));
+}
+
 fn every_record_round_trips(db: &TestDb) {
     let mut store = db.store();
     let job = JobRecord {
@@ -724,6 +750,7 @@ opsgraph_store::conformance!(
     postgres: opsgraph_store_pg::test_db;
     a_transition_and_its_timeline_entry_land_together_or_not_at_all,
     every_record_round_trips,
+    an_operation_keeps_its_intent_id_and_plan_id,
     timeline_after_pages_one_operation_or_all_and_stats_count,
     a_gate_answers_once_inside_the_transaction,
     tokens_audit_rows_and_request_keys_round_trip,

@@ -396,6 +396,8 @@ fn local_agents_use_the_database_they_are_given(backend: opsgraph_store::testing
         resource: None,
         state: OperationState::DraftIntent,
         plan_revision: "sha256:aa".into(),
+        intent_id: None,
+        plan_id: "sha256:aa".into(),
         actor: "user:alice".into(),
         created_at: opsgraph_store::now(),
         updated_at: opsgraph_store::now(),
