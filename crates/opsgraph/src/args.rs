@@ -31,10 +31,15 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Check each document's own shape: every problem, with file:line:column.
+    /// Check each document's own shape, and each intent's parameters against the template it
+    /// picks (as `plan` does): every problem, with file:line:column.
     Validate {
         #[arg(required = true)]
         files: Vec<String>,
+        /// A pack directory or a directory of packs for the intents; the bundled and installed
+        /// packs by default.
+        #[arg(long = "packs")]
+        packs: Vec<String>,
     },
     /// Print JSON Schema for a document kind (or for any document), for editors.
     Schema {

@@ -217,9 +217,10 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             };
             ops_cmd::apply(&args, input, out, err)
         }
-        Command::Validate { files } => {
+        Command::Validate { files, packs } => {
             let sources: Vec<Source> = files.iter().map(|f| Source::parse(f)).collect();
-            let (docs, diags) = load::documents(&sources);
+            let (docs, mut diags) = load::documents(&sources);
+            diags.extend(crate::plan_cmd::check_intents(&docs, &packs, &data_dir)?);
             let n = docs.len();
             report(err, &diags)?;
             if diags.iter().any(Diagnostic::is_error) {

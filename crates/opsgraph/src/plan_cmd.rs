@@ -218,3 +218,50 @@ pub fn preview_to(
     }
     Ok(Some(plan))
 }
+
+/// `validate`'s check of intents: each intent's parameters against the template it picks, as
+/// `plan` checks them (`check_intent_parameters`), each problem at its value's file:line:column
+/// (P003). An intent no loaded pack or template takes is a warning: its parameters are not
+/// checked (`plan` would refuse it with P001/P002). Packs are loaded only when there are intents.
+pub fn check_intents(
+    docs: &[opsgraph_core::pack::Located],
+    packs: &[String],
+    data_dir: &std::path::Path,
+) -> anyhow::Result<Vec<Diagnostic>> {
+    use opsgraph_core::model::Document;
+    use opsgraph_core::pack::shape::{pos_at, PathSeg};
+    let intents: Vec<_> = docs
+        .iter()
+        .filter_map(|d| match &d.doc {
+            Document::Intent(i) => Some((d, i)),
+            _ => None,
+        })
+        .collect();
+    if intents.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (loaded, mut diags) = crate::registry::load_packs(packs, data_dir, false)?;
+    diags.retain(Diagnostic::is_error);
+    for (d, intent) in intents {
+        match opsgraph_core::plan::check_intent_parameters(&loaded, intent) {
+            Ok(errors) => {
+                let start = diags.len();
+                for e in errors {
+                    let path: Vec<PathSeg<'_>> = match e.parameter() {
+                        Some(name) => vec![PathSeg::Key("parameters"), PathSeg::Key(name)],
+                        None => vec![PathSeg::Key("parameters")],
+                    };
+                    let code = if e.parameter().is_some() { Code::Parameter } else { Code::Limit };
+                    diags.push(Diagnostic::error(pos_at(&d.node, &path), code, e.to_string()).in_file(&d.file));
+                }
+                diags[start..].sort_by_key(|d| (d.pos.line, d.pos.col));
+            }
+            Err(e) => diags.push(
+                Diagnostic::warning(d.pos, Code::UnknownRef, format!("parameters not checked: {} ({})", e, e.code()))
+                    .hint("name the pack directory with --packs, or install the pack")
+                    .in_file(&d.file),
+            ),
+        }
+    }
+    Ok(diags)
+}

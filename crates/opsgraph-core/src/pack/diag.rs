@@ -33,6 +33,9 @@ pub enum Code {
     File,
     /// A policy expression (CEL) that does not compile, or names an unknown variable.
     Expression,
+    /// An intent's parameter `plan` would refuse: unknown, of the wrong type, outside its enum
+    /// (the planning error P003, found by `validate` at the value's position).
+    Parameter,
 }
 
 impl Code {
@@ -53,6 +56,7 @@ impl Code {
             Code::Swallowed => "W002",
             Code::File => "E012",
             Code::Expression => "E013",
+            Code::Parameter => "P003",
         }
     }
 
@@ -73,6 +77,7 @@ impl Code {
             Code::Swallowed => "swallowed-failure",
             Code::File => "file",
             Code::Expression => "expression",
+            Code::Parameter => "parameter",
         }
     }
 }

@@ -624,6 +624,22 @@ fn find_pack<'a>(packs: &'a [Pack], intent: &Intent) -> Result<&'a Pack, Error> 
     }
 }
 
+/// The problems `build` finds in an intent's parameters, found without an inventory (for
+/// `opsgraph validate`): the pack and template the intent picks, as `build` picks them, then every
+/// parameter checked by the same code (`parameters`): unknown names, types, enums, artifact
+/// references. `Err` when no pack or template is found (what `build` reports as P001/P002).
+pub fn check_intent_parameters(packs: &[Pack], intent: &Intent) -> Result<Vec<Error>, Error> {
+    let pack = find_pack(packs, intent)?;
+    let template = pack.template_for(&intent.action).ok_or_else(|| Error::UnknownAction {
+        pack: pack.manifest.id.clone(),
+        action: intent.action.clone(),
+        available: pack.templates.iter().map(|t| t.action.clone()).collect(),
+    })?;
+    let mut errors = Vec::new();
+    parameters(pack, template, intent, &mut errors);
+    Ok(errors)
+}
+
 /// The highest version among packs (the first one loaded among equal versions).
 fn highest<'a>(packs: impl Iterator<Item = &'a Pack>) -> Option<&'a Pack> {
     packs.fold(None, |best: Option<&Pack>, p| match best {

@@ -27,7 +27,7 @@ mod types;
 
 use std::fmt;
 
-pub use build::{build, job_edges, transitive_reduction};
+pub use build::{build, check_intent_parameters, job_edges, transitive_reduction};
 pub use day2::{Change, Inherited, Recorded};
 pub use edit::{apply, Edit};
 pub use inputs::check_preview;
@@ -175,6 +175,17 @@ pub mod limits {
 }
 
 impl Error {
+    /// The intent parameter a P003 error is about.
+    pub fn parameter(&self) -> Option<&str> {
+        match self {
+            Error::UnknownParameter { name, .. }
+            | Error::ParameterType { name, .. }
+            | Error::ParameterValue { name, .. }
+            | Error::ArtifactReference { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
     /// A stable code for scripts and docs.
     pub fn code(&self) -> &'static str {
         match self {

@@ -530,7 +530,11 @@ fn special_files_links_out_of_the_tree_and_oversized_files_are_refused_before_re
         $TMP/docs/fifo.yaml: error[E012]: refused: a FIFO; only regular files are read
         $TMP/docs/out.yaml: error[E012]: refused: a symbolic link leaving the tree (to $TMP/outside/secret.yaml)
         $TMP/docs/socket.yaml: error[E012]: refused: a socket; only regular files are read
-        5 errors, 0 warnings
+        $TMP/docs/a.yaml:1:1: warning[E009]: parameters not checked: no loaded pack manages resource type `x` (managed types: etcd.cluster, cluster, lab.cluster, lab.database, minio.instance, postgresql.instance, postgresql.local, tempo.instance) (P001)
+          = hint: name the pack directory with --packs, or install the pack
+        $TMP/docs/in.yaml:1:1: warning[E009]: parameters not checked: no loaded pack manages resource type `x` (managed types: etcd.cluster, cluster, lab.cluster, lab.database, minio.instance, postgresql.instance, postgresql.local, tempo.instance) (P001)
+          = hint: name the pack directory with --packs, or install the pack
+        5 errors, 2 warnings
     "#]]
     .assert_eq(&show(bounded(&["validate", &docs.display().to_string()])));
     // Named one by one: the same, and a device too.
@@ -568,4 +572,41 @@ fn special_files_links_out_of_the_tree_and_oversized_files_are_refused_before_re
         $TMP/docs: error[E010]: no pack here: no pack.yaml in it or in its subdirectories
         7 errors, 0 warnings
     "#]].assert_eq(&show(bounded(&["pack", "validate", &docs.display().to_string()])));
+}
+
+/// `validate` checks an intent's parameters against the template it picks, as `plan` does, each
+/// problem at the value's file:line:column ([O] 5); an intent no pack takes is a warning.
+#[test]
+fn validate_checks_intent_parameters_as_plan_does() {
+    check(
+        "intent:\n  target_resource_type: tempo.instance\n  action: install\n  name: t1\n  environment: dev\n  parameters:\n    retention_days: two weeks\n    retension: 3\n    namespace: [a]\n",
+        expect![[r#"
+            exit: 1
+            --- stderr
+            $TMP/doc.yaml:7:21: error[P003]: parameter `retention_days` must be a integer, found "two weeks"
+            $TMP/doc.yaml:8:16: error[P003]: template `tempo.install` has no parameter `retension` (parameters: bucket, chart_version, mc_image, namespace, release_name, retention_days, s3_endpoint, wal_storage_size)
+            $TMP/doc.yaml:9:16: error[P003]: parameter `namespace` must be a string, found ["a"]
+            3 errors, 0 warnings
+        "#]],
+    );
+    check(
+        "intent:\n  target_resource_type: tempo.instance\n  action: install\n  name: t1\n  environment: dev\n  parameters: {retention_days: 7}\n",
+        expect![[r#"
+            exit: 0
+            --- stdout
+            ok: 1 document valid
+        "#]],
+    );
+    check(
+        "intent:\n  target_resource_type: nothing.here\n  action: install\n  name: t1\n  environment: dev\n  parameters: {x: 1}\n",
+        expect![[r#"
+            exit: 0
+            --- stdout
+            ok: 1 document valid
+            --- stderr
+            $TMP/doc.yaml:1:1: warning[E009]: parameters not checked: no loaded pack manages resource type `nothing.here` (managed types: etcd.cluster, cluster, lab.cluster, lab.database, minio.instance, postgresql.instance, postgresql.local, tempo.instance) (P001)
+              = hint: name the pack directory with --packs, or install the pack
+            0 errors, 1 warning
+        "#]],
+    );
 }
