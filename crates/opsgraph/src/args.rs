@@ -500,13 +500,35 @@ pub enum PackCommand {
         #[arg(long = "template", value_name = "ID", requires = "fleet")]
         templates: Vec<String>,
     },
-    /// Install a pack from a directory or a .tar.gz into the data directory, pinned by digest.
+    /// Install a pack from a directory or a .tar.gz into the data directory, pinned by digest;
+    /// with --from, NAME[@VERSION] from a pack catalogue, signed by a trusted key.
     Install {
+        /// A pack directory or .tar.gz; with --from, `NAME` (the highest version) or `NAME@VERSION`.
         path: std::path::PathBuf,
         /// Replace an installed pack of the same id@version whose content differs.
         #[arg(long)]
         replace: bool,
+        /// A pack catalogue: an http(s):// URL, a file:// URL or a directory holding index.json
+        /// (or the index file itself).
+        #[arg(long, value_name = "URL")]
+        from: Option<String>,
+        /// A minisign public key (its base64 line, or a minisign.pub file) the pack may be signed
+        /// with, besides config.yaml's `trusted_keys:` (repeatable).
+        #[arg(long = "trusted-key", value_name = "KEY", requires = "from")]
+        trusted_keys: Vec<String>,
     },
+    /// The packs of a catalogue whose name or description holds TERM (every pack without TERM).
+    Search {
+        term: Option<String>,
+        /// The pack catalogue, as `pack install --from` takes it.
+        #[arg(long, value_name = "URL")]
+        from: String,
+        #[arg(short = 'o', long = "output", default_value = "text")]
+        output: String,
+    },
+    /// Print the index.json of a catalogue directory from the pack archives under it (and the
+    /// .minisig signature beside each).
+    Index { dir: std::path::PathBuf },
     /// The packs commands use: bundled and installed, with their digests.
     List {
         #[arg(short = 'o', long = "output", default_value = "text")]

@@ -86,8 +86,15 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             }
             Command::Token { command: TokenCommand::List } => return remote.token_list(out),
             Command::Token { command: TokenCommand::Revoke { id } } => return remote.token_revoke(id, out),
-            Command::Pack { command: PackCommand::Install { path, replace } } => {
+            Command::Pack { command: PackCommand::Install { path, replace, from: None, .. } } => {
                 return remote.pack_install(path, *replace, out)
+            }
+            Command::Pack { command: PackCommand::Install { path, replace, from: Some(from), trusted_keys } } => {
+                // Verified here against this machine's trusted keys, then sent as an upload.
+                let fetched = crate::catalogue::trusted_keys(&data_dir, trusted_keys)
+                    .and_then(|keys| Ok(crate::catalogue::fetch_verified(from, &path.to_string_lossy(), &keys)?));
+                let done = fetched.and_then(|v| remote.pack_upload(v.archive, *replace, out));
+                return crate::catalogue::report(done, err);
             }
             Command::Pack { command: PackCommand::Remove { pack } } => return remote.pack_remove(pack, out),
             Command::Pack { command: PackCommand::List { output } } => return remote.pack_list(output, out, err),
@@ -278,15 +285,27 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             let args = crate::fleet_run::PackTest { dirs: &dirs, hosts, keep, sets: &sets, templates: &templates };
             crate::fleet_run::pack_test(&args, &data_dir, out, err)
         }
-        Command::Pack { command: PackCommand::Install { path, replace } } => {
+        Command::Pack { command: PackCommand::Install { path, replace, from: None, .. } } => {
             let actor = ops_cmd::local_actor(None);
             crate::pack_cmd::install(&data_dir, &path, replace, &actor, out)
         }
+        Command::Pack { command: PackCommand::Install { path, replace, from: Some(from), trusted_keys } } => {
+            let actor = ops_cmd::local_actor(None);
+            let reference = path.to_string_lossy();
+            let done = crate::pack_cmd::install_from(&data_dir, &from, &reference, &trusted_keys, replace, &actor, out);
+            crate::catalogue::report(done, err)
+        }
+        Command::Pack { command: PackCommand::Search { term, from, output } } => {
+            crate::catalogue::report(crate::catalogue::search(&from, term.as_deref(), &output, out), err)
+        }
+        Command::Pack { command: PackCommand::Index { dir } } => crate::catalogue::index(&dir, out),
         Command::Pack { command: PackCommand::List { output } } => crate::pack_cmd::list(&data_dir, &output, out, err),
         Command::Pack { command: PackCommand::Show { pack, output } } => {
             crate::pack_cmd::show(&data_dir, &pack, &output, out, err)
         }
-        Command::Pack { command: PackCommand::Remove { pack } } => crate::pack_cmd::remove(&data_dir, &pack, out),
+        Command::Pack { command: PackCommand::Remove { pack } } => {
+            crate::pack_cmd::remove(&data_dir, &pack, &ops_cmd::local_actor(None), out)
+        }
         Command::Plan(args) => crate::plan_cmd::plan(&args, &data_dir, out, err),
         Command::Demo { real: true, hosts, .. } => {
             crate::fleet_run::demo(&data_dir, cli.data_dir.as_deref(), hosts, out, err)

@@ -6,6 +6,7 @@
 pub mod agent_cmd;
 pub mod ai;
 pub mod args;
+pub mod catalogue;
 pub mod cli;
 pub mod client;
 pub mod control_cmd;

@@ -7,14 +7,66 @@ use anyhow::{bail, Context as _};
 use opsgraph_core::pack::{short_digest, split_pack_ref, Pack};
 use serde_json::{json, Value};
 
+use crate::catalogue;
 use crate::load::{self, Source};
 use crate::ops_cmd::open_store;
 use crate::registry::{self, Installation};
 use crate::render::{print, to_yaml};
 
 pub fn install(data_dir: &Path, path: &Path, replace: bool, actor: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
-    print_installation(&installation_json(&registry::install(data_dir, path, replace, actor)?), out)?;
+    let done = audited(data_dir, actor, registry::install(data_dir, path, replace, actor)?, json!({}))?;
+    print_installation(&installation_json(&done), out)?;
     Ok(0)
+}
+
+/// `pack install NAME[@VERSION] --from URL`: fetched from a catalogue, verified (sha256, a
+/// signature by a trusted key, the pack the entry names; `catalogue.rs`), then installed as an
+/// archive is. A refusal is `error[CODE]: …` with exit status 1, and installs nothing.
+pub fn install_from(
+    data_dir: &Path,
+    from: &str,
+    reference: &str,
+    trusted: &[String],
+    replace: bool,
+    actor: &str,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let keys = catalogue::trusted_keys(data_dir, trusted)?;
+    let v = catalogue::fetch_verified(from, reference, &keys)?;
+    let done = registry::install_archive(data_dir, &v.archive, &v.source, replace, actor)?;
+    let detail = json!({"catalogue": from, "sha256": catalogue::sha256_hex(&v.archive), "signed_by": v.signer});
+    let done = audited(data_dir, actor, done, detail)?;
+    print_installation(&installation_json(&done), out)?;
+    Ok(0)
+}
+
+/// Commits the `pack.install` audit row of an install that happened (the row the server writes,
+/// with `extra` added to its detail). An install of identical content changed nothing and writes
+/// none. When the row cannot be written, a fresh install is taken back, so nothing stays
+/// installed without its row; a replacement cannot be (the old files are gone).
+fn audited(data_dir: &Path, actor: &str, done: Installation, extra: Value) -> anyhow::Result<Installation> {
+    let (result, r, previous) = match &done {
+        Installation::Installed(r) => ("installed", r, None),
+        Installation::Replaced { record, previous } => ("replaced", record, Some(previous.clone())),
+        Installation::AlreadyInstalled(_) => return Ok(done),
+    };
+    let reference = format!("{}@{}", r.id, r.version);
+    let mut detail = json!({"result": result, "digest": r.digest, "previous": previous, "source": r.source});
+    if let (Some(d), Value::Object(extra)) = (detail.as_object_mut(), extra) {
+        d.extend(extra);
+    }
+    let row = opsgraph_runtime::audit::record(actor, "pack.install", &reference, None, None, detail);
+    let written = open_store(data_dir).and_then(|mut s| Ok(s.commit(&[opsgraph_store::Write::Audit(row)])?));
+    if let Err(e) = written {
+        if result == "installed" {
+            registry::remove(data_dir, &r.id, &r.version).with_context(|| {
+                format!("pack {reference} was installed without its audit row and could not be taken back")
+            })?;
+            return Err(e.context(format!("pack {reference} not installed: its audit row could not be written")));
+        }
+        return Err(e.context(format!("pack {reference} was replaced, but its audit row could not be written")));
+    }
+    Ok(done)
 }
 
 /// What an install did, as `POST /api/v1/packs` answers it.
@@ -288,7 +340,7 @@ fn text(v: &Value, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn remove(data_dir: &Path, reference: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn remove(data_dir: &Path, reference: &str, actor: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let (id, Some(version)) = split_pack_ref(reference) else {
         bail!("name the version to remove: opsgraph pack remove {reference}@VERSION");
     };
@@ -313,6 +365,11 @@ pub fn remove(data_dir: &Path, reference: &str, out: &mut dyn Write) -> anyhow::
         }
     }
     registry::remove(data_dir, id, version)?;
+    // Its audit row, as the server writes it: after the files are gone (they cannot come back).
+    let row = opsgraph_runtime::audit::record(actor, "pack.remove", reference, None, None, json!({"digest": digest}));
+    open_store(data_dir)
+        .and_then(|mut s| Ok(s.commit(&[opsgraph_store::Write::Audit(row)])?))
+        .with_context(|| format!("pack {reference} was removed, but its audit row could not be written"))?;
     writeln!(out, "removed pack {reference}")?;
     Ok(0)
 }

@@ -207,6 +207,11 @@ impl Remote {
         } else {
             crate::registry::read_archive_file(path, &meta)?
         };
+        self.pack_upload(bytes, replace, out)
+    }
+
+    /// Sends a pack archive to `POST /api/v1/packs` and prints what the server did.
+    pub fn pack_upload(&self, bytes: Vec<u8>, replace: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
         let query = if replace { "?replace=true" } else { "" };
         let v = self.call("POST", &format!("/api/v1/packs{query}"), Some(("application/gzip", bytes)))?;
         crate::pack_cmd::print_installation(&v, out)?;

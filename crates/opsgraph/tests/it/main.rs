@@ -6,6 +6,7 @@ mod ai;
 mod artifact_params;
 mod browser;
 mod bundled;
+mod catalogue;
 mod corpus;
 mod crash;
 mod customized;
