@@ -461,3 +461,30 @@ fn unsigned_tampered_and_untrusted_packs_are_refused() {
     assert_eq!(run.code, 0, "{}", run.render());
     assert_eq!(ws.state(), (vec!["hello@1.1.0".to_string()], 1));
 }
+
+/// Through a server: the CLI fetches and verifies against its own trusted keys, then uploads; the
+/// server installs and audits it as any upload. An untrusted pack never reaches the server.
+#[test]
+fn through_a_server_the_cli_verifies_then_uploads() {
+    let ws = Ws::new();
+    let api = crate::manage::api();
+    let token = ws.path("admin.token");
+    write(&token, api.token("admin", &["platform_admin"]).as_bytes());
+    let server = crate::serve::Server::start(&api);
+    let other = Key::new();
+    let r = server
+        .opsgraph(&token, &["pack", "install", "hello", "--from", &ws.serve.base, "--trusted-key", &other.public()]);
+    assert_eq!(r.code, 1, "{}", r.render());
+    assert!(r.err.starts_with("error[pack_untrusted_key]: "), "{}", r.render());
+    assert!(!api.audit().iter().any(|a| a.contains("pack.install")), "{:?}", api.audit());
+
+    let r = server
+        .opsgraph(&token, &["pack", "install", "hello", "--from", &ws.serve.base, "--trusted-key", &ws.key.public()]);
+    assert_eq!(r.code, 0, "{}", r.render());
+    assert!(r.out.starts_with("installed pack hello@1.1.0 sha256:"), "{}", r.render());
+    assert!(r.out.trim_end().ends_with("from api upload by user:admin"), "{}", r.render());
+    assert_eq!(
+        api.audit().into_iter().filter(|a| a.contains("pack.install")).collect::<Vec<_>>(),
+        ["user:admin pack.install hello@1.1.0"]
+    );
+}

@@ -12,7 +12,7 @@ use crate::server::{Api, Reply};
 use crate::support::temp_dir;
 
 /// A server over a data directory that uses the registry (no `--packs`): bundled + installed.
-fn api() -> Api {
+pub(crate) fn api() -> Api {
     let dir = temp_dir(&[]);
     let data = dir.join("data");
     std::fs::create_dir_all(&data).unwrap();
