@@ -45,7 +45,7 @@ pub use auth::{Config, Identity, Permission};
 pub use error::ApiError;
 pub use limits::Limits;
 pub use listen::Listener;
-pub use manage::{Installation, PackRegistry, RegistryError};
+pub use manage::{Fetched, Installation, PackRegistry, RegistryError};
 pub use routes::router;
 pub use table::{openapi, Access, Route, ROUTES};
 

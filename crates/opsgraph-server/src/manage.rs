@@ -51,6 +51,20 @@ pub enum RegistryError {
     /// The files could not be read or written: 500.
     #[error("{0}")]
     Failed(String),
+    /// A catalogue install refused before anything was written (docs/errors.md, "Pack catalogue
+    /// errors"): 502 `catalogue_fetch_failed`, else 422 with the refusal's code.
+    #[error("{message}")]
+    Catalogue { code: &'static str, message: String },
+}
+
+/// A pack archive fetched from a catalogue and verified, ready to install.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub archive: Vec<u8>,
+    /// Where it came from, as the install record says it.
+    pub source: String,
+    /// What the `pack.install` audit row adds: the catalogue, the archive's sha256, the key.
+    pub detail: Value,
 }
 
 impl From<RegistryError> for ApiError {
@@ -60,6 +74,10 @@ impl From<RegistryError> for ApiError {
             RegistryError::Conflict(m) => ApiError::conflict("pack_conflict", m),
             RegistryError::NotInstalled(m) => ApiError::not_found("no_pack", m),
             RegistryError::Bundled(m) => ApiError::conflict("pack_bundled", m),
+            RegistryError::Catalogue { code: "catalogue_fetch_failed", message } => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "catalogue_fetch_failed", message)
+            }
+            RegistryError::Catalogue { code, message } => ApiError::unprocessable(code, message),
             RegistryError::Failed(m) => {
                 tracing::error!(error = %m, "the pack registry failed");
                 ApiError::new(
@@ -87,6 +105,15 @@ pub trait PackRegistry: Send + Sync {
     fn load(&self) -> Result<Vec<Pack>, RegistryError>;
     /// The rows of `opsgraph pack list -o json` and the problems it reports.
     fn list(&self) -> Result<(Vec<Value>, Vec<String>), RegistryError>;
+    /// `reference` (`name[@version]`) fetched from the catalogue at `from` and verified against
+    /// the server's trusted keys; nothing written. Without an implementation, refused.
+    fn fetch_from_catalogue(&self, from: &str, reference: &str) -> Result<Fetched, RegistryError> {
+        let _ = (from, reference);
+        Err(RegistryError::Catalogue {
+            code: "catalogue_invalid",
+            message: "this server installs from no catalogue".into(),
+        })
+    }
 }
 
 fn registry(app: &crate::AppState) -> Result<&dyn PackRegistry, ApiError> {
@@ -152,9 +179,40 @@ pub(crate) fn install_pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             "send the pack as a .tar.gz archive with `Content-Type: application/gzip`",
         ));
     }
+    let archive = std::mem::take(&mut ctx.body);
+    install_archive(ctx, &archive, format!("api upload by {actor}"), replace, json!({}))
+}
+
+/// `POST /api/v1/packs/catalogue` `{"from": URL, "pack": "name[@version]", "replace": false}`:
+/// fetched from the catalogue over http(s) and verified against the server's trusted keys
+/// (`config.yaml` `trusted_keys`), then installed as an upload is.
+pub(crate) fn install_from_catalogue(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        from: String,
+        pack: String,
+        #[serde(default)]
+        replace: bool,
+    }
+    let body: Body = ctx.json(false)?;
+    let app = ctx.state.clone();
+    let fetched = registry(&app)?.fetch_from_catalogue(&body.from, &body.pack)?;
+    install_archive(ctx, &fetched.archive, fetched.source, body.replace, fetched.detail)
+}
+
+/// Installs a checked archive and commits its `pack.install` row (`extra` added to its detail).
+fn install_archive(
+    ctx: &mut Ctx,
+    archive: &[u8],
+    source: String,
+    replace: bool,
+    extra: Value,
+) -> Result<Reply, ApiError> {
+    let actor = ctx.who()?.actor();
     let app = ctx.state.clone();
     let reg = registry(&app)?;
-    let (id, version, digest) = reg.inspect(&ctx.body)?;
+    let (id, version, digest) = reg.inspect(archive)?;
     let reference = format!("{id}@{version}");
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     // Replacing the files of a version an unfinished operation runs is refused, as removing is.
@@ -163,8 +221,7 @@ pub(crate) fn install_pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             in_use(ctx, &reference, Some(&old))?;
         }
     }
-    let source = format!("api upload by {actor}");
-    let done = reg.install(&ctx.body, &source, replace, &actor)?;
+    let done = reg.install(archive, &source, replace, &actor)?;
     let body = json!({
         "result": done.result,
         "id": done.id,
@@ -177,7 +234,10 @@ pub(crate) fn install_pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     if done.result == "unchanged" {
         return Ok(Reply::with(StatusCode::OK, Content::Json(body)));
     }
-    let detail = json!({"result": done.result, "digest": done.digest, "previous": done.previous});
+    let mut detail = json!({"result": done.result, "digest": done.digest, "previous": done.previous});
+    if let (Some(d), Value::Object(extra)) = (detail.as_object_mut(), extra) {
+        d.extend(extra);
+    }
     if let Err(e) = audit_after(ctx, "pack.install", &reference, detail) {
         if done.result == "installed" {
             if let Err(undo) = reg.remove(&id, &version) {

@@ -431,6 +431,16 @@ pub static ROUTES: &[Route] = &[
         "Install a pack from a .tar.gz archive (`Content-Type: application/gzip`), as `opsgraph pack install` does; 200 when the same content is installed."
     ),
     route!(
+        "POST",
+        "/api/v1/packs/catalogue",
+        Need(ManagePacks),
+        201,
+        "json",
+        &[],
+        manage::install_from_catalogue,
+        "Install a pack from a catalogue (`{\"from\": URL, \"pack\": \"name[@version]\", \"replace\": false}`, http(s) only), signed by a key of the server's `trusted_keys`, as `opsgraph pack install NAME --from URL` does; 200 when the same content is installed."
+    ),
+    route!(
         "GET",
         "/api/v1/packs/{id}",
         Need(Read),

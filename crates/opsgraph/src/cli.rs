@@ -90,11 +90,11 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 return remote.pack_install(path, *replace, out)
             }
             Command::Pack { command: PackCommand::Install { path, replace, from: Some(from), trusted_keys } } => {
-                // Verified here against this machine's trusted keys, then sent as an upload.
-                let fetched = crate::catalogue::trusted_keys(&data_dir, trusted_keys)
-                    .and_then(|keys| Ok(crate::catalogue::fetch_verified(from, &path.to_string_lossy(), &keys)?));
-                let done = fetched.and_then(|v| remote.pack_upload(v.archive, *replace, out));
-                return crate::catalogue::report(done, err);
+                // The server fetches and verifies against its own trusted keys.
+                if !trusted_keys.is_empty() {
+                    bail!("with --server the server's trusted keys decide (`trusted_keys:` in its config.yaml): drop --trusted-key");
+                }
+                return remote.pack_install_from(from, &path.to_string_lossy(), *replace, out);
             }
             Command::Pack { command: PackCommand::Remove { pack } } => return remote.pack_remove(pack, out),
             Command::Pack { command: PackCommand::List { output } } => return remote.pack_list(output, out, err),

@@ -210,8 +210,23 @@ impl Remote {
         self.pack_upload(bytes, replace, out)
     }
 
+    /// `pack install NAME[@VERSION] --from URL`: the server fetches it from the catalogue and
+    /// verifies it against its trusted keys (`POST /api/v1/packs/catalogue`).
+    pub fn pack_install_from(
+        &self,
+        from: &str,
+        reference: &str,
+        replace: bool,
+        out: &mut dyn Write,
+    ) -> anyhow::Result<u8> {
+        let body = serde_json::json!({"from": from, "pack": reference, "replace": replace});
+        let v = self.post_json("/api/v1/packs/catalogue", body)?;
+        crate::pack_cmd::print_installation(&v, out)?;
+        Ok(0)
+    }
+
     /// Sends a pack archive to `POST /api/v1/packs` and prints what the server did.
-    pub fn pack_upload(&self, bytes: Vec<u8>, replace: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
+    fn pack_upload(&self, bytes: Vec<u8>, replace: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
         let query = if replace { "?replace=true" } else { "" };
         let v = self.call("POST", &format!("/api/v1/packs{query}"), Some(("application/gzip", bytes)))?;
         crate::pack_cmd::print_installation(&v, out)?;

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
-use opsgraph_server::{auth, AppState, Config, Installation, PackRegistry, RegistryError, World};
+use opsgraph_server::{auth, AppState, Config, Fetched, Installation, PackRegistry, RegistryError, World};
 use opsgraph_store::Store;
 
 use crate::load::{self, Source};
@@ -116,6 +116,38 @@ impl PackRegistry for DataDirRegistry {
 
     fn list(&self) -> Result<(Vec<serde_json::Value>, Vec<String>), RegistryError> {
         crate::pack_cmd::rows(&self.data_dir).map_err(failed)
+    }
+
+    /// Over http(s) only (a server does not read the files of its own machine for a client), with
+    /// the keys of the data directory's `config.yaml`, read at each install.
+    fn fetch_from_catalogue(&self, from: &str, reference: &str) -> Result<Fetched, RegistryError> {
+        use crate::catalogue::{self, Refusal};
+        let refused = |r: Refusal| RegistryError::Catalogue { code: r.code, message: r.message };
+        let lower = from.to_ascii_lowercase();
+        if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+            return Err(RegistryError::Catalogue {
+                code: "catalogue_invalid",
+                message: format!("`{from}`: a server fetches catalogues over http:// or https:// only"),
+            });
+        }
+        let keys = catalogue::trusted_keys(&self.data_dir, &[]).map_err(|e| match e.downcast::<Refusal>() {
+            Ok(r) => refused(r),
+            Err(e) => failed(e),
+        })?;
+        if keys.is_empty() {
+            return Err(RegistryError::Catalogue {
+                code: "no_trusted_keys",
+                message: "this server trusts no key: packs from a catalogue are installed only when signed by a key \
+                          it trusts; add the publisher's minisign public key to `trusted_keys:` in the server's \
+                          config.yaml"
+                    .into(),
+            });
+        }
+        let v = catalogue::fetch_verified(from, reference, &keys).map_err(refused)?;
+        let detail = serde_json::json!({
+            "catalogue": from, "sha256": catalogue::sha256_hex(&v.archive), "signed_by": v.signer,
+        });
+        Ok(Fetched { source: v.source, detail, archive: v.archive })
     }
 }
 

@@ -462,29 +462,59 @@ fn unsigned_tampered_and_untrusted_packs_are_refused() {
     assert_eq!(ws.state(), (vec!["hello@1.1.0".to_string()], 1));
 }
 
-/// Through a server: the CLI fetches and verifies against its own trusted keys, then uploads; the
-/// server installs and audits it as any upload. An untrusted pack never reaches the server.
+/// Through a server: the server fetches over http(s) and verifies against its own trusted keys
+/// (`POST /api/v1/packs/catalogue`), refuses with the same codes, and audits an install.
 #[test]
-fn through_a_server_the_cli_verifies_then_uploads() {
+fn through_a_server_the_server_verifies_with_its_keys() {
     let ws = Ws::new();
     let api = crate::manage::api();
     let token = ws.path("admin.token");
     write(&token, api.token("admin", &["platform_admin"]).as_bytes());
     let server = crate::serve::Server::start(&api);
+    let install = |args: &[&str]| {
+        let run = server.opsgraph(&token, &[&["pack", "install"], args].concat());
+        ws.clean(&run.render())
+    };
+    let server_config = api.dir.join("data/config.yaml");
+    // The server trusts no key yet; the client's keys do not count.
+    expect![[r#"
+        exit: 1
+        --- stderr
+        error: the server refused (422 no_trusted_keys): this server trusts no key: packs from a catalogue are installed only when signed by a key it trusts; add the publisher's minisign public key to `trusted_keys:` in the server's config.yaml
+    "#]]
+    .assert_eq(&install(&["hello", "--from", &ws.serve.base]));
+    let r = install(&["hello", "--from", &ws.serve.base, "--trusted-key", &ws.key.public()]);
+    assert!(r.contains("drop --trusted-key"), "{r}");
     let other = Key::new();
-    let r = server
-        .opsgraph(&token, &["pack", "install", "hello", "--from", &ws.serve.base, "--trusted-key", &other.public()]);
-    assert_eq!(r.code, 1, "{}", r.render());
-    assert!(r.err.starts_with("error[pack_untrusted_key]: "), "{}", r.render());
+    write(&server_config, format!("trusted_keys: [{}]\n", other.public()).as_bytes());
+    let r = install(&["hello", "--from", &ws.serve.base]);
+    assert!(r.contains("(422 pack_untrusted_key): hello@1.1.0 is signed by key KEY"), "{r}");
+    // A server reads no file of its own machine for a client; a 404 is a bad gateway.
+    let cat = ws.path("cat").display().to_string();
+    expect![[r#"
+        exit: 1
+        --- stderr
+        error: the server refused (422 catalogue_invalid): `CAT`: a server fetches catalogues over http:// or https:// only
+    "#]]
+    .assert_eq(&install(&["hello", "--from", &cat]).replace(&cat, "CAT"));
+    let r = install(&["hello", "--from", &format!("{}/missing", ws.serve.base)]);
+    assert!(r.contains("(502 catalogue_fetch_failed): URL/missing/index.json: HTTP 404 Not Found"), "{r}");
     assert!(!api.audit().iter().any(|a| a.contains("pack.install")), "{:?}", api.audit());
 
-    let r = server
-        .opsgraph(&token, &["pack", "install", "hello", "--from", &ws.serve.base, "--trusted-key", &ws.key.public()]);
-    assert_eq!(r.code, 0, "{}", r.render());
-    assert!(r.out.starts_with("installed pack hello@1.1.0 sha256:"), "{}", r.render());
-    assert!(r.out.trim_end().ends_with("from api upload by user:admin"), "{}", r.render());
+    write(&server_config, format!("trusted_keys: [{}, {}]\n", other.public(), ws.key.public()).as_bytes());
+    expect![[r#"
+        exit: 0
+        --- stdout
+        installed pack hello@1.1.0 sha256:HEX from URL/hello/hello-1.1.0.tar.gz (catalogue URL/index.json, signed by key KEY)
+    "#]]
+    .assert_eq(&install(&["hello", "--from", &ws.serve.base]));
     assert_eq!(
         api.audit().into_iter().filter(|a| a.contains("pack.install")).collect::<Vec<_>>(),
         ["user:admin pack.install hello@1.1.0"]
     );
+    let store = api.state.store().unwrap();
+    let row = store.audit(&Default::default()).unwrap().into_iter().find(|a| a.action == "pack.install").unwrap();
+    assert_eq!(row.detail["signed_by"], ws.key.id().as_str());
+    let listed = server.opsgraph(&token, &["pack", "list"]);
+    assert!(listed.out.lines().any(|l| l.starts_with("hello ") && l.contains("installed")), "{}", listed.render());
 }

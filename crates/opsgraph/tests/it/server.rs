@@ -268,6 +268,7 @@ fn the_authorization_matrix_follows_the_permission_table() {
         GET /api/v1/audit                                            allow    allow    allow    allow    allow    -        allow    -        allow
         GET /api/v1/packs                                            allow    allow    allow    allow    allow    -        allow    -        allow
         POST /api/v1/packs                                           -        -        -        -        allow    -        -        -        -
+        POST /api/v1/packs/catalogue                                 -        -        -        -        allow    -        -        -        -
         GET /api/v1/packs/{id}                                       allow    allow    allow    allow    allow    -        allow    -        allow
         DELETE /api/v1/packs/{id}                                    -        -        -        -        allow    -        -        -        -
         GET /api/v1/providers                                        allow    allow    allow    allow    allow    -        allow    -        allow
