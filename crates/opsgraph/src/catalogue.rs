@@ -98,6 +98,15 @@ impl Location {
     pub fn parse(from: &str) -> Result<Location, Refusal> {
         let lower = from.to_ascii_lowercase();
         if lower.starts_with("http://") || lower.starts_with("https://") {
+            // What the URL holds is recorded (install record, audit row) and printed: no secret.
+            let authority = from.split_once("://").map_or("", |(_, r)| r.split('/').next().unwrap_or(""));
+            if authority.contains('@') || from.contains(['?', '#']) {
+                return Err(refuse(
+                    "catalogue_invalid",
+                    "a catalogue URL with credentials, a query or a fragment is refused: it is recorded in the \
+                     install record and the audit log; serve the catalogue without them",
+                ));
+            }
             let index = if from.ends_with(".json") {
                 from.to_string()
             } else {

@@ -236,6 +236,14 @@ fn search_lists_the_packs_of_a_catalogue() {
           "digest": "sha256:HEX"
         }"#]]
     .assert_eq(&ws.clean(&serde_json::to_string_pretty(entry).unwrap()));
+    // Credentials in the URL would be recorded: refused, and not echoed.
+    let run = ws.run(&["pack", "search", "--from", &ws.serve.base.replace("http://", "http://u:secret@")]);
+    expect![[r#"
+        exit: 1
+        --- stderr
+        error[catalogue_invalid]: a catalogue URL with credentials, a query or a fragment is refused: it is recorded in the install record and the audit log; serve the catalogue without them
+    "#]]
+    .assert_eq(&ws.clean(&run.render()));
     // A catalogue that is not there.
     let run = ws.run(&["pack", "search", "--from", &format!("{}/nowhere/", ws.serve.base)]);
     expect![[r#"
