@@ -13,6 +13,9 @@ pub trait Client {
     fn operations(&self) -> anyhow::Result<Vec<OperationSummary>>;
     /// Everything about one operation; an error naming it when there is none.
     fn operation(&self, id: &str) -> anyhow::Result<OperationView>;
+    /// The operation's own timeline entries with a `seq` above `after`, oldest first (read from
+    /// there on, not the whole document: a follower asks after every commit).
+    fn timeline(&self, operation: &str, after: i64) -> anyhow::Result<Vec<TimelineEntry>>;
     /// The job instances of an operation; an error naming it when there is none.
     fn jobs(&self, operation: &str) -> anyhow::Result<Vec<JobRecord>>;
     /// The gates of an operation, with its current plan revision.
@@ -86,7 +89,8 @@ pub trait Control: Client {
     fn propose(&mut self, operation: &str, patch: &PatchRequest) -> anyhow::Result<PatchReply>;
     /// Follows operation `id` until it stops moving — driving it here (the local client) or
     /// watching the server drive it (HTTP) — and hands `seen` each entry of [`timeline_after`]
-    /// `after` as it is committed. Returns the operation's document once it stopped.
+    /// `after` as it is committed. Returns the operation's document once it stopped (locally
+    /// without its timeline, which the follower was handed entry by entry).
     fn follow(&mut self, id: &str, after: i64, seen: &mut dyn FnMut(&TimelineEntry)) -> anyhow::Result<OperationView>;
     /// Verifies a resource now by its pack's checks ([I]) and records what they found.
     fn verify(&mut self, resource: &str) -> anyhow::Result<opsgraph_runtime::VerifyReport>;
@@ -133,8 +137,7 @@ pub fn timeline_after(client: &dyn Client, id: &str, after: i64) -> anyhow::Resu
     }
     let mut entries = Vec::new();
     for op in &family {
-        let view = client.operation(op)?;
-        entries.extend(view.timeline.iter().filter(|e| e.seq > after).map(|e| e.entry(op)));
+        entries.extend(client.timeline(op, after)?);
     }
     entries.sort_by_key(|e| e.seq);
     Ok(entries)

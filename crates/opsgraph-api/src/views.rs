@@ -1,9 +1,12 @@
 //! The documents of stored records, built once: the server's handlers serve them and the CLI's
 //! local client returns them, so the two cannot drift.
 
+use std::collections::HashMap;
+
 use opsgraph_core::model::{JobState, OperationState};
 use opsgraph_core::plan::lifecycle::state_name;
 use opsgraph_store::{ArtifactRecord, JobRecord, OperationRecord, ResourceRecord, Store, TimelineEntry, TokenRecord};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::dto::{
@@ -63,47 +66,89 @@ pub fn timeline_entry(e: &TimelineEntry) -> TimelineView {
     }
 }
 
+/// What a view reads of a stored plan: deserialized from its text alone, never as a whole
+/// `Value` (a 10,000-job plan is tens of megabytes as one).
+#[derive(Deserialize, Default)]
+struct PlanOutline {
+    #[serde(default)]
+    pack: Option<String>,
+    #[serde(default)]
+    pack_digest: Option<String>,
+    #[serde(default)]
+    customizations: Vec<Value>,
+    #[serde(default)]
+    stages: Vec<StageOutline>,
+    #[serde(default)]
+    jobs: Vec<JobOutline>,
+}
+
+#[derive(Deserialize)]
+struct StageOutline {
+    id: String,
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct JobOutline {
+    id: String,
+    #[serde(default)]
+    stage: String,
+}
+
 /// Everything about an operation, as `opsgraph describe operation` shows it.
 pub fn operation(store: &dyn Store, o: &OperationRecord) -> Result<OperationView, opsgraph_store::Error> {
+    let mut view = operation_brief(store, o)?;
+    view.timeline = store.timeline(&o.id)?.iter().map(timeline_entry).collect();
+    Ok(view)
+}
+
+/// [`operation`] without its timeline: what a finished run prints, without reading back every
+/// entry it already showed.
+pub fn operation_brief(store: &dyn Store, o: &OperationRecord) -> Result<OperationView, opsgraph_store::Error> {
     // The pack it ran, pinned by digest.
-    let plan = store.plan(&o.plan_revision)?;
-    let text = |key: &str| plan.as_ref().and_then(|p| p[key].as_str().map(str::to_string));
+    let plan: Option<PlanOutline> = store.plan_text(&o.plan_revision)?.map(|t| serde_json::from_str(&t)).transpose()?;
     let jobs = store.jobs(&o.id)?;
-    let customizations = plan.as_ref().and_then(|p| p["customizations"].as_array().cloned()).unwrap_or_default();
+    let (pack, pack_digest, customizations, stages) = match plan {
+        Some(p) => {
+            let stages = stages(&p, &jobs);
+            (p.pack, p.pack_digest, p.customizations, stages)
+        }
+        None => Default::default(),
+    };
     Ok(OperationView {
         summary: operation_summary(o),
         intent_id: o.intent_id.clone(),
         plan_id: if o.plan_id.is_empty() { o.plan_revision.clone() } else { o.plan_id.clone() },
         customized: !customizations.is_empty(),
         customizations,
-        pack: text("pack"),
-        pack_digest: text("pack_digest"),
-        stages: plan.as_ref().map(|p| stages(p, &jobs)).unwrap_or_default(),
+        pack,
+        pack_digest,
+        stages,
         intent: hide_sealed(o.intent.clone()),
         gates: gates(store, o)?.gates,
         waiting_at: waiting_at(&o.state).to_vec(),
         jobs,
         evidence: store.evidence(&o.id)?,
         artifacts: store.artifacts(&o.id)?.iter().map(artifact).collect(),
-        timeline: store.timeline(&o.id)?.iter().map(timeline_entry).collect(),
+        timeline: Vec::new(),
     })
 }
 
 /// The plan's stages, each with the job instances in it (the plan names template jobs; an
 /// instance records its stage).
-fn stages(plan: &Value, records: &[JobRecord]) -> Vec<StageView> {
-    let empty = Vec::new();
-    let jobs = plan["jobs"].as_array().unwrap_or(&empty);
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    plan["stages"]
-        .as_array()
-        .unwrap_or(&empty)
+fn stages(plan: &PlanOutline, records: &[JobRecord]) -> Vec<StageView> {
+    let state: HashMap<&str, JobState> = records.iter().map(|r| (r.id.as_str(), r.state)).collect();
+    let mut in_stage: HashMap<&str, Vec<String>> = HashMap::new();
+    for j in &plan.jobs {
+        in_stage.entry(j.stage.as_str()).or_default().push(j.id.clone());
+    }
+    plan.stages
         .iter()
         .map(|s| {
-            let ids: Vec<String> = jobs.iter().filter(|j| j["stage"] == s["id"]).map(|j| text(&j["id"])).collect();
-            let states: Vec<JobState> =
-                ids.iter().filter_map(|id| records.iter().find(|r| r.id == *id).map(|r| r.state)).collect();
-            StageView { id: text(&s["id"]), name: text(&s["name"]), status: stage_status(&states), jobs: ids }
+            let ids = in_stage.remove(s.id.as_str()).unwrap_or_default();
+            let states: Vec<JobState> = ids.iter().filter_map(|id| state.get(id.as_str()).copied()).collect();
+            StageView { id: s.id.clone(), name: s.name.clone(), status: stage_status(&states), jobs: ids }
         })
         .collect()
 }

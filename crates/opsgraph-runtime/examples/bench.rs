@@ -312,11 +312,11 @@ fn bench_commit(n: usize, dir: &std::path::Path) {
         }
     }
     let mut store = SqliteStore::open(&store_path, Durability::Full).unwrap();
-    store.commit(&[Write::CreateOperation { op: record("op-bench"), plan: serde_json::json!({}) }]).unwrap();
+    store.commit(&[Write::CreateOperation { op: record("op-bench"), plan: serde_json::json!({}).to_string() }]).unwrap();
     // The raw database gets the same schema from the store, then is written by rusqlite alone.
     {
         let mut s = SqliteStore::open(&raw_path, Durability::Full).unwrap();
-        s.commit(&[Write::CreateOperation { op: record("op-bench"), plan: serde_json::json!({}) }]).unwrap();
+        s.commit(&[Write::CreateOperation { op: record("op-bench"), plan: serde_json::json!({}).to_string() }]).unwrap();
     }
     let mut raw = rusqlite::Connection::open(&raw_path).unwrap();
     raw.execute_batch(
@@ -460,7 +460,7 @@ mod scale {
             updated_at: opsgraph_store::now(),
             version: 0,
         };
-        store.commit(&[Write::CreateOperation { op: record, plan: serde_json::json!({}) }]).unwrap();
+        store.commit(&[Write::CreateOperation { op: record, plan: serde_json::json!({}).to_string() }]).unwrap();
         let states = [OperationState::Paused { reason: "no job can start".into() }, OperationState::Running];
         let start = Instant::now();
         for i in 0..n {

@@ -129,7 +129,10 @@ impl Runtime {
             version: 0,
         };
         let mut writes = vec![
-            Write::CreateOperation { op: record.clone(), plan: serde_json::to_value(&stored).unwrap_or(Value::Null) },
+            Write::CreateOperation {
+                op: record.clone(),
+                plan: serde_json::to_string(&stored).map_err(|_| Error::Plan(plan.revision.hash.clone()))?,
+            },
             Write::Timeline(entry(
                 &id,
                 actor,
@@ -154,6 +157,9 @@ impl Runtime {
                 serde_json::to_value(c).unwrap_or(Value::Null),
             )));
         }
+        // One write a job instance: reserved at once, not grown by doubling (a `Write` is a few
+        // hundred bytes; 10,000 jobs grown by doubling held three times what they need).
+        writes.reserve(plan.jobs.len() + plan.gates.len() + 8);
         for j in &plan.jobs {
             writes.push(Write::Job(JobRecord {
                 operation: id.clone(),

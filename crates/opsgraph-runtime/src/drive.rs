@@ -18,8 +18,8 @@ use crate::{Error, Runtime};
 impl Runtime {
     pub(crate) fn load(&self, id: &str) -> Result<(OperationRecord, Plan), Error> {
         let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
-        let plan = self.store.plan(&op.plan_revision)?.ok_or_else(|| Error::Plan(op.plan_revision.clone()))?;
-        let plan: Plan = serde_json::from_value(plan).map_err(|_| Error::Plan(op.plan_revision.clone()))?;
+        let plan = self.store.plan_text(&op.plan_revision)?.ok_or_else(|| Error::Plan(op.plan_revision.clone()))?;
+        let plan: Plan = serde_json::from_str(&plan).map_err(|_| Error::Plan(op.plan_revision.clone()))?;
         Ok((op, plan))
     }
 

@@ -397,7 +397,7 @@ impl Runtime {
             Write::SetPlan {
                 operation: op.id.clone(),
                 revision: revision.clone(),
-                plan: serde_json::to_value(&next).unwrap_or(Value::Null),
+                plan: serde_json::to_string(&next).map_err(|_| Error::Plan(revision.clone()))?,
             },
             Write::ReplaceIntent { operation: op.id.clone(), intent },
         ];

@@ -170,13 +170,13 @@ impl Runtime {
         let mut old_blobs = Vec::new();
         let mut moved = 0;
         for op in self.store.operations(&Default::default())? {
-            if let Some(value) = self.store.plan(&op.plan_revision)? {
+            if let Some(text) = self.store.plan_text(&op.plan_revision)? {
                 let mut plan: opsgraph_core::plan::Plan =
-                    serde_json::from_value(value).map_err(|_| Error::Plan(op.plan_revision.clone()))?;
+                    serde_json::from_str(&text).map_err(|_| Error::Plan(op.plan_revision.clone()))?;
                 let n = self.reseal_plan(&keys, &mut plan)?;
                 if n > 0 {
                     moved += n;
-                    let plan = serde_json::to_value(&plan).unwrap_or_default();
+                    let plan = serde_json::to_string(&plan).map_err(|_| Error::Plan(op.plan_revision.clone()))?;
                     writes.push(opsgraph_store::Write::ReplacePlan { revision: op.plan_revision.clone(), plan });
                 }
             }

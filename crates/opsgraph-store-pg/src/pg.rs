@@ -190,18 +190,18 @@ impl Store for PgStore {
                     )?;
                         tx.exec(
                             "INSERT INTO plans (revision, operation, plan) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                            &[&op.plan_revision, &op.id, &json(plan)?],
+                            &[&op.plan_revision, &op.id, plan],
                         )?;
                     }
                     Write::SetPlan { operation, revision, plan } => {
                         tx.exec(
                             "INSERT INTO plans (revision, operation, plan) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                            &[revision, operation, &json(plan)?],
+                            &[revision, operation, plan],
                         )?;
                         tx.exec("UPDATE operations SET plan_revision = $2 WHERE id = $1", &[operation, revision])?;
                     }
                     Write::ReplacePlan { revision, plan } => {
-                        tx.exec("UPDATE plans SET plan = $2 WHERE revision = $1", &[revision, &json(plan)?])?;
+                        tx.exec("UPDATE plans SET plan = $2 WHERE revision = $1", &[revision, plan])?;
                     }
                     Write::ReplaceGateValue { operation, gate, value } => {
                         tx.exec(
@@ -444,12 +444,8 @@ impl Store for PgStore {
         })
     }
 
-    fn plan(&self, revision: &str) -> Result<Option<Value>, Error> {
-        edge(|| {
-            self.query_opt("SELECT plan FROM plans WHERE revision = $1", &[&revision])?
-                .map(|r| parse(r.get(0)))
-                .transpose()
-        })
+    fn plan_text(&self, revision: &str) -> Result<Option<String>, Error> {
+        edge(|| Ok(self.query_opt("SELECT plan FROM plans WHERE revision = $1", &[&revision])?.map(|r| r.get(0))))
     }
 
     fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error> {

@@ -162,14 +162,14 @@ impl Store for SqliteStore {
                         exec(
                             &tx,
                             "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
-                            params![op.plan_revision, op.id, json(plan)?],
+                            params![op.plan_revision, op.id, plan],
                         )?;
                     }
                     Write::SetPlan { operation, revision, plan } => {
                         exec(
                             &tx,
                             "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
-                            params![revision, operation, json(plan)?],
+                            params![revision, operation, plan],
                         )?;
                         exec(
                             &tx,
@@ -178,7 +178,7 @@ impl Store for SqliteStore {
                         )?;
                     }
                     Write::ReplacePlan { revision, plan } => {
-                        exec(&tx, "UPDATE plans SET plan = ?2 WHERE revision = ?1", params![revision, json(plan)?])?;
+                        exec(&tx, "UPDATE plans SET plan = ?2 WHERE revision = ?1", params![revision, plan])?;
                     }
                     Write::ReplaceGateValue { operation, gate, value } => {
                         exec(
@@ -382,13 +382,12 @@ impl Store for SqliteStore {
         })
     }
 
-    fn plan(&self, revision: &str) -> Result<Option<Value>, Error> {
+    fn plan_text(&self, revision: &str) -> Result<Option<String>, Error> {
         edge(|| {
-            let text: Option<String> = self
+            Ok(self
                 .conn
                 .query_row("SELECT plan FROM plans WHERE revision = ?1", [revision], |r| r.get(0))
-                .optional()?;
-            Ok(text.map(|t| serde_json::from_str(&t)).transpose()?)
+                .optional()?)
         })
     }
 

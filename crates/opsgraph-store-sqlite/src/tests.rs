@@ -18,7 +18,7 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
         let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
         assert_eq!((mode.as_str(), sync), ("wal", 2));
-        store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }]).unwrap();
+        store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}).to_string().to_string() }]).unwrap();
     }
     let store = SqliteStore::open(&path, Durability::Full).unwrap();
     assert!(store.operation("op-1").unwrap().is_some());

@@ -79,8 +79,8 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn operations(&self, filter: &crate::OperationFilter) -> Result<Vec<crate::OperationRecord>, Error> {
         (**self).operations(filter)
     }
-    fn plan(&self, revision: &str) -> Result<Option<serde_json::Value>, Error> {
-        (**self).plan(revision)
+    fn plan_text(&self, revision: &str) -> Result<Option<String>, Error> {
+        (**self).plan_text(revision)
     }
     fn timeline(&self, operation: &str) -> Result<Vec<crate::TimelineEntry>, Error> {
         (**self).timeline(operation)

@@ -341,21 +341,23 @@ pub struct RequestRecord {
 /// One change. A batch of them is one transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
+    /// A new operation and its plan revision. Plans travel as their JSON text (`serde_json::
+    /// to_string` of the plan): a 10,000-job plan is a few megabytes as text and tens as a `Value`.
     CreateOperation {
         op: OperationRecord,
-        plan: Value,
+        plan: String,
     },
-    /// A new plan revision of an operation, and the operation now runs it.
+    /// A new plan revision of an operation (JSON text), and the operation now runs it.
     SetPlan {
         operation: String,
         revision: String,
-        plan: Value,
+        plan: String,
     },
     /// The stored text of a plan revision changes without changing what it means (secrets
     /// sealed again under a new key).
     ReplacePlan {
         revision: String,
-        plan: Value,
+        plan: String,
     },
     /// The same, for an operation's intent.
     ReplaceIntent {
@@ -486,8 +488,13 @@ pub trait Store: Send {
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error>;
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error>;
     fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error>;
+    /// The plan revision with this hash, as the JSON text stored: a reader deserializes only
+    /// what it needs (a 10,000-job plan is tens of megabytes as a `Value`).
+    fn plan_text(&self, revision: &str) -> Result<Option<String>, Error>;
     /// The plan revision (JSON) with this hash.
-    fn plan(&self, revision: &str) -> Result<Option<Value>, Error>;
+    fn plan(&self, revision: &str) -> Result<Option<Value>, Error> {
+        Ok(self.plan_text(revision)?.map(|t| serde_json::from_str(&t)).transpose()?)
+    }
     fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error>;
     fn jobs(&self, operation: &str) -> Result<Vec<JobRecord>, Error>;
     fn evidence(&self, operation: &str) -> Result<Vec<EvidenceRecord>, Error>;

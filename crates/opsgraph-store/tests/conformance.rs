@@ -56,7 +56,7 @@ fn times_render_as_rfc3339() {
 
 fn a_transition_and_its_timeline_entry_land_together_or_not_at_all(db: &TestDb) {
     let mut store = db.store();
-    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}) }]).unwrap();
+    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}).to_string().to_string() }]).unwrap();
     store.commit(&[first_transition(OperationState::PlanPreview, "plan_built")]).unwrap();
     let got = store.operation("op-1").unwrap().unwrap();
     assert_eq!(got.state, OperationState::PlanPreview);
@@ -78,14 +78,14 @@ fn an_operation_keeps_its_intent_id_and_plan_id(db: &TestDb) {
     let mut store = db.store();
     let mut one = op("op-1");
     one.intent_id = Some("tempo-prod-1".into());
-    store.commit(&[Write::CreateOperation { op: one.clone(), plan: json!({"jobs": []}) }]).unwrap();
-    store.commit(&[Write::CreateOperation { op: op("op-2"), plan: json!({"jobs": []}) }]).unwrap();
+    store.commit(&[Write::CreateOperation { op: one.clone(), plan: json!({"jobs": []}).to_string().to_string() }]).unwrap();
+    store.commit(&[Write::CreateOperation { op: op("op-2"), plan: json!({"jobs": []}).to_string().to_string() }]).unwrap();
     assert_eq!(store.operation("op-1").unwrap().unwrap(), one);
     store
         .commit(&[Write::SetPlan {
             operation: "op-1".into(),
             revision: "sha256:bb".into(),
-            plan: json!({"jobs": [1]}),
+            plan: json!({"jobs": [1]}).to_string().to_string(),
         }])
         .unwrap();
     let got = store.operation("op-1").unwrap().unwrap();
@@ -177,7 +177,7 @@ fn every_record_round_trips(db: &TestDb) {
     };
     store
         .commit(&[
-            Write::CreateOperation { op: op("op-1"), plan: json!({"p": 1}) },
+            Write::CreateOperation { op: op("op-1"), plan: json!({"p": 1}).to_string().to_string() },
             Write::Job(job.clone()),
             Write::Evidence(evidence.clone()),
             Write::Artifact(artifact.clone()),
@@ -189,7 +189,11 @@ fn every_record_round_trips(db: &TestDb) {
                 job: "install@w1".into(),
                 at: now(),
             },
-            Write::SetPlan { operation: "op-1".into(), revision: "sha256:bb".into(), plan: json!({"p": 2}) },
+            Write::SetPlan {
+                operation: "op-1".into(),
+                revision: "sha256:bb".into(),
+                plan: json!({"p": 2}).to_string().to_string(),
+            },
         ])
         .unwrap();
     store.commit(&gates.iter().cloned().map(Write::Gate).collect::<Vec<_>>()).unwrap();
@@ -251,7 +255,7 @@ fn data_version_moves_on_other_connections_commits_only() {
     let mut mine = SqliteStore::open(&path, Durability::Full).unwrap();
     let mut other = SqliteStore::open(&path, Durability::Full).unwrap();
     let before = mine.data_version().unwrap().expect("sqlite knows its data version");
-    mine.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }]).unwrap();
+    mine.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}).to_string().to_string() }]).unwrap();
     assert_eq!(mine.data_version().unwrap(), Some(before), "its own commit");
     other.commit(&[first_transition(OperationState::PlanPreview, "plan_built")]).unwrap();
     assert_ne!(mine.data_version().unwrap(), Some(before), "another connection's commit");
@@ -264,8 +268,8 @@ fn timeline_after_pages_one_operation_or_all_and_stats_count(db: &TestDb) {
     running.state = OperationState::Running;
     store
         .commit(&[
-            Write::CreateOperation { op: op("op-1"), plan: json!({}) },
-            Write::CreateOperation { op: running, plan: json!({}) },
+            Write::CreateOperation { op: op("op-1"), plan: json!({}).to_string().to_string() },
+            Write::CreateOperation { op: running, plan: json!({}).to_string().to_string() },
             Write::Timeline(entry("op-1", "a")),
             Write::Timeline(entry("op-2", "b")),
             Write::Timeline(entry("op-1", "c")),
@@ -326,7 +330,9 @@ fn gate(answer: Option<&str>) -> GateRecord {
 
 fn a_gate_answers_once_inside_the_transaction(db: &TestDb) {
     let mut store = db.store();
-    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}) }, Write::Gate(gate(None))]).unwrap();
+    store
+        .commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}).to_string().to_string() }, Write::Gate(gate(None))])
+        .unwrap();
     store.commit(&[Write::Gate(gate(Some("approve")))]).unwrap();
     let audit = AuditRecord {
         seq: 0,
@@ -447,7 +453,7 @@ fn claim_of(agent: &str, resources: &[&str], lease: &str, expires_ms: i64) -> Ag
 
 /// The agent-task conformance suite, written against the trait: a PostgreSQL store runs it too.
 fn agent_tasks_conform(store: &mut dyn Store) {
-    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}) }]).unwrap();
+    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}).to_string().to_string() }]).unwrap();
     store
         .commit(&[
             Write::Agent(AgentWrite::Enqueue(Box::new(agent_task("t1", "compute_node/a", 5_000)))),
@@ -545,7 +551,7 @@ fn fence(holder: &str, token: i64) -> Write {
 
 fn leases_are_acquired_renewed_expired_and_fenced(db: &TestDb) {
     let mut store = db.store();
-    store.commit(&[Write::CreateOperation { op: running("op-1"), plan: json!({}) }]).unwrap();
+    store.commit(&[Write::CreateOperation { op: running("op-1"), plan: json!({}).to_string().to_string() }]).unwrap();
     assert_eq!(store.adoptable().unwrap(), ["op-1"], "running and never leased");
     assert_eq!(store.lease("op-1").unwrap(), None);
 
@@ -596,7 +602,7 @@ fn leases_are_acquired_renewed_expired_and_fenced(db: &TestDb) {
 
 /// Two holders race for one expired lease: exactly one wins each round.
 fn one_holder_wins_a_race_for_a_lease(db: &TestDb) {
-    db.store().commit(&[Write::CreateOperation { op: running("op-1"), plan: json!({}) }]).unwrap();
+    db.store().commit(&[Write::CreateOperation { op: running("op-1"), plan: json!({}).to_string().to_string() }]).unwrap();
     for round in 0..5 {
         let wins: Vec<bool> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..4)
@@ -620,14 +626,16 @@ fn one_holder_wins_a_race_for_a_lease(db: &TestDb) {
 fn a_second_operation_on_a_busy_resource_is_refused(db: &TestDb) {
     let mut store = db.store();
     let idle = |id: &str| Write::ExpectIdle { resource: "tempo.instance/tempo-dev".into(), operation: id.into() };
-    store.commit(&[idle("op-1"), Write::CreateOperation { op: running("op-1"), plan: json!({}) }]).unwrap();
-    let err = store.commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}) }]).unwrap_err();
+    store.commit(&[idle("op-1"), Write::CreateOperation { op: running("op-1"), plan: json!({}).to_string().to_string() }]).unwrap();
+    let err = store
+        .commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}).to_string().to_string() }])
+        .unwrap_err();
     assert_eq!(err.to_string(), "resource `tempo.instance/tempo-dev` is being changed by operation `op-1` (running)");
     assert!(store.operation("op-2").unwrap().is_none());
     // The operation itself does not count, and a finished one frees the resource.
     store.commit(&[idle("op-1")]).unwrap();
     store.commit(&[first_transition(OperationState::Completed, "completed")]).unwrap();
-    store.commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}) }]).unwrap();
+    store.commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}).to_string().to_string() }]).unwrap();
 }
 
 /// Writers on their own connections append timeline entries while a reader pages with
@@ -689,7 +697,7 @@ fn jobs_keep_their_order_and_the_last_write_of_a_batch_wins(db: &TestDb) {
         })
     };
     let ids = ["z", "a", "m", "b"];
-    let mut writes = vec![Write::CreateOperation { op: op("op-1"), plan: json!({}) }];
+    let mut writes = vec![Write::CreateOperation { op: op("op-1"), plan: json!({}).to_string().to_string() }];
     writes.extend(ids.iter().map(|id| job(id, JobState::Pending, 0)));
     store.commit(&writes).unwrap();
     store

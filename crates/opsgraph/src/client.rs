@@ -44,6 +44,10 @@ impl Client for Local<'_> {
         Ok(views::operation(self.store, &op)?)
     }
 
+    fn timeline(&self, operation: &str, after: i64) -> anyhow::Result<Vec<TimelineEntry>> {
+        Ok(self.store.timeline_after(Some(operation), after, usize::MAX)?)
+    }
+
     fn jobs(&self, operation: &str) -> anyhow::Result<Vec<JobRecord>> {
         self.store.operation(operation)?.with_context(|| format!("no operation `{operation}`"))?;
         Ok(self.store.jobs(operation)?)
@@ -135,6 +139,10 @@ impl Client for LocalControl {
 
     fn operation(&self, id: &str) -> anyhow::Result<OperationView> {
         Local::of(&self.rt).operation(id)
+    }
+
+    fn timeline(&self, operation: &str, after: i64) -> anyhow::Result<Vec<TimelineEntry>> {
+        Local::of(&self.rt).timeline(operation, after)
     }
 
     fn jobs(&self, operation: &str) -> anyhow::Result<Vec<JobRecord>> {
@@ -287,7 +295,8 @@ impl Control for LocalControl {
             let _ = cursor.advance(&reader, id, seen);
         })?;
         cursor.advance(&reader, id, seen)?;
-        self.operation(id)
+        let op = self.rt.store().operation(id)?.with_context(|| format!("no operation `{id}`"))?;
+        Ok(opsgraph_api::views::operation_brief(self.rt.store(), &op)?)
     }
 
     fn verify(&mut self, resource: &str) -> anyhow::Result<opsgraph_runtime::VerifyReport> {

@@ -119,7 +119,11 @@ pub fn finish_run(
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let view = match (after, format) {
-        (Some(after), Some(_)) => ctl.follow(id, after, &mut |_| {})?,
+        (Some(after), Some(_)) => {
+            // The whole document, timeline included, once the run stopped.
+            ctl.follow(id, after, &mut |_| {})?;
+            ctl.operation(id)?
+        }
         (Some(after), None) => {
             let stages = stages_of(&ctl.operation(id)?);
             let mut view = live(out, stages);

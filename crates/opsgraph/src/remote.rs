@@ -314,6 +314,12 @@ impl opsgraph_api::Client for Remote {
         Ok(serde_json::from_value(self.operation_value(id)?)?)
     }
 
+    fn timeline(&self, operation: &str, after: i64) -> anyhow::Result<Vec<opsgraph_store::TimelineEntry>> {
+        let mut body = self.read(&format!("/api/v1/operations/{}/timeline", segment(operation)))?;
+        let views: Vec<opsgraph_api::TimelineView> = serde_json::from_value(body["timeline"].take())?;
+        Ok(views.iter().filter(|e| e.seq > after).map(|e| e.entry(operation)).collect())
+    }
+
     fn jobs(&self, operation: &str) -> anyhow::Result<Vec<opsgraph_store::JobRecord>> {
         Ok(serde_json::from_value(
             self.read(&format!("/api/v1/operations/{}/jobs", segment(operation)))?["jobs"].take(),

@@ -114,8 +114,8 @@ impl Store for Faulty {
     fn operations(&self, f: &opsgraph_store::OperationFilter) -> Result<Vec<opsgraph_store::OperationRecord>, Error> {
         read!(self.operations(f))
     }
-    fn plan(&self, revision: &str) -> Result<Option<serde_json::Value>, Error> {
-        read!(self.plan(revision))
+    fn plan_text(&self, revision: &str) -> Result<Option<String>, Error> {
+        read!(self.plan_text(revision))
     }
     fn timeline(&self, op: &str) -> Result<Vec<opsgraph_store::TimelineEntry>, Error> {
         read!(self.timeline(op))

@@ -403,7 +403,9 @@ fn local_agents_use_the_database_they_are_given(backend: opsgraph_store::testing
         updated_at: opsgraph_store::now(),
         version: 0,
     };
-    db.store().commit(&[opsgraph_store::Write::CreateOperation { op, plan: serde_json::json!({}) }]).unwrap();
+    db.store()
+        .commit(&[opsgraph_store::Write::CreateOperation { op, plan: serde_json::json!({}).to_string().to_string() }])
+        .unwrap();
     opsgraph::ops_cmd::use_database(&data, Some(db.url().to_string()));
     let agents = opsgraph::agent_cmd::local_agents(&data);
     let seen = (agents.open)().map(|s| s.operation("op-agents").unwrap().map(|o| o.id));
