@@ -15,6 +15,9 @@ use serde_json::{json, Value};
 use super::{attempt_writes, decide, Effect, Finished, Input, Snapshot};
 use crate::task::TaskResult;
 
+/// The snapshot's wall clock: 2026-12-05T12:00:00Z.
+const WALL_MS: i64 = 1_796_472_000_000;
+
 /// What the store says, built up one call at a time.
 struct Given {
     state: OperationState,
@@ -63,6 +66,7 @@ impl Given {
             skipped: None,
             parameters: Default::default(),
             wave: None,
+            verifies: None,
         };
         let record = JobRecord {
             operation: "op-1".into(),
@@ -104,7 +108,36 @@ impl Given {
             pause_between: pause.map(str::to_string),
             canary_gate: None,
             from: "the pack".into(),
+            checks: None,
         });
+        self
+    }
+
+    /// Checks between waves after wave `k` of the last rollout added (an instance
+    /// `verify-<job>-wave-<k>` in `state`).
+    fn checks_after(mut self, k: u32, state: JobState, failure: Option<&str>) -> Given {
+        use opsgraph_core::plan::rollout::{check_id, WaveChecks, WaveRef};
+        let r = self.rollouts.last_mut().expect("a rollout first");
+        let job = r.job.clone();
+        r.checks = Some(WaveChecks {
+            on: opsgraph_core::model::VerifyBetween::HostsDone,
+            evidence: vec!["up_ok".into()],
+            resource: vec![],
+        });
+        let id = check_id(&job, k);
+        self = self.job(&id, &[], state, u32::from(state != JobState::Pending), failure);
+        if let Some((i, _)) = self.jobs.last_mut() {
+            i.verifies = Some(WaveRef { job, wave: k });
+            i.resource = None;
+        }
+        self
+    }
+
+    /// Job `id`'s record was last written `secs` seconds before the snapshot's wall clock.
+    fn ago(mut self, id: &str, secs: i64) -> Given {
+        if let Some((_, r)) = self.jobs.iter_mut().find(|(i, _)| i.id == id) {
+            r.updated_at = opsgraph_store::rfc3339(WALL_MS / 1000 - secs, 0);
+        }
         self
     }
 
@@ -182,6 +215,7 @@ impl Given {
             in_flight: &in_flight,
             not_before: &not_before,
             now,
+            wall_ms: WALL_MS,
             concurrency: self.concurrency,
             blocked: &blocked,
             waiting_children: &self.children,
@@ -652,9 +686,7 @@ fn a_finished_wave_waits_the_pause_between_waves_and_the_end_names_the_failed_ho
             expect![[r#"
                 write job up@c succeeded attempt 1 failure=None key=None
                 write timeline job_succeeded: up@c: exit 0 (0 evidence checks passed)
-                write timeline wave_finished: up wave 2 of 3 finished: 2 done, 0 failed; budget left 1 of 1
-                Backoff { instance: "up@d", delay: 120s }
-                Backoff { instance: "up@e", delay: 120s }
+                write timeline wave_finished: up wave 2 of 3 finished: 2 done, 0 failed; budget left 1 of 1; next: a pause of 2m
                 Hold
                 done prefix 0"#]],
         );
@@ -670,5 +702,97 @@ fn a_finished_wave_waits_the_pause_between_waves_and_the_end_names_the_failed_ho
             Flush
             transition job_failed (up@b: exit 1) {"effect":"stop_dispatch"} {"effect":"mark_resource_failed","reason":"up@b: exit 1"}
             done prefix 1"#]],
+    );
+}
+
+#[test]
+fn the_pause_between_waves_counts_from_the_records_so_a_restarted_driver_keeps_it() {
+    use JobState::{Pending, Succeeded};
+    // Wave 1 ended 30 s ago (its record's time), the pause is 2m: a driver that starts now (no
+    // backoffs in memory) starts nothing of wave 2 and looks again in a while.
+    fleet([Succeeded, Pending, Pending, Pending, Pending])
+        .ago("up@a", 30)
+        .rollout("up", &[1, 2, 2], None, 1, None, Some("2m"))
+        .check(
+            Input::Tick,
+            expect![[r#"
+            Start(["then@a"])
+            done prefix 1"#]],
+        );
+    let mut g = fleet([Succeeded, Pending, Pending, Pending, Pending]).ago("up@a", 30);
+    g.jobs.retain(|(i, _)| i.id != "then@a");
+    g.rollout("up", &[1, 2, 2], None, 1, None, Some("2m")).check(
+        Input::Tick,
+        expect![[r#"
+            Flush
+            sleep about 5s
+            done prefix 1"#]],
+    );
+    // Ended 3 minutes ago: wave 2 starts.
+    let mut g = fleet([Succeeded, Pending, Pending, Pending, Pending]).ago("up@a", 180);
+    g.jobs.retain(|(i, _)| i.id != "then@a");
+    g.rollout("up", &[1, 2, 2], None, 1, None, Some("2m")).check(
+        Input::Tick,
+        expect![[r#"
+            write timeline wave_started: up wave 2 of 3: 2 instance(s) (b, c)
+            Hold
+            Start(["up@b", "up@c"])
+            done prefix 1"#]],
+    );
+}
+
+#[test]
+fn checks_between_waves_run_after_the_pause_gate_the_next_wave_and_pause_the_rollout_when_they_fail() {
+    use JobState::{Failed, Pending, Running, Succeeded};
+    let wave1 = |ago: i64| {
+        let mut g = fleet([Succeeded, Pending, Pending, Pending, Pending]).ago("up@a", ago);
+        g.jobs.retain(|(i, _)| !i.id.starts_with("then@"));
+        g
+    };
+    // Wave 1 done, within the pause: neither the checks nor wave 2 start.
+    wave1(30)
+        .rollout("up", &[1, 2, 2], None, 1, None, Some("2m"))
+        .checks_after(1, Pending, None)
+        .checks_after(2, Pending, None)
+        .check(
+            Input::Tick,
+            expect![[r#"
+            Flush
+            sleep about 5s
+            done prefix 1"#]],
+        );
+    // The pause over: the checks after wave 1 start, wave 2 waits for them.
+    wave1(180).rollout("up", &[1, 2, 2], None, 1, None, Some("2m")).checks_after(1, Pending, None).check(
+        Input::Tick,
+        expect![[r#"
+            Start(["verify-up-wave-1"])
+            done prefix 1"#]],
+    );
+    // They passed: wave 2 starts.
+    wave1(180).rollout("up", &[1, 2, 2], None, 1, None, None).checks_after(1, Succeeded, None).check(
+        Input::Tick,
+        expect![[r#"
+            write timeline wave_started: up wave 2 of 3: 2 instance(s) (b, c)
+            Hold
+            Start(["up@b", "up@c"])
+            done prefix 1"#]],
+    );
+    // They fail: the operation pauses (it does not fail), naming the check and the hosts.
+    wave1(180).rollout("up", &[1, 2, 2], None, 1, None, None).checks_after(1, Running, None).in_flight("verify-up-wave-1").check(
+        finished(vec![report("verify-up-wave-1", 1).failed("check up_ok@a failed: expected 1, observed 0")]),
+        expect![[r#"
+            write job verify-up-wave-1 failed attempt 1 failure=Some(String("check up_ok@a failed: expected 1, observed 0")) key=None
+            write timeline job_failed: verify-up-wave-1: check up_ok@a failed: expected 1, observed 0
+            write timeline rollout_paused: rollout of up paused after wave 1 of 3: verify-up-wave-1 failed: check up_ok@a failed: expected 1, observed 0; failed: none; 1 done, 0 running, 4 untouched; retry verify-up-wave-1 once fixed, skip it by a patch, roll back, or cancel
+            transition pause (rollout of up paused after wave 1 of 3: verify-up-wave-1 failed: check up_ok@a failed: expected 1, observed 0; failed: none; 1 done, 0 running, 4 untouched; retry verify-up-wave-1 once fixed, skip it by a patch, roll back, or cancel) {"effect":"stop_dispatch"}
+            done prefix 0"#]],
+    );
+    // Resumed as it is, it pauses again at once: wave 2 never starts on failed checks.
+    wave1(180).rollout("up", &[1, 2, 2], None, 1, None, None).checks_after(1, Failed, Some("check up_ok@a failed")).check(
+        Input::Tick,
+        expect![[r#"
+            write timeline rollout_paused: rollout of up paused after wave 1 of 3: verify-up-wave-1 failed: check up_ok@a failed; failed: none; 1 done, 0 running, 4 untouched; retry verify-up-wave-1 once fixed, skip it by a patch, roll back, or cancel
+            transition pause (rollout of up paused after wave 1 of 3: verify-up-wave-1 failed: check up_ok@a failed; failed: none; 1 done, 0 running, 4 untouched; retry verify-up-wave-1 once fixed, skip it by a patch, roll back, or cancel) {"effect":"stop_dispatch"}
+            done prefix 0"#]],
     );
 }
