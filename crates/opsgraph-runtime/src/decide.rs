@@ -165,11 +165,13 @@ fn tick(s: &Snapshot<'_>) -> Result<Decision, Error> {
         .filter(|j| state_of(&j.id) == Some(JobState::Pending) && !s.in_flight.contains_key(&j.id))
         .filter(|j| s.not_before.get(&j.id).is_none_or(|t| *t <= s.now))
         .filter(|j| !s.blocked.contains(&j.job))
+        // Checks between waves wait for their hosts to finish, done or failed (below).
         .filter(|j| {
-            j.depends_on.iter().all(|d| match state_of(d) {
-                Some(st) => st.is_done(),
-                None => gate_done.get(d.as_str()).copied().unwrap_or(false),
-            })
+            j.verifies.is_some()
+                || j.depends_on.iter().all(|d| match state_of(d) {
+                    Some(st) => st.is_done(),
+                    None => gate_done.get(d.as_str()).copied().unwrap_or(false),
+                })
         })
         .filter(|j| match (j.wave, &j.verifies, &rolling) {
             (Some(k), _, Some(rolling)) => match rolling.iter().find(|r| r.plan.job == j.job) {

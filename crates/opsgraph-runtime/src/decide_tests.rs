@@ -125,7 +125,15 @@ impl Given {
             resource: vec![],
         });
         let id = check_id(&job, k);
-        self = self.job(&id, &[], state, u32::from(state != JobState::Pending), failure);
+        // After the hosts it checks, as the planner places it.
+        let hosts: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(i, _)| i.job == job && i.wave.is_some_and(|w| w <= k))
+            .map(|(i, _)| i.id.clone())
+            .collect();
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        self = self.job(&id, &hosts, state, u32::from(state != JobState::Pending), failure);
         if let Some((i, _)) = self.jobs.last_mut() {
             i.verifies = Some(WaveRef { job, wave: k });
             i.resource = None;
@@ -767,6 +775,15 @@ fn checks_between_waves_run_after_the_pause_gate_the_next_wave_and_pause_the_rol
         expect![[r#"
             Start(["verify-up-wave-1"])
             done prefix 1"#]],
+    );
+    // A host of wave 1 failed within the budget: the checks still run (on the hosts done).
+    let mut g = wave1(180);
+    g.jobs[0].1.state = Failed;
+    g.rollout("up", &[1, 2, 2], None, 1, None, Some("2m")).checks_after(1, Pending, None).check(
+        Input::Tick,
+        expect![[r#"
+            Start(["verify-up-wave-1"])
+            done prefix 0"#]],
     );
     // They passed: wave 2 starts.
     wave1(180).rollout("up", &[1, 2, 2], None, 1, None, None).checks_after(1, Succeeded, None).check(

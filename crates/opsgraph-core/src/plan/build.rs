@@ -276,9 +276,17 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
             });
         }
         // The checks between waves: an instance after each wave but the last, run by the runtime
-        // (no script of the pack); the next wave starts once it passed.
+        // (no script of the pack), after the hosts it checks (edges the runtime counts as met
+        // once they finished, done or failed); the next wave starts once it passed (not an edge,
+        // as waves are not: the job-level graph stays a DAG).
         for (k, id) in rollout.iter().flat_map(|r| r.check_instances()) {
             let checks = rollout.as_ref().and_then(|r| r.checks.as_ref()).map(|c| c.list()).unwrap_or_default();
+            let hosts: Vec<String> = job_edits
+                .iter()
+                .filter(|j| j.job == job.id && j.wave.is_some_and(|w| w <= k))
+                .map(|j| j.id.clone())
+                .collect();
+            let because = vec![format!("checks the hosts of waves 1 to {k}"); hosts.len()];
             job_edits.push(JobInstance {
                 id: id.clone(),
                 job: id,
@@ -286,8 +294,8 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 stage: stage.to_string(),
                 scope: None,
                 resource: None,
-                depends_on: Vec::new(),
-                because: Vec::new(),
+                depends_on: hosts,
+                because,
                 destructive: false,
                 skipped: None,
                 parameters: Attributes::new(),

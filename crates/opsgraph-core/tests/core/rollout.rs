@@ -206,6 +206,9 @@ fn checks_between_waves_are_instances_after_each_wave_but_the_last_and_the_canar
         verify-other-wave-1 after wave 1 of other: Some("checks after wave 1 of other: resource: healthy")
         verify-other-wave-2 after wave 2 of other: Some("checks after wave 2 of other: resource: healthy")"#]]
     .assert_eq(&checks.join("\n"));
+    // Each runs after the hosts it checks: those of its wave and the waves before.
+    let second = plan.jobs.iter().find(|j| j.id == "verify-upgrade-wave-2").unwrap();
+    assert_eq!(second.depends_on, ["upgrade@n1", "upgrade@n2", "upgrade@n3", "upgrade@n4"]);
     let canary = plan.gates.iter().find(|g| g.id == "canary-upgrade").unwrap();
     assert_eq!(canary.opens_after, ["upgrade@n1", "verify-upgrade-wave-1"], "a person looks once the checks ran");
     let text = opsgraph_core::plan::render::text(&plan);
