@@ -87,7 +87,14 @@ impl Runtime {
                 })
                 .collect()
         };
-        let (on_done, on_rest) = (prepare(&done)?, prepare(&rest)?);
+        // A host whose environment cannot be made (an input it needs is gone) fails the checks
+        // with that reason: the rollout pauses naming it; the driver goes on.
+        let (on_done, on_rest, unprepared) = match (prepare(&done), prepare(&rest)) {
+            (Ok(a), Ok(b)) => (a, b, None),
+            (Err(e), _) | (_, Err(e)) => {
+                (Vec::new(), Vec::new(), Some(format!("the checks could not be prepared: {e}")))
+            }
+        };
         let secret_dirs: Vec<_> = done.iter().chain(&rest).map(|h| d.run_dir.join("secrets").join(&h.id)).collect();
         let limit = self.concurrency.max(1);
         let masking = Masking::new(secrets);
@@ -111,12 +118,14 @@ impl Runtime {
                 .collect();
             let failed: Vec<&(Evidence, EvidenceResult)> = result.evidence.iter().filter(|(_, r)| !r.passed).collect();
             result.outcome = format!("checked on {hosts} hosts");
-            result.failure = failed.first().map(|(c, r)| {
-                let more = match failed.len() {
-                    1 => String::new(),
-                    n => format!(" (and {} more)", n - 1),
-                };
-                format!("check {} failed: expected {}, observed {}{more}", c.id, r.expected, r.observed)
+            result.failure = unprepared.or_else(|| {
+                failed.first().map(|(c, r)| {
+                    let more = match failed.len() {
+                        1 => String::new(),
+                        n => format!(" (and {} more)", n - 1),
+                    };
+                    format!("check {} failed: expected {}, observed {}{more}", c.id, r.expected, r.observed)
+                })
             });
             result
         };
