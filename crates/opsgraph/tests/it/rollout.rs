@@ -476,3 +476,31 @@ fn checks_on_the_whole_resource_find_a_sick_host_the_rollout_has_not_reached() {
     "#]]
     .assert_eq(&hosts_by_state(&rt, &op));
 }
+
+#[test]
+fn the_pause_between_waves_holds_across_a_new_drive() {
+    let fleet = Fleet::with(files_for(4, "{waves: [1, 100%], pause_between: 3s, verify_between_waves: none}"));
+    let mut rt = fleet.runtime();
+    let plan = opsgraph::plan_cmd::build(&fleet.loaded()).unwrap();
+    let op = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    // Wave 1 ends; during the pause a person pauses the operation from another process (another
+    // runtime on the same store), and this drive stops.
+    let mut other = fleet.runtime();
+    let op2 = op.clone();
+    let mut pause = move |e: &opsgraph_store::TimelineEntry| {
+        if e.event == "wave_finished" {
+            other.pause(&op2, "user:bob", "looking at wave 1", &mut |_| {}).unwrap();
+        }
+    };
+    assert!(matches!(rt.drive(&op, &mut pause).unwrap(), OperationState::Paused { .. }));
+    // Resumed at once, a new drive (nothing of the first in memory) still waits out the pause.
+    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
+    let timeline = rt.store().timeline(&op).unwrap();
+    let at = |event: &str, wave: u64| {
+        let e = timeline.iter().find(|e| e.event == event && e.data["wave"] == wave).unwrap();
+        opsgraph_store::parse_rfc3339(&e.at).unwrap()
+    };
+    let waited = at("wave_started", 2) - at("wave_finished", 1);
+    assert!((3000..10_000).contains(&waited), "wave 2 started {waited} ms after wave 1 ended");
+}
