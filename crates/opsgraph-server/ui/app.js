@@ -869,6 +869,9 @@ function simpleView(op) {
 }
 
 function contractView(ctx, instance) {
+  // A rollout's checks between waves run no job of the pack: what they check, and where.
+  const planned = ((ctx.plan && ctx.plan.jobs) || []).find((j) => j.id === instance);
+  if (planned && planned.verifies) return h("p", { "data-testid": "panel-checks" }, planned.title || "checks between waves");
   const job = ((ctx.pack && ctx.pack.jobs) || {})[instance.split("@")[0]];
   if (!job) return h("span", { class: "muted" }, "not available");
   const inputs = job.inputs || {};
