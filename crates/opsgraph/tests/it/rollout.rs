@@ -504,3 +504,36 @@ fn the_pause_between_waves_holds_across_a_new_drive() {
     let waited = at("wave_started", 2) - at("wave_finished", 1);
     assert!((3000..10_000).contains(&waited), "wave 2 started {waited} ms after wave 1 ended");
 }
+
+#[test]
+fn checks_a_driver_died_running_run_again_after_a_restart() {
+    use opsgraph_store::{JobRecord, JobState, Store, Write};
+    let fleet = Fleet::with(files_for(4, "{waves: [1, 100%]}"));
+    let mut rt = fleet.runtime();
+    let plan = opsgraph::plan_cmd::build(&fleet.loaded()).unwrap();
+    fleet.sicken(&["n001"]);
+    let op = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    assert!(matches!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Paused { .. }));
+    // As if a driver had recorded the checks' attempt and died before their result: the record
+    // says running, and nobody runs them.
+    fleet.cure();
+    let mut store = SqliteStore::open(&fleet.dir.join("data/opsgraph.db"), Durability::Full).unwrap();
+    store
+        .commit(&[Write::Job(JobRecord {
+            operation: op.clone(),
+            id: "verify-upgrade-wave-1".into(),
+            state: JobState::Running,
+            attempts: 2,
+            outcome: serde_json::json!({}),
+            updated_at: opsgraph_store::now(),
+        })])
+        .unwrap();
+    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
+    let timeline = rt.store().timeline(&op).unwrap();
+    let recovered =
+        timeline.iter().find(|e| e.data["job"] == "verify-upgrade-wave-1" && e.event == "job_retry").unwrap();
+    expect!["verify-upgrade-wave-1: checks between waves cut short by a restart; they change nothing and run again"]
+        .assert_eq(&recovered.reason);
+    assert!(hosts_by_state(&rt, &op).contains("succeeded 4"));
+}
