@@ -17,7 +17,7 @@ use opsgraph_exec::Cancel;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::json;
 
-use crate::rollout::{stand, standings, Standing};
+use crate::rollout::{stand, standings, Standing, Wait};
 use crate::task::TaskResult;
 use crate::timeline::entry;
 use crate::Error;
@@ -38,6 +38,9 @@ pub(crate) struct Snapshot<'a> {
     /// Jobs waiting for a retry's backoff, until when.
     pub(crate) not_before: &'a HashMap<String, Instant>,
     pub(crate) now: Instant,
+    /// The wall clock now, in milliseconds since the epoch: the pause between a rollout's waves
+    /// counts from the time its last job record was written, which survives a restart.
+    pub(crate) wall_ms: i64,
     /// How many attempts run at once.
     pub(crate) concurrency: usize,
     /// Jobs (of the template) that wait for sub-operations, and the children they wait for.
@@ -132,15 +135,23 @@ fn tick(s: &Snapshot<'_>) -> Result<Decision, Error> {
     // Fleet rollouts: a spent failure budget pauses the operation; waves and limits in flight
     // decide which of a rolled-out job's instances may start.
     let rolling = (!s.rollouts.is_empty()).then(|| standing(s, &HashMap::new()));
-    if let Some((r, wave, why)) =
-        rolling.iter().flatten().find_map(|r| r.over_budget().map(|(wave, why)| (r, wave, why)))
-    {
-        let (reason, e) = r.paused(&s.op.id, s.actor, wave, &why);
+    let failure = |id: &str| s.jobs.get(id).and_then(|j| j.outcome["failure"].as_str());
+    if let Some((reason, e)) = rolling.iter().flatten().find_map(|r| stopped(s, r, &failure)) {
         d.writes.push(Write::Timeline(e));
         d.effects.push(transition(s, Event::Pause { reason: reason.clone() }, reason)?);
         return Ok(d);
     }
     let mut chosen: HashMap<&str, usize> = HashMap::new();
+    // What only the pause between waves holds back, and for how long.
+    let mut pauses: Vec<i64> = Vec::new();
+    let mut waited = |w: Result<(), Wait>| match w {
+        Ok(()) => true,
+        Err(Wait::Pause(left)) => {
+            pauses.push(left);
+            false
+        }
+        Err(Wait::NotYet) => false,
+    };
     while s.plan.get(d.done_prefix).is_some_and(|j| state_of(&j.id).is_some_and(JobState::is_done)) {
         d.done_prefix += 1;
     }
@@ -154,22 +165,27 @@ fn tick(s: &Snapshot<'_>) -> Result<Decision, Error> {
         .filter(|j| state_of(&j.id) == Some(JobState::Pending) && !s.in_flight.contains_key(&j.id))
         .filter(|j| s.not_before.get(&j.id).is_none_or(|t| *t <= s.now))
         .filter(|j| !s.blocked.contains(&j.job))
+        // Checks between waves wait for their hosts to finish, done or failed (below).
         .filter(|j| {
-            j.depends_on.iter().all(|d| match state_of(d) {
-                Some(st) => st.is_done(),
-                None => gate_done.get(d.as_str()).copied().unwrap_or(false),
-            })
+            j.verifies.is_some()
+                || j.depends_on.iter().all(|d| match state_of(d) {
+                    Some(st) => st.is_done(),
+                    None => gate_done.get(d.as_str()).copied().unwrap_or(false),
+                })
         })
-        .filter(|j| match (j.wave, &rolling) {
-            (Some(k), Some(rolling)) => match rolling.iter().find(|r| r.plan.job == j.job) {
+        .filter(|j| match (j.wave, &j.verifies, &rolling) {
+            (Some(k), _, Some(rolling)) => match rolling.iter().find(|r| r.plan.job == j.job) {
                 Some(r) => {
                     let n = chosen.entry(j.job.as_str()).or_default();
-                    let ok = r.may_start(k, *n);
+                    let ok = waited(r.may_start(k, *n, s.wall_ms));
                     *n += usize::from(ok);
                     ok
                 }
                 None => true,
             },
+            (_, Some(v), Some(rolling)) => {
+                rolling.iter().find(|r| r.plan.job == v.job).is_none_or(|r| waited(r.may_check(v.wave, s.wall_ms)))
+            }
             _ => true,
         })
         .take(free)
@@ -203,7 +219,8 @@ fn tick(s: &Snapshot<'_>) -> Result<Decision, Error> {
         return Ok(d);
     }
     let waiting = s.not_before.iter().filter(|(j, _)| state_of(j) == Some(JobState::Pending));
-    if let Some(wait) = waiting.map(|(_, t)| t.saturating_duration_since(s.now)).min() {
+    let pause = pauses.iter().min().map(|ms| Duration::from_millis(*ms as u64));
+    if let Some(wait) = waiting.map(|(_, t)| t.saturating_duration_since(s.now)).chain(pause).min() {
         d.effects.push(Effect::Sleep(wait.min(Duration::from_secs(5))));
         return Ok(d);
     }
@@ -282,8 +299,9 @@ fn finished(s: &Snapshot<'_>, reports: Vec<Finished>) -> Result<Decision, Error>
                     instance: r.instance.clone(),
                     delay: f.backoff.saturating_mul(1 << (r.attempt - 1).min(16)),
                 }),
-                // A rolled-out instance fails within its rollout's budget (checked below).
-                JobEffect::FailOperation if instance.wave.is_some() => {}
+                // A rolled-out instance fails within its rollout's budget, the checks between
+                // waves pause the rollout (both checked below).
+                JobEffect::FailOperation if instance.wave.is_some() || instance.verifies.is_some() => {}
                 JobEffect::FailOperation => {
                     failed.get_or_insert_with(|| (r.instance.clone(), reason.clone()));
                 }
@@ -331,30 +349,63 @@ fn standing<'a>(s: &'a Snapshot<'_>, after: &HashMap<String, JobState>) -> Vec<S
             stand(state, record.map_or(0, |r| r.attempts), in_flight(&j.id))
         },
         in_flight,
+        // Finished by this batch: now; else when its record was last written.
+        |j| match after.contains_key(&j.id) {
+            true => Some(s.wall_ms),
+            false => s.jobs.get(&j.id).and_then(|r| opsgraph_store::parse_rfc3339(&r.updated_at)),
+        },
     )
 }
 
-/// After a report batch: each wave it finished on the timeline (and the pause before the next
-/// wave as a backoff of its instances); the reason to pause when a failure budget is spent.
+/// Why a rollout stops the operation, if it does: a failure budget spent, or checks between
+/// waves that failed (the instance's recorded failure names the check). The pause's reason and
+/// its `rollout_paused` entry.
+fn stopped<'a>(
+    s: &Snapshot<'_>,
+    r: &Standing<'_>,
+    failure: &dyn Fn(&str) -> Option<&'a str>,
+) -> Option<(String, opsgraph_store::TimelineEntry)> {
+    if let Some((wave, why)) = r.over_budget() {
+        return Some(r.paused(&s.op.id, s.actor, wave, &why, None));
+    }
+    let (wave, check) = r.failed_check()?;
+    let failure = failure(&check.id).unwrap_or("a check failed");
+    let why = format!("{} failed: {failure}", check.id);
+    Some(r.paused(&s.op.id, s.actor, wave, &why, Some(&check.id)))
+}
+
+/// After a report batch: where each finished instance's wave stands (on its job entry), each
+/// wave it finished on the timeline; the reason to pause when a failure budget is spent or checks
+/// between waves failed. (The pause before the next wave needs nothing here: `tick` counts it
+/// from the wave's job records.)
 fn waves_after(s: &Snapshot<'_>, after: &HashMap<String, JobState>, d: &mut Decision) -> Option<String> {
     let before = standing(s, &HashMap::new());
     let now = standing(s, after);
+    // Each finished instance's job entry says where its wave stands.
+    for w in d.writes.iter_mut() {
+        let Write::Timeline(e) = w else { continue };
+        let Some(j) = e.data["job"].as_str().and_then(|id| s.instances.get(id)) else { continue };
+        let Some(r) = j.wave.and_then(|_| now.iter().find(|r| r.plan.job == j.job)) else { continue };
+        e.data["progress"] = json!(r.progress(j.wave.unwrap_or(1)));
+    }
     for (b, r) in before.iter().zip(&now) {
         for (k, (wb, wa)) in b.waves.iter().zip(&r.waves).enumerate() {
-            if wb.settled() || !wa.settled() {
-                continue;
-            }
-            d.writes.push(Write::Timeline(r.wave_finished(&s.op.id, s.actor, k as u32 + 1)));
-            let pause = r.plan.pause_between.as_deref().and_then(|p| opsgraph_exec::parse_duration(p).ok());
-            if let (Some(delay), Some(next)) = (pause, r.waves.get(k + 1)) {
-                for j in &next.untouched {
-                    d.effects.push(Effect::Backoff { instance: j.id.clone(), delay });
-                }
+            if !wb.settled() && wa.settled() {
+                d.writes.push(Write::Timeline(r.wave_finished(&s.op.id, s.actor, k as u32 + 1)));
             }
         }
     }
-    let (r, wave, why) = now.iter().find_map(|r| r.over_budget().map(|(wave, why)| (r, wave, why)))?;
-    let (reason, e) = r.paused(&s.op.id, s.actor, wave, &why);
+    // The failure of checks this batch reported is in its writes, not yet in the records.
+    let written: HashMap<&str, &JobRecord> = d
+        .writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Job(j) => Some((j.id.as_str(), j)),
+            _ => None,
+        })
+        .collect();
+    let failure = |id: &str| written.get(id).copied().or(s.jobs.get(id)).and_then(|j| j.outcome["failure"].as_str());
+    let (reason, e) = now.iter().find_map(|r| stopped(s, r, &failure))?;
     d.writes.push(Write::Timeline(e));
     Some(reason)
 }

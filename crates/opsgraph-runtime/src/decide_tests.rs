@@ -15,6 +15,9 @@ use serde_json::{json, Value};
 use super::{attempt_writes, decide, Effect, Finished, Input, Snapshot};
 use crate::task::TaskResult;
 
+/// The snapshot's wall clock: 2026-12-05T12:00:00Z.
+const WALL_MS: i64 = 1_796_472_000_000;
+
 /// What the store says, built up one call at a time.
 struct Given {
     state: OperationState,
@@ -63,6 +66,7 @@ impl Given {
             skipped: None,
             parameters: Default::default(),
             wave: None,
+            verifies: None,
         };
         let record = JobRecord {
             operation: "op-1".into(),
@@ -73,38 +77,6 @@ impl Given {
             updated_at: String::new(),
         };
         self.jobs.push((instance, record));
-        self
-    }
-
-    /// The last job added is in wave `k` of its job's rollout.
-    fn in_wave(mut self, k: u32) -> Given {
-        if let Some((i, _)) = self.jobs.last_mut() {
-            i.wave = Some(k);
-        }
-        self
-    }
-
-    /// A rollout of job `job`: wave sizes, each wave's budget, the overall budget, the limit in
-    /// flight and the pause between waves.
-    fn rollout(
-        mut self,
-        job: &str,
-        sizes: &[usize],
-        per_wave: Option<usize>,
-        budget: usize,
-        max_in_flight: Option<usize>,
-        pause: Option<&str>,
-    ) -> Given {
-        use opsgraph_core::plan::{RolloutPlan, WavePlan};
-        self.rollouts.push(RolloutPlan {
-            job: job.into(),
-            waves: sizes.iter().map(|&size| WavePlan { size, max_failures: per_wave }).collect(),
-            max_in_flight,
-            max_failures: budget,
-            pause_between: pause.map(str::to_string),
-            canary_gate: None,
-            from: "the pack".into(),
-        });
         self
     }
 
@@ -184,6 +156,7 @@ impl Given {
             in_flight: &in_flight,
             not_before: &not_before,
             now,
+            wall_ms: WALL_MS,
             concurrency: self.concurrency,
             blocked: &blocked,
             waiting_children: &self.children,
@@ -536,141 +509,6 @@ fn an_attempt_is_recorded_running_before_it_starts() {
     ));
 }
 
-/// Five hosts a..e upgraded in waves 1 + 2 + 2; `then@x` runs on each host after its upgrade.
-fn fleet(states: [JobState; 5]) -> Given {
-    let mut g = running();
-    for (i, (host, state)) in ["a", "b", "c", "d", "e"].iter().zip(states).enumerate() {
-        let attempts = u32::from(state != JobState::Pending);
-        let failure = (state == JobState::Failed).then_some("exit 1");
-        g = g.job(&format!("up@{host}"), &[], state, attempts, failure).in_wave([1, 2, 2, 3, 3][i]);
-    }
-    for host in ["a", "b", "c", "d", "e"] {
-        let up = format!("up@{host}");
-        g = g.pending(&format!("then@{host}"), &[up.as_str()]);
-    }
-    g
-}
-
-#[test]
-fn a_wave_starts_once_the_waves_before_it_finished_within_the_limit_in_flight() {
-    use JobState::{Failed, Pending, Running, Succeeded};
-    // Wave 1 is running: nothing of wave 2 starts.
-    fleet([Running, Pending, Pending, Pending, Pending])
-        .in_flight("up@a")
-        .rollout("up", &[1, 2, 2], None, 1, None, None)
-        .check(
-            Input::Tick,
-            expect![[r#"
-                Flush
-                done prefix 0"#]],
-        );
-    // Wave 1 done: wave 2 starts, on the timeline; then@a follows its host.
-    fleet([Succeeded, Pending, Pending, Pending, Pending]).rollout("up", &[1, 2, 2], None, 1, None, None).check(
-        Input::Tick,
-        expect![[r#"
-            write timeline wave_started: up wave 2 of 3: 2 instance(s) (b, c)
-            Hold
-            Start(["up@b", "up@c", "then@a"])
-            done prefix 1"#]],
-    );
-    // At most one at once.
-    fleet([Succeeded, Pending, Pending, Pending, Pending]).rollout("up", &[1, 2, 2], None, 1, Some(1), None).check(
-        Input::Tick,
-        expect![[r#"
-            write timeline wave_started: up wave 2 of 3: 2 instance(s) (b, c)
-            Hold
-            Start(["up@b", "then@a"])
-            done prefix 1"#]],
-    );
-    // A host failed within the budget: the next wave goes on, its own next job does not start.
-    fleet([Succeeded, Failed, Succeeded, Pending, Pending]).rollout("up", &[1, 2, 2], None, 1, None, None).check(
-        Input::Tick,
-        expect![[r#"
-            write timeline wave_started: up wave 3 of 3: 2 instance(s) (d, e)
-            Hold
-            Start(["up@d", "up@e", "then@a", "then@c"])
-            done prefix 1"#]],
-    );
-}
-
-#[test]
-fn a_failure_within_the_budget_does_not_fail_the_operation_and_a_spent_budget_pauses_it() {
-    use JobState::{Pending, Running, Succeeded};
-    // Within the budget: the host is failed, the operation runs on.
-    fleet([Succeeded, Running, Running, Pending, Pending]).rollout("up", &[1, 2, 2], None, 1, None, None).check(
-        finished(vec![report("up@b", 1).failed("exit 1")]),
-        expect![[r#"
-                write job up@b failed attempt 1 failure=Some(String("exit 1")) key=None
-                write timeline job_failed: up@b: exit 1
-                Hold
-                done prefix 0"#]],
-    );
-    // The wave ends with a second failure: over the budget of 1, the operation pauses with the
-    // hosts listed; the wave's end is on the timeline.
-    fleet([Succeeded, JobState::Failed, Running, Pending, Pending])
-        .rollout("up", &[1, 2, 2], None, 1, None, None)
-        .check(
-            finished(vec![report("up@c", 1).failed("exit 1")]),
-            expect![[r#"
-                write job up@c failed attempt 1 failure=Some(String("exit 1")) key=None
-                write timeline job_failed: up@c: exit 1
-                write timeline wave_finished: up wave 2 of 3 finished: 0 done, 2 failed (b, c); budget left 0 of 1
-                write timeline rollout_paused: rollout of up paused in wave 2 of 3: 2 failed, over its budget of 1; failed: b, c; 1 done, 0 running, 2 untouched; retry or skip the failed hosts, roll back, or cancel
-                transition pause (rollout of up paused in wave 2 of 3: 2 failed, over its budget of 1; failed: b, c; 1 done, 0 running, 2 untouched; retry or skip the failed hosts, roll back, or cancel) {"effect":"stop_dispatch"}
-                done prefix 0"#]],
-        );
-    // A wave's own budget: one failure in a wave that tolerates none.
-    fleet([Succeeded, Running, Succeeded, Pending, Pending])
-        .rollout("up", &[1, 2, 2], Some(0), 5, None, None)
-        .check(
-            finished(vec![report("up@b", 1).failed("exit 1")]),
-            expect![[r#"
-                write job up@b failed attempt 1 failure=Some(String("exit 1")) key=None
-                write timeline job_failed: up@b: exit 1
-                write timeline wave_finished: up wave 2 of 3 finished: 1 done, 1 failed (b); budget left 4 of 5
-                write timeline rollout_paused: rollout of up paused in wave 2 of 3: wave 2 has 1 failed, over its budget of 0; failed: b; 2 done, 0 running, 2 untouched; retry or skip the failed hosts, roll back, or cancel
-                transition pause (rollout of up paused in wave 2 of 3: wave 2 has 1 failed, over its budget of 0; failed: b; 2 done, 0 running, 2 untouched; retry or skip the failed hosts, roll back, or cancel) {"effect":"stop_dispatch"}
-                done prefix 0"#]],
-        );
-    // Resumed without retrying or skipping the failed hosts: it pauses again at once.
-    fleet([Succeeded, JobState::Failed, JobState::Failed, Pending, Pending])
-        .rollout("up", &[1, 2, 2], None, 1, None, None)
-        .check(
-            Input::Tick,
-            expect![[r#"
-                write timeline rollout_paused: rollout of up paused in wave 2 of 3: 2 failed, over its budget of 1; failed: b, c; 1 done, 0 running, 2 untouched; retry or skip the failed hosts, roll back, or cancel
-                transition pause (rollout of up paused in wave 2 of 3: 2 failed, over its budget of 1; failed: b, c; 1 done, 0 running, 2 untouched; retry or skip the failed hosts, roll back, or cancel) {"effect":"stop_dispatch"}
-                done prefix 0"#]],
-        );
-}
-
-#[test]
-fn a_finished_wave_waits_the_pause_between_waves_and_the_end_names_the_failed_hosts() {
-    use JobState::{Failed, Pending, Running, Succeeded};
-    fleet([Succeeded, Succeeded, Running, Pending, Pending])
-        .rollout("up", &[1, 2, 2], None, 1, None, Some("2m"))
-        .check(
-            finished(vec![report("up@c", 1)]),
-            expect![[r#"
-                write job up@c succeeded attempt 1 failure=None key=None
-                write timeline job_succeeded: up@c: exit 0 (0 evidence checks passed)
-                write timeline wave_finished: up wave 2 of 3 finished: 2 done, 0 failed; budget left 1 of 1
-                Backoff { instance: "up@d", delay: 120s }
-                Backoff { instance: "up@e", delay: 120s }
-                Hold
-                done prefix 0"#]],
-        );
-    // Everything else done; a host failed within the budget and its next job never ran: the
-    // operation fails naming it (retry, skip or roll back from there).
-    let mut g = fleet([Succeeded, Failed, Succeeded, Succeeded, Succeeded]);
-    for host in ["a", "c", "d", "e"] {
-        g.jobs.iter_mut().find(|(i, _)| i.id == format!("then@{host}")).unwrap().1.state = Succeeded;
-    }
-    g.rollout("up", &[1, 2, 2], None, 1, None, None).check(
-        Input::Tick,
-        expect![[r#"
-            Flush
-            transition job_failed (up@b: exit 1) {"effect":"stop_dispatch"} {"effect":"mark_resource_failed","reason":"up@b: exit 1"}
-            done prefix 1"#]],
-    );
-}
+/// Fleet rollouts ([P]): waves, budgets, the pause and the checks between waves.
+#[path = "decide_rollout_tests.rs"]
+mod rollout;

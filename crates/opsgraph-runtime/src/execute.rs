@@ -109,6 +109,9 @@ impl<'p> Drive<'p> {
             in_flight: &self.in_flight,
             not_before: &self.not_before,
             now: Instant::now(),
+            wall_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
             concurrency,
             blocked,
             waiting_children,
@@ -241,6 +244,27 @@ impl Runtime {
         let mut tasks = Vec::new();
         for id in ready {
             let Some(instance) = d.instances.get(id.as_str()).copied() else { continue };
+            // Checks between a rollout's waves: recorded as any attempt, run by their own task.
+            if let Some(v) = &instance.verifies {
+                let record = d.cache.get(&instance.id);
+                let attempt = record.map_or(0, |r| r.attempts) + 1;
+                let from = record.map_or(JobState::Pending, |r| r.state);
+                let (recorded, effects) =
+                    decide::attempt_writes(&op.id, &d.actor, from, &instance.id, attempt, None, false)?;
+                writes.extend(recorded);
+                let cancel = Cancel::new();
+                let task = self.wave_checks_task(d, op, instance, v, attempt, cancel.clone())?;
+                d.not_before.remove(&instance.id);
+                d.keys.insert(instance.id.clone(), None);
+                d.in_flight.insert(instance.id.clone(), cancel.clone());
+                if let Some(held) = &self.lease {
+                    held.watch(&instance.id, Some(&cancel));
+                }
+                if effects.contains(&JobEffect::RunAttempt) {
+                    tasks.push(task);
+                }
+                continue;
+            }
             let job = d
                 .jobs
                 .as_ref()
@@ -315,7 +339,7 @@ impl Runtime {
                 check_first,
                 secret_outputs,
                 mask,
-                agent: None,
+                instead: None,
             };
             // A resource an agent serves: the attempt is enqueued for it in this commit.
             if let Some(w) = self.agent_enqueue(&op.id, instance, &mut task, key.as_deref())? {

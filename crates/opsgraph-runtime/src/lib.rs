@@ -22,6 +22,7 @@ pub mod agent;
 mod analyze;
 mod attempt;
 pub mod audit;
+mod between;
 mod control;
 mod create;
 mod decide;

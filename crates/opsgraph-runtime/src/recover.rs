@@ -124,11 +124,24 @@ impl Runtime {
         let mut unknown: Option<String> = None;
         for record in orphans {
             let Some(instance) = instances.get(record.id.as_str()).copied() else { continue };
-            let Some(job) = jobs.as_ref().and_then(|j| j.get(&instance.job)).cloned() else { continue };
-            let failure = self.check_unknown((op, plan, pack), (instance, &job), record, inputs, &mut writes)?;
-            let max_attempts = job.controls.retry_policy.as_ref().map_or(1, |p| p.max_attempts);
-            let retry_allowed = job.controls.idempotency.is_some() && record.attempts < max_attempts;
+            // Checks between a rollout's waves change nothing: they run again.
+            let checks = instance.verifies.is_some();
+            let job = jobs.as_ref().and_then(|j| j.get(&instance.job)).cloned();
+            let (failure, retry_allowed) = match job {
+                _ if checks => (Some("its checks did not finish".to_string()), true),
+                None => continue,
+                Some(job) => {
+                    let failure =
+                        self.check_unknown((op, plan, pack), (instance, &job), record, inputs, &mut writes)?;
+                    let max_attempts = job.controls.retry_policy.as_ref().map_or(1, |p| p.max_attempts);
+                    (failure, job.controls.idempotency.is_some() && record.attempts < max_attempts)
+                }
+            };
             let (event, reason) = match &failure {
+                Some(_) if checks => (
+                    JobEvent::Failed { retry: true, unknown: true },
+                    format!("{}: checks between waves cut short by a restart; they change nothing and run again", record.id),
+                ),
                 None => (JobEvent::Recovered, format!("{}: outcome unknown after a restart; its evidence passes", record.id)),
                 Some(f) if retry_allowed => (
                     JobEvent::Failed { retry: true, unknown: true },

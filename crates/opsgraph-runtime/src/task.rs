@@ -33,20 +33,21 @@ pub(crate) struct Task {
     pub(crate) secret_outputs: Vec<String>,
     /// Secret values the job was given, masked in its captured output and evidence.
     pub(crate) mask: Vec<Vec<u8>>,
-    /// Handed to a remote agent: the worker runs this (waiting for the agent's report) instead of
-    /// running the attempt here. A closure, so that a task names nothing of the agent module.
-    pub(crate) agent: Option<ByAgent>,
+    /// Carried out otherwise: the worker runs this instead of running the attempt here —
+    /// waiting for a remote agent's report, or running a rollout's checks between waves on the
+    /// hosts done. A closure, so that a task names nothing of the modules that make them.
+    pub(crate) instead: Option<Instead>,
 }
 
-/// How a worker carries out an attempt handed to an agent.
-pub(crate) type ByAgent = Box<dyn FnOnce(Task) -> TaskResult + Send>;
+/// How a worker carries out an attempt that does not run here (`Task::instead`).
+pub(crate) type Instead = Box<dyn FnOnce(Task) -> TaskResult + Send>;
 
 impl Task {
     /// Nothing to run, no evidence to check, no artifact to collect, and not an agent's: the
     /// attempt's result is known the moment it starts.
     pub(crate) fn is_trivial(&self) -> bool {
-        // One handed to an agent waits for its report: never trivial.
-        self.agent.is_none()
+        // One carried out otherwise (an agent's, checks between waves): never trivial.
+        self.instead.is_none()
             && self.program.is_none()
             && self.evidence.is_empty()
             && self.job.outputs.artifacts.is_empty()

@@ -25,10 +25,10 @@ use crate::report::{CheckRun, VerifyReport};
 use crate::{Error, Runtime};
 
 /// A check prepared to run: where, with what.
-struct Prepared {
-    instance: String,
-    executor: Arc<dyn Executor>,
-    env: BTreeMap<String, String>,
+pub(crate) struct Prepared {
+    pub(crate) instance: String,
+    pub(crate) executor: Arc<dyn Executor>,
+    pub(crate) env: BTreeMap<String, String>,
 }
 
 impl Runtime {
@@ -233,7 +233,7 @@ impl Runtime {
 /// job's evidence may wait for a service to come up (`retries: 20`, `interval: 3s`); a
 /// verification asks whether it is up now, and must answer well within its interval. The one
 /// retry keeps a blip (a check racing a heartbeat) from flapping the resource.
-fn for_verification(e: &Evidence) -> Evidence {
+pub(crate) fn for_verification(e: &Evidence) -> Evidence {
     let mut e = e.clone();
     if e.retries.is_some_and(|r| r > 0) {
         e.retries = Some(1);
@@ -244,7 +244,11 @@ fn for_verification(e: &Evidence) -> Evidence {
 
 /// Every check on every prepared instance, `limit` instances at a time; results in the order of
 /// instances, then checks.
-fn run_checks(checks: &[Evidence], prepared: Vec<Prepared>, limit: usize) -> Vec<(String, Evidence, EvidenceResult)> {
+pub(crate) fn run_checks(
+    checks: &[Evidence],
+    prepared: Vec<Prepared>,
+    limit: usize,
+) -> Vec<(String, Evidence, EvidenceResult)> {
     let mut out = Vec::new();
     for chunk in prepared.chunks(limit) {
         let results: Vec<Vec<(String, Evidence, EvidenceResult)>> = std::thread::scope(|s| {

@@ -42,11 +42,11 @@ impl Workers {
     }
 }
 
-/// One attempt on a worker thread: handed to an agent, the worker waits for its report;
-/// otherwise it runs here.
+/// One attempt on a worker thread: carried out otherwise (an agent's report waited for, checks
+/// between waves), or run here.
 fn run(mut task: Task) -> TaskResult {
-    match task.agent.take() {
-        Some(by_agent) => by_agent(task),
+    match task.instead.take() {
+        Some(instead) => instead(task),
         None => jobs::run(task),
     }
 }

@@ -869,6 +869,9 @@ function simpleView(op) {
 }
 
 function contractView(ctx, instance) {
+  // A rollout's checks between waves run no job of the pack: what they check, and where.
+  const planned = ((ctx.plan && ctx.plan.jobs) || []).find((j) => j.id === instance);
+  if (planned && planned.verifies) return h("p", { "data-testid": "panel-checks" }, planned.title || "checks between waves");
   const job = ((ctx.pack && ctx.pack.jobs) || {})[instance.split("@")[0]];
   if (!job) return h("span", { class: "muted" }, "not available");
   const inputs = job.inputs || {};
@@ -1235,6 +1238,7 @@ function headerFacts(op, ctx) {
     h("div", {}, h("dt", {}, "State"), h("dd", {}, stateEl(op.state, "op-state"), " ", h("span", { class: "muted detail", "data-testid": "op-detail" }, op.detail))),
     h("div", {}, h("dt", {}, "Progress"), h("dd", { "data-testid": "run-progress" }, `${done}/${jobs.length} jobs`,
       h("progress", { max: jobs.length || 1, value: done, "aria-label": `${done} of ${jobs.length} jobs done` }))),
+    wavesFacts(op, ctx),
     h("div", {}, h("dt", {}, "Started"), h("dd", { "data-testid": "run-started" }, h("time", { datetime: op.created_at }, new Date(op.created_at).toLocaleString([], { hour12: false })))),
     h("div", {}, h("dt", {}, "Duration"), h("dd", { "data-testid": "run-duration" },
       h("span", { id: "run-duration-value", "data-since": terminal ? null : op.created_at }, fmtDuration(end - Date.parse(op.created_at))), terminal ? "" : " so far")),
@@ -1242,6 +1246,31 @@ function headerFacts(op, ctx) {
     failing.length ? h("div", {}, h("dt", {}, "Failing step"), h("dd", { "data-testid": "run-failing" }, failing.map((j) =>
       h("a", { href: "#/operations/" + enc(op.id), "data-job": j.id, id: "failing-" + safeId(j.id),
         onclick: (ev) => { ev.preventDefault(); selectNode(ctx, j.id); } }, j.id)))) : null);
+}
+
+// A fleet rollout's progress, one line per rolled-out job: the first wave not finished (or the
+// last), its instances done and failed, and the failures the rollout still tolerates — what the
+// CLI's live view prints (`wave 2/4: 12/50 done, 1 failed, budget 1 left`).
+function wavesFacts(op, ctx) {
+  const plan = ctx.plan;
+  if (!plan || !(plan.rollouts || []).length) return null;
+  const state = {};
+  for (const j of op.jobs || []) state[j.id] = j.state;
+  const isDone = (j) => ["succeeded", "skipped", "already_satisfied", "recovered", "manually_fixed"].includes(state[j.id]);
+  const isFailed = (j) => ["failed", "cancelled"].includes(state[j.id]);
+  return h("div", {}, h("dt", {}, "Waves"), h("dd", { "data-testid": "run-waves" }, plan.rollouts.map((r) => {
+    const mine = (plan.jobs || []).filter((j) => j.job === r.job && j.wave);
+    const waves = r.waves.map((_, i) => mine.filter((j) => j.wave === i + 1));
+    let k = waves.findIndex((js) => !js.every((j) => isDone(j) || isFailed(j)));
+    if (k < 0) k = waves.length - 1;
+    const js = waves[k] || [];
+    const done = js.filter(isDone).length;
+    const failed = js.filter(isFailed).length;
+    const left = Math.max(0, r.max_failures - mine.filter(isFailed).length);
+    const text = `wave ${k + 1}/${waves.length}: ${done}/${js.length} done, ${failed} failed, budget ${left} left`;
+    return h("div", { "data-testid": "run-wave", "data-job": r.job }, `${r.job}: ${text} `,
+      h("progress", { max: js.length || 1, value: done + failed, "aria-label": `${r.job} ${text}` }));
+  })));
 }
 
 // The resolved capability graph: each requirement, how it was resolved and every candidate
@@ -1359,7 +1388,7 @@ async function operationPage(id) {
     if (!op || !current(gen)) return;
     if (force === true) Object.values(parts).forEach((p) => { delete p.dataset.key; });
     const who = me && me.actor;
-    patchSection(parts.head, JSON.stringify([op.state, op.detail, op.plan_revision, who, ctx.confirmCancel, op.jobs, op.updated_at]), () => [
+    patchSection(parts.head, JSON.stringify([op.state, op.detail, op.plan_revision, ctx.revision, who, ctx.confirmCancel, op.jobs, op.updated_at]), () => [
       h("h2", {}, "Operation ", h("span", { "data-testid": "op-id" }, op.id)),
       headerFacts(op, ctx),
       h("p", { class: "muted" }, `${op.pack || ""} · resource `, op.resource ? h("a", { href: "#/resources/" + enc(op.resource) }, op.resource) : "-",

@@ -6,6 +6,7 @@ use std::io::{BufRead, Write};
 
 use opsgraph_api::OperationView;
 use opsgraph_core::pack::Diagnostic;
+use opsgraph_core::plan::rollout::WaveProgress;
 use opsgraph_store::TimelineEntry;
 use serde_json::Value;
 
@@ -27,7 +28,9 @@ pub fn stage_of(plan: &opsgraph_core::plan::Plan) -> BTreeMap<String, String> {
     plan.jobs.iter().map(|j| (j.id.clone(), names.get(j.stage.as_str()).unwrap_or(&"").to_string())).collect()
 }
 
-/// The live view: one line per committed step, jobs prefixed by their stage.
+/// The live view: one line per committed step, jobs prefixed by their stage; after each
+/// instance of a fleet rollout, where its wave stands (`wave 2/4: 12/50 done, 1 failed, budget 1
+/// left`).
 pub fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> impl FnMut(&TimelineEntry) + 'a {
     move |e: &TimelineEntry| {
         let time = e.at.get(11..19).unwrap_or(&e.at);
@@ -44,7 +47,16 @@ pub fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> imp
             (_, _, "job_cancelled") => format!("{time}  {stage:<18} cancelled {}", e.reason),
             (_, _, other) => format!("{time}  {other}: {}", e.reason),
         };
-        let _ = writeln!(out, "{line}");
+        // A fleet rollout's instance, or wave: where its wave stands, and the budget left.
+        let progress = e.data.get("progress").cloned().map(serde_json::from_value::<WaveProgress>);
+        match progress {
+            Some(Ok(p)) if e.event.starts_with("job_") => {
+                let _ = writeln!(out, "{line}\n{time}  {stage:<18} {} {p}", p.job);
+            }
+            _ => {
+                let _ = writeln!(out, "{line}");
+            }
+        }
     }
 }
 

@@ -485,6 +485,24 @@ pub struct Rollout {
     /// A gate after the first wave: a person looks at the canary before the rest runs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub canary_gate: bool,
+    /// Where the checks between waves run (the job's evidence and its resource type's
+    /// verification): on the hosts done so far (the default), also on the whole resource, or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_between_waves: Option<VerifyBetween>,
+}
+
+/// Where a fleet rollout's checks between waves run ([P]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyBetween {
+    /// The job's evidence and the resource's checks on every host done so far.
+    #[default]
+    HostsDone,
+    /// Those, and the resource's checks on every host of the rollout not failed (done or not
+    /// yet touched): is the whole resource still healthy?
+    Resource,
+    /// No checks between waves.
+    None,
 }
 
 impl Rollout {

@@ -630,6 +630,11 @@ static ROLLOUT_POLICY: Obj = Obj {
         field("max_failures_per_wave", &BUDGET, "failures tolerated within one wave (rounded down)"),
         field("pause_between", &DURATION, "time between the end of a wave and the next"),
         field("canary_gate", &BOOL, "a gate after the first wave, answerable once it finished"),
+        field(
+            "verify_between_waves",
+            &Shape::Enum(&["hosts_done", "resource", "none"]),
+            "where the checks between waves run: hosts_done (default) | resource | none",
+        ),
     ],
     one_of: &[],
     normalize: None,

@@ -229,7 +229,12 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
         let stage = stage_of.get(job.id.as_str()).copied().unwrap_or("");
         let mine = instances.get(job.id.as_str()).map_or(&[][..], Vec::as_slice);
         let (policy, from) = rollout_policy(input, intent, job);
-        let rollout = scope.and_then(|_| crate::plan::rollout::plan_rollout(&job.id, policy, mine.len(), from));
+        // The checks between its waves: its evidence, and its resource type's verification.
+        let resource_checks = pack.manifest.resource_spec(&intent.target_resource_type).map_or(&[][..], |r| &r.verify);
+        let rollout = scope.and_then(|_| {
+            let evidence = &job.outputs.evidence;
+            crate::plan::rollout::plan_rollout(&job.id, policy, mine.len(), from, evidence, resource_checks)
+        });
         for (index, (resource, id)) in mine.iter().enumerate() {
             let mut depends_on: Vec<String> = Vec::new();
             let mut because: Vec<String> = Vec::new();
@@ -267,6 +272,35 @@ fn build_at(input: &Input<'_>, depth: usize) -> Result<Plan, Vec<Error>> {
                 skipped: None,
                 parameters: Attributes::new(),
                 wave: rollout.as_ref().map(|r| r.wave_of(index)),
+                verifies: None,
+            });
+        }
+        // The checks between waves: an instance after each wave but the last, run by the runtime
+        // (no script of the pack), after the hosts it checks (edges the runtime counts as met
+        // once they finished, done or failed); the next wave starts once it passed (not an edge,
+        // as waves are not: the job-level graph stays a DAG).
+        for (k, id) in rollout.iter().flat_map(|r| r.check_instances()) {
+            let checks = rollout.as_ref().and_then(|r| r.checks.as_ref()).map(|c| c.list()).unwrap_or_default();
+            let hosts: Vec<String> = job_edits
+                .iter()
+                .filter(|j| j.job == job.id && j.wave.is_some_and(|w| w <= k))
+                .map(|j| j.id.clone())
+                .collect();
+            let because = vec![format!("checks the hosts of waves 1 to {k}"); hosts.len()];
+            job_edits.push(JobInstance {
+                id: id.clone(),
+                job: id,
+                title: Some(format!("checks after wave {k} of {}: {checks}", job.id)),
+                stage: stage.to_string(),
+                scope: None,
+                resource: None,
+                depends_on: hosts,
+                because,
+                destructive: false,
+                skipped: None,
+                parameters: Attributes::new(),
+                wave: None,
+                verifies: Some(crate::plan::rollout::WaveRef { job: job.id.clone(), wave: k }),
             });
         }
         rollouts.extend(rollout);

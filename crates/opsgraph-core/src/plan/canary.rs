@@ -27,7 +27,12 @@ pub(crate) fn canary_gate(rollout: &RolloutPlan, instances: &[JobInstance]) -> O
         required_roles: vec!["operator".into(), "sre".into(), "platform_admin".into()],
         before: rest.iter().map(|j| j.id.clone()).collect(),
         source: GateSource::Rollout,
-        opens_after: first.iter().map(|j| j.id.clone()).collect(),
+        // And once the checks after wave 1 ran, when there are any.
+        opens_after: first
+            .iter()
+            .map(|j| j.id.clone())
+            .chain(rollout.check_instances().into_iter().filter(|(k, _)| *k == 1).map(|(_, id)| id))
+            .collect(),
     })
 }
 

@@ -448,6 +448,7 @@ fn insert(
                 skipped: None,
                 parameters: Default::default(),
                 wave: None,
+                verifies: None,
             });
             prev = vec![id];
         }

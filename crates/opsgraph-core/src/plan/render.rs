@@ -119,6 +119,9 @@ fn preview_json_base(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
                 "id": j.id, "job": j.job, "title": j.title, "stage": j.stage, "scope": j.scope,
                 "resource": j.resource, "depends_on": j.depends_on, "because": j.because, "destructive": j.destructive,
             });
+            if let Some(c) = &j.verifies {
+                v["verifies"] = json!(c);
+            }
             if let Some(w) = j.wave {
                 v["wave"] = json!(w);
             }
@@ -274,6 +277,10 @@ pub fn text(plan: &Plan) -> String {
                     .map(str::to_string)
                     .collect();
                 let _ = writeln!(s, "    wave {k}: {}", abbreviate(&on));
+                if let (Some(c), Some((_, id))) = (&r.checks, r.check_instances().iter().find(|(w, _)| *w == k)) {
+                    let pause = r.pause_between.as_ref().map(|p| format!(" after {p}")).unwrap_or_default();
+                    let _ = writeln!(s, "    then {id}{pause}: {} on {}", c.list(), c.on_words());
+                }
             }
         }
     }

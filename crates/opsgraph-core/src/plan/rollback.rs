@@ -32,7 +32,8 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
     // Forward instance -> the rollback instance that undoes it.
     let mut undo: BTreeMap<&str, String> = BTreeMap::new();
     let mut instances: BTreeMap<String, JobInstance> = BTreeMap::new();
-    for j in plan.jobs.iter().filter(|j| done.contains(&j.id)) {
+    // Checks between a rollout's waves changed nothing: nothing to undo.
+    for j in plan.jobs.iter().filter(|j| done.contains(&j.id) && j.verifies.is_none()) {
         let job = template.and_then(|t| pack.job(t, &j.job));
         let Some(rb) = job.and_then(|job| job.controls.rollback.as_ref()) else {
             unsupported.push(format!("{} (no rollback declared)", j.id));
@@ -70,6 +71,7 @@ pub fn rollback(plan: &Plan, pack: &Pack, done: &HashSet<String>) -> Result<Roll
             skipped: None,
             parameters: Default::default(),
             wave: None,
+            verifies: None,
         });
     }
     // Where each undo stands: the latest (in forward topological order) of the jobs it undoes.

@@ -172,6 +172,11 @@ pub struct JobInstance {
     /// starts once every instance of the job's earlier waves has finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave: Option<u32>,
+    /// The checks between two waves of a fleet rollout ([P]): this instance runs no job of the
+    /// pack; it checks the rollout's evidence once wave `wave` of `job` finished (and its pause
+    /// passed), and the next wave waits for it to pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifies: Option<crate::plan::rollout::WaveRef>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

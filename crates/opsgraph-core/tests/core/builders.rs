@@ -90,6 +90,10 @@ impl JobB {
         self.0.controls.rollout = Box::new(r);
         self
     }
+    pub(crate) fn evidence(mut self, check: &str) -> Self {
+        self.0.outputs.evidence.push(check.into());
+        self
+    }
     pub(crate) fn one_at_a_time(mut self) -> Self {
         self.0.controls.rollout.order = opsgraph_core::model::RolloutOrder::OneAtATime;
         self

@@ -97,7 +97,7 @@ pub fn execute(payload: &Value, dir: &Path, tee: Option<opsgraph_exec::Tee>, can
         check_first: job.check_first,
         secret_outputs: job.secret_outputs.clone(),
         mask,
-        agent: None,
+        instead: None,
     };
     let r = crate::jobs::run(task);
     AgentReport {

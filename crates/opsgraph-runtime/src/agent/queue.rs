@@ -94,7 +94,7 @@ impl Runtime {
             retry_allowed: key.is_some() && task.attempt < max_attempts,
             actor: self.actor.clone(),
         };
-        task.agent = Some(Box::new(move |task| super::wait::wait(task, waiting)));
+        task.instead = Some(Box::new(move |task| super::wait::wait(task, waiting)));
         Ok(Some(Write::Agent(AgentWrite::Enqueue(Box::new(record)))))
     }
 
@@ -151,7 +151,7 @@ impl Runtime {
                 check_first: false,
                 secret_outputs: vec![],
                 mask: vec![],
-                agent: Some({
+                instead: Some({
                     let waiting = Waiting {
                         keyring: self.keyring()?,
                         agents: agents.clone(),

@@ -2,7 +2,8 @@
 //! no failure tolerated, fleet-2 (wave 2) made to fail by a full disk (a 100 KiB tmpfs under the
 //! directory the job writes 200 KiB to). `apply` stops with the operation paused — not failed —
 //! fleet-1 done, fleet-2 failed, fleet-3 and fleet-4 untouched (their ledgers empty); once the
-//! disk is grown, `retry` runs fleet-2 again and the rollout finishes on every host. Root and
+//! disk is grown, `retry` runs fleet-2 again and the rollout finishes on every host. And the
+//! checks between waves, which find a host that degraded after its job. Root and
 //! `OPSGRAPH_FLEET=1`.
 
 use crate::fleet::{claim, machine, Fleet};
@@ -49,6 +50,68 @@ fn a_rollout_on_real_hosts_pauses_at_the_failed_host_and_finishes_after_a_retry(
 
     // The disk grown, the failed host is retried and the rollout runs to the end.
     inside(&dir, 1, "mount -o remount,size=1m /var/lib/fleet-data");
+    let id = end.trim_start_matches("Operation ").split(':').next().unwrap().to_string();
+    let retry = opsgraph(&["--data-dir", &d, "retry", &id, "--packs", &p, "--inventory", &inv]);
+    assert_eq!(retry.code, 0, "{}", retry.render());
+    assert!(retry.out.contains(&format!("Operation {id}: completed")), "{}", retry.render());
+    assert_eq!([runs(0), runs(1), runs(2), runs(3)], [1, 1, 1, 1]);
+
+    drop(fleet);
+    assert_eq!(machine(), before, "down leaves the machine as it found it");
+}
+
+/// Checks between waves on real hosts: fleet-1 (wave 1) runs its job and passes its evidence,
+/// then, during the pause between waves, loses what the evidence looks at (its ledger mark is
+/// removed, as a host that degrades after its upgrade). The checks after wave 1 find it: `apply`
+/// stops with the operation paused naming the check and host, nothing of wave 2 ran; the mark
+/// back, `retry` runs the checks again and the rollout finishes.
+#[test]
+fn checks_between_waves_on_real_hosts_pause_the_rollout_at_a_host_that_degraded_after_its_job() {
+    let Some(_one) =
+        claim("checks_between_waves_on_real_hosts_pause_the_rollout_at_a_host_that_degraded_after_its_job")
+    else {
+        return;
+    };
+    let files = pack(1, &|_| "controls: {rollout: {waves: [1, 1, 100%], pause_between: 8s}}, ".into());
+    let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let tmp = temp_dir(&refs);
+    let dir = tmp.join("fleet");
+    let before = machine();
+    let fleet = Fleet::up(&dir, 4);
+    let names = ["fleet-1", "fleet-2", "fleet-3", "fleet-4"];
+    std::fs::write(tmp.join("intent.yaml"), intent(&names, "0", "4")).unwrap();
+    let (d, f, p, inv) = (
+        tmp.join("data").display().to_string(),
+        tmp.join("intent.yaml").display().to_string(),
+        tmp.join("packs").display().to_string(),
+        dir.join("inventory").display().to_string(),
+    );
+    let args: Vec<String> = ["--data-dir", &d, "apply", "-f", &f, "--packs", &p, "--inventory", &inv, "--yes"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    let apply = std::thread::spawn(move || opsgraph(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    // Wave 1 done on fleet-1: its mark goes while the rollout waits the pause between waves.
+    let runs = |i: usize| ledger(&dir, i).iter().filter(|l| l.ends_with(" done")).count();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while runs(0) == 0 {
+        assert!(std::time::Instant::now() < deadline, "fleet-1 never ran");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    inside(&dir, 0, "mkdir -p /root/kept && mv /var/lib/fleet-ledger/op-* /root/kept/");
+    let apply = apply.join().unwrap();
+    let end = apply.out.lines().find(|l| l.starts_with("Operation ")).unwrap_or_default().to_string();
+    assert!(
+        end.contains(": paused: rollout of j0 paused after wave 1 of 3: verify-j0-wave-1 failed: check ")
+            && end.contains("@fleet-1 failed"),
+        "{}",
+        apply.render()
+    );
+    assert!(apply.out.contains("next: a pause of 8s, then verify-j0-wave-1"), "{}", apply.render());
+    assert_eq!([runs(0), runs(1), runs(2), runs(3)], [1, 0, 0, 0], "nothing of wave 2 ran");
+
+    // The mark back, the checks run again and pass: the rollout runs to the end.
+    inside(&dir, 0, "mv /root/kept/op-* /var/lib/fleet-ledger/");
     let id = end.trim_start_matches("Operation ").split(':').next().unwrap().to_string();
     let retry = opsgraph(&["--data-dir", &d, "retry", &id, "--packs", &p, "--inventory", &inv]);
     assert_eq!(retry.code, 0, "{}", retry.render());

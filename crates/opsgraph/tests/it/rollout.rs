@@ -3,7 +3,8 @@
 //! fail (a marker file per host), a budget of 2 crossed: the operation pauses with exactly the
 //! hosts of waves 1 and 2 done or failed and the rest untouched; one failed host skipped by a
 //! patch, the rollout goes on within its budget to the end, and the two hosts left failed are
-//! retried.
+//! retried. Checks between waves: a host that passed its job but not the resource's check
+//! pauses the rollout after its wave, on the hosts done or on the whole resource.
 
 use expect_test::expect;
 use opsgraph_core::model::OperationState;
@@ -15,9 +16,16 @@ use crate::support::{temp_dir, TempDir};
 const HOSTS: usize = 200;
 
 fn files() -> Vec<(String, String)> {
+    files_for(HOSTS, "{waves: [1, 5%, 25%, 100%], max_failures: 2, canary_gate: true, verify_between_waves: none}")
+}
+
+/// The fleet pack over `hosts` hosts with `rollout` as its upgrade's: its job proves each host
+/// `upgraded`, and the pack's verification of a `fleet.group` is `healthy` on every host (no
+/// `sick/<host>` marker): what the checks between waves run.
+fn files_for(hosts: usize, rollout: &str) -> Vec<(String, String)> {
     let mut world = String::new();
     let mut targets = Vec::new();
-    for i in 1..=HOSTS {
+    for i in 1..=hosts {
         world.push_str(&format!(
             "---\nresource: {{type: compute_node, name: n{i:03}, access: {{local: true}}, provides: [linux.host]}}\n"
         ));
@@ -26,7 +34,15 @@ fn files() -> Vec<(String, String)> {
     vec![
         (
             "fleet/pack.yaml".into(),
-            "scenario_pack:\n  id: fleet\n  version: 1.0.0\n  title: Fleet\n  resource_types: [fleet.group]\n  actions: [upgrade]\n  plan_templates: [{id: fleet.upgrade}]\n".into(),
+            "scenario_pack:\n  id: fleet\n  version: 1.0.0\n  title: Fleet\n  resource_types: [fleet.group]\n  actions: [upgrade]\n  plan_templates: [{id: fleet.upgrade}]\n  resources:\n    - {type: fleet.group, on: [upgrade], interval: 1m, verify: [healthy]}\n".into(),
+        ),
+        (
+            "fleet/evidence.yaml".into(),
+            r#"evidence:
+  - {id: upgraded, source: command, command: 'test -e "$OPSGRAPH_LAB_DIR/done/$OPSGRAPH_TARGET_NAME"', expected_exit_code: 0}
+  - {id: healthy, source: command, command: 'test ! -e "$OPSGRAPH_LAB_DIR/sick/$OPSGRAPH_TARGET_NAME"', expected_exit_code: 0}
+"#
+            .into(),
         ),
         (
             "fleet/templates.yaml".into(),
@@ -40,8 +56,9 @@ fn files() -> Vec<(String, String)> {
   inputs:
     requires:
       capabilities: [{key: linux.host, scope: nodes}]
+  outputs: {evidence: [upgraded]}
   controls:
-    rollout: {waves: [1, 5%, 25%, 100%], max_failures: 2, canary_gate: true}
+    rollout: ROLLOUT
   run: {script: scripts/upgrade.sh}
 ---
 job:
@@ -49,7 +66,7 @@ job:
   after: [upgrade]
   run: {command: [true]}
 "#
-            .into(),
+            .replace("ROLLOUT", rollout),
         ),
         (
             "fleet/scripts/upgrade.sh".into(),
@@ -72,7 +89,10 @@ struct Fleet {
 
 impl Fleet {
     fn new() -> Fleet {
-        let files = files();
+        Fleet::with(files())
+    }
+
+    fn with(files: Vec<(String, String)>) -> Fleet {
         let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
         Fleet { dir: temp_dir(&refs) }
     }
@@ -107,6 +127,18 @@ impl Fleet {
 
     fn heal(&self) {
         std::fs::remove_dir_all(self.dir.join("data/lab/fail")).unwrap();
+    }
+
+    /// Hosts whose job passes and whose `healthy` check fails.
+    fn sicken(&self, hosts: &[&str]) {
+        std::fs::create_dir_all(self.dir.join("data/lab/sick")).unwrap();
+        for h in hosts {
+            std::fs::write(self.dir.join(&format!("data/lab/sick/{h}")), "").unwrap();
+        }
+    }
+
+    fn cure(&self) {
+        std::fs::remove_dir_all(self.dir.join("data/lab/sick")).unwrap();
     }
 }
 
@@ -293,8 +325,9 @@ fn an_intent_overrides_the_packs_rollout_and_the_preview_shows_whose_it_is() {
     assert_eq!(plan.code, 0, "{}", plan.render());
     expect![[r#"
         Rollouts
-          upgrade: 2 waves: 100 + 100 of 200 (budget 20, 20 at once, from the intent)
+          upgrade: 2 waves: 100 + 100 of 200 (budget 20, 20 at once, checks between waves on the hosts done, from the intent)
             wave 1: n001, n002, n003, n004, ... (100 in all)
+            then verify-upgrade-wave-1: upgraded; resource: healthy on the hosts done
             wave 2: n101, n102, n103, n104, ... (100 in all)
     "#]]
     .assert_eq(&crate::preview_text::section(&plan.out, "Rollouts"));
@@ -313,4 +346,194 @@ fn an_intent_overrides_the_packs_rollout_and_the_preview_shows_whose_it_is() {
     let errors: Vec<&str> = bad.err.lines().filter(|l| l.contains("error[")).collect();
     expect!["DIR/bad.yaml:8:23: error[E006]: `0%` is not a percentage from 1% to 100%"]
         .assert_eq(&errors.join("\n").replace(&fleet.dir.display().to_string(), "DIR"));
+}
+
+#[test]
+fn checks_between_waves_pause_the_rollout_at_a_host_that_passed_its_job_but_not_its_checks() {
+    let fleet = Fleet::with(files_for(12, "{waves: [2, 4, 100%], max_failures: 1}"));
+    let mut rt = fleet.runtime();
+    let plan = opsgraph::plan_cmd::build(&fleet.loaded()).unwrap();
+    // The preview shows the checks between the waves, and where they run.
+    expect![[r#"
+        Rollouts
+          upgrade: 3 waves: 2 + 4 + 6 of 12 (budget 1, checks between waves on the hosts done, from the pack)
+            wave 1: n001, n002
+            then verify-upgrade-wave-1: upgraded; resource: healthy on the hosts done
+            wave 2: n003, n004, n005, n006
+            then verify-upgrade-wave-2: upgraded; resource: healthy on the hosts done
+            wave 3: n007, n008, n009, n010, ... (6 in all)
+    "#]]
+    .assert_eq(&crate::preview_text::section(&opsgraph_core::plan::render::text(&plan), "Rollouts"));
+    // n004 upgrades fine (its job and its evidence pass) but is not healthy afterwards.
+    fleet.sicken(&["n004"]);
+    let op = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let mut live = Vec::new();
+    let state = rt.drive(&op, &mut opsgraph::render::live(&mut live, opsgraph::render::stage_of(&plan))).unwrap();
+    let OperationState::Paused { reason } = &state else { panic!("{state:?}") };
+    expect!["rollout of upgrade paused after wave 2 of 3: verify-upgrade-wave-2 failed: check healthy@n004 failed: expected exit code 0, observed exit code 1; failed: none; 6 done, 0 running, 6 untouched; retry verify-upgrade-wave-2 once fixed, skip it by a patch, roll back, or cancel"]
+        .assert_eq(reason);
+    expect![[r#"
+        pending 6: n007, n008, n009, n010, n011, n012
+        succeeded 6: n001, n002, n003, n004, n005, n006
+    "#]]
+    .assert_eq(&hosts_by_state(&rt, &op));
+    // The checks' results are evidence records of their instance, one per check and host.
+    let evidence = rt.store().evidence(&op).unwrap();
+    let checked: Vec<String> = evidence
+        .iter()
+        .filter(|e| e.job == "verify-upgrade-wave-2")
+        .map(|e| format!("{}{}", e.check, if e.passed { "" } else { " FAILED" }))
+        .collect();
+    assert_eq!(checked.len(), 12, "{checked:?}");
+    assert!(checked.contains(&"healthy@n004 FAILED".to_string()), "{checked:?}");
+    let paused = rt.store().timeline(&op).unwrap().into_iter().find(|e| e.event == "rollout_paused").unwrap();
+    assert_eq!(paused.data["check"], "verify-upgrade-wave-2");
+    assert_eq!(paused.data["untouched"].as_array().unwrap().len(), 6);
+    // The live view shows each wave's progress and the budget left as the hosts finish: a line
+    // under each instance's (several finishing together show where their wave stands after all
+    // of them), the wave's last one before its end.
+    let live = String::from_utf8(live).unwrap();
+    let lines: Vec<&str> =
+        live.lines().filter(|l| l.contains("upgrade wave ")).map(|l| l.get(10..).unwrap_or(l).trim_end()).collect();
+    assert_eq!(lines.iter().filter(|l| l.starts_with("Upgrade ")).count(), 6, "{live}");
+    let shown: Vec<&str> = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, l)| !l.starts_with("Upgrade ") || lines.get(i + 1).is_some_and(|n| n.starts_with("wave_finished")))
+        .map(|(_, l)| *l)
+        .collect();
+    expect![[r#"
+        wave_started: upgrade wave 1 of 3: 2 instance(s) (n001, n002)
+        Upgrade            upgrade wave 1/3: 2/2 done, 0 failed, budget 1 left
+        wave_finished: upgrade wave 1 of 3 finished: 2 done, 0 failed; budget left 1 of 1; next: verify-upgrade-wave-1
+        wave_started: upgrade wave 2 of 3: 4 instance(s) (n003, n004, n005, n006)
+        Upgrade            upgrade wave 2/3: 4/4 done, 0 failed, budget 1 left
+        wave_finished: upgrade wave 2 of 3 finished: 4 done, 0 failed; budget left 1 of 1; next: verify-upgrade-wave-2"#]]
+    .assert_eq(&shown.join("\n"));
+
+    // Resumed as it is, the failed checks pause it again; n004 cured, their retry passes and the
+    // rollout runs to the end.
+    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    assert!(matches!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Paused { .. }));
+    assert!(hosts_by_state(&rt, &op).contains("pending 6"));
+    fleet.cure();
+    rt.retry(&op, &[], "user:bob", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
+    expect![[r#"
+        plan_built plan preview built
+        resolve capabilities resolved
+        start no approval needed
+        wave_started upgrade wave 1 of 3: 2 instance(s) (n001, n002)
+        wave_finished upgrade wave 1 of 3 finished: 2 done, 0 failed; budget left 1 of 1; next: verify-upgrade-wave-1
+        wave_started upgrade wave 2 of 3: 4 instance(s) (n003, n004, n005, n006)
+        wave_finished upgrade wave 2 of 3 finished: 4 done, 0 failed; budget left 1 of 1; next: verify-upgrade-wave-2
+        pause rollout of upgrade paused after wave 2 of 3: verify-upgrade-wave-2 failed: check healthy@n004 failed: expected exit code 0, observed exit code 1; failed: none; 6 done, 0 running, 6 untouched; retry verify-upgrade-wave-2 once fixed, skip it by a patch, roll back, or cancel
+        rollout_paused rollout of upgrade paused after wave 2 of 3: verify-upgrade-wave-2 failed: check healthy@n004 failed: expected exit code 0, observed exit code 1; failed: none; 6 done, 0 running, 6 untouched; retry verify-upgrade-wave-2 once fixed, skip it by a patch, roll back, or cancel
+        resume resumed
+        pause rollout of upgrade paused after wave 2 of 3: verify-upgrade-wave-2 failed: check healthy@n004 failed: expected exit code 0, observed exit code 1; failed: none; 6 done, 0 running, 6 untouched; retry verify-upgrade-wave-2 once fixed, skip it by a patch, roll back, or cancel
+        rollout_paused rollout of upgrade paused after wave 2 of 3: verify-upgrade-wave-2 failed: check healthy@n004 failed: expected exit code 0, observed exit code 1; failed: none; 6 done, 0 running, 6 untouched; retry verify-upgrade-wave-2 once fixed, skip it by a patch, roll back, or cancel
+        retry retry verify-upgrade-wave-2
+        wave_started upgrade wave 3 of 3: 6 instance(s) (n007, n008, n009, n010, n011, ... (6 in all))
+        wave_finished upgrade wave 3 of 3 finished: 6 done, 0 failed; budget left 1 of 1
+        complete every job's outputs are verified by evidence
+    "#]]
+    .assert_eq(&rollout_timeline(&rt, &op));
+}
+
+#[test]
+fn checks_on_the_whole_resource_find_a_sick_host_the_rollout_has_not_reached() {
+    let fleet = Fleet::with(files_for(6, "{waves: [1, 100%], verify_between_waves: resource}"));
+    let mut rt = fleet.runtime();
+    let plan = opsgraph::plan_cmd::build(&fleet.loaded()).unwrap();
+    fleet.sicken(&["n005"]);
+    let op = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let state = rt.drive(&op, &mut |_| {}).unwrap();
+    let OperationState::Paused { reason } = &state else { panic!("{state:?}") };
+    expect!["rollout of upgrade paused after wave 1 of 2: verify-upgrade-wave-1 failed: check healthy@n005 failed: expected exit code 0, observed exit code 1; failed: none; 1 done, 0 running, 5 untouched; retry verify-upgrade-wave-1 once fixed, skip it by a patch, roll back, or cancel"]
+        .assert_eq(reason);
+    // Skipped by a reviewed patch (a person decides n005's health is another matter), the
+    // rollout goes on.
+    let skip = opsgraph_core::model::PlanPatch {
+        id: None,
+        operation: None,
+        author: None,
+        reason: Some("n005 is known sick, tracked elsewhere".into()),
+        changes: vec![opsgraph_core::model::PatchChange::Skip {
+            job: "verify-upgrade-wave-1".into(),
+            reason: "n005 is known sick, tracked elsewhere".into(),
+        }],
+        approval: None,
+    };
+    let proposal = rt.propose_patch(&op, &skip, "user:bob", &mut |_| {}).unwrap();
+    if let Some(gate) = proposal.gate.as_deref() {
+        let approve =
+            GateAnswer { option: "approve patch".into(), actor: "user:carol".into(), role: "sre".into(), value: None };
+        rt.answer_gate(&op, gate, &approve, &mut |_| {}).unwrap();
+    }
+    assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
+    expect![[r#"
+        succeeded 6: n001, n002, n003, n004, n005, n006
+    "#]]
+    .assert_eq(&hosts_by_state(&rt, &op));
+}
+
+#[test]
+fn the_pause_between_waves_holds_across_a_new_drive() {
+    let fleet = Fleet::with(files_for(4, "{waves: [1, 100%], pause_between: 3s, verify_between_waves: none}"));
+    let mut rt = fleet.runtime();
+    let plan = opsgraph::plan_cmd::build(&fleet.loaded()).unwrap();
+    let op = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    // Wave 1 ends; during the pause a person pauses the operation from another process (another
+    // runtime on the same store), and this drive stops.
+    let mut other = fleet.runtime();
+    let op2 = op.clone();
+    let mut pause = move |e: &opsgraph_store::TimelineEntry| {
+        if e.event == "wave_finished" {
+            other.pause(&op2, "user:bob", "looking at wave 1", &mut |_| {}).unwrap();
+        }
+    };
+    assert!(matches!(rt.drive(&op, &mut pause).unwrap(), OperationState::Paused { .. }));
+    // Resumed at once, a new drive (nothing of the first in memory) still waits out the pause.
+    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
+    let timeline = rt.store().timeline(&op).unwrap();
+    let at = |event: &str, wave: u64| {
+        let e = timeline.iter().find(|e| e.event == event && e.data["wave"] == wave).unwrap();
+        opsgraph_store::parse_rfc3339(&e.at).unwrap()
+    };
+    let waited = at("wave_started", 2) - at("wave_finished", 1);
+    assert!((3000..10_000).contains(&waited), "wave 2 started {waited} ms after wave 1 ended");
+}
+
+#[test]
+fn checks_a_driver_died_running_run_again_after_a_restart() {
+    use opsgraph_store::{JobRecord, JobState, Store, Write};
+    let fleet = Fleet::with(files_for(4, "{waves: [1, 100%]}"));
+    let mut rt = fleet.runtime();
+    let plan = opsgraph::plan_cmd::build(&fleet.loaded()).unwrap();
+    fleet.sicken(&["n001"]);
+    let op = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    assert!(matches!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Paused { .. }));
+    // As if a driver had recorded the checks' attempt and died before their result: the record
+    // says running, and nobody runs them.
+    fleet.cure();
+    let mut store = SqliteStore::open(&fleet.dir.join("data/opsgraph.db"), Durability::Full).unwrap();
+    store
+        .commit(&[Write::Job(JobRecord {
+            operation: op.clone(),
+            id: "verify-upgrade-wave-1".into(),
+            state: JobState::Running,
+            attempts: 2,
+            outcome: serde_json::json!({}),
+            updated_at: opsgraph_store::now(),
+        })])
+        .unwrap();
+    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
+    let timeline = rt.store().timeline(&op).unwrap();
+    let recovered =
+        timeline.iter().find(|e| e.data["job"] == "verify-upgrade-wave-1" && e.event == "job_retry").unwrap();
+    expect!["verify-upgrade-wave-1: checks between waves cut short by a restart; they change nothing and run again"]
+        .assert_eq(&recovered.reason);
+    assert!(hosts_by_state(&rt, &op).contains("succeeded 4"));
 }

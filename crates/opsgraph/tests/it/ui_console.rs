@@ -531,3 +531,28 @@ fn a_failed_run_shows_its_diagnosis_and_proposes_its_remedy() {
     assert!(marked.as_array().is_some_and(|m| m.contains(&json!("install-runtime@n1"))), "{marked}");
     browser.shot_of(&shots, "[data-testid=patch-dag]", "console-patch-dag");
 }
+
+/// [P]: a fleet rollout's waves in the run header, as they happen: the wave under way, its
+/// instances done and failed, and the failures the rollout still tolerates.
+#[test]
+fn the_run_header_shows_a_rollouts_wave_and_the_budget_left() {
+    let Some(shots) = screenshots() else { return };
+    let c = Console::start();
+    let rollout = "  rollouts:\n    install-runtime: {waves: [1, 100%], max_failures: 1}\n";
+    let id = c.create(
+        "roll",
+        "waves",
+        &format!("  parameters: {{mode: careful}}\n  targets: {{nodes: [node/n1, node/n2, node/n3]}}\n{rollout}"),
+    );
+    c.wait_op(&id, "ran install-runtime", |op| Console::job_state(op, "install-runtime@n1") == "running");
+    let browser = Browser::start();
+    browser.go(&format!("{}/#/operations/{id}", c.base()));
+    browser.sign_in(&c.bob, "bob");
+    let wave = browser.wait_text("[data-testid=run-wave]", |t| t.contains("wave 1/2"));
+    assert_eq!(wave.trim(), "install-runtime: wave 1/2: 0/1 done, 0 failed, budget 1 left");
+    browser.shot_of(&shots, "#op-head", "console-header-waves");
+    c.go("waves");
+    browser.wait("[data-testid=op-state]", |t| t == "completed");
+    let wave = browser.wait_text("[data-testid=run-wave]", |t| t.contains("wave 2/2"));
+    assert_eq!(wave.trim(), "install-runtime: wave 2/2: 2/2 done, 0 failed, budget 1 left");
+}
