@@ -23,9 +23,10 @@ const MAX_LOG_BYTES: usize = 256 << 10;
 /// Resources one claim may name.
 const MAX_RESOURCES: usize = 1000;
 
-#[derive(Deserialize)]
+/// The body of a claim (may be empty: every resource of the agent's name, answered at once).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ClaimBody {
+pub(crate) struct ClaimBody {
     /// Only these resources (all of the agent name's when empty).
     #[serde(default)]
     resources: Vec<String>,
@@ -41,9 +42,10 @@ struct ClaimBody {
     lease: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The body of a heartbeat (`task`, `lease`), a log chunk (`text`) or a report (`report`).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LeaseBody {
+pub(crate) struct LeaseBody {
     task: String,
     lease: String,
     #[serde(default)]

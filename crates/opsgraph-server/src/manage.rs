@@ -165,14 +165,14 @@ pub(crate) fn install_pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     }
     let source = format!("api upload by {actor}");
     let done = reg.install(&ctx.body, &source, replace, &actor)?;
-    let body = json!({
-        "result": done.result,
-        "id": done.id,
-        "version": done.version,
-        "reference": reference,
-        "digest": done.digest,
-        "previous": done.previous,
-        "source": done.source,
+    let body = json!(opsgraph_api::PackInstalled {
+        result: done.result.to_string(),
+        id: done.id.clone(),
+        version: done.version.clone(),
+        reference: reference.clone(),
+        digest: done.digest.clone(),
+        previous: done.previous.clone(),
+        source: done.source.clone(),
     });
     if done.result == "unchanged" {
         return Ok(Reply::with(StatusCode::OK, Content::Json(body)));
@@ -219,7 +219,7 @@ pub(crate) fn remove_pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         return Err(e);
     }
     app.reload_packs()?;
-    Reply::ok(json!({"result": "removed", "reference": reference, "digest": digest}))
+    Reply::ok(json!(opsgraph_api::PackRemoved { result: "removed".into(), reference, digest }))
 }
 
 /// `POST /api/v1/resources`: one `resource` document, stored (insert or replace) with its audit
@@ -241,7 +241,7 @@ pub(crate) fn apply_resource(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let result = opsgraph_runtime::manage::apply_resource(&mut *ctx.store, &resource, &actor)?;
     let status = if result == opsgraph_runtime::manage::Upsert::Created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok(Reply::with(status, Content::Json(json!({"id": resource.id, "result": result.as_str()}))))
+    Ok(Reply::with(status, Content::Json(json!(opsgraph_api::ResourceChange { id: resource.id, result: result.as_str().into() }))))
 }
 
 /// `DELETE /api/v1/resources/{*id}`.
@@ -253,5 +253,5 @@ pub(crate) fn delete_resource(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     if !opsgraph_runtime::manage::delete_resource(&mut *ctx.store, &id, &actor)? {
         return Err(ApiError::not_found("no_resource", format!("no resource `{id}` is stored")));
     }
-    Reply::ok(json!({"id": id, "result": "deleted"}))
+    Reply::ok(json!(opsgraph_api::ResourceChange { id, result: "deleted".into() }))
 }

@@ -1,7 +1,14 @@
 //! The one table of routes (method, path, access, documented shape, handler) and what is derived
 //! from it as data: the OpenAPI document. The router (`routes.rs`) serves it; nothing below the
 //! handlers imports it.
+//!
+//! Each route names the Rust types of its JSON request and success bodies; their JSON Schemas are
+//! derived from those types (`schemars`), the ones the handlers deserialize and serialize, and
+//! the document lists them under `components/schemas`. Document bodies (`intent`, `resource`, …)
+//! are described by the validator's own shapes (`opsgraph schema KIND`).
 
+use opsgraph_api::*;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Value};
 
 use crate::auth::Permission;
@@ -23,16 +30,26 @@ pub enum Access {
 
 pub(crate) type Handler = fn(&mut Ctx) -> Result<Reply, ApiError>;
 
+/// The JSON Schema of a type, as a `$ref` into the generator's definitions.
+pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+fn schema_of<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
 /// One route. `path` uses axum's syntax (`{id}`, `{*id}` for the rest of the path).
 pub struct Route {
     pub method: &'static str,
     pub path: &'static str,
     pub access: Access,
     pub summary: &'static str,
-    /// The request body, for the document: `none`, `json`, `archive` (a `.tar.gz`, within
+    /// The request body: `none`, `json` (an object of type `request`), `agent_report` (the same,
+    /// within `limits.agent_report_bytes`), `archive` (a `.tar.gz`, within
     /// `limits.archive_bytes`), or the kind of the one document it holds (`intent`, `resource`,
     /// …; YAML or JSON).
     pub body: &'static str,
+    /// The type of a `json` body.
+    pub request: Option<SchemaFn>,
     /// Query parameters, for the document.
     pub query: &'static [&'static str],
     /// The success status.
@@ -41,26 +58,46 @@ pub struct Route {
     /// server-sent events), `application/octet-stream` (an artifact's content) or the Prometheus
     /// text format.
     pub produces: &'static str,
+    /// The type of a JSON success body.
+    pub response: Option<SchemaFn>,
     pub(crate) handler: Handler,
 }
 
 use Access::*;
 use Permission::*;
 
+/// `route!(METHOD, PATH, ACCESS, STATUS, BODY [REQUEST_TYPE], QUERY, HANDLER, SUMMARY, -> RESPONSE_TYPE)`
+/// for a JSON success, or `…, SUMMARY, media MEDIA_TYPE)` for another.
 macro_rules! route {
-    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal, $query:expr, $handler:path, $summary:literal) => {
-        route!($method, $path, $access, $status, $body, $query, $handler, $summary, JSON)
-    };
-    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal, $query:expr, $handler:path, $summary:literal, $produces:expr) => {
+    (@schema) => { None };
+    (@schema $t:ty) => { Some(schema_of::<$t> as SchemaFn) };
+    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal $($req:ty)?, $query:expr, $handler:path, $summary:literal, media $produces:expr) => {
         Route {
             method: $method,
             path: $path,
             access: $access,
             summary: $summary,
             body: $body,
+            request: route!(@schema $($req)?),
             query: $query,
             status: $status,
             produces: $produces,
+            response: None,
+            handler: $handler,
+        }
+    };
+    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal $($req:ty)?, $query:expr, $handler:path, $summary:literal, -> $resp:ty) => {
+        Route {
+            method: $method,
+            path: $path,
+            access: $access,
+            summary: $summary,
+            body: $body,
+            request: route!(@schema $($req)?),
+            query: $query,
+            status: $status,
+            produces: JSON,
+            response: route!(@schema $resp),
             handler: $handler,
         }
     };
@@ -69,7 +106,17 @@ macro_rules! route {
 /// Every route of the API. Deny by default: a route is reachable only through this table, and
 /// its access is checked before its handler runs.
 pub static ROUTES: &[Route] = &[
-    route!("GET", "/", Public, 200, "none", &[], ui::index, "The web UI (it signs in with a token).", HTML),
+    route!(
+        "GET",
+        "/",
+        Public,
+        200,
+        "none",
+        &[],
+        ui::index,
+        "The web UI (it signs in with a token).",
+        media HTML
+    ),
     route!(
         "GET",
         "/ui/{file}",
@@ -79,10 +126,30 @@ pub static ROUTES: &[Route] = &[
         &[],
         ui::file,
         "A file of the web UI (`app.js`, `app.css`).",
-        "text/javascript; charset=utf-8"
+        media "text/javascript; charset=utf-8"
     ),
-    route!("GET", "/api/v1/health", Public, 200, "none", &[], handlers::health, "The server process is up."),
-    route!("GET", "/api/v1/ready", Public, 200, "none", &[], handlers::ready, "The store answers (503 when not)."),
+    route!(
+        "GET",
+        "/api/v1/health",
+        Public,
+        200,
+        "none",
+        &[],
+        handlers::health,
+        "The server process is up.",
+        -> Status
+    ),
+    route!(
+        "GET",
+        "/api/v1/ready",
+        Public,
+        200,
+        "none",
+        &[],
+        handlers::ready,
+        "The store answers (503 when not).",
+        -> Status
+    ),
     route!(
         "GET",
         "/api/v1/openapi.json",
@@ -91,7 +158,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         openapi_doc,
-        "This API's OpenAPI 3.1 document."
+        "This API's OpenAPI 3.1 document.",
+        -> Value
     ),
     route!(
         "GET",
@@ -101,9 +169,20 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::me,
-        "The caller's identity, roles and permissions."
+        "The caller's identity, roles and permissions.",
+        -> Me
     ),
-    route!("GET", "/api/v1/roles", Need(Read), 200, "none", &[], handlers::roles, "Every role and its permissions."),
+    route!(
+        "GET",
+        "/api/v1/roles",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::roles,
+        "Every role and its permissions.",
+        -> RoleList
+    ),
     route!(
         "POST",
         "/api/v1/plans",
@@ -112,7 +191,8 @@ pub static ROUTES: &[Route] = &[
         "intent",
         &["format"],
         handlers::plan,
-        "Plan preview of an intent document; nothing runs."
+        "Plan preview of an intent document; nothing runs.",
+        -> Value
     ),
     route!(
         "GET",
@@ -122,7 +202,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &["state", "resource"],
         handlers::operations,
-        "Operations, filtered by state and resource."
+        "Operations, filtered by state and resource.",
+        -> OperationList
     ),
     route!(
         "POST",
@@ -132,7 +213,8 @@ pub static ROUTES: &[Route] = &[
         "intent",
         &[],
         handlers::create_operation,
-        "Plan an intent and run it (honours Idempotency-Key)."
+        "Plan an intent and run it (honours Idempotency-Key).",
+        -> Created
     ),
     route!(
         "GET",
@@ -142,7 +224,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::operation,
-        "Everything about one operation."
+        "Everything about one operation.",
+        -> OperationView
     ),
     route!(
         "GET",
@@ -152,7 +235,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::jobs,
-        "The operation's job instances."
+        "The operation's job instances.",
+        -> JobList
     ),
     route!(
         "GET",
@@ -162,7 +246,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::timeline,
-        "The operation's timeline."
+        "The operation's timeline.",
+        -> Timeline
     ),
     route!(
         "GET",
@@ -172,7 +257,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::evidence,
-        "The operation's evidence records."
+        "The operation's evidence records.",
+        -> EvidenceList
     ),
     route!(
         "GET",
@@ -182,7 +268,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::artifacts,
-        "The operation's artifacts (secret ones by reference)."
+        "The operation's artifacts (secret ones by reference).",
+        -> ArtifactList
     ),
     route!(
         "GET",
@@ -193,7 +280,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         reveal::artifact_content,
         "The content of a non-secret artifact (the last one of that id); secret ones only by reveal.",
-        OCTETS
+        media OCTETS
     ),
     route!(
         "POST",
@@ -202,11 +289,11 @@ pub static ROUTES: &[Route] = &[
         // the handler once the declaration is read (reveal::reveal_artifact).
         Need(Read),
         200,
-        "json",
+        "json" RevealRequest,
         &[],
         reveal::reveal_artifact,
         "Reveal an artifact's content, secret ones included; audited before the value is sent.",
-        OCTETS
+        media OCTETS
     ),
     route!(
         "GET",
@@ -217,7 +304,7 @@ pub static ROUTES: &[Route] = &[
         &["after"],
         observe::operation_events,
         "The operation's timeline as server-sent events (resume with Last-Event-ID); ends when it is terminal.",
-        EVENT_STREAM
+        media EVENT_STREAM
     ),
     route!(
         "GET",
@@ -227,7 +314,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::operation_plan,
-        "The operation's current plan revision: jobs and what they wait for, the capability resolution."
+        "The operation's current plan revision: jobs and what they wait for, the capability resolution.",
+        -> Value
     ),
     route!(
         "GET",
@@ -237,7 +325,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::patches,
-        "The plan patches proposed for the operation: diff, the reviewer's findings, gate and answer."
+        "The plan patches proposed for the operation: diff, the reviewer's findings, gate and answer.",
+        -> PatchList
     ),
     route!(
         "GET",
@@ -247,47 +336,52 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::gates,
-        "The operation's gates and their answers."
+        "The operation's gates and their answers.",
+        -> GateList
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/gates/{gate}/answer",
         Need(AnswerGates),
         200,
-        "json",
+        "json" AnswerRequest,
         &[],
         handlers::answer_gate,
-        "Answer a gate for the operation's current plan revision."
+        "Answer a gate for the operation's current plan revision.",
+        -> AnswerReply
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/pause",
         Need(Apply),
         200,
-        "json",
+        "json" ReasonRequest,
         &[],
         handlers::pause,
-        "Stop starting new jobs."
+        "Stop starting new jobs.",
+        -> ControlReply
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/resume",
         Need(Apply),
         200,
-        "json",
+        "json" ReasonRequest,
         &[],
         handlers::resume,
-        "Continue a paused operation."
+        "Continue a paused operation.",
+        -> ControlReply
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/cancel",
         Need(Apply),
         200,
-        "json",
+        "json" ReasonRequest,
         &[],
         handlers::cancel,
-        "Cancel: running jobs are stopped."
+        "Cancel: running jobs are stopped.",
+        -> ControlReply
     ),
     route!(
         "POST",
@@ -297,7 +391,8 @@ pub static ROUTES: &[Route] = &[
         "plan_patch",
         &["remedy", "analyzer"],
         handlers::propose_patch,
-        "Propose a plan patch for a failed operation: reviewed, then applied or waiting at its patch gate."
+        "Propose a plan patch for a failed operation: reviewed, then applied or waiting at its patch gate.",
+        -> PatchReply
     ),
     route!(
         "POST",
@@ -307,7 +402,8 @@ pub static ROUTES: &[Route] = &[
         "intervention",
         &[],
         handlers::intervene,
-        "Record a manual fix of a failed operation and verify it with the evidence it names."
+        "Record a manual fix of a failed operation and verify it with the evidence it names.",
+        -> InterventionReply
     ),
     route!(
         "GET",
@@ -317,7 +413,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::diagnosis,
-        "The rules analyzer's diagnosis of the failed jobs: the matching remedy, or none."
+        "The rules analyzer's diagnosis of the failed jobs: the matching remedy, or none.",
+        -> DiagnosisList
     ),
     route!(
         "GET",
@@ -327,17 +424,19 @@ pub static ROUTES: &[Route] = &[
         "none",
         &["job"],
         handlers::logs,
-        "Each attempt's captured output (secret values masked)."
+        "Each attempt's captured output (secret values masked).",
+        -> LogList
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/retry",
         Need(Intervene),
         200,
-        "json",
+        "json" RetryRequest,
         &[],
         handlers::retry,
-        "Run failed jobs again."
+        "Run failed jobs again.",
+        -> ControlReply
     ),
     route!(
         "GET",
@@ -348,7 +447,7 @@ pub static ROUTES: &[Route] = &[
         &["after"],
         observe::all_events,
         "Every operation's timeline as server-sent events (resume with Last-Event-ID).",
-        EVENT_STREAM
+        media EVENT_STREAM
     ),
     route!(
         "GET",
@@ -358,7 +457,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::resources,
-        "Resources recorded by operations."
+        "Resources recorded by operations.",
+        -> ResourceList
     ),
     route!(
         "POST",
@@ -368,7 +468,8 @@ pub static ROUTES: &[Route] = &[
         "resource",
         &[],
         manage::apply_resource,
-        "Store one `resource` document (insert or replace; 201 when new); refused while an unfinished operation targets it."
+        "Store one `resource` document (insert or replace; 201 when new); refused while an unfinished operation targets it.",
+        -> ResourceChange
     ),
     route!(
         "GET",
@@ -378,17 +479,19 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::resource,
-        "One resource (its id holds `/`) and the operations that explain it."
+        "One resource (its id holds `/`) and the operations that explain it.",
+        -> ResourceView
     ),
     route!(
         "POST",
         "/api/v1/verifications",
         Need(Apply),
         200,
-        "json",
+        "json" VerifyRequest,
         &[],
         verifier::verify,
-        "Verify a resource now by its pack's checks (`{\"resource\": ID}`); records and returns what they found."
+        "Verify a resource now by its pack's checks (`{\"resource\": ID}`); records and returns what they found.",
+        -> Value
     ),
     route!(
         "DELETE",
@@ -398,7 +501,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         manage::delete_resource,
-        "Delete a stored resource; refused while an unfinished operation targets it."
+        "Delete a stored resource; refused while an unfinished operation targets it.",
+        -> ResourceChange
     ),
     route!(
         "GET",
@@ -408,7 +512,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &["actor", "operation", "resource", "since"],
         handlers::audit,
-        "The audit log."
+        "The audit log.",
+        -> AuditList
     ),
     route!(
         "GET",
@@ -418,7 +523,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         catalog::packs,
-        "The packs the server loaded: id, version, digest, templates."
+        "The packs the server loaded: id, version, digest, templates.",
+        -> Value
     ),
     route!(
         "POST",
@@ -428,7 +534,8 @@ pub static ROUTES: &[Route] = &[
         "archive",
         &["replace"],
         manage::install_pack,
-        "Install a pack from a .tar.gz archive (`Content-Type: application/gzip`), as `opsgraph pack install` does; 200 when the same content is installed."
+        "Install a pack from a .tar.gz archive (`Content-Type: application/gzip`), as `opsgraph pack install` does; 200 when the same content is installed.",
+        -> PackInstalled
     ),
     route!(
         "GET",
@@ -438,7 +545,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         catalog::pack,
-        "One pack (`id` for every loaded version, `id@version` for one): templates, jobs and what they run."
+        "One pack (`id` for every loaded version, `id@version` for one): templates, jobs and what they run.",
+        -> Value
     ),
     route!(
         "DELETE",
@@ -448,7 +556,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         manage::remove_pack,
-        "Remove an installed pack version (`id@version`); refused while an unfinished operation runs it."
+        "Remove an installed pack version (`id@version`); refused while an unfinished operation runs it.",
+        -> PackRemoved
     ),
     route!(
         "GET",
@@ -458,7 +567,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         catalog::providers,
-        "Providers of the world documents and of the packs."
+        "Providers of the world documents and of the packs.",
+        -> Value
     ),
     route!(
         "GET",
@@ -468,7 +578,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         catalog::policies,
-        "The capability policy and the operations policy."
+        "The capability policy and the operations policy.",
+        -> Value
     ),
     route!(
         "GET",
@@ -479,7 +590,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         observe::metrics,
         "Prometheus metrics (text exposition format 0.0.4).",
-        PROMETHEUS
+        media PROMETHEUS
     ),
     route!(
         "GET",
@@ -489,57 +600,63 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::tokens,
-        "API tokens (never their secret)."
+        "API tokens (never their secret).",
+        -> TokenList
     ),
     route!(
         "POST",
         "/api/v1/tokens",
         Need(ManageTokens),
         201,
-        "json",
+        "json" TokenRequest,
         &[],
         handlers::create_token,
-        "Create a token; it is shown once."
+        "Create a token; it is shown once.",
+        -> CreatedToken
     ),
     route!(
         "POST",
         "/api/v1/agent/claim",
         Need(AgentWork),
         200,
-        "json",
+        "json" agent::ClaimBody,
         &[],
         agent::claim,
-        "An agent long-polls for the next task of its resources (`{resources, wait_ms}`); `task` is null when none came."
+        "An agent long-polls for the next task of its resources (`{resources, wait_ms}`); `task` is null when none came.",
+        -> Value
     ),
     route!(
         "POST",
         "/api/v1/agent/heartbeat",
         Need(AgentWork),
         200,
-        "json",
+        "json" agent::LeaseBody,
         &[],
         agent::heartbeat,
-        "The lease holder is alive (`{task, lease}`): the lease is extended; 409 `stale_lease` when it is no longer held."
+        "The lease holder is alive (`{task, lease}`): the lease is extended; 409 `stale_lease` when it is no longer held.",
+        -> Value
     ),
     route!(
         "POST",
         "/api/v1/agent/log",
         Need(AgentWork),
         200,
-        "json",
+        "json" agent::LeaseBody,
         &[],
         agent::log,
-        "Output of the running job (`{task, lease, text}`), appended to the attempt's log; 409 `stale_lease` when stale."
+        "Output of the running job (`{task, lease, text}`), appended to the attempt's log; 409 `stale_lease` when stale.",
+        -> Value
     ),
     route!(
         "POST",
         "/api/v1/agent/report",
         Need(AgentWork),
         200,
-        "agent_report",
+        "agent_report" agent::LeaseBody,
         &[],
         agent::report,
-        "The outcome (`{task, lease, report}`), within `limits.agent_report_bytes`; audited; 409 `stale_lease` when stale."
+        "The outcome (`{task, lease, report}`), within `limits.agent_report_bytes`; audited; 409 `stale_lease` when stale.",
+        -> Value
     ),
     route!(
         "DELETE",
@@ -549,7 +666,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::revoke_token,
-        "Revoke a token."
+        "Revoke a token.",
+        -> TokenView
     ),
 ];
 
@@ -563,18 +681,103 @@ pub fn openapi_path(path: &str) -> String {
     path.replace("{*", "{")
 }
 
-fn success_schema(produces: &str) -> Value {
-    match produces {
-        JSON => json!({"schema": {}}),
-        EVENT_STREAM => {
+/// The schema of a path or query parameter: what the handler accepts, so that a request the
+/// document allows is not refused for its shape.
+fn parameter_schema(r: &Route, name: &str) -> Value {
+    const PACK_ID: &str = "[a-z0-9][a-z0-9._-]*";
+    match (r.method, r.path, name) {
+        // Removing names one version; reading names one or every version.
+        ("DELETE", "/api/v1/packs/{id}", "id") => {
+            json!({"type": "string", "pattern": format!("^{PACK_ID}@{PACK_ID}$"), "description": "`id@version`"})
+        }
+        ("GET", "/api/v1/packs/{id}", "id") => {
+            json!({"type": "string", "pattern": format!("^{PACK_ID}(@{PACK_ID})?$"), "description": "`id` or `id@version`"})
+        }
+        (_, _, "since") => json!({
+            "type": "string",
+            "format": "date-time",
+            "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$",
+            "description": "RFC 3339: entries at or after this time",
+        }),
+        (_, _, "after") => {
+            json!({"type": "integer", "minimum": 0, "maximum": i64::MAX, "description": "Events after this seq"})
+        }
+        (_, _, "format") => json!({"enum": ["json", "text"], "description": "`text`: the preview a person reads, beside the JSON"}),
+        (_, _, "analyzer") => json!({"enum": ["rules"]}),
+        (_, _, "replace") => json!({"enum": ["true", "false"]}),
+        (_, _, "state") => json!({"type": "string", "description": "An operation state (`running`, `failed`, …)"}),
+        _ => json!({"type": "string"}),
+    }
+}
+
+fn success_content(r: &Route, generator: &mut SchemaGenerator) -> Value {
+    match (r.produces, r.response) {
+        (JSON, Some(schema)) => json!({"schema": schema(generator)}),
+        (EVENT_STREAM, _) => {
             json!({"schema": {"type": "string", "description": "`id: <seq>` and `data: <timeline entry as JSON>` per event; `event: end` when the operation is terminal"}})
         }
         _ => json!({"schema": {"type": "string"}}),
     }
 }
 
-/// The OpenAPI 3.1 document, generated from [`ROUTES`].
+/// The JSON Schema of one document kind, as the validator checks it, with its definitions moved
+/// to `components/schemas` (`doc.NAME`) so that every `$ref` of the document is a local pointer.
+fn document_schema(kind: &str, components: &mut serde_json::Map<String, Value>) -> Value {
+    let Some(Value::Object(mut schema)) = opsgraph_core::pack::json_schema(Some(kind)) else {
+        return json!({"type": "object"});
+    };
+    let component = |name: &str| {
+        let safe: String =
+            name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+        format!("doc.{safe}")
+    };
+    fn relink(v: &mut Value, component: &dyn Fn(&str) -> String) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get_mut("$ref") {
+                    if let Some(name) = r.strip_prefix("#/$defs/") {
+                        *r = format!("#/components/schemas/{}", component(name));
+                    }
+                }
+                m.values_mut().for_each(|v| relink(v, component));
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| relink(v, component)),
+            _ => {}
+        }
+    }
+    for key in ["$schema", "$id"] {
+        schema.remove(key);
+    }
+    if let Some(Value::Object(defs)) = schema.remove("$defs") {
+        for (name, mut def) in defs {
+            relink(&mut def, &component);
+            components.insert(component(&name), def);
+        }
+    }
+    let mut schema = Value::Object(schema);
+    relink(&mut schema, &component);
+    let name = format!("{}Document", kind.split('_').map(capitalize).collect::<String>());
+    components.insert(name.clone(), schema);
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn capitalize(word: &str) -> String {
+    let mut c = word.chars();
+    c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+}
+
+/// The OpenAPI 3.1 document, generated from [`ROUTES`]: request bodies as their handlers
+/// deserialize them, success bodies as they are serialized.
 pub fn openapi() -> Value {
+    let settings = |s: schemars::generate::SchemaSettings| {
+        s.with(|s| {
+            s.definitions_path = "/components/schemas".into();
+            s.meta_schema = None;
+        })
+    };
+    let mut requests = settings(schemars::generate::SchemaSettings::draft2020_12().for_deserialize()).into_generator();
+    let mut responses = settings(schemars::generate::SchemaSettings::draft2020_12().for_serialize()).into_generator();
+    let mut documents = serde_json::Map::new();
     let mut paths = serde_json::Map::new();
     for r in ROUTES {
         let path = openapi_path(r.path);
@@ -587,7 +790,7 @@ pub fn openapi() -> Value {
                     Some(n) => (n, true),
                     None => (name, false),
                 };
-                let mut p = json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
+                let mut p = json!({"name": name, "in": "path", "required": true, "schema": parameter_schema(r, name)});
                 if rest {
                     p["description"] = json!("May contain `/`, literally or percent-encoded as `%2F`.");
                 }
@@ -595,50 +798,88 @@ pub fn openapi() -> Value {
             })
             .collect();
         parameters.extend(
-            r.query.iter().map(|q| json!({"name": q, "in": "query", "required": false, "schema": {"type": "string"}})),
+            r.query
+                .iter()
+                .map(|q| json!({"name": q, "in": "query", "required": false, "schema": parameter_schema(r, q)})),
         );
         if r.produces == EVENT_STREAM {
-            parameters.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string"}, "description": "Resume after this event id (a timeline seq); wins over `after`."}));
+            parameters.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"}, "description": "Resume after this event id (a timeline seq); wins over `after`."}));
         }
         if r.method == "POST" && r.path == "/api/v1/operations" {
-            parameters.push(json!({"name": "Idempotency-Key", "in": "header", "required": false, "schema": {"type": "string", "maxLength": 255}}));
+            // Printable ASCII with at least one non-space (it is trimmed); at most
+            // `limits.idempotency_key_bytes` (255 by default).
+            parameters.push(json!({"name": "Idempotency-Key", "in": "header", "required": false, "schema": {
+                "type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]*[!-~][ -~]*$"
+            }}));
         }
+        let success = json!({"description": "success", "content": {r.produces: success_content(r, &mut responses)}});
+        let mut answers = serde_json::Map::new();
+        // Storing what is already there (the same resource or pack archive) is not a creation.
+        if r.status == 201 && matches!(r.body, "resource" | "archive") {
+            answers.insert("200".into(), json!({"description": "unchanged or updated", "content": success["content"]}));
+        }
+        answers.insert(r.status.to_string(), success);
+        answers.insert(
+            "default".into(),
+            json!({"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+        );
         let mut op = json!({
             "summary": r.summary,
             "operationId": format!("{} {}", r.method.to_lowercase(), path),
             "parameters": parameters,
-            "responses": {
-                r.status.to_string(): {"description": "success", "content": {r.produces: success_schema(r.produces)}},
-                "default": {"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-            },
+            "responses": answers,
         });
         match r.access {
             Public => op["security"] = json!([]),
             Authenticated => op["x-opsgraph-permission"] = json!(null),
             Need(p) => op["x-opsgraph-permission"] = json!(p.as_str()),
         }
-        match r.body {
+        match (r.body, r.request) {
+            ("none", _) => {}
             // One document (YAML, or its JSON form) of the kind named.
-            "intent" | "plan_patch" | "intervention" | "resource" => {
+            (kind @ ("intent" | "plan_patch" | "intervention" | "resource"), _) => {
+                let schema = document_schema(kind, &mut documents);
                 op["requestBody"] = json!({"required": true, "content": {
-                    "application/yaml": {"schema": {"type": "string"}},
-                    "application/json": {"schema": {"type": "object"}},
+                    "application/yaml": {"schema": {"type": "string", "description": format!("One `{kind}` document in YAML (`opsgraph schema {kind}`)")}},
+                    "application/json": {"schema": schema},
                 }});
             }
-            "archive" => {
+            ("archive", _) => {
                 op["requestBody"] = json!({"required": true, "content": {
-                    "application/gzip": {"schema": {"type": "string", "contentEncoding": "binary"}},
+                    "application/gzip": {"schema": {"type": "string", "contentMediaType": "application/gzip", "description": "A pack as a `.tar.gz` archive (`opsgraph pack build`), within `limits.archive_bytes`; anything else is refused with 422 `pack_refused`"}},
                 }});
             }
-            "json" | "agent_report" => {
+            (_, Some(schema)) => {
+                // A body that may be empty is read as `{}`.
                 op["requestBody"] =
-                    json!({"required": false, "content": {"application/json": {"schema": {"type": "object"}}}});
+                    json!({"required": false, "content": {"application/json": {"schema": schema(&mut requests)}}});
             }
-            _ => {}
+            (body, None) => unreachable!("route {} {}: a `{body}` body without its type", r.method, r.path),
         }
         let entry = paths.entry(path).or_insert_with(|| json!({}));
         entry[r.method.to_lowercase()] = op;
     }
+    let mut schemas = responses.take_definitions(true);
+    for (name, schema) in requests.take_definitions(true) {
+        match schemas.get(&name) {
+            Some(same) if *same == schema => {}
+            Some(_) => panic!("schema `{name}` differs as a request and as a response: give one of them its own type"),
+            None => {
+                schemas.insert(name, schema);
+            }
+        }
+    }
+    schemas.extend(documents);
+    schemas.insert(
+        "Error".into(),
+        json!({
+            "type": "object",
+            "required": ["error"],
+            "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
+                "code": {"type": "string"}, "message": {"type": "string"}, "details": {}
+            }}},
+        }),
+    );
     json!({
         "openapi": "3.1.0",
         "info": {"title": "Opsgraph API", "version": "v1"},
@@ -647,13 +888,7 @@ pub fn openapi() -> Value {
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": {
-                "type": "object",
-                "required": ["error"],
-                "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
-                    "code": {"type": "string"}, "message": {"type": "string"}, "details": {}
-                }}},
-            }},
+            "schemas": schemas,
         },
     })
 }

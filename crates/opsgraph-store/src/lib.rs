@@ -175,7 +175,7 @@ pub use opsgraph_core::model::JobState;
 /// A gate's type and kind, as records carry them (`GateRecord`).
 pub use opsgraph_core::model::{GateKind, GateType};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobRecord {
     pub operation: String,
     pub id: String,
@@ -186,7 +186,7 @@ pub struct JobRecord {
     pub updated_at: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EvidenceRecord {
     pub operation: String,
     pub job: String,
@@ -202,7 +202,7 @@ pub struct EvidenceRecord {
     pub capability: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GateRecord {
     pub operation: String,
     pub id: String,
@@ -258,7 +258,7 @@ pub struct ResourceRecord {
 
 /// One entry of a resource's history ([I]): an operation that changed it, a verification and
 /// what it found. Kept apart from operation timelines: a verification is not an operation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResourceEventRecord {
     /// Assigned by the store; ignored when writing.
     pub seq: i64,
@@ -292,7 +292,7 @@ pub struct TokenRecord {
 }
 
 /// Who changed what, recorded in the transaction of the change itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditRecord {
     /// Assigned by the store; ignored when writing.
     pub seq: i64,
