@@ -241,7 +241,10 @@ pub(crate) fn apply_resource(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let result = opsgraph_runtime::manage::apply_resource(&mut *ctx.store, &resource, &actor)?;
     let status = if result == opsgraph_runtime::manage::Upsert::Created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok(Reply::with(status, Content::Json(json!(opsgraph_api::ResourceChange { id: resource.id, result: result.as_str().into() }))))
+    Ok(Reply::with(
+        status,
+        Content::Json(json!(opsgraph_api::ResourceChange { id: resource.id, result: result.as_str().into() })),
+    ))
 }
 
 /// `DELETE /api/v1/resources/{*id}`.

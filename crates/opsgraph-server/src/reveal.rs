@@ -89,7 +89,6 @@ pub(crate) fn artifact_content(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     Reply::bytes(OCTETS, content.expose().to_vec(), false)
 }
 
-
 /// `POST .../artifacts/{artifact}/reveal`: the content of any artifact, after its audit row (who,
 /// which artifact, the role, the reason; never the value) is committed. An artifact whose
 /// declaration names `visible_to_roles` is revealed to those roles (seed §11); one that names none

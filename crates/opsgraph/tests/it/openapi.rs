@@ -48,7 +48,12 @@ impl Spec {
     /// `reply` (to `method concrete`, documented as `path`) fits the document.
     fn check(&mut self, method: &str, path: &str, reply: Reply) -> Reply {
         let errors = self.errors(method, path, reply.status, &reply.body);
-        assert!(errors.is_empty(), "{method} {path} answered {} that does not fit: {errors:#?}\n{:#}", reply.status, reply.body);
+        assert!(
+            errors.is_empty(),
+            "{method} {path} answered {} that does not fit: {errors:#?}\n{:#}",
+            reply.status,
+            reply.body
+        );
         self.checked.insert((method.to_string(), path.to_string(), reply.status));
         reply
     }
@@ -64,10 +69,11 @@ fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
     let admin = api.token("admin", &["platform_admin"]);
     let agent = api.token("workers", &["agent"]);
     let mut spec = Spec::new();
-    let mut call = |method: &str, path: &str, concrete: &str, token: Option<&str>, body: &str, headers: &[(&str, &str)]| {
-        let reply = api.call(method, concrete, token, body, headers);
-        spec.check(method, path, reply)
-    };
+    let mut call =
+        |method: &str, path: &str, concrete: &str, token: Option<&str>, body: &str, headers: &[(&str, &str)]| {
+            let reply = api.call(method, concrete, token, body, headers);
+            spec.check(method, path, reply)
+        };
 
     // Who and what.
     call("GET", "/api/v1/health", "/api/v1/health", None, "", &[]);
@@ -130,7 +136,8 @@ fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
     // Audit (with a time), tokens, the catalog, an agent with nothing to do.
     call("GET", "/api/v1/audit", "/api/v1/audit?since=2000-01-01T00:00:00Z", Some(&sam), "", &[]);
     call("GET", "/api/v1/tokens", "/api/v1/tokens", Some(&admin), "", &[]);
-    let t = call("POST", "/api/v1/tokens", "/api/v1/tokens", Some(&admin), r#"{"name": "eve", "roles": ["viewer"]}"#, &[]);
+    let t =
+        call("POST", "/api/v1/tokens", "/api/v1/tokens", Some(&admin), r#"{"name": "eve", "roles": ["viewer"]}"#, &[]);
     assert_eq!(t.status, 201, "{}", t.body);
     let revoke = format!("/api/v1/tokens/{}", t.body["id"].as_str().unwrap());
     call("DELETE", "/api/v1/tokens/{id}", &revoke, Some(&admin), "", &[]);
@@ -255,5 +262,6 @@ fn the_routes_whose_answer_is_untyped_are_few_and_named() {
             "POST /api/v1/agent/log 200",
             "POST /api/v1/agent/report 200",
         ]
-    "#]].assert_debug_eq(&untyped);
+    "#]]
+    .assert_debug_eq(&untyped);
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use crate::serve::Process;
 use crate::server::PACK;
-use crate::support::{temp_dir, root};
+use crate::support::{root, temp_dir};
 
 #[test]
 fn schemathesis_finds_no_failure_against_a_real_server() {
@@ -52,6 +52,7 @@ fn schemathesis_finds_no_failure_against_a_real_server() {
         .arg("--report-dir")
         .arg(&report)
         .env("NO_COLOR", "1")
+        .env("SCHEMATHESIS_HOOKS", root().join("crates/opsgraph/tests/it/schemathesis_hooks.py"))
         .output()
         .expect("schemathesis runs");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
