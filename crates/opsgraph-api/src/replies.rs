@@ -156,8 +156,10 @@ pub struct AnswerRequest {
     /// A typed value (a missing input's).
     #[serde(default)]
     pub value: Option<Value>,
-    /// The plan revision the answer was given for; it must be the operation's current one.
+    /// The plan revision the answer was given for; it must be the operation's current one
+    /// (422 `revision_required` without it).
     #[serde(default)]
+    #[schemars(required)]
     pub revision: Option<String>,
 }
 

@@ -441,7 +441,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         verifier::verify,
         "Verify a resource now by its pack's checks (`{\"resource\": ID}`); records and returns what they found.",
-        -> Value
+        -> opsgraph_runtime::VerifyReport
     ),
     route!(
         "DELETE",
@@ -573,7 +573,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         agent::claim,
         "An agent long-polls for the next task of its resources (`{resources, wait_ms}`); `task` is null when none came.",
-        -> Value
+        -> agent::ClaimReply
     ),
     route!(
         "POST",
@@ -584,7 +584,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         agent::heartbeat,
         "The lease holder is alive (`{task, lease}`): the lease is extended; 409 `stale_lease` when it is no longer held.",
-        -> Value
+        -> agent::LeaseReply
     ),
     route!(
         "POST",
@@ -595,7 +595,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         agent::log,
         "Output of the running job (`{task, lease, text}`), appended to the attempt's log; 409 `stale_lease` when stale.",
-        -> Value
+        -> agent::Logged
     ),
     route!(
         "POST",
@@ -606,7 +606,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         agent::report,
         "The outcome (`{task, lease, report}`), within `limits.agent_report_bytes`; audited; 409 `stale_lease` when stale.",
-        -> Value
+        -> agent::Reported
     ),
     route!(
         "DELETE",
