@@ -24,7 +24,7 @@ fn parameter_schema(r: &Route, name: &str) -> Value {
         (_, _, "since") => json!({
             "type": "string",
             "format": "date-time",
-            "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$",
+            "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$",
             "description": "RFC 3339: entries at or after this time",
         }),
         (_, _, "after") => {

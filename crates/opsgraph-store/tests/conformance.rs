@@ -54,6 +54,32 @@ fn times_render_as_rfc3339() {
     }
 }
 
+/// A time a person gives (`audit --since`, `?since=`) is any RFC 3339 date-time of a real day,
+/// put in the store's UTC form.
+#[test]
+fn times_people_give_are_any_rfc3339_time_in_the_stores_form() {
+    let cases = [
+        ("2026-01-31T12:00:00Z", Some("2026-01-31T12:00:00.000Z")),
+        ("2026-01-31t12:00:00.5z", Some("2026-01-31T12:00:00.500Z")),
+        ("2026-01-31T12:00:00.123456+02:00", Some("2026-01-31T10:00:00.123Z")),
+        ("2026-01-01T00:30:00-01:00", Some("2026-01-01T01:30:00.000Z")),
+        ("2024-02-29T23:59:59Z", Some("2024-02-29T23:59:59.000Z")),
+        ("0000-00-00T00:00:00Z", None),
+        ("2023-02-29T00:00:00Z", None),
+        ("2026-04-31T00:00:00Z", None),
+        ("2026-01-31T24:00:00Z", None),
+        ("2026-01-31T12:00:00", None),
+        ("2026-01-31T12:00:00.Z", None),
+        ("2026-01-31T12:00:00+0200", None),
+        ("2026-01-31", None),
+        ("yesterday", None),
+        ("", None),
+    ];
+    for (text, want) in cases {
+        assert_eq!(opsgraph_store::normalize_time(text).as_deref(), want, "{text}");
+    }
+}
+
 fn a_transition_and_its_timeline_entry_land_together_or_not_at_all(db: &TestDb) {
     let mut store = db.store();
     store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}) }]).unwrap();

@@ -134,7 +134,16 @@ fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
     assert_eq!(r.status, 200, "{}", r.body);
 
     // Audit (with a time), tokens, the catalog, an agent with nothing to do.
-    call("GET", "/api/v1/audit", "/api/v1/audit?since=2000-01-01T00:00:00Z", Some(&sam), "", &[]);
+    // `since` is any RFC 3339 time, compared as a time: an hour ahead in UTC+02:00 is an hour ago.
+    let mut rows = |since: &str| {
+        let r = call("GET", "/api/v1/audit", &format!("/api/v1/audit?since={since}"), Some(&sam), "", &[]);
+        r.body["audit"].as_array().unwrap().len()
+    };
+    let soon = opsgraph_store::parse_time(&opsgraph_store::now()).unwrap() / 1000 + 3600;
+    let soon = opsgraph_store::rfc3339(soon, 0).replace(".000Z", "+02:00");
+    assert!(rows("2000-01-01T00:00:00Z") > 0);
+    assert!(rows(&soon.replace('+', "%2B")) > 0, "{soon}");
+    assert_eq!(rows("2999-01-01t00:00:00.5z"), 0);
     call("GET", "/api/v1/tokens", "/api/v1/tokens", Some(&admin), "", &[]);
     let t =
         call("POST", "/api/v1/tokens", "/api/v1/tokens", Some(&admin), r#"{"name": "eve", "roles": ["viewer"]}"#, &[]);
