@@ -44,6 +44,7 @@ fn schemathesis_finds_no_failure_against_a_real_server() {
     let config = root().join("crates/opsgraph/tests/it/schemathesis.toml");
     let report = dir.join("report");
     let out = Command::new(&st)
+        .current_dir(dir.path())
         .arg("--config-file")
         .arg(&config)
         .arg("run")
