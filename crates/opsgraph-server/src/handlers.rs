@@ -677,8 +677,9 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         (None, Some(a)) => {
             return Err(ApiError::bad_request("unknown_analyzer", format!("no analyzer `{a}`: expected rules")))
         }
+        // Each is a valid parameter alone (the document cannot say "not both"): 422, not 400.
         (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request("invalid_query", "name a remedy or an analyzer, not both"))
+            return Err(ApiError::unprocessable("invalid_query", "name a remedy or an analyzer, not both"))
         }
         (None, None) => {
             let Document::PlanPatch(p) = ctx.document("plan_patch")? else { unreachable!("kind checked") };

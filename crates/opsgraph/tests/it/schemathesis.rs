@@ -10,7 +10,7 @@
 use std::process::Command;
 
 use crate::serve::Process;
-use crate::server::PACK;
+use crate::server::{http, intent, PACK};
 use crate::support::{root, temp_dir};
 
 #[test]
@@ -41,6 +41,16 @@ fn schemathesis_finds_no_failure_against_a_real_server() {
             .env_remove("OPSGRAPH_MASTER_KEY"),
         &dir.join("server.log"),
     );
+    // Something real for the routes with ids to reach: an operation waiting at its gate, a stored
+    // resource, a token (schemathesis sends these ids beside the ones it makes up).
+    let (status, created) = http(server.addr, "POST", "/api/v1/operations", &token, &intent("st"));
+    assert_eq!(status, 201, "{created}");
+    let resource = "resource:\n  type: hello.app\n  name: stored\n  environment: dev\n  status: running\n";
+    let (status, stored) = http(server.addr, "POST", "/api/v1/resources", &token, resource);
+    assert_eq!(status, 201, "{stored}");
+    let (status, minted) =
+        http(server.addr, "POST", "/api/v1/tokens", &token, r#"{"name": "st-viewer", "roles": ["viewer"]}"#);
+    assert_eq!(status, 201, "{minted}");
     let config = root().join("crates/opsgraph/tests/it/schemathesis.toml");
     let report = dir.join("report");
     let out = Command::new(&st)
@@ -53,6 +63,9 @@ fn schemathesis_finds_no_failure_against_a_real_server() {
         .arg("--report-dir")
         .arg(&report)
         .env("NO_COLOR", "1")
+        .env("OPSGRAPH_ST_OPERATION", created["id"].as_str().unwrap())
+        .env("OPSGRAPH_ST_RESOURCE", stored["id"].as_str().unwrap())
+        .env("OPSGRAPH_ST_TOKEN", minted["id"].as_str().unwrap())
         .env("SCHEMATHESIS_HOOKS", root().join("crates/opsgraph/tests/it/schemathesis_hooks.py"))
         .output()
         .expect("schemathesis runs");
