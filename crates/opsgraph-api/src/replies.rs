@@ -203,3 +203,42 @@ pub struct RevealRequest {
     #[serde(default)]
     pub reason: Option<String>,
 }
+
+/// A pack the server loaded, in the list (`GET /packs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PackSummary {
+    pub id: String,
+    pub version: String,
+    /// `id@version`.
+    pub reference: String,
+    pub title: Option<String>,
+    /// `sha256:…` over its files.
+    pub digest: String,
+    pub resource_types: Vec<String>,
+    pub actions: Vec<String>,
+    pub templates: Vec<TemplateRef>,
+    /// Its jobs' ids.
+    pub jobs: Vec<String>,
+}
+
+/// A plan template of a pack: its id and the action it carries out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TemplateRef {
+    pub id: String,
+    pub action: String,
+}
+
+/// `GET /packs`: the loaded packs, and the registry's rows as `opsgraph pack list -o json` prints
+/// them (`null` when the server was started with `--packs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PackList {
+    pub packs: Vec<PackSummary>,
+    pub registry: Option<RegistryRows>,
+}
+
+/// The registry's packs (bundled and installed, with their status) and the problems it found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RegistryRows {
+    pub rows: Vec<Value>,
+    pub problems: Vec<String>,
+}

@@ -99,13 +99,13 @@ fn registry(app: &crate::AppState) -> Result<&dyn PackRegistry, ApiError> {
     })
 }
 
-/// The `pack list` rows, for `GET /api/v1/packs` (`null` without a registry).
-pub(crate) fn registry_rows(ctx: &Ctx) -> Result<Value, ApiError> {
+/// The `pack list` rows, for `GET /api/v1/packs` (`None` without a registry).
+pub(crate) fn registry_rows(ctx: &Ctx) -> Result<Option<opsgraph_api::RegistryRows>, ApiError> {
     match ctx.state.0.registry.as_deref() {
-        None => Ok(Value::Null),
+        None => Ok(None),
         Some(r) => {
             let (rows, problems) = r.list()?;
-            Ok(json!({"rows": rows, "problems": problems}))
+            Ok(Some(opsgraph_api::RegistryRows { rows, problems }))
         }
     }
 }

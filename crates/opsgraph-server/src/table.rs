@@ -474,7 +474,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         catalog::packs,
         "The packs the server loaded: id, version, digest, templates.",
-        -> Value
+        -> PackList
     ),
     route!(
         "POST",
