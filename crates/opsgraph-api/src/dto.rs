@@ -5,11 +5,12 @@
 use opsgraph_core::model::OperationStateKind;
 use opsgraph_core::plan::patch::{Diff, Finding};
 use opsgraph_store::{EvidenceRecord, GateRecord, JobRecord};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// An operation in a list (`GET /operations`, a resource's operations).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OperationSummary {
     pub id: String,
     pub parent: Option<String>,
@@ -24,7 +25,7 @@ pub struct OperationSummary {
 }
 
 /// Everything about an operation (`GET /operations/{id}`, `describe operation`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OperationView {
     #[serde(flatten)]
     pub summary: OperationSummary,
@@ -58,7 +59,7 @@ pub struct OperationView {
 }
 
 /// A stage of the plan with the job instances in it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StageView {
     pub id: String,
     pub name: String,
@@ -69,7 +70,7 @@ pub struct StageView {
 }
 
 /// A stage's status (protocol §2), derived from its jobs' states (`views::stage_status`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StageStatus {
     /// No job of it has started (or it has no job yet).
@@ -88,7 +89,7 @@ pub enum StageStatus {
 }
 
 /// An artifact: secret ones by reference only, others with where they are kept.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ArtifactView {
     pub id: String,
     pub job: String,
@@ -101,7 +102,7 @@ pub struct ArtifactView {
 }
 
 /// One timeline entry (the store's `TimelineEntry` without its operation).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TimelineView {
     pub seq: i64,
     pub at: String,
@@ -115,7 +116,7 @@ pub struct TimelineView {
 
 /// A resource in a list (`GET /resources`). Status, health and observed state are the
 /// document's own fields, `null` when it has none.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ResourceRow {
     pub id: String,
     pub status: Value,
@@ -126,7 +127,7 @@ pub struct ResourceRow {
 }
 
 /// A resource with the operations that touched it (`GET /resources/{id}`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ResourceView {
     pub id: String,
     pub resource: Value,
@@ -139,7 +140,7 @@ pub struct ResourceView {
 }
 
 /// The captured (masked) output of one attempt; `None` when it left none.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LogEntry {
     pub job: String,
     pub attempt: u32,
@@ -147,14 +148,14 @@ pub struct LogEntry {
 }
 
 /// An operation's gates, with the plan revision an answer must name.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GateList {
     pub plan_revision: String,
     pub gates: Vec<GateRecord>,
 }
 
 /// What a control request (pause, resume, cancel, retry) left the operation in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ControlReply {
     pub id: String,
     pub state: OperationStateKind,
@@ -162,7 +163,7 @@ pub struct ControlReply {
 }
 
 /// A gate's answer, as recorded.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AnswerReply {
     pub operation: String,
     pub gate: String,
@@ -173,7 +174,7 @@ pub struct AnswerReply {
 }
 
 /// An operation just created (`POST /operations`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Created {
     pub id: String,
     pub plan_revision: String,
@@ -181,7 +182,7 @@ pub struct Created {
 }
 
 /// A plan patch as proposed (`POST /operations/{id}/patches`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PatchReply {
     pub id: String,
     pub patch: String,
@@ -197,7 +198,7 @@ pub struct PatchReply {
 }
 
 /// A proposed patch as the operation's timeline recorded it (`GET /operations/{id}/patches`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PatchView {
     pub id: String,
     pub author: Value,
@@ -216,7 +217,7 @@ pub struct PatchView {
 }
 
 /// One evidence check an intervention ran.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CheckResult {
     pub job: String,
     pub check: String,
@@ -226,7 +227,7 @@ pub struct CheckResult {
 }
 
 /// A manual fix, recorded and verified (`POST /operations/{id}/interventions`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct InterventionReply {
     pub id: String,
     pub intervention: String,
@@ -237,7 +238,7 @@ pub struct InterventionReply {
 }
 
 /// An API token, never with its secret (shown once, at creation, beside this).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TokenView {
     pub id: String,
     pub name: String,
@@ -266,7 +267,7 @@ impl TimelineView {
 
 /// What the rules analyzer found for one failed job (`GET /operations/{id}/diagnosis`, the
 /// runtime's `Diagnosis`); the remedy's patch as the document it is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DiagnosisView {
     pub operation: String,
     pub job: String,

@@ -312,11 +312,14 @@ fn bench_commit(n: usize, dir: &std::path::Path) {
         }
     }
     let mut store = SqliteStore::open(&store_path, Durability::Full).unwrap();
-    store.commit(&[Write::CreateOperation { op: record("op-bench"), plan: serde_json::json!({}).to_string() }]).unwrap();
+    store
+        .commit(&[Write::CreateOperation { op: record("op-bench"), plan: serde_json::json!({}).to_string() }])
+        .unwrap();
     // The raw database gets the same schema from the store, then is written by rusqlite alone.
     {
         let mut s = SqliteStore::open(&raw_path, Durability::Full).unwrap();
-        s.commit(&[Write::CreateOperation { op: record("op-bench"), plan: serde_json::json!({}).to_string() }]).unwrap();
+        s.commit(&[Write::CreateOperation { op: record("op-bench"), plan: serde_json::json!({}).to_string() }])
+            .unwrap();
     }
     let mut raw = rusqlite::Connection::open(&raw_path).unwrap();
     raw.execute_batch(

@@ -8,7 +8,7 @@ use opsgraph_core::model::ResourceStatus;
 use serde::{Deserialize, Serialize};
 
 /// One check on one job instance's host.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckRun {
     pub check: String,
     /// The job instance whose host and environment it ran with.
@@ -21,7 +21,7 @@ pub struct CheckRun {
 }
 
 /// What a verification found and did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VerifyReport {
     pub resource: String,
     pub before: Option<ResourceStatus>,
@@ -53,7 +53,7 @@ impl VerifyReport {
 }
 
 /// What became of a degraded resource.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", tag = "outcome")]
 pub enum Repair {
     /// The policy says `off` (the default), or no world to plan in was given.

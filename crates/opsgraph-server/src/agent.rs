@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use opsgraph_store::{now, now_ms, AgentClaim, AgentTask, AgentWrite, Write};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::auth;
@@ -23,11 +23,13 @@ const MAX_LOG_BYTES: usize = 256 << 10;
 /// Resources one claim may name.
 const MAX_RESOURCES: usize = 1000;
 
-#[derive(Deserialize)]
+/// The body of a claim (may be empty: every resource of the agent's name, answered at once).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ClaimBody {
+pub(crate) struct ClaimBody {
     /// Only these resources (all of the agent name's when empty).
     #[serde(default)]
+    #[schemars(length(max = 1000))]
     resources: Vec<String>,
     /// How long to wait for work, in ms (at most 30 s; 0 answers at once).
     #[serde(default)]
@@ -38,18 +40,66 @@ struct ClaimBody {
     /// The lease token to claim under, chosen by the agent (16 to 128 of `A-Za-z0-9_-`) so that
     /// a claim whose answer was lost can be made again: it returns the task it holds.
     #[serde(default)]
+    #[schemars(pattern(r"^[A-Za-z0-9_-]{16,128}$"))]
     lease: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The body of a heartbeat (`task`, `lease`), a log chunk (`text`) or a report (`report`).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LeaseBody {
+pub(crate) struct LeaseBody {
     task: String,
     lease: String,
     #[serde(default)]
     text: Option<String>,
     #[serde(default)]
     report: Option<Value>,
+}
+
+/// A task as its agent sees it.
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct TaskView {
+    id: String,
+    operation: String,
+    job: String,
+    attempt: u32,
+    /// `run` (the job, then its evidence) or `evidence` (its evidence checks only).
+    kind: String,
+    resource: String,
+    agent: String,
+}
+
+/// A claim's answer: the task and its lease, or `{"task": null}` when none came in time.
+#[derive(Default, Serialize, schemars::JsonSchema)]
+pub(crate) struct ClaimReply {
+    task: Option<TaskView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_expires_ms: Option<i64>,
+    /// How often to send a heartbeat.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heartbeat_ms: Option<i64>,
+    /// What to run (opened for the agent: it may hold secrets its job needs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<Value>,
+}
+
+/// A heartbeat's answer: when the lease now expires (ms since the epoch).
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct LeaseReply {
+    lease_expires_ms: i64,
+}
+
+/// A log chunk was appended.
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Logged {}
+
+/// A report was recorded (or had been: the same report again).
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Reported {
+    task: String,
+    state: String,
 }
 
 pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -110,28 +160,33 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         };
         if let Some(task) = ctx.store.agent_claim(&c)? {
             let payload = agents.open_payload(&ctx.state.0.data_dir, &task)?;
-            return Reply::ok(json!({
-                "task": task_view(&task),
-                "lease": lease,
-                "lease_expires_ms": task.expires_ms,
-                "heartbeat_ms": (lease_ms / 3).max(100),
-                "payload": payload,
+            return Reply::ok(json!(ClaimReply {
+                task: Some(task_view(&task)),
+                lease: Some(lease),
+                lease_expires_ms: Some(task.expires_ms),
+                heartbeat_ms: Some((lease_ms / 3).max(100)),
+                payload: Some(payload),
             }));
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || ctx.state.0.closing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Reply::ok(json!({"task": null}));
+            return Reply::ok(json!(ClaimReply::default()));
         }
         // Woken at once by work queued in this process; other writers are seen by polling.
         agents.bell.wait(seen, left.min(Duration::from_millis(250)));
     }
 }
 
-fn task_view(t: &AgentTask) -> Value {
-    json!({
-        "id": t.id, "operation": t.operation, "job": t.job, "attempt": t.attempt, "kind": t.kind,
-        "resource": t.resource, "agent": t.agent,
-    })
+fn task_view(t: &AgentTask) -> TaskView {
+    TaskView {
+        id: t.id.clone(),
+        operation: t.operation.clone(),
+        job: t.job.clone(),
+        attempt: t.attempt,
+        kind: t.kind.clone(),
+        resource: t.resource.clone(),
+        agent: t.agent.clone(),
+    }
 }
 
 /// The task named by the body, when it belongs to the caller's agent name.
@@ -153,7 +208,7 @@ pub(crate) fn heartbeat(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         expires_ms,
         at: now(),
     })])?;
-    Reply::ok(json!({"lease_expires_ms": expires_ms}))
+    Reply::ok(json!(LeaseReply { lease_expires_ms: expires_ms }))
 }
 
 pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -171,7 +226,7 @@ pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let text = ctx.state.0.agents.screen(&ctx.state.0.data_dir, &task)?.log(&text);
     ctx.store.commit(&[Write::Agent(AgentWrite::Log { task: body.task, lease: body.lease, text, at: now() })])?;
     ctx.state.0.agents.bell.ring();
-    Reply::ok(json!({}))
+    Reply::ok(json!(Logged {}))
 }
 
 pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -179,7 +234,7 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let task = own_task(ctx, &body.task)?;
     // The same report again (its answer was lost): done already.
     if task.state == opsgraph_store::AgentTaskState::Reported && task.lease.as_deref() == Some(body.lease.as_str()) {
-        return Reply::ok(json!({"task": task.id, "state": "reported"}));
+        return Reply::ok(json!(Reported { task: task.id, state: "reported".into() }));
     }
     let report = body.report.unwrap_or(Value::Null);
     let parsed: opsgraph_runtime::AgentReport = serde_json::from_value(report)
@@ -228,5 +283,5 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         Write::Timeline(entry),
     ])?;
     ctx.state.0.agents.bell.ring();
-    Reply::ok(json!({"task": task.id, "state": "reported"}))
+    Reply::ok(json!(Reported { task: task.id, state: "reported".into() }))
 }

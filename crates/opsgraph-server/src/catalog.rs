@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use opsgraph_api::{PackList, PackSummary, TemplateRef};
 use opsgraph_core::pack::Pack;
 use serde_json::{json, Value};
 
@@ -11,18 +12,18 @@ use crate::handlers::{Ctx, Reply};
 /// Script text larger than this is not inlined (`script_text` is then absent).
 const SCRIPT_BYTES: u64 = 256 * 1024;
 
-fn summary(p: &Pack) -> Value {
-    json!({
-        "id": p.id(),
-        "version": p.manifest.version,
-        "reference": p.reference(),
-        "title": p.manifest.title,
-        "digest": p.digest,
-        "resource_types": p.manifest.resource_types,
-        "actions": p.manifest.actions,
-        "templates": p.templates.iter().map(|t| json!({"id": t.id, "action": t.action})).collect::<Vec<_>>(),
-        "jobs": p.jobs.keys().collect::<Vec<_>>(),
-    })
+fn summary(p: &Pack) -> PackSummary {
+    PackSummary {
+        id: p.id().to_string(),
+        version: p.manifest.version.clone(),
+        reference: p.reference(),
+        title: p.manifest.title.clone(),
+        digest: p.digest.clone(),
+        resource_types: p.manifest.resource_types.clone(),
+        actions: p.manifest.actions.clone(),
+        templates: p.templates.iter().map(|t| TemplateRef { id: t.id.clone(), action: t.action.clone() }).collect(),
+        jobs: p.jobs.keys().cloned().collect(),
+    }
 }
 
 /// A job as declared, with the text of the script it runs when it runs one of the pack's.
@@ -55,7 +56,7 @@ fn detail(p: &Pack) -> Value {
     }
     let jobs: serde_json::Map<String, Value> =
         p.jobs.iter().map(|(id, j)| (id.clone(), job(&p.root, json!(j)))).collect();
-    let mut v = summary(p);
+    let mut v = json!(summary(p));
     v["manifest"] = json!(p.manifest);
     v["templates"] = templates;
     v["jobs"] = Value::Object(jobs);
@@ -67,10 +68,8 @@ fn detail(p: &Pack) -> Value {
 }
 
 pub(crate) fn packs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let list: Vec<Value> = ctx.state.world().packs.iter().map(summary).collect();
-    // `registry`: the rows `opsgraph pack list` prints (bundled and installed, with their status),
-    // null when the server was started with `--packs`.
-    Reply::ok(json!({ "packs": list, "registry": crate::manage::registry_rows(ctx)? }))
+    let packs = ctx.state.world().packs.iter().map(summary).collect();
+    Reply::ok(json!(PackList { packs, registry: crate::manage::registry_rows(ctx)? }))
 }
 
 /// `{id}` is a pack id (every loaded version, highest last as loaded) or `id@version`.

@@ -124,7 +124,9 @@ impl From<opsgraph_runtime::Error> for ApiError {
             R::BadValue { .. } => ApiError::unprocessable("invalid_gate_value", message),
             R::NoOption { .. } => ApiError::unprocessable("no_such_option", message),
             R::Unsupported(_) => ApiError::unprocessable("unsupported", message),
-            R::Plan(_) | R::NoPack(_) | R::Io { .. } => ApiError::internal("the runtime failed", &e),
+            // The pack the operation ran was removed since (only a finished operation's may be).
+            R::NoPack(_) => ApiError::conflict("pack_missing", message),
+            R::Plan(_) | R::Io { .. } => ApiError::internal("the runtime failed", &e),
             R::Secrets(_) => ApiError::internal("secrets are unavailable (master key)", &e),
             R::PackChanged { .. } => ApiError::conflict("pack_changed", message),
             R::PatchRefused(_) => ApiError::unprocessable("patch_refused", message),

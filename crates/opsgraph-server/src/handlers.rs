@@ -10,7 +10,6 @@ use opsgraph_core::plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
 use opsgraph_store::{now, AuditFilter, OperationFilter, OperationRecord, RequestRecord, Store, Write};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -207,12 +206,12 @@ impl Ctx {
 }
 
 pub(crate) fn health(_: &mut Ctx) -> Result<Reply, ApiError> {
-    Reply::ok(json!({"status": "ok"}))
+    Reply::ok(json!(opsgraph_api::Status { status: "ok".into() }))
 }
 
 pub(crate) fn ready(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     match ctx.store.operations(&OperationFilter { state: Some("-".into()), resource: None }) {
-        Ok(_) => Reply::ok(json!({"status": "ready"})),
+        Ok(_) => Reply::ok(json!(opsgraph_api::Status { status: "ready".into() })),
         Err(e) => {
             tracing::error!(error = %e, "not ready: the store does not answer");
             Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "the store does not answer"))
@@ -222,33 +221,44 @@ pub(crate) fn ready(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 
 pub(crate) fn me(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let who = ctx.who()?;
-    Reply::ok(json!({
-        "name": who.name,
-        "actor": who.actor(),
-        "token": who.token,
-        "roles": who.roles,
-        "permissions": who.permissions,
+    Reply::ok(json!(opsgraph_api::Me {
+        name: who.name.clone(),
+        actor: who.actor(),
+        token: who.token.clone(),
+        roles: who.roles.clone(),
+        permissions: who.permissions.iter().map(|p| p.as_str().to_string()).collect(),
     }))
 }
 
 pub(crate) fn roles(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let builtin: Vec<&str> = auth::BUILTIN_ROLES.iter().map(|(r, _)| *r).collect();
-    let roles: Vec<Value> = ctx
+    let roles = ctx
         .state
         .config()
         .table()
         .into_iter()
-        .map(|(name, perms)| json!({"name": name, "builtin": builtin.contains(&name.as_str()), "permissions": perms}))
+        .map(|(name, perms)| opsgraph_api::RoleView {
+            builtin: builtin.contains(&name.as_str()),
+            name,
+            permissions: perms.iter().map(|p| p.as_str().to_string()).collect(),
+        })
         .collect();
-    Reply::ok(json!({ "roles": roles }))
+    Reply::ok(json!(opsgraph_api::RoleList { roles }))
 }
 
 pub(crate) fn plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    // `?format=text`: the preview a person reads, as `opsgraph plan` prints it, beside the JSON.
+    let text = match ctx.query.get("format").map(String::as_str) {
+        None | Some("json") => false,
+        Some("text") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request("invalid_parameter", format!("`format` is json or text, not `{other}`")))
+        }
+    };
     let intent = ctx.intent()?;
     let plan = ctx.plan(&intent)?;
     let mut v = render::json(&plan, &ctx.state.world().packs);
-    // `?format=text`: the preview a person reads, as `opsgraph plan` prints it, beside the JSON.
-    if ctx.query.get("format").is_some_and(|f| f == "text") {
+    if text {
         v["text"] = Value::String(render::text(&plan));
     }
     Reply::ok(v)
@@ -257,8 +267,8 @@ pub(crate) fn plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn operations(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let filter =
         OperationFilter { state: ctx.query.get("state").cloned(), resource: ctx.query.get("resource").cloned() };
-    let ops: Vec<_> = ctx.store.operations(&filter)?.iter().map(views::operation_summary).collect();
-    Reply::ok(json!({ "operations": ops }))
+    let operations = ctx.store.operations(&filter)?.iter().map(views::operation_summary).collect();
+    Reply::ok(json!(opsgraph_api::OperationList { operations }))
 }
 
 pub(crate) fn operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -268,24 +278,24 @@ pub(crate) fn operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 
 pub(crate) fn jobs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    Reply::ok(json!({ "jobs": ctx.store.jobs(&op.id)? }))
+    Reply::ok(json!(opsgraph_api::JobList { jobs: ctx.store.jobs(&op.id)? }))
 }
 
 pub(crate) fn timeline(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    let entries: Vec<_> = ctx.store.timeline(&op.id)?.iter().map(views::timeline_entry).collect();
-    Reply::ok(json!({ "timeline": entries }))
+    let timeline = ctx.store.timeline(&op.id)?.iter().map(views::timeline_entry).collect();
+    Reply::ok(json!(opsgraph_api::Timeline { timeline }))
 }
 
 pub(crate) fn evidence(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    Reply::ok(json!({ "evidence": ctx.store.evidence(&op.id)? }))
+    Reply::ok(json!(opsgraph_api::EvidenceList { evidence: ctx.store.evidence(&op.id)? }))
 }
 
 pub(crate) fn artifacts(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    let list: Vec<_> = ctx.store.artifacts(&op.id)?.iter().map(views::artifact).collect();
-    Reply::ok(json!({ "artifacts": list }))
+    let artifacts = ctx.store.artifacts(&op.id)?.iter().map(views::artifact).collect();
+    Reply::ok(json!(opsgraph_api::ArtifactList { artifacts }))
 }
 
 /// `GET /operations/{id}/plan`: the operation's current plan revision as `plan -o json` shows it
@@ -305,7 +315,7 @@ pub(crate) fn operation_plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let gates = ctx.store.gates(&op.id)?;
-    let list: Vec<opsgraph_api::PatchView> = ctx
+    let patches: Vec<opsgraph_api::PatchView> = ctx
         .store
         .timeline(&op.id)?
         .iter()
@@ -337,7 +347,7 @@ pub(crate) fn patches(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             }
         })
         .collect();
-    Reply::ok(json!({ "patches": list }))
+    Reply::ok(json!(opsgraph_api::PatchList { patches }))
 }
 
 pub(crate) fn gates(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -407,6 +417,9 @@ fn idempotency_key(ctx: &Ctx) -> Result<Option<String>, ApiError> {
     if key.is_empty() {
         return Err(ApiError::bad_request("invalid_header", "Idempotency-Key is empty"));
     }
+    if !key.bytes().all(|c| c == b' ' || c.is_ascii_graphic()) {
+        return Err(ApiError::bad_request("invalid_header", "Idempotency-Key is printable ASCII (no tab or control)"));
+    }
     if key.len() > max {
         return Err(ApiError::unprocessable(
             "limit_exceeded",
@@ -417,20 +430,9 @@ fn idempotency_key(ctx: &Ctx) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_string()))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AnswerBody {
-    option: String,
-    #[serde(default)]
-    value: Option<Value>,
-    /// The plan revision the answer was given for; it must be the operation's current one.
-    #[serde(default)]
-    revision: Option<String>,
-}
-
 pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let who = ctx.who()?.clone();
-    let body: AnswerBody = ctx.json(false)?;
+    let body: opsgraph_api::AnswerRequest = ctx.json(false)?;
     let op = ctx.operation_record()?;
     let gate_id = ctx.param("gate");
     let gate = ctx
@@ -517,20 +519,6 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     }))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct ReasonBody {
-    #[serde(default)]
-    reason: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RetryBody {
-    #[serde(default)]
-    jobs: Vec<String>,
-}
-
 /// The audit record of a control request on `op`.
 fn control_audit(actor: &str, action: &str, op: &OperationRecord, detail: Value) -> Write {
     opsgraph_runtime::audit::control(actor, action, op, detail)
@@ -552,7 +540,7 @@ pub(crate) fn pause(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 
 pub(crate) fn resume(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let actor = ctx.who()?.actor();
-    let _: ReasonBody = ctx.json(true)?;
+    let _: opsgraph_api::ReasonRequest = ctx.json(true)?;
     let op = ctx.operation_record()?;
     let app = ctx.state.clone();
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
@@ -585,7 +573,7 @@ fn with_reason(
     act: impl FnOnce(&mut Runtime, &str, &str, &str) -> Result<OperationState, opsgraph_runtime::Error>,
 ) -> Result<Reply, ApiError> {
     let actor = ctx.who()?.actor();
-    let body: ReasonBody = ctx.json(true)?;
+    let body: opsgraph_api::ReasonRequest = ctx.json(true)?;
     let op = ctx.operation_record()?;
     let reason = body.reason.unwrap_or_else(|| default.into());
     let _write = ctx.state.0.write.lock().unwrap_or_else(|e| e.into_inner());
@@ -597,7 +585,7 @@ fn with_reason(
 
 pub(crate) fn retry(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let actor = ctx.who()?.actor();
-    let body: RetryBody = ctx.json(true)?;
+    let body: opsgraph_api::RetryRequest = ctx.json(true)?;
     let op = ctx.operation_record()?;
     let app = ctx.state.clone();
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
@@ -611,8 +599,8 @@ pub(crate) fn retry(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 }
 
 pub(crate) fn resources(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let list: Vec<_> = ctx.store.resources()?.iter().map(views::resource_row).collect();
-    Reply::ok(json!({ "resources": list }))
+    let resources = ctx.store.resources()?.iter().map(views::resource_row).collect();
+    Reply::ok(json!(opsgraph_api::ResourceList { resources }))
 }
 
 pub(crate) fn resource(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -623,42 +611,30 @@ pub(crate) fn resource(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 }
 
 pub(crate) fn audit(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let since = ctx.query.get("since").cloned();
-    if let Some(s) = &since {
-        let b = s.as_bytes();
-        let shaped = b.len() >= 10 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-';
-        if !shaped {
-            return Err(ApiError::bad_request(
-                "invalid_parameter",
-                "`since` is an RFC 3339 time (2026-01-31T12:00:00Z)",
-            ));
-        }
-    }
+    // Any RFC 3339 time (the document's `format: date-time`), compared in the store's UTC form.
+    let since = match ctx.query.get("since") {
+        None => None,
+        Some(s) => Some(opsgraph_store::normalize_time(s).ok_or_else(|| {
+            ApiError::bad_request("invalid_parameter", "`since` is an RFC 3339 time (2026-01-31T12:00:00Z)")
+        })?),
+    };
     let filter = AuditFilter {
         actor: ctx.query.get("actor").cloned(),
         operation: ctx.query.get("operation").cloned(),
         resource: ctx.query.get("resource").cloned(),
         since,
     };
-    let rows = ctx.store.audit(&filter)?;
-    Reply::ok(json!({ "audit": rows }))
+    Reply::ok(json!(opsgraph_api::AuditList { audit: ctx.store.audit(&filter)? }))
 }
 
 pub(crate) fn tokens(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let list: Vec<_> = ctx.store.tokens()?.iter().map(views::token).collect();
-    Reply::ok(json!({ "tokens": list }))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TokenBody {
-    name: String,
-    roles: Vec<String>,
+    let tokens = ctx.store.tokens()?.iter().map(views::token).collect();
+    Reply::ok(json!(opsgraph_api::TokenList { tokens }))
 }
 
 pub(crate) fn create_token(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let who = ctx.who()?.clone();
-    let body: TokenBody = ctx.json(false)?;
+    let body: opsgraph_api::TokenRequest = ctx.json(false)?;
     let state = ctx.state.clone();
     let _write = state.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let (record, token) = auth::create_token(
@@ -670,9 +646,7 @@ pub(crate) fn create_token(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         Some(&who.permissions),
         None,
     )?;
-    let mut v = json!(views::token(&record));
-    v["token"] = json!(token);
-    Reply::created(v)
+    Reply::created(json!(opsgraph_api::CreatedToken { view: views::token(&record), token }))
 }
 
 pub(crate) fn revoke_token(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -703,8 +677,9 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         (None, Some(a)) => {
             return Err(ApiError::bad_request("unknown_analyzer", format!("no analyzer `{a}`: expected rules")))
         }
+        // Each is a valid parameter alone (the document cannot say "not both"): 422, not 400.
         (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request("invalid_query", "name a remedy or an analyzer, not both"))
+            return Err(ApiError::unprocessable("invalid_query", "name a remedy or an analyzer, not both"))
         }
         (None, None) => {
             let Document::PlanPatch(p) = ctx.document("plan_patch")? else { unreachable!("kind checked") };
@@ -742,14 +717,14 @@ pub(crate) fn intervene(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn diagnosis(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let rt = ctx.runtime()?;
-    let list: Vec<_> = rt.diagnose(&op.id)?.iter().map(views::diagnosis).collect();
-    Reply::ok(json!({ "diagnosis": list }))
+    let diagnosis = rt.diagnose(&op.id)?.iter().map(views::diagnosis).collect();
+    Reply::ok(json!(opsgraph_api::DiagnosisList { diagnosis }))
 }
 
 /// `GET /operations/{id}/logs[?job=]`: each attempt's captured (masked) output.
 pub(crate) fn logs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let job = ctx.query.get("job").cloned();
-    let list = views::logs(&*ctx.store, &*ctx.state.0.blobs, &op.id, job.as_deref())?;
-    Reply::ok(json!({ "logs": list }))
+    let logs = views::logs(&*ctx.store, &*ctx.state.0.blobs, &op.id, job.as_deref())?;
+    Reply::ok(json!(opsgraph_api::LogList { logs }))
 }

@@ -126,13 +126,13 @@ fn registry(app: &crate::AppState) -> Result<&dyn PackRegistry, ApiError> {
     })
 }
 
-/// The `pack list` rows, for `GET /api/v1/packs` (`null` without a registry).
-pub(crate) fn registry_rows(ctx: &Ctx) -> Result<Value, ApiError> {
+/// The `pack list` rows, for `GET /api/v1/packs` (`None` without a registry).
+pub(crate) fn registry_rows(ctx: &Ctx) -> Result<Option<opsgraph_api::RegistryRows>, ApiError> {
     match ctx.state.0.registry.as_deref() {
-        None => Ok(Value::Null),
+        None => Ok(None),
         Some(r) => {
             let (rows, problems) = r.list()?;
-            Ok(json!({"rows": rows, "problems": problems}))
+            Ok(Some(opsgraph_api::RegistryRows { rows, problems }))
         }
     }
 }
@@ -187,15 +187,7 @@ pub(crate) fn install_pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 /// fetched from the catalogue over http(s) and verified against the server's trusted keys
 /// (`config.yaml` `trusted_keys`), then installed as an upload is.
 pub(crate) fn install_from_catalogue(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Body {
-        from: String,
-        pack: String,
-        #[serde(default)]
-        replace: bool,
-    }
-    let body: Body = ctx.json(false)?;
+    let body: opsgraph_api::CatalogueInstallRequest = ctx.json(false)?;
     let app = ctx.state.clone();
     let fetched = registry(&app)?.fetch_from_catalogue(&body.from, &body.pack)?;
     install_archive(ctx, &fetched.archive, fetched.source, body.replace, fetched.detail)
@@ -222,14 +214,14 @@ fn install_archive(
         }
     }
     let done = reg.install(archive, &source, replace, &actor)?;
-    let body = json!({
-        "result": done.result,
-        "id": done.id,
-        "version": done.version,
-        "reference": reference,
-        "digest": done.digest,
-        "previous": done.previous,
-        "source": done.source,
+    let body = json!(opsgraph_api::PackInstalled {
+        result: done.result.to_string(),
+        id: done.id.clone(),
+        version: done.version.clone(),
+        reference: reference.clone(),
+        digest: done.digest.clone(),
+        previous: done.previous.clone(),
+        source: done.source.clone(),
     });
     if done.result == "unchanged" {
         return Ok(Reply::with(StatusCode::OK, Content::Json(body)));
@@ -279,7 +271,7 @@ pub(crate) fn remove_pack(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         return Err(e);
     }
     app.reload_packs()?;
-    Reply::ok(json!({"result": "removed", "reference": reference, "digest": digest}))
+    Reply::ok(json!(opsgraph_api::PackRemoved { result: "removed".into(), reference, digest }))
 }
 
 /// `POST /api/v1/resources`: one `resource` document, stored (insert or replace) with its audit
@@ -301,7 +293,10 @@ pub(crate) fn apply_resource(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let result = opsgraph_runtime::manage::apply_resource(&mut *ctx.store, &resource, &actor)?;
     let status = if result == opsgraph_runtime::manage::Upsert::Created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok(Reply::with(status, Content::Json(json!({"id": resource.id, "result": result.as_str()}))))
+    Ok(Reply::with(
+        status,
+        Content::Json(json!(opsgraph_api::ResourceChange { id: resource.id, result: result.as_str().into() })),
+    ))
 }
 
 /// `DELETE /api/v1/resources/{*id}`.
@@ -313,5 +308,5 @@ pub(crate) fn delete_resource(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     if !opsgraph_runtime::manage::delete_resource(&mut *ctx.store, &id, &actor)? {
         return Err(ApiError::not_found("no_resource", format!("no resource `{id}` is stored")));
     }
-    Reply::ok(json!({"id": id, "result": "deleted"}))
+    Reply::ok(json!(opsgraph_api::ResourceChange { id, result: "deleted".into() }))
 }

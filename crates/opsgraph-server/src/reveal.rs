@@ -5,7 +5,6 @@
 use opsgraph_core::pack::Pack;
 use opsgraph_core::plan::Plan;
 use opsgraph_store::{ArtifactRecord, OperationRecord, Write};
-use serde::Deserialize;
 use serde_json::json;
 
 use crate::auth;
@@ -90,14 +89,6 @@ pub(crate) fn artifact_content(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     Reply::bytes(OCTETS, content.expose().to_vec(), false)
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RevealBody {
-    /// Why, for the audit log.
-    #[serde(default)]
-    reason: Option<String>,
-}
-
 /// `POST .../artifacts/{artifact}/reveal`: the content of any artifact, after its audit row (who,
 /// which artifact, the role, the reason; never the value) is committed. An artifact whose
 /// declaration names `visible_to_roles` is revealed to those roles (seed §11); one that names none
@@ -108,7 +99,7 @@ pub(crate) fn reveal_artifact(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     if auth::is_ai(&who.roles) {
         return Err(ApiError::forbidden("ai_identity", format!("{actor} is an AI identity: it never reveals secrets")));
     }
-    let body: RevealBody = ctx.json(true)?;
+    let body: opsgraph_api::RevealRequest = ctx.json(true)?;
     let op = ctx.operation_record()?;
     let a = record(ctx, &op)?;
     let role = match visible_as(ctx, &op, &a)? {

@@ -1,66 +1,53 @@
-//! The one table of routes (method, path, access, documented shape, handler) and what is derived
-//! from it as data: the OpenAPI document. The router (`routes.rs`) serves it; nothing below the
-//! handlers imports it.
+//! The one table of routes (method, path, access, the types of its bodies, handler); the router
+//! (`routes.rs`) serves it and the OpenAPI document (`openapi.rs`) is built from it. Nothing below
+//! the handlers imports it.
 
-use serde_json::{json, Value};
+use opsgraph_api::*;
+use serde_json::Value;
 
 use crate::auth::Permission;
 use crate::error::ApiError;
 use crate::handlers::{self, Ctx, Reply};
 use crate::media::*;
+use crate::route::schema_of;
+pub use crate::route::{openapi_path, Access, Route, SchemaFn};
 use crate::{agent, catalog, manage, observe, reveal, ui, verifier};
-
-/// Who may call a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Anyone, without a token (health, readiness, the API description).
-    Public,
-    /// Any valid token.
-    Authenticated,
-    /// A token whose roles hold this permission.
-    Need(Permission),
-}
-
-pub(crate) type Handler = fn(&mut Ctx) -> Result<Reply, ApiError>;
-
-/// One route. `path` uses axum's syntax (`{id}`, `{*id}` for the rest of the path).
-pub struct Route {
-    pub method: &'static str,
-    pub path: &'static str,
-    pub access: Access,
-    pub summary: &'static str,
-    /// The request body, for the document: `none`, `json`, `archive` (a `.tar.gz`, within
-    /// `limits.archive_bytes`), or the kind of the one document it holds (`intent`, `resource`,
-    /// …; YAML or JSON).
-    pub body: &'static str,
-    /// Query parameters, for the document.
-    pub query: &'static [&'static str],
-    /// The success status.
-    pub status: u16,
-    /// The media type of a success: `application/json`, `text/event-stream` (a stream of
-    /// server-sent events), `application/octet-stream` (an artifact's content) or the Prometheus
-    /// text format.
-    pub produces: &'static str,
-    pub(crate) handler: Handler,
-}
 
 use Access::*;
 use Permission::*;
 
+/// `route!(METHOD, PATH, ACCESS, STATUS, BODY [REQUEST_TYPE], QUERY, HANDLER, SUMMARY, -> RESPONSE_TYPE)`
+/// for a JSON success, or `…, SUMMARY, media MEDIA_TYPE)` for another.
 macro_rules! route {
-    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal, $query:expr, $handler:path, $summary:literal) => {
-        route!($method, $path, $access, $status, $body, $query, $handler, $summary, JSON)
-    };
-    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal, $query:expr, $handler:path, $summary:literal, $produces:expr) => {
+    (@schema) => { None };
+    (@schema $t:ty) => { Some(schema_of::<$t> as SchemaFn) };
+    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal $($req:ty)?, $query:expr, $handler:path, $summary:literal, media $produces:expr) => {
         Route {
             method: $method,
             path: $path,
             access: $access,
             summary: $summary,
             body: $body,
+            request: route!(@schema $($req)?),
             query: $query,
             status: $status,
             produces: $produces,
+            response: None,
+            handler: $handler,
+        }
+    };
+    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal $($req:ty)?, $query:expr, $handler:path, $summary:literal, -> $resp:ty) => {
+        Route {
+            method: $method,
+            path: $path,
+            access: $access,
+            summary: $summary,
+            body: $body,
+            request: route!(@schema $($req)?),
+            query: $query,
+            status: $status,
+            produces: JSON,
+            response: route!(@schema $resp),
             handler: $handler,
         }
     };
@@ -69,7 +56,17 @@ macro_rules! route {
 /// Every route of the API. Deny by default: a route is reachable only through this table, and
 /// its access is checked before its handler runs.
 pub static ROUTES: &[Route] = &[
-    route!("GET", "/", Public, 200, "none", &[], ui::index, "The web UI (it signs in with a token).", HTML),
+    route!(
+        "GET",
+        "/",
+        Public,
+        200,
+        "none",
+        &[],
+        ui::index,
+        "The web UI (it signs in with a token).",
+        media HTML
+    ),
     route!(
         "GET",
         "/ui/{file}",
@@ -79,10 +76,30 @@ pub static ROUTES: &[Route] = &[
         &[],
         ui::file,
         "A file of the web UI (`app.js`, `app.css`).",
-        "text/javascript; charset=utf-8"
+        media "text/javascript; charset=utf-8"
     ),
-    route!("GET", "/api/v1/health", Public, 200, "none", &[], handlers::health, "The server process is up."),
-    route!("GET", "/api/v1/ready", Public, 200, "none", &[], handlers::ready, "The store answers (503 when not)."),
+    route!(
+        "GET",
+        "/api/v1/health",
+        Public,
+        200,
+        "none",
+        &[],
+        handlers::health,
+        "The server process is up.",
+        -> Status
+    ),
+    route!(
+        "GET",
+        "/api/v1/ready",
+        Public,
+        200,
+        "none",
+        &[],
+        handlers::ready,
+        "The store answers (503 when not).",
+        -> Status
+    ),
     route!(
         "GET",
         "/api/v1/openapi.json",
@@ -91,7 +108,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         openapi_doc,
-        "This API's OpenAPI 3.1 document."
+        "This API's OpenAPI 3.1 document.",
+        -> Value
     ),
     route!(
         "GET",
@@ -101,9 +119,20 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::me,
-        "The caller's identity, roles and permissions."
+        "The caller's identity, roles and permissions.",
+        -> Me
     ),
-    route!("GET", "/api/v1/roles", Need(Read), 200, "none", &[], handlers::roles, "Every role and its permissions."),
+    route!(
+        "GET",
+        "/api/v1/roles",
+        Need(Read),
+        200,
+        "none",
+        &[],
+        handlers::roles,
+        "Every role and its permissions.",
+        -> RoleList
+    ),
     route!(
         "POST",
         "/api/v1/plans",
@@ -112,7 +141,8 @@ pub static ROUTES: &[Route] = &[
         "intent",
         &["format"],
         handlers::plan,
-        "Plan preview of an intent document; nothing runs."
+        "Plan preview of an intent document; nothing runs.",
+        -> Value
     ),
     route!(
         "GET",
@@ -122,7 +152,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &["state", "resource"],
         handlers::operations,
-        "Operations, filtered by state and resource."
+        "Operations, filtered by state and resource.",
+        -> OperationList
     ),
     route!(
         "POST",
@@ -132,7 +163,8 @@ pub static ROUTES: &[Route] = &[
         "intent",
         &[],
         handlers::create_operation,
-        "Plan an intent and run it (honours Idempotency-Key)."
+        "Plan an intent and run it (honours Idempotency-Key).",
+        -> Created
     ),
     route!(
         "GET",
@@ -142,7 +174,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::operation,
-        "Everything about one operation."
+        "Everything about one operation.",
+        -> OperationView
     ),
     route!(
         "GET",
@@ -152,7 +185,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::jobs,
-        "The operation's job instances."
+        "The operation's job instances.",
+        -> JobList
     ),
     route!(
         "GET",
@@ -162,7 +196,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::timeline,
-        "The operation's timeline."
+        "The operation's timeline.",
+        -> Timeline
     ),
     route!(
         "GET",
@@ -172,7 +207,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::evidence,
-        "The operation's evidence records."
+        "The operation's evidence records.",
+        -> EvidenceList
     ),
     route!(
         "GET",
@@ -182,7 +218,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::artifacts,
-        "The operation's artifacts (secret ones by reference)."
+        "The operation's artifacts (secret ones by reference).",
+        -> ArtifactList
     ),
     route!(
         "GET",
@@ -193,7 +230,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         reveal::artifact_content,
         "The content of a non-secret artifact (the last one of that id); secret ones only by reveal.",
-        OCTETS
+        media OCTETS
     ),
     route!(
         "POST",
@@ -202,11 +239,11 @@ pub static ROUTES: &[Route] = &[
         // the handler once the declaration is read (reveal::reveal_artifact).
         Need(Read),
         200,
-        "json",
+        "json?" RevealRequest,
         &[],
         reveal::reveal_artifact,
         "Reveal an artifact's content, secret ones included; audited before the value is sent.",
-        OCTETS
+        media OCTETS
     ),
     route!(
         "GET",
@@ -217,7 +254,7 @@ pub static ROUTES: &[Route] = &[
         &["after"],
         observe::operation_events,
         "The operation's timeline as server-sent events (resume with Last-Event-ID); ends when it is terminal.",
-        EVENT_STREAM
+        media EVENT_STREAM
     ),
     route!(
         "GET",
@@ -227,7 +264,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::operation_plan,
-        "The operation's current plan revision: jobs and what they wait for, the capability resolution."
+        "The operation's current plan revision: jobs and what they wait for, the capability resolution.",
+        -> Value
     ),
     route!(
         "GET",
@@ -237,7 +275,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::patches,
-        "The plan patches proposed for the operation: diff, the reviewer's findings, gate and answer."
+        "The plan patches proposed for the operation: diff, the reviewer's findings, gate and answer.",
+        -> PatchList
     ),
     route!(
         "GET",
@@ -247,47 +286,52 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::gates,
-        "The operation's gates and their answers."
+        "The operation's gates and their answers.",
+        -> GateList
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/gates/{gate}/answer",
         Need(AnswerGates),
         200,
-        "json",
+        "json" AnswerRequest,
         &[],
         handlers::answer_gate,
-        "Answer a gate for the operation's current plan revision."
+        "Answer a gate for the operation's current plan revision.",
+        -> AnswerReply
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/pause",
         Need(Apply),
         200,
-        "json",
+        "json?" ReasonRequest,
         &[],
         handlers::pause,
-        "Stop starting new jobs."
+        "Stop starting new jobs.",
+        -> ControlReply
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/resume",
         Need(Apply),
         200,
-        "json",
+        "json?" ReasonRequest,
         &[],
         handlers::resume,
-        "Continue a paused operation."
+        "Continue a paused operation.",
+        -> ControlReply
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/cancel",
         Need(Apply),
         200,
-        "json",
+        "json?" ReasonRequest,
         &[],
         handlers::cancel,
-        "Cancel: running jobs are stopped."
+        "Cancel: running jobs are stopped.",
+        -> ControlReply
     ),
     route!(
         "POST",
@@ -297,7 +341,8 @@ pub static ROUTES: &[Route] = &[
         "plan_patch",
         &["remedy", "analyzer"],
         handlers::propose_patch,
-        "Propose a plan patch for a failed operation: reviewed, then applied or waiting at its patch gate."
+        "Propose a plan patch for a failed operation: reviewed, then applied or waiting at its patch gate.",
+        -> PatchReply
     ),
     route!(
         "POST",
@@ -307,7 +352,8 @@ pub static ROUTES: &[Route] = &[
         "intervention",
         &[],
         handlers::intervene,
-        "Record a manual fix of a failed operation and verify it with the evidence it names."
+        "Record a manual fix of a failed operation and verify it with the evidence it names.",
+        -> InterventionReply
     ),
     route!(
         "GET",
@@ -317,7 +363,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::diagnosis,
-        "The rules analyzer's diagnosis of the failed jobs: the matching remedy, or none."
+        "The rules analyzer's diagnosis of the failed jobs: the matching remedy, or none.",
+        -> DiagnosisList
     ),
     route!(
         "GET",
@@ -327,17 +374,19 @@ pub static ROUTES: &[Route] = &[
         "none",
         &["job"],
         handlers::logs,
-        "Each attempt's captured output (secret values masked)."
+        "Each attempt's captured output (secret values masked).",
+        -> LogList
     ),
     route!(
         "POST",
         "/api/v1/operations/{id}/retry",
         Need(Intervene),
         200,
-        "json",
+        "json?" RetryRequest,
         &[],
         handlers::retry,
-        "Run failed jobs again."
+        "Run failed jobs again.",
+        -> ControlReply
     ),
     route!(
         "GET",
@@ -348,7 +397,7 @@ pub static ROUTES: &[Route] = &[
         &["after"],
         observe::all_events,
         "Every operation's timeline as server-sent events (resume with Last-Event-ID).",
-        EVENT_STREAM
+        media EVENT_STREAM
     ),
     route!(
         "GET",
@@ -358,7 +407,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::resources,
-        "Resources recorded by operations."
+        "Resources recorded by operations.",
+        -> ResourceList
     ),
     route!(
         "POST",
@@ -368,7 +418,8 @@ pub static ROUTES: &[Route] = &[
         "resource",
         &[],
         manage::apply_resource,
-        "Store one `resource` document (insert or replace; 201 when new); refused while an unfinished operation targets it."
+        "Store one `resource` document (insert or replace; 201 when new); refused while an unfinished operation targets it.",
+        -> ResourceChange
     ),
     route!(
         "GET",
@@ -378,17 +429,19 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::resource,
-        "One resource (its id holds `/`) and the operations that explain it."
+        "One resource (its id holds `/`) and the operations that explain it.",
+        -> ResourceView
     ),
     route!(
         "POST",
         "/api/v1/verifications",
         Need(Apply),
         200,
-        "json",
+        "json" VerifyRequest,
         &[],
         verifier::verify,
-        "Verify a resource now by its pack's checks (`{\"resource\": ID}`); records and returns what they found."
+        "Verify a resource now by its pack's checks (`{\"resource\": ID}`); records and returns what they found.",
+        -> opsgraph_runtime::VerifyReport
     ),
     route!(
         "DELETE",
@@ -398,7 +451,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         manage::delete_resource,
-        "Delete a stored resource; refused while an unfinished operation targets it."
+        "Delete a stored resource; refused while an unfinished operation targets it.",
+        -> ResourceChange
     ),
     route!(
         "GET",
@@ -408,7 +462,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &["actor", "operation", "resource", "since"],
         handlers::audit,
-        "The audit log."
+        "The audit log.",
+        -> AuditList
     ),
     route!(
         "GET",
@@ -418,7 +473,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         catalog::packs,
-        "The packs the server loaded: id, version, digest, templates."
+        "The packs the server loaded: id, version, digest, templates.",
+        -> PackList
     ),
     route!(
         "POST",
@@ -428,17 +484,19 @@ pub static ROUTES: &[Route] = &[
         "archive",
         &["replace"],
         manage::install_pack,
-        "Install a pack from a .tar.gz archive (`Content-Type: application/gzip`), as `opsgraph pack install` does; 200 when the same content is installed."
+        "Install a pack from a .tar.gz archive (`Content-Type: application/gzip`), as `opsgraph pack install` does; 200 when the same content is installed.",
+        -> PackInstalled
     ),
     route!(
         "POST",
         "/api/v1/packs/catalogue",
         Need(ManagePacks),
         201,
-        "json",
+        "json" CatalogueInstallRequest,
         &[],
         manage::install_from_catalogue,
-        "Install a pack from a catalogue (`{\"from\": URL, \"pack\": \"name[@version]\", \"replace\": false}`, http(s) only), signed by a key of the server's `trusted_keys`, as `opsgraph pack install NAME --from URL` does; 200 when the same content is installed."
+        "Install a pack from a catalogue (`{\"from\": URL, \"pack\": \"name[@version]\", \"replace\": false}`, http(s) only), signed by a key of the server's `trusted_keys`, as `opsgraph pack install NAME --from URL` does; 200 when the same content is installed.",
+        -> PackInstalled
     ),
     route!(
         "GET",
@@ -448,7 +506,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         catalog::pack,
-        "One pack (`id` for every loaded version, `id@version` for one): templates, jobs and what they run."
+        "One pack (`id` for every loaded version, `id@version` for one): templates, jobs and what they run.",
+        -> Value
     ),
     route!(
         "DELETE",
@@ -458,7 +517,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         manage::remove_pack,
-        "Remove an installed pack version (`id@version`); refused while an unfinished operation runs it."
+        "Remove an installed pack version (`id@version`); refused while an unfinished operation runs it.",
+        -> PackRemoved
     ),
     route!(
         "GET",
@@ -468,7 +528,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         catalog::providers,
-        "Providers of the world documents and of the packs."
+        "Providers of the world documents and of the packs.",
+        -> Value
     ),
     route!(
         "GET",
@@ -478,7 +539,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         catalog::policies,
-        "The capability policy and the operations policy."
+        "The capability policy and the operations policy.",
+        -> Value
     ),
     route!(
         "GET",
@@ -489,7 +551,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         observe::metrics,
         "Prometheus metrics (text exposition format 0.0.4).",
-        PROMETHEUS
+        media PROMETHEUS
     ),
     route!(
         "GET",
@@ -499,57 +561,63 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::tokens,
-        "API tokens (never their secret)."
+        "API tokens (never their secret).",
+        -> TokenList
     ),
     route!(
         "POST",
         "/api/v1/tokens",
         Need(ManageTokens),
         201,
-        "json",
+        "json" TokenRequest,
         &[],
         handlers::create_token,
-        "Create a token; it is shown once."
+        "Create a token; it is shown once.",
+        -> CreatedToken
     ),
     route!(
         "POST",
         "/api/v1/agent/claim",
         Need(AgentWork),
         200,
-        "json",
+        "json?" agent::ClaimBody,
         &[],
         agent::claim,
-        "An agent long-polls for the next task of its resources (`{resources, wait_ms}`); `task` is null when none came."
+        "An agent long-polls for the next task of its resources (`{resources, wait_ms}`); `task` is null when none came.",
+        -> agent::ClaimReply
     ),
     route!(
         "POST",
         "/api/v1/agent/heartbeat",
         Need(AgentWork),
         200,
-        "json",
+        "json" agent::LeaseBody,
         &[],
         agent::heartbeat,
-        "The lease holder is alive (`{task, lease}`): the lease is extended; 409 `stale_lease` when it is no longer held."
+        "The lease holder is alive (`{task, lease}`): the lease is extended; 409 `stale_lease` when it is no longer held.",
+        -> agent::LeaseReply
     ),
     route!(
         "POST",
         "/api/v1/agent/log",
         Need(AgentWork),
         200,
-        "json",
+        "json" agent::LeaseBody,
         &[],
         agent::log,
-        "Output of the running job (`{task, lease, text}`), appended to the attempt's log; 409 `stale_lease` when stale."
+        "Output of the running job (`{task, lease, text}`), appended to the attempt's log; 409 `stale_lease` when stale.",
+        -> agent::Logged
     ),
     route!(
         "POST",
         "/api/v1/agent/report",
         Need(AgentWork),
         200,
-        "agent_report",
+        "agent_report" agent::LeaseBody,
         &[],
         agent::report,
-        "The outcome (`{task, lease, report}`), within `limits.agent_report_bytes`; audited; 409 `stale_lease` when stale."
+        "The outcome (`{task, lease, report}`), within `limits.agent_report_bytes`; audited; 409 `stale_lease` when stale.",
+        -> agent::Reported
     ),
     route!(
         "DELETE",
@@ -559,7 +627,8 @@ pub static ROUTES: &[Route] = &[
         "none",
         &[],
         handlers::revoke_token,
-        "Revoke a token."
+        "Revoke a token.",
+        -> TokenView
     ),
 ];
 
@@ -568,102 +637,7 @@ pub(crate) fn openapi_doc(_: &mut Ctx) -> Result<Reply, ApiError> {
     Reply::ok(openapi())
 }
 
-/// The OpenAPI path of a route: `{*id}` becomes `{id}`.
-pub fn openapi_path(path: &str) -> String {
-    path.replace("{*", "{")
-}
-
-fn success_schema(produces: &str) -> Value {
-    match produces {
-        JSON => json!({"schema": {}}),
-        EVENT_STREAM => {
-            json!({"schema": {"type": "string", "description": "`id: <seq>` and `data: <timeline entry as JSON>` per event; `event: end` when the operation is terminal"}})
-        }
-        _ => json!({"schema": {"type": "string"}}),
-    }
-}
-
 /// The OpenAPI 3.1 document, generated from [`ROUTES`].
 pub fn openapi() -> Value {
-    let mut paths = serde_json::Map::new();
-    for r in ROUTES {
-        let path = openapi_path(r.path);
-        let mut parameters: Vec<Value> = r
-            .path
-            .split('/')
-            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            .map(|name| {
-                let (name, rest) = match name.strip_prefix('*') {
-                    Some(n) => (n, true),
-                    None => (name, false),
-                };
-                let mut p = json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
-                if rest {
-                    p["description"] = json!("May contain `/`, literally or percent-encoded as `%2F`.");
-                }
-                p
-            })
-            .collect();
-        parameters.extend(
-            r.query.iter().map(|q| json!({"name": q, "in": "query", "required": false, "schema": {"type": "string"}})),
-        );
-        if r.produces == EVENT_STREAM {
-            parameters.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string"}, "description": "Resume after this event id (a timeline seq); wins over `after`."}));
-        }
-        if r.method == "POST" && r.path == "/api/v1/operations" {
-            parameters.push(json!({"name": "Idempotency-Key", "in": "header", "required": false, "schema": {"type": "string", "maxLength": 255}}));
-        }
-        let mut op = json!({
-            "summary": r.summary,
-            "operationId": format!("{} {}", r.method.to_lowercase(), path),
-            "parameters": parameters,
-            "responses": {
-                r.status.to_string(): {"description": "success", "content": {r.produces: success_schema(r.produces)}},
-                "default": {"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-            },
-        });
-        match r.access {
-            Public => op["security"] = json!([]),
-            Authenticated => op["x-opsgraph-permission"] = json!(null),
-            Need(p) => op["x-opsgraph-permission"] = json!(p.as_str()),
-        }
-        match r.body {
-            // One document (YAML, or its JSON form) of the kind named.
-            "intent" | "plan_patch" | "intervention" | "resource" => {
-                op["requestBody"] = json!({"required": true, "content": {
-                    "application/yaml": {"schema": {"type": "string"}},
-                    "application/json": {"schema": {"type": "object"}},
-                }});
-            }
-            "archive" => {
-                op["requestBody"] = json!({"required": true, "content": {
-                    "application/gzip": {"schema": {"type": "string", "contentEncoding": "binary"}},
-                }});
-            }
-            "json" | "agent_report" => {
-                op["requestBody"] =
-                    json!({"required": false, "content": {"application/json": {"schema": {"type": "object"}}}});
-            }
-            _ => {}
-        }
-        let entry = paths.entry(path).or_insert_with(|| json!({}));
-        entry[r.method.to_lowercase()] = op;
-    }
-    json!({
-        "openapi": "3.1.0",
-        "info": {"title": "Opsgraph API", "version": "v1"},
-        "servers": [{"url": "/"}],
-        "security": [{"bearer": []}],
-        "paths": paths,
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Error": {
-                "type": "object",
-                "required": ["error"],
-                "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
-                    "code": {"type": "string"}, "message": {"type": "string"}, "details": {}
-                }}},
-            }},
-        },
-    })
+    crate::openapi::document(ROUTES)
 }

@@ -92,3 +92,12 @@ fn path_parameters_are_percent_decoded_and_a_wildcard_takes_the_rest() {
     assert_eq!(crate::routes::percent_decode("100%"), "100%");
     assert_eq!(crate::routes::percent_decode("%zz%41"), "%zzA");
 }
+
+/// Runtime errors that say something about the operation's state are not server errors: a
+/// finished operation whose pack was removed since (schemathesis found a 500 there).
+#[test]
+fn a_removed_pack_is_a_conflict_not_a_server_error() {
+    let e = crate::error::ApiError::from(opsgraph_runtime::Error::NoPack("hello@1.0.0".into()));
+    assert_eq!((e.status.as_u16(), e.code), (409, "pack_missing"));
+    assert_eq!(e.message, "the pack `hello@1.0.0` of this operation is not loaded");
+}

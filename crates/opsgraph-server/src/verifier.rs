@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::ApiError;
@@ -121,16 +120,10 @@ impl AppState {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VerifyBody {
-    resource: String,
-}
-
 /// `POST /api/v1/verifications`: verifies one resource now, as the caller.
 pub(crate) fn verify(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let actor = ctx.who()?.actor();
-    let body: VerifyBody = ctx.json(false)?;
+    let body: opsgraph_api::VerifyRequest = ctx.json(false)?;
     if ctx.store.resource(&body.resource)?.is_none() {
         return Err(ApiError::not_found("no_resource", format!("no resource `{}`", body.resource)));
     }

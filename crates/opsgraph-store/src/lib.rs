@@ -184,7 +184,7 @@ pub use opsgraph_core::model::JobState;
 /// A gate's type and kind, as records carry them (`GateRecord`).
 pub use opsgraph_core::model::{GateKind, GateType};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobRecord {
     pub operation: String,
     pub id: String,
@@ -195,7 +195,7 @@ pub struct JobRecord {
     pub updated_at: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EvidenceRecord {
     pub operation: String,
     pub job: String,
@@ -211,7 +211,7 @@ pub struct EvidenceRecord {
     pub capability: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GateRecord {
     pub operation: String,
     pub id: String,
@@ -267,7 +267,7 @@ pub struct ResourceRecord {
 
 /// One entry of a resource's history ([I]): an operation that changed it, a verification and
 /// what it found. Kept apart from operation timelines: a verification is not an operation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResourceEventRecord {
     /// Assigned by the store; ignored when writing.
     pub seq: i64,
@@ -301,7 +301,7 @@ pub struct TokenRecord {
 }
 
 /// Who changed what, recorded in the transaction of the change itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditRecord {
     /// Assigned by the store; ignored when writing.
     pub seq: i64,
@@ -577,27 +577,62 @@ pub fn now() -> String {
 /// `None` for anything else.
 pub fn parse_rfc3339(text: &str) -> Option<i64> {
     let b = text.as_bytes();
-    if b.len() < 20
-        || !text.ends_with('Z')
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[10] != b'T'
-        || b[13] != b':'
-        || b[16] != b':'
-    {
+    let fraction = text.get(19..text.len().checked_sub(1)?)?;
+    if b.len() < 20 || !text.ends_with('Z') || !(fraction.is_empty() || fraction.len() == 4) || b[10] != b'T' {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
+    parse_time(text)
+}
+
+/// Milliseconds since the epoch of any RFC 3339 date-time (`2026-01-31T12:00:00Z`,
+/// `2026-01-31t12:00:00.5+02:00`; a fraction is cut to milliseconds), a real day and time of
+/// day; `None` for anything else. What a person may give as a time (`audit --since`).
+pub fn parse_time(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let d = b.get(r)?;
+        d.iter().all(u8::is_ascii_digit).then(|| d.iter().fold(0, |n, c| n * 10 + i64::from(c - b'0')))
+    };
+    let at = |i: usize, c: &[u8]| b.get(i).is_some_and(|x| c.contains(x));
     let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let millis = match &text[19..text.len() - 1] {
-        "" => 0,
-        f if f.len() == 4 && f.starts_with('.') => f[1..].parse::<i64>().ok()?,
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days_in_month = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
         _ => return None,
     };
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+    let shaped = at(4, b"-") && at(7, b"-") && at(10, b"Tt") && at(13, b":") && at(16, b":");
+    if !shaped || !(1..=days_in_month).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
         return None;
     }
+    let (mut i, mut millis) = (19, 0);
+    if at(i, b".") {
+        let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 {
+            return None;
+        }
+        millis = b[i + 1..i + 1 + digits.min(3)].iter().fold(0, |n, c| n * 10 + i64::from(c - b'0'));
+        millis *= [100, 10, 1][digits.min(3) - 1];
+        i += 1 + digits;
+    }
+    let offset_minutes = match b.get(i)? {
+        b'Z' | b'z' if i + 1 == b.len() => 0,
+        sign @ (b'+' | b'-') if i + 6 == b.len() && at(i + 3, b":") => {
+            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            if *sign == b'+' {
+                oh * 60 + om
+            } else {
+                -(oh * 60 + om)
+            }
+        }
+        _ => return None,
+    };
     // days-from-civil, the inverse of `rfc3339`'s civil-from-days.
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -605,7 +640,14 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000 + millis)
+    Some((days * 86_400 + hh * 3600 + mm * 60 + ss - offset_minutes * 60) * 1000 + millis)
+}
+
+/// `text` (any RFC 3339 time, [`parse_time`]) in the form the store writes its times in (UTC,
+/// milliseconds), so that it compares with them as text; `None` when it is not one.
+pub fn normalize_time(text: &str) -> Option<String> {
+    let ms = parse_time(text)?;
+    Some(rfc3339(ms.div_euclid(1000), ms.rem_euclid(1000) as u32))
 }
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (civil-from-days, proleptic Gregorian).

@@ -54,9 +54,37 @@ fn times_render_as_rfc3339() {
     }
 }
 
+/// A time a person gives (`audit --since`, `?since=`) is any RFC 3339 date-time of a real day,
+/// put in the store's UTC form.
+#[test]
+fn times_people_give_are_any_rfc3339_time_in_the_stores_form() {
+    let cases = [
+        ("2026-01-31T12:00:00Z", Some("2026-01-31T12:00:00.000Z")),
+        ("2026-01-31t12:00:00.5z", Some("2026-01-31T12:00:00.500Z")),
+        ("2026-01-31T12:00:00.123456+02:00", Some("2026-01-31T10:00:00.123Z")),
+        ("2026-01-01T00:30:00-01:00", Some("2026-01-01T01:30:00.000Z")),
+        ("2024-02-29T23:59:59Z", Some("2024-02-29T23:59:59.000Z")),
+        ("0000-00-00T00:00:00Z", None),
+        ("2023-02-29T00:00:00Z", None),
+        ("2026-04-31T00:00:00Z", None),
+        ("2026-01-31T24:00:00Z", None),
+        ("2026-01-31T12:00:00", None),
+        ("2026-01-31T12:00:00.Z", None),
+        ("2026-01-31T12:00:00+0200", None),
+        ("2026-01-31", None),
+        ("yesterday", None),
+        ("", None),
+    ];
+    for (text, want) in cases {
+        assert_eq!(opsgraph_store::normalize_time(text).as_deref(), want, "{text}");
+    }
+}
+
 fn a_transition_and_its_timeline_entry_land_together_or_not_at_all(db: &TestDb) {
     let mut store = db.store();
-    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}).to_string().to_string() }]).unwrap();
+    store
+        .commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}).to_string().to_string() }])
+        .unwrap();
     store.commit(&[first_transition(OperationState::PlanPreview, "plan_built")]).unwrap();
     let got = store.operation("op-1").unwrap().unwrap();
     assert_eq!(got.state, OperationState::PlanPreview);
@@ -78,8 +106,12 @@ fn an_operation_keeps_its_intent_id_and_plan_id(db: &TestDb) {
     let mut store = db.store();
     let mut one = op("op-1");
     one.intent_id = Some("tempo-prod-1".into());
-    store.commit(&[Write::CreateOperation { op: one.clone(), plan: json!({"jobs": []}).to_string().to_string() }]).unwrap();
-    store.commit(&[Write::CreateOperation { op: op("op-2"), plan: json!({"jobs": []}).to_string().to_string() }]).unwrap();
+    store
+        .commit(&[Write::CreateOperation { op: one.clone(), plan: json!({"jobs": []}).to_string().to_string() }])
+        .unwrap();
+    store
+        .commit(&[Write::CreateOperation { op: op("op-2"), plan: json!({"jobs": []}).to_string().to_string() }])
+        .unwrap();
     assert_eq!(store.operation("op-1").unwrap().unwrap(), one);
     store
         .commit(&[Write::SetPlan {
@@ -331,7 +363,10 @@ fn gate(answer: Option<&str>) -> GateRecord {
 fn a_gate_answers_once_inside_the_transaction(db: &TestDb) {
     let mut store = db.store();
     store
-        .commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}).to_string().to_string() }, Write::Gate(gate(None))])
+        .commit(&[
+            Write::CreateOperation { op: op("op-1"), plan: json!({}).to_string().to_string() },
+            Write::Gate(gate(None)),
+        ])
         .unwrap();
     store.commit(&[Write::Gate(gate(Some("approve")))]).unwrap();
     let audit = AuditRecord {
@@ -453,7 +488,9 @@ fn claim_of(agent: &str, resources: &[&str], lease: &str, expires_ms: i64) -> Ag
 
 /// The agent-task conformance suite, written against the trait: a PostgreSQL store runs it too.
 fn agent_tasks_conform(store: &mut dyn Store) {
-    store.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}).to_string().to_string() }]).unwrap();
+    store
+        .commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}).to_string().to_string() }])
+        .unwrap();
     store
         .commit(&[
             Write::Agent(AgentWrite::Enqueue(Box::new(agent_task("t1", "compute_node/a", 5_000)))),
@@ -602,7 +639,9 @@ fn leases_are_acquired_renewed_expired_and_fenced(db: &TestDb) {
 
 /// Two holders race for one expired lease: exactly one wins each round.
 fn one_holder_wins_a_race_for_a_lease(db: &TestDb) {
-    db.store().commit(&[Write::CreateOperation { op: running("op-1"), plan: json!({}).to_string().to_string() }]).unwrap();
+    db.store()
+        .commit(&[Write::CreateOperation { op: running("op-1"), plan: json!({}).to_string().to_string() }])
+        .unwrap();
     for round in 0..5 {
         let wins: Vec<bool> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..4)
@@ -626,7 +665,12 @@ fn one_holder_wins_a_race_for_a_lease(db: &TestDb) {
 fn a_second_operation_on_a_busy_resource_is_refused(db: &TestDb) {
     let mut store = db.store();
     let idle = |id: &str| Write::ExpectIdle { resource: "tempo.instance/tempo-dev".into(), operation: id.into() };
-    store.commit(&[idle("op-1"), Write::CreateOperation { op: running("op-1"), plan: json!({}).to_string().to_string() }]).unwrap();
+    store
+        .commit(&[
+            idle("op-1"),
+            Write::CreateOperation { op: running("op-1"), plan: json!({}).to_string().to_string() },
+        ])
+        .unwrap();
     let err = store
         .commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}).to_string().to_string() }])
         .unwrap_err();
@@ -635,7 +679,9 @@ fn a_second_operation_on_a_busy_resource_is_refused(db: &TestDb) {
     // The operation itself does not count, and a finished one frees the resource.
     store.commit(&[idle("op-1")]).unwrap();
     store.commit(&[first_transition(OperationState::Completed, "completed")]).unwrap();
-    store.commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}).to_string().to_string() }]).unwrap();
+    store
+        .commit(&[idle("op-2"), Write::CreateOperation { op: op("op-2"), plan: json!({}).to_string().to_string() }])
+        .unwrap();
 }
 
 /// Writers on their own connections append timeline entries while a reader pages with

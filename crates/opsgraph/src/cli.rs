@@ -128,6 +128,14 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
             reader(&mut |c| crate::query_cmd::logs(c, &operation, job.as_deref(), output, out))
         }
         Command::Audit { actor, operation, resource, since, output } => {
+            // The server checks and converts `since` the same way (`GET /api/v1/audit`).
+            let since = match since {
+                None => None,
+                Some(s) => Some(
+                    opsgraph_store::normalize_time(&s)
+                        .with_context(|| format!("--since {s}: an RFC 3339 time is expected (2026-12-01T00:00:00Z)"))?,
+                ),
+            };
             let filter = opsgraph_store::AuditFilter { actor, operation, resource, since };
             reader(&mut |c| crate::query_cmd::audit(c, &filter, &output, out))
         }

@@ -25,7 +25,7 @@ pub enum OperationState {
 }
 
 /// The field-less twin of [`OperationState`], for filters, queries and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationStateKind {
     DraftIntent,
@@ -75,7 +75,7 @@ pub struct Operation {
     pub actor: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 /// Where one job instance of an operation is. It changes only through
 /// `opsgraph_plan::job_lifecycle::apply`.

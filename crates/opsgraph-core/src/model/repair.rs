@@ -10,7 +10,7 @@ use crate::model::Attributes;
 // ---------------------------------------------------------------------------------------------
 // Gates, interventions, patches, remedies
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GateType {
     #[default]
@@ -40,7 +40,7 @@ impl fmt::Display for GateType {
 /// proposed plan patch, whose answer applies or rejects that patch. A patch's review gate has
 /// type `approval` too, so the type alone cannot tell them apart; neither may its id. In JSON:
 /// `"kind": "plan"` or `"kind": "patch_review", "patch": "<id>"`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum GateKind {
     #[default]

@@ -30,7 +30,7 @@ use crate::plan::types::{Customization, GateSource, JobInstance, Plan, PlanGate}
 pub use crate::plan::types::{Finding, Severity};
 
 /// What a patch changes, for people (text) and machines (JSON).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diff {
     /// Job instances added, with what each waits for.
     pub added_jobs: Vec<(String, Vec<String>)>,

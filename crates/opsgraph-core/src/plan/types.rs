@@ -350,7 +350,7 @@ impl Plan {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     /// The patch is refused.
@@ -362,7 +362,7 @@ pub enum Severity {
 }
 
 /// One thing the reviewer found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Finding {
     pub severity: Severity,
     /// A stable code: `unknown-job`, `contract`, `skip-required`, `parameter`, `cycle`, ...

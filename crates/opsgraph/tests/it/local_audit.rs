@@ -162,4 +162,15 @@ fn each_local_command_writes_the_servers_audit_row_as_the_local_user() {
         user:erin   token.create         TOKEN
         user:erin   token.revoke         TOKEN"#]]
     .assert_eq(&text.join("\n"));
+
+    // `--since` is any RFC 3339 time, as the server takes it, compared as a time.
+    let count = |since: &str| {
+        let out = c.run("x", &["audit", "-o", "json", "--since", since]);
+        serde_json::from_str::<serde_json::Value>(&out).map(|v| v.as_array().unwrap().len()).ok()
+    };
+    assert_eq!(count("2000-01-01T00:00:00+14:00"), Some(rows.as_array().unwrap().len()));
+    assert_eq!(count("2999-01-01t00:00:00.5z"), Some(0));
+    let refused = c.cmd("x", &["audit", "--since", "2026-02-30T00:00:00Z"]).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("an RFC 3339 time is expected"));
 }

@@ -1,0 +1,257 @@
+//! The API's envelopes and small documents, typed: the lists the `GET` routes answer with, the
+//! bodies the `POST` routes take, and the short replies of mutations. Each derives `JsonSchema`,
+//! and the route table names it, so the OpenAPI document describes exactly what is serialized
+//! (`opsgraph_server::table`).
+
+use opsgraph_store::{AuditRecord, EvidenceRecord, JobRecord};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::dto::{
+    ArtifactView, DiagnosisView, LogEntry, OperationSummary, PatchView, ResourceRow, TimelineView, TokenView,
+};
+
+/// A liveness or readiness answer: `ok` (the process is up), `ready` (the store answers).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Status {
+    pub status: String,
+}
+
+/// The caller (`GET /me`): its token's id, name, roles and what they allow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Me {
+    pub name: String,
+    /// As recorded in timelines and the audit log (`user:NAME`, `agent:NAME`, `ai-agent:NAME`).
+    pub actor: String,
+    /// The token's id (never its secret).
+    pub token: String,
+    pub roles: Vec<String>,
+    pub permissions: Vec<String>,
+}
+
+/// A role and its permissions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RoleView {
+    pub name: String,
+    /// Built in, or defined by the server's `config.yaml`.
+    pub builtin: bool,
+    pub permissions: Vec<String>,
+}
+
+/// `GET /roles`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RoleList {
+    pub roles: Vec<RoleView>,
+}
+
+/// `GET /operations`, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OperationList {
+    pub operations: Vec<OperationSummary>,
+}
+
+/// `GET /operations/{id}/jobs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobRecord>,
+}
+
+/// `GET /operations/{id}/timeline`, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Timeline {
+    pub timeline: Vec<TimelineView>,
+}
+
+/// `GET /operations/{id}/evidence`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EvidenceList {
+    pub evidence: Vec<EvidenceRecord>,
+}
+
+/// `GET /operations/{id}/artifacts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArtifactList {
+    pub artifacts: Vec<ArtifactView>,
+}
+
+/// `GET /operations/{id}/patches`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PatchList {
+    pub patches: Vec<PatchView>,
+}
+
+/// `GET /operations/{id}/diagnosis`: one entry per failed job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DiagnosisList {
+    pub diagnosis: Vec<DiagnosisView>,
+}
+
+/// `GET /operations/{id}/logs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LogList {
+    pub logs: Vec<LogEntry>,
+}
+
+/// `GET /resources`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ResourceList {
+    pub resources: Vec<ResourceRow>,
+}
+
+/// `GET /audit`, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditList {
+    pub audit: Vec<AuditRecord>,
+}
+
+/// `GET /tokens`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenList {
+    pub tokens: Vec<TokenView>,
+}
+
+/// A token just created (`POST /tokens`): its secret is shown here once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CreatedToken {
+    #[serde(flatten)]
+    pub view: TokenView,
+    pub token: String,
+}
+
+/// What a resource change did (`POST /resources`: `created` or `replaced`; `DELETE`: `deleted`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ResourceChange {
+    pub id: String,
+    pub result: String,
+}
+
+/// A pack installed from an archive (`POST /packs`): `installed`, `replaced` or `unchanged`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PackInstalled {
+    pub result: String,
+    pub id: String,
+    pub version: String,
+    pub reference: String,
+    pub digest: String,
+    /// The digest it replaced.
+    pub previous: Option<String>,
+    pub source: String,
+}
+
+/// A pack version removed (`DELETE /packs/{id}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PackRemoved {
+    pub result: String,
+    pub reference: String,
+    pub digest: String,
+}
+
+/// The body of a gate's answer (`POST /operations/{id}/gates/{gate}/answer`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerRequest {
+    /// One of the gate's options.
+    pub option: String,
+    /// A typed value (a missing input's).
+    #[serde(default)]
+    pub value: Option<Value>,
+    /// The plan revision the answer was given for; it must be the operation's current one
+    /// (422 `revision_required` without it).
+    #[serde(default)]
+    #[schemars(required)]
+    pub revision: Option<String>,
+}
+
+/// The body of pause and cancel (optional): why, for the timeline and the audit log.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonRequest {
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The body of `retry` (optional): the failed jobs to run again, all when empty.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryRequest {
+    #[serde(default)]
+    pub jobs: Vec<String>,
+}
+
+/// The body of `POST /tokens`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    pub name: String,
+    pub roles: Vec<String>,
+}
+
+/// The body of `POST /verifications`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyRequest {
+    /// The resource's id (`type/name`).
+    pub resource: String,
+}
+
+/// The body of `POST /packs/catalogue`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogueInstallRequest {
+    /// The catalogue's URL (http or https; its `index.json` beside it).
+    pub from: String,
+    /// `name` (the newest version) or `name@version`.
+    pub pack: String,
+    /// Replace the files of an installed version with other content.
+    #[serde(default)]
+    pub replace: bool,
+}
+
+/// The body of an artifact's reveal (optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevealRequest {
+    /// Why, for the audit log.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A pack the server loaded, in the list (`GET /packs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PackSummary {
+    pub id: String,
+    pub version: String,
+    /// `id@version`.
+    pub reference: String,
+    pub title: Option<String>,
+    /// `sha256:…` over its files.
+    pub digest: String,
+    pub resource_types: Vec<String>,
+    pub actions: Vec<String>,
+    pub templates: Vec<TemplateRef>,
+    /// Its jobs' ids.
+    pub jobs: Vec<String>,
+}
+
+/// A plan template of a pack: its id and the action it carries out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TemplateRef {
+    pub id: String,
+    pub action: String,
+}
+
+/// `GET /packs`: the loaded packs, and the registry's rows as `opsgraph pack list -o json` prints
+/// them (`null` when the server was started with `--packs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PackList {
+    pub packs: Vec<PackSummary>,
+    pub registry: Option<RegistryRows>,
+}
+
+/// The registry's packs (bundled and installed, with their status) and the problems it found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RegistryRows {
+    pub rows: Vec<Value>,
+    pub problems: Vec<String>,
+}
