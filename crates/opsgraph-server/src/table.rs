@@ -8,7 +8,7 @@ use crate::auth::Permission;
 use crate::error::ApiError;
 use crate::handlers::{self, Ctx, Reply};
 use crate::media::*;
-use crate::{agent, catalog, manage, observe, reveal, ui, verifier};
+use crate::{agent, analyze, catalog, manage, observe, reveal, ui, verifier};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,7 +296,7 @@ pub static ROUTES: &[Route] = &[
         200,
         "plan_patch",
         &["remedy", "analyzer"],
-        handlers::propose_patch,
+        analyze::propose_patch,
         "Propose a plan patch for a failed operation: reviewed, then applied or waiting at its patch gate."
     ),
     route!(
@@ -318,6 +318,16 @@ pub static ROUTES: &[Route] = &[
         &[],
         handlers::diagnosis,
         "The rules analyzer's diagnosis of the failed jobs: the matching remedy, or none."
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations/{id}/diagnosis",
+        Need(Read),
+        200,
+        "none",
+        &["analyzer"],
+        analyze::diagnose,
+        "Ask an analyzer: `rules` (the default, as GET) or `ai` (the configured endpoint; its answer recorded and audited, its patch reviewed, not proposed)."
     ),
     route!(
         "GET",

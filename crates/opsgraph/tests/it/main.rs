@@ -49,6 +49,7 @@ mod runtime;
 mod secrets;
 mod serve;
 mod server;
+mod server_ai;
 mod server_stream;
 mod shellcheck;
 mod subop;
