@@ -3,6 +3,8 @@
 //! implementation for the CLI (`diagnose OP --ai openai`) and the server (`POST …/diagnosis` and
 //! `POST …/patches` with `analyzer=ai`):
 //!
+//! - it is asked only about operations of the environments `ai_policy.environments` names (every
+//!   environment when it names none), else refused (`ai_policy_forbids`) before anything is sent;
 //! - it reads only the failure's context (`failure_context`), with every secret value of the
 //!   operation masked once more before anything leaves (captured output is masked when it is
 //!   stored; the context is masked again as a whole, and nothing is sent when it cannot be);
@@ -295,6 +297,7 @@ impl Runtime {
     /// `Error::Ai { code: "ai_answer_refused" }`. Nothing else changes: it takes no lock a
     /// proposal needs, so a slow endpoint holds nobody up.
     pub fn ai_answer(&mut self, op_id: &str, endpoint: &Endpoint) -> Result<Answer, Error> {
+        self.ai_allowed(op_id)?;
         let context = self.ai_context(op_id)?;
         let jobs: Vec<String> = context["failed_jobs"]
             .as_array()
@@ -335,6 +338,24 @@ impl Runtime {
                 })
             }
         }
+    }
+
+    /// `ai_policy.environments`: an operation of another environment is not sent to the
+    /// analyzer (`Error::Ai { code: "ai_policy_forbids" }`), and nothing is recorded.
+    fn ai_allowed(&self, op_id: &str) -> Result<(), Error> {
+        let Some(allowed) = &self.rules.ai_environments else { return Ok(()) };
+        let (op, _) = self.load(op_id)?;
+        let env = op.intent["environment"].as_str().unwrap_or_default();
+        if allowed.iter().any(|e| e == env) {
+            return Ok(());
+        }
+        Err(Error::Ai {
+            code: "ai_policy_forbids",
+            message: format!(
+                "ai_policy.environments ({}) does not allow the AI analyzer for operation {op_id} of environment `{env}`: nothing was sent",
+                if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
+            ),
+        })
     }
 
     /// The failure's context with every secret value of the operation masked (its secret

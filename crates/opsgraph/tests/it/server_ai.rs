@@ -192,6 +192,22 @@ fn the_ai_analyzer_is_refused_without_an_endpoint_or_an_answer() {
     let vera = api.token("vera", &["viewer"]);
     let r = api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), &vera, "");
     assert_eq!((r.status, r.code()), (502, "ai_unavailable"), "{}", r.body);
+    // An environment ai_policy does not name: refused before anything is sent, through the server
+    // and the CLI alike (one runtime check).
+    let stand_in = StandIn::start();
+    stand_in.answers(GOOD);
+    let config = format!("{}ai_policy:\n  environments: [staging]\n", stand_in.config());
+    let (api, id) = failed_operation(&config);
+    let vera = api.token("vera", &["viewer"]);
+    let r = api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), &vera, "");
+    assert_eq!((r.status, r.code()), (403, "ai_policy_forbids"), "{}", r.body);
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("environment `dev`"), "{}", r.body);
+    let data = api.dir.join("data").display().to_string();
+    let packs = api.dir.join("greet").display().to_string();
+    let cli = crate::support::opsgraph(&["--data-dir", &data, "diagnose", &id, "--ai", "openai", "--packs", &packs]);
+    assert!(cli.code != 0 && cli.render().contains("does not allow the AI analyzer"), "{}", cli.render());
+    assert!(stand_in.requests.lock().unwrap().is_empty(), "a question left the machine");
+    assert!(events(&api, &id, &vera).is_empty(), "nothing is recorded");
     // A configuration the server cannot use stops it at start, saying why.
     let dir = temp_dir(&[("config.yaml", "ai:\n  url: ftp://x\n  model: m\n")]);
     let e = opsgraph_server::Config::load(dir.path()).unwrap_err().to_string();
