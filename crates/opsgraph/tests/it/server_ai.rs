@@ -91,6 +91,14 @@ fn the_ai_analyzer_answers_through_the_server_reviewed_audited_and_masked() {
     let ada = api.token("ada", &["sre"]);
     let diagnosis = format!("/api/v1/operations/{id}/diagnosis");
     let patches = format!("/api/v1/operations/{id}/patches");
+    // Output is masked when it is captured; a line that got past that (written to the log
+    // afterwards) is masked again before the context leaves.
+    let log = api.dir.join("data").join("runs").join(&id).join("say.1.log");
+    assert!(log.is_file(), "{}", log.display());
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("said bye as") && !text.contains(SECRET), "{text}");
+    text.push_str(&format!("leaked: {SECRET}\n"));
+    std::fs::write(&log, text).unwrap();
 
     // The rules analyzer by default, as GET says: the library's guard against a log that quotes
     // instructions wins over the pack's remedy, proposes nothing, and says where it comes from.
@@ -168,6 +176,7 @@ fn the_ai_analyzer_answers_through_the_server_reviewed_audited_and_masked() {
     assert_eq!(question["model"], "test-model");
     let context = question["messages"][1]["content"].as_str().unwrap();
     assert!(context.contains("said bye as") && context.contains("\"failed_jobs\""), "{context}");
+    assert!(context.contains("leaked: "), "{context}");
     for body in &sent {
         assert!(!body.contains(SECRET), "a secret left the machine: {body}");
     }
