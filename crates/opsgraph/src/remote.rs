@@ -157,10 +157,17 @@ impl Remote {
     /// (`POST …/diagnosis?analyzer=ai`), or its patch proposed (`POST …/patches?analyzer=ai`).
     pub fn diagnose_ai(&self, operation: &str, propose: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
         let op = segment(operation);
+        // The server waits up to 120 s for the model: this request waits longer than others.
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(180)))
+            .build()
+            .into();
+        let patient = Remote { base: self.base.clone(), token: self.token.clone(), agent };
         let reply = if propose {
-            self.call("POST", &format!("/api/v1/operations/{op}/patches?analyzer=ai"), None)?
+            patient.call("POST", &format!("/api/v1/operations/{op}/patches?analyzer=ai"), None)?
         } else {
-            self.call("POST", &format!("/api/v1/operations/{op}/diagnosis?analyzer=ai"), None)?
+            patient.call("POST", &format!("/api/v1/operations/{op}/diagnosis?analyzer=ai"), None)?
         };
         let d = if propose { reply["diagnosis"].clone() } else { reply["diagnosis"][0].clone() };
         let d: opsgraph_api::DiagnosisView = serde_json::from_value(d)?;
