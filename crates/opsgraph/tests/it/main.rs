@@ -18,6 +18,7 @@ mod evidence;
 mod faults;
 mod fleet;
 mod fleet_agent;
+mod fleet_captures;
 mod fleet_demo;
 mod fleet_etcd_day2;
 mod fleet_faults;
