@@ -265,17 +265,60 @@ impl TimelineView {
     }
 }
 
-/// What the rules analyzer found for one failed job (`GET /operations/{id}/diagnosis`, the
-/// runtime's `Diagnosis`); the remedy's patch as the document it is.
+/// What an analyzer found (`GET /operations/{id}/diagnosis`, the runtime's `Diagnosis`, one per
+/// failed job; `POST …/diagnosis?analyzer=ai`, the AI's one answer about the failed jobs); the
+/// patch as the document it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DiagnosisView {
     pub operation: String,
+    /// The failed job instance (an AI's answer: the failed jobs it was asked about, `, `-joined).
     pub job: String,
     pub summary: String,
     pub cause: String,
     pub confidence: f64,
     pub evidence: Vec<String>,
     pub remedy: Option<String>,
+    /// Where `remedy` comes from; absent when no remedy is named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<RemedySource>,
+    /// The proposed patch, or null: none matched, the remedy only diagnoses, or (an AI's) the
+    /// reviewer refused it.
     pub patch: Value,
+    /// `rules` or `ai`.
     pub analyzer: String,
+}
+
+/// Where a remedy comes from: the remedy library that ships with Opsgraph and serves every pack,
+/// or the operation's pack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RemedySource {
+    Library,
+    Pack,
+}
+
+impl RemedySource {
+    pub fn of(from_library: bool) -> RemedySource {
+        if from_library {
+            RemedySource::Library
+        } else {
+            RemedySource::Pack
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemedySource::Library => "library",
+            RemedySource::Pack => "pack",
+        }
+    }
+}
+
+/// The reviewer on an AI's patch, without proposing it (`POST …/diagnosis?analyzer=ai`): its
+/// findings when it passes, every finding when it is refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReviewView {
+    /// `passed` or `refused`.
+    pub state: String,
+    pub findings: Vec<Finding>,
 }

@@ -87,6 +87,16 @@ pub struct DiagnosisList {
     pub diagnosis: Vec<DiagnosisView>,
 }
 
+/// `POST /operations/{id}/diagnosis`: the rules analyzer's list (as `GET`), or the AI's one
+/// answer with the reviewer's verdict on its patch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AnalyzerReply {
+    pub diagnosis: Vec<DiagnosisView>,
+    /// The reviewer on the AI's patch (none from the rules analyzer, or without a patch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<crate::dto::ReviewView>,
+}
+
 /// `GET /operations/{id}/logs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LogList {

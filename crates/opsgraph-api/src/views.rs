@@ -322,9 +322,42 @@ pub fn diagnosis(d: &opsgraph_runtime::Diagnosis) -> crate::dto::DiagnosisView {
         confidence: d.confidence,
         evidence: d.evidence.clone(),
         remedy: d.remedy.clone(),
+        source: d.remedy.as_ref().map(|_| crate::dto::RemedySource::of(d.from_library)),
         patch: serde_json::to_value(&d.patch).unwrap_or(Value::Null),
         analyzer: d.analyzer.clone(),
     }
+}
+
+/// The AI analyzer's answer as the API serves it: its patch only when the reviewer passed it,
+/// and the review.
+pub fn ai_diagnosis(
+    operation: &str,
+    d: &opsgraph_runtime::ai::AiDiagnosis,
+) -> (crate::dto::DiagnosisView, Option<crate::dto::ReviewView>) {
+    let a = &d.answer;
+    let passed = matches!(d.review, Some(Ok(_)));
+    let view = crate::dto::DiagnosisView {
+        operation: operation.to_string(),
+        job: a.jobs.join(", "),
+        summary: a.summary.clone(),
+        cause: a.cause.clone(),
+        confidence: a.confidence,
+        evidence: a.evidence.clone(),
+        remedy: a.remedy.clone(),
+        source: a.remedy.as_ref().map(|_| crate::dto::RemedySource::of(a.from_library)),
+        patch: a
+            .plan_patch
+            .as_ref()
+            .filter(|_| passed)
+            .map(|p| serde_json::to_value(p).unwrap_or(Value::Null))
+            .unwrap_or(Value::Null),
+        analyzer: "ai".into(),
+    };
+    let review = d.review.as_ref().map(|r| match r {
+        Ok(findings) => crate::dto::ReviewView { state: "passed".into(), findings: findings.clone() },
+        Err(findings) => crate::dto::ReviewView { state: "refused".into(), findings: findings.clone() },
+    });
+    (view, review)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 //!   another writer committed, and a stale writer is refused by the operation's version.
 
 pub mod agent;
+pub mod ai;
 mod analyze;
 mod attempt;
 pub mod audit;
@@ -117,6 +118,10 @@ pub enum Error {
     PatchRefused(String),
     #[error("secrets: {0}")]
     Secrets(String),
+    /// The AI analyzer: not configured (`ai_not_configured`), its endpoint not reachable
+    /// (`ai_unavailable`), or its answer refused (`ai_answer_refused`, also on the timeline).
+    #[error("{message}")]
+    Ai { code: &'static str, message: String },
     /// The keeper could not renew this process's lease in time, or another replica took the
     /// operation over: this process stops driving it.
     #[error("lost the lease on operation `{operation}` ({holder}, token {token}); another replica drives it now")]

@@ -83,6 +83,9 @@ pub struct PatchRules {
     pub safe_changes: SafeChanges,
     /// May the creator of an operation answer its approval gates (patch gates included)?
     pub allow_self_approval: bool,
+    /// `ai_policy.environments`: the environments whose operations the AI analyzer may be asked
+    /// about (their failure's context leaves the machine); `None`: every environment.
+    pub ai_environments: Option<Vec<String>>,
 }
 
 impl PatchRules {
@@ -103,10 +106,18 @@ impl PatchRules {
             Value::Bool(b) => *b,
             other => return Err(format!("`allow_self_approval` must be true or false, not {other}")),
         };
+        let ai_environments = match &config["ai_policy"]["environments"] {
+            Value::Null => None,
+            Value::Array(a) if a.iter().all(Value::is_string) => {
+                Some(a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            }
+            other => return Err(format!("`ai_policy.environments` must be a list of environment names, not {other}")),
+        };
         Ok(PatchRules {
             ai_auto_apply: list(&config["ai_policy"]["auto_apply"], "ai_policy.auto_apply")?,
             safe_changes: list(&config["patch_policy"]["safe_changes"], "patch_policy.safe_changes")?,
             allow_self_approval,
+            ai_environments,
         })
     }
 }

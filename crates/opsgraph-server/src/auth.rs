@@ -114,6 +114,9 @@ pub struct Config {
     /// gates? default no), `ai_policy.auto_apply` and `patch_policy.safe_changes`. The runtime
     /// applies them, for the server and the local CLI alike.
     pub patch_rules: opsgraph_runtime::PatchRules,
+    /// The AI analyzer's endpoint (`ai: {url, model, api_key_env}`, as the CLI reads it); without
+    /// it, asking for `analyzer=ai` is 409 `ai_not_configured`.
+    pub ai: Option<opsgraph_runtime::ai::Endpoint>,
 }
 
 /// `DIR/config.yaml` read by `parse` (given its path and text); a missing file is the default.
@@ -150,6 +153,7 @@ impl Config {
         let invalid = |message: String| ConfigError::Invalid { path: path.to_string(), message };
         let mut config = Config {
             patch_rules: opsgraph_runtime::PatchRules::from_config(&value).map_err(invalid)?,
+            ai: opsgraph_runtime::ai::Endpoint::from_config(&value).map_err(invalid)?,
             ..Config::default()
         };
         match &value["roles"] {

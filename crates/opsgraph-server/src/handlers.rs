@@ -663,7 +663,8 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let actor = ctx.who()?.actor();
     let op = ctx.operation_record()?;
     // `?remedy=ID`: the patch of one of the operation's pack remedies; `?analyzer=rules`: the
-    // remedy the rules analyzer matches, proposed by the analyzer; else a `plan_patch` body.
+    // remedy the rules analyzer matches, proposed by the analyzer (`?analyzer=ai`: `analyze.rs`);
+    // else a `plan_patch` body.
     let mut author = actor.clone();
     let patch = match (ctx.query.get("remedy").cloned(), ctx.query.get("analyzer").cloned()) {
         (Some(id), None) => {
@@ -675,7 +676,7 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             ctx.runtime()?.analyzer_patch(&op.id)?
         }
         (None, Some(a)) => {
-            return Err(ApiError::bad_request("unknown_analyzer", format!("no analyzer `{a}`: expected rules")))
+            return Err(ApiError::bad_request("unknown_analyzer", format!("no analyzer `{a}`: expected rules or ai")))
         }
         // Each is a valid parameter alone (the document cannot say "not both"): 422, not 400.
         (Some(_), Some(_)) => {

@@ -11,6 +11,7 @@
 //!   the store as they do from the CLI.
 
 mod agent;
+mod analyze;
 pub mod auth;
 mod catalog;
 mod error;

@@ -11,7 +11,7 @@ use crate::handlers::{self, Ctx, Reply};
 use crate::media::*;
 use crate::route::schema_of;
 pub use crate::route::{openapi_path, Access, Route, SchemaFn};
-use crate::{agent, catalog, manage, observe, reveal, ui, verifier};
+use crate::{agent, analyze, catalog, manage, observe, reveal, ui, verifier};
 
 use Access::*;
 use Permission::*;
@@ -340,7 +340,7 @@ pub static ROUTES: &[Route] = &[
         200,
         "plan_patch",
         &["remedy", "analyzer"],
-        handlers::propose_patch,
+        analyze::propose_patch,
         "Propose a plan patch for a failed operation: reviewed, then applied or waiting at its patch gate.",
         -> PatchReply
     ),
@@ -365,6 +365,17 @@ pub static ROUTES: &[Route] = &[
         handlers::diagnosis,
         "The rules analyzer's diagnosis of the failed jobs: the matching remedy, or none.",
         -> DiagnosisList
+    ),
+    route!(
+        "POST",
+        "/api/v1/operations/{id}/diagnosis",
+        Need(Read),
+        200,
+        "none",
+        &["analyzer"],
+        analyze::diagnose,
+        "Ask an analyzer: `rules` (the default, as GET) or `ai` (the configured endpoint; its answer recorded and audited, its patch reviewed, not proposed).",
+        -> AnalyzerReply
     ),
     route!(
         "GET",

@@ -629,7 +629,7 @@ function diagnosisSection(op, ctx) {
       h("p", {}, h("strong", {}, d.job), ": ", d.summary),
       d.cause && d.cause !== d.summary ? h("p", {}, "Cause: ", d.cause) : null,
       // A diagnosis without confidence found nothing: it says what it looked at, not what matched.
-      h("p", { class: "muted" }, d.confidence > 0 ? `Confidence ${Math.round(d.confidence * 100)}% · ${d.analyzer}${d.remedy ? " · remedy " + d.remedy : ""}` : `Analyzer: ${d.analyzer}`),
+      h("p", { class: "muted" }, d.confidence > 0 ? `Confidence ${Math.round(d.confidence * 100)}% · ${d.analyzer}${d.remedy ? " · remedy " + d.remedy + (d.source ? ` (from the ${d.source === "library" ? "remedy library" : "pack"})` : "") : ""}` : `Analyzer: ${d.analyzer}`),
       (d.evidence || []).length ? [h("p", {}, d.confidence > 0 ? "What matched:" : "What it looked at:"), h("pre", { class: "log", "data-testid": "diagnosis-evidence" }, d.evidence.join("\n"))] : null,
       d.patch && may("patch") ? h("button", { type: "button", id: "remedy-" + safeId(d.job), "data-testid": "propose-remedy", onclick: () => {
         ctx.draft.text = JSON.stringify({ plan_patch: d.patch }, null, 2);

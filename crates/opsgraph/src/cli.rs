@@ -78,8 +78,8 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
                 bail!("--plan-hash checks a local preview: run it without --server")
             }
             Command::Patch { dry_run: true, .. } => bail!("`patch --dry-run` reviews locally: run it without --server"),
-            Command::Diagnose { ai, .. } if ai != "rules" => {
-                bail!("`diagnose --ai openai` runs where the data directory is (no API route yet)")
+            Command::Diagnose { operation, propose, ai, .. } if ai != "rules" => {
+                return remote.diagnose_ai(operation, *propose, out)
             }
             Command::Token { command: TokenCommand::Create { name, roles } } => {
                 return remote.token_create(name, roles, out)

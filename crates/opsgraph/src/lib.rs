@@ -4,7 +4,6 @@
 //! decisions live in `opsgraph-core` (documents, packs, resolution and plans).
 
 pub mod agent_cmd;
-pub mod ai;
 pub mod args;
 pub mod catalogue;
 pub mod cli;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 use opsgraph_runtime::Runtime;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub use crate::client::{local_actor, roles_of};
 pub use crate::control_cmd::Action;
@@ -329,53 +329,77 @@ pub fn rollback(
     crate::control_cmd::run_created(&mut ctl, &id, None, out)
 }
 
-/// `diagnose OP --ai openai [--propose]`: the endpoint's answer, checked; refusals recorded.
+/// The AI analyzer's endpoint: `ai:` of `DATA_DIR/config.yaml`, read by the runtime's one
+/// parser, as the server reads it.
+pub fn ai_endpoint(data_dir: &Path) -> anyhow::Result<opsgraph_runtime::ai::Endpoint> {
+    let path = data_dir.join("config.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let docs = opsgraph_core::pack::yaml::parse_stream(&text)
+        .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.pos.line, e.message))?;
+    let config = docs.first().map(opsgraph_core::pack::shape::to_json).unwrap_or(Value::Null);
+    opsgraph_runtime::ai::Endpoint::from_config(&config)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        .with_context(|| format!("the openai analyzer is configured in {} (`ai: {{url, model}}`)", path.display()))
+}
+
+/// `diagnose OP --ai openai [--propose]`: the endpoint's answer, checked, its patch reviewed
+/// (and with `--propose`, proposed); refusals recorded (`opsgraph_runtime::ai`).
 pub fn diagnose_openai(c: &Control<'_>, op: &str, propose: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
+    use opsgraph_runtime::Error;
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
-    let context = rt.failure_context(op)?;
-    let provider = crate::ai::OpenAi::from_config(&c.data_dir)?;
-    let analyzer = "ai-agent:analyzer";
-    let answer = match provider.diagnose(&context)? {
-        Ok(a) => a,
-        Err(reason) => {
-            rt.note(op, analyzer, "ai_answer_refused", &reason, json!({"provider": "openai"}))?;
-            writeln!(out, "the analyzer's answer is refused: {reason}")?;
+    let endpoint = ai_endpoint(&c.data_dir)?;
+    let after = opsgraph_api::last_seq(&crate::client::Local::of(&rt), op)?;
+    let asked = if propose {
+        rt.ai_answer(op, &endpoint).and_then(|a| rt.ai_propose(op, &a, &mut |_| {}).map(|p| (a, None, p)))
+    } else {
+        rt.ai_diagnose(op, &endpoint).map(|d| (d.answer, d.review, None))
+    };
+    let (answer, review, proposal) = match asked {
+        Ok(found) => found,
+        Err(Error::Ai { code: "ai_answer_refused", message }) => {
+            writeln!(out, "{message}")?;
             return Ok(1);
         }
+        Err(Error::PatchRefused(findings)) => {
+            writeln!(out, "the proposed patch is refused (out of policy):\n{findings}")?;
+            return Ok(1);
+        }
+        Err(e) => return Err(e.into()),
     };
-    rt.note(op, analyzer, "ai_diagnosis", &answer.summary, json!({"provider": "openai", "answer": answer.raw}))?;
     writeln!(out, "Diagnosis (openai analyzer, confidence {:.1})", answer.confidence)?;
     writeln!(out, "  {}", answer.summary)?;
     writeln!(out, "  cause: {}", answer.cause)?;
     writeln!(out, "  based on: {}", answer.evidence.join("; "))?;
     if let Some(r) = &answer.remedy {
-        writeln!(out, "  remedy: {r}")?;
+        writeln!(out, "  remedy: {r} ({})", if answer.from_library { "library" } else { "pack" })?;
     }
-    let Some(patch) = answer.plan_patch.filter(|_| propose) else {
+    match review {
+        Some(Ok(findings)) => {
+            writeln!(out, "Its patch passes the review (propose it with --propose):")?;
+            crate::render::print_findings(&findings, out)?;
+        }
+        Some(Err(findings)) => {
+            writeln!(out, "Its patch is refused by the review (out of policy):")?;
+            crate::render::print_findings(&findings, out)?;
+            return Ok(1);
+        }
+        None => {}
+    }
+    let Some(p) = proposal else { return Ok(0) };
+    writeln!(out, "patch {} proposed by {}:", p.patch, opsgraph_runtime::ANALYZER_AUTHOR)?;
+    write!(out, "{}", p.diff.text())?;
+    if let Some(g) = &p.gate {
+        writeln!(
+            out,
+            "waiting for approval at {g}: opsgraph gate answer {g} --operation {op} --option 'approve patch' --as USER"
+        )?;
         return Ok(0);
-    };
-    let after = opsgraph_api::last_seq(&crate::client::Local::of(&rt), op)?;
-    match rt.propose_patch(op, &patch, opsgraph_runtime::ANALYZER_AUTHOR, &mut |_| {}) {
-        Ok(p) => {
-            writeln!(out, "patch {} proposed by ai-agent:planner:", p.patch)?;
-            write!(out, "{}", p.diff.text())?;
-            if let Some(g) = &p.gate {
-                writeln!(out, "waiting for approval at {g}: opsgraph gate answer {g} --operation {op} --option 'approve patch' --as USER")?;
-                return Ok(0);
-            }
-            // Within the AI policy: applied without a person; the run goes on.
-            writeln!(out, "applied without approval: every change is within ai_policy")?;
-            if c.wait {
-                let mut ctl = crate::client::LocalControl::new(rt, &local_actor(None));
-                return crate::control_cmd::finish_run(&mut ctl, op, Some(after), None, out);
-            }
-            Ok(0)
-        }
-        Err(opsgraph_runtime::Error::PatchRefused(findings)) => {
-            rt.note(op, "ai-agent:planner", "ai_patch_refused", &findings, json!({"provider": "openai"}))?;
-            writeln!(out, "the proposed patch is refused (out of policy):\n{findings}")?;
-            Ok(1)
-        }
-        Err(e) => Err(e.into()),
     }
+    // Within the AI policy: applied without a person; the run goes on.
+    writeln!(out, "applied without approval: every change is within ai_policy")?;
+    if c.wait {
+        let mut ctl = crate::client::LocalControl::new(rt, &local_actor(None));
+        return crate::control_cmd::finish_run(&mut ctl, op, Some(after), None, out);
+    }
+    Ok(0)
 }

@@ -126,7 +126,10 @@ pub fn diagnose(
                 writeln!(out, "  cause: {}", d.cause)?;
                 writeln!(out, "  based on: {}", d.evidence.join("; "))?;
                 match &d.remedy {
-                    Some(r) => writeln!(out, "  remedy: {r}")?,
+                    Some(r) => match d.source {
+                        Some(from) => writeln!(out, "  remedy: {r} ({})", from.as_str())?,
+                        None => writeln!(out, "  remedy: {r}")?,
+                    },
                     None => writeln!(out, "  no remedy applies: nothing is proposed")?,
                 }
             }

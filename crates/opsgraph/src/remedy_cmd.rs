@@ -152,7 +152,7 @@ fn diagnosis_of(file: &str, packs: &[String], data_dir: &Path) -> Result<Value, 
         "pack": pack.reference(),
         "job": failure.job,
         "remedy": m.remedy.id,
-        "source": if m.from_library() { "library".to_string() } else { format!("pack {}", pack.manifest.id) },
+        "source": opsgraph_api::RemedySource::of(m.from_library()).as_str(),
         "summary": m.diagnosis(),
         "cause": m.cause(),
         "confidence": m.confidence,
@@ -196,13 +196,12 @@ pub fn diagnosis_schema() -> Value {
                     "pack": {"type": "string", "description": "a failure file's pack, `id@version`"},
                     "job": {"type": "string", "description": "the failed job (or instance)"},
                     "remedy": {"type": ["string", "null"], "description": "the remedy that matched, or null"},
-                    "source": {"type": "string", "description": "`library` or `pack ID`: where the remedy comes from"},
-                    "from_library": {"type": "boolean", "description": "an operation's diagnosis: the remedy comes from the library"},
+                    "source": {"enum": ["library", "pack"], "description": "where the remedy comes from: the remedy library that ships with Opsgraph, or the pack (absent without a remedy)"},
                     "summary": {"type": "string", "minLength": 1, "description": "what went wrong and what a person does"},
                     "cause": {"type": "string", "minLength": 1, "description": "the cause, in one sentence"},
                     "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                     "evidence": strings.clone(),
-                    "analyzer": {"type": "string", "description": "`rules` or an AI analyzer"},
+                    "analyzer": {"type": "string", "description": "`rules`, or `ai` (an operation's diagnosis by the AI analyzer)"},
                     "plan_patch": {"type": ["object", "null"], "description": "the proposed patch (`opsgraph schema plan_patch`); null: nothing is proposed"},
                     "patch": {"type": ["object", "null"], "description": "an operation's diagnosis: the proposed patch"},
                     "patch_in_words": strings.clone(),
@@ -258,7 +257,11 @@ fn text(v: &Value, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(out, "  {}", s("summary"))?;
     let on: Vec<&str> = v["evidence"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     writeln!(out, "  based on: {}", on.join("; "))?;
-    writeln!(out, "  remedy: {} ({})", s("remedy"), s("source"))?;
+    let from = match v["source"].as_str() {
+        Some("library") => "library".to_string(),
+        _ => format!("pack {}", s("pack").split('@').next().unwrap_or_default()),
+    };
+    writeln!(out, "  remedy: {} ({from})", s("remedy"))?;
     for n in &notes {
         writeln!(out, "  note: {n}")?;
     }

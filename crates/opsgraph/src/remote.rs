@@ -153,6 +153,57 @@ impl Remote {
         self.read(&format!("/api/v1/operations/{}", segment(id)))
     }
 
+    /// `diagnose OP --ai openai [--propose]` through the server: its AI analyzer
+    /// (`POST …/diagnosis?analyzer=ai`), or its patch proposed (`POST …/patches?analyzer=ai`).
+    pub fn diagnose_ai(&self, operation: &str, propose: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
+        let op = segment(operation);
+        // The server waits up to 120 s for the model: this request waits longer than others.
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(180)))
+            .build()
+            .into();
+        let patient = Remote { base: self.base.clone(), token: self.token.clone(), agent };
+        let reply = if propose {
+            patient.call("POST", &format!("/api/v1/operations/{op}/patches?analyzer=ai"), None)?
+        } else {
+            patient.call("POST", &format!("/api/v1/operations/{op}/diagnosis?analyzer=ai"), None)?
+        };
+        let d = if propose { reply["diagnosis"].clone() } else { reply["diagnosis"][0].clone() };
+        let d: opsgraph_api::DiagnosisView = serde_json::from_value(d)?;
+        writeln!(out, "Diagnosis of {} (ai analyzer of the server, confidence {:.1})", d.job, d.confidence)?;
+        writeln!(out, "  {}", d.summary)?;
+        writeln!(out, "  cause: {}", d.cause)?;
+        writeln!(out, "  based on: {}", d.evidence.join("; "))?;
+        if let Some(r) = &d.remedy {
+            writeln!(out, "  remedy: {r} ({})", d.source.map(|s| s.as_str()).unwrap_or("pack"))?;
+        }
+        if propose {
+            let p: opsgraph_api::PatchReply = serde_json::from_value(reply)?;
+            writeln!(out, "patch {} proposed by {}:", p.patch, opsgraph_runtime::ANALYZER_AUTHOR)?;
+            write!(out, "{}", p.diff_text)?;
+            match &p.gate {
+                Some(g) => writeln!(out, "waiting for approval at {g}")?,
+                None => writeln!(out, "applied without approval: every change is within ai_policy")?,
+            }
+            return Ok(0);
+        }
+        let Some(review) = reply["review"].as_object().cloned() else { return Ok(0) };
+        let review: opsgraph_api::ReviewView = serde_json::from_value(Value::Object(review))?;
+        let refused = review.state == "refused";
+        writeln!(
+            out,
+            "{}",
+            if refused {
+                "Its patch is refused by the review (out of policy):"
+            } else {
+                "Its patch passes the review (propose it with --propose):"
+            }
+        )?;
+        crate::render::print_findings(&review.findings, out)?;
+        Ok(if refused { 1 } else { 0 })
+    }
+
     /// `plan -f INTENT`: the server's preview of an intent file.
     pub fn plan(&self, intent: &str, output: Output, out: &mut dyn Write) -> anyhow::Result<u8> {
         let text = crate::load::read_document(intent)?;

@@ -39,24 +39,52 @@ job:
     ("intent.yaml", "intent: {target_resource_type: greet.app, action: run, name: g-1, environment: dev, parameters: {word: bye}}\n"),
 ];
 
-fn reply(content: &str) -> Vec<u8> {
+/// A chat-completions reply whose message is `content`.
+pub(crate) fn reply(content: &str) -> Vec<u8> {
     let body = json!({"id": "x", "object": "chat.completion", "model": "test-model",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]});
     HttpServer::response(200, &body.to_string())
 }
 
+/// The local stand-in for an OpenAI-compatible endpoint, for the CLI's tests and the server's
+/// (`server_ai.rs`): it answers every question with the content set last, and keeps each
+/// request's body.
+pub(crate) struct StandIn {
+    pub(crate) server: HttpServer,
+    pub(crate) answer: Arc<Mutex<String>>,
+    pub(crate) requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl StandIn {
+    pub(crate) fn start() -> StandIn {
+        let answer = Arc::new(Mutex::new(String::new()));
+        let requests = Arc::new(Mutex::new(Vec::<String>::new()));
+        let server = {
+            let (answer, requests) = (answer.clone(), requests.clone());
+            HttpServer::start(move |r| {
+                requests.lock().unwrap().push(String::from_utf8_lossy(&r.body).into_owned());
+                reply(&answer.lock().unwrap())
+            })
+        };
+        StandIn { server, answer, requests }
+    }
+
+    /// What it answers from now on.
+    pub(crate) fn answers(&self, content: &str) {
+        *self.answer.lock().unwrap() = content.to_string();
+    }
+
+    /// The `ai:` section of a `config.yaml` that names it.
+    pub(crate) fn config(&self) -> String {
+        format!("ai:\n  url: {}\n  model: test-model\n", self.server.url("/v1"))
+    }
+}
+
 #[test]
 fn the_openai_analyzer_is_checked_and_its_patch_waits_for_a_person() {
-    let answer = Arc::new(Mutex::new(String::new()));
-    let requests = Arc::new(Mutex::new(Vec::<String>::new()));
-    let server = {
-        let (answer, requests) = (answer.clone(), requests.clone());
-        HttpServer::start(move |r| {
-            requests.lock().unwrap().push(String::from_utf8_lossy(&r.body).into_owned());
-            reply(&answer.lock().unwrap())
-        })
-    };
-    let config = format!("users:\n  alice: [sre]\nai:\n  url: {}\n  model: test-model\n", server.url("/v1"));
+    let stand_in = StandIn::start();
+    let (answer, requests) = (stand_in.answer.clone(), stand_in.requests.clone());
+    let config = format!("users:\n  alice: [sre]\n{}", stand_in.config());
     let dir = temp_dir(&[FILES, &[("data/config.yaml", &config)]].concat());
     let data = dir.join("data").display().to_string();
     let packs = dir.join("packs").display().to_string();
@@ -157,13 +185,9 @@ job:
         ),
         ("intent.yaml", "intent: {target_resource_type: flaky.app, action: run, name: f-1, environment: dev}\n"),
     ];
-    let answer = Arc::new(Mutex::new(String::new()));
-    let server = {
-        let answer = answer.clone();
-        HttpServer::start(move |_| reply(&answer.lock().unwrap()))
-    };
-    let config =
-        format!("ai:\n  url: {}\n  model: m\nai_policy:\n  auto_apply: [retry_idempotent]\n", server.url("/v1"));
+    let stand_in = StandIn::start();
+    let answer = stand_in.answer.clone();
+    let config = format!("{}ai_policy:\n  auto_apply: [retry_idempotent]\n", stand_in.config());
     let dir = temp_dir(&[files, &[("data/config.yaml", &config)]].concat());
     let data = dir.join("data").display().to_string();
     let packs = dir.join("packs").display().to_string();

@@ -2,7 +2,9 @@
 //! from the real tools' own messages (kubeadm, the kubelet, containerd, apt/dpkg, systemd,
 //! PostgreSQL, etcd, MinIO, Helm, Tempo, OpenSSH) and prompt-injection logs, each headed by
 //! `# expect: REMEDY PATCH_KIND` (`none` for no remedy; patch kinds `fix_job`, `set_parameters`,
-//! `retry`, `gate`, `none`). Each runs through `diagnose FILE -o json`, the tool users run.
+//! `retry`, `gate`, `none`). Documents marked `# source: fleet` are real failures captured on fleet
+//! hosts by `fleet_captures.rs`, with the command that produced them. Each runs through
+//! `diagnose FILE -o json`, the tool users run.
 //!
 //! A case is right when the remedy and the kind of patch are both the expected ones. Precision:
 //! right diagnoses among the diagnoses given; recall: right diagnoses among the cases that have a
@@ -71,8 +73,10 @@ fn the_failure_corpus_is_diagnosed_with_precision_and_recall_of_90_percent() {
     let data = temp_dir(&[]);
     let (mut given, mut right, mut expected_remedies, mut right_remedies) = (0, 0, 0, 0);
     let (mut wrong, mut patched_no_fix) = (Vec::new(), Vec::new());
+    let mut from_fleet = 0;
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
+        from_fleet += usize::from(text.lines().any(|l| l == "# source: fleet"));
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         let head = text.lines().next().and_then(|l| l.strip_prefix("# expect: ")).expect("an `# expect:` line");
         let (want_remedy, want_kind) = head.split_once(' ').expect("`# expect: REMEDY KIND`");
@@ -115,7 +119,7 @@ fn the_failure_corpus_is_diagnosed_with_precision_and_recall_of_90_percent() {
     let precision = right as f64 / given.max(1) as f64;
     let recall = right_remedies as f64 / expected_remedies.max(1) as f64;
     println!(
-        "failure corpus: {} documents; precision {:.1}% ({right}/{given}), recall {:.1}% ({right_remedies}/{expected_remedies})",
+        "failure corpus: {} documents ({from_fleet} captured on the fleet); precision {:.1}% ({right}/{given}), recall {:.1}% ({right_remedies}/{expected_remedies})",
         files.len(),
         precision * 100.0,
         recall * 100.0

@@ -512,7 +512,7 @@ fn a_failed_run_shows_its_diagnosis_and_proposes_its_remedy() {
     browser.go(&format!("{}/#/operations/{id}", c.base()));
     browser.sign_in(&c.bob, "bob");
     let found = browser.wait_text("[data-testid=diagnosis][data-job='install-runtime@n1']", |t| t.contains("mirror"));
-    assert!(found.contains("Confidence") && found.contains("fleet-mirror-down"), "{found}");
+    assert!(found.contains("Confidence") && found.contains("fleet-mirror-down (from the pack)"), "{found}");
     browser.wait("[data-testid=diagnosis][data-job='install-runtime@n1'] [data-testid=diagnosis-evidence]", |t| {
         t.contains("runtime mirror unreachable")
     });
