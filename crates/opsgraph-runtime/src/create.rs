@@ -159,7 +159,10 @@ impl Runtime {
         }
         // One write a job instance: reserved at once, not grown by doubling (a `Write` is a few
         // hundred bytes; 10,000 jobs grown by doubling held three times what they need).
-        writes.reserve(plan.jobs.len() + plan.gates.len() + 8);
+        // The inventory entries the plan runs on are kept, so later commands reach them without
+        // being given the inventory again.
+        let targets: HashSet<&str> = plan.jobs.iter().filter_map(|j| j.resource.as_deref()).collect();
+        writes.reserve(plan.jobs.len() + plan.gates.len() + targets.len() + 16);
         for j in &plan.jobs {
             writes.push(Write::Job(JobRecord {
                 operation: id.clone(),
@@ -172,9 +175,6 @@ impl Runtime {
             }));
         }
         writes.extend(plan.gates.iter().map(|g| open_gate(&id, g)));
-        // The inventory entries the plan runs on are kept, so later commands reach them without
-        // being given the inventory again.
-        let targets: HashSet<&str> = plan.jobs.iter().filter_map(|j| j.resource.as_deref()).collect();
         for r in self.resources.iter().filter(|r| targets.contains(r.id.as_str())) {
             if self.store.resource(&r.id)?.is_none() {
                 writes.push(Write::Resource(ResourceRecord {

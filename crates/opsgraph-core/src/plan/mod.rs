@@ -9,6 +9,7 @@ mod canary;
 mod columns;
 pub mod day2;
 mod edit;
+mod graph;
 mod inputs;
 pub mod job_lifecycle;
 pub mod lifecycle;
@@ -27,9 +28,10 @@ mod types;
 
 use std::fmt;
 
-pub use build::{build, check_intent_parameters, job_edges, transitive_reduction};
+pub use build::{build, check_intent_parameters};
 pub use day2::{Change, Inherited, Recorded};
 pub use edit::{apply, Edit};
+pub use graph::{job_edges, transitive_reduction};
 pub use inputs::check_preview;
 pub use params::check_parameter;
 pub use resolve::{Inventory, Outcome, Resolution};

@@ -98,6 +98,9 @@ fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
         let r = call("GET", &format!("/api/v1/operations/{{id}}/{part}"), &format!("{op}/{part}"), Some(&sam), "", &[]);
         assert_eq!(r.status, 200, "{part}: {}", r.body);
     }
+    // The rules analyzer asked by POST answers as GET does (nothing failed: an empty list).
+    let r = call("POST", "/api/v1/operations/{id}/diagnosis", &format!("{op}/diagnosis"), Some(&sam), "", &[]);
+    assert_eq!((r.status, &r.body["diagnosis"]), (200, &json!([])), "{}", r.body);
 
     // Its gate: refused to the operator (403), to a stale revision (409), answered by the SRE.
     let answer = "/api/v1/operations/{id}/gates/{gate}/answer";
@@ -192,6 +195,7 @@ fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
             "POST /api/v1/operations/{id}/interventions",
             "POST /api/v1/operations/{id}/patches",
             "POST /api/v1/packs",
+            "POST /api/v1/packs/catalogue",
         ]
     "#]]
     .assert_debug_eq(&missed);
