@@ -111,8 +111,14 @@ impl Runtime {
             }
         }
         // Secret parameter values are stored sealed (in the plan and in the intent).
-        let mut stored = plan.clone();
-        self.seal_plan(&mut stored)?;
+        // Copied only when something is to be sealed: a 10,000-job plan is megabytes.
+        let stored: std::borrow::Cow<'_, Plan> = if self.has_secret_values(plan) {
+            let mut sealed = plan.clone();
+            self.seal_plan(&mut sealed)?;
+            std::borrow::Cow::Owned(sealed)
+        } else {
+            std::borrow::Cow::Borrowed(plan)
+        };
         let at = now();
         let record = OperationRecord {
             id: id.clone(),
@@ -131,7 +137,7 @@ impl Runtime {
         let mut writes = vec![
             Write::CreateOperation {
                 op: record.clone(),
-                plan: serde_json::to_string(&stored).map_err(|_| Error::Plan(plan.revision.hash.clone()))?,
+                plan: serde_json::to_string(&*stored).map_err(|_| Error::Plan(plan.revision.hash.clone()))?,
             },
             Write::Timeline(entry(
                 &id,
@@ -235,6 +241,18 @@ impl Runtime {
     }
 
     /// Seals the values of secret parameters (and those of the sub-operations' plans).
+    /// Whether [`Runtime::seal_plan`] would change anything: a value of a secret parameter not
+    /// sealed yet, here or in a sub-operation's plan.
+    fn has_secret_values(&self, plan: &Plan) -> bool {
+        let names = self.secret_params(plan);
+        let open = |map: &opsgraph_core::model::Attributes| {
+            names.iter().any(|n| map.get(n).is_some_and(|v| !v.is_null() && !crate::secrets::is_sealed(v)))
+        };
+        open(&plan.parameters)
+            || open(&plan.intent.parameters)
+            || plan.sub_operations.iter().filter_map(|s| s.plan.as_deref()).any(|p| self.has_secret_values(p))
+    }
+
     fn seal_plan(&self, plan: &mut Plan) -> Result<(), Error> {
         let names = self.secret_params(plan);
         for name in &names {

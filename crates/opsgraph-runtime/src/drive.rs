@@ -74,7 +74,7 @@ impl Runtime {
             let op = self.snapshot_op(&mut d, id)?;
             let running = matches!(op.state, OperationState::Running);
             if d.cache_stale {
-                d.cache = self.store.jobs(id)?.into_iter().map(|j| (j.id.clone(), j)).collect();
+                d.cache = self.store.jobs(id)?.into_iter().map(|j| (j.id.clone(), crate::execute::cached(j))).collect();
                 d.cache_stale = false;
                 d.done_prefix = 0;
             }

@@ -123,10 +123,23 @@ impl<'p> Drive<'p> {
     fn remember(&mut self, writes: &[Write]) {
         for w in writes {
             if let Write::Job(j) = w {
-                self.cache.insert(j.id.clone(), j.clone());
+                self.cache.insert(j.id.clone(), cached(j.clone()));
             }
         }
     }
+}
+
+/// What the driver keeps of a job record: all of a running one (recovery reads its key), and of
+/// any other only the failure of its outcome, the one part `decide` reads. An outcome object per
+/// finished job was most of a 10,000-job drive's memory. The store keeps the whole record.
+pub(crate) fn cached(mut j: JobRecord) -> JobRecord {
+    if j.state != JobState::Running {
+        j.outcome = match j.outcome.get("failure").filter(|f| !f.is_null()) {
+            Some(f) => serde_json::json!({ "failure": f }),
+            None => Value::Null,
+        };
+    }
+    j
 }
 
 /// What the drive does after an executed decision.
@@ -359,7 +372,7 @@ impl Runtime {
             .collect();
         self.commit_timeline(writes, progress)?;
         crate::failpoint::hit("attempts.recorded");
-        d.cache.extend(started.into_iter().map(|j| (j.id.clone(), j)));
+        d.cache.extend(started.into_iter().map(|j| (j.id.clone(), cached(j))));
         for task in tasks {
             if task.is_trivial() {
                 // Nothing to run, check or collect: its result is known now, without a thread
