@@ -628,3 +628,79 @@ fn a_running_jobs_log_is_read_live_with_its_secrets_masked() {
         "{text}"
     );
 }
+
+/// Output shared with a thread that writes it (a command running there).
+#[derive(Clone, Default)]
+struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+/// `logs OP JOB --follow`, through the server and on the data directory alike: a running job's
+/// output as it arrives (its secret masked), then what its final log adds, ending with the job.
+#[test]
+fn logs_follow_prints_a_running_jobs_output_as_it_arrives() {
+    use clap::Parser as _;
+    let c = Console::start();
+    let secret = "s3cr3t-follow-token";
+    let id = c.create("leak", "follow", &format!("  parameters: {{token: {secret}}}\n"));
+    c.wait_op(&id, "ran leak", |op| Console::job_state(op, "leak") == "running");
+    let token = c._api.dir.join("vera.token");
+    std::fs::write(&token, &c.vera).unwrap();
+    let (url, token, data) = (c.base(), token.display().to_string(), c._api.dir.join("data").display().to_string());
+    let ways = [vec!["--server", url.as_str(), "--token-file", token.as_str()], vec!["--data-dir", data.as_str()]];
+    let followers: Vec<_> = ways
+        .iter()
+        .map(|way| {
+            let mut args = vec!["opsgraph".to_string()];
+            args.extend(way.iter().chain(&["logs", id.as_str(), "leak", "--follow"]).map(|a| a.to_string()));
+            let out = Shared::default();
+            let mut writer = out.clone();
+            let thread = std::thread::spawn(move || {
+                let cli = opsgraph::cli::Cli::try_parse_from(&args).unwrap();
+                let mut err = Vec::new();
+                let code = opsgraph::cli::run(cli, &mut std::io::empty(), &mut writer, &mut err);
+                (code.map_err(|e| format!("{e:#}")), String::from_utf8(err).unwrap())
+            });
+            (out, thread)
+        })
+        .collect();
+    // Both print the job's lines while it still waits for `go-follow`.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (out, _) in &followers {
+        while !out.text().contains("\n1000\n") {
+            assert!(Instant::now() < deadline, "nothing followed: {:?}", out.text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let text = out.text();
+        assert!(text.starts_with("==> leak attempt 1 <==\nthe token is ***\n1\n"), "{text}");
+        assert!(!text.contains("done") && !text.contains(secret), "{text}");
+    }
+    assert_eq!(Console::job_state(&c.get(&id), "leak"), "running");
+    c.go("follow");
+    let mut printed = Vec::new();
+    for (out, thread) in followers {
+        let (code, err) = thread.join().unwrap();
+        assert_eq!(code, Ok(0), "{err}");
+        let text = out.text();
+        // The final log continues what was printed: its rest, once, and no second copy.
+        assert!(text.ends_with("\n2999\n3000\ndone\n"), "{text}");
+        assert_eq!(text.matches("the token is").count(), 1, "{text}");
+        assert!(!text.contains(secret) && !text.contains("final log"), "{text}");
+        printed.push(text);
+    }
+    assert_eq!(printed[0], printed[1], "through the server and on the data directory alike");
+}
