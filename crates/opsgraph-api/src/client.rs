@@ -26,6 +26,9 @@ pub trait Client {
     fn resource(&self, id: &str) -> anyhow::Result<ResourceView>;
     /// Each attempt's captured output, for one job (`JOB` or its instances `JOB@…`) or all.
     fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<LogEntry>>;
+    /// One job instance's latest attempt: its live output from byte `after` on while it runs, its
+    /// final log once it ended (`logs --follow`); an error naming it when there is none.
+    fn job_log(&self, operation: &str, job: &str, after: u64) -> anyhow::Result<crate::replies::JobLog>;
     /// The audit log, narrowed by the filter.
     fn audit(&self, filter: &AuditFilter) -> anyhow::Result<Vec<AuditRecord>>;
     /// The rules analyzer on the operation's failed jobs (empty when none failed).

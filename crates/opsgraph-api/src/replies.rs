@@ -103,6 +103,29 @@ pub struct LogList {
     pub logs: Vec<LogEntry>,
 }
 
+/// `GET /operations/{id}/jobs/{job}/log?after=`: a job's latest attempt's output. While it runs,
+/// its live output (masked as its final log is) from byte `after` on, of the last 256 KiB it
+/// keeps; once the attempt ended, its whole final log, which replaces what was tailed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobLog {
+    pub job: String,
+    /// The job's state.
+    pub state: opsgraph_core::model::JobState,
+    /// The attempt shown; 0 before the first.
+    pub attempt: u32,
+    /// The attempt is still running: `text` is its live output from `from` to `next`.
+    pub running: bool,
+    /// The offset of `text`'s first byte in the attempt's live output: later than `after` when
+    /// the live log no longer keeps what was asked for. 0 for a final log.
+    pub from: u64,
+    /// Where to ask from next (`after=`).
+    pub next: u64,
+    pub text: String,
+    /// `text` is the ended attempt's whole final log (empty when it left no output).
+    #[serde(rename = "final")]
+    pub final_log: bool,
+}
+
 /// `GET /resources`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ResourceList {

@@ -251,6 +251,44 @@ pub fn logs(
     Ok(list)
 }
 
+/// `job`'s latest attempt's output (`GET /operations/{id}/jobs/{job}/log?after=`, `logs --follow`):
+/// its live log from byte `after` on while it runs (read from `data_dir`'s run directory), its
+/// whole final log once it ended; `None` when the operation has no such job.
+pub fn job_log(
+    store: &dyn Store,
+    blobs: &dyn opsgraph_store::BlobStore,
+    data_dir: &std::path::Path,
+    op: &str,
+    job: &str,
+    after: u64,
+) -> Result<Option<crate::replies::JobLog>, opsgraph_runtime::Error> {
+    let Some(record) = store.jobs(op)?.into_iter().find(|j| j.id == job) else { return Ok(None) };
+    let running = record.state == JobState::Running;
+    let mut log = crate::replies::JobLog {
+        job: record.id,
+        state: record.state,
+        attempt: record.attempts,
+        running,
+        from: after,
+        next: after,
+        text: String::new(),
+        final_log: false,
+    };
+    if record.attempts == 0 {
+        return Ok(Some(log));
+    }
+    if running {
+        if let Some(t) = opsgraph_runtime::live_log(data_dir, op, &log.job, record.attempts, after)? {
+            (log.from, log.next, log.text) = (t.from, t.next, t.text);
+        }
+    } else {
+        let bytes = blobs.log(&opsgraph_store::LogKey::new(op, &log.job, record.attempts))?.unwrap_or_default();
+        (log.from, log.next, log.final_log) = (0, bytes.len() as u64, true);
+        log.text = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    Ok(Some(log))
+}
+
 /// An operation's gates with its current plan revision; sealed values as references.
 pub fn gates(store: &dyn Store, o: &OperationRecord) -> Result<crate::dto::GateList, opsgraph_store::Error> {
     let mut gates = store.gates(&o.id)?;

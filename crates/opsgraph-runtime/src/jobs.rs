@@ -10,6 +10,7 @@ use opsgraph_core::pack::libraries::LIBRARY_ENV;
 use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor, Spec};
 use opsgraph_store::BlobStore;
 
+use crate::live::{live_path, LiveLog};
 use crate::masking::Masking;
 use crate::task::{Task, TaskResult};
 
@@ -87,7 +88,15 @@ pub(crate) fn run(task: Task) -> TaskResult {
                 files: task.job.outputs.artifacts.clone(),
             }),
         });
+        // Its output as it arrives, masked, in the live log (`live.rs`).
+        let live = std::sync::Arc::new(std::sync::Mutex::new(LiveLog::new(
+            live_path(&task.dir, &task.stem),
+            task.mask.clone(),
+            !task.secret_outputs.is_empty(),
+        )));
+        spec.tee = Some(LiveLog::tee(&live));
         let mut run = task.executor.run(&spec, &task.cancel);
+        live.lock().unwrap_or_else(|e| e.into_inner()).finish();
         // Secret values (given, and produced) never reach the log or a failure reason.
         let mut values = task.mask.clone();
         for id in &task.secret_outputs {

@@ -34,6 +34,7 @@ pub mod failpoint;
 mod intervene;
 mod jobs;
 pub mod lease;
+mod live;
 pub mod manage;
 mod masking;
 mod outcome;
@@ -65,6 +66,7 @@ pub use drift::PlanWorld;
 pub use intervene::Verified;
 /// Idempotency keys are rendered from `{placeholder}`s (public for the fuzz target `templating`).
 pub use jobs::render_key;
+pub use live::{live_log, LiveText, LIVE_KEEP};
 pub use patch::{ApprovalReason, PatchRules, Proposal, SafeChanges};
 pub use report::{CheckRun, Repair, VerifyReport};
 pub use schedule::{is_due, lease_key};

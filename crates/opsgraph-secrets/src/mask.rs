@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
@@ -152,7 +154,13 @@ impl Masker {
     /// [`MaskStream::finish`]. The concatenated output equals [`Masker::mask_bytes`] of the
     /// concatenated input, however the input was cut.
     pub fn stream(&self) -> MaskStream<'_> {
-        MaskStream { masker: self, held: Vec::new(), forced: 0, mask_open: false, mid_line: false }
+        MaskStream { masker: Cow::Borrowed(self), held: Vec::new(), forced: 0, mask_open: false, mid_line: false }
+    }
+
+    /// [`Masker::stream`] owning its masker: for a stream kept beside the output it feeds (a
+    /// job's live log, pushed to from the thread that reads the job's pipes).
+    pub fn into_stream(self) -> MaskStream<'static> {
+        MaskStream { masker: Cow::Owned(self), held: Vec::new(), forced: 0, mask_open: false, mid_line: false }
     }
 
     /// The byte ranges covered by any occurrence of any pattern in `hay` itself or in one of its
@@ -208,7 +216,7 @@ fn merge(spans: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
 /// Masks output chunk by chunk; see [`Masker::stream`].
 #[derive(Debug)]
 pub struct MaskStream<'m> {
-    masker: &'m Masker,
+    masker: Cow<'m, Masker>,
     /// Input not yet written out (it may begin a secret).
     held: Vec<u8>,
     /// How many leading bytes of `held` belong to a secret already found (its mark is written).

@@ -120,3 +120,21 @@ pub(crate) fn metrics(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         Content::Bytes { content_type: PROMETHEUS, bytes: out.into_bytes(), no_store: false },
     ))
 }
+
+/// `GET /operations/{id}/jobs/{job}/log?after=`: the job's latest attempt's live output from byte
+/// `after` on while it runs (the driver's live log, `opsgraph_runtime::live_log`), its final log
+/// once it ended.
+pub(crate) fn job_log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let op = ctx.operation_record()?;
+    let job = ctx.param("job");
+    let after = match ctx.query.get("after") {
+        None => 0,
+        Some(v) => v.trim().parse::<u64>().map_err(|_| {
+            ApiError::bad_request("invalid_parameter", "`after` is a byte offset of the live log: a whole number")
+        })?,
+    };
+    let (store, blobs, data_dir) = (&*ctx.store, &*ctx.state.0.blobs, &ctx.state.0.data_dir);
+    let log = opsgraph_api::views::job_log(store, blobs, data_dir, &op.id, &job, after)?
+        .ok_or_else(|| ApiError::not_found("no_job", format!("operation `{}` has no job `{job}`", op.id)))?;
+    Reply::ok(serde_json::json!(log))
+}

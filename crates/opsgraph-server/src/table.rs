@@ -389,6 +389,17 @@ pub static ROUTES: &[Route] = &[
         -> LogList
     ),
     route!(
+        "GET",
+        "/api/v1/operations/{id}/jobs/{job}/log",
+        Need(Read),
+        200,
+        "none",
+        &["after"],
+        observe::job_log,
+        "A job's latest attempt's output: live while it runs (masked, from byte `after` on, the last 256 KiB kept), its final log once it ended.",
+        -> JobLog
+    ),
+    route!(
         "POST",
         "/api/v1/operations/{id}/retry",
         Need(Intervene),

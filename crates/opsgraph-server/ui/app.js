@@ -889,17 +889,36 @@ function contractView(ctx, instance) {
 }
 
 // Job logs. Which panels are open and what they hold live in `ctx.logs` (job -> { entries,
-// error }), so a live redraw draws them again instead of dropping them; every load of the page
-// reads the open ones again, and while one of their jobs runs the page reads them every second
-// (`tailLogs`): the output grows as the job writes it.
+// error, live }), so a live redraw draws them again instead of dropping them; every load of the
+// page reads the open ones again, and while one of their jobs runs the page reads them every
+// second (`tailLogs`): the running attempt's output is tailed from the job's live log
+// (`/jobs/{job}/log?after=`, masked by the server as the final log is) and the final log
+// replaces it when the attempt ends.
 async function fetchLogs(ctx, job) {
   const id = ctx.op.id;
   try {
     const logs = (await api("GET", `/api/v1/operations/${enc(id)}/logs?job=${enc(job)}`)).logs || [];
-    if (ctx.logs[job]) ctx.logs[job] = { entries: logs, error: null };
+    const live = await fetchLive(ctx, job, logs);
+    if (ctx.logs[job]) ctx.logs[job] = { entries: logs, error: null, live };
   } catch (e) {
-    if (ctx.logs[job]) ctx.logs[job] = { entries: (ctx.logs[job] || {}).entries || null, error: e.message };
+    const was = ctx.logs[job] || {};
+    if (ctx.logs[job]) ctx.logs[job] = { entries: was.entries || null, error: e.message, live: was.live || null };
   }
+}
+
+// The running attempt's output since what the panel holds: { attempt, next, text }, or null when
+// the job does not run or its attempt has ended (its final log is in `entries` then).
+async function fetchLive(ctx, job, entries) {
+  const last = entries[entries.length - 1];
+  const running = (ctx.op.jobs || []).some((j) => j.id === job && j.state === "running");
+  if (!running || !last || last.output !== null) return null;
+  const prev = (ctx.logs[job] || {}).live;
+  const after = prev && prev.attempt === last.attempt ? prev.next : 0;
+  const r = await api("GET", `/api/v1/operations/${enc(ctx.op.id)}/jobs/${enc(job)}/log?after=${after}`);
+  if (r.final || r.attempt !== last.attempt) return null;
+  const head = after && r.from === after ? prev.text
+    : r.from > 0 ? `[… the first ${r.from} bytes are no longer kept live]\n` : "";
+  return { attempt: r.attempt, next: r.next, text: head + r.text };
 }
 
 async function toggleLogs(ctx, job) {
@@ -925,7 +944,7 @@ function logsView(ctx, job) {
     l.entries !== null && !list.length ? h("p", { class: "muted" }, "No attempts yet.") : null,
     list.map((x) => h("div", {}, h("strong", {}, `attempt ${x.attempt}`), running && x === list[list.length - 1] ? h("span", { class: "muted" }, " · live") : null,
       h("pre", { class: "log", "data-testid": "log-output" }, x.output !== null ? x.output
-        : running && x === list[list.length - 1] ? "(running: the server keeps an attempt's output when it ends; it appears here then, without a reload)"
+        : running && x === list[list.length - 1] ? (l.live && l.live.attempt === x.attempt && l.live.text ? l.live.text : "(running: no output yet)")
         : "(no output captured)"))));
 }
 

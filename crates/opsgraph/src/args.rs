@@ -93,6 +93,9 @@ pub enum Command {
         /// `text`, or `json` / `yaml`: a list of `{job, attempt, output}`.
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// Print JOB's output as it arrives (its live log), until its last attempt has ended.
+        #[arg(short = 'f', long)]
+        follow: bool,
     },
     /// Gates.
     Gate {

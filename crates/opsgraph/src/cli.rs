@@ -124,8 +124,15 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         Command::Describe { what, id, output } => {
             reader(&mut |c| crate::query_cmd::describe(c, &what, &id, &output, out))
         }
-        Command::Logs { operation, job, output } => {
+        Command::Logs { operation, job, output, follow: false } => {
             reader(&mut |c| crate::query_cmd::logs(c, &operation, job.as_deref(), output, out))
+        }
+        Command::Logs { operation, job, output, follow: true } => {
+            if output != crate::render::Output::Text {
+                bail!("`logs --follow` prints text");
+            }
+            let job = job.context("`logs --follow` needs JOB: the id of one job instance (as `get jobs` lists)")?;
+            reader(&mut |c| crate::query_cmd::follow_log(c, &operation, &job, out))
         }
         Command::Audit { actor, operation, resource, since, output } => {
             // The server checks and converts `since` the same way (`GET /api/v1/audit`).

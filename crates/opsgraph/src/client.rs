@@ -73,6 +73,13 @@ impl Client for Local<'_> {
         Ok(views::logs(self.store, &*blobs, operation, job)?)
     }
 
+    fn job_log(&self, operation: &str, job: &str, after: u64) -> anyhow::Result<opsgraph_api::JobLog> {
+        self.store.operation(operation)?.with_context(|| format!("no operation `{operation}`"))?;
+        let blobs = crate::storage::blobs(&self.data_dir)?;
+        views::job_log(self.store, &*blobs, &self.data_dir, operation, job, after)?
+            .with_context(|| format!("operation `{operation}` has no job `{job}`"))
+    }
+
     fn audit(&self, filter: &AuditFilter) -> anyhow::Result<Vec<AuditRecord>> {
         Ok(self.store.audit(filter)?)
     }
@@ -163,6 +170,10 @@ impl Client for LocalControl {
 
     fn logs(&self, operation: &str, job: Option<&str>) -> anyhow::Result<Vec<LogEntry>> {
         Local::of(&self.rt).logs(operation, job)
+    }
+
+    fn job_log(&self, operation: &str, job: &str, after: u64) -> anyhow::Result<opsgraph_api::JobLog> {
+        Local::of(&self.rt).job_log(operation, job, after)
     }
 
     fn audit(&self, filter: &AuditFilter) -> anyhow::Result<Vec<AuditRecord>> {

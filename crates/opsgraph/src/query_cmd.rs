@@ -93,6 +93,62 @@ pub fn logs(
     Ok(0)
 }
 
+/// `logs OP JOB --follow`: the job's output as it arrives (its live log, masked by the runtime),
+/// attempt by attempt; when an attempt ends, what its final log holds beyond what was printed
+/// (the whole final log, after a line saying so, when it does not continue the printed text).
+/// Ends once the job's last attempt has ended and the job will not run again: 0 when it ended
+/// well, 1 when it failed or was cancelled.
+pub fn follow_log(client: &dyn Client, op: &str, job: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
+    use opsgraph_core::model::JobState as S;
+    let (mut shown, mut after, mut printed, mut whole, mut ended) = (0u32, 0u64, String::new(), true, false);
+    loop {
+        let log = client.job_log(op, job, after)?;
+        if log.attempt > shown {
+            (shown, after, whole, ended) = (log.attempt, 0, true, false);
+            printed.clear();
+            writeln!(out, "==> {} attempt {} <==", log.job, log.attempt)?;
+            continue;
+        }
+        if log.running {
+            if log.from > after {
+                writeln!(out, "[… {} bytes no longer kept live]", log.from - after)?;
+                whole = false;
+            }
+            write!(out, "{}", log.text)?;
+            out.flush()?;
+            printed.push_str(&log.text);
+            after = log.next;
+        } else if log.final_log && !ended {
+            ended = true;
+            let rest = match log.text.strip_prefix(printed.as_str()) {
+                Some(rest) if whole => rest,
+                _ => {
+                    writeln!(
+                        out,
+                        "{}--- the attempt's final log ---",
+                        if printed.ends_with('\n') || printed.is_empty() { "" } else { "\n" }
+                    )?;
+                    &log.text
+                }
+            };
+            write!(out, "{rest}")?;
+            if !log.text.is_empty() && !log.text.ends_with('\n') {
+                writeln!(out)?;
+            }
+            out.flush()?;
+        }
+        let settled = !matches!(log.state, S::Pending | S::Running) && (ended || log.attempt == 0);
+        // A failed attempt with retries left: the operation still runs, the next attempt follows.
+        if settled
+            && (log.state != S::Failed
+                || client.operation(op)?.summary.state != opsgraph_core::model::OperationStateKind::Running)
+        {
+            return Ok(u8::from(matches!(log.state, S::Failed | S::Cancelled)));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
 /// `audit [--actor ..] [--operation ..] [--resource ..] [--since ..]`.
 pub fn audit(client: &dyn Client, filter: &AuditFilter, output: &str, out: &mut dyn Write) -> anyhow::Result<u8> {
     let rows: Vec<Value> = client

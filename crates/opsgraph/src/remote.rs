@@ -395,6 +395,11 @@ impl opsgraph_api::Client for Remote {
         Ok(serde_json::from_value(self.read(&path)?["logs"].take())?)
     }
 
+    fn job_log(&self, operation: &str, job: &str, after: u64) -> anyhow::Result<opsgraph_api::JobLog> {
+        let path = format!("/api/v1/operations/{}/jobs/{}/log?after={after}", segment(operation), segment(job));
+        Ok(serde_json::from_value(self.read(&path)?)?)
+    }
+
     fn audit(&self, filter: &opsgraph_store::AuditFilter) -> anyhow::Result<Vec<opsgraph_store::AuditRecord>> {
         let pairs = [
             ("actor", &filter.actor),

@@ -117,6 +117,9 @@ fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
     assert_eq!(done.body["state"], "completed", "{}", done.body);
     call("GET", "/api/v1/operations/{id}/evidence", &format!("{op}/evidence"), Some(&sam), "", &[]);
     call("GET", "/api/v1/operations/{id}/logs", &format!("{op}/logs?job=say-hello"), Some(&sam), "", &[]);
+    let log =
+        call("GET", "/api/v1/operations/{id}/jobs/{job}/log", &format!("{op}/jobs/say-hello/log"), Some(&sam), "", &[]);
+    assert_eq!((log.status, &log.body["final"]), (200, &json!(true)), "{}", log.body);
     // Control of a finished operation is refused, with the error's shape.
     for action in ["pause", "cancel", "retry", "resume"] {
         let path = format!("/api/v1/operations/{{id}}/{action}");
@@ -192,6 +195,7 @@ fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
             "POST /api/v1/agent/heartbeat",
             "POST /api/v1/agent/log",
             "POST /api/v1/agent/report",
+            "POST /api/v1/operations/{id}/diagnosis",
             "POST /api/v1/operations/{id}/interventions",
             "POST /api/v1/operations/{id}/patches",
             "POST /api/v1/packs",

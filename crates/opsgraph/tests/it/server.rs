@@ -259,6 +259,7 @@ fn the_authorization_matrix_follows_the_permission_table() {
         GET /api/v1/operations/{id}/diagnosis                        allow    allow    allow    allow    allow    -        allow    -        allow
         POST /api/v1/operations/{id}/diagnosis                       allow    allow    allow    allow    allow    -        allow    -        allow
         GET /api/v1/operations/{id}/logs                             allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/operations/{id}/jobs/{job}/log                   allow    allow    allow    allow    allow    -        allow    -        allow
         POST /api/v1/operations/{id}/retry                           -        -        -        allow    allow    -        -        -        -
         GET /api/v1/events                                           allow    allow    allow    allow    allow    -        allow    -        allow
         GET /api/v1/resources                                        allow    allow    allow    allow    allow    -        allow    -        allow

@@ -20,7 +20,7 @@ use crate::server::{http, Api};
 const FLEET: &[(&str, &str)] = &[
     (
         "fleet/pack.yaml",
-        "scenario_pack:\n  id: fleet\n  version: 1.0.0\n  title: Fleet\n  resource_types: [fleet.app]\n  actions: [roll, pick]\n  plan_templates: [{id: fleet.roll}, {id: fleet.pick}]\n",
+        "scenario_pack:\n  id: fleet\n  version: 1.0.0\n  title: Fleet\n  resource_types: [fleet.app]\n  actions: [roll, pick, leak]\n  plan_templates: [{id: fleet.roll}, {id: fleet.pick}, {id: fleet.leak}]\n",
     ),
     (
         "fleet/templates.yaml",
@@ -46,6 +46,15 @@ plan_template:
   stages:
     - {id: all, name: All, jobs: [prepare]}
   jobs: [prepare]
+---
+plan_template:
+  id: fleet.leak
+  action: leak
+  parameters:
+    token: {type: string, secret: true, description: a token the job echoes}
+  stages:
+    - {id: all, name: All, jobs: [leak]}
+  jobs: [leak]
 "#,
     ),
     (
@@ -66,6 +75,10 @@ job:
   after: [install-runtime]
   outputs: {evidence: [mode_careful]}
   run: {command: "echo checking"}
+---
+job:
+  id: leak
+  run: {command: "echo \"the token is $OPSGRAPH_PARAM_TOKEN\"; seq 1 3000; i=0; while [ ! -e \"$OPSGRAPH_LAB_DIR/go-$OPSGRAPH_INTENT_NAME\" ]; do i=$((i+1)); [ $i -lt 900 ] || exit 1; sleep 0.1; done; echo done"}
 "#,
     ),
     (
@@ -372,9 +385,12 @@ fn logs_tail_live_the_patch_draft_is_valid_and_a_missing_page_replaces_the_last(
     browser.wait("[data-testid=op-id]", |t| t == failed);
     browser.click_when("#mode-toggle", |t| t == "Advanced view");
     browser.click_when("#logs-install-runtime_n1", |_| true);
+    // Its first line while it still runs (it waits for `go-logs`): tailed from the live log.
     browser.wait("[data-testid=logs][data-job='install-runtime@n1']", |t| {
-        t.contains("attempt 1 · live") && t.contains("running")
+        t.contains("attempt 1 · live") && t.contains("installing the runtime")
     });
+    assert_eq!(Console::job_state(&c.get(&failed), "install-runtime@n1"), "running");
+    browser.shot_of(&shots, "[data-testid=logs][data-job='install-runtime@n1']", "console-logs-live");
     // The job goes on: the panel stays open through the live updates (the other jobs finish, the
     // check fails) and shows the output when the server has it, without a click.
     c.go("logs");
@@ -457,6 +473,12 @@ fn the_run_console_shows_progress_the_dag_and_a_panel_per_node() {
         browser.wait_text("[data-testid=node-panel]", |t| t.contains("install-runtime@n2") && t.contains("Attempts"));
     assert!(panel.contains("linux.host @ nodes") && panel.contains("running"), "{panel}");
     assert_eq!(browser.js("return document.activeElement.id"), "panel-h", "the panel takes the focus");
+    // Its log tails live: the first line while the job still waits for `go-console`.
+    browser.wait("[data-testid=node-panel] [data-testid=logs]", |t| {
+        t.contains("attempt 1 · live") && t.contains("installing the runtime") && !t.contains("runtime installed")
+    });
+    assert_eq!(Console::job_state(&c.get(&id), "install-runtime@n2"), "running");
+    browser.shot_of(&shots, "#sec-panel", "console-panel-live-log");
 
     // The run fails at the check: the header links the failing step, which opens its panel with
     // the evidence's expected and observed values and the attempt's start, end and duration.
@@ -555,4 +577,130 @@ fn the_run_header_shows_a_rollouts_wave_and_the_budget_left() {
     browser.wait("[data-testid=op-state]", |t| t == "completed");
     let wave = browser.wait_text("[data-testid=run-wave]", |t| t.contains("wave 2/2"));
     assert_eq!(wave.trim(), "install-runtime: wave 2/2: 2/2 done, 0 failed, budget 1 left");
+}
+
+/// The live log through the API: a running job's output from an offset on, a secret parameter it
+/// echoes masked (never shown, live or final), and the final log once it ended.
+#[test]
+fn a_running_jobs_log_is_read_live_with_its_secrets_masked() {
+    let c = Console::start();
+    let secret = "s3cr3t-live-token";
+    let id = c.create("leak", "leaky", &format!("  parameters: {{token: {secret}}}\n"));
+    c.wait_op(&id, "ran leak", |op| Console::job_state(op, "leak") == "running");
+    let path = format!("/api/v1/operations/{id}/jobs/leak/log");
+    // The secret's line is written out once the mask knows it cannot be part of a secret: as
+    // soon as enough output follows it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let (status, log) = http(c.server.addr, "GET", &path, &c.vera, "");
+        assert_eq!(status, 200, "{log}");
+        if log["text"].as_str().unwrap().contains("1000\n") {
+            break log;
+        }
+        assert!(Instant::now() < deadline, "no live output: {log}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = first["text"].as_str().unwrap();
+    assert!(text.starts_with("the token is ***\n1\n2\n"), "{}", &text[..40.min(text.len())]);
+    assert!(!text.contains(secret) && !text.contains("s3cr3t"), "the secret never shows live");
+    assert_eq!(
+        (&first["running"], &first["final"], &first["attempt"], &first["from"]),
+        (&json!(true), &json!(false), &json!(1), &json!(0))
+    );
+    // From where the reader was: only what came since.
+    let next = first["next"].as_u64().unwrap();
+    let (_, more) = http(c.server.addr, "GET", &format!("{path}?after={next}"), &c.vera, "");
+    assert_eq!(more["from"], json!(next), "{more}");
+    assert!(!more["text"].as_str().unwrap().contains("the token is"), "{more}");
+    // Bad input: a clear error; an unknown job: 404.
+    let (status, bad) = http(c.server.addr, "GET", &format!("{path}?after=-1"), &c.vera, "");
+    assert_eq!((status, bad["error"]["code"].as_str()), (400, Some("invalid_parameter")), "{bad}");
+    let (status, none) = http(c.server.addr, "GET", &format!("/api/v1/operations/{id}/jobs/nosuch/log"), &c.vera, "");
+    assert_eq!((status, none["error"]["code"].as_str()), (404, Some("no_job")), "{none}");
+    // Once it ended: its final log, masked the same way.
+    c.go("leaky");
+    c.wait_op(&id, "completed", |op| op["state"] == "completed");
+    let (_, done) = http(c.server.addr, "GET", &path, &c.vera, "");
+    let text = done["text"].as_str().unwrap();
+    assert_eq!((&done["running"], &done["final"]), (&json!(false), &json!(true)), "{done}");
+    assert!(
+        text.starts_with("the token is ***\n") && text.ends_with("3000\ndone\n") && !text.contains(secret),
+        "{text}"
+    );
+}
+
+/// Output shared with a thread that writes it (a command running there).
+#[derive(Clone, Default)]
+struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+/// `logs OP JOB --follow`, through the server and on the data directory alike: a running job's
+/// output as it arrives (its secret masked), then what its final log adds, ending with the job.
+#[test]
+fn logs_follow_prints_a_running_jobs_output_as_it_arrives() {
+    use clap::Parser as _;
+    let c = Console::start();
+    let secret = "s3cr3t-follow-token";
+    let id = c.create("leak", "follow", &format!("  parameters: {{token: {secret}}}\n"));
+    c.wait_op(&id, "ran leak", |op| Console::job_state(op, "leak") == "running");
+    let token = c._api.dir.join("vera.token");
+    std::fs::write(&token, &c.vera).unwrap();
+    let (url, token, data) = (c.base(), token.display().to_string(), c._api.dir.join("data").display().to_string());
+    let ways = [vec!["--server", url.as_str(), "--token-file", token.as_str()], vec!["--data-dir", data.as_str()]];
+    let followers: Vec<_> = ways
+        .iter()
+        .map(|way| {
+            let mut args = vec!["opsgraph".to_string()];
+            args.extend(way.iter().chain(&["logs", id.as_str(), "leak", "--follow"]).map(|a| a.to_string()));
+            let out = Shared::default();
+            let mut writer = out.clone();
+            let thread = std::thread::spawn(move || {
+                let cli = opsgraph::cli::Cli::try_parse_from(&args).unwrap();
+                let mut err = Vec::new();
+                let code = opsgraph::cli::run(cli, &mut std::io::empty(), &mut writer, &mut err);
+                (code.map_err(|e| format!("{e:#}")), String::from_utf8(err).unwrap())
+            });
+            (out, thread)
+        })
+        .collect();
+    // Both print the job's lines while it still waits for `go-follow`.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (out, _) in &followers {
+        while !out.text().contains("\n1000\n") {
+            assert!(Instant::now() < deadline, "nothing followed: {:?}", out.text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let text = out.text();
+        assert!(text.starts_with("==> leak attempt 1 <==\nthe token is ***\n1\n"), "{text}");
+        assert!(!text.contains("done") && !text.contains(secret), "{text}");
+    }
+    assert_eq!(Console::job_state(&c.get(&id), "leak"), "running");
+    c.go("follow");
+    let mut printed = Vec::new();
+    for (out, thread) in followers {
+        let (code, err) = thread.join().unwrap();
+        assert_eq!(code, Ok(0), "{err}");
+        let text = out.text();
+        // The final log continues what was printed: its rest, once, and no second copy.
+        assert!(text.ends_with("\n2999\n3000\ndone\n"), "{text}");
+        assert_eq!(text.matches("the token is").count(), 1, "{text}");
+        assert!(!text.contains(secret) && !text.contains("final log"), "{text}");
+        printed.push(text);
+    }
+    assert_eq!(printed[0], printed[1], "through the server and on the data directory alike");
 }
