@@ -69,6 +69,7 @@ mod local;
 mod outcome;
 mod process;
 mod procfs;
+mod remote_group;
 mod spec;
 mod ssh;
 
@@ -77,6 +78,8 @@ pub mod testing;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_remote_stop;
 
 pub use duration::parse_duration;
 pub use evidence::{check_evidence, EvidenceResult};
