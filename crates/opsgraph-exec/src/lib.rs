@@ -40,9 +40,10 @@
 //! Every group is also registered with this process's guardian (`guard.rs`), which kills it if
 //! this process dies first (`kill -9` included): no job outlives its driver.
 //!
-//! Over SSH only the local client is signalled. OpenSSH has no way to signal a remote command
-//! without a terminal, so a remote process that neither reads stdin nor writes output can outlive
-//! a timed-out run; the remote command should carry its own limit where that matters.
+//! Over SSH the local client is signalled as above, and then the remote command's own process
+//! group, through a second `ssh` (`remote_group.rs`): OpenSSH has no way to signal a remote command
+//! without a terminal, and a remote process that neither reads stdin nor writes output would
+//! otherwise outlive the run. [`Run::remote_stop`] says what that did.
 //!
 //! # Secrets and captured output
 //!
