@@ -70,6 +70,7 @@ mod local;
 mod outcome;
 mod process;
 mod procfs;
+mod quote;
 mod remote_group;
 mod spec;
 mod ssh;
@@ -88,8 +89,9 @@ pub use guard::stop_leftovers;
 pub use http::HttpExecutor;
 pub use local::LocalExecutor;
 pub use outcome::{Outcome, Output, Run};
+pub use quote::shell_quote;
 pub use spec::{param_env, program_for, Bundle, Cancel, Download, Program, Spec, Tee, TeeFn, Transfer};
-pub use ssh::{shell_quote, SshExecutor};
+pub use ssh::SshExecutor;
 
 /// Runs a [`Spec`] somewhere. Implementations never panic on bad input: what cannot run comes
 /// back as [`Outcome::CouldNotStart`].

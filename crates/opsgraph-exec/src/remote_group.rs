@@ -36,7 +36,7 @@
 
 use std::time::Duration;
 
-use crate::ssh::shell_quote;
+use crate::quote::shell_quote;
 
 /// Where the per-attempt file lives on the host, and its name before the token.
 const FILE_PREFIX: &str = "${TMPDIR:-/tmp}/opsgraph-pg.";

@@ -36,6 +36,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::quote::shell_quote;
 use crate::{process, remote_group, Cancel, Executor, Outcome, Program, Run, Spec};
 
 /// The longest remote command: Linux's limit on one argument (`MAX_ARG_STRLEN`, with its NUL).
@@ -54,24 +55,6 @@ static MASTER_START: Mutex<Option<HashMap<PathBuf, Arc<Mutex<()>>>>> = Mutex::ne
 fn master_lock(socket: &Path) -> Arc<Mutex<()>> {
     let mut locks = MASTER_START.lock().unwrap_or_else(|e| e.into_inner());
     locks.get_or_insert_with(HashMap::new).entry(socket.to_path_buf()).or_default().clone()
-}
-
-/// `s` as one word for any POSIX shell: inside single quotes, with each `'` written `'\''`.
-/// Every string comes back as exactly itself: empty (`''`), newlines, a leading `-` (quoting does
-/// not stop a program from reading it as an option: pass `--` where that matters), `$`, `` ` ``,
-/// `\`, globs. (A NUL cannot be in an argument or an environment value at all.)
-pub fn shell_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        if c == '\'' {
-            out.push_str("'\\''");
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('\'');
-    out
 }
 
 /// The string the remote login shell runs for `spec` (see the module doc). Scripts are read

@@ -1,7 +1,7 @@
 //! Jobs on a remote host through the runtime, against a real sshd (when root and
 //! /usr/sbin/sshd are here): required artifacts and credentials are copied there first, produced
 //! ones come back, and the job runs in a private directory of the remote host — not in the control
-//! host's run directory.
+//! host's run directory. A job that times out leaves no process on the host.
 
 use opsgraph_core::model::OperationState;
 use opsgraph_exec::testing::Sshd;
