@@ -336,7 +336,7 @@ impl Executor for HttpExecutor {
             Err(Failure::Cancelled) => (Outcome::Cancelled, None),
             Err(Failure::Lost(reason)) => (Outcome::Lost { reason }, None),
         };
-        Run { outcome, output, http_status, leaked: false }
+        Run { outcome, output, http_status, leaked: false, remote_stop: None }
     }
 }
 

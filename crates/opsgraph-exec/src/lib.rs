@@ -40,9 +40,10 @@
 //! Every group is also registered with this process's guardian (`guard.rs`), which kills it if
 //! this process dies first (`kill -9` included): no job outlives its driver.
 //!
-//! Over SSH only the local client is signalled. OpenSSH has no way to signal a remote command
-//! without a terminal, so a remote process that neither reads stdin nor writes output can outlive
-//! a timed-out run; the remote command should carry its own limit where that matters.
+//! Over SSH the local client is signalled as above, and then the remote command's own process
+//! group, through a second `ssh` (`remote_group.rs`): OpenSSH has no way to signal a remote command
+//! without a terminal, and a remote process that neither reads stdin nor writes output would
+//! otherwise outlive the run. [`Run::remote_stop`] says what that did.
 //!
 //! # Secrets and captured output
 //!
@@ -69,6 +70,8 @@ mod local;
 mod outcome;
 mod process;
 mod procfs;
+mod quote;
+mod remote_group;
 mod spec;
 mod ssh;
 
@@ -77,6 +80,8 @@ pub mod testing;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_remote_stop;
 
 pub use duration::parse_duration;
 pub use evidence::{check_evidence, EvidenceResult};
@@ -84,8 +89,9 @@ pub use guard::stop_leftovers;
 pub use http::HttpExecutor;
 pub use local::LocalExecutor;
 pub use outcome::{Outcome, Output, Run};
+pub use quote::shell_quote;
 pub use spec::{param_env, program_for, Bundle, Cancel, Download, Program, Spec, Tee, TeeFn, Transfer};
-pub use ssh::{shell_quote, SshExecutor};
+pub use ssh::SshExecutor;
 
 /// Runs a [`Spec`] somewhere. Implementations never panic on bad input: what cannot run comes
 /// back as [`Outcome::CouldNotStart`].

@@ -82,11 +82,20 @@ pub struct Run {
     pub http_status: Option<u16>,
     /// Processes of the run's group kept its output open after it ended and were terminated.
     pub leaked: bool,
+    /// After a timeout or cancel over SSH: what became of the remote command's process group
+    /// (terminated, killed, already gone, or why stopping it failed). `None` elsewhere.
+    pub remote_stop: Option<String>,
 }
 
 impl Run {
     pub(crate) fn cancelled() -> Run {
-        Run { outcome: Outcome::Cancelled, output: Output::default(), http_status: None, leaked: false }
+        Run {
+            outcome: Outcome::Cancelled,
+            output: Output::default(),
+            http_status: None,
+            leaked: false,
+            remote_stop: None,
+        }
     }
 
     pub(crate) fn could_not_start(error: impl Into<String>) -> Run {
@@ -95,6 +104,7 @@ impl Run {
             output: Output::default(),
             http_status: None,
             leaked: false,
+            remote_stop: None,
         }
     }
 }

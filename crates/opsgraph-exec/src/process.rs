@@ -186,6 +186,7 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         },
         http_status: None,
         leaked,
+        remote_stop: None,
     }
 }
 

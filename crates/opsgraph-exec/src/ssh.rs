@@ -10,6 +10,9 @@
 //! [cd -- '<workdir>' &&] NAME='<value>' ... sh -c '<shell line>'
 //! ```
 //!
+//! That string is then wrapped (`remote_group::wrap`) so that it runs in a session and process
+//! group of its own, recorded on the host, which a timeout or cancel stops through a second `ssh`.
+//!
 //! Variables are set as assignment words in front of the command rather than through
 //! `env NAME=value argv...`: `env` would read an `argv[0]` containing `=` as one more assignment
 //! and one starting with `-` as its own option, while a quoted word is never an assignment, a
@@ -31,13 +34,18 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use crate::{process, Cancel, Executor, Outcome, Program, Run, Spec};
+use crate::quote::shell_quote;
+use crate::{process, remote_group, Cancel, Executor, Outcome, Program, Run, Spec};
 
 /// The longest remote command: Linux's limit on one argument (`MAX_ARG_STRLEN`, with its NUL).
 const MAX_REMOTE_COMMAND: usize = 128 * 1024 - 1;
 /// How long an idle multiplexing master stays up.
 const CONTROL_PERSIST: &str = "60s";
+/// How long stopping a remote command may take beyond the run's grace: a fresh connection
+/// (`ConnectTimeout=10`) and the wait after SIGKILL (2 s).
+const STOP_LIMIT: Duration = Duration::from_secs(15);
 
 /// One lock per control socket: two runs for the same host do not start two masters, and runs
 /// for different hosts start theirs at the same time (one global lock made a fan-out over 20
@@ -47,24 +55,6 @@ static MASTER_START: Mutex<Option<HashMap<PathBuf, Arc<Mutex<()>>>>> = Mutex::ne
 fn master_lock(socket: &Path) -> Arc<Mutex<()>> {
     let mut locks = MASTER_START.lock().unwrap_or_else(|e| e.into_inner());
     locks.get_or_insert_with(HashMap::new).entry(socket.to_path_buf()).or_default().clone()
-}
-
-/// `s` as one word for any POSIX shell: inside single quotes, with each `'` written `'\''`.
-/// Every string comes back as exactly itself: empty (`''`), newlines, a leading `-` (quoting does
-/// not stop a program from reading it as an option: pass `--` where that matters), `$`, `` ` ``,
-/// `\`, globs. (A NUL cannot be in an argument or an environment value at all.)
-pub fn shell_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        if c == '\'' {
-            out.push_str("'\\''");
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('\'');
-    out
 }
 
 /// The string the remote login shell runs for `spec` (see the module doc). Scripts are read
@@ -143,7 +133,8 @@ fn plain_name(path: &Path) -> String {
 /// command instead of about 230 ms). Keep `control_dir` short: the socket path
 /// (`<dir>/<user>@<host>:<port>`) must fit in 104 bytes.
 ///
-/// Only the local `ssh` client is signalled on timeout or cancel; see the crate doc.
+/// On timeout or cancel, the local `ssh` client is stopped and then the remote command's process
+/// group too, through a second `ssh` (see `remote_group.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SshExecutor {
     pub host: String,
@@ -408,11 +399,33 @@ impl SshExecutor {
         if cancel.is_cancelled() {
             return Run::cancelled();
         }
+        let token = match remote_group::token() {
+            Ok(token) => token,
+            Err(error) => return Run::could_not_start(error),
+        };
+        let remote = remote_group::wrap(&remote, &token);
+        if remote.len() > MAX_REMOTE_COMMAND {
+            return Run::could_not_start(format!(
+                "the remote command is {} bytes with its wrapper; one shell argument holds at most {MAX_REMOTE_COMMAND}",
+                remote.len()
+            ));
+        }
         self.ensure_master(&options);
         let mut cmd = Command::new("ssh");
         // The local client keeps the control plane's environment (HOME, SSH_AUTH_SOCK): it is ours.
         cmd.args(&options).args(["-o", "ControlMaster=no", "--", &self.host, &remote]);
         let mut run = process::run(cmd, "ssh", spec, cancel);
+        if matches!(run.outcome, Outcome::TimedOut { .. } | Outcome::Cancelled) {
+            // The local client is gone; the remote command is not (see remote_group.rs).
+            run.remote_stop = Some(remote_group::describe(&self.host, self.stop_remote(&options, &token, spec.grace)));
+            return run;
+        }
+        if run.outcome == (Outcome::Exited { code: 125 })
+            && run.output.stderr_lossy().contains("opsgraph: cannot record the process group")
+        {
+            run.outcome = Outcome::CouldNotStart { error: run.output.stderr_lossy().trim().to_owned() };
+            return run;
+        }
         if let Outcome::Exited { code: 255 } = run.outcome {
             if let Some(outcome) = classify_ssh_failure(&run.output.stderr_lossy()) {
                 run.outcome = outcome;
@@ -423,6 +436,28 @@ impl SshExecutor {
             }
         }
         run
+    }
+
+    /// Runs the kill script for `token` on the host (through the master when there is one), with
+    /// a limit of its own: its stdout, or why it failed.
+    fn stop_remote(&self, options: &[String], token: &str, grace: Duration) -> Result<String, String> {
+        let mut cmd = Command::new("ssh");
+        cmd.args(options).args(["-o", "ControlMaster=no", "--", &self.host, &remote_group::kill_script(token, grace)]);
+        let limit = grace + STOP_LIMIT;
+        let spec = Spec { timeout: Some(limit), ..Spec::argv(["ssh"]) };
+        let run = process::run(cmd, "ssh", &spec, &Cancel::new());
+        match run.outcome {
+            Outcome::Exited { code: 0 } => Ok(run.output.stdout_lossy()),
+            Outcome::Exited { code: 255 } => Err(match classify_ssh_failure(&run.output.stderr_lossy()) {
+                Some(Outcome::CouldNotStart { error } | Outcome::Lost { reason: error }) => error,
+                _ => format!("ssh exited with 255: {}", run.output.stderr_lossy().trim()),
+            }),
+            Outcome::Exited { .. } => Err(run.output.stderr_lossy().trim().to_owned()),
+            Outcome::TimedOut { .. } => {
+                Err(format!("no answer from the host within {}", crate::duration::format_duration(limit)))
+            }
+            other => Err(other.to_string()),
+        }
     }
 
     /// Connects afresh (not through the master) and runs `true`: `None` when the host answers,
@@ -447,6 +482,15 @@ impl SshExecutor {
             }
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+impl SshExecutor {
+    /// The remote stop for `token` on its own, as the run would report it.
+    pub(crate) fn stop_remote_for_test(&self, token: &str, grace: Duration) -> String {
+        let options = self.options().expect("valid options");
+        remote_group::describe(&self.host, self.stop_remote(&options, token, grace))
     }
 }
 

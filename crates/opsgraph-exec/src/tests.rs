@@ -1255,7 +1255,7 @@ fn ssh_runs_commands() {
     let r = run(&Spec::argv(["no-such-program-anywhere"]));
     assert_eq!(r.outcome, Outcome::Exited { code: 127 }, "{}", render(&r));
     assert!(r.output.stderr_lossy().contains("not found"), "{}", render(&r));
-    // Timeout: the local client is terminated (the remote sleep ends on its own, see the crate doc).
+    // Timeout: the local client is terminated, then the remote group (tests_remote_stop.rs).
     let mut spec = Spec::argv(["sleep", "3"]);
     spec.timeout = Some(Duration::from_millis(500));
     let r = run(&spec);

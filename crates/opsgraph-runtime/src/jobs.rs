@@ -121,9 +121,14 @@ pub(crate) fn run(task: Task) -> TaskResult {
         result.cancelled = matches!(run.outcome, opsgraph_exec::Outcome::Cancelled);
         if !run.outcome.is_success() {
             let tail = last_line(&run.output.stderr).or_else(|| last_line(&run.output.stdout));
-            result.failure = Some(match tail {
-                Some(line) => format!("{}: {line}", run.outcome),
+            // Over SSH, what became of the remote command is part of why (a retry may meet it).
+            let outcome = match &run.remote_stop {
+                Some(stop) => format!("{} ({stop})", run.outcome),
                 None => run.outcome.to_string(),
+            };
+            result.failure = Some(match tail {
+                Some(line) => format!("{outcome}: {line}"),
+                None => outcome,
             });
             result.duration = started.elapsed();
             return result;

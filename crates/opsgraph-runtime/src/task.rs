@@ -103,6 +103,7 @@ impl Executor for Refuse {
             output: opsgraph_exec::Output::default(),
             http_status: None,
             leaked: false,
+            remote_stop: None,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! - A stale lease token is refused with 409 `stale_lease`.
 //! - The server is killed and started again while agents work: the operation completes.
 //! - A job that no agent claims fails, naming the resource and the agent it waited for.
+//! - A job that times out, or whose operation is cancelled, leaves no process behind.
 //! - What a hostile agent sends is masked by the server; evidence its job does not declare is
 //!   refused with 422 `undeclared_evidence`.
 
@@ -639,6 +640,76 @@ fn what_an_agent_sends_is_masked_by_the_server_and_undeclared_evidence_is_refuse
                 let bytes = std::fs::read(&p).unwrap_or_default();
                 assert!(!bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()), "the secret in {p:?}");
             }
+        }
+    }
+}
+
+/// The job's pids (written to `$OPSGRAPH_LAB_DIR/<name>`) once they are there.
+fn lab_pids(lab: &Path, names: &[&str]) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    names
+        .iter()
+        .map(|name| loop {
+            let text = std::fs::read_to_string(lab.join(name)).unwrap_or_default();
+            if text.trim().parse::<u32>().is_ok() {
+                break text.trim().to_string();
+            }
+            assert!(Instant::now() < deadline, "no pid in {}/{name}", lab.display());
+            std::thread::sleep(Duration::from_millis(20));
+        })
+        .collect()
+}
+
+/// Whether `pid` still runs (a zombie does not count), after waiting up to 5 s for it to go.
+fn still_runs(pid: &str) -> bool {
+    let runs = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while runs() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    runs()
+}
+
+/// A job run by an agent stops with its whole process group when it times out and when its
+/// operation is cancelled (the heartbeat is refused), as a local run does: the agent runs it with
+/// the local executor. The job leaves a `sleep 600` child; neither it nor the shell survives.
+#[test]
+fn an_agent_job_that_times_out_or_is_cancelled_leaves_no_process_behind() {
+    let script = "echo $$ > \"$OPSGRAPH_LAB_DIR/pid\"\nsleep 600 &\necho $! > \"$OPSGRAPH_LAB_DIR/child\"\nwait\n";
+    for (timeout, cancel) in [(", timeout: 2s", false), ("", true)] {
+        let mut files = pack(1, script, "");
+        for (path, text) in &mut files {
+            if path.ends_with("jobs.yaml") {
+                *text = text
+                    .replace("run: {script: scripts/step.sh}", &format!("run: {{script: scripts/step.sh{timeout}}}"));
+            }
+        }
+        files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
+        let mut c = Cluster::new(files, "1500ms", "60s");
+        c.start_agent(&[]);
+        let id = c.create(&intent(&["w0"], &c.dir.join("ledger")));
+        let lab = c.dir.join("data/lab");
+        let pids = lab_pids(&lab, &["pid", "child"]);
+        if cancel {
+            let (status, body) = c.call("POST", &format!("/api/v1/operations/{id}/cancel"), "", "");
+            assert!(status < 300, "{status} {body}");
+        }
+        let (state, detail) = c.wait(&id, Duration::from_secs(40));
+        if cancel {
+            assert_eq!(state, "cancelled", "{detail}\n{}", c.agent_logs());
+        } else {
+            assert_eq!(state, "failed", "{detail}\n{}", c.agent_logs());
+            assert!(detail.contains("timed out after 2s"), "{detail}");
+        }
+        for pid in pids {
+            assert!(
+                !still_runs(&pid),
+                "process {pid} of the agent's job survived (cancel: {cancel})\n{}",
+                c.agent_logs()
+            );
         }
     }
 }

@@ -28,6 +28,7 @@ mod fleet_packs;
 mod fleet_postgresql;
 mod fleet_postgresql_day2;
 mod fleet_rollout;
+mod fleet_timeout;
 mod foureyes;
 mod gates;
 mod intervene;

@@ -1,7 +1,7 @@
 //! Jobs on a remote host through the runtime, against a real sshd (when root and
 //! /usr/sbin/sshd are here): required artifacts and credentials are copied there first, produced
 //! ones come back, and the job runs in a private directory of the remote host — not in the control
-//! host's run directory.
+//! host's run directory. A job that times out leaves no process on the host.
 
 use opsgraph_core::model::OperationState;
 use opsgraph_exec::testing::Sshd;
@@ -341,4 +341,52 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
     assert!(events.contains(&"patch_rejected".to_string()) || events.iter().any(|e| e == "reject_patch"), "{events:?}");
 
     drop(server);
+}
+
+/// A job over SSH that times out leaves nothing running on the host, and its failure says the
+/// remote process group was stopped (the fleet's hung `apt-get update` kept its lock otherwise).
+#[test]
+fn an_ssh_job_that_times_out_leaves_no_process_on_the_host() {
+    if let Some(why) = Sshd::unavailable() {
+        eprintln!("SKIPPED an_ssh_job_that_times_out_leaves_no_process_on_the_host: {why}");
+        return;
+    }
+    let sshd = Sshd::start();
+    let pid_file = sshd.dir().join("job.pid");
+    let host = format!(
+        "resource:\n  type: host\n  name: h1\n  environment: dev\n  access:\n    ssh: {{host: 127.0.0.1, port: {}, user: {}, key: {}, known_hosts: {}}}\n",
+        sshd.port,
+        sshd.user,
+        sshd.key.display(),
+        sshd.known_hosts.display()
+    );
+    let jobs = format!(
+        "job:\n  id: hang\n  scope: {{target: hosts}}\n  run: {{executor: ssh, command: 'echo $$ > {}; exec sleep 600', timeout: 2s}}\n",
+        pid_file.display()
+    );
+    let templates = "plan_template:\n  id: app.run\n  action: run\n  scopes: {hosts: {resource_type: host, from: targets.hosts}}\n  stages: [{id: all, name: All, jobs: [hang]}]\n  jobs: [hang]\n";
+    let mut files: Vec<(&str, &str)> =
+        PACK.iter().filter(|(p, _)| !p.ends_with("jobs.yaml") && !p.ends_with("templates.yaml")).copied().collect();
+    files.extend([("packs/app/jobs.yaml", jobs.as_str()), ("packs/app/templates.yaml", templates)]);
+    files.push(("world/host.yaml", &host));
+    let w = World::replacing(&files);
+    let (mut rt, _, id) = w.created();
+    let state = rt.drive(&id, &mut |_| {}).unwrap();
+    assert!(matches!(state, OperationState::Failed { .. }), "{state:?}\n{:#?}", events(&rt, &id));
+    let failed = events(&rt, &id).into_iter().find(|e| e.starts_with("job_failed")).expect("a job_failed event");
+    let failed = regex::Regex::new(r"group \d+").unwrap().replace(&failed, "group N").into_owned();
+    assert_eq!(
+        failed,
+        "job_failed hang@h1: timed out after 2s (the remote process group N on 127.0.0.1 was terminated (SIGTERM))"
+    );
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])))
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while alive() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!alive(), "the job's `sleep 600` (pid {pid}) still runs on the host");
 }
