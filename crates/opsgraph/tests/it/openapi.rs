@@ -195,7 +195,6 @@ fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
             "POST /api/v1/agent/heartbeat",
             "POST /api/v1/agent/log",
             "POST /api/v1/agent/report",
-            "POST /api/v1/operations/{id}/diagnosis",
             "POST /api/v1/operations/{id}/interventions",
             "POST /api/v1/operations/{id}/patches",
             "POST /api/v1/packs",
