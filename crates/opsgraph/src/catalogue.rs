@@ -21,7 +21,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::Digest as _;
@@ -479,12 +478,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Descriptions are the packs' titles. Printed; the publisher writes it to `DIR/index.json`.
 pub fn index(dir: &Path, out: &mut dyn Write) -> anyhow::Result<u8> {
     fn walk(root: &Path, dir: &Path, found: &mut Vec<String>) -> anyhow::Result<()> {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-            .with_context(|| format!("cannot read {}", dir.display()))?
-            .map(|e| e.map(|e| e.path()))
-            .collect::<Result<_, _>>()?;
-        entries.sort();
-        for path in entries {
+        for path in crate::registry::sorted_entries(dir)? {
             let meta = std::fs::symlink_metadata(&path)?;
             let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().to_string();
             if meta.is_dir() && !rel.rsplit('/').next().unwrap_or_default().starts_with('.') {

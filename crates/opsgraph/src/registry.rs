@@ -541,13 +541,18 @@ fn read_dir_tree(root: &Path) -> anyhow::Result<Files> {
     Ok(files)
 }
 
-fn walk(root: &Path, dir: &Path, limits: &mut Limits, out: &mut Files) -> anyhow::Result<()> {
+/// The paths in a directory, sorted (a walk in the same order on every machine).
+pub(crate) fn sorted_entries(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()?;
     entries.sort();
-    for path in entries {
+    Ok(entries)
+}
+
+fn walk(root: &Path, dir: &Path, limits: &mut Limits, out: &mut Files) -> anyhow::Result<()> {
+    for path in sorted_entries(dir)? {
         let rel = path.strip_prefix(root).unwrap_or(&path);
         let Some(rel) = rel.to_str() else { bail!("{}: refused: the path is not UTF-8", path.display()) };
         let Some(clean) = clean_path(rel).map_err(|rule| anyhow::anyhow!("{}: refused: {rule}", path.display()))?
