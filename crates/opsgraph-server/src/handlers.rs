@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use opsgraph_core::model::{Document, Intent, OperationState};
 use opsgraph_core::plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
-use opsgraph_store::{now, AuditFilter, OperationFilter, OperationRecord, RequestRecord, Store, Write};
+use opsgraph_store::{now, AuditFilter, OperationFilter, OperationRecord, RequestRecord, Write};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -29,7 +29,7 @@ pub(crate) struct Ctx {
     pub(crate) headers: HeaderMap,
     pub(crate) body: Vec<u8>,
     pub(crate) method: Method,
-    pub(crate) store: Box<dyn Store>,
+    pub(crate) store: crate::Pooled,
 }
 
 /// A handler's answer: JSON (most routes), bytes of a media type (artifacts, metrics), or a
