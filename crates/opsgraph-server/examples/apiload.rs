@@ -9,7 +9,7 @@
 //!   subscriber the ids lost or received twice against the operation's timeline read afterwards.
 //!
 //! ```sh
-//! cargo build --release -p opsgraph -p opsgraph-server --example apiload
+//! cargo build --release -p opsgraph && cargo build --release -p opsgraph-server --example apiload
 //! target/release/examples/apiload opsgraph=target/release/opsgraph [conns=32 secs=5 small=10 jobs=2000 subscribers=1000 only=get|sse]
 //! ```
 //!
