@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use opsgraph_core::model::{Document, Intent, OperationState};
 use opsgraph_core::plan::{render, Input, Inventory, Plan};
 use opsgraph_runtime::{GateAnswer, Runtime};
-use opsgraph_store::{now, AuditFilter, OperationFilter, OperationRecord, RequestRecord, Store, Write};
+use opsgraph_store::{now, AuditFilter, OperationFilter, OperationRecord, RequestRecord, Write};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -29,7 +29,7 @@ pub(crate) struct Ctx {
     pub(crate) headers: HeaderMap,
     pub(crate) body: Vec<u8>,
     pub(crate) method: Method,
-    pub(crate) store: Box<dyn Store>,
+    pub(crate) store: crate::Pooled,
 }
 
 /// A handler's answer: JSON (most routes), bytes of a media type (artifacts, metrics), or a
@@ -60,6 +60,13 @@ pub(crate) enum Content {
 impl Reply {
     pub(crate) fn ok(body: Value) -> Result<Reply, ApiError> {
         Ok(Reply { status: StatusCode::OK, body: Content::Json(body), replayed: false })
+    }
+
+    /// A typed answer written straight to JSON text, without building a `Value` of it first:
+    /// for the large views read most often (an operation of thousands of jobs).
+    pub(crate) fn typed<T: serde::Serialize>(body: &T) -> Result<Reply, ApiError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| ApiError::internal("an answer cannot be written", &e))?;
+        Reply::bytes("application/json", bytes, false)
     }
 
     fn created(body: Value) -> Result<Reply, ApiError> {
@@ -273,7 +280,7 @@ pub(crate) fn operations(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 
 pub(crate) fn operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
-    Reply::ok(json!(views::operation(&*ctx.store, &op)?))
+    Reply::typed(&views::operation(&*ctx.store, &op)?)
 }
 
 pub(crate) fn jobs(ctx: &mut Ctx) -> Result<Reply, ApiError> {

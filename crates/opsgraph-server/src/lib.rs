@@ -104,6 +104,46 @@ pub(crate) struct Inner {
     pub(crate) agents: Arc<opsgraph_runtime::Agents>,
     /// Jobs of one operation run at once (the runtime's default when `None`).
     pub(crate) concurrency: Option<usize>,
+    /// Store connections a finished request gave back, for the next ([`AppState::pooled`]).
+    pub(crate) pool: Mutex<Vec<Box<dyn Store>>>,
+}
+
+/// The most idle store connections kept for requests: about as many as requests run at once
+/// (tokio's blocking threads), far fewer than the connections a busy server serves.
+const POOL_IDLE: usize = 32;
+
+/// A store connection lent to one request: given back to the pool when dropped (not after a
+/// panic, whose connection may be in any state).
+pub(crate) struct Pooled {
+    store: Option<Box<dyn Store>>,
+    state: AppState,
+}
+
+impl std::ops::Deref for Pooled {
+    type Target = dyn Store;
+    fn deref(&self) -> &(dyn Store + 'static) {
+        &**self.store.as_ref().expect("a pooled store is taken only on drop")
+    }
+}
+
+impl std::ops::DerefMut for Pooled {
+    fn deref_mut(&mut self) -> &mut (dyn Store + 'static) {
+        &mut **self.store.as_mut().expect("a pooled store is taken only on drop")
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Some(store) = self.store.take() {
+            let mut idle = self.state.0.pool.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < POOL_IDLE {
+                idle.push(store);
+            }
+        }
+    }
 }
 
 impl AppState {
@@ -134,6 +174,7 @@ impl AppState {
             requests: Mutex::new(BTreeMap::new()),
             agents,
             concurrency: None,
+            pool: Mutex::new(Vec::new()),
         }))
     }
 
@@ -216,6 +257,18 @@ impl AppState {
 
     pub fn store(&self) -> Result<Box<dyn Store>, opsgraph_store::Error> {
         (self.0.open)()
+    }
+
+    /// A store connection for one request: an idle one when there is one, else a new one.
+    /// Opening one (SQLite: the file, its pragmas, the schema check, no statement prepared yet)
+    /// cost more than answering a small request.
+    pub(crate) fn pooled(&self) -> Result<Pooled, opsgraph_store::Error> {
+        let idle = self.0.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let store = match idle {
+            Some(s) => s,
+            None => self.store()?,
+        };
+        Ok(Pooled { store: Some(store), state: self.clone() })
     }
 
     pub fn config(&self) -> &Config {

@@ -228,7 +228,7 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
     let headers = parts.headers;
     let a = actor.clone();
     blocking(move || {
-        let store = state.store()?;
+        let store = state.pooled()?;
         let mut ctx = Ctx { state, who, params, query, headers, body, method, store };
         (route.handler)(&mut ctx)
     })
@@ -247,7 +247,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
 fn authenticate(state: &AppState, bearer: Option<String>) -> Result<Identity, ApiError> {
     let token = bearer
         .ok_or_else(|| ApiError::unauthorized("unauthenticated", "this route needs `Authorization: Bearer <token>`"))?;
-    let store = state.store()?;
+    let store = state.pooled()?;
     let hash = token_hash(&token);
     let record = store
         .token_by_hash(&hash)?

@@ -354,3 +354,48 @@ fn trickling_clients_under_a_file_limit_do_not_stop_health_from_answering() {
     assert!(took >= Duration::from_millis(3900) && took < Duration::from_secs(6), "idle for {took:?}");
     drop(server);
 }
+
+/// Requests borrow store connections from the server's pool: requests one after another open
+/// one connection between them (authentication and handler included), not two each; requests at
+/// once open more. Opening one cost more than answering a small request (docs/benchmarks.md).
+#[test]
+fn requests_borrow_store_connections_from_a_pool() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let api = Api::new("");
+    let admin = api.token("admin", &["platform_admin"]);
+    let data = api.dir.join("data");
+    let opens = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&opens);
+    let opener = opsgraph::storage::opener(&data);
+    let open = move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        opener()
+    };
+    let world = api.state.world().as_ref().clone();
+    let state = opsgraph_server::AppState::new(Box::new(open), world, api.state.config().clone(), api.dir.join("data"));
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let get = |state: opsgraph_server::AppState| {
+        let req = axum::http::Request::builder()
+            .uri("/api/v1/operations")
+            .header("authorization", format!("Bearer {admin}"))
+            .body(axum::body::Body::empty())
+            .unwrap();
+        async move { tower::ServiceExt::oneshot(opsgraph_server::router(state), req).await.unwrap().status().as_u16() }
+    };
+    for _ in 0..5 {
+        assert_eq!(rt.block_on(get(state.clone())), 200);
+    }
+    assert_eq!(opens.load(Ordering::SeqCst), 1, "five requests one after another");
+    let at_once: Vec<u16> = rt.block_on(async {
+        let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(get(state.clone()))).collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    assert_eq!(at_once, vec![200; 8]);
+    assert!(opens.load(Ordering::SeqCst) <= 16, "at most two per request at once: {}", opens.load(Ordering::SeqCst));
+}
