@@ -20,10 +20,19 @@ fn resume_point(ctx: &Ctx) -> Result<i64, ApiError> {
             ApiError::bad_request("invalid_header", "Last-Event-ID is the id of an event received: a whole number")
         });
     }
+    after(ctx, "the id of an event received")
+}
+
+/// The `after` query parameter: a whole number from 0 to 2^63-1 (the range the OpenAPI document
+/// declares, shared by event ids and log offsets), 0 when absent.
+fn after(ctx: &Ctx, what: &str) -> Result<i64, ApiError> {
     match ctx.query.get("after") {
         None => Ok(0),
         Some(v) => v.trim().parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
-            ApiError::bad_request("invalid_parameter", "`after` is the id of an event received: a whole number")
+            ApiError::bad_request(
+                "invalid_parameter",
+                format!("`after` is {what}: a whole number from 0 to {}", i64::MAX),
+            )
         }),
     }
 }
@@ -127,12 +136,7 @@ pub(crate) fn metrics(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 pub(crate) fn job_log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     let job = ctx.param("job");
-    let after = match ctx.query.get("after") {
-        None => 0,
-        Some(v) => v.trim().parse::<u64>().map_err(|_| {
-            ApiError::bad_request("invalid_parameter", "`after` is a byte offset of the live log: a whole number")
-        })?,
-    };
+    let after = after(ctx, "a byte offset of the live log")? as u64;
     let (store, blobs, data_dir) = (&*ctx.store, &*ctx.state.0.blobs, &ctx.state.0.data_dir);
     let log = opsgraph_api::views::job_log(store, blobs, data_dir, &op.id, &job, after)?
         .ok_or_else(|| ApiError::not_found("no_job", format!("operation `{}` has no job `{job}`", op.id)))?;
