@@ -41,8 +41,18 @@ pub const AI_ANALYZER: &str = "ai-agent:analyzer";
 pub struct Endpoint {
     url: String,
     model: String,
-    key: Option<String>,
+    key: Key,
     agent: ureq::Agent,
+}
+
+/// The endpoint's key: none configured (an endpoint that needs none, such as a local model
+/// server), read from the variable `api_key_env` names, or that variable unset — then nothing is
+/// sent: a request without its key would only be refused by the endpoint, after the context left.
+#[derive(Clone)]
+enum Key {
+    None,
+    Set(String),
+    Missing(String),
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -51,7 +61,14 @@ impl std::fmt::Debug for Endpoint {
         f.debug_struct("Endpoint")
             .field("url", &self.url)
             .field("model", &self.model)
-            .field("key", &self.key.as_ref().map(|_| "(set)"))
+            .field(
+                "key",
+                &match &self.key {
+                    Key::None => "(none)".to_string(),
+                    Key::Set(_) => "(set)".to_string(),
+                    Key::Missing(var) => format!("(${var} unset)"),
+                },
+            )
             .finish()
     }
 }
@@ -84,7 +101,13 @@ impl Endpoint {
             return Err(format!("`ai.url` must be an http:// or https:// URL, not `{url}`"));
         }
         let model = text("model").ok_or("no `ai.model`: the model to ask")?;
-        let key = text("api_key_env").and_then(|v| std::env::var(v).ok());
+        let key = match text("api_key_env") {
+            None => Key::None,
+            Some(var) => match std::env::var(var.trim()) {
+                Ok(k) if !k.trim().is_empty() => Key::Set(k.trim().to_string()),
+                _ => Key::Missing(var.trim().to_string()),
+            },
+        };
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(120)))
@@ -116,8 +139,15 @@ impl Endpoint {
         });
         let unavailable = |message: String| Error::Ai { code: "ai_unavailable", message };
         let mut req = self.agent.post(&url).header("Content-Type", "application/json");
-        if let Some(k) = &self.key {
-            req = req.header("Authorization", &format!("Bearer {k}"));
+        match &self.key {
+            Key::None => {}
+            Key::Set(k) => req = req.header("Authorization", &format!("Bearer {k}")),
+            Key::Missing(var) => {
+                return Err(Error::Ai {
+                    code: "ai_key_missing",
+                    message: format!("`ai.api_key_env` names ${var}, which is not set: nothing was sent to {url}"),
+                })
+            }
         }
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
         let mut resp = req.send(bytes.as_slice()).map_err(|e| unavailable(format!("cannot reach {url}: {e}")))?;

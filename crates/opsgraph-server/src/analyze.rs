@@ -48,6 +48,16 @@ pub(crate) fn diagnose(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         let list: Vec<_> = ctx.runtime()?.diagnose(&op.id)?.iter().map(views::diagnosis).collect();
         return Reply::ok(json!(opsgraph_api::AnalyzerReply { diagnosis: list, review: None }));
     }
+    // Asking the AI sends the failure's (masked) context off the machine, costs money and writes
+    // the answer to the timeline: as proposing its patch does, it needs `patch`, not `read`. A
+    // viewer reads the diagnoses others asked for. (Refused before anything is sent; audited as
+    // every 403 is.)
+    if !ctx.who()?.may(crate::auth::Permission::Patch) {
+        return Err(ApiError::forbidden(
+            "forbidden",
+            "asking the AI analyzer needs the `patch` permission (a viewer reads the answers others asked for)",
+        ));
+    }
     let endpoint = endpoint(ctx)?;
     let mut rt = ctx.runtime()?;
     // The question leaves the machine: who asked is recorded with the answer (or its refusal).

@@ -131,7 +131,7 @@ impl From<opsgraph_runtime::Error> for ApiError {
             R::PackChanged { .. } => ApiError::conflict("pack_changed", message),
             R::PatchRefused(_) => ApiError::unprocessable("patch_refused", message),
             R::LeaseLost { .. } => ApiError::conflict("lease_lost", message),
-            R::Ai { code: code @ "ai_not_configured", .. } => ApiError::conflict(code, message),
+            R::Ai { code: code @ ("ai_not_configured" | "ai_key_missing"), .. } => ApiError::conflict(code, message),
             R::Ai { code: code @ "ai_policy_forbids", .. } => ApiError::forbidden(code, message),
             R::Ai { code: code @ "ai_unavailable", .. } => ApiError::new(StatusCode::BAD_GATEWAY, code, message),
             R::Ai { code, .. } => ApiError::unprocessable(code, message),

@@ -114,19 +114,26 @@ fn the_ai_analyzer_answers_through_the_server_reviewed_audited_and_masked() {
     let r = api.post(&format!("{diagnosis}?analyzer=gpt"), &vera, "");
     assert_eq!((r.status, r.code()), (400, "unknown_analyzer"), "{}", r.body);
 
+    // A viewer reads diagnoses but does not ask the AI (its question leaves the machine and is
+    // recorded): refused before anything is sent, and the denial audited.
+    let r = api.post(&format!("{diagnosis}?analyzer=ai"), &vera, "");
+    assert_eq!((r.status, r.code()), (403, "forbidden"), "{}", r.body);
+    assert!(stand_in.requests.lock().unwrap().is_empty(), "a viewer's question left the machine");
+    assert!(api.audit().iter().any(|a| a.starts_with("user:vera request.denied")), "{:?}", api.audit());
+
     // Refused answers: malformed, or naming a remedy nobody listed. Nothing proposed.
     stand_in.answers("I think the greeting is wrong.");
-    let r = api.post(&format!("{diagnosis}?analyzer=ai"), &vera, "");
+    let r = api.post(&format!("{diagnosis}?analyzer=ai"), &ada, "");
     assert_eq!((r.status, r.code()), (422, "ai_answer_refused"), "{}", r.body);
     assert!(r.body["error"]["message"].as_str().unwrap().contains("the answer is not a JSON object"), "{}", r.body);
     stand_in.answers(&GOOD.replace("wrong-word", "no-such-remedy"));
-    let r = api.post(&format!("{diagnosis}?analyzer=ai"), &vera, "");
+    let r = api.post(&format!("{diagnosis}?analyzer=ai"), &ada, "");
     assert_eq!((r.status, r.code()), (422, "ai_answer_refused"), "{}", r.body);
 
     // A prompt injection: the reviewer refuses the patch; the diagnosis offers none, and a
     // proposal is 422 patch_refused with the finding. No patch exists afterwards.
     stand_in.answers(INJECTED);
-    let r = api.post(&format!("{diagnosis}?analyzer=ai"), &vera, "");
+    let r = api.post(&format!("{diagnosis}?analyzer=ai"), &ada, "");
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!((&r.body["diagnosis"][0]["patch"], &r.body["review"]["state"]), (&Value::Null, &json!("refused")));
     assert!(r.body["review"]["findings"].to_string().contains("rm-rf-root"), "{}", r.body);
@@ -137,7 +144,7 @@ fn the_ai_analyzer_answers_through_the_server_reviewed_audited_and_masked() {
 
     // A good answer: reviewed and offered; proposed by ai-agent:planner, it waits for a person.
     stand_in.answers(GOOD);
-    let r = api.post(&format!("{diagnosis}?analyzer=ai"), &vera, "");
+    let r = api.post(&format!("{diagnosis}?analyzer=ai"), &ada, "");
     assert_eq!(r.status, 200, "{}", r.body);
     let d = &r.body["diagnosis"][0];
     assert_eq!(
@@ -166,7 +173,7 @@ fn the_ai_analyzer_answers_through_the_server_reviewed_audited_and_masked() {
     let count = |e: &str| seen.iter().filter(|s| *s == e).count();
     assert_eq!((count("ai_answer_refused"), count("ai_patch_refused"), count("ai_diagnosis")), (2, 2, 4), "{seen:?}");
     let audit = api.audit();
-    assert!(audit.contains(&"user:vera operation.diagnose OP".to_string()), "{audit:?}");
+    assert!(audit.contains(&"user:ada operation.diagnose OP".to_string()), "{audit:?}");
     assert!(audit.contains(&"ai-agent:planner operation.patch OP".to_string()), "{audit:?}");
 
     // What left the machine: the failure's context, its secret masked.
@@ -193,13 +200,13 @@ fn the_ai_analyzer_answers_through_the_server_reviewed_audited_and_masked() {
 #[test]
 fn the_ai_analyzer_is_refused_without_an_endpoint_or_an_answer() {
     let (api, id) = failed_operation("");
-    let vera = api.token("vera", &["viewer"]);
-    let r = api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), &vera, "");
+    let ada = api.token("ada", &["sre"]);
+    let r = api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), &ada, "");
     assert_eq!((r.status, r.code()), (409, "ai_not_configured"), "{}", r.body);
     let port = opsgraph_exec::testing::free_port();
     let (api, id) = failed_operation(&format!("ai:\n  url: http://127.0.0.1:{port}/v1\n  model: m\n"));
-    let vera = api.token("vera", &["viewer"]);
-    let r = api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), &vera, "");
+    let ada = api.token("ada", &["sre"]);
+    let r = api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), &ada, "");
     assert_eq!((r.status, r.code()), (502, "ai_unavailable"), "{}", r.body);
     // An environment ai_policy does not name: refused before anything is sent, through the server
     // and the CLI alike (one runtime check).
@@ -207,16 +214,24 @@ fn the_ai_analyzer_is_refused_without_an_endpoint_or_an_answer() {
     stand_in.answers(GOOD);
     let config = format!("{}ai_policy:\n  environments: [staging]\n", stand_in.config());
     let (api, id) = failed_operation(&config);
-    let vera = api.token("vera", &["viewer"]);
-    let r = api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), &vera, "");
+    let ada = api.token("ada", &["sre"]);
+    let r = api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), &ada, "");
     assert_eq!((r.status, r.code()), (403, "ai_policy_forbids"), "{}", r.body);
     assert!(r.body["error"]["message"].as_str().unwrap().contains("environment `dev`"), "{}", r.body);
     let data = api.dir.join("data").display().to_string();
     let packs = api.dir.join("greet").display().to_string();
     let cli = crate::support::opsgraph(&["--data-dir", &data, "diagnose", &id, "--ai", "openai", "--packs", &packs]);
     assert!(cli.code != 0 && cli.render().contains("does not allow the AI analyzer"), "{}", cli.render());
+    // A key named but not set: the endpoint would refuse a question without it, after the
+    // context had left; nothing is sent.
+    let config = format!("{}  api_key_env: OPSGRAPH_TEST_KEY_NEVER_SET\n", stand_in.config());
+    let (api, id) = failed_operation(&config);
+    let ada = api.token("ada", &["sre"]);
+    let r = api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), &ada, "");
+    assert_eq!((r.status, r.code()), (409, "ai_key_missing"), "{}", r.body);
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("$OPSGRAPH_TEST_KEY_NEVER_SET"), "{}", r.body);
     assert!(stand_in.requests.lock().unwrap().is_empty(), "a question left the machine");
-    assert!(events(&api, &id, &vera).is_empty(), "nothing is recorded");
+    assert!(events(&api, &id, &ada).is_empty(), "nothing is recorded");
     // A configuration the server cannot use stops it at start, saying why.
     let dir = temp_dir(&[("config.yaml", "ai:\n  url: ftp://x\n  model: m\n")]);
     let e = opsgraph_server::Config::load(dir.path()).unwrap_err().to_string();
@@ -229,19 +244,22 @@ fn the_ai_analyzer_is_refused_without_an_endpoint_or_an_answer() {
 fn the_cli_asks_the_servers_ai_analyzer() {
     let stand_in = StandIn::start();
     let (api, id) = failed_operation(&stand_in.config());
-    let files =
-        temp_dir(&[("vera.token", &api.token("vera", &["viewer"])), ("ai.token", &api.token("ai", &["ai_agent"]))]);
+    let files = temp_dir(&[
+        ("vera.token", &api.token("vera", &["viewer"])),
+        ("ada.token", &api.token("ada", &["sre"])),
+        ("ai.token", &api.token("ai", &["ai_agent"])),
+    ]);
     let server = crate::serve::Server::start(&api);
     let ask = |who: &str, args: &[&str]| server.opsgraph(&files.join(&format!("{who}.token")), args);
 
     stand_in.answers(INJECTED);
-    let refused = ask("vera", &["diagnose", &id, "--ai", "openai"]);
+    let refused = ask("ada", &["diagnose", &id, "--ai", "openai"]);
     assert_eq!(refused.code, 1, "{}", refused.render());
     assert!(refused.out.contains("Its patch is refused by the review (out of policy):"), "{}", refused.render());
     assert!(refused.out.contains("rm-rf-root"), "{}", refused.out);
 
     stand_in.answers(GOOD);
-    let found = ask("vera", &["diagnose", &id, "--ai", "openai"]);
+    let found = ask("ada", &["diagnose", &id, "--ai", "openai"]);
     assert_eq!(found.code, 0, "{}", found.render());
     assert!(found.out.starts_with("Diagnosis of say (ai analyzer of the server, confidence 0.8)\n"), "{}", found.out);
     assert!(found.out.contains("  remedy: wrong-word (pack)\n"), "{}", found.out);
