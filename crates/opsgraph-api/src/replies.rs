@@ -288,3 +288,88 @@ pub struct RegistryRows {
     pub rows: Vec<Value>,
     pub problems: Vec<String>,
 }
+
+/// `GET /packs/{id}`: every loaded version of a pack (`id`), or one (`id@version`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct PackVersions {
+    /// As asked: `id` or `id@version`.
+    pub id: String,
+    pub versions: Vec<PackDetail>,
+}
+
+/// Everything a pack declares, as loaded. Defaults of secret parameters read `(secret)`.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct PackDetail {
+    pub id: String,
+    pub version: String,
+    /// `id@version`.
+    pub reference: String,
+    pub title: Option<String>,
+    /// `sha256:…` over its files.
+    pub digest: String,
+    pub resource_types: Vec<String>,
+    pub actions: Vec<String>,
+    pub templates: Vec<opsgraph_core::model::PlanTemplate>,
+    /// Its job library, by id.
+    pub jobs: std::collections::BTreeMap<String, PackJob>,
+    pub manifest: opsgraph_core::model::ScenarioPack,
+    pub evidence: std::collections::BTreeMap<String, opsgraph_core::model::Evidence>,
+    pub artifacts: std::collections::BTreeMap<String, opsgraph_core::model::Artifact>,
+    pub remedies: Vec<opsgraph_core::model::Remedy>,
+    pub providers: Vec<opsgraph_core::model::Provider>,
+}
+
+/// A job as declared, with the text of the script it runs when it runs one of the pack's.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct PackJob {
+    #[serde(flatten)]
+    pub job: opsgraph_core::model::Job,
+    /// The script's text (absent for a command, or a script over 256 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script_text: Option<String>,
+}
+
+/// `GET /providers`: the providers of the world documents and of the packs.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ProviderList {
+    pub providers: Vec<ProviderEntry>,
+}
+
+/// A provider and where it was declared.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ProviderEntry {
+    #[serde(flatten)]
+    pub provider: opsgraph_core::model::Provider,
+    /// `world`, or `pack:id@version`.
+    pub source: String,
+}
+
+/// `GET /policies`: the capability policy and the operations policy the server plans with.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Policies {
+    pub capability_policy: opsgraph_core::model::CapabilityPolicy,
+    pub operations_policy: opsgraph_core::model::OperationsPolicy,
+}
+
+/// `GET /inventory`: the resources a plan is built from — the server's inventory documents and
+/// the resources operations and people stored — as a form picks targets among them.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct InventoryList {
+    pub resources: Vec<InventoryEntry>,
+}
+
+/// One resource of the inventory: what a person choosing it needs to see.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct InventoryEntry {
+    /// `type/name`, as an intent's `targets` name it.
+    pub id: String,
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub name: String,
+    pub environment: Option<String>,
+    pub health: opsgraph_core::model::Health,
+    pub status: Option<opsgraph_core::model::ResourceStatus>,
+    pub observed_state: Option<String>,
+    /// The capabilities it provides.
+    pub provides: Vec<String>,
+}

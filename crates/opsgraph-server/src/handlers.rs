@@ -206,7 +206,14 @@ impl Ctx {
             roles: &roles,
         })
         .map_err(|errors| {
-            let list: Vec<Value> = errors.iter().map(|e| json!({"code": e.code(), "message": e.to_string()})).collect();
+            // `field`: the intent's field it is about (`parameters.port`, `scopes.nodes`), for a form.
+            let list: Vec<Value> = errors
+                .iter()
+                .map(|e| match e.field() {
+                    Some(field) => json!({"code": e.code(), "message": e.to_string(), "field": field}),
+                    None => json!({"code": e.code(), "message": e.to_string()}),
+                })
+                .collect();
             ApiError::unprocessable("plan_error", "the plan cannot be built").with_details(json!({ "errors": list }))
         })
     }
@@ -264,11 +271,11 @@ pub(crate) fn plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     };
     let intent = ctx.intent()?;
     let plan = ctx.plan(&intent)?;
-    let mut v = render::json(&plan, &ctx.state.world().packs);
+    let mut preview = render::preview(&plan, &ctx.state.world().packs);
     if text {
-        v["text"] = Value::String(render::text(&plan));
+        preview.text = Some(render::text(&plan));
     }
-    Reply::ok(v)
+    Reply::typed(&preview)
 }
 
 pub(crate) fn operations(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -314,7 +321,9 @@ pub(crate) fn operation_plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     })?;
     let plan: Plan =
         serde_json::from_value(stored).map_err(|e| ApiError::internal("a stored plan cannot be read", &e))?;
-    Reply::ok(views::hide_sealed(render::json(&plan, &ctx.state.world().packs)))
+    let mut preview = render::preview(&plan, &ctx.state.world().packs);
+    preview.map_parameters(&views::hide_sealed);
+    Reply::typed(&preview)
 }
 
 /// `GET /operations/{id}/patches`: every plan patch proposed for the operation, from its

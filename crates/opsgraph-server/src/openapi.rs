@@ -220,3 +220,36 @@ pub(crate) fn document(routes: &[Route]) -> Value {
         },
     })
 }
+
+/// This document as an answer (`GET /api/v1/openapi.json`). Its full shape is OpenAPI 3.1's own
+/// meta-schema, which is not repeated here; its schema says what a client relies on: the
+/// version, the paths with their operations, the components.
+#[derive(serde::Serialize)]
+#[serde(transparent)]
+pub(crate) struct Document(pub(crate) Value);
+
+impl schemars::JsonSchema for Document {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "OpenApiDocument".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "An OpenAPI 3.1 document (https://spec.openapis.org/oas/v3.1.0)",
+            "type": "object",
+            "required": ["openapi", "info", "paths", "components"],
+            "properties": {
+                "openapi": {"type": "string", "pattern": "^3\\.1\\.[0-9]+$"},
+                "info": {"type": "object", "required": ["title", "version"], "properties": {
+                    "title": {"type": "string"}, "version": {"type": "string"}
+                }},
+                "paths": {"type": "object", "additionalProperties": {
+                    "type": "object",
+                    "propertyNames": {"enum": ["get", "put", "post", "delete", "options", "head", "patch", "trace", "summary", "description", "servers", "parameters"]},
+                    "additionalProperties": {"type": "object"}
+                }},
+                "components": {"type": "object", "properties": {"schemas": {"type": "object", "additionalProperties": {"type": ["object", "boolean"]}}}}
+            }
+        })
+    }
+}

@@ -109,7 +109,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         openapi_doc,
         "This API's OpenAPI 3.1 document.",
-        -> Value
+        -> crate::openapi::Document
     ),
     route!(
         "GET",
@@ -142,7 +142,7 @@ pub static ROUTES: &[Route] = &[
         &["format"],
         handlers::plan,
         "Plan preview of an intent document; nothing runs.",
-        -> Value
+        -> opsgraph_core::plan::render::Preview
     ),
     route!(
         "GET",
@@ -265,7 +265,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         handlers::operation_plan,
         "The operation's current plan revision: jobs and what they wait for, the capability resolution.",
-        -> Value
+        -> opsgraph_core::plan::render::Preview
     ),
     route!(
         "GET",
@@ -455,6 +455,17 @@ pub static ROUTES: &[Route] = &[
         -> ResourceView
     ),
     route!(
+        "GET",
+        "/api/v1/inventory",
+        Need(Read),
+        200,
+        "none",
+        &["type"],
+        catalog::inventory,
+        "The resources a plan is built from (the server's inventory and the stored ones), of one `type` or all: id, health, status, capabilities.",
+        -> InventoryList
+    ),
+    route!(
         "POST",
         "/api/v1/verifications",
         Need(Apply),
@@ -529,7 +540,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         catalog::pack,
         "One pack (`id` for every loaded version, `id@version` for one): templates, jobs and what they run.",
-        -> Value
+        -> PackVersions
     ),
     route!(
         "DELETE",
@@ -551,7 +562,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         catalog::providers,
         "Providers of the world documents and of the packs.",
-        -> Value
+        -> ProviderList
     ),
     route!(
         "GET",
@@ -562,7 +573,7 @@ pub static ROUTES: &[Route] = &[
         &[],
         catalog::policies,
         "The capability policy and the operations policy.",
-        -> Value
+        -> Policies
     ),
     route!(
         "GET",
@@ -656,7 +667,7 @@ pub static ROUTES: &[Route] = &[
 
 /// `GET /api/v1/openapi.json`: the document, built from the table.
 pub(crate) fn openapi_doc(_: &mut Ctx) -> Result<Reply, ApiError> {
-    Reply::ok(openapi())
+    Reply::typed(&crate::openapi::Document(openapi()))
 }
 
 /// The OpenAPI 3.1 document, generated from [`ROUTES`].

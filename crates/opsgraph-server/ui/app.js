@@ -71,6 +71,7 @@ async function api(method, path, body, raw) {
     err.status = r.status;
     err.code = e.code;
     err.reasons = reasons;
+    err.details = e.details;
     throw err;
   }
   return raw ? text : json;
@@ -415,6 +416,87 @@ function paramField(prefix, name, spec) {
   };
 }
 
+// ---- The intent's targets and constraints ----
+
+// The intent targets a scope reads: `from: [targets.members]` -> ["members"].
+const targetNames = (from) => [].concat(from || []).map(String).filter((f) => f.startsWith("targets.")).map((f) => f.slice(8));
+
+// One picker per target the template's scopes read (`targets.<name>`), listing the inventory's
+// resources of the scope's type with their health. A scope derived from another's targets
+// (`verifiers: {from: targets.members}`) gets no picker of its own: filling `members` fills it.
+async function targetPickers(scopes) {
+  const byTarget = {};
+  for (const [scope, sc] of Object.entries(scopes)) {
+    for (const t of targetNames(sc.from)) {
+      const x = (byTarget[t] = byTarget[t] || { type: sc.resource_type, min: sc.min, max: sc.max });
+      if (t === scope) Object.assign(x, { type: sc.resource_type, min: sc.min, max: sc.max });
+    }
+  }
+  const pickers = [];
+  for (const [name, x] of Object.entries(byTarget)) {
+    let found = [];
+    try {
+      found = (await api("GET", "/api/v1/inventory?type=" + enc(x.type))).resources || [];
+    } catch (e) {
+      status(`Could not read the inventory of ${x.type}: ${e.message}`, true);
+    }
+    pickers.push(targetPicker(name, x, found));
+  }
+  return pickers;
+}
+
+function targetPicker(name, x, found) {
+  const bounds = [x.min !== undefined && x.min !== null ? `at least ${x.min}` : null, x.max !== undefined && x.max !== null ? `at most ${x.max}` : null].filter(Boolean).join(", ");
+  const boxes = found.map((r) => {
+    const id = safeId(`target-${name}-${r.id}`);
+    const input = h("input", { id, type: "checkbox", name: "target-" + name, value: r.id, "data-target": name });
+    return h("div", { class: "pick", "data-testid": "target-option", "data-target": name, "data-resource": r.id },
+      input, h("label", { for: id }, r.id, " ",
+        h("span", { class: "health health-" + r.health, "data-testid": "target-health" }, r.health),
+        h("span", { class: "muted" }, [r.status, r.environment, r.observed_state].filter(Boolean).map((v) => " · " + v).join(""))));
+  });
+  const read = () => boxes.map((b) => b.querySelector("input")).filter((i) => i.checked).map((i) => i.value);
+  const el = h("fieldset", { class: "targets", id: safeId("targets-" + name), "data-testid": "target", "data-target": name },
+    h("legend", {}, `Targets: ${name} `, h("span", { class: "muted" }, `(${x.type}${bounds ? ", " + bounds : ""})`)),
+    boxes.length ? boxes : h("p", { class: "muted", "data-testid": "no-targets" }, `The inventory holds no ${x.type}.`));
+  return { name, el, read };
+}
+
+// Constraints of the intent (`constraints:`, the workload's attributes that `same-as-workload`
+// requirements match): name and value rows, a value read as JSON when it
+// is JSON (`3`, `true`, `["a"]`), else as text.
+function constraintRows() {
+  const rows = h("div", { id: "constraint-rows" });
+  let n = 0;
+  const add = () => {
+    n += 1;
+    const k = h("input", { id: `constraint-${n}-name`, type: "text", autocomplete: "off", "data-constraint": "name", placeholder: "region" });
+    const v = h("input", { id: `constraint-${n}-value`, type: "text", autocomplete: "off", "data-constraint": "value", placeholder: "eu-west-1" });
+    const row = h("div", { class: "constraint", "data-testid": "constraint" },
+      h("label", { for: k.id }, `Constraint ${n} name`), k, h("label", { for: v.id }, `Constraint ${n} value`), v);
+    row.append(h("button", { type: "button", "aria-label": `Remove constraint ${n}`, onclick: () => { row.remove(); addBtn.focus(); } }, "Remove"));
+    rows.append(row);
+    return k;
+  };
+  const addBtn = h("button", { type: "button", id: "add-constraint", onclick: () => add().focus() }, "Add a constraint");
+  const read = () => {
+    const out = {};
+    for (const row of rows.children) {
+      const key = row.querySelector("[data-constraint=name]").value.trim();
+      const raw = row.querySelector("[data-constraint=value]").value.trim();
+      if (!key) continue;
+      let value = raw;
+      try { value = JSON.parse(raw); } catch (_) { value = raw; }
+      out[key] = value;
+    }
+    return out;
+  };
+  const el = h("fieldset", { id: "new-constraints", "data-testid": "constraints" }, h("legend", {}, "Constraints"),
+    h("p", { class: "muted" }, "The workload's attributes (region: eu-west-1): a requirement whose constraint reads same-as-workload must match them."),
+    rows, addBtn);
+  return { el, read };
+}
+
 // ---- A new operation: pack, action, parameters; preview, then apply ----
 
 async function newPage() {
@@ -440,10 +522,14 @@ async function newPage() {
   const typeSel = h("select", { id: "new-type", name: "target_resource_type", required: true });
   const name = h("input", { id: "new-name", name: "name", type: "text", required: true, autocomplete: "off", pattern: "[a-z0-9][a-z0-9\\-]*" });
   const env = h("input", { id: "new-env", name: "environment", type: "text", value: "dev", autocomplete: "off" });
+  const desired = h("input", { id: "new-desired", name: "desired_result", type: "text", autocomplete: "off", "aria-describedby": "new-desired-help" });
   const params = h("fieldset", { id: "new-params", "data-testid": "params" });
+  const targetsBox = h("div", { id: "new-targets", "data-testid": "targets" });
+  const constraints = constraintRows();
   const preview = h("section", { id: "preview", "data-testid": "preview", "aria-live": "polite" });
   let fields = [];
   let targets = [];
+  let scopes = {};
   let lastPreview = null;
 
   const pack = () => packs.find((p) => p.reference === packSel.value);
@@ -461,39 +547,85 @@ async function newPage() {
     // Another choice was made while this one loaded: that one draws the form.
     if (mine !== filling || !current(gen)) return;
     const t = ((detail && detail.templates) || []).find((x) => x.id === actionSel.value) || {};
+    scopes = t.scopes || {};
+    const picks = await targetPickers(scopes);
+    if (mine !== filling || !current(gen)) return;
     fields = Object.entries(t.parameters || {}).map(([n, spec]) => ({ name: n, ...paramField("param", n, spec) }));
-    targets = Object.entries(t.scopes || {}).map(([n, sc]) => {
-      const id = safeId("target-" + n);
-      const input = h("input", { id, name: "target-" + n, type: "text", autocomplete: "off", placeholder: `${sc.resource_type} ids, comma-separated` });
-      return { name: n, input, el: h("div", { class: "field" }, h("label", { for: id }, `Targets: ${n} `, h("span", { class: "muted" }, `(${sc.resource_type})`)), input) };
-    });
+    targets = picks;
     params.replaceChildren(h("legend", {}, "Parameters"),
-      ...(fields.length ? fields.map((f) => f.el) : [h("p", { class: "muted" }, "This action takes no parameters.")]),
-      ...targets.map((x) => x.el));
+      ...(fields.length ? fields.map((f) => f.el) : [h("p", { class: "muted" }, "This action takes no parameters.")]));
+    targetsBox.replaceChildren(...targets.map((x) => x.el));
   };
   const intent = () => {
     const p = pack();
     const t = p.templates.find((x) => x.id === actionSel.value);
     const doc = { target_resource_type: typeSel.value, action: t.action, pack: p.id, name: name.value.trim() };
     if (env.value.trim()) doc.environment = env.value.trim();
+    if (desired.value.trim()) doc.desired_result = desired.value.trim();
     const values = {};
     for (const f of fields) {
       const v = f.read();
       if (v !== undefined) values[f.name] = v;
     }
     if (Object.keys(values).length) doc.parameters = values;
+    const given = constraints.read();
+    if (Object.keys(given).length) doc.constraints = given;
     const tg = {};
     for (const x of targets) {
-      const ids = x.input.value.split(",").map((v) => v.trim()).filter(Boolean);
+      const ids = x.read();
       if (ids.length) tg[x.name] = ids;
     }
     if (Object.keys(tg).length) doc.targets = tg;
     return { intent: doc };
   };
+  // The form's element for a plan error's `field` (`parameters.port`, `targets.nodes`,
+  // `scopes.verifiers` — a scope is shown as the targets it reads —, `action`, …).
+  const fieldsOf = (field) => {
+    const [kind, rest] = [field.split(".")[0], field.split(".").slice(1).join(".")];
+    if (kind === "parameters") return fields.filter((f) => f.name === rest).map((f) => f.el);
+    if (kind === "targets") return targets.filter((x) => x.name === rest).map((x) => x.el);
+    if (kind === "scopes") {
+      const from = targetNames((scopes[rest] || {}).from);
+      return targets.filter((x) => from.includes(x.name)).map((x) => x.el);
+    }
+    const own = { action: actionSel, pack: packSel, target_resource_type: typeSel }[kind];
+    return own ? [own.parentElement] : [];
+  };
+  const clearFieldErrors = () => {
+    for (const e of document.querySelectorAll("#new-form [data-testid=field-error]")) e.remove();
+    for (const e of document.querySelectorAll("#new-form [aria-invalid]")) {
+      e.removeAttribute("aria-invalid");
+      const by = (e.getAttribute("aria-describedby") || "").split(" ").filter((x) => x && !x.startsWith("ferr-")).join(" ");
+      if (by) e.setAttribute("aria-describedby", by); else e.removeAttribute("aria-describedby");
+    }
+  };
+  // Each plan error beside its field, the field marked invalid and described by it; those of no
+  // field stay in the summary only. Answers the first field with an error.
+  const showFieldErrors = (errors) => {
+    let first = null;
+    errors.forEach((x, i) => {
+      if (!x.field) return;
+      for (const el of fieldsOf(x.field)) {
+        const id = `ferr-${i}-${safeId(x.field)}`;
+        // A scope the form hides (derived from other targets) is named by what fills it.
+        const [kind, scope] = [x.field.split(".")[0], x.field.split(".").slice(1).join(".")];
+        const derived = kind === "scopes" && !targets.some((t) => t.name === scope)
+          ? ` (scope ${scope} is filled from the targets ${targetNames((scopes[scope] || {}).from).join(", ")})` : "";
+        el.append(h("p", { id, class: "fail field-error", "data-testid": "field-error", "data-field": x.field }, `${x.code}: ${x.message}${derived}`));
+        for (const input of el.querySelectorAll("input, select, textarea")) {
+          input.setAttribute("aria-invalid", "true");
+          input.setAttribute("aria-describedby", [input.getAttribute("aria-describedby"), id].filter(Boolean).join(" "));
+        }
+        first = first || el.querySelector("input, select, textarea");
+      }
+    });
+    return first;
+  };
   const doPreview = async (ev) => {
     ev.preventDefault();
     let body;
     try { body = intent(); } catch (e) { status(e.message, true); return; }
+    clearFieldErrors();
     status("Planning…");
     try {
       const plan = await api("POST", "/api/v1/plans?format=text", body);
@@ -506,14 +638,16 @@ async function newPage() {
         h("pre", { "data-testid": "preview-text" }, plan.text || JSON.stringify(plan, null, 1)),
         h("button", { type: "button", class: "primary", id: "apply", "data-testid": "apply", disabled: blocked ? true : null,
           "aria-describedby": blocked ? "apply-why" : null, onclick: () => doApply(body) }, "Apply this plan"),
-        blocked ? h("p", { id: "apply-why", class: "fail", "data-testid": "apply-why" },
-          "This plan is blocked and cannot be applied: ", blockedReasons(plan).join("; ") || "see the preview above.") : null);
+        ...(blocked ? [h("p", { id: "apply-why", class: "fail", "data-testid": "apply-why" },
+          "This plan is blocked and cannot be applied: ", blockedReasons(plan).join("; ") || "see the preview above.")] : []));
       $("preview-h").focus();
     } catch (e) {
+      const errors = ((e.details && e.details.errors) || []).filter((x) => typeof x === "object");
       preview.replaceChildren(h("div", { class: "fail", role: "alert", "data-testid": "preview-error", id: "preview-error", tabindex: "-1" },
         h("p", {}, h("strong", {}, "The plan cannot be built"), e.code ? ` (${e.code})` : "", ":"),
         (e.reasons || []).length ? h("ul", {}, e.reasons.map((x) => h("li", {}, x))) : h("p", {}, e.message)));
-      $("preview-error").focus();
+      const first = showFieldErrors(errors);
+      (first || $("preview-error")).focus();
       status("The plan was refused: " + e.message, true);
     }
   };
@@ -537,7 +671,11 @@ async function newPage() {
     h("div", { class: "field" }, h("label", { for: "new-type" }, "Resource type"), typeSel),
     h("div", { class: "field" }, h("label", { for: "new-name" }, "Name ", h("span", { class: "muted" }, "(lowercase letters, digits, -)")), name),
     h("div", { class: "field" }, h("label", { for: "new-env" }, "Environment"), env),
+    h("div", { class: "field" }, h("label", { for: "new-desired" }, "Desired result ", h("span", { class: "muted" }, "(optional)")), desired,
+      h("small", { id: "new-desired-help", class: "muted" }, "What should be true when the operation is done, in your words; kept with the intent.")),
     params,
+    targetsBox,
+    constraints.el,
     h("button", { type: "submit", id: "preview-btn", "data-testid": "preview-btn" }, "Preview the plan"));
   // Any change voids the preview: a person applies exactly what they previewed.
   form.addEventListener("input", () => {

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The operation lifecycle of protocol §3, plus `Cancelled`. Variants carry their own data.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum OperationState {
     DraftIntent,
@@ -64,7 +64,7 @@ impl OperationState {
 }
 
 /// An operation: an intent, the plan revision it runs, its state and who started it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Operation {
     pub id: String,
     pub intent_id: String,

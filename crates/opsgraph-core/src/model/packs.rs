@@ -13,7 +13,7 @@ use crate::model::Attributes;
 // ---------------------------------------------------------------------------------------------
 // Packs, templates, jobs
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RiskLevel {
     #[default]
@@ -35,7 +35,7 @@ impl fmt::Display for RiskLevel {
 }
 
 /// The manifest of a pack directory (`pack.yaml`, seed §15).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioPack {
     pub id: String,
@@ -72,7 +72,7 @@ pub struct ScenarioPack {
 ///
 /// Checks run where the instances of a job of `on` ran in the resource's latest completed
 /// operation that has them (one per host of a fanned-out job), with that instance's environment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceSpec {
     #[serde(rename = "type")]
@@ -109,7 +109,7 @@ impl ScenarioPack {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanTemplateRef {
     pub id: String,
@@ -120,7 +120,7 @@ pub struct PlanTemplateRef {
     pub action: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Editable {
     /// `false` said explicitly: a plan of this pack may only be patched with `retry` (no job
@@ -130,7 +130,7 @@ pub struct Editable {
     pub advanced_mode: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Risk {
     #[serde(default)]
@@ -140,7 +140,7 @@ pub struct Risk {
     pub approval_from: Option<RiskLevel>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ParamType {
     String,
@@ -151,7 +151,7 @@ pub enum ParamType {
     Map,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ParamSpec {
     #[serde(rename = "type")]
@@ -177,7 +177,7 @@ pub struct ParamSpec {
     pub once: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScopeSpec {
     pub resource_type: String,
@@ -196,7 +196,7 @@ impl ScopeSpec {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StageSpec {
     pub id: String,
@@ -205,7 +205,7 @@ pub struct StageSpec {
 }
 
 /// A template's job entry: a job of the pack's library by id, or an inline job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobEntry {
     Ref(String),
@@ -221,7 +221,7 @@ impl JobEntry {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanTemplate {
     pub id: String,
@@ -265,7 +265,7 @@ pub struct PlanTemplate {
 
 /// A rule of a template's `refuse:` list: the plan is refused, with `message`, when every
 /// condition of `when` holds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Refusal {
     pub when: Vec<Condition>,
     pub message: String,
@@ -273,7 +273,7 @@ pub struct Refusal {
 
 /// One condition of a refusal: a value (`of`) or the number of its items (`count_of`), and one
 /// test of it. Both are written flat: `{count_of: params.members, parity: even}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Condition {
     #[serde(flatten)]
     pub subject: Subject,
@@ -281,7 +281,7 @@ pub struct Condition {
     pub test: Test,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Subject {
     /// The value a reference names ([`ValueRef`]).
@@ -290,7 +290,7 @@ pub enum Subject {
     CountOf(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Test {
     Equals(serde_json::Value),
@@ -302,7 +302,7 @@ pub enum Test {
     IncludesAll(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Parity {
     Even,
@@ -352,7 +352,7 @@ impl<'a> ValueRef<'a> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobType {
     #[default]
@@ -364,7 +364,7 @@ pub enum JobType {
 }
 
 /// A job's contract (seed §8) and how it runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Job {
     pub id: String,
@@ -391,7 +391,7 @@ pub struct Job {
     pub cost: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobScope {
     /// Resource types the job runs on (seed §8).
@@ -402,7 +402,7 @@ pub struct JobScope {
     pub target: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Inputs {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -411,7 +411,7 @@ pub struct Inputs {
     pub requires: Requires,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Requires {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -420,7 +420,7 @@ pub struct Requires {
     pub artifacts: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Outputs {
     #[serde(default)]
@@ -431,14 +431,14 @@ pub struct Outputs {
     pub evidence: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Provides {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<Provision>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Controls {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -461,7 +461,7 @@ pub struct Controls {
 /// How a fanned-out job's instances run relative to each other: an order, and for a fleet
 /// rollout waves, a limit in flight, failure budgets, a pause between waves and a canary gate.
 /// `parallel` and `one_at_a_time` are short forms of `{order: ...}`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rollout {
     #[serde(default, skip_serializing_if = "RolloutOrder::is_parallel")]
@@ -492,7 +492,7 @@ pub struct Rollout {
 }
 
 /// Where a fleet rollout's checks between waves run ([P]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum VerifyBetween {
     /// The job's evidence and the resource's checks on every host done so far.
@@ -517,7 +517,7 @@ impl Rollout {
 }
 
 /// The order of a job's instances.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RolloutOrder {
     /// All at once, as their dependencies allow.
@@ -535,7 +535,7 @@ impl RolloutOrder {
 }
 
 /// A number of instances: a count, or a percentage of a whole (`5%`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Amount {
     Count(u64),
@@ -570,7 +570,7 @@ impl std::fmt::Display for Amount {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicy {
     #[serde(default = "one")]
@@ -586,14 +586,14 @@ fn one() -> u32 {
     1
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Idempotency {
     /// Template of the key: `install-containerd:{node_id}:{version}`.
     pub key: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RollbackSupport {
     Full,
@@ -601,7 +601,7 @@ pub enum RollbackSupport {
     None,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rollback {
     pub supported: RollbackSupport,
@@ -610,13 +610,13 @@ pub struct Rollback {
     pub job: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ManualIntervention {
     pub allowed: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutorKind {
     Local,
@@ -625,7 +625,7 @@ pub enum ExecutorKind {
 }
 
 /// A command: an argv list (no shell), or a line (a shell only when it holds shell syntax).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Command {
     Argv(Vec<String>),
@@ -641,7 +641,7 @@ impl fmt::Display for Command {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Run {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -667,7 +667,7 @@ pub struct Run {
 // ---------------------------------------------------------------------------------------------
 // Evidence and artifacts
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EvidenceSource {
     Command,
@@ -678,7 +678,7 @@ pub enum EvidenceSource {
 }
 
 /// One evidence check (seed §10): proof that an output really exists.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Evidence {
     pub id: String,
@@ -719,7 +719,7 @@ pub struct Evidence {
     pub capture: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Sensitivity {
     Public,
@@ -728,7 +728,7 @@ pub enum Sensitivity {
     Secret,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ArtifactStorage {
     Blob,
@@ -736,7 +736,7 @@ pub enum ArtifactStorage {
 }
 
 /// A declared artifact (seed §9).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Artifact {
     /// Defaults to `type`.

@@ -67,7 +67,7 @@ impl GateKind {
 }
 
 /// A gate (seed §12): a DAG node that blocks its descendants until a person answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Gate {
     pub id: String,
@@ -83,14 +83,14 @@ pub struct Gate {
     pub before: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InterventionType {
     ManuallyFixed,
 }
 
 /// A recorded manual fix (seed §13), verified before the run goes on.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Intervention {
     #[serde(rename = "type")]
@@ -109,7 +109,7 @@ pub struct Intervention {
 }
 
 /// A structured change to a plan (seed §14). Changes are an allow-list.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanPatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,7 +125,7 @@ pub struct PlanPatch {
     pub approval: Option<Approval>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PatchChange {
     InsertAfter {
@@ -152,7 +152,7 @@ pub enum PatchChange {
     AddGate(Gate),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Approval {
     #[serde(default)]
@@ -163,7 +163,7 @@ pub struct Approval {
 
 /// A known failure signature a pack (or the remedy library) ships, with its diagnosis and, when
 /// a machine may fix it, its patch.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Remedy {
     pub id: String,
@@ -185,7 +185,7 @@ pub struct Remedy {
 }
 
 /// The jobs a remedy applies to: `everywhere`, or any of a list of selectors.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum AppliesTo {
     Everywhere(Everywhere),
@@ -193,14 +193,14 @@ pub enum AppliesTo {
 }
 
 /// The word `everywhere`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Everywhere {
     Everywhere,
 }
 
 /// One way of naming jobs: by id, by type, by a capability they provide, by pack.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobSelector {
     Job(String),
@@ -252,7 +252,7 @@ impl fmt::Display for AppliesTo {
 }
 
 /// A remedy's examples: failures its signature must recognise, and near misses it must not.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemedyExamples {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -268,7 +268,7 @@ impl RemedyExamples {
 }
 
 /// One example failure: the job's output, and optionally its exit code and failed checks.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemedyExample {
     pub output: String,
@@ -280,7 +280,7 @@ pub struct RemedyExample {
 
 /// A failed job described outside any operation (`opsgraph diagnose FILE`): for pack authors and
 /// for triage of a failure seen elsewhere.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Failure {
     /// `id` (the highest version) or `id@version`.
@@ -298,7 +298,7 @@ pub struct Failure {
 }
 
 /// One evidence result of a [`Failure`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailureEvidence {
     pub check: String,
@@ -307,7 +307,7 @@ pub struct FailureEvidence {
     pub observed: Option<serde_json::Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Signature {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -10,7 +10,7 @@ use crate::model::Attributes;
 // ---------------------------------------------------------------------------------------------
 // Inventory
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Health {
     Healthy,
@@ -30,7 +30,7 @@ pub enum ResourceStatus {
 }
 
 /// A managed object (seed §2, §4): a host, a cluster, a bucket, a database.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resource {
     /// `<type>/<name>`; filled in from `type` and `name` when the document leaves it out.
@@ -84,7 +84,7 @@ pub struct Resource {
 }
 
 /// What the last verification of a resource found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Verification {
     pub at: String,
@@ -97,7 +97,7 @@ pub struct Verification {
     pub operation: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailedCheck {
     pub check: String,
@@ -128,7 +128,7 @@ impl ResourceStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProvidedCapability {
     pub capability: String,
@@ -137,7 +137,7 @@ pub struct ProvidedCapability {
 }
 
 /// How executors reach a resource.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Access {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,7 +150,7 @@ pub struct Access {
     pub agent: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SshAccess {
     pub host: String,
@@ -173,7 +173,7 @@ fn default_ssh_port() -> u16 {
 // ---------------------------------------------------------------------------------------------
 // Providers and policy
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BindMode {
     /// A person describes an existing resource outside the inventory at a gate.
@@ -181,7 +181,7 @@ pub enum BindMode {
 }
 
 /// What `allowed_providers` and `default_provider` name.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Provider {
     pub id: String,
@@ -209,7 +209,7 @@ impl Provider {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateAction {
     pub pack: String,
@@ -219,13 +219,13 @@ pub struct CreateAction {
 }
 
 /// `capability_policy`: capability key -> environment -> rule (seed §6).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct CapabilityPolicy {
     pub rules: BTreeMap<String, BTreeMap<String, EnvironmentPolicy>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnvironmentPolicy {
     /// `None`: any provider; `Some([])`: none.
@@ -254,7 +254,7 @@ pub struct EnvironmentPolicy {
 /// One rule of a capability policy ([O]), its expressions in CEL (compiled when the document
 /// loads, `pack::expr`). `when` (default: always) may use `intent` and `roles`; `require` also
 /// `candidate`, and a candidate for which it is false is rejected naming the rule.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyRule {
     pub name: String,
@@ -275,7 +275,7 @@ pub struct PolicyRule {
 /// One rule of an operations policy ([O]): `when` (CEL over `intent`, `roles`, `cost`) holds,
 /// then the plan is refused (`deny`), needs an approval, or confirms its cost above another
 /// threshold.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OperationsRule {
     pub name: String,
@@ -294,7 +294,7 @@ pub struct OperationsRule {
 }
 
 /// The soft part of an environment policy: what is preferred, and breakable by exception.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SoftPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -307,7 +307,7 @@ pub struct SoftPolicy {
 }
 
 /// `operations_policy`: environment (or `default`) -> rules about operations as a whole.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct OperationsPolicy {
     pub environments: BTreeMap<String, EnvironmentOperations>,
@@ -320,7 +320,7 @@ impl OperationsPolicy {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnvironmentOperations {
     /// A plan whose cost estimate is above this needs a `cost_confirmation` gate.
@@ -345,7 +345,7 @@ pub struct EnvironmentOperations {
 }
 
 /// The operations policy's answer to drift: a resource a verification found degraded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RepairMode {
     /// Recorded on its history; nothing is planned.
@@ -368,7 +368,7 @@ impl RepairMode {
 // ---------------------------------------------------------------------------------------------
 // Intent and requirements
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Intent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -416,7 +416,7 @@ impl Intent {
 }
 
 /// A capability requirement (seed §2, §5): key, constraints, scope.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Requirement {
     pub capability: String,
@@ -427,7 +427,7 @@ pub struct Requirement {
 }
 
 /// What a job or pack provides: a capability, in a scope, with the attributes it will have.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Provision {
     pub capability: String,

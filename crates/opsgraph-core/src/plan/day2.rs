@@ -32,7 +32,7 @@ pub struct Recorded {
 /// What a day-2 plan took from the recorded resource, and what it changes there. Shown in the
 /// preview; not part of the plan's hash (its effect — parameters, job instances — is, and the
 /// observed values change with every verification).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Inherited {
     /// The resource id.
     pub resource: String,
@@ -56,7 +56,7 @@ pub struct Inherited {
 }
 
 /// One value a day-2 plan changes: a parameter, or a target as `targets.<name>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Change {
     pub name: String,
     pub from: Value,

@@ -17,6 +17,7 @@ mod operations;
 mod params;
 pub mod patch;
 pub mod policy;
+pub mod preview;
 mod refuse;
 pub mod render;
 mod resolution;
@@ -213,6 +214,40 @@ impl Error {
             Error::StalePreview { .. } => "P011",
             Error::Refused { .. } => "P012",
             Error::Denied { .. } => "P013",
+        }
+    }
+}
+
+impl Error {
+    /// The intent's field the error is about, when it is one: `parameters.NAME`,
+    /// `targets.NAME`, `scopes.NAME` (a template scope, filled from the targets its `from`
+    /// names), `action`, `pack` or `target_resource_type`. A form shows the error beside it.
+    pub fn field(&self) -> Option<String> {
+        match self {
+            Error::UnknownPack { .. } | Error::AmbiguousPack { .. } => Some("pack".into()),
+            Error::NoPackForType { .. } => Some("target_resource_type".into()),
+            Error::UnknownAction { .. } => Some("action".into()),
+            Error::UnknownParameter { name, .. }
+            | Error::ParameterType { name, .. }
+            | Error::ParameterValue { name, .. }
+            | Error::ArtifactReference { name, .. } => Some(format!("parameters.{name}")),
+            Error::UnknownResource { scope, .. }
+            | Error::WrongResourceType { scope, .. }
+            | Error::ScopeSize { scope, .. } => Some(format!("scopes.{scope}")),
+            Error::UnknownTarget { name, .. } => Some(format!("targets.{name}")),
+            Error::UnknownScope { .. }
+            | Error::AmbiguousScope { .. }
+            | Error::UnknownJob { .. }
+            | Error::UnknownStage { .. }
+            | Error::UnknownDependency { .. }
+            | Error::DuplicateNode { .. }
+            | Error::TwoProviders { .. }
+            | Error::Unprovided { .. }
+            | Error::Cycle { .. }
+            | Error::Limit { .. }
+            | Error::StalePreview { .. }
+            | Error::Refused { .. }
+            | Error::Denied { .. } => None,
         }
     }
 }

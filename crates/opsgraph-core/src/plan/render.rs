@@ -3,56 +3,22 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::plan::resolve::{GateOption, Outcome, Resolution};
+pub use crate::plan::preview::*;
+
+use crate::plan::resolve::{GateOption, Outcome};
 use crate::plan::types::{amount, JobInstance, Plan};
 
 /// The plan's status in one word.
-pub fn status(plan: &Plan) -> &'static str {
+pub fn status(plan: &Plan) -> PlanStatus {
     if plan.is_blocked() {
-        "blocked"
+        PlanStatus::Blocked
     } else if !plan.gates.is_empty() {
-        "waiting_for_gates"
+        PlanStatus::WaitingForGates
     } else {
-        "ready"
+        PlanStatus::Ready
     }
-}
-
-fn resolution_json(r: &Resolution) -> Value {
-    let mut v = json!({
-        "requirement": r.requirement.capability,
-        "constraints": r.requirement.constraints,
-        "scope": r.requirement.scope,
-        "required_by": r.required_by,
-        "outcome": r.outcome.name(),
-        "provider": Value::Null,
-        "rejected": r.rejected,
-        "rejected_total": r.rejected_by_rule.values().sum::<usize>(),
-        "rejected_by_rule": r.rejected_by_rule,
-        "considered": r.considered,
-    });
-    match &r.outcome {
-        Outcome::Bind { resource, provider, because } => {
-            v["provider"] = json!(provider);
-            v["resource"] = json!(resource);
-            v["because"] = json!(because);
-        }
-        Outcome::BindScope { scope, resources } => {
-            v["provider"] = json!(format!("scope {scope}"));
-            v["resources"] = json!(resources);
-        }
-        Outcome::Create { provider, pack, action, parameters } => {
-            v["provider"] = json!(provider);
-            v["create"] = json!({"pack": pack, "action": action, "parameters": parameters});
-        }
-        Outcome::Gate { gate } => {
-            v["gate"] = json!(gate.id);
-            v["options"] = json!(gate.options);
-        }
-        Outcome::Unsatisfiable { reason } => v["reason"] = json!(reason),
-    }
-    v
 }
 
 /// What a secret parameter's value is shown as in a preview.
@@ -71,71 +37,76 @@ pub fn secret_parameters(plan: &Plan, packs: &[crate::pack::Pack]) -> BTreeSet<S
     }
 }
 
-/// The JSON preview (`opsgraph plan -o json`, `POST /api/v1/plans`): the values of secret
-/// parameters (see [`secret_parameters`]; `packs` are those the plan was made from) are shown as
-/// [`SECRET`], in the parameters and in the intent, here and in sub-operation plans.
+/// The JSON preview (`opsgraph plan -o json`, `POST /api/v1/plans`): [`preview`] as JSON.
 pub fn json(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
+    serde_json::to_value(preview(plan, packs)).unwrap_or(Value::Null)
+}
+
+/// The preview of `plan` as a value: the values of secret parameters (see
+/// [`secret_parameters`]; `packs` are those the plan was made from) are shown as [`SECRET`], in
+/// the parameters and in the intent, here and in sub-operation plans.
+pub fn preview(plan: &Plan, packs: &[crate::pack::Pack]) -> Preview {
     let secret = secret_parameters(plan, packs);
-    let mut v = preview_json(plan, packs);
-    // A day-2 action's change to its recorded resource (never a secret: none is inherited or
-    // compared).
-    if let (Some(d), Value::Object(map)) = (&plan.inherited, &mut v) {
-        map.insert("inherited".into(), json!(d));
+    let mask = |params: &crate::model::Attributes| {
+        params
+            .iter()
+            .map(|(name, value)| {
+                let value = if secret.contains(name) { Value::String(SECRET.into()) } else { value.clone() };
+                (name.clone(), value)
+            })
+            .collect()
+    };
+    let mut intent = plan.intent.clone();
+    intent.parameters = mask(&plan.intent.parameters);
+    Preview {
+        pack: plan.pack.clone(),
+        pack_digest: plan.pack_digest.clone(),
+        template: plan.template.clone(),
+        action: plan.action.clone(),
+        intent,
+        revision: plan.revision.clone(),
+        status: status(plan),
+        parameters: mask(&plan.parameters),
+        resolution: plan.resolution.iter().map(PreviewResolution::of).collect(),
+        stages: plan.stages.clone(),
+        jobs: plan
+            .jobs
+            .iter()
+            .map(|j| PreviewJob {
+                id: j.id.clone(),
+                job: j.job.clone(),
+                title: j.title.clone(),
+                stage: j.stage.clone(),
+                scope: j.scope.clone(),
+                resource: j.resource.clone(),
+                depends_on: j.depends_on.clone(),
+                because: j.because.clone(),
+                destructive: j.destructive,
+                verifies: j.verifies.clone(),
+                wave: j.wave,
+            })
+            .collect(),
+        gates: plan.gates.clone(),
+        risk: plan.risk.clone(),
+        cost: plan.cost.clone(),
+        review: plan.review.clone(),
+        sub_operations: plan
+            .sub_operations
+            .iter()
+            .map(|s| PreviewSubOperation {
+                requirement: s.requirement.clone(),
+                provider: s.provider.clone(),
+                chosen: s.chosen,
+                error: s.error.clone(),
+                plan: s.plan.as_deref().map(|p| Box::new(preview(p, packs))),
+            })
+            .collect(),
+        rollouts: plan.rollouts.clone(),
+        // A day-2 action's change to its recorded resource (never a secret: none is inherited
+        // or compared).
+        inherited: plan.inherited.clone(),
+        text: None,
     }
-    for at in ["/parameters", "/intent/parameters"] {
-        if let Some(Value::Object(params)) = v.pointer_mut(at) {
-            for (name, value) in params.iter_mut() {
-                if secret.contains(name) {
-                    *value = Value::String(SECRET.into());
-                }
-            }
-        }
-    }
-    v
-}
-
-fn preview_json(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
-    let mut v = preview_json_base(plan, packs);
-    if !plan.rollouts.is_empty() {
-        v["rollouts"] = json!(plan.rollouts);
-    }
-    v
-}
-
-fn preview_json_base(plan: &Plan, packs: &[crate::pack::Pack]) -> Value {
-    json!({
-        "pack": plan.pack,
-        "pack_digest": plan.pack_digest,
-        "template": plan.template,
-        "action": plan.action,
-        "intent": plan.intent,
-        "revision": plan.revision,
-        "status": status(plan),
-        "parameters": plan.parameters,
-        "resolution": plan.resolution.iter().map(resolution_json).collect::<Vec<_>>(),
-        "stages": plan.stages,
-        "jobs": plan.jobs.iter().map(|j| {
-            let mut v = json!({
-                "id": j.id, "job": j.job, "title": j.title, "stage": j.stage, "scope": j.scope,
-                "resource": j.resource, "depends_on": j.depends_on, "because": j.because, "destructive": j.destructive,
-            });
-            if let Some(c) = &j.verifies {
-                v["verifies"] = json!(c);
-            }
-            if let Some(w) = j.wave {
-                v["wave"] = json!(w);
-            }
-            v
-        }).collect::<Vec<_>>(),
-        "gates": plan.gates,
-        "risk": plan.risk,
-        "cost": plan.cost,
-        "review": plan.review,
-        "sub_operations": plan.sub_operations.iter().map(|s| json!({
-            "requirement": s.requirement, "provider": s.provider, "chosen": s.chosen,
-            "error": s.error, "plan": s.plan.as_deref().map(|p| json(p, packs)),
-        })).collect::<Vec<_>>(),
-    })
 }
 
 fn short_hash(hash: &str) -> &str {
@@ -321,9 +292,9 @@ pub fn text(plan: &Plan) -> String {
         plan.gates.len(),
         if plan.gates.len() == 1 { "" } else { "s" },
         match status(plan) {
-            "blocked" => "blocked: a requirement cannot be met",
-            "waiting_for_gates" => "ready to apply; gates will wait for a person",
-            _ => "ready to apply",
+            PlanStatus::Blocked => "blocked: a requirement cannot be met",
+            PlanStatus::WaitingForGates => "ready to apply; gates will wait for a person",
+            PlanStatus::Ready => "ready to apply",
         }
     );
     s

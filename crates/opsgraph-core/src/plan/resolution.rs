@@ -71,7 +71,7 @@ pub struct Context<'a> {
     pub roles: &'a [String],
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Resolution {
     pub requirement: Requirement,
     /// The jobs (or `pack`) that need it.
@@ -93,14 +93,14 @@ pub struct Resolution {
 }
 
 /// A soft rule broken by the chosen candidate(s), granted at a `policy_exception` gate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PolicyException {
     pub gate: String,
     pub reason: String,
     pub required_roles: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// An existing resource is bound.
@@ -141,7 +141,7 @@ impl Outcome {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResolutionGate {
     pub id: String,
     #[serde(rename = "type")]
@@ -151,7 +151,7 @@ pub struct ResolutionGate {
     pub required_roles: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum GateOption {
     Bind {
@@ -189,7 +189,7 @@ impl GateOption {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Rejection {
     pub candidate: String,
     pub reason: String,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Amount, Rollout, VerifyBetween};
 
 /// One job's rollout in a plan, in counts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RolloutPlan {
     pub job: String,
     /// The waves, first to last: how many instances each holds and the failures it tolerates.
@@ -35,7 +35,7 @@ pub struct RolloutPlan {
 }
 
 /// What a rollout checks between waves, and where.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WaveChecks {
     pub on: VerifyBetween,
     /// The rolled-out job's evidence, checked again on every host done so far.
@@ -48,7 +48,7 @@ pub struct WaveChecks {
 }
 
 /// The checks between two waves, as a job instance carries them: after wave `wave` of `job`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WaveRef {
     pub job: String,
     pub wave: u32,
@@ -60,7 +60,7 @@ pub fn check_id(job: &str, wave: u32) -> String {
 }
 
 /// One wave of a rollout.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WavePlan {
     pub size: usize,
     /// Failed instances tolerated within this wave (the overall budget still applies).
@@ -194,7 +194,7 @@ impl WaveChecks {
 /// Where one wave of a rollout stands, as the timeline records it (`data.progress` of the wave
 /// entries and of the rolled-out instances' job entries): what the CLI's live view and the web
 /// UI show as the run goes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WaveProgress {
     pub job: String,
     pub wave: u32,

@@ -39,7 +39,7 @@ pub struct Input<'a> {
 }
 
 /// A plan revision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Plan {
     /// `id@version` of the pack the plan comes from.
     pub pack: String,
@@ -101,7 +101,7 @@ pub struct Plan {
 }
 
 /// One patch applied to a plan: which, by whom, what it changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Customization {
     /// The patch's id, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,7 +117,7 @@ pub struct Customization {
 }
 
 /// What a plan is estimated to cost, item by item.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Cost {
     pub total: f64,
     /// `cost_unit` of the operations policy, when it names one.
@@ -126,21 +126,21 @@ pub struct Cost {
     pub items: Vec<CostItem>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CostItem {
     /// `job install-runtime × 3`, `provider dedicated_minio`.
     pub what: String,
     pub amount: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Revision {
     pub number: u32,
     /// `sha256:<hex>` over the plan's content.
     pub hash: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Stage {
     pub id: String,
     pub name: String,
@@ -148,7 +148,7 @@ pub struct Stage {
 }
 
 /// One job of the template, on one resource of its scope (or once, unscoped).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobInstance {
     /// `install-runtime@worker-3`, or the job id when unscoped.
     pub id: String,
@@ -179,7 +179,7 @@ pub struct JobInstance {
     pub verifies: Option<crate::plan::rollout::WaveRef>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PlanGate {
     pub id: String,
     #[serde(rename = "type")]
@@ -198,7 +198,7 @@ pub struct PlanGate {
 }
 
 /// What placed a gate in a plan (`resolution`, `template`, … in JSON).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GateSource {
     /// A requirement the resolution cannot decide alone (ambiguous, or approval by policy).
@@ -235,14 +235,14 @@ impl GateSource {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Risk {
     pub level: RiskLevel,
     pub reasons: Vec<String>,
 }
 
 /// The plan of a provider's create action, run first as a child operation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SubOperation {
     pub requirement: String,
     pub provider: String,
@@ -316,7 +316,7 @@ impl Plan {
     }
 
     fn hash_of(&self, intent: &Intent, parameters: &Attributes, jobs: &[JobInstance]) -> String {
-        #[derive(Serialize)]
+        #[derive(Serialize, schemars::JsonSchema)]
         struct Content<'a> {
             pack: &'a str,
             #[serde(skip_serializing_if = "Option::is_none")]

@@ -62,3 +62,4 @@ mod support;
 mod tidy;
 mod ui;
 mod ui_console;
+mod ui_intent;

@@ -265,6 +265,7 @@ fn the_authorization_matrix_follows_the_permission_table() {
         GET /api/v1/resources                                        allow    allow    allow    allow    allow    -        allow    -        allow
         POST /api/v1/resources                                       -        -        -        -        allow    -        -        -        -
         GET /api/v1/resources/{*id}                                  allow    allow    allow    allow    allow    -        allow    -        allow
+        GET /api/v1/inventory                                        allow    allow    allow    allow    allow    -        allow    -        allow
         POST /api/v1/verifications                                   -        -        allow    allow    allow    -        -        -        -
         DELETE /api/v1/resources/{*id}                               -        -        -        -        allow    -        -        -        -
         GET /api/v1/audit                                            allow    allow    allow    allow    allow    -        allow    -        allow
