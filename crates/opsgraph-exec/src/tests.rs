@@ -799,25 +799,7 @@ fn http_cancel() {
 // Evidence
 
 fn ev(source: EvidenceSource) -> Evidence {
-    Evidence {
-        id: "e".into(),
-        source,
-        description: None,
-        command: None,
-        url: None,
-        host: None,
-        port: None,
-        path: None,
-        expected: None,
-        expected_exit_code: None,
-        expected_status: None,
-        contains: None,
-        matches: None,
-        retries: None,
-        interval: None,
-        timeout: None,
-        capture: Default::default(),
-    }
+    Evidence::new("e", source)
 }
 
 fn render_evidence(r: &EvidenceResult) -> String {

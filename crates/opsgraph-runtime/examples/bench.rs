@@ -164,23 +164,7 @@ fn noop_pack(n: usize) -> Pack {
 
 /// Creates and drives an operation of `pack`'s one template.
 fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration {
-    let intent = Intent {
-        id: None,
-        target_resource_type: "chain.thing".into(),
-        action: "run".into(),
-        pack: None,
-        name: None,
-        environment: None,
-        desired_result: None,
-        organization: None,
-        criticality: None,
-        compliance: vec![],
-        parameters: Attributes::new(),
-        constraints: Attributes::new(),
-        targets: BTreeMap::new(),
-        requires: vec![],
-        rollouts: Default::default(),
-    };
+    let intent = Intent { target_resource_type: "chain.thing".into(), action: "run".into(), ..Default::default() };
     let packs = [pack];
     let inventory = Inventory::new(&[]);
     let plan = opsgraph_core::plan::build(&Input {
@@ -423,7 +407,7 @@ fn main() {
 mod scale {
     use std::time::{Duration, Instant};
 
-    use opsgraph_core::model::{Attributes, CapabilityPolicy, Intent, OperationState};
+    use opsgraph_core::model::{CapabilityPolicy, Intent, OperationState};
     use opsgraph_core::pack::Pack;
     use opsgraph_core::plan::{Input, Inventory};
     use opsgraph_runtime::lease::{Keeper, LeaseConfig};
@@ -493,23 +477,7 @@ mod scale {
     /// replica starts a thread per operation and drives those whose lease it wins. Returns the
     /// wall time from the first drive to the last completion and the timeline rows written.
     fn drive(db: &TestDb, pack: &Pack, ops: usize, replicas: usize, concurrency: usize) -> (Duration, usize) {
-        let intent = Intent {
-            id: None,
-            target_resource_type: "chain.thing".into(),
-            action: "run".into(),
-            pack: None,
-            name: None,
-            environment: None,
-            desired_result: None,
-            organization: None,
-            criticality: None,
-            compliance: vec![],
-            parameters: Attributes::new(),
-            constraints: Attributes::new(),
-            targets: Default::default(),
-            requires: vec![],
-            rollouts: Default::default(),
-        };
+        let intent = Intent { target_resource_type: "chain.thing".into(), action: "run".into(), ..Default::default() };
         let packs = vec![pack.clone()];
         let inventory = Inventory::new(&[]);
         let plan = opsgraph_core::plan::build(&Input {
