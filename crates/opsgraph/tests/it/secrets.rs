@@ -152,14 +152,7 @@ fn secret_parameter_values_are_never_echoed_in_previews_or_errors() {
     .assert_eq(&run.err);
     shown.push(("plan, wrong type".into(), run.render()));
     // Through the API, from the same packs.
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let state = opsgraph::serve_cmd::state(&data, &[at("packs")], &[]).unwrap();
-    let api = crate::server::Api {
-        dir,
-        state,
-        rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
-    };
+    let api = crate::server::Api::over(dir).packs(&["packs"]).build();
     let sam = api.token("sam", &["operator"]);
     for file in ["intent.yaml", "bad-type.yaml"] {
         let r = api.post("/api/v1/plans", &sam, &std::fs::read_to_string(api.dir.join(file)).unwrap());
