@@ -1181,19 +1181,9 @@ fn evidence_tcp_and_file() {
 // ---------------------------------------------------------------------------------------------
 // SSH executor, against a real sshd when root and /usr/sbin/sshd are here
 
-fn sshd_or_skip(test: &str) -> Option<Sshd> {
-    match Sshd::unavailable() {
-        Some(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            None
-        }
-        None => Some(Sshd::start()),
-    }
-}
-
 #[test]
 fn ssh_runs_commands() {
-    let Some(sshd) = sshd_or_skip("ssh_runs_commands") else {
+    let Some(sshd) = Sshd::start_or_skip("ssh_runs_commands") else {
         return;
     };
     let dir = TempDir::new();
@@ -1251,7 +1241,7 @@ fn check_run(run: Run, expect: Expect) {
 
 #[test]
 fn ssh_refuses_unknown_and_changed_host_keys() {
-    let Some(sshd) = sshd_or_skip("ssh_refuses_unknown_and_changed_host_keys") else {
+    let Some(sshd) = Sshd::start_or_skip("ssh_refuses_unknown_and_changed_host_keys") else {
         return;
     };
     let dir = TempDir::new();
@@ -1320,7 +1310,7 @@ fn ssh_refuses_unknown_and_changed_host_keys() {
 
 #[test]
 fn ssh_multiplexed_and_injection_corpus() {
-    let Some(sshd) = sshd_or_skip("ssh_multiplexed_and_injection_corpus") else {
+    let Some(sshd) = Sshd::start_or_skip("ssh_multiplexed_and_injection_corpus") else {
         return;
     };
     let exec = sshd.multiplexed_executor();

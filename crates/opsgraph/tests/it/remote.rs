@@ -44,11 +44,7 @@ job:
 
 #[test]
 fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
-    if let Some(why) = Sshd::unavailable() {
-        eprintln!("SKIPPED ssh_jobs_receive_and_produce_artifacts_on_the_remote_host: {why}");
-        return;
-    }
-    let sshd = Sshd::start();
+    let Some(sshd) = Sshd::start_or_skip("ssh_jobs_receive_and_produce_artifacts_on_the_remote_host") else { return };
     let host = format!(
         "resource:\n  type: host\n  name: h1\n  environment: dev\n  access:\n    ssh: {{host: 127.0.0.1, port: {}, user: {}, key: {}, known_hosts: {}}}\n",
         sshd.port,
@@ -347,11 +343,7 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
 /// remote process group was stopped (the fleet's hung `apt-get update` kept its lock otherwise).
 #[test]
 fn an_ssh_job_that_times_out_leaves_no_process_on_the_host() {
-    if let Some(why) = Sshd::unavailable() {
-        eprintln!("SKIPPED an_ssh_job_that_times_out_leaves_no_process_on_the_host: {why}");
-        return;
-    }
-    let sshd = Sshd::start();
+    let Some(sshd) = Sshd::start_or_skip("an_ssh_job_that_times_out_leaves_no_process_on_the_host") else { return };
     let pid_file = sshd.dir().join("job.pid");
     let host = format!(
         "resource:\n  type: host\n  name: h1\n  environment: dev\n  access:\n    ssh: {{host: 127.0.0.1, port: {}, user: {}, key: {}, known_hosts: {}}}\n",
