@@ -162,14 +162,13 @@ fn noop_pack(n: usize) -> Pack {
     pack
 }
 
-/// Creates and drives an operation of `pack`'s one template.
-fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration {
+/// The plan of `pack`'s one template (`chain.thing`, `run`), on an empty inventory.
+fn chain_plan(pack: &Pack) -> opsgraph_core::plan::Plan {
     let intent = Intent { target_resource_type: "chain.thing".into(), action: "run".into(), ..Default::default() };
-    let packs = [pack];
     let inventory = Inventory::new(&[]);
-    let plan = opsgraph_core::plan::build(&Input {
+    opsgraph_core::plan::build(&Input {
         intent: &intent,
-        packs: &packs,
+        packs: std::slice::from_ref(pack),
         inventory: &inventory,
         providers: &[],
         policy: &CapabilityPolicy::default(),
@@ -177,7 +176,13 @@ fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration
         recorded: None,
         roles: &[],
     })
-    .expect("chain plan");
+    .expect("chain plan")
+}
+
+/// Creates and drives an operation of `pack`'s one template.
+fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration {
+    let plan = chain_plan(&pack);
+    let packs = [pack];
     let data = dir.join(format!("chain-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     std::fs::create_dir_all(&data).unwrap();
@@ -407,9 +412,8 @@ fn main() {
 mod scale {
     use std::time::{Duration, Instant};
 
-    use opsgraph_core::model::{CapabilityPolicy, Intent, OperationState};
+    use opsgraph_core::model::OperationState;
     use opsgraph_core::pack::Pack;
-    use opsgraph_core::plan::{Input, Inventory};
     use opsgraph_runtime::lease::{Keeper, LeaseConfig};
     use opsgraph_runtime::Runtime;
     use opsgraph_store::testing::TestDb;
@@ -477,20 +481,8 @@ mod scale {
     /// replica starts a thread per operation and drives those whose lease it wins. Returns the
     /// wall time from the first drive to the last completion and the timeline rows written.
     fn drive(db: &TestDb, pack: &Pack, ops: usize, replicas: usize, concurrency: usize) -> (Duration, usize) {
-        let intent = Intent { target_resource_type: "chain.thing".into(), action: "run".into(), ..Default::default() };
+        let plan = super::chain_plan(pack);
         let packs = vec![pack.clone()];
-        let inventory = Inventory::new(&[]);
-        let plan = opsgraph_core::plan::build(&Input {
-            intent: &intent,
-            packs: &packs,
-            inventory: &inventory,
-            providers: &[],
-            policy: &CapabilityPolicy::default(),
-            operations: &Default::default(),
-            recorded: None,
-            roles: &[],
-        })
-        .expect("plan");
         let data = std::env::temp_dir().join(format!("opsgraph-bench-scale-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).unwrap();
