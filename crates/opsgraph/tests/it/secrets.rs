@@ -13,15 +13,14 @@ const PARAM: &str = "PW-CANARY-91b2e4d7";
 const GATE: &str = "API-CANARY-c0ffee42";
 const TOKEN: &str = "TOKEN-CANARY-7f3a9c55";
 
+/// The vault pack's manifest and template: two secret parameters, `make-token` then `use-token`
+/// in one stage. The server's canary test (`server_stream.rs`) brings other jobs to them.
+pub(crate) const VAULT_PACK: &str = "scenario_pack:\n  id: vault\n  version: 1.0.0\n  resource_types: [vault.thing]\n  actions: [run]\n  plan_templates: [{id: vault.run}]\n";
+pub(crate) const VAULT_TEMPLATES: &str = "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true}\n    api_key: {type: string, secret: true, required: true}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n";
+
 const FILES: &[(&str, &str)] = &[
-    (
-        "packs/vault/pack.yaml",
-        "scenario_pack:\n  id: vault\n  version: 1.0.0\n  resource_types: [vault.thing]\n  actions: [run]\n  plan_templates: [{id: vault.run}]\n",
-    ),
-    (
-        "packs/vault/templates.yaml",
-        "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true}\n    api_key: {type: string, secret: true, required: true}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n",
-    ),
+    ("packs/vault/pack.yaml", VAULT_PACK),
+    ("packs/vault/templates.yaml", VAULT_TEMPLATES),
     (
         "packs/vault/jobs.yaml",
         r#"job:

@@ -562,14 +562,8 @@ fn metrics_are_valid_prometheus_text_and_count_a_real_operation() {
 // Secrets through the API, against the real binary.
 
 const VAULT: &[(&str, &str)] = &[
-    (
-        "packs/vault/pack.yaml",
-        "scenario_pack:\n  id: vault\n  version: 1.0.0\n  resource_types: [vault.thing]\n  actions: [run]\n  plan_templates: [{id: vault.run}]\n",
-    ),
-    (
-        "packs/vault/templates.yaml",
-        "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true}\n    api_key: {type: string, secret: true, required: true}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n",
-    ),
+    ("packs/vault/pack.yaml", crate::secrets::VAULT_PACK),
+    ("packs/vault/templates.yaml", crate::secrets::VAULT_TEMPLATES),
     (
         "packs/vault/jobs.yaml",
         r#"job:
