@@ -10,7 +10,6 @@
 //! Each figure is the median of several runs; the machine is shared, so ratios matter most.
 //! `bench plan` runs (1) only; `bench nodes=N` builds one size alone, for `/usr/bin/time -v`.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use opsgraph_core::model::*;
@@ -82,41 +81,21 @@ fn node(i: usize) -> Resource {
         type_: "compute_node".into(),
         name: format!("n{i}"),
         environment: Some("prod".into()),
-        provider: None,
-        labels: BTreeMap::new(),
-        organization: None,
-        criticality: None,
-        compliance: vec![],
-        attributes: Attributes::new(),
-        desired_state: None,
-        observed_state: None,
         health: Health::Healthy,
-        status: None,
         provides: vec![ProvidedCapability { capability: "linux.host".into(), attributes: Attributes::new() }],
-        access: None,
-        credentials: Default::default(),
-        observed: Default::default(),
-        verification: None,
+        ..Default::default()
     }
 }
 
 fn intent(nodes: usize) -> Intent {
     Intent {
-        id: None,
         target_resource_type: "bench.thing".into(),
         action: "run".into(),
-        pack: None,
         name: Some("bench".into()),
         environment: Some("prod".into()),
-        desired_result: None,
-        organization: None,
-        criticality: None,
-        compliance: vec![],
-        parameters: Attributes::new(),
         constraints: [("region".to_string(), json!("region-3"))].into(),
         targets: [("nodes".to_string(), (0..nodes).map(|i| format!("compute_node/n{i}")).collect())].into(),
-        requires: vec![],
-        rollouts: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -157,19 +136,12 @@ fn storage(i: usize) -> Resource {
         name: format!("s{i}"),
         environment: Some(env.into()),
         provider: Some(["shared_minio", "dedicated_minio", "aws_s3", "ceph", "legacy"][i % 5].into()),
-        labels: BTreeMap::new(),
-        organization: None,
-        criticality: None,
-        compliance: vec![],
         attributes: [
             ("region".to_string(), json!(format!("region-{}", i % 10))),
             ("site".to_string(), json!(format!("site{:03}", i % 100))),
         ]
         .into(),
-        desired_state: None,
-        observed_state: None,
         health: Health::Healthy,
-        status: None,
         provides: vec![ProvidedCapability {
             capability: "object_storage.s3".into(),
             attributes: [
@@ -178,10 +150,7 @@ fn storage(i: usize) -> Resource {
             ]
             .into(),
         }],
-        access: None,
-        credentials: Default::default(),
-        observed: Default::default(),
-        verification: None,
+        ..Default::default()
     }
 }
 

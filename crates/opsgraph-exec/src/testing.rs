@@ -2,11 +2,7 @@
 //! throwaway `sshd` on loopback, a tiny HTTP server, and the injection corpus.
 //!
 //! ```ignore
-//! if let Some(why) = Sshd::unavailable() {
-//!     eprintln!("skipped: {why}");
-//!     return;
-//! }
-//! let sshd = Sshd::start();
+//! let Some(sshd) = Sshd::start_or_skip("ssh_runs_commands") else { return };
 //! let run = sshd.executor().run(&Spec::argv(["true"]), &Cancel::new());
 //! ```
 
@@ -93,6 +89,18 @@ impl Sshd {
             }
         }
         None
+    }
+
+    /// Starts it when it can be ([`Sshd::unavailable`]); else says on standard error that `test`
+    /// is skipped, and why.
+    pub fn start_or_skip(test: &str) -> Option<Sshd> {
+        match Sshd::unavailable() {
+            Some(why) => {
+                eprintln!("SKIPPED {test}: {why}");
+                None
+            }
+            None => Some(Sshd::start()),
+        }
     }
 
     /// Starts it; panics with sshd's log when it does not come up. Check [`Sshd::unavailable`]

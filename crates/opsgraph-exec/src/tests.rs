@@ -799,25 +799,7 @@ fn http_cancel() {
 // Evidence
 
 fn ev(source: EvidenceSource) -> Evidence {
-    Evidence {
-        id: "e".into(),
-        source,
-        description: None,
-        command: None,
-        url: None,
-        host: None,
-        port: None,
-        path: None,
-        expected: None,
-        expected_exit_code: None,
-        expected_status: None,
-        contains: None,
-        matches: None,
-        retries: None,
-        interval: None,
-        timeout: None,
-        capture: Default::default(),
-    }
+    Evidence::new("e", source)
 }
 
 fn render_evidence(r: &EvidenceResult) -> String {
@@ -1199,19 +1181,9 @@ fn evidence_tcp_and_file() {
 // ---------------------------------------------------------------------------------------------
 // SSH executor, against a real sshd when root and /usr/sbin/sshd are here
 
-fn sshd_or_skip(test: &str) -> Option<Sshd> {
-    match Sshd::unavailable() {
-        Some(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            None
-        }
-        None => Some(Sshd::start()),
-    }
-}
-
 #[test]
 fn ssh_runs_commands() {
-    let Some(sshd) = sshd_or_skip("ssh_runs_commands") else {
+    let Some(sshd) = Sshd::start_or_skip("ssh_runs_commands") else {
         return;
     };
     let dir = TempDir::new();
@@ -1269,7 +1241,7 @@ fn check_run(run: Run, expect: Expect) {
 
 #[test]
 fn ssh_refuses_unknown_and_changed_host_keys() {
-    let Some(sshd) = sshd_or_skip("ssh_refuses_unknown_and_changed_host_keys") else {
+    let Some(sshd) = Sshd::start_or_skip("ssh_refuses_unknown_and_changed_host_keys") else {
         return;
     };
     let dir = TempDir::new();
@@ -1338,7 +1310,7 @@ fn ssh_refuses_unknown_and_changed_host_keys() {
 
 #[test]
 fn ssh_multiplexed_and_injection_corpus() {
-    let Some(sshd) = sshd_or_skip("ssh_multiplexed_and_injection_corpus") else {
+    let Some(sshd) = Sshd::start_or_skip("ssh_multiplexed_and_injection_corpus") else {
         return;
     };
     let exec = sshd.multiplexed_executor();

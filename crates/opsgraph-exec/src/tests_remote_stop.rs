@@ -125,16 +125,6 @@ fn the_wrapper_records_its_group_and_the_kill_script_stops_it() {
     assert!(!dir.join("ran").exists());
 }
 
-fn sshd_or_skip(test: &str) -> Option<Sshd> {
-    match Sshd::unavailable() {
-        Some(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            None
-        }
-        None => Some(Sshd::start()),
-    }
-}
-
 /// Runs `spec` on `exec`, cancelling once `first` holds a pid when `cancel` is set.
 fn run_until(exec: &SshExecutor, spec: &Spec, cancel_after: Option<&Path>) -> Run {
     let cancel = Cancel::new();
@@ -153,7 +143,7 @@ fn run_until(exec: &SshExecutor, spec: &Spec, cancel_after: Option<&Path>) -> Ru
 
 #[test]
 fn ssh_timeout_stops_the_remote_process_group() {
-    let Some(sshd) = sshd_or_skip("ssh_timeout_stops_the_remote_process_group") else {
+    let Some(sshd) = Sshd::start_or_skip("ssh_timeout_stops_the_remote_process_group") else {
         return;
     };
     let dir = TempDir::new();
@@ -181,7 +171,7 @@ fn ssh_timeout_stops_the_remote_process_group() {
 
 #[test]
 fn ssh_cancel_kills_a_remote_group_that_ignores_term() {
-    let Some(sshd) = sshd_or_skip("ssh_cancel_kills_a_remote_group_that_ignores_term") else {
+    let Some(sshd) = Sshd::start_or_skip("ssh_cancel_kills_a_remote_group_that_ignores_term") else {
         return;
     };
     let dir = TempDir::new();

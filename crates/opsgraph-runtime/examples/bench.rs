@@ -162,30 +162,13 @@ fn noop_pack(n: usize) -> Pack {
     pack
 }
 
-/// Creates and drives an operation of `pack`'s one template.
-fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration {
-    let intent = Intent {
-        id: None,
-        target_resource_type: "chain.thing".into(),
-        action: "run".into(),
-        pack: None,
-        name: None,
-        environment: None,
-        desired_result: None,
-        organization: None,
-        criticality: None,
-        compliance: vec![],
-        parameters: Attributes::new(),
-        constraints: Attributes::new(),
-        targets: BTreeMap::new(),
-        requires: vec![],
-        rollouts: Default::default(),
-    };
-    let packs = [pack];
+/// The plan of `pack`'s one template (`chain.thing`, `run`), on an empty inventory.
+fn chain_plan(pack: &Pack) -> opsgraph_core::plan::Plan {
+    let intent = Intent { target_resource_type: "chain.thing".into(), action: "run".into(), ..Default::default() };
     let inventory = Inventory::new(&[]);
-    let plan = opsgraph_core::plan::build(&Input {
+    opsgraph_core::plan::build(&Input {
         intent: &intent,
-        packs: &packs,
+        packs: std::slice::from_ref(pack),
         inventory: &inventory,
         providers: &[],
         policy: &CapabilityPolicy::default(),
@@ -193,7 +176,13 @@ fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration
         recorded: None,
         roles: &[],
     })
-    .expect("chain plan");
+    .expect("chain plan")
+}
+
+/// Creates and drives an operation of `pack`'s one template.
+fn drive_pack(pack: Pack, concurrency: usize, dir: &std::path::Path) -> Duration {
+    let plan = chain_plan(&pack);
+    let packs = [pack];
     let data = dir.join(format!("chain-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     std::fs::create_dir_all(&data).unwrap();
@@ -274,12 +263,9 @@ fn bench_noop(n: usize, concurrency: usize, dir: &std::path::Path) {
     println!("| against the goal of 10,000 jobs/s | | {:.2}x |", rate / 10_000.0);
 }
 
-/// One transition (operation row update + timeline row) per transaction: through the store, and
-/// through rusqlite directly with the same schema, rows and pragmas. Blocks of N alternate.
-fn bench_commit(n: usize, dir: &std::path::Path) {
-    use opsgraph_store::{Store, TimelineEntry, Write};
-    let rounds = 9;
-    let entry = |i: usize| TimelineEntry {
+/// The timeline row of the `i`th transition the commit benchmarks write (a pause of `op-bench`).
+fn pause_entry(i: usize) -> opsgraph_store::TimelineEntry {
+    opsgraph_store::TimelineEntry {
         seq: 0,
         operation: "op-bench".into(),
         at: opsgraph_store::now(),
@@ -289,8 +275,12 @@ fn bench_commit(n: usize, dir: &std::path::Path) {
         to: Some("paused".into()),
         reason: format!("no job can start ({i})"),
         data: serde_json::json!({"pause": {"reason": "no job can start"}}),
-    };
-    let record = |id: &str| opsgraph_store::OperationRecord {
+    }
+}
+
+/// The running operation the commit benchmarks change, made before they time anything.
+fn bench_record(id: &str) -> opsgraph_store::OperationRecord {
+    opsgraph_store::OperationRecord {
         id: id.into(),
         parent: None,
         intent: serde_json::json!({"target_resource_type": "chain.thing", "action": "run"}),
@@ -303,7 +293,15 @@ fn bench_commit(n: usize, dir: &std::path::Path) {
         created_at: opsgraph_store::now(),
         updated_at: opsgraph_store::now(),
         version: 0,
-    };
+    }
+}
+
+/// One transition (operation row update + timeline row) per transaction: through the store, and
+/// through rusqlite directly with the same schema, rows and pragmas. Blocks of N alternate.
+fn bench_commit(n: usize, dir: &std::path::Path) {
+    use opsgraph_store::{Store, Write};
+    let rounds = 9;
+    let (entry, record) = (pause_entry, bench_record);
     let store_path = dir.join("commit-store.db");
     let raw_path = dir.join("commit-raw.db");
     for p in [&store_path, &raw_path] {
@@ -423,9 +421,8 @@ fn main() {
 mod scale {
     use std::time::{Duration, Instant};
 
-    use opsgraph_core::model::{Attributes, CapabilityPolicy, Intent, OperationState};
+    use opsgraph_core::model::OperationState;
     use opsgraph_core::pack::Pack;
-    use opsgraph_core::plan::{Input, Inventory};
     use opsgraph_runtime::lease::{Keeper, LeaseConfig};
     use opsgraph_runtime::Runtime;
     use opsgraph_store::testing::TestDb;
@@ -449,35 +446,12 @@ mod scale {
     /// N single-transition commits (operation row update + timeline row) on one connection.
     fn transitions(db: &TestDb, n: usize) -> Duration {
         let mut store = db.store();
-        let record = opsgraph_store::OperationRecord {
-            id: "op-bench".into(),
-            parent: None,
-            intent: serde_json::json!({}),
-            resource: None,
-            state: OperationState::Running,
-            plan_revision: "sha256:bench".into(),
-            intent_id: None,
-            plan_id: "sha256:bench".into(),
-            actor: "bench".into(),
-            created_at: opsgraph_store::now(),
-            updated_at: opsgraph_store::now(),
-            version: 0,
-        };
+        let record = super::bench_record("op-bench");
         store.commit(&[Write::CreateOperation { op: record, plan: serde_json::json!({}).to_string() }]).unwrap();
         let states = [OperationState::Paused { reason: "no job can start".into() }, OperationState::Running];
         let start = Instant::now();
         for i in 0..n {
-            let entry = opsgraph_store::TimelineEntry {
-                seq: 0,
-                operation: "op-bench".into(),
-                at: opsgraph_store::now(),
-                actor: "opsgraph".into(),
-                event: "pause".into(),
-                from: Some("running".into()),
-                to: Some("paused".into()),
-                reason: format!("no job can start ({i})"),
-                data: serde_json::json!({"pause": {"reason": "no job can start"}}),
-            };
+            let entry = super::pause_entry(i);
             let w = Write::Transition {
                 operation: "op-bench".into(),
                 expect_version: i as i64,
@@ -493,36 +467,8 @@ mod scale {
     /// replica starts a thread per operation and drives those whose lease it wins. Returns the
     /// wall time from the first drive to the last completion and the timeline rows written.
     fn drive(db: &TestDb, pack: &Pack, ops: usize, replicas: usize, concurrency: usize) -> (Duration, usize) {
-        let intent = Intent {
-            id: None,
-            target_resource_type: "chain.thing".into(),
-            action: "run".into(),
-            pack: None,
-            name: None,
-            environment: None,
-            desired_result: None,
-            organization: None,
-            criticality: None,
-            compliance: vec![],
-            parameters: Attributes::new(),
-            constraints: Attributes::new(),
-            targets: Default::default(),
-            requires: vec![],
-            rollouts: Default::default(),
-        };
+        let plan = super::chain_plan(pack);
         let packs = vec![pack.clone()];
-        let inventory = Inventory::new(&[]);
-        let plan = opsgraph_core::plan::build(&Input {
-            intent: &intent,
-            packs: &packs,
-            inventory: &inventory,
-            providers: &[],
-            policy: &CapabilityPolicy::default(),
-            operations: &Default::default(),
-            recorded: None,
-            roles: &[],
-        })
-        .expect("plan");
         let data = std::env::temp_dir().join(format!("opsgraph-bench-scale-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).unwrap();

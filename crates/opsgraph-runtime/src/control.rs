@@ -125,20 +125,12 @@ impl Runtime {
             name: name.to_string(),
             environment: plan.intent.environment.clone(),
             provider: Some(provider.to_string()),
-            labels: Default::default(),
-            organization: None,
-            criticality: None,
-            compliance: vec![],
-            attributes: Default::default(),
-            desired_state: None,
             observed_state: Some(format!("described by {} at gate, not observed", answer.actor)),
             health: opsgraph_core::model::Health::Unknown,
             status: Some(opsgraph_core::model::ResourceStatus::Running),
             provides: vec![opsgraph_core::model::ProvidedCapability { capability: cap.to_string(), attributes }],
-            access: None,
             credentials,
-            observed: Default::default(),
-            verification: None,
+            ..Default::default()
         };
         if self.store.resource(&r.id)?.is_some() || self.resources.iter().any(|x| x.id == r.id) {
             return Err(Error::Unsupported(format!(

@@ -106,21 +106,9 @@ impl Runtime {
             type_: plan.intent.target_resource_type.clone(),
             name: plan.intent.name.clone().unwrap_or_default(),
             environment: plan.intent.environment.clone(),
-            provider: None,
-            labels: BTreeMap::new(),
-            organization: None,
-            criticality: None,
-            compliance: vec![],
             attributes: plan.intent.constraints.clone(),
-            desired_state: None,
-            observed_state: None,
-            health: Health::Unknown,
             status: Some(ResourceStatus::Provisioning),
-            provides: Vec::new(),
-            access: None,
-            credentials: BTreeMap::new(),
-            observed: BTreeMap::new(),
-            verification: None,
+            ..Default::default()
         }))
     }
 

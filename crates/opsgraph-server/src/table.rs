@@ -21,7 +21,7 @@ use Permission::*;
 macro_rules! route {
     (@schema) => { None };
     (@schema $t:ty) => { Some(schema_of::<$t> as SchemaFn) };
-    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal $($req:ty)?, $query:expr, $handler:path, $summary:literal, media $produces:expr) => {
+    (@route $method:literal, $path:literal, $access:expr, $status:literal, $body:literal $($req:ty)?, $query:expr, $handler:path, $summary:literal, $produces:expr, $response:expr) => {
         Route {
             method: $method,
             path: $path,
@@ -32,24 +32,15 @@ macro_rules! route {
             query: $query,
             status: $status,
             produces: $produces,
-            response: None,
+            response: $response,
             handler: $handler,
         }
     };
+    ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal $($req:ty)?, $query:expr, $handler:path, $summary:literal, media $produces:expr) => {
+        route!(@route $method, $path, $access, $status, $body $($req)?, $query, $handler, $summary, $produces, None)
+    };
     ($method:literal, $path:literal, $access:expr, $status:literal, $body:literal $($req:ty)?, $query:expr, $handler:path, $summary:literal, -> $resp:ty) => {
-        Route {
-            method: $method,
-            path: $path,
-            access: $access,
-            summary: $summary,
-            body: $body,
-            request: route!(@schema $($req)?),
-            query: $query,
-            status: $status,
-            produces: JSON,
-            response: route!(@schema $resp),
-            handler: $handler,
-        }
+        route!(@route $method, $path, $access, $status, $body $($req)?, $query, $handler, $summary, JSON, route!(@schema $resp))
     };
 }
 

@@ -29,37 +29,46 @@ fn postgres_schema_is_versioned_and_a_newer_one_refused() {
     );
 }
 
+/// A database made by the first `version` migrations and holding `rows` is connected to
+/// (migrated to the latest) and `check`ed.
+fn check_migration(test: &str, version: usize, rows: &str, check: fn(&dyn opsgraph_store::Store)) {
+    let Some(db) = crate::test_db(test) else { return };
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES ({version})"
+        ))
+        .unwrap();
+    for sql in &crate::schema::MIGRATIONS[..version] {
+        admin.batch_execute(sql).unwrap();
+    }
+    admin.batch_execute(rows).unwrap();
+    let store = PgStore::connect(db.url()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), latest());
+    check(&store);
+}
+
 /// Migration 4 gives gates made before it their kind (`testing::assert_gates_got_their_kinds`).
 #[test]
 fn postgres_gates_made_before_kinds_existed_get_theirs() {
-    let Some(db) = crate::test_db("postgres_gates_made_before_kinds_existed_get_theirs") else { return };
-    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
-    admin
-        .batch_execute("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (3)")
-        .unwrap();
-    for sql in &crate::schema::MIGRATIONS[..3] {
-        admin.batch_execute(sql).unwrap();
-    }
-    admin.batch_execute(opsgraph_store::testing::GATES_BEFORE_KINDS).unwrap();
-    let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), latest());
-    opsgraph_store::testing::assert_gates_got_their_kinds(&store);
+    use opsgraph_store::testing::{assert_gates_got_their_kinds, GATES_BEFORE_KINDS};
+    check_migration(
+        "postgres_gates_made_before_kinds_existed_get_theirs",
+        3,
+        GATES_BEFORE_KINDS,
+        assert_gates_got_their_kinds,
+    );
 }
 
 /// Migration 6 gives operations made before it their `intent_id` and `plan_id`
 /// (`testing::assert_operations_got_their_ids`).
 #[test]
 fn postgres_operations_made_before_ids_existed_get_theirs() {
-    let Some(db) = crate::test_db("postgres_operations_made_before_ids_existed_get_theirs") else { return };
-    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
-    admin
-        .batch_execute("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (5)")
-        .unwrap();
-    for sql in &crate::schema::MIGRATIONS[..5] {
-        admin.batch_execute(sql).unwrap();
-    }
-    admin.batch_execute(opsgraph_store::testing::OPERATIONS_BEFORE_IDS).unwrap();
-    let store = PgStore::connect(db.url()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), latest());
-    opsgraph_store::testing::assert_operations_got_their_ids(&store);
+    use opsgraph_store::testing::{assert_operations_got_their_ids, OPERATIONS_BEFORE_IDS};
+    check_migration(
+        "postgres_operations_made_before_ids_existed_get_theirs",
+        5,
+        OPERATIONS_BEFORE_IDS,
+        assert_operations_got_their_ids,
+    );
 }

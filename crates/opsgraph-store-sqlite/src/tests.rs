@@ -33,43 +33,37 @@ fn file_store_uses_wal_and_full_sync_and_migrates_once() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Migration 5 gives gates made before it their kind (`testing::assert_gates_got_their_kinds`).
-#[test]
-fn gates_made_before_kinds_existed_get_theirs() {
-    let dir = std::env::temp_dir().join(format!("opsgraph-store-kind-{}", std::process::id()));
+/// A store made by the first `version` migrations and holding `rows` is opened (migrated to the
+/// latest) and `check`ed.
+fn check_migration(name: &str, version: usize, rows: &str, check: fn(&dyn Store)) {
+    let dir = std::env::temp_dir().join(format!("opsgraph-store-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("opsgraph.db");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        for sql in &crate::schema::MIGRATIONS[..4] {
+        for sql in &crate::schema::MIGRATIONS[..version] {
             conn.execute_batch(sql).unwrap();
         }
-        conn.execute_batch("PRAGMA user_version = 4").unwrap();
-        conn.execute_batch(opsgraph_store::testing::GATES_BEFORE_KINDS).unwrap();
+        conn.execute_batch(&format!("PRAGMA user_version = {version}")).unwrap();
+        conn.execute_batch(rows).unwrap();
     }
     let store = SqliteStore::open(&path, Durability::Full).unwrap();
-    opsgraph_store::testing::assert_gates_got_their_kinds(&store);
+    check(&store);
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Migration 5 gives gates made before it their kind (`testing::assert_gates_got_their_kinds`).
+#[test]
+fn gates_made_before_kinds_existed_get_theirs() {
+    use opsgraph_store::testing::{assert_gates_got_their_kinds, GATES_BEFORE_KINDS};
+    check_migration("kind", 4, GATES_BEFORE_KINDS, assert_gates_got_their_kinds);
 }
 
 /// Migration 7 gives operations made before it their `intent_id` and `plan_id`
 /// (`testing::assert_operations_got_their_ids`).
 #[test]
 fn operations_made_before_ids_existed_get_theirs() {
-    let dir = std::env::temp_dir().join(format!("opsgraph-store-ids-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("opsgraph.db");
-    {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        for sql in &crate::schema::MIGRATIONS[..6] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.execute_batch("PRAGMA user_version = 6").unwrap();
-        conn.execute_batch(opsgraph_store::testing::OPERATIONS_BEFORE_IDS).unwrap();
-    }
-    let store = SqliteStore::open(&path, Durability::Full).unwrap();
-    opsgraph_store::testing::assert_operations_got_their_ids(&store);
-    drop(store);
-    std::fs::remove_dir_all(&dir).unwrap();
+    use opsgraph_store::testing::{assert_operations_got_their_ids, OPERATIONS_BEFORE_IDS};
+    check_migration("ids", 6, OPERATIONS_BEFORE_IDS, assert_operations_got_their_ids);
 }

@@ -62,23 +62,7 @@ pub fn load_inputs(
                     .in_file(&intent_file),
                 );
             }
-            Intent {
-                id: None,
-                target_resource_type: String::new(),
-                action: String::new(),
-                pack: None,
-                name: None,
-                environment: None,
-                desired_result: None,
-                organization: None,
-                criticality: None,
-                compliance: vec![],
-                parameters: Default::default(),
-                constraints: Default::default(),
-                targets: Default::default(),
-                requires: Vec::new(),
-                rollouts: Default::default(),
-            }
+            Intent::default()
         }
     };
     Loaded { intent, packs, world, diagnostics: diags, patch: None, recorded: None, roles: Vec::new() }

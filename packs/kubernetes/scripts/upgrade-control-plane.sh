@@ -36,15 +36,7 @@ to_minor=$(printf '%s\n' "$MINOR" | cut -d. -f2)
 [ "$to_minor" -le $((from_minor + 1)) ] ||
     fail "the cluster runs $running; kubeadm upgrades one minor at a time: upgrade to 1.$((from_minor + 1)) first"
 
-export DEBIAN_FRONTEND=noninteractive
-k8s_repo
-pkgver=$(k8s_package_version kubeadm) || fail "apt-cache cannot list kubeadm"
-[ -n "$pkgver" ] || fail "kubeadm $K8S_VERSION is not in $REPO_URL"
-if [ "$(installed_version kubeadm)" != "$pkgver" ]; then
-    apt_install --allow-change-held-packages "kubeadm=$pkgver"
-    log "installed kubeadm $pkgver"
-fi
-apt_mark hold kubeadm >/dev/null
+upgrade_kubeadm
 
 if [ "$running" != "$K8S_VERSION" ]; then
     kubeadm upgrade plan "v$K8S_VERSION" >&2

@@ -23,15 +23,7 @@ needs_admin_kubeconfig
 [ -r /etc/kubernetes/kubelet.conf ] || fail "/etc/kubernetes/kubelet.conf not found: this node has not joined the cluster"
 NODE=$(node_name)
 
-export DEBIAN_FRONTEND=noninteractive
-k8s_repo
-pkgver=$(k8s_package_version kubeadm) || fail "apt-cache cannot list kubeadm"
-[ -n "$pkgver" ] || fail "kubeadm $K8S_VERSION is not in $REPO_URL"
-if [ "$(installed_version kubeadm)" != "$pkgver" ]; then
-    apt_install --allow-change-held-packages "kubeadm=$pkgver"
-    log "installed kubeadm $pkgver"
-fi
-apt_mark hold kubeadm >/dev/null
+upgrade_kubeadm
 
 if [ "$(installed_version kubelet)" != "$pkgver" ] || [ "$(installed_version kubectl)" != "$pkgver" ]; then
     kubeadm upgrade node >&2

@@ -33,13 +33,5 @@ else
 fi
 
 checked
-mkdir -p "$OPSGRAPH_OUT"
-{
-    printf 'SERVER_VERSION=%s\n' "$SERVER"
-    printf 'HELM_VERSION=%s\n' "$HELM_VERSION"
-    printf 'RELEASE=%s\n' "$RELEASE"
-    printf 'NAMESPACE=%s\n' "$NAMESPACE"
-    printf 'STORAGE_CLASS=%s\n' "$chosen"
-    printf 'STATUS=ok\n'
-} >"$OPSGRAPH_OUT/minio_preflight_report"
+preflight_report minio_preflight_report "$chosen"
 log "ok: Kubernetes $SERVER, helm $HELM_VERSION, StorageClass $chosen, namespace $NAMESPACE"

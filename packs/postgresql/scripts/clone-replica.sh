@@ -50,21 +50,13 @@ if [ ! -f "$CONF/postgresql.conf" ]; then
     pg_createcluster --port "$PORT" --encoding UTF8 "$VERSION" "$NAME" >&2
 fi
 pg_conftool "$VERSION" "$NAME" set port "$PORT"
-grep -Eq "^[[:space:]]*include_dir[[:space:]]*=[[:space:]]*'conf\.d'" "$CONF/postgresql.conf" ||
-    printf "\n# added by opsgraph\ninclude_dir = 'conf.d'\n" >>"$CONF/postgresql.conf"
-install -d -o postgres -g postgres -m 0755 "$CONF/conf.d"
+pg_include_confd "$CONF"
 printf "# managed by opsgraph (pack postgresql, job clone-replica); edits are overwritten\nlisten_addresses = '%s'\npassword_encryption = 'scram-sha-256'\n" "$LISTEN" >"$CONF/conf.d/50-opsgraph.conf"
 chown postgres:postgres "$CONF/conf.d/50-opsgraph.conf"
 hba=$(mktemp)
 trap 'rm -f "$hba"' EXIT
-awk '/^# BEGIN opsgraph managed block/ { skip = 1; next }
-     /^# END opsgraph managed block/ { skip = 0; next }
-     !skip' "$CONF/pg_hba.conf" >"$hba"
-{
-    printf '# BEGIN opsgraph managed block (pack postgresql, job clone-replica)\n'
-    printf 'host    %-16s %-16s %-20s scram-sha-256\n' "$DB" "$OWNER" "$CIDR"
-    printf '# END opsgraph managed block\n'
-} >>"$hba"
+line=$(printf 'host    %-16s %-16s %-20s scram-sha-256' "$DB" "$OWNER" "$CIDR")
+hba_with_block "$CONF/pg_hba.conf" managed "$line" >"$hba"
 chmod 0640 "$hba"
 chown postgres:postgres "$hba"
 mv -f "$hba" "$CONF/pg_hba.conf"

@@ -63,9 +63,7 @@ if [ "$current_port" != "$PORT" ]; then
 fi
 
 # 2. listen_addresses and password hashing, in conf.d.
-grep -Eq "^[[:space:]]*include_dir[[:space:]]*=[[:space:]]*'conf\.d'" "$CONF_DIR/postgresql.conf" ||
-    printf "\n# added by opsgraph\ninclude_dir = 'conf.d'\n" >>"$CONF_DIR/postgresql.conf"
-install -d -o postgres -g postgres -m 0755 "$CONF_DIR/conf.d"
+pg_include_confd "$CONF_DIR"
 write_file "$CONF_DIR/conf.d/50-opsgraph.conf" 0644 postgres:postgres <<CONF
 # managed by opsgraph (pack postgresql, job configure-postgresql); edits are overwritten
 listen_addresses = '$LISTEN'
@@ -77,14 +75,8 @@ CONF
 HBA=$CONF_DIR/pg_hba.conf
 hba_new=$(mktemp)
 trap 'rm -f "$hba_new"' EXIT
-awk '/^# BEGIN opsgraph managed block/ { skip = 1; next }
-     /^# END opsgraph managed block/ { skip = 0; next }
-     !skip' "$HBA" >"$hba_new"
-{
-    printf '# BEGIN opsgraph managed block (pack postgresql, job configure-postgresql)\n'
-    printf 'host    %-16s %-16s %-20s scram-sha-256\n' "$DB" "$OWNER" "$CIDR"
-    printf '# END opsgraph managed block\n'
-} >>"$hba_new"
+line=$(printf 'host    %-16s %-16s %-20s scram-sha-256' "$DB" "$OWNER" "$CIDR")
+hba_with_block "$HBA" managed "$line" >"$hba_new"
 cp -p "$HBA" "$STATE/$VERSION-$NAME.pg_hba.conf.prev"
 write_file "$HBA" 0640 postgres:postgres <"$hba_new"
 if [ "$WROTE" = yes ]; then

@@ -42,14 +42,8 @@ HBA=/etc/postgresql/$VERSION/$NAME/pg_hba.conf
 [ -f "$HBA" ] || fail "cluster $VERSION/$NAME has no $HBA"
 new=$(mktemp)
 trap 'rm -f "$new"' EXIT
-awk '/^# BEGIN opsgraph replication block/ { skip = 1; next }
-     /^# END opsgraph replication block/ { skip = 0; next }
-     !skip' "$HBA" >"$new"
-{
-    printf '# BEGIN opsgraph replication block (pack postgresql, job configure-replication-primary)\n'
-    printf 'host    replication      replicator       %-20s scram-sha-256\n' "$CIDR"
-    printf '# END opsgraph replication block\n'
-} >>"$new"
+line=$(printf 'host    replication      replicator       %-20s scram-sha-256' "$CIDR")
+hba_with_block "$HBA" replication "$line" >"$new"
 if cmp -s "$new" "$HBA"; then
     log "pg_hba.conf already lets replicator in from $CIDR"
 else

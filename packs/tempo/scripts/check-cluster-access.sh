@@ -29,13 +29,5 @@ default_sc=$(default_storage_class)
 [ -n "$default_sc" ] || problem "no default StorageClass for the WAL volume"
 
 checked
-mkdir -p "$OPSGRAPH_OUT"
-{
-    printf 'SERVER_VERSION=%s\n' "$SERVER"
-    printf 'HELM_VERSION=%s\n' "$HELM_VERSION"
-    printf 'RELEASE=%s\n' "$RELEASE"
-    printf 'NAMESPACE=%s\n' "$NAMESPACE"
-    printf 'STORAGE_CLASS=%s\n' "$default_sc"
-    printf 'STATUS=ok\n'
-} >"$OPSGRAPH_OUT/cluster_access_report"
+preflight_report cluster_access_report "$default_sc"
 log "ok: Kubernetes $SERVER, helm $HELM_VERSION, namespace $NAMESPACE"

@@ -719,6 +719,31 @@ pub struct Evidence {
     pub capture: BTreeMap<String, String>,
 }
 
+impl Evidence {
+    /// A check with only its id and source: the start for code that builds one (tests, fixtures).
+    pub fn new(id: &str, source: EvidenceSource) -> Self {
+        Evidence {
+            id: id.to_owned(),
+            source,
+            description: None,
+            command: None,
+            url: None,
+            host: None,
+            port: None,
+            path: None,
+            expected: None,
+            expected_exit_code: None,
+            expected_status: None,
+            contains: None,
+            matches: None,
+            retries: None,
+            interval: None,
+            timeout: None,
+            capture: BTreeMap::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Sensitivity {

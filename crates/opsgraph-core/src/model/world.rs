@@ -29,8 +29,9 @@ pub enum ResourceStatus {
     Error,
 }
 
-/// A managed object (seed §2, §4): a host, a cluster, a bucket, a database.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+/// A managed object (seed §2, §4): a host, a cluster, a bucket, a database. `Default` is for
+/// code that builds one field by field (`..Default::default()`): its id, type and name are empty.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resource {
     /// `<type>/<name>`; filled in from `type` and `name` when the document leaves it out.
@@ -368,7 +369,9 @@ impl RepairMode {
 // ---------------------------------------------------------------------------------------------
 // Intent and requirements
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+/// `Default` is for code that builds one field by field (`..Default::default()`): its target
+/// type and action are empty.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Intent {
     #[serde(default, skip_serializing_if = "Option::is_none")]

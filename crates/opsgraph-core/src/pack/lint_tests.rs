@@ -136,23 +136,10 @@ fn swallowed_failures() {
 
 fn ev(command: Command, expected: Option<&str>, exit: Option<i32>) -> Evidence {
     Evidence {
-        id: "probe".to_owned(),
-        source: EvidenceSource::Command,
-        description: None,
         command: Some(command),
-        url: None,
-        host: None,
-        port: None,
-        path: None,
         expected: expected.map(str::to_owned),
         expected_exit_code: exit,
-        expected_status: None,
-        contains: None,
-        matches: None,
-        retries: None,
-        interval: None,
-        timeout: None,
-        capture: Default::default(),
+        ..Evidence::new("probe", EvidenceSource::Command)
     }
 }
 

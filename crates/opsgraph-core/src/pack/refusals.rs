@@ -90,18 +90,23 @@ fn names(body: &Node) -> Names<'_> {
             params.push((name.as_str().unwrap_or_default(), type_, secret));
         }
     }
-    let mut targets = Vec::new();
-    if let Some(NodeKind::Map(scopes)) = body.get("scopes").map(|n| &n.kind) {
+    let targets = scope_sources(body).into_iter().filter_map(|f| f.as_str()?.strip_prefix("targets.")).collect();
+    Names { params, targets }
+}
+
+/// The `from` of every scope of a template (`targets.<name>`), one or a list each, as written.
+pub(crate) fn scope_sources(template: &Node) -> Vec<&Node> {
+    let mut froms = Vec::new();
+    if let Some(NodeKind::Map(scopes)) = template.get("scopes").map(|n| &n.kind) {
         for (_, scope) in scopes {
-            let froms: Vec<&Node> = match scope.get("from") {
-                Some(Node { kind: NodeKind::Seq(items), .. }) => items.iter().collect(),
-                Some(one) => vec![one],
-                None => vec![],
-            };
-            targets.extend(froms.iter().filter_map(|f| f.as_str()?.strip_prefix("targets.")));
+            match scope.get("from") {
+                Some(Node { kind: NodeKind::Seq(items), .. }) => froms.extend(items),
+                Some(one) => froms.push(one),
+                None => {}
+            }
         }
     }
-    Names { params, targets }
+    froms
 }
 
 /// What a checked reference is: a list (targets, a list parameter), a number, a boolean, or

@@ -157,23 +157,14 @@ fn operations(body: &Node, diags: &mut Vec<Diagnostic>) {
 
 fn template(body: &Node, diags: &mut Vec<Diagnostic>) {
     crate::pack::refusals::check(body, diags);
-    if let Some(NodeKind::Map(scopes)) = body.get("scopes").map(|n| &n.kind) {
-        for (_, scope) in scopes {
-            let froms: Vec<&Node> = match scope.get("from") {
-                Some(Node { kind: NodeKind::Seq(items), .. }) => items.iter().collect(),
-                Some(one) => vec![one],
-                None => vec![],
-            };
-            for from in froms {
-                let text = from.as_str().unwrap_or_default();
-                let ok = text.strip_prefix("targets.").is_some_and(crate::model::is_id);
-                if !ok {
-                    diags.push(
-                        Diagnostic::error(from.pos, Code::BadValue, format!("unknown scope source `{text}`"))
-                            .expected("`targets.<name>`: the intent's targets of that name"),
-                    );
-                }
-            }
+    for from in crate::pack::refusals::scope_sources(body) {
+        let text = from.as_str().unwrap_or_default();
+        let ok = text.strip_prefix("targets.").is_some_and(crate::model::is_id);
+        if !ok {
+            diags.push(
+                Diagnostic::error(from.pos, Code::BadValue, format!("unknown scope source `{text}`"))
+                    .expected("`targets.<name>`: the intent's targets of that name"),
+            );
         }
     }
     let mut seen: Vec<&str> = Vec::new();

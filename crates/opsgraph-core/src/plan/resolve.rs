@@ -497,20 +497,10 @@ mod tests {
             name: format!("r{i}"),
             environment: envs[i % 3].map(Into::into),
             provider: [Some("a"), Some("b"), None][i % 3 / 2 + i % 2].map(Into::into),
-            labels: Default::default(),
-            organization: None,
-            criticality: None,
-            compliance: vec![],
             attributes,
-            desired_state: None,
-            observed_state: None,
             health: if i % 17 == 0 { Health::Error } else { Health::Healthy },
-            status: None,
             provides: vec![crate::model::ProvidedCapability { capability: "s3".into(), attributes: cap }],
-            access: None,
-            credentials: Default::default(),
-            observed: Default::default(),
-            verification: None,
+            ..Default::default()
         }
     }
 
@@ -550,21 +540,10 @@ mod tests {
             for policy in &policies {
                 for c in &constraints {
                     let mut intent = Intent {
-                        id: None,
                         target_resource_type: "t".into(),
                         action: "a".into(),
-                        pack: None,
-                        name: None,
                         environment: Some(env.into()),
-                        desired_result: None,
-                        organization: None,
-                        criticality: None,
-                        compliance: vec![],
-                        parameters: Default::default(),
-                        constraints: Default::default(),
-                        targets: Default::default(),
-                        requires: vec![],
-                        rollouts: Default::default(),
+                        ..Default::default()
                     };
                     intent.constraints.insert("region".into(), json!("eu"));
                     let cx = Context {

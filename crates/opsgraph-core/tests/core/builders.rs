@@ -1,7 +1,5 @@
 //! Fixtures as builders on domain types: `job("a").provides("k").needs("x")`.
 
-use std::collections::BTreeMap;
-
 use opsgraph_core::model::{
     Attributes, CapabilityPolicy, Controls, EnvironmentPolicy, Health, Intent, Job, JobScope, ProvidedCapability,
     Provider, Provision, Requirement, Resource, ScopeSpec,
@@ -108,21 +106,11 @@ pub(crate) fn pack(id: &str, resource_type: &str, jobs: Vec<JobB>) -> Pack {
 
 pub(crate) fn intent(resource_type: &str, environment: &str) -> Intent {
     Intent {
-        id: None,
         target_resource_type: resource_type.into(),
         action: "run".into(),
-        pack: None,
         name: Some("thing".into()),
         environment: Some(environment.into()),
-        desired_result: None,
-        organization: None,
-        criticality: None,
-        compliance: vec![],
-        parameters: Attributes::new(),
-        constraints: Attributes::new(),
-        targets: BTreeMap::new(),
-        requires: Vec::new(),
-        rollouts: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -133,22 +121,8 @@ pub(crate) fn resource(type_: &str, name: &str) -> ResourceB {
         id: format!("{type_}/{name}"),
         type_: type_.into(),
         name: name.into(),
-        environment: None,
-        provider: None,
-        labels: BTreeMap::new(),
-        organization: None,
-        criticality: None,
-        compliance: vec![],
-        attributes: Attributes::new(),
-        desired_state: None,
-        observed_state: None,
         health: Health::Healthy,
-        status: None,
-        provides: Vec::new(),
-        access: None,
-        credentials: BTreeMap::new(),
-        observed: BTreeMap::new(),
-        verification: None,
+        ..Default::default()
     })
 }
 

@@ -4,14 +4,13 @@
 use std::collections::BTreeMap;
 
 use expect_test::{expect, Expect};
-use opsgraph_core::model::{
-    Attributes, CapabilityPolicy, Intent, OperationsPolicy, ParamSpec, ParamType, ResourceStatus,
-};
+use opsgraph_core::model::{Attributes, Intent, ParamSpec, ParamType, ResourceStatus};
 use opsgraph_core::pack::Pack;
-use opsgraph_core::plan::{Input, Inventory, Recorded};
+use opsgraph_core::plan::Recorded;
 use serde_json::{json, Value};
 
 use crate::builders::*;
+use crate::plan::world;
 use crate::preview_text::section;
 
 fn param(default: Option<Value>, secret: bool) -> ParamSpec {
@@ -81,25 +80,16 @@ fn db_intent(action: &str, name: &str, parameters: &[(&str, Value)], nodes: &[&s
     i
 }
 
+/// An upgrade of `db.instance/main` to 17, with a secret password.
+fn upgrade_to_17() -> Intent {
+    db_intent("upgrade", "main", &[("version", json!("17")), ("password", json!("s3cret-s3cret"))], &[])
+}
+
 /// Builds the plan against the record and shows its parameters, job instances, gates and the
 /// preview's section on the change — or its errors.
 fn check(intent: Intent, expect: Expect) {
-    let packs = vec![db_pack()];
-    let resources: Vec<_> = ["n1", "n2"].iter().map(|n| resource("compute_node", n).0).collect();
-    let inventory = Inventory::new(&resources);
-    let (policy, operations) = (CapabilityPolicy::default(), OperationsPolicy::default());
-    let recorded = recorded();
-    let input = Input {
-        intent: &intent,
-        packs: &packs,
-        inventory: &inventory,
-        providers: &[],
-        policy: &policy,
-        operations: &operations,
-        recorded: Some(&recorded),
-        roles: &[],
-    };
-    let text = match opsgraph_core::plan::build(&input) {
+    let w = world(db_pack(), intent).on_nodes(&["n1", "n2"]).recorded(Some(recorded()));
+    let text = match w.build() {
         Ok(plan) => {
             let shown: Attributes = plan.parameters.clone().into_iter().filter(|(k, _)| k != "password").collect();
             let mut s = format!("parameters {}\n", serde_json::to_string(&shown).unwrap());
@@ -178,24 +168,9 @@ fn the_creating_action_and_other_resources_are_planned_from_their_intent_alone()
 
 #[test]
 fn the_json_preview_carries_the_change_without_secrets() {
-    let packs = vec![db_pack()];
-    let resources = vec![resource("compute_node", "n1").0];
-    let inventory = Inventory::new(&resources);
-    let (policy, operations) = (CapabilityPolicy::default(), OperationsPolicy::default());
-    let recorded = recorded();
-    let intent = db_intent("upgrade", "main", &[("version", json!("17")), ("password", json!("s3cret-s3cret"))], &[]);
-    let input = Input {
-        intent: &intent,
-        packs: &packs,
-        inventory: &inventory,
-        providers: &[],
-        policy: &policy,
-        operations: &operations,
-        recorded: Some(&recorded),
-        roles: &[],
-    };
-    let plan = opsgraph_core::plan::build(&input).unwrap();
-    let v = opsgraph_core::plan::render::json(&plan, &packs);
+    let w = world(db_pack(), upgrade_to_17()).on_nodes(&["n1"]).recorded(Some(recorded()));
+    let plan = w.build().unwrap();
+    let v = opsgraph_core::plan::render::json(&plan, &w.packs);
     let text = serde_json::to_string_pretty(&v["inherited"]).unwrap();
     assert!(!serde_json::to_string(&v).unwrap().contains("s3cret"), "a secret in the JSON preview");
     expect![[r#"
@@ -230,27 +205,12 @@ fn the_json_preview_carries_the_change_without_secrets() {
 #[test]
 fn the_rollback_of_a_day2_action_returns_to_the_recorded_values() {
     use opsgraph_core::model::{Rollback, RollbackSupport};
-    let mut packs = vec![db_pack()];
-    let job = packs[0].jobs.get_mut("converge").unwrap();
+    let mut w = world(db_pack(), upgrade_to_17()).on_nodes(&["n1"]).recorded(Some(recorded()));
+    let job = w.packs[0].jobs.get_mut("converge").unwrap();
     job.controls.rollback = Some(Rollback { supported: RollbackSupport::Full, job: Some("converge".into()) });
-    let resources = vec![resource("compute_node", "n1").0];
-    let inventory = Inventory::new(&resources);
-    let (policy, operations) = (CapabilityPolicy::default(), OperationsPolicy::default());
-    let recorded = recorded();
-    let intent = db_intent("upgrade", "main", &[("version", json!("17")), ("password", json!("s3cret-s3cret"))], &[]);
-    let input = Input {
-        intent: &intent,
-        packs: &packs,
-        inventory: &inventory,
-        providers: &[],
-        policy: &policy,
-        operations: &operations,
-        recorded: Some(&recorded),
-        roles: &[],
-    };
-    let plan = opsgraph_core::plan::build(&input).unwrap();
+    let plan = w.build().unwrap();
     let done = plan.jobs.iter().map(|j| j.id.clone()).collect();
-    let rb = opsgraph_core::plan::rollback::rollback(&plan, &packs[0], &done).unwrap().plan;
+    let rb = opsgraph_core::plan::rollback::rollback(&plan, &w.packs[0], &done).unwrap().plan;
     let preview = opsgraph_core::plan::render::text(&rb);
     let shown: Attributes = rb.parameters.clone().into_iter().filter(|(k, _)| k != "password").collect();
     let text = format!(

@@ -4,7 +4,7 @@
 use expect_test::{expect, Expect};
 use opsgraph_core::model::{CapabilityPolicy, Intent, OperationsPolicy, Provider, Resource};
 use opsgraph_core::pack::Pack;
-use opsgraph_core::plan::{Error as PlanError, Input, Inventory, Plan};
+use opsgraph_core::plan::{Error as PlanError, Input, Inventory, Plan, Recorded};
 
 use crate::builders::*;
 use crate::preview_text::section;
@@ -16,6 +16,10 @@ pub(crate) struct World {
     policy: CapabilityPolicy,
     pub(crate) operations: OperationsPolicy,
     pub(crate) intent: Intent,
+    /// The resource a day-2 action acts on, as earlier operations recorded it.
+    pub(crate) recorded: Option<Recorded>,
+    /// The requester's roles.
+    pub(crate) roles: Vec<String>,
 }
 
 pub(crate) fn world(pack: Pack, intent: Intent) -> World {
@@ -26,10 +30,23 @@ pub(crate) fn world(pack: Pack, intent: Intent) -> World {
         policy: CapabilityPolicy::default(),
         operations: OperationsPolicy::default(),
         intent,
+        recorded: None,
+        roles: Vec::new(),
     }
 }
 
 impl World {
+    /// The inventory: plain compute nodes (no capabilities), by name.
+    pub(crate) fn on_nodes(mut self, names: &[&str]) -> Self {
+        self.resources = names.iter().map(|n| resource("compute_node", n).0).collect();
+        self
+    }
+
+    pub(crate) fn recorded(mut self, recorded: Option<Recorded>) -> Self {
+        self.recorded = recorded;
+        self
+    }
+
     /// The plan of this world's intent, or the planning errors.
     pub(crate) fn build(&self) -> Result<Plan, Vec<PlanError>> {
         let inventory = Inventory::new(&self.resources);
@@ -40,8 +57,8 @@ impl World {
             providers: &self.providers,
             policy: &self.policy,
             operations: &self.operations,
-            recorded: None,
-            roles: &[],
+            recorded: self.recorded.as_ref(),
+            roles: &self.roles,
         };
         opsgraph_core::plan::build(&input)
     }

@@ -206,10 +206,9 @@ fn external_binding_is_offered_with_its_checks_and_checked_at_the_gate() {
 #[test]
 fn operations_rules_deny_ask_for_approval_and_set_the_cost_threshold() {
     use opsgraph_core::model::{EnvironmentOperations, OperationsPolicy, OperationsRule};
-    use opsgraph_core::plan::Input;
     let mut backup = job("backup");
     backup.0.cost = Some(300.0);
-    let packs = vec![pack("h", "thing", vec![backup, job("migrate")])];
+    let pack = pack("h", "thing", vec![backup, job("migrate")]);
     let operations = OperationsPolicy {
         environments: [(
             "prod".to_string(),
@@ -241,23 +240,14 @@ fn operations_rules_deny_ask_for_approval_and_set_the_cost_threshold() {
         )]
         .into(),
     };
-    let inventory = Inventory::new(&[]);
     let plan = |criticality: &str, roles: &[&str]| {
         let mut intent = prod_intent();
         intent.target_resource_type = "thing".into();
         intent.criticality = Some(criticality.into());
-        let roles: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
-        let input = Input {
-            intent: &intent,
-            packs: &packs,
-            inventory: &inventory,
-            providers: &[],
-            policy: &CapabilityPolicy::default(),
-            operations: &operations,
-            recorded: None,
-            roles: &roles,
-        };
-        match opsgraph_core::plan::build(&input) {
+        let mut w = crate::plan::world(pack.clone(), intent);
+        w.operations = operations.clone();
+        w.roles = roles.iter().map(|r| r.to_string()).collect();
+        match w.build() {
             Ok(p) => {
                 p.gates.iter().map(|g| format!("{} [{}]: {}\n", g.id, g.required_roles.join(", "), g.reason)).collect()
             }

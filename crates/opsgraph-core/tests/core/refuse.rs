@@ -5,12 +5,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use expect_test::{expect, Expect};
-use opsgraph_core::model::{CapabilityPolicy, Intent, OperationsPolicy, ResourceStatus};
+use opsgraph_core::model::{Intent, ResourceStatus};
 use opsgraph_core::pack::{check_pack, Pack, PackFile};
-use opsgraph_core::plan::{Input, Inventory, Recorded};
+use opsgraph_core::plan::Recorded;
 use serde_json::{json, Value};
 
 use crate::builders::*;
+use crate::plan::world;
 
 const MANIFEST: &str = "scenario_pack:
   id: ring
@@ -115,21 +116,8 @@ fn ring(action: &str, parameters: &[(&str, Value)], targets: &[(&str, &[&str])])
 
 /// Plans the intent against the record: its jobs, or its errors.
 fn check(intent: Intent, recorded: Option<Recorded>, expect: Expect) {
-    let packs = vec![load(TEMPLATES).unwrap()];
-    let resources: Vec<_> = ["n1", "n2", "n3"].iter().map(|n| resource("compute_node", n).0).collect();
-    let inventory = Inventory::new(&resources);
-    let (policy, operations) = (CapabilityPolicy::default(), OperationsPolicy::default());
-    let input = Input {
-        intent: &intent,
-        packs: &packs,
-        inventory: &inventory,
-        providers: &[],
-        policy: &policy,
-        operations: &operations,
-        recorded: recorded.as_ref(),
-        roles: &[],
-    };
-    let text = match opsgraph_core::plan::build(&input) {
+    let w = world(load(TEMPLATES).unwrap(), intent).on_nodes(&["n1", "n2", "n3"]).recorded(recorded);
+    let text = match w.build() {
         Ok(plan) => format!("planned: {}\n", plan.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>().join(", ")),
         Err(errors) => errors.iter().map(|e| format!("error[{}]: {e}\n", e.code())).collect(),
     };

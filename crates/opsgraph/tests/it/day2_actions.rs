@@ -106,6 +106,13 @@ struct Kv {
 }
 
 impl Kv {
+    /// A server over the same data directory, packs and world as the CLI's runs.
+    fn api(&self) -> crate::server::Api {
+        let (packs, world) =
+            (self.dir.join("kv").display().to_string(), self.dir.join("world.yaml").display().to_string());
+        crate::server::Api::over(temp_dir(&[])).data(&self.dir.join("data")).packs(&[&packs]).world(&[&world]).build()
+    }
+
     fn data(&self) -> String {
         self.dir.join("data").display().to_string()
     }
@@ -167,13 +174,7 @@ fn a_day2_action_plans_against_the_record_shows_the_change_and_uninstall_removes
     assert!(!json.out.contains("canary-token"), "a secret in the JSON preview");
 
     // The server plans against the same record (one assembly of planner inputs).
-    let data = kv.dir.join("data");
-    let (packs, world) = (kv.dir.join("kv").display().to_string(), kv.dir.join("world.yaml").display().to_string());
-    let api = crate::server::Api {
-        dir: temp_dir(&[]),
-        state: opsgraph::serve_cmd::state(&data, &[packs], &[world]).unwrap(),
-        rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
-    };
+    let api = kv.api();
     let token = api.token("sam", &["operator"]);
     let upgrade = std::fs::read_to_string(kv.dir.join("upgrade.yaml")).unwrap();
     let served = api.post("/api/v1/plans", &token, &upgrade);
@@ -252,13 +253,7 @@ fn a_refused_day2_action_prints_why_and_changes_nothing() {
     // record has passes.
     let planned = kv.run("plan", "upgrade-port80.yaml", &[]);
     assert_eq!((planned.code, planned.err.clone()), (1, refused.err.clone()), "{}", planned.render());
-    let data = kv.dir.join("data");
-    let (packs, world) = (kv.dir.join("kv").display().to_string(), kv.dir.join("world.yaml").display().to_string());
-    let api = crate::server::Api {
-        dir: temp_dir(&[]),
-        state: opsgraph::serve_cmd::state(&data, &[packs], &[world]).unwrap(),
-        rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
-    };
+    let api = kv.api();
     let token = api.token("sam", &["operator"]);
     let body = std::fs::read_to_string(kv.dir.join("upgrade-port80.yaml")).unwrap();
     let created = api.post("/api/v1/operations", &token, &body);

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use expect_test::{expect, Expect};
 
-use crate::support::{opsgraph, temp_dir, Run};
+use crate::support::{opsgraph, path, temp_dir, Run};
 
 /// One fleet at a time on a machine (one bridge, one range).
 pub(crate) static FLEET: Mutex<()> = Mutex::new(());
@@ -231,6 +231,60 @@ fn fleet_of_three_hosts_up_ssh_apt_down() {
     );
     assert!(!dir.exists(), "down leaves the fleet directory");
     assert_eq!(machine(), before, "down leaves the machine as it found it");
+}
+
+/// The CLI on one data directory over the bundled packs and a fleet's inventory, as a person at
+/// the fleet uses it: `apply` an intent file (in `files`) without asking, `answer` a gate with
+/// `proceed` as alice.
+pub(crate) struct Operator {
+    data: String,
+    packs: String,
+    inventory: String,
+    files: std::path::PathBuf,
+}
+
+impl Operator {
+    pub(crate) fn new(files: &Path, data: &str, fleet_dir: &Path) -> Operator {
+        Operator {
+            data: data.to_owned(),
+            packs: path("packs"),
+            inventory: fleet_dir.join("inventory").display().to_string(),
+            files: files.to_owned(),
+        }
+    }
+
+    pub(crate) fn apply(&self, file: &str) -> Run {
+        let f = self.files.join(file).display().to_string();
+        opsgraph(&[
+            "--data-dir",
+            &self.data,
+            "apply",
+            "-f",
+            &f,
+            "--packs",
+            &self.packs,
+            "--inventory",
+            &self.inventory,
+            "--yes",
+        ])
+    }
+
+    pub(crate) fn answer(&self, op: &str, gate: &str) -> Run {
+        let data = &self.data;
+        opsgraph(&[
+            "--data-dir",
+            data,
+            "gate",
+            "answer",
+            gate,
+            "--operation",
+            op,
+            "--option",
+            "proceed",
+            "--as",
+            "alice",
+        ])
+    }
 }
 
 /// Takes the fleet down when dropped, also when an assertion failed.

@@ -12,9 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::fleet::{claim, machine, Fleet};
+use crate::fleet::{claim, machine, Fleet, Operator};
 use crate::fleet_packs::{check_once, ssh_executor};
-use crate::support::{opsgraph, path, temp_dir, Run};
+use crate::support::{opsgraph, temp_dir, Run};
 
 const THREE: &str = "fleet-1=10.213.0.11,fleet-2=10.213.0.12,fleet-3=10.213.0.13";
 const FOUR: &str = "fleet-1=10.213.0.11,fleet-2=10.213.0.12,fleet-3=10.213.0.13,fleet-4=10.213.0.14";
@@ -68,28 +68,10 @@ fn etcd_day2_actions_on_fleet_hosts() {
     let dir = tmp.join("fleet");
     let before = machine();
     let fleet = Fleet::up(&dir, 4);
-    let inventory = dir.join("inventory").display().to_string();
-    let packs = path("packs");
     let data = tmp.join("data").display().to_string();
-    let apply = |file: &str| {
-        let f = tmp.join(file).display().to_string();
-        opsgraph(&["--data-dir", &data, "apply", "-f", &f, "--packs", &packs, "--inventory", &inventory, "--yes"])
-    };
-    let answer = |op: &str, gate: &str| {
-        opsgraph(&[
-            "--data-dir",
-            &data,
-            "gate",
-            "answer",
-            gate,
-            "--operation",
-            op,
-            "--option",
-            "proceed",
-            "--as",
-            "alice",
-        ])
-    };
+    let operator = Operator::new(tmp.path(), &data, &dir);
+    let apply = |file: &str| operator.apply(file);
+    let answer = |op: &str, gate: &str| operator.answer(op, gate);
     let resource = || -> serde_json::Value {
         let described =
             opsgraph(&["--data-dir", &data, "describe", "resource", "etcd.cluster/config-store", "-o", "json"]);

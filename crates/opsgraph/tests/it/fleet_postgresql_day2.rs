@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use crate::fleet::{machine, unavailable, Fleet, FLEET};
+use crate::fleet::{machine, unavailable, Fleet, Operator, FLEET};
 use crate::fleet_packs::{check_once, ssh_executor};
 use crate::support::{opsgraph, path, temp_dir, Run};
 
@@ -86,28 +86,10 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     let up = opsgraph(&["lab", "fleet", "up", "--hosts", "2", "--dir", &dir.display().to_string()]);
     assert_eq!(up.code, 0, "{}", up.render());
     let fleet = Fleet { dir: dir.clone() };
-    let inventory = dir.join("inventory").display().to_string();
-    let packs = path("packs");
     let data = tmp.join("data").display().to_string();
-    let apply = |file: &str| {
-        let f = tmp.join(file).display().to_string();
-        opsgraph(&["--data-dir", &data, "apply", "-f", &f, "--packs", &packs, "--inventory", &inventory, "--yes"])
-    };
-    let answer = |op: &str, gate: &str| {
-        opsgraph(&[
-            "--data-dir",
-            &data,
-            "gate",
-            "answer",
-            gate,
-            "--operation",
-            op,
-            "--option",
-            "proceed",
-            "--as",
-            "alice",
-        ])
-    };
+    let operator = Operator::new(tmp.path(), &data, &dir);
+    let apply = |file: &str| operator.apply(file);
+    let answer = |op: &str, gate: &str| operator.answer(op, gate);
     let (state, _) = opsgraph_fleet::status(&dir).unwrap().unwrap();
     let host = &state.hosts[0];
     let on_host = |args: &[&str]| opsgraph_fleet::exec(host, args).output().unwrap();
@@ -133,6 +115,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     let policy = tmp.join("repair-policy.yaml");
     std::fs::write(&policy, "operations_policy:\n  dev: {repair: apply_safe}\n").unwrap();
     let policy = policy.display().to_string();
+    let (packs, inventory) = (path("packs"), dir.join("inventory").display().to_string());
     let verify = || {
         opsgraph(&[
             "--data-dir",

@@ -13,12 +13,7 @@ use crate::support::temp_dir;
 
 /// A server over a data directory that uses the registry (no `--packs`): bundled + installed.
 pub(crate) fn api() -> Api {
-    let dir = temp_dir(&[]);
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let state = opsgraph::serve_cmd::state(&data, &[], &[]).expect("server state");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    Api { dir, state, rt }
+    Api::over(temp_dir(&[])).build()
 }
 
 fn install(api: &Api, token: &str, archive: Vec<u8>, query: &str) -> Reply {

@@ -42,20 +42,21 @@ job:
     ("intent.yaml", "intent: {target_resource_type: app.thing, action: run, name: app-1, environment: dev, targets: {hosts: [host/h1]}}\n"),
 ];
 
-#[test]
-fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
-    if let Some(why) = Sshd::unavailable() {
-        eprintln!("SKIPPED ssh_jobs_receive_and_produce_artifacts_on_the_remote_host: {why}");
-        return;
-    }
-    let sshd = Sshd::start();
-    let host = format!(
+/// The inventory document of `host/h1`, reached over SSH at `sshd`.
+fn host_h1(sshd: &Sshd) -> String {
+    format!(
         "resource:\n  type: host\n  name: h1\n  environment: dev\n  access:\n    ssh: {{host: 127.0.0.1, port: {}, user: {}, key: {}, known_hosts: {}}}\n",
         sshd.port,
         sshd.user,
         sshd.key.display(),
         sshd.known_hosts.display()
-    );
+    )
+}
+
+#[test]
+fn ssh_jobs_receive_and_produce_artifacts_on_the_remote_host() {
+    let Some(sshd) = Sshd::start_or_skip("ssh_jobs_receive_and_produce_artifacts_on_the_remote_host") else { return };
+    let host = host_h1(&sshd);
     let mut files: Vec<(&str, &str)> = PACK.to_vec();
     files.push(("world/host.yaml", &host));
     let w = World::replacing(&files);
@@ -347,19 +348,9 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
 /// remote process group was stopped (the fleet's hung `apt-get update` kept its lock otherwise).
 #[test]
 fn an_ssh_job_that_times_out_leaves_no_process_on_the_host() {
-    if let Some(why) = Sshd::unavailable() {
-        eprintln!("SKIPPED an_ssh_job_that_times_out_leaves_no_process_on_the_host: {why}");
-        return;
-    }
-    let sshd = Sshd::start();
+    let Some(sshd) = Sshd::start_or_skip("an_ssh_job_that_times_out_leaves_no_process_on_the_host") else { return };
     let pid_file = sshd.dir().join("job.pid");
-    let host = format!(
-        "resource:\n  type: host\n  name: h1\n  environment: dev\n  access:\n    ssh: {{host: 127.0.0.1, port: {}, user: {}, key: {}, known_hosts: {}}}\n",
-        sshd.port,
-        sshd.user,
-        sshd.key.display(),
-        sshd.known_hosts.display()
-    );
+    let host = host_h1(&sshd);
     let jobs = format!(
         "job:\n  id: hang\n  scope: {{target: hosts}}\n  run: {{executor: ssh, command: 'echo $$ > {}; exec sleep 600', timeout: 2s}}\n",
         pid_file.display()

@@ -13,15 +13,14 @@ const PARAM: &str = "PW-CANARY-91b2e4d7";
 const GATE: &str = "API-CANARY-c0ffee42";
 const TOKEN: &str = "TOKEN-CANARY-7f3a9c55";
 
+/// The vault pack's manifest and template: two secret parameters, `make-token` then `use-token`
+/// in one stage. The server's canary test (`server_stream.rs`) brings other jobs to them.
+pub(crate) const VAULT_PACK: &str = "scenario_pack:\n  id: vault\n  version: 1.0.0\n  resource_types: [vault.thing]\n  actions: [run]\n  plan_templates: [{id: vault.run}]\n";
+pub(crate) const VAULT_TEMPLATES: &str = "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true}\n    api_key: {type: string, secret: true, required: true}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n";
+
 const FILES: &[(&str, &str)] = &[
-    (
-        "packs/vault/pack.yaml",
-        "scenario_pack:\n  id: vault\n  version: 1.0.0\n  resource_types: [vault.thing]\n  actions: [run]\n  plan_templates: [{id: vault.run}]\n",
-    ),
-    (
-        "packs/vault/templates.yaml",
-        "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true}\n    api_key: {type: string, secret: true, required: true}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n",
-    ),
+    ("packs/vault/pack.yaml", VAULT_PACK),
+    ("packs/vault/templates.yaml", VAULT_TEMPLATES),
     (
         "packs/vault/jobs.yaml",
         r#"job:
@@ -152,14 +151,7 @@ fn secret_parameter_values_are_never_echoed_in_previews_or_errors() {
     .assert_eq(&run.err);
     shown.push(("plan, wrong type".into(), run.render()));
     // Through the API, from the same packs.
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let state = opsgraph::serve_cmd::state(&data, &[at("packs")], &[]).unwrap();
-    let api = crate::server::Api {
-        dir,
-        state,
-        rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
-    };
+    let api = crate::server::Api::over(dir).packs(&["packs"]).build();
     let sam = api.token("sam", &["operator"]);
     for file in ["intent.yaml", "bad-type.yaml"] {
         let r = api.post("/api/v1/plans", &sam, &std::fs::read_to_string(api.dir.join(file)).unwrap());

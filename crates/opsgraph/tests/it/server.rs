@@ -78,6 +78,56 @@ impl Reply {
     }
 }
 
+/// A server over the files of a temporary directory, as `opsgraph serve` would start it:
+/// `Api::over(temp_dir(FILES)).packs(&["hello"]).world(&["world"]).build()`. Its data directory
+/// is `data` inside it unless `data` names another; paths are relative to the directory (an
+/// absolute one stands as it is).
+pub(crate) struct ApiB {
+    dir: TempDir,
+    data: Option<std::path::PathBuf>,
+    config: Option<String>,
+    packs: Vec<String>,
+    world: Vec<String>,
+    limits: Option<opsgraph_server::Limits>,
+}
+
+impl ApiB {
+    /// The data directory's `config.yaml` (users, rules).
+    pub(crate) fn config(mut self, yaml: &str) -> Self {
+        self.config = Some(yaml.to_owned());
+        self
+    }
+    pub(crate) fn data(mut self, dir: &std::path::Path) -> Self {
+        self.data = Some(dir.to_owned());
+        self
+    }
+    pub(crate) fn packs(mut self, paths: &[&str]) -> Self {
+        self.packs = paths.iter().map(|p| self.dir.join(p).display().to_string()).collect();
+        self
+    }
+    pub(crate) fn world(mut self, paths: &[&str]) -> Self {
+        self.world = paths.iter().map(|p| self.dir.join(p).display().to_string()).collect();
+        self
+    }
+    pub(crate) fn limits(mut self, limits: opsgraph_server::Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+    pub(crate) fn build(self) -> Api {
+        let data = self.data.unwrap_or_else(|| self.dir.join("data"));
+        std::fs::create_dir_all(&data).unwrap();
+        if let Some(config) = &self.config {
+            std::fs::write(data.join("config.yaml"), config).unwrap();
+        }
+        let mut state = opsgraph::serve_cmd::state(&data, &self.packs, &self.world).expect("server state");
+        if let Some(limits) = self.limits {
+            state = state.with_limits(limits);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        Api { dir: self.dir, state, rt }
+    }
+}
+
 impl Api {
     pub(crate) fn new(config: &str) -> Api {
         Api::with_files(config, &[])
@@ -86,14 +136,16 @@ impl Api {
     /// A server whose pack holds more files (remedies).
     pub(crate) fn with_files(config: &str, extra: &[(&str, &str)]) -> Api {
         let files: Vec<(&str, &str)> = PACK.iter().chain(extra).copied().collect();
-        let dir = temp_dir(&files);
-        let data = dir.join("data");
-        std::fs::create_dir_all(&data).unwrap();
-        std::fs::write(data.join("config.yaml"), config).unwrap();
-        let state =
-            opsgraph::serve_cmd::state(&data, &[dir.join("hello").display().to_string()], &[]).expect("server state");
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        Api { dir, state, rt }
+        Api::over(temp_dir(&files)).config(config).packs(&["hello"]).build()
+    }
+
+    /// `new("")` under these limits.
+    pub(crate) fn with_limits(limits: opsgraph_server::Limits) -> Api {
+        Api::over(temp_dir(PACK)).config("").packs(&["hello"]).limits(limits).build()
+    }
+
+    pub(crate) fn over(dir: TempDir) -> ApiB {
+        ApiB { dir, data: None, config: None, packs: Vec::new(), world: Vec::new(), limits: None }
     }
 
     /// A token for a person with these roles (minted locally, as `opsgraph token create` does).
@@ -836,17 +888,7 @@ fn the_plan_and_the_patches_of_an_operation_are_served() {
 fn the_token_roles_reach_the_policy_rules() {
     let policy = "operations_policy:\n  dev:\n    rules:\n      - name: sre-only-in-dev\n        when: \"!('sre' in roles)\"\n        deny: only SREs plan here\n";
     let files: Vec<(&str, &str)> = PACK.iter().copied().chain([("world/ops.yaml", policy)]).collect();
-    let dir = temp_dir(&files);
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(data.join("config.yaml"), "").unwrap();
-    let state = opsgraph::serve_cmd::state(
-        &data,
-        &[dir.join("hello").display().to_string()],
-        &[dir.join("world/ops.yaml").display().to_string()],
-    )
-    .expect("server state");
-    let api = Api { dir, state, rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap() };
+    let api = Api::over(temp_dir(&files)).config("").packs(&["hello"]).world(&["world/ops.yaml"]).build();
     let (sam, sue) = (api.token("sam", &["operator"]), api.token("sue", &["operator", "sre"]));
     let r = api.post("/api/v1/plans", &sam, &intent("h1"));
     assert_eq!((r.status, r.code()), (422, "plan_error"), "{}", r.body);

@@ -49,13 +49,7 @@ const SECRET: &str = "s3cr3t-Pa55-w0rd";
 
 /// A server over the greet pack with `config`; an operation of bob's that failed.
 fn failed_operation(config: &str) -> (Api, String) {
-    let dir = temp_dir(GREET);
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(data.join("config.yaml"), config).unwrap();
-    let state = opsgraph::serve_cmd::state(&data, &[dir.join("greet").display().to_string()], &[]).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let api = Api { dir, state, rt };
+    let api = Api::over(temp_dir(GREET)).config(config).packs(&["greet"]).build();
     let bob = api.token("bob", &["sre"]);
     let intent = format!(
         "intent:\n  target_resource_type: greet.app\n  action: run\n  name: g-1\n  environment: dev\n  parameters: {{word: bye, password: {SECRET}}}\n"

@@ -238,9 +238,7 @@ fn events_stream_live_and_resume_without_loss_or_duplicates() {
 
 #[test]
 fn event_streams_are_limited_and_end_when_the_server_shuts_down() {
-    let Api { dir, state, rt } = Api::new("");
-    let state = state.with_limits(opsgraph_server::Limits { event_streams: 1, ..Default::default() });
-    let api = Api { dir, state, rt };
+    let api = Api::with_limits(opsgraph_server::Limits { event_streams: 1, ..Default::default() });
     let sam = api.token("sam", &["viewer"]);
     let server = Server::start(&api);
     let mut first = send(server.addr, "GET", "/api/v1/events", &sam, &[], "");
@@ -261,10 +259,8 @@ fn event_streams_are_limited_and_end_when_the_server_shuts_down() {
 /// as many reconnections as it takes; the slots of ended streams are given back.
 #[test]
 fn a_stream_ends_cleanly_at_its_maximum_duration_and_resumes_without_loss_or_duplicates() {
-    let Api { dir, state, rt } = Api::new("");
     let limit = Duration::from_millis(700);
-    let state = state.with_limits(opsgraph_server::Limits { event_stream_duration: limit, ..Default::default() });
-    let api = Api { dir, state, rt };
+    let api = Api::with_limits(opsgraph_server::Limits { event_stream_duration: limit, ..Default::default() });
     let sam = api.token("sam", &["operator"]);
     let bob = api.token("bob", &["sre"]);
     let admin = api.token("ada", &["platform_admin"]);
@@ -344,12 +340,10 @@ fn a_stream_ends_cleanly_at_its_maximum_duration_and_resumes_without_loss_or_dup
 /// already sent still arrives when the client reads again, and it resumes after the last id.
 #[test]
 fn a_client_that_stops_reading_does_not_hold_a_stream_past_its_duration() {
-    let Api { dir, state, rt } = Api::new("");
-    let state = state.with_limits(opsgraph_server::Limits {
+    let api = Api::with_limits(opsgraph_server::Limits {
         event_stream_duration: Duration::from_millis(1000),
         ..Default::default()
     });
-    let api = Api { dir, state, rt };
     let sam = api.token("sam", &["operator"]);
     let admin = api.token("ada", &["platform_admin"]);
     let server = Server::start(&api);
@@ -420,12 +414,7 @@ fn a_client_that_stops_reading_does_not_hold_a_stream_past_its_duration() {
 /// cancelled too, not still running.
 #[test]
 fn the_stream_of_a_cancelled_run_ends_after_its_stopped_jobs() {
-    let dir = temp_dir(crate::ui::STEPS);
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let state = opsgraph::serve_cmd::state(&data, &[dir.join("steps").display().to_string()], &[]).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let api = Api { dir, state, rt };
+    let api = Api::over(temp_dir(crate::ui::STEPS)).packs(&["steps"]).build();
     let sam = api.token("sam", &["operator"]);
     let server = Server::start(&api);
     let addr = server.addr;
@@ -573,14 +562,8 @@ fn metrics_are_valid_prometheus_text_and_count_a_real_operation() {
 // Secrets through the API, against the real binary.
 
 const VAULT: &[(&str, &str)] = &[
-    (
-        "packs/vault/pack.yaml",
-        "scenario_pack:\n  id: vault\n  version: 1.0.0\n  resource_types: [vault.thing]\n  actions: [run]\n  plan_templates: [{id: vault.run}]\n",
-    ),
-    (
-        "packs/vault/templates.yaml",
-        "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true}\n    api_key: {type: string, secret: true, required: true}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n",
-    ),
+    ("packs/vault/pack.yaml", crate::secrets::VAULT_PACK),
+    ("packs/vault/templates.yaml", crate::secrets::VAULT_TEMPLATES),
     (
         "packs/vault/jobs.yaml",
         r#"job:

@@ -318,17 +318,7 @@ job:
 #[test]
 fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_binding() {
     let Some(shots) = screenshots() else { return };
-    let dir = crate::support::temp_dir(VAULT);
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let state = opsgraph::serve_cmd::state(
-        &data,
-        &[dir.join("vault").display().to_string()],
-        &[dir.join("world").display().to_string()],
-    )
-    .expect("server state");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let api = Api { dir, state, rt };
+    let api = Api::over(crate::support::temp_dir(VAULT)).packs(&["vault"]).world(&["world"]).build();
     let ada = api.token("ada", &["platform_admin"]);
     let vera = api.token("vera", &["viewer"]);
     let server = Server::start(&api);
@@ -473,17 +463,10 @@ fn timeline(addr: std::net::SocketAddr, id: &str, token: &str) -> Vec<(i64, Stri
 fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_failed_runs() {
     let Some(shots) = screenshots() else { return };
     let dir = crate::support::temp_dir(STEPS);
-    let data = dir.join("data");
-    let lab = data.join("lab");
+    let lab = dir.join("data/lab");
     std::fs::create_dir_all(&lab).unwrap();
-    let state = opsgraph::serve_cmd::state(&data, &[dir.join("steps").display().to_string()], &[])
-        .expect("server state")
-        .with_limits(opsgraph_server::Limits {
-            event_stream_duration: Duration::from_millis(1500),
-            ..Default::default()
-        });
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let api = Api { dir, state, rt };
+    let limits = opsgraph_server::Limits { event_stream_duration: Duration::from_millis(1500), ..Default::default() };
+    let api = Api::over(dir).packs(&["steps"]).limits(limits).build();
     let sam = api.token("sam", &["operator"]);
     let bob = api.token("bob", &["sre"]);
     let vera = api.token("vera", &["viewer"]);

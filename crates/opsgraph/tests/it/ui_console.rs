@@ -122,17 +122,9 @@ struct Console {
 impl Console {
     fn start() -> Console {
         let dir = crate::support::temp_dir(FLEET);
-        let data = dir.join("data");
-        let lab = data.join("lab");
+        let lab = dir.join("data/lab");
         std::fs::create_dir_all(&lab).unwrap();
-        let state = opsgraph::serve_cmd::state(
-            &data,
-            &[dir.join("fleet").display().to_string()],
-            &[dir.join("world").display().to_string()],
-        )
-        .expect("server state");
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let api = Api { dir, state, rt };
+        let api = Api::over(dir).packs(&["fleet"]).world(&["world"]).build();
         let sam = api.token("sam", &["operator"]);
         let bob = api.token("bob", &["sre"]);
         let vera = api.token("vera", &["viewer"]);

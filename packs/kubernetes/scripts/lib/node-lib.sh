@@ -168,3 +168,18 @@ upgrade_params() {
     DRAIN_TIMEOUT=${OPSGRAPH_PARAM_DRAIN_TIMEOUT:-5m}
     matches '[0-9]+[smh]' "$DRAIN_TIMEOUT" || fail "drain_timeout '$DRAIN_TIMEOUT' is not a duration such as 5m"
 }
+
+# upgrade_kubeadm: kubeadm at the target version (pkgver, the package version of K8S_VERSION in
+# the Kubernetes apt repository), installed when another one is and held: the first step of
+# every upgrade job, on the control plane and on workers alike.
+upgrade_kubeadm() {
+    export DEBIAN_FRONTEND=noninteractive
+    k8s_repo
+    pkgver=$(k8s_package_version kubeadm) || fail "apt-cache cannot list kubeadm"
+    [ -n "$pkgver" ] || fail "kubeadm $K8S_VERSION is not in $REPO_URL"
+    if [ "$(installed_version kubeadm)" != "$pkgver" ]; then
+        apt_install --allow-change-held-packages "kubeadm=$pkgver"
+        log "installed kubeadm $pkgver"
+    fi
+    apt_mark hold kubeadm >/dev/null
+}

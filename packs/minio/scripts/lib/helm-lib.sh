@@ -88,6 +88,20 @@ default_storage_class() {
     kubectl get storageclass -o jsonpath='{range .items[?(@.metadata.annotations.storageclass\.kubernetes\.io/is-default-class=="true")]}{.metadata.name}{"\n"}{end}' | head -n 1
 }
 
+# preflight_report FILE STORAGE_CLASS: after `checked`, what the preflight found (SERVER_VERSION,
+# HELM_VERSION, RELEASE, NAMESPACE, STORAGE_CLASS, STATUS=ok) as the artifact OPSGRAPH_OUT/FILE.
+preflight_report() {
+    mkdir -p "$OPSGRAPH_OUT"
+    {
+        printf 'SERVER_VERSION=%s\n' "$SERVER"
+        printf 'HELM_VERSION=%s\n' "$HELM_VERSION"
+        printf 'RELEASE=%s\n' "$RELEASE"
+        printf 'NAMESPACE=%s\n' "$NAMESPACE"
+        printf 'STORAGE_CLASS=%s\n' "$2"
+        printf 'STATUS=ok\n'
+    } >"$OPSGRAPH_OUT/$1"
+}
+
 # ensure_namespace: NAMESPACE exists, labelled as managed by opsgraph.
 ensure_namespace() {
     if ! kubectl get namespace "$NAMESPACE" >/dev/null 2>&1; then

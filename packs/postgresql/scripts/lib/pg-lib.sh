@@ -17,6 +17,11 @@
 #                       PORT, and UNIT (the cluster's systemd unit postgresql@<version>-<name>)
 # pg_wait_ready WHY     waits up to 60 s for the server on PORT to accept connections; otherwise
 #                       shows the unit's journal and fails with WHY
+# pg_include_confd CONF makes CONF/postgresql.conf include conf.d (added once) and creates conf.d
+# hba_with_block FILE BLOCK LINE
+#                       prints the pg_hba.conf FILE with its "opsgraph BLOCK block" (between
+#                       BEGIN/END markers) replaced by one holding LINE, marked with this job;
+#                       every other line as it was
 
 PG_JOB=${OPSGRAPH_JOB_ID:-$(basename -- "$0" .sh)}
 PG_JOB=${PG_JOB%@*}
@@ -66,4 +71,20 @@ pg_wait_ready() {
         fi
         sleep 2
     done
+}
+
+pg_include_confd() {
+    grep -Eq "^[[:space:]]*include_dir[[:space:]]*=[[:space:]]*'conf\.d'" "$1/postgresql.conf" ||
+        printf "\n# added by opsgraph\ninclude_dir = 'conf.d'\n" >>"$1/postgresql.conf"
+    install -d -o postgres -g postgres -m 0755 "$1/conf.d"
+}
+
+hba_with_block() {
+    awk -v begin="^# BEGIN opsgraph $2 block" -v end="^# END opsgraph $2 block" '
+        $0 ~ begin { skip = 1; next }
+        $0 ~ end { skip = 0; next }
+        !skip' "$1"
+    printf '# BEGIN opsgraph %s block (pack postgresql, job %s)\n' "$2" "$PG_JOB"
+    printf '%s\n' "$3"
+    printf '# END opsgraph %s block\n' "$2"
 }
