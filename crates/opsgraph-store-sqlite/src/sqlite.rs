@@ -2,6 +2,7 @@
 //! the operator opts into `NORMAL` (faster, may lose the last commits on power loss).
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
@@ -14,6 +15,7 @@ use opsgraph_store::{
 };
 
 use crate::schema::MIGRATIONS;
+use crate::writer::{turn, writer_of};
 use crate::{edge, Fail};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -27,6 +29,10 @@ pub enum Durability {
 
 pub struct SqliteStore {
     pub(crate) conn: Connection,
+    /// Held while this connection writes: the connections of one process to one file take
+    /// turns here, in order, instead of in SQLite's busy handler, which sleeps 1, 2, 5, 10 … ms
+    /// between tries (another process's writer is still waited for there).
+    pub(crate) writer: Arc<Mutex<()>>,
 }
 
 impl SqliteStore {
@@ -44,7 +50,7 @@ impl SqliteStore {
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;"
             ))
             .map_err(open_err)?;
-            let mut store = SqliteStore { conn };
+            let mut store = SqliteStore { conn, writer: writer_of(path) };
             store.migrate()?;
             Ok(store)
         })
@@ -55,7 +61,7 @@ impl SqliteStore {
         edge(|| {
             let conn = Connection::open_in_memory()
                 .map_err(|source| Error::Open { path: ":memory:".into(), source: Box::new(source) })?;
-            let mut store = SqliteStore { conn };
+            let mut store = SqliteStore { conn, writer: Arc::default() };
             store.migrate()?;
             Ok(store)
         })
@@ -75,6 +81,7 @@ impl SqliteStore {
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
             // Under the write lock, and only if nobody (a server and a CLI starting together)
             // applied it meanwhile.
+            let _turn = turn(&self.writer);
             let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             if tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? > i as i64 {
                 continue;
@@ -136,6 +143,7 @@ impl Store for SqliteStore {
             } else {
                 rusqlite::TransactionBehavior::Deferred
             };
+            let _turn = turn(&self.writer);
             let tx = self.conn.transaction_with_behavior(behavior)?;
             for w in writes {
                 match w {
@@ -342,14 +350,17 @@ impl Store for SqliteStore {
     }
 
     fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<opsgraph_store::Lease, Error> {
+        let _turn = turn(&self.writer);
         edge(|| crate::lease::sqlite_acquire(&mut self.conn, operation, holder, ttl_ms))
     }
 
     fn renew_lease(&mut self, lease: &opsgraph_store::Lease, ttl_ms: i64) -> Result<opsgraph_store::Lease, Error> {
+        let _turn = turn(&self.writer);
         edge(|| crate::lease::sqlite_renew(&mut self.conn, lease, ttl_ms))
     }
 
     fn release_lease(&mut self, lease: &opsgraph_store::Lease) -> Result<(), Error> {
+        let _turn = turn(&self.writer);
         edge(|| crate::lease::sqlite_release(&self.conn, lease))
     }
 
@@ -680,8 +691,8 @@ impl Store for SqliteStore {
         })
     }
 
-    fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Option<opsgraph_store::AgentTask>, Error> {
-        edge(|| crate::sqlite_agent::claim(&mut self.conn, claim))
+    fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
+        edge(|| crate::sqlite_agent::claim(&mut self.conn, &self.writer, claim))
     }
 
     fn agent_task(&self, id: &str) -> Result<Option<opsgraph_store::AgentTask>, Error> {
