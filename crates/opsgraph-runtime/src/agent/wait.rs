@@ -1,5 +1,6 @@
-//! Waiting for an agent's report on a worker thread: claims, log lines, heartbeats, a lost
-//! lease (then the evidence is checked, as after a crash), cancellation.
+//! Waiting for an agent's report on a worker thread: claims, log lines (into the attempt's log
+//! and its live log), heartbeats, a lost lease (then the evidence is checked, as after a crash),
+//! cancellation.
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
@@ -10,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::pool::{open_with, report_aad, task_id, Pooled, Waiting};
 use super::wire::{unb64, AgentReport};
+use crate::live::{live_path, LiveLog};
 use crate::task::{Task, TaskResult};
 
 fn failed(task: &Task, outcome: &str, failure: String) -> TaskResult {
@@ -33,6 +35,10 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
     let mut mark = bell.watch(&watched.task);
     bell.ring_work();
     let log_path = task.dir.join(format!("{}.log", task.stem));
+    // The lines also go to the attempt's live log, as a local run's output does, so the job's
+    // log route shows them while it runs. The server masked them already; a job producing secret
+    // artifacts shows one line instead, as locally.
+    let mut live = LiveLog::new(live_path(&task.dir, &task.stem), vec![], !task.secret_outputs.is_empty());
     let mut log_seq = 0i64;
     let mut logged = false;
     let mut current = w.task.clone();
@@ -55,6 +61,7 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
                     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log_path) {
                         for l in &lines {
                             let _ = f.write_all(l.text.as_bytes());
+                            live.push(0, l.text.as_bytes());
                         }
                         logged = true;
                     }

@@ -568,6 +568,46 @@ fn a_claim_takes_a_batch_under_one_lease_and_a_report_lands_with_its_last_lines(
     }
 }
 
+/// An agent-run job's output is readable while it runs through the same route as a local job's
+/// live log (`GET …/jobs/{job}/log?after=`), then its final log.
+#[test]
+fn an_agent_run_jobs_output_is_live_on_the_job_log_route_while_it_runs() {
+    const WAITS: &str = "echo \"first line of $OPSGRAPH_JOB_ID\"\nwhile [ ! -e \"$OPSGRAPH_LAB_DIR/release\" ]; do sleep 0.05; done\necho last line\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
+    let mut files = pack(1, WAITS, "");
+    files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
+    let mut c = Cluster::new(files, "30s", "60s");
+    c.start_agent(&[]);
+    let id = c.create(&intent(&["w0"], &c.dir.join("ledger")));
+    let log = |after: u64| c.call("GET", &format!("/api/v1/operations/{id}/jobs/j0@w0/log?after={after}"), "", "").1;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let live = loop {
+        let l = log(0);
+        if l["text"].as_str().is_some_and(|t| !t.is_empty()) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no live output: {l}\n{}", c.agent_logs());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        (live["running"].as_bool(), live["final"].as_bool(), live["text"].as_str()),
+        (Some(true), Some(false), Some("first line of j0@w0\n")),
+        "{live}"
+    );
+    // From where it left off: nothing new while the job waits.
+    let next = live["next"].as_u64().unwrap();
+    assert_eq!(log(next)["text"].as_str(), Some(""));
+    std::fs::write(c.dir.join("data/lab/release"), "").unwrap();
+    let (state, detail) = c.wait(&id, Duration::from_secs(30));
+    assert_eq!(state, "completed", "{detail}");
+    let done = log(0);
+    assert_eq!(
+        (done["final"].as_bool(), done["text"].as_str()),
+        (Some(true), Some("first line of j0@w0\nlast line\n")),
+        "{done}"
+    );
+    assert!(!c.dir.join(&format!("data/runs/{id}/j0@w0.1.live")).exists(), "the live log outlived the attempt");
+}
+
 /// The manifest and template of a pack `id` whose jobs (`jobs`, one stage) run on the intent's
 /// nodes with a secret parameter `token`; `manifest` is added to the manifest. With an inventory
 /// of one node, `w0`, served by the agent `pool`, and the files `more` (the jobs, their scripts).
