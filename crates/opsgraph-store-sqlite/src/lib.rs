@@ -1,7 +1,7 @@
 //! The embedded SQLite backend of [`opsgraph_store::Store`]: one file in the data directory, WAL,
 //! `synchronous=FULL` unless the operator opts into `NORMAL` (`sqlite.rs`, its migrations in
 //! `schema.rs`); agent tasks (`sqlite_agent.rs`); the SQLite half of leases (`lease.rs`); the
-//! write turn the connections of one process take on one file (`writer.rs`). The conformance
+//! group commit of the writes one process makes to one file (`writer.rs`). The conformance
 //! suite of `opsgraph-store` runs against it through [`test_db`], whose blob store is the data
 //! directory's files (`opsgraph_store::FsBlobStore`).
 

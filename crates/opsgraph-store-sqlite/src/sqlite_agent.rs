@@ -2,13 +2,12 @@
 //! (`RETURNING`, integer milliseconds, no JSON functions); the claim's sub-select is where a
 //! PostgreSQL port adds `FOR UPDATE SKIP LOCKED`.
 
-use std::sync::Mutex;
-
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, Transaction};
 
 use opsgraph_store::agent::{AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
 use opsgraph_store::Error;
 
+use crate::writer::Writer;
 use crate::Fail;
 
 const COLUMNS: &str = "id, operation, job, attempt, kind, agent, resource, state, payload, lease, claimed_by, claims, \
@@ -144,22 +143,32 @@ fn stale(tx: &Transaction<'_>, task: &str) -> Error {
     Error::StaleLease { task: task.to_string(), state: state.unwrap_or_else(|| "unknown".into()) }
 }
 
-pub(crate) fn claim(conn: &mut Connection, writer: &Mutex<()>, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+pub(crate) fn claim(conn: &mut Connection, writer: &Writer, c: &AgentClaim) -> Result<Vec<AgentTask>, Error> {
     // A look first, without the write lock: most claims (agents long-polling) find nothing, and
     // must not queue behind the writers or hold them up.
-    let worth: bool = conn
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM agent_tasks WHERE agent = ?1 AND state = 'queued')
-                 OR EXISTS (SELECT 1 FROM agent_tasks WHERE agent = ?1 AND state = 'claimed' AND lease = ?2)",
-        )?
-        .query_row(params![c.agent, c.lease], |r| r.get(0))?;
+    let worth = crate::edge(|| {
+        Ok(conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM agent_tasks WHERE agent = ?1 AND state = 'queued')
+                     OR EXISTS (SELECT 1 FROM agent_tasks WHERE agent = ?1 AND state = 'claimed' AND lease = ?2)",
+            )?
+            .query_row(params![c.agent, c.lease], |r| r.get::<_, bool>(0))?)
+    })?;
     if !worth {
         return Ok(vec![]);
     }
-    let _turn = crate::writer::turn(writer);
-    // Immediate: it reads before it writes, and a read transaction that then writes would be
-    // refused (not waited for) when another connection wrote in between.
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    // Under the write lock, grouped with other writes of this file (`writer.rs`).
+    writer.write(
+        conn,
+        |tx| claim_in(tx, c),
+        || {
+            let c = c.clone();
+            crate::writer::job(move |tx| claim_in(tx, &c))
+        },
+    )
+}
+
+fn claim_in(tx: &Transaction<'_>, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
     // A claim retried with its lease (its answer was lost) gets the tasks it already holds.
     let held = tx
         .prepare_cached(&format!(
@@ -202,13 +211,13 @@ pub(crate) fn claim(conn: &mut Connection, writer: &Mutex<()>, c: &AgentClaim) -
     for task in &tasks {
         let a = &c.audit;
         exec(
-            &tx,
+            tx,
             "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![a.at, a.actor, a.action, task.id, task.operation, task.resource, json(&a.detail)?],
         )?;
         let e = &c.entry;
         exec(
-            &tx,
+            tx,
             "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![
                 task.operation,
@@ -222,7 +231,6 @@ pub(crate) fn claim(conn: &mut Connection, writer: &Mutex<()>, c: &AgentClaim) -
             ],
         )?;
     }
-    tx.commit()?;
     Ok(tasks)
 }
 

@@ -853,3 +853,58 @@ opsgraph_store::conformance!(
     agent_tasks_are_claimed_once_and_fenced_by_their_lease,
     resource_history_keeps_its_order_and_reads_the_last_entries,
 );
+
+/// Writers of one file in one process are grouped into shared transactions (one fsync for
+/// several commits): each commit still gets its own answer, and a refused one (here a request
+/// key recorded before) changes nothing, its audit row included, while the others land.
+#[test]
+fn grouped_commits_keep_each_ones_answer_and_roll_back_only_the_refused() {
+    let dir = scratch_dir("group-commit");
+    let path = dir.join("store.db");
+    drop(SqliteStore::open(&path, Durability::Full).unwrap());
+    let request = |key: String| RequestRecord {
+        actor: "user:a".into(),
+        key,
+        fingerprint: "sha256:x".into(),
+        status: 200,
+        response: json!({}),
+        at: rfc3339(1_700_000_000, 0),
+    };
+    let audit = |target: String| AuditRecord {
+        seq: 0,
+        at: rfc3339(1_700_000_000, 0),
+        actor: "user:a".into(),
+        action: "test.write".into(),
+        target,
+        operation: None,
+        resource: None,
+        detail: json!({}),
+    };
+    let threads: Vec<_> = (0..8)
+        .map(|n| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
+                let mut answers = Vec::new();
+                for i in 0..40 {
+                    // Every fifth commit repeats the key of the one before it: refused.
+                    let key = if i % 5 == 4 { format!("k{n}-{}", i - 1) } else { format!("k{n}-{i}") };
+                    let r = store.commit(&[Write::Audit(audit(format!("t{n}-{i}"))), Write::Request(request(key))]);
+                    answers.push((format!("t{n}-{i}"), r.map_err(|e| matches!(e, Error::RequestRecorded { .. }))));
+                }
+                answers
+            })
+        })
+        .collect();
+    let answers: Vec<(String, Result<(), bool>)> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let refused: Vec<&String> = answers.iter().filter(|(_, r)| r.is_err()).map(|(t, _)| t).collect();
+    assert_eq!(refused.len(), 8 * 8);
+    assert!(answers.iter().all(|(t, r)| r.is_ok() || (r == &Err(true) && t.ends_with(['4', '9']))), "{answers:?}");
+    let store = SqliteStore::open(&path, Durability::Full).unwrap();
+    let mut landed: Vec<String> = store.audit(&AuditFilter::default()).unwrap().into_iter().map(|a| a.target).collect();
+    let mut passed: Vec<String> = answers.iter().filter(|(_, r)| r.is_ok()).map(|(t, _)| t.clone()).collect();
+    landed.sort();
+    passed.sort();
+    assert_eq!(landed, passed);
+    let _ = std::fs::remove_dir_all(&dir);
+}
