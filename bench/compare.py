@@ -18,7 +18,7 @@ import tempfile
 import time
 
 QUICK = "--quick" in sys.argv
-# `--only=a,e`: some groups of figures only (f, a, d, e).
+# `--only=a,e`: some groups of figures only (f, a, d, e, n).
 ONLY = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
 
 
@@ -401,6 +401,176 @@ def ssh_fanout():
         proc.wait(timeout=30)
 
 
+# ---------------------------------------------------------------------------------------------
+# (n) Remote agents (issue [N] 2): the same operation through a real `opsgraph serve`, its nodes
+# `{local: true}` (the local executor, in the server process) or `{agent: pool}` served by N
+# `opsgraph agent` processes on this machine; and how soon an idle agent starts a queued job.
+
+class Served:
+    """A data directory with the pack and inventory, an `opsgraph serve`, and agent processes."""
+
+    def __init__(self, name, pack, inv, agents=0, parallel=1):
+        import socket
+        self.dir = tempfile.mkdtemp(dir=WORK, prefix=f"{name}-")
+        data = f"{self.dir}/data"
+        self.db = f"{data}/opsgraph.db"
+        self.admin = self.token(data, "admin", "platform_admin")
+        agent_token = self.token(data, "pool", "agent") if agents else ""
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        self.procs = []
+        log = open(f"{self.dir}/server.log", "w")
+        self.procs.append(subprocess.Popen(
+            [OPSGRAPH, "--data-dir", data, "--concurrency", "16", "serve", "--listen", f"127.0.0.1:{self.port}",
+             "--packs", pack, "--inventory", inv, "--agent-lease", "30s", "--agent-claim-timeout", "60s"],
+            stdout=log, stderr=log))
+        deadline = time.time() + 30
+        while self.call("GET", "/api/v1/health")[0] != 200:
+            if time.time() > deadline:
+                sys.exit("bench: the server did not start:\n" + open(f"{self.dir}/server.log").read()[-3000:])
+            time.sleep(0.05)
+        env = dict(os.environ, OPSGRAPH_TOKEN=agent_token)
+        for k in range(agents):
+            self.procs.append(subprocess.Popen(
+                [OPSGRAPH, "--server", f"http://127.0.0.1:{self.port}", "--data-dir", data, "agent",
+                 "--work-dir", f"{self.dir}/agent-{k}", "--parallel", str(parallel)],
+                env=env, stdout=subprocess.DEVNULL, stderr=open(f"{self.dir}/agent-{k}.log", "w")))
+
+    @staticmethod
+    def token(data, name, role):
+        p = subprocess.run([OPSGRAPH, "--data-dir", data, "token", "create", "--name", name, "--role", role],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=True)
+        return p.stdout.decode().strip().splitlines()[-1]
+
+    def call(self, method, path, body=None):
+        import urllib.request
+        import urllib.error
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body, method=method,
+                                     headers={"Authorization": f"Bearer {self.admin}"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+        except OSError:
+            return 0, None
+
+    def run(self, intent_text):
+        """POST the intent, then wait for the operation to end; returns (seconds, start time)."""
+        import sqlite3
+        t0 = time.time()
+        status, body = self.call("POST", "/api/v1/operations", intent_text.encode())
+        if status != 201:
+            sys.exit(f"bench: creating the operation failed ({status}): {body}")
+        db = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)
+        while True:
+            row = db.execute("SELECT state_kind FROM operations WHERE id = ?", (body["id"],)).fetchone()
+            if row and row[0] in ("completed", "failed", "cancelled"):
+                break
+            time.sleep(0.005)
+        dt = time.time() - t0
+        db.close()
+        if row[0] != "completed":
+            sys.exit(f"bench: operation {body['id']} ended {row[0]}:\n"
+                     + open(f"{self.dir}/server.log").read()[-3000:])
+        return dt, t0
+
+    def close(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def agent_pack(root, per_node, stamp_dir):
+    """`per_node` jobs fanned out over the target nodes: each a script that touches a file,
+    proven by one command evidence check (the work of the agents' integration bench)."""
+    ids = [f"j{k}" for k in range(per_node)]
+    write(f"{root}/pack.yaml", """scenario_pack:
+  id: agentbench
+  version: 1.0.0
+  resource_types: [bench.thing]
+  actions: [fan]
+  plan_templates: [{id: agentbench.fan, action: fan}]
+""")
+    write(f"{root}/scripts/step.sh", f'date +%s.%N > "{stamp_dir}/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID"\n')
+    write(f"{root}/evidence.yaml", "evidence:\n  - {id: done, source: command, command: 'test -s \"" + stamp_dir
+          + "/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"'}\n")
+    write(f"{root}/jobs.yaml", "---\n".join(
+        f"job: {{id: {j}, scope: {{resources: [compute_node], target: target_nodes}}, outputs: {{evidence: [done]}}, "
+        f"run: {{script: scripts/step.sh}}}}\n" for j in ids))
+    write(f"{root}/templates.yaml", f"""plan_template:
+  id: agentbench.fan
+  action: fan
+  scopes:
+    target_nodes: {{resource_type: compute_node, from: targets.target_nodes, min: 1}}
+  stages:
+    - {{id: all, name: All, jobs: [{", ".join(ids)}]}}
+  jobs: [{", ".join(ids)}]
+""")
+
+
+def agents():
+    print("(n) remote agents beside the local executor, through `opsgraph serve` (concurrency 16)", flush=True)
+    names = [f"w{k}" for k in range(8)]
+    per_node = 10 if QUICK else 50
+    jobs = per_node * len(names)
+    stamps = f"{WORK}/agent-stamps"
+    os.makedirs(stamps, exist_ok=True)
+    pack = f"{WORK}/agent-pack"
+    agent_pack(pack, per_node, stamps)
+    one = f"{WORK}/agent-pack-1"
+    agent_pack(one, 1, stamps)
+    inventory(f"{WORK}/agent-local.yaml", [(n, "{local: true}") for n in names])
+    inventory(f"{WORK}/agent-pool.yaml", [(n, "{agent: pool}") for n in names])
+    write(f"{WORK}/agent-intent.yaml", "")
+    intent(f"{WORK}/agent-intent.yaml", "fan", names)
+    intent(f"{WORK}/agent-intent-1.yaml", "fan", names[:1])
+    text = open(f"{WORK}/agent-intent.yaml").read()
+    text1 = open(f"{WORK}/agent-intent-1.yaml").read()
+
+    def throughput(inv, n_agents):
+        s = Served("agents", pack, inv, n_agents)
+        try:
+            return s.run(text)[0]
+        finally:
+            s.close()
+
+    configs = [("local executor", f"{WORK}/agent-local.yaml", 0), ("1 agent", f"{WORK}/agent-pool.yaml", 1),
+               ("2 agents", f"{WORK}/agent-pool.yaml", 2), ("8 agents", f"{WORK}/agent-pool.yaml", 8)]
+    times = median_of([(lambda c=c: throughput(c[1], c[2])) for c in configs], rounds=3 if QUICK else 5)
+    for (name, _, _), t in zip(configs, times):
+        record("n", f"{jobs} jobs over 8 nodes: {name}", jobs / t, "jobs/s", f"({t:.2f} s; {times[0] / t:.2f}x local)")
+    record("n", "8 agents / local executor, jobs/s", times[0] / times[3], "x", "(target >= 0.9x)")
+
+    # Pickup: one job, from the POST to its script's first line, with the agent idle (long-polling);
+    # the local executor's server and the agent's run side by side, their rounds interleaved.
+    def first_start(s):
+        _, t0 = s.run(text1)
+        newest = max((os.path.join(stamps, f) for f in os.listdir(stamps)), key=os.path.getmtime)
+        with open(newest) as f:
+            started = float(f.read()) - t0
+        time.sleep(0.05)
+        return started
+
+    served = [Served("pickup", one, f"{WORK}/agent-local.yaml", 0), Served("pickup", one, f"{WORK}/agent-pool.yaml", 1)]
+    try:
+        time.sleep(0.3)  # the agent is waiting in its claim
+        local, agent = [], []
+        for _ in range(ROUNDS * 4 + 1):
+            local.append(first_start(served[0]))
+            agent.append(first_start(served[1]))
+    finally:
+        for s in served:
+            s.close()
+    lm, am = statistics.median(local), statistics.median(agent)
+    record("n", "POST to the job's first line: local executor", lm * 1e3, "ms")
+    record("n", "POST to the job's first line: an idle agent", am * 1e3, "ms")
+    record("n", "an idle agent's pickup of a queued job (difference of medians)", (am - lm) * 1e3, "ms",
+           "(target <= 5 ms)")
+
+
 def main():
     print(f"bench: work directory {WORK}; {ROUNDS} interleaved rounds per figure", flush=True)
     try:
@@ -417,6 +587,8 @@ def main():
             memory_10k()
         if wanted("e"):
             ssh_fanout()
+        if wanted("n"):
+            agents()
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
     print()

@@ -1,7 +1,9 @@
 //! `/api/v1/agent/*`: remote agents pull the work of the resources that name them
 //! (`access: {agent: NAME}`, NAME the token's name), keep their lease alive, stream output and
-//! report. Claims and reports are audited in their own transaction; a write under a lease that is
-//! no longer the task's is refused with 409 `stale_lease`. Log text and reports are masked with
+//! report. A claim may take several tasks at once (`max_tasks`: one transaction, an audit row and
+//! a timeline entry each); a report carries the job's last output lines (`text`) and lands with
+//! them, its audit row and its timeline entry in one commit; a write under a lease that is no
+//! longer the task's is refused with 409 `stale_lease`. Log text and reports are masked with
 //! the task's own mask list before they are stored (an agent is not trusted to have masked), and a
 //! report naming evidence or artifacts the job does not declare is refused (422
 //! `undeclared_evidence`, `undeclared_artifact`) and changes nothing.
@@ -22,6 +24,11 @@ const MAX_WAIT: Duration = Duration::from_secs(30);
 const MAX_LOG_BYTES: usize = 256 << 10;
 /// Resources one claim may name.
 const MAX_RESOURCES: usize = 1000;
+/// Tasks one claim may take.
+const MAX_TASKS: u32 = 64;
+/// The agent protocol this server speaks, in every claim's answer: 2 added batches
+/// (`max_tasks`, `more`) and the last output lines in a report (`text`).
+const PROTOCOL: u32 = 2;
 
 /// The body of a claim (may be empty: every resource of the agent's name, answered at once).
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -42,9 +49,15 @@ pub(crate) struct ClaimBody {
     #[serde(default)]
     #[schemars(pattern(r"^[A-Za-z0-9_-]{16,128}$"))]
     lease: Option<String>,
+    /// Claim up to this many tasks at once, all under the one lease (1 to 64; 1 when absent):
+    /// the first as `task` and `payload`, the others in `more`.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 64))]
+    max_tasks: Option<u32>,
 }
 
-/// The body of a heartbeat (`task`, `lease`), a log chunk (`text`) or a report (`report`).
+/// The body of a heartbeat (`task`, `lease`), a log chunk (`text`) or a report (`report`, and the
+/// job's last output lines in `text`, appended in the report's commit).
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LeaseBody {
@@ -72,6 +85,8 @@ pub(crate) struct TaskView {
 /// A claim's answer: the task and its lease, or `{"task": null}` when none came in time.
 #[derive(Default, Serialize, schemars::JsonSchema)]
 pub(crate) struct ClaimReply {
+    /// The agent protocol the server speaks (absent: 1).
+    protocol: u32,
     task: Option<TaskView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lease: Option<String>,
@@ -83,6 +98,17 @@ pub(crate) struct ClaimReply {
     /// What to run (opened for the agent: it may hold secrets its job needs).
     #[serde(skip_serializing_if = "Option::is_none")]
     payload: Option<Value>,
+    /// With `max_tasks`: the other tasks claimed under the same lease, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    more: Vec<MoreTask>,
+}
+
+/// A further task of a claim, under the claim's lease.
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct MoreTask {
+    task: TaskView,
+    lease_expires_ms: i64,
+    payload: Value,
 }
 
 /// A heartbeat's answer: when the lease now expires (ms since the epoch).
@@ -104,6 +130,12 @@ pub(crate) struct Reported {
 
 pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let body: ClaimBody = ctx.json(true)?;
+    if body.max_tasks.is_some_and(|m| !(1..=MAX_TASKS).contains(&m)) {
+        return Err(ApiError::unprocessable(
+            "invalid_max_tasks",
+            format!("a claim takes 1 to {MAX_TASKS} tasks (`max_tasks`)"),
+        ));
+    }
     if body.resources.len() > MAX_RESOURCES {
         return Err(ApiError::unprocessable(
             "too_many_resources",
@@ -134,7 +166,7 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         None => auth::new_token().map_err(|e| ApiError::internal("no randomness for a lease", &e))?,
     };
     loop {
-        let seen = agents.bell.seen();
+        let seen = agents.bell.work_seen();
         let lease = lease.clone();
         let at = now();
         let entry = opsgraph_store::TimelineEntry {
@@ -153,27 +185,37 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             resources: body.resources.clone(),
             lease: lease.clone(),
             actor: claimer.clone(),
+            max: body.max_tasks.unwrap_or(1),
             expires_ms: now_ms() + lease_ms,
             at: at.clone(),
             audit: auth::audit(&actor, "agent.claim", "", None, None, json!({"instance": body.instance})),
             entry,
         };
-        if let Some(task) = ctx.store.agent_claim(&c)? {
+        let mut tasks = ctx.store.agent_claim(&c)?.into_iter();
+        if let Some(task) = tasks.next() {
             let payload = agents.open_payload(&ctx.state.0.data_dir, &task)?;
+            let more = tasks
+                .map(|t| {
+                    let payload = agents.open_payload(&ctx.state.0.data_dir, &t)?;
+                    Ok(MoreTask { task: task_view(&t), lease_expires_ms: t.expires_ms, payload })
+                })
+                .collect::<Result<Vec<_>, ApiError>>()?;
             return Reply::ok(json!(ClaimReply {
+                protocol: PROTOCOL,
                 task: Some(task_view(&task)),
                 lease: Some(lease),
                 lease_expires_ms: Some(task.expires_ms),
                 heartbeat_ms: Some((lease_ms / 3).max(100)),
                 payload: Some(payload),
+                more,
             }));
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || ctx.state.0.closing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Reply::ok(json!(ClaimReply::default()));
+            return Reply::ok(json!(ClaimReply { protocol: PROTOCOL, ..Default::default() }));
         }
         // Woken at once by work queued in this process; other writers are seen by polling.
-        agents.bell.wait(seen, left.min(Duration::from_millis(250)));
+        agents.bell.wait_work(seen, left.min(Duration::from_millis(250)));
     }
 }
 
@@ -213,7 +255,18 @@ pub(crate) fn heartbeat(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 
 pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let body: LeaseBody = ctx.json(false)?;
-    let text = body.text.unwrap_or_default();
+    let text = log_text(body.text.as_deref())?;
+    let task = own_task(ctx, &body.task)?;
+    // Masked here, whatever the agent did: it is not trusted with that.
+    let text = ctx.state.0.agents.screen(&ctx.state.0.data_dir, &task)?.log(text);
+    ctx.store.commit(&[Write::Agent(AgentWrite::Log { task: body.task, lease: body.lease, text, at: now() })])?;
+    ctx.state.0.agents.bell.ring_task(&task.id);
+    Reply::ok(json!(Logged {}))
+}
+
+/// A chunk of log text, within its limit.
+fn log_text(text: Option<&str>) -> Result<&str, ApiError> {
+    let text = text.unwrap_or_default();
     if text.len() > MAX_LOG_BYTES {
         return Err(ApiError::new(
             axum::http::StatusCode::PAYLOAD_TOO_LARGE,
@@ -221,16 +274,12 @@ pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             format!("a log chunk holds at most {MAX_LOG_BYTES} bytes"),
         ));
     }
-    let task = own_task(ctx, &body.task)?;
-    // Masked here, whatever the agent did: it is not trusted with that.
-    let text = ctx.state.0.agents.screen(&ctx.state.0.data_dir, &task)?.log(&text);
-    ctx.store.commit(&[Write::Agent(AgentWrite::Log { task: body.task, lease: body.lease, text, at: now() })])?;
-    ctx.state.0.agents.bell.ring();
-    Reply::ok(json!(Logged {}))
+    Ok(text)
 }
 
 pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let body: LeaseBody = ctx.json(false)?;
+    let text = log_text(body.text.as_deref())?.to_string();
     let task = own_task(ctx, &body.task)?;
     // The same report again (its answer was lost): done already.
     if task.state == opsgraph_store::AgentTaskState::Reported && task.lease.as_deref() == Some(body.lease.as_str()) {
@@ -277,11 +326,26 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         json!({"kind": task.kind, "outcome": parsed.outcome, "failed": parsed.failure.is_some(),
                "evidence_passed": passed, "artifacts": parsed.produced.len()}),
     );
-    ctx.store.commit(&[
-        Write::Agent(AgentWrite::Report { task: task.id.clone(), lease: body.lease, report: sealed, at: now() }),
-        Write::Audit(audit),
-        Write::Timeline(entry),
-    ])?;
-    ctx.state.0.agents.bell.ring();
+    // The last output lines, the outcome, its audit row and timeline entry: one commit.
+    let mut writes = Vec::with_capacity(4);
+    if !text.is_empty() {
+        let text = ctx.state.0.agents.screen(&ctx.state.0.data_dir, &task)?.log(&text);
+        writes.push(Write::Agent(AgentWrite::Log {
+            task: task.id.clone(),
+            lease: body.lease.clone(),
+            text,
+            at: now(),
+        }));
+    }
+    writes.push(Write::Agent(AgentWrite::Report {
+        task: task.id.clone(),
+        lease: body.lease,
+        report: sealed,
+        at: now(),
+    }));
+    writes.push(Write::Audit(audit));
+    writes.push(Write::Timeline(entry));
+    ctx.store.commit(&writes)?;
+    ctx.state.0.agents.bell.ring_task(&task.id);
     Reply::ok(json!(Reported { task: task.id, state: "reported".into() }))
 }

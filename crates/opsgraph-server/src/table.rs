@@ -607,7 +607,7 @@ pub static ROUTES: &[Route] = &[
         "json?" agent::ClaimBody,
         &[],
         agent::claim,
-        "An agent long-polls for the next task of its resources (`{resources, wait_ms}`); `task` is null when none came.",
+        "An agent long-polls for the next tasks of its resources (`{resources, wait_ms, max_tasks?}`); `task` is null when none came, `more` holds the other tasks of a batch.",
         -> agent::ClaimReply
     ),
     route!(
@@ -640,7 +640,7 @@ pub static ROUTES: &[Route] = &[
         "agent_report" agent::LeaseBody,
         &[],
         agent::report,
-        "The outcome (`{task, lease, report}`), within `limits.agent_report_bytes`; audited; 409 `stale_lease` when stale.",
+        "The outcome (`{task, lease, report, text?}`; `text`, the job's last output lines, appended in the same commit), within `limits.agent_report_bytes`; audited; 409 `stale_lease` when stale.",
         -> agent::Reported
     ),
     route!(

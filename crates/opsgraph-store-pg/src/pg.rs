@@ -702,7 +702,7 @@ impl Store for PgStore {
         })
     }
 
-    fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Option<opsgraph_store::AgentTask>, Error> {
+    fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
         edge(|| self.claim_agent_task(claim))
     }
 

@@ -128,64 +128,73 @@ fn stale(tx: &mut Tx<'_, '_>, task: &str) -> Error {
 }
 
 impl PgStore {
-    pub(crate) fn claim_agent_task(&mut self, c: &AgentClaim) -> Result<Option<AgentTask>, Fail> {
+    pub(crate) fn claim_agent_task(&mut self, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
         let mut client = self.client.borrow_mut();
         let mut tx = Tx { tx: client.transaction()?, statements: &self.statements };
-        // A claim retried with its lease (its answer was lost) gets the task it already holds.
+        // A claim retried with its lease (its answer was lost) gets the tasks it already holds.
         let held = tx.query(
-            &format!("SELECT {COLUMNS} FROM agent_tasks WHERE lease = $1 AND agent = $2 AND state = 'claimed'"),
+            &format!(
+                "SELECT {COLUMNS} FROM agent_tasks WHERE lease = $1 AND agent = $2 AND state = 'claimed' ORDER BY seq"
+            ),
             &[&c.lease, &c.agent],
         )?;
-        if let Some(row) = held.first() {
-            return Ok(Some(task_row(row)?));
+        if !held.is_empty() {
+            return held.iter().map(task_row).collect();
         }
-        let filter = if c.resources.is_empty() { "" } else { " AND resource = ANY($6)" };
+        let max = i64::from(c.max.max(1));
+        let filter = if c.resources.is_empty() { "" } else { " AND resource = ANY($7)" };
+        // The batch is picked once (a materialized CTE): a sub-select in `IN (…)` may run again
+        // for each row and, skipping what this statement already locked, take more than `$6`.
         let sql = format!(
-            "UPDATE agent_tasks SET state = 'claimed', lease = $1, claimed_by = $2, claims = claims + 1, expires_ms = $3,
+            "WITH picked AS MATERIALIZED (SELECT seq FROM agent_tasks WHERE state = 'queued' AND agent = $5{filter}
+                                          ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED)
+             UPDATE agent_tasks SET state = 'claimed', lease = $1, claimed_by = $2, claims = claims + 1, expires_ms = $3,
              updated_at = $4
-             WHERE seq = (SELECT seq FROM agent_tasks WHERE state = 'queued' AND agent = $5{filter}
-                          ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
-             AND state = 'queued'
+             FROM picked WHERE agent_tasks.seq = picked.seq AND agent_tasks.state = 'queued'
              RETURNING {COLUMNS}"
         );
-        let mut args: Vec<&(dyn ToSql + Sync)> = vec![&c.lease, &c.actor, &c.expires_ms, &c.at, &c.agent];
+        let mut args: Vec<&(dyn ToSql + Sync)> = vec![&c.lease, &c.actor, &c.expires_ms, &c.at, &c.agent, &max];
         if !c.resources.is_empty() {
             args.push(&c.resources);
         }
         let rows = tx.query(&sql, &args)?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let task = task_row(row)?;
-        let a = &c.audit;
-        tx.exec(
-            "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            &[&a.at, &a.actor, &a.action, &task.id, &task.operation, &task.resource, &json(&a.detail)?],
-        )?;
-        // The timeline row last, with its seq from the counter (held until the commit).
-        let e = &c.entry;
-        let seq: i64 =
-            tx.query("UPDATE counters SET value = value + 1 WHERE name = 'timeline' RETURNING value", &[])?[0].get(0);
-        let data = json(&serde_json::json!({
-            "task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource
-        }))?;
-        tx.exec(
-            "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            &[
-                &seq,
-                &task.operation,
-                &e.at,
-                &e.actor,
-                &e.event,
-                &e.from,
-                &e.to,
-                &e.reason.replace("{task}", &task.id),
-                &data,
-            ],
-        )?;
+        if rows.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut tasks = rows.iter().map(task_row).collect::<Result<Vec<_>, _>>()?;
+        tasks.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        for task in &tasks {
+            let a = &c.audit;
+            tx.exec(
+                "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[&a.at, &a.actor, &a.action, &task.id, &task.operation, &task.resource, &json(&a.detail)?],
+            )?;
+            // The timeline row last, with its seq from the counter (held until the commit).
+            let e = &c.entry;
+            let seq: i64 = tx
+                .query("UPDATE counters SET value = value + 1 WHERE name = 'timeline' RETURNING value", &[])?[0]
+                .get(0);
+            let data = json(&serde_json::json!({
+                "task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource
+            }))?;
+            tx.exec(
+                "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                &[
+                    &seq,
+                    &task.operation,
+                    &e.at,
+                    &e.actor,
+                    &e.event,
+                    &e.from,
+                    &e.to,
+                    &e.reason.replace("{task}", &task.id),
+                    &data,
+                ],
+            )?;
+        }
         tx.tx.commit()?;
-        Ok(Some(task))
+        Ok(tasks)
     }
 
     pub(crate) fn agent_task_by_id(&self, id: &str) -> Result<Option<AgentTask>, Fail> {

@@ -1,14 +1,16 @@
 //! The embedded SQLite backend of [`opsgraph_store::Store`]: one file in the data directory, WAL,
 //! `synchronous=FULL` unless the operator opts into `NORMAL` (`sqlite.rs`, its migrations in
-//! `schema.rs`); agent tasks (`sqlite_agent.rs`); the SQLite half of leases (`lease.rs`). The
-//! conformance suite of `opsgraph-store` runs against it through [`test_db`], whose blob store is
-//! the data directory's files (`opsgraph_store::FsBlobStore`).
+//! `schema.rs`); agent tasks (`sqlite_agent.rs`); the SQLite half of leases (`lease.rs`); the
+//! group commit of the writes one process makes to one file (`writer.rs`). The conformance
+//! suite of `opsgraph-store` runs against it through [`test_db`], whose blob store is the data
+//! directory's files (`opsgraph_store::FsBlobStore`).
 
 mod history;
 mod lease;
 mod schema;
 mod sqlite;
 mod sqlite_agent;
+mod writer;
 
 use opsgraph_store::testing::{unique, Backend, TestDb};
 use opsgraph_store::{Error, Store};

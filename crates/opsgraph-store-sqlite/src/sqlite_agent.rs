@@ -7,6 +7,7 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, Tra
 use opsgraph_store::agent::{AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
 use opsgraph_store::Error;
 
+use crate::writer::Writer;
 use crate::Fail;
 
 const COLUMNS: &str = "id, operation, job, attempt, kind, agent, resource, state, payload, lease, claimed_by, claims, \
@@ -142,30 +143,52 @@ fn stale(tx: &Transaction<'_>, task: &str) -> Error {
     Error::StaleLease { task: task.to_string(), state: state.unwrap_or_else(|| "unknown".into()) }
 }
 
-pub(crate) fn claim(conn: &mut Connection, c: &AgentClaim) -> Result<Option<AgentTask>, Fail> {
-    // Immediate: it reads before it writes, and a read transaction that then writes would be
-    // refused (not waited for) when another connection wrote in between.
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    // A claim retried with its lease (its answer was lost) gets the task it already holds.
+pub(crate) fn claim(conn: &mut Connection, writer: &Writer, c: &AgentClaim) -> Result<Vec<AgentTask>, Error> {
+    // A look first, without the write lock: most claims (agents long-polling) find nothing, and
+    // must not queue behind the writers or hold them up.
+    let worth = crate::edge(|| {
+        Ok(conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM agent_tasks WHERE agent = ?1 AND state = 'queued')
+                     OR EXISTS (SELECT 1 FROM agent_tasks WHERE agent = ?1 AND state = 'claimed' AND lease = ?2)",
+            )?
+            .query_row(params![c.agent, c.lease], |r| r.get::<_, bool>(0))?)
+    })?;
+    if !worth {
+        return Ok(vec![]);
+    }
+    // Under the write lock, grouped with other writes of this file (`writer.rs`).
+    writer.write(
+        conn,
+        |tx| claim_in(tx, c),
+        || {
+            let c = c.clone();
+            crate::writer::job(move |tx| claim_in(tx, &c))
+        },
+    )
+}
+
+fn claim_in(tx: &Transaction<'_>, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+    // A claim retried with its lease (its answer was lost) gets the tasks it already holds.
     let held = tx
         .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM agent_tasks WHERE lease = ?1 AND agent = ?2 AND state = 'claimed'"
+            "SELECT {COLUMNS} FROM agent_tasks WHERE lease = ?1 AND agent = ?2 AND state = 'claimed' ORDER BY seq"
         ))?
-        .query_row(params![c.lease, c.agent], task_row)
-        .optional()?;
-    if let Some(raw) = held {
-        return Ok(Some(finish(raw)?));
+        .query_map(params![c.lease, c.agent], task_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    if !held.is_empty() {
+        return held.into_iter().map(finish).collect();
     }
     let filter = if c.resources.is_empty() {
         String::new()
     } else {
-        let marks: Vec<String> = (0..c.resources.len()).map(|i| format!("?{}", i + 6)).collect();
+        let marks: Vec<String> = (0..c.resources.len()).map(|i| format!("?{}", i + 7)).collect();
         format!(" AND resource IN ({})", marks.join(", "))
     };
     let sql = format!(
         "UPDATE agent_tasks SET state = 'claimed', lease = ?1, claimed_by = ?2, claims = claims + 1, expires_ms = ?3,
          updated_at = ?4
-         WHERE seq = (SELECT seq FROM agent_tasks WHERE state = 'queued' AND agent = ?5{filter} ORDER BY seq LIMIT 1)
+         WHERE seq IN (SELECT seq FROM agent_tasks WHERE state = 'queued' AND agent = ?5{filter} ORDER BY seq LIMIT ?6)
          AND state = 'queued'
          RETURNING {COLUMNS}"
     );
@@ -175,36 +198,40 @@ pub(crate) fn claim(conn: &mut Connection, c: &AgentClaim) -> Result<Option<Agen
         c.expires_ms.into(),
         c.at.clone().into(),
         c.agent.clone().into(),
+        i64::from(c.max.max(1)).into(),
     ];
     args.extend(c.resources.iter().map(|r| r.clone().into()));
-    let row = tx.prepare_cached(&sql)?.query_row(params_from_iter(args), task_row).optional()?;
-    let Some(raw) = row else {
-        return Ok(None);
-    };
-    let task = finish(raw)?;
-    let a = &c.audit;
-    exec(
-        &tx,
-        "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![a.at, a.actor, a.action, task.id, task.operation, task.resource, json(&a.detail)?],
-    )?;
-    let e = &c.entry;
-    exec(
-        &tx,
-        "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            task.operation,
-            e.at,
-            e.actor,
-            e.event,
-            e.from,
-            e.to,
-            e.reason.replace("{task}", &task.id),
-            json(&serde_json::json!({"task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource}))?
-        ],
-    )?;
-    tx.commit()?;
-    Ok(Some(task))
+    let rows =
+        tx.prepare_cached(&sql)?.query_map(params_from_iter(args), task_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+    if rows.is_empty() {
+        return Ok(vec![]);
+    }
+    let mut tasks = rows.into_iter().map(finish).collect::<Result<Vec<_>, _>>()?;
+    tasks.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+    for task in &tasks {
+        let a = &c.audit;
+        exec(
+            tx,
+            "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![a.at, a.actor, a.action, task.id, task.operation, task.resource, json(&a.detail)?],
+        )?;
+        let e = &c.entry;
+        exec(
+            tx,
+            "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                task.operation,
+                e.at,
+                e.actor,
+                e.event,
+                e.from,
+                e.to,
+                e.reason.replace("{task}", &task.id),
+                json(&serde_json::json!({"task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource}))?
+            ],
+        )?;
+    }
+    Ok(tasks)
 }
 
 pub(crate) fn task(conn: &Connection, id: &str) -> Result<Option<AgentTask>, Fail> {

@@ -7,7 +7,7 @@
 //! Every change after the claim names the lease it holds: a writer whose lease is no longer the
 //! task's (it expired and the runtime gave the task up, or the task was cancelled) is refused
 //! with [`crate::Error::StaleLease`], whatever it believes. The SQL is portable: the claim is one
-//! conditional `UPDATE … WHERE state = 'queued'` over the oldest matching row (a PostgreSQL port
+//! conditional `UPDATE … WHERE state = 'queued'` over the oldest matching rows (a PostgreSQL port
 //! adds `FOR UPDATE SKIP LOCKED` to its sub-select), times are integer milliseconds since the
 //! epoch passed in by the caller, and no backend-specific function is used.
 
@@ -90,16 +90,19 @@ pub struct AgentTask {
     pub updated_at: String,
 }
 
-/// A claim: the oldest queued task of `agent` (for one of `resources`, when any are named) is
-/// taken under `lease` until `expires_ms`. The claim, its audit row and its timeline entry are
-/// one transaction; the store fills in the task's id, operation and resource. A claim made again
-/// with the lease of a task it holds (the claimer never saw the answer) returns that task.
+/// A claim: the oldest queued tasks of `agent` (for one of `resources`, when any are named), at
+/// most `max` of them, are taken under `lease` until `expires_ms`. The claim, an audit row and a
+/// timeline entry per task are one transaction; the store fills in each task's id, operation and
+/// resource. A claim made again with the lease of tasks it holds (the claimer never saw the
+/// answer) returns those tasks, and claims nothing more.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentClaim {
     pub agent: String,
     pub resources: Vec<String>,
     pub lease: String,
     pub actor: String,
+    /// At most this many tasks (one when 0).
+    pub max: u32,
     pub expires_ms: i64,
     pub at: String,
     /// Written with the claim: `target`, `operation` and `resource` become the task's.

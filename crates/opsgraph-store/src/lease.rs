@@ -61,7 +61,7 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn commit(&mut self, writes: &[crate::Write]) -> Result<(), Error> {
         (**self).commit(writes)
     }
-    fn agent_claim(&mut self, claim: &crate::AgentClaim) -> Result<Option<crate::AgentTask>, Error> {
+    fn agent_claim(&mut self, claim: &crate::AgentClaim) -> Result<Vec<crate::AgentTask>, Error> {
         (**self).agent_claim(claim)
     }
     fn agent_task(&self, id: &str) -> Result<Option<crate::AgentTask>, Error> {

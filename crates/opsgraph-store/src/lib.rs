@@ -524,9 +524,9 @@ pub trait Store: Send {
     /// Audit rows in the order they were written.
     fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, Error>;
     fn request(&self, actor: &str, key: &str) -> Result<Option<RequestRecord>, Error>;
-    /// Claims the oldest queued agent task the claim matches, with its audit row and timeline
-    /// entry, in one transaction; `None` when there is none.
-    fn agent_claim(&mut self, claim: &AgentClaim) -> Result<Option<AgentTask>, Error>;
+    /// Claims the oldest queued agent tasks the claim matches (at most `claim.max`), each with its
+    /// audit row and timeline entry, in one transaction; empty when there is none.
+    fn agent_claim(&mut self, claim: &AgentClaim) -> Result<Vec<AgentTask>, Error>;
     fn agent_task(&self, id: &str) -> Result<Option<AgentTask>, Error>;
     /// An operation's agent tasks, oldest first.
     fn agent_tasks(&self, operation: &str) -> Result<Vec<AgentTask>, Error>;

@@ -470,6 +470,7 @@ fn claim_of(agent: &str, resources: &[&str], lease: &str, expires_ms: i64) -> Ag
         resources: resources.iter().map(|r| r.to_string()).collect(),
         lease: lease.into(),
         actor: format!("user:{agent}"),
+        max: 1,
         expires_ms,
         at: rfc3339(1_700_000_002, 0),
         audit: AuditRecord {
@@ -486,6 +487,11 @@ fn claim_of(agent: &str, resources: &[&str], lease: &str, expires_ms: i64) -> Ag
     }
 }
 
+/// The ids of the tasks a claim got.
+fn claim_ids(store: &mut dyn Store, claim: AgentClaim) -> Vec<String> {
+    store.agent_claim(&claim).unwrap().into_iter().map(|t| t.id).collect()
+}
+
 /// The agent-task conformance suite, written against the trait: a PostgreSQL store runs it too.
 fn agent_tasks_conform(store: &mut dyn Store) {
     store
@@ -498,19 +504,18 @@ fn agent_tasks_conform(store: &mut dyn Store) {
         ])
         .unwrap();
     // Only a claimer of the task's agent name, and of its resource when it names resources.
-    assert_eq!(store.agent_claim(&claim_of("other", &[], "l0", 9_000)).unwrap(), None);
-    let got = store.agent_claim(&claim_of("pool", &["compute_node/b"], "l1", 9_000)).unwrap().unwrap();
+    assert_eq!(claim_ids(store, claim_of("other", &[], "l0", 9_000)), Vec::<String>::new());
+    let got = store.agent_claim(&claim_of("pool", &["compute_node/b"], "l1", 9_000)).unwrap().remove(0);
     assert_eq!(
         (got.id.as_str(), got.state, got.lease.as_deref(), got.claims),
         ("t2", AgentTaskState::Claimed, Some("l1"), 1)
     );
     assert_eq!(got.expires_ms, 9_000);
-    let got = store.agent_claim(&claim_of("pool", &[], "l2", 9_000)).unwrap().unwrap();
-    assert_eq!(got.id, "t1");
+    assert_eq!(claim_ids(store, claim_of("pool", &[], "l2", 9_000)), ["t1"]);
     // Nothing is claimed twice; a claim retried with its lease gets what it holds, once.
-    assert_eq!(store.agent_claim(&claim_of("pool", &[], "l3", 9_000)).unwrap(), None);
-    assert_eq!(store.agent_claim(&claim_of("pool", &[], "l2", 9_000)).unwrap().unwrap().id, "t1");
-    assert_eq!(store.agent_claim(&claim_of("other", &[], "l2", 9_000)).unwrap(), None);
+    assert_eq!(claim_ids(store, claim_of("pool", &[], "l3", 9_000)), Vec::<String>::new());
+    assert_eq!(claim_ids(store, claim_of("pool", &[], "l2", 9_000)), ["t1"]);
+    assert_eq!(claim_ids(store, claim_of("other", &[], "l2", 9_000)), Vec::<String>::new());
     // Each claim landed with its audit row and timeline entry.
     let audit = store.audit(&AuditFilter::default()).unwrap();
     assert_eq!(audit.iter().map(|a| a.target.as_str()).collect::<Vec<_>>(), ["t2", "t1"]);
@@ -564,7 +569,7 @@ fn agent_tasks_conform(store: &mut dyn Store) {
     assert!(matches!(store.commit(&[settle("t3", queued, unclaimed, 4_000)]), Err(Error::AgentTaskMoved { .. })));
     store.commit(&[settle("t3", queued, unclaimed, 6_000)]).unwrap();
     store.commit(&[settle("t4", queued, AgentTaskState::Cancelled, 0)]).unwrap();
-    assert_eq!(store.agent_claim(&claim_of("pool", &[], "l5", 9_000)).unwrap(), None);
+    assert_eq!(claim_ids(store, claim_of("pool", &[], "l5", 9_000)), Vec::<String>::new());
     let states: Vec<(String, AgentTaskState)> =
         store.agent_tasks("op-1").unwrap().into_iter().map(|t| (t.id, t.state)).collect();
     assert_eq!(
@@ -576,6 +581,32 @@ fn agent_tasks_conform(store: &mut dyn Store) {
             ("t4".to_string(), AgentTaskState::Cancelled)
         ]
     );
+
+    // A batch: the oldest queued tasks, at most `max`, under one lease, each with its audit row
+    // and timeline entry; retried with that lease it gets the same batch and claims no more.
+    let more: Vec<Write> = (5..9)
+        .map(|i| Write::Agent(AgentWrite::Enqueue(Box::new(agent_task(&format!("t{i}"), "compute_node/a", 5_000)))))
+        .collect();
+    store.commit(&more).unwrap();
+    let batch = |lease: &str, max| AgentClaim { max, ..claim_of("pool", &[], lease, 9_000) };
+    let audited = |store: &dyn Store| store.audit(&AuditFilter::default()).unwrap().len();
+    let before = (audited(store), store.timeline("op-1").unwrap().len());
+    assert_eq!(claim_ids(store, batch("l6", 3)), ["t5", "t6", "t7"]);
+    assert_eq!((audited(store), store.timeline("op-1").unwrap().len()), (before.0 + 3, before.1 + 3));
+    assert_eq!(claim_ids(store, batch("l6", 3)), ["t5", "t6", "t7"]);
+    assert_eq!(claim_ids(store, batch("l7", 3)), ["t8"]);
+    assert_eq!(audited(store), before.0 + 4);
+    // Each task of a batch is fenced on its own: reporting one leaves the others claimed.
+    store
+        .commit(&[Write::Agent(AgentWrite::Report {
+            task: "t6".into(),
+            lease: "l6".into(),
+            report: json!({}),
+            at: now(),
+        })])
+        .unwrap();
+    assert_eq!(store.agent_task("t5").unwrap().unwrap().state, AgentTaskState::Claimed);
+    assert_eq!(claim_ids(store, batch("l6", 3)), ["t5", "t7"]);
 }
 
 fn running(id: &str) -> OperationRecord {
@@ -781,11 +812,17 @@ fn agents_racing_on_one_file_claim_each_task_once() {
             let path = path.clone();
             std::thread::spawn(move || {
                 let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
+                // Batches of 1 to 4 tasks: a batch is claimed whole or not at all.
                 let mut mine = Vec::new();
-                while let Some(t) =
-                    store.agent_claim(&claim_of("pool", &[], &format!("l{n}-{}", mine.len()), 9_000)).unwrap()
-                {
-                    mine.push(t.id);
+                loop {
+                    let claim =
+                        AgentClaim { max: n + 1, ..claim_of("pool", &[], &format!("l{n}-{}", mine.len()), 9_000) };
+                    let got = store.agent_claim(&claim).unwrap();
+                    if got.is_empty() {
+                        break;
+                    }
+                    assert!(got.len() <= n as usize + 1);
+                    mine.extend(got.into_iter().map(|t| t.id));
                 }
                 mine
             })
@@ -816,3 +853,58 @@ opsgraph_store::conformance!(
     agent_tasks_are_claimed_once_and_fenced_by_their_lease,
     resource_history_keeps_its_order_and_reads_the_last_entries,
 );
+
+/// Writers of one file in one process are grouped into shared transactions (one fsync for
+/// several commits): each commit still gets its own answer, and a refused one (here a request
+/// key recorded before) changes nothing, its audit row included, while the others land.
+#[test]
+fn grouped_commits_keep_each_ones_answer_and_roll_back_only_the_refused() {
+    let dir = scratch_dir("group-commit");
+    let path = dir.join("store.db");
+    drop(SqliteStore::open(&path, Durability::Full).unwrap());
+    let request = |key: String| RequestRecord {
+        actor: "user:a".into(),
+        key,
+        fingerprint: "sha256:x".into(),
+        status: 200,
+        response: json!({}),
+        at: rfc3339(1_700_000_000, 0),
+    };
+    let audit = |target: String| AuditRecord {
+        seq: 0,
+        at: rfc3339(1_700_000_000, 0),
+        actor: "user:a".into(),
+        action: "test.write".into(),
+        target,
+        operation: None,
+        resource: None,
+        detail: json!({}),
+    };
+    let threads: Vec<_> = (0..8)
+        .map(|n| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
+                let mut answers = Vec::new();
+                for i in 0..40 {
+                    // Every fifth commit repeats the key of the one before it: refused.
+                    let key = if i % 5 == 4 { format!("k{n}-{}", i - 1) } else { format!("k{n}-{i}") };
+                    let r = store.commit(&[Write::Audit(audit(format!("t{n}-{i}"))), Write::Request(request(key))]);
+                    answers.push((format!("t{n}-{i}"), r.map_err(|e| matches!(e, Error::RequestRecorded { .. }))));
+                }
+                answers
+            })
+        })
+        .collect();
+    let answers: Vec<(String, Result<(), bool>)> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let refused: Vec<&String> = answers.iter().filter(|(_, r)| r.is_err()).map(|(t, _)| t).collect();
+    assert_eq!(refused.len(), 8 * 8);
+    assert!(answers.iter().all(|(t, r)| r.is_ok() || (r == &Err(true) && t.ends_with(['4', '9']))), "{answers:?}");
+    let store = SqliteStore::open(&path, Durability::Full).unwrap();
+    let mut landed: Vec<String> = store.audit(&AuditFilter::default()).unwrap().into_iter().map(|a| a.target).collect();
+    let mut passed: Vec<String> = answers.iter().filter(|(_, r)| r.is_ok()).map(|(t, _)| t.clone()).collect();
+    landed.sort();
+    passed.sort();
+    assert_eq!(landed, passed);
+    let _ = std::fs::remove_dir_all(&dir);
+}

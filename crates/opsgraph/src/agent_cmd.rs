@@ -1,7 +1,14 @@
 //! `opsgraph agent`: a remote agent. It long-polls `opsgraph serve` for the tasks of the
-//! resources that name it (`access: {agent: NAME}`, NAME its token's name), runs each with the
-//! same code as a local attempt (`opsgraph_runtime::agent::execute`: the local executor, the
-//! same evidence checks), streams the output while the job runs, heartbeats its lease and reports.
+//! resources that name it (`access: {agent: NAME}`, NAME its token's name), as many at once as
+//! it has free slots (`--parallel`), runs each on a thread of its own with the same code as a
+//! local attempt (`opsgraph_runtime::agent::execute`: the local executor, the same evidence
+//! checks), streams the output while the job runs, heartbeats its lease and reports, the last
+//! output lines with the report. Every call goes over one pool of keep-alive connections.
+//!
+//! The server says which agent protocol it speaks in every claim's answer (`protocol`): batches
+//! (`max_tasks`) and the last lines in the report are used only with a server that speaks 2 or
+//! later; with an older one the agent claims one task at a time and sends every line as a log
+//! chunk.
 //!
 //! It survives the server's restarts (every call is retried with backoff; the lease is only
 //! given up by the server) and its own (a task whose agent died is recovered by the server once
@@ -10,7 +17,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,7 +63,8 @@ pub fn token(flag: Option<&str>, file: Option<&Path>) -> anyhow::Result<String> 
     }
 }
 
-/// One HTTP client for the agent's calls.
+/// One HTTP client for the agent's calls (clones share its keep-alive connections).
+#[derive(Clone)]
 struct Client {
     base: String,
     auth: String,
@@ -127,6 +135,9 @@ impl Backoff {
     }
 }
 
+/// The agent protocol with batches (`max_tasks`) and a report that carries the last lines.
+const PROTOCOL_BATCH: u64 = 2;
+
 /// Runs the agent until `max_tasks` are done (or forever); an unusable token ends it.
 pub fn run(args: AgentArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     std::fs::create_dir_all(&args.work_dir)
@@ -147,68 +158,112 @@ pub fn run(args: AgentArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
         }
     )?;
     out.flush()?;
-    let done = Arc::new(AtomicU64::new(0));
-    let fatal: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     let lines: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
-    let threads: Vec<_> = (0..args.parallel.max(1))
-        .map(|_| {
-            let (args, done, fatal, lines, instance) =
-                (args.clone(), done.clone(), fatal.clone(), lines.clone(), instance.clone());
-            std::thread::spawn(move || worker(&args, &instance, &done, &fatal, &lines))
-        })
-        .collect();
-    for t in threads {
-        let _ = t.join();
-    }
+    let fatal = claim_loop(&args, &instance, &lines);
     for l in lines.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         writeln!(out, "{l}")?;
     }
-    if let Some(why) = fatal.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(why) = fatal {
         bail!("{why}");
     }
     Ok(0)
 }
 
-fn worker(
-    args: &AgentArgs,
-    instance: &str,
-    done: &AtomicU64,
-    fatal: &Mutex<Option<String>>,
-    lines: &Mutex<Vec<String>>,
-) {
+/// Tasks running now, and the condition their ends are signalled on.
+#[derive(Default)]
+struct Slots {
+    running: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+impl Slots {
+    /// Waits until fewer than `parallel` run; returns how many are free.
+    fn free(&self, parallel: usize) -> usize {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let running = self.freed.wait_while(running, |r| *r >= parallel).unwrap_or_else(|e| e.into_inner());
+        parallel - *running
+    }
+
+    fn take(&self) {
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
+
+    fn give_back(&self) {
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        self.freed.notify_all();
+    }
+}
+
+/// Claims while slots are free and hands each task to a thread of its own; returns why it
+/// stopped when the server refused the agent. With `--max-tasks`, it stops once that many were
+/// claimed and waits for them to end.
+fn claim_loop(args: &AgentArgs, instance: &str, lines: &Arc<Mutex<Vec<String>>>) -> Option<String> {
     let client = Client::new(&args.server, &args.token);
+    let parallel = args.parallel.max(1);
+    let slots = Arc::new(Slots::default());
     let mut backoff = Backoff::new();
-    // The lease this agent claims under, kept until a task comes with it: a claim whose answer
-    // was lost (the server restarted) is made again with it and gets the task it holds.
+    let mut done = 0u64;
+    // What the server speaks: learnt from its first answer (1 until then: one task a claim).
+    let mut protocol = 1u64;
+    // The lease this agent claims under, kept until tasks come with it: a claim whose answer
+    // was lost (the server restarted) is made again with it and gets the tasks it holds.
     let new_lease = || opsgraph_server::auth::new_token().unwrap_or_else(|_| format!("og_{}", std::process::id()));
     let mut lease = new_lease();
-    loop {
-        if fatal.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
-            return;
+    let mut runners = Vec::new();
+    let fatal = loop {
+        let left = args.max_tasks.map_or(u64::MAX, |m| m.saturating_sub(done));
+        if left == 0 {
+            break None;
         }
-        if args.max_tasks.is_some_and(|m| done.load(Ordering::SeqCst) >= m) {
-            return;
+        let free = slots.free(parallel).min(usize::try_from(left).unwrap_or(usize::MAX));
+        let mut body = json!({"resources": args.resources, "wait_ms": args.wait.as_millis() as u64,
+                              "instance": instance, "lease": lease});
+        if protocol >= PROTOCOL_BATCH && free > 1 {
+            body["max_tasks"] = json!(free.min(64));
         }
-        let body = json!({"resources": args.resources, "wait_ms": args.wait.as_millis() as u64, "instance": instance,
-                          "lease": lease});
         match client.post("/api/v1/agent/claim", &body) {
-            Answer::Ok(v) if v["task"].is_null() => backoff = Backoff::new(),
             Answer::Ok(v) => {
                 backoff = Backoff::new();
-                lease = new_lease();
-                // A claimed task is always run (with --parallel, a few past --max-tasks): one
-                // dropped here could only be recovered by its evidence after its lease expired.
-                done.fetch_add(1, Ordering::SeqCst);
-                let line = run_task(&client, &args.work_dir, &v);
-                eprintln!("{line}");
-                if args.max_tasks.is_some() {
-                    lines.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                protocol = v["protocol"].as_u64().unwrap_or(1);
+                if v["task"].is_null() {
+                    continue;
                 }
+                lease = new_lease();
+                let mut claimed = vec![Claimed {
+                    task: v["task"].clone(),
+                    lease: v["lease"].as_str().unwrap_or_default().to_string(),
+                    heartbeat_ms: v["heartbeat_ms"].as_u64(),
+                    payload: v["payload"].clone(),
+                    protocol,
+                }];
+                for m in v["more"].as_array().into_iter().flatten() {
+                    claimed.push(Claimed {
+                        task: m["task"].clone(),
+                        payload: m["payload"].clone(),
+                        ..claimed[0].clone()
+                    });
+                }
+                // A claimed task is always run (one dropped here could only be recovered by its
+                // evidence after its lease expired).
+                for c in claimed {
+                    done += 1;
+                    slots.take();
+                    let (client, work_dir, slots, lines) =
+                        (client.clone(), args.work_dir.clone(), slots.clone(), lines.clone());
+                    let keep = args.max_tasks.is_some();
+                    runners.push(std::thread::spawn(move || {
+                        let line = run_task(&client, &work_dir, &c);
+                        eprintln!("{line}");
+                        if keep {
+                            lines.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                        }
+                        slots.give_back();
+                    }));
+                }
+                runners.retain(|r| !r.is_finished());
             }
             Answer::Refused(status, code, message) if matches!(status, 401 | 403) => {
-                *fatal.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(format!("the server refused this agent ({status} {code}): {message}"));
-                return;
+                break Some(format!("the server refused this agent ({status} {code}): {message}"));
             }
             Answer::Refused(status, code, message) => {
                 eprintln!("claim refused ({status} {code}): {message}");
@@ -219,15 +274,31 @@ fn worker(
                 backoff.sleep();
             }
         }
+    };
+    for r in runners {
+        let _ = r.join();
     }
+    fatal
+}
+
+/// A task as claimed, with what its runner needs.
+#[derive(Clone)]
+struct Claimed {
+    task: Value,
+    lease: String,
+    heartbeat_ms: Option<u64>,
+    payload: Value,
+    protocol: u64,
 }
 
 /// Runs one claimed task to its report; returns a line saying what happened.
-fn run_task(client: &Client, work_dir: &Path, claimed: &Value) -> String {
-    let id = claimed["task"]["id"].as_str().unwrap_or_default().to_string();
-    let lease = claimed["lease"].as_str().unwrap_or_default().to_string();
-    let beat = Duration::from_millis(claimed["heartbeat_ms"].as_u64().unwrap_or(10_000).max(100));
-    let payload = &claimed["payload"];
+fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed) -> String {
+    let id = claimed.task["id"].as_str().unwrap_or_default().to_string();
+    let lease = claimed.lease.clone();
+    let beat = Duration::from_millis(claimed.heartbeat_ms.unwrap_or(10_000).max(100));
+    let payload = &claimed.payload;
+    // With protocol 2 the last lines travel in the report; before, every line is a log chunk.
+    let lines_in_report = claimed.protocol >= PROTOCOL_BATCH;
     let dir = work_dir.join(id.replace(['/', '@'], "_"));
     let _ = std::fs::remove_dir_all(&dir);
     let cancel = Cancel::new();
@@ -240,14 +311,16 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Value) -> String {
     // Wakes the side thread at once when the job ends (its last log lines, then the report).
     let (wake, woken) = std::sync::mpsc::channel::<()>();
     let side = {
-        let (client_base, auth) = (client.base.clone(), client.auth.clone());
+        let client = client.clone();
         let (id, lease, cancel, stream, finished) =
             (id.clone(), lease.clone(), cancel.clone(), stream.clone(), finished.clone());
         std::thread::spawn(move || {
-            let client = Client { base: client_base, auth, http: Client::new("", "").http };
             let mut last_beat = Instant::now();
             loop {
                 let end = finished.load(Ordering::SeqCst);
+                if end && lines_in_report {
+                    return;
+                }
                 loop {
                     let text = stream.lock().unwrap_or_else(|e| e.into_inner()).take(end);
                     if text.is_empty() {
@@ -275,11 +348,27 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Value) -> String {
     finished.store(true, Ordering::SeqCst);
     let _ = wake.send(());
     let _ = side.join();
+    // The last lines: all but the final chunk as log chunks, the final one in the report.
+    let mut last = String::new();
+    if lines_in_report {
+        let mut stream = stream.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let text = stream.take(true);
+            if stream.is_empty() {
+                last = text;
+                break;
+            }
+            send_log(client, &id, &lease, text, &cancel, true);
+        }
+    }
     let verdict = match &report.failure {
         None => "ok".to_string(),
         Some(f) => format!("failed: {f}"),
     };
-    let body = json!({"task": id, "lease": lease, "report": report});
+    let mut body = json!({"task": id, "lease": lease, "report": report});
+    if !last.is_empty() {
+        body["text"] = json!(last);
+    }
     let mut backoff = Backoff::new();
     let mut last_beat = Instant::now();
     let line = loop {

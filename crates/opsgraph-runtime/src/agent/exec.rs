@@ -174,6 +174,11 @@ impl LogStream {
         self.pending.extend_from_slice(bytes);
     }
 
+    /// Whether nothing is left to take.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// The complete lines so far, masked (everything, when `all` or past 64 KiB), at most
     /// 128 KiB at a time.
     pub fn take(&mut self, all: bool) -> String {

@@ -19,8 +19,8 @@ pub type OpenStore = dyn Fn() -> Result<Box<dyn Store>, opsgraph_store::Error> +
 pub struct Agents {
     /// A connection for each attempt waiting for an agent.
     pub open: Arc<OpenStore>,
-    /// Rung when agent work is queued or reported, so waiters in this process look at once;
-    /// other processes' changes are seen by polling.
+    /// Rung when agent work is queued (claims look) or a task moves (its waiting worker looks),
+    /// so waiters in this process look at once; other processes' changes are seen by polling.
     pub bell: Arc<Bell>,
     /// How long a task may wait for an agent to claim it (default 60 s).
     pub claim_timeout: Duration,
@@ -142,30 +142,83 @@ pub(super) fn open_with(
     keys.open(&bytes, aad.as_bytes()).map_err(|e| Error::Secrets(format!("{aad}: {e}")))
 }
 
-/// A counter with a condition variable: `ring` bumps it, `wait` returns when it moved past what
-/// the waiter saw, or at the timeout.
+/// How the agent routes and the workers waiting for agents wake each other in this process,
+/// without polling the store: two kinds of news, each with its own condition variable.
+///
+/// - **Work**: a task became claimable (queued): claims waiting for work look at the store.
+/// - **A task moved** (claimed, logged, reported, settled): only the worker waiting for that task
+///   looks at the store; the others sleep on.
+///
+/// Changes made by other processes are not rung: waiters still look at the store at a slow pace.
 #[derive(Default)]
 pub struct Bell {
-    count: Mutex<u64>,
-    rung: Condvar,
+    news: Mutex<News>,
+    work_rung: Condvar,
+    task_rung: Condvar,
+}
+
+#[derive(Default)]
+struct News {
+    work: u64,
+    count: u64,
+    /// The count at each watched task's last change.
+    tasks: std::collections::HashMap<String, u64>,
 }
 
 impl Bell {
-    pub fn ring(&self) {
-        let mut n = self.count.lock().unwrap_or_else(|e| e.into_inner());
-        *n += 1;
-        self.rung.notify_all();
+    fn news(&self) -> std::sync::MutexGuard<'_, News> {
+        self.news.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn seen(&self) -> u64 {
-        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+    /// Work was queued: waiting claims look.
+    pub fn ring_work(&self) {
+        self.news().work += 1;
+        self.work_rung.notify_all();
     }
 
-    /// Waits until the count differs from `seen` or `timeout` passes; returns the count.
-    pub fn wait(&self, seen: u64, timeout: Duration) -> u64 {
-        let n = self.count.lock().unwrap_or_else(|e| e.into_inner());
-        let (n, _) = self.rung.wait_timeout_while(n, timeout, |n| *n == seen).unwrap_or_else(|e| e.into_inner());
-        *n
+    /// How much work was rung so far (pass it to [`Bell::wait_work`]).
+    pub fn work_seen(&self) -> u64 {
+        self.news().work
+    }
+
+    /// Waits until work is rung past `seen` or `timeout` passes.
+    pub fn wait_work(&self, seen: u64, timeout: Duration) {
+        let news = self.news();
+        let _ = self.work_rung.wait_timeout_while(news, timeout, |n| n.work == seen);
+    }
+
+    /// Task `id` moved: the worker waiting for it looks (a task nobody watches is not recorded).
+    pub fn ring_task(&self, id: &str) {
+        let mut news = self.news();
+        news.count += 1;
+        let count = news.count;
+        if let Some(at) = news.tasks.get_mut(id) {
+            *at = count;
+            drop(news);
+            self.task_rung.notify_all();
+        }
+    }
+
+    /// Starts watching task `id`; returns the mark to pass to [`Bell::wait_task`].
+    pub fn watch(&self, id: &str) -> u64 {
+        let mut news = self.news();
+        let count = news.count;
+        *news.tasks.entry(id.to_string()).or_insert(count)
+    }
+
+    /// Stops watching task `id`.
+    pub fn unwatch(&self, id: &str) {
+        self.news().tasks.remove(id);
+    }
+
+    /// Waits until task `id` moved past `mark` or `timeout` passes; returns its new mark.
+    pub fn wait_task(&self, id: &str, mark: u64, timeout: Duration) -> u64 {
+        let news = self.news();
+        let (news, _) = self
+            .task_rung
+            .wait_timeout_while(news, timeout, |n| n.tasks.get(id).is_some_and(|at| *at == mark))
+            .unwrap_or_else(|e| e.into_inner());
+        news.tasks.get(id).copied().unwrap_or(mark)
     }
 }
 

@@ -1,5 +1,6 @@
-//! Waiting for an agent's report on a worker thread: claims, log lines, heartbeats, a lost
-//! lease (then the evidence is checked, as after a crash), cancellation.
+//! Waiting for an agent's report on a worker thread: claims, log lines (into the attempt's log
+//! and its live log), heartbeats, a lost lease (then the evidence is checked, as after a crash),
+//! cancellation.
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
@@ -10,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::pool::{open_with, report_aad, task_id, Pooled, Waiting};
 use super::wire::{unb64, AgentReport};
+use crate::live::{live_path, LiveLog};
 use crate::task::{Task, TaskResult};
 
 fn failed(task: &Task, outcome: &str, failure: String) -> TaskResult {
@@ -28,15 +30,21 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
             return failed(&task, "could not start", format!("could not open the store to wait for the agent: {e}"))
         }
     };
-    w.agents.bell.ring();
+    let bell = w.agents.bell.clone();
+    let mut watched = Watched { bell: &bell, task: w.task.clone() };
+    let mut mark = bell.watch(&watched.task);
+    bell.ring_work();
     let log_path = task.dir.join(format!("{}.log", task.stem));
+    // The lines also go to the attempt's live log, as a local run's output does, so the job's
+    // log route shows them while it runs. The server masked them already; a job producing secret
+    // artifacts shows one line instead, as locally.
+    let mut live = LiveLog::new(live_path(&task.dir, &task.stem), vec![], !task.secret_outputs.is_empty());
     let mut log_seq = 0i64;
     let mut logged = false;
     let mut current = w.task.clone();
     let mut recovering = false;
     let poll = Duration::from_millis(100);
     loop {
-        let seen = w.agents.bell.seen();
         let t = match store.agent_task(&current) {
             Ok(Some(t)) => t,
             Ok(None) => return failed(&task, "lost", format!("agent task {current} is not in the store")),
@@ -53,6 +61,7 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
                     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log_path) {
                         for l in &lines {
                             let _ = f.write_all(l.text.as_bytes());
+                            live.push(0, l.text.as_bytes());
                         }
                         logged = true;
                     }
@@ -69,7 +78,6 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
         };
         if task.cancel.is_cancelled() && matches!(t.state, AgentTaskState::Queued | AgentTaskState::Claimed) {
             if settle(&mut store, AgentTaskState::Cancelled, vec![]).is_ok() {
-                w.agents.bell.ring();
                 let mut r = failed(&task, "cancelled", "cancelled".into());
                 r.cancelled = true;
                 return r;
@@ -123,7 +131,8 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
                 if settle(&mut store, AgentTaskState::Lost, extra).is_err() {
                     continue;
                 }
-                w.agents.bell.ring();
+                mark = watched.switch(&evidence_id);
+                bell.ring_work();
                 current = evidence_id;
                 recovering = true;
                 continue;
@@ -135,8 +144,9 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
                     if store.commit(&[evidence_task(&w, &task, &evidence_id)]).is_err() {
                         continue;
                     }
-                    w.agents.bell.ring();
+                    bell.ring_work();
                 }
+                mark = watched.switch(&evidence_id);
                 current = evidence_id;
                 recovering = true;
                 continue;
@@ -178,9 +188,31 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
             }
             _ => {}
         }
-        // Until something moves here, another process commits, or the deadline passes.
+        // Until this task moves in this process, the deadline passes, or it is time to look for
+        // what other processes changed.
         let until = Duration::from_millis((t.expires_ms - now).clamp(1, 250) as u64);
-        w.agents.bell.wait(seen, until.min(poll));
+        mark = bell.wait_task(&current, mark, until.min(poll));
+    }
+}
+
+/// The task a worker watches on the bell, unwatched when the wait ends however it ends.
+struct Watched<'a> {
+    bell: &'a super::pool::Bell,
+    task: String,
+}
+
+impl Watched<'_> {
+    /// Watches `task` instead; returns its mark.
+    fn switch(&mut self, task: &str) -> u64 {
+        self.bell.unwatch(&self.task);
+        self.task = task.to_string();
+        self.bell.watch(task)
+    }
+}
+
+impl Drop for Watched<'_> {
+    fn drop(&mut self) {
+        self.bell.unwatch(&self.task);
     }
 }
 

@@ -497,6 +497,117 @@ fn bench_jobs_per_second_through_agents_beside_the_local_executor() {
     }
 }
 
+/// Protocol 2, by hand: a claim takes a batch under one lease (retried with that lease, the same
+/// batch); a report carries the job's last lines and lands with them or not at all.
+#[test]
+fn a_claim_takes_a_batch_under_one_lease_and_a_report_lands_with_its_last_lines() {
+    let mut files = pack(1, STEP, "");
+    files.push(("inventory/nodes.yaml".into(), nodes(&["w0", "w1", "w2"], "pool")));
+    let c = Cluster::new(files, "30s", "60s");
+    let token = std::fs::read_to_string(&c.agent_token).unwrap();
+    let claim = |body: &str| c.call("POST", "/api/v1/agent/claim", &token, body);
+    for bad in [0, 65] {
+        let (status, refused) = claim(&format!(r#"{{"wait_ms": 0, "max_tasks": {bad}}}"#));
+        assert_eq!((status, refused["error"]["code"].as_str()), (422, Some("invalid_max_tasks")), "{refused}");
+    }
+    let id = c.create(&intent(&["w0", "w1", "w2"], &c.dir.join("ledger")));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.store().agent_tasks(&id).unwrap().len() < 3 {
+        assert!(Instant::now() < deadline, "the tasks were not queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Two of the three, oldest first, under one lease; the same two again with that lease.
+    let lease = "lease-of-the-batch-0001";
+    let batch = format!(r#"{{"wait_ms": 0, "max_tasks": 2, "lease": "{lease}"}}"#);
+    let ids = |v: &Value| -> Vec<String> {
+        std::iter::once(&v["task"])
+            .chain(v["more"].as_array().into_iter().flatten().map(|m| &m["task"]))
+            .map(|t| t["id"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let (status, first) = claim(&batch);
+    assert_eq!((status, first["protocol"].as_u64(), first["lease"].as_str()), (200, Some(2), Some(lease)), "{first}");
+    let got = ids(&first);
+    assert_eq!(got.len(), 2, "{first}");
+    assert!(first["more"][0]["payload"]["env"]["OPSGRAPH_PARAM_LEDGER"].is_string(), "{first}");
+    assert_eq!(ids(&claim(&batch).1), got);
+    let (_, rest) = claim(r#"{"wait_ms": 0, "max_tasks": 5, "lease": "lease-of-the-batch-0002"}"#);
+    assert_eq!(ids(&rest).len(), 1, "{rest}");
+    let report = |task: &str, lease: &str, check: &str, text: &str| {
+        serde_json::json!({"task": task, "lease": lease, "text": text, "report": {
+            "outcome": "exit code 0", "failure": null, "satisfied_without_run": false, "cancelled": false,
+            "produced": [], "duration_ms": 1,
+            "evidence": [{"check": check, "passed": true, "expected": "", "observed": "", "detail": "", "attempts": 1}]}})
+        .to_string()
+    };
+    let logged = |task: &str| c.store().agent_log(task, 0).unwrap().len();
+    // Refused (undeclared evidence, a stale lease): the last lines are not kept either.
+    let (status, _) = c.call("POST", "/api/v1/agent/report", &token, &report(&got[0], lease, "healthy", "last\n"));
+    assert_eq!((status, logged(&got[0])), (422, 0));
+    let (status, _) =
+        c.call("POST", "/api/v1/agent/report", &token, &report(&got[0], "not-the-lease-0000", "done", "x\n"));
+    assert_eq!((status, logged(&got[0])), (409, 0));
+    // Accepted: the lines and the outcome in one commit, each task of the batch on its own.
+    let all = [(got[0].clone(), lease), (got[1].clone(), lease), (ids(&rest)[0].clone(), "lease-of-the-batch-0002")];
+    for (task, lease) in &all {
+        let job = task.split('/').nth(1).unwrap();
+        let text = format!("last line of {job}\n");
+        let (status, body) = c.call("POST", "/api/v1/agent/report", &token, &report(task, lease, "done", &text));
+        assert_eq!(status, 200, "{body}");
+        // Sent again (its answer was lost): done already, nothing added.
+        assert_eq!(c.call("POST", "/api/v1/agent/report", &token, &report(task, lease, "done", &text)).0, 200);
+        assert_eq!(logged(task), 1);
+    }
+    // The evidence an agent reports decides, as for any agent: the operation completes, and each
+    // attempt's log holds its last line.
+    let (state, detail) = c.wait(&id, Duration::from_secs(30));
+    assert_eq!(state, "completed", "{detail}");
+    for node in ["w0", "w1", "w2"] {
+        let log = std::fs::read_to_string(c.dir.join(&format!("data/runs/{id}/j0@{node}.1.log"))).unwrap();
+        assert_eq!(log, format!("last line of j0@{node}\n"));
+    }
+}
+
+/// An agent-run job's output is readable while it runs through the same route as a local job's
+/// live log (`GET …/jobs/{job}/log?after=`), then its final log.
+#[test]
+fn an_agent_run_jobs_output_is_live_on_the_job_log_route_while_it_runs() {
+    const WAITS: &str = "echo \"first line of $OPSGRAPH_JOB_ID\"\nwhile [ ! -e \"$OPSGRAPH_LAB_DIR/release\" ]; do sleep 0.05; done\necho last line\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
+    let mut files = pack(1, WAITS, "");
+    files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
+    let mut c = Cluster::new(files, "30s", "60s");
+    c.start_agent(&[]);
+    let id = c.create(&intent(&["w0"], &c.dir.join("ledger")));
+    let log = |after: u64| c.call("GET", &format!("/api/v1/operations/{id}/jobs/j0@w0/log?after={after}"), "", "").1;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let live = loop {
+        let l = log(0);
+        if l["text"].as_str().is_some_and(|t| !t.is_empty()) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no live output: {l}\n{}", c.agent_logs());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        (live["running"].as_bool(), live["final"].as_bool(), live["text"].as_str()),
+        (Some(true), Some(false), Some("first line of j0@w0\n")),
+        "{live}"
+    );
+    // From where it left off: nothing new while the job waits.
+    let next = live["next"].as_u64().unwrap();
+    assert_eq!(log(next)["text"].as_str(), Some(""));
+    std::fs::write(c.dir.join("data/lab/release"), "").unwrap();
+    let (state, detail) = c.wait(&id, Duration::from_secs(30));
+    assert_eq!(state, "completed", "{detail}");
+    let done = log(0);
+    assert_eq!(
+        (done["final"].as_bool(), done["text"].as_str()),
+        (Some(true), Some("first line of j0@w0\nlast line\n")),
+        "{done}"
+    );
+    assert!(!c.dir.join(&format!("data/runs/{id}/j0@w0.1.live")).exists(), "the live log outlived the attempt");
+}
+
 /// The manifest and template of a pack `id` whose jobs (`jobs`, one stage) run on the intent's
 /// nodes with a secret parameter `token`; `manifest` is added to the manifest. With an inventory
 /// of one node, `w0`, served by the agent `pool`, and the files `more` (the jobs, their scripts).

@@ -170,7 +170,7 @@ impl Store for Faulty {
     fn request(&self, actor: &str, key: &str) -> Result<Option<opsgraph_store::RequestRecord>, Error> {
         read!(self.request(actor, key))
     }
-    fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Option<opsgraph_store::AgentTask>, Error> {
+    fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
         self.inner.agent_claim(claim)
     }
     fn agent_task(&self, id: &str) -> Result<Option<opsgraph_store::AgentTask>, Error> {

@@ -1,0 +1,170 @@
+//! The writes of one database file in this process, grouped: connections take turns on a mutex,
+//! in order, instead of in SQLite's busy handler (which sleeps 1, 2, 5, 10 … ms between tries;
+//! another process's writer is still waited for there), and whoever takes the turn commits the
+//! writes that queued up while the previous turn ran, each in a savepoint of its own, in one
+//! transaction: one fsync for all of them (group commit). Each caller gets its own result, as
+//! if it had committed alone: a write refused (a stale lease, a fence) rolls back its savepoint
+//! only.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, TryLockError, Weak};
+
+use opsgraph_store::Error;
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+
+use crate::{edge, Fail};
+
+/// The write turn of each database file this process opened, by its canonical path.
+static WRITERS: LazyLock<Mutex<HashMap<PathBuf, Weak<Writer>>>> = LazyLock::new(Default::default);
+
+/// A write that waits for the next turn, its result once it ran.
+type Job = Box<dyn FnOnce(&Transaction<'_>) -> Result<Box<dyn Any + Send>, Fail> + Send>;
+
+struct Pending {
+    job: Mutex<Option<Job>>,
+    out: Mutex<Option<Result<Box<dyn Any + Send>, Error>>>,
+}
+
+/// One database file's writers in this process.
+#[derive(Default)]
+pub(crate) struct Writer {
+    turn: Mutex<()>,
+    queue: Mutex<Vec<Arc<Pending>>>,
+}
+
+pub(crate) fn writer_of(path: &Path) -> Arc<Writer> {
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut writers = WRITERS.lock().unwrap_or_else(|e| e.into_inner());
+    writers.retain(|_, w| w.strong_count() > 0);
+    if let Some(w) = writers.get(&key).and_then(Weak::upgrade) {
+        return w;
+    }
+    let w = Arc::new(Writer::default());
+    writers.insert(key, Arc::downgrade(&w));
+    w
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Writer {
+    /// The turn, for a write that runs on its own (migrations, leases).
+    pub(crate) fn turn(&self) -> MutexGuard<'_, ()> {
+        lock(&self.turn)
+    }
+
+    /// Runs `mine` in a write transaction on `conn`, committed with whatever other connections
+    /// queued meanwhile. When another connection holds the turn, an owned copy (`owned()`) waits
+    /// in the queue, and the next holder of the turn runs it (that may be this caller).
+    pub(crate) fn write<T: Send + 'static>(
+        &self,
+        conn: &mut Connection,
+        mine: impl FnOnce(&Transaction<'_>) -> Result<T, Fail>,
+        owned: impl FnOnce() -> Job,
+    ) -> Result<T, Error> {
+        let turn = match self.turn.try_lock() {
+            Ok(t) => Some(t),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        if let Some(_turn) = turn {
+            let others = std::mem::take(&mut *lock(&self.queue));
+            return commit(conn, Some(mine), others).expect("ours was run");
+        }
+        let pending = Arc::new(Pending { job: Mutex::new(Some(owned())), out: Mutex::new(None) });
+        lock(&self.queue).push(pending.clone());
+        let _turn = self.turn();
+        if lock(&pending.out).is_none() {
+            // Nobody ran it: this caller leads, with it and whatever else waits.
+            let queued = std::mem::take(&mut *lock(&self.queue));
+            let _ = commit(conn, None::<fn(&Transaction<'_>) -> Result<(), Fail>>, queued);
+        }
+        let out = lock(&pending.out).take();
+        match out {
+            Some(Ok(v)) => Ok(*v.downcast::<T>().map_err(|_| group_error("a grouped write's result"))?),
+            Some(Err(e)) => Err(e),
+            None => Err(group_error("a grouped write was never run")),
+        }
+    }
+}
+
+fn group_error(what: &str) -> Error {
+    Error::Query(format!("failed to commit {what}").into())
+}
+
+/// One transaction: `mine` (if any) and the queued writes, each in a savepoint; one commit.
+/// Returns `mine`'s result; the queued ones get theirs in their `out`.
+fn commit<T, F: FnOnce(&Transaction<'_>) -> Result<T, Fail>>(
+    conn: &mut Connection,
+    mine: Option<F>,
+    queued: Vec<Arc<Pending>>,
+) -> Option<Result<T, Error>> {
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            for p in &queued {
+                *lock(&p.out) = Some(Err(group_error(&format!("a write (the transaction did not begin: {e})"))));
+            }
+            return mine.map(|_| Err(crate::query_error(e)));
+        }
+    };
+    let mut mine_out = mine.map(|f| in_savepoint(&tx, f));
+    let mut outs: Vec<Result<Box<dyn Any + Send>, Error>> = Vec::with_capacity(queued.len());
+    // SQLite rolls a whole transaction back on some errors (a full disk, I/O): then nothing of
+    // this turn holds, and the writes left are not run.
+    let mut lost = tx.is_autocommit().then(|| "the transaction was rolled back".to_string());
+    for p in &queued {
+        let job = lock(&p.job).take();
+        outs.push(match (job, &lost) {
+            (_, Some(why)) => Err(group_error(&format!("a write ({why})"))),
+            (Some(job), None) => in_savepoint(&tx, job),
+            (None, None) => Err(group_error("a write taken twice")),
+        });
+        if lost.is_none() && tx.is_autocommit() {
+            lost = Some("the transaction was rolled back".into());
+        }
+    }
+    if lost.is_none() {
+        if let Err(e) = tx.commit() {
+            lost = Some(e.to_string());
+        }
+    }
+    if let Some(why) = lost {
+        // Every write that had passed fails with the transaction.
+        if let Some(r) = mine_out.as_mut().filter(|r| r.is_ok()) {
+            *r = Err(group_error(&format!("a write ({why})")));
+        }
+        for r in outs.iter_mut().filter(|r| r.is_ok()) {
+            *r = Err(group_error(&format!("a write ({why})")));
+        }
+    }
+    for (p, out) in queued.iter().zip(outs) {
+        *lock(&p.out) = Some(out);
+    }
+    mine_out
+}
+
+/// Runs `f` in a savepoint of `tx`: kept when it succeeds, rolled back when it fails.
+fn in_savepoint<T>(tx: &Transaction<'_>, f: impl FnOnce(&Transaction<'_>) -> Result<T, Fail>) -> Result<T, Error> {
+    edge(|| {
+        tx.execute_batch("SAVEPOINT grouped")?;
+        match f(tx) {
+            Ok(v) => {
+                tx.execute_batch("RELEASE grouped")?;
+                Ok(v)
+            }
+            Err(e) => {
+                tx.execute_batch("ROLLBACK TO grouped; RELEASE grouped")?;
+                Err(e)
+            }
+        }
+    })
+}
+
+/// A queued write of `f` over owned data.
+pub(crate) fn job<T: Send + 'static>(f: impl FnOnce(&Transaction<'_>) -> Result<T, Fail> + Send + 'static) -> Job {
+    Box::new(move |tx| f(tx).map(|v| Box::new(v) as Box<dyn Any + Send>))
+}
