@@ -9,6 +9,7 @@ mod lease;
 mod schema;
 mod sqlite;
 mod sqlite_agent;
+mod watch;
 
 use opsgraph_store::testing::{unique, Backend, TestDb};
 use opsgraph_store::{Error, Store};

@@ -27,6 +27,11 @@ pub enum Durability {
 
 pub struct SqliteStore {
     pub(crate) conn: Connection,
+    /// The file's in-process signal, rung by commits that write timeline entries.
+    pub(crate) written: std::sync::Arc<opsgraph_store::Written>,
+    /// What [`Store::wait_for_timeline`] saw last: the signal's generation and `data_version`
+    /// (`None` before its first call).
+    pub(crate) seen: std::cell::Cell<Option<(u64, i64)>>,
 }
 
 impl SqliteStore {
@@ -44,7 +49,10 @@ impl SqliteStore {
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;"
             ))
             .map_err(open_err)?;
-            let mut store = SqliteStore { conn };
+            // One signal for every store of the file, however its path was spelled.
+            let name = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            let written = opsgraph_store::timeline_written(&name.display().to_string());
+            let mut store = SqliteStore { conn, written, seen: std::cell::Cell::new(None) };
             store.migrate()?;
             Ok(store)
         })
@@ -55,7 +63,8 @@ impl SqliteStore {
         edge(|| {
             let conn = Connection::open_in_memory()
                 .map_err(|source| Error::Open { path: ":memory:".into(), source: Box::new(source) })?;
-            let mut store = SqliteStore { conn };
+            let written = std::sync::Arc::new(opsgraph_store::Written::new());
+            let mut store = SqliteStore { conn, written, seen: std::cell::Cell::new(None) };
             store.migrate()?;
             Ok(store)
         })
@@ -337,6 +346,9 @@ impl Store for SqliteStore {
                 }
             }
             tx.commit()?;
+            if writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
+                self.written.ring();
+            }
             Ok(())
         })
     }
@@ -609,6 +621,12 @@ impl Store for SqliteStore {
         })
     }
 
+    /// Wakes on this process's commits at once, on other processes' within
+    /// `Written::SLICE` (`watch.rs`).
+    fn wait_for_timeline(&mut self, timeout: std::time::Duration) -> Result<bool, Error> {
+        edge(|| crate::watch::wait(self, timeout))
+    }
+
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error> {
         edge(|| {
             let row = self
@@ -681,7 +699,12 @@ impl Store for SqliteStore {
     }
 
     fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Option<opsgraph_store::AgentTask>, Error> {
-        edge(|| crate::sqlite_agent::claim(&mut self.conn, claim))
+        let task = edge(|| crate::sqlite_agent::claim(&mut self.conn, claim))?;
+        if task.is_some() {
+            // Its timeline entry.
+            self.written.ring();
+        }
+        Ok(task)
     }
 
     fn agent_task(&self, id: &str) -> Result<Option<opsgraph_store::AgentTask>, Error> {
