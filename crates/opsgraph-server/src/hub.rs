@@ -34,6 +34,11 @@ pub(crate) const BATCH: usize = 500;
 /// The longest a hub waits for the change signal before it reads anyway (a writer the signal
 /// does not reach), and before it looks whether anybody still listens.
 const FALLBACK: Duration = Duration::from_millis(500);
+/// The least time between two reads of a hub: entries committed meanwhile go out together, one
+/// write per stream instead of one per commit (1,000 streams of a run committing hundreds of
+/// times a second spent their time in socket writes; docs/benchmarks.md). An idle hub reads at
+/// once when woken.
+const GATHER: Duration = Duration::from_millis(20);
 
 /// What a hub broadcasts.
 #[derive(Clone)]
@@ -164,6 +169,7 @@ impl Hub {
         let operation = self.key.as_deref();
         // The first wait arms the signal (it says true at once).
         store.wait_for_timeline(Duration::ZERO)?;
+        let mut read_at = Instant::now().checked_sub(GATHER).unwrap_or_else(Instant::now);
         loop {
             if self.state.0.closing.load(Ordering::SeqCst) {
                 return Ok(());
@@ -181,6 +187,11 @@ impl Hub {
                 },
                 None => None,
             };
+            let since = read_at.elapsed();
+            if since < GATHER {
+                std::thread::sleep(GATHER - since);
+            }
+            read_at = Instant::now();
             let batch = store.timeline_after(operation, after, BATCH)?;
             let full = batch.len() == BATCH;
             if let Some(last) = batch.last() {
@@ -198,9 +209,7 @@ impl Hub {
                 let _ = self.tx.send(Msg::End { state });
                 return Ok(());
             }
-            let waited = Instant::now();
             store.wait_for_timeline(FALLBACK)?;
-            tracing::trace!(waited = ?waited.elapsed(), "event hub woke");
         }
     }
 }
