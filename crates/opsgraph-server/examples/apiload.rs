@@ -388,8 +388,12 @@ async fn subscribe(port: u16, token: String, path: String, ready: Arc<AtomicUsiz
             }
             let read = now_ms();
             text.push_str(&String::from_utf8_lossy(&piece));
-            while let Some(end) = text.find("\n\n") {
-                let event: String = text.drain(..end + 2).collect();
+            // Every whole event of the text, then what is left kept once: a piece may hold many
+            // events, and taking each off the front would copy the rest every time.
+            let mut start = 0;
+            while let Some(end) = text[start..].find("\n\n") {
+                let event = &text[start..start + end];
+                start += end + 2;
                 let (mut id, mut kind, mut data) = (None, "", "");
                 for line in event.lines() {
                     if let Some(v) = line.strip_prefix("id:") {
@@ -416,6 +420,7 @@ async fn subscribe(port: u16, token: String, path: String, ready: Arc<AtomicUsiz
                     }
                 }
             }
+            text.drain(..start);
         }
     };
     match tokio::time::timeout_at(deadline.into(), run).await {

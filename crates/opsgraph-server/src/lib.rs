@@ -16,6 +16,7 @@ pub mod auth;
 mod catalog;
 mod error;
 mod handlers;
+mod hub;
 mod limits;
 mod listen;
 mod manage;
@@ -94,6 +95,10 @@ pub(crate) struct Inner {
     /// Event streams open now, in all and per actor (`limits.event_streams_per_identity`).
     pub(crate) streams: AtomicUsize,
     pub(crate) streams_by_actor: Mutex<HashMap<String, usize>>,
+    /// The readers event streams share, one per followed operation (`hub.rs`).
+    pub(crate) hubs: Mutex<hub::Hubs>,
+    /// Stream tokens by hash: when each was last read and whether it held (`stream.rs`).
+    pub(crate) token_checks: Mutex<HashMap<String, (std::time::Instant, bool)>>,
     /// Connections closed at once because a connection limit was reached (`listen`).
     pub(crate) refused: AtomicU64,
     /// Set when the server shuts down: event streams end.
@@ -169,6 +174,8 @@ impl AppState {
             idle: Condvar::new(),
             streams: AtomicUsize::new(0),
             streams_by_actor: Mutex::new(HashMap::new()),
+            hubs: Mutex::new(hub::Hubs::default()),
+            token_checks: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             requests: Mutex::new(BTreeMap::new()),

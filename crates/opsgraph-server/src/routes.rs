@@ -167,24 +167,20 @@ fn refused_unread(headers: &HeaderMap, mut response: Response) -> Response {
 async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome {
     let (parts, body) = req.into_parts();
     let bearer = bearer(&parts.headers);
+    if route.access != Public && bodiless(&body) {
+        return handle_bodiless(state, route, parts, bearer).await;
+    }
     let who = match route.access {
         Public => None,
         Authenticated | Need(_) => {
             let s = state.clone();
-            let who = blocking(move || authenticate(&s, bearer)).await.map_err(|error| Refusal {
+            let who = blocking(move || authenticate(&s, &*s.pooled()?, bearer)).await.map_err(|error| Refusal {
                 error,
                 actor: None,
                 body_unread: true,
             })?;
-            if let Need(p) = route.access {
-                if !who.may(p) {
-                    let e = ApiError::forbidden(
-                        "forbidden",
-                        format!("roles {} do not allow `{}`", who.roles.join(", "), p.as_str()),
-                    )
-                    .with_details(json!({"needs": p.as_str(), "roles": who.roles}));
-                    return Err(Refusal { error: e, actor: Some(who.actor()), body_unread: true });
-                }
+            if let Err(e) = authorize(route, &who) {
+                return Err(Refusal { error: e, actor: Some(who.actor()), body_unread: true });
             }
             Some(who)
         }
@@ -203,25 +199,8 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
         body_unread: true,
     })?;
     let params = path_params(&parts.uri, route.path);
-    let query: BTreeMap<String, String> = parts
-        .uri
-        .query()
-        .map(|q| {
-            q.split('&')
-                .filter(|kv| !kv.is_empty())
-                .map(|kv| {
-                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    (percent_decode(&k.replace('+', " ")), percent_decode(&v.replace('+', " ")))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(k) = query.keys().find(|k| !route.query.contains(&k.as_str())) {
-        let allowed = if route.query.is_empty() { "none".to_string() } else { route.query.join(", ") };
-        let e = ApiError::bad_request(
-            "unknown_parameter",
-            format!("unknown query parameter `{k}`; this route takes: {allowed}"),
-        );
+    let query = query_of(&parts.uri);
+    if let Some(e) = unknown_parameter(route, &query) {
         return Err(Refusal { error: e, actor, body_unread: false });
     }
     let method = parts.method.clone();
@@ -237,6 +216,93 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
     .map_err(|error| Refusal { error, actor, body_unread: false })
 }
 
+/// Whether a request is known to have no body (most reads): over HTTP/1.1, no
+/// `Transfer-Encoding` and no `Content-Length` or a zero one.
+fn bodiless(body: &Body) -> bool {
+    axum::body::HttpBody::size_hint(body).exact() == Some(0)
+}
+
+/// A request without a body that needs a token: authenticated, authorized and answered in one
+/// call on a blocking thread with one store connection, in the order [`handle`] takes (token,
+/// permission, query, handler). Two trips to the blocking pool, each with its connection, cost
+/// about as much as answering a small read.
+async fn handle_bodiless(
+    state: AppState,
+    route: &'static Route,
+    parts: axum::http::request::Parts,
+    bearer: Option<String>,
+) -> Outcome {
+    let params = path_params(&parts.uri, route.path);
+    let query = query_of(&parts.uri);
+    let (method, headers) = (parts.method, parts.headers);
+    let answered = blocking(move || {
+        let refused = |error, actor, body_unread| Refusal { error, actor, body_unread };
+        let store = match state.pooled() {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(refused(e.into(), None, true))),
+        };
+        let who = match authenticate(&state, &*store, bearer) {
+            Ok(who) => who,
+            Err(e) => return Ok(Err(refused(e, None, true))),
+        };
+        let actor = Some(who.actor());
+        if let Err(e) = authorize(route, &who) {
+            return Ok(Err(refused(e, actor, true)));
+        }
+        if let Some(e) = unknown_parameter(route, &query) {
+            return Ok(Err(refused(e, actor, false)));
+        }
+        let body = Vec::new();
+        let mut ctx = Ctx { state, who: Some(who), params, query, headers, body, method, store };
+        Ok(match (route.handler)(&mut ctx) {
+            Ok(reply) => Ok((reply, actor)),
+            Err(e) => Err(refused(e, actor, false)),
+        })
+    })
+    .await;
+    match answered {
+        Ok(outcome) => outcome,
+        Err(error) => Err(Refusal { error, actor: None, body_unread: false }),
+    }
+}
+
+/// A route's permission, held or not.
+fn authorize(route: &Route, who: &Identity) -> Result<(), ApiError> {
+    match route.access {
+        Need(p) if !who.may(p) => Err(ApiError::forbidden(
+            "forbidden",
+            format!("roles {} do not allow `{}`", who.roles.join(", "), p.as_str()),
+        )
+        .with_details(json!({"needs": p.as_str(), "roles": who.roles}))),
+        Public | Authenticated | Need(_) => Ok(()),
+    }
+}
+
+/// The query parameters, percent-decoded.
+fn query_of(uri: &axum::http::Uri) -> BTreeMap<String, String> {
+    uri.query()
+        .map(|q| {
+            q.split('&')
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    (percent_decode(&k.replace('+', " ")), percent_decode(&v.replace('+', " ")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A query parameter the route does not take.
+fn unknown_parameter(route: &Route, query: &BTreeMap<String, String>) -> Option<ApiError> {
+    let k = query.keys().find(|k| !route.query.contains(&k.as_str()))?;
+    let allowed = if route.query.is_empty() { "none".to_string() } else { route.query.join(", ") };
+    Some(ApiError::bad_request(
+        "unknown_parameter",
+        format!("unknown query parameter `{k}`; this route takes: {allowed}"),
+    ))
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
     match tokio::task::spawn_blocking(f).await {
         Ok(result) => result,
@@ -244,10 +310,13 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
     }
 }
 
-fn authenticate(state: &AppState, bearer: Option<String>) -> Result<Identity, ApiError> {
+fn authenticate(
+    state: &AppState,
+    store: &dyn opsgraph_store::Store,
+    bearer: Option<String>,
+) -> Result<Identity, ApiError> {
     let token = bearer
         .ok_or_else(|| ApiError::unauthorized("unauthenticated", "this route needs `Authorization: Bearer <token>`"))?;
-    let store = state.pooled()?;
     let hash = token_hash(&token);
     let record = store
         .token_by_hash(&hash)?

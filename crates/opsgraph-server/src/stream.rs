@@ -1,11 +1,14 @@
-//! Server-sent events: a timeline, live. A blocking thread polls `Store::timeline_after` and
-//! feeds a bounded channel; the response body reads it. Each event carries its timeline `seq` as
-//! its id, so a client that reconnects with `Last-Event-ID` gets exactly what it missed: seqs are
-//! assigned in commit order by the one writer, so nothing commits behind an id already sent.
+//! Server-sent events: a timeline, live. Each stream is a task that sends its history (read
+//! from the store by `Store::timeline_after`), then what the hub of its operation broadcasts
+//! (`hub.rs`: one reader per operation for all its streams), into a bounded channel the
+//! response body reads. Each event carries its timeline `seq` as its id, so a client that
+//! reconnects with `Last-Event-ID` gets exactly what it missed: seqs follow commit order, so
+//! nothing commits behind an id already sent.
 //! A stream lasts at most `limits.event_stream_duration`: then it ends cleanly with an
 //! `event: reconnect` naming the last id sent, and the client resumes from there.
-//! A stream is its caller's for as long as the token is good: the thread re-reads the token at
-//! least every [`RECHECK`] and ends the stream (`event: revoked`) once it is revoked or gone.
+//! A stream is its caller's for as long as the token is good: the token is read again at least
+//! every [`RECHECK`] (one read per token for all the streams that show it, [`token_holds`]) and
+//! the stream ends (`event: revoked`) once it is revoked or gone.
 //! One identity holds at most `limits.event_streams_per_identity` of the server's streams.
 
 use std::convert::Infallible;
@@ -14,27 +17,26 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use opsgraph_core::plan::lifecycle::{is_terminal, state_name};
-use opsgraph_store::{JobState, OperationRecord, Store};
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue};
+use axum::response::Response;
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::error::ApiError;
+use crate::hub::{self, Frames, Msg};
 use crate::AppState;
-use opsgraph_api::views;
 
-/// How often the store is asked for new entries when the last answer had none to spare.
-const POLL: Duration = Duration::from_millis(200);
-/// The most entries read (and sent) per query.
-const BATCH: usize = 500;
-/// Events buffered for a slow client before the reader waits for it.
-const BUFFER: usize = 64;
+/// Entries read per query of a stream's own history (each read is one message of the channel).
+const HISTORY_PAGE: usize = 100;
+/// Messages buffered for a slow client before its stream waits for it (a message is the frames
+/// of one read: of its history, at most [`HISTORY_PAGE`] entries; live, what the hub read at once).
+const BUFFER: usize = 16;
 /// A comment line sent when nothing happened for this long, so proxies keep the connection.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// How often a stream's token is read again: a revoked token's streams end within this (plus a
-/// poll), well inside the second that docs/api.md promises.
+/// How often a stream's token is read again (and it looks at its client, its duration and the
+/// server): a revoked token's streams end within twice this, well inside the second that
+/// docs/api.md promises.
 pub(crate) const RECHECK: Duration = Duration::from_millis(250);
 
 /// Whose stream it is: the actor it counts against, and the hash of the token it was opened
@@ -96,50 +98,54 @@ impl Drop for Slot {
     }
 }
 
-/// Whether the caller's token still holds, read from the store at most every [`RECHECK`]: a
-/// token revoked from this server, another replica or the CLI ends the stream alike.
-struct Token<'a> {
-    hash: &'a str,
-    checked: Instant,
-}
-
-impl Token<'_> {
-    /// False once the token is revoked or gone (or cannot be read: fail closed).
-    fn holds(&mut self, store: &dyn Store) -> bool {
-        if self.checked.elapsed() < RECHECK {
-            return true;
+/// Whether the token with this hash still holds: read from the store at most every [`RECHECK`]
+/// for all the streams that show it (a thousand streams of one token: one read each time), so a
+/// token revoked from this server, another replica or the CLI ends its streams alike. False once
+/// it is revoked or gone, or cannot be read (fail closed).
+async fn token_holds(state: &AppState, hash: &str) -> bool {
+    {
+        let mut seen = state.0.token_checks.lock().unwrap_or_else(|e| e.into_inner());
+        let known = seen.get(hash).copied();
+        match known {
+            Some((at, holds)) if at.elapsed() < RECHECK || !holds => return holds,
+            _ => {}
         }
-        self.checked = Instant::now();
-        match store.token_by_hash(self.hash) {
-            Ok(Some(t)) => t.revoked_at.is_none(),
-            Ok(None) => false,
-            Err(e) => {
-                tracing::warn!(error = %e, "event stream: reading the token failed; the stream ends");
-                false
-            }
-        }
+        // The streams that ask while this one reads go on with what was known.
+        seen.insert(hash.to_string(), (Instant::now(), true));
+        seen.retain(|_, (at, _)| at.elapsed() < RECHECK * 240);
     }
+    let (read_state, read_hash) = (state.clone(), hash.to_string());
+    let read = tokio::task::spawn_blocking(move || read_state.pooled()?.token_by_hash(&read_hash)).await;
+    let holds = match read {
+        Ok(Ok(Some(t))) => t.revoked_at.is_none(),
+        Ok(Ok(None)) => false,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "event stream: reading the token failed; the stream ends");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "event stream: reading the token failed; the stream ends");
+            false
+        }
+    };
+    state.0.token_checks.lock().unwrap_or_else(|e| e.into_inner()).insert(hash.to_string(), (Instant::now(), holds));
+    holds
 }
 
-/// An event's data: the entry as the timeline route shows it, and its operation. Written
-/// straight to text: every stream writes every entry, and building a `Value` first was most of a
-/// stream's time (perf, 1,000 streams: allocation and map inserts).
-#[derive(serde::Serialize)]
-struct Streamed<'a> {
-    #[serde(flatten)]
-    entry: opsgraph_api::TimelineView,
-    operation: &'a str,
-}
+/// The body side: frames as the channel delivers them; ends when the stream's task does.
+struct Chunks(mpsc::Receiver<Bytes>);
 
-/// The body side: events as the channel delivers them; ends when the reader thread does.
-struct Events(mpsc::Receiver<Event>);
-
-impl futures_core::Stream for Events {
-    type Item = Result<Event, Infallible>;
+impl futures_core::Stream for Chunks {
+    type Item = Result<Bytes, Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.0.poll_recv(cx).map(|e| e.map(Ok))
     }
+}
+
+/// An event with a name and no id: `event: NAME` and `data: JSON`.
+fn named(name: &str, data: &serde_json::Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 
 /// Starts streaming the timeline of `operation` (or of all operations) after `after`; called on
@@ -150,184 +156,190 @@ pub(crate) fn start(
     operation: Option<String>,
     after: i64,
 ) -> Result<Response, ApiError> {
+    let runtime = tokio::runtime::Handle::try_current()
+        .map_err(|e| ApiError::internal("failed to start an event stream outside the server's runtime", &e))?;
     let slot = Slot::take(state, &caller.actor)?;
     let (tx, rx) = mpsc::channel(BUFFER);
-    let state = state.clone();
-    std::thread::Builder::new()
-        .name("event stream".into())
-        .spawn(move || {
-            let _slot = slot;
-            feed(&state, &caller.token_hash, operation.as_deref(), after, &tx);
-        })
-        .map_err(|e| ApiError::internal("failed to start an event stream thread", &e))?;
-    let sse = Sse::new(Events(rx)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"));
-    let mut response = sse.into_response();
+    let now = Instant::now();
+    let stream = Stream {
+        state: state.clone(),
+        token_hash: caller.token_hash,
+        operation,
+        last: after,
+        tx,
+        deadline: now + state.0.limits.event_stream_duration,
+        quiet_since: now,
+    };
+    runtime.spawn(async move {
+        let _slot = slot;
+        stream.run().await;
+    });
+    let mut response = Response::new(Body::from_stream(Chunks(rx)));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     // Proxies that buffer would hold events back.
-    response.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(response)
 }
 
-/// Reads new timeline entries and sends them until the client goes away, the server shuts down,
-/// (one operation) the operation is terminal and every entry was sent, or the stream is as old
-/// as `limits.event_stream_duration` (then `event: reconnect`, whose `last_event_id` is the id
-/// to resume after), or the caller's token is revoked (then `event: revoked`).
-fn feed(state: &AppState, token_hash: &str, operation: Option<&str>, mut after: i64, tx: &mpsc::Sender<Event>) {
-    let limit = state.0.limits.event_stream_duration;
-    let deadline = Instant::now() + limit;
-    let store = match state.store() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "event stream: the store does not open");
-            return;
-        }
-    };
-    // Checked before the first event too: the token was good a moment ago, in `dispatch`.
-    let mut token = Token { hash: token_hash, checked: Instant::now() };
-    let revoked = |tx: &mpsc::Sender<Event>| {
-        let data = json!({"reason": "the token of this stream was revoked", "code": "token_revoked"});
-        // Said if the buffer has room; the stream ends either way.
-        let _ = tx.try_send(Event::default().event("revoked").data(data.to_string()));
-    };
-    loop {
-        if tx.is_closed() || state.0.closing.load(Ordering::SeqCst) {
-            return;
-        }
-        if !token.holds(&*store) {
-            revoked(tx);
-            return;
-        }
-        // The state and the jobs are read before the entries: when the operation is terminal and
-        // settled here, its last entry is in what the next queries return.
-        let terminal = match operation {
-            Some(id) => match store.operation(id) {
-                Ok(Some(op)) => {
-                    (is_terminal(&op.state) && settled(state, &*store, &op)).then(|| state_name(op.state.kind()))
-                }
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(operation = id, error = %e, "event stream: reading the operation failed");
-                    return;
-                }
-            },
-            None => None,
-        };
-        let batch = match store.timeline_after(operation, after, BATCH) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, "event stream: reading the timeline failed");
-                return;
-            }
-        };
-        let full = batch.len() == BATCH;
-        for entry in &batch {
-            let data = Streamed { entry: views::timeline_entry(entry), operation: &entry.operation };
-            let data = serde_json::to_string(&data).unwrap_or_default();
-            let event = Event::default().id(entry.seq.to_string()).data(data);
-            match send(state, tx, event, deadline, &mut || token.holds(&*store)) {
-                Sent::Yes => {}
-                Sent::No => return,
-                Sent::Revoked => {
-                    revoked(tx);
-                    return;
-                }
-            }
-            after = entry.seq;
-        }
-        if !full {
-            if let (Some(id), Some(last_state)) = (operation, terminal) {
-                let end = json!({"operation": id, "state": last_state, "last_event_id": after});
-                send(state, tx, Event::default().event("end").data(end.to_string()), deadline, &mut || true);
-                return;
-            }
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            // No id: the client's last id stays the last entry it got.
-            let data = json!({
-                "reason": format!("the stream is {} s old, the most limits.event_stream_duration allows: reconnect with Last-Event-ID", limit.as_secs_f64()),
-                "last_event_id": after,
-            });
-            // A second to say so, even to a slow client; then the stream ends either way.
-            let reconnect = Event::default().event("reconnect").data(data.to_string());
-            send(state, tx, reconnect, now + Duration::from_secs(1), &mut || true);
-            return;
-        }
-        if !full {
-            std::thread::sleep(POLL.min(deadline - now));
-        }
-    }
-}
-
-/// Hands `event` to the response body; false when the client went away, or when it has read
-/// nothing until `deadline` (the buffer stays full): a client that stops reading does not hold
-/// the thread past `limits.event_stream_duration`. What it was sent is still delivered if it
-/// reads again, and it resumes after the last id it got. Nor does it hold a server that shuts
-/// down, nor a stream whose token is revoked while it waits (`holds`).
-fn send(
-    state: &AppState,
-    tx: &mpsc::Sender<Event>,
-    event: Event,
-    deadline: Instant,
-    holds: &mut dyn FnMut() -> bool,
-) -> Sent {
-    let mut event = event;
-    loop {
-        match tx.try_send(event) {
-            Ok(()) => return Sent::Yes,
-            Err(mpsc::error::TrySendError::Closed(_)) => return Sent::No,
-            Err(mpsc::error::TrySendError::Full(back)) => {
-                if Instant::now() >= deadline || state.0.closing.load(Ordering::SeqCst) {
-                    return Sent::No;
-                }
-                if !holds() {
-                    return Sent::Revoked;
-                }
-                event = back;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-}
-
-/// What became of an event handed to the body.
-enum Sent {
-    Yes,
-    /// The client went away, did not read in time, or the server shuts down.
-    No,
-    /// The caller's token was revoked while the event waited.
+/// Why a stream stops before its operation's end.
+enum Stop {
+    /// The client went away, the server shuts down, or the store failed.
+    Gone,
+    /// The stream is as old as `limits.event_stream_duration` (or its client read nothing
+    /// until then).
+    Old,
+    /// The caller's token was revoked.
     Revoked,
 }
 
-/// Whether nothing more will be written about a terminal operation. A cancelled run's attempts
-/// are stopped after its `cancel` entry, each then recorded with a `job_cancelled` entry (in the
-/// transaction of its job record): until then the stream goes on. An attempt left `running` by
-/// a crash stays so, and nobody drives its operation: then it is settled too.
-fn settled(state: &AppState, store: &dyn Store, op: &OperationRecord) -> bool {
-    match store.jobs(&op.id) {
-        Ok(jobs) if jobs.iter().all(|j| j.state != JobState::Running) => true,
-        Ok(_) => !driven(state, store, op),
-        Err(e) => {
-            tracing::warn!(operation = %op.id, error = %e, "event stream: reading the jobs failed");
-            true
-        }
-    }
+/// One stream: what it sent last, and where it sends.
+struct Stream {
+    state: AppState,
+    token_hash: String,
+    operation: Option<String>,
+    /// The seq of the last entry sent (or the one it resumed after).
+    last: i64,
+    tx: mpsc::Sender<Bytes>,
+    deadline: Instant,
+    /// Since when nothing was sent (a keep-alive comment after [`KEEP_ALIVE`]).
+    quiet_since: Instant,
 }
 
-/// Whether a driver of this server runs the operation: its own, or the one of an operation it
-/// belongs to (sub-operations are driven by their root's driver).
-fn driven(state: &AppState, store: &dyn Store, op: &OperationRecord) -> bool {
-    let mut id = Some(op.id.clone());
-    let mut parent = op.parent.clone();
-    for _ in 0..64 {
-        let Some(this) = id else { return false };
-        if state.0.drivers.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&this) {
-            return true;
+impl Stream {
+    /// Sends until the client goes away, the server shuts down, (one operation) the operation is
+    /// terminal and every entry was sent (`event: end`), the stream is as old as
+    /// `limits.event_stream_duration` (then `event: reconnect`, whose `last_event_id` is the id to
+    /// resume after), or the caller's token is revoked (then `event: revoked`).
+    async fn run(mut self) {
+        match self.follow().await {
+            Ok(()) | Err(Stop::Gone) => {}
+            Err(Stop::Revoked) => {
+                let data = json!({"reason": "the token of this stream was revoked", "code": "token_revoked"});
+                // Said if the buffer has room; the stream ends either way.
+                let _ = self.tx.try_send(named("revoked", &data));
+            }
+            Err(Stop::Old) => {
+                let limit = self.state.0.limits.event_stream_duration;
+                // No id: the client's last id stays the last entry it got.
+                let data = json!({
+                    "reason": format!("the stream is {} s old, the most limits.event_stream_duration allows: reconnect with Last-Event-ID", limit.as_secs_f64()),
+                    "last_event_id": self.last,
+                });
+                // A second to say so, even to a slow client; then the stream ends either way.
+                let _ = tokio::time::timeout(Duration::from_secs(1), self.tx.send(named("reconnect", &data))).await;
+            }
         }
-        id = parent.take();
-        parent = match &id {
-            Some(p) => store.operation(p).ok().flatten().and_then(|o| o.parent),
-            None => None,
-        };
     }
-    false
+
+    async fn follow(&mut self) -> Result<(), Stop> {
+        // History first, then the hub; then the store once more: what the hub had read before
+        // this stream subscribed (`hub.rs`).
+        self.catch_up().await?;
+        // A hub that does not start was logged (`ApiError::internal`).
+        let mut hub = hub::subscribe(&self.state, self.operation.as_deref(), self.last).map_err(|_| Stop::Gone)?;
+        self.catch_up().await?;
+        let start = tokio::time::Instant::now() + RECHECK;
+        let mut tick = tokio::time::interval_at(start, RECHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    self.check().await?;
+                    if self.quiet_since.elapsed() >= KEEP_ALIVE {
+                        self.send(Bytes::from_static(b": keep-alive\n\n")).await?;
+                    }
+                }
+                msg = hub.recv() => match msg {
+                    Ok(Msg::Entries(frames)) => self.send_frames(&frames).await?,
+                    Ok(Msg::End { state }) => {
+                        let (id, last) = (self.operation.clone().unwrap_or_default(), self.last);
+                        let end = json!({"operation": id, "state": state, "last_event_id": last});
+                        return self.send(named("end", &end)).await;
+                    }
+                    // Fell behind the hub: what it missed is in the store.
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up().await?,
+                    // The hub failed (its log says why) or the server shuts down.
+                    Err(broadcast::error::RecvError::Closed) => return Err(Stop::Gone),
+                },
+            }
+        }
+    }
+
+    /// Sends what the store has after the last entry sent, until it has no more.
+    async fn catch_up(&mut self) -> Result<(), Stop> {
+        loop {
+            self.check_now()?;
+            let (state, operation, last) = (self.state.clone(), self.operation.clone(), self.last);
+            let read = tokio::task::spawn_blocking(move || {
+                let page = state.pooled()?.timeline_after(operation.as_deref(), last, HISTORY_PAGE)?;
+                Ok::<_, opsgraph_store::Error>((page.len(), Frames::write(&page)))
+            })
+            .await;
+            let (read, frames) = match read {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "event stream: reading the timeline failed");
+                    return Err(Stop::Gone);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "event stream: reading the timeline failed");
+                    return Err(Stop::Gone);
+                }
+            };
+            if frames.is_empty() {
+                return Ok(());
+            }
+            self.send_frames(&frames).await?;
+            if read < HISTORY_PAGE {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn send_frames(&mut self, frames: &Frames) -> Result<(), Stop> {
+        if let Some((bytes, last)) = frames.after(self.last) {
+            self.send(bytes).await?;
+            self.last = last;
+        }
+        Ok(())
+    }
+
+    /// Hands frames to the response body. A client that reads nothing until the stream's
+    /// duration is over (the buffer stays full) does not hold the stream longer: what it was sent
+    /// is still delivered if it reads again, and it resumes after the last id it got. Nor does it
+    /// hold a server that shuts down, nor a stream whose token is revoked while it waits.
+    async fn send(&mut self, bytes: Bytes) -> Result<(), Stop> {
+        loop {
+            tokio::select! {
+                permit = self.tx.reserve() => {
+                    permit.map_err(|_| Stop::Gone)?.send(bytes);
+                    self.quiet_since = Instant::now();
+                    return Ok(());
+                }
+                _ = tokio::time::sleep(RECHECK) => self.check().await?,
+            }
+        }
+    }
+
+    /// What ends a stream without a read of the store.
+    fn check_now(&self) -> Result<(), Stop> {
+        if self.tx.is_closed() || self.state.0.closing.load(Ordering::SeqCst) {
+            return Err(Stop::Gone);
+        }
+        if Instant::now() >= self.deadline {
+            return Err(Stop::Old);
+        }
+        Ok(())
+    }
+
+    /// [`Stream::check_now`], and the token.
+    async fn check(&self) -> Result<(), Stop> {
+        self.check_now()?;
+        if !token_holds(&self.state, &self.token_hash).await {
+            return Err(Stop::Revoked);
+        }
+        Ok(())
+    }
 }

@@ -16,6 +16,8 @@ pub struct PgStore {
     pub(crate) client: RefCell<Client>,
     /// Prepared statements by text: a transition is parsed once per connection.
     pub(crate) statements: RefCell<HashMap<String, Statement>>,
+    /// Whether this connection listens on the timeline's channel (`wait_for_timeline` asked).
+    pub(crate) listening: std::cell::Cell<bool>,
 }
 
 /// The server's message (with its detail and SQLSTATE), or the client's reason and its causes.
@@ -35,6 +37,24 @@ pub(crate) fn pg_message(e: &postgres::Error) -> String {
 }
 
 impl PgStore {
+    /// `Store::wait_for_timeline`: the first call starts listening on the timeline's channel
+    /// (and says true: what was committed before is for the caller to read); then a
+    /// notification, or `timeout` without one. Notifications that queued up are taken together.
+    pub(crate) fn wait_notified(&self, timeout: std::time::Duration) -> Result<bool, Fail> {
+        let mut client = self.client.borrow_mut();
+        if !self.listening.get() {
+            client.batch_execute(&format!("LISTEN {}", crate::schema::TIMELINE_CHANNEL))?;
+            self.listening.set(true);
+            return Ok(true);
+        }
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut notifications = client.notifications();
+        let got = notifications.timeout_iter(timeout).next()?.is_some();
+        let mut pending = notifications.iter();
+        while pending.next()?.is_some() {}
+        Ok(got)
+    }
+
     /// The prepared statement for `sql` on this connection.
     pub(crate) fn prepared(
         statements: &RefCell<HashMap<String, Statement>>,

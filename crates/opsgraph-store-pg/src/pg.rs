@@ -32,7 +32,11 @@ impl PgStore {
         edge(|| {
             let client =
                 Client::connect(url, NoTls).map_err(|e| Error::PgOpen { url: redact(url), reason: pg_message(&e) })?;
-            let store = PgStore { client: RefCell::new(client), statements: RefCell::new(HashMap::new()) };
+            let store = PgStore {
+                client: RefCell::new(client),
+                statements: RefCell::new(HashMap::new()),
+                listening: std::cell::Cell::new(false),
+            };
             store.migrate()?;
             Ok(store)
         })
@@ -700,6 +704,11 @@ impl Store for PgStore {
             })
             .transpose()
         })
+    }
+
+    /// `LISTEN` on the channel the timeline's trigger notifies (schema migration 7).
+    fn wait_for_timeline(&mut self, timeout: std::time::Duration) -> Result<bool, Error> {
+        edge(|| self.wait_notified(timeout))
     }
 
     fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Vec<opsgraph_store::AgentTask>, Error> {

@@ -23,6 +23,8 @@ pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
         RESOURCE_EVENTS,
         // 6: an operation's `intent_id` and `plan_id` (issue [O]).
         OPERATION_IDS,
+        // 7: a notification on each commit that wrote timeline entries (issue [N]).
+        TIMELINE_NOTIFY,
     ]
     .iter()
     .map(|sql| render(sql, &POSTGRES))
@@ -58,3 +60,21 @@ const BLOB_MIGRATION: &str = "
     );
     CREATE INDEX job_logs_attempt ON job_logs(operation, job, attempt, seq);
 ";
+
+/// Migration 7: every statement that inserts timeline rows notifies [`TIMELINE_CHANNEL`];
+/// PostgreSQL delivers it at the commit, once per transaction, to every listening connection of
+/// any process (`Store::wait_for_timeline`). A trigger, so no writer (a commit's batch, an
+/// agent's claim) can forget it, and no commit pays another round trip.
+const TIMELINE_NOTIFY: &str = "
+    CREATE FUNCTION opsgraph_timeline_written() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('opsgraph_timeline', '');
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER timeline_written AFTER INSERT ON timeline
+        FOR EACH STATEMENT EXECUTE FUNCTION opsgraph_timeline_written();
+";
+
+/// The channel of [`TIMELINE_NOTIFY`].
+pub(crate) const TIMELINE_CHANNEL: &str = "opsgraph_timeline";

@@ -5,11 +5,13 @@
 //! suite of `opsgraph-store` runs against it through [`test_db`], whose blob store is the data
 //! directory's files (`opsgraph_store::FsBlobStore`).
 
+mod apply;
 mod history;
 mod lease;
 mod schema;
 mod sqlite;
 mod sqlite_agent;
+mod watch;
 mod writer;
 
 use opsgraph_store::testing::{unique, Backend, TestDb};

@@ -14,6 +14,7 @@ use opsgraph_store::{
     OperationRecord, RequestRecord, ResourceEventRecord, ResourceRecord, Store, TimelineEntry, TokenRecord, Write,
 };
 
+use crate::apply::apply;
 use crate::schema::MIGRATIONS;
 use crate::writer::{writer_of, Writer};
 use crate::{edge, Fail};
@@ -31,6 +32,11 @@ pub struct SqliteStore {
     pub(crate) conn: Connection,
     /// The writers of this file in this process, whose writes are grouped (`writer.rs`).
     pub(crate) writer: Arc<Writer>,
+    /// The file's in-process signal, rung by commits that write timeline entries.
+    pub(crate) written: std::sync::Arc<opsgraph_store::Written>,
+    /// What [`Store::wait_for_timeline`] saw last: the signal's generation and `data_version`
+    /// (`None` before its first call).
+    pub(crate) seen: std::cell::Cell<Option<(u64, i64)>>,
 }
 
 impl SqliteStore {
@@ -48,7 +54,10 @@ impl SqliteStore {
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;"
             ))
             .map_err(open_err)?;
-            let mut store = SqliteStore { conn, writer: writer_of(path) };
+            // One signal for every store of the file, however its path was spelled.
+            let name = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            let written = opsgraph_store::timeline_written(&name.display().to_string());
+            let mut store = SqliteStore { conn, writer: writer_of(path), written, seen: std::cell::Cell::new(None) };
             store.migrate()?;
             Ok(store)
         })
@@ -59,7 +68,8 @@ impl SqliteStore {
         edge(|| {
             let conn = Connection::open_in_memory()
                 .map_err(|source| Error::Open { path: ":memory:".into(), source: Box::new(source) })?;
-            let mut store = SqliteStore { conn, writer: Arc::default() };
+            let written = std::sync::Arc::new(opsgraph_store::Written::new());
+            let mut store = SqliteStore { conn, writer: Arc::default(), written, seen: std::cell::Cell::new(None) };
             store.migrate()?;
             Ok(store)
         })
@@ -92,11 +102,11 @@ impl SqliteStore {
     }
 }
 
-fn state_kind(state: &OperationState) -> Result<String, Fail> {
+pub(crate) fn state_kind(state: &OperationState) -> Result<String, Fail> {
     Ok(serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string())
 }
 
-fn json<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
     Ok(serde_json::to_string(v)?)
 }
 
@@ -135,14 +145,20 @@ impl Store for SqliteStore {
         // Grouped with other connections' writes to this file (`writer.rs`): under the write
         // lock from the start, so a guard that reads (a fence) and its writes see one state.
         let writer = self.writer.clone();
-        writer.write(
-            &mut self.conn,
-            |tx| apply(tx, writes),
-            || {
-                let writes = writes.to_vec();
-                crate::writer::job(move |tx| apply(tx, &writes))
-            },
-        )
+        writer
+            .write(
+                &mut self.conn,
+                |tx| apply(tx, writes),
+                || {
+                    let writes = writes.to_vec();
+                    crate::writer::job(move |tx| apply(tx, &writes))
+                },
+            )
+            .inspect(|_| {
+                if writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
+                    self.written.ring();
+                }
+            })
     }
 
     fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<opsgraph_store::Lease, Error> {
@@ -416,6 +432,12 @@ impl Store for SqliteStore {
         })
     }
 
+    /// Wakes on this process's commits at once, on other processes' within
+    /// `Written::SLICE` (`watch.rs`).
+    fn wait_for_timeline(&mut self, timeout: std::time::Duration) -> Result<bool, Error> {
+        edge(|| crate::watch::wait(self, timeout))
+    }
+
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error> {
         edge(|| {
             let row = self
@@ -488,7 +510,12 @@ impl Store for SqliteStore {
     }
 
     fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
-        crate::sqlite_agent::claim(&mut self.conn, &self.writer, claim)
+        let tasks = crate::sqlite_agent::claim(&mut self.conn, &self.writer, claim)?;
+        if !tasks.is_empty() {
+            // Their timeline entries.
+            self.written.ring();
+        }
+        Ok(tasks)
     }
 
     fn agent_task(&self, id: &str) -> Result<Option<opsgraph_store::AgentTask>, Error> {
@@ -568,209 +595,4 @@ fn resource_row(r: &Row<'_>) -> rusqlite::Result<(ResourceRecord, String)> {
 fn finish_resource((mut rec, doc): (ResourceRecord, String)) -> Result<ResourceRecord, Fail> {
     rec.doc = serde_json::from_str(&doc)?;
     Ok(rec)
-}
-
-fn insert_timeline(tx: &rusqlite::Transaction<'_>, e: &TimelineEntry) -> Result<(), Fail> {
-    exec(tx,
-        "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![e.operation, e.at, e.actor, e.event, e.from, e.to, e.reason, json(&e.data)?],
-    )?;
-    Ok(())
-}
-
-/// Runs a statement through the connection's statement cache: a transition is parsed once.
-fn exec<P: rusqlite::Params>(tx: &rusqlite::Transaction<'_>, sql: &str, params: P) -> rusqlite::Result<usize> {
-    tx.prepare_cached(sql)?.execute(params)
-}
-
-/// The writes of one commit, in the transaction (or savepoint) `tx`.
-fn apply(tx: &rusqlite::Transaction<'_>, writes: &[Write]) -> Result<(), Fail> {
-    for w in writes {
-        match w {
-            Write::CreateOperation { op, plan } => {
-                exec(tx,
-                "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                params![
-                    op.id,
-                    op.parent,
-                    json(&op.intent)?,
-                    op.resource,
-                    json(&op.state)?,
-                    state_kind(&op.state)?,
-                    op.plan_revision,
-                    op.actor,
-                    op.created_at,
-                    op.updated_at,
-                    op.version,
-                    op.intent_id,
-                    op.plan_id
-                ],
-            )?;
-                exec(
-                    tx,
-                    "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
-                    params![op.plan_revision, op.id, plan],
-                )?;
-            }
-            Write::SetPlan { operation, revision, plan } => {
-                exec(
-                    tx,
-                    "INSERT OR IGNORE INTO plans (revision, operation, plan) VALUES (?1, ?2, ?3)",
-                    params![revision, operation, plan],
-                )?;
-                exec(tx, "UPDATE operations SET plan_revision = ?2 WHERE id = ?1", params![operation, revision])?;
-            }
-            Write::ReplacePlan { revision, plan } => {
-                exec(tx, "UPDATE plans SET plan = ?2 WHERE revision = ?1", params![revision, plan])?;
-            }
-            Write::ReplaceGateValue { operation, gate, value } => {
-                exec(
-                    tx,
-                    "UPDATE gates SET value = ?3 WHERE operation = ?1 AND id = ?2",
-                    params![operation, gate, json(value)?],
-                )?;
-            }
-            Write::ReplaceIntent { operation, intent } => {
-                exec(tx, "UPDATE operations SET intent = ?2 WHERE id = ?1", params![operation, json(intent)?])?;
-            }
-            Write::Transition { operation, expect_version, state, entry } => {
-                let changed = exec(
-                    tx,
-                    "UPDATE operations SET state = ?2, state_kind = ?3, updated_at = ?4, version = version + 1
-                 WHERE id = ?1 AND version = ?5",
-                    params![operation, json(state)?, state_kind(state)?, entry.at, expect_version],
-                )?;
-                if changed != 1 {
-                    return Err(Error::Conflict { id: operation.clone(), expected: *expect_version }.into());
-                }
-                insert_timeline(tx, entry)?;
-            }
-            Write::Timeline(entry) => insert_timeline(tx, entry)?,
-            Write::Job(j) => {
-                exec(tx,
-                "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (operation, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-                 outcome = excluded.outcome, updated_at = excluded.updated_at",
-                params![j.operation, j.id, j.state.as_str(), j.attempts, json(&j.outcome)?, j.updated_at],
-            )?;
-            }
-            Write::Evidence(e) => {
-                exec(tx,
-                "INSERT INTO evidence (operation, job, check_id, source, command, expected, observed, passed, at, resource, capability)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    e.operation,
-                    e.job,
-                    e.check,
-                    e.source,
-                    e.command,
-                    e.expected,
-                    e.observed,
-                    e.passed,
-                    e.at,
-                    e.resource,
-                    e.capability
-                ],
-            )?;
-            }
-            Write::Gate(g) => {
-                // An answered gate is never answered again: the update matches no row and the
-                // whole transaction is refused.
-                let changed = exec(tx,
-                "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value, patch)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-                 ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
-                 answered_at = excluded.answered_at, value = excluded.value WHERE gates.answer IS NULL",
-                params![
-                    g.operation,
-                    g.id,
-                    g.type_columns().0,
-                    g.reason,
-                    json(&g.options)?,
-                    json(&g.required_roles)?,
-                    g.answer,
-                    g.answered_by,
-                    g.answered_at,
-                    g.value.as_ref().map(json).transpose()?,
-                    g.type_columns().1
-                ],
-            )?;
-                if changed != 1 {
-                    return Err(Error::GateAnswered { operation: g.operation.clone(), gate: g.id.clone() }.into());
-                }
-            }
-            Write::Artifact(a) => {
-                exec(tx,
-                "INSERT OR REPLACE INTO artifacts (operation, job, id, sensitivity, location, size, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![a.operation, a.job, a.id, a.sensitivity, a.location, a.size, a.at],
-            )?;
-            }
-            Write::Resource(r) => {
-                exec(
-                    tx,
-                    "INSERT INTO resources (id, doc, last_operation, updated_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, last_operation = excluded.last_operation,
-                 updated_at = excluded.updated_at",
-                    params![r.id, json(&r.doc)?, r.last_operation, r.updated_at],
-                )?;
-            }
-            Write::DeleteResource(id) => {
-                exec(tx, "DELETE FROM resources WHERE id = ?1", params![id])?;
-            }
-            Write::ResourceEvent(e) => {
-                exec(
-                    tx,
-                    "INSERT INTO resource_events (resource, at, actor, kind, status, operation, summary, detail)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                    params![e.resource, e.at, e.actor, e.kind, e.status, e.operation, e.summary, json(&e.detail)?],
-                )?;
-            }
-            Write::Idempotency { key, resource, operation, job, at } => {
-                exec(tx,
-                "INSERT OR REPLACE INTO idempotency (key, resource, operation, job, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![key, resource, operation, job, at],
-            )?;
-            }
-            Write::ExpectPlan { operation, revision } => {
-                let current: Option<String> = tx
-                    .prepare_cached("SELECT plan_revision FROM operations WHERE id = ?1")?
-                    .query_row([operation], |r| r.get(0))
-                    .optional()?;
-                opsgraph_store::expect_plan(operation, revision, current)?;
-            }
-            Write::Token(t) => {
-                exec(
-                    tx,
-                    "INSERT INTO tokens (id, name, hash, roles, created_by, created_at, revoked_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at",
-                    params![t.id, t.name, t.hash, json(&t.roles)?, t.created_by, t.created_at, t.revoked_at],
-                )?;
-            }
-            Write::Audit(a) => {
-                exec(
-                    tx,
-                    "INSERT INTO audit (at, actor, action, target, operation, resource, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    params![a.at, a.actor, a.action, a.target, a.operation, a.resource, json(&a.detail)?],
-                )?;
-            }
-            Write::Request(r) => {
-                let changed = exec(
-                    tx,
-                    "INSERT OR IGNORE INTO requests (actor, key, fingerprint, status, response, at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![r.actor, r.key, r.fingerprint, r.status, json(&r.response)?, r.at],
-                )?;
-                if changed != 1 {
-                    return Err(Error::RequestRecorded { actor: r.actor.clone(), key: r.key.clone() }.into());
-                }
-            }
-            Write::Agent(a) => crate::sqlite_agent::apply(tx, a)?,
-            Write::Fence { operation, holder, token } => crate::lease::sqlite_fence(tx, operation, holder, *token)?,
-            Write::ExpectIdle { resource, operation } => crate::lease::sqlite_idle(tx, resource, operation)?,
-        }
-    }
-    Ok(())
 }

@@ -123,6 +123,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn data_version(&self) -> Result<Option<i64>, Error> {
         (**self).data_version()
     }
+    fn wait_for_timeline(&mut self, timeout: std::time::Duration) -> Result<bool, Error> {
+        (**self).wait_for_timeline(timeout)
+    }
     fn tokens(&self) -> Result<Vec<crate::TokenRecord>, Error> {
         (**self).tokens()
     }

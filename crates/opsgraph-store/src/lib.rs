@@ -20,6 +20,7 @@ pub mod blob;
 mod lease;
 pub mod schema;
 pub mod testing;
+mod written;
 
 use std::collections::BTreeMap;
 
@@ -30,6 +31,7 @@ use serde_json::Value;
 pub use agent::{now_ms, AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
 pub use blob::{BlobStore, FsBlobStore, LogKey};
 pub use lease::{describe_current, is_postgres, redact, Lease, DEFAULT_LEASE_TTL_MS};
+pub use written::{timeline_written, Written};
 
 /// A backend's own error, kept as the source of [`Error::Open`] and [`Error::Query`].
 pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
@@ -517,6 +519,17 @@ pub trait Store: Send {
     /// `None`: the backend cannot tell, re-read every time.
     fn data_version(&self) -> Result<Option<i64>, Error> {
         Ok(None)
+    }
+    /// Waits until another connection may have committed timeline entries, at most `timeout`:
+    /// true when one may have (a reader then reads what is new), false when the wait timed out
+    /// with nothing seen. What follows timelines live (the server's event hubs) waits here
+    /// instead of polling. SQLite: this process's commits ring the file's [`timeline_written`], and
+    /// `data_version` shows other processes' within [`Written::SLICE`]; PostgreSQL: `LISTEN` on
+    /// the channel a trigger on the timeline notifies. The default (a store that wraps
+    /// another) sleeps a little and says true: the caller polls.
+    fn wait_for_timeline(&mut self, timeout: std::time::Duration) -> Result<bool, Error> {
+        std::thread::sleep(timeout.min(std::time::Duration::from_millis(200)));
+        Ok(true)
     }
     fn tokens(&self) -> Result<Vec<TokenRecord>, Error>;
     /// The token with this hash (`sha256:<hex>`), revoked or not.

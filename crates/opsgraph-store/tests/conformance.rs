@@ -836,6 +836,31 @@ fn agents_racing_on_one_file_claim_each_task_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The event hubs wait for timeline entries instead of polling: a wait must run to its timeout
+/// while nothing is committed, and end soon after another connection commits an entry.
+fn a_timeline_commit_wakes_a_reader_waiting_for_one(db: &TestDb) {
+    use std::time::{Duration, Instant};
+    let mut reader = db.store();
+    let mut writer = db.store();
+    writer.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({}).to_string() }]).unwrap();
+    assert!(reader.wait_for_timeline(Duration::ZERO).unwrap(), "the first wait starts listening and says so");
+    let quiet = Instant::now();
+    assert!(!reader.wait_for_timeline(Duration::from_millis(300)).unwrap(), "nothing was committed");
+    assert!(quiet.elapsed() >= Duration::from_millis(300), "{:?}", quiet.elapsed());
+    std::thread::scope(|s| {
+        let write = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            writer.commit(&[Write::Timeline(entry("op-1", "note"))]).unwrap();
+            Instant::now()
+        });
+        assert!(reader.wait_for_timeline(Duration::from_secs(20)).unwrap(), "an entry was committed");
+        let woke = Instant::now();
+        let written = write.join().unwrap();
+        assert!(woke.saturating_duration_since(written) < Duration::from_secs(2), "woke {:?} late", woke - written);
+    });
+    assert_eq!(reader.timeline_after(Some("op-1"), 0, 10).unwrap().len(), 1);
+}
+
 opsgraph_store::conformance!(
     sqlite: opsgraph_store_sqlite::test_db,
     postgres: opsgraph_store_pg::test_db;
@@ -852,6 +877,7 @@ opsgraph_store::conformance!(
     jobs_keep_their_order_and_the_last_write_of_a_batch_wins,
     agent_tasks_are_claimed_once_and_fenced_by_their_lease,
     resource_history_keeps_its_order_and_reads_the_last_entries,
+    a_timeline_commit_wakes_a_reader_waiting_for_one,
 );
 
 /// Writers of one file in one process are grouped into shared transactions (one fsync for
