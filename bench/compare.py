@@ -18,7 +18,7 @@ import tempfile
 import time
 
 QUICK = "--quick" in sys.argv
-# `--only=a,e`: some groups of figures only (f, a, d, e, l).
+# `--only=a,e`: some groups of figures only (f, a, d, e, w: the warm part of e alone, l).
 ONLY = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
 
 
@@ -143,10 +143,10 @@ def intent(path, action, nodes=()):
 """)
 
 
-def opsgraph_apply(pack, intent_file, inv=None, concurrency=8, extra_env=None):
+def opsgraph_apply(pack, intent_file, inv=None, concurrency=8, extra_env=None, binary=None):
     """`opsgraph apply --yes` in a fresh data directory; returns its wall time."""
     data = tempfile.mkdtemp(dir=WORK, prefix="data-")
-    argv = [OPSGRAPH, "apply", "--yes", "-f", intent_file, "--packs", pack, "--data-dir", data,
+    argv = [binary or OPSGRAPH, "apply", "--yes", "-f", intent_file, "--packs", pack, "--data-dir", data,
             "--concurrency", str(concurrency)]
     if inv:
         argv += ["--inventory", inv]
@@ -359,47 +359,103 @@ def ssh_fanout():
         record("e", f"ansible-playbook: 1 task over {hosts_n} SSH hosts, forks {hosts_n}", an * 1e3, "ms")
         record("e", "opsgraph / OpenSSH floor", og / fl, "x", "(target <= 1.3x)")
         record("e", "ansible / opsgraph", an / og, "x", "(target >= 3x)")
-
-        # Warm: a chain of K jobs on one host; the second and later jobs reuse the connection.
-        k = 20 if QUICK else 50
-        h = hosts[0]
-        warm_pack = f"{WORK}/sshwarm"
-        bench_pack(warm_pack, per_node=k)
-        # per_node jobs are independent; chain them on the one host with concurrency 1.
-        inventory(f"{WORK}/ssh1-inv.yaml", [
-            ("s0", "{ssh: {host: 127.0.0.1, port: %d, user: %s, key: %s, known_hosts: %s}}"
-             % (h["port"], h["user"], h["key"], h["known_hosts"]))])
-        intent(f"{WORK}/sshwarm.yaml", "fan", ["s0"])
-        one_pack = f"{WORK}/sshone"
-        bench_pack(one_pack, per_node=1)
-        ctl = os.path.join(WORK, "mux.sock")
-        master = subprocess.Popen(ssh_base(h)[:-2] + ["-o", "ControlMaster=yes", "-o", f"ControlPath={ctl}", "-N",
-                                                      f"{h['user']}@127.0.0.1"])
-        deadline = time.time() + 10
-        while not os.path.exists(ctl):
-            assert time.time() < deadline, "ssh master did not start"
-            time.sleep(0.02)
-
-        def mux(n=20):
-            t = time.perf_counter()
-            for _ in range(n):
-                subprocess.run(["ssh", "-o", f"ControlPath={ctl}", "-p", str(h["port"]), f"{h['user']}@127.0.0.1",
-                                "true"], check=True)
-            return (time.perf_counter() - t) / n
-
-        big, one, mx = median_of([
-            lambda: opsgraph_apply(warm_pack, f"{WORK}/sshwarm.yaml", f"{WORK}/ssh1-inv.yaml", concurrency=1),
-            lambda: opsgraph_apply(one_pack, f"{WORK}/sshwarm.yaml", f"{WORK}/ssh1-inv.yaml", concurrency=1),
-            mux,
-        ])
-        master.terminate()
-        per = (big - one) / (k - 1)
-        record("e", "ssh over a warm multiplexed connection, per command", mx * 1e3, "ms")
-        record("e", f"opsgraph per job over its warm connection ({k} jobs, one host)", per * 1e3, "ms")
-        record("e", "opsgraph warm per job - ssh multiplexed per command", (per - mx) * 1e3, "ms", "(target <= 2 ms)")
+        ssh_warm(hosts[0])
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+def ssh_warm_only():
+    """Group (w): the warm-connection figures of (e) alone, on one light host (as root), whose
+    login reads no startup file of this machine's root (here root's .bashrc runs `pyenv init`,
+    ~130-200 ms of every command, which buries a few milliseconds under noise); else on one sshd
+    on loopback as (e) does."""
+    d = f"{WORK}/light-w"
+    if os.geteuid() == 0:
+        up = subprocess.run([OPSGRAPH, "lab", "fleet", "light", "up", "--count", "1", "--dir", d],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if up.returncode == 0:
+            try:
+                print("(w) jobs over a warm SSH connection to a light host", flush=True)
+                ssh_warm({"host": "10.214.0.11", "port": 22, "user": "root", "key": f"{d}/id_ed25519",
+                          "known_hosts": f"{d}/known_hosts"})
+            finally:
+                subprocess.run([OPSGRAPH, "lab", "fleet", "light", "down", "--dir", d],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return
+        print(f"(w) light host: {up.stdout.strip()[-500:]}; on loopback instead", flush=True)
+    if not SSHFAN:
+        print("(w) warm SSH: SKIPPED (no sshfan example: needs root and openssh-server)", flush=True)
+        return
+    proc = subprocess.Popen([SSHFAN, "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("["):
+        proc.kill()
+        print(f"(w) warm SSH: SKIPPED ({line.strip()})", flush=True)
+        return
+    try:
+        print("(w) jobs over a warm SSH connection (sshd on loopback)", flush=True)
+        ssh_warm(json.loads(line)[0])
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+# OPSGRAPH_BEFORE: another build's binary, measured interleaved with OPSGRAPH in the warm figures.
+BEFORE = os.environ.get("OPSGRAPH_BEFORE")
+
+
+def ssh_warm(h):
+    """A chain of K jobs on one host over its warm connection, against ssh's own multiplexed command."""
+    addr = h.get("host", "127.0.0.1")
+    # Warm: a chain of K jobs on one host; the second and later jobs reuse the connection.
+    k = 20 if QUICK else 50
+    warm_pack = f"{WORK}/sshwarm"
+    bench_pack(warm_pack, per_node=k)
+    # per_node jobs are independent; chain them on the one host with concurrency 1.
+    inventory(f"{WORK}/ssh1-inv.yaml", [
+        ("s0", "{ssh: {host: %s, port: %d, user: %s, key: %s, known_hosts: %s}}"
+         % (addr, h["port"], h["user"], h["key"], h["known_hosts"]))])
+    intent(f"{WORK}/sshwarm.yaml", "fan", ["s0"])
+    one_pack = f"{WORK}/sshone"
+    bench_pack(one_pack, per_node=1)
+    ctl = os.path.join(WORK, "mux.sock")
+    master = subprocess.Popen(ssh_base(h)[:-2] + ["-o", "ControlMaster=yes", "-o", f"ControlPath={ctl}", "-N",
+                                                  f"{h['user']}@{addr}"])
+    deadline = time.time() + 10
+    while not os.path.exists(ctl):
+        assert time.time() < deadline, "ssh master did not start"
+        time.sleep(0.02)
+
+    def mux(n=20):
+        t = time.perf_counter()
+        for _ in range(n):
+            subprocess.run(["ssh", "-o", f"ControlPath={ctl}", "-p", str(h["port"]), f"{h['user']}@{addr}",
+                            "true"], check=True)
+        return (time.perf_counter() - t) / n
+
+    inv1 = f"{WORK}/ssh1-inv.yaml"
+    fns = [
+        lambda: opsgraph_apply(warm_pack, f"{WORK}/sshwarm.yaml", inv1, concurrency=1),
+        lambda: opsgraph_apply(one_pack, f"{WORK}/sshwarm.yaml", inv1, concurrency=1),
+        mux,
+    ]
+    if BEFORE:
+        fns += [
+            lambda: opsgraph_apply(warm_pack, f"{WORK}/sshwarm.yaml", inv1, concurrency=1, binary=BEFORE),
+            lambda: opsgraph_apply(one_pack, f"{WORK}/sshwarm.yaml", inv1, concurrency=1, binary=BEFORE),
+        ]
+    got = median_of(fns)
+    master.terminate()
+    big, one, mx = got[:3]
+    per = (big - one) / (k - 1)
+    record("e", "ssh over a warm multiplexed connection, per command", mx * 1e3, "ms")
+    record("e", f"opsgraph per job over its warm connection ({k} jobs, one host)", per * 1e3, "ms")
+    record("e", "opsgraph warm per job - ssh multiplexed per command", (per - mx) * 1e3, "ms", "(target <= 2 ms)")
+    if BEFORE:
+        per_b = (got[3] - got[4]) / (k - 1)
+        record("e", f"OPSGRAPH_BEFORE per job over its warm connection ({k} jobs)", per_b * 1e3, "ms")
+        record("e", "OPSGRAPH_BEFORE warm per job - ssh multiplexed per command", (per_b - mx) * 1e3, "ms")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,6 +559,8 @@ def main():
             memory_10k()
         if wanted("e"):
             ssh_fanout()
+        if wanted("w"):
+            ssh_warm_only()
         if wanted("l"):
             light_fanout()
     finally:
