@@ -18,7 +18,7 @@ import tempfile
 import time
 
 QUICK = "--quick" in sys.argv
-# `--only=a,e`: some groups of figures only (f, a, d, e, n).
+# `--only=a,e`: some groups of figures only (f, a, d, e, n, w: the warm part of e alone, l).
 ONLY = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
 
 
@@ -67,9 +67,10 @@ def write(path, text):
         f.write(text)
 
 
-def bench_pack(root, chain=0, per_node=0):
+def bench_pack(root, chain=0, per_node=0, command="[/bin/true]"):
     """chain: a template `chain.run` of `chain` jobs, each after the one before. per_node: a
-    template `fan.run` of `per_node` independent jobs, each fanned out over target_nodes."""
+    template `fan.run` of `per_node` independent jobs, each fanned out over target_nodes, each
+    running `command` (a YAML flow list)."""
     write(f"{root}/pack.yaml", """scenario_pack:
   id: bench
   version: 1.0.0
@@ -93,7 +94,7 @@ def bench_pack(root, chain=0, per_node=0):
   id: f{k}
   type: noop
   scope: {{resources: [compute_node], target: target_nodes}}
-  run: {{command: [/bin/true]}}
+  run: {{command: {command}}}
 """)
     write(f"{root}/jobs.yaml", "---\n".join(jobs))
     c_ids = [f"c{k}" for k in range(max(chain, 1))]
@@ -142,10 +143,10 @@ def intent(path, action, nodes=()):
 """)
 
 
-def opsgraph_apply(pack, intent_file, inv=None, concurrency=8, extra_env=None):
+def opsgraph_apply(pack, intent_file, inv=None, concurrency=8, extra_env=None, binary=None):
     """`opsgraph apply --yes` in a fresh data directory; returns its wall time."""
     data = tempfile.mkdtemp(dir=WORK, prefix="data-")
-    argv = [OPSGRAPH, "apply", "--yes", "-f", intent_file, "--packs", pack, "--data-dir", data,
+    argv = [binary or OPSGRAPH, "apply", "--yes", "-f", intent_file, "--packs", pack, "--data-dir", data,
             "--concurrency", str(concurrency)]
     if inv:
         argv += ["--inventory", inv]
@@ -358,44 +359,7 @@ def ssh_fanout():
         record("e", f"ansible-playbook: 1 task over {hosts_n} SSH hosts, forks {hosts_n}", an * 1e3, "ms")
         record("e", "opsgraph / OpenSSH floor", og / fl, "x", "(target <= 1.3x)")
         record("e", "ansible / opsgraph", an / og, "x", "(target >= 3x)")
-
-        # Warm: a chain of K jobs on one host; the second and later jobs reuse the connection.
-        k = 20 if QUICK else 50
-        h = hosts[0]
-        warm_pack = f"{WORK}/sshwarm"
-        bench_pack(warm_pack, per_node=k)
-        # per_node jobs are independent; chain them on the one host with concurrency 1.
-        inventory(f"{WORK}/ssh1-inv.yaml", [
-            ("s0", "{ssh: {host: 127.0.0.1, port: %d, user: %s, key: %s, known_hosts: %s}}"
-             % (h["port"], h["user"], h["key"], h["known_hosts"]))])
-        intent(f"{WORK}/sshwarm.yaml", "fan", ["s0"])
-        one_pack = f"{WORK}/sshone"
-        bench_pack(one_pack, per_node=1)
-        ctl = os.path.join(WORK, "mux.sock")
-        master = subprocess.Popen(ssh_base(h)[:-2] + ["-o", "ControlMaster=yes", "-o", f"ControlPath={ctl}", "-N",
-                                                      f"{h['user']}@127.0.0.1"])
-        deadline = time.time() + 10
-        while not os.path.exists(ctl):
-            assert time.time() < deadline, "ssh master did not start"
-            time.sleep(0.02)
-
-        def mux(n=20):
-            t = time.perf_counter()
-            for _ in range(n):
-                subprocess.run(["ssh", "-o", f"ControlPath={ctl}", "-p", str(h["port"]), f"{h['user']}@127.0.0.1",
-                                "true"], check=True)
-            return (time.perf_counter() - t) / n
-
-        big, one, mx = median_of([
-            lambda: opsgraph_apply(warm_pack, f"{WORK}/sshwarm.yaml", f"{WORK}/ssh1-inv.yaml", concurrency=1),
-            lambda: opsgraph_apply(one_pack, f"{WORK}/sshwarm.yaml", f"{WORK}/ssh1-inv.yaml", concurrency=1),
-            mux,
-        ])
-        master.terminate()
-        per = (big - one) / (k - 1)
-        record("e", "ssh over a warm multiplexed connection, per command", mx * 1e3, "ms")
-        record("e", f"opsgraph per job over its warm connection ({k} jobs, one host)", per * 1e3, "ms")
-        record("e", "opsgraph warm per job - ssh multiplexed per command", (per - mx) * 1e3, "ms", "(target <= 2 ms)")
+        ssh_warm(hosts[0])
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
@@ -571,6 +535,184 @@ def agents():
            "(target <= 5 ms)")
 
 
+def ssh_warm_only():
+    """Group (w): the warm-connection figures of (e) alone, on one light host (as root), whose
+    login reads no startup file of this machine's root (here root's .bashrc runs `pyenv init`,
+    ~130-200 ms of every command, which buries a few milliseconds under noise); else on one sshd
+    on loopback as (e) does."""
+    d = f"{WORK}/light-w"
+    if os.geteuid() == 0:
+        up = subprocess.run([OPSGRAPH, "lab", "fleet", "light", "up", "--count", "1", "--dir", d],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if up.returncode == 0:
+            try:
+                print("(w) jobs over a warm SSH connection to a light host", flush=True)
+                ssh_warm({"host": "10.214.0.11", "port": 22, "user": "root", "key": f"{d}/id_ed25519",
+                          "known_hosts": f"{d}/known_hosts"})
+            finally:
+                subprocess.run([OPSGRAPH, "lab", "fleet", "light", "down", "--dir", d],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return
+        print(f"(w) light host: {up.stdout.strip()[-500:]}; on loopback instead", flush=True)
+    if not SSHFAN:
+        print("(w) warm SSH: SKIPPED (no sshfan example: needs root and openssh-server)", flush=True)
+        return
+    proc = subprocess.Popen([SSHFAN, "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("["):
+        proc.kill()
+        print(f"(w) warm SSH: SKIPPED ({line.strip()})", flush=True)
+        return
+    try:
+        print("(w) jobs over a warm SSH connection (sshd on loopback)", flush=True)
+        ssh_warm(json.loads(line)[0])
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+# OPSGRAPH_BEFORE: another build's binary, measured interleaved with OPSGRAPH in the warm figures.
+BEFORE = os.environ.get("OPSGRAPH_BEFORE")
+
+
+def ssh_warm(h):
+    """A chain of K jobs on one host over its warm connection, against ssh's own multiplexed command."""
+    addr = h.get("host", "127.0.0.1")
+    # Warm: a chain of K jobs on one host; the second and later jobs reuse the connection.
+    k = 20 if QUICK else 50
+    warm_pack = f"{WORK}/sshwarm"
+    bench_pack(warm_pack, per_node=k)
+    # per_node jobs are independent; chain them on the one host with concurrency 1.
+    inventory(f"{WORK}/ssh1-inv.yaml", [
+        ("s0", "{ssh: {host: %s, port: %d, user: %s, key: %s, known_hosts: %s}}"
+         % (addr, h["port"], h["user"], h["key"], h["known_hosts"]))])
+    intent(f"{WORK}/sshwarm.yaml", "fan", ["s0"])
+    one_pack = f"{WORK}/sshone"
+    bench_pack(one_pack, per_node=1)
+    ctl = os.path.join(WORK, "mux.sock")
+    master = subprocess.Popen(ssh_base(h)[:-2] + ["-o", "ControlMaster=yes", "-o", f"ControlPath={ctl}", "-N",
+                                                  f"{h['user']}@{addr}"])
+    deadline = time.time() + 10
+    while not os.path.exists(ctl):
+        assert time.time() < deadline, "ssh master did not start"
+        time.sleep(0.02)
+
+    def mux(n=20):
+        t = time.perf_counter()
+        for _ in range(n):
+            subprocess.run(["ssh", "-o", f"ControlPath={ctl}", "-p", str(h["port"]), f"{h['user']}@{addr}",
+                            "true"], check=True)
+        return (time.perf_counter() - t) / n
+
+    inv1 = f"{WORK}/ssh1-inv.yaml"
+    fns = [
+        lambda: opsgraph_apply(warm_pack, f"{WORK}/sshwarm.yaml", inv1, concurrency=1),
+        lambda: opsgraph_apply(one_pack, f"{WORK}/sshwarm.yaml", inv1, concurrency=1),
+        mux,
+    ]
+    if BEFORE:
+        fns += [
+            lambda: opsgraph_apply(warm_pack, f"{WORK}/sshwarm.yaml", inv1, concurrency=1, binary=BEFORE),
+            lambda: opsgraph_apply(one_pack, f"{WORK}/sshwarm.yaml", inv1, concurrency=1, binary=BEFORE),
+        ]
+    got = median_of(fns)
+    master.terminate()
+    big, one, mx = got[:3]
+    per = (big - one) / (k - 1)
+    record("e", "ssh over a warm multiplexed connection, per command", mx * 1e3, "ms")
+    record("e", f"opsgraph per job over its warm connection ({k} jobs, one host)", per * 1e3, "ms")
+    record("e", "opsgraph warm per job - ssh multiplexed per command", (per - mx) * 1e3, "ms", "(target <= 2 ms)")
+    if BEFORE:
+        per_b = (got[3] - got[4]) / (k - 1)
+        record("e", f"OPSGRAPH_BEFORE per job over its warm connection ({k} jobs)", per_b * 1e3, "ms")
+        record("e", "OPSGRAPH_BEFORE warm per job - ssh multiplexed per command", (per_b - mx) * 1e3, "ms")
+
+
+# ---------------------------------------------------------------------------------------------
+# (l) Fan-out at scale (issue [N] 3): one command over LIGHT_HOSTS light hosts (`opsgraph lab fleet
+# light up`: a network namespace and one sshd each), LIGHT_PARALLEL at once for all three: plain
+# `ssh` through `xargs -P` (the floor), `opsgraph apply` (--concurrency) and an Ansible ad-hoc
+# `command` (forks). Each run's output is checked: every host answered with its own hostname.
+
+LIGHT_HOSTS = int(os.environ.get("LIGHT_HOSTS", "50" if QUICK else "500"))
+LIGHT_PARALLEL = int(os.environ.get("LIGHT_PARALLEL", "50"))
+LIGHT_ROUNDS = int(os.environ.get("LIGHT_ROUNDS", "2" if QUICK else "3"))
+
+
+def run_out(argv, env=None, stdin=None):
+    """Wall time and stdout of one command; fails loudly when the command fails."""
+    t = time.perf_counter()
+    p = subprocess.run(argv, env=env, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        sys.exit(f"bench: {' '.join(argv[:4])} ... failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
+    return dt, p.stdout
+
+
+def light_fanout():
+    n, par = LIGHT_HOSTS, LIGHT_PARALLEL
+    if os.geteuid() != 0:
+        print("(l) fan-out over light hosts: SKIPPED (needs root: namespaces and a bridge)", flush=True)
+        return
+    print(f"(l) one command over {n} light hosts, {par} at once ({LIGHT_ROUNDS} interleaved rounds)", flush=True)
+    d = f"{WORK}/light"
+    up = subprocess.run([OPSGRAPH, "lab", "fleet", "light", "up", "--count", str(n), "--dir", d,
+                         "--environment", "bench"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if up.returncode != 0:
+        print(f"(l) fan-out over light hosts: SKIPPED (light up failed: {up.stdout.strip()[-2000:]})", flush=True)
+        subprocess.run([OPSGRAPH, "lab", "fleet", "light", "down", "--dir", d])
+        return
+    try:
+        took = next(l for l in up.stdout.splitlines() if " light hosts are up in " in l)
+        record("l", f"opsgraph lab fleet light up --count {n}", float(took.rsplit("(", 1)[1].split(" ")[0]), "s")
+        _, status = run_out([OPSGRAPH, "lab", "fleet", "light", "status", "--dir", d, "-o", "json"])
+        hosts = json.loads(status)
+        assert all(h["sshd"] for h in hosts), "a light host's sshd does not answer"
+        record("l", "sshd resident per light host (RSS)", statistics.median(h["rss_kib"] for h in hosts) / 1024, "MiB")
+        record("l", "sshd proportional per light host (PSS)", statistics.median(h["pss_kib"] for h in hosts) / 1024,
+               "MiB", f"({sum(h['pss_kib'] for h in hosts) / 1024:,.0f} MiB for {n})")
+        names = sorted(h["name"] for h in hosts)
+        addresses = "".join(h["address"] + "\n" for h in hosts)
+
+        def floor():
+            dt, out = run_out(["xargs", "-P", str(par), "-I{}", "ssh", "-i", f"{d}/id_ed25519",
+                               "-o", f"UserKnownHostsFile={d}/known_hosts", "-o", "GlobalKnownHostsFile=/dev/null",
+                               "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ControlMaster=no",
+                               "root@{}", "hostname"], stdin=addresses)
+            assert sorted(out.split()) == names, "the floor did not reach every host"
+            return dt
+
+        pack = f"{WORK}/lightfan"
+        bench_pack(pack, per_node=1, command="[hostname]")
+        intent(f"{WORK}/lightfan.yaml", "fan", names)
+
+        def ansible():
+            env = ansible_env()
+            env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = tempfile.mkdtemp(dir=WORK, prefix="cp-")
+            dt, out = run_out([os.path.join(ANSIBLE_BIN, "ansible"), "light", "-i", f"{d}/ansible.ini", "-f", str(par),
+                               "-m", "ansible.builtin.command", "-a", "hostname"], env=env)
+            answered = [l.split(" | ")[0] for l in out.splitlines() if " | CHANGED | rc=0 >>" in l]
+            assert sorted(answered) == names, f"ansible did not reach every host: {out[-2000:]}"
+            return dt
+
+        fns = [floor, lambda: opsgraph_apply(pack, f"{WORK}/lightfan.yaml", f"{d}/inventory", concurrency=par)]
+        if ANSIBLE_BIN:
+            fns.append(ansible)
+        got = median_of(fns, rounds=LIGHT_ROUNDS)
+        fl, og = got[0], got[1]
+        record("l", f"OpenSSH floor: `ssh host hostname` over {n} hosts, xargs -P {par}", fl, "s")
+        record("l", f"opsgraph apply: 1 job over {n} hosts, --concurrency {par} (whole command)", og, "s")
+        record("l", "opsgraph / OpenSSH floor", og / fl, "x", "(target <= 1.2x)")
+        if ANSIBLE_BIN:
+            an = got[2]
+            record("l", f"ansible ad-hoc `command: hostname` over {n} hosts, forks {par}", an, "s")
+            record("l", "ansible / opsgraph", an / og, "x", "(target >= 5x)")
+        else:
+            print("(l) Ansible: SKIPPED (no ANSIBLE_BIN)", flush=True)
+    finally:
+        subprocess.run([OPSGRAPH, "lab", "fleet", "light", "down", "--dir", d], stdout=subprocess.DEVNULL)
+
+
 def main():
     print(f"bench: work directory {WORK}; {ROUNDS} interleaved rounds per figure", flush=True)
     try:
@@ -589,6 +731,10 @@ def main():
             ssh_fanout()
         if wanted("n"):
             agents()
+        if wanted("w"):
+            ssh_warm_only()
+        if wanted("l"):
+            light_fanout()
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
     print()

@@ -7,11 +7,13 @@
 //! wrapped ([`wrap`]):
 //!
 //! ```text
-//! exec setsid -w sh -c '(umask 077 && set -C && echo "$$" >"$1") || exit 125; trap '\''rm -f -- "$1"'\'' EXIT; c=$(cat <&3); exec 3<&-; eval "$c"' \
-//!     sh "${TMPDIR:-/tmp}/opsgraph-pg.<token>" 3<<'OPSGRAPH_<token>'
-//! <command>
-//! OPSGRAPH_<token>
+//! exec setsid -w sh -c '(umask 077 && set -C && echo "$$" >"$1") || exit 125; trap '\''rm -f -- "$1"'\'' EXIT; c=$2; set -- "$1"; eval "$c"' \
+//!     sh "${TMPDIR:-/tmp}/opsgraph-pg.<token>" '<command>'
 //! ```
+//!
+//! A command longer than 16 KiB once quoted comes on a here-document instead (`3<<'OPSGRAPH_<token>'`,
+//! read with `c=$(cat <&3)`), so quoting it once more cannot push it past the one argument a
+//! shell takes.
 //!
 //! `setsid` makes the `sh` the leader of a new session and process group (its pid is both ids)
 //! whatever the login shell's job control does, and that pid is written to a file named by a
@@ -54,17 +56,27 @@ pub(crate) fn token() -> Result<String, String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The wrapper of a short command, which comes quoted as `$2`: no `cat` to start on the host.
+const WRAPPER_INLINE: &str = r#"(umask 077 && set -C && echo "$$" >"$1") || { echo "opsgraph: cannot record the process group in $1" >&2; exit 125; }; trap 'rm -f -- "$1"' EXIT; c=$2; set -- "$1"; eval "$c""#;
+/// The longest command (quoted once more) that travels as an argument of the wrapper; longer ones
+/// come on a here-document.
+const INLINE_MAX: usize = 16 * 1024;
+
 /// The remote command that runs `command` (a string for a POSIX shell) in a session of its own
-/// and records its process group id in the file of `token`. The command travels as a here-document
-/// on descriptor 3 (its delimiter holds the token, so no line of the command can end it), not as
-/// one more quoted argument: quoting it again would make a quote-heavy command up to four times
-/// longer than the one argument a shell can take.
+/// and records its process group id in the file of `token`. A short command travels as one more
+/// quoted argument of the wrapper (most do: a job's argv or a script of a few KiB). A longer one
+/// travels as a here-document on descriptor 3 (its delimiter holds the token, so no line of the
+/// command can end it), read with `cat`: quoting it again would make a quote-heavy command up to
+/// four times longer than the one argument a shell can take. The `cat`, a fork and an exec on the
+/// host, was about 1 ms of every warm SSH job.
 pub(crate) fn wrap(command: &str, token: &str) -> String {
-    let wrapper = shell_quote(WRAPPER);
-    format!(
-        "f=\"{FILE_PREFIX}{token}\"; s=; command -v setsid >/dev/null 2>&1 && s='setsid -w'; \
-         exec $s sh -c {wrapper} sh \"$f\" 3<<'OPSGRAPH_{token}'\n{command}\nOPSGRAPH_{token}\n"
-    )
+    let start =
+        format!("f=\"{FILE_PREFIX}{token}\"; s=; command -v setsid >/dev/null 2>&1 && s='setsid -w'; exec $s sh -c");
+    let quoted = shell_quote(command);
+    if quoted.len() <= INLINE_MAX {
+        return format!("{start} {} sh \"$f\" {quoted}", shell_quote(WRAPPER_INLINE));
+    }
+    format!("{start} {} sh \"$f\" 3<<'OPSGRAPH_{token}'\n{command}\nOPSGRAPH_{token}\n", shell_quote(WRAPPER))
 }
 
 /// The script that stops the group recorded under `token` (TERM, `grace`, KILL). It prints one

@@ -125,6 +125,43 @@ fn the_wrapper_records_its_group_and_the_kill_script_stops_it() {
     assert!(!dir.join("ran").exists());
 }
 
+/// A short command travels as an argument, a long one on a here-document; both run as given,
+/// with the file's name as `$1`, and record their group.
+#[test]
+fn short_and_long_commands_run_as_given() {
+    let dir = TempDir::new();
+    let token = "00112233445566778899aabbccddeeff";
+    let check = |command: &str, expect: &str| {
+        let wrapped = wrap(command, token);
+        let out = Command::new("sh")
+            .args(["-c", &wrapped])
+            .current_dir(dir.path())
+            .env("TMPDIR", dir.path())
+            .output()
+            .unwrap();
+        let here_doc = wrapped.contains("3<<'OPSGRAPH_");
+        let got = format!("{} here-doc={here_doc}", String::from_utf8_lossy(&out.stdout).trim());
+        assert_eq!(got, expect, "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(!dir.join(&format!("opsgraph-pg.{token}")).exists(), "the wrapper left its file");
+    };
+    let quotes = "echo 'it'\\''s' \"$(basename \"$1\")\" \"$2\"";
+    check(quotes, "it's opsgraph-pg.00112233445566778899aabbccddeeff here-doc=false");
+    let long = format!(": '{}'; echo \"$(cat \"$1\")\" = $$", "x".repeat(20 * 1024));
+    let got = {
+        let out = Command::new("sh")
+            .args(["-c", &wrap(&long, token)])
+            .current_dir(dir.path())
+            .env("TMPDIR", dir.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let (recorded, pid) = got.split_once(" = ").unwrap_or_else(|| panic!("{got:?}"));
+    assert_eq!(recorded, pid, "the long command's group is not the one recorded");
+    assert!(wrap(&long, token).contains("3<<'OPSGRAPH_"));
+    check(&format!(": '{}'; echo long", "y".repeat(20 * 1024)), "long here-doc=true");
+}
+
 /// Runs `spec` on `exec`, cancelling once `first` holds a pid when `cancel` is set.
 fn run_until(exec: &SshExecutor, spec: &Spec, cancel_after: Option<&Path>) -> Run {
     let cancel = Cancel::new();

@@ -193,7 +193,7 @@ fn systemctl_word(h: &HostState, args: &[&str]) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn banner(address: &str) -> bool {
+pub(crate) fn banner(address: &str) -> bool {
     use std::io::Read as _;
     let Ok(addr) = format!("{address}:22").parse::<std::net::SocketAddr>() else { return false };
     let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else { return false };

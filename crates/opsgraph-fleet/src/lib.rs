@@ -14,6 +14,7 @@
 mod agent;
 mod host;
 mod inventory;
+mod light;
 mod net;
 mod rootfs;
 mod state;
@@ -25,6 +26,11 @@ use std::time::{Duration, Instant};
 
 pub use agent::{AgentOptions, BINARY as AGENT_BINARY, TOKEN as AGENT_TOKEN, UNIT as AGENT_UNIT};
 pub use inventory::inventory;
+pub use light::{
+    ansible_inventory as light_ansible_inventory, inventory as light_inventory, light_address, light_down,
+    light_status, light_up, LightHealth, LightHost, LightOptions, LightState, LightSummary, Sysctl, LIGHT_BRIDGE,
+    LIGHT_MAX, LIGHT_STATE_FILE,
+};
 pub use state::{HostState, State};
 
 /// The bridge every fleet host is attached to; one fleet per machine.

@@ -369,6 +369,45 @@ pub enum FleetCommand {
         #[command(flatten)]
         fleet: FleetArgs,
     },
+    /// Light hosts for fan-out at scale: a network namespace and one sshd each, no systemd.
+    Light {
+        #[command(subcommand)]
+        command: LightCommand,
+    },
+}
+
+/// `lab fleet light`: light hosts, a network namespace and one sshd each (docs/fleet.md).
+#[derive(Debug, Subcommand)]
+pub enum LightCommand {
+    /// Build N light hosts and write their inventories (opsgraph and Ansible).
+    Up {
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        count: u16,
+        #[command(flatten)]
+        light: LightArgs,
+        /// The `environment` of the inventory's resources.
+        #[arg(long, default_value = "dev")]
+        environment: String,
+    },
+    /// The hosts, their addresses, whether sshd answers, and its memory.
+    Status {
+        #[command(flatten)]
+        light: LightArgs,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Stop the hosts and remove everything `light up` made.
+    Down {
+        #[command(flatten)]
+        light: LightArgs,
+    },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LightArgs {
+    /// The light hosts' directory: state, keys, inventories, hosts [default: DATA_DIR/light].
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]

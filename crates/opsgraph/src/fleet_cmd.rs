@@ -1,4 +1,4 @@
-//! `opsgraph lab fleet up|status|down|restart|agent`: real Debian hosts on this machine (`opsgraph-fleet`,
+//! `opsgraph lab fleet up|status|down|restart|agent|light`: real Debian hosts on this machine (`opsgraph-fleet`,
 //! docs/fleet.md). Exit codes: 0 done (status: every host healthy), 1 failed or unhealthy,
 //! 2 not root.
 
@@ -78,6 +78,7 @@ pub fn run(data_dir: &Path, command: FleetCommand, out: &mut dyn Write, err: &mu
             let _ = writeln!(out, "{} {} is back (pid {})", h.name, h.address, h.pid);
             0
         }),
+        FleetCommand::Light { command } => return crate::fleet_light_cmd::run(data_dir, command, out, err),
         FleetCommand::Agent { host, server, token_file, name, resources, binary, fleet } => {
             let binary = match binary {
                 Some(b) => b,

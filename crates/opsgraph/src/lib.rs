@@ -11,6 +11,7 @@ pub mod client;
 pub mod control_cmd;
 pub mod demo_cmd;
 pub mod fleet_cmd;
+pub mod fleet_light_cmd;
 pub mod fleet_run;
 pub mod lab;
 pub mod load;

@@ -108,7 +108,14 @@ fn without_root_the_fleet_says_so_and_exits_2() {
     } else {
         Command::new(bin)
     };
-    for args in [&["up", "--hosts", "3"][..], &["status"], &["down"]] {
+    for args in [
+        &["up", "--hosts", "3"][..],
+        &["status"],
+        &["down"],
+        &["light", "up", "--count", "3"],
+        &["light", "status"],
+        &["light", "down"],
+    ] {
         let out = cmd_output(&mut cmd, args, dir.path());
         assert_eq!(
             out,
@@ -117,6 +124,7 @@ fn without_root_the_fleet_says_so_and_exits_2() {
         );
     }
     assert!(!dir.join("fleet").exists(), "a refused fleet command made its directory");
+    assert!(!dir.join("light").exists(), "a refused light command made its directory");
 }
 
 fn cmd_output(cmd: &mut Command, args: &[&str], data: &Path) -> String {

@@ -24,6 +24,7 @@ mod fleet_demo;
 mod fleet_etcd_day2;
 mod fleet_faults;
 mod fleet_kubernetes;
+mod fleet_light;
 mod fleet_packs;
 mod fleet_postgresql;
 mod fleet_postgresql_day2;
