@@ -7,7 +7,7 @@
 //! wrapped ([`wrap`]):
 //!
 //! ```text
-//! exec setsid -w sh -c '(umask 077 && set -C && echo "$$" >"$1") || exit 125; trap '\''rm -f -- "$1"'\'' EXIT; c=$2; set -- "$1"; eval "$c"' \
+//! exec setsid -w sh -c '(umask 077 && set -C && echo "$$" >"$1") || exit 125; OPSGRAPH_GROUP_FILE=$1; trap '\''rm -f -- "$OPSGRAPH_GROUP_FILE"'\'' EXIT; c=$2; set -- "$1"; eval "$c"' \
 //!     sh "${TMPDIR:-/tmp}/opsgraph-pg.<token>" '<command>'
 //! ```
 //!
@@ -19,7 +19,8 @@
 //! whatever the login shell's job control does, and that pid is written to a file named by a
 //! 128-bit random token of this attempt (created exclusively, `0600`: a file planted under that
 //! name fails the run instead of being trusted). The wrapper removes the file when the command
-//! ends (an `EXIT` trap: the command may `exit` itself). Without `setsid` on the host (it is in util-linux, essential on Debian), the `sh` is
+//! ends (an `EXIT` trap: the command may `exit` itself; the name is kept in a variable when the
+//! trap is set, so a command that runs `set -- …` does not change what is removed). Without `setsid` on the host (it is in util-linux, essential on Debian), the `sh` is
 //! exec'd in place: OpenSSH's `sshd` already starts every command without a terminal as the
 //! leader of a session of its own.
 //!
@@ -44,7 +45,7 @@ use crate::quote::shell_quote;
 const FILE_PREFIX: &str = "${TMPDIR:-/tmp}/opsgraph-pg.";
 /// What the wrapper's `sh` runs: `$1` the file; the command comes on descriptor 3. Exit 125
 /// when the file cannot be made or the command not read (nothing ran).
-const WRAPPER: &str = r#"(umask 077 && set -C && echo "$$" >"$1") || { echo "opsgraph: cannot record the process group in $1" >&2; exit 125; }; trap 'rm -f -- "$1"' EXIT; c=$(cat <&3) || exit 125; exec 3<&-; eval "$c""#;
+const WRAPPER: &str = r#"(umask 077 && set -C && echo "$$" >"$1") || { echo "opsgraph: cannot record the process group in $1" >&2; exit 125; }; OPSGRAPH_GROUP_FILE=$1; trap 'rm -f -- "$OPSGRAPH_GROUP_FILE"' EXIT; c=$(cat <&3) || exit 125; exec 3<&-; eval "$c""#;
 
 /// A fresh random token for one run's file: 32 hex digits from the kernel's generator.
 pub(crate) fn token() -> Result<String, String> {
@@ -57,7 +58,7 @@ pub(crate) fn token() -> Result<String, String> {
 }
 
 /// The wrapper of a short command, which comes quoted as `$2`: no `cat` to start on the host.
-const WRAPPER_INLINE: &str = r#"(umask 077 && set -C && echo "$$" >"$1") || { echo "opsgraph: cannot record the process group in $1" >&2; exit 125; }; trap 'rm -f -- "$1"' EXIT; c=$2; set -- "$1"; eval "$c""#;
+const WRAPPER_INLINE: &str = r#"(umask 077 && set -C && echo "$$" >"$1") || { echo "opsgraph: cannot record the process group in $1" >&2; exit 125; }; OPSGRAPH_GROUP_FILE=$1; trap 'rm -f -- "$OPSGRAPH_GROUP_FILE"' EXIT; c=$2; set -- "$1"; eval "$c""#;
 /// The longest command (quoted once more) that travels as an argument of the wrapper; longer ones
 /// come on a here-document.
 const INLINE_MAX: usize = 16 * 1024;

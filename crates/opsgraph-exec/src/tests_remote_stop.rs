@@ -146,6 +146,11 @@ fn short_and_long_commands_run_as_given() {
     };
     let quotes = "echo 'it'\\''s' \"$(basename \"$1\")\" \"$2\"";
     check(quotes, "it's opsgraph-pg.00112233445566778899aabbccddeeff here-doc=false");
+    // A command that sets its own positional parameters: the wrapper still removes its file, and
+    // only its file (it once removed whatever `$1` named at exit).
+    std::fs::write(dir.join("bystander"), "kept").unwrap();
+    check("set -- bystander; echo moved", "moved here-doc=false");
+    assert!(dir.join("bystander").exists(), "the wrapper removed the command's `$1`, not its own file");
     let long = format!(": '{}'; echo \"$(cat \"$1\")\" = $$", "x".repeat(20 * 1024));
     let got = {
         let out = Command::new("sh")

@@ -4,10 +4,18 @@
 
 use rusqlite::{params, OptionalExtension};
 
+use opsgraph_core::model::OperationState;
 use opsgraph_store::{Error, TimelineEntry, Write};
 
-use crate::sqlite::{json, state_kind};
 use crate::Fail;
+
+pub(crate) fn state_kind(state: &OperationState) -> Result<String, Fail> {
+    Ok(serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string())
+}
+
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
+    Ok(serde_json::to_string(v)?)
+}
 
 pub(crate) fn insert_timeline(tx: &rusqlite::Transaction<'_>, e: &TimelineEntry) -> Result<(), Fail> {
     exec(tx,

@@ -102,14 +102,6 @@ impl SqliteStore {
     }
 }
 
-pub(crate) fn state_kind(state: &OperationState) -> Result<String, Fail> {
-    Ok(serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string())
-}
-
-pub(crate) fn json<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
-    Ok(serde_json::to_string(v)?)
-}
-
 fn operation_row(r: &Row<'_>) -> rusqlite::Result<(OperationRecord, String, String)> {
     Ok((
         OperationRecord {
