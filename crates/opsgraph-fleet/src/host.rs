@@ -78,14 +78,7 @@ pub(crate) fn prepare(h: &HostState, fleet_pub: &Path, fleet: &[(String, String)
     let _ = std::fs::remove_file(&getty);
     std::os::unix::fs::symlink("/dev/null", &getty).map_err(io("mask console-getty.service"))?;
     let key = up.join("etc/ssh/ssh_host_ed25519_key");
-    let _ = std::fs::remove_file(&key);
-    let _ = std::fs::remove_file(key.with_extension("pub"));
-    sys::run(
-        "make the host's SSH host key",
-        Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C"]).arg(&h.name).arg("-f").arg(&key),
-    )?;
-    let public = std::fs::read_to_string(key.with_extension("pub")).map_err(io("read the host key"))?;
-    Ok(public.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+    sys::host_key(&h.name, &key)
 }
 
 fn machine_id() -> Result<String, Error> {

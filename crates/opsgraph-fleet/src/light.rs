@@ -14,7 +14,7 @@
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -320,14 +320,7 @@ fn prepare(dir: &Path, h: &LightHost, authorized: &str) -> Result<String, Error>
     write_mode(&hd.join("authorized_keys"), authorized, 0o600)?;
     write_mode(&hd.join("sshd_config"), &sshd_config(&hd, &h.address), 0o644)?;
     let key = hd.join("ssh_host_ed25519_key");
-    let _ = std::fs::remove_file(&key);
-    let _ = std::fs::remove_file(key.with_extension("pub"));
-    sys::run(
-        "make the host's SSH host key",
-        Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C"]).arg(&h.name).arg("-f").arg(&key),
-    )?;
-    let public = std::fs::read_to_string(key.with_extension("pub")).map_err(io("read the host key"))?;
-    Ok(public.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+    sys::host_key(&h.name, &key)
 }
 
 /// One host's sshd: its address only, its own host key and authorized keys, keys only, no PAM
@@ -376,25 +369,7 @@ fn raise_neighbour_limits(count: usize) -> Result<Vec<Sysctl>, Error> {
 
 /// `ip [GLOBAL] -batch -` with `lines` on its standard input.
 fn ip_batch(what: &str, global: &[&str], lines: &[String]) -> Result<(), Error> {
-    let mut cmd = Command::new("ip");
-    cmd.args(global).args(["-batch", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let line = format!("{cmd:?}");
-    let spawn = |source| Error::Spawn { what: what.to_owned(), command: line.clone(), source };
-    let mut child = cmd.spawn().map_err(spawn)?;
-    let mut stdin = child.stdin.take().expect("piped");
-    let text = lines.join("\n") + "\n";
-    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
-    let out = child.wait_with_output().map_err(spawn)?;
-    let _ = writer.join();
-    if !out.status.success() {
-        return Err(Error::Command {
-            what: what.to_owned(),
-            command: line,
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
-    Ok(())
+    sys::run_with_input(what, Command::new("ip").args(global).args(["-batch", "-"]), lines.join("\n") + "\n").map(drop)
 }
 
 /// Waits until every host's sshd answers with its banner; fails naming a host whose sshd died,

@@ -10,6 +10,27 @@ use crate::Error;
 pub(crate) fn run(what: &str, cmd: &mut Command) -> Result<String, Error> {
     let line = format!("{cmd:?}");
     let out = cmd.output().map_err(|source| Error::Spawn { what: what.to_owned(), command: line.clone(), source })?;
+    checked(what, line, out)
+}
+
+/// [`run`] with `input` on the command's standard input (written from a thread, so that a
+/// command that answers while it reads cannot block on a full pipe).
+pub(crate) fn run_with_input(what: &str, cmd: &mut Command, input: String) -> Result<String, Error> {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let line = format!("{cmd:?}");
+    let spawn = |source| Error::Spawn { what: what.to_owned(), command: line.clone(), source };
+    let mut child = cmd.spawn().map_err(spawn)?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().map_err(spawn)?;
+    let _ = writer.join();
+    checked(what, line, out)
+}
+
+/// A finished command's standard output, or the error naming it with its standard error.
+fn checked(what: &str, line: String, out: std::process::Output) -> Result<String, Error> {
     if !out.status.success() {
         return Err(Error::Command {
             what: what.to_owned(),
@@ -19,6 +40,19 @@ pub(crate) fn run(what: &str, cmd: &mut Command) -> Result<String, Error> {
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A fresh ed25519 host key at `key` (and `key.pub`), commented with the host's `name`: its
+/// public half as `known_hosts` wants it (`type base64`).
+pub(crate) fn host_key(name: &str, key: &Path) -> Result<String, Error> {
+    let _ = std::fs::remove_file(key);
+    let _ = std::fs::remove_file(key.with_extension("pub"));
+    run(
+        "make the host's SSH host key",
+        Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C"]).arg(name).arg("-f").arg(key),
+    )?;
+    let public = std::fs::read_to_string(key.with_extension("pub")).map_err(io("read the host key"))?;
+    Ok(public.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
 }
 
 /// `ip ARGS`.
