@@ -48,7 +48,19 @@ pub struct RoleList {
 /// `GET /operations`, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OperationList {
-    pub operations: Vec<OperationSummary>,
+    pub operations: Vec<OperationItem>,
+}
+
+/// One operation of `GET /operations`: its summary, the pack it runs and the environment its
+/// intent names, which the list filters by (`?pack=`, `?environment=`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OperationItem {
+    #[serde(flatten)]
+    pub summary: OperationSummary,
+    /// `id@version` as its plan records it; the intent's `pack` when no plan is stored.
+    pub pack: Option<String>,
+    /// The intent's `environment`.
+    pub environment: Option<String>,
 }
 
 /// `GET /operations/{id}/jobs`.

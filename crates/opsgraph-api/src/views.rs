@@ -13,6 +13,7 @@ use crate::dto::{
     ArtifactView, OperationSummary, OperationView, ResourceRow, ResourceView, StageStatus, StageView, TimelineView,
     TokenView,
 };
+use crate::replies::OperationItem;
 
 /// The state in words: its reason, or the gates it waits at.
 pub fn detail(state: &OperationState) -> String {
@@ -38,6 +39,30 @@ pub fn operation_summary(o: &OperationRecord) -> OperationSummary {
         created_at: o.created_at.clone(),
         updated_at: o.updated_at.clone(),
     }
+}
+
+/// An operation as `GET /operations` lists it: its summary, the pack its plan records (the plan's
+/// text is read, only that field deserialized) and its intent's environment.
+pub fn operation_item(store: &dyn Store, o: &OperationRecord) -> Result<OperationItem, opsgraph_store::Error> {
+    #[derive(Deserialize)]
+    struct PackOnly {
+        #[serde(default)]
+        pack: Option<String>,
+    }
+    let text = |k: &str| o.intent.get(k).and_then(Value::as_str).map(str::to_string);
+    let planned: Option<PackOnly> = store.plan_text(&o.plan_revision)?.map(|t| serde_json::from_str(&t)).transpose()?;
+    Ok(OperationItem {
+        summary: operation_summary(o),
+        pack: planned.and_then(|p| p.pack).or_else(|| text("pack")),
+        environment: text("environment"),
+    })
+}
+
+/// Whether a listed pack (`id@version`) is the one a filter names: `id@version` exactly, or `id`
+/// at any version.
+pub fn pack_matches(listed: Option<&str>, wanted: &str) -> bool {
+    let Some(listed) = listed else { return false };
+    listed == wanted || (!wanted.contains('@') && listed.split('@').next() == Some(wanted))
 }
 
 /// Secret artifacts are shown by reference only; others with where they are kept.

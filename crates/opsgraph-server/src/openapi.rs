@@ -35,6 +35,14 @@ fn parameter_schema(r: &Route, name: &str) -> Value {
         }
         (_, _, "analyzer") => json!({"enum": ["rules"]}),
         (_, _, "replace") => json!({"enum": ["true", "false"]}),
+        ("GET", "/api/v1/operations", "pack") => json!({
+            "type": "string",
+            "pattern": format!("^{PACK_ID}(@{PACK_ID})?$"),
+            "description": "`id` (any version) or `id@version`",
+        }),
+        ("GET", "/api/v1/operations", "environment") => {
+            json!({"type": "string", "minLength": 1, "description": "An environment's name, as intents give it"})
+        }
         (_, _, "state") => json!({"type": "string", "description": "An operation state (`running`, `failed`, …)"}),
         _ => json!({"type": "string"}),
     }

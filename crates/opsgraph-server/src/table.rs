@@ -141,9 +141,9 @@ pub static ROUTES: &[Route] = &[
         Need(Read),
         200,
         "none",
-        &["state", "resource"],
+        &["state", "resource", "pack", "environment"],
         handlers::operations,
-        "Operations, filtered by state and resource.",
+        "Operations, filtered by state, resource, pack and environment.",
         -> OperationList
     ),
     route!(

@@ -294,22 +294,29 @@ function patchSection(el, key, build) {
 // ---- Operations ----
 
 // The list's filters, kept while the tab lives (across live redraws and navigation).
-const listFilter = { state: "", resource: "", actor: "" };
+const listFilter = { state: "", resource: "", actor: "", pack: "", environment: "" };
 
 async function listPage() {
   const gen = generation;
   const view = $("view");
   const body = h("div", { id: "ops-body" });
   let ops = [];
-  const stateSel = h("select", { id: "filter-state", onchange: () => { listFilter.state = stateSel.value; redraw(); } });
+  // A choice among the values the list holds (state, pack, environment), "any" first.
+  const choice = (key, id) => {
+    const el = h("select", { id, onchange: () => { listFilter[key] = el.value; redraw(); } });
+    return el;
+  };
+  const choices = { state: choice("state", "filter-state"), pack: choice("pack", "filter-pack"), environment: choice("environment", "filter-environment") };
   const text = (key, id) => {
     const el = h("input", { id, type: "search", autocomplete: "off", value: listFilter[key],
       oninput: () => { listFilter[key] = el.value; redraw(); } });
     return el;
   };
   const filters = h("form", { class: "filters", role: "search", "aria-label": "Filter the operations", onsubmit: (ev) => ev.preventDefault() },
-    h("label", { for: "filter-state" }, "State"), stateSel,
+    h("label", { for: "filter-state" }, "State"), choices.state,
     h("label", { for: "filter-resource" }, "Resource"), text("resource", "filter-resource"),
+    h("label", { for: "filter-pack" }, "Pack"), choices.pack,
+    h("label", { for: "filter-environment" }, "Environment"), choices.environment,
     h("label", { for: "filter-actor" }, "By"), text("actor", "filter-actor"));
   view.replaceChildren(
     h("h2", {}, "Operations"),
@@ -317,14 +324,16 @@ async function listPage() {
     filters, body);
   // Newest first; the rows the filters keep.
   const redraw = () => {
-    const states = [...new Set(ops.map((o) => o.state))].sort();
-    if (stateSel.dataset.key !== states.join()) {
-      stateSel.dataset.key = states.join();
-      stateSel.replaceChildren(h("option", { value: "" }, "any"), ...states.map((x) => h("option", { value: x, selected: x === listFilter.state }, x)));
-      stateSel.value = listFilter.state;
+    for (const [key, sel] of Object.entries(choices)) {
+      const values = [...new Set(ops.map((o) => o[key]).filter(Boolean))].sort();
+      if (sel.dataset.key === values.join()) continue;
+      sel.dataset.key = values.join();
+      sel.replaceChildren(h("option", { value: "" }, "any"), ...values.map((x) => h("option", { value: x, selected: x === listFilter[key] }, x)));
+      sel.value = listFilter[key];
     }
     const has = (v, f) => !f || String(v || "").toLowerCase().includes(f.toLowerCase());
-    const shown = ops.filter((o) => (!listFilter.state || o.state === listFilter.state) && has(o.resource, listFilter.resource) && has(o.actor, listFilter.actor))
+    const is = (o, key) => !listFilter[key] || o[key] === listFilter[key];
+    const shown = ops.filter((o) => is(o, "state") && is(o, "pack") && is(o, "environment") && has(o.resource, listFilter.resource) && has(o.actor, listFilter.actor))
       .sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at));
     patchSection(body, JSON.stringify([shown, ops.length]), () => drawList(shown, ops.length));
   };
@@ -345,6 +354,8 @@ async function listPage() {
           h("td", {}, stateEl(o.state)),
           h("td", {}, o.detail),
           h("td", {}, o.resource ? h("a", { href: "#/resources/" + enc(o.resource) }, o.resource) : ""),
+          h("td", { "data-testid": "op-pack" }, o.pack || ""),
+          h("td", { "data-testid": "op-environment" }, o.environment || ""),
           h("td", {}, o.actor),
           h("td", {}, h("time", { datetime: o.created_at }, new Date(o.created_at).toLocaleString([], { hour12: false }))),
           h("td", { "data-testid": "op-duration" }, ["completed", "cancelled", "failed"].includes(o.state)
@@ -353,7 +364,7 @@ async function listPage() {
     if (!shown.length) return h("p", { class: "muted", "data-testid": "no-match" }, `None of the ${total} operation(s) matches the filters.`);
     return h("table", { id: "operations", "data-testid": "operations" },
       h("caption", { class: "muted" }, shown.length === total ? `${total} operation(s), newest first, live` : `${shown.length} of ${total} operation(s), newest first, live`),
-      h("thead", {}, h("tr", {}, ["Operation", "State", "Detail", "Resource", "By", "Started", "Duration"].map((t) => h("th", { scope: "col" }, t)))),
+      h("thead", {}, h("tr", {}, ["Operation", "State", "Detail", "Resource", "Pack", "Environment", "By", "Started", "Duration"].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, rows));
   };
   await draw();

@@ -899,3 +899,107 @@ fn the_token_roles_reach_the_policy_rules() {
     let r = api.post("/api/v1/plans", &sue, &intent("h1"));
     assert_eq!(r.status, 200, "{}", r.body);
 }
+
+/// Issue [M] item 5: each listed operation names the pack its plan records and its intent's
+/// environment, and the list filters by them as by state; a value nothing has gives an empty
+/// list, a malformed one a 400.
+#[test]
+fn the_operations_list_names_and_filters_by_pack_and_environment() {
+    let bye: Vec<(String, String)> =
+        PACK.iter().map(|(p, t)| (p.replace("hello", "bye"), t.replace("hello", "bye"))).collect();
+    let files: Vec<(&str, &str)> =
+        PACK.iter().copied().chain(bye.iter().map(|(p, t)| (p.as_str(), t.as_str()))).collect();
+    let api = Api::over(temp_dir(&files)).packs(&["hello", "bye"]).build();
+    let sam = api.token("sam", &["operator"]);
+    let nowhere = intent("h3").replace("  environment: dev\n", "");
+    for body in [intent("h1"), intent("h2").replace("dev", "prod"), nowhere, intent("b1").replace("hello", "bye")] {
+        let r = api.post("/api/v1/operations", &sam, &body);
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    api.idle();
+    let check = |query: &str, expect: expect_test::Expect| {
+        let r = api.get(&format!("/api/v1/operations{query}"), &sam);
+        let got: String = match r.status {
+            200 => r.body["operations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| format!("{} {} {} {}\n", o["resource"], o["state"], o["pack"], o["environment"]))
+                .collect(),
+            _ => format!("{} {}: {}\n", r.status, r.code(), r.body["error"]["message"].as_str().unwrap_or("")),
+        };
+        expect.assert_eq(&got);
+    };
+    check(
+        "",
+        expect![[r#"
+        "hello.app/h1" "paused" "hello@1.0.0" "dev"
+        "hello.app/h2" "paused" "hello@1.0.0" "prod"
+        "hello.app/h3" "paused" "hello@1.0.0" null
+        "bye.app/b1" "paused" "bye@1.0.0" "dev"
+    "#]],
+    );
+    check(
+        "?pack=hello",
+        expect![[r#"
+        "hello.app/h1" "paused" "hello@1.0.0" "dev"
+        "hello.app/h2" "paused" "hello@1.0.0" "prod"
+        "hello.app/h3" "paused" "hello@1.0.0" null
+    "#]],
+    );
+    check(
+        "?pack=hello@1.0.0",
+        expect![[r#"
+        "hello.app/h1" "paused" "hello@1.0.0" "dev"
+        "hello.app/h2" "paused" "hello@1.0.0" "prod"
+        "hello.app/h3" "paused" "hello@1.0.0" null
+    "#]],
+    );
+    check(
+        "?pack=bye&environment=dev",
+        expect![[r#"
+        "bye.app/b1" "paused" "bye@1.0.0" "dev"
+    "#]],
+    );
+    check(
+        "?environment=prod",
+        expect![[r#"
+        "hello.app/h2" "paused" "hello@1.0.0" "prod"
+    "#]],
+    );
+    check(
+        "?state=paused&pack=bye",
+        expect![[r#"
+        "bye.app/b1" "paused" "bye@1.0.0" "dev"
+    "#]],
+    );
+    check("?state=completed&pack=bye", expect![[r#""#]]);
+    check("?pack=hello@2.0.0", expect![[r#""#]]);
+    check("?pack=nosuch", expect![[r#""#]]);
+    check("?environment=staging", expect![[r#""#]]);
+    check(
+        "?pack=Hello!",
+        expect![[r#"
+        400 invalid_parameter: `pack` is a pack's `id` or `id@version` (`postgres@1.2.0`)
+    "#]],
+    );
+    check(
+        "?pack=hello@",
+        expect![[r#"
+        400 invalid_parameter: `pack` is a pack's `id` or `id@version` (`postgres@1.2.0`)
+    "#]],
+    );
+    check(
+        "?environment=",
+        expect![[r#"
+        400 invalid_parameter: `environment` is an environment's name (`prod`)
+    "#]],
+    );
+    check(
+        "?team=a",
+        expect![[r#"
+        400 unknown_parameter: unknown query parameter `team`; this route takes: state, resource, pack, environment
+    "#]],
+    );
+    assert_eq!(api.audit().len(), 4, "the four creations, nothing for the lists");
+}

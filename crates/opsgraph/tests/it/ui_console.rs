@@ -136,10 +136,16 @@ impl Console {
         self.server.url()
     }
 
-    /// Files an operation through the API as the operator; its id.
+    /// Files an operation in `dev` through the API as the operator; its id.
     fn create(&self, action: &str, name: &str, extra: &str) -> String {
+        self.create_in(Some("dev"), action, name, extra)
+    }
+
+    /// [`Console::create`] in this environment, or naming none.
+    fn create_in(&self, environment: Option<&str>, action: &str, name: &str, extra: &str) -> String {
+        let environment = environment.map(|e| format!("  environment: {e}\n")).unwrap_or_default();
         let intent = format!(
-            "intent:\n  target_resource_type: fleet.app\n  action: {action}\n  name: {name}\n  environment: dev\n{extra}"
+            "intent:\n  target_resource_type: fleet.app\n  action: {action}\n  name: {name}\n{environment}{extra}"
         );
         let (status, created) = http(self.server.addr, "POST", "/api/v1/operations", &self.sam, &intent);
         assert_eq!(status, 201, "{created}");
@@ -295,7 +301,7 @@ fn the_new_operation_form_shows_plain_values_the_plans_reasons_and_a_disabled_ap
 fn pause_is_offered_only_when_legal_states_have_their_own_colours_and_cancel_focuses_no() {
     let Some(shots) = screenshots() else { return };
     let c = Console::start();
-    let picked = c.create("pick", "gated", "");
+    let picked = c.create_in(None, "pick", "gated", "");
     c.wait_op(&picked, "waited at its gate", |op| op["state"] == "waiting_for_input");
     let (status, body) = http(c.server.addr, "POST", &format!("/api/v1/operations/{picked}/pause"), &c.sam, "{}");
     assert_eq!(status, 409, "the server refuses to pause an operation waiting at a gate: {body}");
@@ -347,7 +353,8 @@ fn pause_is_offered_only_when_legal_states_have_their_own_colours_and_cancel_foc
     browser.wait("[data-testid=resource-verified]", |t| t.contains("verified"));
     browser.screenshot(&shots, "console-resource");
 
-    // The operations list: newest first, filtered by state and by who, the filters labelled.
+    // The operations list: newest first, filtered by state, environment, pack and who, the filters
+    // labelled (`picked` names no environment).
     browser.go(&format!("{}/#/", c.base()));
     browser.wait(&format!("tr[data-id='{failed}']"), |t| t.contains("failed"));
     let order = browser.js("return [...document.querySelectorAll('tr[data-testid=op-row]')].map(r => r.dataset.id)");
@@ -358,6 +365,24 @@ fn pause_is_offered_only_when_legal_states_have_their_own_colours_and_cancel_foc
     let order = browser.js("return [...document.querySelectorAll('tr[data-testid=op-row]')].map(r => r.dataset.id)");
     assert_eq!(order, json!([failed]));
     browser.screenshot(&shots, "console-operations-filtered");
+    let options =
+        |id: &str| browser.js(&format!("return [...document.getElementById('{id}').options].map(o => o.value)"));
+    browser.js("const s = document.getElementById('filter-state'); s.value = ''; s.dispatchEvent(new Event('change')); return null");
+    browser.wait("[data-testid=operations] caption", |t| t.starts_with("3 operation(s)"));
+    assert_eq!(options("filter-environment"), json!(["", "dev"]));
+    let pack = c.get(&failed)["pack"].as_str().expect("the operation's pack").to_string();
+    assert!(pack.starts_with("fleet@"), "{pack}");
+    assert_eq!(options("filter-pack"), json!(["", pack]));
+    // By keyboard: the environment chosen with the arrow key on its focused list.
+    browser.js("document.getElementById('filter-environment').focus(); return null");
+    browser.press("\u{E015}"); // ArrowDown
+    browser.wait("[data-testid=operations] caption", |t| t.starts_with("2 of 3"));
+    let order = browser.js("return [...document.querySelectorAll('tr[data-testid=op-row]')].map(r => r.dataset.id)");
+    assert_eq!(order, json!([failed, rolled]), "the operation in no environment is not in `dev`");
+    browser.wait(&format!("tr[data-id='{rolled}'] [data-testid=op-environment]"), |t| t == "dev");
+    browser.wait(&format!("tr[data-id='{rolled}'] [data-testid=op-pack]"), |t| t == pack);
+    browser.js(&format!("const s = document.getElementById('filter-pack'); s.value = '{pack}'; s.dispatchEvent(new Event('change')); return null"));
+    browser.wait("[data-testid=operations] caption", |t| t.starts_with("2 of 3"));
     browser.fill("#filter-actor", "nobody");
     browser.wait("[data-testid=no-match]", |t| t.contains("None of the 3"));
 }
