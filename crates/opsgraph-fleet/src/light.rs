@@ -63,9 +63,55 @@ pub struct LightState {
     pub environment: String,
     /// Whether this set made the bridge (so `down` removes it).
     pub bridge: bool,
+    /// What of `/run/netns` this set made: `ip netns add` makes the directory and mounts it on
+    /// itself the first time on a machine, so `down` unmounts (and removes) it once it is empty.
+    #[serde(default)]
+    pub netns_root: NetnsRoot,
     pub hosts: Vec<LightHost>,
     /// Kernel settings `up` raised, with the values they had.
     pub sysctls: Vec<Sysctl>,
+}
+
+/// What `/run/netns` was before `up`: what `down` has to take away to leave the machine as it was.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetnsRoot {
+    /// A mount point already (another tool's namespaces, or an earlier set): left alone.
+    #[default]
+    Found,
+    /// A directory, not a mount point: `down` unmounts it.
+    Directory,
+    /// Absent: `down` unmounts and removes it.
+    Absent,
+}
+
+impl NetnsRoot {
+    const PATH: &str = "/run/netns";
+
+    fn now() -> NetnsRoot {
+        if sys::mounts().iter().any(|m| m == Self::PATH) {
+            NetnsRoot::Found
+        } else if Path::new(Self::PATH).is_dir() {
+            NetnsRoot::Directory
+        } else {
+            NetnsRoot::Absent
+        }
+    }
+
+    /// Undoes what `up` made of `/run/netns`, once no namespace is left in it.
+    fn restore(self) -> Result<(), Error> {
+        let empty = std::fs::read_dir(Self::PATH).is_ok_and(|mut d| d.next().is_none());
+        if self == NetnsRoot::Found || !empty {
+            return Ok(());
+        }
+        if sys::mounts().iter().any(|m| m == Self::PATH) {
+            sys::run("unmount /run/netns", Command::new("umount").arg(Self::PATH))?;
+        }
+        if self == NetnsRoot::Absent {
+            std::fs::remove_dir(Self::PATH).map_err(io("remove /run/netns"))?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,6 +236,7 @@ pub fn light_up(opts: &LightOptions, log: &mut dyn Write) -> Result<LightSummary
         dir: dir.clone(),
         environment: opts.environment.clone(),
         bridge: false,
+        netns_root: NetnsRoot::Found,
         hosts: (1..=opts.count)
             .map(|i| LightHost {
                 name: format!("light-{i}"),
@@ -239,6 +286,7 @@ fn build(state: &mut LightState, log: &mut dyn Write) -> Result<(), Error> {
 
     let t = Instant::now();
     state.bridge = true;
+    state.netns_root = NetnsRoot::now();
     state.save()?;
     let mut batch = vec![
         format!("link add {LIGHT_BRIDGE} type bridge"),
@@ -467,6 +515,7 @@ pub fn light_down(dir: &Path, log: &mut dyn Write) -> Result<crate::DownReport, 
     if !batch.is_empty() {
         ip_batch("remove the light hosts' veths, namespaces and bridge", &[], &batch)?;
     }
+    state.netns_root.restore()?;
     for s in &state.sysctls {
         // Only a value still as `up` set it: another change since is someone else's.
         if std::fs::read_to_string(&s.path).is_ok_and(|v| v.trim() == s.set) {
@@ -570,6 +619,7 @@ mod tests {
             dir: PathBuf::from("/var/light"),
             environment: "bench".into(),
             bridge: true,
+            netns_root: super::NetnsRoot::Found,
             hosts: (1..=n)
                 .map(|i| LightHost {
                     name: format!("light-{i}"),
