@@ -877,7 +877,8 @@ fn the_plan_and_the_patches_of_an_operation_are_served() {
     // The plan is now the patched revision.
     let plan = api.get(&format!("/api/v1/operations/{id}/plan"), &vera).body;
     assert_eq!(plan["parameters"]["word"], "hello", "{plan}");
-    assert_eq!(api.get(&format!("/api/v1/operations/{id}"), &vera).body["state"], "completed");
+    let op = api.get(&format!("/api/v1/operations/{id}"), &vera).body;
+    assert_eq!(op["state"], "completed", "{op:#}");
     let r = api.get("/api/v1/operations/op-none/plan", &vera);
     assert_eq!((r.status, r.code()), (404, "no_operation"));
 }
