@@ -39,16 +39,43 @@ pub struct RoleView {
     pub permissions: Vec<String>,
 }
 
-/// `GET /roles`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct RoleList {
-    pub roles: Vec<RoleView>,
+/// The lists the `GET` routes answer with, each an object whose one field is the list
+/// (`{"jobs": [...]}`): declared here once, each with its doc, its name and its field.
+macro_rules! lists {
+    ($($(#[$doc:meta])* $name:ident { $field:ident: $item:ty })*) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+        pub struct $name {
+            pub $field: Vec<$item>,
+        }
+    )*};
 }
 
-/// `GET /operations`, newest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct OperationList {
-    pub operations: Vec<OperationItem>,
+lists! {
+    /// `GET /roles`.
+    RoleList { roles: RoleView }
+    /// `GET /operations`, newest first.
+    OperationList { operations: OperationItem }
+    /// `GET /operations/{id}/jobs`.
+    JobList { jobs: JobRecord }
+    /// `GET /operations/{id}/timeline`, oldest first.
+    Timeline { timeline: TimelineView }
+    /// `GET /operations/{id}/evidence`.
+    EvidenceList { evidence: EvidenceRecord }
+    /// `GET /operations/{id}/artifacts`.
+    ArtifactList { artifacts: ArtifactView }
+    /// `GET /operations/{id}/patches`.
+    PatchList { patches: PatchView }
+    /// `GET /operations/{id}/diagnosis`: one entry per failed job.
+    DiagnosisList { diagnosis: DiagnosisView }
+    /// `GET /operations/{id}/logs`.
+    LogList { logs: LogEntry }
+    /// `GET /resources`.
+    ResourceList { resources: ResourceRow }
+    /// `GET /audit`, oldest first.
+    AuditList { audit: AuditRecord }
+    /// `GET /tokens`.
+    TokenList { tokens: TokenView }
 }
 
 /// One operation of `GET /operations`: its summary, the pack it runs and the environment its
@@ -63,42 +90,6 @@ pub struct OperationItem {
     pub environment: Option<String>,
 }
 
-/// `GET /operations/{id}/jobs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct JobList {
-    pub jobs: Vec<JobRecord>,
-}
-
-/// `GET /operations/{id}/timeline`, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Timeline {
-    pub timeline: Vec<TimelineView>,
-}
-
-/// `GET /operations/{id}/evidence`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct EvidenceList {
-    pub evidence: Vec<EvidenceRecord>,
-}
-
-/// `GET /operations/{id}/artifacts`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ArtifactList {
-    pub artifacts: Vec<ArtifactView>,
-}
-
-/// `GET /operations/{id}/patches`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct PatchList {
-    pub patches: Vec<PatchView>,
-}
-
-/// `GET /operations/{id}/diagnosis`: one entry per failed job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct DiagnosisList {
-    pub diagnosis: Vec<DiagnosisView>,
-}
-
 /// `POST /operations/{id}/diagnosis`: the rules analyzer's list (as `GET`), or the AI's one
 /// answer with the reviewer's verdict on its patch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -107,12 +98,6 @@ pub struct AnalyzerReply {
     /// The reviewer on the AI's patch (none from the rules analyzer, or without a patch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<crate::dto::ReviewView>,
-}
-
-/// `GET /operations/{id}/logs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct LogList {
-    pub logs: Vec<LogEntry>,
 }
 
 /// `GET /operations/{id}/jobs/{job}/log?after=`: a job's latest attempt's output. While it runs,
@@ -136,24 +121,6 @@ pub struct JobLog {
     /// `text` is the ended attempt's whole final log (empty when it left no output).
     #[serde(rename = "final")]
     pub final_log: bool,
-}
-
-/// `GET /resources`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ResourceList {
-    pub resources: Vec<ResourceRow>,
-}
-
-/// `GET /audit`, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct AuditList {
-    pub audit: Vec<AuditRecord>,
-}
-
-/// `GET /tokens`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct TokenList {
-    pub tokens: Vec<TokenView>,
 }
 
 /// A token just created (`POST /tokens`): its secret is shown here once.

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::pack::shape::{field, required, Alt, Field, Obj, Shape, Wrap};
+use crate::pack::shape::{field, obj, required, Alt, Obj, Shape, Wrap};
 
 static STR: Shape = Shape::Str;
 static ID: Shape = Shape::Id;
@@ -65,23 +65,15 @@ static COMMAND: Shape = Shape::Alt(&Alt {
 
 // --- requirements and provisions -----------------------------------------------------------
 
-pub(crate) static REQUIREMENT_OBJ: Obj = Obj {
-    name: "requirement",
-    doc: "A capability requirement: key, constraints, scope (seed §5).",
-    fields: &[
-        Field {
-            name: "capability",
-            shape: &CAP,
-            required: true,
-            doc: "the capability key (`key` is accepted too)",
-            aliases: &["key"],
-        },
+pub(crate) static REQUIREMENT_OBJ: Obj = obj(
+    "requirement",
+    "A capability requirement: key, constraints, scope (seed §5).",
+    &[
+        required("capability", &CAP, "the capability key (`key` is accepted too)").aliases(&["key"]),
         field("constraints", &CONSTRAINTS, "attribute predicates the provider must satisfy"),
         field("scope", &ID, "the template scope whose resources must provide it (`target_nodes`)"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 pub(crate) static REQUIREMENT: Shape = Shape::Alt(&Alt {
     doc: "a capability key, or a mapping with `capability`, `constraints`, `scope`",
     scalar: Some((&CAP, Wrap::Field("capability"))),
@@ -90,17 +82,11 @@ pub(crate) static REQUIREMENT: Shape = Shape::Alt(&Alt {
 });
 static REQUIREMENTS: Shape = Shape::List(&REQUIREMENT);
 
-static PROVISION_OBJ: Obj = Obj {
-    name: "provision",
-    doc: "A capability provided, in a scope, with the attributes it will have.",
-    fields: &[
-        Field {
-            name: "capability",
-            shape: &CAP,
-            required: true,
-            doc: "the capability key (`key` is accepted too)",
-            aliases: &["key"],
-        },
+static PROVISION_OBJ: Obj = obj(
+    "provision",
+    "A capability provided, in a scope, with the attributes it will have.",
+    &[
+        required("capability", &CAP, "the capability key (`key` is accepted too)").aliases(&["key"]),
         field("scope", &ID, "the template scope it is provided on"),
         field("provider", &ID, "a provider id this pack can create"),
         field("attributes", &ATTRS, "attributes the provided capability has"),
@@ -110,9 +96,7 @@ static PROVISION_OBJ: Obj = Obj {
             "the artifact this operation produces that holds the credentials to use it (a kubeconfig, a key file)",
         ),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 static PROVISION: Shape = Shape::Alt(&Alt {
     doc: "a capability key, or a mapping with `capability`, `scope`, `attributes`",
     scalar: Some((&CAP, Wrap::Field("capability"))),
@@ -123,16 +107,14 @@ static PROVISIONS: Shape = Shape::List(&PROVISION);
 
 // --- resource ------------------------------------------------------------------------------
 
-static PROVIDED_OBJ: Obj = Obj {
-    name: "provided capability",
-    doc: "A capability a resource provides, with the attributes constraints match.",
-    fields: &[
-        Field { name: "capability", shape: &CAP, required: true, doc: "the capability key", aliases: &["key"] },
+static PROVIDED_OBJ: Obj = obj(
+    "provided capability",
+    "A capability a resource provides, with the attributes constraints match.",
+    &[
+        required("capability", &CAP, "the capability key").aliases(&["key"]),
         field("attributes", &ATTRS, "attributes constraints are matched against"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 static PROVIDED: Shape = Shape::Alt(&Alt {
     doc: "a capability key, or a mapping with `capability` and `attributes`",
     scalar: Some((&CAP, Wrap::Field("capability"))),
@@ -140,35 +122,31 @@ static PROVIDED: Shape = Shape::Alt(&Alt {
     map: Some((&Shape::Obj(&PROVIDED_OBJ), Wrap::Keep)),
 });
 
-static SSH_ACCESS: Obj = Obj {
-    name: "ssh access",
-    doc: "How the SSH executor reaches the resource.",
-    fields: &[
+static SSH_ACCESS: Obj = obj(
+    "ssh access",
+    "How the SSH executor reaches the resource.",
+    &[
         required("host", &STR, "host name or address"),
         field("port", &PORT, "port, 22 by default"),
         field("user", &STR, "login user"),
         field("key", &STR, "path of the private key file"),
         field("known_hosts", &STR, "path of the known_hosts file to check the host key against"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static ACCESS: Obj = Obj {
-    name: "access",
-    doc: "How executors reach the resource.",
-    fields: &[
+);
+static ACCESS: Obj = obj(
+    "access",
+    "How executors reach the resource.",
+    &[
         field("ssh", &Shape::Obj(&SSH_ACCESS), "reach it over SSH"),
         field("local", &BOOL, "the resource is this machine"),
         field("agent", &STR, "jobs go to the remote agent with this name"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-pub(crate) static RESOURCE: Obj = Obj {
-    name: "resource",
-    doc: "A managed object: a host, a cluster, a bucket (seed §2, §4).",
-    fields: &[
+pub(crate) static RESOURCE: Obj = obj(
+    "resource",
+    "A managed object: a host, a cluster, a bucket (seed §2, §4).",
+    &[
         field("id", &RID, "`<type>/<name>`; derived from type and name when absent"),
         required("type", &ID, "the resource type (`cluster`, `compute_node`)"),
         required("name", &ID, "the resource name, unique within its type"),
@@ -191,36 +169,33 @@ pub(crate) static RESOURCE: Obj = Obj {
             "capability -> an absolute file path, or `artifact:<operation>/<artifact>`: handed to jobs bound to it",
         ),
     ],
-    one_of: &[],
-    normalize: Some(|mut m| {
-        if !m.contains_key("id") {
-            if let (Some(Value::String(t)), Some(Value::String(n))) = (m.get("type"), m.get("name")) {
-                let id = format!("{t}/{n}");
-                m.insert("id".into(), json!(id));
-            }
+)
+.normalized(|mut m| {
+    if !m.contains_key("id") {
+        if let (Some(Value::String(t)), Some(Value::String(n))) = (m.get("type"), m.get("name")) {
+            let id = format!("{t}/{n}");
+            m.insert("id".into(), json!(id));
         }
-        Value::Object(m)
-    }),
-};
+    }
+    Value::Object(m)
+});
 
 // --- provider and policy -------------------------------------------------------------------
 
-static CREATE_ACTION: Obj = Obj {
-    name: "create action",
-    doc: "The pack action that creates a resource of this provider (a sub-operation).",
-    fields: &[
+static CREATE_ACTION: Obj = obj(
+    "create action",
+    "The pack action that creates a resource of this provider (a sub-operation).",
+    &[
         required("pack", &ID, "the pack id"),
         required("action", &ID, "the pack action"),
         field("parameters", &ATTRS, "parameters passed to the action"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-pub(crate) static PROVIDER: Obj = Obj {
-    name: "provider",
-    doc: "What `allowed_providers` and `default_provider` name.",
-    fields: &[
+pub(crate) static PROVIDER: Obj = obj(
+    "provider",
+    "What `allowed_providers` and `default_provider` name.",
+    &[
         required("id", &ID, "the provider id"),
         required("capability", &CAP, "the capability it provides"),
         field("title", &STR, "how options name it (`create dedicated MinIO`)"),
@@ -230,14 +205,12 @@ pub(crate) static PROVIDER: Obj = Obj {
         field("bind", &BIND_MODE, "`external`: a person may bind a resource outside the inventory at a gate"),
         field("cost", &NUMBER, "estimated monthly cost of creating one"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-static ENV_POLICY: Obj = Obj {
-    name: "environment policy",
-    doc: "The provider policy of one capability in one environment (seed §6).",
-    fields: &[
+static ENV_POLICY: Obj = obj(
+    "environment policy",
+    "The provider policy of one capability in one environment (seed §6).",
+    &[
         field("allowed_providers", &IDS, "providers that may serve it; absent: any"),
         field("default_provider", &ID, "the provider chosen when several match"),
         field("require_encryption", &BOOL, "candidates must have `encryption: true`"),
@@ -247,28 +220,28 @@ static ENV_POLICY: Obj = Obj {
         field("exception_roles", &IDS, "the roles that grant an exception (default `platform_admin`)"),
         field("rules", &POLICY_RULES, "rules with CEL expressions over the intent, the roles and each candidate"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static POLICY_RULE: Obj = Obj {
-    name: "policy rule",
-    doc: "A capability policy rule: while `when` holds, candidates must satisfy `require`, or the plan needs an approval.",
-    fields: &[
+);
+static POLICY_RULE: Obj = obj(
+    "policy rule",
+    "A capability policy rule: while `when` holds, candidates must satisfy `require`, or the plan needs an approval.",
+    &[
         required("name", &ID, "the rule's name, said with every rejection it causes"),
         field("when", &STR, "CEL over `intent` and `roles`; absent: always"),
-        field("require", &STR, "CEL over `intent`, `roles` and `candidate`: a candidate for which it is false is rejected"),
+        field(
+            "require",
+            &STR,
+            "CEL over `intent`, `roles` and `candidate`: a candidate for which it is false is rejected",
+        ),
         field("require_approval", &BOOL, "binding or creating needs an approval gate while `when` holds"),
         field("approval_roles", &IDS, "the roles that answer that gate"),
         field("reason", &STR, "why the rule exists, said with its rejections"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 static POLICY_RULES: Shape = Shape::List(&Shape::Obj(&POLICY_RULE));
-static OPERATIONS_RULE: Obj = Obj {
-    name: "operations rule",
-    doc: "An operations policy rule: while `when` holds, the plan is refused, needs an approval, or confirms its cost above another threshold.",
-    fields: &[
+static OPERATIONS_RULE: Obj = obj(
+    "operations rule",
+    "An operations policy rule: while `when` holds, the plan is refused, needs an approval, or confirms its cost above another threshold.",
+    &[
         required("name", &ID, "the rule's name, said where it acts"),
         field("when", &STR, "CEL over `intent`, `roles` and `cost` (the plan's estimate); absent: always"),
         field("deny", &STR, "the plan is refused, with this reason (P013)"),
@@ -276,24 +249,20 @@ static OPERATIONS_RULE: Obj = Obj {
         field("approval_roles", &IDS, "the roles that answer it (default `sre`, `platform_admin`)"),
         field("confirm_cost_above", &NUMBER, "replaces the environment's threshold (the first rule that holds)"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static SOFT_POLICY: Obj = Obj {
-    name: "soft policy",
-    doc: "Preferred rules: a candidate that breaks them is used only if nothing else fits, after an exception.",
-    fields: &[
+);
+static SOFT_POLICY: Obj = obj(
+    "soft policy",
+    "Preferred rules: a candidate that breaks them is used only if nothing else fits, after an exception.",
+    &[
         field("allowed_providers", &IDS, "the preferred providers"),
         field("require_encryption", &BOOL, "prefer candidates with `encryption: true`"),
         field("reason", &STR, "why the rule exists, shown at the gate"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static ENV_OPERATIONS: Obj = Obj {
-    name: "environment operations policy",
-    doc: "Rules about whole operations in one environment (`default`: any environment without its own).",
-    fields: &[
+);
+static ENV_OPERATIONS: Obj = obj(
+    "environment operations policy",
+    "Rules about whole operations in one environment (`default`: any environment without its own).",
+    &[
         field("confirm_cost_above", &NUMBER, "a plan estimated above this needs a `cost_confirmation` gate"),
         field("cost_roles", &IDS, "the roles that confirm the cost (default `sre`, `platform_admin`)"),
         field("cost_unit", &STR, "how cost figures are labelled (`USD/month`)"),
@@ -305,9 +274,7 @@ static ENV_OPERATIONS: Obj = Obj {
         ),
         field("rollouts", &ROLLOUTS, "job id -> its rollout in this environment (wins over the pack and the intent)"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 static REPAIR_MODE: Shape = Shape::Enum(&["off", "propose", "apply_safe"]);
 pub(crate) static OPERATIONS_POLICY: Shape = Shape::Map { key: &ID, value: &Shape::Obj(&ENV_OPERATIONS) };
 static ENV_POLICIES: Shape = Shape::Map { key: &ID, value: &Shape::Obj(&ENV_POLICY) };
@@ -315,10 +282,10 @@ pub(crate) static CAPABILITY_POLICY: Shape = Shape::Map { key: &CAP, value: &ENV
 
 // --- intent --------------------------------------------------------------------------------
 
-pub(crate) static INTENT: Obj = Obj {
-    name: "intent",
-    doc: "What a person wants (seed §2).",
-    fields: &[
+pub(crate) static INTENT: Obj = obj(
+    "intent",
+    "What a person wants (seed §2).",
+    &[
         field("id", &ID, "an id for the intent"),
         required("target_resource_type", &ID, "the type of resource to create or change"),
         required("action", &ID, "the pack action (`install`, `create_cluster`)"),
@@ -339,45 +306,37 @@ pub(crate) static INTENT: Obj = Obj {
         field("requires", &REQUIREMENTS, "requirements beyond the pack's own"),
         field("rollouts", &ROLLOUTS, "job id -> its rollout for this operation (wins over the pack's)"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
 // --- scenario pack -------------------------------------------------------------------------
 
-static TEMPLATE_REF: Obj = Obj {
-    name: "plan template reference",
-    doc: "A plan template of the pack.",
-    fields: &[
+static TEMPLATE_REF: Obj = obj(
+    "plan template reference",
+    "A plan template of the pack.",
+    &[
         required("id", &ID, "the plan_template id"),
         field("entrypoint", &ID, "the job the plan starts from"),
         field("action", &ID, "the action it implements"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static EDITABLE: Obj = Obj {
-    name: "editable",
-    doc: "What users may change.",
-    fields: &[field("advanced_mode", &BOOL, "jobs and contracts are editable in advanced mode")],
-    one_of: &[],
-    normalize: None,
-};
-static RISK: Obj = Obj {
-    name: "risk",
-    doc: "The pack's risk.",
-    fields: &[
+);
+static EDITABLE: Obj = obj(
+    "editable",
+    "What users may change.",
+    &[field("advanced_mode", &BOOL, "jobs and contracts are editable in advanced mode")],
+);
+static RISK: Obj = obj(
+    "risk",
+    "The pack's risk.",
+    &[
         field("default_level", &RISK_LEVEL, "low | medium | high | critical"),
         field("approval_from", &RISK_LEVEL, "from this level up, plans get an approval gate"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-pub(crate) static SCENARIO_PACK: Obj = Obj {
-    name: "scenario_pack",
-    doc: "The manifest of a pack directory (seed §15).",
-    fields: &[
+pub(crate) static SCENARIO_PACK: Obj = obj(
+    "scenario_pack",
+    "The manifest of a pack directory (seed §15).",
+    &[
         required("id", &ID, "the pack id"),
         required("version", &STR, "the pack version (`1.0.0`)"),
         field("title", &STR, "the name used in sentences (`Tempo`)"),
@@ -400,13 +359,11 @@ pub(crate) static SCENARIO_PACK: Obj = Obj {
             "how its resource types are verified after day 1",
         ),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static RESOURCE_SPEC: Obj = Obj {
-    name: "resource verification",
-    doc: "How a managed resource type is observed and verified after its first operation.",
-    fields: &[
+);
+static RESOURCE_SPEC: Obj = obj(
+    "resource verification",
+    "How a managed resource type is observed and verified after its first operation.",
+    &[
         required("type", &ID, "one of the pack's resource_types"),
         required(
             "on",
@@ -417,16 +374,14 @@ static RESOURCE_SPEC: Obj = Obj {
         field("verify", &IDS, "evidence checks that must pass for the resource to be running"),
         field("observe", &IDS, "evidence checks with `capture`: their values are the observed state"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
 // --- plan template -------------------------------------------------------------------------
 
-static PARAM_SPEC: Obj = Obj {
-    name: "parameter",
-    doc: "A typed parameter of a plan template.",
-    fields: &[
+static PARAM_SPEC: Obj = obj(
+    "parameter",
+    "A typed parameter of a plan template.",
+    &[
         required("type", &PARAM_TYPE, "string | integer | number | boolean | list | map"),
         field("default", &ANY, "the value when the intent gives none"),
         field("required", &BOOL, "the intent must give it (else a missing_input gate)"),
@@ -440,32 +395,22 @@ static PARAM_SPEC: Obj = Obj {
             "the value names this artifact of an earlier operation, `<operation>/<artifact>`; jobs get its file",
         ),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static SCOPE_SPEC: Obj = Obj {
-    name: "scope",
-    doc: "A set of resources jobs fan out over.",
-    fields: &[
+);
+static SCOPE_SPEC: Obj = obj(
+    "scope",
+    "A set of resources jobs fan out over.",
+    &[
         required("resource_type", &ID, "the type of its resources"),
         required("from", &Shape::OneOrList(&STR), "`targets.<name>`: the intent's targets; a list joins several"),
         field("min", &Shape::Int { min: 0, max: i64::MAX }, "at least this many resources"),
         field("max", &Shape::Int { min: 0, max: i64::MAX }, "at most this many resources"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static STAGE_SPEC: Obj = Obj {
-    name: "stage",
-    doc: "A group of jobs, for people (seed §11).",
-    fields: &[
-        required("id", &ID, "the stage id"),
-        required("name", &STR, "its name"),
-        required("jobs", &IDS, "its jobs"),
-    ],
-    one_of: &[],
-    normalize: None,
-};
+);
+static STAGE_SPEC: Obj = obj(
+    "stage",
+    "A group of jobs, for people (seed §11).",
+    &[required("id", &ID, "the stage id"), required("name", &STR, "its name"), required("jobs", &IDS, "its jobs")],
+);
 static JOB_ENTRY: Shape = Shape::Alt(&Alt {
     doc: "a job id from the pack's library, or an inline job",
     scalar: Some((&ID, Wrap::Tag("ref"))),
@@ -473,10 +418,10 @@ static JOB_ENTRY: Shape = Shape::Alt(&Alt {
     map: Some((&Shape::Obj(&JOB), Wrap::Tag("inline"))),
 });
 
-pub(crate) static PLAN_TEMPLATE: Obj = Obj {
-    name: "plan_template",
-    doc: "How a pack action becomes a plan.",
-    fields: &[
+pub(crate) static PLAN_TEMPLATE: Obj = obj(
+    "plan_template",
+    "How a pack action becomes a plan.",
+    &[
         required("id", &ID, "the template id (`kubernetes.create`)"),
         required("action", &ID, "the action it implements"),
         field("title", &STR, "free text"),
@@ -497,110 +442,78 @@ pub(crate) static PLAN_TEMPLATE: Obj = Obj {
             "when a plan of it is refused before anything runs (docs/day2.md)",
         ),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
 // --- job -----------------------------------------------------------------------------------
 
-static JOB_SCOPE: Obj = Obj {
-    name: "job scope",
-    doc: "Where a job runs.",
-    fields: &[
+static JOB_SCOPE: Obj = obj(
+    "job scope",
+    "Where a job runs.",
+    &[
         field("resources", &IDS, "resource types it runs on"),
         field("target", &ID, "the template scope it fans out over"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static REQUIRES: Obj = Obj {
-    name: "requires",
-    doc: "What a job needs.",
-    fields: &[
-        field("capabilities", &REQUIREMENTS, "capabilities"),
-        field("artifacts", &IDS, "artifacts other jobs produce"),
-    ],
-    one_of: &[],
-    normalize: None,
-};
-static INPUTS: Obj = Obj {
-    name: "inputs",
-    doc: "A job's input contract.",
-    fields: &[
+);
+static REQUIRES: Obj = obj(
+    "requires",
+    "What a job needs.",
+    &[field("capabilities", &REQUIREMENTS, "capabilities"), field("artifacts", &IDS, "artifacts other jobs produce")],
+);
+static INPUTS: Obj = obj(
+    "inputs",
+    "A job's input contract.",
+    &[
         field("parameters", &ATTRS, "parameters and their defaults"),
         field("requires", &Shape::Obj(&REQUIRES), "what it needs"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static PROVIDES: Obj = Obj {
-    name: "provides",
-    doc: "What a job provides.",
-    fields: &[field("capabilities", &PROVISIONS, "capabilities")],
-    one_of: &[],
-    normalize: None,
-};
-static OUTPUTS: Obj = Obj {
-    name: "outputs",
-    doc: "A job's output contract.",
-    fields: &[
+);
+static PROVIDES: Obj = obj("provides", "What a job provides.", &[field("capabilities", &PROVISIONS, "capabilities")]);
+static OUTPUTS: Obj = obj(
+    "outputs",
+    "A job's output contract.",
+    &[
         field("provides", &Shape::Obj(&PROVIDES), "capabilities it provides"),
         field("artifacts", &IDS, "artifacts it produces"),
         field("evidence", &IDS, "evidence checks that prove its outputs"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static RETRY_POLICY: Obj = Obj {
-    name: "retry_policy",
-    doc: "How often a job is tried.",
-    fields: &[
+);
+static RETRY_POLICY: Obj = obj(
+    "retry_policy",
+    "How often a job is tried.",
+    &[
         field("max_attempts", &COUNT, "attempts in all, 1 by default"),
         field("backoff", &DURATION, "delay before the second attempt, doubled after"),
         field("max_backoff", &DURATION, "the longest delay"),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static IDEMPOTENCY: Obj = Obj {
-    name: "idempotency",
-    doc: "The key under which a successful run is remembered.",
-    fields: &[required("key", &STR, "a template: `install-containerd:{node_id}:{version}`")],
-    one_of: &[],
-    normalize: None,
-};
-static ROLLBACK: Obj = Obj {
-    name: "rollback",
-    doc: "How a job is undone.",
-    fields: &[
-        required("supported", &ROLLBACK_SUPPORT, "full | partial | none"),
-        field("job", &ID, "the job that undoes it"),
-    ],
-    one_of: &[],
-    normalize: Some(|mut m| {
-        if let Some(Value::String(s)) = m.get("supported") {
-            let s = match s.as_str() {
-                "true" => "full",
-                "false" => "none",
-                other => other,
-            }
-            .to_string();
-            m.insert("supported".into(), json!(s));
+);
+static IDEMPOTENCY: Obj = obj(
+    "idempotency",
+    "The key under which a successful run is remembered.",
+    &[required("key", &STR, "a template: `install-containerd:{node_id}:{version}`")],
+);
+static ROLLBACK: Obj = obj(
+    "rollback",
+    "How a job is undone.",
+    &[required("supported", &ROLLBACK_SUPPORT, "full | partial | none"), field("job", &ID, "the job that undoes it")],
+)
+.normalized(|mut m| {
+    if let Some(Value::String(s)) = m.get("supported") {
+        let s = match s.as_str() {
+            "true" => "full",
+            "false" => "none",
+            other => other,
         }
-        Value::Object(m)
-    }),
-};
-static MANUAL: Obj = Obj {
-    name: "manual_intervention",
-    doc: "Whether a person may fix it by hand.",
-    fields: &[required("allowed", &BOOL, "true or false")],
-    one_of: &[],
-    normalize: None,
-};
-static CONTROLS: Obj = Obj {
-    name: "controls",
-    doc: "Retries, idempotency, rollback, manual intervention.",
-    fields: &[
+        .to_string();
+        m.insert("supported".into(), json!(s));
+    }
+    Value::Object(m)
+});
+static MANUAL: Obj =
+    obj("manual_intervention", "Whether a person may fix it by hand.", &[required("allowed", &BOOL, "true or false")]);
+static CONTROLS: Obj = obj(
+    "controls",
+    "Retries, idempotency, rollback, manual intervention.",
+    &[
         field("retry_policy", &Shape::Obj(&RETRY_POLICY), "attempts and backoff"),
         field("idempotency", &Shape::Obj(&IDEMPOTENCY), "the idempotency key"),
         field("rollback", &Shape::Obj(&ROLLBACK), "how it is undone"),
@@ -608,9 +521,7 @@ static CONTROLS: Obj = Obj {
         field("destructive", &BOOL, "a destructive_action gate goes before it"),
         field("rollout", &ROLLOUT, "parallel (default) | one_at_a_time | a fleet rollout: waves, budgets, canary"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 static ROLLOUTS: Shape = Shape::Map { key: &ID, value: &ROLLOUT };
 static WAVE: Shape = Shape::Amount { min: 1 };
 static BUDGET: Shape = Shape::Amount { min: 0 };
@@ -620,10 +531,10 @@ static ROLLOUT: Shape = Shape::Alt(&Alt {
     seq: None,
     map: Some((&Shape::Obj(&ROLLOUT_POLICY), Wrap::Keep)),
 });
-static ROLLOUT_POLICY: Obj = Obj {
-    name: "rollout",
-    doc: "A fleet rollout of a fanned-out job: waves in the scope's order, a failure budget, a canary.",
-    fields: &[
+static ROLLOUT_POLICY: Obj = obj(
+    "rollout",
+    "A fleet rollout of a fanned-out job: waves in the scope's order, a failure budget, a canary.",
+    &[
         field("waves", &Shape::List(&WAVE), "wave sizes (`[1, 5%, 25%, 100%]`); the last repeats"),
         field("max_in_flight", &WAVE, "at most this many instances at once"),
         field("max_failures", &BUDGET, "failures tolerated overall (rounded down); one more pauses"),
@@ -636,13 +547,11 @@ static ROLLOUT_POLICY: Obj = Obj {
             "where the checks between waves run: hosts_done (default) | resource | none",
         ),
     ],
-    one_of: &[],
-    normalize: None,
-};
-static RUN: Obj = Obj {
-    name: "run",
-    doc: "How the job runs.",
-    fields: &[
+);
+static RUN: Obj = obj(
+    "run",
+    "How the job runs.",
+    &[
         field("executor", &EXECUTOR, "local | ssh | http"),
         field("command", &COMMAND, "a command: argv list, or a line"),
         field("script", &STR, "a script of the pack, run with `sh -eu`"),
@@ -652,14 +561,12 @@ static RUN: Obj = Obj {
         field("method", &Shape::Enum(&["GET", "POST", "PUT", "PATCH", "DELETE"]), "HTTP method"),
         field("url", &STR, "HTTP URL"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-pub(crate) static JOB: Obj = Obj {
-    name: "job",
-    doc: "A job and its contract (seed §8).",
-    fields: &[
+pub(crate) static JOB: Obj = obj(
+    "job",
+    "A job and its contract (seed §8).",
+    &[
         required("id", &ID, "the job id"),
         field("title", &STR, "its title"),
         field("description", &STR, "free text"),
@@ -672,16 +579,14 @@ pub(crate) static JOB: Obj = Obj {
         field("after", &IDS, "ordering no contract expresses"),
         field("cost", &NUMBER, "estimated cost"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
 // --- evidence, artifact --------------------------------------------------------------------
 
-pub(crate) static EVIDENCE_OBJ: Obj = Obj {
-    name: "evidence",
-    doc: "A check that proves an output exists (seed §10).",
-    fields: &[
+pub(crate) static EVIDENCE_OBJ: Obj = obj(
+    "evidence",
+    "A check that proves an output exists (seed §10).",
+    &[
         required("id", &ID, "the check id"),
         required("source", &EVIDENCE_SOURCE, "command | systemd | http | tcp | file"),
         field("description", &STR, "free text"),
@@ -700,15 +605,13 @@ pub(crate) static EVIDENCE_OBJ: Obj = Obj {
         field("timeout", &DURATION, "for one try"),
         field("capture", &STR_MAP, "observed values: name -> a regular expression whose first group is the value"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 pub(crate) static EVIDENCE: Shape = Shape::OneOrList(&Shape::Obj(&EVIDENCE_OBJ));
 
-pub(crate) static ARTIFACT: Obj = Obj {
-    name: "artifact",
-    doc: "A concrete output other jobs can use (seed §9).",
-    fields: &[
+pub(crate) static ARTIFACT: Obj = obj(
+    "artifact",
+    "A concrete output other jobs can use (seed §9).",
+    &[
         field("id", &ID, "the artifact id; `type` when absent"),
         required("type", &ID, "its type (`kubeconfig.admin`)"),
         required("sensitivity", &SENSITIVITY, "public | internal | confidential | secret"),
@@ -717,23 +620,22 @@ pub(crate) static ARTIFACT: Obj = Obj {
         field("description", &STR, "free text"),
         field("from_file", &STR, "where the job leaves it"),
     ],
-    one_of: &[],
-    normalize: Some(|mut m| {
-        if !m.contains_key("id") {
-            if let Some(t) = m.get("type").cloned() {
-                m.insert("id".into(), t);
-            }
+)
+.normalized(|mut m| {
+    if !m.contains_key("id") {
+        if let Some(t) = m.get("type").cloned() {
+            m.insert("id".into(), t);
         }
-        Value::Object(m)
-    }),
-};
+    }
+    Value::Object(m)
+});
 
 // --- gate, intervention, patch, remedy -----------------------------------------------------
 
-pub(crate) static GATE: Obj = Obj {
-    name: "gate",
-    doc: "A DAG node that waits for a person (seed §12).",
-    fields: &[
+pub(crate) static GATE: Obj = obj(
+    "gate",
+    "A DAG node that waits for a person (seed §12).",
+    &[
         required("id", &ID, "the gate id"),
         field(
             "type",
@@ -745,14 +647,12 @@ pub(crate) static GATE: Obj = Obj {
         field("required_roles", &IDS, "who may answer"),
         field("before", &IDS, "the jobs that wait for it"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-pub(crate) static INTERVENTION: Obj = Obj {
-    name: "intervention",
-    doc: "A manual fix, verified before the run goes on (seed §13).",
-    fields: &[
+pub(crate) static INTERVENTION: Obj = obj(
+    "intervention",
+    "A manual fix, verified before the run goes on (seed §13).",
+    &[
         required("type", &INTERVENTION_TYPE, "manually_fixed"),
         field("operation", &STR, "the operation it belongs to"),
         field("target_stage", &ID, "the stage that was fixed"),
@@ -761,9 +661,7 @@ pub(crate) static INTERVENTION: Obj = Obj {
         required("note", &STR, "what was done"),
         field("requires_verification", &IDS, "evidence checks to run before continuing"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
 static INSERTED_JOB: Shape = Shape::Alt(&Alt {
     doc: "a job id, or a mapping with `id`",
@@ -771,54 +669,40 @@ static INSERTED_JOB: Shape = Shape::Alt(&Alt {
     seq: None,
     map: Some((&Shape::Obj(&INSERTED_JOB_OBJ), Wrap::Keep)),
 });
-static INSERTED_JOB_OBJ: Obj = Obj {
-    name: "inserted job",
-    doc: "A job from the pack's library or its remedies.",
-    fields: &[required("id", &ID, "the job id")],
-    one_of: &[],
-    normalize: Some(|m| m.get("id").cloned().unwrap_or(Value::Null)),
-};
-static RETRY_OBJ: Obj = Obj {
-    name: "retry",
-    doc: "Run a job again.",
-    fields: &[required("job", &STR, "the job"), field("with_descendants", &BOOL, "its descendants too")],
-    one_of: &[],
-    normalize: Some(|mut m| {
-        m.entry("with_descendants").or_insert(json!(false));
-        Value::Object(m)
-    }),
-};
+static INSERTED_JOB_OBJ: Obj =
+    obj("inserted job", "A job from the pack's library or its remedies.", &[required("id", &ID, "the job id")])
+        .normalized(|m| m.get("id").cloned().unwrap_or(Value::Null));
+static RETRY_OBJ: Obj = obj(
+    "retry",
+    "Run a job again.",
+    &[required("job", &STR, "the job"), field("with_descendants", &BOOL, "its descendants too")],
+)
+.normalized(|mut m| {
+    m.entry("with_descendants").or_insert(json!(false));
+    Value::Object(m)
+});
 static RETRY: Shape = Shape::Alt(&Alt {
     doc: "a job id, or a mapping with `job` and `with_descendants`",
     scalar: Some((&STR, Wrap::Field("job"))),
     seq: None,
     map: Some((&Shape::Obj(&RETRY_OBJ), Wrap::Keep)),
 });
-static SKIP_OBJ: Obj = Obj {
-    name: "skip",
-    doc: "Skip a job, with a reason.",
-    fields: &[required("job", &STR, "the job"), required("reason", &STR, "why")],
-    one_of: &[],
-    normalize: None,
-};
-static SET_PARAMETERS_OBJ: Obj = Obj {
-    name: "set_parameters",
-    doc: "Change parameters of the plan or of one job.",
-    fields: &[
-        field("job", &STR, "the job; the whole plan when absent"),
-        required("parameters", &ATTRS, "the new values"),
-    ],
-    one_of: &[],
-    normalize: Some(|mut m| {
-        m.entry("job").or_insert(Value::Null);
-        Value::Object(m)
-    }),
-};
+static SKIP_OBJ: Obj =
+    obj("skip", "Skip a job, with a reason.", &[required("job", &STR, "the job"), required("reason", &STR, "why")]);
+static SET_PARAMETERS_OBJ: Obj = obj(
+    "set_parameters",
+    "Change parameters of the plan or of one job.",
+    &[field("job", &STR, "the job; the whole plan when absent"), required("parameters", &ATTRS, "the new values")],
+)
+.normalized(|mut m| {
+    m.entry("job").or_insert(Value::Null);
+    Value::Object(m)
+});
 
-pub(crate) static CHANGE: Obj = Obj {
-    name: "change",
-    doc: "One change of a plan patch: an allow-list.",
-    fields: &[
+pub(crate) static CHANGE: Obj = obj(
+    "change",
+    "One change of a plan patch: an allow-list.",
+    &[
         field("insert_after", &STR, "insert `jobs` after this job"),
         field("insert_before", &STR, "insert `jobs` before this job"),
         field("jobs", &Shape::List(&INSERTED_JOB), "the jobs to insert"),
@@ -827,9 +711,9 @@ pub(crate) static CHANGE: Obj = Obj {
         field("set_parameters", &Shape::Obj(&SET_PARAMETERS_OBJ), "change parameters"),
         field("add_gate", &Shape::Obj(&GATE), "add a gate"),
     ],
-    one_of: &["insert_after", "insert_before", "retry", "skip", "set_parameters", "add_gate"],
-    normalize: Some(normalize_change),
-};
+)
+.one_of(&["insert_after", "insert_before", "retry", "skip", "set_parameters", "add_gate"])
+.normalized(normalize_change);
 
 fn normalize_change(mut m: Map<String, Value>) -> Value {
     let jobs = m.remove("jobs").unwrap_or_else(|| json!([]));
@@ -842,18 +726,16 @@ fn normalize_change(mut m: Map<String, Value>) -> Value {
     Value::Object(m)
 }
 
-static APPROVAL: Obj = Obj {
-    name: "approval",
-    doc: "Who approves a patch.",
-    fields: &[field("required", &BOOL, "approval is required"), field("roles", &IDS, "roles that approve")],
-    one_of: &[],
-    normalize: None,
-};
+static APPROVAL: Obj = obj(
+    "approval",
+    "Who approves a patch.",
+    &[field("required", &BOOL, "approval is required"), field("roles", &IDS, "roles that approve")],
+);
 
-pub(crate) static PLAN_PATCH: Obj = Obj {
-    name: "plan_patch",
-    doc: "A structured change to a plan (seed §14).",
-    fields: &[
+pub(crate) static PLAN_PATCH: Obj = obj(
+    "plan_patch",
+    "A structured change to a plan (seed §14).",
+    &[
         field("id", &ID, "the patch id"),
         field("operation", &STR, "the operation it applies to"),
         field("author", &STR, "who wrote it (`ai-agent:sre`, `user:alice`)"),
@@ -861,26 +743,22 @@ pub(crate) static PLAN_PATCH: Obj = Obj {
         required("changes", &Shape::List(&Shape::Obj(&CHANGE)), "the changes"),
         field("approval", &Shape::Obj(&APPROVAL), "who approves it"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-static SIGNATURE: Obj = Obj {
-    name: "signature",
-    doc: "How a known failure is recognised.",
-    fields: &[
+static SIGNATURE: Obj = obj(
+    "signature",
+    "How a known failure is recognised.",
+    &[
         field("output_matches", &STRS, "regular expressions over the job's output"),
         field("exit_codes", &Shape::List(&EXIT_CODE), "exit codes"),
         field("failed_evidence", &IDS, "evidence checks that failed"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-pub(crate) static REMEDY: Obj = Obj {
-    name: "remedy",
-    doc: "A known failure signature with its diagnosis and patch.",
-    fields: &[
+pub(crate) static REMEDY: Obj = obj(
+    "remedy",
+    "A known failure signature with its diagnosis and patch.",
+    &[
         required("id", &ID, "the remedy id"),
         required(
             "applies_to",
@@ -897,9 +775,7 @@ pub(crate) static REMEDY: Obj = Obj {
             "outputs the signature must and must not match, checked by `opsgraph pack test`",
         ),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
 static APPLIES_TO: Shape = Shape::Alt(&Alt {
     doc: "`everywhere`, or a list of selectors",
@@ -913,63 +789,56 @@ static JOB_SELECTOR: Shape = Shape::Alt(&Alt {
     seq: None,
     map: Some((&Shape::Obj(&JOB_SELECTOR_OBJ), Wrap::Keep)),
 });
-static JOB_SELECTOR_OBJ: Obj = Obj {
-    name: "job selector",
-    doc: "Jobs by id, by type, by a capability they provide, or by pack.",
-    fields: &[
+static JOB_SELECTOR_OBJ: Obj = obj(
+    "job selector",
+    "Jobs by id, by type, by a capability they provide, or by pack.",
+    &[
         field("job", &ID, "a job id"),
         field("job_type", &JOB_TYPE, "automation | verification | diagnostic | rollback | noop"),
         field("provides", &Shape::CapKey, "a capability the job provides"),
         field("pack", &ID, "a pack id"),
     ],
-    one_of: &["job", "job_type", "provides", "pack"],
-    normalize: None,
-};
+)
+.one_of(&["job", "job_type", "provides", "pack"]);
 
-static REMEDY_EXAMPLES: Obj = Obj {
-    name: "remedy examples",
-    doc: "Failures a remedy must recognise, and near misses it must not (`opsgraph pack test`).",
-    fields: &[
+static REMEDY_EXAMPLES: Obj = obj(
+    "remedy examples",
+    "Failures a remedy must recognise, and near misses it must not (`opsgraph pack test`).",
+    &[
         field("matches", &Shape::List(&REMEDY_EXAMPLE), "failures the remedy must be the best match for"),
         field("does_not_match", &Shape::List(&REMEDY_EXAMPLE), "failures its signature must not match"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 static REMEDY_EXAMPLE: Shape = Shape::Alt(&Alt {
     doc: "the job's output, or a mapping with `output`, `exit_code`, `failed_evidence`",
     scalar: Some((&STR, Wrap::Field("output"))),
     seq: None,
     map: Some((&Shape::Obj(&REMEDY_EXAMPLE_OBJ), Wrap::Keep)),
 });
-static REMEDY_EXAMPLE_OBJ: Obj = Obj {
-    name: "remedy example",
-    doc: "An example failure: output, exit code, failed evidence checks.",
-    fields: &[
+static REMEDY_EXAMPLE_OBJ: Obj = obj(
+    "remedy example",
+    "An example failure: output, exit code, failed evidence checks.",
+    &[
         required("output", &STR, "the job's output"),
         field("exit_code", &EXIT_CODE, "its exit code"),
         field("failed_evidence", &IDS, "evidence checks that failed"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-static FAILURE_EVIDENCE: Obj = Obj {
-    name: "evidence result",
-    doc: "One evidence check's result.",
-    fields: &[
+static FAILURE_EVIDENCE: Obj = obj(
+    "evidence result",
+    "One evidence check's result.",
+    &[
         required("check", &ID, "the evidence check id"),
         required("passed", &BOOL, "whether it passed"),
         field("observed", &ANY, "what it observed"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
-pub(crate) static FAILURE: Obj = Obj {
-    name: "failure",
-    doc: "A failed job described outside any operation, for `opsgraph diagnose FILE`.",
-    fields: &[
+pub(crate) static FAILURE: Obj = obj(
+    "failure",
+    "A failed job described outside any operation, for `opsgraph diagnose FILE`.",
+    &[
         required("pack", &STR, "the pack: `id` (its highest version) or `id@version`"),
         required("job", &STR, "the job id (or an instance id `job@resource`)"),
         field("exit_code", &EXIT_CODE, "the job's exit code"),
@@ -977,9 +846,7 @@ pub(crate) static FAILURE: Obj = Obj {
         field("evidence", &Shape::List(&Shape::Obj(&FAILURE_EVIDENCE)), "the job's evidence results"),
         field("observed_state", &ANY, "what was observed on the resource, free-form"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
 /// Every kind: its root key and shape.
 pub(crate) static KINDS: &[(&str, &Shape)] = &[

@@ -5,7 +5,7 @@
 
 use crate::model::ValueRef;
 use crate::pack::diag::{did_you_mean, Code, Diagnostic};
-use crate::pack::shape::{field, required, Obj, Shape};
+use crate::pack::shape::{field, obj, required, Obj, Shape};
 use crate::pack::yaml::{Node, NodeKind, Scalar};
 
 static STR: Shape = Shape::Str;
@@ -18,10 +18,10 @@ const TESTS: &[&str] = &["equals", "not_equals", "below", "above", "parity", "in
 
 const REFS: &str = "`params.NAME`, `targets.NAME`, `recorded.NAME`, `recorded.targets.NAME` or `observed.NAME`";
 
-static CONDITION: Obj = Obj {
-    name: "refusal condition",
-    doc: "A value (`of`) or the number of its items (`count_of`), and one test of it.",
-    fields: &[
+static CONDITION: Obj = obj(
+    "refusal condition",
+    "A value (`of`) or the number of its items (`count_of`), and one test of it.",
+    &[
         field(
             "of",
             &STR,
@@ -36,20 +36,17 @@ static CONDITION: Obj = Obj {
         field("parity", &PARITY, "holds when the value (a whole number) is even | odd"),
         field("includes_all", &STR, "a reference to a list: holds when each of its items is among the value's"),
     ],
-    one_of: TESTS,
-    normalize: None,
-};
+)
+.one_of(TESTS);
 
-static REFUSAL: Obj = Obj {
-    name: "refusal",
-    doc: "A plan of the template is refused, with the message, when all its conditions hold.",
-    fields: &[
+static REFUSAL: Obj = obj(
+    "refusal",
+    "A plan of the template is refused, with the message, when all its conditions hold.",
+    &[
         required("when", &Shape::List(&Shape::Obj(&CONDITION)), "the conditions; all must hold"),
         required("message", &STR, "why the plan is refused, and how to do it anyway if there is a way"),
     ],
-    one_of: &[],
-    normalize: None,
-};
+);
 
 /// The `refuse:` field of a plan template.
 pub(crate) static REFUSALS: Shape = Shape::List(&Shape::Obj(&REFUSAL));

@@ -88,12 +88,37 @@ pub struct Obj {
     pub normalize: Option<fn(Map<String, Value>) -> Value>,
 }
 
+/// An object of `fields`, with no `one_of` and no final rewrite (see [`Obj::one_of`],
+/// [`Obj::normalized`]).
+pub const fn obj(name: &'static str, doc: &'static str, fields: &'static [Field]) -> Obj {
+    Obj { name, doc, fields, one_of: &[], normalize: None }
+}
+
+impl Obj {
+    /// The same object, where exactly one of `keys` must be present.
+    pub const fn one_of(self, keys: &'static [&'static str]) -> Obj {
+        Obj { one_of: keys, ..self }
+    }
+
+    /// The same object, rewritten by `normalize` once checked.
+    pub const fn normalized(self, normalize: fn(Map<String, Value>) -> Value) -> Obj {
+        Obj { normalize: Some(normalize), ..self }
+    }
+}
+
 pub const fn field(name: &'static str, shape: &'static Shape, doc: &'static str) -> Field {
     Field { name, shape, required: false, doc, aliases: &[] }
 }
 
 pub const fn required(name: &'static str, shape: &'static Shape, doc: &'static str) -> Field {
     Field { name, shape, required: true, doc, aliases: &[] }
+}
+
+impl Field {
+    /// The same field, accepted under other spellings too.
+    pub const fn aliases(self, aliases: &'static [&'static str]) -> Field {
+        Field { aliases, ..self }
+    }
 }
 
 /// Checks `node` against `shape`: the normalised value, or `None` where it was wrong.

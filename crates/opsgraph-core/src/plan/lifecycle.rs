@@ -191,6 +191,36 @@ pub fn is_terminal(state: &OperationState) -> bool {
     matches!(state, OperationState::Completed | OperationState::Cancelled { .. })
 }
 
+const GATE_NOT_OPEN: &str = "that gate is not open; it may have been answered already";
+
+fn waiting_for_input(gates: Vec<String>) -> OperationState {
+    OperationState::WaitingForInput { gates }
+}
+
+fn waiting_for_approval(gates: Vec<String>) -> OperationState {
+    OperationState::WaitingForApproval { gates }
+}
+
+/// Waiting (`waiting`) at `gates`, opened.
+fn wait_at(gates: &[String], waiting: fn(Vec<String>) -> OperationState) -> (OperationState, Vec<Effect>) {
+    (waiting(gates.to_vec()), vec![Effect::OpenGates { gates: gates.to_vec() }])
+}
+
+/// `gate`, one of the open `gates`, answered: `done` when it was the last, else still waiting
+/// (`waiting`) at the others; `None` when it is not open.
+fn answer(
+    gates: &[String],
+    gate: &str,
+    waiting: fn(Vec<String>) -> OperationState,
+    done: (OperationState, Vec<Effect>),
+) -> Option<(OperationState, Vec<Effect>)> {
+    if !gates.iter().any(|g| g == gate) {
+        return None;
+    }
+    let rest: Vec<String> = gates.iter().filter(|g| *g != gate).cloned().collect();
+    Some(if rest.is_empty() { done } else { (waiting(rest), vec![]) })
+}
+
 /// The one transition function.
 pub fn apply(state: &OperationState, event: &Event) -> Result<(OperationState, Vec<Effect>), IllegalTransition> {
     use Effect as F;
@@ -208,33 +238,15 @@ pub fn apply(state: &OperationState, event: &Event) -> Result<(OperationState, V
         (S::DraftIntent, E::PlanBuilt) => (S::PlanPreview, vec![]),
         (S::PlanPreview, E::Resolve) => (S::CapabilityResolution, vec![F::ResolveRequirements]),
 
-        (S::CapabilityResolution, E::NeedInput { gates }) => {
-            (S::WaitingForInput { gates: gates.clone() }, vec![F::OpenGates { gates: gates.clone() }])
-        }
+        (S::CapabilityResolution, E::NeedInput { gates }) => wait_at(gates, waiting_for_input),
         (S::WaitingForInput { gates }, E::InputProvided { gate }) => {
-            if !gates.contains(gate) {
-                return Err(illegal("that gate is not open; it may have been answered already"));
-            }
-            let rest: Vec<String> = gates.iter().filter(|g| *g != gate).cloned().collect();
-            if rest.is_empty() {
-                (S::CapabilityResolution, vec![F::ResolveRequirements])
-            } else {
-                (S::WaitingForInput { gates: rest }, vec![])
-            }
+            let done = (S::CapabilityResolution, vec![F::ResolveRequirements]);
+            answer(gates, gate, waiting_for_input, done).ok_or_else(|| illegal(GATE_NOT_OPEN))?
         }
-        (S::CapabilityResolution, E::NeedApproval { gates }) => {
-            (S::WaitingForApproval { gates: gates.clone() }, vec![F::OpenGates { gates: gates.clone() }])
-        }
+        (S::CapabilityResolution, E::NeedApproval { gates }) => wait_at(gates, waiting_for_approval),
         (S::WaitingForApproval { gates }, E::Approved { gate }) => {
-            if !gates.contains(gate) {
-                return Err(illegal("that gate is not open; it may have been answered already"));
-            }
-            let rest: Vec<String> = gates.iter().filter(|g| *g != gate).cloned().collect();
-            if rest.is_empty() {
-                (S::Running, vec![F::DispatchReadyJobs])
-            } else {
-                (S::WaitingForApproval { gates: rest }, vec![])
-            }
+            let done = (S::Running, vec![F::DispatchReadyJobs]);
+            answer(gates, gate, waiting_for_approval, done).ok_or_else(|| illegal(GATE_NOT_OPEN))?
         }
         (S::CapabilityResolution, E::Start) => (S::Running, vec![F::DispatchReadyJobs]),
 
@@ -248,17 +260,14 @@ pub fn apply(state: &OperationState, event: &Event) -> Result<(OperationState, V
 
         (S::Failed { .. }, E::Diagnose) => (S::Diagnosing, vec![F::RunDiagnosis]),
         (S::Diagnosing, E::ProposePatch { patch }) => (S::PlanPatchReview { patch: patch.clone() }, vec![]),
-        (S::PlanPatchReview { patch: open }, E::PatchApplied { patch, .. }) => {
-            if open != patch {
-                return Err(illegal("a different patch is under review"));
-            }
+        (S::PlanPatchReview { patch: open }, E::PatchApplied { patch, .. }) if open == patch => {
             (S::Running, vec![F::DispatchReadyJobs])
         }
-        (S::PlanPatchReview { patch: open }, E::PatchRejected { patch, reason }) => {
-            if open != patch {
-                return Err(illegal("a different patch is under review"));
-            }
+        (S::PlanPatchReview { patch: open }, E::PatchRejected { patch, reason }) if open == patch => {
             (S::Failed { reason: format!("patch {patch} rejected: {reason}") }, vec![])
+        }
+        (S::PlanPatchReview { .. }, E::PatchApplied { .. } | E::PatchRejected { .. }) => {
+            return Err(illegal("a different patch is under review"))
         }
         // A paused one too: a rollout paused by its failure budget retries its failed hosts.
         (S::Failed { .. } | S::Paused { .. }, E::Retry { jobs }) => {

@@ -331,9 +331,21 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
         }
         _ => None,
     };
-    let (rejected, rejected_by_rule) = rejections.finish();
     let offers_external = matches!(&outcome, Outcome::Gate { gate } if gate.options.iter().any(|o| matches!(o, GateOption::BindExternal { .. })));
     let policy = rule.filter(|_| offers_external).cloned();
+    Resolution { exception, policy, ..resolution(req, required_by, outcome, rejections, considered) }
+}
+
+/// The resolution of `req`: its outcome and the candidates rejected on the way, with no policy
+/// exception and no policy for an external binding.
+fn resolution(
+    req: &Requirement,
+    required_by: Vec<String>,
+    outcome: Outcome,
+    rejections: Rejections<'_>,
+    considered: usize,
+) -> Resolution {
+    let (rejected, rejected_by_rule) = rejections.finish();
     Resolution {
         requirement: req.clone(),
         required_by,
@@ -341,8 +353,8 @@ fn resolve_with(cx: &Context<'_>, req: &Requirement, required_by: Vec<String>, f
         rejected,
         rejected_by_rule,
         considered,
-        exception,
-        policy,
+        exception: None,
+        policy: None,
     }
 }
 
@@ -447,17 +459,7 @@ pub fn resolve_scoped(
             ),
         }
     };
-    let (rejected, rejected_by_rule) = rejections.finish();
-    Resolution {
-        requirement: req.clone(),
-        required_by,
-        outcome,
-        rejected,
-        rejected_by_rule,
-        considered: resources.len(),
-        exception: None,
-        policy: None,
-    }
+    resolution(req, required_by, outcome, rejections, resources.len())
 }
 
 #[cfg(test)]
