@@ -16,10 +16,8 @@ set -eu
 # shellcheck source-path=SCRIPTDIR source=lib/etcd-lib.sh
 . "$OPSGRAPH_LIB/etcd-lib.sh"
 
-member=${OPSGRAPH_TARGET_NAME:?OPSGRAPH_TARGET_NAME is not set: the job is scoped to joining}
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-cluster_name
-check_member_addresses
+this_member joining
 addr=$(member_address "$member")
 others=$(client_endpoints "$member")
 [ -n "$others" ] || fail "member_addresses names no member but $member: there is no cluster to join"

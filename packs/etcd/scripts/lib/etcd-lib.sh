@@ -86,6 +86,15 @@ cluster_name() {
   DATA=/var/lib/etcd/$CLUSTER
 }
 
+# this_member SCOPE: member, the member this instance runs for (OPSGRAPH_TARGET_NAME: the job is
+# scoped to SCOPE), CLUSTER and DATA (cluster_name), and member_addresses checked.
+this_member() {
+  # shellcheck disable=SC2034 # member is the scripts'
+  member=${OPSGRAPH_TARGET_NAME:?OPSGRAPH_TARGET_NAME is not set: the job is scoped to $1}
+  cluster_name
+  check_member_addresses
+}
+
 # etcdctl over TLS with this member's certificate (client auth is on); endpoints as arguments.
 etcdctl_tls() {
   etcdctl --cacert=/etc/etcd/pki/ca.crt --cert=/etc/etcd/pki/member.crt --key=/etc/etcd/pki/member.key \

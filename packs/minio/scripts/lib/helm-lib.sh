@@ -29,6 +29,27 @@ matches() {
 # ref KEY: the value of the line KEY=... of the file REF names (an artifact of KEY=VALUE lines).
 ref() { sed -n "s/^$1=//p" "$REF" | head -n 1; }
 
+# refs KEY...: sets each variable KEY (a name in capitals) to `ref KEY`.
+refs() {
+    for _key in "$@"; do
+        case $_key in '' | [!A-Z]* | *[!A-Z0-9_]*) fail "refs: '$_key' is not a variable name in capitals" ;; esac
+        _value=$(ref "$_key")
+        eval "$_key=\$_value"
+    done
+}
+
+# complete_refs WHAT KEY...: refs KEY..., and the script fails ("WHAT is incomplete") unless each
+# has a value.
+complete_refs() {
+    _what=$1
+    shift
+    refs "$@"
+    for _key in "$@"; do
+        eval "_value=\$$_key"
+        [ -n "$_value" ] || fail "$_what is incomplete"
+    done
+}
+
 # needs_out: OPSGRAPH_OUT names the directory for produced artifacts.
 needs_out() { : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"; }
 
