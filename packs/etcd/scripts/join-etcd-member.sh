@@ -43,14 +43,5 @@ if [ -e /var/lib/opsgraph/etcd.restart ]; then
 else
   systemctl start --no-block etcd
 fi
-i=0
-until etcdctl_tls --endpoints=https://127.0.0.1:2379 endpoint health >/dev/null 2>&1; do
-  i=$((i + 1))
-  if [ "$i" -gt 60 ]; then
-    log "etcd on $member is not healthy after 2 minutes; its last log lines:"
-    journalctl -u etcd -n 20 --no-pager >&2 || true
-    exit 1
-  fi
-  sleep 2
-done
+wait_etcd "is not healthy" etcdctl_tls --endpoints=https://127.0.0.1:2379 endpoint health
 log "ok: $member joined the cluster"

@@ -79,6 +79,18 @@ mc_image() {
 # s3_bucket NAME: the script fails unless NAME is an S3 bucket name.
 s3_bucket() { matches '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' "$1" || fail "bucket '$1' is not an S3 bucket name"; }
 
+# minio_bucket_job: the parameters of a job of pack minio on the release's bucket: RELEASE and
+# NAMESPACE (release_and_namespace fail), BUCKET (the bucket parameter, else `data`), MC_IMAGE
+# (mc_image), and ENDPOINT, the S3 URL of the MinIO release inside the cluster.
+minio_bucket_job() {
+    release_and_namespace fail
+    BUCKET=${OPSGRAPH_PARAM_BUCKET:-data}
+    s3_bucket "$BUCKET"
+    mc_image
+    # shellcheck disable=SC2034 # ENDPOINT is for the scripts
+    ENDPOINT="http://$RELEASE.$NAMESPACE.svc:9000"
+}
+
 # preflight RESOURCE...: kubectl and helm are installed, the API answers (SERVER: its version),
 # helm is 3.8 or later (HELM_VERSION), and this identity may create the namespace when it is
 # missing and each RESOURCE in it. Problems are reported with `problem`.
