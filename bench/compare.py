@@ -99,22 +99,21 @@ def bench_pack(root, chain=0, per_node=0, command="[/bin/true]"):
     write(f"{root}/jobs.yaml", "---\n".join(jobs))
     c_ids = [f"c{k}" for k in range(max(chain, 1))]
     f_ids = [f"f{k}" for k in range(max(per_node, 1))]
-    write(f"{root}/templates.yaml", f"""plan_template:
-  id: bench.chain
-  action: chain
-  stages:
-    - {{id: all, name: All, jobs: [{", ".join(c_ids)}]}}
-  jobs: [{", ".join(c_ids)}]
----
-plan_template:
-  id: bench.fan
-  action: fan
-  scopes:
-    target_nodes: {{resource_type: compute_node, from: targets.target_nodes, min: 1}}
-  stages:
-    - {{id: all, name: All, jobs: [{", ".join(f_ids)}]}}
-  jobs: [{", ".join(f_ids)}]
-""")
+    write(f"{root}/templates.yaml", one_stage("bench.chain", "chain", c_ids) + "---\n"
+          + one_stage("bench.fan", "fan", f_ids, fanned=True))
+
+
+def one_stage(template_id, action, ids, fanned=False):
+    """A plan_template running the jobs `ids` in one stage; `fanned`: over the target nodes."""
+    scopes = "  scopes:\n    target_nodes: {resource_type: compute_node, from: targets.target_nodes, min: 1}\n"
+    jobs = ", ".join(ids)
+    return f"""plan_template:
+  id: {template_id}
+  action: {action}
+{scopes if fanned else ""}  stages:
+    - {{id: all, name: All, jobs: [{jobs}]}}
+  jobs: [{jobs}]
+"""
 
 
 def inventory(path, nodes):
@@ -464,15 +463,7 @@ def agent_pack(root, per_node, stamp_dir):
     write(f"{root}/jobs.yaml", "---\n".join(
         f"job: {{id: {j}, scope: {{resources: [compute_node], target: target_nodes}}, outputs: {{evidence: [done]}}, "
         f"run: {{script: scripts/step.sh}}}}\n" for j in ids))
-    write(f"{root}/templates.yaml", f"""plan_template:
-  id: agentbench.fan
-  action: fan
-  scopes:
-    target_nodes: {{resource_type: compute_node, from: targets.target_nodes, min: 1}}
-  stages:
-    - {{id: all, name: All, jobs: [{", ".join(ids)}]}}
-  jobs: [{", ".join(ids)}]
-""")
+    write(f"{root}/templates.yaml", one_stage("agentbench.fan", "fan", ids, fanned=True))
 
 
 def agents():

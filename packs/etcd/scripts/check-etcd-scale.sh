@@ -18,14 +18,12 @@ set -eu
 # shellcheck source-path=SCRIPTDIR source=lib/etcd-lib.sh
 . "$OPSGRAPH_LIB/etcd-lib.sh"
 
-member=${OPSGRAPH_TARGET_NAME:?OPSGRAPH_TARGET_NAME is not set: the job is scoped to members}
+this_member members
 case ${OPSGRAPH_JOB_ID:-} in
   check-etcd-add*) mode=add ;;
   check-etcd-remove*) mode=remove ;;
   *) fail "run as check-etcd-add or check-etcd-remove, not '${OPSGRAPH_JOB_ID:-}'" ;;
 esac
-cluster_name
-check_member_addresses
 member_address "$member" >/dev/null || fail "$member is not in member_addresses (the membership after the change)"
 
 if ! grep -qx "ETCD_INITIAL_CLUSTER_TOKEN=$CLUSTER" /etc/default/etcd 2>/dev/null; then

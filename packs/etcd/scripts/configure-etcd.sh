@@ -7,7 +7,5 @@ set -eu
 # shellcheck source-path=SCRIPTDIR source=lib/etcd-lib.sh
 . "$OPSGRAPH_LIB/etcd-lib.sh"
 
-member=${OPSGRAPH_TARGET_NAME:?OPSGRAPH_TARGET_NAME is not set: the job is scoped to members}
-cluster_name
-check_member_addresses
+this_member members
 write_etcd_config "$member" new

@@ -16,10 +16,8 @@ set -eu
 # shellcheck source-path=SCRIPTDIR source=lib/etcd-lib.sh
 . "$OPSGRAPH_LIB/etcd-lib.sh"
 
-member=${OPSGRAPH_TARGET_NAME:?OPSGRAPH_TARGET_NAME is not set: the job is scoped to joining}
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-cluster_name
-check_member_addresses
+this_member joining
 addr=$(member_address "$member")
 others=$(client_endpoints "$member")
 [ -n "$others" ] || fail "member_addresses names no member but $member: there is no cluster to join"
@@ -45,14 +43,5 @@ if [ -e /var/lib/opsgraph/etcd.restart ]; then
 else
   systemctl start --no-block etcd
 fi
-i=0
-until etcdctl_tls --endpoints=https://127.0.0.1:2379 endpoint health >/dev/null 2>&1; do
-  i=$((i + 1))
-  if [ "$i" -gt 60 ]; then
-    log "etcd on $member is not healthy after 2 minutes; its last log lines:"
-    journalctl -u etcd -n 20 --no-pager >&2 || true
-    exit 1
-  fi
-  sleep 2
-done
+wait_etcd "is not healthy" etcdctl_tls --endpoints=https://127.0.0.1:2379 endpoint health
 log "ok: $member joined the cluster"

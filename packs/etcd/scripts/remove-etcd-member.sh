@@ -13,10 +13,8 @@ set -eu
 # shellcheck source-path=SCRIPTDIR source=lib/etcd-lib.sh
 . "$OPSGRAPH_LIB/etcd-lib.sh"
 
-member=${OPSGRAPH_TARGET_NAME:?OPSGRAPH_TARGET_NAME is not set: the job is scoped to leaving}
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-cluster_name
-check_member_addresses
+this_member leaving
 if member_address "$member" >/dev/null 2>&1; then
   fail "$member is still in member_addresses: give the membership without it"
 fi

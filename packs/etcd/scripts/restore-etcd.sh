@@ -25,9 +25,7 @@ set -eu
 case $OPSGRAPH_OPERATION_ID in *[!a-z0-9-]* | '') fail "operation id '$OPSGRAPH_OPERATION_ID' is not an id" ;; esac
 SNAPSHOT=${OPSGRAPH_ARTIFACT_ETCD_SNAPSHOT:-}
 [ -n "$SNAPSHOT" ] || fail "no snapshot to restore: ${OPSGRAPH_MISSING_ARTIFACT_ETCD_SNAPSHOT:-the parameter snapshot names no etcd_snapshot artifact}"
-member=${OPSGRAPH_TARGET_NAME:?OPSGRAPH_TARGET_NAME is not set: the job is scoped to members}
-cluster_name
-check_member_addresses
+this_member members
 addr=$(member_address "$member")
 grep -qx "ETCD_INITIAL_CLUSTER_TOKEN=$CLUSTER" /etc/default/etcd 2>/dev/null ||
   fail "$member is not a configured member of cluster $CLUSTER (/etc/default/etcd)"

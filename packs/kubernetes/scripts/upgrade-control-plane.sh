@@ -46,13 +46,8 @@ else
     log "the control plane already runs $K8S_VERSION"
 fi
 
-if [ "$(installed_version kubelet)" != "$pkgver" ] || [ "$(installed_version kubectl)" != "$pkgver" ]; then
-    kubectl_admin drain "$NODE" --ignore-daemonsets --delete-emptydir-data --timeout="$DRAIN_TIMEOUT"
-    apt_install --allow-change-held-packages "kubelet=$pkgver" "kubectl=$pkgver"
-    apt_mark hold kubelet kubectl >/dev/null
-    systemctl daemon-reload
-    systemctl restart kubelet
-    log "kubelet and kubectl $pkgver"
+if kubelet_outdated; then
+    upgrade_kubelet kubectl_admin
 fi
 kubectl_admin uncordon "$NODE"
 

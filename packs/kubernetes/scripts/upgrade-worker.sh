@@ -25,14 +25,9 @@ NODE=$(node_name)
 
 upgrade_kubeadm
 
-if [ "$(installed_version kubelet)" != "$pkgver" ] || [ "$(installed_version kubectl)" != "$pkgver" ]; then
+if kubelet_outdated; then
     kubeadm upgrade node >&2
-    kubectl drain "$NODE" --ignore-daemonsets --delete-emptydir-data --timeout="$DRAIN_TIMEOUT"
-    apt_install --allow-change-held-packages "kubelet=$pkgver" "kubectl=$pkgver"
-    apt_mark hold kubelet kubectl >/dev/null
-    systemctl daemon-reload
-    systemctl restart kubelet
-    log "kubelet and kubectl $pkgver"
+    upgrade_kubelet kubectl
 fi
 
 kubectl wait --for=condition=Ready "node/$NODE" --timeout=5m >/dev/null ||

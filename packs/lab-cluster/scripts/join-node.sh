@@ -22,16 +22,13 @@ set -eu
 JOIN=${OPSGRAPH_ARTIFACT_JOIN_TOKEN:?the join_token artifact is required}
 [ -r "$JOIN" ] || fail "cannot read the join_token artifact $JOIN"
 JOIN_CLUSTER=$(kv "$JOIN" CLUSTER)
-CP=$(kv "$JOIN" CONTROL_PLANE)
-API_SERVER=$(kv "$JOIN" API_SERVER)
-TOKEN=$(kv "$JOIN" TOKEN)
-CA_HASH=$(kv "$JOIN" CA_CERT_HASH)
+kvs "$JOIN" CONTROL_PLANE API_SERVER TOKEN CA_CERT_HASH
 [ "$JOIN_CLUSTER" = "$CLUSTER" ] || fail "the join token is for cluster '$JOIN_CLUSTER', not $CLUSTER"
-matches "$LAB_NAME_RE" "$CP" || fail "the join token names no valid control-plane node"
+matches "$LAB_NAME_RE" "$CONTROL_PLANE" || fail "the join token names no valid control-plane node"
 matches "$LAB_NAME_RE:[0-9]{1,5}" "$API_SERVER" || fail "the join token has no valid API server endpoint"
 matches '[0-9a-f]{6}\.[0-9a-f]{16}' "$TOKEN" || fail "the join token has no valid bootstrap token"
-matches 'sha256:[0-9a-f]{64}' "$CA_HASH" || fail "the join token has no valid CA certificate hash"
-CP_DIR=$LAB/$CP
+matches 'sha256:[0-9a-f]{64}' "$CA_CERT_HASH" || fail "the join token has no valid CA certificate hash"
+CP_DIR=$LAB/$CONTROL_PLANE
 
 lab_alive containerd "$NODE_DIR" ||
     fail "[ERROR CRI]: container runtime is not running on $NODE: install-runtime has not run or containerd stopped"
@@ -50,11 +47,11 @@ else
         fail "error execution phase preflight: couldn't validate the identity of the API Server: Get \"https://$API_SERVER/api/v1/namespaces/kube-public/configmaps/cluster-info?timeout=10s\": dial tcp $API_SERVER: connect: connection refused"
     token_valid "$CP_DIR/kubernetes/tokens" "$TOKEN" ||
         fail "error execution phase preflight: couldn't validate the identity of the API Server: could not find a JWS signature in the cluster-info ConfigMap for token ID \"${TOKEN%%.*}\" (the token is unknown or expired)"
-    [ "$(kcfg "$CP_DIR/kubernetes/admin.conf" certificate-authority-hash)" = "$CA_HASH" ] ||
-        fail "error execution phase preflight: cluster CA found in cluster-info ConfigMap is invalid: none of the public keys \"$CA_HASH\" are pinned"
+    [ "$(kcfg "$CP_DIR/kubernetes/admin.conf" certificate-authority-hash)" = "$CA_CERT_HASH" ] ||
+        fail "error execution phase preflight: cluster CA found in cluster-info ConfigMap is invalid: none of the public keys \"$CA_CERT_HASH\" are pinned"
     mkdir -p "$NODE_DIR/kubernetes"
     log "joining $CLUSTER at $API_SERVER"
-    write_kubeconfig "$KUBELET_CONF" "system:node:$NODE" "$API_SERVER" "$CA_HASH" "$(random_hex 32)"
+    write_kubeconfig "$KUBELET_CONF" "system:node:$NODE" "$API_SERVER" "$CA_CERT_HASH" "$(random_hex 32)"
 fi
 if [ -f "$CLUSTER_DIR/cni.conflist" ]; then
     mkdir -p "$NODE_DIR/etc/cni/net.d"

@@ -26,13 +26,9 @@ set -eu
 
 needs_out
 needs_cluster
-release_and_namespace fail
-BUCKET=${OPSGRAPH_PARAM_BUCKET:-data}
-s3_bucket "$BUCKET"
-mc_image
+minio_bucket_job
 JOB="$RELEASE-opsgraph-bucket"
 POLICY="$RELEASE-$BUCKET-rw"
-ENDPOINT="http://$RELEASE.$NAMESPACE.svc:9000"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -24,13 +24,9 @@ set -eu
 
 needs_out
 needs_cluster
-release_and_namespace fail
-BUCKET=${OPSGRAPH_PARAM_BUCKET:-data}
+minio_bucket_job
 MODE=${OPSGRAPH_PARAM_MODE:-dedicated}
-s3_bucket "$BUCKET"
-mc_image
 JOB="$RELEASE-opsgraph-smoke"
-ENDPOINT="http://$RELEASE.$NAMESPACE.svc:9000"
 
 # 1. Readiness.
 i=0

@@ -29,11 +29,7 @@ matches '[-A-Za-z0-9._/+@:]+' "$PG_DIR" ||
 # pg_load: reads server.env (BINDIR, VERSION, PSQL, PG_ISREADY, RUN_AS).
 pg_load() {
     [ -f "$PG_ENV" ] || fail "$PG_ENV is missing: find-postgresql has not run on $NODE"
-    BINDIR=$(kv "$PG_ENV" BINDIR)
-    VERSION=$(kv "$PG_ENV" VERSION)
-    PSQL=$(kv "$PG_ENV" PSQL)
-    PG_ISREADY=$(kv "$PG_ENV" PG_ISREADY)
-    RUN_AS=$(kv "$PG_ENV" RUN_AS)
+    kvs "$PG_ENV" BINDIR VERSION PSQL PG_ISREADY RUN_AS
     [ -x "$BINDIR/pg_ctl" ] || fail "$BINDIR/pg_ctl is missing: run find-postgresql again"
 }
 

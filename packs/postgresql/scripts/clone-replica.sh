@@ -22,17 +22,10 @@ set -eu
 . "$OPSGRAPH_LIB/pg-lib.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-pg_params
-LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
-CIDR=${OPSGRAPH_PARAM_CLIENT_CIDR:-127.0.0.1/32}
-DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
-OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
+db_params
 PRIMARY=${OPSGRAPH_PARAM_PRIMARY_HOST:?the primary_host parameter is required}
 PGPASSWORD=${OPSGRAPH_PARAM_REPLICATION_PASSWORD:?the replication_password secret parameter is required}
 case $PRIMARY in *[!A-Za-z0-9.:-]* | '') fail "primary_host '$PRIMARY' is not a host name or address" ;; esac
-case $DB$OWNER in *[!a-z0-9_]*) fail "database and owner must be lowercase identifiers" ;; esac
-case $LISTEN in *"'"*) fail "listen_addresses may not hold a quote" ;; esac
-case $CIDR in *[!0-9A-Fa-f.:/]* | '') fail "client_cidr '$CIDR' is not a CIDR" ;; esac
 
 CONF=/etc/postgresql/$VERSION/$NAME
 DATA=/var/lib/postgresql/$VERSION/$NAME

@@ -27,16 +27,7 @@ set -eu
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-pg_params
-LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
-CIDR=${OPSGRAPH_PARAM_CLIENT_CIDR:-127.0.0.1/32}
-DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
-OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
-
-matches '(\*|[A-Za-z0-9.:-]+)(, *[A-Za-z0-9.:-]+)*' "$LISTEN" || fail "listen_addresses '$LISTEN' is not '*' or a list of addresses"
-matches '[0-9A-Fa-f.:]+/[0-9]{1,3}' "$CIDR" || fail "client_cidr '$CIDR' is not a CIDR"
-matches '[a-z_][a-z0-9_]{0,62}' "$DB" || fail "database '$DB' is not a lowercase identifier"
-matches '[a-z_][a-z0-9_]{0,62}' "$OWNER" || fail "owner '$OWNER' is not a lowercase identifier"
+db_params
 
 CONF_DIR=/etc/postgresql/$VERSION/$NAME
 DATA_DIR=/var/lib/postgresql/$VERSION/$NAME

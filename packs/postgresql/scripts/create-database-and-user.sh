@@ -26,14 +26,9 @@ set -eu
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
-pg_params
-LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
-DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
-OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
+db_params
 PASSWORD=${OPSGRAPH_PARAM_DB_PASSWORD:?the db_password secret parameter is required}
 
-matches '[a-z_][a-z0-9_]{0,62}' "$DB" || fail "database '$DB' is not a lowercase identifier"
-matches '[a-z_][a-z0-9_]{0,62}' "$OWNER" || fail "owner '$OWNER' is not a lowercase identifier"
 [ "$OWNER" != postgres ] || fail "the owner must not be the postgres superuser"
 case $PASSWORD in *"$NL"*) fail "db_password must be one line" ;; esac
 [ "${#PASSWORD}" -ge 12 ] || fail "db_password is shorter than 12 characters"

@@ -21,13 +21,9 @@ set -eu
 . "$OPSGRAPH_LIB/pg-lib.sh"
 
 : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"
-pg_params
-LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
-DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
-OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
+db_params
 PGPASSWORD=${OPSGRAPH_PARAM_DB_PASSWORD:?the db_password secret parameter is required}
 export PGPASSWORD
-case $DB$OWNER in *[!a-z0-9_]*) fail "database and owner must be lowercase identifiers" ;; esac
 
 show() { runuser -u postgres -- psql -X --cluster "$VERSION/$NAME" -d postgres -tAc "SHOW $1"; }
 [ "$(show port)" = "$PORT" ] || fail "the server runs on port $(show port), not $PORT"

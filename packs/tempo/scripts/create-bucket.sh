@@ -26,19 +26,11 @@ set -eu
 
 needs_cluster
 REF=${OPSGRAPH_ARTIFACT_S3_CREDENTIALS_REF:?the s3_credentials_ref artifact is required}
-NAMESPACE=$(ref NAMESPACE)
-RELEASE=$(ref RELEASE)
-SECRET=$(ref SECRET)
-ENDPOINT_URL=$(ref ENDPOINT_URL)
-REGION=$(ref REGION)
-BUCKET=$(ref BUCKET)
-PATH_STYLE=$(ref FORCE_PATH_STYLE)
+complete_refs s3_credentials_ref NAMESPACE RELEASE SECRET ENDPOINT_URL REGION BUCKET
+refs FORCE_PATH_STYLE
 mc_image
-for v in "$NAMESPACE" "$RELEASE" "$SECRET" "$ENDPOINT_URL" "$REGION" "$BUCKET"; do
-    [ -n "$v" ] || fail "s3_credentials_ref is incomplete"
-done
 # mc --path: on = path-style (MinIO), off = virtual-host style.
-if [ "$PATH_STYLE" = true ]; then LOOKUP=on; else LOOKUP=off; fi
+if [ "$FORCE_PATH_STYLE" = true ]; then LOOKUP=on; else LOOKUP=off; fi
 JOB="$RELEASE-opsgraph-bucket"
 
 work=$(mktemp -d)

@@ -24,23 +24,13 @@ set -eu
 
 needs_out
 REF=${OPSGRAPH_ARTIFACT_S3_CREDENTIALS_REF:?the s3_credentials_ref artifact is required}
-RELEASE=$(ref RELEASE)
-SECRET=$(ref SECRET)
-ENDPOINT=$(ref ENDPOINT)
-INSECURE=$(ref INSECURE)
-REGION=$(ref REGION)
-BUCKET=$(ref BUCKET)
-PATH_STYLE=$(ref FORCE_PATH_STYLE)
-CHECKSUM=$(ref CREDENTIALS_CHECKSUM)
+complete_refs s3_credentials_ref RELEASE SECRET ENDPOINT INSECURE REGION BUCKET FORCE_PATH_STYLE CREDENTIALS_CHECKSUM
 DAYS=${OPSGRAPH_PARAM_RETENTION_DAYS:-14}
 WAL_SIZE=${OPSGRAPH_PARAM_WAL_STORAGE_SIZE:-10Gi}
 if ! matches '[0-9]{1,4}' "$DAYS" || [ "$DAYS" -lt 1 ]; then
     fail "retention_days '$DAYS' is not a positive number"
 fi
 matches '[0-9]+(Mi|Gi|Ti)' "$WAL_SIZE" || fail "wal_storage_size '$WAL_SIZE' is not a quantity such as 10Gi"
-for v in "$RELEASE" "$SECRET" "$ENDPOINT" "$INSECURE" "$REGION" "$BUCKET" "$PATH_STYLE" "$CHECKSUM"; do
-    [ -n "$v" ] || fail "s3_credentials_ref is incomplete"
-done
 
 mkdir -p "$OPSGRAPH_OUT"
 tmp="$OPSGRAPH_OUT/.tempo_helm_values.$$"
@@ -50,7 +40,7 @@ cat >"$tmp" <<VALUES
 fullnameOverride: $RELEASE
 replicas: 1
 podAnnotations:
-  opsgraph.io/s3-credentials-checksum: "$CHECKSUM"
+  opsgraph.io/s3-credentials-checksum: "$CREDENTIALS_CHECKSUM"
 persistence:
   enabled: true
   size: $WAL_SIZE
@@ -72,7 +62,7 @@ tempo:
         endpoint: "$ENDPOINT"
         region: "$REGION"
         insecure: $INSECURE
-        forcepathstyle: $PATH_STYLE
+        forcepathstyle: $FORCE_PATH_STYLE
         access_key: \${S3_ACCESS_KEY}
         secret_key: \${S3_SECRET_KEY}
       wal:

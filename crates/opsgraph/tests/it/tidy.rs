@@ -91,8 +91,9 @@ fn document_reference_is_current() {
 }
 
 /// A pack is a self-contained unit (installed, digested and shipped alone), so packs that share a
-/// library (`scripts/lib/NAME`, docs/pack-authoring.md) each carry a copy: this holds the copies
-/// of one name equal (edit one, copy it to the others).
+/// library (`scripts/lib/NAME`, docs/pack-authoring.md) each carry a copy (a link out of the pack
+/// would be refused where the pack is read alone): this holds the copies of one name equal (edit
+/// one, copy it to the others).
 #[test]
 fn shared_pack_libraries_are_one_text() {
     let mut by_name: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();

@@ -86,6 +86,32 @@ cluster_name() {
   DATA=/var/lib/etcd/$CLUSTER
 }
 
+# this_member SCOPE: member, the member this instance runs for (OPSGRAPH_TARGET_NAME: the job is
+# scoped to SCOPE), CLUSTER and DATA (cluster_name), and member_addresses checked.
+this_member() {
+  # shellcheck disable=SC2034 # member is the scripts'
+  member=${OPSGRAPH_TARGET_NAME:?OPSGRAPH_TARGET_NAME is not set: the job is scoped to $1}
+  cluster_name
+  check_member_addresses
+}
+
+# wait_etcd WHAT COMMAND...: runs COMMAND (its output dropped) every 2 s until it succeeds; after
+# 2 minutes the script fails: "etcd on <member> WHAT after 2 minutes" and etcd's last log lines.
+wait_etcd() {
+  _what=$1
+  shift
+  _i=0
+  until "$@" >/dev/null 2>&1; do
+    _i=$((_i + 1))
+    if [ "$_i" -gt 60 ]; then
+      log "etcd on ${OPSGRAPH_TARGET_NAME:-$(hostname)} $_what after 2 minutes; its last log lines:"
+      journalctl -u etcd -n 20 --no-pager >&2 || true
+      exit 1
+    fi
+    sleep 2
+  done
+}
+
 # etcdctl over TLS with this member's certificate (client auth is on); endpoints as arguments.
 etcdctl_tls() {
   etcdctl --cacert=/etc/etcd/pki/ca.crt --cert=/etc/etcd/pki/member.crt --key=/etc/etcd/pki/member.key \

@@ -183,3 +183,18 @@ upgrade_kubeadm() {
     fi
     apt_mark hold kubeadm >/dev/null
 }
+
+# kubelet_outdated: kubelet or kubectl on this node is not at pkgver (upgrade_kubeadm).
+kubelet_outdated() { [ "$(installed_version kubelet)" != "$pkgver" ] || [ "$(installed_version kubectl)" != "$pkgver" ]; }
+
+# upgrade_kubelet KUBECTL: the node NODE drained with the command KUBECTL (`kubectl`, or one with
+# the admin kubeconfig) within DRAIN_TIMEOUT, kubelet and kubectl installed at pkgver and held,
+# and the kubelet restarted; the node stays cordoned (the job uncordons it when it is Ready).
+upgrade_kubelet() {
+    "$1" drain "$NODE" --ignore-daemonsets --delete-emptydir-data --timeout="$DRAIN_TIMEOUT"
+    apt_install --allow-change-held-packages "kubelet=$pkgver" "kubectl=$pkgver"
+    apt_mark hold kubelet kubectl >/dev/null
+    systemctl daemon-reload
+    systemctl restart kubelet
+    log "kubelet and kubectl $pkgver"
+}

@@ -160,6 +160,17 @@ lab_artifact() {
 # kv FILE KEY: the value of the first KEY=value line of FILE (empty when there is none).
 kv() { sed -n "s/^$2=//p" "$1" 2>/dev/null | head -n 1; }
 
+# kvs FILE KEY...: sets each variable KEY (a name in capitals) to `kv FILE KEY`.
+kvs() {
+    _file=$1
+    shift
+    for _key in "$@"; do
+        case $_key in '' | [!A-Z]* | *[!A-Z0-9_]*) fail "kvs: '$_key' is not a variable name in capitals" ;; esac
+        _value=$(kv "$_file" "$_key")
+        eval "$_key=\$_value"
+    done
+}
+
 # random_hex N: N random hex digits.
 random_hex() { od -An -N"$(( ($1 + 1) / 2 ))" -tx1 /dev/urandom | tr -d ' \n' | cut -c1-"$1"; }
 

@@ -29,6 +29,27 @@ matches() {
 # ref KEY: the value of the line KEY=... of the file REF names (an artifact of KEY=VALUE lines).
 ref() { sed -n "s/^$1=//p" "$REF" | head -n 1; }
 
+# refs KEY...: sets each variable KEY (a name in capitals) to `ref KEY`.
+refs() {
+    for _key in "$@"; do
+        case $_key in '' | [!A-Z]* | *[!A-Z0-9_]*) fail "refs: '$_key' is not a variable name in capitals" ;; esac
+        _value=$(ref "$_key")
+        eval "$_key=\$_value"
+    done
+}
+
+# complete_refs WHAT KEY...: refs KEY..., and the script fails ("WHAT is incomplete") unless each
+# has a value.
+complete_refs() {
+    _what=$1
+    shift
+    refs "$@"
+    for _key in "$@"; do
+        eval "_value=\$$_key"
+        [ -n "$_value" ] || fail "$_what is incomplete"
+    done
+}
+
 # needs_out: OPSGRAPH_OUT names the directory for produced artifacts.
 needs_out() { : "${OPSGRAPH_OUT:?OPSGRAPH_OUT must name the directory for produced artifacts}"; }
 
@@ -57,6 +78,18 @@ mc_image() {
 
 # s3_bucket NAME: the script fails unless NAME is an S3 bucket name.
 s3_bucket() { matches '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' "$1" || fail "bucket '$1' is not an S3 bucket name"; }
+
+# minio_bucket_job: the parameters of a job of pack minio on the release's bucket: RELEASE and
+# NAMESPACE (release_and_namespace fail), BUCKET (the bucket parameter, else `data`), MC_IMAGE
+# (mc_image), and ENDPOINT, the S3 URL of the MinIO release inside the cluster.
+minio_bucket_job() {
+    release_and_namespace fail
+    BUCKET=${OPSGRAPH_PARAM_BUCKET:-data}
+    s3_bucket "$BUCKET"
+    mc_image
+    # shellcheck disable=SC2034 # ENDPOINT is for the scripts
+    ENDPOINT="http://$RELEASE.$NAMESPACE.svc:9000"
+}
 
 # preflight RESOURCE...: kubectl and helm are installed, the API answers (SERVER: its version),
 # helm is 3.8 or later (HELM_VERSION), and this identity may create the namespace when it is

@@ -15,6 +15,9 @@
 #                       it alone when it is up to date (WROTE=no); OWNER may be empty
 # pg_params             reads and checks postgresql_version, cluster_name and port: VERSION, NAME,
 #                       PORT, and UNIT (the cluster's systemd unit postgresql@<version>-<name>)
+# db_params             pg_params, then reads and checks the database's parameters: LISTEN
+#                       (listen_addresses, default localhost), CIDR (client_cidr, default
+#                       127.0.0.1/32), DB (database) and OWNER (owner), lowercase identifiers
 # pg_wait_ready WHY     waits up to 60 s for the server on PORT to accept connections; otherwise
 #                       shows the unit's journal and fails with WHY
 # pg_include_confd CONF makes CONF/postgresql.conf include conf.d (added once) and creates conf.d
@@ -59,6 +62,18 @@ pg_params() {
     matches '[a-z0-9][a-z0-9_-]{0,30}' "$NAME" || fail "cluster_name '$NAME' is not a cluster name"
     matches '[0-9]{2,5}' "$PORT" || fail "port '$PORT' is not a port"
     UNIT="postgresql@$VERSION-$NAME"
+}
+
+db_params() {
+    pg_params
+    LISTEN=${OPSGRAPH_PARAM_LISTEN_ADDRESSES:-localhost}
+    CIDR=${OPSGRAPH_PARAM_CLIENT_CIDR:-127.0.0.1/32}
+    DB=${OPSGRAPH_PARAM_DATABASE:?the database parameter is required}
+    OWNER=${OPSGRAPH_PARAM_OWNER:?the owner parameter is required}
+    matches '(\*|[A-Za-z0-9.:-]+)(, *[A-Za-z0-9.:-]+)*' "$LISTEN" || fail "listen_addresses '$LISTEN' is not '*' or a list of addresses"
+    matches '[0-9A-Fa-f.:]+/[0-9]{1,3}' "$CIDR" || fail "client_cidr '$CIDR' is not a CIDR"
+    matches '[a-z_][a-z0-9_]{0,62}' "$DB" || fail "database '$DB' is not a lowercase identifier"
+    matches '[a-z_][a-z0-9_]{0,62}' "$OWNER" || fail "owner '$OWNER' is not a lowercase identifier"
 }
 
 pg_wait_ready() {
