@@ -353,7 +353,7 @@ impl Runtime {
                     self.transition(&op, event, &answer.actor, &format!("{gate_id} answered"), writes, &mut |_| {})?;
                 if matches!(op.state, OperationState::CapabilityResolution) {
                     let actor = answer.actor.clone();
-                    self.after_resolution(&op, &plan, &actor, &mut |_| {})?.state
+                    self.after_resolution(&op, &plan, &actor)?.state
                 } else {
                     op.state
                 }
