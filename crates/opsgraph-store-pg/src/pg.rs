@@ -92,18 +92,21 @@ impl PgStore {
     }
 
     /// The rows of `sql`, each read by `read`.
-    fn rows<T>(&self, sql: &str, args: Args<'_>, read: fn(&Row) -> Result<T, Fail>) -> Result<Vec<T>, Fail> {
+    fn rows<T>(&self, sql: &str, args: Args<'_>, read: Reader<T>) -> Result<Vec<T>, Fail> {
         self.query(sql, args)?.iter().map(read).collect()
     }
 
     /// The first row of `sql`, if any, read by `read`.
-    fn first<T>(&self, sql: &str, args: Args<'_>, read: fn(&Row) -> Result<T, Fail>) -> Result<Option<T>, Fail> {
+    fn first<T>(&self, sql: &str, args: Args<'_>, read: Reader<T>) -> Result<Option<T>, Fail> {
         self.query_opt(sql, args)?.as_ref().map(read).transpose()
     }
 }
 
 /// A statement's parameters.
 type Args<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// A record's reader: its fields from a row, JSON columns parsed.
+type Reader<T> = fn(&Row) -> Result<T, Fail>;
 
 fn state_kind(state: &OperationState) -> Result<String, Fail> {
     Ok(serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string())

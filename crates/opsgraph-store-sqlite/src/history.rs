@@ -3,7 +3,7 @@
 use opsgraph_store::ResourceEventRecord;
 use rusqlite::{params, Connection};
 
-use crate::sqlite::{parsed, rows};
+use crate::read::{parsed, rows};
 use crate::Fail;
 
 /// The last `limit` entries of `resource`'s history, oldest first.

@@ -5,7 +5,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rusqlite::{params, Connection, OptionalExtension, Params, Row};
-use serde::de::DeserializeOwned;
 
 use opsgraph_store::Error;
 use opsgraph_store::{
@@ -14,6 +13,7 @@ use opsgraph_store::{
 };
 
 use crate::apply::apply;
+use crate::read::{first, parsed, rows};
 use crate::schema::MIGRATIONS;
 use crate::writer::{writer_of, Writer};
 use crate::{edge, Fail};
@@ -116,40 +116,6 @@ fn operation(r: &Row<'_>) -> Result<OperationRecord, Fail> {
         intent_id: r.get(10)?,
         plan_id: r.get(11)?,
     })
-}
-
-/// The rows of `sql`, each read by `read`, which may parse JSON columns ([`parsed`]): a row
-/// closure of rusqlite's own may only fail with rusqlite's errors.
-pub(crate) fn rows<T>(
-    conn: &Connection,
-    sql: &str,
-    args: impl Params,
-    read: impl Fn(&Row<'_>) -> Result<T, Fail>,
-) -> Result<Vec<T>, Fail> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let mut rows = stmt.query(args)?;
-    let mut out = Vec::new();
-    while let Some(r) = rows.next()? {
-        out.push(read(r)?);
-    }
-    Ok(out)
-}
-
-/// The first row of `sql`, if any, read by `read` (as [`rows`]).
-fn first<T>(
-    conn: &Connection,
-    sql: &str,
-    args: impl Params,
-    read: impl Fn(&Row<'_>) -> Result<T, Fail>,
-) -> Result<Option<T>, Fail> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let mut rows = stmt.query(args)?;
-    rows.next()?.map(read).transpose()
-}
-
-/// Column `i`, JSON text, parsed.
-pub(crate) fn parsed<T: DeserializeOwned>(r: &Row<'_>, i: usize) -> Result<T, Fail> {
-    Ok(serde_json::from_str(&r.get::<_, String>(i)?)?)
 }
 
 const OPERATION_COLUMNS: &str =
