@@ -7,22 +7,24 @@ use crate::state::State;
 
 /// The YAML documents (docs/documents.md, `resource`). Paths are absolute.
 pub fn inventory(state: &State, key: &Path, known_hosts: &Path, environment: &str) -> String {
-    let mut out = format!(
+    let header = format!(
         "# Written by `opsgraph lab fleet up` for the fleet in {dir}: real Debian 12 hosts on this\n\
          # machine (docs/fleet.md). Gone after `opsgraph lab fleet down`.\n",
         dir = state.dir.display()
     );
-    for (i, h) in state.hosts.iter().enumerate() {
-        if i > 0 {
-            out.push_str("---\n");
-        }
-        out.push_str(&format!(
-            "resource:\n\
-             \x20 type: compute_node\n\
-             \x20 name: {name}\n\
-             \x20 environment: {environment}\n\
-             \x20 labels: {{fleet: opsgraph}}\n\
-             \x20 attributes: {{os: debian-12, fleet_dir: {dir}}}\n\
+    let dir = json(&state.dir.display().to_string());
+    let hosts = state.hosts.iter().map(|h| {
+        let access = match &h.agent {
+            Some(agent) => format!("agent: {agent}"),
+            None => format!(
+                "ssh: {{host: {}, port: 22, user: root, key: {}, known_hosts: {}}}",
+                h.address,
+                json(&key.display().to_string()),
+                json(&known_hosts.display().to_string())
+            ),
+        };
+        let rest = format!(
+            "\x20 attributes: {{os: debian-12, fleet_dir: {dir}}}\n\
              \x20 desired_state: fleet host\n\
              \x20 health: healthy\n\
              \x20 status: running\n\
@@ -31,18 +33,33 @@ pub fn inventory(state: &State, key: &Path, known_hosts: &Path, environment: &st
              \x20   - ssh.access\n\
              \x20   - package.manager.apt\n\
              \x20 access:\n\
-             \x20   {access}\n",
-            name = h.name,
-            dir = json(&state.dir.display().to_string()),
-            access = match &h.agent {
-                Some(agent) => format!("agent: {agent}"),
-                None => format!(
-                    "ssh: {{host: {}, port: 22, user: root, key: {}, known_hosts: {}}}",
-                    h.address,
-                    json(&key.display().to_string()),
-                    json(&known_hosts.display().to_string())
-                ),
-            },
+             \x20   {access}\n"
+        );
+        (h.name.as_str(), rest)
+    });
+    compute_nodes(header, environment, "opsgraph", hosts)
+}
+
+/// `header`, then one `compute_node` document per host, separated by `---`: its name, the
+/// environment, the `fleet` label, then the host's other lines (`rest`, indented as fields).
+pub(crate) fn compute_nodes<'a>(
+    header: String,
+    environment: &str,
+    fleet: &str,
+    hosts: impl Iterator<Item = (&'a str, String)>,
+) -> String {
+    let mut out = header;
+    for (i, (name, rest)) in hosts.enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&format!(
+            "resource:\n\
+             \x20 type: compute_node\n\
+             \x20 name: {name}\n\
+             \x20 environment: {environment}\n\
+             \x20 labels: {{fleet: {fleet}}}\n\
+             {rest}"
         ));
     }
     out

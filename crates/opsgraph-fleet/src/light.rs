@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::inventory::compute_nodes;
+use crate::state::{load_file, save_file};
 use crate::sys::{self, io, ip};
 use crate::Error;
 
@@ -170,23 +172,11 @@ pub struct LightHealth {
 
 impl LightState {
     fn load(dir: &Path) -> Result<Option<LightState>, Error> {
-        let path = dir.join(LIGHT_STATE_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::Io { what: format!("read {}", path.display()), source: e }),
-        };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Error::Refused(format!("{} is not a light hosts' state file: {e}", path.display())))
+        load_file(&dir.join(LIGHT_STATE_FILE), "a light hosts' state file")
     }
 
     fn save(&self) -> Result<(), Error> {
-        let path = self.dir.join(LIGHT_STATE_FILE);
-        let tmp = self.dir.join(format!("{LIGHT_STATE_FILE}.tmp"));
-        let text = serde_json::to_string_pretty(self).expect("the state serializes");
-        std::fs::write(&tmp, text + "\n").map_err(io(format!("write {}", tmp.display())))?;
-        std::fs::rename(&tmp, &path).map_err(io(format!("rename {}", path.display())))
+        save_file(&self.dir, LIGHT_STATE_FILE, self)
     }
 }
 
@@ -564,29 +554,20 @@ fn write_mode(path: &Path, text: &str, mode: u32) -> Result<(), Error> {
 /// key and the pinned host keys.
 pub fn inventory(state: &LightState) -> String {
     let dir = state.dir.display();
-    let mut out = format!(
+    let header = format!(
         "# Written by `opsgraph lab fleet light up` for the light hosts in {dir} (docs/fleet.md).\n\
          # Gone after `opsgraph lab fleet light down`.\n"
     );
-    for (i, h) in state.hosts.iter().enumerate() {
-        if i > 0 {
-            out.push_str("---\n");
-        }
-        out.push_str(&format!(
-            "resource:\n\
-             \x20 type: compute_node\n\
-             \x20 name: {name}\n\
-             \x20 environment: {environment}\n\
-             \x20 labels: {{fleet: light}}\n\
-             \x20 provides: [linux.host, ssh.access]\n\
+    let hosts = state.hosts.iter().map(|h| {
+        let rest = format!(
+            "\x20 provides: [linux.host, ssh.access]\n\
              \x20 access:\n\
-             \x20   ssh: {{host: {address}, port: 22, user: root, key: {dir}/id_ed25519, known_hosts: {dir}/known_hosts}}\n",
-            name = h.name,
-            environment = state.environment,
-            address = h.address,
-        ));
-    }
-    out
+             \x20   ssh: {{host: {}, port: 22, user: root, key: {dir}/id_ed25519, known_hosts: {dir}/known_hosts}}\n",
+            h.address
+        );
+        (h.name.as_str(), rest)
+    });
+    compute_nodes(header, &state.environment, "light", hosts)
 }
 
 /// The same hosts for Ansible: its own known_hosts checked strictly, the fleet key.

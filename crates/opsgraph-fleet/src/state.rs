@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::sys::io;
@@ -61,23 +62,30 @@ impl State {
     }
 
     pub(crate) fn load(dir: &Path) -> Result<Option<State>, Error> {
-        let path = dir.join(STATE_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::Io { what: format!("read {}", path.display()), source: e }),
-        };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Error::Refused(format!("{} is not a fleet state file: {e}", path.display())))
+        load_file(&dir.join(STATE_FILE), "a fleet state file")
     }
 
-    /// Written to a temporary file and renamed: a reader never sees half a state.
     pub(crate) fn save(&self) -> Result<(), Error> {
-        let path = self.dir.join(STATE_FILE);
-        let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
-        let text = serde_json::to_string_pretty(self).expect("the state serializes");
-        std::fs::write(&tmp, text + "\n").map_err(io(format!("write {}", tmp.display())))?;
-        std::fs::rename(&tmp, &path).map_err(io(format!("rename {}", path.display())))
+        save_file(&self.dir, STATE_FILE, self)
     }
+}
+
+/// A state file (this fleet's, the light hosts'): `None` when there is none; one that does not
+/// parse is refused as not being `what`.
+pub(crate) fn load_file<T: DeserializeOwned>(path: &Path, what: &str) -> Result<Option<T>, Error> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::Io { what: format!("read {}", path.display()), source: e }),
+    };
+    serde_json::from_str(&text).map(Some).map_err(|e| Error::Refused(format!("{} is not {what}: {e}", path.display())))
+}
+
+/// `DIR/NAME`, written to a temporary file and renamed: a reader never sees half a state.
+pub(crate) fn save_file<T: Serialize>(dir: &Path, name: &str, state: &T) -> Result<(), Error> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let text = serde_json::to_string_pretty(state).expect("the state serializes");
+    std::fs::write(&tmp, text + "\n").map_err(io(format!("write {}", tmp.display())))?;
+    std::fs::rename(&tmp, &path).map_err(io(format!("rename {}", path.display())))
 }

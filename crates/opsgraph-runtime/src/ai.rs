@@ -22,7 +22,6 @@ use serde_json::{json, Value};
 
 use crate::masking::Masking;
 use crate::patch::Proposal;
-use crate::timeline::Progress;
 use crate::{Error, Runtime, ANALYZER_AUTHOR};
 
 /// Who answers on the timeline (`ai_diagnosis`, `ai_answer_refused`).
@@ -305,14 +304,9 @@ impl Runtime {
     /// (`propose_patch`: the reviewer, then four eyes and `ai_policy.auto_apply`); `None` when it
     /// has none. A refused patch is on the timeline (`ai_patch_refused`) and is
     /// `Error::PatchRefused`.
-    pub fn ai_propose(
-        &mut self,
-        op_id: &str,
-        answer: &Answer,
-        progress: Progress<'_>,
-    ) -> Result<Option<Proposal>, Error> {
+    pub fn ai_propose(&mut self, op_id: &str, answer: &Answer) -> Result<Option<Proposal>, Error> {
         let Some(patch) = &answer.plan_patch else { return Ok(None) };
-        match self.propose_patch(op_id, patch, ANALYZER_AUTHOR, progress) {
+        match self.propose_patch(op_id, patch, ANALYZER_AUTHOR) {
             Ok(p) => Ok(Some(p)),
             Err(Error::PatchRefused(findings)) => {
                 self.note(op_id, ANALYZER_AUTHOR, "ai_patch_refused", &findings, json!({"provider": "openai"}))?;

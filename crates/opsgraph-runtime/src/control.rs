@@ -33,16 +33,10 @@ pub fn approves(gate_type: GateType) -> bool {
 impl Runtime {
     /// Answers a gate. Refused when the gate is unknown or already answered, the role may not
     /// answer it, or the option is not one of its options.
-    pub fn answer_gate(
-        &mut self,
-        op_id: &str,
-        gate_id: &str,
-        answer: &GateAnswer,
-        progress: Progress<'_>,
-    ) -> Result<OperationState, Error> {
+    pub fn answer_gate(&mut self, op_id: &str, gate_id: &str, answer: &GateAnswer) -> Result<OperationState, Error> {
         let attached = self.take_attached();
-        let state = self.answer_gate_here(op_id, gate_id, answer, attached, progress)?;
-        self.wake_parents(op_id, &answer.actor, progress)?;
+        let state = self.answer_gate_here(op_id, gate_id, answer, attached)?;
+        self.wake_parents(op_id, &answer.actor)?;
         Ok(state)
     }
 
@@ -59,14 +53,14 @@ impl Runtime {
     }
 
     /// Parents paused while this child waited for a person run again once it can go on.
-    fn wake_parents(&mut self, id: &str, actor: &str, progress: Progress<'_>) -> Result<(), Error> {
+    fn wake_parents(&mut self, id: &str, actor: &str) -> Result<(), Error> {
         let mut child = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
         while let Some(parent) = child.parent.clone() {
             let Some(p) = self.store.operation(&parent)? else { break };
             if let OperationState::Paused { reason } = &p.state {
                 if reason.starts_with("waiting for sub-operation") {
                     let why = format!("sub-operation {} can go on", child.id);
-                    self.transition(&p, Event::Resume, actor, &why, vec![], progress)?;
+                    self.transition(&p, Event::Resume, actor, &why, vec![], &mut |_| {})?;
                 }
             }
             child = p;
@@ -156,7 +150,6 @@ impl Runtime {
         gate_id: &str,
         answer: &GateAnswer,
         attached: Vec<Write>,
-        progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
         // An AI proposes; a person decides. An AI identity never answers a gate.
         if answer.actor.starts_with("ai-agent:") {
@@ -332,7 +325,7 @@ impl Runtime {
             };
             if deciding {
                 let approve = answer.option == "approve patch";
-                return self.decide_patch(&op, patch, approve, &answer.actor, writes, progress);
+                return self.decide_patch(&op, patch, approve, &answer.actor, writes);
             }
         }
         if answer.option == "cancel operation" {
@@ -343,7 +336,7 @@ impl Runtime {
                 &answer.actor,
                 &reason,
                 writes,
-                progress,
+                &mut |_| {},
             )?;
             return Ok(op.state);
         }
@@ -351,16 +344,16 @@ impl Runtime {
             OperationState::WaitingForApproval { .. } => {
                 let event = Event::Approved { gate: gate_id.to_string() };
                 let op =
-                    self.transition(&op, event, &answer.actor, &format!("{gate_id} approved"), writes, progress)?;
+                    self.transition(&op, event, &answer.actor, &format!("{gate_id} approved"), writes, &mut |_| {})?;
                 op.state
             }
             OperationState::WaitingForInput { .. } => {
                 let event = Event::InputProvided { gate: gate_id.to_string() };
                 let op =
-                    self.transition(&op, event, &answer.actor, &format!("{gate_id} answered"), writes, progress)?;
+                    self.transition(&op, event, &answer.actor, &format!("{gate_id} answered"), writes, &mut |_| {})?;
                 if matches!(op.state, OperationState::CapabilityResolution) {
                     let actor = answer.actor.clone();
-                    self.after_resolution(&op, &plan, &actor, progress)?.state
+                    self.after_resolution(&op, &plan, &actor)?.state
                 } else {
                     op.state
                 }
@@ -372,18 +365,13 @@ impl Runtime {
                     &answer.actor,
                     &format!("{gate_id} answered"),
                     writes,
-                    progress,
+                    &mut |_| {},
                 )?;
                 op.state
             }
             // A gate in the DAG answered while the run goes on: it only unblocks its descendants.
             _ => {
                 self.commit(&writes)?;
-                for w in &writes {
-                    if let Write::Timeline(t) = w {
-                        progress(t);
-                    }
-                }
                 op.state
             }
         };
@@ -397,53 +385,28 @@ impl Runtime {
         self.create_operation(plan, None, id.to_string(), attached, actor, progress)
     }
 
-    pub fn pause(
-        &mut self,
-        op_id: &str,
-        actor: &str,
-        reason: &str,
-        progress: Progress<'_>,
-    ) -> Result<OperationState, Error> {
-        self.person_event(op_id, Event::Pause { reason: reason.to_string() }, actor, reason, progress)
+    pub fn pause(&mut self, op_id: &str, actor: &str, reason: &str) -> Result<OperationState, Error> {
+        self.person_event(op_id, Event::Pause { reason: reason.to_string() }, actor, reason)
     }
 
-    pub fn resume(&mut self, op_id: &str, actor: &str, progress: Progress<'_>) -> Result<OperationState, Error> {
-        self.person_event(op_id, Event::Resume, actor, "resumed", progress)
+    pub fn resume(&mut self, op_id: &str, actor: &str) -> Result<OperationState, Error> {
+        self.person_event(op_id, Event::Resume, actor, "resumed")
     }
 
-    pub fn cancel(
-        &mut self,
-        op_id: &str,
-        actor: &str,
-        reason: &str,
-        progress: Progress<'_>,
-    ) -> Result<OperationState, Error> {
-        self.person_event(op_id, Event::Cancel { reason: reason.to_string() }, actor, reason, progress)
+    pub fn cancel(&mut self, op_id: &str, actor: &str, reason: &str) -> Result<OperationState, Error> {
+        self.person_event(op_id, Event::Cancel { reason: reason.to_string() }, actor, reason)
     }
 
     /// A person's lifecycle event on an operation (pause, resume, cancel), committed with what
     /// was attached to the call.
-    fn person_event(
-        &mut self,
-        op_id: &str,
-        event: Event,
-        actor: &str,
-        reason: &str,
-        progress: Progress<'_>,
-    ) -> Result<OperationState, Error> {
+    fn person_event(&mut self, op_id: &str, event: Event, actor: &str, reason: &str) -> Result<OperationState, Error> {
         let attached = self.take_attached();
         let (op, _) = self.load(op_id)?;
-        Ok(self.transition(&op, event, actor, reason, attached, progress)?.state)
+        Ok(self.transition(&op, event, actor, reason, attached, &mut |_| {})?.state)
     }
 
     /// Runs failed jobs again (all failed ones when `jobs` is empty).
-    pub fn retry(
-        &mut self,
-        op_id: &str,
-        jobs: &[String],
-        actor: &str,
-        progress: Progress<'_>,
-    ) -> Result<OperationState, Error> {
+    pub fn retry(&mut self, op_id: &str, jobs: &[String], actor: &str) -> Result<OperationState, Error> {
         let attached = self.take_attached();
         let (op, plan) = self.load(op_id)?;
         let records = self.store.jobs(op_id)?;
@@ -462,6 +425,6 @@ impl Runtime {
         let mut writes = self.retry_checks(&op, &plan, &chosen, actor)?;
         writes.extend(attached);
         let reason = format!("retry {}", ids.join(", "));
-        Ok(self.transition(&op, Event::Retry { jobs: ids }, actor, &reason, writes, progress)?.state)
+        Ok(self.transition(&op, Event::Retry { jobs: ids }, actor, &reason, writes, &mut |_| {})?.state)
     }
 }

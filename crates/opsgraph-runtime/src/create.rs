@@ -232,12 +232,11 @@ impl Runtime {
         op: &OperationRecord,
         plan: &Plan,
         actor: &str,
-        progress: Progress<'_>,
     ) -> Result<OperationRecord, Error> {
         let answered: HashSet<String> =
             self.store.gates(&op.id)?.into_iter().filter(|g| g.answer.is_some()).map(|g| g.id).collect();
         let (event, reason) = resolution_event(plan, &answered);
-        self.transition(op, event, actor, &reason, vec![], progress)
+        self.transition(op, event, actor, &reason, vec![], &mut |_| {})
     }
 
     /// Seals the values of secret parameters (and those of the sub-operations' plans).

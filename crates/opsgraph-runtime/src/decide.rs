@@ -396,14 +396,8 @@ fn waves_after(s: &Snapshot<'_>, after: &HashMap<String, JobState>, d: &mut Deci
         }
     }
     // The failure of checks this batch reported is in its writes, not yet in the records.
-    let written: HashMap<&str, &JobRecord> = d
-        .writes
-        .iter()
-        .filter_map(|w| match w {
-            Write::Job(j) => Some((j.id.as_str(), j)),
-            _ => None,
-        })
-        .collect();
+    let written: HashMap<&str, &JobRecord> =
+        d.writes.iter().filter_map(Write::job).map(|j| (j.id.as_str(), j)).collect();
     let failure = |id: &str| written.get(id).copied().or(s.jobs.get(id)).and_then(|j| j.outcome["failure"].as_str());
     let (reason, e) = now.iter().find_map(|r| stopped(s, r, &failure))?;
     d.writes.push(Write::Timeline(e));

@@ -121,10 +121,8 @@ impl<'p> Drive<'p> {
     }
 
     fn remember(&mut self, writes: &[Write]) {
-        for w in writes {
-            if let Write::Job(j) = w {
-                self.cache.insert(j.id.clone(), cached(j.clone()));
-            }
+        for j in writes.iter().filter_map(Write::job) {
+            self.cache.insert(j.id.clone(), cached(j.clone()));
         }
     }
 }
@@ -246,13 +244,7 @@ impl Runtime {
         progress: Progress<'_>,
     ) -> Result<(), Error> {
         let mut writes = std::mem::take(&mut d.carry);
-        let pending: Vec<ArtifactRecord> = writes
-            .iter()
-            .filter_map(|w| match w {
-                Write::Artifact(a) => Some(a.clone()),
-                _ => None,
-            })
-            .collect();
+        let pending: Vec<ArtifactRecord> = writes.iter().filter_map(Write::artifact).cloned().collect();
         let (plan, pack) = (d.plan, d.pack);
         let mut tasks = Vec::new();
         for id in ready {
@@ -363,13 +355,7 @@ impl Runtime {
                 tasks.push(task);
             }
         }
-        let started: Vec<JobRecord> = writes
-            .iter()
-            .filter_map(|w| match w {
-                Write::Job(j) => Some(j.clone()),
-                _ => None,
-            })
-            .collect();
+        let started: Vec<JobRecord> = writes.iter().filter_map(Write::job).cloned().collect();
         self.commit_timeline(writes, progress)?;
         crate::failpoint::hit("attempts.recorded");
         d.cache.extend(started.into_iter().map(|j| (j.id.clone(), cached(j))));

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::jobs;
 use crate::task::TaskResult;
-use crate::timeline::{entry, Progress};
+use crate::timeline::entry;
 use crate::{Error, Runtime};
 
 /// What an intervention did.
@@ -27,13 +27,7 @@ pub struct Verified {
 
 impl Runtime {
     /// Records `iv` for a failed operation and verifies it.
-    pub fn intervene(
-        &mut self,
-        op_id: &str,
-        iv: &Intervention,
-        actor: &str,
-        progress: Progress<'_>,
-    ) -> Result<Verified, Error> {
+    pub fn intervene(&mut self, op_id: &str, iv: &Intervention, actor: &str) -> Result<Verified, Error> {
         let (op, plan) = self.load(op_id)?;
         if !matches!(op.state, OperationState::Failed { .. }) {
             return Err(Error::Unsupported(format!(
@@ -105,8 +99,14 @@ impl Runtime {
             json!({"intervention": id, "jobs": jobs_named, "note": iv.note, "verify": iv.requires_verification}),
         ))];
         writes.extend(attached);
-        let op =
-            self.transition(&op, Event::ManuallyFixed { intervention: id.clone() }, actor, &iv.note, writes, progress)?;
+        let op = self.transition(
+            &op,
+            Event::ManuallyFixed { intervention: id.clone() },
+            actor,
+            &iv.note,
+            writes,
+            &mut |_| {},
+        )?;
 
         // Verification: the named checks on each job's target, with the job's environment.
         let inputs = self.gate_inputs(op_id)?;
@@ -152,11 +152,18 @@ impl Runtime {
                     }
                 }
                 let reason = format!("{id} verified by {} check(s)", results.len());
-                self.transition(&op, Event::Verified, actor, &reason, writes, progress)?.state
+                self.transition(&op, Event::Verified, actor, &reason, writes, &mut |_| {})?.state
             }
             Some(reason) => {
-                self.transition(&op, Event::StillBroken { reason: reason.clone() }, actor, &reason, writes, progress)?
-                    .state
+                self.transition(
+                    &op,
+                    Event::StillBroken { reason: reason.clone() },
+                    actor,
+                    &reason,
+                    writes,
+                    &mut |_| {},
+                )?
+                .state
             }
         };
         Ok(Verified { intervention: id, jobs: jobs_named, checks: results, state })

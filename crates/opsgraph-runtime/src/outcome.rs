@@ -117,19 +117,8 @@ impl Runtime {
     /// entry of its history.
     pub(crate) fn start_writes(&self, op_id: &str, plan: &Plan, actor: &str) -> Vec<Write> {
         let Some(doc) = self.resource_doc(plan) else { return vec![] };
-        let status = doc.status.unwrap_or(ResourceStatus::Provisioning);
-        vec![
-            resource_write(&doc, op_id),
-            history(
-                &doc.id,
-                actor,
-                "operation.started",
-                status.as_str(),
-                op_id,
-                format!("{} {}", plan.action, doc.id),
-                Value::Null,
-            ),
-        ]
+        let summary = format!("{} {}", plan.action, doc.id);
+        left_as(&doc, op_id, actor, "operation.started", summary, Value::Null)
     }
 
     /// The resource an operation completed: its capabilities, desired and observed state, health.
@@ -153,18 +142,7 @@ impl Runtime {
             doc.status = None;
             doc.observed.clear();
             doc.verification = None;
-            return Ok(vec![
-                resource_write(&doc, &op.id),
-                history(
-                    &doc.id,
-                    &op.actor,
-                    "operation.completed",
-                    ResourceStatus::Provisioning.as_str(),
-                    &op.id,
-                    "rolled back".into(),
-                    Value::Null,
-                ),
-            ]);
+            return Ok(left_as(&doc, &op.id, &op.actor, "operation.completed", "rolled back".into(), Value::Null));
         }
         if plan.removes_resource {
             // Removed (`uninstall`): nothing is running any more; the record goes, its history
@@ -259,10 +237,7 @@ impl Runtime {
         doc.status = Some(ResourceStatus::Error);
         doc.health = Health::Error;
         doc.observed_state = Some(summary.clone());
-        Ok(vec![
-            resource_write(&doc, &op.id),
-            history(id, actor, "operation.cancelled", ResourceStatus::Error.as_str(), &op.id, summary, Value::Null),
-        ])
+        Ok(left_as(&doc, &op.id, actor, "operation.cancelled", summary, Value::Null))
     }
 
     pub(crate) fn failure_writes(&self, op: &OperationRecord, plan: &Plan, reason: &str) -> Result<Vec<Write>, Error> {
@@ -284,18 +259,7 @@ impl Runtime {
             .collect();
         let summary = format!("operation {} failed: {reason}", op.id);
         doc.observed_state = Some(summary.clone());
-        Ok(vec![
-            resource_write(&doc, &op.id),
-            history(
-                &doc.id,
-                &op.actor,
-                "operation.failed",
-                ResourceStatus::Error.as_str(),
-                &op.id,
-                summary,
-                serde_json::json!({"failed": failed}),
-            ),
-        ])
+        Ok(left_as(&doc, &op.id, &op.actor, "operation.failed", summary, serde_json::json!({"failed": failed})))
     }
 }
 
@@ -309,27 +273,23 @@ fn resource_write(doc: &Resource, op: &str) -> Write {
     })
 }
 
-/// An entry of a resource's history for an operation.
+/// The resource's record as operation `op` leaves it, with the entry of its history that says so
+/// (`kind`, and the record's status: `provisioning` while it has none).
+fn left_as(doc: &Resource, op: &str, actor: &str, kind: &str, summary: String, detail: Value) -> Vec<Write> {
+    let status = doc.status.unwrap_or(ResourceStatus::Provisioning);
+    vec![resource_write(doc, op), history(&doc.id, actor, kind, status.as_str(), op, summary, detail)]
+}
+
 /// A completed operation leaves `doc` running and healthy, `summary` its observed state: the
 /// resource's write and its history entry.
 fn running_again(mut doc: Resource, op: &OperationRecord, summary: String) -> Vec<Write> {
     doc.observed_state = Some(summary.clone());
     doc.health = Health::Healthy;
     doc.status = Some(ResourceStatus::Running);
-    vec![
-        resource_write(&doc, &op.id),
-        history(
-            &doc.id,
-            &op.actor,
-            "operation.completed",
-            ResourceStatus::Running.as_str(),
-            &op.id,
-            summary,
-            Value::Null,
-        ),
-    ]
+    left_as(&doc, &op.id, &op.actor, "operation.completed", summary, Value::Null)
 }
 
+/// An entry of a resource's history for an operation.
 fn history(resource: &str, actor: &str, kind: &str, status: &str, op: &str, summary: String, detail: Value) -> Write {
     Write::ResourceEvent(ResourceEventRecord {
         seq: 0,

@@ -11,7 +11,7 @@ use opsgraph_core::plan::Plan;
 use opsgraph_store::{now, GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::{json, Value};
 
-use crate::timeline::{entry, Progress};
+use crate::timeline::entry;
 use crate::{Error, Runtime};
 
 /// What proposing a patch did.
@@ -154,13 +154,7 @@ const APPROVERS: &[&str] = &["sre", "platform_admin"];
 impl Runtime {
     /// Reviews `patch` for a failed operation and, when it passes, opens its review: applied at
     /// once when it needs no approval, else waiting at its gate. Refused findings change nothing.
-    pub fn propose_patch(
-        &mut self,
-        op_id: &str,
-        patch: &PlanPatch,
-        author: &str,
-        progress: Progress<'_>,
-    ) -> Result<Proposal, Error> {
+    pub fn propose_patch(&mut self, op_id: &str, patch: &PlanPatch, author: &str) -> Result<Proposal, Error> {
         let (op, plan) = self.load(op_id)?;
         // A failed operation goes through diagnosing and review; a paused one stays paused while
         // its patch waits, and resumes when the patch is applied.
@@ -196,7 +190,7 @@ impl Runtime {
         let op = if paused {
             op
         } else {
-            self.transition(&op, Event::Diagnose, author, "a plan patch is proposed", vec![], progress)?
+            self.transition(&op, Event::Diagnose, author, "a plan patch is proposed", vec![], &mut |_| {})?
         };
         let mut writes = vec![Write::Timeline(entry(
             op_id,
@@ -236,14 +230,11 @@ impl Runtime {
                 author,
                 "patch under review",
                 writes,
-                progress,
+                &mut |_| {},
             )?
         };
-        let state = if gate.is_none() {
-            self.apply_reviewed(&op, &plan, &id, patch, author, paused, progress)?
-        } else {
-            op.state
-        };
+        let state =
+            if gate.is_none() { self.apply_reviewed(&op, &plan, &id, patch, author, paused)? } else { op.state };
         Ok(Proposal { patch: id, diff: reviewed.diff, findings: reviewed.findings, gate, state, approval: reasons })
     }
 
@@ -336,7 +327,6 @@ impl Runtime {
         approve: bool,
         actor: &str,
         writes: Vec<Write>,
-        progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
         let (changes, author) = self.patch_under_review(&op.id, patch)?;
         if approve && author == actor {
@@ -362,16 +352,15 @@ impl Runtime {
         if !approve {
             let reason = format!("rejected by {actor}");
             let event = Event::PatchRejected { patch: patch.to_string(), reason: reason.clone() };
-            return Ok(self.transition(op, event, actor, &reason, writes, progress)?.state);
+            return Ok(self.transition(op, event, actor, &reason, writes, &mut |_| {})?.state);
         }
         self.commit(&writes)?;
         let (op, plan) = self.load(&op.id)?;
-        self.apply_reviewed(&op, &plan, patch, &changes, actor, paused, progress)
+        self.apply_reviewed(&op, &plan, patch, &changes, actor, paused)
     }
 
     /// Makes the reviewed patch the operation's plan, in one transaction with its job records and
     /// the transition back to running.
-    #[expect(clippy::too_many_arguments, reason = "the patch, where it applies, and how the run goes on")]
     fn apply_reviewed(
         &mut self,
         op: &OperationRecord,
@@ -380,7 +369,6 @@ impl Runtime {
         patch: &PlanPatch,
         actor: &str,
         paused: bool,
-        progress: Progress<'_>,
     ) -> Result<OperationState, Error> {
         let pack = self.pack(plan)?.clone();
         let reviewed = apply_patch(plan, &pack, patch).map_err(|f| Error::PatchRefused(render(&f)))?;
@@ -443,7 +431,7 @@ impl Runtime {
             Event::PatchApplied { patch: patch_id.to_string(), revision: revision.clone() }
         };
         let reason = format!("patch {patch_id} applied: plan revision {}", next.revision.number);
-        Ok(self.transition(op, event, actor, &reason, writes, progress)?.state)
+        Ok(self.transition(op, event, actor, &reason, writes, &mut |_| {})?.state)
     }
 }
 

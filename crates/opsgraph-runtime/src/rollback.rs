@@ -7,7 +7,6 @@ use opsgraph_core::model::OperationState;
 use opsgraph_core::plan::lifecycle::{self, Event};
 use opsgraph_core::plan::rollback::{rollback, RollbackPlan};
 
-use crate::timeline::Progress;
 use crate::{new_operation_id, Error, Runtime};
 
 impl Runtime {
@@ -37,20 +36,14 @@ impl Runtime {
     /// Starts the rollback of `op_id` as a new operation. A failed or paused operation is
     /// cancelled first (the rollback replaces it); a running one must be paused or cancelled by a
     /// person before.
-    pub fn start_rollback(
-        &mut self,
-        op_id: &str,
-        rb: &RollbackPlan,
-        actor: &str,
-        progress: Progress<'_>,
-    ) -> Result<String, Error> {
+    pub fn start_rollback(&mut self, op_id: &str, rb: &RollbackPlan, actor: &str) -> Result<String, Error> {
         let (op, _) = self.load(op_id)?;
         let id = new_operation_id();
         match &op.state {
             s if lifecycle::is_terminal(s) => {}
             OperationState::Failed { .. } | OperationState::Paused { .. } => {
                 let reason = format!("rolled back by operation {id}");
-                self.transition(&op, Event::Cancel { reason: reason.clone() }, actor, &reason, vec![], progress)?;
+                self.transition(&op, Event::Cancel { reason: reason.clone() }, actor, &reason, vec![], &mut |_| {})?;
             }
             other => {
                 return Err(Error::Unsupported(format!(
@@ -59,7 +52,7 @@ impl Runtime {
                 )))
             }
         }
-        self.create_as(&id, &rb.plan, actor, progress)?;
+        self.create_as(&id, &rb.plan, actor, &mut |_| {})?;
         Ok(id)
     }
 }

@@ -97,9 +97,8 @@ fn propose(ctx: &mut Ctx, op: OperationRecord) -> Result<Reply, ApiError> {
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let reason = answer.plan_patch.as_ref().and_then(|p| p.reason.clone());
     rt.attach(vec![audit(&actor, "operation.patch", &op, json!({"analyzer": "ai", "reason": reason}))]);
-    let proposal = rt
-        .ai_propose(&op.id, &answer, &mut |_| {})?
-        .ok_or_else(|| ApiError::unprocessable("unsupported", "nothing to propose"))?;
+    let proposal =
+        rt.ai_propose(&op.id, &answer)?.ok_or_else(|| ApiError::unprocessable("unsupported", "nothing to propose"))?;
     let root = rt.root_of(&op.id)?;
     drop(_write);
     app.wake(&root);

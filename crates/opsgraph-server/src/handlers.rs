@@ -552,7 +552,7 @@ pub(crate) fn answer_gate(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     ]);
     let answer =
         GateAnswer { option: body.option.clone(), actor: actor.clone(), role: role.clone(), value: body.value };
-    let next = rt.answer_gate(&op.id, &gate_id, &answer, &mut |_| {})?;
+    let next = rt.answer_gate(&op.id, &gate_id, &answer)?;
     drop(_write);
     state.wake(&root);
     Reply::ok(json!(opsgraph_api::AnswerReply {
@@ -579,9 +579,7 @@ fn control_reply(id: &str, state: &opsgraph_core::model::OperationState) -> Resu
 }
 
 pub(crate) fn pause(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    with_reason(ctx, "operation.pause", "paused by a person", |rt, id, actor, reason| {
-        rt.pause(id, actor, reason, &mut |_| {})
-    })
+    with_reason(ctx, "operation.pause", "paused by a person", |rt, id, actor, reason| rt.pause(id, actor, reason))
 }
 
 pub(crate) fn resume(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -596,7 +594,7 @@ pub(crate) fn resume(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         op.state.clone()
     } else {
         rt.attach(vec![control_audit(&actor, "operation.resume", &op, json!({}))]);
-        rt.resume(&op.id, &actor, &mut |_| {})?
+        rt.resume(&op.id, &actor)?
     };
     let root = rt.root_of(&op.id)?;
     drop(_write);
@@ -605,9 +603,7 @@ pub(crate) fn resume(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 }
 
 pub(crate) fn cancel(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    with_reason(ctx, "operation.cancel", "cancelled by a person", |rt, id, actor, reason| {
-        rt.cancel(id, actor, reason, &mut |_| {})
-    })
+    with_reason(ctx, "operation.cancel", "cancelled by a person", |rt, id, actor, reason| rt.cancel(id, actor, reason))
 }
 
 /// A person's control request that gives a reason (`default` when the body names none): audited
@@ -637,7 +633,7 @@ pub(crate) fn retry(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let mut rt = ctx.runtime()?;
     rt.attach(vec![control_audit(&actor, "operation.retry", &op, json!({"jobs": body.jobs}))]);
-    let state = rt.retry(&op.id, &body.jobs, &actor, &mut |_| {})?;
+    let state = rt.retry(&op.id, &body.jobs, &actor)?;
     let root = rt.root_of(&op.id)?;
     drop(_write);
     app.wake(&root);
@@ -737,7 +733,7 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let mut rt = ctx.runtime()?;
     rt.attach(vec![control_audit(&actor, "operation.patch", &op, json!({"reason": patch.reason}))]);
-    let p = rt.propose_patch(&op.id, &patch, &author, &mut |_| {})?;
+    let p = rt.propose_patch(&op.id, &patch, &author)?;
     let root = rt.root_of(&op.id)?;
     drop(_write);
     app.wake(&root);
@@ -753,7 +749,7 @@ pub(crate) fn intervene(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let _write = app.0.write.lock().unwrap_or_else(|e| e.into_inner());
     let mut rt = ctx.runtime()?;
     rt.attach(vec![control_audit(&actor, "operation.intervene", &op, json!({"note": iv.note}))]);
-    let v = rt.intervene(&op.id, &iv, &actor, &mut |_| {})?;
+    let v = rt.intervene(&op.id, &iv, &actor)?;
     let root = rt.root_of(&op.id)?;
     drop(_write);
     app.wake(&root);

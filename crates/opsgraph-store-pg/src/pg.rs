@@ -81,16 +81,32 @@ impl PgStore {
         Ok(())
     }
 
-    pub(crate) fn query(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Fail> {
+    pub(crate) fn query(&self, sql: &str, args: Args<'_>) -> Result<Vec<Row>, Fail> {
         let mut client = self.client.borrow_mut();
         let stmt = PgStore::prepared(&self.statements, &mut *client, sql)?;
         Ok(client.query(&stmt, args)?)
     }
 
-    pub(crate) fn query_opt(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, Fail> {
+    pub(crate) fn query_opt(&self, sql: &str, args: Args<'_>) -> Result<Option<Row>, Fail> {
         Ok(self.query(sql, args)?.into_iter().next())
     }
+
+    /// The rows of `sql`, each read by `read`.
+    fn rows<T>(&self, sql: &str, args: Args<'_>, read: Reader<T>) -> Result<Vec<T>, Fail> {
+        self.query(sql, args)?.iter().map(read).collect()
+    }
+
+    /// The first row of `sql`, if any, read by `read`.
+    fn first<T>(&self, sql: &str, args: Args<'_>, read: Reader<T>) -> Result<Option<T>, Fail> {
+        self.query_opt(sql, args)?.as_ref().map(read).transpose()
+    }
 }
+
+/// A statement's parameters.
+type Args<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// A record's reader: its fields from a row, JSON columns parsed.
+type Reader<T> = fn(&Row) -> Result<T, Fail>;
 
 fn state_kind(state: &OperationState) -> Result<String, Fail> {
     Ok(serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string())
@@ -432,10 +448,7 @@ impl Store for PgStore {
     }
 
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {
-        edge(|| {
-            let sql = format!("SELECT {OPERATION_COLUMNS} FROM operations WHERE id = $1");
-            self.query_opt(&sql, &[&id])?.as_ref().map(operation).transpose()
-        })
+        edge(|| self.first(&format!("SELECT {OPERATION_COLUMNS} FROM operations WHERE id = $1"), &[&id], operation))
     }
 
     fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error> {
@@ -444,7 +457,7 @@ impl Store for PgStore {
             "SELECT {OPERATION_COLUMNS} FROM operations
              WHERE ($1::text IS NULL OR state_kind = $1) AND ($2::text IS NULL OR resource = $2) ORDER BY created_at, id"
         );
-            self.query(&sql, &[&filter.state, &filter.resource])?.iter().map(operation).collect()
+            self.rows(&sql, &[&filter.state, &filter.resource], operation)
         })
     }
 
@@ -454,8 +467,7 @@ impl Store for PgStore {
 
     fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error> {
         edge(|| {
-            let sql = format!("{TIMELINE_SELECT} WHERE operation = $1 ORDER BY seq");
-            self.query(&sql, &[&operation])?.iter().map(timeline_entry).collect()
+            self.rows(&format!("{TIMELINE_SELECT} WHERE operation = $1 ORDER BY seq"), &[&operation], timeline_entry)
         })
     }
 
@@ -596,12 +608,7 @@ impl Store for PgStore {
     }
 
     fn resources(&self) -> Result<Vec<ResourceRecord>, Error> {
-        edge(|| {
-            self.query("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id", &[])?
-                .iter()
-                .map(resource)
-                .collect()
-        })
+        edge(|| self.rows("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id", &[], resource))
     }
 
     fn resource_events(&self, resource: &str, limit: usize) -> Result<Vec<ResourceEventRecord>, Error> {
@@ -631,12 +638,7 @@ impl Store for PgStore {
     }
 
     fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error> {
-        edge(|| {
-            self.query_opt("SELECT id, doc, last_operation, updated_at FROM resources WHERE id = $1", &[&id])?
-                .as_ref()
-                .map(resource)
-                .transpose()
-        })
+        edge(|| self.first("SELECT id, doc, last_operation, updated_at FROM resources WHERE id = $1", &[&id], resource))
     }
 
     fn idempotency(&self, key: &str) -> Result<Option<(String, String)>, Error> {
@@ -648,17 +650,11 @@ impl Store for PgStore {
     }
 
     fn tokens(&self) -> Result<Vec<TokenRecord>, Error> {
-        edge(|| {
-            let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id");
-            self.query(&sql, &[])?.iter().map(token).collect()
-        })
+        edge(|| self.rows(&format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id"), &[], token))
     }
 
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error> {
-        edge(|| {
-            let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = $1");
-            self.query_opt(&sql, &[&hash])?.as_ref().map(token).transpose()
-        })
+        edge(|| self.first(&format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = $1"), &[&hash], token))
     }
 
     fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRecord>, Error> {

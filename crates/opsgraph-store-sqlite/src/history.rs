@@ -2,8 +2,8 @@
 
 use opsgraph_store::ResourceEventRecord;
 use rusqlite::{params, Connection};
-use serde_json::Value;
 
+use crate::read::{parsed, rows};
 use crate::Fail;
 
 /// The last `limit` entries of `resource`'s history, oldest first.
@@ -12,13 +12,13 @@ pub(crate) fn resource_events(
     resource: &str,
     limit: usize,
 ) -> Result<Vec<ResourceEventRecord>, Fail> {
-    let mut stmt = conn.prepare_cached(
+    rows(
+        conn,
         "SELECT seq, resource, at, actor, kind, status, operation, summary, detail FROM
          (SELECT * FROM resource_events WHERE resource = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
-    )?;
-    let rows = stmt.query_map(params![resource, limit as i64], |r| {
-        Ok((
-            ResourceEventRecord {
+        params![resource, limit as i64],
+        |r| {
+            Ok(ResourceEventRecord {
                 seq: r.get(0)?,
                 resource: r.get(1)?,
                 at: r.get(2)?,
@@ -27,15 +27,8 @@ pub(crate) fn resource_events(
                 status: r.get(5)?,
                 operation: r.get(6)?,
                 summary: r.get(7)?,
-                detail: Value::Null,
-            },
-            r.get::<_, String>(8)?,
-        ))
-    })?;
-    rows.map(|r| {
-        let (mut e, detail) = r?;
-        e.detail = serde_json::from_str(&detail)?;
-        Ok(e)
-    })
-    .collect()
+                detail: parsed(r, 8)?,
+            })
+        },
+    )
 }

@@ -8,6 +8,7 @@
 mod apply;
 mod history;
 mod lease;
+mod read;
 mod schema;
 mod sqlite;
 mod sqlite_agent;

@@ -4,10 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
-use serde_json::Value;
+use rusqlite::{params, Connection, OptionalExtension, Params, Row};
 
-use opsgraph_core::model::OperationState;
 use opsgraph_store::Error;
 use opsgraph_store::{
     ArtifactRecord, AuditFilter, AuditRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter,
@@ -15,6 +13,7 @@ use opsgraph_store::{
 };
 
 use crate::apply::apply;
+use crate::read::{first, parsed, rows};
 use crate::schema::MIGRATIONS;
 use crate::writer::{writer_of, Writer};
 use crate::{edge, Fail};
@@ -102,31 +101,21 @@ impl SqliteStore {
     }
 }
 
-fn operation_row(r: &Row<'_>) -> rusqlite::Result<(OperationRecord, String, String)> {
-    Ok((
-        OperationRecord {
-            id: r.get(0)?,
-            parent: r.get(1)?,
-            intent: Value::Null,
-            resource: r.get(3)?,
-            state: OperationState::DraftIntent,
-            plan_revision: r.get(5)?,
-            actor: r.get(6)?,
-            created_at: r.get(7)?,
-            updated_at: r.get(8)?,
-            version: r.get(9)?,
-            intent_id: r.get(10)?,
-            plan_id: r.get(11)?,
-        },
-        r.get(2)?,
-        r.get(4)?,
-    ))
-}
-
-fn finish_operation((mut op, intent, state): (OperationRecord, String, String)) -> Result<OperationRecord, Fail> {
-    op.intent = serde_json::from_str(&intent)?;
-    op.state = serde_json::from_str(&state)?;
-    Ok(op)
+fn operation(r: &Row<'_>) -> Result<OperationRecord, Fail> {
+    Ok(OperationRecord {
+        id: r.get(0)?,
+        parent: r.get(1)?,
+        intent: parsed(r, 2)?,
+        resource: r.get(3)?,
+        state: parsed(r, 4)?,
+        plan_revision: r.get(5)?,
+        actor: r.get(6)?,
+        created_at: r.get(7)?,
+        updated_at: r.get(8)?,
+        version: r.get(9)?,
+        intent_id: r.get(10)?,
+        plan_id: r.get(11)?,
+    })
 }
 
 const OPERATION_COLUMNS: &str =
@@ -178,22 +167,17 @@ impl Store for SqliteStore {
 
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {
         edge(|| {
-            let row = self
-                .conn
-                .query_row(&format!("SELECT {OPERATION_COLUMNS} FROM operations WHERE id = ?1"), [id], operation_row)
-                .optional()?;
-            row.map(finish_operation).transpose()
+            first(&self.conn, &format!("SELECT {OPERATION_COLUMNS} FROM operations WHERE id = ?1"), [id], operation)
         })
     }
 
     fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error> {
         edge(|| {
-            let mut stmt = self.conn.prepare_cached(&format!(
+            let sql = format!(
                 "SELECT {OPERATION_COLUMNS} FROM operations
              WHERE (?1 IS NULL OR state_kind = ?1) AND (?2 IS NULL OR resource = ?2) ORDER BY created_at, id"
-            ))?;
-            let rows = stmt.query_map(params![filter.state, filter.resource], operation_row)?;
-            rows.map(|r| finish_operation(r?)).collect()
+            );
+            rows(&self.conn, &sql, params![filter.state, filter.resource], operation)
         })
     }
 
@@ -261,31 +245,21 @@ impl Store for SqliteStore {
 
     fn jobs(&self, operation: &str) -> Result<Vec<JobRecord>, Error> {
         edge(|| {
-            let mut stmt = self.conn.prepare_cached(
-            "SELECT operation, id, state, attempts, outcome, updated_at FROM jobs WHERE operation = ?1 ORDER BY rowid",
-        )?;
-            let rows = stmt.query_map([operation], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, u32>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                ))
-            })?;
-            rows.map(|r| {
-                let (operation, id, state, attempts, outcome, updated_at) = r?;
-                Ok(JobRecord {
-                    operation,
-                    id,
-                    state: JobState::parse(&state).unwrap_or(JobState::Pending),
-                    attempts,
-                    outcome: serde_json::from_str(&outcome)?,
-                    updated_at,
-                })
-            })
-            .collect()
+            rows(
+                &self.conn,
+                "SELECT operation, id, state, attempts, outcome, updated_at FROM jobs WHERE operation = ?1 ORDER BY rowid",
+                [operation],
+                |r| {
+                    Ok(JobRecord {
+                        operation: r.get(0)?,
+                        id: r.get(1)?,
+                        state: JobState::parse(&r.get::<_, String>(2)?).unwrap_or(JobState::Pending),
+                        attempts: r.get(3)?,
+                        outcome: parsed(r, 4)?,
+                        updated_at: r.get(5)?,
+                    })
+                },
+            )
         })
     }
 
@@ -316,40 +290,28 @@ impl Store for SqliteStore {
 
     fn gates(&self, operation: &str) -> Result<Vec<GateRecord>, Error> {
         edge(|| {
-            let mut stmt = self.conn.prepare_cached(
-            "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value, patch
+            rows(
+                &self.conn,
+                "SELECT operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value, patch
              FROM gates WHERE operation = ?1 ORDER BY rowid",
-        )?;
-            let rows = stmt.query_map([operation], |r| {
-                Ok((
-                    GateRecord {
+                [operation],
+                |r| {
+                    let (gate_type, kind) = GateRecord::from_columns(&r.get::<_, String>(2)?, r.get(10)?)?;
+                    Ok(GateRecord {
                         operation: r.get(0)?,
                         id: r.get(1)?,
-                        gate_type: Default::default(),
-                        kind: Default::default(),
+                        gate_type,
+                        kind,
                         reason: r.get(3)?,
-                        options: Vec::new(),
-                        required_roles: Vec::new(),
+                        options: parsed(r, 4)?,
+                        required_roles: parsed(r, 5)?,
                         answer: r.get(6)?,
                         answered_by: r.get(7)?,
                         answered_at: r.get(8)?,
-                        value: None,
-                    },
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, Option<String>>(9)?,
-                    (r.get::<_, String>(2)?, r.get::<_, Option<String>>(10)?),
-                ))
-            })?;
-            rows.map(|r| {
-                let (mut g, options, roles, value, (gate_type, patch)) = r?;
-                (g.gate_type, g.kind) = GateRecord::from_columns(&gate_type, patch)?;
-                g.options = serde_json::from_str(&options)?;
-                g.required_roles = serde_json::from_str(&roles)?;
-                g.value = value.map(|v| serde_json::from_str(&v)).transpose()?;
-                Ok(g)
-            })
-            .collect()
+                        value: r.get::<_, Option<String>>(9)?.map(|v| serde_json::from_str(&v)).transpose()?,
+                    })
+                },
+            )
         })
     }
 
@@ -374,12 +336,7 @@ impl Store for SqliteStore {
     }
 
     fn resources(&self) -> Result<Vec<ResourceRecord>, Error> {
-        edge(|| {
-            let mut stmt =
-                self.conn.prepare_cached("SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id")?;
-            let rows = stmt.query_map([], resource_row)?;
-            rows.map(|r| finish_resource(r?)).collect()
-        })
+        edge(|| rows(&self.conn, "SELECT id, doc, last_operation, updated_at FROM resources ORDER BY id", [], resource))
     }
 
     fn resource_events(&self, resource: &str, limit: usize) -> Result<Vec<ResourceEventRecord>, Error> {
@@ -388,15 +345,7 @@ impl Store for SqliteStore {
 
     fn resource(&self, id: &str) -> Result<Option<ResourceRecord>, Error> {
         edge(|| {
-            let row = self
-                .conn
-                .query_row(
-                    "SELECT id, doc, last_operation, updated_at FROM resources WHERE id = ?1",
-                    [id],
-                    resource_row,
-                )
-                .optional()?;
-            row.map(finish_resource).transpose()
+            first(&self.conn, "SELECT id, doc, last_operation, updated_at FROM resources WHERE id = ?1", [id], resource)
         })
     }
 
@@ -416,12 +365,7 @@ impl Store for SqliteStore {
         edge(|| Ok(Some(self.conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?)))
     }
     fn tokens(&self) -> Result<Vec<TokenRecord>, Error> {
-        edge(|| {
-            let mut stmt =
-                self.conn.prepare_cached(&format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id"))?;
-            let rows = stmt.query_map([], token_row)?;
-            rows.map(|r| finish_token(r?)).collect()
-        })
+        edge(|| rows(&self.conn, &format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id"), [], token))
     }
 
     /// Wakes on this process's commits at once, on other processes' within
@@ -431,25 +375,19 @@ impl Store for SqliteStore {
     }
 
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error> {
-        edge(|| {
-            let row = self
-                .conn
-                .query_row(&format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = ?1"), [hash], token_row)
-                .optional()?;
-            row.map(finish_token).transpose()
-        })
+        edge(|| first(&self.conn, &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = ?1"), [hash], token))
     }
 
     fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRecord>, Error> {
         edge(|| {
-            let mut stmt = self.conn.prepare_cached(
+            rows(
+                &self.conn,
                 "SELECT seq, at, actor, action, target, operation, resource, detail FROM audit
              WHERE (?1 IS NULL OR actor = ?1) AND (?2 IS NULL OR operation = ?2) AND (?3 IS NULL OR resource = ?3)
              AND (?4 IS NULL OR at >= ?4) ORDER BY seq",
-            )?;
-            let rows = stmt.query_map(params![f.actor, f.operation, f.resource, f.since], |r| {
-                Ok((
-                    AuditRecord {
+                params![f.actor, f.operation, f.resource, f.since],
+                |r| {
+                    Ok(AuditRecord {
                         seq: r.get(0)?,
                         at: r.get(1)?,
                         actor: r.get(2)?,
@@ -457,47 +395,30 @@ impl Store for SqliteStore {
                         target: r.get(4)?,
                         operation: r.get(5)?,
                         resource: r.get(6)?,
-                        detail: Value::Null,
-                    },
-                    r.get::<_, String>(7)?,
-                ))
-            })?;
-            rows.map(|r| {
-                let (mut a, detail) = r?;
-                a.detail = serde_json::from_str(&detail)?;
-                Ok(a)
-            })
-            .collect()
+                        detail: parsed(r, 7)?,
+                    })
+                },
+            )
         })
     }
 
     fn request(&self, actor: &str, key: &str) -> Result<Option<RequestRecord>, Error> {
         edge(|| {
-            let row = self
-                .conn
-                .query_row(
-                    "SELECT actor, key, fingerprint, status, response, at FROM requests WHERE actor = ?1 AND key = ?2",
-                    [actor, key],
-                    |r| {
-                        Ok((
-                            RequestRecord {
-                                actor: r.get(0)?,
-                                key: r.get(1)?,
-                                fingerprint: r.get(2)?,
-                                status: r.get(3)?,
-                                response: Value::Null,
-                                at: r.get(5)?,
-                            },
-                            r.get::<_, String>(4)?,
-                        ))
-                    },
-                )
-                .optional()?;
-            row.map(|(mut rec, response)| {
-                rec.response = serde_json::from_str(&response)?;
-                Ok(rec)
-            })
-            .transpose()
+            first(
+                &self.conn,
+                "SELECT actor, key, fingerprint, status, response, at FROM requests WHERE actor = ?1 AND key = ?2",
+                [actor, key],
+                |r| {
+                    Ok(RequestRecord {
+                        actor: r.get(0)?,
+                        key: r.get(1)?,
+                        fingerprint: r.get(2)?,
+                        status: r.get(3)?,
+                        response: parsed(r, 4)?,
+                        at: r.get(5)?,
+                    })
+                },
+            )
         })
     }
 
@@ -528,63 +449,37 @@ const TIMELINE_SELECT: &str =
 
 impl SqliteStore {
     /// Timeline entries of a `TIMELINE_SELECT` query.
-    fn timeline_query(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<TimelineEntry>, Fail> {
-        let mut stmt = self.conn.prepare_cached(sql)?;
-        let rows = stmt.query_map(args, |r| {
-            Ok((
-                TimelineEntry {
-                    seq: r.get(0)?,
-                    operation: r.get(1)?,
-                    at: r.get(2)?,
-                    actor: r.get(3)?,
-                    event: r.get(4)?,
-                    from: r.get(5)?,
-                    to: r.get(6)?,
-                    reason: r.get(7)?,
-                    data: Value::Null,
-                },
-                r.get::<_, String>(8)?,
-            ))
-        })?;
-        rows.map(|r| {
-            let (mut e, data) = r?;
-            e.data = serde_json::from_str(&data)?;
-            Ok(e)
+    fn timeline_query(&self, sql: &str, args: impl Params) -> Result<Vec<TimelineEntry>, Fail> {
+        rows(&self.conn, sql, args, |r| {
+            Ok(TimelineEntry {
+                seq: r.get(0)?,
+                operation: r.get(1)?,
+                at: r.get(2)?,
+                actor: r.get(3)?,
+                event: r.get(4)?,
+                from: r.get(5)?,
+                to: r.get(6)?,
+                reason: r.get(7)?,
+                data: parsed(r, 8)?,
+            })
         })
-        .collect()
     }
 }
 
 const TOKEN_COLUMNS: &str = "id, name, hash, roles, created_by, created_at, revoked_at";
 
-fn token_row(r: &Row<'_>) -> rusqlite::Result<(TokenRecord, String)> {
-    Ok((
-        TokenRecord {
-            id: r.get(0)?,
-            name: r.get(1)?,
-            hash: r.get(2)?,
-            roles: Vec::new(),
-            created_by: r.get(4)?,
-            created_at: r.get(5)?,
-            revoked_at: r.get(6)?,
-        },
-        r.get(3)?,
-    ))
+fn token(r: &Row<'_>) -> Result<TokenRecord, Fail> {
+    Ok(TokenRecord {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        hash: r.get(2)?,
+        roles: parsed(r, 3)?,
+        created_by: r.get(4)?,
+        created_at: r.get(5)?,
+        revoked_at: r.get(6)?,
+    })
 }
 
-fn finish_token((mut t, roles): (TokenRecord, String)) -> Result<TokenRecord, Fail> {
-    t.roles = serde_json::from_str(&roles)?;
-    Ok(t)
-}
-
-fn resource_row(r: &Row<'_>) -> rusqlite::Result<(ResourceRecord, String)> {
-    Ok((
-        ResourceRecord { id: r.get(0)?, doc: Value::Null, last_operation: r.get(2)?, updated_at: r.get(3)? },
-        r.get(1)?,
-    ))
-}
-
-fn finish_resource((mut rec, doc): (ResourceRecord, String)) -> Result<ResourceRecord, Fail> {
-    rec.doc = serde_json::from_str(&doc)?;
-    Ok(rec)
+fn resource(r: &Row<'_>) -> Result<ResourceRecord, Fail> {
+    Ok(ResourceRecord { id: r.get(0)?, doc: parsed(r, 1)?, last_operation: r.get(2)?, updated_at: r.get(3)? })
 }

@@ -430,6 +430,24 @@ pub enum Write {
     },
 }
 
+impl Write {
+    /// The job record this write stores, if it is one.
+    pub fn job(&self) -> Option<&JobRecord> {
+        match self {
+            Write::Job(j) => Some(j),
+            _ => None,
+        }
+    }
+
+    /// The artifact record this write stores, if it is one.
+    pub fn artifact(&self) -> Option<&ArtifactRecord> {
+        match self {
+            Write::Artifact(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
 /// Filters for listing operations.
 #[derive(Debug, Clone, Default)]
 pub struct OperationFilter {

@@ -227,7 +227,7 @@ impl Control for LocalControl {
                 answer.value.is_some(),
             ),
         ]);
-        let state = self.rt.answer_gate(operation, gate, &answer, &mut |_| {})?;
+        let state = self.rt.answer_gate(operation, gate, &answer)?;
         Ok(AnswerReply {
             operation: operation.to_string(),
             gate: gate.to_string(),
@@ -241,7 +241,7 @@ impl Control for LocalControl {
     fn pause(&mut self, operation: &str) -> anyhow::Result<ControlReply> {
         let reason = "paused by a person";
         self.audited("operation.pause", operation, json!({"reason": reason}))?;
-        let state = self.rt.pause(operation, &self.actor.clone(), reason, &mut |_| {})?;
+        let state = self.rt.pause(operation, &self.actor.clone(), reason)?;
         Ok(Self::reply(operation, &state))
     }
 
@@ -253,26 +253,26 @@ impl Control for LocalControl {
             return Ok(Self::reply(operation, &op.state));
         }
         self.audited("operation.resume", operation, json!({}))?;
-        let state = self.rt.resume(operation, &self.actor.clone(), &mut |_| {})?;
+        let state = self.rt.resume(operation, &self.actor.clone())?;
         Ok(Self::reply(operation, &state))
     }
 
     fn cancel(&mut self, operation: &str) -> anyhow::Result<ControlReply> {
         let reason = "cancelled by a person";
         self.audited("operation.cancel", operation, json!({"reason": reason}))?;
-        let state = self.rt.cancel(operation, &self.actor.clone(), reason, &mut |_| {})?;
+        let state = self.rt.cancel(operation, &self.actor.clone(), reason)?;
         Ok(Self::reply(operation, &state))
     }
 
     fn retry(&mut self, operation: &str, jobs: &[String]) -> anyhow::Result<ControlReply> {
         self.audited("operation.retry", operation, json!({"jobs": jobs}))?;
-        let state = self.rt.retry(operation, jobs, &self.actor.clone(), &mut |_| {})?;
+        let state = self.rt.retry(operation, jobs, &self.actor.clone())?;
         Ok(Self::reply(operation, &state))
     }
 
     fn intervene(&mut self, operation: &str, iv: &Intervention) -> anyhow::Result<InterventionReply> {
         self.audited("operation.intervene", operation, json!({"note": iv.note}))?;
-        let v = self.rt.intervene(operation, iv, &self.actor.clone(), &mut |_| {})?;
+        let v = self.rt.intervene(operation, iv, &self.actor.clone())?;
         Ok(views::intervention(operation, &v))
     }
 
@@ -291,7 +291,7 @@ impl Control for LocalControl {
             &op,
             json!({"reason": patch.reason}),
         )]);
-        let p = self.rt.propose_patch(operation, &patch, &author, &mut |_| {})?;
+        let p = self.rt.propose_patch(operation, &patch, &author)?;
         Ok(views::patch_reply(operation, &p))
     }
 

@@ -125,7 +125,7 @@ pub fn operate(
                 role: "sre".into(),
                 value: None,
             };
-            match rt.answer_gate(&id, &gate, &answer, &mut |_| {}) {
+            match rt.answer_gate(&id, &gate, &answer) {
                 // A gate that opens later (a destructive or canary gate): answered when it does.
                 Err(opsgraph_runtime::Error::GateNotOpen { .. }) => continue,
                 other => other?,
@@ -133,7 +133,7 @@ pub fn operate(
             writeln!(out, "gate {gate}: {} -> demo answers `{option}` as user:demo-sre (sre)", g.reason)?;
         }
         if let Some(OperationState::Paused { .. }) = rt.store().operation(&id)?.map(|o| o.state) {
-            rt.resume(&id, "user:demo-sre", &mut |_| {})?;
+            rt.resume(&id, "user:demo-sre")?;
         }
         (code, rt) = ops_cmd::drive_and_finish(rt, &id, out)?;
     }

@@ -324,7 +324,7 @@ pub fn rollback(
         return Ok(1);
     }
     let actor = local_actor(None);
-    let id = rt.start_rollback(op, &rb, &actor, &mut |_| {})?;
+    let id = rt.start_rollback(op, &rb, &actor)?;
     let mut ctl = crate::client::LocalControl::new(rt, &actor);
     crate::control_cmd::run_created(&mut ctl, &id, None, out)
 }
@@ -350,7 +350,7 @@ pub fn diagnose_openai(c: &Control<'_>, op: &str, propose: bool, out: &mut dyn W
     let endpoint = ai_endpoint(&c.data_dir)?;
     let after = opsgraph_api::last_seq(&crate::client::Local::of(&rt), op)?;
     let asked = if propose {
-        rt.ai_answer(op, &endpoint).and_then(|a| rt.ai_propose(op, &a, &mut |_| {}).map(|p| (a, None, p)))
+        rt.ai_answer(op, &endpoint).and_then(|a| rt.ai_propose(op, &a).map(|p| (a, None, p)))
     } else {
         rt.ai_diagnose(op, &endpoint).map(|d| (d.answer, d.review, None))
     };

@@ -187,7 +187,7 @@ fn gate_values_are_checked_like_an_intents() {
             role: "operator".into(),
             value: Some(value),
         };
-        match rt.answer_gate(&id, gate, &answer, &mut |_| {}) {
+        match rt.answer_gate(&id, gate, &answer) {
             Ok(_) => format!("{gate}: accepted"),
             Err(e) => format!("{gate}: {e}"),
         }

@@ -47,9 +47,9 @@ fn a_broken_soft_rule_needs_an_exception_from_a_higher_role() {
     assert!(matches!(state(&rt, &id), OperationState::WaitingForApproval { .. }));
     // Nothing is created before the exception is granted.
     assert_eq!(children(&rt, &id), 0);
-    let err = rt.answer_gate(&id, "exception-store-bucket", &answer("grant exception", "sre"), &mut |_| {});
+    let err = rt.answer_gate(&id, "exception-store-bucket", &answer("grant exception", "sre"));
     assert!(matches!(err, Err(Error::Forbidden { .. })), "{err:?}");
-    rt.answer_gate(&id, "exception-store-bucket", &answer("grant exception", "platform_admin"), &mut |_| {}).unwrap();
+    rt.answer_gate(&id, "exception-store-bucket", &answer("grant exception", "platform_admin")).unwrap();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
     assert_eq!(children(&rt, &id), 1);
 }
@@ -91,7 +91,7 @@ fn a_plan_above_the_cost_threshold_waits_for_confirmation_before_anything_runs()
     let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
     assert!(matches!(state(&rt, &id), OperationState::WaitingForApproval { .. }));
     assert_eq!(children(&rt, &id), 0, "the provider is not created before the cost is confirmed");
-    rt.answer_gate(&id, "confirm-cost", &answer("confirm cost", "platform_admin"), &mut |_| {}).unwrap();
+    rt.answer_gate(&id, "confirm-cost", &answer("confirm cost", "platform_admin")).unwrap();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
 
     // Under the threshold: no gate.
@@ -114,7 +114,7 @@ fn a_parent_waiting_on_a_childs_gate_goes_on_when_it_is_answered() {
     );
     let child = rt.store().operations(&Default::default()).unwrap().into_iter().find(|o| o.parent.is_some()).unwrap();
     assert!(matches!(child.state, OperationState::WaitingForApproval { .. }), "{:?}", child.state);
-    rt.answer_gate(&child.id, "approve-plan", &answer("approve", "sre"), &mut |_| {}).unwrap();
+    rt.answer_gate(&child.id, "approve-plan", &answer("approve", "sre")).unwrap();
     // The parent is running again, and driving it (the root) finishes both.
     assert_eq!(state(&rt, &id), OperationState::Running);
     assert_eq!(rt.root_of(&child.id).unwrap(), id);
@@ -152,7 +152,7 @@ fn a_person_binds_an_external_resource_at_the_gate() {
     let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
     let mut try_answer = |value: serde_json::Value| {
         let a = GateAnswer { value: Some(value), ..answer("bind external bucket", "sre") };
-        rt.answer_gate(&id, &gate, &a, &mut |_| {}).map_err(|e| e.to_string())
+        rt.answer_gate(&id, &gate, &a).map_err(|e| e.to_string())
     };
     let creds = w.dir.join("secrets/ext.creds").display().to_string();
     let refused: Vec<String> = [
@@ -232,7 +232,7 @@ fn an_external_binding_is_checked_against_the_policy_when_the_person_brings_it()
     let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
     let mut try_answer = |value: serde_json::Value| {
         let a = GateAnswer { value: Some(value), ..answer("bind external bucket", "sre") };
-        rt.answer_gate(&id, &gate, &a, &mut |_| {}).map(|_| "accepted".to_string()).unwrap_or_else(|e| e.to_string())
+        rt.answer_gate(&id, &gate, &a).map(|_| "accepted".to_string()).unwrap_or_else(|e| e.to_string())
     };
     let verdicts: Vec<String> = [
         serde_json::json!({"name": "ext-1", "attributes": {}}),

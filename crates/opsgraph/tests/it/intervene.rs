@@ -67,11 +67,11 @@ fn a_manual_fix_is_verified_before_the_run_goes_on() {
     assert!(found[0].summary.starts_with("no remedy of pack fix matches"), "{found:?}");
 
     // A job whose contract forbids it is refused; so is naming no evidence, or unknown evidence.
-    let err = rt.intervene(&id, &iv(None, Some("strict"), &["file_present"]), "user:bob", &mut |_| {}).unwrap_err();
+    let err = rt.intervene(&id, &iv(None, Some("strict"), &["file_present"]), "user:bob").unwrap_err();
     assert!(err.to_string().contains("job strict does not allow manual intervention"), "{err}");
-    let err = rt.intervene(&id, &iv(Some("setup"), Some("make-file"), &[]), "user:bob", &mut |_| {}).unwrap_err();
+    let err = rt.intervene(&id, &iv(Some("setup"), Some("make-file"), &[]), "user:bob").unwrap_err();
     assert!(err.to_string().contains("names the evidence that proves the fix"), "{err}");
-    let err = rt.intervene(&id, &iv(None, Some("make-file"), &["nope"]), "user:bob", &mut |_| {}).unwrap_err();
+    let err = rt.intervene(&id, &iv(None, Some("make-file"), &["nope"]), "user:bob").unwrap_err();
     assert!(err.to_string().contains("no evidence check `nope`"), "{err}");
     assert!(matches!(state(&rt), OperationState::Failed { .. }), "refusals change nothing");
     // An AI identity never answers a gate.
@@ -81,11 +81,11 @@ fn a_manual_fix_is_verified_before_the_run_goes_on() {
         role: "sre".into(),
         value: None,
     };
-    let err = rt.answer_gate(&id, "any", &answer, &mut |_| {}).unwrap_err();
+    let err = rt.answer_gate(&id, "any", &answer).unwrap_err();
     assert!(err.to_string().contains("is an AI identity: gates are answered by people"), "{err}");
 
     // Claimed fixed but not: verification fails, the operation is failed again, with the evidence.
-    let v = rt.intervene(&id, &iv(None, Some("make-file"), &["file_present"]), "user:bob", &mut |_| {}).unwrap();
+    let v = rt.intervene(&id, &iv(None, Some("make-file"), &["file_present"]), "user:bob").unwrap();
     assert!(
         matches!(&v.state, OperationState::Failed { reason } if reason.contains("verification of iv1 failed on make-file")),
         "{:?}",
@@ -95,7 +95,7 @@ fn a_manual_fix_is_verified_before_the_run_goes_on() {
 
     // Fixed for real: verified, marked manually fixed, and the run goes on past it.
     std::fs::write(w.dir.join("data/lab/fixed"), "ok").unwrap();
-    let v = rt.intervene(&id, &iv(None, Some("make-file"), &["file_present"]), "user:bob", &mut |_| {}).unwrap();
+    let v = rt.intervene(&id, &iv(None, Some("make-file"), &["file_present"]), "user:bob").unwrap();
     assert_eq!(v.state, OperationState::Running, "{:?}", v.checks);
     let stopped = rt.drive(&id, &mut |_| {}).unwrap();
     // `strict` still failed (it may not be fixed by hand): the run ends failed, but use-file ran.

@@ -191,7 +191,7 @@ fn a_pack_an_operation_runs_is_neither_removed_nor_replaced_and_the_runtime_refu
         role: "sre".into(),
         value: None,
     };
-    let result = rt.answer_gate(&op, "confirm", &answer, &mut |_| {}).and_then(|_| rt.drive(&op, &mut |_| {}));
+    let result = rt.answer_gate(&op, "confirm", &answer).and_then(|_| rt.drive(&op, &mut |_| {}));
     match result {
         Err(opsgraph_runtime::Error::PackChanged { planned: p, .. }) => assert_eq!(p, planned),
         other => panic!("expected PackChanged, got {other:?}"),

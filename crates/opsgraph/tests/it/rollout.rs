@@ -191,7 +191,7 @@ fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_aft
     let op = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
 
     // The canary gate opens once wave 1 ran: not before.
-    let early = rt.answer_gate(&op, "canary-upgrade", &answer("user:bob"), &mut |_| {}).unwrap_err();
+    let early = rt.answer_gate(&op, "canary-upgrade", &answer("user:bob")).unwrap_err();
     assert!(matches!(early, Error::GateNotOpen { .. }), "{early}");
     expect!["gate `canary-upgrade` opens once upgrade@n001 finished; it cannot be answered before (only cancelled)"]
         .assert_eq(&early.to_string());
@@ -203,12 +203,9 @@ fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_aft
     "#]]
     .assert_eq(&hosts_by_state(&rt, &op));
     // Four eyes: whoever created the rollout does not wave its canary through.
-    let own = rt.answer_gate(&op, "canary-upgrade", &answer("user:alice"), &mut |_| {}).unwrap_err();
+    let own = rt.answer_gate(&op, "canary-upgrade", &answer("user:alice")).unwrap_err();
     assert!(matches!(own, Error::SelfApproval { .. }), "{own}");
-    assert_eq!(
-        rt.answer_gate(&op, "canary-upgrade", &answer("user:bob"), &mut |_| {}).unwrap(),
-        OperationState::Running
-    );
+    assert_eq!(rt.answer_gate(&op, "canary-upgrade", &answer("user:bob")).unwrap(), OperationState::Running);
 
     // Wave 2: three of its ten hosts fail, one more than the budget of 2: the operation pauses
     // (it does not fail) with waves 1 and 2 run and nothing of waves 3 and 4 started.
@@ -227,7 +224,7 @@ fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_aft
     assert_eq!(paused.data["done"].as_array().unwrap().len(), 8);
     assert_eq!(paused.data["untouched"].as_array().unwrap().len(), 189);
     // Resumed as it is, the spent budget pauses it again at once, starting nothing.
-    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    rt.resume(&op, "user:bob").unwrap();
     assert!(matches!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Paused { .. }));
     assert!(hosts_by_state(&rt, &op).contains("pending 189"));
 
@@ -245,7 +242,7 @@ fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_aft
         approval: None,
     };
     // It changes what runs in a plan a person approved (the canary): a third person approves it.
-    let proposal = rt.propose_patch(&op, &skip, "user:bob", &mut |_| {}).unwrap();
+    let proposal = rt.propose_patch(&op, &skip, "user:bob").unwrap();
     assert_eq!(proposal.gate.as_deref(), Some("patch-p1"), "{:?}", proposal.approval);
     assert!(matches!(proposal.state, OperationState::Paused { .. }), "{:?}", proposal.state);
     let approve = |actor: &str| GateAnswer {
@@ -254,8 +251,8 @@ fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_aft
         role: "sre".into(),
         value: None,
     };
-    assert!(rt.answer_gate(&op, "patch-p1", &approve("user:bob"), &mut |_| {}).is_err(), "not by its author");
-    assert_eq!(rt.answer_gate(&op, "patch-p1", &approve("user:carol"), &mut |_| {}).unwrap(), OperationState::Running);
+    assert!(rt.answer_gate(&op, "patch-p1", &approve("user:bob")).is_err(), "not by its author");
+    assert_eq!(rt.answer_gate(&op, "patch-p1", &approve("user:carol")).unwrap(), OperationState::Running);
     let state = rt.drive(&op, &mut |_| {}).unwrap();
     // The end: every other host done, the report (after every host) never ran: the operation
     // fails naming the first host still failed.
@@ -270,7 +267,7 @@ fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_aft
 
     // The hosts repaired, their retry runs them again and the operation completes.
     fleet.heal();
-    rt.retry(&op, &[], "user:bob", &mut |_| {}).unwrap();
+    rt.retry(&op, &[], "user:bob").unwrap();
     assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
     expect![[r#"
         skipped 1: n009
@@ -413,11 +410,11 @@ fn checks_between_waves_pause_the_rollout_at_a_host_that_passed_its_job_but_not_
 
     // Resumed as it is, the failed checks pause it again; n004 cured, their retry passes and the
     // rollout runs to the end.
-    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    rt.resume(&op, "user:bob").unwrap();
     assert!(matches!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Paused { .. }));
     assert!(hosts_by_state(&rt, &op).contains("pending 6"));
     fleet.cure();
-    rt.retry(&op, &[], "user:bob", &mut |_| {}).unwrap();
+    rt.retry(&op, &[], "user:bob").unwrap();
     assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
     expect![[r#"
         plan_built plan preview built
@@ -464,11 +461,11 @@ fn checks_on_the_whole_resource_find_a_sick_host_the_rollout_has_not_reached() {
         }],
         approval: None,
     };
-    let proposal = rt.propose_patch(&op, &skip, "user:bob", &mut |_| {}).unwrap();
+    let proposal = rt.propose_patch(&op, &skip, "user:bob").unwrap();
     if let Some(gate) = proposal.gate.as_deref() {
         let approve =
             GateAnswer { option: "approve patch".into(), actor: "user:carol".into(), role: "sre".into(), value: None };
-        rt.answer_gate(&op, gate, &approve, &mut |_| {}).unwrap();
+        rt.answer_gate(&op, gate, &approve).unwrap();
     }
     assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
     expect![[r#"
@@ -489,12 +486,12 @@ fn the_pause_between_waves_holds_across_a_new_drive() {
     let op2 = op.clone();
     let mut pause = move |e: &opsgraph_store::TimelineEntry| {
         if e.event == "wave_finished" {
-            other.pause(&op2, "user:bob", "looking at wave 1", &mut |_| {}).unwrap();
+            other.pause(&op2, "user:bob", "looking at wave 1").unwrap();
         }
     };
     assert!(matches!(rt.drive(&op, &mut pause).unwrap(), OperationState::Paused { .. }));
     // Resumed at once, a new drive (nothing of the first in memory) still waits out the pause.
-    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    rt.resume(&op, "user:bob").unwrap();
     assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
     let timeline = rt.store().timeline(&op).unwrap();
     let at = |event: &str, wave: u64| {
@@ -528,7 +525,7 @@ fn checks_a_driver_died_running_run_again_after_a_restart() {
             updated_at: opsgraph_store::now(),
         })])
         .unwrap();
-    rt.resume(&op, "user:bob", &mut |_| {}).unwrap();
+    rt.resume(&op, "user:bob").unwrap();
     assert_eq!(rt.drive(&op, &mut |_| {}).unwrap(), OperationState::Completed);
     let timeline = rt.store().timeline(&op).unwrap();
     let recovered =

@@ -232,7 +232,7 @@ fn an_operation_runs_to_completion_and_evidence_decides() {
     expect![[r#"{"id":"mini.app/app-1","type":"mini.app","name":"app-1","environment":"dev","desired_state":"install mini.app","observed_state":"completed: 4 evidence checks passed","health":"healthy","status":"running","provides":[{"capability":"app.service"}]}"#]]
     .assert_eq(&serde_json::to_string(&resource.doc).unwrap());
     // A completed run cannot be resumed, and says why.
-    let err = rt.resume(&id, "user:alice", &mut |_| {}).unwrap_err();
+    let err = rt.resume(&id, "user:alice").unwrap_err();
     assert_eq!(
         err.to_string(),
         "cannot apply `resume` to an operation in state `completed`: the operation is completed"
@@ -318,11 +318,11 @@ fn gates_block_descendants_and_check_roles() {
     assert!(timeline.ends_with("pause waiting for gate look-before-verify\n=> paused"), "{timeline}");
     let answer =
         |role: &str| GateAnswer { option: "proceed".into(), actor: "user:bob".into(), role: role.into(), value: None };
-    let err = rt.answer_gate(&id, "look-before-verify", &answer("viewer"), &mut |_| {}).unwrap_err();
+    let err = rt.answer_gate(&id, "look-before-verify", &answer("viewer")).unwrap_err();
     assert_eq!(err.to_string(), "role `viewer` may not answer gate `look-before-verify`; it needs one of: sre");
-    let state = rt.answer_gate(&id, "look-before-verify", &answer("sre"), &mut |_| {}).unwrap();
+    let state = rt.answer_gate(&id, "look-before-verify", &answer("sre")).unwrap();
     assert_eq!(state, OperationState::Running);
-    let err = rt.answer_gate(&id, "look-before-verify", &answer("sre"), &mut |_| {}).unwrap_err();
+    let err = rt.answer_gate(&id, "look-before-verify", &answer("sre")).unwrap_err();
     assert!(
         err.to_string().starts_with("gate `look-before-verify` was already answered `proceed` by user:bob at "),
         "{err}"
@@ -543,7 +543,7 @@ fn cancel_from_another_process_stops_running_jobs_and_keeps_results() {
     };
     std::thread::sleep(std::time::Duration::from_millis(600));
     let mut other = lab.runtime();
-    other.cancel(&id, "user:bob", "wrong cluster", &mut |_| {}).unwrap();
+    other.cancel(&id, "user:bob", "wrong cluster").unwrap();
     let started = std::time::Instant::now();
     let state = driver.join().unwrap();
     assert!(started.elapsed() < std::time::Duration::from_secs(4), "running jobs were not stopped");
@@ -586,21 +586,21 @@ fn a_paused_operation_is_patched_and_resumes_with_the_new_revision() {
         role: "sre".into(),
         value: None,
     };
-    let p = rt.propose_patch(&id, &patch("first"), "user:alice", &mut |_| {}).unwrap();
+    let p = rt.propose_patch(&id, &patch("first"), "user:alice").unwrap();
     assert_eq!(p.gate.as_deref(), Some("patch-p1"));
     assert!(matches!(p.state, OperationState::Paused { .. }), "it stays paused: {:?}", p.state);
-    let state = rt.answer_gate(&id, "patch-p1", &answer("reject patch", "user:bob"), &mut |_| {}).unwrap();
+    let state = rt.answer_gate(&id, "patch-p1", &answer("reject patch", "user:bob")).unwrap();
     assert!(matches!(state, OperationState::Paused { .. }), "{state:?}");
     assert_eq!(rt.store().operation(&id).unwrap().unwrap().plan_revision, before.plan_revision);
 
-    rt.propose_patch(&id, &patch("second"), "user:alice", &mut |_| {}).unwrap();
-    let state = rt.answer_gate(&id, "patch-p2", &answer("approve patch", "user:bob"), &mut |_| {}).unwrap();
+    rt.propose_patch(&id, &patch("second"), "user:alice").unwrap();
+    let state = rt.answer_gate(&id, "patch-p2", &answer("approve patch", "user:bob")).unwrap();
     assert_eq!(state, OperationState::Running);
     let after = rt.store().operation(&id).unwrap().unwrap();
     assert_ne!(after.plan_revision, before.plan_revision, "the next revision runs");
-    rt.answer_gate(&id, "look-before-verify", &answer("proceed", "user:bob"), &mut |_| {}).unwrap();
+    rt.answer_gate(&id, "look-before-verify", &answer("proceed", "user:bob")).unwrap();
     // The patch's own gate now stands before verify too.
     assert!(matches!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Paused { .. }));
-    rt.answer_gate(&id, "second-look-second", &answer("proceed", "user:bob"), &mut |_| {}).unwrap();
+    rt.answer_gate(&id, "second-look-second", &answer("proceed", "user:bob")).unwrap();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
 }

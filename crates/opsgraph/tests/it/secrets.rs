@@ -66,7 +66,7 @@ fn canary_secrets_never_appear_in_plain_text() {
         role: "operator".into(),
         value: Some(serde_json::Value::String(GATE.into())),
     };
-    rt.answer_gate(&id, "input-api-key", &answer, &mut |_| {}).unwrap();
+    rt.answer_gate(&id, "input-api-key", &answer).unwrap();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
 
     let data = w.dir.join("data");

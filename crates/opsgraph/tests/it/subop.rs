@@ -121,7 +121,7 @@ fn a_person_chooses_to_create_the_provider_at_the_gate() {
     let gate = plan.gates[0].id.clone();
     let answer =
         GateAnswer { option: "make a bucket".into(), actor: "user:bob".into(), role: "sre".into(), value: None };
-    rt.answer_gate(&id, &gate, &answer, &mut |_| {}).unwrap();
+    rt.answer_gate(&id, &gate, &answer).unwrap();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
     assert!(events(&rt, &id).iter().any(|e| e.starts_with("sub_operation_bound store.bucket: bound to bucket.thing/")));
 }
