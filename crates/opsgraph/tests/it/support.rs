@@ -35,6 +35,12 @@ impl Run {
         s
     }
 
+    /// Asserts that the run was refused: exit code 1, `says` in its standard error.
+    pub(crate) fn assert_refused(&self, says: &str) {
+        assert_eq!(self.code, 1, "{}", self.render());
+        assert!(self.err.contains(says), "{}", self.render());
+    }
+
     /// The id of the operation the run printed (`Operation op-…: …`, the first such line).
     pub(crate) fn operation_id(&self) -> String {
         let line =
