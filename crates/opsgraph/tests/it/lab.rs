@@ -39,6 +39,22 @@ impl Data {
     }
 
     /// alice approves the plan of operation `op` at its gate `approve-plan`.
+    /// Applies a lab cluster `name` on lab-1 (control plane) and lab-2 (worker), `parameters`
+    /// given (`{fail_job: …, fail_mode: …}` or empty): the operation's id.
+    fn create_cluster(&self, name: &str, parameters: &str) -> String {
+        let parameters = if parameters.is_empty() { String::new() } else { format!("  parameters: {parameters}\n") };
+        self.apply_text(&format!("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: {name}\n  environment: lab\n{parameters}  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n")).operation_id()
+    }
+
+    /// A lab cluster `name` whose job `job` fails (`mode`), its plan approved: the operation's
+    /// id and the answer, which ran it to that failure.
+    fn failed_at(&self, name: &str, job: &str, mode: &str) -> (String, Run) {
+        let op = self.create_cluster(name, &format!("{{fail_job: {job}, fail_mode: {mode}}}"));
+        let answered = self.approve_plan(&op);
+        assert_eq!(answered.code, 1, "{}", answered.render());
+        (op, answered)
+    }
+
     fn approve_plan(&self, op: &str) -> Run {
         self.run(&["gate", "answer", "approve-plan", "--operation", op, "--option", "approve", "--as", "alice"])
     }
@@ -89,10 +105,7 @@ fn lab_cluster_created_at_a_gate_then_grown() {
 #[test]
 fn a_failing_job_fails_the_way_real_ones_do() {
     let d = Data::new();
-    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-broken\n  environment: lab\n  parameters: {fail_job: init-control-plane, fail_mode: exit}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
-    let op = run.operation_id();
-    let answered = d.approve_plan(&op);
-    assert_eq!(answered.code, 1, "{}", answered.render());
+    let (op, answered) = d.failed_at("lab-broken", "init-control-plane", "exit");
     assert!(answered.out.contains("failed: init-control-plane@lab-1"), "{}", answered.out);
     assert!(answered.out.contains("registry-1.docker.io"), "{}", answered.out);
     let resource = d.run(&["get", "resources", "-o", "json"]);
@@ -208,9 +221,8 @@ fn a_missing_input_is_asked_for_and_used() {
 #[test]
 fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
     let d = Data::new();
-    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-rb\n  environment: lab\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
+    let op = d.create_cluster("lab-rb", "");
     let (data, inventory) = (d.data(), path("examples/lab/inventory"));
-    let op = run.operation_id();
     let done = d.approve_plan(&op);
     assert!(done.out.contains(&format!("Operation {op}: completed")), "{}", done.render());
     let lab = std::path::Path::new(&data).join("lab");
@@ -244,9 +256,8 @@ fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
 #[test]
 fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
     let d = Data::new();
-    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-iv\n  environment: lab\n  parameters: {fail_job: join-workers@lab-2, fail_mode: evidence}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
+    let op = d.create_cluster("lab-iv", "{fail_job: join-workers@lab-2, fail_mode: evidence}");
     let (data, inventory) = (d.data(), path("examples/lab/inventory"));
-    let op = run.operation_id();
     let failed = d.approve_plan(&op);
     assert!(failed.out.contains("failed: join-workers@lab-2"), "{}", failed.render());
 
@@ -306,10 +317,7 @@ fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
 #[test]
 fn a_failure_the_pack_does_not_know_is_diagnosed_by_the_remedy_library_without_a_patch() {
     let d = Data::new();
-    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-apt\n  environment: lab\n  parameters: {fail_job: install-runtime, fail_mode: exit}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
-    let op = run.operation_id();
-    let answered = d.approve_plan(&op);
-    assert_eq!(answered.code, 1, "{}", answered.render());
+    let (op, _) = d.failed_at("lab-apt", "install-runtime", "exit");
     // lab-cluster has no remedy for it; the library recognises apt's own words and names the host.
     let diagnosed = d.run(&["diagnose", &op, "-o", "json"]);
     let v: serde_json::Value = serde_json::from_str(&diagnosed.out).unwrap();

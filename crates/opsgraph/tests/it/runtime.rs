@@ -242,8 +242,8 @@ fn an_operation_runs_to_completion_and_evidence_decides() {
 /// Where an operation's artifact contents and job logs land, by blob store: the data
 /// directory's files, or PostgreSQL's tables with nothing under `blobs/` (a job still reads its
 /// input artifact, copied into its directory). Shown: the artifact, flaky's first log, whether
-/// `DATA_DIR/blobs` exists.
-fn check_blobs(backend: opsgraph_store::testing::Backend, expect: Expect) {
+/// `DATA_DIR/blobs` exists. `None` where PostgreSQL is not at hand.
+fn blobs(backend: opsgraph_store::testing::Backend) -> Option<String> {
     use opsgraph_store::testing::Backend;
     let lab = Lab::new(&[]);
     let data = lab.dir.join("data");
@@ -252,7 +252,7 @@ fn check_blobs(backend: opsgraph_store::testing::Backend, expect: Expect) {
     let (mut rt, _db) = match backend {
         Backend::Sqlite => (lab.runtime(), None),
         Backend::Postgres => {
-            let Some(db) = opsgraph_store_pg::test_db("runtime::check_blobs") else { return };
+            let db = opsgraph_store_pg::test_db("runtime::check_blobs")?;
             let mut rt = Runtime::new(db.store(), loaded.packs, loaded.world.resources, data.clone());
             rt.blobs = std::sync::Arc::new(opsgraph_store_pg::PgBlobStore::connect(db.url()).unwrap());
             (rt, Some(db))
@@ -263,30 +263,20 @@ fn check_blobs(backend: opsgraph_store::testing::Backend, expect: Expect) {
     let artifact = rt.store().artifacts(&id).unwrap().remove(0);
     let content = rt.blobs.get(&artifact.location).unwrap().map(|b| String::from_utf8(b).unwrap());
     let log = rt.job_log(&id, "flaky", 1).map(|b| String::from_utf8(b).unwrap());
-    let shown = format!("{content:?}\n{log:?}\nblobs dir: {}", data.join("blobs").exists());
-    expect.assert_eq(&shown);
+    Some(format!("{content:?}\n{log:?}\nblobs dir: {}", data.join("blobs").exists()))
 }
 
+/// With SQLite, files in the data directory; with PostgreSQL, the same contents in the database.
 #[test]
-fn artifacts_and_logs_are_files_in_the_data_directory_with_sqlite() {
-    check_blobs(
-        opsgraph_store::testing::Backend::Sqlite,
-        expect![[r#"
-            Some("port=8080\n")
-            Some("--- stderr\ntransient failure 1\n")
-            blobs dir: true"#]],
-    );
-}
-
-#[test]
-fn artifacts_and_logs_are_in_the_database_with_postgresql() {
-    check_blobs(
-        opsgraph_store::testing::Backend::Postgres,
-        expect![[r#"
-            Some("port=8080\n")
-            Some("--- stderr\ntransient failure 1\n")
-            blobs dir: false"#]],
-    );
+fn artifacts_and_logs_are_files_with_sqlite_and_in_the_database_with_postgresql() {
+    let sqlite = blobs(opsgraph_store::testing::Backend::Sqlite).unwrap();
+    expect![[r#"
+        Some("port=8080\n")
+        Some("--- stderr\ntransient failure 1\n")
+        blobs dir: true"#]]
+    .assert_eq(&sqlite);
+    let Some(postgres) = blobs(opsgraph_store::testing::Backend::Postgres) else { return };
+    assert_eq!(postgres, sqlite.replace("blobs dir: true", "blobs dir: false"));
 }
 
 #[test]
