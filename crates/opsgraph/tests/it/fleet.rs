@@ -277,6 +277,17 @@ impl Operator {
         ])
     }
 
+    /// `apply` of `file`, which stops at the destructive gate `gate`; alice proceeds and the
+    /// operation completes. The apply's run and the answer's.
+    pub(crate) fn confirmed(&self, file: &str, gate: &str) -> (Run, Run) {
+        let applied = self.apply(file);
+        assert!(applied.out.contains(gate), "{}", applied.render());
+        let done = self.answer(&applied.operation_id(), gate);
+        assert_eq!(done.code, 0, "{}", done.render());
+        assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+        (applied, done)
+    }
+
     pub(crate) fn answer(&self, op: &str, gate: &str) -> Run {
         let data = &self.data;
         opsgraph(&[
@@ -293,6 +304,19 @@ impl Operator {
             "alice",
         ])
     }
+}
+
+/// `read()` every 200 ms until it returns something, 50 times at the most: what it returned last.
+pub(crate) fn until_nonempty(read: impl Fn() -> String) -> String {
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = read();
+        if !text.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    text
 }
 
 /// Takes the fleet down when dropped, also when an assertion failed.

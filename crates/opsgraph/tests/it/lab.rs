@@ -18,6 +18,11 @@ impl Data {
         self.dir.join("data").display().to_string()
     }
 
+    /// The lab's directory (its nodes), under the data directory.
+    fn lab(&self) -> std::path::PathBuf {
+        self.dir.join("data/lab")
+    }
+
     /// `apply --yes` of the lab example intent `intent`, with the lab's inventory.
     fn apply(&self, intent: &str, extra: &[&str]) -> Run {
         self.apply_file(&path(&format!("examples/lab/intents/{intent}")), extra)
@@ -38,7 +43,6 @@ impl Data {
         opsgraph(&args)
     }
 
-    /// alice approves the plan of operation `op` at its gate `approve-plan`.
     /// Applies a lab cluster `name` on lab-1 (control plane) and lab-2 (worker), `parameters`
     /// given (`{fail_job: …, fail_mode: …}` or empty): the operation's id.
     fn create_cluster(&self, name: &str, parameters: &str) -> String {
@@ -55,6 +59,7 @@ impl Data {
         (op, answered)
     }
 
+    /// alice approves the plan of operation `op` at its gate `approve-plan`.
     fn approve_plan(&self, op: &str) -> Run {
         self.run(&["gate", "answer", "approve-plan", "--operation", op, "--option", "approve", "--as", "alice"])
     }
@@ -222,10 +227,10 @@ fn a_missing_input_is_asked_for_and_used() {
 fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
     let d = Data::new();
     let op = d.create_cluster("lab-rb", "");
-    let (data, inventory) = (d.data(), path("examples/lab/inventory"));
+    let inventory = path("examples/lab/inventory");
     let done = d.approve_plan(&op);
     assert!(done.out.contains(&format!("Operation {op}: completed")), "{}", done.render());
-    let lab = std::path::Path::new(&data).join("lab");
+    let lab = d.lab();
     assert!(lab.join("lab-2").exists());
 
     let rb = d.run(&["rollback", &op, "--yes", "--inventory", &inventory]);
@@ -257,7 +262,7 @@ fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
 fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
     let d = Data::new();
     let op = d.create_cluster("lab-iv", "{fail_job: join-workers@lab-2, fail_mode: evidence}");
-    let (data, inventory) = (d.data(), path("examples/lab/inventory"));
+    let inventory = path("examples/lab/inventory");
     let failed = d.approve_plan(&op);
     assert!(failed.out.contains("failed: join-workers@lab-2"), "{}", failed.render());
 
@@ -284,7 +289,7 @@ fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
     assert!(claimed.out.contains("still failed: verification of iv1 failed"), "{}", claimed.out);
 
     // The fix, by hand: the node's kubelet started, the node registered.
-    let lab = std::path::Path::new(&data).join("lab");
+    let lab = d.lab();
     let node = lab.join("lab-2");
     let address = std::fs::read_to_string(node.join("node.env")).unwrap();
     let address = address.lines().find_map(|l| l.strip_prefix("ADDRESS=")).unwrap_or("").to_string();

@@ -75,6 +75,12 @@ pub(crate) fn opsgraph(args: &[&str]) -> Run {
     Run { code, out: clean(out), err: clean(err) }
 }
 
+/// An intent for `dev`: its resource type, action and name, then `body` (its other keys, each
+/// line indented by two spaces).
+pub(crate) fn dev_intent(resource_type: &str, action: &str, name: &str, body: &str) -> String {
+    format!("intent:\n  target_resource_type: {resource_type}\n  action: {action}\n  name: {name}\n  environment: dev\n{body}")
+}
+
 /// A temporary directory, removed when dropped.
 pub(crate) struct TempDir(PathBuf);
 
