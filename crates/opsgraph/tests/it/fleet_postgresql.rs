@@ -39,7 +39,8 @@ fn sql(host: &str, statement: &str) -> std::process::Output {
     query(host, "fleet-canary-pw-7f3a", statement)
 }
 
-fn query(host: &str, password: &str, statement: &str) -> std::process::Output {
+/// `psql` as the owner with `password`, over TCP to a fleet host: `statement`'s rows, unaligned.
+pub(crate) fn query(host: &str, password: &str, statement: &str) -> std::process::Output {
     Command::new("psql")
         .args(["-X", "-w", "-q", &format!("host={host} port=5433 dbname=orders user=orders_app connect_timeout=10")])
         .args(["-tAc", statement])

@@ -29,12 +29,7 @@ fn sql(statement: &str) -> std::process::Output {
 }
 
 fn sql_at(host: &str, statement: &str) -> std::process::Output {
-    Command::new("psql")
-        .args(["-X", "-w", "-q", &format!("host={host} port=5433 dbname=orders user=orders_app connect_timeout=10")])
-        .args(["-tAc", statement])
-        .env("PGPASSWORD", PASSWORD)
-        .output()
-        .expect("psql (postgresql-client) is installed")
+    crate::fleet_postgresql::query(host, PASSWORD, statement)
 }
 
 fn text(o: &std::process::Output) -> String {
