@@ -9,7 +9,6 @@
 //! OPSGRAPH_FLEET=1.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use crate::fleet::{machine, unavailable, Fleet, Operator, FLEET};
 use crate::fleet_packs::{check_once, ssh_executor};

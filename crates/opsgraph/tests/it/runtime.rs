@@ -299,10 +299,18 @@ fn exit_zero_with_failing_evidence_is_a_failure_naming_the_check() {
     assert_eq!(resource.last_operation.as_deref(), Some(id.as_str()));
 }
 
+/// mini.install with the approval gate `look-before-verify` (an SRE's, for `reason`) before
+/// `verify`; `parameters` are its parameter lines.
+fn gated_template(parameters: &str, reason: &str) -> String {
+    format!(
+        "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n{parameters}  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: config, name: Configure, jobs: [make-config]}}\n    - {{id: start, name: Start, jobs: [start-app, flaky]}}\n    - {{id: verify, name: Verify, jobs: [verify]}}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {{id: look-before-verify, type: approval, reason: {reason}, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}}\n"
+    )
+}
+
 #[test]
 fn gates_block_descendants_and_check_roles() {
-    let gate = "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n    port: {type: integer, default: 8080}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: config, name: Configure, jobs: [make-config]}\n    - {id: start, name: Start, jobs: [start-app, flaky]}\n    - {id: verify, name: Verify, jobs: [verify]}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {id: look-before-verify, type: approval, reason: an SRE checks the nodes, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}\n";
-    let lab = Lab::new(&[("mini/templates.yaml", gate)]);
+    let gate = gated_template("    port: {type: integer, default: 8080}\n", "an SRE checks the nodes");
+    let lab = Lab::new(&[("mini/templates.yaml", gate.as_str())]);
     let mut rt = lab.runtime();
     let (id, timeline) = run_all(&mut rt, &lab.plan());
     assert!(timeline.ends_with("pause waiting for gate look-before-verify\n=> paused"), "{timeline}");
@@ -477,8 +485,8 @@ fn cli_apply_for_machines() {
 #[test]
 fn cli_control_commands_for_machines() {
     use crate::support::opsgraph;
-    let gate = "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n    port: {type: integer, default: 8080}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: config, name: Configure, jobs: [make-config]}\n    - {id: start, name: Start, jobs: [start-app, flaky]}\n    - {id: verify, name: Verify, jobs: [verify]}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {id: look-before-verify, type: approval, reason: an SRE checks, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}\n";
-    let lab = Lab::new(&[("mini/templates.yaml", gate), ("cli-data/config.yaml", "users:\n  alice: [sre]\n")]);
+    let gate = gated_template("    port: {type: integer, default: 8080}\n", "an SRE checks");
+    let lab = Lab::new(&[("mini/templates.yaml", gate.as_str()), ("cli-data/config.yaml", "users:\n  alice: [sre]\n")]);
     let data = lab.path("cli-data");
     let (mini, world, intent) = (lab.path("mini"), lab.path("world.yaml"), lab.path("intent.yaml"));
     let run = opsgraph(&[
@@ -549,8 +557,11 @@ fn cancel_from_another_process_stops_running_jobs_and_keeps_results() {
 /// changes; approved by another person, the plan's next revision runs on.
 #[test]
 fn a_paused_operation_is_patched_and_resumes_with_the_new_revision() {
-    let gate = "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n    port: {type: integer, default: 8080}\n    expect_port: {type: integer, default: 8080}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: config, name: Configure, jobs: [make-config]}\n    - {id: start, name: Start, jobs: [start-app, flaky]}\n    - {id: verify, name: Verify, jobs: [verify]}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {id: look-before-verify, type: approval, reason: an SRE checks, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}\n";
-    let lab = Lab::new(&[("mini/templates.yaml", gate)]);
+    let gate = gated_template(
+        "    port: {type: integer, default: 8080}\n    expect_port: {type: integer, default: 8080}\n",
+        "an SRE checks",
+    );
+    let lab = Lab::new(&[("mini/templates.yaml", gate.as_str())]);
     let mut rt = lab.runtime();
     let (id, _) = run_all(&mut rt, &lab.plan());
     let before = rt.store().operation(&id).unwrap().unwrap();
