@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::fleet::{machine, unavailable, Fleet, Operator, FLEET};
 use crate::fleet_packs::{check_once, ssh_executor};
-use crate::support::{dev_intent, opsgraph, path, temp_dir};
+use crate::support::{dev_intent, opsgraph, path, printed, temp_dir};
 
 const PASSWORD: &str = "fleet-canary-day2-4b8e";
 
@@ -29,10 +29,6 @@ fn sql(statement: &str) -> std::process::Output {
 
 fn sql_at(host: &str, statement: &str) -> std::process::Output {
     crate::fleet_postgresql::query(host, PASSWORD, statement)
-}
-
-fn text(o: &std::process::Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 #[test]
@@ -82,7 +78,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     let rows = "create table items (id int primary key, note text); \
                 insert into items values (1, 'first'), (2, 'second'), (3, 'third')";
     let write = sql(rows);
-    assert!(write.status.success(), "{}", text(&write));
+    assert!(write.status.success(), "{}", printed(&write));
 
     // Verified at once after the install, with the version the server reports. Stopped behind
     // Opsgraph's back, `opsgraph verify` finds it degraded with the failing checks; under the
@@ -113,7 +109,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
         ])
     };
     let stop = on_host(&["systemctl", "stop", "postgresql@15-main"]);
-    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(stop.status.success(), "{}", printed(&stop));
     let degraded = verify();
     assert_eq!(degraded.code, 1, "{}", degraded.render());
     assert!(degraded.out.starts_with("postgresql.instance/orders-db: degraded (was running)"), "{}", degraded.out);
@@ -151,7 +147,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
 
     // The table is lost.
     let dropped = sql("drop table items");
-    assert!(dropped.status.success(), "{}", text(&dropped));
+    assert!(dropped.status.success(), "{}", printed(&dropped));
     assert!(!sql("select count(*) from items").status.success());
 
     // Restore from the backup artifact: it waits at the destructive gate, then the rows are back.
@@ -160,7 +156,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     let (restore, _) = operator.confirmed("restore.yaml", "confirm-restore-postgresql");
     let restore_op = restore.operation_id();
     let back = sql("select string_agg(id || ':' || note, ',' order by id) from items");
-    assert_eq!(String::from_utf8_lossy(&back.stdout), "1:first,2:second,3:third\n", "{}", text(&back));
+    assert_eq!(String::from_utf8_lossy(&back.stdout), "1:first,2:second,3:third\n", "{}", printed(&back));
 
     // The restore's evidence fails where it must: the same check, on the same host, once the
     // table is gone again (a database without the backup's data).
@@ -208,7 +204,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     assert!(add.out.contains("done      verify-replication@fleet-1: exited with code 0"), "{}", add.out);
     assert!(!add.render().contains("fleet-canary-repl-2d7f"), "the replication password leaked");
     let write = sql("create table scaled (x text); insert into scaled values ('on the primary')");
-    assert!(write.status.success(), "{}", text(&write));
+    assert!(write.status.success(), "{}", printed(&write));
     // The replica replays the write soon: read until it has the row.
     let read = crate::fleet::until_nonempty(|| {
         String::from_utf8_lossy(&sql_at("10.213.0.12", "select x, pg_is_in_recovery() from scaled").stdout).into_owned()

@@ -81,6 +81,11 @@ pub(crate) fn dev_intent(resource_type: &str, action: &str, name: &str, body: &s
     format!("intent:\n  target_resource_type: {resource_type}\n  action: {action}\n  name: {name}\n  environment: dev\n{body}")
 }
 
+/// What a finished process printed: its standard output, then its standard error.
+pub(crate) fn printed(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
 /// A temporary directory, removed when dropped.
 pub(crate) struct TempDir(PathBuf);
 
