@@ -7,10 +7,9 @@ use libfuzzer_sys::fuzz_target;
 use opsgraph_core::model::Document;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
     let lab = opsgraph_fuzz::lab();
-    for located in opsgraph_core::pack::parse_file("intent.yaml", text).docs {
-        let Document::Intent(intent) = located.doc else { continue };
+    for doc in opsgraph_fuzz::documents_in(data, "intent.yaml") {
+        let Document::Intent(intent) = doc else { continue };
         match opsgraph_fuzz::build(&lab.pack, &lab.resources, &intent) {
             Ok(plan) => {
                 let _ = opsgraph_core::plan::render::text(&plan);

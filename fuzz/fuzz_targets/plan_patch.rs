@@ -7,10 +7,9 @@ use libfuzzer_sys::fuzz_target;
 use opsgraph_core::model::Document;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
     let lab = opsgraph_fuzz::lab();
-    for located in opsgraph_core::pack::parse_file("patch.yaml", text).docs {
-        let Document::PlanPatch(patch) = located.doc else { continue };
+    for doc in opsgraph_fuzz::documents_in(data, "patch.yaml") {
+        let Document::PlanPatch(patch) = doc else { continue };
         match opsgraph_core::plan::patch::apply_patch(&lab.plan, &lab.pack, &patch) {
             Ok(patched) => {
                 assert_ne!(patched.plan.revision.hash, "", "an applied patch stamps its revision");

@@ -40,6 +40,13 @@ fn documents(path: &Path) -> Vec<Document> {
     parsed.docs.into_iter().map(|d| d.doc).collect()
 }
 
+/// The documents fuzz input `data` holds, read as the file `name`: none when it is not UTF-8, and
+/// those that parse when some do not (the targets feed them on).
+pub fn documents_in(data: &[u8], name: &str) -> Vec<Document> {
+    let Ok(text) = std::str::from_utf8(data) else { return Vec::new() };
+    parse_file(name, text).docs.into_iter().map(|d| d.doc).collect()
+}
+
 pub fn lab() -> &'static Lab {
     static LAB: OnceLock<Lab> = OnceLock::new();
     LAB.get_or_init(|| {

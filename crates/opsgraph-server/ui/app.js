@@ -41,6 +41,19 @@ function s(tag, attrs, ...children) {
   return el;
 }
 
+// The list `key` of GET `path`, for the view of generation `gen`: null when the request failed
+// (said in the status line, naming `what`) or the view has moved on meanwhile.
+async function listFor(gen, path, key, what) {
+  let body;
+  try {
+    body = await api("GET", path);
+  } catch (e) {
+    if (current(gen)) status(`Could not load ${what}: ` + e.message, true);
+    return null;
+  }
+  return current(gen) ? body[key] || [] : null;
+}
+
 function status(message, error) {
   const st = $("status");
   st.textContent = message || "";
@@ -338,13 +351,9 @@ async function listPage() {
     patchSection(body, JSON.stringify([shown, ops.length]), () => drawList(shown, ops.length));
   };
   const draw = serial(async () => {
-    try {
-      ops = (await api("GET", "/api/v1/operations")).operations || [];
-    } catch (e) {
-      if (current(gen)) status("Could not load operations: " + e.message, true);
-      return;
-    }
-    if (!current(gen)) return;
+    const listed = await listFor(gen, "/api/v1/operations", "operations", "operations");
+    if (!listed) return;
+    ops = listed;
     redraw();
   });
   const drawList = (shown, total) => {
@@ -519,14 +528,8 @@ async function newPage() {
         `Filing an operation needs the apply permission; your roles (${((me && me.roles) || []).join(", ")}) do not hold it.`));
     return;
   }
-  let packs;
-  try {
-    packs = (await api("GET", "/api/v1/packs")).packs || [];
-  } catch (e) {
-    if (current(gen)) status("Could not load the packs: " + e.message, true);
-    return;
-  }
-  if (!current(gen)) return;
+  const packs = await listFor(gen, "/api/v1/packs", "packs", "the packs");
+  if (!packs) return;
   const packSel = h("select", { id: "new-pack", name: "pack", required: true },
     packs.map((p) => h("option", { value: p.reference }, `${p.title || p.id} (${p.reference})`)));
   const actionSel = h("select", { id: "new-template", name: "template", required: true });
@@ -1645,14 +1648,8 @@ async function resourcesPage() {
   const body = h("div", {});
   view.replaceChildren(h("h2", {}, "Resources"), body);
   const draw = serial(async () => {
-    let list;
-    try {
-      list = (await api("GET", "/api/v1/resources")).resources || [];
-    } catch (e) {
-      if (current(gen)) status("Could not load resources: " + e.message, true);
-      return;
-    }
-    if (!current(gen)) return;
+    const list = await listFor(gen, "/api/v1/resources", "resources", "resources");
+    if (!list) return;
     patchSection(body, JSON.stringify(list), () => list.length === 0 ? h("p", { class: "muted" }, "No resources recorded yet.") :
       h("table", { "data-testid": "resources" },
         h("thead", {}, h("tr", {}, ["Resource", "Status", "Health", "Observed", "Explained by", "Updated"].map((t) => h("th", { scope: "col" }, t)))),

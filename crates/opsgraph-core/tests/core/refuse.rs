@@ -114,98 +114,76 @@ fn ring(action: &str, parameters: &[(&str, Value)], targets: &[(&str, &[&str])])
     i
 }
 
-/// Plans the intent against the record: its jobs, or its errors.
-fn check(intent: Intent, recorded: Option<Recorded>, expect: Expect) {
-    let w = world(load(TEMPLATES).unwrap(), intent).on_nodes(&["n1", "n2", "n3"]).recorded(recorded);
-    let text = match w.build() {
-        Ok(plan) => format!("planned: {}\n", plan.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>().join(", ")),
-        Err(errors) => errors.iter().map(|e| format!("error[{}]: {e}\n", e.code())).collect(),
-    };
+/// Plans each case's intent against its record: per case, `label: ` and the plan's jobs or its
+/// errors.
+fn check(cases: Vec<(&str, Intent, Option<Recorded>)>, expect: Expect) {
+    let mut text = String::new();
+    for (label, intent, recorded) in cases {
+        let w = world(load(TEMPLATES).unwrap(), intent).on_nodes(&["n1", "n2", "n3"]).recorded(recorded);
+        text.push_str(&match w.build() {
+            Ok(plan) => {
+                format!("{label}: planned {}\n", plan.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>().join(", "))
+            }
+            Err(errors) => errors.iter().map(|e| format!("{label}: error[{}]: {e}\n", e.code())).collect(),
+        });
+    }
     expect.assert_eq(&text);
 }
 
 #[test]
 fn an_even_member_count_is_refused_unless_forced() {
     check(
-        ring("scale", &[("members", json!("n1,n2,n3,n4"))], &[]),
-        Some(recorded("1.0")),
+        vec![
+            ("four members", ring("scale", &[("members", json!("n1,n2,n3,n4"))], &[]), Some(recorded("1.0"))),
+            (
+                "four members, forced",
+                ring("scale", &[("members", json!("n1, n2, n3,n4")), ("force", json!(true))], &[]),
+                Some(recorded("1.0")),
+            ),
+            ("two members", ring("scale", &[("members", json!("n1,n2"))], &[]), Some(recorded("1.0"))),
+            ("five members", ring("scale", &[("members", json!("n1,n2,n3,n4,n5"))], &[]), Some(recorded("1.0"))),
+        ],
         expect![[r#"
-            error[P012]: refused by template `ring.scale`: an even member count tolerates no more failures than one fewer; give force true to scale anyway (the count of params.members is 4, even; params.force is false, not true)
+            four members: error[P012]: refused by template `ring.scale`: an even member count tolerates no more failures than one fewer; give force true to scale anyway (the count of params.members is 4, even; params.force is false, not true)
+            four members, forced: planned converge@n1
+            two members: error[P012]: refused by template `ring.scale`: an even member count tolerates no more failures than one fewer; give force true to scale anyway (the count of params.members is 2, even; params.force is false, not true)
+            five members: planned converge@n1
         "#]],
-    );
-    check(
-        ring("scale", &[("members", json!("n1, n2, n3,n4")), ("force", json!(true))], &[]),
-        Some(recorded("1.0")),
-        expect![[r#"
-            planned: converge@n1
-        "#]],
-    );
-    check(
-        ring("scale", &[("members", json!("n1,n2"))], &[]),
-        Some(recorded("1.0")),
-        expect![[r#"
-        error[P012]: refused by template `ring.scale`: an even member count tolerates no more failures than one fewer; give force true to scale anyway (the count of params.members is 2, even; params.force is false, not true)
-    "#]],
-    );
-    check(
-        ring("scale", &[("members", json!("n1,n2,n3,n4,n5"))], &[]),
-        Some(recorded("1.0")),
-        expect![[r#"
-        planned: converge@n1
-    "#]],
     );
 }
 
 #[test]
 fn a_refusal_reads_inherited_and_defaulted_parameters() {
-    // members comes from the record (three: odd); size is given below one.
     check(
-        ring("scale", &[("size", json!(0))], &[]),
-        Some(recorded("1.0")),
+        vec![
+            // members comes from the record (three: odd); size is given below one.
+            ("size 0", ring("scale", &[("size", json!(0))], &[]), Some(recorded("1.0"))),
+            // No record: no members at all, counted as none.
+            ("no record", ring("scale", &[], &[("control_plane", &["n1"])]), None),
+        ],
         expect![[r#"
-        error[P012]: refused by template `ring.scale`: a ring needs a member (params.size is 0, below 1)
-    "#]],
-    );
-    // No record: no members at all, counted as none.
-    check(
-        ring("scale", &[], &[("control_plane", &["n1"])]),
-        None,
-        expect![[r#"
-        error[P012]: refused by template `ring.scale`: an even member count tolerates no more failures than one fewer; give force true to scale anyway (the count of params.members is 0, even; params.force is false, not true)
-    "#]],
+            size 0: error[P012]: refused by template `ring.scale`: a ring needs a member (params.size is 0, below 1)
+            no record: error[P012]: refused by template `ring.scale`: an even member count tolerates no more failures than one fewer; give force true to scale anyway (the count of params.members is 0, even; params.force is false, not true)
+        "#]],
     );
 }
 
 #[test]
 fn removing_every_recorded_control_plane_node_is_refused() {
     check(
-        ring("remove_node", &[], &[("remove", &["n1", "n2"])]),
-        Some(recorded("1.0")),
+        vec![
+            ("remove n1 and n2", ring("remove_node", &[], &[("remove", &["n1", "n2"])]), Some(recorded("1.0"))),
+            ("remove n2", ring("remove_node", &[], &[("remove", &["n2"])]), Some(recorded("1.0"))),
+            // Without a record there is no control plane to lose; observed values count when recorded.
+            ("remove n1, no record", ring("remove_node", &[], &[("remove", &["n1"])]), None),
+            ("remove n2 of version 0.9", ring("remove_node", &[], &[("remove", &["n2"])]), Some(recorded("0.9"))),
+        ],
         expect![[r#"
-        error[P012]: refused by template `ring.remove_node`: it would remove the last control-plane node (targets.remove (compute_node/n1, compute_node/n2) includes all of recorded.targets.control_plane (compute_node/n1))
-    "#]],
-    );
-    check(
-        ring("remove_node", &[], &[("remove", &["n2"])]),
-        Some(recorded("1.0")),
-        expect![[r#"
-        planned: converge@n2
-    "#]],
-    );
-    // Without a record there is no control plane to lose; observed values count when recorded.
-    check(
-        ring("remove_node", &[], &[("remove", &["n1"])]),
-        None,
-        expect![[r#"
-        planned: converge@n1
-    "#]],
-    );
-    check(
-        ring("remove_node", &[], &[("remove", &["n2"])]),
-        Some(recorded("0.9")),
-        expect![[r#"
-        error[P012]: refused by template `ring.remove_node`: nodes of version 0.9 cannot leave a ring (observed.version is 0.9, equal to 0.9)
-    "#]],
+            remove n1 and n2: error[P012]: refused by template `ring.remove_node`: it would remove the last control-plane node (targets.remove (compute_node/n1, compute_node/n2) includes all of recorded.targets.control_plane (compute_node/n1))
+            remove n2: planned converge@n2
+            remove n1, no record: planned converge@n1
+            remove n2 of version 0.9: error[P012]: refused by template `ring.remove_node`: nodes of version 0.9 cannot leave a ring (observed.version is 0.9, equal to 0.9)
+        "#]],
     );
 }
 

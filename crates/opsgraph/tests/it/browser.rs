@@ -23,6 +23,11 @@ pub(crate) struct Browser {
     pub(crate) agent: ureq::Agent,
 }
 
+/// A test of an element's text for [`Browser::wait`]: it holds each of `parts`.
+pub(crate) fn all_of<'a>(parts: &'a [&'a str]) -> impl Fn(&str) -> bool + 'a {
+    move |text| parts.iter().all(|p| text.contains(p))
+}
+
 impl Browser {
     pub(crate) fn start() -> Browser {
         let port = crate::support::free_port("127.0.0.1");

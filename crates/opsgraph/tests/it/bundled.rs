@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use expect_test::{expect, Expect};
+use expect_test::expect;
 use serde_json::{json, Value};
 
 use crate::preview_text::section;
@@ -30,7 +30,7 @@ fn plan_json(intent: &str) -> Value {
 }
 
 /// One requirement's resolution, as `outcome provider/resource` and its rejections.
-fn check_resolution(intent: &str, capability: &str, expect: Expect) {
+fn resolution(intent: &str, capability: &str) -> String {
     let p = plan_json(intent);
     let r = p["resolution"].as_array().unwrap().iter().find(|r| r["requirement"] == capability).expect("resolved");
     let mut s = format!(
@@ -45,7 +45,7 @@ fn check_resolution(intent: &str, capability: &str, expect: Expect) {
             rej["reason"].as_str().unwrap()
         ));
     }
-    expect.assert_eq(&s);
+    s
 }
 
 #[test]
@@ -68,49 +68,35 @@ fn bundled_packs_and_examples_are_valid() {
     assert!(run.err.is_empty(), "{}", run.err);
 }
 
+/// Tempo's object storage by environment: dev binds the shared MinIO, stage the default
+/// provider's, prod stops at the gate that seeds a dedicated one.
 #[test]
-fn tempo_in_dev_binds_the_shared_minio() {
-    check_resolution(
-        "tempo-dev.yaml",
-        "object_storage.s3",
-        expect![[r#"
-            bind object_storage/minio-shared-dev
-              rejected object_storage/minio-shared-stage: it is in environment stage, the intent is for dev
-              rejected object_storage/minio-dedicated-stage: it is in environment stage, the intent is for dev
-              rejected object_storage/minio-legacy-prod: it is in environment prod, the intent is for dev
-              rejected provider aws_s3: provider aws_s3 is not allowed in dev
-              rejected provider dedicated_minio: provider dedicated_minio is not allowed in dev
-        "#]],
-    );
-}
-
-#[test]
-fn tempo_in_stage_binds_the_default_provider() {
-    check_resolution(
-        "tempo-stage.yaml",
-        "object_storage.s3",
-        expect![[r#"
-            bind object_storage/minio-shared-stage
-              rejected object_storage/minio-shared-dev: it is in environment dev, the intent is for stage
-              rejected object_storage/minio-legacy-prod: it is in environment prod, the intent is for stage
-              rejected provider aws_s3: provider aws_s3 is not allowed in stage
-        "#]],
-    );
+fn tempo_binds_its_object_storage_by_environment() {
+    let report: String = ["tempo-dev.yaml", "tempo-stage.yaml", "tempo-prod.yaml"]
+        .map(|intent| format!("{intent}: {}", resolution(intent, "object_storage.s3")))
+        .concat();
+    expect![[r#"
+        tempo-dev.yaml: bind object_storage/minio-shared-dev
+          rejected object_storage/minio-shared-stage: it is in environment stage, the intent is for dev
+          rejected object_storage/minio-dedicated-stage: it is in environment stage, the intent is for dev
+          rejected object_storage/minio-legacy-prod: it is in environment prod, the intent is for dev
+          rejected provider aws_s3: provider aws_s3 is not allowed in dev
+          rejected provider dedicated_minio: provider dedicated_minio is not allowed in dev
+        tempo-stage.yaml: bind object_storage/minio-shared-stage
+          rejected object_storage/minio-shared-dev: it is in environment dev, the intent is for stage
+          rejected object_storage/minio-legacy-prod: it is in environment prod, the intent is for stage
+          rejected provider aws_s3: provider aws_s3 is not allowed in stage
+        tempo-prod.yaml: gate approve-dedicated-minio
+          rejected object_storage/minio-shared-dev: it is in environment dev, the intent is for prod
+          rejected object_storage/minio-shared-stage: it is in environment stage, the intent is for prod
+          rejected object_storage/minio-dedicated-stage: it is in environment stage, the intent is for prod
+          rejected object_storage/minio-legacy-prod: provider shared_minio is not allowed in prod
+    "#]]
+    .assert_eq(&report);
 }
 
 #[test]
 fn tempo_in_prod_stops_at_the_seed_gate() {
-    check_resolution(
-        "tempo-prod.yaml",
-        "object_storage.s3",
-        expect![[r#"
-            gate approve-dedicated-minio
-              rejected object_storage/minio-shared-dev: it is in environment dev, the intent is for prod
-              rejected object_storage/minio-shared-stage: it is in environment stage, the intent is for prod
-              rejected object_storage/minio-dedicated-stage: it is in environment stage, the intent is for prod
-              rejected object_storage/minio-legacy-prod: provider shared_minio is not allowed in prod
-        "#]],
-    );
     let p = plan_json("tempo-prod.yaml");
     let gate = &p["gates"][0];
     expect![[r#"

@@ -144,11 +144,15 @@ impl Ws {
         opsgraph(&all)
     }
 
-    /// `pack install REFERENCE --from <served> [extra]`.
-    fn install(&self, reference: &str, extra: &[&str]) -> Run {
+    /// `pack install REFERENCE --from <served> [extra]`'s arguments.
+    fn install_args<'a>(&'a self, reference: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec!["pack", "install", reference, "--from", &self.serve.base];
         args.extend_from_slice(extra);
-        self.run(&args)
+        args
+    }
+
+    fn install(&self, reference: &str, extra: &[&str]) -> Run {
+        self.run(&self.install_args(reference, extra))
     }
 
     /// Output with the server's address, the key ids and hex digests replaced.
@@ -174,13 +178,19 @@ impl Ws {
         (installed, n)
     }
 
-    /// A refused install: its output, and nothing installed or audited.
-    fn refused(&self, reference: &str, extra: &[&str], expect: Expect) {
+    /// A refused install (exit 1, nothing on standard output), nothing installed or audited:
+    /// its error, cleaned.
+    fn refused(&self, reference: &str, extra: &[&str]) -> String {
+        self.refused_run(&self.install_args(reference, extra))
+    }
+
+    /// The same for a run of `opsgraph ARGS` that installs.
+    fn refused_run(&self, args: &[&str]) -> String {
         let before = self.state();
-        let run = self.install(reference, extra);
-        expect.assert_eq(&self.clean(&run.render()));
-        assert_eq!(run.code, 1);
+        let run = self.run(args);
+        assert_eq!((run.code, run.out.as_str()), (1, ""), "{}", run.render());
         assert_eq!(self.state(), before, "a refusal changed nothing");
+        self.clean(&run.err)
     }
 }
 
@@ -309,91 +319,33 @@ fn unsigned_tampered_and_untrusted_packs_are_refused() {
     let ws = Ws::new();
     let key = ws.key.public();
     let trusted = ["--trusted-key", key.as_str()];
+    // The errors of the refusals below, in order.
+    let mut refusals = Vec::new();
 
     // No key trusted: deny by default, before anything is fetched.
-    ws.refused(
-        "hello",
-        &[],
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[no_trusted_keys]: no trusted keys: packs from a catalogue are installed only when signed by a key you trust; add its minisign public key to `trusted_keys:` in DATA_DIR/config.yaml or pass --trusted-key
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &[]));
     // Signed by a key that is not trusted.
     let other = Key::new();
-    let run = ws.install("hello", &["--trusted-key", &other.public()]);
-    assert_eq!(run.code, 1);
-    assert_eq!(
-        ws.clean(&run.err).replace(&other.id(), "OTHER"),
-        "error[pack_untrusted_key]: hello@1.1.0 is signed by key KEY, which is not trusted (trusted: OTHER); nothing installed\n"
-    );
-    assert_eq!(ws.state(), (vec![], 0));
-    ws.refused(
-        "hello",
-        &["--trusted-key", "RWQnot-a-key"],
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[bad_trusted_key]: --trusted-key: `RWQnot-a-key` is not a minisign public key: Invalid encoding in minisign data
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &["--trusted-key", &other.public()]).replace(&other.id(), "OTHER"));
+    refusals.push(ws.refused("hello", &["--trusted-key", "RWQnot-a-key"]));
     // Not in the catalogue; a 404 of the catalogue and of an archive.
-    ws.refused(
-        "hello@9.9.9",
-        &trusted,
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[pack_not_in_catalogue]: no pack `hello@9.9.9` in the catalogue URL/index.json (versions of hello there: 1.0.0, 1.1.0)
-        "#]],
-    );
-    let run =
-        ws.run(&["pack", "install", "hello", "--from", &format!("{}/missing", ws.serve.base), "--trusted-key", &key]);
-    expect![[r#"
-        exit: 1
-        --- stderr
-        error[catalogue_fetch_failed]: URL/missing/index.json: HTTP 404 Not Found
-    "#]]
-    .assert_eq(&ws.clean(&run.render()));
+    refusals.push(ws.refused("hello@9.9.9", &trusted));
+    let missing = format!("{}/missing", ws.serve.base);
+    refusals.push(ws.refused_run(&["pack", "install", "hello", "--from", &missing, "--trusted-key", &key]));
     let good = std::fs::read(ws.path("cat/hello/hello-1.1.0.tar.gz")).unwrap();
     std::fs::remove_file(ws.path("cat/hello/hello-1.1.0.tar.gz")).unwrap();
-    ws.refused(
-        "hello",
-        &trusted,
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[catalogue_fetch_failed]: URL/hello/hello-1.1.0.tar.gz: HTTP 404 Not Found
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &trusted));
 
     // Tampered: one byte of the archive changed; then the index's sha256 changed with it.
     let mut bad = good.clone();
     let last = bad.len() - 1;
     bad[last] ^= 1;
     write(&ws.path("cat/hello/hello-1.1.0.tar.gz"), &bad);
-    ws.refused(
-        "hello",
-        &trusted,
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[pack_digest_mismatch]: URL/hello/hello-1.1.0.tar.gz: sha256 HEX, but the catalogue says HEX for hello@1.1.0; nothing installed
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &trusted));
     let mut index = ws.index();
     index["packs"][1]["sha256"] = opsgraph::catalogue::sha256_hex(&bad).into();
     ws.set_index(&index);
-    ws.refused(
-        "hello",
-        &trusted,
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[pack_bad_signature]: URL/hello/hello-1.1.0.tar.gz.minisig: the signature of key KEY does not match URL/hello/hello-1.1.0.tar.gz (The signature verification failed); nothing installed
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &trusted));
     // Another pack re-signed under the entry's name: the signature holds, the pack is not it.
     write(&ws.path("cat/hello/hello-1.1.0.tar.gz"), &good);
     let older = std::fs::read(ws.path("cat/hello/hello-1.0.0.tar.gz")).unwrap();
@@ -401,15 +353,7 @@ fn unsigned_tampered_and_untrusted_packs_are_refused() {
     write(&ws.path("cat/hello/hello-1.1.0.tar.gz.minisig"), ws.key.sign(&older).as_bytes());
     index["packs"][1]["sha256"] = opsgraph::catalogue::sha256_hex(&older).into();
     ws.set_index(&index);
-    ws.refused(
-        "hello",
-        &trusted,
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[pack_mismatch]: URL/hello/hello-1.1.0.tar.gz holds pack hello@1.0.0, not hello@1.1.0 as the catalogue says; nothing installed
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &trusted));
     write(&ws.path("cat/hello/hello-1.1.0.tar.gz"), &good);
     write(&ws.path("cat/hello/hello-1.1.0.tar.gz.minisig"), ws.key.sign(&good).as_bytes());
     ws.reindex();
@@ -418,50 +362,34 @@ fn unsigned_tampered_and_untrusted_packs_are_refused() {
     let mut index = ws.index();
     index["packs"][1].as_object_mut().unwrap().remove("signature");
     ws.set_index(&index);
-    ws.refused(
-        "hello",
-        &trusted,
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[pack_unsigned]: hello@1.1.0 in URL/index.json has no signature; nothing installed
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &trusted));
     std::fs::remove_file(ws.path("cat/hello/hello-1.1.0.tar.gz.minisig")).unwrap();
     ws.reindex();
     index["packs"][1]["signature"] = "hello/hello-1.1.0.tar.gz.minisig".into();
     ws.set_index(&index);
-    ws.refused(
-        "hello",
-        &trusted,
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[pack_unsigned]: hello@1.1.0: its signature cannot be had (URL/hello/hello-1.1.0.tar.gz.minisig: HTTP 404 Not Found); nothing installed
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &trusted));
     write(&ws.path("cat/hello/hello-1.1.0.tar.gz.minisig"), b"untrusted comment: x\nnot base64\n");
-    ws.refused(
-        "hello",
-        &trusted,
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[pack_bad_signature]: URL/hello/hello-1.1.0.tar.gz.minisig: not a minisign signature (Invalid encoding in minisign data); nothing installed
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &trusted));
     // A path that leaves the catalogue.
     index["packs"][1]["tarball"] = "../../etc/passwd".into();
     ws.set_index(&index);
-    ws.refused(
-        "hello",
-        &trusted,
-        expect![[r#"
-            exit: 1
-            --- stderr
-            error[catalogue_invalid]: `../../etc/passwd`: a catalogue entry names a relative path inside the catalogue (letters, digits, `._-+@/`, no `..`)
-        "#]],
-    );
+    refusals.push(ws.refused("hello", &trusted));
+    expect![[r#"
+        error[no_trusted_keys]: no trusted keys: packs from a catalogue are installed only when signed by a key you trust; add its minisign public key to `trusted_keys:` in DATA_DIR/config.yaml or pass --trusted-key
+        error[pack_untrusted_key]: hello@1.1.0 is signed by key KEY, which is not trusted (trusted: OTHER); nothing installed
+        error[bad_trusted_key]: --trusted-key: `RWQnot-a-key` is not a minisign public key: Invalid encoding in minisign data
+        error[pack_not_in_catalogue]: no pack `hello@9.9.9` in the catalogue URL/index.json (versions of hello there: 1.0.0, 1.1.0)
+        error[catalogue_fetch_failed]: URL/missing/index.json: HTTP 404 Not Found
+        error[catalogue_fetch_failed]: URL/hello/hello-1.1.0.tar.gz: HTTP 404 Not Found
+        error[pack_digest_mismatch]: URL/hello/hello-1.1.0.tar.gz: sha256 HEX, but the catalogue says HEX for hello@1.1.0; nothing installed
+        error[pack_bad_signature]: URL/hello/hello-1.1.0.tar.gz.minisig: the signature of key KEY does not match URL/hello/hello-1.1.0.tar.gz (The signature verification failed); nothing installed
+        error[pack_mismatch]: URL/hello/hello-1.1.0.tar.gz holds pack hello@1.0.0, not hello@1.1.0 as the catalogue says; nothing installed
+        error[pack_unsigned]: hello@1.1.0 in URL/index.json has no signature; nothing installed
+        error[pack_unsigned]: hello@1.1.0: its signature cannot be had (URL/hello/hello-1.1.0.tar.gz.minisig: HTTP 404 Not Found); nothing installed
+        error[pack_bad_signature]: URL/hello/hello-1.1.0.tar.gz.minisig: not a minisign signature (Invalid encoding in minisign data); nothing installed
+        error[catalogue_invalid]: `../../etc/passwd`: a catalogue entry names a relative path inside the catalogue (letters, digits, `._-+@/`, no `..`)
+    "#]]
+    .assert_eq(&refusals.concat());
     // After all that, the good pack installs.
     write(&ws.path("cat/hello/hello-1.1.0.tar.gz.minisig"), ws.key.sign(&good).as_bytes());
     ws.reindex();

@@ -7,18 +7,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::lab::LabDir;
 use crate::serve::{describe_resource, status_within, Process};
-use crate::support::{opsgraph, path, temp_dir, Run, TempDir};
+use crate::support::{opsgraph, path, temp_dir, Run};
 
 const CLUSTER: &str = "lab.cluster/lab-k8s";
 
 struct Lab {
-    dir: TempDir,
+    dir: LabDir,
 }
 
 impl Lab {
     fn new() -> Lab {
-        Lab { dir: temp_dir(&[("data/config.yaml", "users:\n  alice: [sre]\n  bob: [sre]\n")]) }
+        Lab { dir: LabDir(temp_dir(&[("data/config.yaml", "users:\n  alice: [sre]\n  bob: [sre]\n")])) }
     }
 
     fn data(&self) -> String {
@@ -88,13 +89,6 @@ impl Lab {
             .iter()
             .map(|e| (e["kind"].as_str().unwrap().to_string(), e["status"].as_str().unwrap().to_string()))
             .collect()
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("pkill").args(["-f", &format!("{}/", self.dir.display())]).status();
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

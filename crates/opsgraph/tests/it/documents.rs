@@ -3,7 +3,7 @@
 
 use expect_test::{expect, Expect};
 
-use crate::support::{opsgraph, path, temp_dir};
+use crate::support::{opsgraph, path, printed, temp_dir};
 
 /// Validates `yaml` as a file named `doc.yaml` and compares the whole outcome.
 fn check(yaml: &str, expect: Expect) {
@@ -497,12 +497,7 @@ fn bounded(args: &[&str]) -> String {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let out = child.wait_with_output().unwrap();
-    format!(
-        "exit: {}\n{}{}",
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    format!("exit: {}\n{}", out.status.code().unwrap_or(-1), printed(&out))
 }
 
 #[test]

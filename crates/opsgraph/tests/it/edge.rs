@@ -49,9 +49,7 @@ fn token_id(api: &Api, name: &str) -> String {
 #[test]
 fn a_revoked_tokens_event_streams_end_within_a_second() {
     let api = Api::new("");
-    let sam = api.token("sam", &["viewer"]);
-    let vera = api.token("vera", &["viewer"]);
-    let admin = api.token("ada", &["platform_admin"]);
+    let [sam, vera, admin] = api.tokens([("sam", "viewer"), ("vera", "viewer"), ("ada", "platform_admin")]);
     let server = Server::start(&api);
     let addr = server.addr;
     let mut streams = [open_stream(addr, &sam), open_stream(addr, &sam)];
@@ -96,9 +94,7 @@ fn a_revoked_tokens_event_streams_end_within_a_second() {
 #[test]
 fn one_identity_cannot_hold_every_event_stream() {
     let api = Api::new("limits: {event_streams: 3, event_streams_per_identity: 2}\n");
-    let sam = api.token("sam", &["viewer"]);
-    let sam2 = api.token("sam-laptop", &["viewer"]);
-    let bob = api.token("bob", &["viewer"]);
+    let [sam, sam2, bob] = api.tokens([("sam", "viewer"), ("sam-laptop", "viewer"), ("bob", "viewer")]);
     let server = Server::start(&api);
     let addr = server.addr;
     let first = open_stream(addr, &sam);

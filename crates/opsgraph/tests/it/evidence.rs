@@ -127,8 +127,9 @@ pub(crate) fn run_every_check(
     (report.replace(tmp, "$TMP"), wrong)
 }
 
-#[test]
-fn every_bundled_check_fails_where_its_tools_are_absent() {
+/// Every check run on this machine where the tools are absent: `PATH` a directory holding only
+/// `sh` and coreutils, the lab directory empty. The report and the checks whose verdict is wrong.
+pub(crate) fn bare_host_report() -> (String, Vec<String>) {
     let dir = temp_dir(&[("lab/.keep", "")]);
     bare_bin(dir.path());
     let tmp = dir.path().display().to_string();
@@ -142,7 +143,31 @@ fn every_bundled_check_fails_where_its_tools_are_absent() {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    let (report, wrong) = run_every_check(&LocalExecutor, &env, &tmp, false);
+    run_every_check(&LocalExecutor, &env, &tmp, false)
+}
+
+/// How the verdicts of `there` differ from those of `here`, two reports of the same checks:
+/// a line per change of verdict (`here → there`), naming the checks it happened to.
+pub(crate) fn changed_verdicts(here: &str, there: &str) -> String {
+    let split = |report: &str| -> Vec<(String, String)> {
+        report.lines().map(|l| l.split_once(": ").map(|(id, v)| (id.to_owned(), v.to_owned())).unwrap()).collect()
+    };
+    let (here, there) = (split(here), split(there));
+    let ids = |r: &[(String, String)]| r.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&here), ids(&there), "the two runs checked different things");
+    let mut changes: Vec<((&str, &str), Vec<&str>)> = Vec::new();
+    for ((id, a), (_, b)) in here.iter().zip(&there).filter(|((_, a), (_, b))| a != b) {
+        match changes.iter_mut().find(|(change, _)| *change == (a.as_str(), b.as_str())) {
+            Some((_, checks)) => checks.push(id),
+            None => changes.push(((a, b), vec![id])),
+        }
+    }
+    changes.iter().map(|((a, b), checks)| format!("{a} → {b}: {}\n", checks.join(", "))).collect()
+}
+
+#[test]
+fn every_bundled_check_fails_where_its_tools_are_absent() {
+    let (report, wrong) = bare_host_report();
     // Not vacuous: every check exercised is listed, and the count is part of the snapshot.
     let report = format!("{} checks\n{report}", report.lines().count());
     expect![[r#"

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use expect_test::{expect, Expect};
 
-use crate::support::{opsgraph, path, temp_dir, Run};
+use crate::support::{opsgraph, path, printed, temp_dir, Run};
 
 /// One fleet at a time on a machine (one bridge, one range).
 pub(crate) static FLEET: Mutex<()> = Mutex::new(());
@@ -92,10 +92,6 @@ pub(crate) fn ssh(fleet_dir: &Path, address: &str, known_hosts: &Path, script: &
         .unwrap()
 }
 
-fn text(o: &std::process::Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
 #[test]
 fn without_root_the_fleet_says_so_and_exits_2() {
     // As an unprivileged user (setpriv drops root), the real binary refuses before doing anything.
@@ -131,12 +127,7 @@ fn cmd_output(cmd: &mut Command, args: &[&str], data: &Path) -> String {
     let mut c = Command::new(cmd.get_program());
     c.args(cmd.get_args()).args(["--data-dir"]).arg(data).args(["lab", "fleet"]).args(args);
     let o = c.output().unwrap();
-    format!(
-        "exit {}: {}{}",
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    format!("exit {}: {}", o.status.code().unwrap_or(-1), printed(&o))
 }
 
 #[test]
@@ -188,7 +179,7 @@ fn fleet_of_three_hosts_up_ssh_apt_down() {
     for (i, name) in ["fleet-1", "fleet-2", "fleet-3"].iter().enumerate() {
         let address = format!("10.213.0.{}", 11 + i);
         let o = ssh(&dir, &address, &known_hosts, "hostname; cat /etc/machine-id; cat /proc/1/comm; ip -4 route show; ip route get 192.0.2.1 2>&1 || echo unreachable");
-        assert!(o.status.success(), "{name}: {}", text(&o));
+        assert!(o.status.success(), "{name}: {}", printed(&o));
         let out = String::from_utf8(o.stdout).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], *name, "{out}");
@@ -206,7 +197,7 @@ fn fleet_of_three_hosts_up_ssh_apt_down() {
     let empty = tmp.join("empty_known_hosts");
     std::fs::write(&empty, "").unwrap();
     let o = ssh(&dir, "10.213.0.11", &empty, "true");
-    assert!(!o.status.success() && text(&o).contains("Host key verification failed"), "{}", text(&o));
+    assert!(!o.status.success() && printed(&o).contains("Host key verification failed"), "{}", printed(&o));
 
     // apt works inside, through the cache on the bridge; the cache serves Debian only.
     for address in ["10.213.0.11", "10.213.0.12", "10.213.0.13"] {
@@ -217,7 +208,7 @@ fn fleet_of_three_hosts_up_ssh_apt_down() {
             "set -e; export DEBIAN_FRONTEND=noninteractive; apt-get -q update >/dev/null; \
              apt-get install -y -q --no-install-recommends jq >/dev/null; jq -n 1+1",
         );
-        assert!(o.status.success() && String::from_utf8_lossy(&o.stdout) == "2\n", "{address}: {}", text(&o));
+        assert!(o.status.success() && String::from_utf8_lossy(&o.stdout) == "2\n", "{address}: {}", printed(&o));
     }
     let o = ssh(
         &dir,
@@ -225,7 +216,12 @@ fn fleet_of_three_hosts_up_ssh_apt_down() {
         &known_hosts,
         "python3 -c 'import urllib.request as u\ntry:\n u.urlopen(\"http://10.213.0.1:3143/apt.postgresql.org/pub/repos/apt/dists/bookworm-pgdg/Release\", timeout=20)\nexcept Exception as e: print(e)'",
     );
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "HTTP Error 403: Forbidden file type or location\n", "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "HTTP Error 403: Forbidden file type or location\n",
+        "{}",
+        printed(&o)
+    );
 
     drop(fleet);
     check(
@@ -277,6 +273,17 @@ impl Operator {
         ])
     }
 
+    /// `apply` of `file`, which stops at the destructive gate `gate`; alice proceeds and the
+    /// operation completes. The apply's run and the answer's.
+    pub(crate) fn confirmed(&self, file: &str, gate: &str) -> (Run, Run) {
+        let applied = self.apply(file);
+        assert!(applied.out.contains(gate), "{}", applied.render());
+        let done = self.answer(&applied.operation_id(), gate);
+        assert_eq!(done.code, 0, "{}", done.render());
+        assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+        (applied, done)
+    }
+
     pub(crate) fn answer(&self, op: &str, gate: &str) -> Run {
         let data = &self.data;
         opsgraph(&[
@@ -293,6 +300,19 @@ impl Operator {
             "alice",
         ])
     }
+}
+
+/// `read()` every 200 ms until it returns something, 50 times at the most: what it returned last.
+pub(crate) fn until_nonempty(read: impl Fn() -> String) -> String {
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = read();
+        if !text.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    text
 }
 
 /// Takes the fleet down when dropped, also when an assertion failed.

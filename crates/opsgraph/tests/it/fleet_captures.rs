@@ -15,7 +15,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::fleet::{claim, machine, Fleet};
-use crate::support::{opsgraph, path, root, temp_dir};
+use crate::support::{dev_intent, opsgraph, path, root, temp_dir};
 
 /// One fault, on its own host.
 struct Fault {
@@ -61,13 +61,8 @@ const FAULTS: &[Fault] = &[
 ];
 
 fn intent(name: &str, node: &str, port: u16) -> String {
-    format!(
-        "intent:
-  target_resource_type: postgresql.instance
-  action: install
-  name: {name}
-  environment: dev
-  parameters:
+    let body = format!(
+        "  parameters:
     source: debian
     postgresql_version: \"15\"
     database: orders
@@ -77,7 +72,8 @@ fn intent(name: &str, node: &str, port: u16) -> String {
   targets:
     target_nodes: [compute_node/{node}]
 "
-    )
+    );
+    dev_intent("postgresql.instance", "install", name, &body)
 }
 
 fn json(run: &crate::support::Run) -> Value {

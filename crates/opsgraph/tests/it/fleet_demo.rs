@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use crate::fleet::{claim, unavailable, Fleet, FLEET};
-use crate::support::{opsgraph, temp_dir};
+use crate::support::{opsgraph, printed, temp_dir};
 
 #[test]
 fn without_root_demo_real_and_pack_test_fleet_say_so_and_exit_2() {
@@ -22,12 +22,7 @@ fn without_root_demo_real_and_pack_test_fleet_say_so_and_exit_2() {
         };
         let o = c.args(["--data-dir", &d]).args(args).output().unwrap();
         assert_eq!(
-            format!(
-                "exit {}: {}{}",
-                o.status.code().unwrap_or(-1),
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
+            format!("exit {}: {}", o.status.code().unwrap_or(-1), printed(&o)),
             "exit 2: error[fleet_needs_root]: the fleet needs root (namespaces, mounts, a bridge): run it as root\n",
             "{args:?}"
         );

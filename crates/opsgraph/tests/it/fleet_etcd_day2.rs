@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use crate::fleet::{claim, machine, Fleet, Operator};
 use crate::fleet_packs::{check_once, ssh_executor};
-use crate::support::{opsgraph, temp_dir, Run};
+use crate::support::{dev_intent, opsgraph, temp_dir};
 
 const THREE: &str = "fleet-1=10.213.0.11,fleet-2=10.213.0.12,fleet-3=10.213.0.13";
 const FOUR: &str = "fleet-1=10.213.0.11,fleet-2=10.213.0.12,fleet-3=10.213.0.13,fleet-4=10.213.0.14";
@@ -24,19 +24,7 @@ const MEMBERS4: &str = "[compute_node/fleet-1, compute_node/fleet-2, compute_nod
 /// An intent for `config-store`. The day-2 ones give only what is new: cluster_name,
 /// member_addresses and targets.members come from the resource's record.
 fn intent(action: &str, body: &str) -> String {
-    format!(
-        "intent:
-  target_resource_type: etcd.cluster
-  action: {action}
-  name: config-store
-  environment: dev
-{body}"
-    )
-}
-
-fn operation_id(run: &Run) -> String {
-    let line = run.out.lines().find(|l| l.starts_with("Operation op-")).unwrap_or_else(|| panic!("{}", run.render()));
-    line["Operation ".len()..].split(':').next().unwrap().to_string()
+    dev_intent("etcd.cluster", action, "config-store", body)
 }
 
 fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -99,7 +87,7 @@ fn etcd_day2_actions_on_fleet_hosts() {
     // The cluster on fleet-1..3, and a key.
     let run = apply("create.yaml");
     assert_eq!(run.code, 0, "{}", run.render());
-    let create_op = operation_id(&run);
+    let create_op = run.operation_id();
     etcdctl(0, &["put", "/app/before", "kept"]);
     eprintln!("TIME created: {:.1} s", t0.elapsed().as_secs_f64());
 
@@ -108,7 +96,7 @@ fn etcd_day2_actions_on_fleet_hosts() {
     assert_eq!(backup.code, 0, "{}", backup.render());
     assert!(backup.out.contains("done      backup-etcd@fleet-1: exited with code 0"), "{}", backup.out);
     assert!(backup.out.contains("Evidence: 1 of 1 checks passed"), "{}", backup.out);
-    let backup_op = operation_id(&backup);
+    let backup_op = backup.operation_id();
     let described = opsgraph(&["--data-dir", &data, "describe", "operation", &backup_op, "-o", "json"]);
     assert!(described.out.contains("etcd_snapshot_manifest"), "{}", described.render());
     assert!(described.out.contains("\"etcd_snapshot\""), "{}", described.render());
@@ -174,7 +162,7 @@ fn etcd_day2_actions_on_fleet_hosts() {
     // would stay (fleet-1, fleet-3) are not a quorum (3). Nothing changes.
     assert!(on(1, &["systemctl", "stop", "etcd"]).status.success());
     let refused = apply("remove.yaml");
-    let refused_op = operation_id(&refused);
+    let refused_op = refused.operation_id();
     let refused = if refused.out.contains("confirm-remove-etcd-member") {
         answer(&refused_op, "confirm-remove-etcd-member")
     } else {
@@ -211,12 +199,7 @@ fn etcd_day2_actions_on_fleet_hosts() {
     assert_eq!(members, 4);
 
     // remove_member behind its gate: fleet-4 leaves, its data goes, three members stay.
-    let remove = apply("remove.yaml");
-    assert!(remove.out.contains("confirm-remove-etcd-member"), "{}", remove.render());
-    let remove_op = operation_id(&remove);
-    let done = answer(&remove_op, "confirm-remove-etcd-member");
-    assert_eq!(done.code, 0, "{}", done.render());
-    assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+    operator.confirmed("remove.yaml", "confirm-remove-etcd-member");
     assert_eq!(started(0), 3);
     let active = on(3, &["systemctl", "is-active", "etcd"]);
     assert_eq!(String::from_utf8_lossy(&active.stdout), "inactive\n");
@@ -241,13 +224,9 @@ fn etcd_day2_actions_on_fleet_hosts() {
     // written after it is gone. Planned against the record: three members, as removal left them.
     let restore = intent("restore", &format!("  parameters:\n    snapshot: {backup_op}/etcd_snapshot\n"));
     std::fs::write(tmp.join("restore.yaml"), restore).unwrap();
-    let restore = apply("restore.yaml");
-    assert!(restore.out.contains("confirm-restore-etcd-member"), "{}", restore.render());
+    let (restore, _) = operator.confirmed("restore.yaml", "confirm-restore-etcd-member");
     assert!(restore.out.contains(&format!("member_addresses={THREE}")), "{}", restore.out);
-    let restore_op = operation_id(&restore);
-    let done = answer(&restore_op, "confirm-restore-etcd-member");
-    assert_eq!(done.code, 0, "{}", done.render());
-    assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+    let restore_op = restore.operation_id();
     for host in 0..3 {
         assert_eq!(etcdctl(host, &["get", "/app/before", "--print-value-only"]), "kept\n");
         assert_eq!(etcdctl(host, &["get", "/app/after", "--print-value-only"]), "");
@@ -286,11 +265,7 @@ fn etcd_day2_actions_on_fleet_hosts() {
 
     // Uninstall behind its gate: etcd gone from the three members, their data kept; the
     // resource is no longer recorded.
-    let uninstall = apply("uninstall.yaml");
-    assert!(uninstall.out.contains("confirm-uninstall-etcd-member"), "{}", uninstall.render());
-    let done = answer(&operation_id(&uninstall), "confirm-uninstall-etcd-member");
-    assert_eq!(done.code, 0, "{}", done.render());
-    assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+    operator.confirmed("uninstall.yaml", "confirm-uninstall-etcd-member");
     for host in 0..3 {
         assert!(on(host, &["test", "!", "-e", "/usr/bin/etcd"]).status.success());
         assert!(on(host, &["test", "-d", "/var/lib/etcd/config-store/member"]).status.success(), "the data is gone");
@@ -312,7 +287,7 @@ fn etcd_day2_actions_on_fleet_hosts() {
     );
     std::fs::write(tmp.join("purge.yaml"), purge).unwrap();
     let purge = apply("purge.yaml");
-    let purged = answer(&operation_id(&purge), "confirm-uninstall-etcd-member");
+    let purged = answer(&purge.operation_id(), "confirm-uninstall-etcd-member");
     assert_eq!(purged.code, 0, "{}", purged.render());
     for host in 0..3 {
         for gone in ["/var/lib/etcd/config-store", "/etc/default/etcd", "/etc/etcd"] {

@@ -8,16 +8,11 @@ use std::process::Command;
 use expect_test::expect;
 
 use crate::fleet::{claim, machine, Fleet};
-use crate::support::{opsgraph, path, temp_dir};
+use crate::support::{dev_intent, opsgraph, path, temp_dir};
 
 fn intent(name: &str, node: &str, source: &str) -> String {
-    format!(
-        "intent:
-  target_resource_type: postgresql.instance
-  action: install
-  name: {name}
-  environment: dev
-  desired_result: PostgreSQL from {source} on {node}
+    let body = format!(
+        "  desired_result: PostgreSQL from {source} on {node}
   parameters:
     source: {source}
     postgresql_version: \"15\"
@@ -30,7 +25,8 @@ fn intent(name: &str, node: &str, source: &str) -> String {
   targets:
     target_nodes: [compute_node/{node}]
 "
-    )
+    );
+    dev_intent("postgresql.instance", "install", name, &body)
 }
 
 /// `psql` on this machine, over TCP to a fleet host (never to the machine's own server).
@@ -43,7 +39,8 @@ fn sql(host: &str, statement: &str) -> std::process::Output {
     query(host, "fleet-canary-pw-7f3a", statement)
 }
 
-fn query(host: &str, password: &str, statement: &str) -> std::process::Output {
+/// `psql` as the owner with `password`, over TCP to a fleet host: `statement`'s rows, unaligned.
+pub(crate) fn query(host: &str, password: &str, statement: &str) -> std::process::Output {
     Command::new("psql")
         .args(["-X", "-w", "-q", &format!("host={host} port=5433 dbname=orders user=orders_app connect_timeout=10")])
         .args(["-tAc", statement])
@@ -159,15 +156,11 @@ fn postgresql_pack_installs_for_real_on_a_fleet_host() {
     let write =
         sql("10.213.0.11", "create table replicated (x text); insert into replicated values ('from the primary')");
     assert!(write.status.success(), "{}", String::from_utf8_lossy(&write.stderr));
-    let mut read = String::new();
-    for _ in 0..50 {
-        read = String::from_utf8_lossy(&sql("10.213.0.13", "select x, pg_is_in_recovery() from replicated").stdout)
-            .into_owned();
-        if !read.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    // The replica replays the write soon: read until it has the row.
+    let read = crate::fleet::until_nonempty(|| {
+        String::from_utf8_lossy(&sql("10.213.0.13", "select x, pg_is_in_recovery() from replicated").stdout)
+            .into_owned()
+    });
     assert_eq!(read, "from the primary|t\n");
     let refused = sql("10.213.0.13", "insert into replicated values ('on the replica')");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot execute INSERT in a read-only transaction"));

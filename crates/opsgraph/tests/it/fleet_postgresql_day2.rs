@@ -9,25 +9,17 @@
 //! OPSGRAPH_FLEET=1.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use crate::fleet::{machine, unavailable, Fleet, Operator, FLEET};
 use crate::fleet_packs::{check_once, ssh_executor};
-use crate::support::{opsgraph, path, temp_dir, Run};
+use crate::support::{dev_intent, opsgraph, path, printed, temp_dir};
 
 const PASSWORD: &str = "fleet-canary-day2-4b8e";
 
 /// An intent for `orders-db`. The day-2 ones give only what is new: the install's version, port,
 /// database, owner, addresses and host come from the resource's record (docs/day2.md#day-2-actions).
 fn intent(action: &str, body: &str) -> String {
-    format!(
-        "intent:
-  target_resource_type: postgresql.instance
-  action: {action}
-  name: orders-db
-  environment: dev
-{body}"
-    )
+    dev_intent("postgresql.instance", action, "orders-db", body)
 }
 
 /// SQL as the owner over TCP from this machine to fleet-1.
@@ -36,21 +28,7 @@ fn sql(statement: &str) -> std::process::Output {
 }
 
 fn sql_at(host: &str, statement: &str) -> std::process::Output {
-    Command::new("psql")
-        .args(["-X", "-w", "-q", &format!("host={host} port=5433 dbname=orders user=orders_app connect_timeout=10")])
-        .args(["-tAc", statement])
-        .env("PGPASSWORD", PASSWORD)
-        .output()
-        .expect("psql (postgresql-client) is installed")
-}
-
-fn text(o: &std::process::Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-fn operation_id(run: &Run) -> String {
-    let line = run.out.lines().find(|l| l.starts_with("Operation op-")).unwrap_or_else(|| panic!("{}", run.render()));
-    line["Operation ".len()..].split(':').next().unwrap().to_string()
+    crate::fleet_postgresql::query(host, PASSWORD, statement)
 }
 
 #[test]
@@ -100,7 +78,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     let rows = "create table items (id int primary key, note text); \
                 insert into items values (1, 'first'), (2, 'second'), (3, 'third')";
     let write = sql(rows);
-    assert!(write.status.success(), "{}", text(&write));
+    assert!(write.status.success(), "{}", printed(&write));
 
     // Verified at once after the install, with the version the server reports. Stopped behind
     // Opsgraph's back, `opsgraph verify` finds it degraded with the failing checks; under the
@@ -131,7 +109,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
         ])
     };
     let stop = on_host(&["systemctl", "stop", "postgresql@15-main"]);
-    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(stop.status.success(), "{}", printed(&stop));
     let degraded = verify();
     assert_eq!(degraded.code, 1, "{}", degraded.render());
     assert!(degraded.out.starts_with("postgresql.instance/orders-db: degraded (was running)"), "{}", degraded.out);
@@ -157,7 +135,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     assert_eq!(backup.code, 0, "{}", backup.render());
     assert!(backup.out.contains("done      backup-postgresql@fleet-1: exited with code 0"), "{}", backup.out);
     assert!(backup.out.contains("Evidence: 1 of 1 checks passed"), "{}", backup.out);
-    let backup_op = operation_id(&backup);
+    let backup_op = backup.operation_id();
     let manifest = opsgraph(&["--data-dir", &data, "describe", "operation", &backup_op, "-o", "json"]);
     assert!(manifest.out.contains("postgresql_backup_manifest"), "{}", manifest.render());
     assert!(manifest.out.contains("postgresql_backup"), "{}", manifest.render());
@@ -169,20 +147,16 @@ fn postgresql_day2_actions_on_fleet_hosts() {
 
     // The table is lost.
     let dropped = sql("drop table items");
-    assert!(dropped.status.success(), "{}", text(&dropped));
+    assert!(dropped.status.success(), "{}", printed(&dropped));
     assert!(!sql("select count(*) from items").status.success());
 
     // Restore from the backup artifact: it waits at the destructive gate, then the rows are back.
     let restore_intent = intent("restore", &format!("  parameters:\n    backup: {backup_op}/postgresql_backup\n"));
     std::fs::write(tmp.join("restore.yaml"), restore_intent).unwrap();
-    let restore = apply("restore.yaml");
-    assert!(restore.out.contains("confirm-restore-postgresql"), "{}", restore.render());
-    let restore_op = operation_id(&restore);
-    let done = answer(&restore_op, "confirm-restore-postgresql");
-    assert_eq!(done.code, 0, "{}", done.render());
-    assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+    let (restore, _) = operator.confirmed("restore.yaml", "confirm-restore-postgresql");
+    let restore_op = restore.operation_id();
     let back = sql("select string_agg(id || ':' || note, ',' order by id) from items");
-    assert_eq!(String::from_utf8_lossy(&back.stdout), "1:first,2:second,3:third\n", "{}", text(&back));
+    assert_eq!(String::from_utf8_lossy(&back.stdout), "1:first,2:second,3:third\n", "{}", printed(&back));
 
     // The restore's evidence fails where it must: the same check, on the same host, once the
     // table is gone again (a database without the backup's data).
@@ -230,22 +204,13 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     assert!(add.out.contains("done      verify-replication@fleet-1: exited with code 0"), "{}", add.out);
     assert!(!add.render().contains("fleet-canary-repl-2d7f"), "the replication password leaked");
     let write = sql("create table scaled (x text); insert into scaled values ('on the primary')");
-    assert!(write.status.success(), "{}", text(&write));
-    let mut read = String::new();
-    for _ in 0..50 {
-        read = String::from_utf8_lossy(&sql_at("10.213.0.12", "select x, pg_is_in_recovery() from scaled").stdout)
-            .into_owned();
-        if !read.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    assert!(write.status.success(), "{}", printed(&write));
+    // The replica replays the write soon: read until it has the row.
+    let read = crate::fleet::until_nonempty(|| {
+        String::from_utf8_lossy(&sql_at("10.213.0.12", "select x, pg_is_in_recovery() from scaled").stdout).into_owned()
+    });
     assert_eq!(read, "on the primary|t\n");
-    let remove = apply("remove-replica.yaml");
-    assert!(remove.out.contains("confirm-remove-replica"), "{}", remove.render());
-    let done = answer(&operation_id(&remove), "confirm-remove-replica");
-    assert_eq!(done.code, 0, "{}", done.render());
-    assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+    operator.confirmed("remove-replica.yaml", "confirm-remove-replica");
     assert!(!sql_at("10.213.0.12", "select 1").status.success(), "the replica still answers");
     let replica = &state.hosts[1];
     let gone = opsgraph_fleet::exec(replica, &["test", "!", "-e", "/var/lib/postgresql/15/main"]).output().unwrap();
@@ -253,12 +218,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     assert_eq!(String::from_utf8_lossy(&sql("select x from scaled").stdout), "on the primary\n");
 
     // Uninstall behind its gate: the service and the server are gone, the data directory stays.
-    let uninstall = apply("uninstall.yaml");
-    assert!(uninstall.out.contains("confirm-uninstall-postgresql"), "{}", uninstall.render());
-    let uninstall_op = operation_id(&uninstall);
-    let done = answer(&uninstall_op, "confirm-uninstall-postgresql");
-    assert_eq!(done.code, 0, "{}", done.render());
-    assert!(done.out.contains("operation running -> completed"), "{}", done.render());
+    let (_, done) = operator.confirmed("uninstall.yaml", "confirm-uninstall-postgresql");
     assert!(!sql("select 1").status.success(), "the server still answers");
     let active = on_host(&["systemctl", "is-active", "postgresql@15-main"]);
     assert_eq!(String::from_utf8_lossy(&active.stdout), "inactive\n");
@@ -274,7 +234,7 @@ fn postgresql_day2_actions_on_fleet_hosts() {
     let purge_intent = "  parameters:\n    purge: true\n  targets:\n    target_nodes: [compute_node/fleet-1]\n";
     std::fs::write(tmp.join("purge.yaml"), intent("uninstall", purge_intent)).unwrap();
     let purge = apply("purge.yaml");
-    let purged = answer(&operation_id(&purge), "confirm-uninstall-postgresql");
+    let purged = answer(&purge.operation_id(), "confirm-uninstall-postgresql");
     assert_eq!(purged.code, 0, "{}", purged.render());
     assert!(on_host(&["test", "!", "-e", "/var/lib/postgresql/15/main"]).status.success(), "the data is still there");
     assert!(

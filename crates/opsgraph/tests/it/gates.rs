@@ -132,29 +132,48 @@ job:
   run: {command: 'env | grep ^OPSGRAPH_BINDING_ | sort > \"$OPSGRAPH_LAB_DIR/told\"; cat \"$OPSGRAPH_BINDING_STORE_BUCKET_CREDENTIALS\" > \"$OPSGRAPH_LAB_DIR/creds-seen\"'}
 ";
 
+/// An app whose bucket a person binds at the gate, from outside the inventory: the provider
+/// `bucket_ext` under `policy`, the intent `intent`, `extra` files. The plan's gate offers the
+/// binding; the operation is created and waits there.
+struct Binding {
+    w: World,
+    rt: Runtime,
+    id: String,
+    gate: String,
+}
+
+impl Binding {
+    fn new(policy: &str, intent: &str, extra: &[(&str, &str)]) -> Binding {
+        let providers =
+            "provider: {id: bucket_ext, capability: store.bucket, title: bind external bucket, bind: external}\n";
+        let files = [
+            ("world/providers.yaml", providers),
+            ("world/policy.yaml", policy),
+            ("intent.yaml", intent),
+            ("packs/app/jobs.yaml", TELL),
+        ];
+        let w = World::new(&[&files[..], extra].concat());
+        let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
+        let gate = plan.gates[0].id.clone();
+        assert_eq!(plan.gates[0].options, ["bind external bucket", "cancel operation"]);
+        let mut rt = w.runtime();
+        let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+        Binding { w, rt, id, gate }
+    }
+
+    /// An SRE binds the resource `value` describes: accepted, or why not.
+    fn answer(&mut self, value: serde_json::Value) -> Result<(), String> {
+        let a = GateAnswer { value: Some(value), ..answer("bind external bucket", "sre") };
+        self.rt.answer_gate(&self.id, &self.gate, &a).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
 #[test]
 fn a_person_binds_an_external_resource_at_the_gate() {
-    let providers =
-        "provider: {id: bucket_ext, capability: store.bucket, title: bind external bucket, bind: external}\n";
     let policy = "capability_policy:\n  store.bucket:\n    dev: {allowed_providers: [bucket_ext]}\n";
     let intent = "intent:\n  target_resource_type: app.thing\n  action: run\n  name: app-1\n  environment: dev\n  requires: [{capability: store.bucket, constraints: {encryption: required}}]\n";
-    let w = World::new(&[
-        ("world/providers.yaml", providers),
-        ("world/policy.yaml", policy),
-        ("intent.yaml", intent),
-        ("packs/app/jobs.yaml", TELL),
-        ("secrets/ext.creds", "ACCESS_KEY=AKIA-test\n"),
-    ]);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let gate = plan.gates[0].id.clone();
-    assert_eq!(plan.gates[0].options, ["bind external bucket", "cancel operation"]);
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
-    let mut try_answer = |value: serde_json::Value| {
-        let a = GateAnswer { value: Some(value), ..answer("bind external bucket", "sre") };
-        rt.answer_gate(&id, &gate, &a).map_err(|e| e.to_string())
-    };
-    let creds = w.dir.join("secrets/ext.creds").display().to_string();
+    let mut b = Binding::new(policy, intent, &[("secrets/ext.creds", "ACCESS_KEY=AKIA-test\n")]);
+    let creds = b.w.dir.join("secrets/ext.creds").display().to_string();
     let refused: Vec<String> = [
         serde_json::json!("just a string"),
         serde_json::json!({"name": "../etc", "attributes": {}}),
@@ -163,7 +182,7 @@ fn a_person_binds_an_external_resource_at_the_gate() {
         serde_json::json!({"name": "ext-1", "region": "eu"}),
     ]
     .into_iter()
-    .map(|v| try_answer(v).unwrap_err())
+    .map(|v| b.answer(v).unwrap_err())
     .collect();
     expect![[r#"
         `bind external bucket` binds a resource outside the inventory: describe it with --value '{"name": "...", "attributes": {...}, "credentials": "/absolute/path"}'
@@ -173,7 +192,8 @@ fn a_person_binds_an_external_resource_at_the_gate() {
         unknown field `region`; `bind external bucket` binds a resource outside the inventory: describe it with --value '{"name": "...", "attributes": {...}, "credentials": "/absolute/path"}'"#]]
     .assert_eq(&refused.join("\n"));
     // Refused answers change nothing: the gate is still open.
-    try_answer(serde_json::json!({"name": "ext-1", "attributes": {"encryption": true, "endpoint": "https://s3.example"}, "credentials": creds})).unwrap();
+    b.answer(serde_json::json!({"name": "ext-1", "attributes": {"encryption": true, "endpoint": "https://s3.example"}, "credentials": creds})).unwrap();
+    let Binding { w, mut rt, id, .. } = b;
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
     let told = std::fs::read_to_string(w.dir.join("data/lab/told")).unwrap();
     let told = told.replace(&creds, "$CREDS");
@@ -215,25 +235,9 @@ fn a_created_provider_hands_its_credentials_artifact_to_the_jobs_bound_to_it() {
 /// the rule; nothing is recorded until an answer meets them all.
 #[test]
 fn an_external_binding_is_checked_against_the_policy_when_the_person_brings_it() {
-    let providers =
-        "provider: {id: bucket_ext, capability: store.bucket, title: bind external bucket, bind: external}\n";
     let policy = "capability_policy:\n  store.bucket:\n    prod:\n      allowed_providers: [bucket_ext]\n      require_encryption: true\n      rules:\n        - {name: pci-versioned, when: \"'pci' in intent.compliance\", require: 'candidate.attributes.versioning == true'}\n";
     let intent = "intent:\n  target_resource_type: app.thing\n  action: run\n  name: app-1\n  environment: prod\n  compliance: [pci]\n  requires: [{capability: store.bucket}]\n";
-    let w = World::new(&[
-        ("world/providers.yaml", providers),
-        ("world/policy.yaml", policy),
-        ("intent.yaml", intent),
-        ("packs/app/jobs.yaml", TELL),
-    ]);
-    let plan = opsgraph::plan_cmd::build(&w.loaded()).unwrap();
-    let gate = plan.gates[0].id.clone();
-    assert_eq!(plan.gates[0].options, ["bind external bucket", "cancel operation"]);
-    let mut rt = w.runtime();
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
-    let mut try_answer = |value: serde_json::Value| {
-        let a = GateAnswer { value: Some(value), ..answer("bind external bucket", "sre") };
-        rt.answer_gate(&id, &gate, &a).map(|_| "accepted".to_string()).unwrap_or_else(|e| e.to_string())
-    };
+    let mut b = Binding::new(policy, intent, &[]);
     let verdicts: Vec<String> = [
         serde_json::json!({"name": "ext-1", "attributes": {}}),
         serde_json::json!({"name": "ext-1", "attributes": {"encryption": true}}),
@@ -241,12 +245,12 @@ fn an_external_binding_is_checked_against_the_policy_when_the_person_brings_it()
         serde_json::json!({"name": "ext-1", "attributes": {"encryption": true, "versioning": true}}),
     ]
     .into_iter()
-    .map(&mut try_answer)
+    .map(|v| b.answer(v).map(|_| "accepted".to_string()).unwrap_or_else(|e| e))
     .collect();
     expect![[r#"
         store/ext-1 does not meet the requirement: prod requires encryption, and it declares no encryption attribute
         store/ext-1 does not meet the requirement: policy rule pci-versioned (when `'pci' in intent.compliance`): `candidate.attributes.versioning == true` cannot be decided: it has no versioning
         store/ext-1 does not meet the requirement: policy rule pci-versioned (when `'pci' in intent.compliance`): `candidate.attributes.versioning == true` is false
         accepted"#]].assert_eq(&verdicts.join("\n"));
-    assert!(rt.store().resource("store/ext-1").unwrap().is_some());
+    assert!(b.rt.store().resource("store/ext-1").unwrap().is_some());
 }

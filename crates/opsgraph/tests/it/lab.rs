@@ -5,17 +5,22 @@
 use crate::support::{opsgraph, path, temp_dir, Run, TempDir};
 
 struct Data {
-    dir: TempDir,
+    dir: LabDir,
 }
 
 impl Data {
     fn new() -> Data {
         let dir = temp_dir(&[("data/config.yaml", "users:\n  alice: [sre]\n  bob: [sre]\n  victor: [viewer]\n")]);
-        Data { dir }
+        Data { dir: LabDir(dir) }
     }
 
     fn data(&self) -> String {
         self.dir.join("data").display().to_string()
+    }
+
+    /// The lab's directory (its nodes), under the data directory.
+    fn lab(&self) -> std::path::PathBuf {
+        self.dir.join("data/lab")
     }
 
     /// `apply --yes` of the lab example intent `intent`, with the lab's inventory.
@@ -38,6 +43,22 @@ impl Data {
         opsgraph(&args)
     }
 
+    /// Applies a lab cluster `name` on lab-1 (control plane) and lab-2 (worker), `parameters`
+    /// given (`{fail_job: …, fail_mode: …}` or empty): the operation's id.
+    fn create_cluster(&self, name: &str, parameters: &str) -> String {
+        let parameters = if parameters.is_empty() { String::new() } else { format!("  parameters: {parameters}\n") };
+        self.apply_text(&format!("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: {name}\n  environment: lab\n{parameters}  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n")).operation_id()
+    }
+
+    /// A lab cluster `name` whose job `job` fails (`mode`), its plan approved: the operation's
+    /// id and the answer, which ran it to that failure.
+    fn failed_at(&self, name: &str, job: &str, mode: &str) -> (String, Run) {
+        let op = self.create_cluster(name, &format!("{{fail_job: {job}, fail_mode: {mode}}}"));
+        let answered = self.approve_plan(&op);
+        assert_eq!(answered.code, 1, "{}", answered.render());
+        (op, answered)
+    }
+
     /// alice approves the plan of operation `op` at its gate `approve-plan`.
     fn approve_plan(&self, op: &str) -> Run {
         self.run(&["gate", "answer", "approve-plan", "--operation", op, "--option", "approve", "--as", "alice"])
@@ -51,10 +72,21 @@ impl Data {
     }
 }
 
-impl Drop for Data {
-    /// Lab nodes run real background processes: stop every one started under this directory.
+/// A temporary directory for lab nodes. They run real background processes: every one started
+/// under the directory is stopped when it is dropped (before the directory goes).
+pub(crate) struct LabDir(pub(crate) TempDir);
+
+impl std::ops::Deref for LabDir {
+    type Target = TempDir;
+
+    fn deref(&self) -> &TempDir {
+        &self.0
+    }
+}
+
+impl Drop for LabDir {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("pkill").args(["-f", &format!("{}/", self.dir.display())]).status();
+        let _ = std::process::Command::new("pkill").args(["-f", &format!("{}/", self.0.display())]).status();
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
@@ -89,10 +121,7 @@ fn lab_cluster_created_at_a_gate_then_grown() {
 #[test]
 fn a_failing_job_fails_the_way_real_ones_do() {
     let d = Data::new();
-    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-broken\n  environment: lab\n  parameters: {fail_job: init-control-plane, fail_mode: exit}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
-    let op = run.operation_id();
-    let answered = d.approve_plan(&op);
-    assert_eq!(answered.code, 1, "{}", answered.render());
+    let (op, answered) = d.failed_at("lab-broken", "init-control-plane", "exit");
     assert!(answered.out.contains("failed: init-control-plane@lab-1"), "{}", answered.out);
     assert!(answered.out.contains("registry-1.docker.io"), "{}", answered.out);
     let resource = d.run(&["get", "resources", "-o", "json"]);
@@ -208,12 +237,11 @@ fn a_missing_input_is_asked_for_and_used() {
 #[test]
 fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
     let d = Data::new();
-    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-rb\n  environment: lab\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
-    let (data, inventory) = (d.data(), path("examples/lab/inventory"));
-    let op = run.operation_id();
+    let op = d.create_cluster("lab-rb", "");
+    let inventory = path("examples/lab/inventory");
     let done = d.approve_plan(&op);
     assert!(done.out.contains(&format!("Operation {op}: completed")), "{}", done.render());
-    let lab = std::path::Path::new(&data).join("lab");
+    let lab = d.lab();
     assert!(lab.join("lab-2").exists());
 
     let rb = d.run(&["rollback", &op, "--yes", "--inventory", &inventory]);
@@ -244,9 +272,8 @@ fn a_cluster_is_rolled_back_in_reverse_order_after_an_approval() {
 #[test]
 fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
     let d = Data::new();
-    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-iv\n  environment: lab\n  parameters: {fail_job: join-workers@lab-2, fail_mode: evidence}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
-    let (data, inventory) = (d.data(), path("examples/lab/inventory"));
-    let op = run.operation_id();
+    let op = d.create_cluster("lab-iv", "{fail_job: join-workers@lab-2, fail_mode: evidence}");
+    let inventory = path("examples/lab/inventory");
     let failed = d.approve_plan(&op);
     assert!(failed.out.contains("failed: join-workers@lab-2"), "{}", failed.render());
 
@@ -273,7 +300,7 @@ fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
     assert!(claimed.out.contains("still failed: verification of iv1 failed"), "{}", claimed.out);
 
     // The fix, by hand: the node's kubelet started, the node registered.
-    let lab = std::path::Path::new(&data).join("lab");
+    let lab = d.lab();
     let node = lab.join("lab-2");
     let address = std::fs::read_to_string(node.join("node.env")).unwrap();
     let address = address.lines().find_map(|l| l.strip_prefix("ADDRESS=")).unwrap_or("").to_string();
@@ -306,10 +333,7 @@ fn a_manual_fix_of_a_worker_is_verified_and_the_run_goes_on() {
 #[test]
 fn a_failure_the_pack_does_not_know_is_diagnosed_by_the_remedy_library_without_a_patch() {
     let d = Data::new();
-    let run = d.apply_text("intent:\n  target_resource_type: lab.cluster\n  action: create_cluster\n  name: lab-apt\n  environment: lab\n  parameters: {fail_job: install-runtime, fail_mode: exit}\n  targets:\n    control_plane: [compute_node/lab-1]\n    workers: [compute_node/lab-2]\n");
-    let op = run.operation_id();
-    let answered = d.approve_plan(&op);
-    assert_eq!(answered.code, 1, "{}", answered.render());
+    let (op, _) = d.failed_at("lab-apt", "install-runtime", "exit");
     // lab-cluster has no remedy for it; the library recognises apt's own words and names the host.
     let diagnosed = d.run(&["diagnose", &op, "-o", "json"]);
     let v: serde_json::Value = serde_json::from_str(&diagnosed.out).unwrap();

@@ -4,7 +4,8 @@
 
 use serde_json::Value;
 
-use crate::support::{opsgraph, path, temp_dir, Run, TempDir};
+use crate::lab::LabDir;
+use crate::support::{opsgraph, path, temp_dir, Run};
 
 const CLUSTER: &str = "lab.cluster/lab-k8s";
 
@@ -15,10 +16,17 @@ fn intent(action: &str, rest: &str) -> String {
 }
 
 struct Lab {
-    dir: TempDir,
+    dir: LabDir,
 }
 
 impl Lab {
+    /// Asserts that the cluster is recorded running, having observed `key` = `value`.
+    fn assert_running(&self, key: &str, value: &str) {
+        let r = self.resource().unwrap();
+        assert_eq!(r["resource"]["status"], "running", "{r:#}");
+        assert_eq!(r["resource"]["observed"][key], value, "{r:#}");
+    }
+
     fn new() -> Lab {
         let files = [
             ("data/config.yaml", "users:\n  alice: [sre]\n  bob: [sre]\n".to_string()),
@@ -31,7 +39,7 @@ impl Lab {
             ("uninstall.yaml", intent("uninstall", "")),
         ];
         let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
-        Lab { dir: temp_dir(&files) }
+        Lab { dir: LabDir(temp_dir(&files)) }
     }
 
     fn run(&self, args: &[&str]) -> Run {
@@ -60,7 +68,7 @@ impl Lab {
     }
 
     fn through_gates(&self, mut run: Run) -> Run {
-        let op = operation_id(&run);
+        let op = run.operation_id();
         for _ in 0..4 {
             if run.out.contains(&format!("Operation {op}: completed")) {
                 return run;
@@ -114,33 +122,19 @@ impl Lab {
     }
 }
 
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("pkill").args(["-f", &format!("{}/", self.dir.display())]).status();
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-}
-
-fn operation_id(run: &Run) -> String {
-    let line = run.out.lines().find(|l| l.starts_with("Operation op-")).unwrap_or_else(|| panic!("{}", run.render()));
-    line["Operation ".len()..].split(':').next().unwrap().to_string()
-}
-
 #[test]
 fn lab_cluster_upgrade_and_its_rollback_to_the_recorded_version() {
     let lab = Lab::new();
-    let create_op = operation_id(&lab.apply("create"));
+    let create_op = lab.apply("create").operation_id();
     assert_eq!(lab.versions(), ["lab-1=1.30", "lab-2=1.30", "lab-3=1.30"]);
 
     // The upgrade names only the version: the nodes come from the record.
     let planned = lab.intent_args("plan", "upgrade.yaml");
     assert!(planned.out.contains("  ~ kubernetes_version  1.30 → 1.31\n"), "{}", planned.render());
     let upgraded = lab.apply("upgrade.yaml");
-    let upgrade_op = operation_id(&upgraded);
+    let upgrade_op = upgraded.operation_id();
     assert_eq!(lab.versions(), ["lab-1=1.31", "lab-2=1.31", "lab-3=1.31"]);
-    let r = lab.resource().unwrap();
-    assert_eq!(r["resource"]["status"], "running", "{r:#}");
-    assert_eq!(r["resource"]["observed"]["version"], "1.31", "{r:#}");
+    lab.assert_running("version", "1.31");
     // Each node's evidence reports its version.
     let evidence = lab.run(&["describe", "operation", &upgrade_op, "-o", "json"]);
     assert!(evidence.out.contains("version=1.31"), "{}", evidence.render());
@@ -153,9 +147,7 @@ fn lab_cluster_upgrade_and_its_rollback_to_the_recorded_version() {
     assert!(rb.out.contains("revert-node-version @ lab-1, lab-2, lab-3"), "{}", rb.out);
     lab.through_gates(rb);
     assert_eq!(lab.versions(), ["lab-1=1.30", "lab-2=1.30", "lab-3=1.30"]);
-    let r = lab.resource().unwrap();
-    assert_eq!(r["resource"]["status"], "running", "{r:#}");
-    assert_eq!(r["resource"]["observed"]["version"], "1.30", "{r:#}");
+    lab.assert_running("version", "1.30");
     // The record is the one before the upgrade: an upgrade naming no version keeps 1.30.
     let again = lab.intent_args("plan", "upgrade-same.yaml");
     assert!(again.out.contains("no parameter or target differs from the record"), "{}", again.render());
@@ -183,7 +175,7 @@ fn lab_cluster_scale_remove_node_and_uninstall_with_their_refusals() {
         "error[P012]: refused by template `lab-cluster.scale`: an even replica count tolerates no more failures than one fewer; give force true to scale anyway (params.apiserver_replicas is 2, even; params.force is false, not true)\n",
     );
     let scaled = lab.apply("scale-3.yaml");
-    let evidence = lab.run(&["describe", "operation", &operation_id(&scaled), "-o", "json"]);
+    let evidence = lab.run(&["describe", "operation", &scaled.operation_id(), "-o", "json"]);
     assert!(evidence.out.contains("replicas=3"), "{}", evidence.render());
 
     lab.refused(
@@ -194,9 +186,7 @@ fn lab_cluster_scale_remove_node_and_uninstall_with_their_refusals() {
     lab.apply("remove-3.yaml");
     assert!(!lab.node("lab-3").exists(), "lab-3 was not reset");
     assert!(lab.node("lab-2").exists() && lab.node("lab-1").exists());
-    let r = lab.resource().unwrap();
-    assert_eq!(r["resource"]["status"], "running", "{r:#}");
-    assert_eq!(r["resource"]["observed"]["nodes"], "2", "{r:#}");
+    lab.assert_running("nodes", "2");
     // The removed node left the record: an upgrade now runs on the two nodes left.
     let planned = lab.intent_args("plan", "upgrade.yaml");
     assert!(planned.out.contains("upgrade-node @ lab-1, lab-2\n"), "{}", planned.render());

@@ -316,8 +316,7 @@ fn the_cli_installs_packs_and_applies_resources_through_the_server_as_it_does_lo
     let r = remote(&["pack", "remove", "hello@2.0.0"]);
     assert_eq!((r.code, r.out.as_str()), (0, "removed pack hello@2.0.0\n"), "{}", r.render());
     let r = remote(&["pack", "remove", "tempo@1.0.0"]);
-    assert_eq!(r.code, 1);
-    assert!(r.err.contains("409 pack_bundled"), "{}", r.render());
+    r.assert_refused("409 pack_bundled");
 
     let r = remote(&["resource", "apply", "-f", &path("r.yaml")]);
     assert_eq!((r.code, r.out.as_str()), (0, "resource hello.app/h1 created\n"), "{}", r.render());

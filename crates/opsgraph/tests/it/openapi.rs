@@ -64,10 +64,8 @@ const RESOURCE: &str = "resource:\n  type: hello.app\n  name: h1\n  environment:
 #[test]
 fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
     let api = Api::new("");
-    let sam = api.token("sam", &["operator"]);
-    let bob = api.token("bob", &["sre"]);
-    let admin = api.token("admin", &["platform_admin"]);
-    let agent = api.token("workers", &["agent"]);
+    let [sam, bob, admin, agent] =
+        api.tokens([("sam", "operator"), ("bob", "sre"), ("admin", "platform_admin"), ("workers", "agent")]);
     let mut spec = Spec::new();
     let mut call =
         |method: &str, path: &str, concrete: &str, token: Option<&str>, body: &str, headers: &[(&str, &str)]| {

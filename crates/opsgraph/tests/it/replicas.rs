@@ -309,16 +309,6 @@ fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testi
     assert_eq!(store.lease(&id).unwrap().unwrap().holder, "replica-b", "its release changed nothing");
 }
 
-#[test]
-fn a_stale_holder_writes_nothing_after_a_takeover_sqlite() {
-    a_stale_holder_writes_nothing_after_a_takeover(opsgraph_store::testing::Backend::Sqlite);
-}
-
-#[test]
-fn a_stale_holder_writes_nothing_after_a_takeover_postgres() {
-    a_stale_holder_writes_nothing_after_a_takeover(opsgraph_store::testing::Backend::Postgres);
-}
-
 /// `--database` routes every command to that store: an operation applied on PostgreSQL is listed
 /// with the same `--database` and not in the data directory's SQLite file; `sqlite://PATH` is
 /// that file.
@@ -414,12 +404,27 @@ fn local_agents_use_the_database_they_are_given(backend: opsgraph_store::testing
     assert!(!data.join("opsgraph.db").exists(), "the agents opened the data directory's SQLite file");
 }
 
-#[test]
-fn local_agents_use_the_database_they_are_given_sqlite() {
-    local_agents_use_the_database_they_are_given(opsgraph_store::testing::Backend::Sqlite);
+/// One `#[test]` per backend for each `fn name(backend)` listed: `mod sqlite` and `mod postgres`
+/// with the same test names, as `opsgraph_store::conformance!` does for the store's own tests.
+macro_rules! on_each_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(opsgraph_store::testing::Backend::Sqlite);
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(opsgraph_store::testing::Backend::Postgres);
+                }
+            )*
+        }
+    };
 }
 
-#[test]
-fn local_agents_use_the_database_they_are_given_postgres() {
-    local_agents_use_the_database_they_are_given(opsgraph_store::testing::Backend::Postgres);
-}
+on_each_backend!(a_stale_holder_writes_nothing_after_a_takeover, local_agents_use_the_database_they_are_given);

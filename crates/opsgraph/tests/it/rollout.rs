@@ -173,6 +173,18 @@ fn rollout_timeline(rt: &Runtime, op: &str) -> String {
         .collect()
 }
 
+/// A patch that skips `job`, giving `reason` for the patch and the skip alike.
+fn skip_patch(job: &str, reason: &str) -> opsgraph_core::model::PlanPatch {
+    opsgraph_core::model::PlanPatch {
+        id: None,
+        operation: None,
+        author: None,
+        reason: Some(reason.into()),
+        changes: vec![opsgraph_core::model::PatchChange::Skip { job: job.into(), reason: reason.into() }],
+        approval: None,
+    }
+}
+
 #[test]
 fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_after_a_skip_and_a_retry() {
     let fleet = Fleet::new();
@@ -230,17 +242,7 @@ fn a_rollout_over_200_hosts_pauses_when_wave_2_spends_its_budget_and_goes_on_aft
 
     // n009 is skipped by a reviewed patch: two failures are left, within the budget, and the
     // rollout goes on through waves 3 and 4 with n005 and n007 failed.
-    let skip = opsgraph_core::model::PlanPatch {
-        id: None,
-        operation: None,
-        author: None,
-        reason: Some("n009 is being replaced".into()),
-        changes: vec![opsgraph_core::model::PatchChange::Skip {
-            job: "upgrade@n009".into(),
-            reason: "n009 is being replaced".into(),
-        }],
-        approval: None,
-    };
+    let skip = skip_patch("upgrade@n009", "n009 is being replaced");
     // It changes what runs in a plan a person approved (the canary): a third person approves it.
     let proposal = rt.propose_patch(&op, &skip, "user:bob").unwrap();
     assert_eq!(proposal.gate.as_deref(), Some("patch-p1"), "{:?}", proposal.approval);
@@ -450,17 +452,7 @@ fn checks_on_the_whole_resource_find_a_sick_host_the_rollout_has_not_reached() {
         .assert_eq(reason);
     // Skipped by a reviewed patch (a person decides n005's health is another matter), the
     // rollout goes on.
-    let skip = opsgraph_core::model::PlanPatch {
-        id: None,
-        operation: None,
-        author: None,
-        reason: Some("n005 is known sick, tracked elsewhere".into()),
-        changes: vec![opsgraph_core::model::PatchChange::Skip {
-            job: "verify-upgrade-wave-1".into(),
-            reason: "n005 is known sick, tracked elsewhere".into(),
-        }],
-        approval: None,
-    };
+    let skip = skip_patch("verify-upgrade-wave-1", "n005 is known sick, tracked elsewhere");
     let proposal = rt.propose_patch(&op, &skip, "user:bob").unwrap();
     if let Some(gate) = proposal.gate.as_deref() {
         let approve =

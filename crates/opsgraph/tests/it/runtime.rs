@@ -242,8 +242,8 @@ fn an_operation_runs_to_completion_and_evidence_decides() {
 /// Where an operation's artifact contents and job logs land, by blob store: the data
 /// directory's files, or PostgreSQL's tables with nothing under `blobs/` (a job still reads its
 /// input artifact, copied into its directory). Shown: the artifact, flaky's first log, whether
-/// `DATA_DIR/blobs` exists.
-fn check_blobs(backend: opsgraph_store::testing::Backend, expect: Expect) {
+/// `DATA_DIR/blobs` exists. `None` where PostgreSQL is not at hand.
+fn blobs(backend: opsgraph_store::testing::Backend) -> Option<String> {
     use opsgraph_store::testing::Backend;
     let lab = Lab::new(&[]);
     let data = lab.dir.join("data");
@@ -252,7 +252,7 @@ fn check_blobs(backend: opsgraph_store::testing::Backend, expect: Expect) {
     let (mut rt, _db) = match backend {
         Backend::Sqlite => (lab.runtime(), None),
         Backend::Postgres => {
-            let Some(db) = opsgraph_store_pg::test_db("runtime::check_blobs") else { return };
+            let db = opsgraph_store_pg::test_db("runtime::check_blobs")?;
             let mut rt = Runtime::new(db.store(), loaded.packs, loaded.world.resources, data.clone());
             rt.blobs = std::sync::Arc::new(opsgraph_store_pg::PgBlobStore::connect(db.url()).unwrap());
             (rt, Some(db))
@@ -263,30 +263,20 @@ fn check_blobs(backend: opsgraph_store::testing::Backend, expect: Expect) {
     let artifact = rt.store().artifacts(&id).unwrap().remove(0);
     let content = rt.blobs.get(&artifact.location).unwrap().map(|b| String::from_utf8(b).unwrap());
     let log = rt.job_log(&id, "flaky", 1).map(|b| String::from_utf8(b).unwrap());
-    let shown = format!("{content:?}\n{log:?}\nblobs dir: {}", data.join("blobs").exists());
-    expect.assert_eq(&shown);
+    Some(format!("{content:?}\n{log:?}\nblobs dir: {}", data.join("blobs").exists()))
 }
 
+/// With SQLite, files in the data directory; with PostgreSQL, the same contents in the database.
 #[test]
-fn artifacts_and_logs_are_files_in_the_data_directory_with_sqlite() {
-    check_blobs(
-        opsgraph_store::testing::Backend::Sqlite,
-        expect![[r#"
-            Some("port=8080\n")
-            Some("--- stderr\ntransient failure 1\n")
-            blobs dir: true"#]],
-    );
-}
-
-#[test]
-fn artifacts_and_logs_are_in_the_database_with_postgresql() {
-    check_blobs(
-        opsgraph_store::testing::Backend::Postgres,
-        expect![[r#"
-            Some("port=8080\n")
-            Some("--- stderr\ntransient failure 1\n")
-            blobs dir: false"#]],
-    );
+fn artifacts_and_logs_are_files_with_sqlite_and_in_the_database_with_postgresql() {
+    let sqlite = blobs(opsgraph_store::testing::Backend::Sqlite).unwrap();
+    expect![[r#"
+        Some("port=8080\n")
+        Some("--- stderr\ntransient failure 1\n")
+        blobs dir: true"#]]
+    .assert_eq(&sqlite);
+    let Some(postgres) = blobs(opsgraph_store::testing::Backend::Postgres) else { return };
+    assert_eq!(postgres, sqlite.replace("blobs dir: true", "blobs dir: false"));
 }
 
 #[test]
@@ -309,10 +299,18 @@ fn exit_zero_with_failing_evidence_is_a_failure_naming_the_check() {
     assert_eq!(resource.last_operation.as_deref(), Some(id.as_str()));
 }
 
+/// mini.install with the approval gate `look-before-verify` (an SRE's, for `reason`) before
+/// `verify`; `parameters` are its parameter lines.
+fn gated_template(parameters: &str, reason: &str) -> String {
+    format!(
+        "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n{parameters}  scopes:\n    nodes: {{resource_type: compute_node, from: targets.nodes}}\n  stages:\n    - {{id: config, name: Configure, jobs: [make-config]}}\n    - {{id: start, name: Start, jobs: [start-app, flaky]}}\n    - {{id: verify, name: Verify, jobs: [verify]}}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {{id: look-before-verify, type: approval, reason: {reason}, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}}\n"
+    )
+}
+
 #[test]
 fn gates_block_descendants_and_check_roles() {
-    let gate = "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n    port: {type: integer, default: 8080}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: config, name: Configure, jobs: [make-config]}\n    - {id: start, name: Start, jobs: [start-app, flaky]}\n    - {id: verify, name: Verify, jobs: [verify]}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {id: look-before-verify, type: approval, reason: an SRE checks the nodes, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}\n";
-    let lab = Lab::new(&[("mini/templates.yaml", gate)]);
+    let gate = gated_template("    port: {type: integer, default: 8080}\n", "an SRE checks the nodes");
+    let lab = Lab::new(&[("mini/templates.yaml", gate.as_str())]);
     let mut rt = lab.runtime();
     let (id, timeline) = run_all(&mut rt, &lab.plan());
     assert!(timeline.ends_with("pause waiting for gate look-before-verify\n=> paused"), "{timeline}");
@@ -487,8 +485,8 @@ fn cli_apply_for_machines() {
 #[test]
 fn cli_control_commands_for_machines() {
     use crate::support::opsgraph;
-    let gate = "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n    port: {type: integer, default: 8080}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: config, name: Configure, jobs: [make-config]}\n    - {id: start, name: Start, jobs: [start-app, flaky]}\n    - {id: verify, name: Verify, jobs: [verify]}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {id: look-before-verify, type: approval, reason: an SRE checks, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}\n";
-    let lab = Lab::new(&[("mini/templates.yaml", gate), ("cli-data/config.yaml", "users:\n  alice: [sre]\n")]);
+    let gate = gated_template("    port: {type: integer, default: 8080}\n", "an SRE checks");
+    let lab = Lab::new(&[("mini/templates.yaml", gate.as_str()), ("cli-data/config.yaml", "users:\n  alice: [sre]\n")]);
     let data = lab.path("cli-data");
     let (mini, world, intent) = (lab.path("mini"), lab.path("world.yaml"), lab.path("intent.yaml"));
     let run = opsgraph(&[
@@ -559,8 +557,11 @@ fn cancel_from_another_process_stops_running_jobs_and_keeps_results() {
 /// changes; approved by another person, the plan's next revision runs on.
 #[test]
 fn a_paused_operation_is_patched_and_resumes_with_the_new_revision() {
-    let gate = "plan_template:\n  id: mini.install\n  action: install\n  parameters:\n    port: {type: integer, default: 8080}\n    expect_port: {type: integer, default: 8080}\n  scopes:\n    nodes: {resource_type: compute_node, from: targets.nodes}\n  stages:\n    - {id: config, name: Configure, jobs: [make-config]}\n    - {id: start, name: Start, jobs: [start-app, flaky]}\n    - {id: verify, name: Verify, jobs: [verify]}\n  jobs: [make-config, start-app, flaky, verify]\n  gates:\n    - {id: look-before-verify, type: approval, reason: an SRE checks, options: [proceed, cancel operation], required_roles: [sre], before: [verify]}\n";
-    let lab = Lab::new(&[("mini/templates.yaml", gate)]);
+    let gate = gated_template(
+        "    port: {type: integer, default: 8080}\n    expect_port: {type: integer, default: 8080}\n",
+        "an SRE checks",
+    );
+    let lab = Lab::new(&[("mini/templates.yaml", gate.as_str())]);
     let mut rt = lab.runtime();
     let (id, _) = run_all(&mut rt, &lab.plan());
     let before = rt.store().operation(&id).unwrap().unwrap();

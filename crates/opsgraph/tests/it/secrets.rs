@@ -18,35 +18,45 @@ const TOKEN: &str = "TOKEN-CANARY-7f3a9c55";
 pub(crate) const VAULT_PACK: &str = "scenario_pack:\n  id: vault\n  version: 1.0.0\n  resource_types: [vault.thing]\n  actions: [run]\n  plan_templates: [{id: vault.run}]\n";
 pub(crate) const VAULT_TEMPLATES: &str = "plan_template:\n  id: vault.run\n  action: run\n  parameters:\n    db_password: {type: string, secret: true}\n    api_key: {type: string, secret: true, required: true}\n  stages: [{id: all, name: All, jobs: [make-token, use-token]}]\n  jobs: [make-token, use-token]\n";
 
+/// The vault pack's `jobs.yaml`: `make-token` makes the artifacts `$outputs`, printing the secret
+/// parameters and running `$make`; `use-token` is handed the token, prints it and runs `$then`.
+macro_rules! vault_jobs {
+    ($outputs:literal, $make:literal, $then:literal) => {
+        concat!(
+            "job:\n  id: make-token\n  outputs: {artifacts: [",
+            $outputs,
+            "]}\n  run:\n    command: |\n",
+            "      echo \"password is $OPSGRAPH_PARAM_DB_PASSWORD, key is $OPSGRAPH_PARAM_API_KEY\"\n",
+            $make,
+            "---\njob:\n  id: use-token\n  inputs: {requires: {artifacts: [token]}}\n",
+            "  outputs: {provides: {capabilities: [vault.used]}, evidence: [token_readable]}\n",
+            "  run:\n    command: |\n      echo \"token: $(cat \"$OPSGRAPH_ARTIFACT_TOKEN\")\"\n",
+            $then
+        )
+    };
+}
+pub(crate) use vault_jobs;
+
+/// The evidence `token_readable`: the token `use-token` is handed holds a canary.
+pub(crate) const VAULT_EVIDENCE: &str =
+    "evidence:\n  - {id: token_readable, source: command, command: 'cat \"$OPSGRAPH_ARTIFACT_TOKEN\"', contains: CANARY}\n";
+
 const FILES: &[(&str, &str)] = &[
     ("packs/vault/pack.yaml", VAULT_PACK),
     ("packs/vault/templates.yaml", VAULT_TEMPLATES),
     (
         "packs/vault/jobs.yaml",
-        r#"job:
-  id: make-token
-  outputs: {artifacts: [token]}
-  run:
-    command: |
-      echo "password is $OPSGRAPH_PARAM_DB_PASSWORD, key is $OPSGRAPH_PARAM_API_KEY"
-      printf %s "$OPSGRAPH_PARAM_DB_PASSWORD" | base64
+        vault_jobs!(
+            "token",
+            r#"      printf %s "$OPSGRAPH_PARAM_DB_PASSWORD" | base64
       printf %s "TOKEN-CANARY-7f3a9c55" > "$OPSGRAPH_OUT/token"
----
-job:
-  id: use-token
-  inputs: {requires: {artifacts: [token]}}
-  outputs: {provides: {capabilities: [vault.used]}, evidence: [token_readable]}
-  run:
-    command: |
-      echo "token: $(cat "$OPSGRAPH_ARTIFACT_TOKEN")"
-      stat -c '%a %n' "$OPSGRAPH_ARTIFACT_TOKEN" > "$OPSGRAPH_LAB_DIR/token-file"
-      [ "$OPSGRAPH_PARAM_API_KEY" = API-CANARY-c0ffee42 ] && [ "$OPSGRAPH_PARAM_DB_PASSWORD" = PW-CANARY-91b2e4d7 ] && touch "$OPSGRAPH_LAB_DIR/params-ok"
 "#,
+            r#"      stat -c '%a %n' "$OPSGRAPH_ARTIFACT_TOKEN" > "$OPSGRAPH_LAB_DIR/token-file"
+      [ "$OPSGRAPH_PARAM_API_KEY" = API-CANARY-c0ffee42 ] && [ "$OPSGRAPH_PARAM_DB_PASSWORD" = PW-CANARY-91b2e4d7 ] && touch "$OPSGRAPH_LAB_DIR/params-ok"
+"#
+        ),
     ),
-    (
-        "packs/vault/evidence.yaml",
-        "evidence:\n  - {id: token_readable, source: command, command: 'cat \"$OPSGRAPH_ARTIFACT_TOKEN\"', contains: CANARY}\n",
-    ),
+    ("packs/vault/evidence.yaml", VAULT_EVIDENCE),
     ("packs/vault/artifacts.yaml", "artifact: {id: token, type: token, sensitivity: secret}\n"),
     ("world/none.yaml", "# no inventory\n"),
     (

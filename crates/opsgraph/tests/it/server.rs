@@ -148,6 +148,11 @@ impl Api {
         ApiB { dir, data: None, config: None, packs: Vec::new(), world: Vec::new(), limits: None }
     }
 
+    /// Tokens for several people at once, each `(name, role)`.
+    pub(crate) fn tokens<const N: usize>(&self, people: [(&str, &str); N]) -> [String; N] {
+        people.map(|(name, role)| self.token(name, &[role]))
+    }
+
     /// A token for a person with these roles (minted locally, as `opsgraph token create` does).
     pub(crate) fn token(&self, name: &str, roles: &[&str]) -> String {
         let mut store = self.state.store().unwrap();
@@ -361,10 +366,8 @@ fn the_authorization_matrix_follows_the_permission_table() {
 #[test]
 fn gates_are_enforced_by_the_server_and_every_change_is_audited() {
     let api = Api::new("");
-    let sam = api.token("sam", &["sre"]); // creates the operation
-    let bob = api.token("bob", &["sre"]);
-    let dave = api.token("dave", &["sre"]);
-    let carol = api.token("carol", &["operator"]);
+    // sam creates the operation.
+    let [sam, bob, dave, carol] = api.tokens([("sam", "sre"), ("bob", "sre"), ("dave", "sre"), ("carol", "operator")]);
 
     let created = api.post("/api/v1/operations", &sam, &intent("h1"));
     assert_eq!(created.status, 201, "{}", created.body);
@@ -541,8 +544,7 @@ fn bodies_over_the_limit_and_bad_documents_are_refused_and_change_nothing() {
 #[test]
 fn tokens_are_shown_once_and_nobody_grants_what_they_do_not_hold() {
     let api = Api::new("roles:\n  token_admin: [read, manage_tokens]\n");
-    let admin = api.token("admin", &["platform_admin"]);
-    let lesser = api.token("lesser", &["token_admin"]);
+    let [admin, lesser] = api.tokens([("admin", "platform_admin"), ("lesser", "token_admin")]);
     let r = api.post("/api/v1/tokens", &admin, &json!({"name": "ci", "roles": ["viewer"]}).to_string());
     assert_eq!(r.status, 201, "{}", r.body);
     let ci = r.body["token"].as_str().unwrap().to_string();
@@ -641,8 +643,7 @@ pub(crate) fn http(addr: std::net::SocketAddr, method: &str, path: &str, token: 
 #[test]
 fn an_operation_runs_end_to_end_over_a_socket_with_a_second_identity_at_its_gate() {
     let api = Api::new("");
-    let sam = api.token("sam", &["operator"]);
-    let bob = api.token("bob", &["sre"]);
+    let [sam, bob] = api.tokens([("sam", "operator"), ("bob", "sre")]);
     let server = Server::start(&api);
     let addr = server.addr;
 
@@ -722,8 +723,7 @@ fn the_cli_drives_an_operation_through_the_server_with_a_second_identity_at_its_
     );
     // The operator may not answer; the SRE may, and the CLI follows the run to its end.
     let refused = as_("sam", &["gate", "answer", "approve-hello", "--option", "approve", "--as", "sam"]);
-    assert_eq!(refused.code, 1);
-    assert!(refused.err.contains("403 role_not_allowed"), "{}", refused.render());
+    refused.assert_refused("403 role_not_allowed");
     let answered = as_("bob", &["gate", "answer", "approve-hello", "--option", "approve", "--as", "bob"]);
     assert_eq!(answered.code, 0, "{}", answered.render());
     assert!(answered.out.contains("done      say-hello"), "{}", answered.out);
@@ -831,9 +831,7 @@ fn a_failed_operation_is_repaired_through_the_server_by_patch_and_approval() {
 #[test]
 fn the_plan_and_the_patches_of_an_operation_are_served() {
     let api = Api::new("");
-    let bob = api.token("bob", &["sre"]);
-    let ada = api.token("ada", &["sre"]);
-    let vera = api.token("vera", &["viewer"]);
+    let [bob, ada, vera] = api.tokens([("bob", "sre"), ("ada", "sre"), ("vera", "viewer")]);
     let body = "intent:\n  target_resource_type: hello.app\n  action: install\n  name: pp\n  environment: dev\n  parameters: {word: bye}\n";
     let created = api.post("/api/v1/operations", &bob, body);
     assert_eq!(created.status, 201, "{}", created.body);
@@ -918,89 +916,67 @@ fn the_operations_list_names_and_filters_by_pack_and_environment() {
         assert_eq!(r.status, 201, "{}", r.body);
     }
     api.idle();
-    let check = |query: &str, expect: expect_test::Expect| {
+    // The operations a query lists, or its refusal.
+    let list = |query: &str| {
         let r = api.get(&format!("/api/v1/operations{query}"), &sam);
-        let got: String = match r.status {
-            200 => r.body["operations"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| format!("{} {} {} {}\n", o["resource"], o["state"], o["pack"], o["environment"]))
-                .collect(),
-            _ => format!("{} {}: {}\n", r.status, r.code(), r.body["error"]["message"].as_str().unwrap_or("")),
-        };
-        expect.assert_eq(&got);
+        match r.status {
+            200 => Ok(r.body["operations"].as_array().unwrap().clone()),
+            _ => Err(format!("{} {}: {}", r.status, r.code(), r.body["error"]["message"].as_str().unwrap_or(""))),
+        }
     };
-    check(
-        "",
-        expect![[r#"
+    let all = list("").unwrap();
+    let rows: String =
+        all.iter().map(|o| format!("{} {} {} {}\n", o["resource"], o["state"], o["pack"], o["environment"])).collect();
+    expect![[r#"
         "hello.app/h1" "paused" "hello@1.0.0" "dev"
         "hello.app/h2" "paused" "hello@1.0.0" "prod"
         "hello.app/h3" "paused" "hello@1.0.0" null
         "bye.app/b1" "paused" "bye@1.0.0" "dev"
-    "#]],
-    );
-    check(
+    "#]]
+    .assert_eq(&rows);
+    // Each filter: the operations it keeps, each as the whole list shows it, or its refusal.
+    let mut filtered = String::new();
+    for query in [
         "?pack=hello",
-        expect![[r#"
-        "hello.app/h1" "paused" "hello@1.0.0" "dev"
-        "hello.app/h2" "paused" "hello@1.0.0" "prod"
-        "hello.app/h3" "paused" "hello@1.0.0" null
-    "#]],
-    );
-    check(
         "?pack=hello@1.0.0",
-        expect![[r#"
-        "hello.app/h1" "paused" "hello@1.0.0" "dev"
-        "hello.app/h2" "paused" "hello@1.0.0" "prod"
-        "hello.app/h3" "paused" "hello@1.0.0" null
-    "#]],
-    );
-    check(
         "?pack=bye&environment=dev",
-        expect![[r#"
-        "bye.app/b1" "paused" "bye@1.0.0" "dev"
-    "#]],
-    );
-    check(
         "?environment=prod",
-        expect![[r#"
-        "hello.app/h2" "paused" "hello@1.0.0" "prod"
-    "#]],
-    );
-    check(
         "?state=paused&pack=bye",
-        expect![[r#"
-        "bye.app/b1" "paused" "bye@1.0.0" "dev"
-    "#]],
-    );
-    check("?state=completed&pack=bye", expect![[r#""#]]);
-    check("?pack=hello@2.0.0", expect![[r#""#]]);
-    check("?pack=nosuch", expect![[r#""#]]);
-    check("?environment=staging", expect![[r#""#]]);
-    check(
+        "?state=completed&pack=bye",
+        "?pack=hello@2.0.0",
+        "?pack=nosuch",
+        "?environment=staging",
         "?pack=Hello!",
-        expect![[r#"
-        400 invalid_parameter: `pack` is a pack's `id` or `id@version` (`postgres@1.2.0`)
-    "#]],
-    );
-    check(
         "?pack=hello@",
-        expect![[r#"
-        400 invalid_parameter: `pack` is a pack's `id` or `id@version` (`postgres@1.2.0`)
-    "#]],
-    );
-    check(
         "?environment=",
-        expect![[r#"
-        400 invalid_parameter: `environment` is an environment's name (`prod`)
-    "#]],
-    );
-    check(
         "?team=a",
-        expect![[r#"
-        400 unknown_parameter: unknown query parameter `team`; this route takes: state, resource, pack, environment
-    "#]],
-    );
+    ] {
+        let kept = list(query).map(|ops| {
+            assert!(ops.iter().all(|o| all.contains(o)), "{query}: {ops:?}");
+            let names: Vec<&str> = ops.iter().map(|o| o["resource"].as_str().unwrap()).collect();
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(" ")
+            }
+        });
+        filtered.push_str(&format!("{query}: {}\n", kept.unwrap_or_else(|e| e)));
+    }
+    expect![[r#"
+        ?pack=hello: hello.app/h1 hello.app/h2 hello.app/h3
+        ?pack=hello@1.0.0: hello.app/h1 hello.app/h2 hello.app/h3
+        ?pack=bye&environment=dev: bye.app/b1
+        ?environment=prod: hello.app/h2
+        ?state=paused&pack=bye: bye.app/b1
+        ?state=completed&pack=bye: none
+        ?pack=hello@2.0.0: none
+        ?pack=nosuch: none
+        ?environment=staging: none
+        ?pack=Hello!: 400 invalid_parameter: `pack` is a pack's `id` or `id@version` (`postgres@1.2.0`)
+        ?pack=hello@: 400 invalid_parameter: `pack` is a pack's `id` or `id@version` (`postgres@1.2.0`)
+        ?environment=: 400 invalid_parameter: `environment` is an environment's name (`prod`)
+        ?team=a: 400 unknown_parameter: unknown query parameter `team`; this route takes: state, resource, pack, environment
+    "#]]
+    .assert_eq(&filtered);
     assert_eq!(api.audit().len(), 4, "the four creations, nothing for the lists");
 }

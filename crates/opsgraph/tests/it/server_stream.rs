@@ -147,8 +147,7 @@ fn ids(events: &[Sse]) -> Vec<i64> {
 #[test]
 fn events_stream_live_and_resume_without_loss_or_duplicates() {
     let api = Api::new("");
-    let sam = api.token("sam", &["operator"]);
-    let bob = api.token("bob", &["sre"]);
+    let [sam, bob] = api.tokens([("sam", "operator"), ("bob", "sre")]);
     let server = Server::start(&api);
     let addr = server.addr;
 
@@ -261,9 +260,7 @@ fn event_streams_are_limited_and_end_when_the_server_shuts_down() {
 fn a_stream_ends_cleanly_at_its_maximum_duration_and_resumes_without_loss_or_duplicates() {
     let limit = Duration::from_millis(700);
     let api = Api::with_limits(opsgraph_server::Limits { event_stream_duration: limit, ..Default::default() });
-    let sam = api.token("sam", &["operator"]);
-    let bob = api.token("bob", &["sre"]);
-    let admin = api.token("ada", &["platform_admin"]);
+    let [sam, bob, admin] = api.tokens([("sam", "operator"), ("bob", "sre"), ("ada", "platform_admin")]);
     let server = Server::start(&api);
     let addr = server.addr;
     let id =
@@ -344,8 +341,7 @@ fn a_client_that_stops_reading_does_not_hold_a_stream_past_its_duration() {
         event_stream_duration: Duration::from_millis(1000),
         ..Default::default()
     });
-    let sam = api.token("sam", &["operator"]);
-    let admin = api.token("ada", &["platform_admin"]);
+    let [sam, admin] = api.tokens([("sam", "operator"), ("ada", "platform_admin")]);
     let server = Server::start(&api);
     let addr = server.addr;
     let id =
@@ -502,9 +498,7 @@ fn prometheus(text: &str) -> Vec<(String, Value, f64)> {
 #[test]
 fn metrics_are_valid_prometheus_text_and_count_a_real_operation() {
     let api = Api::new("roles:\n  scraper: [metrics]\n");
-    let sam = api.token("sam", &["operator"]);
-    let bob = api.token("bob", &["sre"]);
-    let scraper = api.token("prometheus", &["scraper"]);
+    let [sam, bob, scraper] = api.tokens([("sam", "operator"), ("bob", "sre"), ("prometheus", "scraper")]);
     let id = api.post("/api/v1/operations", &sam, &intent("h1")).body["id"].as_str().unwrap().to_string();
     api.idle();
     let rev = api.get(&format!("/api/v1/operations/{id}"), &sam).body["plan_revision"].clone();
@@ -566,29 +560,16 @@ const VAULT: &[(&str, &str)] = &[
     ("packs/vault/templates.yaml", crate::secrets::VAULT_TEMPLATES),
     (
         "packs/vault/jobs.yaml",
-        r#"job:
-  id: make-token
-  outputs: {artifacts: [token, notes]}
-  run:
-    command: |
-      echo "password is $OPSGRAPH_PARAM_DB_PASSWORD, key is $OPSGRAPH_PARAM_API_KEY"
-      printf 'ART%s' "${OPSGRAPH_PARAM_DB_PASSWORD#PW}" > "$OPSGRAPH_OUT/token"
+        crate::secrets::vault_jobs!(
+            "token, notes",
+            r#"      printf 'ART%s' "${OPSGRAPH_PARAM_DB_PASSWORD#PW}" > "$OPSGRAPH_OUT/token"
       printf 'notes of %s' "$OPSGRAPH_INTENT_NAME" > "$OPSGRAPH_OUT/notes"
----
-job:
-  id: use-token
-  inputs: {requires: {artifacts: [token]}}
-  outputs: {provides: {capabilities: [vault.used]}, evidence: [token_readable]}
-  run:
-    command: |
-      echo "token: $(cat "$OPSGRAPH_ARTIFACT_TOKEN")"
-      echo "key: $OPSGRAPH_PARAM_API_KEY" >&2
 "#,
+            r#"      echo "key: $OPSGRAPH_PARAM_API_KEY" >&2
+"#
+        ),
     ),
-    (
-        "packs/vault/evidence.yaml",
-        "evidence:\n  - {id: token_readable, source: command, command: 'cat \"$OPSGRAPH_ARTIFACT_TOKEN\"', contains: CANARY}\n",
-    ),
+    ("packs/vault/evidence.yaml", crate::secrets::VAULT_EVIDENCE),
     (
         "packs/vault/artifacts.yaml",
         "artifact: {id: token, type: token, sensitivity: secret, visible_to_roles: [platform_admin, sre]}\n---\nartifact: {id: notes, type: notes, sensitivity: internal}\n",

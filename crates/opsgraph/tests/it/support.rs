@@ -35,6 +35,12 @@ impl Run {
         s
     }
 
+    /// Asserts that the run was refused: exit code 1, `says` in its standard error.
+    pub(crate) fn assert_refused(&self, says: &str) {
+        assert_eq!(self.code, 1, "{}", self.render());
+        assert!(self.err.contains(says), "{}", self.render());
+    }
+
     /// The id of the operation the run printed (`Operation op-…: …`, the first such line).
     pub(crate) fn operation_id(&self) -> String {
         let line =
@@ -67,6 +73,17 @@ pub(crate) fn opsgraph(args: &[&str]) -> Run {
     };
     let clean = |b: Vec<u8>| String::from_utf8(b).unwrap().replace(&format!("{root}/"), "").replace(&root, ".");
     Run { code, out: clean(out), err: clean(err) }
+}
+
+/// An intent for `dev`: its resource type, action and name, then `body` (its other keys, each
+/// line indented by two spaces).
+pub(crate) fn dev_intent(resource_type: &str, action: &str, name: &str, body: &str) -> String {
+    format!("intent:\n  target_resource_type: {resource_type}\n  action: {action}\n  name: {name}\n  environment: dev\n{body}")
+}
+
+/// What a finished process printed: its standard output, then its standard error.
+pub(crate) fn printed(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// A temporary directory, removed when dropped.

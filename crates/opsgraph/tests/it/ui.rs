@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::browser::{screenshots, ELEMENT};
+use crate::browser::{all_of, screenshots, ELEMENT};
 pub(crate) use crate::browser::{Browser, CHROMEDRIVER, CHROMIUM};
 use crate::serve::Server;
 use crate::server::{http, intent, Api};
@@ -37,7 +37,7 @@ fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
     let input = browser.wait("input#token[type=password]", |_| true);
     browser.type_in(&input, &bob);
     browser.click(&browser.find("#signin-submit").unwrap());
-    browser.wait("[data-testid=whoami]", |t| t.contains("bob") && t.contains("sre"));
+    browser.wait("[data-testid=whoami]", all_of(&["bob", "sre"]));
     browser.wait(&format!("tr[data-id='{watched}']"), |t| t.contains("paused"));
     browser.screenshot(&shots, "operations");
 
@@ -54,9 +54,7 @@ fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
     browser.wait("[data-testid=timeline]", |t| t.contains("user:bob"));
     // Advanced mode: jobs with their contracts, attempts, outcome and evidence.
     browser.click_when("#mode-toggle", |t| t == "Advanced view");
-    browser.wait("tr[data-job=say-hello]", |t| {
-        t.contains("succeeded") && t.contains("greeting_written: passed") && t.contains("hello.greeting")
-    });
+    browser.wait("tr[data-job=say-hello]", all_of(&["succeeded", "greeting_written: passed", "hello.greeting"]));
     browser.screenshot(&shots, "operation-advanced");
     let (_, op) = http(addr, "GET", &format!("/api/v1/operations/{watched}"), &sam, "");
     assert_eq!(op["state"], "completed", "{op}");
@@ -65,7 +63,7 @@ fn a_person_answers_a_gate_in_the_browser_and_a_viewer_cannot() {
     browser.click_when("#signout", |_| true);
     let input = browser.wait("input#token", |_| true);
     browser.type_in(&input, &format!("{vera}\u{E007}"));
-    browser.wait("[data-testid=whoami]", |t| t.contains("vera") && t.contains("viewer"));
+    browser.wait("[data-testid=whoami]", all_of(&["vera", "viewer"]));
     browser.go(&format!("{base}/#/operations/{other}"));
     browser.wait("[data-testid=op-id]", |t| t == other);
     browser.wait("[data-testid=gate][data-gate=approve-hello]", |t| t.contains("Needs one of the roles sre"));
@@ -157,7 +155,7 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     // The new operation form: pack, action, and the template's parameters with their defaults.
     browser.click_when("#nav-new", |_| true);
     browser.wait("#new-pack", |t| t.contains("hello@1.0.0"));
-    browser.wait("[data-testid=param][data-param=word]", |t| t.contains("word") && t.contains("string"));
+    browser.wait("[data-testid=param][data-param=word]", all_of(&["word", "string"]));
     let word = browser.wait("input#param-word", |_| true);
     assert_eq!(browser.js("return document.getElementById('param-word').value"), "hello", "the default is filled in");
     assert_eq!(browser.unlabelled(), json!([]), "every control of the form has a label");
@@ -165,7 +163,7 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     browser.cmd("POST", &format!("/element/{word}/clear"), json!({})).unwrap();
     browser.type_in(&word, "bye");
     browser.click_when("#preview-btn", |_| true);
-    browser.wait("[data-testid=preview-text]", |t| t.contains("Plan hello.install") && t.contains("approve-hello"));
+    browser.wait("[data-testid=preview-text]", all_of(&["Plan hello.install", "approve-hello"]));
     browser.screenshot(&shots, "new-operation-preview");
     assert!(api.state.store().unwrap().operations(&Default::default()).unwrap().is_empty(), "a preview runs nothing");
     browser.click_when("[data-testid=apply]", |t| t.contains("Apply"));
@@ -183,7 +181,7 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     browser.wait("[data-testid=op-id]", |t| t == id);
     browser.click_when("button[data-gate=approve-hello][data-option=approve]", |t| t == "approve");
     browser.wait("[data-testid=op-state]", |t| t == "failed");
-    browser.wait("[data-testid=stage][data-stage=greet]", |t| t.contains("0 of 1 jobs done") && t.contains("failed"));
+    browser.wait("[data-testid=stage][data-stage=greet]", all_of(&["0 of 1 jobs done", "failed"]));
     assert!(browser.find("#op-retry").is_some(), "an SRE may retry a failed run");
     browser.screenshot(&shots, "operation-simple");
     // The DAG with live states, and the capability graph.
@@ -193,12 +191,8 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     browser.shot_of(&shots, "#sec-caps", "capability-graph");
     // Advanced mode: the job's contract, attempts, evidence and its log.
     browser.click_when("#mode-toggle", |t| t == "Advanced view");
-    browser.wait("tr[data-job=say-hello]", |t| {
-        t.contains("failed")
-            && t.contains("greeting_written: failed")
-            && t.contains("provides")
-            && t.contains("hello.greeting")
-    });
+    browser
+        .wait("tr[data-job=say-hello]", all_of(&["failed", "greeting_written: failed", "provides", "hello.greeting"]));
     browser.click_when("#logs-say-hello", |_| true);
     browser.wait("tr[data-job=say-hello] [data-testid=logs]", |t| t.contains("attempt 1"));
     browser.screenshot(&shots, "operation-advanced");
@@ -235,9 +229,10 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     browser.sign_in(&bob, "bob");
     browser.go(&format!("{base}/#/operations/{id}"));
     browser.wait("[data-testid=op-id]", |t| t == id);
-    browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-diff]", |t| {
-        t.contains("~ parameter word: \"bye\" -> \"hello\"") && t.contains("↻ retry say-hello")
-    });
+    browser.wait(
+        "[data-testid=patch][data-patch=p1] [data-testid=patch-diff]",
+        all_of(&["~ parameter word: \"bye\" -> \"hello\"", "↻ retry say-hello"]),
+    );
     browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-findings]", |t| !t.is_empty());
     browser.wait("button[data-gate=patch-p1][data-option='approve patch']", |t| t == "approve patch");
     browser.shot_of(&shots, "#sec-patches", "patch-review");
@@ -250,7 +245,7 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     }
     browser.press("\u{E007}"); // Enter
     browser.wait("[data-testid=op-state]", |t| t == "completed");
-    browser.wait("[data-testid=patch][data-patch=p1]", |t| t.contains("approved") && t.contains("user:bob"));
+    browser.wait("[data-testid=patch][data-patch=p1]", all_of(&["approved", "user:bob"]));
     browser.wait("[data-testid=dag-node][data-node=say-hello][data-state=succeeded]", |_| true);
     browser.screenshot(&shots, "operation-completed");
     let (_, op) = http(addr, "GET", &format!("/api/v1/operations/{id}"), &sam, "");
@@ -263,7 +258,7 @@ fn a_person_files_an_intent_answers_a_gate_and_approves_a_patch_in_the_browser()
     browser.wait(&format!("tr[data-testid=resource-row][data-id='{resource}']"), |t| t.contains(&id));
     browser.screenshot(&shots, "resources");
     browser.click_when(&format!("tr[data-id='{resource}'] a"), |_| true);
-    browser.wait("[data-testid=resource-ops]", |t| t.contains(&id) && t.contains("completed"));
+    browser.wait("[data-testid=resource-ops]", all_of(&[id.as_str(), "completed"]));
     browser.screenshot(&shots, "resource");
 
     drop(browser);
@@ -340,19 +335,16 @@ fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_bin
     browser.fill("#param-size", "5");
     // Without a required value the browser does not send the form; with it, the preview.
     browser.click_when("#preview-btn", |_| true);
-    browser.wait("[data-testid=preview-text]", |t| t.contains("Plan vault.run") && t.contains("kv.store"));
+    browser.wait("[data-testid=preview-text]", all_of(&["Plan vault.run", "kv.store"]));
     browser.click_when("[data-testid=apply]", |_| true);
     let id = browser.wait_text("[data-testid=op-id]", |t| t.starts_with("op-"));
     browser.wait("[data-testid=op-state]", |t| t == "completed");
 
     // The capability graph: bound to kv/good; the others rejected, each with its reason.
-    browser.wait("tr[data-testid=capability][data-capability='kv.store']", |t| {
-        t.contains("bind")
-            && t.contains("kv/good")
-            && t.contains("kv/broken")
-            && t.contains("health is error")
-            && t.contains("kv/prodbox")
-    });
+    browser.wait(
+        "tr[data-testid=capability][data-capability='kv.store']",
+        all_of(&["bind", "kv/good", "kv/broken", "health is error", "kv/prodbox"]),
+    );
     browser.shot_of(&shots, "#sec-caps", "capability-graph-bound");
     // The notes are shown; the secret token only after a reveal, with a reason, audited.
     browser.wait("tr[data-artifact=token][data-sensitivity=secret]", |t| t.contains("Reveal"));
@@ -364,9 +356,7 @@ fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_bin
     assert!(!page.contains(password) && !page.contains(artifact), "no secret on the page before a reveal");
     browser.fill("#reason-make-token-token", "rotate the db user");
     browser.click_when("#reveal-make-token-token", |_| true);
-    browser.wait("tr[data-artifact=token] [data-testid=artifact-content]", |t| {
-        t.contains(artifact) && t.contains("audit")
-    });
+    browser.wait("tr[data-artifact=token] [data-testid=artifact-content]", all_of(&[artifact, "audit"]));
     browser.shot_of(&shots, "#sec-artifacts", "artifacts-revealed");
     let audit = api.audit();
     assert!(audit.iter().any(|a| a.starts_with("user:ada artifact.reveal")), "{audit:?}");
@@ -394,7 +384,7 @@ fn secrets_stay_hidden_unless_revealed_and_the_capability_graph_explains_the_bin
     browser.wait("tr[data-artifact=token] [data-testid=secret-hidden]", |t| t.contains("not shown"));
     assert!(browser.find("[data-testid=reveal]").is_none(), "a viewer has no reveal button");
     browser.click_when("#mode-toggle", |t| t == "Advanced view");
-    browser.wait("tr[data-job='use-token']", |t| t.contains("succeeded") && t.contains("token_readable: passed"));
+    browser.wait("tr[data-job='use-token']", all_of(&["succeeded", "token_readable: passed"]));
     let page = browser.js("return document.body.innerText").to_string();
     assert!(!page.contains(password) && !page.contains(artifact), "no secret on a viewer's page");
     browser.screenshot(&shots, "artifacts-viewer");
@@ -590,7 +580,7 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     assert_eq!(browser.js("return document.getElementById('cancel-reason').value"), "not needed any more");
     browser.tab_to_and_press("op-cancel-yes");
     browser.wait("[data-testid=op-state]", |t| t == "cancelled");
-    browser.wait("[data-testid=timeline]", |t| t.contains("user:sam") && t.contains("not needed any more"));
+    browser.wait("[data-testid=timeline]", all_of(&["user:sam", "not needed any more"]));
     browser.wait("[data-testid=stage][data-stage=wait]", |t| t.contains("cancelled"));
     assert!(browser.find("#op-pause, #op-resume, #op-cancel").is_none(), "no controls on a cancelled run");
     let op = get(&doomed);
@@ -636,9 +626,10 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     assert_eq!(browser.unlabelled(), json!([]), "every control of the intervention form has a name");
     browser.fill("#iv-note", "rewrote the greeting by hand");
     browser.click_when("#iv-submit", |_| true);
-    browser.wait("[data-testid=intervention-result][data-verified=false]", |t| {
-        t.contains("Not verified") && t.contains("greeting_written: failed") && t.contains("hello") && t.contains("bye")
-    });
+    browser.wait(
+        "[data-testid=intervention-result][data-verified=false]",
+        all_of(&["Not verified", "greeting_written: failed", "hello", "bye"]),
+    );
     browser.wait("[data-testid=status]", |t| t.contains("the evidence refutes the fix"));
     browser.wait("[data-testid=op-state]", |t| t == "failed");
     browser.wait("[data-testid=timeline]", |t| t.contains("intervention_recorded"));
@@ -662,9 +653,10 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     std::fs::write(lab.join("greeting-fx"), "hello").unwrap();
     browser.fill("#iv-note", "wrote hello into the greeting");
     browser.click_when("#iv-submit", |_| true);
-    browser.wait("[data-testid=intervention-result][data-verified=true]", |t| {
-        t.contains("Verified") && t.contains("greeting_written: passed")
-    });
+    browser.wait(
+        "[data-testid=intervention-result][data-verified=true]",
+        all_of(&["Verified", "greeting_written: passed"]),
+    );
     browser.wait("[data-testid=op-state]", |t| t == "completed");
     browser.shot_of(&shots, "#op-act", "intervention-verified");
     let op = wait_api(&failed, "completed");
@@ -691,15 +683,16 @@ fn an_operator_pauses_resumes_and_cancels_with_the_keyboard_and_an_sre_repairs_f
     let doc = "plan_patch:\n  reason: the greeting must be hello\n  changes:\n    - set_parameters: {parameters: {word: hello}}\n    - retry: {job: say-hello}\n";
     browser.fill("#patch-yaml", "plan_patch:\n  changes: [{retry: {job: no-such-job}}]\n");
     browser.click_when("#patch-submit", |_| true);
-    browser.wait("[data-testid=patch-result]", |t| t.contains("The patch was refused") && t.contains("no-such-job"));
+    browser.wait("[data-testid=patch-result]", all_of(&["The patch was refused", "no-such-job"]));
     assert_eq!(get(&patched)["state"], "failed", "a refused patch changes nothing");
     browser.fill("#patch-yaml", doc);
     browser.shot_of(&shots, "#sec-patches", "patch-form");
     browser.click_when("#patch-submit", |_| true);
     browser.wait("[data-testid=patch-result]", |t| t.contains("Patch p1 proposed"));
-    browser.wait("[data-testid=patch][data-patch=p1] [data-testid=patch-diff]", |t| {
-        t.contains("parameter word") && t.contains("retry say-hello")
-    });
+    browser.wait(
+        "[data-testid=patch][data-patch=p1] [data-testid=patch-diff]",
+        all_of(&["parameter word", "retry say-hello"]),
+    );
     browser.wait("[data-testid=op-state]", |t| t == "completed");
     let op = wait_api(&patched, "completed");
     assert_eq!(op["intent"]["parameters"]["word"], "bye", "the intent is kept; the plan changed: {op}");

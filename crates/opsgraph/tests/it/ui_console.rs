@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::browser::{screenshots, Browser};
+use crate::browser::{all_of, screenshots, Browser};
 use crate::serve::Server;
 use crate::server::{http, Api};
 
@@ -169,6 +169,35 @@ impl Console {
     }
 
     /// Waits until the operation's document satisfies `ok`; the document.
+    /// Waits until operation `id`'s job `job` runs.
+    fn wait_running(&self, id: &str, job: &str) -> Value {
+        self.wait_op(id, &format!("ran {job}"), |op| Console::job_state(op, job) == "running")
+    }
+
+    /// A roll `name` in mode fast (its `check` fails at the end), n1's install-runtime running, and a
+    /// browser on its page signed in as bob: the operation's id and the browser.
+    fn rolling_page(&self, name: &str) -> (String, Browser) {
+        let id = self.roll(name, "fast");
+        self.wait_running(&id, "install-runtime@n1");
+        let browser = self.operation_page(&id);
+        (id, browser)
+    }
+
+    /// A `leak` operation `name` given the token `secret`, its job `leak` running: its id.
+    fn leaking(&self, name: &str, secret: &str) -> String {
+        let id = self.create("leak", name, &format!("  parameters: {{token: {secret}}}\n"));
+        self.wait_running(&id, "leak");
+        id
+    }
+
+    /// A browser on operation `id`'s page, signed in as bob (sre).
+    fn operation_page(&self, id: &str) -> Browser {
+        let browser = Browser::start();
+        browser.go(&format!("{}/#/operations/{id}", self.base()));
+        browser.sign_in(&self.bob, "bob");
+        browser
+    }
+
     fn wait_op(&self, id: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -211,9 +240,7 @@ fn the_capability_graph_names_a_scopes_resources_and_a_gates_options() {
     let c = Console::start();
     let rolled = c.roll("caps", "careful");
     let picked = c.create("pick", "picky", "");
-    let browser = Browser::start();
-    browser.go(&format!("{}/#/operations/{rolled}", c.base()));
-    browser.sign_in(&c.bob, "bob");
+    let browser = c.operation_page(&rolled);
     browser.wait("[data-testid=op-id]", |t| t == rolled);
     let row = browser.wait_text("tr[data-testid=capability][data-capability='linux.host']", |t| t.contains("node/n1"));
     assert!(row.contains("node/n1, node/n2, node/n3 via scope nodes"), "{row}");
@@ -314,11 +341,11 @@ fn pause_is_offered_only_when_legal_states_have_their_own_colours_and_cancel_foc
 
     // A running roll: Pause offered; running and pending jobs in different colours.
     let rolled = c.roll("colours", "careful");
-    c.wait_op(&rolled, "ran install-runtime", |op| Console::job_state(op, "install-runtime@n1") == "running");
+    c.wait_running(&rolled, "install-runtime@n1");
     browser.go(&format!("{}/#/operations/{rolled}", c.base()));
     browser.wait("[data-testid=op-id]", |t| t == rolled);
     browser.wait("#op-pause", |t| t == "Pause");
-    browser.wait("[data-testid=stage][data-stage=roll]", |t| t.contains("running") && t.contains("pending"));
+    browser.wait("[data-testid=stage][data-stage=roll]", all_of(&["running", "pending"]));
     let running = style(&browser, "[data-stage=roll] .state-running", "color");
     let pending = style(&browser, "[data-stage=roll] .state-pending", "color");
     assert_ne!(running, pending, "running and pending share no colour");
@@ -394,26 +421,24 @@ fn pause_is_offered_only_when_legal_states_have_their_own_colours_and_cancel_foc
 fn logs_tail_live_the_patch_draft_is_valid_and_a_missing_page_replaces_the_last() {
     let Some(shots) = screenshots() else { return };
     let c = Console::start();
-    let failed = c.roll("logs", "fast");
-    c.wait_op(&failed, "ran install-runtime", |op| Console::job_state(op, "install-runtime@n1") == "running");
-    let browser = Browser::start();
-    browser.go(&format!("{}/#/operations/{failed}", c.base()));
-    browser.sign_in(&c.bob, "bob");
+    let (failed, browser) = c.rolling_page("logs");
     browser.wait("[data-testid=op-id]", |t| t == failed);
     browser.click_when("#mode-toggle", |t| t == "Advanced view");
     browser.click_when("#logs-install-runtime_n1", |_| true);
     // Its first line while it still runs (it waits for `go-logs`): tailed from the live log.
-    browser.wait("[data-testid=logs][data-job='install-runtime@n1']", |t| {
-        t.contains("attempt 1 · live") && t.contains("installing the runtime")
-    });
+    browser.wait(
+        "[data-testid=logs][data-job='install-runtime@n1']",
+        all_of(&["attempt 1 · live", "installing the runtime"]),
+    );
     assert_eq!(Console::job_state(&c.get(&failed), "install-runtime@n1"), "running");
     browser.shot_of(&shots, "[data-testid=logs][data-job='install-runtime@n1']", "console-logs-live");
     // The job goes on: the panel stays open through the live updates (the other jobs finish, the
     // check fails) and shows the output when the server has it, without a click.
     c.go("logs");
-    browser.wait("[data-testid=logs][data-job='install-runtime@n1']", |t| {
-        t.contains("installing the runtime") && t.contains("runtime installed")
-    });
+    browser.wait(
+        "[data-testid=logs][data-job='install-runtime@n1']",
+        all_of(&["installing the runtime", "runtime installed"]),
+    );
     c.wait_op(&failed, "failed", |op| op["state"] == "failed");
     browser.wait("[data-testid=op-state]", |t| t == "failed");
     browser.wait("[data-testid=logs][data-job='install-runtime@n1']", |t| t.contains("runtime installed"));
@@ -446,11 +471,7 @@ fn logs_tail_live_the_patch_draft_is_valid_and_a_missing_page_replaces_the_last(
 fn the_run_console_shows_progress_the_dag_and_a_panel_per_node() {
     let Some(shots) = screenshots() else { return };
     let c = Console::start();
-    let id = c.roll("console", "fast");
-    c.wait_op(&id, "ran install-runtime", |op| Console::job_state(op, "install-runtime@n1") == "running");
-    let browser = Browser::start();
-    browser.go(&format!("{}/#/operations/{id}", c.base()));
-    browser.sign_in(&c.bob, "bob");
+    let (id, browser) = c.rolling_page("console");
     browser.wait("[data-testid=run-progress]", |t| t.starts_with("1/5 jobs"));
     let header = browser.wait_text("[data-testid=run-header]", |t| t.contains("user:sam"));
     assert!(header.contains("running") && header.contains("so far"), "{header}");
@@ -486,8 +507,7 @@ fn the_run_console_shows_progress_the_dag_and_a_panel_per_node() {
     // A node with the keyboard: its panel, with the contract and the running attempt.
     browser.js("document.getElementById('node-install-runtime_n2').focus(); return null");
     browser.press("\u{E007}");
-    let panel =
-        browser.wait_text("[data-testid=node-panel]", |t| t.contains("install-runtime@n2") && t.contains("Attempts"));
+    let panel = browser.wait_text("[data-testid=node-panel]", all_of(&["install-runtime@n2", "Attempts"]));
     assert!(panel.contains("linux.host @ nodes") && panel.contains("running"), "{panel}");
     assert_eq!(browser.js("return document.activeElement.id"), "panel-h", "the panel takes the focus");
     // Its log tails live: the first line while the job still waits for `go-console`.
@@ -547,9 +567,7 @@ fn a_failed_run_shows_its_diagnosis_and_proposes_its_remedy() {
     let c = Console::start();
     let id = c.roll("diag", "broken");
     c.wait_op(&id, "failed", |op| op["state"] == "failed");
-    let browser = Browser::start();
-    browser.go(&format!("{}/#/operations/{id}", c.base()));
-    browser.sign_in(&c.bob, "bob");
+    let browser = c.operation_page(&id);
     let found = browser.wait_text("[data-testid=diagnosis][data-job='install-runtime@n1']", |t| t.contains("mirror"));
     assert!(found.contains("Confidence") && found.contains("fleet-mirror-down (from the pack)"), "{found}");
     browser.wait("[data-testid=diagnosis][data-job='install-runtime@n1'] [data-testid=diagnosis-evidence]", |t| {
@@ -583,10 +601,8 @@ fn the_run_header_shows_a_rollouts_wave_and_the_budget_left() {
         "waves",
         &format!("  parameters: {{mode: careful}}\n  targets: {{nodes: [node/n1, node/n2, node/n3]}}\n{rollout}"),
     );
-    c.wait_op(&id, "ran install-runtime", |op| Console::job_state(op, "install-runtime@n1") == "running");
-    let browser = Browser::start();
-    browser.go(&format!("{}/#/operations/{id}", c.base()));
-    browser.sign_in(&c.bob, "bob");
+    c.wait_running(&id, "install-runtime@n1");
+    let browser = c.operation_page(&id);
     let wave = browser.wait_text("[data-testid=run-wave]", |t| t.contains("wave 1/2"));
     assert_eq!(wave.trim(), "install-runtime: wave 1/2: 0/1 done, 0 failed, budget 1 left");
     browser.shot_of(&shots, "#op-head", "console-header-waves");
@@ -602,8 +618,7 @@ fn the_run_header_shows_a_rollouts_wave_and_the_budget_left() {
 fn a_running_jobs_log_is_read_live_with_its_secrets_masked() {
     let c = Console::start();
     let secret = "s3cr3t-live-token";
-    let id = c.create("leak", "leaky", &format!("  parameters: {{token: {secret}}}\n"));
-    c.wait_op(&id, "ran leak", |op| Console::job_state(op, "leak") == "running");
+    let id = c.leaking("leaky", secret);
     let path = format!("/api/v1/operations/{id}/jobs/leak/log");
     // The secret's line is written out once the mask knows it cannot be part of a secret: as
     // soon as enough output follows it.
@@ -676,8 +691,7 @@ fn logs_follow_prints_a_running_jobs_output_as_it_arrives() {
     use clap::Parser as _;
     let c = Console::start();
     let secret = "s3cr3t-follow-token";
-    let id = c.create("leak", "follow", &format!("  parameters: {{token: {secret}}}\n"));
-    c.wait_op(&id, "ran leak", |op| Console::job_state(op, "leak") == "running");
+    let id = c.leaking("follow", secret);
     let token = c._api.dir.join("vera.token");
     std::fs::write(&token, &c.vera).unwrap();
     let (url, token, data) = (c.base(), token.display().to_string(), c._api.dir.join("data").display().to_string());

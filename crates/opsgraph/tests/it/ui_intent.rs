@@ -65,17 +65,7 @@ fn field_errors(browser: &Browser) -> Value {
 #[test]
 fn the_intent_form_picks_targets_by_health_takes_constraints_and_shows_errors_by_field() {
     let Some(shots) = screenshots() else { return };
-    let dir = crate::support::temp_dir(CLUSTER);
-    let data = dir.join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let state = opsgraph::serve_cmd::state(
-        &data,
-        &[dir.join("cluster").display().to_string()],
-        &[dir.join("world").display().to_string()],
-    )
-    .expect("server state");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let api = Api { dir, state, rt };
+    let api = Api::over(crate::support::temp_dir(CLUSTER)).packs(&["cluster"]).world(&["world"]).build();
     let sam = api.token("sam", &["operator"]);
     let server = Server::start(&api);
     let browser = Browser::start();
