@@ -510,6 +510,18 @@ impl Store for SqliteStore {
         Ok(tasks)
     }
 
+    fn agent_commit_claim(
+        &mut self,
+        writes: &[Write],
+        claim: &opsgraph_store::AgentClaim,
+    ) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
+        let tasks = crate::sqlite_agent::commit_claim(&mut self.conn, &self.writer, writes, claim)?;
+        if !tasks.is_empty() || writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
+            self.written.ring();
+        }
+        Ok(tasks)
+    }
+
     fn agent_task(&self, id: &str) -> Result<Option<opsgraph_store::AgentTask>, Error> {
         edge(|| crate::sqlite_agent::task(&self.conn, id))
     }
