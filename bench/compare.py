@@ -512,7 +512,7 @@ def agents():
                ("2 agents", f"{WORK}/agent-pool.yaml", 2), ("8 agents", f"{WORK}/agent-pool.yaml", 8)]
     runs = [(label, binary, c) for label, binary in builds for c in configs]
     times = median_of([(lambda b=b, c=c: throughput(b, c[1], c[2])) for _, b, c in runs], rounds=3 if QUICK else 5)
-    for k, (label, _, _) in enumerate(builds):
+    for k, (label, _) in enumerate(builds):
         got = times[k * len(configs):(k + 1) * len(configs)]
         for (name, _, _), t in zip(configs, got):
             record("n", f"{label}{jobs} jobs over 8 nodes: {name}", jobs / t, "jobs/s",
