@@ -8,7 +8,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use opsgraph_core::model::OperationState;
-use opsgraph_store::Error;
+use opsgraph_store::{AgentClaim, AgentTask, Error};
 use opsgraph_store::{
     ArtifactRecord, AuditFilter, AuditRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter,
     OperationRecord, RequestRecord, ResourceEventRecord, ResourceRecord, Store, TimelineEntry, TokenRecord, Write,
@@ -510,12 +510,21 @@ impl Store for SqliteStore {
         Ok(tasks)
     }
 
-    fn agent_commit_claim(
-        &mut self,
-        writes: &[Write],
-        claim: &opsgraph_store::AgentClaim,
-    ) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
-        let tasks = crate::sqlite_agent::commit_claim(&mut self.conn, &self.writer, writes, claim)?;
+    fn agent_commit_claim(&mut self, writes: &[Write], claim: &AgentClaim) -> Result<Vec<AgentTask>, Error> {
+        // The report's writes, then the claim, in one grouped write (`writer.rs`): one fsync.
+        fn both(tx: &rusqlite::Transaction<'_>, writes: &[Write], c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+            apply(tx, writes)?;
+            crate::sqlite_agent::claim_in(tx, c)
+        }
+        let writer = self.writer.clone();
+        let tasks = writer.write(
+            &mut self.conn,
+            |tx| both(tx, writes, claim),
+            || {
+                let (writes, claim) = (writes.to_vec(), claim.clone());
+                crate::writer::job(move |tx| both(tx, &writes, &claim))
+            },
+        )?;
         if !tasks.is_empty() || writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
             self.written.ring();
         }

@@ -5,7 +5,7 @@
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, Transaction};
 
 use opsgraph_store::agent::{AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
-use opsgraph_store::{Error, Write};
+use opsgraph_store::Error;
 
 use crate::writer::Writer;
 use crate::Fail;
@@ -168,29 +168,8 @@ pub(crate) fn claim(conn: &mut Connection, writer: &Writer, c: &AgentClaim) -> R
     )
 }
 
-/// `writes`, then the claim, in one transaction (grouped as any other write): an agent's report
-/// that takes its next tasks. Refused writes claim nothing.
-pub(crate) fn commit_claim(
-    conn: &mut Connection,
-    writer: &Writer,
-    writes: &[Write],
-    c: &AgentClaim,
-) -> Result<Vec<AgentTask>, Error> {
-    fn both(tx: &Transaction<'_>, writes: &[Write], c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
-        crate::apply::apply(tx, writes)?;
-        claim_in(tx, c)
-    }
-    writer.write(
-        conn,
-        |tx| both(tx, writes, c),
-        || {
-            let (writes, c) = (writes.to_vec(), c.clone());
-            crate::writer::job(move |tx| both(tx, &writes, &c))
-        },
-    )
-}
-
-fn claim_in(tx: &Transaction<'_>, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+/// The claim inside a write transaction (`claim`'s, or a report's: `SqliteStore::agent_commit_claim`).
+pub(crate) fn claim_in(tx: &Transaction<'_>, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
     // A claim retried with its lease (its answer was lost) gets the tasks it already holds.
     let held = tx
         .prepare_cached(&format!(
