@@ -11,6 +11,8 @@
 //! - A job that times out, or whose operation is cancelled, leaves no process behind.
 //! - What a hostile agent sends is masked by the server; evidence its job does not declare is
 //!   refused with 422 `undeclared_evidence`.
+//! - Protocol 3: a report claims the agent's next task in its own commit (sent again, the same
+//!   task); a refused report claims nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
