@@ -8,6 +8,7 @@ side by side in this run.
   OPSGRAPH=path/to/opsgraph ANSIBLE_BIN=venv/bin SSHFAN=path/to/sshfan python3 bench/compare.py [--quick]
 """
 
+import datetime
 import json
 import os
 import shutil
@@ -372,13 +373,14 @@ def ssh_fanout():
 class Served:
     """A data directory with the pack and inventory, an `opsgraph serve`, and agent processes."""
 
-    def __init__(self, name, pack, inv, agents=0, parallel=1):
+    def __init__(self, name, pack, inv, agents=0, parallel=1, binary=None):
         import socket
+        binary = binary or OPSGRAPH
         self.dir = tempfile.mkdtemp(dir=WORK, prefix=f"{name}-")
         data = f"{self.dir}/data"
         self.db = f"{data}/opsgraph.db"
-        self.admin = self.token(data, "admin", "platform_admin")
-        agent_token = self.token(data, "pool", "agent") if agents else ""
+        self.admin = self.token(binary, data, "admin", "platform_admin")
+        agent_token = self.token(binary, data, "pool", "agent") if agents else ""
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         self.port = s.getsockname()[1]
@@ -386,7 +388,7 @@ class Served:
         self.procs = []
         log = open(f"{self.dir}/server.log", "w")
         self.procs.append(subprocess.Popen(
-            [OPSGRAPH, "--data-dir", data, "--concurrency", "16", "serve", "--listen", f"127.0.0.1:{self.port}",
+            [binary, "--data-dir", data, "--concurrency", "16", "serve", "--listen", f"127.0.0.1:{self.port}",
              "--packs", pack, "--inventory", inv, "--agent-lease", "30s", "--agent-claim-timeout", "60s"],
             stdout=log, stderr=log))
         deadline = time.time() + 30
@@ -397,13 +399,13 @@ class Served:
         env = dict(os.environ, OPSGRAPH_TOKEN=agent_token)
         for k in range(agents):
             self.procs.append(subprocess.Popen(
-                [OPSGRAPH, "--server", f"http://127.0.0.1:{self.port}", "--data-dir", data, "agent",
+                [binary, "--server", f"http://127.0.0.1:{self.port}", "--data-dir", data, "agent",
                  "--work-dir", f"{self.dir}/agent-{k}", "--parallel", str(parallel)],
                 env=env, stdout=subprocess.DEVNULL, stderr=open(f"{self.dir}/agent-{k}.log", "w")))
 
     @staticmethod
-    def token(data, name, role):
-        p = subprocess.run([OPSGRAPH, "--data-dir", data, "token", "create", "--name", name, "--role", role],
+    def token(binary, data, name, role):
+        p = subprocess.run([binary, "--data-dir", data, "token", "create", "--name", name, "--role", role],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=True)
         return p.stdout.decode().strip().splitlines()[-1]
 
@@ -434,6 +436,7 @@ class Served:
                 break
             time.sleep(0.005)
         dt = time.time() - t0
+        self.last = body["id"]
         db.close()
         if row[0] != "completed":
             sys.exit(f"bench: operation {body['id']} ended {row[0]}:\n"
@@ -485,8 +488,12 @@ def agents():
     text = open(f"{WORK}/agent-intent.yaml").read()
     text1 = open(f"{WORK}/agent-intent-1.yaml").read()
 
-    def throughput(inv, n_agents):
-        s = Served("agents", pack, inv, n_agents)
+    # With OPSGRAPH_BEFORE (another build, e.g. main's): every figure for both builds, their
+    # rounds interleaved, each build's agents against its own server.
+    builds = [("before: ", BEFORE), ("", OPSGRAPH)] if BEFORE else [("", OPSGRAPH)]
+
+    def throughput(binary, inv, n_agents):
+        s = Served("agents", pack, inv, n_agents, binary=binary)
         try:
             return s.run(text)[0]
         finally:
@@ -494,36 +501,62 @@ def agents():
 
     configs = [("local executor", f"{WORK}/agent-local.yaml", 0), ("1 agent", f"{WORK}/agent-pool.yaml", 1),
                ("2 agents", f"{WORK}/agent-pool.yaml", 2), ("8 agents", f"{WORK}/agent-pool.yaml", 8)]
-    times = median_of([(lambda c=c: throughput(c[1], c[2])) for c in configs], rounds=3 if QUICK else 5)
-    for (name, _, _), t in zip(configs, times):
-        record("n", f"{jobs} jobs over 8 nodes: {name}", jobs / t, "jobs/s", f"({t:.2f} s; {times[0] / t:.2f}x local)")
-    record("n", "8 agents / local executor, jobs/s", times[0] / times[3], "x", "(target >= 0.9x)")
+    runs = [(label, binary, c) for label, binary in builds for c in configs]
+    times = median_of([(lambda b=b, c=c: throughput(b, c[1], c[2])) for _, b, c in runs], rounds=3 if QUICK else 5)
+    for k, (label, _) in enumerate(builds):
+        got = times[k * len(configs):(k + 1) * len(configs)]
+        for (name, _, _), t in zip(configs, got):
+            record("n", f"{label}{jobs} jobs over 8 nodes: {name}", jobs / t, "jobs/s",
+                   f"({t:.2f} s; {got[0] / t:.2f}x local)")
+        record("n", f"{label}8 agents / local executor, jobs/s", got[0] / got[3], "x", "(target >= 0.9x)")
 
     # Pickup: one job, from the POST to its script's first line, with the agent idle (long-polling);
-    # the local executor's server and the agent's run side by side, their rounds interleaved.
+    # the local executor's server and the agent's run side by side, their rounds interleaved. The
+    # agent's is split at its claim (the `agent_claimed` timeline entry's time, in ms).
     def first_start(s):
         _, t0 = s.run(text1)
         newest = max((os.path.join(stamps, f) for f in os.listdir(stamps)), key=os.path.getmtime)
         with open(newest) as f:
             started = float(f.read()) - t0
         time.sleep(0.05)
-        return started
+        return started, t0
 
-    served = [Served("pickup", one, f"{WORK}/agent-local.yaml", 0), Served("pickup", one, f"{WORK}/agent-pool.yaml", 1)]
+    def claimed_at(s):
+        import sqlite3
+        db = sqlite3.connect(f"file:{s.db}?mode=ro", uri=True, timeout=30)
+        row = db.execute("SELECT at FROM timeline WHERE operation = ? AND event = 'agent_claimed'", (s.last,)).fetchone()
+        db.close()
+        return datetime.datetime.strptime(row[0], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+    served = []
     try:
-        time.sleep(0.3)  # the agent is waiting in its claim
-        local, agent = [], []
+        for _, binary in builds:
+            served.append((Served("pickup", one, f"{WORK}/agent-local.yaml", 0, binary=binary),
+                           Served("pickup", one, f"{WORK}/agent-pool.yaml", 1, binary=binary)))
+        time.sleep(0.3)  # the agents are waiting in their claims
+        local = [[] for _ in builds]
+        agent = [[] for _ in builds]
+        claim = [[] for _ in builds]
         for _ in range(ROUNDS * 4 + 1):
-            local.append(first_start(served[0]))
-            agent.append(first_start(served[1]))
+            for k, (ls, ag) in enumerate(served):
+                local[k].append(first_start(ls)[0])
+                started, t0 = first_start(ag)
+                agent[k].append(started)
+                claim[k].append(claimed_at(ag) - t0)
     finally:
-        for s in served:
-            s.close()
-    lm, am = statistics.median(local), statistics.median(agent)
-    record("n", "POST to the job's first line: local executor", lm * 1e3, "ms")
-    record("n", "POST to the job's first line: an idle agent", am * 1e3, "ms")
-    record("n", "an idle agent's pickup of a queued job (difference of medians)", (am - lm) * 1e3, "ms",
-           "(target <= 5 ms)")
+        for pair in served:
+            for s in pair:
+                s.close()
+    for k, (label, _) in enumerate(builds):
+        lm, am = statistics.median(local[k]), statistics.median(agent[k])
+        cm = statistics.median(claim[k])
+        after = statistics.median(a - c for a, c in zip(agent[k], claim[k]))
+        record("n", f"{label}POST to the job's first line: local executor", lm * 1e3, "ms")
+        record("n", f"{label}POST to the job's first line: an idle agent", am * 1e3, "ms")
+        record("n", f"{label}  of which POST to its claim's timeline entry", cm * 1e3, "ms")
+        record("n", f"{label}  of which the claim's entry to the first line", after * 1e3, "ms")
+        record("n", f"{label}an idle agent's pickup of a queued job (difference of medians)", (am - lm) * 1e3, "ms",
+               "(target <= 5 ms)")
 
 
 def ssh_warm_only():
@@ -562,7 +595,8 @@ def ssh_warm_only():
         proc.wait(timeout=30)
 
 
-# OPSGRAPH_BEFORE: another build's binary, measured interleaved with OPSGRAPH in the warm figures.
+# OPSGRAPH_BEFORE: another build's binary, measured interleaved with OPSGRAPH in the warm figures and
+# group (n).
 BEFORE = os.environ.get("OPSGRAPH_BEFORE")
 
 

@@ -2,11 +2,12 @@
 //! (`access: {agent: NAME}`, NAME the token's name), keep their lease alive, stream output and
 //! report. A claim may take several tasks at once (`max_tasks`: one transaction, an audit row and
 //! a timeline entry each); a report carries the job's last output lines (`text`) and lands with
-//! them, its audit row and its timeline entry in one commit; a write under a lease that is no
-//! longer the task's is refused with 409 `stale_lease`. Log text and reports are masked with
-//! the task's own mask list before they are stored (an agent is not trusted to have masked), and a
-//! report naming evidence or artifacts the job does not declare is refused (422
-//! `undeclared_evidence`, `undeclared_artifact`) and changes nothing.
+//! them, its audit row and its timeline entry in one commit, which also claims the agent's next
+//! tasks when it asks (`claim`, protocol 3: one commit and one round trip for both); a write
+//! under a lease that is no longer the task's is refused with 409 `stale_lease`. Log text and
+//! reports are masked with the task's own mask list before they are stored (an agent is not
+//! trusted to have masked), and a report naming evidence or artifacts the job does not declare is
+//! refused (422 `undeclared_evidence`, `undeclared_artifact`) and changes nothing.
 
 use std::time::{Duration, Instant};
 
@@ -27,8 +28,9 @@ const MAX_RESOURCES: usize = 1000;
 /// Tasks one claim may take.
 const MAX_TASKS: u32 = 64;
 /// The agent protocol this server speaks, in every claim's answer: 2 added batches
-/// (`max_tasks`, `more`) and the last output lines in a report (`text`).
-const PROTOCOL: u32 = 2;
+/// (`max_tasks`, `more`) and the last output lines in a report (`text`); 3 a report that claims
+/// the agent's next tasks in its own commit (`claim`, answered in `next`).
+const PROTOCOL: u32 = 3;
 
 /// The body of a claim (may be empty: every resource of the agent's name, answered at once).
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -67,6 +69,11 @@ pub(crate) struct LeaseBody {
     text: Option<String>,
     #[serde(default)]
     report: Option<Value>,
+    /// With a report (protocol 3): claim the agent's next tasks in the report's commit, as a
+    /// claim with this body would without waiting (`wait_ms` must be 0 or absent; `lease` is
+    /// required: the report sent again with it gets the same tasks). The answer's `next`.
+    #[serde(default)]
+    claim: Option<ClaimBody>,
 }
 
 /// A task as its agent sees it.
@@ -126,89 +133,21 @@ pub(crate) struct Logged {}
 pub(crate) struct Reported {
     task: String,
     state: String,
+    /// With `claim`: what it claimed (`{"task": null}` when nothing was queued).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<ClaimReply>,
 }
 
 pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let body: ClaimBody = ctx.json(true)?;
-    if body.max_tasks.is_some_and(|m| !(1..=MAX_TASKS).contains(&m)) {
-        return Err(ApiError::unprocessable(
-            "invalid_max_tasks",
-            format!("a claim takes 1 to {MAX_TASKS} tasks (`max_tasks`)"),
-        ));
-    }
-    if body.resources.len() > MAX_RESOURCES {
-        return Err(ApiError::unprocessable(
-            "too_many_resources",
-            format!("a claim names at most {MAX_RESOURCES} resources"),
-        ));
-    }
-    let who = ctx.who()?.clone();
-    let actor = who.actor();
-    let claimer = match body.instance.as_deref().filter(|i| !i.is_empty()) {
-        Some(i) => format!("{actor}/{}", i.chars().take(100).collect::<String>()),
-        None => actor.clone(),
-    };
+    let claimer = Claimer::of(ctx, body)?;
+    let deadline = Instant::now() + Duration::from_millis(claimer.wait_ms).min(MAX_WAIT);
     let agents = ctx.state.0.agents.clone();
-    let lease_ms = agents.lease.as_millis() as i64;
-    let deadline = Instant::now() + Duration::from_millis(body.wait_ms).min(MAX_WAIT);
-    let lease = match body.lease {
-        Some(l)
-            if (16..=128).contains(&l.len()) && l.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b)) =>
-        {
-            l
-        }
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "invalid_lease",
-                "a lease token is 16 to 128 of A-Z, a-z, 0-9, `_`, `-`",
-            ))
-        }
-        None => auth::new_token().map_err(|e| ApiError::internal("no randomness for a lease", &e))?,
-    };
     loop {
         let seen = agents.bell.work_seen();
-        let lease = lease.clone();
-        let at = now();
-        let entry = opsgraph_store::TimelineEntry {
-            seq: 0,
-            operation: String::new(),
-            at: at.clone(),
-            actor: actor.clone(),
-            event: "agent_claimed".into(),
-            from: None,
-            to: None,
-            reason: format!("{claimer} claimed {{task}}"),
-            data: Value::Null,
-        };
-        let c = AgentClaim {
-            agent: who.name.clone(),
-            resources: body.resources.clone(),
-            lease: lease.clone(),
-            actor: claimer.clone(),
-            max: body.max_tasks.unwrap_or(1),
-            expires_ms: now_ms() + lease_ms,
-            at: at.clone(),
-            audit: auth::audit(&actor, "agent.claim", "", None, None, json!({"instance": body.instance})),
-            entry,
-        };
-        let mut tasks = ctx.store.agent_claim(&c)?.into_iter();
-        if let Some(task) = tasks.next() {
-            let payload = agents.open_payload(&ctx.state.0.data_dir, &task)?;
-            let more = tasks
-                .map(|t| {
-                    let payload = agents.open_payload(&ctx.state.0.data_dir, &t)?;
-                    Ok(MoreTask { task: task_view(&t), lease_expires_ms: t.expires_ms, payload })
-                })
-                .collect::<Result<Vec<_>, ApiError>>()?;
-            return Reply::ok(json!(ClaimReply {
-                protocol: PROTOCOL,
-                task: Some(task_view(&task)),
-                lease: Some(lease),
-                lease_expires_ms: Some(task.expires_ms),
-                heartbeat_ms: Some((lease_ms / 3).max(100)),
-                payload: Some(payload),
-                more,
-            }));
+        let tasks = ctx.store.agent_claim(&claimer.claim())?;
+        if !tasks.is_empty() {
+            return Reply::ok(json!(claimer.answer(ctx, tasks)?));
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || ctx.state.0.closing.load(std::sync::atomic::Ordering::SeqCst) {
@@ -216,6 +155,119 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         }
         // Woken at once by work queued in this process; other writers are seen by polling.
         agents.bell.wait_work(seen, left.min(Duration::from_millis(250)));
+    }
+}
+
+/// A claim's body checked, with who claims and under which lease.
+struct Claimer {
+    agent: String,
+    actor: String,
+    /// `actor/instance`, recorded with the claim.
+    claimer: String,
+    instance: Option<String>,
+    resources: Vec<String>,
+    lease: String,
+    max: u32,
+    wait_ms: u64,
+    lease_ms: i64,
+}
+
+impl Claimer {
+    fn of(ctx: &Ctx, body: ClaimBody) -> Result<Claimer, ApiError> {
+        if body.max_tasks.is_some_and(|m| !(1..=MAX_TASKS).contains(&m)) {
+            return Err(ApiError::unprocessable(
+                "invalid_max_tasks",
+                format!("a claim takes 1 to {MAX_TASKS} tasks (`max_tasks`)"),
+            ));
+        }
+        if body.resources.len() > MAX_RESOURCES {
+            return Err(ApiError::unprocessable(
+                "too_many_resources",
+                format!("a claim names at most {MAX_RESOURCES} resources"),
+            ));
+        }
+        let who = ctx.who()?;
+        let actor = who.actor();
+        let claimer = match body.instance.as_deref().filter(|i| !i.is_empty()) {
+            Some(i) => format!("{actor}/{}", i.chars().take(100).collect::<String>()),
+            None => actor.clone(),
+        };
+        let lease = match body.lease {
+            Some(l)
+                if (16..=128).contains(&l.len())
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b)) =>
+            {
+                l
+            }
+            Some(_) => {
+                return Err(ApiError::unprocessable(
+                    "invalid_lease",
+                    "a lease token is 16 to 128 of A-Z, a-z, 0-9, `_`, `-`",
+                ))
+            }
+            None => auth::new_token().map_err(|e| ApiError::internal("no randomness for a lease", &e))?,
+        };
+        Ok(Claimer {
+            agent: who.name.clone(),
+            actor,
+            claimer,
+            instance: body.instance,
+            resources: body.resources,
+            lease,
+            max: body.max_tasks.unwrap_or(1),
+            wait_ms: body.wait_ms,
+            lease_ms: ctx.state.0.agents.lease.as_millis() as i64,
+        })
+    }
+
+    /// The claim as the store takes it, now.
+    fn claim(&self) -> AgentClaim {
+        let at = now();
+        let entry = opsgraph_store::TimelineEntry {
+            seq: 0,
+            operation: String::new(),
+            at: at.clone(),
+            actor: self.actor.clone(),
+            event: "agent_claimed".into(),
+            from: None,
+            to: None,
+            reason: format!("{} claimed {{task}}", self.claimer),
+            data: Value::Null,
+        };
+        AgentClaim {
+            agent: self.agent.clone(),
+            resources: self.resources.clone(),
+            lease: self.lease.clone(),
+            actor: self.claimer.clone(),
+            max: self.max,
+            expires_ms: now_ms() + self.lease_ms,
+            at,
+            audit: auth::audit(&self.actor, "agent.claim", "", None, None, json!({"instance": self.instance})),
+            entry,
+        }
+    }
+
+    /// The answer for the tasks claimed (none: `{"task": null}`), their payloads opened.
+    fn answer(&self, ctx: &Ctx, tasks: Vec<AgentTask>) -> Result<ClaimReply, ApiError> {
+        let agents = &ctx.state.0.agents;
+        let mut tasks = tasks.into_iter();
+        let Some(task) = tasks.next() else { return Ok(ClaimReply { protocol: PROTOCOL, ..Default::default() }) };
+        let payload = agents.open_payload(&ctx.state.0.data_dir, &task)?;
+        let more = tasks
+            .map(|t| {
+                let payload = agents.open_payload(&ctx.state.0.data_dir, &t)?;
+                Ok(MoreTask { task: task_view(&t), lease_expires_ms: t.expires_ms, payload })
+            })
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        Ok(ClaimReply {
+            protocol: PROTOCOL,
+            task: Some(task_view(&task)),
+            lease: Some(self.lease.clone()),
+            lease_expires_ms: Some(task.expires_ms),
+            heartbeat_ms: Some((self.lease_ms / 3).max(100)),
+            payload: Some(payload),
+            more,
+        })
     }
 }
 
@@ -281,9 +333,33 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let body: LeaseBody = ctx.json(false)?;
     let text = log_text(body.text.as_deref())?.to_string();
     let task = own_task(ctx, &body.task)?;
-    // The same report again (its answer was lost): done already.
+    // The next tasks to claim with it (protocol 3), checked before anything is written.
+    let next =
+        match body.claim {
+            Some(c) if c.wait_ms > 0 => return Err(ApiError::unprocessable(
+                "invalid_claim",
+                "a report's claim does not wait (`wait_ms` 0 or absent): claim with POST /api/v1/agent/claim to wait",
+            )),
+            Some(ClaimBody { lease: None, .. }) => {
+                return Err(ApiError::unprocessable(
+                    "invalid_claim",
+                    "a report's claim names its `lease` (sent again, the report gets the same tasks)",
+                ))
+            }
+            Some(c) => Some(Claimer::of(ctx, c)?),
+            None => None,
+        };
+    // The same report again (its answer was lost): done already; its claim, made again with its
+    // lease, returns what it holds.
     if task.state == opsgraph_store::AgentTaskState::Reported && task.lease.as_deref() == Some(body.lease.as_str()) {
-        return Reply::ok(json!(Reported { task: task.id, state: "reported".into() }));
+        let next = match next {
+            Some(c) => {
+                let tasks = ctx.store.agent_claim(&c.claim())?;
+                Some(c.answer(ctx, tasks)?)
+            }
+            None => None,
+        };
+        return Reply::ok(json!(Reported { task: task.id, state: "reported".into(), next }));
     }
     let report = body.report.unwrap_or(Value::Null);
     let parsed: opsgraph_runtime::AgentReport = serde_json::from_value(report)
@@ -345,7 +421,18 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     }));
     writes.push(Write::Audit(audit));
     writes.push(Write::Timeline(entry));
-    ctx.store.commit(&writes)?;
-    ctx.state.0.agents.bell.ring_task(&task.id);
-    Reply::ok(json!(Reported { task: task.id, state: "reported".into() }))
+    let next = match next {
+        // With the agent's next tasks: one commit, one round trip.
+        Some(c) => {
+            let tasks = ctx.store.agent_commit_claim(&writes, &c.claim())?;
+            ctx.state.0.agents.bell.ring_task(&task.id);
+            Some(c.answer(ctx, tasks)?)
+        }
+        None => {
+            ctx.store.commit(&writes)?;
+            ctx.state.0.agents.bell.ring_task(&task.id);
+            None
+        }
+    };
+    Reply::ok(json!(Reported { task: task.id, state: "reported".into(), next }))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rusqlite::{params, Connection, OptionalExtension, Params, Row};
 
-use opsgraph_store::Error;
+use opsgraph_store::{AgentClaim, AgentTask, Error};
 use opsgraph_store::{
     ArtifactRecord, AuditFilter, AuditRecord, EvidenceRecord, GateRecord, JobRecord, JobState, OperationFilter,
     OperationRecord, RequestRecord, ResourceEventRecord, ResourceRecord, Store, TimelineEntry, TokenRecord, Write,
@@ -426,6 +426,27 @@ impl Store for SqliteStore {
         let tasks = crate::sqlite_agent::claim(&mut self.conn, &self.writer, claim)?;
         if !tasks.is_empty() {
             // Their timeline entries.
+            self.written.ring();
+        }
+        Ok(tasks)
+    }
+
+    fn agent_commit_claim(&mut self, writes: &[Write], claim: &AgentClaim) -> Result<Vec<AgentTask>, Error> {
+        // The report's writes, then the claim, in one grouped write (`writer.rs`): one fsync.
+        fn both(tx: &rusqlite::Transaction<'_>, writes: &[Write], c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+            apply(tx, writes)?;
+            crate::sqlite_agent::claim_in(tx, c)
+        }
+        let writer = self.writer.clone();
+        let tasks = writer.write(
+            &mut self.conn,
+            |tx| both(tx, writes, claim),
+            || {
+                let (writes, claim) = (writes.to_vec(), claim.clone());
+                crate::writer::job(move |tx| both(tx, &writes, &claim))
+            },
+        )?;
+        if !tasks.is_empty() || writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
             self.written.ring();
         }
         Ok(tasks)

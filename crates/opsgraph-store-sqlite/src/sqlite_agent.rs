@@ -168,7 +168,8 @@ pub(crate) fn claim(conn: &mut Connection, writer: &Writer, c: &AgentClaim) -> R
     )
 }
 
-fn claim_in(tx: &Transaction<'_>, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+/// The claim inside a write transaction (`claim`'s, or a report's: `SqliteStore::agent_commit_claim`).
+pub(crate) fn claim_in(tx: &Transaction<'_>, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
     // A claim retried with its lease (its answer was lost) gets the tasks it already holds.
     let held = tx
         .prepare_cached(&format!(

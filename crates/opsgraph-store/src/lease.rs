@@ -64,6 +64,13 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn agent_claim(&mut self, claim: &crate::AgentClaim) -> Result<Vec<crate::AgentTask>, Error> {
         (**self).agent_claim(claim)
     }
+    fn agent_commit_claim(
+        &mut self,
+        writes: &[crate::Write],
+        claim: &crate::AgentClaim,
+    ) -> Result<Vec<crate::AgentTask>, Error> {
+        (**self).agent_commit_claim(writes, claim)
+    }
     fn agent_task(&self, id: &str) -> Result<Option<crate::AgentTask>, Error> {
         (**self).agent_task(id)
     }

@@ -558,6 +558,13 @@ pub trait Store: Send {
     /// Claims the oldest queued agent tasks the claim matches (at most `claim.max`), each with its
     /// audit row and timeline entry, in one transaction; empty when there is none.
     fn agent_claim(&mut self, claim: &AgentClaim) -> Result<Vec<AgentTask>, Error>;
+    /// Commits `writes` (an agent's report), then claims as [`Store::agent_claim`] does (the
+    /// agent's next tasks), in one transaction: refused writes claim nothing. The default takes
+    /// two transactions, for a backend that cannot do better.
+    fn agent_commit_claim(&mut self, writes: &[Write], claim: &AgentClaim) -> Result<Vec<AgentTask>, Error> {
+        self.commit(writes)?;
+        self.agent_claim(claim)
+    }
     fn agent_task(&self, id: &str) -> Result<Option<AgentTask>, Error>;
     /// An operation's agent tasks, oldest first.
     fn agent_tasks(&self, operation: &str) -> Result<Vec<AgentTask>, Error>;

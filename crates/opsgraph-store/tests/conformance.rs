@@ -607,6 +607,25 @@ fn agent_tasks_conform(store: &mut dyn Store) {
         .unwrap();
     assert_eq!(store.agent_task("t5").unwrap().unwrap().state, AgentTaskState::Claimed);
     assert_eq!(claim_ids(store, batch("l6", 3)), ["t5", "t7"]);
+
+    // A report that claims the agent's next task: refused (a stale lease), it claims nothing;
+    // accepted, the report lands and the task is claimed with its audit row and timeline entry.
+    store.commit(&[Write::Agent(AgentWrite::Enqueue(Box::new(agent_task("t9", "compute_node/a", 5_000))))]).unwrap();
+    let reported = |task: &str, lease: &str| {
+        Write::Agent(AgentWrite::Report { task: task.into(), lease: lease.into(), report: json!({}), at: now() })
+    };
+    let next = |lease: &str| claim_of("pool", &[], lease, 9_000);
+    let err = store.agent_commit_claim(&[reported("t5", "not-l6")], &next("l8")).unwrap_err();
+    assert!(matches!(&err, Error::StaleLease { task, .. } if task == "t5"), "{err}");
+    assert_eq!(store.agent_task("t9").unwrap().unwrap().state, AgentTaskState::Queued);
+    let before = (audited(store), store.timeline("op-1").unwrap().len());
+    let got = store.agent_commit_claim(&[reported("t5", "l6")], &next("l8")).unwrap();
+    assert_eq!(got.iter().map(|t| (t.id.as_str(), t.lease.as_deref())).collect::<Vec<_>>(), [("t9", Some("l8"))]);
+    assert_eq!(store.agent_task("t5").unwrap().unwrap().state, AgentTaskState::Reported);
+    assert_eq!((audited(store), store.timeline("op-1").unwrap().len()), (before.0 + 1, before.1 + 1));
+    // Nothing left to claim: the report lands all the same.
+    assert!(store.agent_commit_claim(&[reported("t7", "l6")], &next("l9")).unwrap().is_empty());
+    assert_eq!(store.agent_task("t7").unwrap().unwrap().state, AgentTaskState::Reported);
 }
 
 fn running(id: &str) -> OperationRecord {

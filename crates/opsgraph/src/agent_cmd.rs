@@ -8,7 +8,9 @@
 //! The server says which agent protocol it speaks in every claim's answer (`protocol`): batches
 //! (`max_tasks`) and the last lines in the report are used only with a server that speaks 2 or
 //! later; with an older one the agent claims one task at a time and sends every line as a log
-//! chunk.
+//! chunk. With 3 or later a report also claims the task's successor (`claim`, one commit and one
+//! round trip for both), which runs on the same slot; when nothing is queued the slot goes back
+//! to the long-polling claim.
 //!
 //! It survives the server's restarts (every call is retried with backoff; the lease is only
 //! given up by the server) and its own (a task whose agent died is recovered by the server once
@@ -137,6 +139,8 @@ impl Backoff {
 
 /// The agent protocol with batches (`max_tasks`) and a report that carries the last lines.
 const PROTOCOL_BATCH: u64 = 2;
+/// The agent protocol with a report that claims the next task (`claim`).
+const PROTOCOL_NEXT: u64 = 3;
 
 /// Runs the agent until `max_tasks` are done (or forever); an unusable token ends it.
 pub fn run(args: AgentArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
@@ -169,95 +173,173 @@ pub fn run(args: AgentArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// Tasks running now, and the condition their ends are signalled on.
-#[derive(Default)]
+/// Tasks running now, tasks claimed and claims in flight (within `--max-tasks`), and the
+/// condition their changes are signalled on.
 struct Slots {
-    running: Mutex<usize>,
-    freed: std::sync::Condvar,
+    state: Mutex<SlotState>,
+    changed: std::sync::Condvar,
+    parallel: usize,
+    /// `--max-tasks` (no limit: `u64::MAX`).
+    max: u64,
+}
+
+#[derive(Default)]
+struct SlotState {
+    running: usize,
+    claimed: u64,
+    /// Tasks asked for by claims whose answers have not come yet.
+    asked: u64,
 }
 
 impl Slots {
-    /// Waits until fewer than `parallel` run; returns how many are free.
-    fn free(&self, parallel: usize) -> usize {
-        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        let running = self.freed.wait_while(running, |r| *r >= parallel).unwrap_or_else(|e| e.into_inner());
-        parallel - *running
+    fn new(parallel: usize, max: Option<u64>) -> Slots {
+        Slots { state: Mutex::default(), changed: std::sync::Condvar::new(), parallel, max: max.unwrap_or(u64::MAX) }
     }
 
-    fn take(&self) {
-        *self.running.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn give_back(&self) {
-        *self.running.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
-        self.freed.notify_all();
+    /// For the long-polling claim: waits until a slot is free and `--max-tasks` leaves room
+    /// beside the claims in flight; then asks for that many. `None` once every task is claimed.
+    fn ask_free(&self) -> Option<usize> {
+        let state = self.lock();
+        let state = self
+            .changed
+            .wait_while(state, |s| {
+                s.claimed < self.max && (s.running >= self.parallel || s.claimed + s.asked >= self.max)
+            })
+            .unwrap_or_else(|e| e.into_inner());
+        let mut state = state;
+        if state.claimed >= self.max {
+            return None;
+        }
+        let free = (self.parallel - state.running)
+            .min(usize::try_from(self.max - state.claimed - state.asked).unwrap_or(usize::MAX));
+        state.asked += free as u64;
+        Some(free)
+    }
+
+    /// For a report: asks for one successor when `--max-tasks` leaves room.
+    fn ask_one(&self) -> bool {
+        let mut state = self.lock();
+        let room = state.claimed + state.asked < self.max;
+        if room {
+            state.asked += 1;
+        }
+        room
+    }
+
+    /// A claim asked for `asked` and got `got`, which run from now on.
+    fn answered(&self, asked: usize, got: usize) {
+        let mut state = self.lock();
+        state.asked -= asked as u64;
+        state.claimed += got as u64;
+        state.running += got;
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// A task ended.
+    fn ended(&self) {
+        self.lock().running -= 1;
+        self.changed.notify_all();
     }
 }
 
-/// Claims while slots are free and hands each task to a thread of its own; returns why it
-/// stopped when the server refused the agent. With `--max-tasks`, it stops once that many were
-/// claimed and waits for them to end.
+/// What a runner needs to claim its task's successor with the report.
+#[derive(Clone)]
+struct Claiming {
+    resources: Vec<String>,
+    instance: String,
+    slots: Arc<Slots>,
+}
+
+/// A new lease token for a claim.
+fn new_lease() -> String {
+    opsgraph_server::auth::new_token().unwrap_or_else(|_| format!("og_{}_{}", std::process::id(), now_nanos()))
+}
+
+fn now_nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// The tasks of a claim's answer (`task`, then `more`), `protocol` the server's.
+fn claimed_of(v: &Value, protocol: u64) -> Vec<Claimed> {
+    if v["task"].is_null() {
+        return vec![];
+    }
+    let first = Claimed {
+        task: v["task"].clone(),
+        lease: v["lease"].as_str().unwrap_or_default().to_string(),
+        heartbeat_ms: v["heartbeat_ms"].as_u64(),
+        payload: v["payload"].clone(),
+        protocol,
+    };
+    let more: Vec<Claimed> = v["more"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| Claimed { task: m["task"].clone(), payload: m["payload"].clone(), ..first.clone() })
+        .collect();
+    std::iter::once(first).chain(more).collect()
+}
+
+/// Claims while slots are free and hands each task to a thread of its own, which also runs the
+/// successors its reports claim; returns why it stopped when the server refused the agent. With
+/// `--max-tasks`, it stops once that many were claimed and waits for them to end.
 fn claim_loop(args: &AgentArgs, instance: &str, lines: &Arc<Mutex<Vec<String>>>) -> Option<String> {
     let client = Client::new(&args.server, &args.token);
-    let parallel = args.parallel.max(1);
-    let slots = Arc::new(Slots::default());
+    let slots = Arc::new(Slots::new(args.parallel.max(1), args.max_tasks));
+    let claiming = Claiming { resources: args.resources.clone(), instance: instance.to_string(), slots: slots.clone() };
     let mut backoff = Backoff::new();
-    let mut done = 0u64;
     // What the server speaks: learnt from its first answer (1 until then: one task a claim).
     let mut protocol = 1u64;
     // The lease this agent claims under, kept until tasks come with it: a claim whose answer
     // was lost (the server restarted) is made again with it and gets the tasks it holds.
-    let new_lease = || opsgraph_server::auth::new_token().unwrap_or_else(|_| format!("og_{}", std::process::id()));
     let mut lease = new_lease();
     let mut runners = Vec::new();
     let fatal = loop {
-        let left = args.max_tasks.map_or(u64::MAX, |m| m.saturating_sub(done));
-        if left == 0 {
-            break None;
-        }
-        let free = slots.free(parallel).min(usize::try_from(left).unwrap_or(usize::MAX));
+        let Some(free) = slots.ask_free() else { break None };
         let mut body = json!({"resources": args.resources, "wait_ms": args.wait.as_millis() as u64,
                               "instance": instance, "lease": lease});
-        if protocol >= PROTOCOL_BATCH && free > 1 {
-            body["max_tasks"] = json!(free.min(64));
+        let asked = if protocol >= PROTOCOL_BATCH { free.min(64) } else { 1 };
+        if asked > 1 {
+            body["max_tasks"] = json!(asked);
         }
-        match client.post("/api/v1/agent/claim", &body) {
+        let answer = client.post("/api/v1/agent/claim", &body);
+        let claimed = match &answer {
             Answer::Ok(v) => {
-                backoff = Backoff::new();
                 protocol = v["protocol"].as_u64().unwrap_or(1);
-                if v["task"].is_null() {
+                claimed_of(v, protocol)
+            }
+            _ => vec![],
+        };
+        // A claimed task is always run (one dropped here could only be recovered by its
+        // evidence after its lease expired).
+        slots.answered(free, claimed.len());
+        match answer {
+            Answer::Ok(_) => {
+                backoff = Backoff::new();
+                if claimed.is_empty() {
                     continue;
                 }
                 lease = new_lease();
-                let mut claimed = vec![Claimed {
-                    task: v["task"].clone(),
-                    lease: v["lease"].as_str().unwrap_or_default().to_string(),
-                    heartbeat_ms: v["heartbeat_ms"].as_u64(),
-                    payload: v["payload"].clone(),
-                    protocol,
-                }];
-                for m in v["more"].as_array().into_iter().flatten() {
-                    claimed.push(Claimed {
-                        task: m["task"].clone(),
-                        payload: m["payload"].clone(),
-                        ..claimed[0].clone()
-                    });
-                }
-                // A claimed task is always run (one dropped here could only be recovered by its
-                // evidence after its lease expired).
                 for c in claimed {
-                    done += 1;
-                    slots.take();
-                    let (client, work_dir, slots, lines) =
-                        (client.clone(), args.work_dir.clone(), slots.clone(), lines.clone());
+                    let (client, work_dir, lines, claiming) =
+                        (client.clone(), args.work_dir.clone(), lines.clone(), claiming.clone());
                     let keep = args.max_tasks.is_some();
                     runners.push(std::thread::spawn(move || {
-                        let line = run_task(&client, &work_dir, &c);
-                        eprintln!("{line}");
-                        if keep {
-                            lines.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                        let mut next = vec![c];
+                        while let Some(c) = next.pop() {
+                            let (line, successors) = run_task(&client, &work_dir, &c, &claiming);
+                            eprintln!("{line}");
+                            if keep {
+                                lines.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                            }
+                            claiming.slots.ended();
+                            next.extend(successors);
                         }
-                        slots.give_back();
                     }));
                 }
                 runners.retain(|r| !r.is_finished());
@@ -291,8 +373,9 @@ struct Claimed {
     protocol: u64,
 }
 
-/// Runs one claimed task to its report; returns a line saying what happened.
-fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed) -> String {
+/// Runs one claimed task to its report; returns a line saying what happened, and the successors
+/// the report claimed (protocol 3).
+fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed, claiming: &Claiming) -> (String, Vec<Claimed>) {
     let id = claimed.task["id"].as_str().unwrap_or_default().to_string();
     let lease = claimed.lease.clone();
     let beat = Duration::from_millis(claimed.heartbeat_ms.unwrap_or(10_000).max(100));
@@ -369,11 +452,22 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed) -> String {
     if !last.is_empty() {
         body["text"] = json!(last);
     }
+    // The successor, claimed in the report's commit (sent again, the same lease gets the same).
+    let asked = claimed.protocol >= PROTOCOL_NEXT && claiming.slots.ask_one();
+    if asked {
+        body["claim"] = json!({"resources": claiming.resources, "instance": claiming.instance,
+                               "lease": new_lease()});
+    }
     let mut backoff = Backoff::new();
     let mut last_beat = Instant::now();
+    let mut next = vec![];
     let line = loop {
         match client.post("/api/v1/agent/report", &body) {
-            Answer::Ok(_) => break format!("{id}: reported ({verdict})"),
+            Answer::Ok(v) => {
+                let protocol = v["next"]["protocol"].as_u64().unwrap_or(claimed.protocol);
+                next = claimed_of(&v["next"], protocol);
+                break format!("{id}: reported ({verdict})");
+            }
             Answer::Refused(status, code, message) => {
                 break format!("{id}: report refused ({status} {code}): {message}")
             }
@@ -388,8 +482,11 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed) -> String {
             }
         }
     };
+    if asked {
+        claiming.slots.answered(1, next.len());
+    }
     let _ = std::fs::remove_dir_all(&dir);
-    line
+    (line, next)
 }
 
 /// Sends a log chunk; retried while the server is unreachable (dropped when the lease is gone).

@@ -161,7 +161,7 @@ fn every_answer_of_a_story_fits_the_schema_its_route_documents() {
     assert_eq!(r.body["resources"][0]["id"], "hello.app/h1", "{}", r.body);
     call("GET", "/api/v1/packs/{id}", "/api/v1/packs/hello", Some(&sam), "", &[]);
     let r = call("POST", "/api/v1/agent/claim", "/api/v1/agent/claim", Some(&agent), "", &[]);
-    assert_eq!(r.body, json!({"protocol": 2, "task": null}));
+    assert_eq!(r.body, json!({"protocol": 3, "task": null}));
 
     // Errors: unauthenticated, forbidden, missing, bad bodies, bad parameters.
     let errors: &[(&str, &str, &str, Option<&str>, &str)] = &[
