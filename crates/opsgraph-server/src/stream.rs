@@ -194,32 +194,6 @@ enum Stop {
     Revoked,
 }
 
-/// The frames of messages the hub sent while a stream was busy, to send together: the parts
-/// after what the stream sent, and the last seq among them.
-#[derive(Default)]
-struct Queued {
-    parts: Vec<Bytes>,
-    bytes: usize,
-    last: Option<i64>,
-}
-
-impl Queued {
-    /// The most bytes sent in one write.
-    const MOST: usize = 256 * 1024;
-
-    fn add(&mut self, frames: &Frames, sent: i64) {
-        if let Some((bytes, last)) = frames.after(self.last.unwrap_or(sent)) {
-            self.bytes += bytes.len();
-            self.parts.push(bytes);
-            self.last = Some(last);
-        }
-    }
-
-    fn full(&self) -> bool {
-        self.bytes >= Queued::MOST
-    }
-}
-
 /// One stream: what it sent last, and where it sends.
 struct Stream {
     state: AppState,
@@ -277,58 +251,20 @@ impl Stream {
                         self.send(Bytes::from_static(b": keep-alive\n\n")).await?;
                     }
                 }
-                msg = hub.recv() => {
-                    // What else the hub sent meanwhile goes out in the same write: a stream that
-                    // fell behind catches up in one write, not one per message.
-                    let mut msg = msg;
-                    let mut queued = Queued::default();
-                    loop {
-                        match msg {
-                            Ok(Msg::Entries(frames)) => queued.add(&frames, self.last),
-                            Ok(Msg::End { state }) => {
-                                self.send_queued(queued).await?;
-                                let (id, last) = (self.operation.clone().unwrap_or_default(), self.last);
-                                let end = json!({"operation": id, "state": state, "last_event_id": last});
-                                return self.send(named("end", &end)).await;
-                            }
-                            // Fell behind the hub: what it missed is in the store.
-                            Err(broadcast::error::RecvError::Lagged(_)) => {
-                                self.send_queued(queued).await?;
-                                self.catch_up().await?;
-                                break;
-                            }
-                            // The hub failed (its log says why) or the server shuts down.
-                            Err(broadcast::error::RecvError::Closed) => {
-                                self.send_queued(queued).await?;
-                                return Err(Stop::Gone);
-                            }
-                        }
-                        use broadcast::error::{RecvError, TryRecvError};
-                        if queued.full() {
-                            break self.send_queued(queued).await?;
-                        }
-                        msg = match hub.try_recv() {
-                            Ok(m) => Ok(m),
-                            Err(TryRecvError::Empty) => break self.send_queued(queued).await?,
-                            Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
-                            Err(TryRecvError::Closed) => Err(RecvError::Closed),
-                        };
+                msg = hub.recv() => match msg {
+                    Ok(Msg::Entries(frames)) => self.send_frames(&frames).await?,
+                    Ok(Msg::End { state }) => {
+                        let (id, last) = (self.operation.clone().unwrap_or_default(), self.last);
+                        let end = json!({"operation": id, "state": state, "last_event_id": last});
+                        return self.send(named("end", &end)).await;
                     }
-                }
+                    // Fell behind the hub: what it missed is in the store.
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up().await?,
+                    // The hub failed (its log says why) or the server shuts down.
+                    Err(broadcast::error::RecvError::Closed) => return Err(Stop::Gone),
+                },
             }
         }
-    }
-
-    /// Sends what [`Queued`] gathered, as one write.
-    async fn send_queued(&mut self, queued: Queued) -> Result<(), Stop> {
-        let Some(last) = queued.last else { return Ok(()) };
-        let bytes = match <[Bytes; 1]>::try_from(queued.parts) {
-            Ok([one]) => one,
-            Err(parts) => Bytes::from(parts.concat()),
-        };
-        self.send(bytes).await?;
-        self.last = last;
-        Ok(())
     }
 
     /// Sends what the store has after the last entry sent, until it has no more.
@@ -375,16 +311,6 @@ impl Stream {
     /// is still delivered if it reads again, and it resumes after the last id it got. Nor does it
     /// hold a server that shuts down, nor a stream whose token is revoked while it waits.
     async fn send(&mut self, bytes: Bytes) -> Result<(), Stop> {
-        // Room in the buffer (a client that keeps up): no timer is set for the wait below.
-        match self.tx.try_reserve() {
-            Ok(permit) => {
-                permit.send(bytes);
-                self.quiet_since = Instant::now();
-                return Ok(());
-            }
-            Err(mpsc::error::TrySendError::Closed(())) => return Err(Stop::Gone),
-            Err(mpsc::error::TrySendError::Full(())) => {}
-        }
         loop {
             tokio::select! {
                 permit = self.tx.reserve() => {
