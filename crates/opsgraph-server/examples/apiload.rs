@@ -148,10 +148,12 @@ fn start(a: &Args, streams: usize) -> Server {
     Server { dir, child, port, token }
 }
 
-/// One HTTP/1.1 connection with a read buffer.
+/// One HTTP/1.1 connection with a read buffer (what is unread starts at `start`: taking a
+/// piece off the front does not move the rest).
 struct Conn {
     s: TcpStream,
     buf: Vec<u8>,
+    start: usize,
 }
 
 struct Head {
@@ -164,16 +166,33 @@ impl Conn {
     async fn open(port: u16) -> std::io::Result<Conn> {
         let s = TcpStream::connect(("127.0.0.1", port)).await?;
         s.set_nodelay(true)?;
-        Ok(Conn { s, buf: Vec::with_capacity(64 * 1024) })
+        Ok(Conn { s, buf: Vec::with_capacity(64 * 1024), start: 0 })
     }
 
+    /// The bytes read and not yet taken.
+    fn unread(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    fn take(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+    }
+
+    /// Reads more, straight into the buffer (what was taken is dropped first when it is most of it).
     async fn fill(&mut self) -> std::io::Result<()> {
-        let mut chunk = [0u8; 64 * 1024];
-        let n = self.s.read(&mut chunk).await?;
+        if self.start > 0 && self.start * 2 >= self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.reserve(64 * 1024);
+        let n = self.s.read_buf(&mut self.buf).await?;
         if n == 0 {
             return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"));
         }
-        self.buf.extend_from_slice(&chunk[..n]);
         Ok(())
     }
 
@@ -187,9 +206,9 @@ impl Conn {
 
     async fn head(&mut self) -> std::io::Result<Head> {
         loop {
-            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let text = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
-                self.buf.drain(..end + 4);
+            if let Some(end) = self.unread().windows(4).position(|w| w == b"\r\n\r\n") {
+                let text = String::from_utf8_lossy(&self.unread()[..end]).to_ascii_lowercase();
+                self.take(end + 4);
                 let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
                 let header = |name: &str| {
                     text.lines()
@@ -203,24 +222,24 @@ impl Conn {
         }
     }
 
-    /// The next piece of a chunked body (empty at its end).
-    async fn chunk(&mut self) -> std::io::Result<Vec<u8>> {
+    /// The next piece of a chunked body appended to `out`; its size (0 at the body's end).
+    async fn chunk(&mut self, out: &mut Vec<u8>) -> std::io::Result<usize> {
         let line_end = loop {
-            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+            if let Some(i) = self.unread().windows(2).position(|w| w == b"\r\n") {
                 break i;
             }
             self.fill().await?;
         };
-        let size_text = String::from_utf8_lossy(&self.buf[..line_end]).to_string();
+        let size_text = String::from_utf8_lossy(&self.unread()[..line_end]).to_string();
         let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
             .map_err(|_| std::io::Error::other(format!("bad chunk size {size_text:?}")))?;
-        self.buf.drain(..line_end + 2);
-        while self.buf.len() < size + 2 {
+        self.take(line_end + 2);
+        while self.unread().len() < size + 2 {
             self.fill().await?;
         }
-        let data = self.buf[..size].to_vec();
-        self.buf.drain(..size + 2);
-        Ok(data)
+        out.extend_from_slice(&self.unread()[..size]);
+        self.take(size + 2);
+        Ok(size)
     }
 
     /// A whole response: status and body.
@@ -229,19 +248,15 @@ impl Conn {
         let head = self.head().await?;
         if head.chunked {
             let mut all = Vec::new();
-            loop {
-                let c = self.chunk().await?;
-                if c.is_empty() {
-                    return Ok((head.status, all));
-                }
-                all.extend_from_slice(&c);
-            }
+            while self.chunk(&mut all).await? > 0 {}
+            return Ok((head.status, all));
         }
         let n = head.length.unwrap_or(0);
-        while self.buf.len() < n {
+        while self.unread().len() < n {
             self.fill().await?;
         }
-        let body = self.buf.drain(..n).collect();
+        let body = self.unread()[..n].to_vec();
+        self.take(n);
         Ok((head.status, body))
     }
 }
@@ -380,19 +395,22 @@ async fn subscribe(port: u16, token: String, path: String, ready: Arc<AtomicUsiz
             return Err(std::io::Error::other(format!("status {} (chunked {})", head.status, head.chunked)));
         }
         ready.fetch_add(1, Ordering::SeqCst);
-        let mut text = String::new();
+        let mut text = Vec::new();
         loop {
-            let piece = c.chunk().await?;
-            if piece.is_empty() {
+            if c.chunk(&mut text).await? == 0 {
                 return Ok(());
             }
             let read = now_ms();
-            text.push_str(&String::from_utf8_lossy(&piece));
             // Every whole event of the text, then what is left kept once: a piece may hold many
             // events, and taking each off the front would copy the rest every time.
+            // Whole events are UTF-8 (a piece that ends inside a character: up to it).
+            let whole = match std::str::from_utf8(&text) {
+                Ok(t) => t,
+                Err(e) => std::str::from_utf8(&text[..e.valid_up_to()]).unwrap_or_default(),
+            };
             let mut start = 0;
-            while let Some(end) = text[start..].find("\n\n") {
-                let event = &text[start..start + end];
+            while let Some(end) = whole[start..].find("\n\n") {
+                let event = &whole[start..start + end];
                 start += end + 2;
                 let (mut id, mut kind, mut data) = (None, "", "");
                 for line in event.lines() {

@@ -315,11 +315,6 @@ fn pack_filter(p: &str) -> Result<String, ApiError> {
     }
 }
 
-pub(crate) fn operation(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let op = ctx.operation_record()?;
-    Reply::typed(&views::operation(&*ctx.store, &op)?)
-}
-
 pub(crate) fn jobs(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let op = ctx.operation_record()?;
     Reply::ok(json!(opsgraph_api::JobList { jobs: ctx.store.jobs(&op.id)? }))

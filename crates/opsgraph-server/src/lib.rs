@@ -23,6 +23,7 @@ mod manage;
 pub mod media;
 mod observe;
 mod openapi;
+mod reads;
 mod replica;
 mod reveal;
 mod route;
@@ -111,6 +112,8 @@ pub(crate) struct Inner {
     pub(crate) concurrency: Option<usize>,
     /// Store connections a finished request gave back, for the next ([`AppState::pooled`]).
     pub(crate) pool: Mutex<Vec<Box<dyn Store>>>,
+    /// Answers kept until the store's next commit (`reads.rs`).
+    pub(crate) reads: reads::Reads,
 }
 
 /// The most idle store connections kept for requests: about as many as requests run at once
@@ -182,6 +185,7 @@ impl AppState {
             agents,
             concurrency: None,
             pool: Mutex::new(Vec::new()),
+            reads: reads::Reads::default(),
         }))
     }
 

@@ -11,7 +11,7 @@ use crate::handlers::{self, Ctx, Reply};
 use crate::media::*;
 use crate::route::schema_of;
 pub use crate::route::{openapi_path, Access, Route, SchemaFn};
-use crate::{agent, analyze, catalog, manage, observe, reveal, ui, verifier};
+use crate::{agent, analyze, catalog, manage, observe, reads, reveal, ui, verifier};
 
 use Access::*;
 use Permission::*;
@@ -164,7 +164,7 @@ pub static ROUTES: &[Route] = &[
         200,
         "none",
         &[],
-        handlers::operation,
+        reads::operation,
         "Everything about one operation.",
         -> OperationView
     ),

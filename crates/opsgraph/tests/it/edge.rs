@@ -395,3 +395,46 @@ fn requests_borrow_store_connections_from_a_pool() {
     assert_eq!(at_once, vec![200; 8]);
     assert!(opens.load(Ordering::SeqCst) <= 16, "at most two per request at once: {}", opens.load(Ordering::SeqCst));
 }
+
+/// `GET /operations/{id}` is answered from what was read until the store's next commit
+/// (`reads.rs`): a commit through this server, or through any other connection to the store (the
+/// CLI, another replica), shows in the next answer.
+#[test]
+fn the_kept_operation_view_shows_every_commit_at_once() {
+    let api = Api::new("");
+    let admin = api.token("admin", &["platform_admin"]);
+    let created = api.post("/api/v1/operations", &admin, &crate::server::intent("kept"));
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.body["id"].as_str().unwrap().to_string();
+    api.idle();
+    let path = format!("/api/v1/operations/{id}");
+    let first = api.get(&path, &admin);
+    assert_eq!(first.status, 200);
+    assert_eq!(api.get(&path, &admin).body, first.body, "nothing was committed");
+    let entries = |r: &crate::server::Reply| r.body["timeline"].as_array().unwrap().len();
+    // Another connection commits, as the CLI would.
+    let mut other = api.state.store().unwrap();
+    let entry = opsgraph_store::TimelineEntry {
+        seq: 0,
+        operation: id.clone(),
+        at: opsgraph_store::now(),
+        actor: "cli".into(),
+        event: "note".into(),
+        from: None,
+        to: None,
+        reason: "written beside the server".into(),
+        data: serde_json::Value::Null,
+    };
+    other.commit(&[opsgraph_store::Write::Timeline(entry)]).unwrap();
+    let noted = api.get(&path, &admin);
+    assert_eq!(entries(&noted), entries(&first) + 1, "{}", noted.body["timeline"]);
+    assert_eq!(noted.body["timeline"].as_array().unwrap().last().unwrap()["reason"], "written beside the server");
+    // This server commits.
+    let cancelled = api.post(&format!("{path}/cancel"), &admin, &json!({"reason": "enough"}).to_string());
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    api.idle();
+    let after = api.get(&path, &admin);
+    assert_eq!(after.body["state"], "cancelled", "{}", after.body);
+    // An unknown operation is still a 404.
+    assert_eq!(api.get("/api/v1/operations/op-nope", &admin).status, 404);
+}
