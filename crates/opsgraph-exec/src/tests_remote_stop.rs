@@ -125,6 +125,30 @@ fn the_wrapper_records_its_group_and_the_kill_script_stops_it() {
     assert!(!dir.join("ran").exists());
 }
 
+/// A login shell that already leads its own session and process group, as every command `sshd`
+/// starts without a terminal does, runs the wrapper's `sh` in its place: the group recorded is
+/// the shell's own pid (with `setsid -w` it would be a forked child's), and the command still
+/// runs, passes its exit code and has its file removed.
+#[test]
+fn a_session_leader_runs_the_wrapper_in_place() {
+    let dir = TempDir::new();
+    let token = "ffeeddccbbaa99887766554433221100";
+    // `setsid` (no `-w`) from a process that leads no group makes the session in place and execs
+    // the `sh`: the spawned pid leads its session and group, as under `sshd`.
+    let child = Command::new("setsid")
+        .args(["sh", "-c", &wrap("echo \"$(cat \"$1\") $$\"; exit 3", token)])
+        .current_dir(dir.path())
+        .env("TMPDIR", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{pid} {pid}"), "not run in place");
+    assert!(!dir.join(&format!("opsgraph-pg.{token}")).exists(), "the wrapper left its file");
+}
+
 /// A short command travels as an argument, a long one on a here-document; both run as given,
 /// with the file's name as `$1`, and record their group.
 #[test]

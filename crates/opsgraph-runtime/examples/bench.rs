@@ -226,6 +226,9 @@ fn bench_chain(n: usize, dir: &std::path::Path) {
     println!("| orchestration overhead = (chain - spawns) / N | | {overhead:.3} ms |");
     println!("| goal: two commits + 0.25 ms | | {goal:.3} ms |");
     println!("| overhead / goal | | {:.2} |", overhead / goal);
+    let goal5 = per(commit) + 0.1;
+    println!("| goal of issue [N] 5: one commit + 0.1 ms | | {goal5:.3} ms |");
+    println!("| overhead / goal of issue [N] 5 | | {:.2} |", overhead / goal5);
     println!("| overhead in commits | | {:.1} x commit floor |", overhead / per(commit));
 }
 
@@ -248,7 +251,7 @@ fn bench_wide(n: usize, concurrency: usize, dir: &std::path::Path) {
         rate(ceiling)
     );
     println!("| wide DAG driven by the runtime (durable) | {:.1} ms | {:.0} |", ms(run), rate(run));
-    println!("| runtime / ceiling (goal >= 70%) | | {:.0}% |", 100.0 * rate(run) / rate(ceiling));
+    println!("| runtime / ceiling (goal >= 70%; issue [N] 5: >= 90%) | | {:.0}% |", 100.0 * rate(run) / rate(ceiling));
 }
 
 fn bench_noop(n: usize, concurrency: usize, dir: &std::path::Path) {
@@ -261,6 +264,7 @@ fn bench_noop(n: usize, concurrency: usize, dir: &std::path::Path) {
     println!("|---|---|---|");
     println!("| durable no-op jobs driven by the runtime | {:.1} ms | {rate:.0} |", ms(run));
     println!("| against the goal of 10,000 jobs/s | | {:.2}x |", rate / 10_000.0);
+    println!("| against issue [N] 5's goal of 30,000 jobs/s | | {:.2}x |", rate / 30_000.0);
 }
 
 /// The timeline row of the `i`th transition the commit benchmarks write (a pause of `op-bench`).
@@ -568,7 +572,7 @@ mod scale {
             jobs_rate.push(rate(ops * n, d));
             println!("| {name} | {:.0} ms | {:.0} | {:.0} |", ms(d), rate(ops * n, d), rate(rows[c], d));
         }
-        println!("| PostgreSQL / SQLite, 1 replica | | {:.2} | |", jobs_rate[2] / jobs_rate[0]);
+        println!("| PostgreSQL / SQLite, 1 replica (issue [N] 5: >= 0.8) | | {:.2} | |", jobs_rate[2] / jobs_rate[0]);
         println!("| 2 replicas / 1 replica, SQLite | | {:.2} | |", jobs_rate[1] / jobs_rate[0]);
         println!("| 2 replicas / 1 replica, PostgreSQL | | {:.2} | |", jobs_rate[3] / jobs_rate[2]);
     }
