@@ -40,8 +40,10 @@ pub(crate) struct ClaimBody {
     #[serde(default)]
     #[schemars(length(max = 1000))]
     resources: Vec<String>,
-    /// How long to wait for work, in ms (at most 30 s; 0 answers at once).
+    /// How long to wait for work, in ms (at most 30 s; 0 answers at once; a longer wait is cut
+    /// to 30 s). The bound is u64's, so that the document says what the server reads.
     #[serde(default)]
+    #[schemars(range(max = 18_446_744_073_709_551_615_u64))]
     wait_ms: u64,
     /// Which process of the agent name claims (`host/pid`), recorded with the claim.
     #[serde(default)]

@@ -131,9 +131,21 @@ impl Ctx {
     /// The JSON body; `{}` when there is none and `optional`.
     pub(crate) fn json<T: DeserializeOwned>(&self, optional: bool) -> Result<T, ApiError> {
         let body: &[u8] = if self.body.iter().all(u8::is_ascii_whitespace) && optional { b"{}" } else { &self.body };
-        serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request("invalid_json", format!("the body is not the JSON this route takes: {e}"))
-        })
+        let first = match serde_json::from_slice(body) {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        // JSON Schema (the OpenAPI document's language) calls `3.0` an integer; serde does not. A
+        // body written so is read with those numbers as the integers they are.
+        let integral = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|mut v| crate::body::integral_floats_to_integers(&mut v).then_some(v));
+        let e = match integral.map(serde_json::from_value) {
+            Some(Ok(v)) => return Ok(v),
+            Some(Err(e)) => e,
+            None => first,
+        };
+        Err(ApiError::bad_request("invalid_json", format!("the body is not the JSON this route takes: {e}")))
     }
 
     pub(crate) fn operation_record(&self) -> Result<OperationRecord, ApiError> {

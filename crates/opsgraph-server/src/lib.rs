@@ -13,6 +13,7 @@
 mod agent;
 mod analyze;
 pub mod auth;
+mod body;
 mod catalog;
 mod error;
 mod handlers;
