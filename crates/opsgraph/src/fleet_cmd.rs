@@ -98,18 +98,7 @@ pub fn run(data_dir: &Path, command: FleetCommand, out: &mut dyn Write, err: &mu
             })
         }
     };
-    match result {
-        Ok(code) => Ok(code),
-        Err(e) => {
-            writeln!(err, "error[{}]: {e}", e.code())?;
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                writeln!(err, "  caused by: {s}")?;
-                source = s.source();
-            }
-            Ok(if matches!(e, opsgraph_fleet::Error::NotRoot) { 2 } else { 1 })
-        }
-    }
+    crate::render::fleet_exit(result, err)
 }
 
 fn print_hosts(out: &mut dyn Write, hosts: &[(&str, &str)]) -> std::io::Result<()> {

@@ -58,13 +58,7 @@ pub fn run(data_dir: &Path, command: LightCommand, out: &mut dyn Write, err: &mu
             })
         }
     };
-    match result {
-        Ok(code) => Ok(code),
-        Err(e) => {
-            writeln!(err, "error[{}]: {e}", e.code())?;
-            Ok(if matches!(e, opsgraph_fleet::Error::NotRoot) { 2 } else { 1 })
-        }
-    }
+    crate::render::fleet_exit(result, err)
 }
 
 /// One line per host, then the memory of all the sshd together.

@@ -308,3 +308,20 @@ pub fn confirmed(
     writeln!(err, "{declined}")?;
     Ok(false)
 }
+
+/// The exit of every `lab fleet` command, `light` included: its code, or the error with its
+/// chain of causes on stderr and 1 (2 when not root).
+pub fn fleet_exit(result: Result<u8, opsgraph_fleet::Error>, err: &mut dyn Write) -> anyhow::Result<u8> {
+    match result {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            writeln!(err, "error[{}]: {e}", e.code())?;
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                writeln!(err, "  caused by: {s}")?;
+                source = s.source();
+            }
+            Ok(if matches!(e, opsgraph_fleet::Error::NotRoot) { 2 } else { 1 })
+        }
+    }
+}
