@@ -33,6 +33,12 @@ fn endpoint(ctx: &Ctx) -> Result<Endpoint, ApiError> {
     })
 }
 
+/// Counts one question to the AI analyzer against `limits.ai_requests_*` (429 `rate_limited`
+/// beyond them), once the asker may ask and before anything is sent.
+fn budget(ctx: &Ctx, actor: &str) -> Result<(), ApiError> {
+    ctx.state.0.ai_budget.take(&ctx.state.0.limits, actor, std::time::Instant::now())
+}
+
 fn audit(actor: &str, action: &str, op: &OperationRecord, detail: Value) -> Write {
     opsgraph_runtime::audit::control(actor, action, op, detail)
 }
@@ -59,6 +65,7 @@ pub(crate) fn diagnose(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         ));
     }
     let endpoint = endpoint(ctx)?;
+    budget(ctx, &actor)?;
     let mut rt = ctx.runtime()?;
     // The question leaves the machine: who asked is recorded with the answer (or its refusal).
     rt.attach(vec![audit(&actor, "operation.diagnose", &op, json!({"analyzer": "ai", "model": endpoint.model()}))]);
@@ -83,6 +90,7 @@ pub(crate) fn propose_patch(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 fn propose(ctx: &mut Ctx, op: OperationRecord) -> Result<Reply, ApiError> {
     let actor = ctx.who()?.actor();
     let endpoint = endpoint(ctx)?;
+    budget(ctx, &actor)?;
     let mut rt = ctx.runtime()?;
     rt.attach(vec![audit(&actor, "operation.diagnose", &op, json!({"analyzer": "ai", "model": endpoint.model()}))]);
     // Asked without the write lock: a slow endpoint holds no other change up.

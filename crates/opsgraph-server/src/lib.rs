@@ -11,6 +11,7 @@
 //!   the store as they do from the CLI.
 
 mod agent;
+mod ai_budget;
 mod analyze;
 pub mod auth;
 mod body;
@@ -115,6 +116,8 @@ pub(crate) struct Inner {
     pub(crate) pool: Mutex<Vec<Box<dyn Store>>>,
     /// Answers kept until the store's next commit (`reads.rs`).
     pub(crate) reads: reads::Reads,
+    /// The AI analyzer's questions of the last hour (`limits.ai_requests_*`).
+    pub(crate) ai_budget: ai_budget::AiBudget,
 }
 
 /// The most idle store connections kept for requests: about as many as requests run at once
@@ -187,6 +190,7 @@ impl AppState {
             concurrency: None,
             pool: Mutex::new(Vec::new()),
             reads: reads::Reads::default(),
+            ai_budget: ai_budget::AiBudget::default(),
         }))
     }
 

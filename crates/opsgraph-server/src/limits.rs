@@ -42,6 +42,12 @@ pub struct Limits {
     pub connections: usize,
     /// `limits.connections_per_peer`: connections open at once from one IP address.
     pub connections_per_peer: usize,
+    /// `limits.ai_requests_per_hour`: questions to the AI analyzer in the last hour, from
+    /// everyone together (`ai_budget.rs`): each sends context off the machine and costs money.
+    pub ai_requests_per_hour: usize,
+    /// `limits.ai_requests_per_identity_per_hour`: questions one identity asks the AI analyzer
+    /// in the last hour, so one client in a loop cannot take everyone's share.
+    pub ai_requests_per_identity_per_hour: usize,
 }
 
 impl Default for Limits {
@@ -57,6 +63,8 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(10),
             connections: 1024,
             connections_per_peer: 64,
+            ai_requests_per_hour: 120,
+            ai_requests_per_identity_per_hour: 30,
         }
     }
 }
@@ -73,6 +81,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("header_read_timeout", Kind::Seconds),
     ("connections", Kind::Count),
     ("connections_per_peer", Kind::Count),
+    ("ai_requests_per_hour", Kind::Count),
+    ("ai_requests_per_identity_per_hour", Kind::Count),
 ];
 
 #[derive(Clone, Copy)]
@@ -133,6 +143,8 @@ impl Limits {
             "agent_report_bytes" => &mut self.agent_report_bytes,
             "connections" => &mut self.connections,
             "connections_per_peer" => &mut self.connections_per_peer,
+            "ai_requests_per_hour" => &mut self.ai_requests_per_hour,
+            "ai_requests_per_identity_per_hour" => &mut self.ai_requests_per_identity_per_hour,
             other => unreachable!("`{other}` is listed in KEYS as a count"),
         }
     }
@@ -181,7 +193,7 @@ mod tests {
         check("limits:\n  event_stream_duration: 30\n", expect!["event_stream_duration: 30s,"]);
         check(
             "limits: {streams: 3}\n",
-            expect!["error: config.yaml: unknown limit `limits.streams`; expected one of body_bytes, idempotency_key_bytes, event_streams, event_streams_per_identity, archive_bytes, event_stream_duration, agent_report_bytes, header_read_timeout, connections, connections_per_peer"],
+            expect!["error: config.yaml: unknown limit `limits.streams`; expected one of body_bytes, idempotency_key_bytes, event_streams, event_streams_per_identity, archive_bytes, event_stream_duration, agent_report_bytes, header_read_timeout, connections, connections_per_peer, ai_requests_per_hour, ai_requests_per_identity_per_hour"],
         );
         check(
             "limits: {connections: 0}\n",

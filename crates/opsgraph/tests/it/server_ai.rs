@@ -14,7 +14,12 @@ const SECRET: &str = "s3cr3t-Pa55-w0rd";
 
 /// A server over the greet pack with `config`; an operation of bob's that failed.
 fn failed_operation(config: &str) -> (Api, String) {
-    let api = Api::over(temp_dir(GREET)).config(config).packs(&["greet"]).build();
+    failed_under(config, opsgraph_server::Limits::default())
+}
+
+/// [`failed_operation`] under `limits`.
+fn failed_under(config: &str, limits: opsgraph_server::Limits) -> (Api, String) {
+    let api = Api::over(temp_dir(GREET)).config(config).packs(&["greet"]).limits(limits).build();
     let bob = api.token("bob", &["sre"]);
     let intent = format!(
         "intent:\n  target_resource_type: greet.app\n  action: run\n  name: g-1\n  environment: dev\n  parameters: {{word: bye, password: {SECRET}}}\n"
@@ -194,6 +199,30 @@ fn the_ai_analyzer_is_refused_without_an_endpoint_or_an_answer() {
     let dir = temp_dir(&[("config.yaml", "ai:\n  url: ftp://x\n  model: m\n")]);
     let e = opsgraph_server::Config::load(dir.path()).unwrap_err().to_string();
     assert!(e.contains("`ai.url` must be an http:// or https:// URL"), "{e}");
+}
+
+#[test]
+fn the_ai_analyzer_is_asked_no_more_often_than_the_limits_allow() {
+    let stand_in = StandIn::start();
+    stand_in.answers(GOOD);
+    let limits =
+        opsgraph_server::Limits { ai_requests_per_hour: 2, ai_requests_per_identity_per_hour: 1, ..Default::default() };
+    let (api, id) = failed_under(&stand_in.config(), limits);
+    let [ada, cy, dee] = api.tokens([("ada", "sre"), ("cy", "sre"), ("dee", "sre")]);
+    let ask = |token: &str| api.post(&format!("/api/v1/operations/{id}/diagnosis?analyzer=ai"), token, "");
+    assert_eq!(ask(&ada).status, 200);
+    // ada's share of the hour is used: refused before anything is sent, through either route.
+    for r in [ask(&ada), api.post(&format!("/api/v1/operations/{id}/patches?analyzer=ai"), &ada, "")] {
+        assert_eq!((r.status, r.code()), (429, "rate_limited"), "{}", r.body);
+        assert_eq!(r.body["error"]["details"]["limit"], "ai_requests_per_identity_per_hour", "{}", r.body);
+        assert!(r.body["error"]["message"].as_str().unwrap().contains("try again in"), "{}", r.body);
+    }
+    assert_eq!(ask(&cy).status, 200, "another identity has its own share");
+    let r = ask(&dee);
+    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{}", r.body);
+    assert_eq!(r.body["error"]["details"]["limit"], "ai_requests_per_hour", "{}", r.body);
+    assert_eq!(stand_in.requests.lock().unwrap().len(), 2, "only the questions allowed left the machine");
+    assert_eq!(events(&api, &id, &ada), ["ai_diagnosis", "ai_diagnosis"], "refusals record nothing");
 }
 
 /// `diagnose OP --ai openai [--propose]` with `--server`: the server's analyzer answers, and the
