@@ -27,7 +27,10 @@ impl Runtime {
     /// When the plan recorded a digest, the loaded pack must have it: an operation runs the
     /// files that were planned and approved, not whatever now carries the same version.
     pub(crate) fn pack(&self, plan: &Plan) -> Result<&Pack, Error> {
-        let same = self.packs.iter().filter(|p| p.reference() == plan.pack);
+        // `id@version`, compared without formatting it (this runs for every attempt).
+        let named =
+            |p: &&Pack| plan.pack.split_once('@').is_some_and(|(id, v)| id == p.manifest.id && v == p.manifest.version);
+        let same = self.packs.iter().filter(named);
         let mut first = None;
         for p in same {
             match plan.pack_digest.as_deref() {

@@ -122,7 +122,7 @@ impl<'p> Drive<'p> {
 
     fn remember(&mut self, writes: &[Write]) {
         for j in writes.iter().filter_map(Write::job) {
-            self.cache.insert(j.id.clone(), cached(j.clone()));
+            self.cache.insert(j.id.clone(), cached_of(j));
         }
     }
 }
@@ -132,12 +132,29 @@ impl<'p> Drive<'p> {
 /// finished job was most of a 10,000-job drive's memory. The store keeps the whole record.
 pub(crate) fn cached(mut j: JobRecord) -> JobRecord {
     if j.state != JobState::Running {
-        j.outcome = match j.outcome.get("failure").filter(|f| !f.is_null()) {
-            Some(f) => serde_json::json!({ "failure": f }),
-            None => Value::Null,
-        };
+        j.outcome = kept_outcome(&j.outcome);
     }
     j
+}
+
+/// [`cached`] of a record that stays where it is (a write about to be committed): its outcome is
+/// not copied only to be dropped.
+pub(crate) fn cached_of(j: &JobRecord) -> JobRecord {
+    JobRecord {
+        operation: j.operation.clone(),
+        id: j.id.clone(),
+        state: j.state,
+        attempts: j.attempts,
+        outcome: if j.state == JobState::Running { j.outcome.clone() } else { kept_outcome(&j.outcome) },
+        updated_at: j.updated_at.clone(),
+    }
+}
+
+fn kept_outcome(outcome: &Value) -> Value {
+    match outcome.get("failure").filter(|f| !f.is_null()) {
+        Some(f) => serde_json::json!({ "failure": f }),
+        None => Value::Null,
+    }
 }
 
 /// What the drive does after an executed decision.
@@ -166,7 +183,7 @@ impl Runtime {
             match effect {
                 Effect::Flush => {
                     if !d.carry.is_empty() {
-                        self.commit_timeline(std::mem::take(&mut d.carry), progress)?;
+                        self.commit_timeline(&std::mem::take(&mut d.carry), progress)?;
                     }
                 }
                 Effect::Hold => {
@@ -281,8 +298,11 @@ impl Runtime {
             let attempt = record.as_ref().map_or(0, |r| r.attempts) + 1;
             let mut mask = Vec::new();
             let env = self.environment(op, plan, instance, &job, &d.inputs, &pending, &mut mask)?;
-            let key_values = self.key_values(op, plan, instance, &env);
-            let key = job.controls.idempotency.as_ref().map(|k| render_key(&k.key, &key_values));
+            let key = job
+                .controls
+                .idempotency
+                .as_ref()
+                .map(|k| render_key(&k.key, &self.key_values(op, plan, instance, &env)));
             let check_first = match &key {
                 Some(k) => self.store.idempotency(k)?.is_some(),
                 None => false,
@@ -355,10 +375,9 @@ impl Runtime {
                 tasks.push(task);
             }
         }
-        let started: Vec<JobRecord> = writes.iter().filter_map(Write::job).cloned().collect();
-        self.commit_timeline(writes, progress)?;
+        self.commit_timeline(&writes, progress)?;
         crate::failpoint::hit("attempts.recorded");
-        d.cache.extend(started.into_iter().map(|j| (j.id.clone(), cached(j))));
+        d.remember(&writes);
         for task in tasks {
             if task.is_trivial() {
                 // Nothing to run, check or collect: its result is known now, without a thread

@@ -187,7 +187,7 @@ impl Runtime {
                 let actor = self.actor.clone();
                 self.transition(op, event, &actor, &reason, extra, progress)?;
             }
-            None => self.commit_timeline(writes, progress)?,
+            None => self.commit_timeline(&writes, progress)?,
         }
         Ok(())
     }

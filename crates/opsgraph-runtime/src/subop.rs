@@ -87,7 +87,7 @@ impl Runtime {
                             ),
                             json!({"child": child, "requirement": requirement, "resource": record.resource}),
                         );
-                        self.commit_timeline(vec![Write::Timeline(note)], progress)?;
+                        self.commit_timeline(&[Write::Timeline(note)], progress)?;
                     }
                 }
                 OperationState::Failed { reason } | OperationState::Cancelled { reason } => {

@@ -80,12 +80,12 @@ impl Runtime {
         Ok(next)
     }
 
-    pub(crate) fn commit_timeline(&mut self, writes: Vec<Write>, progress: Progress<'_>) -> Result<(), Error> {
+    pub(crate) fn commit_timeline(&mut self, writes: &[Write], progress: Progress<'_>) -> Result<(), Error> {
         if writes.is_empty() {
             return Ok(());
         }
-        self.commit(&writes)?;
-        for w in &writes {
+        self.commit(writes)?;
+        for w in writes {
             if let Write::Timeline(t) = w {
                 progress(t);
             }
