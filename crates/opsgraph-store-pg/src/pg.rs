@@ -186,8 +186,19 @@ impl Store for PgStore {
             let mut timeline: Vec<&TimelineEntry> = Vec::new();
             let mut jobs: Vec<&JobRecord> = Vec::new();
             let mut job_at: HashMap<(&str, &str), usize> = HashMap::new();
+            // A driven operation's commit: its fence and transition checked in the last statement.
+            let fold = crate::pg_tail::folds(writes);
+            let mut checks = crate::pg_tail::Checks::default();
             for w in writes {
                 match w {
+                    Write::Fence { operation, holder, token } if fold => {
+                        checks.fence = Some((operation, holder, token))
+                    }
+                    Write::Transition { operation, expect_version, state, entry } if fold => {
+                        let (state_json, kind) = (json(state)?, state_kind(state)?);
+                        checks.transition = Some((operation, expect_version, state_json, kind, entry.at.as_str()));
+                        timeline.push(entry);
+                    }
                     Write::CreateOperation { op, plan } => {
                         tx.exec(
                         "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id)
@@ -400,48 +411,7 @@ impl Store for PgStore {
                     }
                 }
             }
-            if !jobs.is_empty() {
-                let outcomes: Vec<String> = jobs.iter().map(|j| json(&j.outcome)).collect::<Result<_, _>>()?;
-                tx.exec(
-                    "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
-                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[])
-                 ON CONFLICT (operation, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-                 outcome = excluded.outcome, updated_at = excluded.updated_at",
-                    &[
-                        &jobs.iter().map(|j| j.operation.as_str()).collect::<Vec<_>>(),
-                        &jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
-                        &jobs.iter().map(|j| j.state.as_str()).collect::<Vec<_>>(),
-                        &jobs.iter().map(|j| j.attempts as i64).collect::<Vec<_>>(),
-                        &outcomes,
-                        &jobs.iter().map(|j| j.updated_at.as_str()).collect::<Vec<_>>(),
-                    ],
-                )?;
-            }
-            if !timeline.is_empty() {
-                let rows = tx.query(
-                    "UPDATE counters SET value = value + $1 WHERE name = 'timeline' RETURNING value",
-                    &[&(timeline.len() as i64)],
-                )?;
-                let last: i64 = rows.first().map(|r| r.get(0)).unwrap_or_default();
-                let first = last - timeline.len() as i64 + 1;
-                let data: Vec<String> = timeline.iter().map(|e| json(&e.data)).collect::<Result<_, _>>()?;
-                tx.exec(
-                    "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
-                 SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                 $7::text[], $8::text[], $9::text[])",
-                    &[
-                        &(first..first + timeline.len() as i64).collect::<Vec<i64>>(),
-                        &timeline.iter().map(|e| e.operation.as_str()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.at.as_str()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.actor.as_str()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.from.as_deref()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.to.as_deref()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
-                        &data,
-                    ],
-                )?;
-            }
+            crate::pg_tail::write(&mut tx, checks, &jobs, &timeline)?;
             tx.tx.commit()?;
             Ok(())
         })
