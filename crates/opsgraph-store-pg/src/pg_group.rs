@@ -1,9 +1,11 @@
 //! The commits of one database in this process, grouped (issue [N] 5), as SQLite's `writer.rs`
 //! groups a file's: connections take turns on a mutex, and whoever takes the turn runs the
-//! commits that queued up while the previous turn ran, each in a savepoint of its own, in one
-//! transaction on its own connection: one WAL flush for all of them. Each caller gets its own
-//! result, as if it had committed alone (a write refused, a stale fence, rolls back its savepoint
-//! only), and gets it after `COMMIT` answered: nothing is acknowledged before it is durable.
+//! commits that queued up while the previous turn ran in one transaction on its own connection:
+//! one WAL flush for all of them. Each caller gets its own result, as if it had committed alone,
+//! after `COMMIT` answered: nothing is acknowledged before it is durable. When one of them is
+//! refused (a stale version, a fence that no longer holds), the turn's transaction is rolled
+//! back and each runs again alone, in order (no savepoints: they cost a round trip each, and
+//! refusals are rare).
 //!
 //! Why: every commit that writes timeline rows holds the timeline counter's row lock, and the
 //! lock `NOTIFY` takes, until its WAL flush is done, so commits of several connections never
@@ -92,71 +94,50 @@ impl PgStore {
         pending.take().unwrap_or_else(|| Err(group_error("a grouped write that was never run")))
     }
 
-    /// One transaction: `mine` (if any) and the queued writes, each in a savepoint when there is
-    /// more than one; one commit. Returns `mine`'s result; the queued ones get theirs in `out`.
+    /// One transaction: `mine` (if any) and the queued writes, one commit. When one of them is
+    /// refused (a stale version, a fence that does not hold: rare), nothing of the turn is kept
+    /// and each runs again in a transaction of its own, in order, as if they had not been
+    /// grouped. Returns `mine`'s result; the queued ones get theirs in their `out`.
     pub(crate) fn commit_group(&self, mine: Option<&[Write]>, queued: Vec<Arc<Pending>>) -> Option<Result<(), Error>> {
-        let mut client = self.client.borrow_mut();
-        let tx = match client.transaction() {
-            Ok(tx) => tx,
-            Err(e) => {
-                let why = crate::conn::pg_message(&e);
-                for p in &queued {
-                    *lock(&p.out) = Some(Err(group_error(&format!("a write (the transaction did not begin: {why})"))));
-                }
-                return mine.map(|_| Err(Error::Postgres(why)));
+        let owned: Vec<Option<Vec<Write>>> = queued.iter().map(|p| lock(&p.writes).take()).collect();
+        let mut all: Vec<&[Write]> = mine.into_iter().collect();
+        all.extend(owned.iter().flatten().map(Vec::as_slice));
+        let outs: Vec<Result<(), Error>> = match self.in_one(&all) {
+            Some(Err(e)) if all.len() > 1 => {
+                // The commit failed: every write fails with it (none is run again: it may hold).
+                all.iter().map(|_| Err(group_error(&format!("a write ({e})")))).collect()
             }
+            Some(out) => std::iter::once(out).chain(all.iter().skip(1).map(|_| Ok(()))).collect(),
+            None => all.iter().map(|w| self.in_one(&[w]).unwrap_or_else(|| Err(group_error("a write")))).collect(),
         };
-        let mut tx = Tx { tx, statements: &self.statements };
-        let grouped = mine.is_some() as usize + queued.len() > 1;
-        // A savepoint that could not be rolled back to: nothing of this turn holds.
-        let mut lost: Option<String> = None;
-        let mut mine_out = mine.map(|w| run(&mut tx, w, grouped, &mut lost));
-        let mut outs: Vec<Result<(), Error>> = Vec::with_capacity(queued.len());
-        for p in &queued {
-            let writes = lock(&p.writes).take();
-            outs.push(match (writes, &lost) {
-                (_, Some(why)) => Err(group_error(&format!("a write ({why})"))),
-                (Some(w), None) => run(&mut tx, &w, grouped, &mut lost),
-                (None, None) => Err(group_error("a write taken twice")),
-            });
-        }
-        // Alone, a refused write leaves nothing to commit: the transaction is rolled back.
-        let refused = !grouped && mine_out.iter().chain(outs.iter()).any(|r| r.is_err());
-        if lost.is_none() && !refused {
-            if let Err(e) = tx.tx.commit() {
-                lost = Some(crate::conn::pg_message(&e));
-            }
-        }
-        if let Some(why) = lost {
-            // Every write that had passed fails with the transaction.
-            for r in mine_out.iter_mut().chain(outs.iter_mut()).filter(|r| r.is_ok()) {
-                *r = Err(group_error(&format!("a write ({why})")));
-            }
-        }
-        for (p, out) in queued.iter().zip(outs) {
+        // Taken from the back, in order.
+        let mut outs: Vec<Result<(), Error>> = outs.into_iter().rev().collect();
+        let mine_out = mine.map(|_| outs.pop().unwrap_or_else(|| Err(group_error("a write"))));
+        for (p, w) in queued.iter().zip(&owned) {
+            let out = match w {
+                Some(_) => outs.pop().unwrap_or_else(|| Err(group_error("a write"))),
+                None => Err(group_error("a write taken twice")),
+            };
             *lock(&p.out) = Some(out);
         }
         mine_out
     }
-}
 
-/// `writes` in `tx`, in a savepoint of their own when `grouped`: kept when they succeed, rolled
-/// back to when they fail. A savepoint that cannot be rolled back to sets `lost`.
-fn run(tx: &mut Tx<'_, '_>, writes: &[Write], grouped: bool, lost: &mut Option<String>) -> Result<(), Error> {
-    if !grouped {
-        return edge(|| crate::pg::apply(tx, writes));
-    }
-    if let Err(e) = tx.tx.batch_execute("SAVEPOINT grouped") {
-        *lost = Some(crate::conn::pg_message(&e));
-        return Err(group_error(&format!("a write ({})", crate::conn::pg_message(&e))));
-    }
-    let out = edge(|| crate::pg::apply(tx, writes));
-    // Kept savepoints are not released (a round trip each): the next write's, of the same name,
-    // is the one a rollback goes back to, and the commit keeps them all.
-    if out.is_err() {
-        if let Err(e) = tx.tx.batch_execute("ROLLBACK TO grouped") {
-            *lost = Some(crate::conn::pg_message(&e));
+    /// `writes` in one transaction: the commit's result, or `None` when one of several was
+    /// refused (the transaction was rolled back). A single one's refusal is its result.
+    fn in_one(&self, writes: &[&[Write]]) -> Option<Result<(), Error>> {
+        let mut client = self.client.borrow_mut();
+        let tx = match client.transaction() {
+            Ok(tx) => tx,
+            Err(e) => return Some(Err(Error::Postgres(crate::conn::pg_message(&e)))),
+        };
+        let mut tx = Tx { tx, statements: &self.statements };
+        for w in writes {
+            if let Err(e) = edge(|| crate::pg::apply(&mut tx, w)) {
+                // Dropped, the transaction rolls back.
+                return (writes.len() == 1).then_some(Err(e));
+            }
         }
+        Some(edge(|| Ok(tx.tx.commit()?)))
     }
-    out
 }

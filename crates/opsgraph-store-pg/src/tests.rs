@@ -73,8 +73,9 @@ fn postgres_operations_made_before_ids_existed_get_theirs() {
     );
 }
 
-/// A turn's commits in one transaction, each in its savepoint: a refused one (a stale version, a
-/// fence that does not hold) rolls back its own writes only, and gets its own error.
+/// A turn's commits in one transaction: when one is refused (a stale version, a fence that does
+/// not hold), each runs again alone, in order; the refused ones get their own error, the others
+/// hold.
 #[test]
 fn postgres_grouped_commits_fail_alone() {
     use opsgraph_core::model::OperationState;
