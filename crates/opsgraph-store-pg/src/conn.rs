@@ -16,6 +16,8 @@ pub struct PgStore {
     pub(crate) client: RefCell<Client>,
     /// Prepared statements by text: a transition is parsed once per connection.
     pub(crate) statements: RefCell<HashMap<String, Statement>>,
+    /// The commits of this process to this database, grouped (`pg_group.rs`).
+    pub(crate) writer: std::sync::Arc<crate::pg_group::Writer>,
     /// Whether this connection listens on the timeline's channel (`wait_for_timeline` asked).
     pub(crate) listening: std::cell::Cell<bool>,
 }

@@ -35,6 +35,7 @@ impl PgStore {
             let store = PgStore {
                 client: RefCell::new(client),
                 statements: RefCell::new(HashMap::new()),
+                writer: crate::pg_group::writer_of(url),
                 listening: std::cell::Cell::new(false),
             };
             store.migrate()?;
@@ -175,276 +176,238 @@ fn resource(r: &Row) -> Result<ResourceRecord, Fail> {
     Ok(ResourceRecord { id: r.get(0), doc: parse(r.get(1))?, last_operation: r.get(2), updated_at: r.get(3) })
 }
 
-impl Store for PgStore {
-    fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
-        edge(|| {
-            let mut client = self.client.borrow_mut();
-            let mut tx = Tx { tx: client.transaction()?, statements: &self.statements };
-            // Timeline entries are inserted last, with their seqs: see the module's comment. Job
-            // records too, in one statement (nothing in a transaction reads them back; a job written
-            // twice in one batch keeps its last record, as two upserts in a row would).
-            let mut timeline: Vec<&TimelineEntry> = Vec::new();
-            let mut jobs: Vec<&JobRecord> = Vec::new();
-            let mut job_at: HashMap<(&str, &str), usize> = HashMap::new();
-            for w in writes {
-                match w {
-                    Write::CreateOperation { op, plan } => {
-                        tx.exec(
-                        "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                        &[
-                            &op.id,
-                            &op.parent,
-                            &json(&op.intent)?,
-                            &op.resource,
-                            &json(&op.state)?,
-                            &state_kind(&op.state)?,
-                            &op.plan_revision,
-                            &op.actor,
-                            &op.created_at,
-                            &op.updated_at,
-                            &op.version,
-                            &op.intent_id,
-                            &op.plan_id,
-                        ],
-                    )?;
-                        tx.exec(
-                            "INSERT INTO plans (revision, operation, plan) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                            &[&op.plan_revision, &op.id, plan],
-                        )?;
-                    }
-                    Write::SetPlan { operation, revision, plan } => {
-                        tx.exec(
-                            "INSERT INTO plans (revision, operation, plan) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                            &[revision, operation, plan],
-                        )?;
-                        tx.exec("UPDATE operations SET plan_revision = $2 WHERE id = $1", &[operation, revision])?;
-                    }
-                    Write::ReplacePlan { revision, plan } => {
-                        tx.exec("UPDATE plans SET plan = $2 WHERE revision = $1", &[revision, plan])?;
-                    }
-                    Write::ReplaceGateValue { operation, gate, value } => {
-                        tx.exec(
-                            "UPDATE gates SET value = $3 WHERE operation = $1 AND id = $2",
-                            &[operation, gate, &json(value)?],
-                        )?;
-                    }
-                    Write::ReplaceIntent { operation, intent } => {
-                        tx.exec("UPDATE operations SET intent = $2 WHERE id = $1", &[operation, &json(intent)?])?;
-                    }
-                    Write::Transition { operation, expect_version, state, entry } => {
-                        let changed = tx.exec(
-                            "UPDATE operations SET state = $2, state_kind = $3, updated_at = $4, version = version + 1
-                         WHERE id = $1 AND version = $5",
-                            &[operation, &json(state)?, &state_kind(state)?, &entry.at, expect_version],
-                        )?;
-                        if changed != 1 {
-                            return Err(Error::Conflict { id: operation.clone(), expected: *expect_version }.into());
-                        }
-                        timeline.push(entry);
-                    }
-                    Write::Timeline(entry) => timeline.push(entry),
-                    Write::Job(j) => match job_at.get(&(j.operation.as_str(), j.id.as_str())) {
-                        Some(&i) => jobs[i] = j,
-                        None => {
-                            job_at.insert((j.operation.as_str(), j.id.as_str()), jobs.len());
-                            jobs.push(j);
-                        }
-                    },
-                    Write::Evidence(e) => {
-                        tx.exec(
-                        "INSERT INTO evidence (operation, job, check_id, source, command, expected, observed, passed, at, resource, capability)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                        &[
-                            &e.operation,
-                            &e.job,
-                            &e.check,
-                            &e.source,
-                            &e.command,
-                            &e.expected,
-                            &e.observed,
-                            &e.passed,
-                            &e.at,
-                            &e.resource,
-                            &e.capability,
-                        ],
-                    )?;
-                    }
-                    Write::Gate(g) => {
-                        // An answered gate is never answered again: the update matches no row and the
-                        // whole transaction is refused.
-                        let changed = tx.exec(
-                        "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value, patch)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-                         ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
-                         answered_at = excluded.answered_at, value = excluded.value WHERE gates.answer IS NULL",
-                        &[
-                            &g.operation,
-                            &g.id,
-                            &g.type_columns().0,
-                            &g.reason,
-                            &json(&g.options)?,
-                            &json(&g.required_roles)?,
-                            &g.answer,
-                            &g.answered_by,
-                            &g.answered_at,
-                            &g.value.as_ref().map(json).transpose()?,
-                            &g.type_columns().1,
-                        ],
-                    )?;
-                        if changed != 1 {
-                            return Err(
-                                Error::GateAnswered { operation: g.operation.clone(), gate: g.id.clone() }.into()
-                            );
-                        }
-                    }
-                    Write::Artifact(a) => {
-                        tx.exec(
-                        "INSERT INTO artifacts (operation, job, id, sensitivity, location, size, at) VALUES ($1, $2, $3, $4, $5, $6, $7)
-                         ON CONFLICT (operation, job, id) DO UPDATE SET sensitivity = excluded.sensitivity,
-                         location = excluded.location, size = excluded.size, at = excluded.at",
-                        &[&a.operation, &a.job, &a.id, &a.sensitivity, &a.location, &a.size, &a.at],
-                    )?;
-                    }
-                    Write::Resource(r) => {
-                        tx.exec(
-                            "INSERT INTO resources (id, doc, last_operation, updated_at) VALUES ($1, $2, $3, $4)
-                         ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, last_operation = excluded.last_operation,
-                         updated_at = excluded.updated_at",
-                            &[&r.id, &json(&r.doc)?, &r.last_operation, &r.updated_at],
-                        )?;
-                    }
-                    Write::DeleteResource(id) => {
-                        tx.exec("DELETE FROM resources WHERE id = $1", &[id])?;
-                    }
-                    Write::ResourceEvent(e) => {
-                        tx.exec(
-                            "INSERT INTO resource_events (resource, at, actor, kind, status, operation, summary, detail)
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                            &[&e.resource, &e.at, &e.actor, &e.kind, &e.status, &e.operation, &e.summary, &json(&e.detail)?],
-                        )?;
-                    }
-                    Write::Idempotency { key, resource, operation, job, at } => {
-                        tx.exec(
-                            "INSERT INTO idempotency (key, resource, operation, job, at) VALUES ($1, $2, $3, $4, $5)
-                         ON CONFLICT (key) DO UPDATE SET resource = excluded.resource, operation = excluded.operation,
-                         job = excluded.job, at = excluded.at",
-                            &[key, resource, operation, job, at],
-                        )?;
-                    }
-                    Write::ExpectPlan { operation, revision } => {
-                        let rows = tx.query("SELECT plan_revision FROM operations WHERE id = $1", &[operation])?;
-                        opsgraph_store::expect_plan(operation, revision, rows.first().map(|r| r.get(0)))?;
-                    }
-                    Write::Token(t) => {
-                        tx.exec(
-                            "INSERT INTO tokens (id, name, hash, roles, created_by, created_at, revoked_at)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7)
-                         ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at",
-                            &[&t.id, &t.name, &t.hash, &json(&t.roles)?, &t.created_by, &t.created_at, &t.revoked_at],
-                        )?;
-                    }
-                    Write::Audit(a) => {
-                        tx.exec(
-                            "INSERT INTO audit (at, actor, action, target, operation, resource, detail)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                            &[&a.at, &a.actor, &a.action, &a.target, &a.operation, &a.resource, &json(&a.detail)?],
-                        )?;
-                    }
-                    Write::Request(r) => {
-                        let changed = tx.exec(
-                            "INSERT INTO requests (actor, key, fingerprint, status, response, at)
-                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-                            &[&r.actor, &r.key, &r.fingerprint, &(r.status as i32), &json(&r.response)?, &r.at],
-                        )?;
-                        if changed != 1 {
-                            return Err(Error::RequestRecorded { actor: r.actor.clone(), key: r.key.clone() }.into());
-                        }
-                    }
-                    Write::Fence { operation, holder, token } => {
-                        // FOR SHARE: an acquisition (an UPDATE of this row) waits for this commit.
-                        let rows =
-                            tx.query("SELECT holder, token FROM leases WHERE operation = $1 FOR SHARE", &[operation])?;
-                        let current: Option<(String, i64)> = rows.first().map(|r| (r.get(0), r.get(1)));
-                        if current.as_ref().is_none_or(|(h, t)| h != holder || t != token) {
-                            return Err(Error::Fenced {
-                                operation: operation.clone(),
-                                holder: holder.clone(),
-                                token: *token,
-                                current: describe_current(current),
-                            }
-                            .into());
-                        }
-                    }
-                    Write::Agent(a) => crate::pg_agent::apply(&mut tx, a)?,
-                    Write::ExpectIdle { resource, operation } => {
-                        // Creators of operations on one resource take turns until their commit: the
-                        // second sees the first's row.
-                        tx.exec(
-                            "SELECT pg_advisory_xact_lock(hashtextextended('opsgraph.resource:' || $1, 0))",
-                            &[resource],
-                        )?;
-                        let rows = tx.query(
-                            "SELECT id, state_kind FROM operations WHERE resource = $1 AND id <> $2
-                         AND state_kind NOT IN ('completed', 'cancelled') ORDER BY created_at LIMIT 1",
-                            &[resource, operation],
-                        )?;
-                        if let Some(r) = rows.first() {
-                            return Err(Error::ResourceBusy {
-                                resource: resource.clone(),
-                                operation: r.get(0),
-                                state: r.get(1),
-                            }
-                            .into());
-                        }
-                    }
+/// The writes of one commit in `tx`, which the caller commits (or rolls back on an error).
+pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
+    // Timeline entries are inserted last, with their seqs: see the module's comment. Job
+    // records too, in one statement (nothing in a transaction reads them back; a job written
+    // twice in one batch keeps its last record, as two upserts in a row would).
+    let mut timeline: Vec<&TimelineEntry> = Vec::new();
+    let mut jobs: Vec<&JobRecord> = Vec::new();
+    let mut job_at: HashMap<(&str, &str), usize> = HashMap::new();
+    // A driven operation's commit: its fence and transition checked in the last statement.
+    let fold = crate::pg_tail::folds(writes);
+    let mut checks = crate::pg_tail::Checks::default();
+    for w in writes {
+        match w {
+            Write::Fence { operation, holder, token } if fold => checks.fence = Some((operation, holder, token)),
+            Write::Transition { operation, expect_version, state, entry } if fold => {
+                let (state_json, kind) = (json(state)?, state_kind(state)?);
+                checks.transition = Some((operation, expect_version, state_json, kind, entry.at.as_str()));
+                timeline.push(entry);
+            }
+            Write::CreateOperation { op, plan } => {
+                tx.exec(
+                "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                &[
+                    &op.id,
+                    &op.parent,
+                    &json(&op.intent)?,
+                    &op.resource,
+                    &json(&op.state)?,
+                    &state_kind(&op.state)?,
+                    &op.plan_revision,
+                    &op.actor,
+                    &op.created_at,
+                    &op.updated_at,
+                    &op.version,
+                    &op.intent_id,
+                    &op.plan_id,
+                ],
+            )?;
+                tx.exec(
+                    "INSERT INTO plans (revision, operation, plan) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    &[&op.plan_revision, &op.id, plan],
+                )?;
+            }
+            Write::SetPlan { operation, revision, plan } => {
+                tx.exec(
+                    "INSERT INTO plans (revision, operation, plan) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    &[revision, operation, plan],
+                )?;
+                tx.exec("UPDATE operations SET plan_revision = $2 WHERE id = $1", &[operation, revision])?;
+            }
+            Write::ReplacePlan { revision, plan } => {
+                tx.exec("UPDATE plans SET plan = $2 WHERE revision = $1", &[revision, plan])?;
+            }
+            Write::ReplaceGateValue { operation, gate, value } => {
+                tx.exec(
+                    "UPDATE gates SET value = $3 WHERE operation = $1 AND id = $2",
+                    &[operation, gate, &json(value)?],
+                )?;
+            }
+            Write::ReplaceIntent { operation, intent } => {
+                tx.exec("UPDATE operations SET intent = $2 WHERE id = $1", &[operation, &json(intent)?])?;
+            }
+            Write::Transition { operation, expect_version, state, entry } => {
+                let changed = tx.exec(
+                    "UPDATE operations SET state = $2, state_kind = $3, updated_at = $4, version = version + 1
+                 WHERE id = $1 AND version = $5",
+                    &[operation, &json(state)?, &state_kind(state)?, &entry.at, expect_version],
+                )?;
+                if changed != 1 {
+                    return Err(Error::Conflict { id: operation.clone(), expected: *expect_version }.into());
+                }
+                timeline.push(entry);
+            }
+            Write::Timeline(entry) => timeline.push(entry),
+            Write::Job(j) => match job_at.get(&(j.operation.as_str(), j.id.as_str())) {
+                Some(&i) => jobs[i] = j,
+                None => {
+                    job_at.insert((j.operation.as_str(), j.id.as_str()), jobs.len());
+                    jobs.push(j);
+                }
+            },
+            Write::Evidence(e) => {
+                tx.exec(
+                "INSERT INTO evidence (operation, job, check_id, source, command, expected, observed, passed, at, resource, capability)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    &e.operation,
+                    &e.job,
+                    &e.check,
+                    &e.source,
+                    &e.command,
+                    &e.expected,
+                    &e.observed,
+                    &e.passed,
+                    &e.at,
+                    &e.resource,
+                    &e.capability,
+                ],
+            )?;
+            }
+            Write::Gate(g) => {
+                // An answered gate is never answered again: the update matches no row and the
+                // whole transaction is refused.
+                let changed = tx.exec(
+                "INSERT INTO gates (operation, id, gate_type, reason, options, required_roles, answer, answered_by, answered_at, value, patch)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                 ON CONFLICT (operation, id) DO UPDATE SET answer = excluded.answer, answered_by = excluded.answered_by,
+                 answered_at = excluded.answered_at, value = excluded.value WHERE gates.answer IS NULL",
+                &[
+                    &g.operation,
+                    &g.id,
+                    &g.type_columns().0,
+                    &g.reason,
+                    &json(&g.options)?,
+                    &json(&g.required_roles)?,
+                    &g.answer,
+                    &g.answered_by,
+                    &g.answered_at,
+                    &g.value.as_ref().map(json).transpose()?,
+                    &g.type_columns().1,
+                ],
+            )?;
+                if changed != 1 {
+                    return Err(Error::GateAnswered { operation: g.operation.clone(), gate: g.id.clone() }.into());
                 }
             }
-            if !jobs.is_empty() {
-                let outcomes: Vec<String> = jobs.iter().map(|j| json(&j.outcome)).collect::<Result<_, _>>()?;
+            Write::Artifact(a) => {
                 tx.exec(
-                    "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
-                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[])
-                 ON CONFLICT (operation, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-                 outcome = excluded.outcome, updated_at = excluded.updated_at",
-                    &[
-                        &jobs.iter().map(|j| j.operation.as_str()).collect::<Vec<_>>(),
-                        &jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
-                        &jobs.iter().map(|j| j.state.as_str()).collect::<Vec<_>>(),
-                        &jobs.iter().map(|j| j.attempts as i64).collect::<Vec<_>>(),
-                        &outcomes,
-                        &jobs.iter().map(|j| j.updated_at.as_str()).collect::<Vec<_>>(),
-                    ],
+                "INSERT INTO artifacts (operation, job, id, sensitivity, location, size, at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (operation, job, id) DO UPDATE SET sensitivity = excluded.sensitivity,
+                 location = excluded.location, size = excluded.size, at = excluded.at",
+                &[&a.operation, &a.job, &a.id, &a.sensitivity, &a.location, &a.size, &a.at],
+            )?;
+            }
+            Write::Resource(r) => {
+                tx.exec(
+                    "INSERT INTO resources (id, doc, last_operation, updated_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, last_operation = excluded.last_operation,
+                 updated_at = excluded.updated_at",
+                    &[&r.id, &json(&r.doc)?, &r.last_operation, &r.updated_at],
                 )?;
             }
-            if !timeline.is_empty() {
+            Write::DeleteResource(id) => {
+                tx.exec("DELETE FROM resources WHERE id = $1", &[id])?;
+            }
+            Write::ResourceEvent(e) => {
+                tx.exec(
+                    "INSERT INTO resource_events (resource, at, actor, kind, status, operation, summary, detail)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[&e.resource, &e.at, &e.actor, &e.kind, &e.status, &e.operation, &e.summary, &json(&e.detail)?],
+                )?;
+            }
+            Write::Idempotency { key, resource, operation, job, at } => {
+                tx.exec(
+                    "INSERT INTO idempotency (key, resource, operation, job, at) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (key) DO UPDATE SET resource = excluded.resource, operation = excluded.operation,
+                 job = excluded.job, at = excluded.at",
+                    &[key, resource, operation, job, at],
+                )?;
+            }
+            Write::ExpectPlan { operation, revision } => {
+                let rows = tx.query("SELECT plan_revision FROM operations WHERE id = $1", &[operation])?;
+                opsgraph_store::expect_plan(operation, revision, rows.first().map(|r| r.get(0)))?;
+            }
+            Write::Token(t) => {
+                tx.exec(
+                    "INSERT INTO tokens (id, name, hash, roles, created_by, created_at, revoked_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at",
+                    &[&t.id, &t.name, &t.hash, &json(&t.roles)?, &t.created_by, &t.created_at, &t.revoked_at],
+                )?;
+            }
+            Write::Audit(a) => {
+                tx.exec(
+                    "INSERT INTO audit (at, actor, action, target, operation, resource, detail)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    &[&a.at, &a.actor, &a.action, &a.target, &a.operation, &a.resource, &json(&a.detail)?],
+                )?;
+            }
+            Write::Request(r) => {
+                let changed = tx.exec(
+                    "INSERT INTO requests (actor, key, fingerprint, status, response, at)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                    &[&r.actor, &r.key, &r.fingerprint, &(r.status as i32), &json(&r.response)?, &r.at],
+                )?;
+                if changed != 1 {
+                    return Err(Error::RequestRecorded { actor: r.actor.clone(), key: r.key.clone() }.into());
+                }
+            }
+            Write::Fence { operation, holder, token } => {
+                // FOR SHARE: an acquisition (an UPDATE of this row) waits for this commit.
+                let rows = tx.query("SELECT holder, token FROM leases WHERE operation = $1 FOR SHARE", &[operation])?;
+                let current: Option<(String, i64)> = rows.first().map(|r| (r.get(0), r.get(1)));
+                if current.as_ref().is_none_or(|(h, t)| h != holder || t != token) {
+                    return Err(Error::Fenced {
+                        operation: operation.clone(),
+                        holder: holder.clone(),
+                        token: *token,
+                        current: describe_current(current),
+                    }
+                    .into());
+                }
+            }
+            Write::Agent(a) => crate::pg_agent::apply(tx, a)?,
+            Write::ExpectIdle { resource, operation } => {
+                // Creators of operations on one resource take turns until their commit: the
+                // second sees the first's row.
+                tx.exec("SELECT pg_advisory_xact_lock(hashtextextended('opsgraph.resource:' || $1, 0))", &[resource])?;
                 let rows = tx.query(
-                    "UPDATE counters SET value = value + $1 WHERE name = 'timeline' RETURNING value",
-                    &[&(timeline.len() as i64)],
+                    "SELECT id, state_kind FROM operations WHERE resource = $1 AND id <> $2
+                 AND state_kind NOT IN ('completed', 'cancelled') ORDER BY created_at LIMIT 1",
+                    &[resource, operation],
                 )?;
-                let last: i64 = rows.first().map(|r| r.get(0)).unwrap_or_default();
-                let first = last - timeline.len() as i64 + 1;
-                let data: Vec<String> = timeline.iter().map(|e| json(&e.data)).collect::<Result<_, _>>()?;
-                tx.exec(
-                    "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
-                 SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                 $7::text[], $8::text[], $9::text[])",
-                    &[
-                        &(first..first + timeline.len() as i64).collect::<Vec<i64>>(),
-                        &timeline.iter().map(|e| e.operation.as_str()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.at.as_str()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.actor.as_str()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.from.as_deref()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.to.as_deref()).collect::<Vec<_>>(),
-                        &timeline.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
-                        &data,
-                    ],
-                )?;
+                if let Some(r) = rows.first() {
+                    return Err(Error::ResourceBusy {
+                        resource: resource.clone(),
+                        operation: r.get(0),
+                        state: r.get(1),
+                    }
+                    .into());
+                }
             }
-            tx.tx.commit()?;
-            Ok(())
-        })
+        }
+    }
+    crate::pg_tail::write(tx, checks, &jobs, &timeline)
+}
+
+impl Store for PgStore {
+    /// Grouped with other connections' commits to this database in this process (`pg_group.rs`).
+    fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
+        self.grouped_commit(writes)
     }
 
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {

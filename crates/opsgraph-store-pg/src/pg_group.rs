@@ -1,0 +1,143 @@
+//! The commits of one database in this process, grouped (issue [N] 5), as SQLite's `writer.rs`
+//! groups a file's: connections take turns on a mutex, and whoever takes the turn runs the
+//! commits that queued up while the previous turn ran in one transaction on its own connection:
+//! one WAL flush for all of them. Each caller gets its own result, as if it had committed alone,
+//! after `COMMIT` answered: nothing is acknowledged before it is durable. When one of them is
+//! refused (a stale version, a fence that no longer holds), the turn's transaction is rolled
+//! back and each runs again alone, in order (no savepoints: they cost a round trip each, and
+//! refusals are rare).
+//!
+//! Why: every commit that writes timeline rows holds the timeline counter's row lock, and the
+//! lock `NOTIFY` takes, until its WAL flush is done, so commits of several connections never
+//! share a flush on the server; operations driven side by side in one process each paid a flush
+//! per commit where SQLite paid one for all. Commits of other processes (other replicas) still
+//! queue on the server.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, TryLockError, Weak};
+
+use opsgraph_store::{Error, Write};
+
+use crate::conn::{PgStore, Tx};
+use crate::edge;
+
+/// The write turn of each database this process connected to, by URL.
+static WRITERS: LazyLock<Mutex<HashMap<String, Weak<Writer>>>> = LazyLock::new(Default::default);
+
+/// A commit that waits for the next turn, its result once it ran.
+pub(crate) struct Pending {
+    writes: Mutex<Option<Vec<Write>>>,
+    out: Mutex<Option<Result<(), Error>>>,
+}
+
+/// One database's committers in this process.
+#[derive(Default)]
+pub(crate) struct Writer {
+    turn: Mutex<()>,
+    queue: Mutex<Vec<Arc<Pending>>>,
+}
+
+pub(crate) fn writer_of(url: &str) -> Arc<Writer> {
+    let mut writers = lock(&WRITERS);
+    writers.retain(|_, w| w.strong_count() > 0);
+    if let Some(w) = writers.get(url).and_then(Weak::upgrade) {
+        return w;
+    }
+    let w = Arc::new(Writer::default());
+    writers.insert(url.to_string(), Arc::downgrade(&w));
+    w
+}
+
+impl Pending {
+    /// `writes`, waiting for a turn.
+    pub(crate) fn new(writes: Vec<Write>) -> Arc<Pending> {
+        Arc::new(Pending { writes: Mutex::new(Some(writes)), out: Mutex::new(None) })
+    }
+
+    /// The result, once a turn ran it.
+    pub(crate) fn take(&self) -> Option<Result<(), Error>> {
+        lock(&self.out).take()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn group_error(what: &str) -> Error {
+    Error::Postgres(format!("failed to commit {what}"))
+}
+
+impl PgStore {
+    /// `writes` committed with whatever other connections of this process to this database
+    /// queued meanwhile. When another connection holds the turn, an owned copy waits in the
+    /// queue, and the next holder of the turn runs it (that may be this caller).
+    pub(crate) fn grouped_commit(&self, writes: &[Write]) -> Result<(), Error> {
+        let writer = Arc::clone(&self.writer);
+        let turn = match writer.turn.try_lock() {
+            Ok(t) => Some(t),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        if let Some(_turn) = turn {
+            let others = std::mem::take(&mut *lock(&writer.queue));
+            return self.commit_group(Some(writes), others).unwrap_or_else(|| Err(group_error("a write")));
+        }
+        let pending = Pending::new(writes.to_vec());
+        lock(&writer.queue).push(Arc::clone(&pending));
+        let _turn = lock(&writer.turn);
+        if lock(&pending.out).is_none() {
+            // Nobody ran it: this caller leads, with it and whatever else waits.
+            let queued = std::mem::take(&mut *lock(&writer.queue));
+            let _ = self.commit_group(None, queued);
+        }
+        pending.take().unwrap_or_else(|| Err(group_error("a grouped write that was never run")))
+    }
+
+    /// One transaction: `mine` (if any) and the queued writes, one commit. When one of them is
+    /// refused (a stale version, a fence that does not hold: rare), nothing of the turn is kept
+    /// and each runs again in a transaction of its own, in order, as if they had not been
+    /// grouped. Returns `mine`'s result; the queued ones get theirs in their `out`.
+    pub(crate) fn commit_group(&self, mine: Option<&[Write]>, queued: Vec<Arc<Pending>>) -> Option<Result<(), Error>> {
+        let owned: Vec<Option<Vec<Write>>> = queued.iter().map(|p| lock(&p.writes).take()).collect();
+        let mut all: Vec<&[Write]> = mine.into_iter().collect();
+        all.extend(owned.iter().flatten().map(Vec::as_slice));
+        let outs: Vec<Result<(), Error>> = match self.in_one(&all) {
+            Some(Err(e)) if all.len() > 1 => {
+                // The commit failed: every write fails with it (none is run again: it may hold).
+                all.iter().map(|_| Err(group_error(&format!("a write ({e})")))).collect()
+            }
+            Some(out) => std::iter::once(out).chain(all.iter().skip(1).map(|_| Ok(()))).collect(),
+            None => all.iter().map(|w| self.in_one(&[w]).unwrap_or_else(|| Err(group_error("a write")))).collect(),
+        };
+        // Taken from the back, in order.
+        let mut outs: Vec<Result<(), Error>> = outs.into_iter().rev().collect();
+        let mine_out = mine.map(|_| outs.pop().unwrap_or_else(|| Err(group_error("a write"))));
+        for (p, w) in queued.iter().zip(&owned) {
+            let out = match w {
+                Some(_) => outs.pop().unwrap_or_else(|| Err(group_error("a write"))),
+                None => Err(group_error("a write taken twice")),
+            };
+            *lock(&p.out) = Some(out);
+        }
+        mine_out
+    }
+
+    /// `writes` in one transaction: the commit's result, or `None` when one of several was
+    /// refused (the transaction was rolled back). A single one's refusal is its result.
+    fn in_one(&self, writes: &[&[Write]]) -> Option<Result<(), Error>> {
+        let mut client = self.client.borrow_mut();
+        let tx = match client.transaction() {
+            Ok(tx) => tx,
+            Err(e) => return Some(Err(Error::Postgres(crate::conn::pg_message(&e)))),
+        };
+        let mut tx = Tx { tx, statements: &self.statements };
+        for w in writes {
+            if let Err(e) = edge(|| crate::pg::apply(&mut tx, w)) {
+                // Dropped, the transaction rolls back.
+                return (writes.len() == 1).then_some(Err(e));
+            }
+        }
+        Some(edge(|| Ok(tx.tx.commit()?)))
+    }
+}
