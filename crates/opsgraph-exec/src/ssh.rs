@@ -11,7 +11,8 @@
 //! ```
 //!
 //! That string is then wrapped (`remote_group::wrap`) so that it runs in a session and process
-//! group of its own, recorded on the host, which a timeout or cancel stops through a second `ssh`.
+//! group of its own, found on the host by a token of the run, which a timeout or cancel stops
+//! through a second `ssh`.
 //!
 //! Variables are set as assignment words in front of the command rather than through
 //! `env NAME=value argv...`: `env` would read an `argv[0]` containing `=` as one more assignment

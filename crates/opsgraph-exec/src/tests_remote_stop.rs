@@ -11,11 +11,16 @@ use crate::remote_group::{describe, kill_script, wrap};
 use crate::testing::{Sshd, TempDir};
 use crate::{Cancel, Executor, Outcome, Program, Run, Spec, SshExecutor};
 
+/// Whether `pid` is a live process (not a zombie).
+fn alive(pid: i32) -> bool {
+    crate::procfs::process_state(&pid.to_string()).is_some_and(|(s, _)| s != 'Z' && s != 'X')
+}
+
 /// Whether `pid` is a live process (not a zombie), after waiting up to 3 s for it to go.
 fn alive_after_wait(pid: i32) -> bool {
     let until = Instant::now() + Duration::from_secs(3);
     loop {
-        let live = crate::procfs::process_state(&pid.to_string()).is_some_and(|(s, _)| s != 'Z' && s != 'X');
+        let live = alive(pid);
         if !live || Instant::now() >= until {
             return live;
         }
@@ -70,32 +75,42 @@ fn local_sh(script: &str, dir: &TempDir) -> Result<String, String> {
     }
 }
 
+/// `sh -c wrap(command, token)` in `dir` with `TMPDIR=dir`; under `setsid` when `leader`, so that
+/// the shell leads its own session and group as every command `sshd` starts without a terminal
+/// does (`setsid` from a process that leads no group makes the session in place and execs the `sh`).
+fn wrapped(dir: &TempDir, command: &str, token: &str, leader: bool) -> Command {
+    let mut cmd = Command::new(if leader { "setsid" } else { "sh" });
+    if leader {
+        cmd.arg("sh");
+    }
+    cmd.args(["-c", &wrap(command, token)]).current_dir(dir.path()).env("TMPDIR", dir.path());
+    cmd
+}
+
+/// Whether any per-attempt file is in `dir`.
+fn group_files(dir: &TempDir) -> Vec<String> {
+    let names = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned());
+    names.filter(|n| n.starts_with("opsgraph-pg.")).collect()
+}
+
+/// Without a session of its own (here: `sh` spawned by the test, in the test's session), the
+/// wrapper records its group in a file, as on a host without `/proc`.
 #[test]
-fn the_wrapper_records_its_group_and_the_kill_script_stops_it() {
+fn without_a_session_of_its_own_the_wrapper_records_its_group_in_a_file() {
     let dir = TempDir::new();
-    let token = "0123456789abcdef0123456789abcdef";
+    let token = &crate::remote_group::token().unwrap();
     let file = dir.join(&format!("opsgraph-pg.{token}"));
     // A normal end: the exit code passes through, and the file is gone afterwards.
-    let mut child = Command::new("sh")
-        .args(["-c", &wrap("echo $$ > pid; exit 7", token)])
-        .current_dir(dir.path())
-        .env("TMPDIR", dir.path())
-        .spawn()
-        .unwrap();
+    let mut child = wrapped(&dir, "echo $$ > pid; exit 7", token, false).spawn().unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(7));
     assert!(!file.exists(), "the wrapper left its file");
     assert_eq!(
         describe("h", local_sh(&kill_script(token, Duration::from_millis(200)), &dir)),
-        "no remote process group was recorded on h (the command ended, or had not started)"
+        "no remote process group of the job was found on h (the command ended, or had not started)"
     );
 
     // A running command in its own session: TERM stops it, the file is removed.
-    let mut child = Command::new("sh")
-        .args(["-c", &wrap("sleep 600 & echo $! > child; wait", token)])
-        .current_dir(dir.path())
-        .env("TMPDIR", dir.path())
-        .spawn()
-        .unwrap();
+    let mut child = wrapped(&dir, "sleep 600 & echo $! > child; wait", token, false).spawn().unwrap();
     let [pg, sleeper] = pids(&[&file, &dir.join("child")])[..] else { unreachable!() };
     let (_, group) = crate::procfs::process_state(&sleeper.to_string()).unwrap();
     assert_eq!(group, pg, "the command is not in the recorded group");
@@ -111,84 +126,151 @@ fn the_wrapper_records_its_group_and_the_kill_script_stops_it() {
     let answer = local_sh(&kill_script(token, Duration::from_millis(200)), &dir);
     assert_eq!(
         describe("h", answer).replace(&dir.path().display().to_string(), "TMP"),
-        "stopping the remote process group on h failed: TMP/opsgraph-pg.0123456789abcdef0123456789abcdef holds no process group id"
+        format!("stopping the remote process group on h failed: TMP/opsgraph-pg.{token} holds no process group id")
     );
     // And the wrapper refuses to run under a name someone else made (it would not own it).
-    let out = Command::new("sh")
-        .args(["-c", &wrap("touch ran", token)])
-        .current_dir(dir.path())
-        .env("TMPDIR", dir.path())
-        .output()
-        .unwrap();
+    let out = wrapped(&dir, "touch ran", token, false).output().unwrap();
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("opsgraph: cannot record the process group"));
     assert!(!dir.join("ran").exists());
 }
 
 /// A login shell that already leads its own session and process group, as every command `sshd`
-/// starts without a terminal does, runs the wrapper's `sh` in its place: the group recorded is
-/// the shell's own pid (with `setsid -w` it would be a forked child's), and the command still
-/// runs, passes its exit code and has its file removed.
+/// starts without a terminal does, runs the command itself: no file, no other shell; the command
+/// is its child (the shell never execs it in place, so the mark stays on the leader), passes its
+/// exit code, and the kill script finds the leader by the mark and stops its group.
 #[test]
-fn a_session_leader_runs_the_wrapper_in_place() {
+fn a_session_leader_carries_the_mark_and_the_stop_finds_it() {
     let dir = TempDir::new();
-    let token = "ffeeddccbbaa99887766554433221100";
-    // `setsid` (no `-w`) from a process that leads no group makes the session in place and execs
-    // the `sh`: the spawned pid leads its session and group, as under `sshd`.
-    let child = Command::new("setsid")
-        .args(["sh", "-c", &wrap("echo \"$(cat \"$1\") $$\"; exit 3", token)])
-        .current_dir(dir.path())
-        .env("TMPDIR", dir.path())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let token = &crate::remote_group::token().unwrap();
+    let command = "echo \"$$ $(tr '\\0' ' ' </proc/$$/cmdline)\"; sh -c 'echo $PPID; exit 3'";
+    let child = wrapped(&dir, command, token, true).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(3));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{pid} {pid}"), "not run in place");
-    assert!(!dir.join(&format!("opsgraph-pg.{token}")).exists(), "the wrapper left its file");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (first, second) = text.trim().split_once('\n').unwrap_or_else(|| panic!("{text:?}"));
+    assert!(first.starts_with(&format!("{pid} sh -c : OPSGRAPH_{token}; ")), "not run in the leader: {first}");
+    assert_eq!(second, pid.to_string(), "the command's parent is not the leader");
+    assert_eq!(group_files(&dir), Vec::<String>::new(), "a file was made");
+
+    // Running: the stop finds the leader by its mark, TERM stops the group and the session.
+    let mut child = wrapped(&dir, "sleep 600 & echo $! > child; wait", token, true).spawn().unwrap();
+    let leader = child.id() as i32;
+    let [sleeper] = pids(&[&dir.join("child")])[..] else { unreachable!() };
+    assert_eq!(crate::procfs::process_state(&sleeper.to_string()).unwrap().1, leader);
+    let answer = local_sh(&kill_script(token, Duration::from_secs(2)), &dir);
+    assert_eq!(answer, Ok(format!("{leader} term\n")));
+    assert!(!alive_after_wait(sleeper), "the sleeper survived");
+    let _ = child.wait();
+    assert_eq!(group_files(&dir), Vec::<String>::new());
+    // Once it ended, nothing carries the mark.
+    assert_eq!(local_sh(&kill_script(token, Duration::from_millis(200)), &dir), Ok("- none\n".to_owned()));
 }
 
-/// A short command travels as an argument, a long one on a here-document; both run as given,
-/// with the file's name as `$1`, and record their group.
+/// Children killed (with their sessions when they lead one) when dropped, so that a failing test
+/// leaves no sleeper behind.
+struct Reap(Vec<std::process::Child>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            if nix::unistd::getsid(Some(pid)) == Ok(pid) {
+                let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Processes that carry the mark but are not the job's leader are never signalled: one that
+/// leads no session, one of another user (when root), and two leaders of ours at once (someone
+/// copied the mark from the job's command line: the stop cannot tell which is the job's, so it
+/// fails and stops neither).
+#[test]
+fn the_stop_signals_nothing_that_is_not_the_jobs_leader() {
+    let dir = TempDir::new();
+    let token = &crate::remote_group::token().unwrap();
+    // (A loop, not a last `sleep` that the shell would exec in its place, dropping the mark.)
+    let copy = format!(": OPSGRAPH_{token}; while :; do sleep 1; done");
+    let stop = || local_sh(&kill_script(token, Duration::from_millis(200)), &dir);
+    // In the test's own session and group: carries the mark, leads nothing.
+    let mut decoys = Reap(vec![Command::new("sh").args(["-c", &copy]).spawn().unwrap()]);
+    // Another user's session leader with the mark (root can signal it; it must not).
+    if nix::unistd::geteuid().is_root() {
+        let setpriv = ["--reuid=65534", "--regid=65534", "--clear-groups", "setsid", "sh", "-c", &copy];
+        decoys.0.push(Command::new("setpriv").args(setpriv).spawn().unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(stop(), Ok("- none\n".to_owned()));
+    std::thread::sleep(Duration::from_millis(300));
+    for d in &decoys.0 {
+        assert!(alive(d.id() as i32), "a decoy was signalled");
+    }
+    // The job, and a copy of its mark in a session of ours: refused, both untouched.
+    let job = Reap(vec![wrapped(&dir, "sleep 600 & echo $! > child; wait", token, true).spawn().unwrap()]);
+    let job_pid = job.0[0].id() as i32;
+    let [sleeper] = pids(&[&dir.join("child")])[..] else { unreachable!() };
+    let copied = Reap(vec![Command::new("setsid").args(["sh", "-c", &copy]).spawn().unwrap()]);
+    std::thread::sleep(Duration::from_millis(300));
+    let answer = describe("h", stop());
+    let re = regex::Regex::new(
+        r"^stopping the remote process group on h failed: processes \d+ and \d+ both carry the job's mark: stopping neither$",
+    )
+    .unwrap();
+    assert!(re.is_match(&answer), "{answer}");
+    std::thread::sleep(Duration::from_millis(300));
+    for pid in [job_pid, sleeper, copied.0[0].id() as i32] {
+        assert!(alive(pid), "{pid} was signalled");
+    }
+    // The copy gone, the job alone is found and stopped.
+    drop(copied);
+    assert_eq!(stop(), Ok(format!("{job_pid} term\n")));
+    assert!(!alive_after_wait(sleeper), "the sleeper survived");
+    for d in &mut decoys.0 {
+        assert!(alive(d.id() as i32), "a decoy was signalled");
+    }
+    drop(job);
+}
+
+/// A short command travels as an argument, a long one on a here-document; both run as given, in
+/// the leader (the mark) and in a wrapper `sh` (the file, whose name is its `$1`).
 #[test]
 fn short_and_long_commands_run_as_given() {
     let dir = TempDir::new();
-    let token = "00112233445566778899aabbccddeeff";
-    let check = |command: &str, expect: &str| {
-        let wrapped = wrap(command, token);
-        let out = Command::new("sh")
-            .args(["-c", &wrapped])
-            .current_dir(dir.path())
-            .env("TMPDIR", dir.path())
-            .output()
-            .unwrap();
-        let here_doc = wrapped.contains("3<<'OPSGRAPH_");
+    let token = &crate::remote_group::token().unwrap();
+    let check = |command: &str, leader: bool, expect: &str| {
+        let wrapped_text = wrap(command, token);
+        let out = wrapped(&dir, command, token, leader).output().unwrap();
+        let here_doc = wrapped_text.contains("3<<'OPSGRAPH_");
         let got = format!("{} here-doc={here_doc}", String::from_utf8_lossy(&out.stdout).trim());
         assert_eq!(got, expect, "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(!dir.join(&format!("opsgraph-pg.{token}")).exists(), "the wrapper left its file");
+        assert_eq!(group_files(&dir), Vec::<String>::new(), "the wrapper left its file");
     };
-    let quotes = "echo 'it'\\''s' \"$(basename \"$1\")\" \"$2\"";
-    check(quotes, "it's opsgraph-pg.00112233445566778899aabbccddeeff here-doc=false");
+    let quotes = "echo 'it'\\''s' \"[$(basename \"${1:-}\")]\" \"[${2:-}]\"";
+    check(quotes, false, &format!("it's [opsgraph-pg.{token}] [] here-doc=false"));
+    check(quotes, true, "it's [] [] here-doc=false");
     // A command that sets its own positional parameters: the wrapper still removes its file, and
     // only its file (it once removed whatever `$1` named at exit).
     std::fs::write(dir.join("bystander"), "kept").unwrap();
-    check("set -- bystander; echo moved", "moved here-doc=false");
+    check("set -- bystander; echo moved", false, "moved here-doc=false");
+    check("set -- bystander; echo moved", true, "moved here-doc=false");
     assert!(dir.join("bystander").exists(), "the wrapper removed the command's `$1`, not its own file");
+    // A long command: the file's `sh` records its own pid; the leader runs it itself.
     let long = format!(": '{}'; echo \"$(cat \"$1\")\" = $$", "x".repeat(20 * 1024));
-    let got = {
-        let out = Command::new("sh")
-            .args(["-c", &wrap(&long, token)])
-            .current_dir(dir.path())
-            .env("TMPDIR", dir.path())
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
+    let out = wrapped(&dir, &long, token, false).output().unwrap();
+    let got = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let (recorded, pid) = got.split_once(" = ").unwrap_or_else(|| panic!("{got:?}"));
     assert_eq!(recorded, pid, "the long command's group is not the one recorded");
     assert!(wrap(&long, token).contains("3<<'OPSGRAPH_"));
-    check(&format!(": '{}'; echo long", "y".repeat(20 * 1024)), "long here-doc=true");
+    let long = format!(": '{}'; echo $$", "z".repeat(20 * 1024));
+    let child = wrapped(&dir, &long, token, true).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    assert_eq!(String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout).trim(), pid.to_string());
+    check(&format!(": '{}'; echo long", "y".repeat(20 * 1024)), false, "long here-doc=true");
+    check(&format!(": '{}'; echo long; exit 4", "y".repeat(20 * 1024)), true, "long here-doc=true");
 }
 
 /// Runs `spec` on `exec`, cancelling once `first` holds a pid when `cancel` is set.
