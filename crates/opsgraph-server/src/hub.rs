@@ -37,21 +37,8 @@ const FALLBACK: Duration = Duration::from_millis(500);
 /// The least time between two reads of a hub: entries committed meanwhile go out together, one
 /// write per stream instead of one per commit (1,000 streams of a run committing hundreds of
 /// times a second spent their time in socket writes; docs/benchmarks.md). An idle hub reads at
-/// once when woken. A hub with many subscribers gathers longer ([`gather`]).
+/// once when woken.
 const GATHER: Duration = Duration::from_millis(20);
-/// What each subscriber adds to a busy hub's gathering: every message costs every stream a
-/// wake-up, a write and its client a read, so with many streams fewer, larger messages deliver
-/// sooner than many small ones (docs/benchmarks.md, issue [N] 4).
-const GATHER_PER_SUBSCRIBER: Duration = Duration::from_micros(40);
-/// The longest a busy hub gathers, whatever its subscribers.
-const GATHER_MAX: Duration = Duration::from_millis(50);
-
-/// The least time between two reads of a hub with `subscribers`: [`GATHER`], longer with many
-/// subscribers (1,000: 40 ms), at most [`GATHER_MAX`].
-fn gather(subscribers: usize) -> Duration {
-    let per = GATHER_PER_SUBSCRIBER.saturating_mul(u32::try_from(subscribers).unwrap_or(u32::MAX));
-    per.clamp(GATHER, GATHER_MAX)
-}
 
 /// What a hub broadcasts.
 #[derive(Clone)]
@@ -182,7 +169,7 @@ impl Hub {
         let operation = self.key.as_deref();
         // The first wait arms the signal (it says true at once).
         store.wait_for_timeline(Duration::ZERO)?;
-        let mut read_at = Instant::now().checked_sub(GATHER_MAX).unwrap_or_else(Instant::now);
+        let mut read_at = Instant::now().checked_sub(GATHER).unwrap_or_else(Instant::now);
         loop {
             if self.state.0.closing.load(Ordering::SeqCst) {
                 return Ok(());
@@ -201,9 +188,8 @@ impl Hub {
                 None => None,
             };
             let since = read_at.elapsed();
-            let least = gather(self.tx.receiver_count());
-            if since < least {
-                std::thread::sleep(least - since);
+            if since < GATHER {
+                std::thread::sleep(GATHER - since);
             }
             read_at = Instant::now();
             let batch = store.timeline_after(operation, after, BATCH)?;
@@ -278,14 +264,6 @@ mod tests {
             reason: format!("r{seq}"),
             data: serde_json::Value::Null,
         }
-    }
-
-    #[test]
-    fn a_hub_gathers_longer_with_many_subscribers() {
-        assert_eq!(gather(0), GATHER);
-        assert_eq!(gather(100), GATHER);
-        assert_eq!(gather(1000), Duration::from_millis(40));
-        assert_eq!(gather(100_000), GATHER_MAX);
     }
 
     /// A subscriber that already sent some of a batch sends the rest, from the right frame.
