@@ -6,11 +6,15 @@
 //! - **sse**: S subscribers to `/api/v1/operations/{id}/events` while an operation of `jobs`
 //!   jobs (`/bin/true` each) runs: each event's delivery latency (its timeline `at`, written in
 //!   the transaction that commits it, against the time the subscriber read it) p50/p99, and per
-//!   subscriber the ids lost or received twice against the operation's timeline read afterwards.
+//!   subscriber the ids lost or received twice against the operation's timeline read afterwards;
+//!   the bytes of event text read, and the CPU seconds from the resume to the last stream's end
+//!   of the server (`/proc/PID/stat`), of this client, and of the whole machine (`/proc/stat`),
+//!   so a run says how much of the cores the benchmark had. `clients=N` spreads the subscribers
+//!   over N client threads with a runtime each (default: one runtime of 2 workers).
 //!
 //! ```sh
 //! cargo build --release -p opsgraph && cargo build --release -p opsgraph-server --example apiload
-//! target/release/examples/apiload opsgraph=target/release/opsgraph [conns=32 secs=5 small=10 jobs=2000 subscribers=1000 only=get|sse]
+//! target/release/examples/apiload opsgraph=target/release/opsgraph [conns=32 secs=5 small=10 jobs=2000 subscribers=1000 only=get|sse clients=0]
 //! ```
 //!
 //! Every connection goes to 127.0.0.1; the server is killed and its directory removed at the end;
