@@ -6,11 +6,15 @@
 //! - **sse**: S subscribers to `/api/v1/operations/{id}/events` while an operation of `jobs`
 //!   jobs (`/bin/true` each) runs: each event's delivery latency (its timeline `at`, written in
 //!   the transaction that commits it, against the time the subscriber read it) p50/p99, and per
-//!   subscriber the ids lost or received twice against the operation's timeline read afterwards.
+//!   subscriber the ids lost or received twice against the operation's timeline read afterwards;
+//!   the bytes of event text read, and the CPU seconds from the resume to the last stream's end
+//!   of the server (`/proc/PID/stat`), of this client, and of the whole machine (`/proc/stat`),
+//!   so a run says how much of the cores the benchmark had. `clients=N` spreads the subscribers
+//!   over N client threads with a runtime each (default: one runtime of 2 workers).
 //!
 //! ```sh
 //! cargo build --release -p opsgraph && cargo build --release -p opsgraph-server --example apiload
-//! target/release/examples/apiload opsgraph=target/release/opsgraph [conns=32 secs=5 small=10 jobs=2000 subscribers=1000 only=get|sse]
+//! target/release/examples/apiload opsgraph=target/release/opsgraph [conns=32 secs=5 small=10 jobs=2000 subscribers=1000 only=get|sse clients=0]
 //! ```
 //!
 //! Every connection goes to 127.0.0.1; the server is killed and its directory removed at the end;
@@ -36,6 +40,9 @@ struct Args {
     jobs: usize,
     subscribers: usize,
     only: Option<String>,
+    /// Subscribers spread over this many client threads, each with a single-threaded runtime
+    /// (0: all on the client's one runtime of 2 workers).
+    clients: usize,
 }
 
 fn args() -> Args {
@@ -47,6 +54,7 @@ fn args() -> Args {
         jobs: 2000,
         subscribers: 1000,
         only: None,
+        clients: 0,
     };
     for arg in std::env::args().skip(1) {
         let (k, v) = arg.split_once('=').unwrap_or_else(|| panic!("arguments are key=value, not {arg}"));
@@ -59,7 +67,8 @@ fn args() -> Args {
             "jobs" => a.jobs = n(),
             "subscribers" => a.subscribers = n(),
             "only" => a.only = Some(v.to_string()),
-            _ => panic!("unknown argument {k}= (opsgraph, conns, secs, small, jobs, subscribers, only)"),
+            "clients" => a.clients = n(),
+            _ => panic!("unknown argument {k}= (opsgraph, conns, secs, small, jobs, subscribers, only, clients)"),
         }
     }
     a
@@ -154,6 +163,8 @@ struct Conn {
     s: TcpStream,
     buf: Vec<u8>,
     start: usize,
+    /// Bytes read in all.
+    bytes: usize,
 }
 
 struct Head {
@@ -166,7 +177,7 @@ impl Conn {
     async fn open(port: u16) -> std::io::Result<Conn> {
         let s = TcpStream::connect(("127.0.0.1", port)).await?;
         s.set_nodelay(true)?;
-        Ok(Conn { s, buf: Vec::with_capacity(64 * 1024), start: 0 })
+        Ok(Conn { s, buf: Vec::with_capacity(64 * 1024), start: 0, bytes: 0 })
     }
 
     /// The bytes read and not yet taken.
@@ -190,6 +201,7 @@ impl Conn {
         }
         self.buf.reserve(64 * 1024);
         let n = self.s.read_buf(&mut self.buf).await?;
+        self.bytes += n;
         if n == 0 {
             return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"));
         }
@@ -380,7 +392,10 @@ fn now_ms() -> f64 {
 #[derive(Default)]
 struct Seen {
     ids: Vec<i64>,
+    /// Per event: its `at` and when the client read it.
     times: Vec<(f64, f64)>,
+    /// Body bytes read.
+    bytes: usize,
     ended: bool,
     error: Option<String>,
 }
@@ -397,7 +412,9 @@ async fn subscribe(port: u16, token: String, path: String, ready: Arc<AtomicUsiz
         ready.fetch_add(1, Ordering::SeqCst);
         let mut text = Vec::new();
         loop {
-            if c.chunk(&mut text).await? == 0 {
+            let size = c.chunk(&mut text).await?;
+            seen.bytes += size;
+            if size == 0 {
                 return Ok(());
             }
             let read = now_ms();
@@ -464,9 +481,14 @@ async fn sse_phase(server: &Server, a: &Args) {
     let deadline = Instant::now() + Duration::from_secs(300);
     let t_open = Instant::now();
     let mut subs = Vec::new();
-    for _ in 0..a.subscribers {
+    let runtimes = client_runtimes(a.clients);
+    for k in 0..a.subscribers {
         let path = format!("/api/v1/operations/{id}/events");
-        subs.push(tokio::spawn(subscribe(server.port, server.token.clone(), path, ready.clone(), deadline)));
+        let sub = subscribe(server.port, server.token.clone(), path, ready.clone(), deadline);
+        subs.push(match runtimes.get(k % runtimes.len().max(1)) {
+            Some(rt) => rt.spawn(sub),
+            None => tokio::spawn(sub),
+        });
     }
     while ready.load(Ordering::SeqCst) < a.subscribers {
         if t_open.elapsed() > Duration::from_secs(60) || subs.iter().any(|s| s.is_finished()) {
@@ -479,6 +501,7 @@ async fn sse_phase(server: &Server, a: &Args) {
     // Entries committed from here on are delivered live (earlier ones were read as history).
     let resumed = now_ms() + 1.0;
     let t_run = Instant::now();
+    let cpu0 = Cpu::now(server.child.id());
     if paused {
         let path = format!("/api/v1/operations/{id}/resume");
         let (status, reply) = call(server.port, &server.token, "POST", &path, "").await;
@@ -491,12 +514,14 @@ async fn sse_phase(server: &Server, a: &Args) {
         seen.push(s.await.unwrap());
     }
     let all_read = t_run.elapsed().as_secs_f64();
+    let cpu = Cpu::now(server.child.id()).since(&cpu0);
     let (status, timeline) =
         call(server.port, &server.token, "GET", &format!("/api/v1/operations/{id}/timeline"), "").await;
     assert_eq!(status, 200);
     let want: Vec<i64> = timeline["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
     let (mut lost, mut dup, mut errors, mut ended) = (0usize, 0usize, BTreeMap::<String, usize>::new(), 0usize);
     let mut lat = Vec::new();
+    let (mut bytes, mut events) = (0usize, 0usize);
     for s in &seen {
         let mut count = BTreeMap::<i64, usize>::new();
         for i in &s.ids {
@@ -509,6 +534,8 @@ async fn sse_phase(server: &Server, a: &Args) {
         }
         ended += s.ended as usize;
         lat.extend(s.times.iter().filter(|(at, _)| *at >= resumed).map(|(at, read)| read - at));
+        bytes += s.bytes;
+        events += s.ids.len();
     }
     lat.sort_by(|a, b| a.total_cmp(b));
     println!(
@@ -524,7 +551,83 @@ async fn sse_phase(server: &Server, a: &Args) {
         pct(&lat, 0.99),
         lat.last().copied().unwrap_or(f64::NAN)
     );
+    println!(
+        "sse: {:.1} MB of event text read, {:.0} bytes per event; CPU from the resume to the last stream's end ({all_read:.2} s): server {:.2} s, client {:.2} s, whole machine busy {:.2} of {:.2} core-s",
+        bytes as f64 / 1e6,
+        bytes as f64 / events.max(1) as f64,
+        cpu.server,
+        cpu.client,
+        cpu.busy,
+        cpu.total
+    );
     println!("sse: lost {lost} events, duplicated {dup}, over {} subscribers; errors: {errors:?}", seen.len());
+}
+
+/// `n` single-threaded runtimes, each driven by a thread of its own for the rest of the run.
+fn client_runtimes(n: usize) -> Vec<tokio::runtime::Handle> {
+    (0..n)
+        .map(|k| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let handle = rt.handle().clone();
+            std::thread::Builder::new()
+                .name(format!("client {k}"))
+                .spawn(move || rt.block_on(std::future::pending::<()>()))
+                .unwrap();
+            handle
+        })
+        .collect()
+}
+
+/// CPU seconds so far: the server process's (`/proc/PID/stat`), this client's,
+/// and the whole machine's busy and total (`/proc/stat`).
+struct Cpu {
+    server: f64,
+    client: f64,
+    busy: f64,
+    total: f64,
+}
+
+/// USER_HZ, the unit of `/proc`'s CPU times.
+const TICK: f64 = 100.0;
+
+impl Cpu {
+    /// A process's user and system CPU seconds (`/proc/PID/stat`).
+    fn process(pid: &str) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+        let fields: Vec<f64> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().map(|f| f.parse().unwrap_or(0.0)).collect())
+            .unwrap_or_default();
+        (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) / TICK
+    }
+
+    fn now(server: u32) -> Cpu {
+        let tick = TICK;
+        let server = Cpu::process(&server.to_string());
+        let client = Cpu::process("self");
+        let all = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let cpu: Vec<f64> = all
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap_or(0.0))
+            .collect();
+        let total: f64 = cpu.iter().take(8).sum::<f64>() / tick;
+        let idle = (cpu.get(3).unwrap_or(&0.0) + cpu.get(4).unwrap_or(&0.0)) / tick;
+        Cpu { server, client, busy: total - idle, total }
+    }
+
+    fn since(&self, before: &Cpu) -> Cpu {
+        Cpu {
+            server: self.server - before.server,
+            client: self.client - before.client,
+            busy: self.busy - before.busy,
+            total: self.total - before.total,
+        }
+    }
 }
 
 fn main() {
