@@ -6,6 +6,11 @@ Standard library only. Every figure is a median of interleaved runs; ratios comp
 side by side in this run.
 
   OPSGRAPH=path/to/opsgraph ANSIBLE_BIN=venv/bin SSHFAN=path/to/sshfan python3 bench/compare.py [--quick]
+
+Groups f and a also take OPSGRAPH_BEFORE (another build of opsgraph, run interleaved with
+OPSGRAPH: before/after in one run) and group a RUNTIME_BENCH (the runtime's bench,
+`target/release/examples/bench`: its `chain N` run between the CLI's, so the CLI's per-job cost and
+the runtime's own are measured side by side, issue [N] 5).
 """
 
 import datetime
@@ -28,6 +33,8 @@ def wanted(group):
 OPSGRAPH = os.environ["OPSGRAPH"]
 ANSIBLE_BIN = os.environ.get("ANSIBLE_BIN")
 SSHFAN = os.environ.get("SSHFAN")
+OPSGRAPH_BEFORE = os.environ.get("OPSGRAPH_BEFORE")
+RUNTIME_BENCH = os.environ.get("RUNTIME_BENCH")
 ROUNDS = 3 if QUICK else 5
 WORK = tempfile.mkdtemp(prefix="opsgraph-bench-")
 
@@ -198,6 +205,22 @@ def spawn_floor(n):
     return time.perf_counter() - t
 
 
+def runtime_chain(n):
+    """One `bench chain N` of the runtime (five runs inside it): its per-job medians (ms), by row."""
+    p = subprocess.run([RUNTIME_BENCH, "chain", str(n)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        sys.exit(f"bench: {RUNTIME_BENCH} chain {n} failed:\n{p.stdout.decode(errors='replace')[-3000:]}")
+    got = {}
+    for line in p.stdout.decode().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[2].endswith(" ms"):
+            try:
+                got[cells[0]] = float(cells[2][:-3])
+            except ValueError:
+                pass
+    return got
+
+
 def per_job_vs_ansible():
     print("(a) per-job overhead: a chain of N `/bin/true` jobs vs N Ansible shell tasks on localhost", flush=True)
     n_og, n_an = (100, 10) if QUICK else (400, 40)
@@ -218,6 +241,22 @@ def per_job_vs_ansible():
             lambda: ansible_playbook(f"{WORK}/an-big.yml", f"{WORK}/an-local.ini", 5),
             lambda: ansible_playbook(f"{WORK}/an-small.yml", f"{WORK}/an-local.ini", 5),
         ]
+    # Side by side in the same rounds: the build before (OPSGRAPH_BEFORE) and the runtime's own
+    # bench of the same chain (RUNTIME_BENCH; its figures are medians of its own five runs).
+    extra = {}
+    if OPSGRAPH_BEFORE:
+        extra["before big"] = len(fns)
+        fns.append(lambda: opsgraph_apply(big, f"{WORK}/chain.yaml", binary=OPSGRAPH_BEFORE))
+        extra["before small"] = len(fns)
+        fns.append(lambda: opsgraph_apply(small, f"{WORK}/chain.yaml", binary=OPSGRAPH_BEFORE))
+    runtime_rows = []
+    if RUNTIME_BENCH:
+        extra["runtime"] = len(fns)
+
+        def runtime_round():
+            runtime_rows.append(runtime_chain(n_og))
+            return 0.0
+        fns.append(runtime_round)
     got = median_of(fns)
     og_big, og_small, floor = got[:3]
     og_per = (og_big - og_small) / (n_og - 1)
@@ -227,10 +266,30 @@ def per_job_vs_ansible():
     record("a", f"opsgraph per job ({n_og}-job chain, durable)", og_per * 1e3, "ms")
     record("a", "spawn floor per process (/bin/true)", spawn * 1e3, "ms")
     record("a", "opsgraph orchestration overhead per job", over * 1e3, "ms", "(per job - spawn floor)")
+    if OPSGRAPH_BEFORE:
+        b_big, b_small = got[extra["before big"]], got[extra["before small"]]
+        b_per = (b_big - b_small) / (n_og - 1)
+        record("a", "OPSGRAPH_BEFORE: apply, 1 job (whole command)", b_small * 1e3, "ms")
+        record("a", f"OPSGRAPH_BEFORE: per job ({n_og}-job chain, durable)", b_per * 1e3, "ms")
+        record("a", "per job, after / before", og_per / b_per, "x")
+    if RUNTIME_BENCH:
+        def med(row):
+            return statistics.median(r[row] for r in runtime_rows if row in r)
+        rt_per = med("chain driven by the runtime (durable)")
+        rt_spawn = med("spawn floor: `/bin/true` exec'd and waited for")
+        rt_over = med("orchestration overhead = (chain - spawns) / N")
+        record("a", f"runtime bench: per job ({n_og}-job chain, durable)", rt_per, "ms", "(RUNTIME_BENCH chain, same rounds)")
+        record("a", "runtime bench: overhead per job (chain - its spawn floor)", rt_over, "ms")
+        record("a", "CLI per job / runtime bench per job", og_per * 1e3 / rt_per, "x", "(goal <= 1)")
+        record("a", "CLI per job - runtime bench per job", og_per * 1e3 - rt_per, "ms", "(what the CLI adds)")
+        record("a", "CLI overhead over the bench's spawn floor", og_per * 1e3 - rt_spawn, "ms",
+               "(per job - the runtime bench's spawn floor)")
+        if OPSGRAPH_BEFORE:
+            record("a", "OPSGRAPH_BEFORE per job / runtime bench per job", b_per * 1e3 / rt_per, "x")
     if not ANSIBLE_BIN:
         print("(a) Ansible: SKIPPED (no ANSIBLE_BIN)", flush=True)
         return
-    an_big, an_small = got[3:]
+    an_big, an_small = got[3:5]
     an_per = (an_big - an_small) / (n_an - 1)
     record("a", f"ansible-playbook, 1 task (whole command)", an_small * 1e3, "ms")
     record("a", f"ansible per task ({n_an} tasks, connection=local)", an_per * 1e3, "ms")
@@ -281,17 +340,31 @@ def first_job_latency():
   jobs: [c0]
 """)
     intent(f"{WORK}/first.yaml", "chain")
-    lat = []
-    for _ in range(ROUNDS * 2 + 1):
+
+    def latency(binary):
         data = tempfile.mkdtemp(dir=WORK, prefix="data-")
         t0 = time.time()
-        timed([OPSGRAPH, "apply", "--yes", "-f", f"{WORK}/first.yaml", "--packs", root, "--data-dir", data])
+        timed([binary, "apply", "--yes", "-f", f"{WORK}/first.yaml", "--packs", root, "--data-dir", data])
         with open(stamp) as f:
-            lat.append(float(f.read()) - t0)
+            dt = float(f.read()) - t0
         shutil.rmtree(data, ignore_errors=True)
-    # The job's own `sh` start is part of the figure (about one spawn).
-    record("f", "command line to first job started (fresh data directory)", statistics.median(lat) * 1e3, "ms",
-           "(target <= 50 ms)")
+        return dt
+
+    # The floor: this process starting the job's own `sh` (part of every figure, about one spawn).
+    def floor():
+        t0 = time.time()
+        subprocess.run(["sh", "-c", f"date +%s.%N > {stamp}"], check=True)
+        with open(stamp) as f:
+            return float(f.read()) - t0
+    fns = [lambda: latency(OPSGRAPH), floor]
+    if OPSGRAPH_BEFORE:
+        fns.append(lambda: latency(OPSGRAPH_BEFORE))
+    got = median_of(fns, rounds=ROUNDS * 2 + 1)
+    record("f", "command line to first job started (fresh data directory)", got[0] * 1e3, "ms", "(target <= 10 ms)")
+    record("f", "floor: the job's `sh` started from here", got[1] * 1e3, "ms")
+    if OPSGRAPH_BEFORE:
+        record("f", "OPSGRAPH_BEFORE: command line to first job started", got[2] * 1e3, "ms")
+        record("f", "after / before", got[0] / got[2], "x")
 
 
 def memory_10k():

@@ -90,6 +90,14 @@ pub use http::HttpExecutor;
 pub use local::LocalExecutor;
 pub use outcome::{Outcome, Output, Run};
 pub use quote::shell_quote;
+
+/// Starts this process's guardian (`guard.rs`) now rather than at the first spawn: a command
+/// about to run jobs calls it on a thread of its own while it loads its inputs and opens its
+/// store, so the first job does not wait for the guardian's `sh` to start. The executor still
+/// makes sure of the guardian before every spawn, as without this call.
+pub fn start_guardian() -> std::io::Result<()> {
+    guard::ensure()
+}
 pub use spec::{param_env, program_for, Bundle, Cancel, Download, Program, Spec, Tee, TeeFn, Transfer};
 pub use ssh::SshExecutor;
 

@@ -1,13 +1,20 @@
 //! The SQLite schema: numbered migrations (`PRAGMA user_version`), applied by
-//! `SqliteStore::open`. The tables are `opsgraph_store::schema`'s, in SQLite's words.
+//! `SqliteStore::open` through [`migrate`]. The tables are `opsgraph_store::schema`'s, in
+//! SQLite's words.
 
 use std::sync::LazyLock;
+
+use opsgraph_store::Error;
+use rusqlite::Connection;
 
 use opsgraph_store::schema::{
     render, AGENT_TASKS, GATE_KINDS, IDENTITIES, LEASES, OPERATIONS, OPERATION_IDS, RESOURCE_EVENTS, SQLITE,
 };
 
-/// Versioned migrations; each runs once, in order, in its own transaction.
+use crate::writer::Writer;
+use crate::Fail;
+
+/// Versioned migrations; each runs once, in order ([`migrate`]).
 pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
     [
         // 1: the initial schema.
@@ -29,3 +36,35 @@ pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
     .map(|sql| render(sql, &SQLITE))
     .collect()
 });
+
+/// Brings the file's schema up to date: every migration it lacks, in order, in ONE immediate
+/// transaction (one commit, one `fsync`: a fresh data directory pays one, not one per
+/// migration), with `user_version` set to the last. Under the write lock, and only what nobody
+/// (a server and a CLI starting together) applied meanwhile. A failure leaves the file as it
+/// was: no half-migrated version is ever committed.
+pub(crate) fn migrate(conn: &mut Connection, writer: &Writer) -> Result<(), Fail> {
+    let supported = MIGRATIONS.len() as i64;
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > supported {
+        return Err(Error::TooNew { found: current, supported }.into());
+    }
+    if current == supported {
+        return Ok(());
+    }
+    let _turn = writer.turn();
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    // Read again under the lock: another process may have migrated since.
+    let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > supported {
+        return Err(Error::TooNew { found: current, supported }.into());
+    }
+    if current == supported {
+        return Ok(());
+    }
+    for sql in &MIGRATIONS[current as usize..] {
+        tx.execute_batch(sql)?;
+    }
+    tx.execute_batch(&format!("PRAGMA user_version = {supported}"))?;
+    tx.commit()?;
+    Ok(())
+}

@@ -15,7 +15,6 @@ use opsgraph_store::{
 
 use crate::apply::apply;
 use crate::read::{first, parsed, rows};
-use crate::schema::MIGRATIONS;
 use crate::writer::{writer_of, Writer};
 use crate::{edge, Fail};
 
@@ -82,24 +81,7 @@ impl SqliteStore {
     }
 
     fn migrate(&mut self) -> Result<(), Fail> {
-        let current: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let supported = MIGRATIONS.len() as i64;
-        if current > supported {
-            return Err(Error::TooNew { found: current, supported }.into());
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-            // Under the write lock, and only if nobody (a server and a CLI starting together)
-            // applied it meanwhile.
-            let _turn = self.writer.turn();
-            let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            if tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? > i as i64 {
-                continue;
-            }
-            tx.execute_batch(sql)?;
-            tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
-            tx.commit()?;
-        }
-        Ok(())
+        crate::schema::migrate(&mut self.conn, &self.writer)
     }
 }
 

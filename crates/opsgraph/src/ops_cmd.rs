@@ -102,6 +102,13 @@ pub fn apply(
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let (output, yes) = (args.output, args.yes);
+    // The guardian of the jobs this command starts (`opsgraph_exec::start_guardian`) starts
+    // beside the loading, the preview and the store's creation, instead of before the first job.
+    if yes {
+        std::thread::spawn(|| {
+            let _ = opsgraph_exec::start_guardian();
+        });
+    }
     let applier = LocalApply { loaded: LocalApply::assemble(args)?, args, plan: None };
     crate::control_cmd::apply(Box::new(applier), output, yes, input, out, err)
 }
