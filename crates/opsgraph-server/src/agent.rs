@@ -11,6 +11,7 @@
 
 use std::time::{Duration, Instant};
 
+use opsgraph_runtime::agent::Left;
 use opsgraph_store::{now, now_ms, AgentClaim, AgentTask, AgentWrite, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -145,18 +146,53 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let claimer = Claimer::of(ctx, body)?;
     let deadline = Instant::now() + Duration::from_millis(claimer.wait_ms).min(MAX_WAIT);
     let agents = ctx.state.0.agents.clone();
+    let bell = &agents.bell;
     loop {
-        let seen = agents.bell.work_seen();
+        let seen = bell.work_seen();
         let tasks = ctx.store.agent_claim(&claimer.claim())?;
         if !tasks.is_empty() {
             return Reply::ok(json!(claimer.answer(ctx, tasks)?));
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || ctx.state.0.closing.load(std::sync::atomic::Ordering::SeqCst) {
+        let closing = || ctx.state.0.closing.load(std::sync::atomic::Ordering::SeqCst);
+        if left.is_zero() || closing() {
             return Reply::ok(json!(ClaimReply { protocol: PROTOCOL, ..Default::default() }));
         }
-        // Woken at once by work queued in this process; other writers are seen by polling.
-        agents.bell.wait_work(seen, left.min(Duration::from_millis(250)));
+        let nap = left.min(Duration::from_millis(250));
+        if !claimer.own_lease {
+            // Not handed work: an answer lost with a lease the agent never knew could not be
+            // claimed again.
+            bell.wait_work(seen, nap);
+            continue;
+        }
+        // Parked: work queued in this process may be handed to this claim in the enqueuing
+        // commit (no transaction of the claim's own), or rings; other writers are seen by polling.
+        let ticket = bell.park(claimer.claim());
+        bell.wait_parked(seen, &ticket, nap);
+        let id = match bell.leave(&ticket) {
+            Left::Free => continue,
+            Left::Delivered(task) => return Reply::ok(json!(claimer.answer(ctx, vec![*task])?)),
+            Left::Promised(id) => id,
+        };
+        // Handed a task whose commit is not done yet: wait for it (it is this claim's alone now).
+        loop {
+            if let Some(task) = bell.wait_hand(&ticket, Duration::from_millis(250)) {
+                return Reply::ok(json!(claimer.answer(ctx, vec![*task])?));
+            }
+            // The commit may be done without its waiting worker having started: the store says.
+            if let Some(task) = ctx.store.agent_task(&id)?.filter(|t| {
+                t.state == opsgraph_store::AgentTaskState::Claimed && t.lease.as_deref() == Some(claimer.lease.as_str())
+            }) {
+                bell.forget(&ticket);
+                return Reply::ok(json!(claimer.answer(ctx, vec![task])?));
+            }
+            // Its commit failed, or is slow: answered empty, the agent claims again with the same
+            // lease and gets the task from the store if it was committed after all.
+            if Instant::now() >= deadline || closing() {
+                bell.forget(&ticket);
+                return Reply::ok(json!(ClaimReply { protocol: PROTOCOL, ..Default::default() }));
+            }
+        }
     }
 }
 
@@ -169,6 +205,9 @@ struct Claimer {
     instance: Option<String>,
     resources: Vec<String>,
     lease: String,
+    /// The agent chose the lease (`lease` in the body): a claim whose answer was lost can be made
+    /// again, so work may be handed to it while it waits.
+    own_lease: bool,
     max: u32,
     wait_ms: u64,
     lease_ms: i64,
@@ -194,6 +233,7 @@ impl Claimer {
             Some(i) => format!("{actor}/{}", i.chars().take(100).collect::<String>()),
             None => actor.clone(),
         };
+        let own_lease = body.lease.is_some();
         let lease = match body.lease {
             Some(l)
                 if (16..=128).contains(&l.len())
@@ -216,6 +256,7 @@ impl Claimer {
             instance: body.instance,
             resources: body.resources,
             lease,
+            own_lease,
             max: body.max_tasks.unwrap_or(1),
             wait_ms: body.wait_ms,
             lease_ms: ctx.state.0.agents.lease.as_millis() as i64,

@@ -46,30 +46,10 @@ fn task_row(r: &Row) -> Result<AgentTask, Fail> {
 /// A write of an agent task inside `commit`'s transaction.
 pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Fail> {
     match w {
-        AgentWrite::Enqueue(t) => {
-            tx.exec(
-                &format!(
-                    "INSERT INTO agent_tasks ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
-                ),
-                &[
-                    &t.id,
-                    &t.operation,
-                    &t.job,
-                    &(t.attempt as i64),
-                    &t.kind,
-                    &t.agent,
-                    &t.resource,
-                    &t.state.as_str(),
-                    &json(&t.payload)?,
-                    &t.lease,
-                    &t.claimed_by,
-                    &(t.claims as i64),
-                    &t.expires_ms,
-                    &t.report.as_ref().map(json).transpose()?,
-                    &t.created_at,
-                    &t.updated_at,
-                ],
-            )?;
+        AgentWrite::Enqueue(t) => insert(tx, t)?,
+        AgentWrite::Handed { task, claim } => {
+            insert(tx, task)?;
+            record_claim(tx, claim, task)?;
         }
         AgentWrite::Heartbeat { task, lease, expires_ms, at } => {
             let n = tx.exec(
@@ -110,6 +90,34 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Fail> {
     Ok(())
 }
 
+/// A new task's row, in the state the caller gives it.
+fn insert(tx: &mut Tx<'_, '_>, t: &AgentTask) -> Result<(), Fail> {
+    tx.exec(
+        &format!(
+            "INSERT INTO agent_tasks ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+        ),
+        &[
+            &t.id,
+            &t.operation,
+            &t.job,
+            &(t.attempt as i64),
+            &t.kind,
+            &t.agent,
+            &t.resource,
+            &t.state.as_str(),
+            &json(&t.payload)?,
+            &t.lease,
+            &t.claimed_by,
+            &(t.claims as i64),
+            &t.expires_ms,
+            &t.report.as_ref().map(json).transpose()?,
+            &t.created_at,
+            &t.updated_at,
+        ],
+    )?;
+    Ok(())
+}
+
 /// A write under a task's lease changed `n` rows: one, or the lease is no longer the task's.
 fn held(tx: &mut Tx<'_, '_>, task: &str, n: u64) -> Result<(), Fail> {
     if n != 1 {
@@ -125,6 +133,38 @@ fn stale(tx: &mut Tx<'_, '_>, task: &str) -> Error {
         .ok()
         .and_then(|rows| rows.first().map(|r| r.get(0)));
     Error::StaleLease { task: task.to_string(), state: state.unwrap_or_else(|| "unknown".into()) }
+}
+
+/// The audit row and timeline entry of `task`'s claim by `c`.
+fn record_claim(tx: &mut Tx<'_, '_>, c: &AgentClaim, task: &AgentTask) -> Result<(), Fail> {
+    let a = &c.audit;
+    tx.exec(
+        "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[&a.at, &a.actor, &a.action, &task.id, &task.operation, &task.resource, &json(&a.detail)?],
+    )?;
+    // The timeline row last, with its seq from the counter (held until the commit).
+    let e = &c.entry;
+    let seq: i64 =
+        tx.query("UPDATE counters SET value = value + 1 WHERE name = 'timeline' RETURNING value", &[])?[0].get(0);
+    let data = json(&serde_json::json!({
+        "task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource
+    }))?;
+    tx.exec(
+        "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        &[
+            &seq,
+            &task.operation,
+            &e.at,
+            &e.actor,
+            &e.event,
+            &e.from,
+            &e.to,
+            &e.reason.replace("{task}", &task.id),
+            &data,
+        ],
+    )?;
+    Ok(())
 }
 
 impl PgStore {
@@ -164,34 +204,7 @@ impl PgStore {
         let mut tasks = rows.iter().map(task_row).collect::<Result<Vec<_>, _>>()?;
         tasks.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
         for task in &tasks {
-            let a = &c.audit;
-            tx.exec(
-                "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                &[&a.at, &a.actor, &a.action, &task.id, &task.operation, &task.resource, &json(&a.detail)?],
-            )?;
-            // The timeline row last, with its seq from the counter (held until the commit).
-            let e = &c.entry;
-            let seq: i64 = tx
-                .query("UPDATE counters SET value = value + 1 WHERE name = 'timeline' RETURNING value", &[])?[0]
-                .get(0);
-            let data = json(&serde_json::json!({
-                "task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource
-            }))?;
-            tx.exec(
-                "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                &[
-                    &seq,
-                    &task.operation,
-                    &e.at,
-                    &e.actor,
-                    &e.event,
-                    &e.from,
-                    &e.to,
-                    &e.reason.replace("{task}", &task.id),
-                    &data,
-                ],
-            )?;
+            record_claim(&mut tx, c, task)?;
         }
         tx.tx.commit()?;
         Ok(tasks)

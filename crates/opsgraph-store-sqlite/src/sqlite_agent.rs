@@ -59,31 +59,10 @@ fn exec<P: rusqlite::Params>(tx: &Transaction<'_>, sql: &str, params: P) -> rusq
 /// A write of an agent task inside `commit`'s transaction.
 pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
     match w {
-        AgentWrite::Enqueue(t) => {
-            exec(
-                tx,
-                &format!(
-                    "INSERT INTO agent_tasks ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
-                ),
-                params![
-                    t.id,
-                    t.operation,
-                    t.job,
-                    t.attempt,
-                    t.kind,
-                    t.agent,
-                    t.resource,
-                    t.state.as_str(),
-                    json(&t.payload)?,
-                    t.lease,
-                    t.claimed_by,
-                    t.claims,
-                    t.expires_ms,
-                    t.report.as_ref().map(json).transpose()?,
-                    t.created_at,
-                    t.updated_at
-                ],
-            )?;
+        AgentWrite::Enqueue(t) => insert(tx, t)?,
+        AgentWrite::Handed { task, claim } => {
+            insert(tx, task)?;
+            record_claim(tx, claim, task)?;
         }
         AgentWrite::Heartbeat { task, lease, expires_ms, at } => {
             let n = exec(
@@ -125,6 +104,35 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
             }
         }
     }
+    Ok(())
+}
+
+/// A new task's row, in the state the caller gives it.
+fn insert(tx: &Transaction<'_>, t: &AgentTask) -> Result<(), Fail> {
+    exec(
+        tx,
+        &format!(
+            "INSERT INTO agent_tasks ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+        ),
+        params![
+            t.id,
+            t.operation,
+            t.job,
+            t.attempt,
+            t.kind,
+            t.agent,
+            t.resource,
+            t.state.as_str(),
+            json(&t.payload)?,
+            t.lease,
+            t.claimed_by,
+            t.claims,
+            t.expires_ms,
+            t.report.as_ref().map(json).transpose()?,
+            t.created_at,
+            t.updated_at
+        ],
+    )?;
     Ok(())
 }
 
@@ -210,29 +218,35 @@ pub(crate) fn claim_in(tx: &Transaction<'_>, c: &AgentClaim) -> Result<Vec<Agent
     let mut tasks = rows.into_iter().map(finish).collect::<Result<Vec<_>, _>>()?;
     tasks.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
     for task in &tasks {
-        let a = &c.audit;
-        exec(
-            tx,
-            "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![a.at, a.actor, a.action, task.id, task.operation, task.resource, json(&a.detail)?],
-        )?;
-        let e = &c.entry;
-        exec(
-            tx,
-            "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                task.operation,
-                e.at,
-                e.actor,
-                e.event,
-                e.from,
-                e.to,
-                e.reason.replace("{task}", &task.id),
-                json(&serde_json::json!({"task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource}))?
-            ],
-        )?;
+        record_claim(tx, c, task)?;
     }
     Ok(tasks)
+}
+
+/// The audit row and timeline entry of `task`'s claim by `c`.
+fn record_claim(tx: &Transaction<'_>, c: &AgentClaim, task: &AgentTask) -> Result<(), Fail> {
+    let a = &c.audit;
+    exec(
+        tx,
+        "INSERT INTO audit (at, actor, action, target, operation, resource, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![a.at, a.actor, a.action, task.id, task.operation, task.resource, json(&a.detail)?],
+    )?;
+    let e = &c.entry;
+    exec(
+        tx,
+        "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            task.operation,
+            e.at,
+            e.actor,
+            e.event,
+            e.from,
+            e.to,
+            e.reason.replace("{task}", &task.id),
+            json(&serde_json::json!({"task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource}))?
+        ],
+    )?;
+    Ok(())
 }
 
 pub(crate) fn task(conn: &Connection, id: &str) -> Result<Option<AgentTask>, Fail> {

@@ -116,6 +116,13 @@ pub struct AgentClaim {
 pub enum AgentWrite {
     /// A new queued task.
     Enqueue(Box<AgentTask>),
+    /// A new task handed at once to a claim that was waiting for work (a long-polling claim of
+    /// the enqueuing process): `task` is written already `claimed` under `claim`'s lease (its
+    /// `lease`, `claimed_by`, `claims` and `expires_ms` set by the caller from the claim), with
+    /// the claim's audit row and timeline entry, in the enqueuing transaction, so the claim
+    /// needs no transaction of its own. The claim's `resources`, `max` and `expires_ms` are not
+    /// read: the caller matched the task to it.
+    Handed { task: Box<AgentTask>, claim: Box<AgentClaim> },
     /// The lease holder is alive: the lease now ends at `expires_ms`. Refused when stale.
     Heartbeat { task: String, lease: String, expires_ms: i64, at: String },
     /// Output of the running job, appended. Refused when stale.

@@ -626,6 +626,29 @@ fn agent_tasks_conform(store: &mut dyn Store) {
     // Nothing left to claim: the report lands all the same.
     assert!(store.agent_commit_claim(&[reported("t7", "l6")], &next("l9")).unwrap().is_empty());
     assert_eq!(store.agent_task("t7").unwrap().unwrap().state, AgentTaskState::Reported);
+
+    // A task handed to a waiting claim: written claimed under its lease, with the claim's audit
+    // row and timeline entry, in the enqueuing commit; its lease fences it as a claim's does, and
+    // a claim made again with that lease gets it.
+    let before = (audited(store), store.timeline("op-1").unwrap().len());
+    let handed = AgentTask {
+        state: AgentTaskState::Claimed,
+        lease: Some("l10".into()),
+        claimed_by: Some("agent:pool/h".into()),
+        claims: 1,
+        expires_ms: 9_000,
+        ..agent_task("t10", "compute_node/a", 9_000)
+    };
+    let claim = Box::new(claim_of("pool", &[], "l10", 9_000));
+    store.commit(&[Write::Agent(AgentWrite::Handed { task: Box::new(handed), claim })]).unwrap();
+    let t10 = store.agent_task("t10").unwrap().unwrap();
+    assert_eq!((t10.state, t10.lease.as_deref(), t10.claims), (AgentTaskState::Claimed, Some("l10"), 1));
+    assert_eq!((audited(store), store.timeline("op-1").unwrap().len()), (before.0 + 1, before.1 + 1));
+    assert_eq!(store.timeline("op-1").unwrap().last().unwrap().reason, "claimed t10");
+    assert_eq!(claim_ids(store, claim_of("pool", &[], "l11", 9_000)), Vec::<String>::new());
+    assert_eq!(claim_ids(store, claim_of("pool", &[], "l10", 9_000)), ["t10"]);
+    assert!(matches!(store.commit(&[report("t10", "l11")]), Err(Error::StaleLease { .. })));
+    store.commit(&[report("t10", "l10")]).unwrap();
 }
 
 fn running(id: &str) -> OperationRecord {

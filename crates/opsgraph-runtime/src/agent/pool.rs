@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use opsgraph_store::{AgentTask, Store};
+use opsgraph_store::{now, now_ms, AgentClaim, AgentTask, AgentTaskState, Store};
 use serde_json::{json, Value};
 
 use super::wire::{b64, AgentJob};
@@ -163,6 +163,34 @@ struct News {
     count: u64,
     /// The count at each watched task's last change.
     tasks: std::collections::HashMap<String, u64>,
+    /// Claims waiting for work that an enqueue may hand a task to, oldest first.
+    parked: Vec<(u64, AgentClaim)>,
+    /// Tasks handed to parked claims, by ticket: committed (delivered) or not yet.
+    hands: std::collections::HashMap<u64, Hand>,
+    tickets: u64,
+}
+
+/// A task handed to a parked claim.
+enum Hand {
+    /// Written `claimed` in a transaction not known to be committed yet.
+    Promised(Box<AgentTask>),
+    /// Its transaction committed: the claim may answer with it.
+    Delivered(Box<AgentTask>),
+}
+
+/// A claim parked on the bell ([`Bell::park`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Ticket(u64);
+
+/// What became of a parked claim when it stopped waiting ([`Bell::leave`]).
+pub enum Left {
+    /// Nothing was handed to it.
+    Free,
+    /// A task was handed to it in a transaction not known to be committed yet (this id): wait
+    /// for it ([`Bell::wait_hand`]), or look for it in the store.
+    Promised(String),
+    /// A task was handed to it and committed.
+    Delivered(Box<AgentTask>),
 }
 
 impl Bell {
@@ -185,6 +213,106 @@ impl Bell {
     pub fn wait_work(&self, seen: u64, timeout: Duration) {
         let news = self.news();
         let _ = self.work_rung.wait_timeout_while(news, timeout, |n| n.work == seen);
+    }
+
+    /// Parks a claim that waits for work (a long-polling claim with a lease of its own): until it
+    /// leaves, a task enqueued in this process for its agent (one of its resources, when it names
+    /// any) may be handed to it in the enqueuing transaction ([`Bell::hand`]).
+    pub fn park(&self, claim: AgentClaim) -> Ticket {
+        let mut news = self.news();
+        news.tickets += 1;
+        let id = news.tickets;
+        news.parked.push((id, claim));
+        Ticket(id)
+    }
+
+    /// Called by the enqueuing side before its transaction: the oldest parked claim that may take
+    /// `task` takes it (the task becomes `claimed` under its lease, claimed by its actor, its
+    /// lease running from now for `lease_ms`); returns the claim to write with the task
+    /// ([`opsgraph_store::AgentWrite::Handed`]). After the commit, [`Bell::deliver`].
+    pub fn hand(&self, task: &mut AgentTask, lease_ms: i64) -> Option<AgentClaim> {
+        let mut news = self.news();
+        let at = news.parked.iter().position(|(_, c)| {
+            c.agent == task.agent && (c.resources.is_empty() || c.resources.contains(&task.resource))
+        })?;
+        let (ticket, mut claim) = news.parked.remove(at);
+        claim.at = now();
+        claim.expires_ms = now_ms() + lease_ms;
+        claim.audit.at = claim.at.clone();
+        claim.entry.at = claim.at.clone();
+        task.state = AgentTaskState::Claimed;
+        task.lease = Some(claim.lease.clone());
+        task.claimed_by = Some(claim.actor.clone());
+        task.claims = 1;
+        task.expires_ms = claim.expires_ms;
+        task.updated_at = claim.at.clone();
+        news.hands.insert(ticket, Hand::Promised(Box::new(task.clone())));
+        Some(claim)
+    }
+
+    /// The transaction that handed task `id` to a parked claim committed: the claim answers.
+    /// Returns whether a parked claim waited for it.
+    pub fn deliver(&self, id: &str) -> bool {
+        let mut news = self.news();
+        let found = news.hands.iter().find_map(|(k, h)| matches!(h, Hand::Promised(t) if t.id == id).then_some(*k));
+        let Some(ticket) = found else { return false };
+        if let Some(Hand::Promised(t) | Hand::Delivered(t)) = news.hands.remove(&ticket) {
+            news.hands.insert(ticket, Hand::Delivered(t));
+        }
+        drop(news);
+        self.work_rung.notify_all();
+        true
+    }
+
+    /// For a parked claim: waits until work is rung past `seen`, a task handed to it is
+    /// delivered, or `timeout` passes.
+    pub fn wait_parked(&self, seen: u64, ticket: &Ticket, timeout: Duration) {
+        let news = self.news();
+        let _ = self.work_rung.wait_timeout_while(news, timeout, |n| {
+            n.work == seen && !matches!(n.hands.get(&ticket.0), Some(Hand::Delivered(_)))
+        });
+    }
+
+    /// The parked claim stops waiting: no task is handed to it from now on.
+    pub fn leave(&self, ticket: &Ticket) -> Left {
+        let mut news = self.news();
+        if let Some(at) = news.parked.iter().position(|(id, _)| *id == ticket.0) {
+            news.parked.remove(at);
+            return Left::Free;
+        }
+        match news.hands.remove(&ticket.0) {
+            None => Left::Free,
+            Some(Hand::Delivered(t)) => Left::Delivered(t),
+            Some(Hand::Promised(t)) => {
+                let id = t.id.clone();
+                news.hands.insert(ticket.0, Hand::Promised(t));
+                Left::Promised(id)
+            }
+        }
+    }
+
+    /// After [`Left::Promised`]: waits up to `timeout` for the task's delivery and returns it
+    /// (the hand is then forgotten).
+    pub fn wait_hand(&self, ticket: &Ticket, timeout: Duration) -> Option<Box<AgentTask>> {
+        let news = self.news();
+        let (mut news, _) = self
+            .work_rung
+            .wait_timeout_while(news, timeout, |n| matches!(n.hands.get(&ticket.0), Some(Hand::Promised(_))))
+            .unwrap_or_else(|e| e.into_inner());
+        match news.hands.remove(&ticket.0) {
+            Some(Hand::Delivered(t)) => Some(t),
+            Some(promised) => {
+                news.hands.insert(ticket.0, promised);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Forgets what was handed to a claim that answers without it (found in the store, or given
+    /// up: its agent's next claim with the same lease gets it from the store).
+    pub fn forget(&self, ticket: &Ticket) {
+        self.news().hands.remove(&ticket.0);
     }
 
     /// Task `id` moved: the worker waiting for it looks (a task nobody watches is not recorded).

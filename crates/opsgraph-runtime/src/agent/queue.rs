@@ -65,7 +65,7 @@ impl Runtime {
         let id = task_id(operation, &task.instance, task.attempt, "run");
         let at = now();
         let max_attempts = task.job.controls.retry_policy.as_ref().map_or(1, |p| p.max_attempts);
-        let record = AgentTask {
+        let mut record = AgentTask {
             id: id.clone(),
             operation: operation.to_string(),
             job: task.instance.clone(),
@@ -83,8 +83,12 @@ impl Runtime {
             created_at: at.clone(),
             updated_at: at,
         };
+        // A claim of this process waiting for work takes it in this very commit: no transaction
+        // of its own before its agent starts (it answers once the commit is done: `wait`).
+        let keyring = self.keyring()?;
+        let handed = agents.bell.hand(&mut record, agents.lease.as_millis() as i64);
         let waiting = Waiting {
-            keyring: self.keyring()?,
+            keyring,
             agents,
             operation: operation.to_string(),
             agent,
@@ -95,7 +99,10 @@ impl Runtime {
             actor: self.actor.clone(),
         };
         task.instead = Some(Box::new(move |task| super::wait::wait(task, waiting)));
-        Ok(Some(Write::Agent(AgentWrite::Enqueue(Box::new(record)))))
+        Ok(Some(Write::Agent(match handed {
+            Some(claim) => AgentWrite::Handed { task: Box::new(record), claim: Box::new(claim) },
+            None => AgentWrite::Enqueue(Box::new(record)),
+        })))
     }
 
     /// After a restart: attempts left `running` on agent-served resources whose agent task

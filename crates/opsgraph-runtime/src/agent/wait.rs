@@ -24,16 +24,19 @@ fn failed(task: &Task, outcome: &str, failure: String) -> TaskResult {
 /// Waits for the agent's report of `task` (on a worker thread).
 pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
     let started = Instant::now();
+    // Its commit is done: a claim it was handed to answers now; else waiting claims look.
+    let bell = w.agents.bell.clone();
+    if !bell.deliver(&w.task) {
+        bell.ring_work();
+    }
     let mut store = match w.agents.connection() {
         Ok(s) => s,
         Err(e) => {
             return failed(&task, "could not start", format!("could not open the store to wait for the agent: {e}"))
         }
     };
-    let bell = w.agents.bell.clone();
     let mut watched = Watched { bell: &bell, task: w.task.clone() };
     let mut mark = bell.watch(&watched.task);
-    bell.ring_work();
     let log_path = task.dir.join(format!("{}.log", task.stem));
     // The lines also go to the attempt's live log, as a local run's output does, so the job's
     // log route shows them while it runs. The server masked them already; a job producing secret
