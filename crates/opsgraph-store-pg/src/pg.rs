@@ -404,6 +404,43 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
     crate::pg_tail::write(tx, checks, &jobs, &timeline)
 }
 
+impl PgStore {
+    /// `Store::commit`: grouped with other connections' commits to this database in this
+    /// process (`pg_group.rs`).
+    fn grouped_commit(&self, writes: &[Write]) -> Result<(), Error> {
+        let writer = std::sync::Arc::clone(&self.writer);
+        writer.commit(writes, &|all| self.in_one(all))
+    }
+
+    /// `pg_group::commit_group` on this connection.
+    #[cfg(test)]
+    pub(crate) fn commit_group(
+        &self,
+        mine: Option<&[Write]>,
+        queued: Vec<std::sync::Arc<crate::pg_group::Pending>>,
+    ) -> Option<Result<(), Error>> {
+        crate::pg_group::commit_group(mine, queued, &|all| self.in_one(all))
+    }
+
+    /// `writes` in one transaction: the commit's result, or `None` when one of several was
+    /// refused (the transaction was rolled back). A single one's refusal is its result.
+    fn in_one(&self, writes: &[&[Write]]) -> Option<Result<(), Error>> {
+        let mut client = self.client.borrow_mut();
+        let tx = match client.transaction() {
+            Ok(tx) => tx,
+            Err(e) => return Some(Err(Error::Postgres(pg_message(&e)))),
+        };
+        let mut tx = Tx { tx, statements: &self.statements };
+        for w in writes {
+            if let Err(e) = edge(|| apply(&mut tx, w)) {
+                // Dropped, the transaction rolls back.
+                return (writes.len() == 1).then_some(Err(e));
+            }
+        }
+        Some(edge(|| Ok(tx.tx.commit()?)))
+    }
+}
+
 impl Store for PgStore {
     /// Grouped with other connections' commits to this database in this process (`pg_group.rs`).
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {

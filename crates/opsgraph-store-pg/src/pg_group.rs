@@ -18,8 +18,9 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, TryLockError, Weak};
 
 use opsgraph_store::{Error, Write};
 
-use crate::conn::{PgStore, Tx};
-use crate::edge;
+/// Runs commits in one transaction (the store's: `PgStore::in_one`): the commit's result, or
+/// `None` when one of several was refused and the transaction rolled back.
+pub(crate) type InOne<'a> = dyn Fn(&[&[Write]]) -> Option<Result<(), Error>> + 'a;
 
 /// The write turn of each database this process connected to, by URL.
 static WRITERS: LazyLock<Mutex<HashMap<String, Weak<Writer>>>> = LazyLock::new(Default::default);
@@ -68,76 +69,61 @@ fn group_error(what: &str) -> Error {
     Error::Postgres(format!("failed to commit {what}"))
 }
 
-impl PgStore {
+impl Writer {
     /// `writes` committed with whatever other connections of this process to this database
-    /// queued meanwhile. When another connection holds the turn, an owned copy waits in the
-    /// queue, and the next holder of the turn runs it (that may be this caller).
-    pub(crate) fn grouped_commit(&self, writes: &[Write]) -> Result<(), Error> {
-        let writer = Arc::clone(&self.writer);
-        let turn = match writer.turn.try_lock() {
+    /// queued meanwhile, by `in_one`. When another connection holds the turn, an owned copy waits
+    /// in the queue, and the next holder of the turn runs it (that may be this caller).
+    pub(crate) fn commit(&self, writes: &[Write], in_one: &InOne) -> Result<(), Error> {
+        let turn = match self.turn.try_lock() {
             Ok(t) => Some(t),
             Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
             Err(TryLockError::WouldBlock) => None,
         };
         if let Some(_turn) = turn {
-            let others = std::mem::take(&mut *lock(&writer.queue));
-            return self.commit_group(Some(writes), others).unwrap_or_else(|| Err(group_error("a write")));
+            let others = std::mem::take(&mut *lock(&self.queue));
+            return commit_group(Some(writes), others, in_one).unwrap_or_else(|| Err(group_error("a write")));
         }
         let pending = Pending::new(writes.to_vec());
-        lock(&writer.queue).push(Arc::clone(&pending));
-        let _turn = lock(&writer.turn);
+        lock(&self.queue).push(Arc::clone(&pending));
+        let _turn = lock(&self.turn);
         if lock(&pending.out).is_none() {
             // Nobody ran it: this caller leads, with it and whatever else waits.
-            let queued = std::mem::take(&mut *lock(&writer.queue));
-            let _ = self.commit_group(None, queued);
+            let queued = std::mem::take(&mut *lock(&self.queue));
+            let _ = commit_group(None, queued, in_one);
         }
         pending.take().unwrap_or_else(|| Err(group_error("a grouped write that was never run")))
     }
+}
 
-    /// One transaction: `mine` (if any) and the queued writes, one commit. When one of them is
-    /// refused (a stale version, a fence that does not hold: rare), nothing of the turn is kept
-    /// and each runs again in a transaction of its own, in order, as if they had not been
-    /// grouped. Returns `mine`'s result; the queued ones get theirs in their `out`.
-    pub(crate) fn commit_group(&self, mine: Option<&[Write]>, queued: Vec<Arc<Pending>>) -> Option<Result<(), Error>> {
-        let owned: Vec<Option<Vec<Write>>> = queued.iter().map(|p| lock(&p.writes).take()).collect();
-        let mut all: Vec<&[Write]> = mine.into_iter().collect();
-        all.extend(owned.iter().flatten().map(Vec::as_slice));
-        let outs: Vec<Result<(), Error>> = match self.in_one(&all) {
-            Some(Err(e)) if all.len() > 1 => {
-                // The commit failed: every write fails with it (none is run again: it may hold).
-                all.iter().map(|_| Err(group_error(&format!("a write ({e})")))).collect()
-            }
-            Some(out) => std::iter::once(out).chain(all.iter().skip(1).map(|_| Ok(()))).collect(),
-            None => all.iter().map(|w| self.in_one(&[w]).unwrap_or_else(|| Err(group_error("a write")))).collect(),
-        };
-        // Taken from the back, in order.
-        let mut outs: Vec<Result<(), Error>> = outs.into_iter().rev().collect();
-        let mine_out = mine.map(|_| outs.pop().unwrap_or_else(|| Err(group_error("a write"))));
-        for (p, w) in queued.iter().zip(&owned) {
-            let out = match w {
-                Some(_) => outs.pop().unwrap_or_else(|| Err(group_error("a write"))),
-                None => Err(group_error("a write taken twice")),
-            };
-            *lock(&p.out) = Some(out);
+/// One transaction: `mine` (if any) and the queued writes, one commit. When one of them is
+/// refused (a stale version, a fence that does not hold: rare), nothing of the turn is kept
+/// and each runs again in a transaction of its own, in order, as if they had not been
+/// grouped. Returns `mine`'s result; the queued ones get theirs in their `out`.
+pub(crate) fn commit_group(
+    mine: Option<&[Write]>,
+    queued: Vec<Arc<Pending>>,
+    in_one: &InOne,
+) -> Option<Result<(), Error>> {
+    let owned: Vec<Option<Vec<Write>>> = queued.iter().map(|p| lock(&p.writes).take()).collect();
+    let mut all: Vec<&[Write]> = mine.into_iter().collect();
+    all.extend(owned.iter().flatten().map(Vec::as_slice));
+    let outs: Vec<Result<(), Error>> = match in_one(&all) {
+        Some(Err(e)) if all.len() > 1 => {
+            // The commit failed: every write fails with it (none is run again: it may hold).
+            all.iter().map(|_| Err(group_error(&format!("a write ({e})")))).collect()
         }
-        mine_out
-    }
-
-    /// `writes` in one transaction: the commit's result, or `None` when one of several was
-    /// refused (the transaction was rolled back). A single one's refusal is its result.
-    fn in_one(&self, writes: &[&[Write]]) -> Option<Result<(), Error>> {
-        let mut client = self.client.borrow_mut();
-        let tx = match client.transaction() {
-            Ok(tx) => tx,
-            Err(e) => return Some(Err(Error::Postgres(crate::conn::pg_message(&e)))),
+        Some(out) => std::iter::once(out).chain(all.iter().skip(1).map(|_| Ok(()))).collect(),
+        None => all.iter().map(|w| in_one(&[w]).unwrap_or_else(|| Err(group_error("a write")))).collect(),
+    };
+    // Taken from the back, in order.
+    let mut outs: Vec<Result<(), Error>> = outs.into_iter().rev().collect();
+    let mine_out = mine.map(|_| outs.pop().unwrap_or_else(|| Err(group_error("a write"))));
+    for (p, w) in queued.iter().zip(&owned) {
+        let out = match w {
+            Some(_) => outs.pop().unwrap_or_else(|| Err(group_error("a write"))),
+            None => Err(group_error("a write taken twice")),
         };
-        let mut tx = Tx { tx, statements: &self.statements };
-        for w in writes {
-            if let Err(e) = edge(|| crate::pg::apply(&mut tx, w)) {
-                // Dropped, the transaction rolls back.
-                return (writes.len() == 1).then_some(Err(e));
-            }
-        }
-        Some(edge(|| Ok(tx.tx.commit()?)))
+        *lock(&p.out) = Some(out);
     }
+    mine_out
 }
