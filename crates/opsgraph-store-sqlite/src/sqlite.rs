@@ -1,6 +1,5 @@
 //! The embedded SQLite backend: one file in the data directory, WAL, `synchronous=FULL` unless
-//! the operator opts into `NORMAL` (faster, may lose the last commits on power loss). WAL
-//! checkpoints run on a thread of their own, not inside a commit (`writer.rs`).
+//! the operator opts into `NORMAL` (faster, may lose the last commits on power loss).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -50,8 +49,7 @@ impl SqliteStore {
                 Durability::Normal => "NORMAL",
             };
             conn.execute_batch(&format!(
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;
-                 PRAGMA wal_autocheckpoint=0;"
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;"
             ))
             .map_err(open_err)?;
             // One signal for every store of the file, however its path was spelled.
