@@ -14,7 +14,7 @@ use postgres::{Client, NoTls, Row};
 use serde_json::Value;
 
 use opsgraph_core::model::OperationState;
-use opsgraph_store::{describe_current, redact};
+use opsgraph_store::redact;
 use opsgraph_store::{
     ArtifactRecord, AuditFilter, AuditRecord, Error, EvidenceRecord, GateRecord, JobRecord, JobState, Lease,
     OperationFilter, OperationRecord, RequestRecord, ResourceEventRecord, ResourceRecord, Stats, Store, TimelineEntry,
@@ -371,13 +371,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
                 let rows = tx.query("SELECT holder, token FROM leases WHERE operation = $1 FOR SHARE", &[operation])?;
                 let current: Option<(String, i64)> = rows.first().map(|r| (r.get(0), r.get(1)));
                 if current.as_ref().is_none_or(|(h, t)| h != holder || t != token) {
-                    return Err(Error::Fenced {
-                        operation: operation.clone(),
-                        holder: holder.clone(),
-                        token: *token,
-                        current: describe_current(current),
-                    }
-                    .into());
+                    return Err(Error::fenced(operation, holder, *token, current).into());
                 }
             }
             Write::Agent(a) => crate::pg_agent::apply(tx, a)?,

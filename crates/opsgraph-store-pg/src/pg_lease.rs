@@ -1,7 +1,7 @@
 //! The PostgreSQL half of leases: one statement each, judged by the database server's clock
 //! (`NOW_MS`), so replicas whose clocks disagree still agree on who holds an operation.
 
-use opsgraph_store::{describe_current, Error, Lease};
+use opsgraph_store::{Error, Lease};
 use postgres::Row;
 
 use crate::conn::{PgStore, NOW_MS};
@@ -48,13 +48,7 @@ impl PgStore {
             Some(row) => Ok(lease(&row)),
             None => {
                 let current = self.current_lease(&l.operation)?.map(|c| (c.holder, c.token));
-                Err(Error::Fenced {
-                    operation: l.operation.clone(),
-                    holder: l.holder.clone(),
-                    token: l.token,
-                    current: describe_current(current),
-                }
-                .into())
+                Err(Error::fenced(&l.operation, &l.holder, l.token, current).into())
             }
         }
     }

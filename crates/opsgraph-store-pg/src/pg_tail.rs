@@ -13,7 +13,7 @@
 //! durable (`synchronous_commit` on); a lone statement in an implicit transaction would be
 //! answered before its commit finished.
 
-use opsgraph_store::{describe_current, Error, JobRecord, TimelineEntry, Write};
+use opsgraph_store::{Error, JobRecord, TimelineEntry, Write};
 use postgres::types::ToSql;
 
 use crate::conn::Tx;
@@ -148,13 +148,7 @@ pub(crate) fn write(
     if let Some((operation, holder, token)) = checks.fence {
         if !row.get::<_, bool>(2) {
             let current = row.get::<_, Option<String>>(0).zip(row.get::<_, Option<i64>>(1));
-            return Err(Error::Fenced {
-                operation: operation.clone(),
-                holder: holder.clone(),
-                token: *token,
-                current: describe_current(current),
-            }
-            .into());
+            return Err(Error::fenced(operation, holder, *token, current).into());
         }
     }
     if let Some((operation, version, ..)) = checks.transition {

@@ -1,7 +1,7 @@
 //! The SQLite half of leases; the store file is shared by the processes of one machine, and its
 //! clock is this machine's.
 
-use opsgraph_store::{describe_current, now_ms, Error, Lease};
+use opsgraph_store::{now_ms, Error, Lease};
 
 use crate::Fail;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -64,13 +64,7 @@ pub(crate) fn sqlite_renew(conn: &mut Connection, lease: &Lease, ttl_ms: i64) ->
         return Ok(Lease { expires_in_ms: ttl_ms, released: false, ..lease.clone() });
     }
     let current = sqlite_lease(conn, &lease.operation)?.map(|l| (l.holder, l.token));
-    Err(Error::Fenced {
-        operation: lease.operation.clone(),
-        holder: lease.holder.clone(),
-        token: lease.token,
-        current: describe_current(current),
-    }
-    .into())
+    Err(Error::fenced(&lease.operation, &lease.holder, lease.token, current).into())
 }
 
 pub(crate) fn sqlite_release(conn: &Connection, lease: &Lease) -> Result<(), Fail> {
@@ -102,13 +96,7 @@ pub(crate) fn sqlite_fence(
         .query_row([operation], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     if current.as_ref().is_none_or(|(h, t)| h != holder || *t != token) {
-        return Err(Error::Fenced {
-            operation: operation.to_string(),
-            holder: holder.to_string(),
-            token,
-            current: describe_current(current),
-        }
-        .into());
+        return Err(Error::fenced(operation, holder, token, current).into());
     }
     Ok(())
 }

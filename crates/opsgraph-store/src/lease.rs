@@ -48,11 +48,15 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// What a fence check says of the stored lease, for [`Error::Fenced`] (both backends).
-pub fn describe_current(current: Option<(String, i64)>) -> String {
-    match current {
-        Some((holder, token)) => format!("the lease is now {holder}'s with token {token}"),
-        None => "the operation was never leased".to_string(),
+impl Error {
+    /// A fence check failed: `holder`'s lease with `token` on `operation` no longer holds;
+    /// `current` is the stored lease's holder and token, if any (both backends).
+    pub fn fenced(operation: &str, holder: &str, token: i64, current: Option<(String, i64)>) -> Error {
+        let current = match current {
+            Some((holder, token)) => format!("the lease is now {holder}'s with token {token}"),
+            None => "the operation was never leased".to_string(),
+        };
+        Error::Fenced { operation: operation.to_string(), holder: holder.to_string(), token, current }
     }
 }
 

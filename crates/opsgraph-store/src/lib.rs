@@ -30,7 +30,7 @@ use serde_json::Value;
 
 pub use agent::{now_ms, AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
 pub use blob::{BlobStore, FsBlobStore, LogKey};
-pub use lease::{describe_current, is_postgres, redact, Lease, DEFAULT_LEASE_TTL_MS};
+pub use lease::{is_postgres, redact, Lease, DEFAULT_LEASE_TTL_MS};
 pub use written::{timeline_written, Written};
 
 /// A backend's own error, kept as the source of [`Error::Open`] and [`Error::Query`].
