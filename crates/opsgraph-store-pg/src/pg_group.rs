@@ -14,8 +14,9 @@
 //! queue on the server.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, TryLockError, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
+use opsgraph_store::group::{lock, shared, GroupTurn, Turn};
 use opsgraph_store::{Error, Write};
 
 /// Runs commits in one transaction (the store's: `PgStore::in_one`): the commit's result, or
@@ -34,19 +35,11 @@ pub(crate) struct Pending {
 /// One database's committers in this process.
 #[derive(Default)]
 pub(crate) struct Writer {
-    turn: Mutex<()>,
-    queue: Mutex<Vec<Arc<Pending>>>,
+    group: GroupTurn<Pending>,
 }
 
 pub(crate) fn writer_of(url: &str) -> Arc<Writer> {
-    let mut writers = lock(&WRITERS);
-    writers.retain(|_, w| w.strong_count() > 0);
-    if let Some(w) = writers.get(url).and_then(Weak::upgrade) {
-        return w;
-    }
-    let w = Arc::new(Writer::default());
-    writers.insert(url.to_string(), Arc::downgrade(&w));
-    w
+    shared(&WRITERS, url.to_string())
 }
 
 impl Pending {
@@ -61,10 +54,6 @@ impl Pending {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn group_error(what: &str) -> Error {
     Error::Postgres(format!("failed to commit {what}"))
 }
@@ -74,23 +63,18 @@ impl Writer {
     /// queued meanwhile, by `in_one`. When another connection holds the turn, an owned copy waits
     /// in the queue, and the next holder of the turn runs it (that may be this caller).
     pub(crate) fn commit(&self, writes: &[Write], in_one: &InOne) -> Result<(), Error> {
-        let turn = match self.turn.try_lock() {
-            Ok(t) => Some(t),
-            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
+        let turn = self.group.take(|| Pending::new(writes.to_vec()), |p| lock(&p.out).is_some());
+        let (pending, _turn) = match turn {
+            Turn::First { queued, turn: _turn } => {
+                return commit_group(Some(writes), queued, in_one).unwrap_or_else(|| Err(group_error("a write")))
+            }
+            Turn::Queued { pending, lead, turn } => {
+                if let Some(queued) = lead {
+                    let _ = commit_group(None, queued, in_one);
+                }
+                (pending, turn)
+            }
         };
-        if let Some(_turn) = turn {
-            let others = std::mem::take(&mut *lock(&self.queue));
-            return commit_group(Some(writes), others, in_one).unwrap_or_else(|| Err(group_error("a write")));
-        }
-        let pending = Pending::new(writes.to_vec());
-        lock(&self.queue).push(Arc::clone(&pending));
-        let _turn = lock(&self.turn);
-        if lock(&pending.out).is_none() {
-            // Nobody ran it: this caller leads, with it and whatever else waits.
-            let queued = std::mem::take(&mut *lock(&self.queue));
-            let _ = commit_group(None, queued, in_one);
-        }
         pending.take().unwrap_or_else(|| Err(group_error("a grouped write that was never run")))
     }
 }

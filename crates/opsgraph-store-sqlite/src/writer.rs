@@ -9,8 +9,9 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, TryLockError, Weak};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
+use opsgraph_store::group::{lock, shared, GroupTurn, Turn};
 use opsgraph_store::Error;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
@@ -30,30 +31,17 @@ struct Pending {
 /// One database file's writers in this process.
 #[derive(Default)]
 pub(crate) struct Writer {
-    turn: Mutex<()>,
-    queue: Mutex<Vec<Arc<Pending>>>,
+    group: GroupTurn<Pending>,
 }
 
 pub(crate) fn writer_of(path: &Path) -> Arc<Writer> {
-    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut writers = WRITERS.lock().unwrap_or_else(|e| e.into_inner());
-    writers.retain(|_, w| w.strong_count() > 0);
-    if let Some(w) = writers.get(&key).and_then(Weak::upgrade) {
-        return w;
-    }
-    let w = Arc::new(Writer::default());
-    writers.insert(key, Arc::downgrade(&w));
-    w
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    shared(&WRITERS, std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
 }
 
 impl Writer {
     /// The turn, for a write that runs on its own (migrations, leases).
     pub(crate) fn turn(&self) -> MutexGuard<'_, ()> {
-        lock(&self.turn)
+        self.group.turn()
     }
 
     /// Runs `mine` in a write transaction on `conn`, committed with whatever other connections
@@ -65,23 +53,19 @@ impl Writer {
         mine: impl FnOnce(&Transaction<'_>) -> Result<T, Fail>,
         owned: impl FnOnce() -> Job,
     ) -> Result<T, Error> {
-        let turn = match self.turn.try_lock() {
-            Ok(t) => Some(t),
-            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
+        let turn = self.group.take(
+            || Arc::new(Pending { job: Mutex::new(Some(owned())), out: Mutex::new(None) }),
+            |p| lock(&p.out).is_some(),
+        );
+        let (pending, _turn) = match turn {
+            Turn::First { queued, turn: _turn } => return commit(conn, Some(mine), queued).expect("ours was run"),
+            Turn::Queued { pending, lead, turn } => {
+                if let Some(queued) = lead {
+                    let _ = commit(conn, None::<fn(&Transaction<'_>) -> Result<(), Fail>>, queued);
+                }
+                (pending, turn)
+            }
         };
-        if let Some(_turn) = turn {
-            let others = std::mem::take(&mut *lock(&self.queue));
-            return commit(conn, Some(mine), others).expect("ours was run");
-        }
-        let pending = Arc::new(Pending { job: Mutex::new(Some(owned())), out: Mutex::new(None) });
-        lock(&self.queue).push(pending.clone());
-        let _turn = self.turn();
-        if lock(&pending.out).is_none() {
-            // Nobody ran it: this caller leads, with it and whatever else waits.
-            let queued = std::mem::take(&mut *lock(&self.queue));
-            let _ = commit(conn, None::<fn(&Transaction<'_>) -> Result<(), Fail>>, queued);
-        }
         let out = lock(&pending.out).take();
         match out {
             Some(Ok(v)) => Ok(*v.downcast::<T>().map_err(|_| group_error("a grouped write's result"))?),

@@ -17,6 +17,7 @@
 
 pub mod agent;
 pub mod blob;
+pub mod group;
 mod lease;
 pub mod schema;
 pub mod testing;
