@@ -11,6 +11,9 @@ use crate::dto::{
 pub trait Client {
     /// Every operation, oldest first.
     fn operations(&self) -> anyhow::Result<Vec<OperationSummary>>;
+    /// The operations a query names, oldest first, each with its pack and environment
+    /// (`GET /operations?…`, `get operations --state …`).
+    fn operation_list(&self, query: &crate::OperationQuery) -> anyhow::Result<Vec<crate::OperationItem>>;
     /// Everything about one operation; an error naming it when there is none.
     fn operation(&self, id: &str) -> anyhow::Result<OperationView>;
     /// The operation's own timeline entries with a `seq` above `after`, oldest first (read from

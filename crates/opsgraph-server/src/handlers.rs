@@ -291,40 +291,11 @@ pub(crate) fn plan(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 }
 
 pub(crate) fn operations(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let filter =
-        OperationFilter { state: ctx.query.get("state").cloned(), resource: ctx.query.get("resource").cloned() };
-    let pack = ctx.query.get("pack").map(|p| pack_filter(p)).transpose()?;
-    let environment = match ctx.query.get("environment") {
-        Some(e) if e.is_empty() => {
-            return Err(ApiError::bad_request("invalid_parameter", "`environment` is an environment's name (`prod`)"))
-        }
-        e => e.cloned(),
-    };
-    let mut operations = Vec::new();
-    for o in ctx.store.operations(&filter)? {
-        if environment.as_ref().is_some_and(|e| o.intent.get("environment").and_then(Value::as_str) != Some(e)) {
-            continue;
-        }
-        let item = views::operation_item(&*ctx.store, &o)?;
-        if pack.as_deref().is_none_or(|p| views::pack_matches(item.pack.as_deref(), p)) {
-            operations.push(item);
-        }
-    }
+    let q = |k: &str| ctx.query.get(k).cloned();
+    let query = opsgraph_api::OperationQuery::new(q("state"), q("resource"), q("pack"), q("environment"))
+        .map_err(|e| ApiError::bad_request("invalid_parameter", e.message))?;
+    let operations = opsgraph_api::listing::operations(&*ctx.store, &query)?;
     Reply::ok(json!(opsgraph_api::OperationList { operations }))
-}
-
-/// The `pack` query parameter: `id` (any version) or `id@version`, as packs are named.
-fn pack_filter(p: &str) -> Result<String, ApiError> {
-    let name = |s: &str| {
-        s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
-    };
-    let (id, version) = p.split_once('@').map_or((p, None), |(i, v)| (i, Some(v)));
-    if name(id) && version.is_none_or(name) {
-        Ok(p.to_string())
-    } else {
-        Err(ApiError::bad_request("invalid_parameter", "`pack` is a pack's `id` or `id@version` (`postgres@1.2.0`)"))
-    }
 }
 
 pub(crate) fn jobs(ctx: &mut Ctx) -> Result<Reply, ApiError> {

@@ -77,6 +77,18 @@ pub enum Command {
         operation: Option<String>,
         #[arg(short = 'o', long = "output", default_value = "text")]
         output: String,
+        /// Operations in this state only (`failed`, `running`, `waiting_for_approval`, …).
+        #[arg(long)]
+        state: Option<String>,
+        /// Operations that changed this resource only.
+        #[arg(long)]
+        resource: Option<String>,
+        /// Operations of this pack only: `id` (any version) or `id@version`.
+        #[arg(long)]
+        pack: Option<String>,
+        /// Operations whose intent names this environment only.
+        #[arg(long)]
+        environment: Option<String>,
     },
     /// Everything about an operation or a resource: the full chain of reasons.
     Describe {

@@ -118,8 +118,10 @@ pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err:
         }
     };
     match cli.command {
-        Command::Get { what, operation, output } => {
-            reader(&mut |c| crate::query_cmd::get(c, &what, operation.as_deref(), &output, out))
+        Command::Get { what, operation, output, state, resource, pack, environment } => {
+            let query = opsgraph_api::OperationQuery::new(state, resource, pack, environment)
+                .map_err(|e| anyhow::anyhow!("--{}: {}", e.parameter, e.message))?;
+            reader(&mut |c| crate::query_cmd::get(c, &what, operation.as_deref(), &query, &output, out))
         }
         Command::Describe { what, id, output } => {
             reader(&mut |c| crate::query_cmd::describe(c, &what, &id, &output, out))

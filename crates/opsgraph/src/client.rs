@@ -39,6 +39,10 @@ impl Client for Local<'_> {
         Ok(self.store.operations(&OperationFilter::default())?.iter().map(views::operation_summary).collect())
     }
 
+    fn operation_list(&self, query: &opsgraph_api::OperationQuery) -> anyhow::Result<Vec<opsgraph_api::OperationItem>> {
+        Ok(opsgraph_api::listing::operations(self.store, query)?)
+    }
+
     fn operation(&self, id: &str) -> anyhow::Result<OperationView> {
         let op = self.store.operation(id)?.with_context(|| format!("no operation `{id}`"))?;
         Ok(views::operation(self.store, &op)?)
@@ -142,6 +146,10 @@ impl LocalControl {
 impl Client for LocalControl {
     fn operations(&self) -> anyhow::Result<Vec<OperationSummary>> {
         Local::of(&self.rt).operations()
+    }
+
+    fn operation_list(&self, query: &opsgraph_api::OperationQuery) -> anyhow::Result<Vec<opsgraph_api::OperationItem>> {
+        Local::of(&self.rt).operation_list(query)
     }
 
     fn operation(&self, id: &str) -> anyhow::Result<OperationView> {

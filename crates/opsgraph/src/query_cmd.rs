@@ -5,25 +5,36 @@
 use std::io::Write;
 
 use anyhow::{bail, Context as _};
-use opsgraph_api::Client;
+use opsgraph_api::{Client, OperationQuery};
 use opsgraph_store::AuditFilter;
 use serde_json::{json, Value};
 
 use crate::render::{document, print, to_yaml, Output};
 
-/// `get operations|resources|jobs OP`.
+/// `get operations [--state …] [--resource …] [--pack …] [--environment …]|resources|jobs OP`.
 pub fn get(
     client: &dyn Client,
     what: &str,
     operation: Option<&str>,
+    query: &OperationQuery,
     output: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
+    let operations = matches!(what, "operations" | "operation" | "ops");
+    if !operations {
+        if let Some((k, _)) = query.pairs().first() {
+            bail!("--{k} narrows `get operations` only, not `get {what}`");
+        }
+    }
     let value: Value = match what {
-        "operations" | "operation" | "ops" => json!(client
-            .operations()?
+        _ if operations => json!(client
+            .operation_list(query)?
             .iter()
-            .map(|o| json!({"id": o.id, "state": o.state, "resource": o.resource, "actor": o.actor, "created_at": o.created_at, "detail": o.detail}))
+            .map(|i| {
+                let o = &i.summary;
+                json!({"id": o.id, "state": o.state, "resource": o.resource, "pack": i.pack, "environment": i.environment,
+                       "actor": o.actor, "created_at": o.created_at, "detail": o.detail})
+            })
             .collect::<Vec<_>>()),
         "resources" | "resource" => json!(client
             .resources()?

@@ -361,6 +361,15 @@ impl opsgraph_api::Client for Remote {
         Ok(serde_json::from_value(self.get("/api/v1/operations")?["operations"].take())?)
     }
 
+    fn operation_list(&self, query: &opsgraph_api::OperationQuery) -> anyhow::Result<Vec<opsgraph_api::OperationItem>> {
+        let pairs: Vec<String> = query.pairs().iter().map(|(k, v)| format!("{k}={}", segment(v))).collect();
+        let path = match pairs.is_empty() {
+            true => "/api/v1/operations".to_string(),
+            false => format!("/api/v1/operations?{}", pairs.join("&")),
+        };
+        Ok(serde_json::from_value(self.get(&path)?["operations"].take())?)
+    }
+
     fn operation(&self, id: &str) -> anyhow::Result<opsgraph_api::OperationView> {
         Ok(serde_json::from_value(self.operation_value(id)?)?)
     }

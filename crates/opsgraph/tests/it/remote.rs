@@ -128,6 +128,12 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
         vec!["logs", &failed],
         vec!["get", "operations"],
         vec!["get", "operations", "-o", "json"],
+        vec!["get", "operations", "--state", "failed"],
+        vec!["get", "operations", "--state", "completed", "--pack", "hello", "-o", "json"],
+        vec!["get", "operations", "--environment", "dev", "--pack", "nosuch"],
+        vec!["get", "operations", "--pack", "Not A Pack"],
+        vec!["get", "operations", "--environment", ""],
+        vec!["get", "resources", "--state", "failed"],
         vec!["get", "resources"],
         vec!["get", "resources", "-o", "yaml"],
         vec!["get", "jobs", &id],
@@ -157,6 +163,22 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
         );
         assert!(!here.out.is_empty() || here.code != 0, "`{}` printed nothing", args.join(" "));
     }
+
+    // The narrowed list names what it was asked for, and only that.
+    let listed = |args: &[&str]| -> Vec<String> {
+        let run = local(&[&["get", "operations", "-o", "json"], args].concat());
+        assert_eq!(run.code, 0, "{}", run.render());
+        let list: Vec<serde_json::Value> = serde_json::from_str(&run.out).unwrap();
+        list.iter().map(|o| o["id"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(listed(&["--state", "failed"]), vec![failed.clone()]);
+    assert_eq!(listed(&["--state", "completed"]), vec![id.clone()]);
+    assert_eq!(listed(&["--state", "failed", "--environment", "dev"]), vec![failed.clone()]);
+    assert_eq!(listed(&["--pack", "hello"]).len(), 2);
+    assert!(listed(&["--pack", "nosuch"]).is_empty());
+    assert!(listed(&["--environment", "prod"]).is_empty());
+    let refused = local(&["get", "operations", "--pack", "Not A Pack"]);
+    assert!(refused.code != 0 && refused.err.contains("--pack: `pack` is a pack's"), "{}", refused.render());
 
     // Tokens (the admin's view of the same store): one renderer for both.
     let (here, there) = (local(&["token", "list"]), remote("ada", &["token", "list"]));
