@@ -22,6 +22,7 @@ pub mod query_cmd;
 pub mod registry;
 pub mod remedy_cmd;
 pub mod remote;
+mod remote_follow;
 pub mod render;
 pub mod resource_cmd;
 pub mod serve_cmd;

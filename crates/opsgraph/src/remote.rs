@@ -355,6 +355,40 @@ impl Remote {
     }
 }
 
+impl crate::remote_follow::Streams for Remote {
+    fn events(&self, after: i64) -> anyhow::Result<Option<Box<dyn std::io::Read + Send>>> {
+        let url = format!("{}/api/v1/events?after={after}", self.base);
+        // A stream lasts as long as the follower (or the server's `event_stream_duration`).
+        let resp = self
+            .agent
+            .get(&url)
+            .header("Authorization", &format!("Bearer {}", self.token))
+            .header("Accept", "text/event-stream")
+            .config()
+            .timeout_global(None)
+            .build()
+            .call()
+            .with_context(|| format!("cannot reach {}", self.base))?;
+        let status = resp.status().as_u16();
+        let (_, body) = resp.into_parts();
+        if status == 429 {
+            return Ok(None);
+        }
+        if !(200..300).contains(&status) {
+            let text = body.into_with_config().limit(1 << 20).read_to_string().unwrap_or_default();
+            let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            let code = value["error"]["code"].as_str().unwrap_or("error").to_string();
+            let message = value["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+            return Err(if status == 404 {
+                anyhow::anyhow!(message)
+            } else {
+                Refused { status, code, message }.into()
+            });
+        }
+        Ok(Some(Box::new(body.into_reader())))
+    }
+}
+
 /// The HTTP client: each read is one request, its answer the API's document.
 impl opsgraph_api::Client for Remote {
     fn operations(&self) -> anyhow::Result<Vec<opsgraph_api::OperationSummary>> {
@@ -447,30 +481,17 @@ impl opsgraph_api::Control for Remote {
         Ok(serde_json::from_value(reply)?)
     }
 
-    /// Watches the server drive it: the timeline read again every 200 ms until the operation
-    /// stops moving and two reads agree (its last entries are in).
+    /// Watches the server drive it: its event stream, entry by entry, until it stopped
+    /// (`remote_follow.rs`).
     fn follow(
         &mut self,
         id: &str,
         after: i64,
         seen: &mut dyn FnMut(&opsgraph_store::TimelineEntry),
     ) -> anyhow::Result<OperationView> {
-        let mut cursor = opsgraph_api::Cursor { after };
-        let mut quiet = 0;
-        loop {
-            let op = Client::operation(self, id)?;
-            cursor.advance(self, id, seen)?;
-            if !moving(op.summary.state) {
-                quiet += 1;
-                if quiet > 1 {
-                    return Ok(op);
-                }
-            } else {
-                quiet = 0;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        crate::remote_follow::follow(self, id, after, seen, |op| moving(op.summary.state))
     }
+
     fn answer(
         &mut self,
         operation: &str,

@@ -195,6 +195,7 @@ fn apply_prints_the_same_run_locally_and_through_the_server() {
     let api = crate::server::Api::new("");
     let files = crate::support::temp_dir(&[
         ("sam.token", &api.token("sam", &["operator"])),
+        ("ada.token", &api.token("ada", &["platform_admin"])),
         ("here.yaml", &crate::server::intent("h31")),
         ("there.yaml", &crate::server::intent("h32")),
     ]);
@@ -216,7 +217,63 @@ fn apply_prints_the_same_run_locally_and_through_the_server() {
         (remote.code, normal(&remote.out), normal(&remote.err)),
         (local.code, normal(&local.out), normal(&local.err))
     );
+    // The remote run was followed by its event stream, not by reading the timeline again and again.
+    let admin = std::fs::read_to_string(files.join("ada.token")).unwrap();
+    let metrics = crate::server_stream::http(server.addr, "GET", "/metrics", admin.trim(), &[], "").body;
+    let route = |r: &str| format!("opsgraph_http_requests_total{{method=\"GET\",route=\"{r}\"");
+    assert!(metrics.contains(&format!("{},status=\"200\"}} 1\n", route("/api/v1/events"))), "{metrics}");
+    assert!(!metrics.contains(&route("/api/v1/operations/{id}/timeline")), "{metrics}");
 
+    drop(server);
+}
+
+/// Following a run through the server shows its sub-operations' entries as following it locally
+/// does: the provider the resolution creates runs as a child operation, met on the event stream.
+#[test]
+fn a_run_with_a_sub_operation_is_followed_the_same_locally_and_through_the_server() {
+    let mut files: Vec<(&str, &str)> = crate::subop::WORLD.to_vec();
+    files.push((
+        "there.yaml",
+        "intent: {target_resource_type: app.thing, action: run, name: app-2, environment: dev}\n",
+    ));
+    let api = crate::server::Api::over(crate::support::temp_dir(&files))
+        .config("")
+        .packs(&["packs/app", "packs/bucket"])
+        .world(&["world"])
+        .build();
+    let token = crate::support::temp_dir(&[("sam.token", &api.token("sam", &["operator"]))]);
+    let server = Server::start(&api);
+    let path = |p: &str| api.dir.join(p).display().to_string();
+    // Its own data directory: a bucket one run made would be bound by the other.
+    let data = path("data-local");
+    let (app, bucket, world) = (path("packs/app"), path("packs/bucket"), path("world"));
+    let local = crate::support::opsgraph(&[
+        "--data-dir",
+        &data,
+        "apply",
+        "-f",
+        &path("intent.yaml"),
+        "--yes",
+        "--packs",
+        &app,
+        "--packs",
+        &bucket,
+        "--inventory",
+        &world,
+    ]);
+    let remote = server.opsgraph(&token.join("sam.token"), &["apply", "-f", &path("there.yaml"), "--yes"]);
+    let normal = |text: &str| {
+        let text = regex::Regex::new(r"op-[0-9a-z]+").unwrap().replace_all(text, "OP");
+        let text = regex::Regex::new(r"\d\d:\d\d:\d\d").unwrap().replace_all(&text, "TIME");
+        let text = regex::Regex::new(r"sha256:[0-9a-f]+").unwrap().replace_all(&text, "HASH");
+        text.replace("app-1", "NAME").replace("app-2", "NAME")
+    };
+    assert_eq!(local.code, 0, "{}", local.render());
+    assert!(local.out.contains("make-bucket"), "the child's job is shown: {}", local.render());
+    assert_eq!(
+        (remote.code, normal(&remote.out), normal(&remote.err)),
+        (local.code, normal(&local.out), normal(&local.err))
+    );
     drop(server);
 }
 

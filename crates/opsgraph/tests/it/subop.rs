@@ -7,7 +7,7 @@ use opsgraph_store_sqlite::{Durability, SqliteStore};
 
 use crate::support::{temp_dir, TempDir};
 
-const WORLD: &[(&str, &str)] = &[
+pub(crate) const WORLD: &[(&str, &str)] = &[
     (
         "packs/app/pack.yaml",
         "scenario_pack:\n  id: app\n  version: 1.0.0\n  title: App\n  resource_types: [app.thing]\n  actions: [run]\n  plan_templates: [{id: app.run}]\n",
