@@ -35,6 +35,8 @@ pub(crate) enum Frame {
     Reconnect,
     /// The token the stream was opened with no longer holds.
     Revoked,
+    /// A comment (`: keep-alive`): the reader learns whether anyone still reads.
+    Alive,
 }
 
 /// An event's `data`: the entry as the timeline shows it, and its operation.
@@ -45,10 +47,10 @@ pub(crate) struct Event {
     pub operation: String,
 }
 
-/// The events of `r`, in order; comments and unknown events skipped.
+/// The events of `r`, in order; a comment as `Alive`, unknown events skipped.
 pub(crate) fn frames<R: Read>(r: R) -> impl Iterator<Item = std::io::Result<Frame>> {
     let mut r = BufReader::new(r);
-    let (mut event, mut data) = (String::new(), String::new());
+    let (mut event, mut data, mut comment) = (String::new(), String::new(), false);
     std::iter::from_fn(move || loop {
         let mut line = Vec::new();
         match (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
@@ -62,15 +64,19 @@ pub(crate) fn frames<R: Read>(r: R) -> impl Iterator<Item = std::io::Result<Fram
         let line = String::from_utf8_lossy(&line);
         let line = line.trim_end_matches(['\n', '\r']);
         if !line.is_empty() {
-            if let Some(v) = line.strip_prefix("event:") {
+            if line.starts_with(':') {
+                comment = true;
+            } else if let Some(v) = line.strip_prefix("event:") {
                 event = v.trim().to_string();
             } else if let Some(v) = line.strip_prefix("data:") {
                 data.push_str(v.strip_prefix(' ').unwrap_or(v));
             }
             continue;
         }
-        let (name, text) = (std::mem::take(&mut event), std::mem::take(&mut data));
+        let (name, text, comment) =
+            (std::mem::take(&mut event), std::mem::take(&mut data), std::mem::take(&mut comment));
         let frame = match name.as_str() {
+            "" if text.is_empty() && comment => Frame::Alive,
             "" | "message" if !text.is_empty() => match serde_json::from_str::<Event>(&text) {
                 Ok(v) => Frame::Entry(Box::new(v)),
                 Err(e) => return Some(Err(std::io::Error::other(format!("an event that is no timeline entry: {e}")))),
@@ -124,6 +130,8 @@ pub(crate) fn follow(
         let Some(body) = client.events(after)? else {
             return poll(client, id, after, seen, moving);
         };
+        // The stream is read on a thread of its own (the follower waits with a timeout); it ends
+        // at the next event or keep-alive (15 s) after the follower is done, closing the stream.
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for f in frames(body) {
@@ -154,6 +162,7 @@ pub(crate) fn follow(
                     }
                 }
                 Ok(Ok(Frame::End)) => return client.operation(id),
+                Ok(Ok(Frame::Alive)) => {}
                 Ok(Ok(Frame::Revoked)) => bail!("the server ended the event stream: the token no longer holds"),
                 // The stream ended (its age, the server going away): another, after the last id.
                 Ok(Ok(Frame::Reconnect)) | Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -225,7 +234,7 @@ mod tests {
     #[test]
     fn events_are_read_as_the_server_writes_them() {
         check(&format!("id: 42\ndata: {ENTRY}\n\n"), &["entry 42 job_started"]);
-        check(&format!(": keep-alive\n\nid: 42\r\ndata: {ENTRY}\r\n\r\n"), &["entry 42 job_started"]);
+        check(&format!(": keep-alive\n\nid: 42\r\ndata: {ENTRY}\r\n\r\n"), &["Alive", "entry 42 job_started"]);
         check(
             &format!("id: 42\ndata: {ENTRY}\n\nevent: end\ndata: {{\"state\":\"completed\"}}\n\n"),
             &["entry 42 job_started", "End"],
