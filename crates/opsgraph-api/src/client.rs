@@ -129,24 +129,28 @@ pub fn root_of(client: &dyn Client, id: &str) -> anyhow::Result<String> {
 /// The timeline entries of operation `id` and of its sub-operations (at any depth) with a `seq`
 /// above `after`, in commit order: what following an operation shows, the same for both clients.
 pub fn timeline_after(client: &dyn Client, id: &str, after: i64) -> anyhow::Result<Vec<TimelineEntry>> {
-    let all = client.operations()?;
-    let mut family = vec![id.to_string()];
-    let mut grown = true;
-    while grown {
-        grown = false;
-        for o in &all {
-            if o.parent.as_ref().is_some_and(|p| family.contains(p)) && !family.contains(&o.id) {
-                family.push(o.id.clone());
-                grown = true;
-            }
-        }
-    }
+    let family = family(&client.operations()?, id);
     let mut entries = Vec::new();
     for op in &family {
         entries.extend(client.timeline(op, after)?);
     }
     entries.sort_by_key(|e| e.seq);
     Ok(entries)
+}
+
+/// Operation `id` and its sub-operations at any depth, by the `parent`s of `all`.
+pub fn family(all: &[OperationSummary], id: &str) -> std::collections::BTreeSet<String> {
+    let mut family = std::collections::BTreeSet::from([id.to_string()]);
+    let mut grown = true;
+    while grown {
+        grown = false;
+        for o in all {
+            if o.parent.as_ref().is_some_and(|p| family.contains(p)) {
+                grown |= family.insert(o.id.clone());
+            }
+        }
+    }
+    family
 }
 
 /// Where a follower starts: after the last entry `timeline_after` shows now.

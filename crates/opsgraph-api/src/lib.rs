@@ -10,7 +10,9 @@ pub mod listing;
 pub mod replies;
 pub mod views;
 
-pub use client::{find_gate, gate_value, last_seq, root_of, timeline_after, Client, Control, Cursor, PatchRequest};
+pub use client::{
+    family, find_gate, gate_value, last_seq, root_of, timeline_after, Client, Control, Cursor, PatchRequest,
+};
 pub use dto::*;
 pub use listing::{InvalidQuery, OperationQuery};
 pub use replies::*;

@@ -97,20 +97,9 @@ pub(crate) trait Streams: Client {
     fn events(&self, after: i64) -> anyhow::Result<Option<Box<dyn Read + Send>>>;
 }
 
-/// Operation `id` and its sub-operations at any depth, by the list's `parent`s.
+/// Operation `id` and its sub-operations at any depth, as the server lists them now.
 fn family(client: &dyn Client, id: &str) -> anyhow::Result<BTreeSet<String>> {
-    let all = client.operations()?;
-    let mut family = BTreeSet::from([id.to_string()]);
-    let mut grown = true;
-    while grown {
-        grown = false;
-        for o in &all {
-            if o.parent.as_ref().is_some_and(|p| family.contains(p)) {
-                grown |= family.insert(o.id.clone());
-            }
-        }
-    }
-    Ok(family)
+    Ok(opsgraph_api::family(&client.operations()?, id))
 }
 
 /// Hands `seen` each entry of `id` and its sub-operations after `after` as the server commits

@@ -188,6 +188,15 @@ fn read_commands_print_the_same_bytes_locally_and_through_the_server() {
     drop(server);
 }
 
+/// A run's output with what differs between two runs of it made alike: operation ids, times,
+/// plan hashes and the two resources' names.
+fn normal(text: &str, names: [&str; 2]) -> String {
+    let text = regex::Regex::new(r"op-[0-9a-z]+").unwrap().replace_all(text, "OP");
+    let text = regex::Regex::new(r"\d\d:\d\d:\d\d").unwrap().replace_all(&text, "TIME");
+    let text = regex::Regex::new(r"sha256:[0-9a-f]+").unwrap().replace_all(&text, "HASH");
+    text.replace(names[0], "NAME").replace(names[1], "NAME")
+}
+
 /// `apply --yes` prints the same preview, live view and ending whether this process drives the
 /// run or a server does (ids, times, plan hashes and the operation's name normalised).
 #[test]
@@ -205,12 +214,7 @@ fn apply_prints_the_same_run_locally_and_through_the_server() {
     let packs = api.dir.join("hello").display().to_string();
     let local = crate::support::opsgraph(&["--data-dir", &data, "apply", "-f", &here, "--yes", "--packs", &packs]);
     let remote = server.opsgraph(&files.join("sam.token"), &["apply", "-f", &there, "--yes"]);
-    let normal = |text: &str| {
-        let text = regex::Regex::new(r"op-[0-9a-z]+").unwrap().replace_all(text, "OP");
-        let text = regex::Regex::new(r"\d\d:\d\d:\d\d").unwrap().replace_all(&text, "TIME");
-        let text = regex::Regex::new(r"sha256:[0-9a-f]+").unwrap().replace_all(&text, "HASH");
-        text.replace("h31", "NAME").replace("h32", "NAME")
-    };
+    let normal = |text: &str| normal(text, ["h31", "h32"]);
     assert_eq!(local.code, 0, "{}", local.render());
     assert!(local.out.contains("waiting for gate approve-hello"), "{}", local.render());
     assert_eq!(
@@ -262,12 +266,7 @@ fn a_run_with_a_sub_operation_is_followed_the_same_locally_and_through_the_serve
         &world,
     ]);
     let remote = server.opsgraph(&token.join("sam.token"), &["apply", "-f", &path("there.yaml"), "--yes"]);
-    let normal = |text: &str| {
-        let text = regex::Regex::new(r"op-[0-9a-z]+").unwrap().replace_all(text, "OP");
-        let text = regex::Regex::new(r"\d\d:\d\d:\d\d").unwrap().replace_all(&text, "TIME");
-        let text = regex::Regex::new(r"sha256:[0-9a-f]+").unwrap().replace_all(&text, "HASH");
-        text.replace("app-1", "NAME").replace("app-2", "NAME")
-    };
+    let normal = |text: &str| normal(text, ["app-1", "app-2"]);
     assert_eq!(local.code, 0, "{}", local.render());
     assert!(local.out.contains("make-bucket"), "the child's job is shown: {}", local.render());
     assert_eq!(
