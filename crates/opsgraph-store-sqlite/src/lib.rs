@@ -1,11 +1,13 @@
 //! The embedded SQLite backend of [`opsgraph_store::Store`]: one file in the data directory, WAL,
 //! `synchronous=FULL` unless the operator opts into `NORMAL` (`sqlite.rs`, its migrations in
-//! `schema.rs`); agent tasks (`sqlite_agent.rs`); the SQLite half of leases (`lease.rs`); the
-//! group commit of the writes one process makes to one file (`writer.rs`). The conformance
-//! suite of `opsgraph-store` runs against it through [`test_db`], whose blob store is the data
-//! directory's files (`opsgraph_store::FsBlobStore`).
+//! `schema.rs`, a new file made whole before it gets its name in `create.rs`); agent tasks
+//! (`sqlite_agent.rs`); the SQLite half of leases (`lease.rs`); the group commit of the writes
+//! one process makes to one file (`writer.rs`). The conformance suite of `opsgraph-store` runs
+//! against it through [`test_db`], whose blob store is the data directory's files
+//! (`opsgraph_store::FsBlobStore`).
 
 mod apply;
+mod create;
 mod history;
 mod lease;
 mod read;
