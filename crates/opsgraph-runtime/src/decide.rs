@@ -20,6 +20,7 @@ use serde_json::json;
 use crate::rollout::{stand, standings, Standing, Wait};
 use crate::task::TaskResult;
 use crate::timeline::entry;
+use crate::waiting::Waiting;
 use crate::Error;
 
 /// What the store (and this driver's own bookkeeping) says about one operation, borrowed.
@@ -48,6 +49,8 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) waiting_children: &'a [String],
     /// Jobs before this index of `plan` are all done: the search for ready jobs starts here.
     pub(crate) done_prefix: usize,
+    /// The jobs that may be ready (a superset: the filter below decides), kept by the driver.
+    pub(crate) waiting: &'a Waiting,
     /// The plan's fleet rollouts: waves, limits in flight, failure budgets.
     pub(crate) rollouts: &'a [RolloutPlan],
 }
@@ -160,8 +163,10 @@ fn tick(s: &Snapshot<'_>) -> Result<Decision, Error> {
     let gate_done: HashMap<&str, bool> =
         s.gates.iter().map(|g| (g.id.as_str(), g.answer.as_deref().is_some_and(|a| a != "cancel operation"))).collect();
     let free = s.concurrency.max(1).saturating_sub(s.in_flight.len());
-    let ready: Vec<String> = s.plan[d.done_prefix..]
-        .iter()
+    let ready: Vec<String> = s
+        .waiting
+        .candidates(d.done_prefix)
+        .map(|i| &s.plan[i])
         .filter(|j| state_of(&j.id) == Some(JobState::Pending) && !s.in_flight.contains_key(&j.id))
         .filter(|j| s.not_before.get(&j.id).is_none_or(|t| *t <= s.now))
         .filter(|j| !s.blocked.contains(&j.job))

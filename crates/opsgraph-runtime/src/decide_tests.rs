@@ -146,6 +146,7 @@ impl Given {
         let not_before: HashMap<String, Instant> =
             self.not_before.iter().map(|(j, ms)| (j.clone(), now + Duration::from_millis(*ms))).collect();
         let blocked: HashSet<String> = self.blocked.iter().cloned().collect();
+        let waiting = crate::waiting::Waiting::new(&plan, &jobs);
         let snapshot = Snapshot {
             op: &op,
             actor: "opsgraph",
@@ -161,6 +162,7 @@ impl Given {
             blocked: &blocked,
             waiting_children: &self.children,
             done_prefix: 0,
+            waiting: &waiting,
             rollouts: &self.rollouts,
         };
         let out = match decide(&snapshot, input) {

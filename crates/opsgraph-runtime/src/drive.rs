@@ -78,6 +78,7 @@ impl Runtime {
             let running = matches!(op.state, OperationState::Running);
             if d.cache_stale {
                 d.cache = self.store.jobs(id)?.into_iter().map(|j| (j.id.clone(), crate::execute::cached(j))).collect();
+                d.waiting = crate::waiting::Waiting::new(&plan.jobs, &d.cache);
                 d.cache_stale = false;
                 d.done_prefix = 0;
             }

@@ -20,6 +20,7 @@ use crate::decide::{self, Decision, Effect, Finished, Snapshot};
 use crate::jobs::{self, render_key};
 use crate::task::{Task, TaskResult};
 use crate::timeline::Progress;
+use crate::waiting::Waiting;
 use crate::workers::Workers;
 use crate::{Error, Runtime};
 
@@ -55,6 +56,8 @@ pub(crate) struct Drive<'p> {
     pub(crate) op_seen: Option<(i64, u64, OperationRecord)>,
     /// Jobs before this index of `plan.jobs` are all done.
     pub(crate) done_prefix: usize,
+    /// Which jobs may be ready, kept with `cache`.
+    pub(crate) waiting: Waiting,
 }
 
 impl<'p> Drive<'p> {
@@ -87,6 +90,7 @@ impl<'p> Drive<'p> {
             carry: Vec::new(),
             op_seen: None,
             done_prefix: 0,
+            waiting: Waiting::default(),
         }
     }
 
@@ -116,12 +120,14 @@ impl<'p> Drive<'p> {
             blocked,
             waiting_children,
             done_prefix: self.done_prefix,
+            waiting: &self.waiting,
             rollouts: &self.plan.rollouts,
         }
     }
 
     fn remember(&mut self, writes: &[Write]) {
         for j in writes.iter().filter_map(Write::job) {
+            self.waiting.update(&self.plan.jobs, &self.cache, j);
             self.cache.insert(j.id.clone(), cached_of(j));
         }
     }

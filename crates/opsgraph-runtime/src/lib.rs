@@ -50,6 +50,7 @@ mod task;
 mod timeline;
 mod transition;
 mod verify;
+mod waiting;
 mod workers;
 
 use std::path::PathBuf;
