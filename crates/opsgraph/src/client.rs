@@ -305,9 +305,12 @@ impl Control for LocalControl {
         let reader = Local::new(&*reader, &data_dir);
         let mut cursor = Cursor { after };
         let rt = &mut self.rt;
-        crate::follower::beside(|progress| drive(rt, id, progress), || {
-            let _ = cursor.advance(&reader, id, seen);
-        })
+        crate::follower::beside(
+            |progress| drive(rt, id, progress),
+            || {
+                let _ = cursor.advance(&reader, id, seen);
+            },
+        )
         .and_then(|driven| {
             // Everything the drive committed, its last entries included, once it stopped.
             let shown = cursor.advance(&reader, id, seen);

@@ -73,7 +73,11 @@ fn live_part(run: &Run) -> String {
 
 fn timed(line: &str) -> bool {
     let b = line.as_bytes();
-    b.len() > 10 && b[2] == b':' && b[5] == b':' && b[8..10] == *b"  " && line[..8].replace(':', "").bytes().all(|c| c.is_ascii_digit())
+    b.len() > 10
+        && b[2] == b':'
+        && b[5] == b':'
+        && b[8..10] == *b"  "
+        && line[..8].replace(':', "").bytes().all(|c| c.is_ascii_digit())
 }
 
 /// Times (`12:34:56`) and operation ids made stable for a snapshot.
@@ -175,5 +179,7 @@ fn a_long_fast_chain_is_shown_whole() {
     assert_eq!(run.code, 0, "{}", run.render());
     assert!(live_part(&run) == stored, "{}", run.render());
     assert_eq!(stored.lines().filter(|l| l.contains(" done ")).count(), 120, "{stored}");
-    assert!(stored.trim_end().ends_with("operation running -> completed: every job's outputs are verified by evidence"));
+    assert!(stored
+        .trim_end()
+        .ends_with("operation running -> completed: every job's outputs are verified by evidence"));
 }
