@@ -4,6 +4,8 @@
 //!
 //! MODE is `chain` (the default; a bare number means `chain N`), `wide`, `noop`, `commit`, `scale` or `all`. Every
 //! mode measures its floor and the thing measured interleaved in one run, and prints medians.
+//! `drive N` only creates and drives the chain of N once (for instruction counts: `valgrind
+//! --tool=callgrind bench drive 400` against `drive 1`, beside `opsgraph apply` of the same chain).
 //!
 //! - `chain` (N = 200): the spawn floor (N x `/bin/true` exec'd and waited for), the executor
 //!   floor (the same through `LocalExecutor`), the commit floor (N single-row WAL FULL
@@ -389,7 +391,7 @@ fn main() {
         args.iter().find_map(|a| a.strip_prefix("concurrency=")).and_then(|c| c.parse().ok()).unwrap_or(8);
     let positional: Vec<&String> = args.iter().filter(|a| !a.contains('=')).collect();
     let (mode, n) = match positional.first().map(|s| s.as_str()) {
-        Some(m @ ("chain" | "wide" | "noop" | "commit" | "scale" | "all")) => {
+        Some(m @ ("chain" | "wide" | "noop" | "commit" | "scale" | "all" | "drive")) => {
             (m, positional.get(1).and_then(|n| n.parse().ok()))
         }
         Some(n) => ("chain", n.parse().ok()),
@@ -399,6 +401,11 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     println!("machine: {} cores", std::thread::available_parallelism().map(|c| c.get()).unwrap_or(0));
     println!();
+    if mode == "drive" {
+        let n = n.unwrap_or(200);
+        println!("chain of {n} no-op jobs driven once: {:.1} ms", ms(drive(n, true, concurrency, &dir)));
+        return;
+    }
     if matches!(mode, "chain" | "all") {
         bench_chain(n.unwrap_or(200), &dir);
         println!();

@@ -305,15 +305,26 @@ impl Control for LocalControl {
 
     fn follow(&mut self, id: &str, after: i64, seen: &mut dyn FnMut(&TimelineEntry)) -> anyhow::Result<OperationView> {
         // What this drive commits is read back from the store on a connection of its own, so
-        // it shows exactly what a server's client sees of the same run.
+        // it shows exactly what a server's client sees of the same run. The driver runs on a
+        // thread of its own and only signals each commit: the reading and `seen` (the printing)
+        // happen here meanwhile, so the driver never waits for them (`crate::follower`).
         let data_dir = self.rt.data_dir().to_path_buf();
         let reader = crate::storage::open_store(&data_dir)?;
         let reader = Local::new(&*reader, &data_dir);
         let mut cursor = Cursor { after };
-        drive(&mut self.rt, id, &mut |_| {
-            let _ = cursor.advance(&reader, id, seen);
+        let rt = &mut self.rt;
+        crate::follower::beside(
+            |progress| drive(rt, id, progress),
+            || {
+                let _ = cursor.advance(&reader, id, seen);
+            },
+        )
+        .and_then(|driven| {
+            // Everything the drive committed, its last entries included, once it stopped.
+            let shown = cursor.advance(&reader, id, seen);
+            driven?;
+            shown
         })?;
-        cursor.advance(&reader, id, seen)?;
         let op = self.rt.store().operation(id)?.with_context(|| format!("no operation `{id}`"))?;
         Ok(opsgraph_api::views::operation_brief(self.rt.store(), &op)?)
     }

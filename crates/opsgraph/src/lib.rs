@@ -13,6 +13,7 @@ pub mod demo_cmd;
 pub mod fleet_cmd;
 pub mod fleet_light_cmd;
 pub mod fleet_run;
+pub mod follower;
 pub mod lab;
 pub mod load;
 pub mod ops_cmd;

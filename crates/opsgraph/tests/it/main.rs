@@ -30,6 +30,7 @@ mod fleet_postgresql;
 mod fleet_postgresql_day2;
 mod fleet_rollout;
 mod fleet_timeout;
+mod follow;
 mod foureyes;
 mod gates;
 mod intervene;
