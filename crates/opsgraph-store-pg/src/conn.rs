@@ -20,6 +20,8 @@ pub struct PgStore {
     pub(crate) writer: std::sync::Arc<crate::pg_group::Writer>,
     /// Whether this connection listens on the timeline's channel (`wait_for_timeline` asked).
     pub(crate) listening: std::cell::Cell<bool>,
+    /// Statements prepared by `PREPARE` for commits sent in one message (`pg_one.rs`).
+    pub(crate) named: Named,
 }
 
 /// The server's message (with its detail and SQLSTATE), or the client's reason and its causes.
@@ -87,5 +89,23 @@ impl Tx<'_, '_> {
     pub(crate) fn query(&mut self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Fail> {
         let stmt = PgStore::prepared(self.statements, &mut self.tx, sql)?;
         Ok(self.tx.query(&stmt, args)?)
+    }
+}
+
+/// The names statements were prepared under by `PREPARE` on one connection, by text: those a
+/// turn's commits run by `EXECUTE` in one message (`pg_one.rs`).
+#[derive(Default)]
+pub(crate) struct Named(RefCell<HashMap<String, String>>);
+
+impl Named {
+    /// The name `sql` is prepared under on this connection, by `PREPARE` the first time.
+    pub(crate) fn prepared(&self, client: &mut Client, sql: &str) -> Result<String, postgres::Error> {
+        if let Some(name) = self.0.borrow().get(sql) {
+            return Ok(name.clone());
+        }
+        let name = format!("opsgraph_tail_{}", self.0.borrow().len());
+        client.batch_execute(&format!("PREPARE {name} AS {sql}"))?;
+        self.0.borrow_mut().insert(sql.to_string(), name.clone());
+        Ok(name)
     }
 }

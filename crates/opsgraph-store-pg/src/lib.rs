@@ -1,7 +1,8 @@
 //! The PostgreSQL backend of [`opsgraph_store::Store`] (issue [F]), for several replicas on one
 //! database: `conn.rs` (`PgStore`'s connection, statement cache and commit transaction), `pg.rs`
 //! (the store: one transaction per commit), `pg_group.rs` (commits of one process grouped, one
-//! WAL flush for several), `pg_tail.rs` (a commit's last statement: job records,
+//! WAL flush for several), `pg_one.rs` (a turn's commits in one transaction, in one message when
+//! each is a driven operation's), `pg_tail.rs` (a commit's last statement: job records,
 //! timeline rows and a driven operation's checks), `schema.rs` (every migration),
 //! `pg_lease.rs` (leases on the server's clock), `pg_agent.rs` (agent tasks) and `pg_blob.rs`
 //! (`PgBlobStore`: artifact contents and job logs in tables, so replicas share no filesystem).
@@ -13,6 +14,7 @@ mod pg_agent;
 mod pg_blob;
 mod pg_group;
 mod pg_lease;
+mod pg_one;
 mod pg_tail;
 mod schema;
 

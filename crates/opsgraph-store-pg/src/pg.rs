@@ -37,6 +37,7 @@ impl PgStore {
                 statements: RefCell::new(HashMap::new()),
                 writer: crate::pg_group::writer_of(url),
                 listening: std::cell::Cell::new(false),
+                named: Default::default(),
             };
             store.migrate()?;
             Ok(store)
@@ -178,23 +179,13 @@ fn resource(r: &Row) -> Result<ResourceRecord, Fail> {
 
 /// The writes of one commit in `tx`, which the caller commits (or rolls back on an error).
 pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
-    // Timeline entries are inserted last, with their seqs: see the module's comment. Job
-    // records too, in one statement (nothing in a transaction reads them back; a job written
-    // twice in one batch keeps its last record, as two upserts in a row would).
-    let mut timeline: Vec<&TimelineEntry> = Vec::new();
-    let mut jobs: Vec<&JobRecord> = Vec::new();
-    let mut job_at: HashMap<(&str, &str), usize> = HashMap::new();
-    // A driven operation's commit: its fence and transition checked in the last statement.
+    // Timeline entries and job records are written last, in one statement, with the seqs (see
+    // the module's comment); a driven operation's fence and transition are checked in it.
     let fold = crate::pg_tail::folds(writes);
-    let mut checks = crate::pg_tail::Checks::default();
     for w in writes {
         match w {
-            Write::Fence { operation, holder, token } if fold => checks.fence = Some((operation, holder, token)),
-            Write::Transition { operation, expect_version, state, entry } if fold => {
-                let (state_json, kind) = (json(state)?, state_kind(state)?);
-                checks.transition = Some((operation, expect_version, state_json, kind, entry.at.as_str()));
-                timeline.push(entry);
-            }
+            Write::Fence { .. } | Write::Transition { .. } if fold => {}
+            Write::Timeline(_) | Write::Job(_) => {}
             Write::CreateOperation { op, plan } => {
                 tx.exec(
                 "INSERT INTO operations (id, parent, intent, resource, state, state_kind, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id)
@@ -248,16 +239,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
                 if changed != 1 {
                     return Err(Error::Conflict { id: operation.clone(), expected: *expect_version }.into());
                 }
-                timeline.push(entry);
             }
-            Write::Timeline(entry) => timeline.push(entry),
-            Write::Job(j) => match job_at.get(&(j.operation.as_str(), j.id.as_str())) {
-                Some(&i) => jobs[i] = j,
-                None => {
-                    job_at.insert((j.operation.as_str(), j.id.as_str()), jobs.len());
-                    jobs.push(j);
-                }
-            },
             Write::Evidence(e) => {
                 tx.exec(
                 "INSERT INTO evidence (operation, job, check_id, source, command, expected, observed, passed, at, resource, capability)
@@ -395,7 +377,10 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
             }
         }
     }
-    crate::pg_tail::write(tx, checks, &jobs, &timeline)
+    match crate::pg_tail::tail(writes, fold)? {
+        Some(tail) => tail.run(tx),
+        None => Ok(()),
+    }
 }
 
 impl PgStore {
@@ -414,24 +399,6 @@ impl PgStore {
         queued: Vec<std::sync::Arc<crate::pg_group::Pending>>,
     ) -> Option<Result<(), Error>> {
         crate::pg_group::commit_group(mine, queued, &|all| self.in_one(all))
-    }
-
-    /// `writes` in one transaction: the commit's result, or `None` when one of several was
-    /// refused (the transaction was rolled back). A single one's refusal is its result.
-    fn in_one(&self, writes: &[&[Write]]) -> Option<Result<(), Error>> {
-        let mut client = self.client.borrow_mut();
-        let tx = match client.transaction() {
-            Ok(tx) => tx,
-            Err(e) => return Some(Err(Error::Postgres(pg_message(&e)))),
-        };
-        let mut tx = Tx { tx, statements: &self.statements };
-        for w in writes {
-            if let Err(e) = edge(|| apply(&mut tx, w)) {
-                // Dropped, the transaction rolls back.
-                return (writes.len() == 1).then_some(Err(e));
-            }
-        }
-        Some(edge(|| Ok(tx.tx.commit()?)))
     }
 }
 

@@ -2,8 +2,9 @@
 //! groups a file's: connections take turns on a mutex, and whoever takes the turn runs the
 //! commits that queued up while the previous turn ran in one transaction on its own connection:
 //! one WAL flush for all of them. Each caller gets its own result, as if it had committed alone,
-//! after `COMMIT` answered: nothing is acknowledged before it is durable. When one of them is
-//! refused (a stale version, a fence that no longer holds), the turn's transaction is rolled
+//! after the commit answered: nothing is acknowledged before it is durable. When one of them is
+//! refused (a stale version, a fence that no longer holds), it wrote nothing and the others hold
+//! when the turn went in one message (`pg_one.rs`); otherwise the turn's transaction is rolled
 //! back and each runs again alone, in order (no savepoints: they cost a round trip each, and
 //! refusals are rare).
 //!
@@ -19,9 +20,13 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use opsgraph_store::group::{lock, shared, GroupTurn, Turn};
 use opsgraph_store::{Error, Write};
 
-/// Runs commits in one transaction (the store's: `PgStore::in_one`): the commit's result, or
-/// `None` when one of several was refused and the transaction rolled back.
-pub(crate) type InOne<'a> = dyn Fn(&[&[Write]]) -> Option<Result<(), Error>> + 'a;
+/// Runs commits in one transaction (the store's: `PgStore::in_one`): each commit's result, or
+/// `None` when one of several was refused and nothing was kept.
+pub(crate) type InOne<'a> = dyn Fn(&[&[Write]]) -> Outs + 'a;
+
+/// One result for each commit of a turn, or `None` when one of several was refused and nothing
+/// was kept (each runs again alone).
+pub(crate) type Outs = Option<Vec<Result<(), Error>>>;
 
 /// The write turn of each database this process connected to, by URL.
 static WRITERS: LazyLock<Mutex<HashMap<String, Weak<Writer>>>> = LazyLock::new(Default::default);
@@ -54,7 +59,7 @@ impl Pending {
     }
 }
 
-fn group_error(what: &str) -> Error {
+pub(crate) fn group_error(what: &str) -> Error {
     Error::Postgres(format!("failed to commit {what}"))
 }
 
@@ -80,7 +85,8 @@ impl Writer {
 }
 
 /// One transaction: `mine` (if any) and the queued writes, one commit. When one of them is
-/// refused (a stale version, a fence that does not hold: rare), nothing of the turn is kept
+/// refused (a stale version, a fence that does not hold: rare), either it wrote nothing and the
+/// others hold (commits sent in one message, `pg_one.rs`), or nothing of the turn is kept
 /// and each runs again in a transaction of its own, in order, as if they had not been
 /// grouped. Returns `mine`'s result; the queued ones get theirs in their `out`.
 pub(crate) fn commit_group(
@@ -92,12 +98,11 @@ pub(crate) fn commit_group(
     let mut all: Vec<&[Write]> = mine.into_iter().collect();
     all.extend(owned.iter().flatten().map(Vec::as_slice));
     let outs: Vec<Result<(), Error>> = match in_one(&all) {
-        Some(Err(e)) if all.len() > 1 => {
-            // The commit failed: every write fails with it (none is run again: it may hold).
-            all.iter().map(|_| Err(group_error(&format!("a write ({e})")))).collect()
-        }
-        Some(out) => std::iter::once(out).chain(all.iter().skip(1).map(|_| Ok(()))).collect(),
-        None => all.iter().map(|w| in_one(&[w]).unwrap_or_else(|| Err(group_error("a write")))).collect(),
+        Some(outs) => outs,
+        None => all
+            .iter()
+            .map(|w| in_one(&[w]).and_then(|mut out| out.pop()).unwrap_or_else(|| Err(group_error("a write"))))
+            .collect(),
     };
     // Taken from the back, in order.
     let mut outs: Vec<Result<(), Error>> = outs.into_iter().rev().collect();

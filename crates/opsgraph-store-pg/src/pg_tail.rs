@@ -3,30 +3,23 @@
 //! lease's fence, at most one transition, job records and timeline entries), the fence and the
 //! transition too, in one statement of data-modifying `WITH` clauses. Each statement is a round
 //! trip to the server, and the timeline counter's row lock is held from its update to the end of
-//! the commit (every writer of timeline rows queues on it): a driven operation's commit is
-//! `BEGIN`, this statement and `COMMIT`, instead of six round trips.
+//! the commit (every writer of timeline rows queues on it). A driven operation's commits go in
+//! one message, each one this statement by `EXECUTE` (`pg_one.rs`); any other commit is `BEGIN`,
+//! its own statements, this one and `COMMIT`.
 //!
 //! Checks come before writes: the fence's row is locked `FOR SHARE` and compared first, the
 //! transition's version check runs only when the fence held, and every write (the counter
-//! included) only when both did; a failed check is reported as before and the transaction rolled
-//! back by the caller. `COMMIT` stays a statement of its own, answered after the commit is
-//! durable (`synchronous_commit` on); a lone statement in an implicit transaction would be
-//! answered before its commit finished.
+//! included) only when both did: a refused commit wrote nothing. A lone statement bound by the
+//! extended protocol is never sent without `BEGIN` and `COMMIT`: the client answers it at
+//! `CommandComplete`, before its implicit transaction committed, and would hide a failed commit.
+
+use std::collections::HashMap;
 
 use opsgraph_store::{Error, JobRecord, TimelineEntry, Write};
 use postgres::types::ToSql;
 
 use crate::conn::Tx;
 use crate::Fail;
-
-/// The fence and the transition checked in the same statement as the writes.
-#[derive(Default)]
-pub(crate) struct Checks<'w> {
-    /// operation, holder, token.
-    pub(crate) fence: Option<(&'w String, &'w String, &'w i64)>,
-    /// operation, expected version, state as JSON, its kind, updated_at.
-    pub(crate) transition: Option<(&'w String, &'w i64, String, String, &'w str)>,
-}
 
 /// Whether `writes` are the commit a driven operation makes: its fence first (if any), at most
 /// one transition, then only job records and timeline entries. Such a commit is one statement.
@@ -43,34 +36,128 @@ pub(crate) fn folds(writes: &[Write]) -> bool {
     transitions <= 1
 }
 
-/// A statement's parameters, numbered as they are added.
-struct Params<'a> {
-    values: Vec<&'a (dyn ToSql + Sync)>,
+/// A parameter of the statement: bound (`Tail::run`), or written as a literal escaped by the
+/// protocol's own rules (`Tail::execute`).
+enum Arg {
+    Text(String),
+    Int(i64),
+    Texts(Vec<String>),
+    MaybeTexts(Vec<Option<String>>),
+    Ints(Vec<i64>),
 }
 
-impl<'a> Params<'a> {
+impl Arg {
+    fn bound(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            Arg::Text(v) => v,
+            Arg::Int(v) => v,
+            Arg::Texts(v) => v,
+            Arg::MaybeTexts(v) => v,
+            Arg::Ints(v) => v,
+        }
+    }
+
+    /// The value as SQL: text through `escape_literal` (quotes doubled; `E'…'` with doubled
+    /// backslashes when there is one), numbers as Rust prints them, arrays of those, typed.
+    fn literal(&self) -> String {
+        use postgres_protocol::escape::escape_literal;
+        let list = |items: Vec<String>, ty: &str| format!("ARRAY[{}]::{ty}[]", items.join(","));
+        match self {
+            Arg::Text(v) => escape_literal(v),
+            Arg::Int(v) => v.to_string(),
+            Arg::Texts(v) => list(v.iter().map(|t| escape_literal(t)).collect(), "text"),
+            Arg::MaybeTexts(v) => {
+                list(v.iter().map(|t| t.as_deref().map_or_else(|| "NULL".into(), escape_literal)).collect(), "text")
+            }
+            Arg::Ints(v) => list(v.iter().map(i64::to_string).collect(), "bigint"),
+        }
+    }
+
+    /// A NUL cannot be written in a query's text (it ends the message): such a value is bound.
+    fn writable(&self) -> bool {
+        let ok = |t: &str| !t.contains('\0');
+        match self {
+            Arg::Text(v) => ok(v),
+            Arg::Int(_) | Arg::Ints(_) => true,
+            Arg::Texts(v) => v.iter().all(|t| ok(t)),
+            Arg::MaybeTexts(v) => v.iter().flatten().all(|t| ok(t)),
+        }
+    }
+}
+
+/// A statement's parameters, numbered as they are added.
+#[derive(Default)]
+struct Params {
+    values: Vec<Arg>,
+}
+
+impl Params {
     /// `$n` of `value`.
-    fn add(&mut self, value: &'a (dyn ToSql + Sync)) -> String {
+    fn add(&mut self, value: Arg) -> String {
         self.values.push(value);
         format!("${}", self.values.len())
     }
 }
 
-/// The job records and timeline entries of a commit, and its checks, in one statement.
-pub(crate) fn write(
-    tx: &mut Tx<'_, '_>,
-    checks: Checks<'_>,
-    jobs: &[&JobRecord],
-    timeline: &[&TimelineEntry],
-) -> Result<(), Fail> {
-    if checks.fence.is_none() && checks.transition.is_none() && jobs.is_empty() && timeline.is_empty() {
-        return Ok(());
+/// The last statement of a commit: its text (the same for every commit of its shape: prepared
+/// once per connection), its parameters, and what it checks.
+pub(crate) struct Tail {
+    pub(crate) sql: String,
+    args: Vec<Arg>,
+    /// operation, holder, token.
+    fence: Option<(String, String, i64)>,
+    /// operation, expected version.
+    transition: Option<(String, i64)>,
+}
+
+/// What the statement answered: the lease's holder and token as it found them, whether the
+/// fence held, whether the transition was made.
+pub(crate) struct Answer {
+    pub(crate) holder: Option<String>,
+    pub(crate) token: Option<i64>,
+    pub(crate) fenced_ok: bool,
+    pub(crate) transitioned: bool,
+}
+
+/// The last statement of `writes` (`None`: nothing to write): their job records and timeline
+/// entries, and, when `fold`, their fence and transition checked in it too.
+pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
+    // Job records in one statement (nothing in a transaction reads them back; a job written
+    // twice in one batch keeps its last record, as two upserts in a row would).
+    let mut timeline: Vec<&TimelineEntry> = Vec::new();
+    let mut jobs: Vec<&JobRecord> = Vec::new();
+    let mut job_at: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut fence = None;
+    let mut transition = None;
+    for w in writes {
+        match w {
+            Write::Fence { operation, holder, token } if fold => fence = Some((operation, holder, *token)),
+            Write::Transition { operation, expect_version, state, entry } => {
+                if fold {
+                    transition = Some((operation, *expect_version, state, entry.at.as_str()));
+                }
+                timeline.push(entry);
+            }
+            Write::Timeline(entry) => timeline.push(entry),
+            Write::Job(j) => match job_at.get(&(j.operation.as_str(), j.id.as_str())) {
+                Some(&i) => jobs[i] = j,
+                None => {
+                    job_at.insert((j.operation.as_str(), j.id.as_str()), jobs.len());
+                    jobs.push(j);
+                }
+            },
+            _ => {}
+        }
     }
-    let mut p = Params { values: Vec::new() };
+    if fence.is_none() && transition.is_none() && jobs.is_empty() && timeline.is_empty() {
+        return Ok(None);
+    }
+    let mut p = Params::default();
     let mut with: Vec<String> = Vec::new();
-    let fence_columns = match &checks.fence {
+    let fence_columns = match &fence {
         Some((operation, holder, token)) => {
-            let (o, h, t) = (p.add(*operation), p.add(*holder), p.add(*token));
+            let o = p.add(Arg::Text(operation.to_string()));
+            let (h, t) = (p.add(Arg::Text(holder.to_string())), p.add(Arg::Int(*token)));
             with.push(format!("fence AS (SELECT holder, token FROM leases WHERE operation = {o} FOR SHARE)"));
             with.push(format!("ok AS (SELECT 1 FROM fence WHERE holder = {h} AND token = {t})"));
             "(SELECT holder FROM fence), (SELECT token FROM fence)"
@@ -80,9 +167,12 @@ pub(crate) fn write(
             "NULL::text, NULL::bigint"
         }
     };
-    let transitioned = match &checks.transition {
-        Some((operation, version, state, kind, at)) => {
-            let (s, k, a, o, v) = (p.add(state), p.add(kind), p.add(at), p.add(*operation), p.add(*version));
+    let transitioned = match &transition {
+        Some((operation, version, state, at)) => {
+            let kind = serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string();
+            let (s, k) = (p.add(Arg::Text(serde_json::to_string(state)?)), p.add(Arg::Text(kind)));
+            let (a, o, v) =
+                (p.add(Arg::Text(at.to_string())), p.add(Arg::Text(operation.to_string())), p.add(Arg::Int(*version)));
             with.push(format!(
                 "tr AS (UPDATE operations SET state = {s}, state_kind = {k}, updated_at = {a}, version = version + 1
                  WHERE id = {o} AND version = {v} AND EXISTS (SELECT 1 FROM ok) RETURNING 1)"
@@ -95,17 +185,13 @@ pub(crate) fn write(
             "true"
         }
     };
-    let job_columns: [Vec<&str>; 4] = [
-        jobs.iter().map(|j| j.operation.as_str()).collect(),
-        jobs.iter().map(|j| j.id.as_str()).collect(),
-        jobs.iter().map(|j| j.state.as_str()).collect(),
-        jobs.iter().map(|j| j.updated_at.as_str()).collect(),
-    ];
-    let attempts: Vec<i64> = jobs.iter().map(|j| j.attempts as i64).collect();
-    let outcomes: Vec<String> = jobs.iter().map(|j| serde_json::to_string(&j.outcome)).collect::<Result<_, _>>()?;
     if !jobs.is_empty() {
-        let (o, i, s) = (p.add(&job_columns[0]), p.add(&job_columns[1]), p.add(&job_columns[2]));
-        let (n, out, at) = (p.add(&attempts), p.add(&outcomes), p.add(&job_columns[3]));
+        let texts = |f: fn(&JobRecord) -> &str| Arg::Texts(jobs.iter().map(|j| f(j).to_string()).collect());
+        let (o, i) = (p.add(texts(|j| &j.operation)), p.add(texts(|j| &j.id)));
+        let s = p.add(texts(|j| j.state.as_str()));
+        let n = p.add(Arg::Ints(jobs.iter().map(|j| j.attempts as i64).collect()));
+        let outcomes = jobs.iter().map(|j| serde_json::to_string(&j.outcome)).collect::<Result<_, _>>()?;
+        let (out, at) = (p.add(Arg::Texts(outcomes)), p.add(texts(|j| &j.updated_at)));
         with.push(format!(
             "j AS (INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
              SELECT * FROM UNNEST({o}::text[], {i}::text[], {s}::text[], {n}::bigint[], {out}::text[], {at}::text[])
@@ -114,26 +200,21 @@ pub(crate) fn write(
              outcome = excluded.outcome, updated_at = excluded.updated_at)"
         ));
     }
-    let count = timeline.len() as i64;
-    let text: [Vec<&str>; 5] = [
-        timeline.iter().map(|e| e.operation.as_str()).collect(),
-        timeline.iter().map(|e| e.at.as_str()).collect(),
-        timeline.iter().map(|e| e.actor.as_str()).collect(),
-        timeline.iter().map(|e| e.event.as_str()).collect(),
-        timeline.iter().map(|e| e.reason.as_str()).collect(),
-    ];
-    let from: Vec<Option<&str>> = timeline.iter().map(|e| e.from.as_deref()).collect();
-    let to: Vec<Option<&str>> = timeline.iter().map(|e| e.to.as_deref()).collect();
-    let data: Vec<String> = timeline.iter().map(|e| serde_json::to_string(&e.data)).collect::<Result<_, _>>()?;
     if !timeline.is_empty() {
         // Seqs from the counter, updated after every check: see `pg.rs`.
-        let n = p.add(&count);
+        let n = p.add(Arg::Int(timeline.len() as i64));
         with.push(format!(
             "c AS (UPDATE counters SET value = value + {n} WHERE name = 'timeline' AND EXISTS (SELECT 1 FROM go)
              RETURNING value)"
         ));
-        let (o, at, actor, event) = (p.add(&text[0]), p.add(&text[1]), p.add(&text[2]), p.add(&text[3]));
-        let (f, t, reason, d) = (p.add(&from), p.add(&to), p.add(&text[4]), p.add(&data));
+        let texts = |f: fn(&TimelineEntry) -> &str| Arg::Texts(timeline.iter().map(|e| f(e).to_string()).collect());
+        let (o, at) = (p.add(texts(|e| &e.operation)), p.add(texts(|e| &e.at)));
+        let (actor, event) = (p.add(texts(|e| &e.actor)), p.add(texts(|e| &e.event)));
+        let f = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.from.clone()).collect()));
+        let t = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.to.clone()).collect()));
+        let reason = p.add(texts(|e| &e.reason));
+        let data = timeline.iter().map(|e| serde_json::to_string(&e.data)).collect::<Result<_, _>>()?;
+        let d = p.add(Arg::Texts(data));
         with.push(format!(
             "t AS (INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
              SELECT c.value - {n} + u.n, u.operation, u.at, u.actor, u.event, u.from_state, u.to_state, u.reason, u.data
@@ -143,18 +224,50 @@ pub(crate) fn write(
         ));
     }
     let sql = format!("WITH {} SELECT {fence_columns}, EXISTS (SELECT 1 FROM ok), {transitioned}", with.join(",\n"));
-    let rows = tx.query(&sql, &p.values)?;
-    let row = rows.first().ok_or_else(|| Fail::from(Error::Postgres("a commit's statement returned no row".into())))?;
-    if let Some((operation, holder, token)) = checks.fence {
-        if !row.get::<_, bool>(2) {
-            let current = row.get::<_, Option<String>>(0).zip(row.get::<_, Option<i64>>(1));
-            return Err(Error::fenced(operation, holder, *token, current).into());
-        }
+    Ok(Some(Tail {
+        sql,
+        args: p.values,
+        fence: fence.map(|(o, h, t)| (o.clone(), h.clone(), t)),
+        transition: transition.map(|(o, v, ..)| (o.clone(), v)),
+    }))
+}
+
+impl Tail {
+    /// The statement in `tx`, its parameters bound.
+    pub(crate) fn run(&self, tx: &mut Tx<'_, '_>) -> Result<(), Fail> {
+        let args: Vec<&(dyn ToSql + Sync)> = self.args.iter().map(Arg::bound).collect();
+        let rows = tx.query(&self.sql, &args)?;
+        let row =
+            rows.first().ok_or_else(|| Fail::from(Error::Postgres("a commit's statement returned no row".into())))?;
+        self.judge(Answer { holder: row.get(0), token: row.get(1), fenced_ok: row.get(2), transitioned: row.get(3) })
     }
-    if let Some((operation, version, ..)) = checks.transition {
-        if !row.get::<_, bool>(3) {
-            return Err(Error::Conflict { id: operation.clone(), expected: *version }.into());
-        }
+
+    /// Whether the statement can be written with its parameters as literals.
+    pub(crate) fn writable(&self) -> bool {
+        self.args.iter().all(Arg::writable)
     }
-    Ok(())
+
+    /// `EXECUTE name(…)` of this statement prepared (by `PREPARE name AS` its text) as `name`,
+    /// every parameter a literal.
+    pub(crate) fn execute(&self, name: &str) -> String {
+        let args: Vec<String> = self.args.iter().map(Arg::literal).collect();
+        format!("EXECUTE {name}({})", args.join(", "))
+    }
+
+    /// The commit's result from what the statement answered: a fence that did not hold, or a
+    /// stale version, refuses it (the statement wrote nothing then).
+    pub(crate) fn judge(&self, a: Answer) -> Result<(), Fail> {
+        if let Some((operation, holder, token)) = &self.fence {
+            if !a.fenced_ok {
+                let current = a.holder.zip(a.token);
+                return Err(Error::fenced(operation, holder, *token, current).into());
+            }
+        }
+        if let Some((operation, version)) = &self.transition {
+            if !a.transitioned {
+                return Err(Error::Conflict { id: operation.clone(), expected: *version }.into());
+            }
+        }
+        Ok(())
+    }
 }
