@@ -122,3 +122,53 @@ fn postgres_grouped_commits_fail_alone() {
     assert_eq!(events("op-2"), vec![(2, "held".to_string())]);
     assert_eq!(store.operation("op-1").unwrap().unwrap().version, 1);
 }
+
+/// Text that reaches the server as escaped literals (commits sent in one message, `pg_one.rs`)
+/// comes back byte for byte, whatever it holds: quotes, backslashes, dollar quotes, statement
+/// ends, comments, non-ASCII. (A NUL PostgreSQL's text cannot hold at all, bound or not.)
+#[test]
+fn postgres_text_in_one_message_is_stored_as_given() {
+    use opsgraph_store::{Store, TimelineEntry, Write};
+    let Some(db) = crate::test_db("postgres_text_in_one_message_is_stored_as_given") else { return };
+    let mut store = PgStore::connect(db.url()).unwrap();
+    let create = Write::CreateOperation { op: opsgraph_store::testing::operation("op-1", None), plan: "{}".into() };
+    store.commit(&[create]).unwrap();
+    let lease = store.acquire_lease("op-1", "me", 60_000).unwrap();
+    let texts = [
+        "it's",
+        r"back\slash \' \\' E'\x41'",
+        "$$ dollar $$ $tag$ x $tag$",
+        "'); DROP TABLE timeline; --",
+        "/* comment */ -- line",
+        "ünïcødé ✓ 𝄞",
+        "line\nbreak\ttab\r",
+        "",
+    ];
+    let entry = |reason: &str| TimelineEntry {
+        seq: 0,
+        operation: "op-1".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        actor: "o'brien\\".into(),
+        event: "note".into(),
+        from: None,
+        to: None,
+        reason: reason.into(),
+        data: serde_json::json!({"text": reason, "quote": "'\"\\"}),
+    };
+    // Each in a turn of its own and all in one turn (the one-message path groups them).
+    for t in &texts {
+        store.commit(&[lease.fence(), Write::Timeline(entry(t))]).unwrap();
+    }
+    let queued: Vec<_> =
+        texts.iter().map(|t| crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(entry(t))])).collect();
+    assert!(store.commit_group(None, queued.clone()).is_none());
+    for p in &queued {
+        p.take().unwrap().unwrap();
+    }
+    let stored: Vec<(String, String, serde_json::Value)> =
+        store.timeline("op-1").unwrap().into_iter().map(|e| (e.reason, e.actor, e.data)).collect();
+    let want: Vec<(String, String, serde_json::Value)> =
+        texts.iter().chain(texts.iter()).map(|t| (t.to_string(), "o'brien\\".to_string(), entry(t).data)).collect();
+    assert_eq!(stored, want);
+    assert!(store.operation("op-1").unwrap().is_some(), "the table is still there");
+}
