@@ -599,7 +599,7 @@ fn reported_with(task: &AgentTask, lease: &str) -> bool {
 
 /// The answer to a report that is in the store already; its claim, made again with its lease,
 /// returns what the lease holds.
-fn done_again(ctx: &Ctx, task: String, next: Option<Claimer>) -> Result<Reply, ApiError> {
+fn done_again(ctx: &mut Ctx, task: String, next: Option<Claimer>) -> Result<Reply, ApiError> {
     let next = match next {
         Some(c) => {
             let tasks = ctx.store.agent_claim(&c.claim())?;
