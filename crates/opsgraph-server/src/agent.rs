@@ -519,7 +519,7 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     {
         let ticket = next.as_ref().map(|c| bell.park(c.claim()));
         let hand = ReportHand { report: parsed, text, writes: writes.clone() };
-        let handed = bell.offer_report(&task.id, hand).is_ok();
+        let handed = bell.offer_report(&task.id, hand);
         let outcome = if handed { bell.await_report(&task.id, HANDED_WAIT) } else { Handed::Returned };
         // What the parked claim was handed meanwhile (its lease holds it): the agent's next.
         if let (Some(c), Some(t)) = (&next, &ticket) {

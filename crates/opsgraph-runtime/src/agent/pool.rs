@@ -356,12 +356,12 @@ impl Bell {
     }
 
     /// Hands the report of task `id` to the worker of this process waiting for that task, when
-    /// one waits and nothing was handed for it yet; else gives it back. The worker's result takes
+    /// one waits and nothing was handed for it yet; returns whether it was handed. The worker's result takes
     /// its writes to the driver's commit ([`Bell::await_report`] says when it is done).
-    pub fn offer_report(&self, id: &str, hand: ReportHand) -> Result<(), ReportHand> {
+    pub fn offer_report(&self, id: &str, hand: ReportHand) -> bool {
         let mut news = self.news();
         if !news.tasks.contains_key(id) || news.reports.contains_key(id) {
-            return Err(hand);
+            return false;
         }
         news.reports.insert(id.to_string(), Handoff::Offered(Box::new(hand)));
         news.count += 1;
@@ -369,7 +369,7 @@ impl Bell {
         news.tasks.insert(id.to_string(), count);
         drop(news);
         self.task_rung.notify_all();
-        Ok(())
+        true
     }
 
     /// Whether a report of task `id` was handed over and is not settled yet (a report sent again
@@ -513,10 +513,10 @@ mod tests {
         let bell = Arc::new(Bell::default());
         let mut seen = Vec::new();
         let mut say = |what: &str, v: String| seen.push(format!("{what}: {v}"));
-        say("nobody waits, offered", bell.offer_report("t", hand()).is_ok().to_string());
+        say("nobody waits, offered", bell.offer_report("t", hand()).to_string());
         bell.watch("t");
-        say("offered", bell.offer_report("t", hand()).is_ok().to_string());
-        say("offered again", bell.offer_report("t", hand()).is_ok().to_string());
+        say("offered", bell.offer_report("t", hand()).to_string());
+        say("offered again", bell.offer_report("t", hand()).to_string());
         say("pending", bell.report_pending("t").to_string());
         say("awaited", format!("{:?}", bell.await_report("t", Duration::ZERO)));
         say("taken", bell.take_report("t").is_some().to_string());
@@ -527,11 +527,11 @@ mod tests {
         drop(handed);
         say("awaited", format!("{:?}", bell.await_report("t", Duration::ZERO)));
         say("pending after", bell.report_pending("t").to_string());
-        bell.offer_report("t", hand()).ok();
+        bell.offer_report("t", hand());
         bell.unwatch("t");
         say("offered, worker gone, awaited", format!("{:?}", bell.await_report("t", Duration::ZERO)));
         bell.watch("u");
-        bell.offer_report("u", hand()).ok();
+        bell.offer_report("u", hand());
         bell.take_report("u");
         let settle = bell.clone();
         drop(crate::task::Handed::new(vec![], Box::new(move |c| settle.settle_report("u", c))));
