@@ -220,6 +220,7 @@ fn report(job: &str, attempt: u32) -> Report {
             duration: Duration::from_millis(5),
             cancelled: false,
             unknown: false,
+            handed: None,
         },
         key: None,
         max_attempts: 1,

@@ -50,6 +50,9 @@ pub(crate) struct Drive<'p> {
     /// Results not yet committed: they go into the same transaction as the attempts they let
     /// start (one commit per job on a chain), or alone before the driver waits or stops.
     pub(crate) carry: Vec<Write>,
+    /// Agents' reports handed to workers in memory whose writes are in `carry`: told once
+    /// `carry` is committed (their agents are answered then), or dropped uncommitted with the drive.
+    pub(crate) handed: Vec<std::sync::Arc<crate::task::Handed>>,
     /// The operation row as last read, with the store's data version and this runtime's count of
     /// operation writes at that moment: while neither changed, nobody changed the row (pause,
     /// cancel and gate answers from other processes change the data version).
@@ -88,6 +91,7 @@ impl<'p> Drive<'p> {
             cache_stale: true,
             recovered_checked: false,
             carry: Vec::new(),
+            handed: Vec::new(),
             op_seen: None,
             done_prefix: 0,
             waiting: Waiting::default(),
@@ -122,6 +126,13 @@ impl<'p> Drive<'p> {
             done_prefix: self.done_prefix,
             waiting: &self.waiting,
             rollouts: &self.plan.rollouts,
+        }
+    }
+
+    /// `carry` was committed: the reports handed over with it are durable, their agents may be answered.
+    fn carried(&mut self) {
+        for h in self.handed.drain(..) {
+            h.committed();
         }
     }
 
@@ -190,6 +201,7 @@ impl Runtime {
                 Effect::Flush => {
                     if !d.carry.is_empty() {
                         self.commit_timeline(&std::mem::take(&mut d.carry), progress)?;
+                        d.carried();
                     }
                 }
                 Effect::Hold => {
@@ -393,6 +405,9 @@ impl Runtime {
                 d.workers.run(task, d.in_flight.len());
             }
         }
+        // After the workers started: a claim handed one of these tasks is delivered as soon as
+        // its agent's report is answered.
+        d.carried();
         Ok(())
     }
 
@@ -408,7 +423,14 @@ impl Runtime {
         results.extend(d.rx.try_iter());
         crate::failpoint::hit("job.exited");
         let mut finished = Vec::with_capacity(results.len());
-        for r in results {
+        for mut r in results {
+            // An agent's report handed over in memory: its writes (the report, its last lines,
+            // audit row and timeline entry) are committed with this result, before its agent is
+            // answered.
+            if let Some(h) = r.handed.take() {
+                d.carry.extend(h.writes.iter().cloned());
+                d.handed.push(h);
+            }
             d.in_flight.remove(&r.instance);
             if let Some(held) = &self.lease {
                 held.watch(&r.instance, None);

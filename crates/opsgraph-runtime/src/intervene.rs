@@ -139,6 +139,7 @@ impl Runtime {
                 duration: std::time::Duration::ZERO,
                 cancelled: false,
                 unknown: false,
+                handed: None,
             };
             self.result_writes(&op, t, &result, &mut writes)?;
         }

@@ -102,6 +102,7 @@ impl Runtime {
             duration: Duration::ZERO,
             cancelled: false,
             unknown: false,
+            handed: None,
         };
         self.result_writes(op, instance, &result, writes)?;
         Ok(failure)

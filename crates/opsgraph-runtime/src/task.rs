@@ -71,6 +71,47 @@ pub(crate) struct TaskResult {
     pub(crate) cancelled: bool,
     /// Its agent was lost mid-run: `evidence` was checked instead (recovery, as after a crash).
     pub(crate) unknown: bool,
+    /// An agent's report handed to this attempt's worker in memory (not committed yet): its
+    /// writes go into the driver's commit of this result, and only then is the agent answered.
+    pub(crate) handed: Option<Arc<Handed>>,
+}
+
+/// Writes a result brings to the driver's commit, and who waits for that commit: told once,
+/// after it (`true`), or when they are dropped uncommitted (`false`: the waiter commits them
+/// itself, as if nothing had been handed).
+pub(crate) struct Handed {
+    pub(crate) writes: Vec<opsgraph_store::Write>,
+    told: std::sync::Mutex<Option<Told>>,
+}
+
+/// Tells the waiter whether the writes were committed.
+pub(crate) type Told = Box<dyn FnOnce(bool) + Send>;
+
+impl Handed {
+    pub(crate) fn new(writes: Vec<opsgraph_store::Write>, told: Told) -> Handed {
+        Handed { writes, told: std::sync::Mutex::new(Some(told)) }
+    }
+
+    /// The driver committed the writes.
+    pub(crate) fn committed(&self) {
+        if let Some(tell) = self.told.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            tell(true);
+        }
+    }
+}
+
+impl Drop for Handed {
+    fn drop(&mut self) {
+        if let Some(tell) = self.told.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            tell(false);
+        }
+    }
+}
+
+impl std::fmt::Debug for Handed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handed({} writes)", self.writes.len())
+    }
 }
 
 impl TaskResult {
@@ -88,6 +129,7 @@ impl TaskResult {
             duration: Duration::ZERO,
             cancelled: false,
             unknown: false,
+            handed: None,
         }
     }
 }

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use opsgraph_runtime::agent::Left;
+use opsgraph_runtime::agent::{Handed, Left, ReportHand};
 use opsgraph_store::{now, now_ms, AgentClaim, AgentTask, AgentWrite, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -290,6 +290,36 @@ impl Claimer {
         }
     }
 
+    /// What the report's claim parked on `ticket` was handed (waited for until its commit is
+    /// done), or `None` when nothing was: it stops waiting either way.
+    fn parked(&self, ctx: &Ctx, ticket: &opsgraph_runtime::agent::Ticket) -> Result<Option<Vec<AgentTask>>, ApiError> {
+        let bell = &ctx.state.0.agents.bell;
+        let id = match bell.leave(ticket) {
+            Left::Free => return Ok(None),
+            Left::Delivered(task) => return Ok(Some(vec![*task])),
+            Left::Promised(id) => id,
+        };
+        let deadline = Instant::now() + HANDED_WAIT;
+        loop {
+            if let Some(task) = bell.wait_hand(ticket, Duration::from_millis(250)) {
+                return Ok(Some(vec![*task]));
+            }
+            // The commit may be done without the task's worker having started: the store says.
+            if let Some(task) = ctx.store.agent_task(&id)?.filter(|t| {
+                t.state == opsgraph_store::AgentTaskState::Claimed && t.lease.as_deref() == Some(self.lease.as_str())
+            }) {
+                bell.forget(ticket);
+                return Ok(Some(vec![task]));
+            }
+            if Instant::now() >= deadline {
+                // Its commit failed or is slow: a claim made again with the lease returns it
+                // from the store if it is there after all.
+                bell.forget(ticket);
+                return Ok(Some(vec![]));
+            }
+        }
+    }
+
     /// The answer for the tasks claimed (none: `{"task": null}`), their payloads opened.
     fn answer(&self, ctx: &Ctx, tasks: Vec<AgentTask>) -> Result<ClaimReply, ApiError> {
         let agents = &ctx.state.0.agents;
@@ -392,17 +422,24 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             Some(c) => Some(Claimer::of(ctx, c)?),
             None => None,
         };
+    let agents = ctx.state.0.agents.clone();
+    let bell = &agents.bell;
+    // The same report again while its first is handed over (its answer was lost): that one's
+    // commit answers it.
+    if bell.report_pending(&task.id) {
+        return match bell.await_report(&task.id, HANDED_WAIT) {
+            Handed::Pending => Err(pending()),
+            // Committed, or given back to the first request, which commits it: the store says.
+            Handed::Committed | Handed::Returned => match ctx.store.agent_task(&task.id)? {
+                Some(t) if reported_with(&t, &body.lease) => done_again(ctx, task.id, next),
+                _ => Err(pending()),
+            },
+        };
+    }
     // The same report again (its answer was lost): done already; its claim, made again with its
     // lease, returns what it holds.
-    if task.state == opsgraph_store::AgentTaskState::Reported && task.lease.as_deref() == Some(body.lease.as_str()) {
-        let next = match next {
-            Some(c) => {
-                let tasks = ctx.store.agent_claim(&c.claim())?;
-                Some(c.answer(ctx, tasks)?)
-            }
-            None => None,
-        };
-        return Reply::ok(json!(Reported { task: task.id, state: "reported".into(), next }));
+    if reported_with(&task, &body.lease) {
+        return done_again(ctx, task.id, next);
     }
     let report = body.report.unwrap_or(Value::Null);
     let parsed: opsgraph_runtime::AgentReport = serde_json::from_value(report)
@@ -447,35 +484,128 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     );
     // The last output lines, the outcome, its audit row and timeline entry: one commit.
     let mut writes = Vec::with_capacity(4);
+    let text = if text.is_empty() { text } else { ctx.state.0.agents.screen(&ctx.state.0.data_dir, &task)?.log(&text) };
     if !text.is_empty() {
-        let text = ctx.state.0.agents.screen(&ctx.state.0.data_dir, &task)?.log(&text);
         writes.push(Write::Agent(AgentWrite::Log {
             task: task.id.clone(),
             lease: body.lease.clone(),
-            text,
+            text: text.clone(),
             at: now(),
         }));
     }
     writes.push(Write::Agent(AgentWrite::Report {
         task: task.id.clone(),
-        lease: body.lease,
+        lease: body.lease.clone(),
         report: sealed,
         at: now(),
     }));
     writes.push(Write::Audit(audit));
     writes.push(Write::Timeline(entry));
-    let next = match next {
+    // The worker of this process waiting for the task takes the report in memory, and the
+    // driver commits it with the job's result (and the attempts that result lets start, one of
+    // which may be handed to this report's claim, parked meanwhile): no commit of its own. Once
+    // that commit is done the agent is answered; given back uncommitted, it is committed here.
+    let mut handed_next = None;
+    // With work queued for the agent its claim takes the oldest in the report's own commit
+    // (below): a parked claim is handed only what is enqueued after it, and the queued work
+    // would wait behind every newer task.
+    let claim_now = match &next {
+        Some(c) => ctx.store.agent_queued(&c.agent)?,
+        None => false,
+    };
+    if !claim_now
+        && task.state == opsgraph_store::AgentTaskState::Claimed
+        && task.lease.as_deref() == Some(body.lease.as_str())
+    {
+        let ticket = next.as_ref().map(|c| bell.park(c.claim()));
+        let hand = ReportHand { report: parsed, text, writes: writes.clone() };
+        let handed = bell.offer_report(&task.id, hand);
+        let outcome = if handed { bell.await_report(&task.id, HANDED_WAIT) } else { Handed::Returned };
+        // What the parked claim was handed meanwhile (its lease holds it): the agent's next.
+        if let (Some(c), Some(t)) = (&next, &ticket) {
+            if outcome == Handed::Pending {
+                // The report sent again, with the same claim's lease, gets what the lease holds.
+                bell.leave(t);
+                bell.forget(t);
+            } else {
+                handed_next = c.parked(ctx, t)?;
+            }
+        }
+        match outcome {
+            Handed::Committed => {
+                let next = match next {
+                    Some(c) => {
+                        let tasks = match handed_next {
+                            Some(tasks) => tasks,
+                            None => ctx.store.agent_claim(&c.claim())?,
+                        };
+                        Some(c.answer(ctx, tasks)?)
+                    }
+                    None => None,
+                };
+                return Reply::ok(json!(Reported { task: task.id, state: "reported".into(), next }));
+            }
+            // Sent again with the same claim's lease, the report gets what the lease holds.
+            Handed::Pending => return Err(pending()),
+            Handed::Returned if handed => {
+                // Given back: committed after all (a commit whose answer was lost)?
+                if let Some(t) = ctx.store.agent_task(&task.id)?.filter(|t| reported_with(t, &body.lease)) {
+                    return done_again(ctx, t.id, next);
+                }
+            }
+            Handed::Returned => {}
+        }
+        // Not handed over: committed here, as if nothing had been tried.
+    }
+    let next = match (next, handed_next) {
+        // Its parked claim was handed a task meanwhile: that is the agent's next.
+        (Some(c), Some(tasks)) => {
+            ctx.store.commit(&writes)?;
+            ctx.state.0.agents.bell.ring_task(&task.id);
+            Some(c.answer(ctx, tasks)?)
+        }
         // With the agent's next tasks: one commit, one round trip.
-        Some(c) => {
+        (Some(c), None) => {
             let tasks = ctx.store.agent_commit_claim(&writes, &c.claim())?;
             ctx.state.0.agents.bell.ring_task(&task.id);
             Some(c.answer(ctx, tasks)?)
         }
-        None => {
+        (None, _) => {
             ctx.store.commit(&writes)?;
             ctx.state.0.agents.bell.ring_task(&task.id);
             None
         }
     };
     Reply::ok(json!(Reported { task: task.id, state: "reported".into(), next }))
+}
+
+/// How long a report handed to a waiting worker waits for the driver's commit before it is
+/// answered 503 (the agent sends it again; that request waits for the same commit).
+const HANDED_WAIT: Duration = Duration::from_secs(20);
+
+/// The answer to a report still on its way to the driver's commit: try again.
+fn pending() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "report_pending",
+        "the report is being committed with its job's result: send it again",
+    )
+}
+
+/// Whether `task` was reported under `lease` (a report sent again is answered as done).
+fn reported_with(task: &AgentTask, lease: &str) -> bool {
+    task.state == opsgraph_store::AgentTaskState::Reported && task.lease.as_deref() == Some(lease)
+}
+
+/// The answer to a report that is in the store already; its claim, made again with its lease,
+/// returns what the lease holds.
+fn done_again(ctx: &mut Ctx, task: String, next: Option<Claimer>) -> Result<Reply, ApiError> {
+    let next = match next {
+        Some(c) => {
+            let tasks = ctx.store.agent_claim(&c.claim())?;
+            Some(c.answer(ctx, tasks)?)
+        }
+        None => None,
+    };
+    Reply::ok(json!(Reported { task, state: "reported".into(), next }))
 }

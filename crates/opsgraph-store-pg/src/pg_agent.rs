@@ -215,6 +215,13 @@ impl PgStore {
         rows.first().map(task_row).transpose()
     }
 
+    /// Whether a task is queued for `agent`.
+    pub(crate) fn agent_queued_for(&self, agent: &str) -> Result<bool, Fail> {
+        let rows =
+            self.query("SELECT EXISTS (SELECT 1 FROM agent_tasks WHERE agent = $1 AND state = 'queued')", &[&agent])?;
+        Ok(rows.first().map(|r| r.get::<_, bool>(0)).unwrap_or(true))
+    }
+
     pub(crate) fn agent_tasks_of(&self, operation: &str) -> Result<Vec<AgentTask>, Fail> {
         let rows =
             self.query(&format!("SELECT {COLUMNS} FROM agent_tasks WHERE operation = $1 ORDER BY seq"), &[&operation])?;

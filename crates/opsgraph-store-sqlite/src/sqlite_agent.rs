@@ -257,6 +257,13 @@ pub(crate) fn task(conn: &Connection, id: &str) -> Result<Option<AgentTask>, Fai
     row.map(finish).transpose()
 }
 
+/// Whether a task is queued for `agent`.
+pub(crate) fn queued(conn: &Connection, agent: &str) -> Result<bool, Fail> {
+    Ok(conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM agent_tasks WHERE agent = ?1 AND state = 'queued')")?
+        .query_row([agent], |r| r.get::<_, bool>(0))?)
+}
+
 pub(crate) fn tasks(conn: &Connection, operation: &str) -> Result<Vec<AgentTask>, Fail> {
     let mut stmt =
         conn.prepare_cached(&format!("SELECT {COLUMNS} FROM agent_tasks WHERE operation = ?1 ORDER BY seq"))?;

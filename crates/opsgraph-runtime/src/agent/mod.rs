@@ -34,5 +34,5 @@ pub(crate) mod wait;
 pub(crate) mod wire;
 
 pub use exec::{execute, LogStream};
-pub use pool::{report_aad, Agents, Bell, Left, OpenStore, Ticket};
+pub use pool::{report_aad, Agents, Bell, Handed, Left, OpenStore, ReportHand, Ticket};
 pub use wire::{AgentJob, AgentReport, WireEvidence, WireFile, WireProgram, MAX_FILES_BYTES};

@@ -155,6 +155,8 @@ pub struct Bell {
     news: Mutex<News>,
     work_rung: Condvar,
     task_rung: Condvar,
+    /// Rung when a report handed to a worker is committed or given back.
+    report_rung: Condvar,
 }
 
 #[derive(Default)]
@@ -168,6 +170,44 @@ struct News {
     /// Tasks handed to parked claims, by ticket: committed (delivered) or not yet.
     hands: std::collections::HashMap<u64, Hand>,
     tickets: u64,
+    /// Reports handed to the workers waiting for their tasks, by task.
+    reports: std::collections::HashMap<String, Handoff>,
+}
+
+/// An agent's report on its way to the driver's commit without a transaction of its own
+/// ([`Bell::offer_report`]): screened and sealed by the report route, its writes (the report,
+/// its last lines, its audit row and timeline entry) committed by the driver with the job's result.
+pub struct ReportHand {
+    /// The report as screened (masked, within the job's declarations).
+    pub report: super::wire::AgentReport,
+    /// The job's last output lines, masked (also in `writes`).
+    pub text: String,
+    pub writes: Vec<opsgraph_store::Write>,
+}
+
+/// Where a handed report is.
+enum Handoff {
+    /// Offered, not taken by its worker yet.
+    Offered(Box<ReportHand>),
+    /// Taken by its worker: its writes travel with the attempt's result to the driver.
+    Taken,
+    /// Committed by the driver.
+    Committed,
+    /// Given back uncommitted (its worker stopped waiting, or the drive ended first): whoever
+    /// waits for it commits it as if nothing had been handed.
+    Returned,
+}
+
+/// What became of a handed report ([`Bell::await_report`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Handed {
+    /// The driver committed its writes: the agent may be answered.
+    Committed,
+    /// Not committed by the driver, and never will be: commit it as usual (the store fences it
+    /// when its lease is no longer the task's), after looking whether it is in the store already.
+    Returned,
+    /// Not settled within the time given: still on its way (a report sent again waits for it).
+    Pending,
 }
 
 /// A task handed to a parked claim.
@@ -315,6 +355,75 @@ impl Bell {
         self.news().hands.remove(&ticket.0);
     }
 
+    /// Hands the report of task `id` to the worker of this process waiting for that task, when
+    /// one waits and nothing was handed for it yet; returns whether it was handed. The worker's result takes
+    /// its writes to the driver's commit ([`Bell::await_report`] says when it is done).
+    pub fn offer_report(&self, id: &str, hand: ReportHand) -> bool {
+        let mut news = self.news();
+        if !news.tasks.contains_key(id) || news.reports.contains_key(id) {
+            return false;
+        }
+        news.reports.insert(id.to_string(), Handoff::Offered(Box::new(hand)));
+        news.count += 1;
+        let count = news.count;
+        news.tasks.insert(id.to_string(), count);
+        drop(news);
+        self.task_rung.notify_all();
+        true
+    }
+
+    /// Whether a report of task `id` was handed over and is not settled yet (a report sent again
+    /// waits for it with [`Bell::await_report`] instead of writing it again).
+    pub fn report_pending(&self, id: &str) -> bool {
+        self.news().reports.contains_key(id)
+    }
+
+    /// Waits up to `timeout` for the report handed for task `id` to be committed or given back;
+    /// a settled one is forgotten (a report sent again after that finds it in the store).
+    pub fn await_report(&self, id: &str, timeout: Duration) -> Handed {
+        let news = self.news();
+        let (mut news, _) = self
+            .report_rung
+            .wait_timeout_while(news, timeout, |n| {
+                matches!(n.reports.get(id), Some(Handoff::Offered(_) | Handoff::Taken))
+            })
+            .unwrap_or_else(|e| e.into_inner());
+        match news.reports.get(id) {
+            Some(Handoff::Offered(_) | Handoff::Taken) => Handed::Pending,
+            Some(Handoff::Committed) => {
+                news.reports.remove(id);
+                Handed::Committed
+            }
+            Some(Handoff::Returned) | None => {
+                news.reports.remove(id);
+                Handed::Returned
+            }
+        }
+    }
+
+    /// For the worker waiting for task `id`: the report handed to it, if any (then it is its to
+    /// bring to the driver, and to settle with [`Bell::settle_report`]).
+    pub(crate) fn take_report(&self, id: &str) -> Option<ReportHand> {
+        let mut news = self.news();
+        if !matches!(news.reports.get(id), Some(Handoff::Offered(_))) {
+            return None;
+        }
+        match news.reports.insert(id.to_string(), Handoff::Taken) {
+            Some(Handoff::Offered(hand)) => Some(*hand),
+            _ => None,
+        }
+    }
+
+    /// The report taken for task `id` was committed by the driver, or will not be.
+    pub(crate) fn settle_report(&self, id: &str, committed: bool) {
+        let mut news = self.news();
+        if let Some(h) = news.reports.get_mut(id) {
+            *h = if committed { Handoff::Committed } else { Handoff::Returned };
+        }
+        drop(news);
+        self.report_rung.notify_all();
+    }
+
     /// Task `id` moved: the worker waiting for it looks (a task nobody watches is not recorded).
     pub fn ring_task(&self, id: &str) {
         let mut news = self.news();
@@ -334,9 +443,15 @@ impl Bell {
         *news.tasks.entry(id.to_string()).or_insert(count)
     }
 
-    /// Stops watching task `id`.
+    /// Stops watching task `id`: a report handed for it and not taken is given back.
     pub fn unwatch(&self, id: &str) {
-        self.news().tasks.remove(id);
+        let mut news = self.news();
+        news.tasks.remove(id);
+        if let Some(h @ Handoff::Offered(_)) = news.reports.get_mut(id) {
+            *h = Handoff::Returned;
+            drop(news);
+            self.report_rung.notify_all();
+        }
     }
 
     /// Waits until task `id` moved past `mark` or `timeout` passes; returns its new mark.
@@ -378,4 +493,61 @@ pub(crate) struct Waiting {
     /// Run again after a lost agent when its evidence fails: an idempotency key and attempts left.
     pub(super) retry_allowed: bool,
     pub(super) actor: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    fn hand() -> ReportHand {
+        ReportHand { report: Default::default(), text: String::new(), writes: vec![] }
+    }
+
+    /// A report handed over, as its route and the worker waiting for its task see it: offered
+    /// only to a worker that waits, taken once, settled once; given back when the worker stops
+    /// waiting first or the driver drops it uncommitted.
+    #[test]
+    fn a_report_is_handed_only_to_a_waiting_worker_and_settled_once() {
+        let bell = Arc::new(Bell::default());
+        let mut seen = Vec::new();
+        let mut say = |what: &str, v: String| seen.push(format!("{what}: {v}"));
+        say("nobody waits, offered", bell.offer_report("t", hand()).to_string());
+        bell.watch("t");
+        say("offered", bell.offer_report("t", hand()).to_string());
+        say("offered again", bell.offer_report("t", hand()).to_string());
+        say("pending", bell.report_pending("t").to_string());
+        say("awaited", format!("{:?}", bell.await_report("t", Duration::ZERO)));
+        say("taken", bell.take_report("t").is_some().to_string());
+        say("taken again", bell.take_report("t").is_some().to_string());
+        let settle = bell.clone();
+        let handed = crate::task::Handed::new(vec![], Box::new(move |c| settle.settle_report("t", c)));
+        handed.committed();
+        drop(handed);
+        say("awaited", format!("{:?}", bell.await_report("t", Duration::ZERO)));
+        say("pending after", bell.report_pending("t").to_string());
+        bell.offer_report("t", hand());
+        bell.unwatch("t");
+        say("offered, worker gone, awaited", format!("{:?}", bell.await_report("t", Duration::ZERO)));
+        bell.watch("u");
+        bell.offer_report("u", hand());
+        bell.take_report("u");
+        let settle = bell.clone();
+        drop(crate::task::Handed::new(vec![], Box::new(move |c| settle.settle_report("u", c))));
+        say("taken, dropped uncommitted, awaited", format!("{:?}", bell.await_report("u", Duration::ZERO)));
+        expect![[r#"
+            nobody waits, offered: false
+            offered: true
+            offered again: false
+            pending: true
+            awaited: Pending
+            taken: true
+            taken again: false
+            awaited: Committed
+            pending after: false
+            offered, worker gone, awaited: Returned
+            taken, dropped uncommitted, awaited: Returned"#]]
+        .assert_eq(&seen.join("\n"));
+    }
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::pool::{open_with, report_aad, task_id, Pooled, Waiting};
 use super::wire::{unb64, AgentReport};
 use crate::live::{live_path, LiveLog};
-use crate::task::{Task, TaskResult};
+use crate::task::{Handed, Task, TaskResult};
 
 fn failed(task: &Task, outcome: &str, failure: String) -> TaskResult {
     let mut r = TaskResult::of(task);
@@ -70,6 +70,23 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
                     }
                 }
             }
+        }
+        // A report handed over by this process's report route (the lines its agent logged before are
+        // copied above): its writes go to the driver's
+        // commit with this result, and its agent is answered after that commit.
+        if let Some(hand) = bell.take_report(&current) {
+            if !hand.text.is_empty() {
+                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log_path) {
+                    let _ = f.write_all(hand.text.as_bytes());
+                    live.push(0, hand.text.as_bytes());
+                    logged = true;
+                }
+            }
+            let mut r = reported(&w, &task, hand.report, recovering, logged.then_some(&log_path), started);
+            let (settled, id) = (bell.clone(), current.clone());
+            let told = Box::new(move |committed: bool| settled.settle_report(&id, committed));
+            r.handed = Some(std::sync::Arc::new(Handed::new(hand.writes, told)));
+            return r;
         }
         let now = now_ms();
         let settle = |store: &mut Pooled<'_>, to: AgentTaskState, extra: Vec<Write>| {
@@ -159,25 +176,7 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
                     Ok(r) => r,
                     Err(e) => return failed(&task, "lost", format!("the agent's report does not open: {e}")),
                 };
-                let mut r = to_result(&task, report);
-                if logged {
-                    r.log = Some(log_path.clone());
-                }
-                if recovering {
-                    r.unknown = true;
-                    r.satisfied_without_run = true;
-                    r.outcome = "outcome unknown: its agent was lost".into();
-                    r.produced.clear();
-                    r.failure = r.failure.map(|f| format!("its agent was lost and {f}"));
-                    if r.failure.is_some() && !w.retry_allowed {
-                        r.failure = r.failure.map(|f| {
-                            format!("{f}; not run again without an idempotency key and attempts left: a person decides")
-                        });
-                    }
-                } else if r.duration.is_zero() {
-                    r.duration = started.elapsed();
-                }
-                return r;
+                return reported(&w, &task, report, recovering, logged.then_some(&log_path), started);
             }
             AgentTaskState::Unclaimed | AgentTaskState::Lost => {
                 let mut r = failed(&task, "lost", format!("agent task {} was given up ({})", t.id, t.state.as_str()));
@@ -240,6 +239,34 @@ fn evidence_task(w: &Waiting, task: &Task, id: &str) -> Write {
         created_at: at.clone(),
         updated_at: at,
     })))
+}
+
+/// The attempt's result from its agent's report (of the evidence check, when `recovering`).
+fn reported(
+    w: &Waiting,
+    task: &Task,
+    report: AgentReport,
+    recovering: bool,
+    log: Option<&std::path::PathBuf>,
+    started: Instant,
+) -> TaskResult {
+    let mut r = to_result(task, report);
+    r.log = log.cloned();
+    if recovering {
+        r.unknown = true;
+        r.satisfied_without_run = true;
+        r.outcome = "outcome unknown: its agent was lost".into();
+        r.produced.clear();
+        r.failure = r.failure.map(|f| format!("its agent was lost and {f}"));
+        if r.failure.is_some() && !w.retry_allowed {
+            r.failure = r
+                .failure
+                .map(|f| format!("{f}; not run again without an idempotency key and attempts left: a person decides"));
+        }
+    } else if r.duration.is_zero() {
+        r.duration = started.elapsed();
+    }
+    r
 }
 
 fn open_report(w: &Waiting, t: &AgentTask) -> Result<AgentReport, String> {

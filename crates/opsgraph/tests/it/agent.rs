@@ -12,7 +12,8 @@
 //! - What a hostile agent sends is masked by the server; evidence its job does not declare is
 //!   refused with 422 `undeclared_evidence`.
 //! - Protocol 3: a report claims the agent's next task in its own commit (sent again, the same
-//!   task); a refused report claims nothing.
+//!   task); a refused report claims nothing. With nothing queued, a report is handed to the
+//!   worker waiting for its task and committed with the job's result before it is answered.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -633,6 +634,15 @@ fn a_report_claims_the_next_task_in_its_commit() {
     let (status, answer) =
         post(report(&task3, "lease-of-task-three-03", serde_json::json!({"lease": "lease-of-task-four-004"})));
     assert_eq!((status, answer["next"]["task"].is_null(), state(&task3)), (200, true, "reported"), "{answer}");
+    // Nothing was queued: the report was handed to the worker waiting for its task, and the
+    // driver committed it with the job's result before the agent was answered.
+    let job3 = c.store().agent_task(&task3).unwrap().unwrap().job;
+    let record = c.store().jobs(&id).unwrap().into_iter().find(|j| j.id == job3).unwrap();
+    assert_eq!(record.state, opsgraph_core::model::JobState::Succeeded, "{record:?}");
+    let audit = c.store().audit(&opsgraph_store::AuditFilter { operation: Some(id.clone()), ..Default::default() });
+    assert_eq!(audit.unwrap().iter().filter(|a| a.action == "agent.report").count(), 3);
+    let reported = c.store().timeline(&id).unwrap().iter().filter(|e| e.event == "agent_reported").count();
+    assert_eq!(reported, 3);
     let claims = c.store().timeline(&id).unwrap().iter().filter(|e| e.event == "agent_claimed").count();
     assert_eq!(claims, 3);
     let (state, detail) = c.wait(&id, Duration::from_secs(30));
