@@ -503,6 +503,9 @@ fn agent_tasks_conform(store: &mut dyn Store) {
             Write::Agent(AgentWrite::Enqueue(Box::new(agent_task("t2", "compute_node/b", 5_000)))),
         ])
         .unwrap();
+    // Work is queued for the agent name the tasks carry, none for another.
+    assert!(store.agent_queued("pool").unwrap());
+    assert!(!store.agent_queued("other").unwrap());
     // Only a claimer of the task's agent name, and of its resource when it names resources.
     assert_eq!(claim_ids(store, claim_of("other", &[], "l0", 9_000)), Vec::<String>::new());
     let got = store.agent_claim(&claim_of("pool", &["compute_node/b"], "l1", 9_000)).unwrap().remove(0);
@@ -512,6 +515,7 @@ fn agent_tasks_conform(store: &mut dyn Store) {
     );
     assert_eq!(got.expires_ms, 9_000);
     assert_eq!(claim_ids(store, claim_of("pool", &[], "l2", 9_000)), ["t1"]);
+    assert!(!store.agent_queued("pool").unwrap(), "both were claimed: nothing is queued");
     // Nothing is claimed twice; a claim retried with its lease gets what it holds, once.
     assert_eq!(claim_ids(store, claim_of("pool", &[], "l3", 9_000)), Vec::<String>::new());
     assert_eq!(claim_ids(store, claim_of("pool", &[], "l2", 9_000)), ["t1"]);
