@@ -10,6 +10,8 @@ use opsgraph_core::model::OperationState;
 use opsgraph_core::plan::JobInstance;
 use opsgraph_exec::Cancel;
 use opsgraph_store::{GateRecord, JobRecord, JobState, OperationRecord, Write};
+
+use crate::fixtures::instance;
 use serde_json::{json, Value};
 
 use super::{attempt_writes, decide, Effect, Finished, Input, Snapshot};
@@ -53,21 +55,7 @@ fn running() -> Given {
 impl Given {
     /// Job instance `id` (of template job `id` before any `@`), after `deps`, in `state`.
     fn job(mut self, id: &str, deps: &[&str], state: JobState, attempts: u32, failure: Option<&str>) -> Given {
-        let instance = JobInstance {
-            id: id.into(),
-            job: id.split('@').next().unwrap_or(id).into(),
-            title: None,
-            stage: "s".into(),
-            scope: None,
-            resource: id.split_once('@').map(|(_, r)| r.to_string()),
-            depends_on: deps.iter().map(|d| d.to_string()).collect(),
-            because: vec![],
-            destructive: false,
-            skipped: None,
-            parameters: Default::default(),
-            wave: None,
-            verifies: None,
-        };
+        let instance = instance(id, deps);
         let record = JobRecord {
             operation: "op-1".into(),
             id: id.into(),

@@ -31,6 +31,8 @@ mod drift;
 mod drive;
 mod execute;
 pub mod failpoint;
+#[cfg(test)]
+mod fixtures;
 mod intervene;
 mod jobs;
 pub mod lease;

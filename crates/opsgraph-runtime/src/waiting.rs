@@ -86,25 +86,8 @@ impl Waiting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::instance;
     use opsgraph_store::JobState;
-
-    fn instance(id: &str, deps: &[&str]) -> JobInstance {
-        JobInstance {
-            id: id.into(),
-            job: id.into(),
-            title: None,
-            stage: "s".into(),
-            scope: None,
-            resource: None,
-            depends_on: deps.iter().map(|d| d.to_string()).collect(),
-            because: vec![],
-            destructive: false,
-            skipped: None,
-            parameters: Default::default(),
-            wave: None,
-            verifies: None,
-        }
-    }
 
     fn record(id: &str, state: JobState) -> JobRecord {
         JobRecord {
