@@ -159,12 +159,23 @@ pub fn last_seq(client: &dyn Client, id: &str) -> anyhow::Result<i64> {
 }
 
 /// A follower's place in an operation's timeline: hands on each entry once, in commit order.
-#[derive(Debug, Clone, Copy)]
+/// A sub-operation first listed after the follower's last read is read from where the follower
+/// started: its first entries may have been committed before the entries of its parent that the
+/// follower has shown already, and would otherwise be skipped.
+#[derive(Debug, Clone)]
 pub struct Cursor {
     pub after: i64,
+    start: i64,
+    /// The operations of the family read so far (none before the first read).
+    known: std::collections::BTreeSet<String>,
 }
 
 impl Cursor {
+    /// A follower of the entries after `after`.
+    pub fn new(after: i64) -> Cursor {
+        Cursor { after, start: after, known: Default::default() }
+    }
+
     /// Hands `seen` every entry committed since the last call.
     pub fn advance(
         &mut self,
@@ -172,10 +183,18 @@ impl Cursor {
         id: &str,
         seen: &mut dyn FnMut(&TimelineEntry),
     ) -> anyhow::Result<()> {
-        for e in timeline_after(client, id, self.after)? {
-            self.after = e.seq;
+        let family = family(&client.operations()?, id);
+        let mut entries = Vec::new();
+        for op in &family {
+            let new = !self.known.is_empty() && !self.known.contains(op);
+            entries.extend(client.timeline(op, if new { self.start } else { self.after })?);
+        }
+        entries.sort_by_key(|e| e.seq);
+        for e in entries {
+            self.after = self.after.max(e.seq);
             seen(&e);
         }
+        self.known = family;
         Ok(())
     }
 }

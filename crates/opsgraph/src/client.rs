@@ -311,7 +311,7 @@ impl Control for LocalControl {
         let data_dir = self.rt.data_dir().to_path_buf();
         let reader = crate::storage::open_store(&data_dir)?;
         let reader = Local::new(&*reader, &data_dir);
-        let mut cursor = Cursor { after };
+        let mut cursor = Cursor::new(after);
         let rt = &mut self.rt;
         crate::follower::beside(
             |progress| drive(rt, id, progress),

@@ -178,7 +178,7 @@ fn poll(
     seen: &mut dyn FnMut(&TimelineEntry),
     moving: fn(&OperationView) -> bool,
 ) -> anyhow::Result<OperationView> {
-    let mut cursor = opsgraph_api::Cursor { after };
+    let mut cursor = opsgraph_api::Cursor::new(after);
     let mut quiet = 0;
     loop {
         let op = client.operation(id)?;

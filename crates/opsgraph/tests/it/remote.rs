@@ -235,16 +235,27 @@ fn apply_prints_the_same_run_locally_and_through_the_server() {
 /// does: the provider the resolution creates runs as a child operation, met on the event stream.
 #[test]
 fn a_run_with_a_sub_operation_is_followed_the_same_locally_and_through_the_server() {
+    follow_a_sub_operation(None);
+    // Without a stream slot the follower reads every 200 ms: a child met between two reads is
+    // read from where the follower started, its first entries included.
+    let limits = opsgraph_server::Limits { event_streams_per_identity: 0, ..Default::default() };
+    follow_a_sub_operation(Some(limits));
+}
+
+fn follow_a_sub_operation(limits: Option<opsgraph_server::Limits>) {
     let mut files: Vec<(&str, &str)> = crate::subop::WORLD.to_vec();
     files.push((
         "there.yaml",
         "intent: {target_resource_type: app.thing, action: run, name: app-2, environment: dev}\n",
     ));
-    let api = crate::server::Api::over(crate::support::temp_dir(&files))
+    let mut api = crate::server::Api::over(crate::support::temp_dir(&files))
         .config("")
         .packs(&["packs/app", "packs/bucket"])
-        .world(&["world"])
-        .build();
+        .world(&["world"]);
+    if let Some(limits) = limits {
+        api = api.limits(limits);
+    }
+    let api = api.build();
     let token = crate::support::temp_dir(&[("sam.token", &api.token("sam", &["operator"]))]);
     let server = Server::start(&api);
     let path = |p: &str| api.dir.join(p).display().to_string();
