@@ -218,7 +218,8 @@ pub fn check(content: &str) -> Result<Answer, String> {
     }
     let text = |k: &str| -> Result<String, String> {
         match &v[k] {
-            Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+            // The model's text reaches a terminal as a host's does: its control characters escaped.
+            Value::String(s) if !s.trim().is_empty() => Ok(crate::masking::printable(s).into_owned()),
             other => Err(format!("`{k}` must be a non-empty string, found {other}")),
         }
     };
@@ -230,7 +231,7 @@ pub fn check(content: &str) -> Result<Answer, String> {
         .ok_or_else(|| format!("`confidence` must be a number from 0 to 1, found {}", v["confidence"]))?;
     let evidence = match &v["evidence"] {
         Value::Array(items) if items.iter().all(Value::is_string) => {
-            items.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()
+            items.iter().filter_map(|s| s.as_str().map(|s| crate::masking::printable(s).into_owned())).collect()
         }
         Value::Null => Vec::new(),
         other => return Err(format!("`evidence` must be a list of strings, found {other}")),
@@ -425,5 +426,20 @@ fn mask(v: &mut Value, masking: &Masking) {
         Value::Array(items) => items.iter_mut().for_each(|i| mask(i, masking)),
         Value::Object(map) => map.values_mut().for_each(|i| mask(i, masking)),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    #[test]
+    fn a_models_text_is_made_printable() {
+        let answer = super::check(
+            r#"{"summary": "disk full\u001b[2J", "cause": "the \u202eWAL\u202c grew", "confidence": 0.5, "evidence": ["df: 100%\r0%"]}"#,
+        )
+        .unwrap();
+        expect![[r#"disk full\x1b[2J | the \u{202e}WAL\u{202c} grew | ["df: 100%\\x0d0%"]"#]]
+            .assert_eq(&format!("{} | {} | {:?}", answer.summary, answer.cause, answer.evidence));
     }
 }

@@ -127,7 +127,7 @@ pub(crate) fn run(task: Task) -> TaskResult {
                 None => run.outcome.to_string(),
             };
             result.failure = Some(match tail {
-                Some(line) => format!("{outcome}: {line}"),
+                Some(line) => format!("{outcome}: {}", crate::masking::printable(&line)),
                 None => outcome,
             });
             result.duration = started.elapsed();
@@ -149,7 +149,7 @@ pub(crate) fn run(task: Task) -> TaskResult {
     let (checks, failure) = evidence(&task.evidence, &*task.executor, &env, &task.cancel);
     result.evidence = masker.evidence(checks);
     if result.failure.is_none() {
-        result.failure = failure.map(|f| masker.text(&f));
+        result.failure = failure.map(|f| masker.field(&f));
     }
     result.duration = started.elapsed();
     result

@@ -1,4 +1,16 @@
-//! Masking secret values in what a job shows: its output, its evidence, its failure.
+//! Masking secret values in what a job shows: its output, its evidence, its failure; and the
+//! fields among them made printable.
+//!
+//! What a host prints is not trusted: a failure reason or an evidence value may hold a NUL (which
+//! PostgreSQL's text cannot store: the drive's commit would fail), a terminal escape sequence (which
+//! would reach the operator's terminal through `opsgraph get` and the live view), a carriage return
+//! that overprints a line, or a bidirectional override that reorders what is read. Every such field
+//! goes through [`Masking::field`]: masked first (a secret's bytes are matched as printed), then
+//! [`printable`]. Logs are kept as printed ([`Masking::text`], [`Masking::bytes`]), as `kubectl logs`
+//! keeps them.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use opsgraph_core::model::Evidence;
 use opsgraph_exec::EvidenceResult;
@@ -10,7 +22,7 @@ pub(crate) fn masked(
     failure: Option<String>,
 ) -> (Vec<(Evidence, EvidenceResult)>, Option<String>) {
     let m = Masking::new(values);
-    let failure = failure.map(|f| m.text(&f));
+    let failure = failure.map(|f| m.field(&f));
     (m.evidence(checks), failure)
 }
 
@@ -46,21 +58,86 @@ impl Masking {
         String::from_utf8_lossy(&self.bytes(t.as_bytes())).into_owned()
     }
 
-    pub(crate) fn evidence(&self, checks: Vec<(Evidence, EvidenceResult)>) -> Vec<(Evidence, EvidenceResult)> {
-        if matches!(self, Masking::None) {
-            return checks;
+    /// A field (a failure reason, an outcome, an evidence value): masked, then [`printable`].
+    pub(crate) fn field(&self, t: &str) -> String {
+        match self {
+            Masking::None => printable(t).into_owned(),
+            _ => printable(&self.text(t)).into_owned(),
         }
+    }
+
+    pub(crate) fn evidence(&self, checks: Vec<(Evidence, EvidenceResult)>) -> Vec<(Evidence, EvidenceResult)> {
         checks
             .into_iter()
             .map(|(e, mut r)| {
-                r.observed = self.text(&r.observed);
-                r.expected = self.text(&r.expected);
-                r.detail = self.text(&r.detail);
+                r.observed = self.field(&r.observed);
+                r.expected = self.field(&r.expected);
+                r.detail = self.field(&r.detail);
                 for v in r.captured.values_mut() {
-                    *v = self.text(v);
+                    *v = self.field(v);
                 }
                 (e, r)
             })
             .collect()
+    }
+}
+
+/// `text` with the characters that change how text is stored or shown written as escapes: C0
+/// controls but tab and line feed (`\x1b`, `\x00`, `\r` as `\x0d`), DEL, C1 controls and Unicode's
+/// bidirectional controls (`\u{202e}`). Everything else, backslashes included, is kept as it is.
+pub(crate) fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(escaped) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !escaped(c) => out.push(c),
+            c if (c as u32) < 0x100 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn escaped(c: char) -> bool {
+    (c.is_control() && c != '\t' && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{expect, Expect};
+
+    use super::*;
+
+    fn check(input: &str, expect: Expect) {
+        expect.assert_eq(&printable(input));
+    }
+
+    #[test]
+    fn what_a_host_prints_is_stored_printable() {
+        check(
+            "exit code 1: plain text, tabs\tand\nlines, C:\\path",
+            expect![[r#"
+            exit code 1: plain text, tabs	and
+            lines, C:\path"#]],
+        );
+        check("nul \0 here", expect![[r#"nul \x00 here"#]]);
+        check("\x1b[2J\x1b]0;title\x07cleared", expect![[r#"\x1b[2J\x1b]0;title\x07cleared"#]]);
+        check("evidence failed\rchecks passed", expect![[r#"evidence failed\x0dchecks passed"#]]);
+        check("csi \u{9b}31m del \x7f", expect![[r#"csi \x9b31m del \x7f"#]]);
+        check("user \u{202e}nimda\u{202c} é ✓", expect![[r#"user \u{202e}nimda\u{202c} é ✓"#]]);
+    }
+
+    #[test]
+    fn a_field_is_masked_before_it_is_made_printable() {
+        // A secret with a control byte in it is matched as printed, not as its escape.
+        let masking = Masking::new(vec![b"s\x1bcret".to_vec()]);
+        expect![[r#"token *** then \x1b[0m"#]].assert_eq(&masking.field("token s\x1bcret then \x1b[0m"));
+        expect![[r#"nul \x00"#]].assert_eq(&Masking::None.field("nul \0"));
     }
 }

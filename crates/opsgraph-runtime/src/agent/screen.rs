@@ -3,7 +3,8 @@
 //!
 //! [`Screen`] is built from the task's own payload (the secret values to mask, the evidence
 //! checks and artifacts the job declares): log text, the outcome, the failure and every evidence
-//! value are masked with the same masker a local run uses (withheld when it cannot be built); a
+//! value are masked with the same masker a local run uses (withheld when it cannot be built), and
+//! the fields made printable as a local run's are (`masking::printable`); a
 //! report naming an evidence check or an artifact the job does not declare, or a check twice, is
 //! refused whole.
 
@@ -74,7 +75,7 @@ impl Screen {
                     code: "undeclared_evidence",
                     message: format!(
                         "the report names evidence check `{}`, which the job does not declare (it declares: {})",
-                        self.masking.text(&e.check),
+                        self.masking.field(&e.check),
                         list(&self.evidence)
                     ),
                 });
@@ -82,7 +83,7 @@ impl Screen {
             if !seen.insert(e.check.as_str()) {
                 return Err(Refusal {
                     code: "undeclared_evidence",
-                    message: format!("the report names evidence check `{}` twice", e.check),
+                    message: format!("the report names evidence check `{}` twice", self.masking.field(&e.check)),
                 });
             }
         }
@@ -91,17 +92,17 @@ impl Screen {
                 code: "undeclared_artifact",
                 message: format!(
                     "the report carries artifact `{}`, which the job does not declare as an output (it declares: {})",
-                    self.masking.text(&f.name),
+                    self.masking.field(&f.name),
                     list(&self.artifacts)
                 ),
             });
         }
-        report.outcome = self.masking.text(&report.outcome);
-        report.failure = report.failure.map(|f| self.masking.text(&f));
+        report.outcome = self.masking.field(&report.outcome);
+        report.failure = report.failure.map(|f| self.masking.field(&f));
         for e in &mut report.evidence {
-            e.expected = self.masking.text(&e.expected);
-            e.observed = self.masking.text(&e.observed);
-            e.detail = self.masking.text(&e.detail);
+            e.expected = self.masking.field(&e.expected);
+            e.observed = self.masking.field(&e.observed);
+            e.detail = self.masking.field(&e.detail);
         }
         Ok(report)
     }
@@ -210,6 +211,41 @@ mod tests {
         check(
             report(json!([]), json!([{"name": "kubeconfig", "content": ""}])),
             expect!["refused undeclared_artifact: the report carries artifact `kubeconfig`, which the job does not declare as an output (it declares: `note`)"],
+        );
+    }
+
+    #[test]
+    fn an_agents_fields_are_stored_printable() {
+        // A NUL would fail PostgreSQL's commit of the job's result; an escape sequence would reach
+        // the operator's terminal.
+        let evidence = json!([{"check": "done", "passed": false, "expected": "ok", "observed": "\u{1b}[32mok\0",
+                                "detail": "\r", "attempts": 1}]);
+        let report = json!({
+            "outcome": "exit code 1", "failure": format!("exit code 1: {CANARY}\u{1b}]0;pwned\u{7}\0"),
+            "satisfied_without_run": false, "cancelled": false, "duration_ms": 1,
+            "evidence": evidence, "produced": [],
+        });
+        check(
+            report,
+            expect![[r#"
+                {
+                  "outcome": "exit code 1",
+                  "failure": "exit code 1: ***\\x1b]0;pwned\\x07\\x00",
+                  "satisfied_without_run": false,
+                  "cancelled": false,
+                  "evidence": [
+                    {
+                      "check": "done",
+                      "passed": false,
+                      "expected": "ok",
+                      "observed": "\\x1b[32mok\\x00",
+                      "detail": "\\x0d",
+                      "attempts": 1
+                    }
+                  ],
+                  "produced": [],
+                  "duration_ms": 1
+                }"#]],
         );
     }
 

@@ -47,6 +47,7 @@ mod patch;
 mod preview;
 #[path = "../../../opsgraph-core/tests/core/preview_text.rs"]
 mod preview_text;
+mod printable;
 mod remedies;
 mod remote;
 mod replicas;
