@@ -465,20 +465,50 @@ async function targetPickers(scopes) {
   return pickers;
 }
 
+// At fleet scale a target may list hundreds of hosts: a filter (every word must appear in the
+// resource's id, health, status, environment or observed state) narrows the list, "Select all
+// shown" / "Clear all shown" act on what it shows, and a live count says how many are shown and
+// chosen. Chosen resources stay chosen while the filter hides them.
 function targetPicker(name, x, found) {
   const bounds = [x.min !== undefined && x.min !== null ? `at least ${x.min}` : null, x.max !== undefined && x.max !== null ? `at most ${x.max}` : null].filter(Boolean).join(", ");
   const boxes = found.map((r) => {
     const id = safeId(`target-${name}-${r.id}`);
-    const input = h("input", { id, type: "checkbox", name: "target-" + name, value: r.id, "data-target": name });
-    return h("div", { class: "pick", "data-testid": "target-option", "data-target": name, "data-resource": r.id },
+    const input = h("input", { id, type: "checkbox", name: "target-" + name, value: r.id, "data-target": name, onchange: () => recount() });
+    const words = [r.id, r.health, r.status, r.environment, r.observed_state].filter(Boolean).join(" ").toLowerCase();
+    return h("div", { class: "pick", "data-testid": "target-option", "data-target": name, "data-resource": r.id, "data-words": words },
       input, h("label", { for: id }, r.id, " ",
         h("span", { class: "health health-" + r.health, "data-testid": "target-health" }, r.health),
         h("span", { class: "muted" }, [r.status, r.environment, r.observed_state].filter(Boolean).map((v) => " · " + v).join(""))));
   });
-  const read = () => boxes.map((b) => b.querySelector("input")).filter((i) => i.checked).map((i) => i.value);
+  const inputs = boxes.map((b) => b.querySelector("input"));
+  const read = () => inputs.filter((i) => i.checked).map((i) => i.value);
+  const shown = () => boxes.filter((b) => !b.hidden).map((b) => b.querySelector("input"));
+  const count = h("span", { class: "muted", role: "status", "aria-live": "polite", "data-testid": "target-count" });
+  function recount() {
+    count.textContent = `${shown().length} of ${boxes.length} shown, ${read().length} chosen`;
+  }
+  const filter = h("input", {
+    id: safeId("target-filter-" + name), type: "search", autocomplete: "off", "data-testid": "target-filter",
+    placeholder: "name, health, status, environment",
+    oninput: () => {
+      const terms = filter.value.toLowerCase().split(/\s+/).filter(Boolean);
+      for (const b of boxes) b.hidden = !terms.every((t) => b.dataset.words.includes(t));
+      recount();
+    },
+  });
+  const set = (checked) => () => { for (const i of shown()) i.checked = checked; recount(); };
+  const tools = boxes.length
+    ? h("div", { class: "target-tools" },
+        h("label", { for: filter.id }, `Filter ${name}`), filter,
+        h("button", { type: "button", id: safeId("target-select-shown-" + name), "data-testid": "target-select-shown", onclick: set(true) }, "Select all shown"),
+        h("button", { type: "button", id: safeId("target-clear-shown-" + name), "data-testid": "target-clear-shown", onclick: set(false) }, "Clear all shown"),
+        count)
+    : null;
+  recount();
   const el = h("fieldset", { class: "targets", id: safeId("targets-" + name), "data-testid": "target", "data-target": name },
     h("legend", {}, `Targets: ${name} `, h("span", { class: "muted" }, `(${x.type}${bounds ? ", " + bounds : ""})`)),
-    boxes.length ? boxes : h("p", { class: "muted", "data-testid": "no-targets" }, `The inventory holds no ${x.type}.`));
+    tools,
+    boxes.length ? h("div", { class: "target-list" }, boxes) : h("p", { class: "muted", "data-testid": "no-targets" }, `The inventory holds no ${x.type}.`));
   return { name, el, read };
 }
 

@@ -1,6 +1,7 @@
 //! The intent form in headless Chromium (issue [M] 5): targets picked from the inventory with
 //! their health, derived scopes hidden, constraints and desired_result, and the plan's errors
-//! shown beside the field they are about — with the keyboard and labels.
+//! shown beside the field they are about — with the keyboard and labels; and a picker over a fleet
+//! of 60 nodes, filtered by words and selected by what the filter shows.
 
 use serde_json::{json, Value};
 
@@ -177,4 +178,80 @@ fn the_intent_form_picks_targets_by_health_takes_constraints_and_shows_errors_by
         ),
         "{plan}"
     );
+}
+
+/// A rollout pack whose one target (`nodes`, at least 1) is picked from a fleet of 60 nodes.
+fn fleet_files() -> Vec<(String, String)> {
+    let nodes: Vec<String> = (0..60)
+        .map(|k| {
+            let health = if k % 7 == 3 { "degraded" } else { "healthy" };
+            let env = if k < 40 { "dev" } else { "staging" };
+            format!("resource: {{type: node, name: n{k:02}, environment: {env}, health: {health}, status: running, access: {{local: true}}, provides: [linux.host]}}\n")
+        })
+        .collect();
+    vec![
+        (
+            "fleet/pack.yaml".into(),
+            "scenario_pack: {id: fleet, version: 1.0.0, title: Fleet, resource_types: [fleet.app], actions: [roll], plan_templates: [{id: fleet.roll}]}\n".into(),
+        ),
+        (
+            "fleet/templates.yaml".into(),
+            "plan_template: {id: fleet.roll, action: roll, scopes: {nodes: {resource_type: node, from: targets.nodes, min: 1}}, requires: [{capability: linux.host, scope: nodes}], stages: [{id: all, name: All, jobs: [roll-node]}], jobs: [roll-node]}\n".into(),
+        ),
+        ("fleet/jobs.yaml".into(), "job: {id: roll-node, scope: {resources: [node], target: nodes}, run: {command: \"echo rolling\"}}\n".into()),
+        ("world/nodes.yaml".into(), nodes.join("---\n")),
+    ]
+}
+
+/// The options of picker `target` the filter shows.
+fn shown_options(browser: &Browser, target: &str) -> Value {
+    browser.js(&format!(
+        "return [...document.querySelectorAll('[data-target={target}][data-testid=target-option]')].filter(e => !e.hidden).map(e => e.dataset.resource)"
+    ))
+}
+
+#[test]
+fn a_target_picker_over_a_fleet_filters_and_selects_what_it_shows() {
+    let Some(shots) = screenshots() else { return };
+    let files = fleet_files();
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let api = Api::over(crate::support::temp_dir(&files)).packs(&["fleet"]).world(&["world"]).build();
+    let sam = api.token("sam", &["operator"]);
+    let server = Server::start(&api);
+    let browser = Browser::start();
+    browser.go(&format!("{}/#/new", server.url()));
+    browser.sign_in(&sam, "sam");
+    let count = "[data-testid=target][data-target=nodes] [data-testid=target-count]";
+    browser.wait_text(count, |t| t == "60 of 60 shown, 0 chosen");
+
+    // Every word must match: the degraded nodes of staging.
+    browser.fill("#target-filter-nodes", "Degraded staging");
+    browser.wait_text(count, |t| t == "3 of 60 shown, 0 chosen");
+    assert_eq!(shown_options(&browser, "nodes"), json!(["node/n45", "node/n52", "node/n59"]));
+    browser.tab_to_and_press("target-select-shown-nodes");
+    browser.wait_text(count, |t| t == "3 of 60 shown, 3 chosen");
+
+    // Chosen nodes stay chosen while hidden; one more picked by the keyboard among n00..n09.
+    browser.fill("#target-filter-nodes", "n0");
+    browser.wait_text(count, |t| t == "10 of 60 shown, 3 chosen");
+    pick(&browser, "nodes", "node/n01");
+    browser.wait_text(count, |t| t == "10 of 60 shown, 4 chosen");
+    // "Clear all shown" clears only what is shown: n52 and n59, not n45 nor n01.
+    browser.fill("#target-filter-nodes", "n5");
+    browser.wait_text(count, |t| t == "10 of 60 shown, 4 chosen");
+    browser.tab_to_and_press("target-clear-shown-nodes");
+    browser.wait_text(count, |t| t == "10 of 60 shown, 2 chosen");
+    assert_eq!(browser.unlabelled(), json!([]), "every control has a name");
+    browser.shot_of(&shots, "[data-testid=target][data-target=nodes]", "intent-fleet-filter");
+
+    browser.fill("#new-name", "roll1");
+    browser.click_when("#preview-btn", |_| true);
+    let text = browser.wait_text("[data-testid=preview-text]", |t| t.contains("fleet.roll"));
+    assert!(text.contains("n01") && text.contains("n45") && !text.contains("n52"), "{text}");
+    browser.tab_to_and_press("apply");
+    browser.wait("[data-testid=op-state]", |t| !t.is_empty());
+    let (_, list) = http(server.addr, "GET", "/api/v1/operations", &sam, "");
+    let id = list["operations"][0]["id"].as_str().unwrap().to_string();
+    let (_, plan) = http(server.addr, "GET", &format!("/api/v1/operations/{id}/plan"), &sam, "");
+    assert_eq!(plan["intent"]["targets"], json!({"nodes": ["node/n01", "node/n45"]}), "{plan}");
 }
