@@ -41,21 +41,42 @@ pub fn operation_summary(o: &OperationRecord) -> OperationSummary {
     }
 }
 
-/// An operation as `GET /operations` lists it: its summary, the pack its plan records (the plan's
-/// text is read, only that field deserialized) and its intent's environment.
+/// An operation as `GET /operations` lists it: its summary, the pack its plan records and its
+/// intent's environment.
 pub fn operation_item(store: &dyn Store, o: &OperationRecord) -> Result<OperationItem, opsgraph_store::Error> {
+    let text = |k: &str| o.intent.get(k).and_then(Value::as_str).map(str::to_string);
+    Ok(OperationItem {
+        summary: operation_summary(o),
+        pack: planned_pack(store, &o.plan_revision)?.or_else(|| text("pack")),
+        environment: text("environment"),
+    })
+}
+
+/// Packs of plan revisions already read, at most [`PACKS_KEPT`] (then it starts over).
+static PACKS: std::sync::Mutex<Option<HashMap<String, Option<String>>>> = std::sync::Mutex::new(None);
+const PACKS_KEPT: usize = 4096;
+
+/// The pack a stored plan records. A revision is the hash of its plan's content, so what was read
+/// once holds for good: a server lists each plan's pack after reading its text once, not on every
+/// request (a 10,000-job plan is 1.7 MB of text, a 100,000-job one ten times that).
+fn planned_pack(store: &dyn Store, revision: &str) -> Result<Option<String>, opsgraph_store::Error> {
     #[derive(Deserialize)]
     struct PackOnly {
         #[serde(default)]
         pack: Option<String>,
     }
-    let text = |k: &str| o.intent.get(k).and_then(Value::as_str).map(str::to_string);
-    let planned: Option<PackOnly> = store.plan_text(&o.plan_revision)?.map(|t| serde_json::from_str(&t)).transpose()?;
-    Ok(OperationItem {
-        summary: operation_summary(o),
-        pack: planned.and_then(|p| p.pack).or_else(|| text("pack")),
-        environment: text("environment"),
-    })
+    if let Some(known) = PACKS.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(revision)) {
+        return Ok(known.clone());
+    }
+    let Some(plan) = store.plan_text(revision)? else { return Ok(None) };
+    let pack = serde_json::from_str::<PackOnly>(&plan)?.pack;
+    let mut kept = PACKS.lock().unwrap_or_else(|e| e.into_inner());
+    let map = kept.get_or_insert_with(HashMap::new);
+    if map.len() >= PACKS_KEPT {
+        map.clear();
+    }
+    map.insert(revision.to_string(), pack.clone());
+    Ok(pack)
 }
 
 /// Whether a listed pack (`id@version`) is the one a filter names: `id@version` exactly, or `id`
