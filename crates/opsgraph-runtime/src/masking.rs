@@ -104,6 +104,17 @@ pub(crate) fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Log text as a database's text column can hold it: a NUL (which PostgreSQL's text refuses)
+/// becomes U+FFFD, as bytes that are not UTF-8 do when the log is read as text. Nothing else of a
+/// log is changed.
+pub(crate) fn storable_log(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{fffd}")
+    } else {
+        text
+    }
+}
+
 fn escaped(c: char) -> bool {
     (c.is_control() && c != '\t' && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
@@ -139,5 +150,13 @@ mod tests {
         let masking = Masking::new(vec![b"s\x1bcret".to_vec()]);
         expect![[r#"token *** then \x1b[0m"#]].assert_eq(&masking.field("token s\x1bcret then \x1b[0m"));
         expect![[r#"nul \x00"#]].assert_eq(&Masking::None.field("nul \0"));
+    }
+
+    #[test]
+    fn a_log_keeps_its_bytes_but_a_nul() {
+        expect![[r#"
+            "find -print0: a�b� \u{1b}[1mbold\u{1b}[0m\r\n"
+        "#]]
+        .assert_debug_eq(&storable_log("find -print0: a\0b\0 \x1b[1mbold\x1b[0m\r\n".into()));
     }
 }

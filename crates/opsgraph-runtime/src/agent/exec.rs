@@ -193,6 +193,6 @@ impl LogStream {
         // At most 128 KiB a chunk (the server takes 256 KiB): call again for the rest.
         let cut = cut.min(128 << 10);
         let chunk: Vec<u8> = self.pending.drain(..cut).collect();
-        String::from_utf8_lossy(&self.masking.bytes(&chunk)).into_owned()
+        crate::masking::storable_log(String::from_utf8_lossy(&self.masking.bytes(&chunk)).into_owned())
     }
 }

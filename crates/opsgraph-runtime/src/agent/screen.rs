@@ -61,9 +61,9 @@ impl Screen {
         }
     }
 
-    /// Log text as it may be stored and shown.
+    /// Log text as it may be stored and shown: masked, a NUL written as U+FFFD.
     pub fn log(&self, text: &str) -> String {
-        self.masking.text(text)
+        crate::masking::storable_log(self.masking.text(text))
     }
 
     /// The report as it may be stored and shown, or why it is refused.
