@@ -88,7 +88,20 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
                  WHERE id = ?1 AND lease = ?2 AND state = 'claimed'",
                 params![task, lease, json(report)?, at],
             )?;
-            held(tx, task, n)?;
+            // Reported under this lease already (the agent sent it again, to another replica): the
+            // first report stands and this write is done.
+            let again = n == 0
+                && tx
+                    .query_row(
+                        "SELECT 1 FROM agent_tasks WHERE id = ?1 AND lease = ?2 AND state = 'reported'",
+                        params![task, lease],
+                        |_| Ok(()),
+                    )
+                    .optional()?
+                    .is_some();
+            if !again {
+                held(tx, task, n)?;
+            }
         }
         AgentWrite::Settle { task, from, to, now_ms, at } => {
             // Giving up on time (unclaimed, lost) needs the deadline passed; cancelling does not.

@@ -555,8 +555,18 @@ fn agent_tasks_conform(store: &mut dyn Store) {
     store.commit(&[report("t1", "l2")]).unwrap();
     let t1 = store.agent_task("t1").unwrap().unwrap();
     assert_eq!((t1.state, t1.report), (AgentTaskState::Reported, Some(json!({"ok": true}))));
-    // A second report of the same task is refused: one outcome per task.
-    assert!(matches!(store.commit(&[report("t1", "l2")]), Err(Error::StaleLease { state, .. }) if state == "reported"));
+    // The same task reported again under its lease (an agent's report sent again, to another
+    // replica): done already, the first report stands. Under another lease: refused.
+    let again = Write::Agent(AgentWrite::Report {
+        task: "t1".into(),
+        lease: "l2".into(),
+        report: json!({"ok": false}),
+        at: now(),
+    });
+    store.commit(&[again]).unwrap();
+    let t1 = store.agent_task("t1").unwrap().unwrap();
+    assert_eq!((t1.state, t1.report), (AgentTaskState::Reported, Some(json!({"ok": true}))));
+    assert!(matches!(store.commit(&[report("t1", "l1")]), Err(Error::StaleLease { state, .. }) if state == "reported"));
 
     // Giving a task up needs its deadline passed; then its holder is fenced off.
     let settle = |task: &str, from, to, now_ms| {
