@@ -1,8 +1,8 @@
 //! Leases: at most one driver per operation across processes and replicas.
 //!
 //! Whoever drives an operation holds its lease (`opsgraph_store::Lease`): a [`Keeper`] acquires
-//! it, a thread of the keeper renews every lease it holds at a third of the TTL on a connection
-//! of its own, and while a lease is held every commit of the runtime carries
+//! it, a thread of the keeper renews every lease it holds at a third of the TTL (the first time a
+//! third of the TTL after it started) on a connection of its own, opened at its first renewal, and while a lease is held every commit of the runtime carries
 //! `Write::Fence { operation, holder, token }`, checked in the same transaction. A holder whose
 //! lease expired and was taken over is refused by the store (`Error::Fenced`) and stops: the
 //! driver also stops at its next step when the keeper could not renew in time (lost), cancelling
@@ -206,12 +206,18 @@ impl Drop for Keeper {
 }
 
 /// Renews every held lease at a third of the TTL, reconnecting after an error, until the keeper
-/// is gone.
+/// is gone. It waits a third of the TTL before its first round too: a lease is taken with its
+/// whole TTL, so a renewal at once would extend nothing that needs it and would cost a connection
+/// of its own (SQLite reading the whole schema), a commit and its `fsync`s beside the first job of
+/// a cold `apply`. A lease taken while it waits is renewed within a third of the TTL, as every
+/// lease is after each renewal: two thirds of the TTL before it would expire. A command whose
+/// drive ends within that third never opens the connection.
 fn renew_loop(weak: Weak<Inner>) {
     let mut store: Option<Box<dyn Store>> = None;
     loop {
+        let Some(period) = weak.upgrade().map(|inner| inner.config.ttl / 3) else { return };
+        std::thread::sleep(period);
         let Some(inner) = weak.upgrade() else { return };
-        let period = inner.config.ttl / 3;
         let held: Vec<Arc<Held>> = inner.held.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
         for h in held {
             if store.is_none() {
@@ -233,8 +239,6 @@ fn renew_loop(weak: Weak<Inner>) {
                 Err(_) => store = None,
             }
         }
-        drop(inner);
-        std::thread::sleep(period);
     }
 }
 

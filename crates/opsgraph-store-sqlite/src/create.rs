@@ -1,10 +1,11 @@
-//! A new database file, made whole before it gets its name: the schema is written into a
-//! temporary file beside it with SQLite's journal and syncs off (nothing depends on that file
-//! yet), switched to WAL, `fsync`ed once, linked under the store's name only if nobody made the
-//! store meanwhile, and the directory `fsync`ed. Two `fsync`s instead of five (SQLite's switch of
-//! a new file to WAL: four, the journal's directory among them; the migrations' commit: one); the
-//! file either exists with its whole schema or does not exist at all. SQLite's own first WAL
-//! `fsync`s (the header, its directory) are the same as before.
+//! A new database file, made whole before it gets its name: the schema (`schema.rs`'s snapshot,
+//! in one batch) is written into a temporary file beside it with SQLite's journal and syncs off
+//! (nothing depends on that file yet), switched to WAL, `fsync`ed once, linked under the store's
+//! name only if nobody made the store meanwhile, and the directory `fsync`ed. Two `fsync`s
+//! instead of five (SQLite's switch of a new file to WAL: four, the journal's directory among
+//! them; the schema's commit: one); the file either exists with its whole schema or does not
+//! exist at all. SQLite's own first WAL `fsync`s (the header, its directory) are the same as
+//! before.
 //!
 //! A temporary file is `NAME.new-PID-N` (with SQLite's `-journal`, `-wal`, `-shm` beside it while
 //! it is open). One left by a process that died is removed by the next process that opens the
@@ -31,8 +32,9 @@ pub(crate) enum Created {
     Unlinkable,
 }
 
-/// Makes `path` with the whole schema (`migrations`, then `user_version`) unless it exists.
-pub(crate) fn create(path: &Path, migrations: &[String]) -> Result<Created, Fail> {
+/// Makes `path` with the whole schema (`schema::upgrade` from empty: the snapshot) unless it
+/// exists.
+pub(crate) fn create(path: &Path) -> Result<Created, Fail> {
     // SQLite's own names (`:memory:`, `file:` URIs) and a directory that is not there (SQLite
     // says so in its words) are left to SQLite.
     let text = path.to_string_lossy();
@@ -45,7 +47,7 @@ pub(crate) fn create(path: &Path, migrations: &[String]) -> Result<Created, Fail
     }
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let temp = temp_name(path, std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-    let result = build(&temp, migrations).and_then(|()| link(&temp, path));
+    let result = build(&temp).and_then(|()| link(&temp, path));
     remove(&temp);
     let created = result?;
     if created == Created::Made {
@@ -56,15 +58,13 @@ pub(crate) fn create(path: &Path, migrations: &[String]) -> Result<Created, Fail
 
 /// The schema in a file nobody else opens: no journal, no syncs, then WAL (the header says so),
 /// closed, and one `fsync` of the whole file.
-fn build(temp: &Path, migrations: &[String]) -> Result<(), Fail> {
+fn build(temp: &Path) -> Result<(), Fail> {
     remove(temp); // a file of the same name can only be from a dead process with this pid
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(temp, flags).map_err(|e| open_error(temp, e))?;
     conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; BEGIN EXCLUSIVE;")?;
-    for sql in migrations {
-        conn.execute_batch(sql)?;
-    }
-    conn.execute_batch(&format!("PRAGMA user_version = {}; COMMIT;", migrations.len()))?;
+    crate::schema::upgrade(&conn, 0)?;
+    conn.execute_batch("COMMIT")?;
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
     if mode != "wal" {
         return Err(

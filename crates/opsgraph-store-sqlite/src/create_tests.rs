@@ -11,17 +11,12 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
-/// The schema SQLite keeps (every table, index and trigger, as created), the version and the
-/// journal mode of a file.
-fn schema(path: &Path) -> (Vec<String>, i64, String) {
+/// The schema SQLite keeps (every table, index and trigger, normalised: `schema_tests.rs`), the
+/// version and the journal mode of a file.
+fn schema(path: &Path) -> ((Vec<String>, i64), String) {
     let conn = rusqlite::Connection::open(path).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT type || ' ' || name || ': ' || ifnull(sql, '') FROM sqlite_master ORDER BY type, name")
-        .unwrap();
-    let rows = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
-    let version = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     let mode = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
-    (rows, version, mode)
+    (crate::schema::tests::schema(&conn), mode)
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -31,24 +26,21 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-/// A new file has exactly the schema the migrations give an old one, one by one, in WAL; nothing
-/// else is left in the directory.
+/// A new file (made from the snapshot) has exactly the schema the migrations give an old one, one
+/// by one, in WAL; nothing else is left in the directory.
 #[test]
 fn a_new_file_has_the_schema_of_every_migration_and_nothing_is_left_beside_it() {
     let d = dir("new");
     let (new, old) = (d.join("new.db"), d.join("old.db"));
-    assert_eq!(create(&new, &MIGRATIONS).ok(), Some(Created::Made));
+    assert_eq!(create(&new).ok(), Some(Created::Made));
     {
         let conn = rusqlite::Connection::open(&old).unwrap();
         conn.execute_batch("PRAGMA journal_mode=WAL").unwrap();
-        for sql in MIGRATIONS.iter() {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.execute_batch(&format!("PRAGMA user_version = {}", MIGRATIONS.len())).unwrap();
+        crate::schema::tests::migrated_one_by_one(&conn);
     }
     let (got, want) = (schema(&new), schema(&old));
     assert_eq!(got, want);
-    assert_eq!((got.1, got.2.as_str()), (MIGRATIONS.len() as i64, "wal"));
+    assert_eq!((got.0 .1, got.1.as_str()), (MIGRATIONS.len() as i64, "wal"));
     assert_eq!(names(&d), ["new.db", "old.db"]);
     std::fs::remove_dir_all(&d).unwrap();
 }
@@ -60,7 +52,7 @@ fn an_existing_file_is_kept_as_it_is() {
     let d = dir("existing");
     let path = d.join("opsgraph.db");
     std::fs::write(&path, b"not replaced").unwrap();
-    assert_eq!(create(&path, &MIGRATIONS).ok(), Some(Created::Found));
+    assert_eq!(create(&path).ok(), Some(Created::Found));
     let temp = temp_name(&path, std::process::id(), 999);
     std::fs::write(&temp, b"lost the race").unwrap();
     assert_eq!(link(&temp, &path).ok(), Some(Created::Found));

@@ -44,7 +44,7 @@ impl SqliteStore {
             let open_err =
                 |source: rusqlite::Error| Error::Open { path: path.display().to_string(), source: Box::new(source) };
             // A new file is made whole beside its name, then linked (`create.rs`).
-            crate::create::create(path, &crate::schema::MIGRATIONS)?;
+            crate::create::create(path)?;
             let conn = Connection::open(path).map_err(open_err)?;
             let sync = match durability {
                 Durability::Full => "FULL",

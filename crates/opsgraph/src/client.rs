@@ -308,20 +308,28 @@ impl Control for LocalControl {
         // it shows exactly what a server's client sees of the same run. The driver runs on a
         // thread of its own and only signals each commit: the reading and `seen` (the printing)
         // happen here meanwhile, so the driver never waits for them (`crate::follower`).
+        // The reading connection is opened at the first look (the drive's first commit), on this
+        // thread, while the driver goes on: the drive does not wait for it to read the schema.
         let data_dir = self.rt.data_dir().to_path_buf();
-        let reader = crate::storage::open_store(&data_dir)?;
-        let reader = Local::new(&*reader, &data_dir);
+        let mut reader: Option<Box<dyn Store>> = None;
         let mut cursor = Cursor::new(after);
+        let mut look = |seen: &mut dyn FnMut(&TimelineEntry)| -> anyhow::Result<()> {
+            let store = match &mut reader {
+                Some(store) => store,
+                empty => empty.insert(crate::storage::open_store(&data_dir)?),
+            };
+            cursor.advance(&Local::new(&**store, &data_dir), id, seen)
+        };
         let rt = &mut self.rt;
         crate::follower::beside(
             |progress| drive(rt, id, progress),
             || {
-                let _ = cursor.advance(&reader, id, seen);
+                let _ = look(seen);
             },
         )
         .and_then(|driven| {
             // Everything the drive committed, its last entries included, once it stopped.
-            let shown = cursor.advance(&reader, id, seen);
+            let shown = look(seen);
             driven?;
             shown
         })?;

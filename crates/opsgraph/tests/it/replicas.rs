@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opsgraph_core::model::OperationState;
@@ -402,6 +404,59 @@ fn local_agents_use_the_database_they_are_given(backend: opsgraph_store::testing
     opsgraph::ops_cmd::use_database(&data, None);
     assert_eq!(seen.unwrap().as_deref(), Some("op-agents"));
     assert!(!data.join("opsgraph.db").exists(), "the agents opened the data directory's SQLite file");
+}
+
+// The lease keeper (`opsgraph_runtime::lease`), on SQLite: renewals come in time, and not at once.
+
+/// A keeper holding as `holder` with `ttl` on `db`, counting the connections it opens.
+fn keeper(db: &TestDb, holder: &str, ttl: Duration) -> (opsgraph_runtime::lease::Keeper, Arc<AtomicUsize>) {
+    let (open, url, opened) = (db.opener(), db.url().to_string(), Arc::new(AtomicUsize::new(0)));
+    let counted = Arc::clone(&opened);
+    let config = opsgraph_runtime::lease::LeaseConfig { holder: holder.into(), ttl };
+    let keeper = opsgraph_runtime::lease::Keeper::new(
+        config,
+        Box::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            open(&url)
+        }),
+    );
+    (keeper, opened)
+}
+
+/// A held lease is renewed before it expires, for as long as it is held (three TTLs here):
+/// the driver never sees it lost, and another holder is refused all along.
+#[test]
+fn a_held_lease_is_renewed_before_it_expires() {
+    let db = opsgraph_store_sqlite::test_db();
+    let ttl = Duration::from_millis(900);
+    let (keeper, opened) = keeper(&db, "holder-a", ttl);
+    let mut store = db.store();
+    let (held, _) = keeper.acquire(&mut *store, "op-renewed").unwrap();
+    let until = Instant::now() + ttl * 3;
+    while Instant::now() < until {
+        assert!(!held.is_lost(), "the lease was not renewed in time");
+        let other = store.acquire_lease("op-renewed", "holder-b", 60_000);
+        assert!(matches!(other, Err(opsgraph_store::Error::LeaseHeld { .. })), "{other:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lease = store.lease("op-renewed").unwrap().unwrap();
+    assert_eq!((lease.holder.as_str(), lease.token), ("holder-a", held.lease.token));
+    assert!(opened.load(Ordering::SeqCst) >= 1, "renewed on a connection of its own");
+    keeper.release(&mut *store, &held);
+}
+
+/// A lease is taken with its whole TTL: the keeper renews it first a third of the TTL later,
+/// so a drive shorter than that opens no connection and commits nothing for its lease.
+#[test]
+fn the_first_renewal_waits_a_third_of_the_ttl() {
+    let db = opsgraph_store_sqlite::test_db();
+    let (keeper, opened) = keeper(&db, "holder-a", Duration::from_secs(60));
+    let mut store = db.store();
+    let (held, _) = keeper.acquire(&mut *store, "op-short").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(opened.load(Ordering::SeqCst), 0, "no renewal connection yet");
+    assert!(!held.is_lost());
+    keeper.release(&mut *store, &held);
 }
 
 /// One `#[test]` per backend for each `fn name(backend)` listed: `mod sqlite` and `mod postgres`
