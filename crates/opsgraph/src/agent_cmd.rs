@@ -35,7 +35,7 @@ pub struct AgentArgs {
     pub token: String,
     /// Only these resources (all that name the token's name when empty).
     pub resources: Vec<String>,
-    /// Where tasks run: one private directory per slot (`slot-N`), emptied after each task's
+    /// Where tasks run: one private directory per slot (`slot-PID-N`), emptied after each task's
     /// report, and the scripts kept by content (`scripts`).
     pub work_dir: PathBuf,
     /// Tasks run at once.
@@ -182,7 +182,7 @@ struct Slots {
     parallel: usize,
     /// `--max-tasks` (no limit: `u64::MAX`).
     max: u64,
-    /// Working directories free for a task (`slot-N`), and how many were made.
+    /// Working directories free for a task (`slot-PID-N`), and how many were made.
     dirs: Mutex<(Vec<usize>, usize)>,
 }
 
@@ -205,7 +205,7 @@ impl Slots {
         }
     }
 
-    /// A working directory no running task uses (`slot-N` under the work directory), until
+    /// A working directory no running task of this process uses (`slot-PID-N`), until
     /// [`Slots::give_dir`].
     fn take_dir(&self) -> usize {
         let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
@@ -217,6 +217,20 @@ impl Slots {
 
     fn give_dir(&self, n: usize) {
         self.dirs.lock().unwrap_or_else(|e| e.into_inner()).0.push(n);
+    }
+
+    /// The working directory of slot `n` under `work_dir`: named by this process too, since two
+    /// agents may share a work directory.
+    fn dir(work_dir: &Path, n: usize) -> PathBuf {
+        work_dir.join(format!("slot-{}-{n}", std::process::id()))
+    }
+
+    /// Once no task runs: the slots' directories removed (a restarted agent has other names).
+    fn remove_dirs(&self, work_dir: &Path) {
+        let made = self.dirs.lock().unwrap_or_else(|e| e.into_inner()).1;
+        for n in 0..made {
+            let _ = std::fs::remove_dir_all(Slots::dir(work_dir, n));
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
@@ -383,6 +397,7 @@ fn claim_loop(args: &AgentArgs, instance: &str, lines: &Arc<Mutex<Vec<String>>>)
     for r in runners {
         let _ = r.join();
     }
+    slots.remove_dirs(&args.work_dir);
     fatal
 }
 
@@ -408,7 +423,7 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed, claiming: &Clai
     // A directory of its own while it runs, reused by the slot's next task: emptied before and
     // after (what a task leaves never reaches the next one), not made and removed per task.
     let slot = claiming.slots.take_dir();
-    let dir = work_dir.join(format!("slot-{slot}"));
+    let dir = Slots::dir(work_dir, slot);
     empty(&dir);
     let cancel = Cancel::new();
     let stream = Arc::new(Mutex::new(LogStream::for_payload(payload)));
@@ -516,15 +531,26 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed, claiming: &Clai
     (line, next)
 }
 
-/// Removes what is in `dir` (a task's files, its output), keeping the directory.
+/// Removes what is in `dir` (a task's files, its output), keeping the directory; what cannot be
+/// removed (a job took its own permissions away) goes aside with the directory, so that the
+/// slot's next task still starts in an empty one.
 fn empty(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
+    let mut stuck = false;
+    for e in entries {
+        let Ok(e) = e else {
+            stuck = true;
+            continue;
+        };
         let path = e.path();
-        let _ = match e.file_type() {
+        let removed = match e.file_type() {
             Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
             _ => std::fs::remove_file(&path),
         };
+        stuck |= removed.is_err();
+    }
+    if stuck {
+        let _ = std::fs::rename(dir, dir.with_extension(format!("left-{}", now_nanos())));
     }
 }
 

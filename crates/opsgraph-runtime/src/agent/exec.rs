@@ -246,3 +246,44 @@ impl LogStream {
         String::from_utf8_lossy(&self.masking.bytes(&chunk)).into_owned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    /// A script is kept by content: the same script again is the same file, untouched; another
+    /// content under the same name is another file; a kept file whose bytes differ from the
+    /// script's (tampered, half written) is written again before it is used.
+    #[test]
+    fn scripts_are_kept_by_content_and_checked_before_use() {
+        let dir = std::env::temp_dir().join(format!("opsgraph-scripts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let scripts = dir.join("scripts");
+        let a = script_file(&scripts, "step.sh", b"echo a\n").unwrap();
+        assert_eq!((mode(&scripts), mode(a.parent().unwrap()), mode(&a)), (0o700, 0o700, 0o600));
+        assert_eq!(a.file_name().unwrap(), "step.sh");
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let first = inode(&a);
+        assert_eq!(script_file(&scripts, "step.sh", b"echo a\n").unwrap(), a);
+        assert_eq!(inode(&a), first, "the same script again is not written again");
+        let b = script_file(&scripts, "step.sh", b"echo b\n").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(std::fs::read(&b).unwrap(), b"echo b\n");
+        std::fs::write(&a, b"rm -rf /\n").unwrap();
+        assert_eq!(script_file(&scripts, "step.sh", b"echo a\n").unwrap(), a);
+        assert_eq!(std::fs::read(&a).unwrap(), b"echo a\n");
+        // Only the scripts are left in their directories (no temporary names).
+        let names: Vec<String> = std::fs::read_dir(a.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["step.sh"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
