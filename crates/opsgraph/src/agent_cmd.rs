@@ -35,7 +35,8 @@ pub struct AgentArgs {
     pub token: String,
     /// Only these resources (all that name the token's name when empty).
     pub resources: Vec<String>,
-    /// Where tasks run, one private directory each, removed after the report.
+    /// Where tasks run: one private directory per slot (`slot-PID-N`), emptied after each task's
+    /// report, and the scripts kept by content (`scripts`).
     pub work_dir: PathBuf,
     /// Tasks run at once.
     pub parallel: usize,
@@ -181,6 +182,8 @@ struct Slots {
     parallel: usize,
     /// `--max-tasks` (no limit: `u64::MAX`).
     max: u64,
+    /// Working directories free for a task (`slot-PID-N`), and how many were made.
+    dirs: Mutex<(Vec<usize>, usize)>,
 }
 
 #[derive(Default)]
@@ -193,7 +196,41 @@ struct SlotState {
 
 impl Slots {
     fn new(parallel: usize, max: Option<u64>) -> Slots {
-        Slots { state: Mutex::default(), changed: std::sync::Condvar::new(), parallel, max: max.unwrap_or(u64::MAX) }
+        Slots {
+            state: Mutex::default(),
+            changed: std::sync::Condvar::new(),
+            parallel,
+            max: max.unwrap_or(u64::MAX),
+            dirs: Mutex::default(),
+        }
+    }
+
+    /// A working directory no running task of this process uses (`slot-PID-N`), until
+    /// [`Slots::give_dir`].
+    fn take_dir(&self) -> usize {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        dirs.0.pop().unwrap_or_else(|| {
+            dirs.1 += 1;
+            dirs.1 - 1
+        })
+    }
+
+    fn give_dir(&self, n: usize) {
+        self.dirs.lock().unwrap_or_else(|e| e.into_inner()).0.push(n);
+    }
+
+    /// The working directory of slot `n` under `work_dir`: named by this process too, since two
+    /// agents may share a work directory.
+    fn dir(work_dir: &Path, n: usize) -> PathBuf {
+        work_dir.join(format!("slot-{}-{n}", std::process::id()))
+    }
+
+    /// Once no task runs: the slots' directories removed (a restarted agent has other names).
+    fn remove_dirs(&self, work_dir: &Path) {
+        let made = self.dirs.lock().unwrap_or_else(|e| e.into_inner()).1;
+        for n in 0..made {
+            let _ = std::fs::remove_dir_all(Slots::dir(work_dir, n));
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
@@ -360,6 +397,7 @@ fn claim_loop(args: &AgentArgs, instance: &str, lines: &Arc<Mutex<Vec<String>>>)
     for r in runners {
         let _ = r.join();
     }
+    slots.remove_dirs(&args.work_dir);
     fatal
 }
 
@@ -382,8 +420,11 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed, claiming: &Clai
     let payload = &claimed.payload;
     // With protocol 2 the last lines travel in the report; before, every line is a log chunk.
     let lines_in_report = claimed.protocol >= PROTOCOL_BATCH;
-    let dir = work_dir.join(id.replace(['/', '@'], "_"));
-    let _ = std::fs::remove_dir_all(&dir);
+    // A directory of its own while it runs, reused by the slot's next task: emptied before and
+    // after (what a task leaves never reaches the next one), not made and removed per task.
+    let slot = claiming.slots.take_dir();
+    let dir = Slots::dir(work_dir, slot);
+    empty(&dir);
     let cancel = Cancel::new();
     let stream = Arc::new(Mutex::new(LogStream::for_payload(payload)));
     let tee = {
@@ -427,7 +468,7 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed, claiming: &Clai
             }
         })
     };
-    let report = opsgraph_runtime::agent::execute(payload, &dir, Some(tee), &cancel);
+    let report = opsgraph_runtime::agent::execute(payload, &dir, &work_dir.join("scripts"), Some(tee), &cancel);
     finished.store(true, Ordering::SeqCst);
     let _ = wake.send(());
     let _ = side.join();
@@ -485,8 +526,32 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed, claiming: &Clai
     if asked {
         claiming.slots.answered(1, next.len());
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    empty(&dir);
+    claiming.slots.give_dir(slot);
     (line, next)
+}
+
+/// Removes what is in `dir` (a task's files, its output), keeping the directory; what cannot be
+/// removed (a job took its own permissions away) goes aside with the directory, so that the
+/// slot's next task still starts in an empty one.
+fn empty(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut stuck = false;
+    for e in entries {
+        let Ok(e) = e else {
+            stuck = true;
+            continue;
+        };
+        let path = e.path();
+        let removed = match e.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+            _ => std::fs::remove_file(&path),
+        };
+        stuck |= removed.is_err();
+    }
+    if stuck {
+        let _ = std::fs::rename(dir, dir.with_extension(format!("left-{}", now_nanos())));
+    }
 }
 
 /// Sends a log chunk; retried while the server is unreachable (dropped when the lease is gone).
