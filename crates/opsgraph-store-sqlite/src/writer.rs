@@ -142,8 +142,8 @@ fn commit<T, F: FnOnce(&Connection) -> Result<T, Fail>>(
 }
 
 /// A write transaction, `BEGIN IMMEDIATE` … `COMMIT`, both through the connection's statement
-/// cache: rusqlite's `Transaction` parses the two texts anew at every commit (~19,000
-/// instructions of a chained job's ~125,000 in its commit, issue [N] 5). Rolled back when dropped
+/// cache: rusqlite's `Transaction` parses the two texts anew at every commit (~2,000
+/// instructions a commit, issue [N] 5; docs/benchmarks.md). Rolled back when dropped
 /// uncommitted, as a `Transaction` is (also after a `COMMIT` that failed and left it open).
 struct Immediate<'c> {
     conn: &'c Connection,
