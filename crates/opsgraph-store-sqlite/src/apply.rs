@@ -17,7 +17,7 @@ pub(crate) fn json<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
     Ok(serde_json::to_string(v)?)
 }
 
-pub(crate) fn insert_timeline(tx: &rusqlite::Transaction<'_>, e: &TimelineEntry) -> Result<(), Fail> {
+pub(crate) fn insert_timeline(tx: &rusqlite::Connection, e: &TimelineEntry) -> Result<(), Fail> {
     exec(tx,
         "INSERT INTO timeline (operation, at, actor, event, from_state, to_state, reason, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![e.operation, e.at, e.actor, e.event, e.from, e.to, e.reason, json(&e.data)?],
@@ -26,16 +26,12 @@ pub(crate) fn insert_timeline(tx: &rusqlite::Transaction<'_>, e: &TimelineEntry)
 }
 
 /// Runs a statement through the connection's statement cache: a transition is parsed once.
-pub(crate) fn exec<P: rusqlite::Params>(
-    tx: &rusqlite::Transaction<'_>,
-    sql: &str,
-    params: P,
-) -> rusqlite::Result<usize> {
+pub(crate) fn exec<P: rusqlite::Params>(tx: &rusqlite::Connection, sql: &str, params: P) -> rusqlite::Result<usize> {
     tx.prepare_cached(sql)?.execute(params)
 }
 
 /// The writes of one commit, in the transaction (or savepoint) `tx`.
-pub(crate) fn apply(tx: &rusqlite::Transaction<'_>, writes: &[Write]) -> Result<(), Fail> {
+pub(crate) fn apply(tx: &rusqlite::Connection, writes: &[Write]) -> Result<(), Fail> {
     for w in writes {
         match w {
             Write::CreateOperation { op, plan } => {

@@ -85,12 +85,7 @@ pub(crate) fn sqlite_adoptable(conn: &Connection) -> Result<Vec<String>, Fail> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub(crate) fn sqlite_fence(
-    tx: &rusqlite::Transaction<'_>,
-    operation: &str,
-    holder: &str,
-    token: i64,
-) -> Result<(), Fail> {
+pub(crate) fn sqlite_fence(tx: &rusqlite::Connection, operation: &str, holder: &str, token: i64) -> Result<(), Fail> {
     let current: Option<(String, i64)> = tx
         .prepare_cached("SELECT holder, token FROM leases WHERE operation = ?1")?
         .query_row([operation], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -101,7 +96,7 @@ pub(crate) fn sqlite_fence(
     Ok(())
 }
 
-pub(crate) fn sqlite_idle(tx: &rusqlite::Transaction<'_>, resource: &str, operation: &str) -> Result<(), Fail> {
+pub(crate) fn sqlite_idle(tx: &rusqlite::Connection, resource: &str, operation: &str) -> Result<(), Fail> {
     let busy: Option<(String, String)> = tx
         .prepare_cached(
             "SELECT id, state_kind FROM operations WHERE resource = ?1 AND id <> ?2

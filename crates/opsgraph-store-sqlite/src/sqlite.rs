@@ -54,6 +54,9 @@ impl SqliteStore {
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;"
             ))
             .map_err(open_err)?;
+            // Every statement a drive runs stays prepared (rusqlite keeps 16 by default; a commit's
+            // BEGIN and COMMIT are among them, `writer.rs`).
+            conn.set_prepared_statement_cache_capacity(64);
             // One signal for every store of the file, however its path was spelled.
             let name = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             let written = opsgraph_store::timeline_written(&name.display().to_string());
@@ -417,7 +420,7 @@ impl Store for SqliteStore {
 
     fn agent_commit_claim(&mut self, writes: &[Write], claim: &AgentClaim) -> Result<Vec<AgentTask>, Error> {
         // The report's writes, then the claim, in one grouped write (`writer.rs`): one fsync.
-        fn both(tx: &rusqlite::Transaction<'_>, writes: &[Write], c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+        fn both(tx: &rusqlite::Connection, writes: &[Write], c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
             apply(tx, writes)?;
             crate::sqlite_agent::claim_in(tx, c)
         }

@@ -2,7 +2,7 @@
 //! (`RETURNING`, integer milliseconds, no JSON functions); the claim's sub-select is where a
 //! PostgreSQL port adds `FOR UPDATE SKIP LOCKED`.
 
-use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, Transaction};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 
 use opsgraph_store::agent::{AgentClaim, AgentLogLine, AgentTask, AgentTaskState, AgentWrite};
 use opsgraph_store::Error;
@@ -52,12 +52,12 @@ fn finish((mut t, state, payload, report): RawTask) -> Result<AgentTask, Fail> {
     Ok(t)
 }
 
-fn exec<P: rusqlite::Params>(tx: &Transaction<'_>, sql: &str, params: P) -> rusqlite::Result<usize> {
+fn exec<P: rusqlite::Params>(tx: &Connection, sql: &str, params: P) -> rusqlite::Result<usize> {
     tx.prepare_cached(sql)?.execute(params)
 }
 
 /// A write of an agent task inside `commit`'s transaction.
-pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
+pub(crate) fn apply(tx: &Connection, w: &AgentWrite) -> Result<(), Fail> {
     match w {
         AgentWrite::Enqueue(t) => insert(tx, t)?,
         AgentWrite::Handed { task, claim } => {
@@ -121,7 +121,7 @@ pub(crate) fn apply(tx: &Transaction<'_>, w: &AgentWrite) -> Result<(), Fail> {
 }
 
 /// A new task's row, in the state the caller gives it.
-fn insert(tx: &Transaction<'_>, t: &AgentTask) -> Result<(), Fail> {
+fn insert(tx: &Connection, t: &AgentTask) -> Result<(), Fail> {
     exec(
         tx,
         &format!(
@@ -150,7 +150,7 @@ fn insert(tx: &Transaction<'_>, t: &AgentTask) -> Result<(), Fail> {
 }
 
 /// A write under a task's lease changed `n` rows: one, or the lease is no longer the task's.
-fn held(tx: &Transaction<'_>, task: &str, n: usize) -> Result<(), Fail> {
+fn held(tx: &Connection, task: &str, n: usize) -> Result<(), Fail> {
     if n != 1 {
         return Err(stale(tx, task).into());
     }
@@ -158,7 +158,7 @@ fn held(tx: &Transaction<'_>, task: &str, n: usize) -> Result<(), Fail> {
 }
 
 /// The refusal of a write whose lease is not the task's, naming the state the task is in.
-fn stale(tx: &Transaction<'_>, task: &str) -> Error {
+fn stale(tx: &Connection, task: &str) -> Error {
     let state: Option<String> =
         tx.query_row("SELECT state FROM agent_tasks WHERE id = ?1", [task], |r| r.get(0)).optional().ok().flatten();
     Error::StaleLease { task: task.to_string(), state: state.unwrap_or_else(|| "unknown".into()) }
@@ -190,7 +190,7 @@ pub(crate) fn claim(conn: &mut Connection, writer: &Writer, c: &AgentClaim) -> R
 }
 
 /// The claim inside a write transaction (`claim`'s, or a report's: `SqliteStore::agent_commit_claim`).
-pub(crate) fn claim_in(tx: &Transaction<'_>, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+pub(crate) fn claim_in(tx: &Connection, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
     // A claim retried with its lease (its answer was lost) gets the tasks it already holds.
     let held = tx
         .prepare_cached(&format!(
@@ -237,7 +237,7 @@ pub(crate) fn claim_in(tx: &Transaction<'_>, c: &AgentClaim) -> Result<Vec<Agent
 }
 
 /// The audit row and timeline entry of `task`'s claim by `c`.
-fn record_claim(tx: &Transaction<'_>, c: &AgentClaim, task: &AgentTask) -> Result<(), Fail> {
+fn record_claim(tx: &Connection, c: &AgentClaim, task: &AgentTask) -> Result<(), Fail> {
     let a = &c.audit;
     exec(
         tx,

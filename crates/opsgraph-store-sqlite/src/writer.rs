@@ -13,7 +13,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use opsgraph_store::group::{lock, shared, GroupTurn, Turn};
 use opsgraph_store::Error;
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::Connection;
 
 use crate::{edge, Fail};
 
@@ -21,7 +21,7 @@ use crate::{edge, Fail};
 static WRITERS: LazyLock<Mutex<HashMap<PathBuf, Weak<Writer>>>> = LazyLock::new(Default::default);
 
 /// A write that waits for the next turn, its result once it ran.
-type Job = Box<dyn FnOnce(&Transaction<'_>) -> Result<Box<dyn Any + Send>, Fail> + Send>;
+type Job = Box<dyn FnOnce(&Connection) -> Result<Box<dyn Any + Send>, Fail> + Send>;
 
 struct Pending {
     job: Mutex<Option<Job>>,
@@ -50,7 +50,7 @@ impl Writer {
     pub(crate) fn write<T: Send + 'static>(
         &self,
         conn: &mut Connection,
-        mine: impl FnOnce(&Transaction<'_>) -> Result<T, Fail>,
+        mine: impl FnOnce(&Connection) -> Result<T, Fail>,
         owned: impl FnOnce() -> Job,
     ) -> Result<T, Error> {
         let turn = self.group.take(
@@ -61,7 +61,7 @@ impl Writer {
             Turn::First { queued, turn: _turn } => return commit(conn, Some(mine), queued).expect("ours was run"),
             Turn::Queued { pending, lead, turn } => {
                 if let Some(queued) = lead {
-                    let _ = commit(conn, None::<fn(&Transaction<'_>) -> Result<(), Fail>>, queued);
+                    let _ = commit(conn, None::<fn(&Connection) -> Result<(), Fail>>, queued);
                 }
                 (pending, turn)
             }
@@ -81,12 +81,12 @@ fn group_error(what: &str) -> Error {
 
 /// One transaction: `mine` (if any) and the queued writes, each in a savepoint; one commit.
 /// Returns `mine`'s result; the queued ones get theirs in their `out`.
-fn commit<T, F: FnOnce(&Transaction<'_>) -> Result<T, Fail>>(
+fn commit<T, F: FnOnce(&Connection) -> Result<T, Fail>>(
     conn: &mut Connection,
     mine: Option<F>,
     queued: Vec<Arc<Pending>>,
 ) -> Option<Result<T, Error>> {
-    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+    let tx = match Immediate::begin(conn) {
         Ok(tx) => tx,
         Err(e) => {
             for p in &queued {
@@ -141,8 +141,46 @@ fn commit<T, F: FnOnce(&Transaction<'_>) -> Result<T, Fail>>(
     mine_out
 }
 
+/// A write transaction, `BEGIN IMMEDIATE` … `COMMIT`, both through the connection's statement
+/// cache: rusqlite's `Transaction` parses the two texts anew at every commit (~2,000
+/// instructions a commit, issue [N] 5; docs/benchmarks.md). Rolled back when dropped
+/// uncommitted, as a `Transaction` is (also after a `COMMIT` that failed and left it open).
+struct Immediate<'c> {
+    conn: &'c Connection,
+}
+
+impl std::ops::Deref for Immediate<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+fn cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+impl<'c> Immediate<'c> {
+    fn begin(conn: &'c mut Connection) -> rusqlite::Result<Immediate<'c>> {
+        cached(conn, "BEGIN IMMEDIATE")?;
+        Ok(Immediate { conn })
+    }
+
+    fn commit(self) -> rusqlite::Result<()> {
+        cached(self.conn, "COMMIT")
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        if !self.conn.is_autocommit() {
+            let _ = cached(self.conn, "ROLLBACK");
+        }
+    }
+}
+
 /// Runs `f` in a savepoint of `tx`: kept when it succeeds, rolled back when it fails.
-fn in_savepoint<T>(tx: &Transaction<'_>, f: impl FnOnce(&Transaction<'_>) -> Result<T, Fail>) -> Result<T, Error> {
+fn in_savepoint<T>(tx: &Connection, f: impl FnOnce(&Connection) -> Result<T, Fail>) -> Result<T, Error> {
     // Cached statements: a savepoint's text is parsed once per connection, not per write.
     let run = |sql: &str| tx.prepare_cached(sql).and_then(|mut s| s.execute([]));
     edge(|| {
@@ -162,7 +200,7 @@ fn in_savepoint<T>(tx: &Transaction<'_>, f: impl FnOnce(&Transaction<'_>) -> Res
 }
 
 /// A queued write of `f` over owned data.
-pub(crate) fn job<T: Send + 'static>(f: impl FnOnce(&Transaction<'_>) -> Result<T, Fail> + Send + 'static) -> Job {
+pub(crate) fn job<T: Send + 'static>(f: impl FnOnce(&Connection) -> Result<T, Fail> + Send + 'static) -> Job {
     Box::new(move |tx| f(tx).map(|v| Box::new(v) as Box<dyn Any + Send>))
 }
 
@@ -171,6 +209,47 @@ mod tests {
     use opsgraph_store::{Store, TimelineEntry, Write};
 
     use crate::{Durability, SqliteStore};
+
+    /// A commit refused inside its transaction (a stale version) leaves nothing behind and the
+    /// connection out of any transaction (the cached `BEGIN IMMEDIATE` … `COMMIT` roll back
+    /// when dropped, as rusqlite's `Transaction` did); the next commit on it goes through.
+    #[test]
+    fn a_refused_commit_is_rolled_back_and_the_next_one_commits() {
+        use opsgraph_core::model::OperationState;
+        let dir = std::env::temp_dir().join(format!("opsgraph-refused-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap();
+        let entry = |reason: &str| TimelineEntry {
+            seq: 0,
+            operation: "op".into(),
+            at: opsgraph_store::now(),
+            actor: "test".into(),
+            event: "e".into(),
+            from: None,
+            to: None,
+            reason: reason.into(),
+            data: serde_json::Value::Null,
+        };
+        store.commit(&[Write::Timeline(entry("first"))]).unwrap();
+        // No operation `op`: the transition matches no row and the whole commit is refused,
+        // its timeline entry (written before the transition) with it.
+        let refused = store.commit(&[
+            Write::Timeline(entry("refused")),
+            Write::Transition {
+                operation: "op".into(),
+                expect_version: 7,
+                state: OperationState::Running,
+                entry: entry("t"),
+            },
+        ]);
+        assert!(matches!(refused, Err(opsgraph_store::Error::Conflict { .. })), "{refused:?}");
+        assert!(store.conn.is_autocommit(), "no transaction is left open");
+        store.commit(&[Write::Timeline(entry("after"))]).unwrap();
+        let reasons: Vec<String> = store.timeline("op").unwrap().into_iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["first", "after"]);
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// SQLite's own checkpoint (past 1,000 pages of WAL, in the commit that crossed them) copies
     /// the pages into the database file under grouped commits, and the WAL starts over instead
