@@ -159,15 +159,21 @@ pub fn last_seq(client: &dyn Client, id: &str) -> anyhow::Result<i64> {
 }
 
 /// A follower's place in an operation's timeline: hands on each entry once, in commit order.
-/// A sub-operation first listed after the follower's last read is read from where the follower
-/// started: its first entries may have been committed before the entries of its parent that the
-/// follower has shown already, and would otherwise be skipped.
+///
+/// Each round reads the timelines of the operations it knows, each from its own last entry (so an
+/// entry committed to one between the reads of two others is never skipped), and only then the
+/// list of the family: a sub-operation exists before its parent's entry that names it, so a child
+/// whose note was just read is listed, and it is read from where the follower started — its
+/// first entries, committed before that note, are handed on before it, not after. Every entry is
+/// handed on once; across two operations of the family, an entry committed to one between the
+/// reads of two timelines may come a round late (a server's event stream has no such gap).
 #[derive(Debug, Clone)]
 pub struct Cursor {
+    /// The last entry handed on, of any operation of the family.
     pub after: i64,
     start: i64,
-    /// The operations of the family read so far (none before the first read).
-    known: std::collections::BTreeSet<String>,
+    /// The operations of the family read so far, each with its last entry handed on.
+    known: std::collections::BTreeMap<String, i64>,
 }
 
 impl Cursor {
@@ -183,18 +189,28 @@ impl Cursor {
         id: &str,
         seen: &mut dyn FnMut(&TimelineEntry),
     ) -> anyhow::Result<()> {
-        let family = family(&client.operations()?, id);
+        let first = self.known.is_empty();
+        if first {
+            self.known.insert(id.to_string(), self.start);
+        }
         let mut entries = Vec::new();
-        for op in &family {
-            let new = !self.known.is_empty() && !self.known.contains(op);
-            entries.extend(client.timeline(op, if new { self.start } else { self.after })?);
+        for (op, after) in &self.known {
+            entries.extend(client.timeline(op, *after)?);
+        }
+        for op in family(&client.operations()?, id) {
+            if !self.known.contains_key(&op) {
+                entries.extend(client.timeline(&op, self.start)?);
+                self.known.insert(op, self.start);
+            }
         }
         entries.sort_by_key(|e| e.seq);
         for e in entries {
+            if let Some(after) = self.known.get_mut(&e.operation) {
+                *after = (*after).max(e.seq);
+            }
             self.after = self.after.max(e.seq);
             seen(&e);
         }
-        self.known = family;
         Ok(())
     }
 }
