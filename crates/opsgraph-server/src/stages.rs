@@ -1,7 +1,7 @@
 //! (Measurement, `OPSGRAPH_STREAM_STAGES=1`) where an event's delivery time goes on the server:
 //! commit (`at`) → the hub's read, the hub's read → the stream's task, the task → the body's
 //! poll (and the entries per broadcast). Histograms of 0.1 ms buckets up to 1 s, written to
-//! stderr when the last stream ends (`apiload` prints them). Off, each is one load of a flag.
+//! stderr when the last stream ends (`apiload` prints them). Off, each costs one load of a flag.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

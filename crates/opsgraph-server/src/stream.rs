@@ -135,7 +135,8 @@ async fn token_holds(state: &AppState, hash: &str) -> bool {
 }
 
 /// The body side: frames as the channel delivers them; ends when the stream's task does.
-struct Chunks(mpsc::Receiver<(Bytes, Instant)>);
+/// (With each: when it was handed over, for `stages.rs` when it counts.)
+struct Chunks(mpsc::Receiver<(Bytes, Option<Instant>)>);
 
 impl futures_core::Stream for Chunks {
     type Item = Result<Bytes, Infallible>;
@@ -143,7 +144,9 @@ impl futures_core::Stream for Chunks {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.0.poll_recv(cx).map(|e| {
             e.map(|(b, at)| {
-                crate::stages::record(2, at.elapsed().as_secs_f64() * 1e3, 1);
+                if let Some(at) = at {
+                    crate::stages::record(2, at.elapsed().as_secs_f64() * 1e3, 1);
+                }
                 Ok(b)
             })
         })
@@ -208,7 +211,7 @@ struct Stream {
     operation: Option<String>,
     /// The seq of the last entry sent (or the one it resumed after).
     last: i64,
-    tx: mpsc::Sender<(Bytes, Instant)>,
+    tx: mpsc::Sender<(Bytes, Option<Instant>)>,
     deadline: Instant,
     /// Since when nothing was sent (a keep-alive comment after [`KEEP_ALIVE`]).
     quiet_since: Instant,
@@ -225,7 +228,7 @@ impl Stream {
             Err(Stop::Revoked) => {
                 let data = json!({"reason": "the token of this stream was revoked", "code": "token_revoked"});
                 // Said if the buffer has room; the stream ends either way.
-                let _ = self.tx.try_send((named("revoked", &data), Instant::now()));
+                let _ = self.tx.try_send((named("revoked", &data), None));
             }
             Err(Stop::Old) => {
                 let limit = self.state.0.limits.event_stream_duration;
@@ -235,11 +238,8 @@ impl Stream {
                     "last_event_id": self.last,
                 });
                 // A second to say so, even to a slow client; then the stream ends either way.
-                let _ = tokio::time::timeout(
-                    Duration::from_secs(1),
-                    self.tx.send((named("reconnect", &data), Instant::now())),
-                )
-                .await;
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), self.tx.send((named("reconnect", &data), None))).await;
             }
         }
     }
@@ -329,7 +329,7 @@ impl Stream {
         loop {
             tokio::select! {
                 permit = self.tx.reserve() => {
-                    permit.map_err(|_| Stop::Gone)?.send((bytes, Instant::now()));
+                    permit.map_err(|_| Stop::Gone)?.send((bytes, crate::stages::on().then(Instant::now)));
                     self.quiet_since = Instant::now();
                     return Ok(());
                 }
