@@ -9,7 +9,10 @@
 //!   subscriber the ids lost or received twice against the operation's timeline read afterwards;
 //!   the bytes of event text read, and the CPU seconds from the resume to the last stream's end
 //!   of the server (`/proc/PID/stat`), of this client, and of the whole machine (`/proc/stat`),
-//!   so a run says how much of the cores the benchmark had. `clients=N` spreads the subscribers
+//!   so a run says how much of the cores the benchmark had; per thread name of the server and of
+//!   the client, the seconds run and waited on a run queue (`/proc/PID/task/*/schedstat`); the
+//!   delay by commit time in 250 ms windows; and with `OPSGRAPH_STREAM_STAGES=1` in the
+//!   environment, the server's own stages (`src/stages.rs`). `clients=N` spreads the subscribers
 //!   over N client threads with a runtime each (default: one runtime of 2 workers).
 //!
 //! ```sh
