@@ -9,7 +9,10 @@
 //!   subscriber the ids lost or received twice against the operation's timeline read afterwards;
 //!   the bytes of event text read, and the CPU seconds from the resume to the last stream's end
 //!   of the server (`/proc/PID/stat`), of this client, and of the whole machine (`/proc/stat`),
-//!   so a run says how much of the cores the benchmark had. `clients=N` spreads the subscribers
+//!   so a run says how much of the cores the benchmark had; per thread name of the server and of
+//!   the client, the seconds run and waited on a run queue (`/proc/PID/task/*/schedstat`); the
+//!   delay by commit time in 250 ms windows; and with `OPSGRAPH_STREAM_STAGES=1` in the
+//!   environment, the server's own stages (`src/stages.rs`). `clients=N` spreads the subscribers
 //!   over N client threads with a runtime each (default: one runtime of 2 workers).
 //!
 //! ```sh
@@ -400,6 +403,48 @@ struct Seen {
     error: Option<String>,
 }
 
+/// The whole events at the front of `text` (server-sent event text: lines, an empty line after
+/// each event): per event with an id, the id, and its `at` with `read`, into `seen`. Returns how
+/// many bytes of whole events it read, and whether one of them was `event: end` (then the rest
+/// is not read). One pass over the bytes; the data's JSON is not parsed:
+/// `at` is found among its first bytes.
+fn events(text: &[u8], read: f64, seen: &mut Seen) -> (usize, bool) {
+    let (mut done, mut line) = (0, 0);
+    let (mut id, mut at, mut end) = (None, None, false);
+    while let Some(n) = text[line..].iter().position(|&b| b == b'\n') {
+        let l = &text[line..line + n];
+        line += n + 1;
+        if l.is_empty() {
+            done = line;
+            if end {
+                return (done, true);
+            }
+            if let Some(id) = id.take() {
+                seen.ids.push(id);
+                if let Some(at) = at.take() {
+                    seen.times.push((at, read));
+                }
+            }
+            at = None;
+        } else if let Some(v) = l.strip_prefix(b"id:") {
+            id = std::str::from_utf8(v).ok().and_then(|v| v.trim().parse::<i64>().ok());
+        } else if let Some(v) = l.strip_prefix(b"data:") {
+            let head = &v[..v.len().min(64)];
+            at = head
+                .windows(6)
+                .position(|w| w == b"\"at\":\"")
+                .and_then(|i| v.get(i + 6..))
+                .and_then(|rest| rest.get(..rest.iter().position(|&b| b == b'"')?))
+                .and_then(|s| std::str::from_utf8(s).ok())
+                .and_then(opsgraph_store::parse_rfc3339)
+                .map(|ms| ms as f64);
+        } else if let Some(v) = l.strip_prefix(b"event:") {
+            end = v.trim_ascii() == b"end";
+        }
+    }
+    (done, false)
+}
+
 async fn subscribe(port: u16, token: String, path: String, ready: Arc<AtomicUsize>, deadline: Instant) -> Seen {
     let mut seen = Seen::default();
     let run = async {
@@ -417,45 +462,12 @@ async fn subscribe(port: u16, token: String, path: String, ready: Arc<AtomicUsiz
             if size == 0 {
                 return Ok(());
             }
-            let read = now_ms();
-            // Every whole event of the text, then what is left kept once: a piece may hold many
-            // events, and taking each off the front would copy the rest every time.
-            // Whole events are UTF-8 (a piece that ends inside a character: up to it).
-            let whole = match std::str::from_utf8(&text) {
-                Ok(t) => t,
-                Err(e) => std::str::from_utf8(&text[..e.valid_up_to()]).unwrap_or_default(),
-            };
-            let mut start = 0;
-            while let Some(end) = whole[start..].find("\n\n") {
-                let event = &whole[start..start + end];
-                start += end + 2;
-                let (mut id, mut kind, mut data) = (None, "", "");
-                for line in event.lines() {
-                    if let Some(v) = line.strip_prefix("id:") {
-                        id = v.trim().parse::<i64>().ok();
-                    } else if let Some(v) = line.strip_prefix("event:") {
-                        kind = v.trim();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data = v.trim();
-                    }
-                }
-                if kind == "end" {
-                    seen.ended = true;
-                    return Ok(());
-                }
-                if let Some(id) = id {
-                    seen.ids.push(id);
-                    let at = data
-                        .find("\"at\":\"")
-                        .and_then(|i| data.get(i + 6..i + 30))
-                        .and_then(|s| s.split('"').next())
-                        .and_then(opsgraph_store::parse_rfc3339);
-                    if let Some(at) = at {
-                        seen.times.push((at as f64, read));
-                    }
-                }
+            let (done, ended) = events(&text, now_ms(), &mut seen);
+            if ended {
+                seen.ended = true;
+                return Ok(());
             }
-            text.drain(..start);
+            text.drain(..done);
         }
     };
     match tokio::time::timeout_at(deadline.into(), run).await {
@@ -502,6 +514,7 @@ async fn sse_phase(server: &Server, a: &Args) {
     let resumed = now_ms() + 1.0;
     let t_run = Instant::now();
     let cpu0 = Cpu::now(server.child.id());
+    let sched0 = (Sched::of(&server.child.id().to_string()), Sched::of("self"));
     if paused {
         let path = format!("/api/v1/operations/{id}/resume");
         let (status, reply) = call(server.port, &server.token, "POST", &path, "").await;
@@ -515,6 +528,7 @@ async fn sse_phase(server: &Server, a: &Args) {
     }
     let all_read = t_run.elapsed().as_secs_f64();
     let cpu = Cpu::now(server.child.id()).since(&cpu0);
+    let sched = (Sched::of(&server.child.id().to_string()).since(&sched0.0), Sched::of("self").since(&sched0.1));
     let (status, timeline) =
         call(server.port, &server.token, "GET", &format!("/api/v1/operations/{id}/timeline"), "").await;
     assert_eq!(status, 200);
@@ -537,6 +551,22 @@ async fn sse_phase(server: &Server, a: &Args) {
         bytes += s.bytes;
         events += s.ids.len();
     }
+    // The delay by when the entry was committed (250 ms windows from the resume): a backlog that
+    // grows through the run, or stalls.
+    let mut windows = BTreeMap::<i64, Vec<f64>>::new();
+    for s in &seen {
+        for (at, read) in s.times.iter().filter(|(at, _)| *at >= resumed) {
+            windows.entry(((at - resumed) / 250.0) as i64).or_default().push(read - at);
+        }
+    }
+    let shape: Vec<String> = windows
+        .iter_mut()
+        .map(|(w, l)| {
+            l.sort_by(|a, b| a.total_cmp(b));
+            format!("{:.2}s {:.0}/{:.0}", *w as f64 * 0.25, pct(l, 0.5), pct(l, 0.99))
+        })
+        .collect();
+    println!("sse: delivery p50/p99 ms by commit time: {}", shape.join(", "));
     lat.sort_by(|a, b| a.total_cmp(b));
     println!(
         "sse: {} subscribers, operation of {} jobs {state} in {run_secs:.2} s ({} timeline entries); every stream ended after {all_read:.2} s; {ended} saw `end`",
@@ -561,6 +591,53 @@ async fn sse_phase(server: &Server, a: &Args) {
         cpu.total
     );
     println!("sse: lost {lost} events, duplicated {dup}, over {} subscribers; errors: {errors:?}", seen.len());
+    if std::env::var_os("OPSGRAPH_STREAM_STAGES").is_some() {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let log = std::fs::read_to_string(server.dir.join("server.log")).unwrap_or_default();
+        for line in log.lines().filter(|l| l.starts_with("stream stages")) {
+            println!("sse: server {line}");
+        }
+    }
+    for (who, by) in [("server", &sched.0), ("client", &sched.1)] {
+        let text: Vec<String> = by
+            .iter()
+            .map(|(name, (run, wait, n))| format!("{name} ×{n}: ran {run:.2} s, waited to run {wait:.2} s"))
+            .collect();
+        println!("sse: {who} threads from the resume to the last stream's end: {}", text.join("; "));
+    }
+}
+
+/// Per thread of a process (`/proc/PID/task/TID/schedstat`): its name, the seconds it ran and
+/// the seconds it waited on a run queue, by thread id.
+struct Sched(BTreeMap<String, (String, f64, f64)>);
+
+impl Sched {
+    fn of(pid: &str) -> Sched {
+        let mut all = BTreeMap::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+            let path = task.path();
+            let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default().trim().to_string();
+            let stat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+            let f: Vec<f64> = stat.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+            if f.len() >= 2 {
+                all.insert(task.file_name().to_string_lossy().to_string(), (name, f[0] / 1e9, f[1] / 1e9));
+            }
+        }
+        Sched(all)
+    }
+
+    /// By thread name: seconds run and waited since `before`, and how many threads.
+    fn since(&self, before: &Sched) -> BTreeMap<String, (f64, f64, usize)> {
+        let mut by = BTreeMap::<String, (f64, f64, usize)>::new();
+        for (tid, (name, run, wait)) in &self.0 {
+            let (r0, w0) = before.0.get(tid).map(|(_, r, w)| (*r, *w)).unwrap_or((0.0, 0.0));
+            let e = by.entry(name.clone()).or_default();
+            e.0 += run - r0;
+            e.1 += wait - w0;
+            e.2 += 1;
+        }
+        by
+    }
 }
 
 /// `n` single-threaded runtimes, each driven by a thread of its own for the rest of the run.

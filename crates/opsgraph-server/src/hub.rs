@@ -55,6 +55,8 @@ pub(crate) enum Msg {
 pub(crate) struct Frames {
     starts: Arc<[(i64, usize)]>,
     bytes: Bytes,
+    /// When they were written (for `stages.rs`).
+    pub(crate) read: Instant,
 }
 
 impl Frames {
@@ -72,7 +74,12 @@ impl Frames {
             text.push_str(&serde_json::to_string(&data).unwrap_or_default());
             text.push_str("\n\n");
         }
-        Frames { starts: starts.into(), bytes: Bytes::from(text) }
+        Frames { starts: starts.into(), bytes: Bytes::from(text), read: Instant::now() }
+    }
+
+    /// How many of the entries come after `seq` (for `stages.rs`).
+    pub(crate) fn count_after(&self, seq: i64) -> usize {
+        self.starts.iter().filter(|(s, _)| *s > seq).count()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -195,6 +202,16 @@ impl Hub {
             let batch = store.timeline_after(operation, after, BATCH)?;
             let full = batch.len() == BATCH;
             if let Some(last) = batch.last() {
+                if crate::stages::on() {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    let now = now.as_secs_f64() * 1e3;
+                    for e in &batch {
+                        if let Some(at) = opsgraph_store::parse_rfc3339(&e.at) {
+                            crate::stages::record(0, now - at as f64, 1);
+                        }
+                    }
+                    crate::stages::record(3, batch.len() as f64, 1);
+                }
                 after = last.seq;
                 // No receiver: the send fails, and the next round looks why.
                 let _ = self.tx.send(Msg::Entries(Frames::write(&batch)));

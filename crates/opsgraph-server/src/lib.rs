@@ -30,6 +30,7 @@ mod replica;
 mod reveal;
 mod route;
 pub mod routes;
+mod stages;
 mod stream;
 pub mod table;
 mod ui;

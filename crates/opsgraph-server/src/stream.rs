@@ -94,7 +94,9 @@ impl Drop for Slot {
                 mine.remove(&self.actor);
             }
         }
-        self.state.0.streams.fetch_sub(1, Ordering::SeqCst);
+        if self.state.0.streams.fetch_sub(1, Ordering::SeqCst) == 1 {
+            crate::stages::dump();
+        }
     }
 }
 
@@ -133,13 +135,21 @@ async fn token_holds(state: &AppState, hash: &str) -> bool {
 }
 
 /// The body side: frames as the channel delivers them; ends when the stream's task does.
-struct Chunks(mpsc::Receiver<Bytes>);
+/// (With each: when it was handed over, for `stages.rs` when it counts.)
+struct Chunks(mpsc::Receiver<(Bytes, Option<Instant>)>);
 
 impl futures_core::Stream for Chunks {
     type Item = Result<Bytes, Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx).map(|e| e.map(Ok))
+        self.0.poll_recv(cx).map(|e| {
+            e.map(|(b, at)| {
+                if let Some(at) = at {
+                    crate::stages::record(2, at.elapsed().as_secs_f64() * 1e3, 1);
+                }
+                Ok(b)
+            })
+        })
     }
 }
 
@@ -201,7 +211,7 @@ struct Stream {
     operation: Option<String>,
     /// The seq of the last entry sent (or the one it resumed after).
     last: i64,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<(Bytes, Option<Instant>)>,
     deadline: Instant,
     /// Since when nothing was sent (a keep-alive comment after [`KEEP_ALIVE`]).
     quiet_since: Instant,
@@ -218,7 +228,7 @@ impl Stream {
             Err(Stop::Revoked) => {
                 let data = json!({"reason": "the token of this stream was revoked", "code": "token_revoked"});
                 // Said if the buffer has room; the stream ends either way.
-                let _ = self.tx.try_send(named("revoked", &data));
+                let _ = self.tx.try_send((named("revoked", &data), None));
             }
             Err(Stop::Old) => {
                 let limit = self.state.0.limits.event_stream_duration;
@@ -228,7 +238,8 @@ impl Stream {
                     "last_event_id": self.last,
                 });
                 // A second to say so, even to a slow client; then the stream ends either way.
-                let _ = tokio::time::timeout(Duration::from_secs(1), self.tx.send(named("reconnect", &data))).await;
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), self.tx.send((named("reconnect", &data), None))).await;
             }
         }
     }
@@ -299,6 +310,10 @@ impl Stream {
     }
 
     async fn send_frames(&mut self, frames: &Frames) -> Result<(), Stop> {
+        if crate::stages::on() {
+            let n = frames.count_after(self.last) as u64;
+            crate::stages::record(1, frames.read.elapsed().as_secs_f64() * 1e3, n);
+        }
         if let Some((bytes, last)) = frames.after(self.last) {
             self.send(bytes).await?;
             self.last = last;
@@ -314,7 +329,7 @@ impl Stream {
         loop {
             tokio::select! {
                 permit = self.tx.reserve() => {
-                    permit.map_err(|_| Stop::Gone)?.send(bytes);
+                    permit.map_err(|_| Stop::Gone)?.send((bytes, crate::stages::on().then(Instant::now)));
                     self.quiet_since = Instant::now();
                     return Ok(());
                 }
