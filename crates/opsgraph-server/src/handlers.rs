@@ -131,13 +131,6 @@ impl Ctx {
     /// The JSON body; `{}` when there is none and `optional`.
     pub(crate) fn json<T: DeserializeOwned>(&self, optional: bool) -> Result<T, ApiError> {
         let body: &[u8] = if self.body.iter().all(u8::is_ascii_whitespace) && optional { b"{}" } else { &self.body };
-        if crate::body::holds_nul(body) {
-            // PostgreSQL's text cannot hold one: refused on every backend, before anything is read.
-            return Err(ApiError::bad_request(
-                "invalid_json",
-                "the body holds a NUL character (`\\u0000`) in a string, which no text here may hold",
-            ));
-        }
         let first = match serde_json::from_slice(body) {
             Ok(v) => return Ok(v),
             Err(e) => e,

@@ -477,11 +477,6 @@ fn the_creator_may_approve_when_the_config_allows_it_and_control_requests_are_au
     // A second operation, cancelled while it waits for its gate.
     let id2 = api.post("/api/v1/operations", &sam, &intent("h2")).body["id"].as_str().unwrap().to_string();
     api.idle();
-    // A NUL in a reason (which PostgreSQL's text cannot hold) is refused on every backend.
-    let r = api.post(&format!("/api/v1/operations/{id2}/cancel"), &sam, r#"{"reason": "a\u0000b"}"#);
-    assert_eq!((r.status, r.code()), (400, "invalid_json"), "{}", r.body);
-    let state = api.get(&format!("/api/v1/operations/{id2}"), &sam).body["state"].clone();
-    assert_eq!(state, "paused", "a refused body changes nothing (paused at its gate)");
     let r = api.post(&format!("/api/v1/operations/{id2}/cancel"), &sam, "");
     assert_eq!((r.status, r.body["state"].as_str()), (200, Some("cancelled")), "{}", r.body);
     let actions: Vec<String> = api.audit().iter().map(|a| a.split(' ').take(2).collect::<Vec<_>>().join(" ")).collect();
