@@ -365,8 +365,19 @@ fn own_task(ctx: &Ctx, id: &str) -> Result<AgentTask, ApiError> {
     }
 }
 
+/// A heartbeat's, log chunk's or report's body: its `text` and `report` (what a host printed)
+/// screened later, never refused for a NUL; its task and lease (ids) refused with one, as any
+/// other request's strings are.
+fn lease_body(ctx: &Ctx) -> Result<LeaseBody, ApiError> {
+    let body: LeaseBody = ctx.screened_json(false)?;
+    if body.task.contains('\0') || body.lease.contains('\0') {
+        return Err(ApiError::bad_request("invalid_json", "a task or lease id holds a NUL character (`\\u0000`)"));
+    }
+    Ok(body)
+}
+
 pub(crate) fn heartbeat(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let body: LeaseBody = ctx.json(false)?;
+    let body = lease_body(ctx)?;
     own_task(ctx, &body.task)?;
     let expires_ms = now_ms() + ctx.state.0.agents.lease.as_millis() as i64;
     ctx.store.commit(&[Write::Agent(AgentWrite::Heartbeat {
@@ -379,7 +390,7 @@ pub(crate) fn heartbeat(ctx: &mut Ctx) -> Result<Reply, ApiError> {
 }
 
 pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let body: LeaseBody = ctx.json(false)?;
+    let body = lease_body(ctx)?;
     let text = log_text(body.text.as_deref())?;
     let task = own_task(ctx, &body.task)?;
     // Masked here, whatever the agent did: it is not trusted with that.
@@ -403,7 +414,7 @@ fn log_text(text: Option<&str>) -> Result<&str, ApiError> {
 }
 
 pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    let body: LeaseBody = ctx.json(false)?;
+    let body = lease_body(ctx)?;
     let text = log_text(body.text.as_deref())?.to_string();
     let task = own_task(ctx, &body.task)?;
     // The next tasks to claim with it (protocol 3), checked before anything is written.

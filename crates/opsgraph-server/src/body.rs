@@ -24,9 +24,34 @@ pub(crate) fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool
     }
 }
 
+/// Whether a JSON text holds a NUL in a string (the escape `\u0000`, not an escaped backslash
+/// followed by `u0000`). A raw NUL byte is not JSON at all: the parser refuses it.
+pub(crate) fn holds_nul(body: &[u8]) -> bool {
+    body.windows(6)
+        .enumerate()
+        .any(|(i, w)| w == b"\\u0000" && body[..i].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn a_nul_escape_is_found_and_an_escaped_backslash_is_not_one() {
+        let cases: &[(&str, bool)] = &[
+            (r#"{"reason": "a\u0000b"}"#, true),
+            (r#"{"reason": "\u0000"}"#, true),
+            (r#"{"reason": "a\\u0000b"}"#, false),
+            (r#"{"reason": "a\\\u0000b"}"#, true),
+            (r#"{"reason": "u0000 \u00001"}"#, true),
+            (r#"{"\u0000": 1}"#, true),
+            (r#"{"reason": "\u0001"}"#, false),
+            (r#"{}"#, false),
+        ];
+        for (body, nul) in cases {
+            assert_eq!(super::holds_nul(body.as_bytes()), *nul, "{body}");
+        }
+    }
 
     fn check(input: serde_json::Value, expect: serde_json::Value, rewrote: bool) {
         let mut v = input;

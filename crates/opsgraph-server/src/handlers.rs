@@ -128,8 +128,22 @@ impl Ctx {
         self.who.as_ref().ok_or_else(|| ApiError::unauthorized("unauthenticated", "this route needs a token"))
     }
 
-    /// The JSON body; `{}` when there is none and `optional`.
+    /// The JSON body; `{}` when there is none and `optional`. A string with a NUL (`\u0000`) is
+    /// refused before anything is read, on every backend: the OpenAPI document says that no
+    /// string holds one, and PostgreSQL's text cannot.
     pub(crate) fn json<T: DeserializeOwned>(&self, optional: bool) -> Result<T, ApiError> {
+        if crate::body::holds_nul(&self.body) {
+            return Err(ApiError::bad_request(
+                "invalid_json",
+                "the body holds a NUL character (`\\u0000`) in a string, which no text here may hold",
+            ));
+        }
+        self.screened_json(optional)
+    }
+
+    /// The JSON body as [`Ctx::json`] reads it, a NUL allowed: for the agent protocol's bodies,
+    /// whose text (what a host printed) the server screens and stores printable, never refuses.
+    pub(crate) fn screened_json<T: DeserializeOwned>(&self, optional: bool) -> Result<T, ApiError> {
         let body: &[u8] = if self.body.iter().all(u8::is_ascii_whitespace) && optional { b"{}" } else { &self.body };
         let first = match serde_json::from_slice(body) {
             Ok(v) => return Ok(v),

@@ -98,6 +98,65 @@ fn document_schema(kind: &str, components: &mut serde_json::Map<String, Value>) 
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
 
+/// No text the API takes or gives may hold a NUL (PostgreSQL's text cannot; a request with one is
+/// refused with 400, a document with 422): every string without a pattern of its own says so.
+const NO_NUL: &str = "^[^\\u0000]*$";
+/// The component of an untyped value (`serde_json::Value`), its strings and keys without a NUL.
+const NO_NUL_JSON: &str = "Json";
+/// The agent protocol's text: what a host printed is screened (a NUL written as U+FFFD, other
+/// controls escaped), never refused, so that a job's report is never lost for its output.
+const SCREENED: &[(&str, &[&str])] = &[("LeaseBody", &["text", "report"])];
+
+/// `schema` and its subschemas, each string saying it holds no NUL, each map's keys the same, each
+/// untyped value the [`NO_NUL_JSON`] component. Literals (`enum`, `const`, `default`) are left as
+/// they are, and so is a string with a pattern or a media type of its own.
+fn no_nul(schema: &mut Value) {
+    let untyped = |m: &serde_json::Map<String, Value>| {
+        m.keys().all(|k| matches!(k.as_str(), "description" | "title" | "default" | "examples"))
+    };
+    let m = match schema {
+        Value::Bool(true) => {
+            *schema = json!({"$ref": format!("#/components/schemas/{NO_NUL_JSON}")});
+            return;
+        }
+        Value::Object(m) if untyped(m) => {
+            m.insert("$ref".into(), json!(format!("#/components/schemas/{NO_NUL_JSON}")));
+            return;
+        }
+        Value::Object(m) => m,
+        _ => return,
+    };
+    let is = |t: &str| match m.get("type") {
+        Some(Value::String(s)) => s == t,
+        Some(Value::Array(ts)) => ts.iter().any(|s| s == t),
+        _ => false,
+    };
+    let (string, object) = (is("string"), is("object"));
+    let free = |m: &serde_json::Map<String, Value>, k: &str| !m.contains_key(k);
+    if string && ["pattern", "enum", "const", "contentMediaType"].iter().all(|k| free(m, k)) {
+        m.insert("pattern".into(), json!(NO_NUL));
+    }
+    let open_map = !matches!(m.get("additionalProperties"), None | Some(Value::Bool(false)));
+    if object && open_map && free(m, "propertyNames") {
+        m.insert("propertyNames".into(), json!({"pattern": NO_NUL}));
+    }
+    for key in ["items", "additionalProperties", "not", "contains", "if", "then", "else"] {
+        if let Some(sub) = m.get_mut(key) {
+            no_nul(sub);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(subs)) = m.get_mut(key) {
+            subs.iter_mut().for_each(no_nul);
+        }
+    }
+    for key in ["properties", "patternProperties"] {
+        if let Some(Value::Object(subs)) = m.get_mut(key) {
+            subs.values_mut().for_each(no_nul);
+        }
+    }
+}
+
 fn capitalize(word: &str) -> String {
     let mut c = word.chars();
     c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
@@ -206,6 +265,34 @@ pub(crate) fn document(routes: &[Route]) -> Value {
         }
     }
     schemas.extend(documents);
+    for (name, schema) in schemas.iter_mut() {
+        let screened = SCREENED.iter().find(|(component, _)| component == name).map_or(&[][..], |(_, fields)| *fields);
+        let kept: Vec<(&str, Value)> = screened
+            .iter()
+            .filter_map(|f| Some((*f, schema.get_mut("properties")?.as_object_mut()?.remove(*f)?)))
+            .collect();
+        no_nul(schema);
+        for (field, sub) in kept {
+            schema["properties"][field] = sub;
+        }
+    }
+    for op in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|ops| ops.values_mut()) {
+        if let Some(parameters) = op["parameters"].as_array_mut() {
+            parameters.iter_mut().for_each(|p| no_nul(&mut p["schema"]));
+        }
+        if let Some(Value::Object(content)) = op.pointer_mut("/requestBody/content") {
+            content.values_mut().for_each(|c| no_nul(&mut c["schema"]));
+        }
+    }
+    schemas.insert(
+        NO_NUL_JSON.into(),
+        json!({"description": "Any JSON value whose strings and keys hold no NUL", "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            {"type": "string", "pattern": NO_NUL},
+            {"type": "array", "items": {"$ref": format!("#/components/schemas/{NO_NUL_JSON}")}},
+            {"type": "object", "propertyNames": {"pattern": NO_NUL}, "additionalProperties": {"$ref": format!("#/components/schemas/{NO_NUL_JSON}")}},
+        ]}),
+    );
     schemas.insert(
         "Error".into(),
         json!({
@@ -259,5 +346,49 @@ impl schemars::JsonSchema for Document {
                 "components": {"type": "object", "properties": {"schemas": {"type": "object", "additionalProperties": {"type": ["object", "boolean"]}}}}
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    fn check(mut input: Value, expect: Value) {
+        super::no_nul(&mut input);
+        assert_eq!(input, expect);
+    }
+
+    #[test]
+    fn every_text_of_a_schema_says_it_holds_no_nul() {
+        let (p, any) = (super::NO_NUL, json!({"$ref": "#/components/schemas/Json"}));
+        check(json!({"type": "string"}), json!({"type": "string", "pattern": p}));
+        check(json!({"type": ["string", "null"]}), json!({"type": ["string", "null"], "pattern": p}));
+        // A pattern, a literal or a media type of its own already says what the text is.
+        for kept in [
+            json!({"type": "string", "pattern": "^[a-z]+$"}),
+            json!({"type": "string", "enum": ["a", "b"]}),
+            json!({"type": "string", "const": "a"}),
+            json!({"type": "string", "contentMediaType": "application/gzip"}),
+            json!({"type": "integer"}),
+        ] {
+            check(kept.clone(), kept);
+        }
+        check(
+            json!({"type": "object", "additionalProperties": true}),
+            json!({"type": "object", "additionalProperties": any, "propertyNames": {"pattern": p}}),
+        );
+        check(
+            json!({"type": "object", "additionalProperties": false, "properties": {
+                "a": {"type": "string"}, "b": true, "c": {"description": "untyped"}, "d": {"$ref": "#/x"}
+            }}),
+            json!({"type": "object", "additionalProperties": false, "properties": {
+                "a": {"type": "string", "pattern": p}, "b": any,
+                "c": {"description": "untyped", "$ref": "#/components/schemas/Json"}, "d": {"$ref": "#/x"}
+            }}),
+        );
+        check(
+            json!({"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]}),
+            json!({"anyOf": [{"type": "array", "items": {"type": "string", "pattern": p}}, {"type": "null"}]}),
+        );
     }
 }

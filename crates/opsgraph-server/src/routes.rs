@@ -200,7 +200,7 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
     })?;
     let params = path_params(&parts.uri, route.path);
     let query = query_of(&parts.uri);
-    if let Some(e) = unknown_parameter(route, &query) {
+    if let Some(e) = unknown_parameter(route, &query).or_else(|| nul_parameter(&params, &query)) {
         return Err(Refusal { error: e, actor, body_unread: false });
     }
     let method = parts.method.clone();
@@ -249,7 +249,7 @@ async fn handle_bodiless(
         if let Err(e) = authorize(route, &who) {
             return Ok(Err(refused(e, actor, true)));
         }
-        if let Some(e) = unknown_parameter(route, &query) {
+        if let Some(e) = unknown_parameter(route, &query).or_else(|| nul_parameter(&params, &query)) {
             return Ok(Err(refused(e, actor, false)));
         }
         let body = Vec::new();
@@ -300,6 +300,16 @@ fn unknown_parameter(route: &Route, query: &BTreeMap<String, String>) -> Option<
     Some(ApiError::bad_request(
         "unknown_parameter",
         format!("unknown query parameter `{k}`; this route takes: {allowed}"),
+    ))
+}
+
+/// A path or query parameter holding a NUL (`%00`), which no text here may hold (PostgreSQL's
+/// text cannot): refused before any handler reads it, as the OpenAPI document says.
+fn nul_parameter(params: &BTreeMap<String, String>, query: &BTreeMap<String, String>) -> Option<ApiError> {
+    let (name, _) = params.iter().chain(query).find(|(k, v)| k.contains('\0') || v.contains('\0'))?;
+    Some(ApiError::bad_request(
+        "invalid_parameter",
+        format!("parameter `{}` holds a NUL character (`%00`), which no text here may hold", name.replace('\0', "%00")),
     ))
 }
 

@@ -210,16 +210,9 @@ mod tests {
 
     use crate::{Durability, SqliteStore};
 
-    /// A commit refused inside its transaction (a stale version) leaves nothing behind and the
-    /// connection out of any transaction (the cached `BEGIN IMMEDIATE` … `COMMIT` roll back
-    /// when dropped, as rusqlite's `Transaction` did); the next commit on it goes through.
-    #[test]
-    fn a_refused_commit_is_rolled_back_and_the_next_one_commits() {
-        use opsgraph_core::model::OperationState;
-        let dir = std::env::temp_dir().join(format!("opsgraph-refused-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut store = SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap();
-        let entry = |reason: &str| TimelineEntry {
+    /// A timeline entry of operation `op` (which no row holds) with this reason.
+    fn entry(reason: &str) -> TimelineEntry {
+        TimelineEntry {
             seq: 0,
             operation: "op".into(),
             at: opsgraph_store::now(),
@@ -229,7 +222,18 @@ mod tests {
             to: None,
             reason: reason.into(),
             data: serde_json::Value::Null,
-        };
+        }
+    }
+
+    /// A commit refused inside its transaction (a stale version) leaves nothing behind and the
+    /// connection out of any transaction (the cached `BEGIN IMMEDIATE` … `COMMIT` roll back
+    /// when dropped, as rusqlite's `Transaction` did); the next commit on it goes through.
+    #[test]
+    fn a_refused_commit_is_rolled_back_and_the_next_one_commits() {
+        use opsgraph_core::model::OperationState;
+        let dir = std::env::temp_dir().join(format!("opsgraph-refused-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap();
         store.commit(&[Write::Timeline(entry("first"))]).unwrap();
         // No operation `op`: the transition matches no row and the whole commit is refused,
         // its timeline entry (written before the transition) with it.
@@ -263,17 +267,7 @@ mod tests {
         let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
         let auto: i64 = store.conn.query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0)).unwrap();
         assert_eq!(auto, 1000);
-        let entry = |i: usize| TimelineEntry {
-            seq: 0,
-            operation: "op".into(),
-            at: opsgraph_store::now(),
-            actor: "test".into(),
-            event: "e".into(),
-            from: None,
-            to: None,
-            reason: format!("{i}{}", "x".repeat(8000)),
-            data: serde_json::Value::Null,
-        };
+        let entry = |i: usize| entry(&format!("{i}{}", "x".repeat(8000)));
         let wal = dir.join("opsgraph.db-wal");
         let mut largest = 0;
         for i in 0..3000 {

@@ -138,6 +138,15 @@ impl Builder {
                 self.push(Node { kind, pos })?;
             }
             Event::Scalar(value, style, anchor, _tag) => {
+                // A quoted scalar may spell one (`"\0"`, `"\u0000"`): no text of a document
+                // may hold it (PostgreSQL's text cannot, and no tool that reads it expects one).
+                if value.contains('\0') {
+                    return Err(SyntaxError {
+                        pos,
+                        message: "a NUL character (`\\0`) in a scalar: no text here may hold one".to_string(),
+                        limit: false,
+                    });
+                }
                 let scalar = match style {
                     ScalarStyle::Plain => resolve_plain(&value),
                     _ => Scalar::Str,
@@ -279,6 +288,19 @@ mod tests {
         let err = parse_stream("a: 1\na: 2\n").unwrap_err();
         assert_eq!(err.pos, Pos { line: 2, col: 1 });
         assert!(err.message.contains("duplicate key `a`"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_nul_in_any_scalar_is_an_error_at_its_position() {
+        for (text, pos) in [
+            ("a: \"x\\0y\"\n", Pos { line: 1, col: 4 }),
+            ("a:\n  - 'ok'\n  - \"\\u0000\"\n", Pos { line: 3, col: 5 }),
+            ("\"k\\x00\": 1\n", Pos { line: 1, col: 1 }),
+        ] {
+            let err = parse_stream(text).unwrap_err();
+            assert_eq!((err.pos, err.message.contains("NUL")), (pos, true), "{text:?}: {}", err.message);
+        }
+        assert!(parse_stream("a: \"\\\\0\"\n").is_ok(), "an escaped backslash then 0 is not a NUL");
     }
 
     #[test]

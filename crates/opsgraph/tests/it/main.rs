@@ -40,6 +40,7 @@ mod lab_day2;
 mod limits;
 mod local_audit;
 mod manage;
+mod nul;
 mod openapi;
 mod orphans;
 mod packs;

@@ -89,9 +89,15 @@ pub(crate) struct ApiB {
     packs: Vec<String>,
     world: Vec<String>,
     limits: Option<opsgraph_server::Limits>,
+    database: Option<String>,
 }
 
 impl ApiB {
+    /// The store's URL (`--database`); the data directory's SQLite file when not given.
+    pub(crate) fn database(mut self, url: &str) -> Self {
+        self.database = Some(url.to_owned());
+        self
+    }
     /// The data directory's `config.yaml` (users, rules).
     pub(crate) fn config(mut self, yaml: &str) -> Self {
         self.config = Some(yaml.to_owned());
@@ -119,6 +125,7 @@ impl ApiB {
         if let Some(config) = &self.config {
             std::fs::write(data.join("config.yaml"), config).unwrap();
         }
+        opsgraph::storage::use_database(&data, self.database);
         let mut state = opsgraph::serve_cmd::state(&data, &self.packs, &self.world).expect("server state");
         if let Some(limits) = self.limits {
             state = state.with_limits(limits);
@@ -145,7 +152,7 @@ impl Api {
     }
 
     pub(crate) fn over(dir: TempDir) -> ApiB {
-        ApiB { dir, data: None, config: None, packs: Vec::new(), world: Vec::new(), limits: None }
+        ApiB { dir, data: None, config: None, packs: Vec::new(), world: Vec::new(), limits: None, database: None }
     }
 
     /// Tokens for several people at once, each `(name, role)`.
