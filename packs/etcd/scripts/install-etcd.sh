@@ -29,8 +29,8 @@ if ! installed etcd-server || ! installed etcd-client; then
   trap 'rm -f /usr/sbin/policy-rc.d; exit 143' TERM
   trap 'rm -f /usr/sbin/policy-rc.d; exit 130' INT
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends etcd-server etcd-client
+  apt-get -q -o DPkg::Lock::Timeout=600 update
+  apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends etcd-server etcd-client
   rm -f /usr/sbin/policy-rc.d
   trap - EXIT TERM INT
   echo "installed etcd-server and etcd-client"

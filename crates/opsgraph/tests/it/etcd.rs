@@ -20,7 +20,7 @@ fn etcd_plan_preview_over_three_hosts() {
         exit: 0
         --- stdout
         Plan etcd.create (etcd@1.1.0) for: create_cluster etcd.cluster config-store in dev
-        Revision 1 sha256:dead5c28163b   Risk: medium
+        Revision 1 sha256:bb3577150a22   Risk: medium
 
         Capabilities
           linux.host @ members           bind           compute_node/etcd-1, compute_node/etcd-2, compute_node/etcd-3
