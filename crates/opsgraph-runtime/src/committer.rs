@@ -135,6 +135,7 @@ impl Committer {
         self.syncer.is_some()
     }
 
+    #[cfg(test)]
     pub(crate) fn mark(&self) -> &Arc<Mark> {
         &self.mark
     }

@@ -7,12 +7,15 @@ use crate::committer::Guard;
 use crate::jobs;
 use crate::task::{Task, TaskResult};
 
+/// An attempt handed to a worker, with the commit its `running` record must be durable in.
+type Handed = (Task, Option<Guard>);
+
 /// The threads that run one drive's attempts: started as attempts need them, never more than
 /// are in flight at once (so at most the concurrency), reused for the rest of the drive, ended
 /// when the drive returns. Each attempt still runs alone on its thread from start to result.
 pub(crate) struct Workers {
-    tasks: mpsc::Sender<(Task, Option<Guard>)>,
-    queue: Arc<Mutex<mpsc::Receiver<(Task, Option<Guard>)>>>,
+    tasks: mpsc::Sender<Handed>,
+    queue: Arc<Mutex<mpsc::Receiver<Handed>>>,
     results: mpsc::Sender<TaskResult>,
     started: usize,
 }
