@@ -4,7 +4,9 @@
 //!
 //! Guarantees:
 //! - Every transition and its timeline entry are one transaction, committed before the side
-//!   effect they guard: a job is recorded `running` (attempt N) before its process starts.
+//!   effect they guard: a job is recorded `running` (attempt N) before its process starts —
+//!   durably: the commit recording attempts is synced by the committer's thread while the driver
+//!   goes on deciding, and a worker starts the attempt once that sync covers it (`committer.rs`).
 //! - Results that arrive together are committed together, and with the attempts they let start
 //!   (group commit: one commit per job on a chain). A result is committed before anything it
 //!   unblocks runs; a crash before that commit is what recovery (below) is for.
