@@ -114,7 +114,11 @@ impl Runtime {
             let snapshot = d.snapshot(&op, &gates, &blocked, &waiting_children, self.concurrency);
             let decision = decide(&snapshot, Input::Tick)?;
             match self.execute(&mut d, &op, decision, progress)? {
-                Flow::Stop(state) => return Ok(state),
+                // Whatever the drive committed is durable when it returns.
+                Flow::Stop(state) => {
+                    self.committer.settle()?;
+                    return Ok(state);
+                }
                 Flow::Again => continue,
                 Flow::Next => {}
             }
@@ -165,7 +169,8 @@ impl Runtime {
         let orphans = self.agent_orphans(op, d.plan, d.pack, orphans, &d.run_dir, |task, key| {
             in_flight.insert(task.instance.clone(), task.cancel.clone());
             keys.insert(task.instance.clone(), key);
-            workers.run(task, in_flight.len());
+            // Recorded by an earlier drive: durable.
+            workers.run(task, in_flight.len(), None);
         })?;
         if orphans.is_empty() {
             return Ok(false);

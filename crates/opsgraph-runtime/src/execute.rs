@@ -393,20 +393,29 @@ impl Runtime {
                 tasks.push(task);
             }
         }
-        self.commit_timeline(&writes, progress)?;
+        // Made now, durable once the committer's sync covers it (`committer.rs`): the driver
+        // goes on deciding meanwhile; what it guards waits for the durable mark.
+        let made = self.commit_timeline_as(&writes, true, progress)?;
         crate::failpoint::hit("attempts.recorded");
         d.remember(&writes);
+        let guard = made.filter(|_| self.committer.defers()).map(|n| self.committer.guard(n));
         for task in tasks {
             if task.is_trivial() {
                 // Nothing to run, check or collect: its result is known now, without a thread
-                // (the no-op job type; it still went through the attempt record).
+                // (the no-op job type; it still went through the attempt record). It has no
+                // effect outside the driver, so it need not wait for the sync: it joins a later
+                // commit than its `running` record's (rule 3).
                 let _ = d.tx.send(jobs::run(task));
             } else {
-                d.workers.run(task, d.in_flight.len());
+                // The worker starts it once its `running` record is durable (rule 1).
+                d.workers.run(task, d.in_flight.len(), guard.clone());
             }
         }
         // After the workers started: a claim handed one of these tasks is delivered as soon as
-        // its agent's report is answered.
+        // its agent's report is answered — once the report's commit is durable.
+        if let (Some(n), false) = (made, d.handed.is_empty()) {
+            self.committer.wait(n)?;
+        }
         d.carried();
         Ok(())
     }

@@ -12,6 +12,9 @@ pub const FAIL_POINTS: &[&str] = &[
     "operation.created",
     // Attempts are recorded `running`; their processes do not exist yet.
     "attempts.recorded",
+    // The committer's thread is about to sync commits the driver made (not durable yet); what
+    // they guard has not started.
+    "commit.unsynced",
     // A job's process exited; its result is not committed (recovery must check evidence).
     "job.exited",
     // A produced artifact is in the blob store; its record is not committed.

@@ -4,7 +4,9 @@
 //!
 //! Guarantees:
 //! - Every transition and its timeline entry are one transaction, committed before the side
-//!   effect they guard: a job is recorded `running` (attempt N) before its process starts.
+//!   effect they guard: a job is recorded `running` (attempt N) before its process starts —
+//!   durably: the commit recording attempts is synced by the committer's thread while the driver
+//!   goes on deciding, and a worker starts the attempt once that sync covers it (`committer.rs`).
 //! - Results that arrive together are committed together, and with the attempts they let start
 //!   (group commit: one commit per job on a chain). A result is committed before anything it
 //!   unblocks runs; a crash before that commit is what recovery (below) is for.
@@ -24,6 +26,9 @@ mod analyze;
 mod attempt;
 pub mod audit;
 mod between;
+mod committer;
+#[cfg(test)]
+mod committer_tests;
 mod control;
 mod create;
 mod decide;
@@ -166,6 +171,8 @@ pub struct Runtime {
     pub blobs: std::sync::Arc<dyn opsgraph_store::BlobStore>,
     /// The lease the operation being driven is held under: every commit is fenced with it.
     pub(crate) lease: Option<std::sync::Arc<lease::Held>>,
+    /// Makes the commits that record attempts durable beside the driver (`committer.rs`).
+    pub(crate) committer: committer::Committer,
     /// Providers and policies plans are made in, for repairs of drifted resources ([I]); without
     /// it drift is only recorded.
     pub plan_world: Option<PlanWorld>,
@@ -176,6 +183,7 @@ impl Runtime {
     /// update; `data_dir` holds logs, run directories and artifact blobs.
     pub fn new(store: Box<dyn Store>, packs: Vec<Pack>, resources: Vec<Resource>, data_dir: PathBuf) -> Runtime {
         Runtime {
+            committer: committer::Committer::new(store.syncer()),
             store,
             packs,
             resources,
@@ -201,7 +209,20 @@ impl Runtime {
     /// Every commit of the runtime goes through here, so the driver knows when it changed an
     /// operation row itself.
     pub(crate) fn commit(&mut self, writes: &[opsgraph_store::Write]) -> Result<(), opsgraph_store::Error> {
+        self.commit_as(writes, false).map(|_| ())
+    }
+
+    /// [`Runtime::commit`], made durable by the committer when `deferred` (and the store can
+    /// defer): the commit's number, which the committer's durable mark covers once it is.
+    /// Refused once a deferred commit could not be made durable (`committer.rs`, rule 4).
+    pub(crate) fn commit_as(
+        &mut self,
+        writes: &[opsgraph_store::Write],
+        deferred: bool,
+    ) -> Result<u64, opsgraph_store::Error> {
         use opsgraph_store::Write;
+        self.committer.check()?;
+        let deferred = deferred && self.committer.defers();
         if writes
             .iter()
             .any(|w| matches!(w, Write::Transition { .. } | Write::CreateOperation { .. } | Write::SetPlan { .. }))
@@ -214,14 +235,16 @@ impl Runtime {
                 let mut fenced = Vec::with_capacity(writes.len() + 1);
                 fenced.push(held.lease.fence());
                 fenced.extend_from_slice(writes);
-                let result = self.store.commit(&fenced);
+                let result = if deferred { self.store.commit_deferred(&fenced) } else { self.store.commit(&fenced) };
                 if let Err(opsgraph_store::Error::Fenced { .. }) = &result {
                     held.fenced();
                 }
                 result
             }
+            None if deferred => self.store.commit_deferred(writes),
             None => self.store.commit(writes),
-        }
+        }?;
+        self.committer.submit(deferred)
     }
 
     /// Adds `writes` (an audit record, an idempotency record) to the transaction of the next

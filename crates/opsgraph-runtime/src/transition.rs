@@ -81,15 +81,27 @@ impl Runtime {
     }
 
     pub(crate) fn commit_timeline(&mut self, writes: &[Write], progress: Progress<'_>) -> Result<(), Error> {
+        self.commit_timeline_as(writes, false, progress).map(|_| ())
+    }
+
+    /// [`Runtime::commit_timeline`], left to the committer to make durable when `deferred`
+    /// (`committer.rs`): the commit's number, for what must wait until it is durable (`None`:
+    /// nothing was written).
+    pub(crate) fn commit_timeline_as(
+        &mut self,
+        writes: &[Write],
+        deferred: bool,
+        progress: Progress<'_>,
+    ) -> Result<Option<u64>, Error> {
         if writes.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        self.commit(writes)?;
+        let n = self.commit_as(writes, deferred)?;
         for w in writes {
             if let Write::Timeline(t) = w {
                 progress(t);
             }
         }
-        Ok(())
+        Ok(Some(n))
     }
 }

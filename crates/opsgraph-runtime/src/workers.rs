@@ -3,15 +3,19 @@
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
+use crate::committer::Guard;
 use crate::jobs;
 use crate::task::{Task, TaskResult};
+
+/// An attempt handed to a worker, with the commit its `running` record must be durable in.
+type Handed = (Task, Option<Guard>);
 
 /// The threads that run one drive's attempts: started as attempts need them, never more than
 /// are in flight at once (so at most the concurrency), reused for the rest of the drive, ended
 /// when the drive returns. Each attempt still runs alone on its thread from start to result.
 pub(crate) struct Workers {
-    tasks: mpsc::Sender<Task>,
-    queue: Arc<Mutex<mpsc::Receiver<Task>>>,
+    tasks: mpsc::Sender<Handed>,
+    queue: Arc<Mutex<mpsc::Receiver<Handed>>>,
     results: mpsc::Sender<TaskResult>,
     started: usize,
 }
@@ -23,28 +27,38 @@ impl Workers {
     }
 
     /// Hands `task` to a worker; `in_flight` counts the attempts started and not yet reported,
-    /// this one included. A worker is free for every one of them.
-    pub(crate) fn run(&mut self, task: Task, in_flight: usize) {
+    /// this one included. A worker is free for every one of them. `guard`: the commit holding
+    /// the attempt's `running` record, which the worker waits to be durable before it starts it
+    /// (`committer.rs`, rule 1); the driver goes on meanwhile.
+    pub(crate) fn run(&mut self, task: Task, in_flight: usize, guard: Option<Guard>) {
         while self.started < in_flight {
             let queue = Arc::clone(&self.queue);
             let results = self.results.clone();
             std::thread::spawn(move || loop {
                 let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                let Ok(task) = next else { break };
-                if results.send(run(task)).is_err() {
+                let Ok((task, guard)) = next else { break };
+                if results.send(run(task, guard)).is_err() {
                     break;
                 }
             });
             self.started += 1;
         }
         // The receiving side lives as long as a worker does; a send fails only if none could start.
-        let _ = self.tasks.send(task);
+        let _ = self.tasks.send((task, guard));
     }
 }
 
-/// One attempt on a worker thread: carried out otherwise (an agent's report waited for, checks
-/// between waves), or run here.
-fn run(mut task: Task) -> TaskResult {
+/// One attempt on a worker thread, once its `running` record is durable: carried out otherwise
+/// (an agent's report waited for, checks between waves), or run here. Never started when the
+/// record could not be made durable: the drive stops at its next commit, and this result,
+/// never committed, goes with it.
+fn run(mut task: Task, guard: Option<Guard>) -> TaskResult {
+    if let Some(Err(e)) = guard.map(|g| g.wait(&task.instance)) {
+        let mut r = TaskResult::of(&task);
+        r.outcome = "not started".into();
+        r.failure = Some(format!("not started: {e}"));
+        return r;
+    }
     match task.instead.take() {
         Some(instead) => instead(task),
         None => jobs::run(task),

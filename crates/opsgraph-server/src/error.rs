@@ -100,7 +100,8 @@ impl From<opsgraph_store::Error> for ApiError {
             | S::Json(_)
             | S::PgOpen { .. }
             | S::Postgres(_)
-            | S::LeasesUnsupported => ApiError::internal("store failed", &e),
+            | S::LeasesUnsupported
+            | S::NotDurable { .. } => ApiError::internal("store failed", &e),
         }
     }
 }

@@ -14,6 +14,7 @@ mod read;
 mod schema;
 mod sqlite;
 mod sqlite_agent;
+mod wal;
 mod watch;
 mod writer;
 

@@ -14,6 +14,7 @@ use opsgraph_store::{
 
 use crate::apply::apply;
 use crate::read::{first, parsed, rows};
+use crate::wal::Wal;
 use crate::writer::{writer_of, Writer};
 use crate::{edge, Fail};
 
@@ -35,6 +36,9 @@ pub struct SqliteStore {
     /// What [`Store::wait_for_timeline`] saw last: the signal's generation and `data_version`
     /// (`None` before its first call).
     pub(crate) seen: std::cell::Cell<Option<(u64, i64)>>,
+    /// The WAL file, synced for [`Store::commit_deferred`]'s commits; `None` where commits are
+    /// not synced at all (`Durability::Normal`) or there is no file (in memory).
+    pub(crate) wal: Option<Arc<Wal>>,
 }
 
 impl SqliteStore {
@@ -60,7 +64,9 @@ impl SqliteStore {
             // One signal for every store of the file, however its path was spelled.
             let name = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             let written = opsgraph_store::timeline_written(&name.display().to_string());
-            let mut store = SqliteStore { conn, writer: writer_of(path), written, seen: std::cell::Cell::new(None) };
+            let wal = (durability == Durability::Full).then(|| Arc::new(Wal::of(&name)));
+            let mut store =
+                SqliteStore { conn, writer: writer_of(path), written, seen: std::cell::Cell::new(None), wal };
             store.migrate()?;
             Ok(store)
         })
@@ -72,7 +78,8 @@ impl SqliteStore {
             let conn = Connection::open_in_memory()
                 .map_err(|source| Error::Open { path: ":memory:".into(), source: Box::new(source) })?;
             let written = std::sync::Arc::new(opsgraph_store::Written::new());
-            let mut store = SqliteStore { conn, writer: Arc::default(), written, seen: std::cell::Cell::new(None) };
+            let mut store =
+                SqliteStore { conn, writer: Arc::default(), written, seen: std::cell::Cell::new(None), wal: None };
             store.migrate()?;
             Ok(store)
         })
@@ -108,8 +115,9 @@ fn operation(r: &Row<'_>) -> Result<OperationRecord, Fail> {
 const OPERATION_COLUMNS: &str =
     "id, parent, intent, resource, state, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id";
 
-impl Store for SqliteStore {
-    fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
+impl SqliteStore {
+    /// [`Store::commit`], synced at its commit, or (`deferred`) left to [`SqliteStore::wal`].
+    fn commit_with(&mut self, writes: &[Write], deferred: Option<&Wal>) -> Result<(), Error> {
         // Grouped with other connections' writes to this file (`writer.rs`): under the write
         // lock from the start, so a guard that reads (a fence) and its writes see one state.
         let writer = self.writer.clone();
@@ -121,12 +129,41 @@ impl Store for SqliteStore {
                     let writes = writes.to_vec();
                     crate::writer::job(move |tx| apply(tx, &writes))
                 },
+                deferred,
             )
             .inspect(|_| {
                 if writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
                     self.written.ring();
                 }
             })
+    }
+}
+
+/// Sets the connection's `synchronous` (outside a transaction: SQLite refuses it inside one).
+fn synchronous(conn: &Connection, full: bool) -> Result<(), Error> {
+    let sql = if full { "PRAGMA synchronous=FULL" } else { "PRAGMA synchronous=NORMAL" };
+    edge(|| Ok(conn.prepare_cached(sql)?.execute([]).map(|_| ())?))
+}
+
+impl Store for SqliteStore {
+    fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
+        self.commit_with(writes, None)
+    }
+
+    /// Under `synchronous=FULL`, this commit alone runs with `NORMAL`: made in the WAL, synced
+    /// by [`Store::syncer`] (`wal.rs`).
+    fn commit_deferred(&mut self, writes: &[Write]) -> Result<(), Error> {
+        let Some(wal) = self.wal.clone() else { return self.commit(writes) };
+        synchronous(&self.conn, false)?;
+        let made = self.commit_with(writes, Some(&wal));
+        // Back to FULL before anything else commits on this connection; a connection that
+        // cannot be set back is not used again for a durable commit.
+        let back = synchronous(&self.conn, true);
+        made.and(back)
+    }
+
+    fn syncer(&self) -> Option<Arc<dyn opsgraph_store::Syncer>> {
+        self.wal.clone().map(|w| w as Arc<dyn opsgraph_store::Syncer>)
     }
 
     fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<opsgraph_store::Lease, Error> {
@@ -432,6 +469,7 @@ impl Store for SqliteStore {
                 let (writes, claim) = (writes.to_vec(), claim.clone());
                 crate::writer::job(move |tx| both(tx, &writes, &claim))
             },
+            None,
         )?;
         if !tasks.is_empty() || writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
             self.written.ring();

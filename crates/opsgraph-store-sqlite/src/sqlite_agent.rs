@@ -186,6 +186,7 @@ pub(crate) fn claim(conn: &mut Connection, writer: &Writer, c: &AgentClaim) -> R
             let c = c.clone();
             crate::writer::job(move |tx| claim_in(tx, &c))
         },
+        None,
     )
 }
 

@@ -67,3 +67,26 @@ fn operations_made_before_ids_existed_get_theirs() {
     use opsgraph_store::testing::{assert_operations_got_their_ids, OPERATIONS_BEFORE_IDS};
     check_migration("ids", 6, OPERATIONS_BEFORE_IDS, assert_operations_got_their_ids);
 }
+
+/// A deferred commit (the runtime's committer, `wal.rs`) is made and visible at once, another
+/// connection's reader sees it, the connection is back at `synchronous=FULL` for the next commit,
+/// and the syncer makes it durable (a sync of the WAL file). Without full durability or without
+/// a file there is nothing to defer to.
+#[test]
+fn a_deferred_commit_is_made_at_once_and_synced_by_the_syncer() {
+    let dir = std::env::temp_dir().join(format!("opsgraph-deferred-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("opsgraph.db");
+    let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
+    let syncer = store.syncer().expect("a file with full durability syncs deferred commits");
+    store.commit_deferred(&[Write::CreateOperation { op: op("op-1"), plan: "{}".into() }]).unwrap();
+    let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+    assert_eq!(sync, 2, "back to FULL for the next commit");
+    let reader = SqliteStore::open(&path, Durability::Full).unwrap();
+    assert!(reader.operation("op-1").unwrap().is_some());
+    syncer.sync().unwrap();
+    assert!(SqliteStore::open(&dir.join("normal.db"), Durability::Normal).unwrap().syncer().is_none());
+    assert!(SqliteStore::memory().unwrap().syncer().is_none());
+    drop((store, reader));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

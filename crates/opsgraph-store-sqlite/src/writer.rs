@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use opsgraph_store::group::{lock, shared, GroupTurn, Turn};
-use opsgraph_store::Error;
+use opsgraph_store::{Error, Syncer};
 use rusqlite::Connection;
 
+use crate::wal::Wal;
 use crate::{edge, Fail};
 
 /// The write turn of each database file this process opened, by its canonical path.
@@ -47,21 +48,31 @@ impl Writer {
     /// Runs `mine` in a write transaction on `conn`, committed with whatever other connections
     /// queued meanwhile. When another connection holds the turn, an owned copy (`owned()`) waits
     /// in the queue, and the next holder of the turn runs it (that may be this caller).
+    ///
+    /// `deferred`: `conn` commits with `synchronous=NORMAL` for this caller, who syncs later
+    /// (`wal.rs`); the other connections' writes a turn of it commits are synced before they
+    /// are answered, as they would have been at their own commit.
     pub(crate) fn write<T: Send + 'static>(
         &self,
         conn: &mut Connection,
         mine: impl FnOnce(&Connection) -> Result<T, Fail>,
         owned: impl FnOnce() -> Job,
+        deferred: Option<&Wal>,
     ) -> Result<T, Error> {
         let turn = self.group.take(
             || Arc::new(Pending { job: Mutex::new(Some(owned())), out: Mutex::new(None) }),
             |p| lock(&p.out).is_some(),
         );
         let (pending, _turn) = match turn {
-            Turn::First { queued, turn: _turn } => return commit(conn, Some(mine), queued).expect("ours was run"),
+            Turn::First { queued, turn: _turn } => {
+                let others = deferred.filter(|_| !queued.is_empty());
+                return commit(conn, Some(mine), queued, others).expect("ours was run");
+            }
             Turn::Queued { pending, lead, turn } => {
                 if let Some(queued) = lead {
-                    let _ = commit(conn, None::<fn(&Connection) -> Result<(), Fail>>, queued);
+                    // `pending` (this caller's own) is among them.
+                    let others = deferred.filter(|_| queued.len() > 1);
+                    let _ = commit(conn, None::<fn(&Connection) -> Result<(), Fail>>, queued, others);
                 }
                 (pending, turn)
             }
@@ -80,11 +91,14 @@ fn group_error(what: &str) -> Error {
 }
 
 /// One transaction: `mine` (if any) and the queued writes, each in a savepoint; one commit.
-/// Returns `mine`'s result; the queued ones get theirs in their `out`.
+/// Returns `mine`'s result; the queued ones get theirs in their `out`. `sync`: the commit was
+/// made unsynced (`Writer::write`'s `deferred`) and holds others' writes: synced before anyone
+/// is answered.
 fn commit<T, F: FnOnce(&Connection) -> Result<T, Fail>>(
     conn: &mut Connection,
     mine: Option<F>,
     queued: Vec<Arc<Pending>>,
+    sync: Option<&Wal>,
 ) -> Option<Result<T, Error>> {
     let tx = match Immediate::begin(conn) {
         Ok(tx) => tx,
@@ -123,6 +137,8 @@ fn commit<T, F: FnOnce(&Connection) -> Result<T, Fail>>(
     }
     if lost.is_none() {
         if let Err(e) = tx.commit() {
+            lost = Some(e.to_string());
+        } else if let Some(Err(e)) = sync.map(Syncer::sync) {
             lost = Some(e.to_string());
         }
     }

@@ -65,6 +65,12 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn commit(&mut self, writes: &[crate::Write]) -> Result<(), Error> {
         (**self).commit(writes)
     }
+    fn commit_deferred(&mut self, writes: &[crate::Write]) -> Result<(), Error> {
+        (**self).commit_deferred(writes)
+    }
+    fn syncer(&self) -> Option<std::sync::Arc<dyn crate::Syncer>> {
+        (**self).syncer()
+    }
     fn agent_claim(&mut self, claim: &crate::AgentClaim) -> Result<Vec<crate::AgentTask>, Error> {
         (**self).agent_claim(claim)
     }

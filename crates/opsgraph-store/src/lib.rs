@@ -89,6 +89,11 @@ pub enum Error {
     Fenced { operation: String, holder: String, token: i64, current: String },
     #[error("this store does not implement leases")]
     LeasesUnsupported,
+    /// Commits made without waiting for their sync ([`Store::commit_deferred`]) could not be
+    /// made durable: their sync failed. They may be lost on power failure; whoever relied on
+    /// them stops (the runtime's drive ends with this error, before anything they guard starts).
+    #[error("the store's commits could not be made durable: {reason}")]
+    NotDurable { reason: String },
     /// Reading or writing an artifact's or a log's bytes failed.
     #[error("failed to read or write {what}")]
     Blob {
@@ -504,9 +509,26 @@ pub fn expect_plan(operation: &str, expected: &str, current: Option<String>) -> 
     Ok(())
 }
 
+/// Makes durable what a store's [`Store::commit_deferred`] made: every such commit that returned
+/// before `sync` was called is durable when `sync` returns `Ok` (one sync covers them all).
+pub trait Syncer: Send + Sync {
+    fn sync(&self) -> Result<(), Error>;
+}
+
 pub trait Store: Send {
-    /// Applies every write in one transaction: all or nothing.
+    /// Applies every write in one transaction: all or nothing. Durable when it returns.
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error>;
+    /// Applies `writes` as [`Store::commit`] does (all or nothing, made and visible to every
+    /// reader when it returns), but may return before they are durable: they are once a call
+    /// of [`Store::syncer`]'s `sync`, begun after this returned, returns `Ok`. The default, and
+    /// any store without a syncer, commits durably (PostgreSQL; a wrapping test store).
+    fn commit_deferred(&mut self, writes: &[Write]) -> Result<(), Error> {
+        self.commit(writes)
+    }
+    /// What makes this store's deferred commits durable; `None` when they are durable at once.
+    fn syncer(&self) -> Option<std::sync::Arc<dyn Syncer>> {
+        None
+    }
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error>;
     fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error>;
     /// The plan revision with this hash, as the JSON text stored: a reader deserializes only

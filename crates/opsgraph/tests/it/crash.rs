@@ -266,12 +266,14 @@ fn each_fail_point_fired_once_loses_nothing_and_runs_nothing_twice() {
     }
     let table = table.join("\n");
     println!("fail points:\n{table}");
-    // Killed after `a` was recorded running and before its process existed, a job without an
+    // Killed after `a` was recorded running and before its process existed (`attempts.recorded`;
+    // `commit.unsynced`, the committer about to sync that record), a job without an
     // idempotency key whose evidence fails has an unknown outcome: a person decides (the
     // protocol's rule); every other point completes with each job run once.
     expect_test::expect![[r#"
         operation.created    1 kill -9, then completed; 8 job runs; c_out recorded 1
         attempts.recorded    1 kill -9, then failed; 0 job runs; c_out recorded 0
+        commit.unsynced      1 kill -9, then failed; 0 job runs; c_out recorded 0
         job.exited           1 kill -9, then completed; 8 job runs; c_out recorded 1
         artifact.stored      1 kill -9, then completed; 8 job runs; c_out recorded 1
         transition.committed 1 kill -9, then completed; 8 job runs; c_out recorded 1

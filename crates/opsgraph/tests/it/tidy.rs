@@ -43,6 +43,8 @@ fn the_store_trait_crate_depends_on_no_database_client() {
 
 /// Stores are opened in one place: outside the backend crates, only the binary's `storage.rs`
 /// names a backend in code (everything else sees `dyn Store` and `dyn BlobStore`, opened by URL there).
+/// A crate's test module (`*_tests.rs`, compiled only for its tests) may open one to drive the
+/// crate's internals on a real file (the runtime's `committer_tests.rs`).
 #[test]
 fn only_storage_rs_names_a_store_backend() {
     let crates = root().join("crates");
@@ -56,6 +58,7 @@ fn only_storage_rs_names_a_store_backend() {
     }
     let mut naming: Vec<String> = files
         .iter()
+        .filter(|f| !f.to_string_lossy().ends_with("_tests.rs"))
         .filter(|f| {
             let text = std::fs::read_to_string(f).unwrap();
             let code = text.lines().filter(|l| !l.trim_start().starts_with("//"));

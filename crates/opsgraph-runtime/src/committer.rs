@@ -1,0 +1,278 @@
+//! The committer (issue [N] 5): the sync of the driver's commits on a thread of its own, so that
+//! a commit's `fsync` overlaps the driver's next decisions instead of stopping it.
+//!
+//! The driver makes each commit that records attempts with [`Store::commit_deferred`] (made and
+//! visible, not yet durable; the SQL still runs on the driver's thread, on its one connection)
+//! and numbers it; this thread syncs ([`opsgraph_store::Syncer`]) whatever was made before each
+//! sync began, and raises the durable mark to the last number that sync covers. The rules that
+//! keep the runtime's guarantees (docs/benchmarks.md, "The committer thread"):
+//!
+//! 1. A task is handed to a worker only once the mark covers the commit holding its `running`
+//!    record ([`Committer::wait`]); a worker checks it again before it runs ([`Guard`]).
+//! 2. Results go into a later commit than their `running` record, made after it on the same
+//!    connection: a sync that covers the later one covers the earlier (`recover.rs` unchanged).
+//! 3. What overlaps a sync: collecting reports, deciding, preparing the next tasks, and the
+//!    result of a trivial attempt (no process, no effect outside the driver), which joins the
+//!    next commit. Agents' reports are answered only after the mark covers their commit.
+//! 4. A sync that fails stops the drive before anything its commits guarded starts: every later
+//!    [`Committer::submit`] and [`Committer::wait`] fails with [`Error::NotDurable`].
+//! 5. The driver's caches (its job records, its copy of the operation row) count a write when
+//!    it is made on the driver's connection: the store reads it back so too, and if it is never
+//!    made durable, the drive stops and the caches go with it (the next drive reads the store).
+//!
+//! A store without a syncer (PostgreSQL, whose commit is durable when it returns; SQLite with
+//! `Durability::Normal` or in memory) commits synchronously, and its mark is every number at once.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use opsgraph_store::{Error, Syncer};
+
+/// A failpoint of the committer, for tests: called before each sync with the last commit it
+/// covers; an `Err` is the sync failing with that reason (a sleep in it delays every sync).
+pub(crate) type Fault = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
+
+/// What the driver and the committer's thread share.
+pub(crate) struct Mark {
+    /// The last commit made (numbered from 1).
+    made: AtomicU64,
+    /// The last commit known durable.
+    durable: AtomicU64,
+    state: Mutex<State>,
+    moved: Condvar,
+    /// Each start a worker made: the attempt, the commit holding its `running` record, and the
+    /// durable mark it saw (the tests' witness of rule 1).
+    #[cfg(test)]
+    pub(crate) starts: Mutex<Vec<(String, u64, u64)>>,
+}
+
+#[derive(Default)]
+struct State {
+    failed: Option<String>,
+    stop: bool,
+}
+
+impl Mark {
+    fn new() -> Mark {
+        Mark {
+            made: AtomicU64::new(0),
+            durable: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
+            moved: Condvar::new(),
+            #[cfg(test)]
+            starts: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn durable(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    /// Waits until commit `n` is durable; fails when a sync failed first.
+    fn wait(&self, n: u64) -> Result<(), Error> {
+        if self.durable() >= n {
+            return Ok(());
+        }
+        let mut state = self.lock();
+        loop {
+            if let Some(reason) = &state.failed {
+                return Err(Error::NotDurable { reason: reason.clone() });
+            }
+            if self.durable() >= n {
+                return Ok(());
+            }
+            state = self.moved.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// The commit a task's `running` record is in, and the mark that says when it is durable.
+#[derive(Clone)]
+pub(crate) struct Guard {
+    pub(crate) commit: u64,
+    pub(crate) mark: Arc<Mark>,
+}
+
+impl Guard {
+    /// Waits until attempt `instance` may start: its `running` record is durable. Fails (the
+    /// attempt must not start) when a sync failed first.
+    pub(crate) fn wait(&self, instance: &str) -> Result<(), Error> {
+        self.mark.wait(self.commit)?;
+        #[cfg(test)]
+        self.mark.starts.lock().unwrap_or_else(|e| e.into_inner()).push((
+            instance.to_string(),
+            self.commit,
+            self.mark.durable(),
+        ));
+        #[cfg(not(test))]
+        let _ = instance;
+        Ok(())
+    }
+}
+
+/// The committer of one runtime: its thread is started at the first deferred commit.
+pub(crate) struct Committer {
+    mark: Arc<Mark>,
+    syncer: Option<Arc<dyn Syncer>>,
+    thread: Option<JoinHandle<()>>,
+    pub(crate) fault: Option<Fault>,
+}
+
+impl Committer {
+    /// `syncer`: the store's ([`opsgraph_store::Store::syncer`]); without one, every commit is
+    /// durable when made.
+    pub(crate) fn new(syncer: Option<Arc<dyn Syncer>>) -> Committer {
+        Committer { mark: Arc::new(Mark::new()), syncer, thread: None, fault: None }
+    }
+
+    /// Whether commits are deferred to this committer (else the driver commits durably).
+    pub(crate) fn defers(&self) -> bool {
+        self.syncer.is_some()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn mark(&self) -> &Arc<Mark> {
+        &self.mark
+    }
+
+    /// Fails when an earlier sync failed: nothing more is decided on commits that may be lost.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        match &self.mark.lock().failed {
+            Some(reason) => Err(Error::NotDurable { reason: reason.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    /// A commit was made (deferred when `deferred`): its number, for [`Committer::wait`].
+    pub(crate) fn submit(&mut self, deferred: bool) -> Result<u64, Error> {
+        self.check()?;
+        let n = self.mark.made.fetch_add(1, Ordering::AcqRel) + 1;
+        if !deferred {
+            // Durable already, and with it every commit made before it on this connection.
+            let state = self.mark.lock();
+            self.mark.durable.fetch_max(n, Ordering::AcqRel);
+            drop(state);
+            self.mark.moved.notify_all();
+            return Ok(n);
+        }
+        if self.thread.is_none() {
+            self.thread = Some(self.spawn());
+        }
+        // Taken under the lock, so the thread cannot miss it between its check and its wait.
+        drop(self.mark.lock());
+        self.mark.moved.notify_all();
+        Ok(n)
+    }
+
+    /// Waits until commit `n` is durable; fails when a sync failed first.
+    pub(crate) fn wait(&self, n: u64) -> Result<(), Error> {
+        self.mark.wait(n)
+    }
+
+    /// What a worker waits on before it starts an attempt recorded in commit `n`.
+    pub(crate) fn guard(&self, n: u64) -> Guard {
+        Guard { commit: n, mark: Arc::clone(&self.mark) }
+    }
+
+    /// Waits until every commit made is durable (before a drive returns).
+    pub(crate) fn settle(&self) -> Result<(), Error> {
+        self.wait(self.mark.made.load(Ordering::Acquire))
+    }
+
+    fn spawn(&self) -> JoinHandle<()> {
+        let (mark, fault) = (Arc::clone(&self.mark), self.fault.clone());
+        let syncer = self.syncer.clone().expect("spawned only with a syncer");
+        std::thread::spawn(move || loop {
+            let covers = {
+                let mut state = mark.lock();
+                loop {
+                    let made = mark.made.load(Ordering::Acquire);
+                    if state.failed.is_some() || (state.stop && made <= mark.durable()) {
+                        return;
+                    }
+                    if made > mark.durable() {
+                        break made;
+                    }
+                    state = mark.moved.wait(state).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            crate::failpoint::hit("commit.unsynced");
+            let synced = match fault.as_ref().map(|f| f(covers)) {
+                Some(Err(reason)) => Err(reason),
+                _ => syncer.sync().map_err(|e| e.to_string()),
+            };
+            let mut state = mark.lock();
+            match synced {
+                Ok(()) => {
+                    mark.durable.fetch_max(covers, Ordering::AcqRel);
+                }
+                Err(reason) => state.failed = Some(reason),
+            }
+            drop(state);
+            mark.moved.notify_all();
+        })
+    }
+}
+
+impl Drop for Committer {
+    /// Syncs what was made, then ends the thread: a runtime dropped after commits it did not
+    /// wait for still leaves them durable when it can.
+    fn drop(&mut self) {
+        self.mark.lock().stop = true;
+        self.mark.moved.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Counted(AtomicU64);
+
+    impl Syncer for Counted {
+        fn sync(&self) -> Result<(), Error> {
+            self.0.fetch_add(1, Ordering::AcqRel);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_commit_is_waited_for_until_a_sync_begun_after_it_returned() {
+        let synced = Arc::new(Counted(AtomicU64::new(0)));
+        let mut c = Committer::new(Some(synced.clone() as Arc<dyn Syncer>));
+        c.fault = Some(Arc::new(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            Ok(())
+        }));
+        let first = c.submit(true).unwrap();
+        let second = c.submit(true).unwrap();
+        assert_eq!((first, second), (1, 2));
+        c.wait(second).unwrap();
+        assert!(c.mark().durable() >= 2);
+        assert!(synced.0.load(Ordering::Acquire) >= 1);
+        // A durable commit made directly covers itself and everything before it.
+        let third = c.submit(false).unwrap();
+        assert_eq!(c.mark().durable(), third);
+        c.settle().unwrap();
+    }
+
+    #[test]
+    fn a_failed_sync_fails_every_wait_and_every_later_commit() {
+        let mut c = Committer::new(Some(Arc::new(Counted(AtomicU64::new(0))) as Arc<dyn Syncer>));
+        c.fault = Some(Arc::new(|_| Err("disk gone".into())));
+        let n = c.submit(true).unwrap();
+        let err = c.wait(n).unwrap_err();
+        assert!(matches!(&err, Error::NotDurable { reason } if reason == "disk gone"), "{err:?}");
+        assert_eq!(c.mark().durable(), 0, "nothing was made durable");
+        assert!(matches!(c.submit(true), Err(Error::NotDurable { .. })));
+        assert!(c.settle().is_err());
+    }
+}

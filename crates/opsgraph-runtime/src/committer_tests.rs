@@ -1,0 +1,144 @@
+//! The committer under a drive (`committer.rs`): every attempt starts only once the commit
+//! holding its `running` record is durable, also when every sync is slow; a sync that fails
+//! stops the drive before anything it guarded starts, and the next drive recovers.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use opsgraph_core::model::*;
+use opsgraph_core::pack::Pack;
+use opsgraph_core::plan::{Input, Inventory, Plan};
+use opsgraph_store_sqlite::{Durability, SqliteStore};
+
+use crate::Runtime;
+
+/// `n` jobs that each append a line to `ledger` (`/bin/sh`), chained by `after` when `chained`.
+fn pack(n: usize, chained: bool, ledger: &Path) -> Pack {
+    let jobs: Vec<Job> = (0..n)
+        .map(|k| Job {
+            id: format!("j{k}"),
+            title: None,
+            description: None,
+            type_: JobType::Noop,
+            scope: None,
+            inputs: Inputs::default(),
+            outputs: Outputs { provides: Provides::default(), artifacts: vec![], evidence: vec![] },
+            controls: Controls::default(),
+            run: Some(Run {
+                executor: Some(ExecutorKind::Local),
+                command: Some(Command::Argv(vec![
+                    "/bin/sh".into(),
+                    "-c".into(),
+                    format!("echo j{k} >> {}", ledger.display()),
+                ])),
+                script: None,
+                timeout: None,
+                env: BTreeMap::new(),
+                workdir: None,
+                method: None,
+                url: None,
+            }),
+            after: if k == 0 || !chained { vec![] } else { vec![format!("j{}", k - 1)] },
+            cost: None,
+        })
+        .collect();
+    Pack::one_stage("/nonexistent", "chain", "chain.thing", BTreeMap::new(), jobs)
+}
+
+fn plan(pack: &Pack) -> Plan {
+    let intent = Intent { target_resource_type: "chain.thing".into(), action: "run".into(), ..Default::default() };
+    opsgraph_core::plan::build(&Input {
+        intent: &intent,
+        packs: std::slice::from_ref(pack),
+        inventory: &Inventory::new(&[]),
+        providers: &[],
+        policy: &CapabilityPolicy::default(),
+        operations: &Default::default(),
+        recorded: None,
+        roles: &[],
+    })
+    .expect("plan")
+}
+
+fn runtime(dir: &Path, pack: &Pack) -> Runtime {
+    let store = SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap();
+    let mut rt = Runtime::new(Box::new(store), vec![pack.clone()], vec![], dir.to_path_buf());
+    rt.concurrency = 4;
+    rt
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("opsgraph-committer-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn lines(ledger: &Path) -> usize {
+    std::fs::read_to_string(ledger).map_or(0, |t| t.lines().count())
+}
+
+/// The failpoint delays every sync; each worker records the durable mark it saw when it started
+/// its attempt: every mark covers the commit of that attempt's `running` record.
+#[test]
+fn every_attempt_starts_once_its_running_record_is_durable_even_when_syncs_are_slow() {
+    for chained in [false, true] {
+        let dir = temp(if chained { "slow-chain" } else { "slow-wide" });
+        let ledger = dir.join("ledger");
+        let pack = pack(12, chained, &ledger);
+        let mut rt = runtime(&dir, &pack);
+        assert!(rt.committer.defers(), "SQLite with full durability defers its syncs to the committer");
+        rt.committer.fault = Some(Arc::new(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(15));
+            Ok(())
+        }));
+        let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+        let state = rt.drive(&id, &mut |_| {}).unwrap();
+        assert_eq!(state, OperationState::Completed);
+        let starts = rt.committer.mark().starts.lock().unwrap().clone();
+        assert_eq!(starts.len(), 12, "{starts:?}");
+        for (instance, commit, durable) in &starts {
+            assert!(durable >= commit, "{instance} started at mark {durable}, its record is in commit {commit}");
+        }
+        assert_eq!(lines(&ledger), 12, "each job ran once");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// The committer's sync fails: no attempt whose `running` record it was to make durable starts,
+/// the drive stops with the store's `NotDurable` error, and the next drive (a new runtime, as
+/// after a restart) recovers the attempts left `running` by evidence, running nothing twice.
+#[test]
+fn a_failed_sync_stops_the_drive_before_anything_it_guarded_starts_and_recovery_follows() {
+    let dir = temp("failed");
+    let ledger = dir.join("ledger");
+    let pack = pack(6, false, &ledger);
+    let mut rt = runtime(&dir, &pack);
+    rt.committer.fault = Some(Arc::new(|_| Err("injected: the disk failed".into())));
+    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    let err = rt.drive(&id, &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(&err, crate::Error::Store(opsgraph_store::Error::NotDurable { reason }) if reason.contains("injected")),
+        "{err:?}"
+    );
+    assert!(rt.committer.mark().starts.lock().unwrap().is_empty(), "no attempt started");
+    // The workers were told before they could start anything.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(lines(&ledger), 0, "no process ran for a record that was not durable");
+    let recorded = rt.store().jobs(&id).unwrap();
+    assert!(recorded.iter().any(|j| j.state == opsgraph_store::JobState::Running), "{recorded:?}");
+    drop(rt);
+
+    let mut rt = runtime(&dir, &pack);
+    let state = rt.drive(&id, &mut |_| {}).unwrap();
+    assert!(matches!(state, OperationState::Completed | OperationState::Failed { .. }), "{state:?}");
+    let ran = std::fs::read_to_string(&ledger).unwrap_or_default();
+    let mut jobs: Vec<&str> = ran.lines().collect();
+    let all = jobs.len();
+    jobs.sort_unstable();
+    jobs.dedup();
+    assert_eq!(jobs.len(), all, "no job ran twice: {ran}");
+    assert!(rt.store().jobs(&id).unwrap().iter().all(|j| j.state != opsgraph_store::JobState::Running));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
