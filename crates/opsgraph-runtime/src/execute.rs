@@ -394,8 +394,11 @@ impl Runtime {
             }
         }
         // Made now, durable once the committer's sync covers it (`committer.rs`): the driver
-        // goes on deciding meanwhile; what it guards waits for the durable mark.
-        let made = self.commit_timeline_as(&writes, true, progress)?;
+        // goes on deciding meanwhile; what it guards waits for the durable mark. Not a commit
+        // that enqueues for an agent: another connection (a replica's claim) may hand the task
+        // to its agent as soon as it is visible, and no guard of this process holds the agent.
+        let deferred = !writes.iter().any(|w| matches!(w, Write::Agent(_)));
+        let made = self.commit_timeline_as(&writes, deferred, progress)?;
         crate::failpoint::hit("attempts.recorded");
         d.remember(&writes);
         let guard = made.filter(|_| self.committer.defers()).map(|n| self.committer.guard(n));
