@@ -23,7 +23,8 @@
 //!   second (one writer), then `ops` operations of N in-process no-op jobs driven under leases by
 //!   one or two replicas (each replica a keeper, a holder id and a thread per operation it wins;
 //!   in one process, so on one machine it measures coordination, not added capacity). With
-//!   `jobs=process` the jobs run `/bin/true` instead.
+//!   `jobs=process` the jobs run `/bin/true` instead; with `only=postgres` (or `only=sqlite`)
+//!   one backend alone (for profiles and counts of that backend's process).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -36,7 +37,8 @@ use opsgraph_store_sqlite::{Durability, SqliteStore};
 
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
-    xs[xs.len() / 2]
+    // Zero when nothing was measured (a backend left out by `only=`).
+    xs.get(xs.len() / 2).copied().unwrap_or_default()
 }
 
 fn ms(d: Duration) -> f64 {
@@ -424,7 +426,8 @@ fn main() {
     if mode == "scale" {
         let ops = args.iter().find_map(|a| a.strip_prefix("ops=")).and_then(|c| c.parse().ok()).unwrap_or(4);
         let process = args.iter().any(|a| a == "jobs=process");
-        scale::bench_scale(n.unwrap_or(500), ops, concurrency, process);
+        let only = args.iter().find_map(|a| a.strip_prefix("only="));
+        scale::bench_scale(n.unwrap_or(500), ops, concurrency, process, only);
     }
 }
 
@@ -523,7 +526,7 @@ mod scale {
         (took, rows)
     }
 
-    pub(super) fn bench_scale(n: usize, ops: usize, concurrency: usize, process: bool) {
+    pub(super) fn bench_scale(n: usize, ops: usize, concurrency: usize, process: bool, only: Option<&str>) {
         let runs = 5;
         let (pack, kind) = if process {
             (super::chain_pack(n, false), "`/bin/true` jobs")
@@ -536,16 +539,26 @@ mod scale {
             ("PostgreSQL, 1 replica", Backend::Postgres, 1),
             ("PostgreSQL, 2 replicas", Backend::Postgres, 2),
         ];
+        let wanted = |b: Backend| match (only, b) {
+            (None, _) | (Some("sqlite"), Backend::Sqlite) | (Some("postgres"), Backend::Postgres) => true,
+            _ => false,
+        };
         let commits = 200;
         let mut commit_times: Vec<Vec<Duration>> = vec![vec![], vec![]];
         let mut drive_times: Vec<Vec<Duration>> = vec![vec![]; configs.len()];
         let mut rows = vec![0usize; configs.len()];
         for _ in 0..runs {
             for (b, backend) in [Backend::Sqlite, Backend::Postgres].into_iter().enumerate() {
+                if !wanted(backend) {
+                    continue;
+                }
                 let Some(db) = db(backend) else { return };
                 commit_times[b].push(transitions(&db, commits));
             }
             for (c, (_, backend, replicas)) in configs.iter().enumerate() {
+                if !wanted(*backend) {
+                    continue;
+                }
                 let Some(db) = db(*backend) else { return };
                 let (took, r) = drive(&db, &pack, ops, *replicas, concurrency);
                 drive_times[c].push(took);
