@@ -539,9 +539,8 @@ mod scale {
             ("PostgreSQL, 1 replica", Backend::Postgres, 1),
             ("PostgreSQL, 2 replicas", Backend::Postgres, 2),
         ];
-        let wanted = |b: Backend| match (only, b) {
-            (None, _) | (Some("sqlite"), Backend::Sqlite) | (Some("postgres"), Backend::Postgres) => true,
-            _ => false,
+        let wanted = |b: Backend| {
+            matches!((only, b), (None, _) | (Some("sqlite"), Backend::Sqlite) | (Some("postgres"), Backend::Postgres))
         };
         let commits = 200;
         let mut commit_times: Vec<Vec<Duration>> = vec![vec![], vec![]];
