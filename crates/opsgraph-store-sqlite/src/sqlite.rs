@@ -39,6 +39,9 @@ pub struct SqliteStore {
     /// The WAL file, synced for [`Store::commit_deferred`]'s commits; `None` where commits are
     /// not synced at all (`Durability::Normal`) or there is no file (in memory).
     pub(crate) wal: Option<Arc<Wal>>,
+    /// Turns of the group commit that ran other connections' writes on this one (`writer.rs`):
+    /// part of [`Store::data_version`], which `PRAGMA data_version` alone would not move.
+    pub(crate) foreign: std::cell::Cell<i64>,
 }
 
 impl SqliteStore {
@@ -65,8 +68,14 @@ impl SqliteStore {
             let name = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             let written = opsgraph_store::timeline_written(&name.display().to_string());
             let wal = (durability == Durability::Full).then(|| Arc::new(Wal::of(&name)));
-            let mut store =
-                SqliteStore { conn, writer: writer_of(path), written, seen: std::cell::Cell::new(None), wal };
+            let mut store = SqliteStore {
+                conn,
+                writer: writer_of(path),
+                written,
+                seen: Default::default(),
+                wal,
+                foreign: Default::default(),
+            };
             store.migrate()?;
             Ok(store)
         })
@@ -78,8 +87,14 @@ impl SqliteStore {
             let conn = Connection::open_in_memory()
                 .map_err(|source| Error::Open { path: ":memory:".into(), source: Box::new(source) })?;
             let written = std::sync::Arc::new(opsgraph_store::Written::new());
-            let mut store =
-                SqliteStore { conn, writer: Arc::default(), written, seen: std::cell::Cell::new(None), wal: None };
+            let mut store = SqliteStore {
+                conn,
+                writer: Arc::default(),
+                written,
+                seen: Default::default(),
+                wal: None,
+                foreign: Default::default(),
+            };
             store.migrate()?;
             Ok(store)
         })
@@ -124,6 +139,7 @@ impl SqliteStore {
         writer
             .write(
                 &mut self.conn,
+                &self.foreign,
                 |tx| apply(tx, writes),
                 || {
                     let writes = writes.to_vec();
@@ -384,9 +400,13 @@ impl Store for SqliteStore {
         })
     }
 
-    /// `PRAGMA data_version`: changes when another connection commits, not on this one's commits.
+    /// `PRAGMA data_version`: changes when another connection commits, not on this one's commits;
+    /// plus the turns that committed other connections' writes on this one (`foreign`).
     fn data_version(&self) -> Result<Option<i64>, Error> {
-        edge(|| Ok(Some(self.conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?)))
+        edge(|| {
+            let v: i64 = self.conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?;
+            Ok(Some(v.wrapping_add(self.foreign.get())))
+        })
     }
     fn tokens(&self) -> Result<Vec<TokenRecord>, Error> {
         edge(|| rows(&self.conn, &format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id"), [], token))
@@ -447,7 +467,7 @@ impl Store for SqliteStore {
     }
 
     fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
-        let tasks = crate::sqlite_agent::claim(&mut self.conn, &self.writer, claim)?;
+        let tasks = crate::sqlite_agent::claim(&mut self.conn, &self.writer, &self.foreign, claim)?;
         if !tasks.is_empty() {
             // Their timeline entries.
             self.written.ring();
@@ -464,6 +484,7 @@ impl Store for SqliteStore {
         let writer = self.writer.clone();
         let tasks = writer.write(
             &mut self.conn,
+            &self.foreign,
             |tx| both(tx, writes, claim),
             || {
                 let (writes, claim) = (writes.to_vec(), claim.clone());

@@ -164,7 +164,12 @@ fn stale(tx: &Connection, task: &str) -> Error {
     Error::StaleLease { task: task.to_string(), state: state.unwrap_or_else(|| "unknown".into()) }
 }
 
-pub(crate) fn claim(conn: &mut Connection, writer: &Writer, c: &AgentClaim) -> Result<Vec<AgentTask>, Error> {
+pub(crate) fn claim(
+    conn: &mut Connection,
+    writer: &Writer,
+    foreign: &std::cell::Cell<i64>,
+    c: &AgentClaim,
+) -> Result<Vec<AgentTask>, Error> {
     // A look first, without the write lock: most claims (agents long-polling) find nothing, and
     // must not queue behind the writers or hold them up.
     let worth = crate::edge(|| {
@@ -181,6 +186,7 @@ pub(crate) fn claim(conn: &mut Connection, writer: &Writer, c: &AgentClaim) -> R
     // Under the write lock, grouped with other writes of this file (`writer.rs`).
     writer.write(
         conn,
+        foreign,
         |tx| claim_in(tx, c),
         || {
             let c = c.clone();

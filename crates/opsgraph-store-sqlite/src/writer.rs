@@ -52,9 +52,13 @@ impl Writer {
     /// `deferred`: `conn` commits with `synchronous=NORMAL` for this caller, who syncs later
     /// (`wal.rs`); the other connections' writes a turn of it commits are synced before they
     /// are answered, as they would have been at their own commit.
+    ///
+    /// `foreign` is bumped when this turn ran other connections' writes on `conn`: they do not
+    /// move `conn`'s `PRAGMA data_version` (its own commit), yet another connection committed.
     pub(crate) fn write<T: Send + 'static>(
         &self,
         conn: &mut Connection,
+        foreign: &std::cell::Cell<i64>,
         mine: impl FnOnce(&Connection) -> Result<T, Fail>,
         owned: impl FnOnce() -> Job,
         deferred: Option<&Wal>,
@@ -65,12 +69,18 @@ impl Writer {
         );
         let (pending, _turn) = match turn {
             Turn::First { queued, turn: _turn } => {
+                if !queued.is_empty() {
+                    foreign.set(foreign.get() + 1);
+                }
                 let others = deferred.filter(|_| !queued.is_empty());
                 return commit(conn, Some(mine), queued, others).expect("ours was run");
             }
             Turn::Queued { pending, lead, turn } => {
                 if let Some(queued) = lead {
                     // `pending` (this caller's own) is among them.
+                    if queued.len() > 1 {
+                        foreign.set(foreign.get() + 1);
+                    }
                     let others = deferred.filter(|_| queued.len() > 1);
                     let _ = commit(conn, None::<fn(&Connection) -> Result<(), Fail>>, queued, others);
                 }
