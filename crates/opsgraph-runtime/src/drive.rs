@@ -135,14 +135,17 @@ impl Runtime {
     }
 
     /// The operation row, read again only when the store's data version or this runtime's own
-    /// operation writes say it may have changed.
+    /// operation writes say it may have changed; without a data version (PostgreSQL), when this
+    /// runtime wrote the row, a guarded commit was refused or the driver waited
+    /// (`Drive::guarded`).
     fn snapshot_op(&mut self, d: &mut Drive<'_>, id: &str) -> Result<OperationRecord, Error> {
         let data_version = self.store.data_version()?;
+        d.guarded = data_version.is_none();
         Ok(match (&d.op_seen, data_version) {
-            (Some((v, w, op)), Some(now)) if *v == now && *w == self.operation_writes => op.clone(),
+            (Some((v, w, op)), now) if now.is_none_or(|now| *v == now) && *w == self.operation_writes => op.clone(),
             _ => {
                 let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
-                d.op_seen = data_version.map(|v| (v, self.operation_writes, op.clone()));
+                d.op_seen = Some((data_version.unwrap_or(0), self.operation_writes, op.clone()));
                 op
             }
         })

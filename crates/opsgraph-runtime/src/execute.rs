@@ -57,6 +57,13 @@ pub(crate) struct Drive<'p> {
     /// operation writes at that moment: while neither changed, nobody changed the row (pause,
     /// cancel and gate answers from other processes change the data version).
     pub(crate) op_seen: Option<(i64, u64, OperationRecord)>,
+    /// The store cannot tell when another connection committed (no data version: PostgreSQL).
+    /// Then the copy of the operation row is kept between turns anyway (every commit that starts
+    /// attempts carries `Write::ExpectVersion` of it, on both backends: a pause or cancel
+    /// committed meanwhile refuses the starts, and the row is read again). The copy is also
+    /// dropped whenever the driver waits (for reports, for a backoff), so a change made while
+    /// attempts run is seen after the wait, as when the row was read on every turn.
+    pub(crate) guarded: bool,
     /// Jobs before this index of `plan.jobs` are all done.
     pub(crate) done_prefix: usize,
     /// Which jobs may be ready, kept with `cache`.
@@ -93,6 +100,7 @@ impl<'p> Drive<'p> {
             carry: Vec::new(),
             handed: Vec::new(),
             op_seen: None,
+            guarded: false,
             done_prefix: 0,
             waiting: Waiting::default(),
         }
@@ -126,6 +134,13 @@ impl<'p> Drive<'p> {
             done_prefix: self.done_prefix,
             waiting: &self.waiting,
             rollouts: &self.plan.rollouts,
+        }
+    }
+
+    /// The driver is about to wait: a guarded copy of the operation row is read again after it.
+    pub(crate) fn forget_op(&mut self) {
+        if self.guarded {
+            self.op_seen = None;
         }
     }
 
@@ -194,6 +209,8 @@ impl Runtime {
         progress: Progress<'_>,
     ) -> Result<Flow, Error> {
         d.done_prefix = decision.done_prefix;
+        // What was carried before this decision (results): kept even when its starts are refused.
+        let carried = d.carry.len();
         let mut writes = Some(decision.writes);
         let mut flow = Flow::Next;
         for effect in decision.effects {
@@ -209,8 +226,18 @@ impl Runtime {
                     d.remember(&held);
                     d.carry.extend(held);
                 }
-                Effect::Start(ready) => self.start_attempts(d, op, &ready, progress)?,
+                Effect::Start(ready) => {
+                    if !self.start_attempts(d, op, &ready, progress)? {
+                        // The operation moved since its row was read (guarded): the results
+                        // carried are committed alone, and the next turn reads the row again.
+                        d.carry.truncate(carried);
+                        self.commit_timeline(&std::mem::take(&mut d.carry), progress)?;
+                        d.carried();
+                        return Ok(Flow::Again);
+                    }
+                }
                 Effect::Sleep(wait) => {
+                    d.forget_op();
                     std::thread::sleep(wait);
                     flow = Flow::Again;
                 }
@@ -270,15 +297,23 @@ impl Runtime {
     }
 
     /// Records an attempt of each ready instance before its process exists (one commit for all,
-    /// with the results that made them ready), then starts them.
+    /// with the results that made them ready), then starts them. False when the commit was
+    /// refused by its version guard (the operation moved since `op` was read): nothing started,
+    /// `carry` is kept.
     fn start_attempts(
         &mut self,
         d: &mut Drive<'_>,
         op: &OperationRecord,
         ready: &[String],
         progress: Progress<'_>,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         let mut writes = std::mem::take(&mut d.carry);
+        let carried = writes.len();
+        // On both backends: a pause or cancel committed after this turn's look at the operation
+        // (on SQLite, between its `data_version` and this commit) refuses the starts.
+        writes.push(Write::ExpectVersion { operation: op.id.clone(), version: op.version });
+        // What is undone if the commit is refused: each start's instance and its backoff.
+        let mut started: Vec<(String, Option<Instant>)> = Vec::new();
         let pending: Vec<ArtifactRecord> = writes.iter().filter_map(Write::artifact).cloned().collect();
         let (plan, pack) = (d.plan, d.pack);
         let mut tasks = Vec::new();
@@ -294,7 +329,7 @@ impl Runtime {
                 writes.extend(recorded);
                 let cancel = Cancel::new();
                 let task = self.wave_checks_task(d, op, instance, v, attempt, cancel.clone())?;
-                d.not_before.remove(&instance.id);
+                started.push((instance.id.clone(), d.not_before.remove(&instance.id)));
                 d.keys.insert(instance.id.clone(), None);
                 d.in_flight.insert(instance.id.clone(), cancel.clone());
                 if let Some(held) = &self.lease {
@@ -347,7 +382,7 @@ impl Runtime {
                 decide::attempt_writes(&op.id, &d.actor, from, &instance.id, attempt, key.as_deref(), check_first)?;
             writes.extend(recorded);
             let cancel = Cancel::new();
-            d.not_before.remove(&instance.id);
+            started.push((instance.id.clone(), d.not_before.remove(&instance.id)));
             d.keys.insert(instance.id.clone(), key.clone());
             d.in_flight.insert(instance.id.clone(), cancel.clone());
             if let Some(held) = &self.lease {
@@ -398,7 +433,25 @@ impl Runtime {
         // that enqueues for an agent: another connection (a replica's claim) may hand the task
         // to its agent as soon as it is visible, and no guard of this process holds the agent.
         let deferred = !writes.iter().any(|w| matches!(w, Write::Agent(_)));
-        let made = self.commit_timeline_as(&writes, deferred, progress)?;
+        let made = match self.commit_timeline_as(&writes, deferred, progress) {
+            Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => {
+                for (instance, not_before) in started {
+                    d.in_flight.remove(&instance);
+                    d.keys.remove(&instance);
+                    if let Some(held) = &self.lease {
+                        held.watch(&instance, None);
+                    }
+                    if let Some(t) = not_before {
+                        d.not_before.insert(instance, t);
+                    }
+                }
+                d.op_seen = None;
+                writes.truncate(carried);
+                d.carry = writes;
+                return Ok(false);
+            }
+            other => other?,
+        };
         crate::failpoint::hit("attempts.recorded");
         d.remember(&writes);
         let guard = made.filter(|_| self.committer.defers()).map(|n| self.committer.guard(n));
@@ -420,16 +473,23 @@ impl Runtime {
             self.committer.wait(n)?;
         }
         d.carried();
-        Ok(())
+        Ok(true)
     }
 
     /// Waits for one report (a quarter of a second at most), takes every other one that is
     /// ready, and turns them into the next decision's input: each attempt's evidence and
     /// artifacts stored, its plaintext secrets removed.
     pub(crate) fn collect(&mut self, d: &mut Drive<'_>, op: &OperationRecord) -> Result<Option<Vec<Finished>>, Error> {
-        let first = match d.rx.recv_timeout(Duration::from_millis(250)) {
+        let first = match d.rx.try_recv() {
             Ok(r) => r,
-            Err(mpsc::RecvTimeoutError::Timeout | mpsc::RecvTimeoutError::Disconnected) => return Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => return Ok(None),
+            Err(mpsc::TryRecvError::Empty) => {
+                d.forget_op();
+                match d.rx.recv_timeout(Duration::from_millis(250)) {
+                    Ok(r) => r,
+                    Err(mpsc::RecvTimeoutError::Timeout | mpsc::RecvTimeoutError::Disconnected) => return Ok(None),
+                }
+            }
         };
         let mut results = vec![first];
         results.extend(d.rx.try_iter());

@@ -184,7 +184,7 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
     let fold = crate::pg_tail::folds(writes);
     for w in writes {
         match w {
-            Write::Fence { .. } | Write::Transition { .. } if fold => {}
+            Write::Fence { .. } | Write::Transition { .. } | Write::ExpectVersion { .. } if fold => {}
             Write::Timeline(_) | Write::Job(_) => {}
             Write::CreateOperation { op, plan } => {
                 tx.exec(
@@ -322,6 +322,10 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
             Write::ExpectPlan { operation, revision } => {
                 let rows = tx.query("SELECT plan_revision FROM operations WHERE id = $1", &[operation])?;
                 opsgraph_store::expect_plan(operation, revision, rows.first().map(|r| r.get(0)))?;
+            }
+            Write::ExpectVersion { operation, version } => {
+                let rows = tx.query("SELECT version FROM operations WHERE id = $1", &[operation])?;
+                opsgraph_store::expect_version(operation, *version, rows.first().map(|r| r.get(0)))?;
             }
             Write::Token(t) => {
                 tx.exec(

@@ -113,7 +113,8 @@ fn tails(writes: &[&[Write]]) -> Result<Option<Vec<Option<Tail>>>, Fail> {
     Ok(Some(tails))
 }
 
-/// The statement's row, in text: holder, token, whether the fence held, whether it transitioned.
+/// The statement's row, in text: holder, token, whether the fence held, whether it transitioned,
+/// whether the version guard held.
 fn answer(row: &postgres::SimpleQueryRow) -> Result<Answer, Fail> {
     let bad = || Fail::from(Error::Postgres("a commit's statement answered what it cannot".into()));
     let flag = |i: usize| match row.try_get(i) {
@@ -130,5 +131,6 @@ fn answer(row: &postgres::SimpleQueryRow) -> Result<Answer, Fail> {
         token,
         fenced_ok: flag(2)?,
         transitioned: flag(3)?,
+        version_ok: flag(4)?,
     })
 }

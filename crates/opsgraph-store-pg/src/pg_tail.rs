@@ -8,8 +8,9 @@
 //! its own statements, this one and `COMMIT`.
 //!
 //! Checks come before writes: the fence's row is locked `FOR SHARE` and compared first, the
-//! transition's version check runs only when the fence held, and every write (the counter
-//! included) only when both did: a refused commit wrote nothing. A lone statement bound by the
+//! version guard (`Write::ExpectVersion`) and then the transition's version check run only when
+//! the fence held, and every write (the counter included) only when all did: a refused commit
+//! wrote nothing. A lone statement bound by the
 //! extended protocol is never sent without `BEGIN` and `COMMIT`: the client answers it at
 //! `CommandComplete`, before its implicit transaction committed, and would hide a failed commit.
 
@@ -22,18 +23,20 @@ use crate::conn::Tx;
 use crate::Fail;
 
 /// Whether `writes` are the commit a driven operation makes: its fence first (if any), at most
-/// one transition, then only job records and timeline entries. Such a commit is one statement.
+/// one transition, at most one version guard, then only job records and timeline entries. Such a
+/// commit is one statement.
 pub(crate) fn folds(writes: &[Write]) -> bool {
-    let mut transitions = 0;
+    let (mut transitions, mut guards) = (0, 0);
     for (i, w) in writes.iter().enumerate() {
         match w {
             Write::Fence { .. } if i == 0 => {}
             Write::Transition { .. } => transitions += 1,
+            Write::ExpectVersion { .. } => guards += 1,
             Write::Job(_) | Write::Timeline(_) => {}
             _ => return false,
         }
     }
-    transitions <= 1
+    transitions <= 1 && guards <= 1
 }
 
 /// A parameter of the statement: bound (`Tail::run`), or written as a literal escaped by the
@@ -108,15 +111,18 @@ pub(crate) struct Tail {
     fence: Option<(String, String, i64)>,
     /// operation, expected version.
     transition: Option<(String, i64)>,
+    /// operation, the version it must still have (`Write::ExpectVersion`).
+    expect: Option<(String, i64)>,
 }
 
 /// What the statement answered: the lease's holder and token as it found them, whether the
-/// fence held, whether the transition was made.
+/// fence held, whether the transition was made, whether the version guard held.
 pub(crate) struct Answer {
     pub(crate) holder: Option<String>,
     pub(crate) token: Option<i64>,
     pub(crate) fenced_ok: bool,
     pub(crate) transitioned: bool,
+    pub(crate) version_ok: bool,
 }
 
 /// The last statement of `writes` (`None`: nothing to write): their job records and timeline
@@ -129,9 +135,11 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
     let mut job_at: HashMap<(&str, &str), usize> = HashMap::new();
     let mut fence = None;
     let mut transition = None;
+    let mut expect = None;
     for w in writes {
         match w {
             Write::Fence { operation, holder, token } if fold => fence = Some((operation, holder, *token)),
+            Write::ExpectVersion { operation, version } if fold => expect = Some((operation, *version)),
             Write::Transition { operation, expect_version, state, entry } => {
                 if fold {
                     transition = Some((operation, *expect_version, state, entry.at.as_str()));
@@ -149,7 +157,7 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
             _ => {}
         }
     }
-    if fence.is_none() && transition.is_none() && jobs.is_empty() && timeline.is_empty() {
+    if fence.is_none() && transition.is_none() && expect.is_none() && jobs.is_empty() && timeline.is_empty() {
         return Ok(None);
     }
     let mut p = Params::default();
@@ -167,6 +175,21 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
             "NULL::text, NULL::bigint"
         }
     };
+    // The version guard, checked only when the fence held; what follows is written only when it
+    // held too (`ok` is narrowed to it).
+    let version_ok = match &expect {
+        Some((operation, version)) => {
+            let (o, v) = (p.add(Arg::Text(operation.to_string())), p.add(Arg::Int(*version)));
+            with.push(format!(
+                "ver AS (SELECT 1 FROM operations WHERE id = {o} AND version = {v} AND EXISTS (SELECT 1 FROM ok))"
+            ));
+            "EXISTS (SELECT 1 FROM ver)"
+        }
+        None => {
+            with.push("ver AS (SELECT 1 FROM ok)".into());
+            "true"
+        }
+    };
     let transitioned = match &transition {
         Some((operation, version, state, at)) => {
             let kind = serde_json::to_value(state.kind())?.as_str().unwrap_or_default().to_string();
@@ -175,13 +198,13 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
                 (p.add(Arg::Text(at.to_string())), p.add(Arg::Text(operation.to_string())), p.add(Arg::Int(*version)));
             with.push(format!(
                 "tr AS (UPDATE operations SET state = {s}, state_kind = {k}, updated_at = {a}, version = version + 1
-                 WHERE id = {o} AND version = {v} AND EXISTS (SELECT 1 FROM ok) RETURNING 1)"
+                 WHERE id = {o} AND version = {v} AND EXISTS (SELECT 1 FROM ver) RETURNING 1)"
             ));
             with.push("go AS (SELECT 1 FROM tr)".into());
             "EXISTS (SELECT 1 FROM tr)"
         }
         None => {
-            with.push("go AS (SELECT 1 FROM ok)".into());
+            with.push("go AS (SELECT 1 FROM ver)".into());
             "true"
         }
     };
@@ -223,12 +246,16 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
              AS u(operation, at, actor, event, from_state, to_state, reason, data, n))"
         ));
     }
-    let sql = format!("WITH {} SELECT {fence_columns}, EXISTS (SELECT 1 FROM ok), {transitioned}", with.join(",\n"));
+    let sql = format!(
+        "WITH {} SELECT {fence_columns}, EXISTS (SELECT 1 FROM ok), {transitioned}, {version_ok}",
+        with.join(",\n")
+    );
     Ok(Some(Tail {
         sql,
         args: p.values,
         fence: fence.map(|(o, h, t)| (o.clone(), h.clone(), t)),
         transition: transition.map(|(o, v, ..)| (o.clone(), v)),
+        expect: expect.map(|(o, v)| (o.clone(), v)),
     }))
 }
 
@@ -239,7 +266,13 @@ impl Tail {
         let rows = tx.query(&self.sql, &args)?;
         let row =
             rows.first().ok_or_else(|| Fail::from(Error::Postgres("a commit's statement returned no row".into())))?;
-        self.judge(Answer { holder: row.get(0), token: row.get(1), fenced_ok: row.get(2), transitioned: row.get(3) })
+        self.judge(Answer {
+            holder: row.get(0),
+            token: row.get(1),
+            fenced_ok: row.get(2),
+            transitioned: row.get(3),
+            version_ok: row.get(4),
+        })
     }
 
     /// Whether the statement can be written with its parameters as literals.
@@ -261,6 +294,11 @@ impl Tail {
             if !a.fenced_ok {
                 let current = a.holder.zip(a.token);
                 return Err(Error::fenced(operation, holder, *token, current).into());
+            }
+        }
+        if let Some((operation, version)) = &self.expect {
+            if !a.version_ok {
+                return Err(Error::Conflict { id: operation.clone(), expected: *version }.into());
             }
         }
         if let Some((operation, version)) = &self.transition {

@@ -186,6 +186,13 @@ pub(crate) fn apply(tx: &rusqlite::Connection, writes: &[Write]) -> Result<(), F
                     .optional()?;
                 opsgraph_store::expect_plan(operation, revision, current)?;
             }
+            Write::ExpectVersion { operation, version } => {
+                let current: Option<i64> = tx
+                    .prepare_cached("SELECT version FROM operations WHERE id = ?1")?
+                    .query_row([operation], |r| r.get(0))
+                    .optional()?;
+                opsgraph_store::expect_version(operation, *version, current)?;
+            }
             Write::Token(t) => {
                 exec(
                     tx,

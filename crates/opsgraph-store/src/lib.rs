@@ -411,6 +411,15 @@ pub enum Write {
         operation: String,
         revision: String,
     },
+    /// A guard, not a change: the transaction is refused with [`Error::Conflict`] unless the
+    /// operation's version is still `version` (nobody moved it since the writer read it). What a
+    /// driver that keeps its copy of the operation row between commits, instead of reading it
+    /// again before each one, starts attempts under: a pause or cancel committed meanwhile
+    /// refuses them. PostgreSQL checks it in the commit's statement (no round trip of its own).
+    ExpectVersion {
+        operation: String,
+        version: i64,
+    },
     /// A token created, or revoked (`revoked_at` set).
     Token(TokenRecord),
     Audit(AuditRecord),
@@ -497,6 +506,15 @@ impl Stats {
         }
         self.duration_buckets = DURATION_BUCKETS_MS.iter().copied().zip(counts).collect();
     }
+}
+
+/// The guard of [`Write::ExpectVersion`]: the operation's current version (`None` when there is
+/// no such operation) must be `expected`; anything else is a [`Error::Conflict`].
+pub fn expect_version(operation: &str, expected: i64, current: Option<i64>) -> Result<(), Error> {
+    if current != Some(expected) {
+        return Err(Error::Conflict { id: operation.to_string(), expected });
+    }
+    Ok(())
 }
 
 /// The guard of [`Write::ExpectPlan`]: the operation's current plan revision (`None` when there

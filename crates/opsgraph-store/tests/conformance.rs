@@ -724,6 +724,73 @@ fn leases_are_acquired_renewed_expired_and_fenced(db: &TestDb) {
     assert!(err.to_string().contains("never leased"), "{err}");
 }
 
+/// `Write::ExpectVersion`: a commit made under a copy of the operation row lands while nobody moved
+/// the operation, and is refused with everything in it once another writer did (a driven
+/// operation's commit on PostgreSQL, one statement, and any other commit alike).
+fn a_version_guard_refuses_a_commit_once_the_operation_moved(db: &TestDb) {
+    let mut store = db.store();
+    store.commit(&[Write::CreateOperation { op: running("op-1"), plan: json!({}).to_string() }]).unwrap();
+    store.acquire_lease("op-1", "replica-a", 60_000).unwrap();
+    let job = |state: JobState| {
+        Write::Job(JobRecord {
+            operation: "op-1".into(),
+            id: "j".into(),
+            state,
+            attempts: 1,
+            outcome: json!({}),
+            updated_at: now(),
+        })
+    };
+    let guard = |version: i64| Write::ExpectVersion { operation: "op-1".into(), version };
+    let driven = |state: JobState, version: i64, event: &str| {
+        vec![fence("replica-a", 1), job(state), Write::Timeline(entry("op-1", event)), guard(version)]
+    };
+    store.commit(&driven(JobState::Running, 0, "started")).unwrap();
+
+    // Another writer (a person's pause on another connection) moves the operation.
+    let paused = OperationState::Paused { reason: "a person paused it".into() };
+    db.store().commit(&[first_transition(paused, "paused")]).unwrap();
+
+    let err = store.commit(&driven(JobState::Succeeded, 0, "refused")).unwrap_err();
+    assert!(matches!(&err, Error::Conflict { id, expected: 0 } if id == "op-1"), "{err}");
+    let err = store.commit(&[Write::Audit(audit_row()), guard(0)]).unwrap_err();
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    let err = store
+        .commit(&[Write::ExpectVersion { operation: "op-9".into(), version: 0 }, Write::Audit(audit_row())])
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict { .. }), "an operation that does not exist: {err}");
+    assert_eq!(store.jobs("op-1").unwrap()[0].state, JobState::Running, "nothing of a refused commit");
+    let events: Vec<String> = store.timeline("op-1").unwrap().into_iter().map(|e| e.event).collect();
+    assert_eq!(events, ["started", "paused"]);
+    assert!(store.audit(&AuditFilter::default()).unwrap().is_empty());
+
+    // Under the version read again, it lands; with a transition of the same commit too.
+    store.commit(&driven(JobState::Succeeded, 1, "finished")).unwrap();
+    let mut writes = driven(JobState::Succeeded, 1, "resumed");
+    writes.push(Write::Transition {
+        operation: "op-1".into(),
+        expect_version: 1,
+        state: OperationState::Running,
+        entry: entry("op-1", "running"),
+    });
+    store.commit(&writes).unwrap();
+    assert_eq!(store.operation("op-1").unwrap().unwrap().version, 2);
+    assert_eq!(store.jobs("op-1").unwrap()[0].state, JobState::Succeeded);
+}
+
+fn audit_row() -> AuditRecord {
+    AuditRecord {
+        seq: 0,
+        at: now(),
+        actor: "user:a".into(),
+        action: "test.write".into(),
+        target: "op-1".into(),
+        operation: Some("op-1".into()),
+        resource: None,
+        detail: json!({}),
+    }
+}
+
 /// Two holders race for one expired lease: exactly one wins each round.
 fn one_holder_wins_a_race_for_a_lease(db: &TestDb) {
     db.store()
@@ -927,6 +994,7 @@ opsgraph_store::conformance!(
     a_gate_answers_once_inside_the_transaction,
     tokens_audit_rows_and_request_keys_round_trip,
     leases_are_acquired_renewed_expired_and_fenced,
+    a_version_guard_refuses_a_commit_once_the_operation_moved,
     one_holder_wins_a_race_for_a_lease,
     a_second_operation_on_a_busy_resource_is_refused,
     timeline_seqs_follow_commit_order_across_writers,

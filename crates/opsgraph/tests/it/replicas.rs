@@ -311,6 +311,75 @@ fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testi
     assert_eq!(store.lease(&id).unwrap().unwrap().holder, "replica-b", "its release changed nothing");
 }
 
+/// In-process, on each backend: a person pauses an operation from another connection while its
+/// driver runs in-process no-op jobs (which never make it wait, so on PostgreSQL it never reads
+/// the operation row again on its own: its commits that start attempts carry a version guard).
+/// The driver stops paused, and no attempt is recorded as started after the pause. On SQLite the
+/// pause may be committed by the driver's own connection in its group-commit turn, which `PRAGMA
+/// data_version` does not count: the driver used to miss it and run every remaining job.
+fn a_pause_from_another_connection_stops_a_driver_that_never_waits(backend: opsgraph_store::testing::Backend) {
+    use opsgraph::load::Source;
+    let name = format!("replicas::a_pause_from_another_connection_stops_a_driver_that_never_waits ({backend:?})");
+    let Some(db) = test_db(backend, &name) else { return };
+    const NOOPS: usize = 3000;
+    let ids: Vec<String> = (0..NOOPS).map(|i| format!("n{i:04}")).collect();
+    let jobs: Vec<String> = ids.iter().map(|id| format!("job: {{id: {id}, type: noop}}\n")).collect();
+    let files = [
+        (
+            "noops/pack.yaml",
+            "scenario_pack:\n  id: noops\n  version: 1.0.0\n  resource_types: [noops.thing]\n  actions: [run]\n  plan_templates: [{id: noops.run}]\n".to_string(),
+        ),
+        (
+            "noops/templates.yaml",
+            format!(
+                "plan_template:\n  id: noops.run\n  action: run\n  stages:\n    - {{id: all, name: All, jobs: [{0}]}}\n  jobs: [{0}]\n",
+                ids.join(", ")
+            ),
+        ),
+        ("noops/jobs.yaml", jobs.join("---\n")),
+        ("intent.yaml", "intent:\n  target_resource_type: noops.thing\n  action: run\n  name: n1\n".to_string()),
+    ];
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (*a, b.as_str())).collect();
+    let dir = temp_dir(&files);
+    let loaded = opsgraph::plan_cmd::load_inputs(
+        &Source::parse(&dir.join("intent.yaml").display().to_string()),
+        opsgraph::load::packs(&[Source::parse(&dir.join("noops").display().to_string())]),
+        &[],
+    );
+    let plan = opsgraph::plan_cmd::build(&loaded).unwrap();
+    let mut rt = opsgraph_runtime::Runtime::new(db.store(), loaded.packs.clone(), vec![], dir.join("data"));
+    rt.set_concurrency(1);
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let driver = {
+        let (id, seen) = (id.clone(), Arc::clone(&seen));
+        std::thread::spawn(move || {
+            rt.drive(&id, &mut |_| {
+                seen.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+    };
+    let started = Instant::now();
+    while seen.load(Ordering::SeqCst) < 40 {
+        assert!(started.elapsed() < Duration::from_secs(60), "no progress");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut person = opsgraph_runtime::Runtime::new(db.store(), loaded.packs.clone(), vec![], dir.join("data"));
+    person.pause(&id, "user:bob", "hold on").unwrap();
+    let state = driver.join().unwrap().unwrap();
+    assert!(matches!(state, OperationState::Paused { .. }), "{state:?}");
+    let store = db.store();
+    let timeline = store.timeline(&id).unwrap();
+    let pause = timeline.iter().position(|e| e.event == "pause").expect("the pause is on the timeline");
+    let late: Vec<&str> =
+        timeline[pause..].iter().filter(|e| e.event == "job_started").map(|e| e.reason.as_str()).collect();
+    assert!(late.is_empty(), "attempts started after the pause: {late:?}");
+    let jobs = store.jobs(&id).unwrap();
+    assert!(jobs.iter().all(|j| j.state != opsgraph_store::JobState::Running), "an attempt left running");
+    let done = jobs.iter().filter(|j| j.state.is_done()).count();
+    assert!(done > 0 && done < NOOPS, "paused in the middle: {done} of {NOOPS} done");
+}
+
 /// `--database` routes every command to that store: an operation applied on PostgreSQL is listed
 /// with the same `--database` and not in the data directory's SQLite file; `sqlite://PATH` is
 /// that file.
@@ -482,4 +551,8 @@ macro_rules! on_each_backend {
     };
 }
 
-on_each_backend!(a_stale_holder_writes_nothing_after_a_takeover, local_agents_use_the_database_they_are_given);
+on_each_backend!(
+    a_stale_holder_writes_nothing_after_a_takeover,
+    local_agents_use_the_database_they_are_given,
+    a_pause_from_another_connection_stops_a_driver_that_never_waits,
+);
