@@ -77,7 +77,8 @@ fn a_cached_statement_is_not_parsed_again_when_its_values_change() {
     let sql = "SELECT id FROM agent_tasks WHERE id = ?1 AND lease = ?2 AND state = 'claimed' LIMIT ?3";
     let dir = std::env::temp_dir().join(format!("opsgraph-store-prepared-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for store in [SqliteStore::memory().unwrap(), SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap()]
+    for store in
+        [SqliteStore::memory().unwrap(), SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap()]
     {
         for k in 0..4_i64 {
             let mut stmt = store.conn.prepare_cached(sql).unwrap();
