@@ -61,9 +61,7 @@ impl SqliteStore {
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;"
             ))
             .map_err(open_err)?;
-            // Every statement a drive runs stays prepared (rusqlite keeps 16 by default; a commit's
-            // BEGIN and COMMIT are among them, `writer.rs`).
-            conn.set_prepared_statement_cache_capacity(64);
+            prepared_once(&conn).map_err(open_err)?;
             // One signal for every store of the file, however its path was spelled.
             let name = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             let written = opsgraph_store::timeline_written(&name.display().to_string());
@@ -84,8 +82,9 @@ impl SqliteStore {
     /// An in-memory store, for tests.
     pub fn memory() -> Result<SqliteStore, Error> {
         edge(|| {
-            let conn = Connection::open_in_memory()
-                .map_err(|source| Error::Open { path: ":memory:".into(), source: Box::new(source) })?;
+            let open_err = |source| Error::Open { path: ":memory:".into(), source: Box::new(source) };
+            let conn = Connection::open_in_memory().map_err(open_err)?;
+            prepared_once(&conn).map_err(open_err)?;
             let written = std::sync::Arc::new(opsgraph_store::Written::new());
             let mut store = SqliteStore {
                 conn,
@@ -108,6 +107,26 @@ impl SqliteStore {
     fn migrate(&mut self) -> Result<(), Fail> {
         crate::schema::migrate(&mut self.conn, &self.writer)
     }
+}
+
+/// Every statement a drive runs stays prepared, and is not prepared again when it is bound new
+/// values.
+///
+/// - The cache: rusqlite keeps 16 statements by default; a commit's BEGIN and COMMIT are among
+///   them (`writer.rs`).
+/// - The query planner stability guarantee (QPSG): without it SQLite (3.54) marks a statement
+///   whose plan *could* depend on a bound value — `LIMIT ?`, and any `column = ?` the index does
+///   not use (`lease = ?2` after `id = ?1`, the truth-probability estimate of `where.c`) — to be
+///   parsed and planned again whenever that value changes, and `sqlite3_clear_bindings` (which
+///   rusqlite calls on every statement it puts back in its cache) expires every such statement:
+///   the claim, the report, the heartbeat, the driver's job updates were parsed again at every
+///   use (`sqlite3Reprepare`, ~10 % of the server's CPU with agents; docs/benchmarks.md, branch
+///   `agents4`). With the guarantee a statement keeps the plan it was prepared with; the plans
+///   of these statements (indexed look-ups) do not depend on the values.
+fn prepared_once(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_prepared_statement_cache_capacity(64);
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(())
 }
 
 fn operation(r: &Row<'_>) -> Result<OperationRecord, Fail> {

@@ -90,3 +90,27 @@ fn a_deferred_commit_is_made_at_once_and_synced_by_the_syncer() {
     drop((store, reader));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_cached_statement_is_not_parsed_again_when_its_values_change() {
+    // `lease = ?2` is a term the primary key's look-up does not use, and `LIMIT ?3` a bound limit:
+    // without the query planner stability guarantee SQLite marks both, and the statement put back
+    // in rusqlite's cache (its bindings cleared) is parsed and planned again at its next use.
+    use rusqlite::{params, OptionalExtension, StatementStatus};
+    let sql = "SELECT id FROM agent_tasks WHERE id = ?1 AND lease = ?2 AND state = 'claimed' LIMIT ?3";
+    let dir = std::env::temp_dir().join(format!("opsgraph-store-prepared-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for store in
+        [SqliteStore::memory().unwrap(), SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap()]
+    {
+        for k in 0..4_i64 {
+            let mut stmt = store.conn.prepare_cached(sql).unwrap();
+            let row: Option<String> =
+                stmt.query_row(params![format!("task-{k}"), format!("lease-{k}"), k], |r| r.get(0)).optional().unwrap();
+            assert_eq!(row, None);
+        }
+        let stmt = store.conn.prepare_cached(sql).unwrap();
+        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -19,7 +19,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +26,8 @@ use anyhow::{bail, Context as _};
 use opsgraph_exec::{Cancel, Tee};
 use opsgraph_runtime::LogStream;
 use serde_json::{json, Value};
+
+use crate::agent_side::{Side, Watch};
 
 /// How `opsgraph agent` runs.
 #[derive(Debug, Clone)]
@@ -68,14 +69,14 @@ pub fn token(flag: Option<&str>, file: Option<&Path>) -> anyhow::Result<String> 
 
 /// One HTTP client for the agent's calls (clones share its keep-alive connections).
 #[derive(Clone)]
-struct Client {
+pub(crate) struct Client {
     base: String,
     auth: String,
     http: ureq::Agent,
 }
 
 /// How a call ended.
-enum Answer {
+pub(crate) enum Answer {
     Ok(Value),
     /// The server answered with an error (status, code, message).
     Refused(u16, String, String),
@@ -93,7 +94,7 @@ impl Client {
         Client { base: base.trim_end_matches('/').to_string(), auth: format!("Bearer {token}"), http }
     }
 
-    fn post(&self, path: &str, body: &Value) -> Answer {
+    pub(crate) fn post(&self, path: &str, body: &Value) -> Answer {
         let url = format!("{}{path}", self.base);
         let bytes = serde_json::to_vec(body).unwrap_or_default();
         let result = self
@@ -367,9 +368,10 @@ fn claim_loop(args: &AgentArgs, instance: &str, lines: &Arc<Mutex<Vec<String>>>)
                         (client.clone(), args.work_dir.clone(), lines.clone(), claiming.clone());
                     let keep = args.max_tasks.is_some();
                     runners.push(std::thread::spawn(move || {
+                        let side = Side::new();
                         let mut next = vec![c];
                         while let Some(c) = next.pop() {
-                            let (line, successors) = run_task(&client, &work_dir, &c, &claiming);
+                            let (line, successors) = run_task(&client, &work_dir, &c, &claiming, &side);
                             eprintln!("{line}");
                             if keep {
                                 lines.lock().unwrap_or_else(|e| e.into_inner()).push(line);
@@ -413,7 +415,13 @@ struct Claimed {
 
 /// Runs one claimed task to its report; returns a line saying what happened, and the successors
 /// the report claimed (protocol 3).
-fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed, claiming: &Claiming) -> (String, Vec<Claimed>) {
+fn run_task(
+    client: &Client,
+    work_dir: &Path,
+    claimed: &Claimed,
+    claiming: &Claiming,
+    side: &Side,
+) -> (String, Vec<Claimed>) {
     let id = claimed.task["id"].as_str().unwrap_or_default().to_string();
     let lease = claimed.lease.clone();
     let beat = Duration::from_millis(claimed.heartbeat_ms.unwrap_or(10_000).max(100));
@@ -431,47 +439,17 @@ fn run_task(client: &Client, work_dir: &Path, claimed: &Claimed, claiming: &Clai
         let stream = stream.clone();
         Tee(Arc::new(move |_, bytes: &[u8]| stream.lock().unwrap_or_else(|e| e.into_inner()).push(bytes)))
     };
-    let finished = Arc::new(AtomicBool::new(false));
-    // Wakes the side thread at once when the job ends (its last log lines, then the report).
-    let (wake, woken) = std::sync::mpsc::channel::<()>();
-    let side = {
-        let client = client.clone();
-        let (id, lease, cancel, stream, finished) =
-            (id.clone(), lease.clone(), cancel.clone(), stream.clone(), finished.clone());
-        std::thread::spawn(move || {
-            let mut last_beat = Instant::now();
-            loop {
-                let end = finished.load(Ordering::SeqCst);
-                if end && lines_in_report {
-                    return;
-                }
-                loop {
-                    let text = stream.lock().unwrap_or_else(|e| e.into_inner()).take(end);
-                    if text.is_empty() {
-                        break;
-                    }
-                    send_log(&client, &id, &lease, text, &cancel, end);
-                }
-                if end {
-                    return;
-                }
-                if last_beat.elapsed() >= beat {
-                    last_beat = Instant::now();
-                    if let Answer::Refused(409, ..) =
-                        client.post("/api/v1/agent/heartbeat", &json!({"task": id, "lease": lease}))
-                    {
-                        // Given up or cancelled: stop the job.
-                        cancel.cancel();
-                    }
-                }
-                let _ = woken.recv_timeout(Duration::from_millis(100).min(beat));
-            }
-        })
-    };
+    side.watch(Watch {
+        client: client.clone(),
+        id: id.clone(),
+        lease: lease.clone(),
+        cancel: cancel.clone(),
+        stream: stream.clone(),
+        beat,
+        lines_in_report,
+    });
     let report = opsgraph_runtime::agent::execute(payload, &dir, &work_dir.join("scripts"), Some(tee), &cancel);
-    finished.store(true, Ordering::SeqCst);
-    let _ = wake.send(());
-    let _ = side.join();
+    side.end();
     // The last lines: all but the final chunk as log chunks, the final one in the report.
     let mut last = String::new();
     if lines_in_report {
@@ -555,7 +533,7 @@ fn empty(dir: &Path) {
 }
 
 /// Sends a log chunk; retried while the server is unreachable (dropped when the lease is gone).
-fn send_log(client: &Client, id: &str, lease: &str, text: String, cancel: &Cancel, patient: bool) {
+pub(crate) fn send_log(client: &Client, id: &str, lease: &str, text: String, cancel: &Cancel, patient: bool) {
     let body = json!({"task": id, "lease": lease, "text": text});
     let mut backoff = Backoff::new();
     for _ in 0..if patient { 50 } else { 3 } {

@@ -4,6 +4,7 @@
 //! decisions live in `opsgraph-core` (documents, packs, resolution and plans).
 
 pub mod agent_cmd;
+mod agent_side;
 pub mod args;
 pub mod catalogue;
 pub mod cli;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use opsgraph_store::{now, now_ms, AgentClaim, AgentTask, AgentTaskState, Store};
+use serde::Deserialize as _;
 use serde_json::{json, Value};
 
 use super::wire::{b64, AgentJob};
@@ -67,8 +68,18 @@ impl Agents {
     }
 
     /// The plaintext payload of a claimed task, for the agent that claimed it; its `kind` is the
-    /// task's (an evidence task shares its run task's payload and must never run the job).
+    /// task's (an evidence task shares its run task's payload and must never run the job). The
+    /// task's screen is built from it and kept: the log chunks and the report that follow are
+    /// screened without opening the payload again.
     pub fn open_payload(&self, data_dir: &Path, task: &AgentTask) -> Result<Value, Error> {
+        let payload = self.opened(data_dir, task)?;
+        if let Ok(job) = AgentJob::deserialize(&payload) {
+            self.screens.put(&task.id, super::screen::Screen::new(&job));
+        }
+        Ok(payload)
+    }
+
+    fn opened(&self, data_dir: &Path, task: &AgentTask) -> Result<Value, Error> {
         let sealed = task.payload.get("sealed").and_then(Value::as_str).unwrap_or_default();
         let aad = payload_aad(&task.operation, &task.job, task.attempt);
         let plain = open_with(&*self.keyring(data_dir)?, sealed, &aad)?;
@@ -79,10 +90,11 @@ impl Agents {
     }
 
     /// What `task`'s log text and report are screened with before they are stored or shown
-    /// (see [`Screen`](super::screen::Screen)), from its sealed payload.
+    /// (see [`Screen`](super::screen::Screen)), from its sealed payload: the one its claim's
+    /// answer built, or built again (another replica answered the claim; the cache started over).
     pub fn screen(&self, data_dir: &Path, task: &AgentTask) -> Result<Arc<super::screen::Screen>, Error> {
         self.screens.get(&task.id, || {
-            let payload = self.open_payload(data_dir, task)?;
+            let payload = self.opened(data_dir, task)?;
             let job: AgentJob =
                 serde_json::from_value(payload).map_err(|e| Error::Secrets(format!("agent payload: {e}")))?;
             Ok(super::screen::Screen::new(&job))

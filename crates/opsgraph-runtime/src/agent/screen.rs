@@ -43,12 +43,22 @@ impl Screens {
             return Ok(s.clone());
         }
         let screen = Arc::new(build()?);
+        self.keep(key, screen.clone());
+        Ok(screen)
+    }
+
+    /// Keeps `screen` under `key` (a claim's answer, which opened the payload: the report then
+    /// finds it here).
+    pub(crate) fn put(&self, key: &str, screen: Screen) {
+        self.keep(key, Arc::new(screen));
+    }
+
+    fn keep(&self, key: &str, screen: Arc<Screen>) {
         let mut cache = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= CACHED {
             cache.clear();
         }
-        cache.insert(key.to_string(), screen.clone());
-        Ok(screen)
+        cache.insert(key.to_string(), screen);
     }
 }
 
