@@ -27,6 +27,7 @@ use opsgraph_exec::{Cancel, Tee};
 use opsgraph_runtime::LogStream;
 use serde_json::{json, Value};
 
+use crate::agent_client::{send_log, Answer, Backoff, Client};
 use crate::agent_side::{Side, Watch};
 
 /// How `opsgraph agent` runs.
@@ -64,78 +65,6 @@ pub fn token(flag: Option<&str>, file: Option<&Path>) -> anyhow::Result<String> 
             .trim()
             .to_string()),
         None => bail!("an agent needs a token: --token, OPSGRAPH_TOKEN or --token-file (a token of the `agent` role)"),
-    }
-}
-
-/// One HTTP client for the agent's calls (clones share its keep-alive connections).
-#[derive(Clone)]
-pub(crate) struct Client {
-    base: String,
-    auth: String,
-    http: ureq::Agent,
-}
-
-/// How a call ended.
-pub(crate) enum Answer {
-    Ok(Value),
-    /// The server answered with an error (status, code, message).
-    Refused(u16, String, String),
-    /// No answer (the server is down or restarting).
-    Unreachable(String),
-}
-
-impl Client {
-    fn new(base: &str, token: &str) -> Client {
-        let http: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
-        Client { base: base.trim_end_matches('/').to_string(), auth: format!("Bearer {token}"), http }
-    }
-
-    pub(crate) fn post(&self, path: &str, body: &Value) -> Answer {
-        let url = format!("{}{path}", self.base);
-        let bytes = serde_json::to_vec(body).unwrap_or_default();
-        let result = self
-            .http
-            .post(&url)
-            .header("Authorization", &self.auth)
-            .header("Content-Type", "application/json")
-            .send(&bytes[..]);
-        let mut resp = match result {
-            Ok(r) => r,
-            Err(e) => return Answer::Unreachable(e.to_string()),
-        };
-        let status = resp.status().as_u16();
-        let text = match resp.body_mut().with_config().limit(64 << 20).read_to_string() {
-            Ok(t) => t,
-            Err(e) => return Answer::Unreachable(e.to_string()),
-        };
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        if (200..300).contains(&status) {
-            return Answer::Ok(value);
-        }
-        let code = value["error"]["code"].as_str().unwrap_or("error").to_string();
-        let message = value["error"]["message"].as_str().unwrap_or_default().to_string();
-        // A proxy's or a restarting server's 5xx: try again.
-        if status >= 500 {
-            return Answer::Unreachable(format!("{status} {code}: {message}"));
-        }
-        Answer::Refused(status, code, message)
-    }
-}
-
-/// Backoff between retries: 100 ms doubling to 5 s.
-struct Backoff(Duration);
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff(Duration::from_millis(100))
-    }
-    fn sleep(&mut self) {
-        std::thread::sleep(self.0);
-        self.0 = (self.0 * 2).min(Duration::from_secs(5));
     }
 }
 
@@ -529,23 +458,6 @@ fn empty(dir: &Path) {
     }
     if stuck {
         let _ = std::fs::rename(dir, dir.with_extension(format!("left-{}", now_nanos())));
-    }
-}
-
-/// Sends a log chunk; retried while the server is unreachable (dropped when the lease is gone).
-pub(crate) fn send_log(client: &Client, id: &str, lease: &str, text: String, cancel: &Cancel, patient: bool) {
-    let body = json!({"task": id, "lease": lease, "text": text});
-    let mut backoff = Backoff::new();
-    for _ in 0..if patient { 50 } else { 3 } {
-        match client.post("/api/v1/agent/log", &body) {
-            Answer::Ok(_) => return,
-            Answer::Refused(409, ..) => {
-                cancel.cancel();
-                return;
-            }
-            Answer::Refused(..) => return,
-            Answer::Unreachable(_) => backoff.sleep(),
-        }
     }
 }
 

@@ -14,7 +14,7 @@ use opsgraph_exec::Cancel;
 use opsgraph_runtime::LogStream;
 use serde_json::json;
 
-use crate::agent_cmd::{send_log, Answer, Client};
+use crate::agent_client::{send_log, Answer, Client};
 
 /// A task to watch while its job runs.
 pub(crate) struct Watch {

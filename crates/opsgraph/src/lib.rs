@@ -3,6 +3,7 @@
 //! This crate is the imperative shell: it reads files, picks implementations and prints. The
 //! decisions live in `opsgraph-core` (documents, packs, resolution and plans).
 
+mod agent_client;
 pub mod agent_cmd;
 mod agent_side;
 pub mod args;
