@@ -62,16 +62,7 @@ fn chain_pack(n: usize, chained: bool) -> Pack {
             },
             outputs: Outputs { provides: Provides::default(), artifacts: vec![], evidence: vec![] },
             controls: Controls::default(),
-            run: Some(Run {
-                executor: Some(ExecutorKind::Local),
-                command: Some(Command::Argv(vec!["/bin/true".into()])),
-                script: None,
-                timeout: None,
-                env: BTreeMap::new(),
-                workdir: None,
-                method: None,
-                url: None,
-            }),
+            run: Some(Run::local(vec!["/bin/true".into()])),
             after: if k == 0 || !chained { vec![] } else { vec![format!("j{}", k - 1)] },
             cost: None,
         })

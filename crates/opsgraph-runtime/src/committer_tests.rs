@@ -25,20 +25,7 @@ fn pack(n: usize, chained: bool, ledger: &Path) -> Pack {
             inputs: Inputs::default(),
             outputs: Outputs { provides: Provides::default(), artifacts: vec![], evidence: vec![] },
             controls: Controls::default(),
-            run: Some(Run {
-                executor: Some(ExecutorKind::Local),
-                command: Some(Command::Argv(vec![
-                    "/bin/sh".into(),
-                    "-c".into(),
-                    format!("echo j{k} >> {}", ledger.display()),
-                ])),
-                script: None,
-                timeout: None,
-                env: BTreeMap::new(),
-                workdir: None,
-                method: None,
-                url: None,
-            }),
+            run: Some(Run::local(vec!["/bin/sh".into(), "-c".into(), format!("echo j{k} >> {}", ledger.display())])),
             after: if k == 0 || !chained { vec![] } else { vec![format!("j{}", k - 1)] },
             cost: None,
         })

@@ -664,6 +664,22 @@ pub struct Run {
     pub url: Option<String>,
 }
 
+impl Run {
+    /// A command run by the local executor, as given (no shell): benchmarks' and tests' jobs.
+    pub fn local(argv: Vec<String>) -> Run {
+        Run {
+            executor: Some(ExecutorKind::Local),
+            command: Some(Command::Argv(argv)),
+            script: None,
+            timeout: None,
+            env: BTreeMap::new(),
+            workdir: None,
+            method: None,
+            url: None,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Evidence and artifacts
 
