@@ -397,8 +397,12 @@ impl Runtime {
         // goes on deciding meanwhile; what it guards waits for the durable mark. Not a commit
         // that enqueues for an agent: another connection (a replica's claim) may hand the task
         // to its agent as soon as it is visible, and no guard of this process holds the agent.
-        let deferred = !writes.iter().any(|w| matches!(w, Write::Agent(_)));
-        let made = self.commit_timeline_as(&writes, deferred, progress)?;
+        let durable = if writes.iter().any(|w| matches!(w, Write::Agent(_))) {
+            crate::Durable::Now
+        } else {
+            crate::Durable::Deferred
+        };
+        let made = self.commit_timeline_as(&writes, durable, progress)?;
         crate::failpoint::hit("attempts.recorded");
         d.remember(&writes);
         let guard = made.filter(|_| self.committer.defers()).map(|n| self.committer.guard(n));
