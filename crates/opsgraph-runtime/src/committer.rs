@@ -29,6 +29,25 @@ use std::thread::JoinHandle;
 
 use opsgraph_store::{Error, Syncer};
 
+/// When a commit the runtime makes is durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durable {
+    /// At its commit: whoever asked may be told at once (a server's reply, a person's change).
+    Now,
+    /// Once the committer's sync covers it, a sync begun at once ([`Store::commit_deferred`]):
+    /// the driver's commits that record attempts; what they guard waits for the durable mark.
+    ///
+    /// [`Store::commit_deferred`]: opsgraph_store::Store::commit_deferred
+    Deferred,
+    /// Made as [`Durable::Deferred`], but no sync starts for it: the next commit of this runtime
+    /// made durable covers it (the WAL keeps commits in order), and the drive that the caller
+    /// starts at once in this process (`drive_leased`) syncs it when it stops if none did. For
+    /// an operation the CLI creates and drives at once, reporting nothing of it before the
+    /// drive's first commit (which records its first attempts, synced before their processes
+    /// start): one `fsync` fewer before a cold `apply`'s first job (issue [N] 5).
+    ByItsDrive,
+}
+
 /// A failpoint of the committer, for tests: called before each sync with the last commit it
 /// covers; an `Err` is the sync failing with that reason (a sleep in it delays every sync).
 pub(crate) type Fault = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
@@ -148,25 +167,37 @@ impl Committer {
         }
     }
 
-    /// A commit was made (deferred when `deferred`): its number, for [`Committer::wait`].
-    pub(crate) fn submit(&mut self, deferred: bool) -> Result<u64, Error> {
+    /// A commit was made, durable as `durable` says (`Now` when this committer does not defer):
+    /// its number, for [`Committer::wait`].
+    pub(crate) fn submit(&mut self, durable: Durable) -> Result<u64, Error> {
         self.check()?;
         let n = self.mark.made.fetch_add(1, Ordering::AcqRel) + 1;
-        if !deferred {
-            // Durable already, and with it every commit made before it on this connection.
-            let state = self.mark.lock();
-            self.mark.durable.fetch_max(n, Ordering::AcqRel);
-            drop(state);
-            self.mark.moved.notify_all();
-            return Ok(n);
+        match durable {
+            _ if !self.defers() => {}
+            Durable::Now => {}
+            // Its sync is left to what follows (`settle`, or a commit made durable after it).
+            Durable::ByItsDrive => return Ok(n),
+            Durable::Deferred => {
+                self.sync_soon();
+                return Ok(n);
+            }
         }
+        // Durable already, and with it every commit made before it on this connection.
+        let state = self.mark.lock();
+        self.mark.durable.fetch_max(n, Ordering::AcqRel);
+        drop(state);
+        self.mark.moved.notify_all();
+        Ok(n)
+    }
+
+    /// Has the thread sync what was made, starting it if needed.
+    fn sync_soon(&mut self) {
         if self.thread.is_none() {
             self.thread = Some(self.spawn());
         }
         // Taken under the lock, so the thread cannot miss it between its check and its wait.
         drop(self.mark.lock());
         self.mark.moved.notify_all();
-        Ok(n)
     }
 
     /// Waits until commit `n` is durable; fails when a sync failed first.
@@ -179,9 +210,14 @@ impl Committer {
         Guard { commit: n, mark: Arc::clone(&self.mark) }
     }
 
-    /// Waits until every commit made is durable (before a drive returns).
-    pub(crate) fn settle(&self) -> Result<(), Error> {
-        self.wait(self.mark.made.load(Ordering::Acquire))
+    /// Waits until every commit made is durable (before a drive returns), syncing one left to
+    /// what follows (`Durable::ByItsDrive`) that nothing synced yet.
+    pub(crate) fn settle(&mut self) -> Result<(), Error> {
+        let made = self.mark.made.load(Ordering::Acquire);
+        if self.defers() && made > self.mark.durable() {
+            self.sync_soon();
+        }
+        self.wait(made)
     }
 
     fn spawn(&self) -> JoinHandle<()> {
@@ -223,6 +259,10 @@ impl Drop for Committer {
     /// Syncs what was made, then ends the thread: a runtime dropped after commits it did not
     /// wait for still leaves them durable when it can.
     fn drop(&mut self) {
+        // A commit left to what follows (`Durable::ByItsDrive`) and nothing followed.
+        if self.thread.is_none() && self.defers() && self.mark.made.load(Ordering::Acquire) > self.mark.durable() {
+            self.thread = Some(self.spawn());
+        }
         self.mark.lock().stop = true;
         self.mark.moved.notify_all();
         if let Some(t) = self.thread.take() {
@@ -252,14 +292,14 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
             Ok(())
         }));
-        let first = c.submit(true).unwrap();
-        let second = c.submit(true).unwrap();
+        let first = c.submit(Durable::Deferred).unwrap();
+        let second = c.submit(Durable::Deferred).unwrap();
         assert_eq!((first, second), (1, 2));
         c.wait(second).unwrap();
         assert!(c.mark().durable() >= 2);
         assert!(synced.0.load(Ordering::Acquire) >= 1);
         // A durable commit made directly covers itself and everything before it.
-        let third = c.submit(false).unwrap();
+        let third = c.submit(Durable::Now).unwrap();
         assert_eq!(c.mark().durable(), third);
         c.settle().unwrap();
     }
@@ -268,11 +308,44 @@ mod tests {
     fn a_failed_sync_fails_every_wait_and_every_later_commit() {
         let mut c = Committer::new(Some(Arc::new(Counted(AtomicU64::new(0))) as Arc<dyn Syncer>));
         c.fault = Some(Arc::new(|_| Err("disk gone".into())));
-        let n = c.submit(true).unwrap();
+        let n = c.submit(Durable::Deferred).unwrap();
         let err = c.wait(n).unwrap_err();
         assert!(matches!(&err, Error::NotDurable { reason } if reason == "disk gone"), "{err:?}");
         assert_eq!(c.mark().durable(), 0, "nothing was made durable");
-        assert!(matches!(c.submit(true), Err(Error::NotDurable { .. })));
+        assert!(matches!(c.submit(Durable::Deferred), Err(Error::NotDurable { .. })));
         assert!(c.settle().is_err());
+    }
+
+    /// A commit left to its drive starts no sync; a deferred commit after it is synced with it
+    /// (one sync covers both); one that nothing followed is synced by `settle`, or when the
+    /// committer is dropped.
+    #[test]
+    fn a_commit_left_to_its_drive_is_synced_by_what_follows_or_by_settle() {
+        let synced = Arc::new(Counted(AtomicU64::new(0)));
+        let mut c = Committer::new(Some(synced.clone() as Arc<dyn Syncer>));
+        let created = c.submit(Durable::ByItsDrive).unwrap();
+        assert!(c.thread.is_none(), "no sync was started for it");
+        assert_eq!(c.mark().durable(), 0);
+        let recorded = c.submit(Durable::Deferred).unwrap();
+        c.wait(recorded).unwrap();
+        assert!(c.mark().durable() >= created);
+        assert_eq!(synced.0.load(Ordering::Acquire), 1, "one sync for both");
+
+        let mut c = Committer::new(Some(synced.clone() as Arc<dyn Syncer>));
+        c.submit(Durable::ByItsDrive).unwrap();
+        c.settle().unwrap();
+        assert_eq!((c.mark().durable(), synced.0.load(Ordering::Acquire)), (1, 2));
+        c.settle().unwrap();
+        assert_eq!(synced.0.load(Ordering::Acquire), 2, "nothing new: no sync");
+
+        let mut c = Committer::new(Some(synced.clone() as Arc<dyn Syncer>));
+        c.submit(Durable::ByItsDrive).unwrap();
+        drop(c);
+        assert_eq!(synced.0.load(Ordering::Acquire), 3, "synced when dropped");
+
+        // Without a syncer every commit is durable when made.
+        let mut c = Committer::new(None);
+        let n = c.submit(Durable::ByItsDrive).unwrap();
+        assert_eq!(c.mark().durable(), n);
     }
 }

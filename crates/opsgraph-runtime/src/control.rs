@@ -381,8 +381,22 @@ impl Runtime {
     /// Records an operation under an id the caller chose (`new_operation_id`), so that writes
     /// attached to its creation (an audit record, an idempotency record) can name it.
     pub fn create_as(&mut self, id: &str, plan: &Plan, actor: &str, progress: Progress<'_>) -> Result<String, Error> {
-        let attached = self.take_attached();
-        self.create_operation(plan, None, id.to_string(), attached, actor, progress)
+        self.create_durable(id, plan, actor, crate::Durable::Now, progress)
+    }
+
+    /// [`Runtime::create_as`], made durable when `durable` says (`Durable::ByItsDrive`: the
+    /// caller drives it at once with `drive_leased` and reports nothing of it before).
+    pub fn create_durable(
+        &mut self,
+        id: &str,
+        plan: &Plan,
+        actor: &str,
+        durable: crate::Durable,
+        progress: Progress<'_>,
+    ) -> Result<String, Error> {
+        let extra = self.take_attached();
+        let new = crate::create::New { id: id.to_string(), parent: None, extra, durable };
+        self.create_operation(plan, new, actor, progress)
     }
 
     pub fn pause(&mut self, op_id: &str, actor: &str, reason: &str) -> Result<OperationState, Error> {

@@ -11,7 +11,17 @@ use serde_json::{json, Value};
 
 use crate::jobs::param_text;
 use crate::timeline::{entry, Progress};
-use crate::{new_operation_id, Error, Runtime};
+use crate::{new_operation_id, Durable, Error, Runtime};
+
+/// An operation about to be created: its id, its parent (a sub-operation's), what its creating
+/// transaction also writes (attached audit or idempotency records, the parent's note), and when
+/// that transaction is durable.
+pub(crate) struct New<'a> {
+    pub(crate) id: String,
+    pub(crate) parent: Option<&'a str>,
+    pub(crate) extra: Vec<Write>,
+    pub(crate) durable: Durable,
+}
 
 pub(crate) fn is_input_gate(t: GateType) -> bool {
     matches!(t, GateType::MissingInput | GateType::ProviderSelection)
@@ -45,7 +55,8 @@ impl Runtime {
         // Providers the resolution creates run first, as child operations, once the run starts
         // (after every gate before the run is answered: a cost or approval gate also guards them).
         let attached = self.take_attached();
-        self.create_operation(plan, None, new_operation_id(), attached, actor, progress)
+        let new = New { id: new_operation_id(), parent: None, extra: attached, durable: Durable::Now };
+        self.create_operation(plan, new, actor, progress)
     }
 
     /// Records a child operation that creates `provider` for `requirement` of `parent`; the
@@ -70,18 +81,18 @@ impl Runtime {
             ),
             json!({"child": child, "requirement": requirement, "provider": provider}),
         );
-        self.create_operation(plan, Some(parent), child, vec![Write::Timeline(note)], actor, progress)
+        let new = New { id: child, parent: Some(parent), extra: vec![Write::Timeline(note)], durable: Durable::Now };
+        self.create_operation(plan, new, actor, progress)
     }
 
     pub(crate) fn create_operation(
         &mut self,
         plan: &Plan,
-        parent: Option<&str>,
-        id: String,
-        extra: Vec<Write>,
+        new: New<'_>,
         actor: &str,
         progress: Progress<'_>,
     ) -> Result<String, Error> {
+        let New { id, parent, extra, durable } = new;
         if plan.is_blocked() {
             let reasons: Vec<String> = plan
                 .resolution
@@ -210,7 +221,7 @@ impl Runtime {
             // Checked again inside the transaction: another replica may be creating one too.
             writes.insert(0, Write::ExpectIdle { resource: resource.clone(), operation: id.clone() });
         }
-        self.commit(&writes).map_err(|e| match e {
+        self.commit_as(&writes, durable).map_err(|e| match e {
             opsgraph_store::Error::ResourceBusy { resource, operation, state } => {
                 Error::Busy { resource, operation, state }
             }

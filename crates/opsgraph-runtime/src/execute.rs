@@ -432,8 +432,12 @@ impl Runtime {
         // goes on deciding meanwhile; what it guards waits for the durable mark. Not a commit
         // that enqueues for an agent: another connection (a replica's claim) may hand the task
         // to its agent as soon as it is visible, and no guard of this process holds the agent.
-        let deferred = !writes.iter().any(|w| matches!(w, Write::Agent(_)));
-        let made = match self.commit_timeline_as(&writes, deferred, progress) {
+        let durable = if writes.iter().any(|w| matches!(w, Write::Agent(_))) {
+            crate::Durable::Now
+        } else {
+            crate::Durable::Deferred
+        };
+        let made = match self.commit_timeline_as(&writes, durable, progress) {
             Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => {
                 for (instance, not_before) in started {
                     d.in_flight.remove(&instance);

@@ -10,6 +10,9 @@ use std::sync::OnceLock;
 pub const FAIL_POINTS: &[&str] = &[
     // The operation and its plan are committed; no job has started.
     "operation.created",
+    // The operation's lease is taken (a commit not synced on its own, as the creation of an
+    // operation the CLI drives at once); nothing of the drive is committed yet.
+    "lease.taken",
     // Attempts are recorded `running`; their processes do not exist yet.
     "attempts.recorded",
     // The committer's thread is about to sync commits the driver made (not durable yet); what

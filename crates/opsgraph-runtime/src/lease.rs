@@ -249,6 +249,7 @@ impl Runtime {
     /// drive starts with crash recovery as after any restart.
     pub fn drive_leased(&mut self, id: &str, keeper: &Keeper, progress: Progress<'_>) -> Result<OperationState, Error> {
         let (held, previous) = keeper.acquire(&mut *self.store, id)?;
+        crate::failpoint::hit("lease.taken");
         self.lease = Some(Arc::clone(&held));
         let result = (|| {
             // A takeover: the last holder was another one and did not let the lease go.
@@ -271,6 +272,13 @@ impl Runtime {
             }
             self.drive(id, progress)
         })();
+        // Every commit of the drive is durable before its lease goes and before the caller
+        // reports how it stopped: also an operation created `Durable::ByItsDrive` whose drive
+        // stopped before it made a commit durable (`Committer::settle`).
+        let result = match (result, self.committer.settle()) {
+            (Ok(_), Err(e)) => Err(Error::Store(e)),
+            (result, _) => result,
+        };
         self.lease = None;
         keeper.release(&mut *self.store, &held);
         if let Ok(OperationState::Completed) = &result {

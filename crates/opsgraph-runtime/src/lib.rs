@@ -69,6 +69,7 @@ use opsgraph_store::{Store, Write};
 pub use agent::screen::{Refusal, Screen};
 pub use agent::{AgentJob, AgentReport, Agents, Bell, LogStream};
 pub use analyze::{Diagnosis, ANALYZER_AUTHOR};
+pub use committer::Durable;
 pub use control::{approves, GateAnswer};
 pub use drift::PlanWorld;
 pub use intervene::Verified;
@@ -209,20 +210,20 @@ impl Runtime {
     /// Every commit of the runtime goes through here, so the driver knows when it changed an
     /// operation row itself.
     pub(crate) fn commit(&mut self, writes: &[opsgraph_store::Write]) -> Result<(), opsgraph_store::Error> {
-        self.commit_as(writes, false).map(|_| ())
+        self.commit_as(writes, Durable::Now).map(|_| ())
     }
 
-    /// [`Runtime::commit`], made durable by the committer when `deferred` (and the store can
-    /// defer): the commit's number, which the committer's durable mark covers once it is.
-    /// Refused once a deferred commit could not be made durable (`committer.rs`, rule 4).
+    /// [`Runtime::commit`], made durable by the committer unless `durable` is `Now` (and the
+    /// store can defer): the commit's number, which the committer's durable mark covers once it
+    /// is. Refused once a deferred commit could not be made durable (`committer.rs`, rule 4).
     pub(crate) fn commit_as(
         &mut self,
         writes: &[opsgraph_store::Write],
-        deferred: bool,
+        durable: Durable,
     ) -> Result<u64, opsgraph_store::Error> {
         use opsgraph_store::Write;
         self.committer.check()?;
-        let deferred = deferred && self.committer.defers();
+        let deferred = durable != Durable::Now && self.committer.defers();
         if writes
             .iter()
             .any(|w| matches!(w, Write::Transition { .. } | Write::CreateOperation { .. } | Write::SetPlan { .. }))
@@ -244,7 +245,7 @@ impl Runtime {
             None if deferred => self.store.commit_deferred(writes),
             None => self.store.commit(writes),
         }?;
-        self.committer.submit(deferred)
+        self.committer.submit(durable)
     }
 
     /// Adds `writes` (an audit record, an idempotency record) to the transaction of the next

@@ -81,22 +81,22 @@ impl Runtime {
     }
 
     pub(crate) fn commit_timeline(&mut self, writes: &[Write], progress: Progress<'_>) -> Result<(), Error> {
-        self.commit_timeline_as(writes, false, progress).map(|_| ())
+        self.commit_timeline_as(writes, crate::Durable::Now, progress).map(|_| ())
     }
 
-    /// [`Runtime::commit_timeline`], left to the committer to make durable when `deferred`
-    /// (`committer.rs`): the commit's number, for what must wait until it is durable (`None`:
-    /// nothing was written).
+    /// [`Runtime::commit_timeline`], left to the committer to make durable unless `durable` is
+    /// `Now` (`committer.rs`): the commit's number, for what must wait until it is durable
+    /// (`None`: nothing was written).
     pub(crate) fn commit_timeline_as(
         &mut self,
         writes: &[Write],
-        deferred: bool,
+        durable: crate::Durable,
         progress: Progress<'_>,
     ) -> Result<Option<u64>, Error> {
         if writes.is_empty() {
             return Ok(None);
         }
-        let n = self.commit_as(writes, deferred)?;
+        let n = self.commit_as(writes, durable)?;
         for w in writes {
             if let Write::Timeline(t) = w {
                 progress(t);

@@ -1,11 +1,15 @@
 //! A new database file, made whole before it gets its name: the schema (`schema.rs`'s snapshot,
 //! in one batch) is written into a temporary file beside it with SQLite's journal and syncs off
-//! (nothing depends on that file yet), switched to WAL, `fsync`ed once, linked under the store's
-//! name only if nobody made the store meanwhile, and the directory `fsync`ed. Two `fsync`s
-//! instead of five (SQLite's switch of a new file to WAL: four, the journal's directory among
-//! them; the schema's commit: one); the file either exists with its whole schema or does not
-//! exist at all. SQLite's own first WAL `fsync`s (the header, its directory) are the same as
-//! before.
+//! (nothing depends on that file yet), switched to WAL, `fsync`ed once, and linked under the
+//! store's name only if nobody made the store meanwhile. One `fsync` instead of five (SQLite's
+//! switch of a new file to WAL: four, the journal's directory among them; the schema's commit:
+//! one); the file either exists with its whole schema or does not exist at all.
+//!
+//! The directory is not `fsync`ed here: the link only needs to be durable before something in
+//! the store is, and nothing is until SQLite's first sync of the store's WAL, which `fsync`s the
+//! same directory first (a WAL handle opened to create syncs its directory at its first sync,
+//! `unixSync`), before the commit's own frames are synced. A power loss before that loses the
+//! name, the new file and nothing anyone was told was kept (issue [N] 5, docs/benchmarks.md).
 //!
 //! A temporary file is `NAME.new-PID-N` (with SQLite's `-journal`, `-wal`, `-shm` beside it while
 //! it is open). One left by a process that died is removed by the next process that opens the
@@ -49,11 +53,7 @@ pub(crate) fn create(path: &Path) -> Result<Created, Fail> {
     let temp = temp_name(path, std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
     let result = build(&temp).and_then(|()| link(&temp, path));
     remove(&temp);
-    let created = result?;
-    if created == Created::Made {
-        sync_dir(path)?;
-    }
-    Ok(created)
+    result
 }
 
 /// The schema in a file nobody else opens: no journal, no syncs, then WAL (the header says so),
@@ -86,13 +86,6 @@ fn link(temp: &Path, path: &Path) -> Result<Created, Fail> {
         // file system without links: SQLite creates the file as it always did.
         Err(_) => Ok(Created::Unlinkable),
     }
-}
-
-/// The directory entry made durable before anything is written to the store.
-fn sync_dir(path: &Path) -> Result<(), Fail> {
-    let dir = parent(path);
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error(dir, e))?;
-    Ok(())
 }
 
 fn parent(path: &Path) -> &Path {

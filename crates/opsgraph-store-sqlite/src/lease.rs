@@ -1,5 +1,15 @@
 //! The SQLite half of leases; the store file is shared by the processes of one machine, and its
 //! clock is this machine's.
+//!
+//! A lease's own commits (taken, renewed, let go) are deferred and never synced for their own
+//! sake (`SqliteStore::deferred`, `synchronous=NORMAL` for their transaction): a lease only keeps
+//! two live drivers apart, and every holder of a SQLite lease dies with the machine in a power
+//! loss, the one failure an `fsync` guards against (a killed process loses nothing SQLite handed
+//! the kernel). Whatever a holder does under its lease is a fenced commit, made durable (synced
+//! at its commit or by the runtime's committer), and the WAL keeps commits in order: a sync
+//! makes every commit before it durable, the lease's among them. A lease lost to a power loss is
+//! one whose holder is gone anyway: the operation is adoptable, as after any crash. Two `fsync`s
+//! fewer for a cold `apply`, one of them before its first job (issue [N] 5, docs/benchmarks.md).
 
 use opsgraph_store::{now_ms, Error, Lease};
 

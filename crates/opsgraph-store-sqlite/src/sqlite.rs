@@ -129,6 +129,30 @@ fn prepared_once(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// The largest WAL a connection closing leaves for the next process to read back instead of
+/// checkpointing it (`Drop for SqliteStore`): 256 pages of 4 KiB.
+const WAL_LEFT_AT_CLOSE: u64 = 1 << 20;
+
+impl Drop for SqliteStore {
+    /// SQLite checkpoints the WAL into the database file when a file's last connection closes:
+    /// an `fsync` of the WAL, then one of the file, after the command's work is done. With `Full`
+    /// durability they guard nothing: every commit is synced in the WAL already (a deferred one
+    /// by its syncer: the runtime's committer syncs what it made before its drive returns and
+    /// when it is dropped; a lease's needs none, `lease.rs`), and whoever opens the file next
+    /// reads it back from there. So a small WAL is left as it is (the next process's first
+    /// connection reads at most `WAL_LEFT_AT_CLOSE` back); a larger one is checkpointed as
+    /// before, and SQLite's own checkpoint in the commit that crosses 1,000 pages keeps the WAL
+    /// bounded either way. With `Normal` durability the checkpoint is where commits are synced:
+    /// kept. (Issue [N] 5, docs/benchmarks.md.)
+    fn drop(&mut self) {
+        let Some(wal) = &self.wal else { return };
+        let small = std::fs::metadata(wal.path()).is_ok_and(|m| m.len() <= WAL_LEFT_AT_CLOSE);
+        if small {
+            let _ = self.conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true);
+        }
+    }
+}
+
 fn operation(r: &Row<'_>) -> Result<OperationRecord, Fail> {
     Ok(OperationRecord {
         id: r.get(0)?,
@@ -180,6 +204,24 @@ fn synchronous(conn: &Connection, full: bool) -> Result<(), Error> {
     edge(|| Ok(conn.prepare_cached(sql)?.execute([]).map(|_| ())?))
 }
 
+impl SqliteStore {
+    /// Runs `commit` (commits on this connection) with `synchronous=NORMAL` where commits are
+    /// otherwise synced (`wal` is set: `Durability::Full` on a file), then `FULL` again, whatever
+    /// it returned: made in the WAL, durable with the WAL's next sync (a synced commit after it
+    /// on the file, or [`Store::syncer`]'s). Under `Normal` or in memory, `commit` runs as is.
+    fn deferred<T>(&mut self, commit: impl FnOnce(&mut Self) -> Result<T, Error>) -> Result<T, Error> {
+        if self.wal.is_none() {
+            return commit(self);
+        }
+        synchronous(&self.conn, false)?;
+        let made = commit(self);
+        // Back to FULL before anything else commits on this connection; a connection that
+        // cannot be set back is not used again for a durable commit.
+        let back = synchronous(&self.conn, true);
+        made.and_then(|v| back.map(|()| v))
+    }
+}
+
 impl Store for SqliteStore {
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
         self.commit_with(writes, None)
@@ -189,31 +231,31 @@ impl Store for SqliteStore {
     /// by [`Store::syncer`] (`wal.rs`).
     fn commit_deferred(&mut self, writes: &[Write]) -> Result<(), Error> {
         let Some(wal) = self.wal.clone() else { return self.commit(writes) };
-        synchronous(&self.conn, false)?;
-        let made = self.commit_with(writes, Some(&wal));
-        // Back to FULL before anything else commits on this connection; a connection that
-        // cannot be set back is not used again for a durable commit.
-        let back = synchronous(&self.conn, true);
-        made.and(back)
+        self.deferred(|store| store.commit_with(writes, Some(&wal)))
     }
 
     fn syncer(&self) -> Option<Arc<dyn opsgraph_store::Syncer>> {
         self.wal.clone().map(|w| w as Arc<dyn opsgraph_store::Syncer>)
     }
 
+    // A lease's own commits are deferred and never synced for their own sake (`lease.rs`); each
+    // runs alone in the write turn, so no other connection's write is committed unsynced with it.
     fn acquire_lease(&mut self, operation: &str, holder: &str, ttl_ms: i64) -> Result<opsgraph_store::Lease, Error> {
-        let _turn = self.writer.turn();
-        edge(|| crate::lease::sqlite_acquire(&mut self.conn, operation, holder, ttl_ms))
+        let writer = self.writer.clone();
+        let _turn = writer.turn();
+        self.deferred(|s| edge(|| crate::lease::sqlite_acquire(&mut s.conn, operation, holder, ttl_ms)))
     }
 
     fn renew_lease(&mut self, lease: &opsgraph_store::Lease, ttl_ms: i64) -> Result<opsgraph_store::Lease, Error> {
-        let _turn = self.writer.turn();
-        edge(|| crate::lease::sqlite_renew(&mut self.conn, lease, ttl_ms))
+        let writer = self.writer.clone();
+        let _turn = writer.turn();
+        self.deferred(|s| edge(|| crate::lease::sqlite_renew(&mut s.conn, lease, ttl_ms)))
     }
 
     fn release_lease(&mut self, lease: &opsgraph_store::Lease) -> Result<(), Error> {
-        let _turn = self.writer.turn();
-        edge(|| crate::lease::sqlite_release(&self.conn, lease))
+        let writer = self.writer.clone();
+        let _turn = writer.turn();
+        self.deferred(|s| edge(|| crate::lease::sqlite_release(&s.conn, lease)))
     }
 
     fn lease(&self, operation: &str) -> Result<Option<opsgraph_store::Lease>, Error> {

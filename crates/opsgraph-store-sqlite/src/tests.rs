@@ -114,3 +114,81 @@ fn a_cached_statement_is_not_parsed_again_when_its_values_change() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A new directory for one test, and its store file's path.
+fn store_path(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("opsgraph-store-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("opsgraph.db");
+    (dir, path)
+}
+
+fn synchronous(store: &SqliteStore) -> i64 {
+    store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
+}
+
+/// Under `Full`, a lease's commits are deferred (`synchronous=NORMAL` for their transaction,
+/// `lease.rs`) and leave the connection at `FULL` for every other commit, refused or not; they
+/// are read back by the next connection. Under `Normal` nothing is switched.
+#[test]
+fn a_leases_commits_leave_the_connection_synced() {
+    let (dir, path) = store_path("lease");
+    let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
+    let lease = store.acquire_lease("op-1", "me", 10_000).unwrap();
+    assert_eq!(synchronous(&store), 2);
+    store.renew_lease(&lease, 10_000).unwrap();
+    assert!(store.acquire_lease("op-1", "another", 10_000).is_err(), "held");
+    assert_eq!(synchronous(&store), 2);
+    store.acquire_lease("op-2", "me", 10_000).unwrap();
+    store.release_lease(&lease).unwrap();
+    assert_eq!(synchronous(&store), 2);
+    drop(store);
+    let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
+    assert!(store.lease("op-1").unwrap().is_some_and(|l| l.released));
+    assert!(store.lease("op-2").unwrap().is_some_and(|l| !l.released));
+    store.acquire_lease("op-3", "me", 10_000).unwrap();
+    assert_eq!(synchronous(&store), 1);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Closing last under `Full` leaves a small WAL as it is (SQLite's checkpoint at close is two
+/// `fsync`s that guard nothing there) and the next connection reads every commit back from it;
+/// a WAL over 1 MiB, and any WAL under `Normal` (whose checkpoint is where commits are synced),
+/// are checkpointed and removed at close as before.
+#[test]
+fn a_small_wal_is_left_at_close_and_read_back() {
+    let wal = |path: &std::path::Path| std::fs::metadata(format!("{}-wal", path.display())).map(|m| m.len()).ok();
+    let create = |id: &str| Write::CreateOperation { op: op(id), plan: json!({}).to_string() };
+    let (dir, path) = store_path("close");
+    let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
+    store.commit(&[create("op-1")]).unwrap();
+    drop(store);
+    assert!(wal(&path).is_some_and(|n| n > 0), "the WAL is left");
+    let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
+    assert!(store.operation("op-1").unwrap().is_some(), "read back from the WAL");
+    // Over 1 MiB: checkpointed at close.
+    let big = opsgraph_store::TimelineEntry {
+        seq: 0,
+        operation: "op-1".into(),
+        at: opsgraph_store::now(),
+        actor: "test".into(),
+        event: "e".into(),
+        from: None,
+        to: None,
+        reason: (0..300_000u64).map(|i| format!("{:x}", i.wrapping_mul(0x9e37_79b9))).collect(),
+        data: serde_json::Value::Null,
+    };
+    store.commit(&[create("op-2"), create("op-3"), Write::Timeline(big)]).unwrap();
+    drop(store);
+    assert_eq!(wal(&path), None, "checkpointed and removed");
+    let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
+    store.commit(&[create("op-4")]).unwrap();
+    drop(store);
+    assert_eq!(wal(&path), None, "under Normal the checkpoint at close syncs");
+    let store = SqliteStore::open(&path, Durability::Full).unwrap();
+    assert_eq!(store.operations(&Default::default()).unwrap().len(), 4);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -26,6 +26,11 @@ impl Wal {
         path.push("-wal");
         Wal { path: PathBuf::from(path), file: OnceLock::new() }
     }
+
+    /// The WAL file's path (`DB-wal`).
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
 }
 
 impl Syncer for Wal {

@@ -188,7 +188,11 @@ impl crate::control_cmd::Applier for LocalApply<'_, '_> {
         let mut audit = vec![opsgraph_runtime::audit::create(&args.actor, &id, &plan, None)];
         audit.extend(opsgraph_runtime::audit::customizations(&args.actor, &id, &plan));
         rt.attach(audit);
-        let id = rt.create_as(&id, &plan, &args.actor, &mut |_| {})?;
+        // Driven at once (`run_created`), and nothing of it is printed before the drive's first
+        // commit: its creation is made durable by the drive (one `fsync` fewer before the first
+        // job, issue [N] 5).
+        let durable = opsgraph_runtime::Durable::ByItsDrive;
+        let id = rt.create_durable(&id, &plan, &args.actor, durable, &mut |_| {})?;
         Ok((id, Box::new(crate::client::LocalControl::new(rt, &args.actor))))
     }
 }

@@ -272,6 +272,7 @@ fn each_fail_point_fired_once_loses_nothing_and_runs_nothing_twice() {
     // protocol's rule); every other point completes with each job run once.
     expect_test::expect![[r#"
         operation.created    1 kill -9, then completed; 8 job runs; c_out recorded 1
+        lease.taken          1 kill -9, then completed; 8 job runs; c_out recorded 1
         attempts.recorded    1 kill -9, then failed; 0 job runs; c_out recorded 0
         commit.unsynced      1 kill -9, then failed; 0 job runs; c_out recorded 0
         job.exited           1 kill -9, then completed; 8 job runs; c_out recorded 1

@@ -7,6 +7,7 @@ mod artifact_params;
 mod browser;
 mod bundled;
 mod catalogue;
+mod cold;
 mod corpus;
 mod crash;
 mod customized;
