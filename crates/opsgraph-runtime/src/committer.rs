@@ -174,6 +174,13 @@ impl Committer {
         let n = self.mark.made.fetch_add(1, Ordering::AcqRel) + 1;
         match durable {
             _ if !self.defers() => {}
+            // Durable already. It covers the deferred commits made before it only if it wrote
+            // something (a commit that changed no row syncs nothing): while any is not known
+            // durable, the thread's sync decides for it too.
+            Durable::Now if self.mark.durable() + 1 < n => {
+                self.sync_soon();
+                return Ok(n);
+            }
             Durable::Now => {}
             // Its sync is left to what follows (`settle`, or a commit made durable after it).
             Durable::ByItsDrive => return Ok(n),
@@ -182,7 +189,6 @@ impl Committer {
                 return Ok(n);
             }
         }
-        // Durable already, and with it every commit made before it on this connection.
         let state = self.mark.lock();
         self.mark.durable.fetch_max(n, Ordering::AcqRel);
         drop(state);
@@ -342,6 +348,15 @@ mod tests {
         c.submit(Durable::ByItsDrive).unwrap();
         drop(c);
         assert_eq!(synced.0.load(Ordering::Acquire), 3, "synced when dropped");
+
+        // A durable commit after one not synced yet does not vouch for it (a commit that changed
+        // no row syncs nothing): the thread syncs them.
+        let mut c = Committer::new(Some(synced.clone() as Arc<dyn Syncer>));
+        c.submit(Durable::ByItsDrive).unwrap();
+        let now = c.submit(Durable::Now).unwrap();
+        c.wait(now).unwrap();
+        assert_eq!(synced.0.load(Ordering::Acquire), 4, "synced by the thread, not assumed");
+        drop(c);
 
         // Without a syncer every commit is durable when made.
         let mut c = Committer::new(None);
