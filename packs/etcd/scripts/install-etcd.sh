@@ -2,6 +2,7 @@
 # install-etcd-member (executor: ssh, as root, one instance per member): Debian's etcd-server and
 # etcd-client, and the member's certificates under /etc/etcd/pki.
 # Requires: etcd_ca_cert, etcd_member_cert, etcd_member_key (secret). Provides: etcd.installed.
+# Records in /etc/etcd/pki/ca.operation the operation whose artifacts hold the CA (check-etcd-ca).
 # The package would start a default single-node etcd at once (ETCD_NAME=hostname, data in
 # /var/lib/etcd/default); a policy-rc.d that refuses starts keeps it stopped until configured.
 set -eu
@@ -55,5 +56,11 @@ write_file() {
 
 install -d -m 750 -o root -g etcd /etc/etcd /etc/etcd/pki
 write_file /etc/etcd/pki/ca.crt 644 root <"$OPSGRAPH_ARTIFACT_ETCD_CA_CERT"
+# The operation whose artifacts hold this CA (and its key, on the control host): the one a
+# parameter ca_cert names, else this one (it issued it). check-etcd-ca names it when an apply
+# brings another CA.
+issuer=${OPSGRAPH_PARAM_CA_CERT:-}
+issuer=${issuer%%/*}
+printf '%s\n' "${issuer:-${OPSGRAPH_OPERATION_ID:?OPSGRAPH_OPERATION_ID is not set}}" | write_file /etc/etcd/pki/ca.operation 644 root
 write_file /etc/etcd/pki/member.crt 644 root <"$OPSGRAPH_ARTIFACT_ETCD_MEMBER_CERT"
 (umask 077 && write_file /etc/etcd/pki/member.key 640 etcd <"$OPSGRAPH_ARTIFACT_ETCD_MEMBER_KEY")

@@ -19,8 +19,8 @@ fn etcd_plan_preview_over_three_hosts() {
     expect![[r#"
         exit: 0
         --- stdout
-        Plan etcd.create (etcd@1.1.0) for: create_cluster etcd.cluster config-store in dev
-        Revision 1 sha256:bb3577150a22   Risk: medium
+        Plan etcd.create (etcd@1.2.0) for: create_cluster etcd.cluster config-store in dev
+        Revision 1 sha256:a324cf47b5d7   Risk: medium
 
         Capabilities
           linux.host @ members           bind           compute_node/etcd-1, compute_node/etcd-2, compute_node/etcd-3
@@ -28,11 +28,11 @@ fn etcd_plan_preview_over_three_hosts() {
           package.manager.apt @ members  bind           compute_node/etcd-1, compute_node/etcd-2, compute_node/etcd-3
 
         Stages
-          1. Certificates       issue-etcd-ca; issue-member-certificate @ etcd-1, etcd-2, etcd-3
+          1. Certificates       issue-etcd-ca; issue-member-certificate @ etcd-1, etcd-2, etcd-3; check-etcd-ca @ etcd-1, etcd-2, etcd-3
           2. Members            install-etcd-member @ etcd-1, etcd-2, etcd-3; configure-etcd-member @ etcd-1, etcd-2, etcd-3; start-etcd-member @ etcd-1, etcd-2, etcd-3
           3. Cluster health     verify-etcd-cluster @ etcd-1, etcd-2, etcd-3
 
-        16 jobs, 0 gates. Nothing has run. Status: ready to apply.
+        19 jobs, 0 gates. Nothing has run. Status: ready to apply.
     "#]].assert_eq(&run.render());
     let run = plan(&["-o", "json"]);
     let plan: serde_json::Value = serde_json::from_str(&run.out).unwrap();
@@ -50,9 +50,12 @@ fn etcd_plan_preview_over_three_hosts() {
         issue-member-certificate@etcd-1 <- issue-etcd-ca
         issue-member-certificate@etcd-2 <- issue-etcd-ca
         issue-member-certificate@etcd-3 <- issue-etcd-ca
-        install-etcd-member@etcd-1 <- issue-etcd-ca, issue-member-certificate@etcd-1
-        install-etcd-member@etcd-2 <- issue-etcd-ca, issue-member-certificate@etcd-2
-        install-etcd-member@etcd-3 <- issue-etcd-ca, issue-member-certificate@etcd-3
+        check-etcd-ca@etcd-1 <- issue-etcd-ca
+        check-etcd-ca@etcd-2 <- issue-etcd-ca
+        check-etcd-ca@etcd-3 <- issue-etcd-ca
+        install-etcd-member@etcd-1 <- issue-etcd-ca, issue-member-certificate@etcd-1, check-etcd-ca@etcd-1
+        install-etcd-member@etcd-2 <- issue-etcd-ca, issue-member-certificate@etcd-2, check-etcd-ca@etcd-2
+        install-etcd-member@etcd-3 <- issue-etcd-ca, issue-member-certificate@etcd-3, check-etcd-ca@etcd-3
         configure-etcd-member@etcd-1 <- install-etcd-member@etcd-1
         configure-etcd-member@etcd-2 <- install-etcd-member@etcd-2
         configure-etcd-member@etcd-3 <- install-etcd-member@etcd-3
@@ -431,4 +434,152 @@ fn etcd_cluster_from_the_packs_certificates_configuration_and_evidence() {
         check-etcd-remove [etcd-1=NET.11,etcd-2=NET.12]: 0 check-etcd-scale[etcd-1]: ok: etcd-3 may leave; 2 healthy members stay (quorum 2 -> 2)
     "#]]
     .assert_eq(&report);
+}
+
+/// Applying create_cluster again: issue-etcd-ca keeps the CA an intent names (ca_cert and
+/// ca_key, an earlier operation's artifacts) once it proves the key is the certificate's and the
+/// certificate a self-signed CA, and refuses anything else, writing nothing.
+#[test]
+fn etcd_ca_named_again_is_checked_and_kept() {
+    if Command::new("openssl").arg("version").output().is_err() {
+        eprintln!("skipped: openssl is not installed");
+        return;
+    }
+    let dir = temp_dir(&[("ca/.keep", ""), ("other/.keep", ""), ("m1/.keep", "")]);
+    let file = |sub: &str, name: &str| dir.path().join(sub).join(name).display().to_string();
+    for sub in ["ca", "other"] {
+        let out = script("issue-ca.sh", &[("OPSGRAPH_OUT", dir.path().join(sub).display().to_string())]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = script(
+        "issue-member-certificate.sh",
+        &[
+            ("OPSGRAPH_OUT", dir.path().join("m1").display().to_string()),
+            ("OPSGRAPH_TARGET_NAME", "etcd-1".into()),
+            ("OPSGRAPH_PARAM_MEMBER_ADDRESSES", "etcd-1=10.0.3.11".into()),
+            ("OPSGRAPH_ARTIFACT_ETCD_CA_CERT", file("ca", "etcd_ca_cert")),
+            ("OPSGRAPH_ARTIFACT_ETCD_CA_KEY", file("ca", "etcd_ca_key")),
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // issue-etcd-ca given (ca_cert's file, ca_key's file), as the runtime hands artifact parameters.
+    let again = |name: &str, cert: Option<String>, key: Option<String>| {
+        let out_dir = dir.path().join(name);
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let mut env = vec![("OPSGRAPH_OUT", out_dir.display().to_string())];
+        if let Some(cert) = cert {
+            env.push(("OPSGRAPH_PARAM_CA_CERT", "op-create1/etcd_ca_cert".into()));
+            env.push(("OPSGRAPH_ARTIFACT_ETCD_CA_CERT", cert));
+        }
+        if let Some(key) = key {
+            env.push(("OPSGRAPH_PARAM_CA_KEY", "op-create1/etcd_ca_key".into()));
+            env.push(("OPSGRAPH_ARTIFACT_ETCD_CA_KEY", key));
+        }
+        let out = script("issue-ca.sh", &env);
+        let written: Vec<String> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        format!(
+            "{name}: exit {} {}{}written {written:?}\n",
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let report = [
+        again("kept", Some(file("ca", "etcd_ca_cert")), Some(file("ca", "etcd_ca_key"))),
+        again("other-key", Some(file("ca", "etcd_ca_cert")), Some(file("other", "etcd_ca_key"))),
+        again("member-cert", Some(file("m1", "etcd_member_cert")), Some(file("m1", "etcd_member_key"))),
+        again("cert-only", Some(file("ca", "etcd_ca_cert")), None),
+        again("key-only", None, Some(file("ca", "etcd_ca_key"))),
+        again("not-pem", Some(file("ca", "etcd_ca_key")), Some(file("ca", "etcd_ca_key"))),
+    ]
+    .concat();
+    expect![[r#"
+        kept: exit 0 kept the CA of cluster etcd from op-create1
+        written ["etcd_ca_cert", "etcd_ca_key"]
+        other-key: exit 1 ca_key (op-create1/etcd_ca_key) is not the key of ca_cert (op-create1/etcd_ca_cert)
+        written []
+        member-cert: exit 1 ca_cert (op-create1/etcd_ca_cert) is not a self-signed CA certificate that is valid now
+        written []
+        cert-only: exit 2 give both ca_cert and ca_key (the CA of the operation that created the cluster), or neither
+        written []
+        key-only: exit 2 give both ca_cert and ca_key (the CA of the operation that created the cluster), or neither
+        written []
+        not-pem: exit 1 ca_cert (op-create1/etcd_ca_cert) is not a PEM certificate
+        written []
+    "#]]
+    .assert_eq(&report);
+    for name in ["etcd_ca_cert", "etcd_ca_key"] {
+        assert_eq!(std::fs::read(file("kept", name)).unwrap(), std::fs::read(file("ca", name)).unwrap(), "{name}");
+    }
+}
+
+/// check-etcd-ca on a member (its /etc/etcd/pki moved into a temporary directory): it passes where
+/// the member holds no CA or this operation's, and refuses another, naming the operation whose CA
+/// the member holds (install-etcd-member's ca.operation) and the parameters to give.
+#[test]
+fn etcd_member_holding_another_ca_refuses_the_new_one() {
+    let dir = temp_dir(&[("ca.pem", "-----BEGIN CERTIFICATE-----\nnew\n-----END CERTIFICATE-----\n")]);
+    let pki = dir.path().join("pki");
+    let text = std::fs::read_to_string(path("packs/etcd/scripts/check-etcd-ca.sh"))
+        .unwrap()
+        .replace("/etc/etcd/pki", &pki.display().to_string());
+    let check_script = dir.path().join("check-etcd-ca.sh");
+    std::fs::write(&check_script, text).unwrap();
+    let new_ca = dir.path().join("ca.pem").display().to_string();
+    let check = |case: &str, held: Option<&str>, operation: Option<&str>| {
+        let _ = std::fs::remove_dir_all(&pki);
+        std::fs::create_dir_all(&pki).unwrap();
+        if let Some(held) = held {
+            std::fs::write(pki.join("ca.crt"), held).unwrap();
+        }
+        if let Some(op) = operation {
+            std::fs::write(pki.join("ca.operation"), format!("{op}\n")).unwrap();
+        }
+        let out = Command::new("/bin/sh")
+            .arg("-eu")
+            .arg(&check_script)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("OPSGRAPH_LIB", path("packs/etcd/scripts/lib"))
+            .env("OPSGRAPH_TARGET_NAME", "etcd-2")
+            .env("OPSGRAPH_ARTIFACT_ETCD_CA_CERT", &new_ca)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).replace(&pki.display().to_string(), "$PKI");
+        format!("{case}: exit {}\n{stderr}", out.status.code().unwrap_or(-1))
+    };
+    let new = std::fs::read_to_string(&new_ca).unwrap();
+    let old = "-----BEGIN CERTIFICATE-----\nold\n-----END CERTIFICATE-----\n";
+    let report = [
+        check("none", None, None),
+        check("same", Some(&new), Some("op-abc")),
+        check("other", Some(old), Some("op-abc")),
+        check("other, unrecorded", Some(old), None),
+        check("other, recorded badly", Some(old), Some("op-abc; rm -rf /")),
+    ]
+    .concat();
+    expect![[r#"
+        none: exit 0
+        check-etcd-ca[etcd-2]: etcd-2 holds no CA certificate yet: this operation's will be installed
+        same: exit 0
+        check-etcd-ca[etcd-2]: etcd-2 holds this operation's CA certificate already
+        other: exit 1
+        check-etcd-ca[etcd-2]: ERROR: etcd-2 holds another CA certificate ($PKI/ca.crt, sha256 64ab829fc93fd33a...) than this operation's (sha256 c19eb8fce97e0c68...): installing it would cut the member off from its peers and clients
+        check-etcd-ca[etcd-2]: to apply create_cluster again, give the cluster's CA in the intent's parameters: ca_cert: op-abc/etcd_ca_cert and ca_key: op-abc/etcd_ca_key
+        check-etcd-ca[etcd-2]: to make a new cluster on this host instead, uninstall the old one with purge: true first
+        other, unrecorded: exit 1
+        check-etcd-ca[etcd-2]: ERROR: etcd-2 holds another CA certificate ($PKI/ca.crt, sha256 64ab829fc93fd33a...) than this operation's (sha256 c19eb8fce97e0c68...): installing it would cut the member off from its peers and clients
+        check-etcd-ca[etcd-2]: to apply create_cluster again, give the cluster's CA in the intent's parameters: ca_cert: <operation>/etcd_ca_cert and ca_key: <operation>/etcd_ca_key, of the operation that created the cluster (opsgraph describe resource)
+        check-etcd-ca[etcd-2]: to make a new cluster on this host instead, uninstall the old one with purge: true first
+        other, recorded badly: exit 1
+        check-etcd-ca[etcd-2]: ERROR: etcd-2 holds another CA certificate ($PKI/ca.crt, sha256 64ab829fc93fd33a...) than this operation's (sha256 c19eb8fce97e0c68...): installing it would cut the member off from its peers and clients
+        check-etcd-ca[etcd-2]: to apply create_cluster again, give the cluster's CA in the intent's parameters: ca_cert: <operation>/etcd_ca_cert and ca_key: <operation>/etcd_ca_key, of the operation that created the cluster (opsgraph describe resource)
+        check-etcd-ca[etcd-2]: to make a new cluster on this host instead, uninstall the old one with purge: true first
+    "#]]
+    .assert_eq(&report);
+    // Nothing was changed on the member.
+    assert_eq!(std::fs::read_to_string(pki.join("ca.crt")).unwrap(), old);
 }

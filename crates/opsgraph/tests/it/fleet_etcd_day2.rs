@@ -91,6 +91,42 @@ fn etcd_day2_actions_on_fleet_hosts() {
     etcdctl(0, &["put", "/app/before", "kept"]);
     eprintln!("TIME created: {:.1} s", t0.elapsed().as_secs_f64());
 
+    // create_cluster applied again as it was: its new CA is refused on every member
+    // (check-etcd-ca) before anything is installed, naming the parameters to give; the members
+    // keep the CA their peers and clients trust.
+    let ca_digests =
+        || -> Vec<Vec<u8>> { (0..3).map(|h| on(h, &["sha256sum", "/etc/etcd/pki/ca.crt"]).stdout).collect() };
+    let held = ca_digests();
+    let again = apply("create.yaml");
+    assert_ne!(again.code, 0, "{}", again.render());
+    let again_op = again.operation_id();
+    let jobs = opsgraph(&["--data-dir", &data, "get", "jobs", &again_op]).out;
+    for host in ["fleet-1", "fleet-2", "fleet-3"] {
+        let line = |job: &str| jobs.lines().find(|l| l.starts_with(&format!("{job}@{host} "))).unwrap_or("").to_owned();
+        assert!(line("check-etcd-ca").contains(" failed "), "{jobs}");
+        assert!(!line("install-etcd-member").contains("succeeded"), "{jobs}");
+        let logs = opsgraph(&["--data-dir", &data, "logs", &again_op, &format!("check-etcd-ca@{host}")]);
+        let hint = format!("ca_cert: {create_op}/etcd_ca_cert and ca_key: {create_op}/etcd_ca_key");
+        assert!(logs.out.contains(&hint), "{}", logs.render());
+    }
+    assert_eq!(opsgraph(&["--data-dir", &data, "cancel", &again_op]).code, 0);
+    assert_eq!(ca_digests(), held, "a member's CA changed");
+    // Given the cluster's CA, applying again converges: the CA kept, the data there.
+    let named = create.replace(
+        "  parameters:\n",
+        &format!("  parameters:\n    ca_cert: {create_op}/etcd_ca_cert\n    ca_key: {create_op}/etcd_ca_key\n"),
+    );
+    std::fs::write(tmp.join("create-again.yaml"), named).unwrap();
+    let again = apply("create-again.yaml");
+    assert_eq!(again.code, 0, "{}", again.render());
+    let logs = opsgraph(&["--data-dir", &data, "logs", &again.operation_id(), "issue-etcd-ca"]);
+    assert!(logs.out.contains(&format!("kept the CA of cluster config-store from {create_op}")), "{}", logs.render());
+    assert!(!again.render().contains("PRIVATE KEY"), "{}", again.render());
+    assert_eq!(ca_digests(), held, "a member's CA changed");
+    assert_eq!(started(0), 3);
+    assert!(etcdctl(0, &["get", "/app/before"]).contains("kept"));
+    eprintln!("TIME create_cluster again: {:.1} s", t0.elapsed().as_secs_f64());
+
     // Backup: a snapshot from fleet-1, checked there, collected as an artifact with a manifest.
     let backup = apply("backup.yaml");
     assert_eq!(backup.code, 0, "{}", backup.render());

@@ -152,6 +152,9 @@ fn fleet_bundled_packs_for_real_on_three_hosts() {
         issue-member-certificate@fleet-1  succeeded  1         exited with code 0  -
         issue-member-certificate@fleet-2  succeeded  1         exited with code 0  -
         issue-member-certificate@fleet-3  succeeded  1         exited with code 0  -
+        check-etcd-ca@fleet-1             succeeded  1         exited with code 0  -
+        check-etcd-ca@fleet-2             succeeded  1         exited with code 0  -
+        check-etcd-ca@fleet-3             succeeded  1         exited with code 0  -
         install-etcd-member@fleet-1       succeeded  1         exited with code 0  -
         install-etcd-member@fleet-2       succeeded  1         exited with code 0  -
         install-etcd-member@fleet-3       succeeded  1         exited with code 0  -

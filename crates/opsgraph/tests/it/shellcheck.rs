@@ -75,7 +75,7 @@ fn every_bundled_script_and_shell_line_passes_shellcheck() {
         .replace(&dir.path().display().to_string(), "$INLINE")
         .replace(&path(""), "");
     expect![[r#"
-        115 scripts, 105 shell lines
+        116 scripts, 105 shell lines
     "#]]
     .assert_eq(&format!("{scripts} scripts, {lines} shell lines\n{findings}"));
     assert!(
