@@ -5,7 +5,9 @@
 //! MODE is `chain` (the default; a bare number means `chain N`), `wide`, `noop`, `commit`, `scale` or `all`. Every
 //! mode measures its floor and the thing measured interleaved in one run, and prints medians.
 //! `drive N` only creates and drives the chain of N once (for instruction counts: `valgrind
-//! --tool=callgrind bench drive 400` against `drive 1`, beside `opsgraph apply` of the same chain).
+//! --tool=callgrind bench drive 400` against `drive 1`, beside `opsgraph apply` of the same chain);
+//! `drive N shape=wide` the N independent jobs of `wide`, and `ceiling N` only `wide`'s spawn
+//! ceiling, once each (for `perf stat`, `strace -f -c` of one side).
 //!
 //! - `chain` (N = 200): the spawn floor (N x `/bin/true` exec'd and waited for), the executor
 //!   floor (the same through `LocalExecutor`), the commit floor (N single-row WAL FULL
