@@ -5,7 +5,9 @@
 //! MODE is `chain` (the default; a bare number means `chain N`), `wide`, `noop`, `commit`, `scale` or `all`. Every
 //! mode measures its floor and the thing measured interleaved in one run, and prints medians.
 //! `drive N` only creates and drives the chain of N once (for instruction counts: `valgrind
-//! --tool=callgrind bench drive 400` against `drive 1`, beside `opsgraph apply` of the same chain).
+//! --tool=callgrind bench drive 400` against `drive 1`, beside `opsgraph apply` of the same chain);
+//! `drive N shape=wide` the N independent jobs of `wide`, and `ceiling N` only `wide`'s spawn
+//! ceiling, once each (for `perf stat`, `strace -f -c` of one side).
 //!
 //! - `chain` (N = 200): the spawn floor (N x `/bin/true` exec'd and waited for), the executor
 //!   floor (the same through `LocalExecutor`), the commit floor (N single-row WAL FULL
@@ -384,7 +386,7 @@ fn main() {
         args.iter().find_map(|a| a.strip_prefix("concurrency=")).and_then(|c| c.parse().ok()).unwrap_or(8);
     let positional: Vec<&String> = args.iter().filter(|a| !a.contains('=')).collect();
     let (mode, n) = match positional.first().map(|s| s.as_str()) {
-        Some(m @ ("chain" | "wide" | "noop" | "commit" | "scale" | "all" | "drive")) => {
+        Some(m @ ("chain" | "wide" | "noop" | "commit" | "scale" | "all" | "drive" | "ceiling")) => {
             (m, positional.get(1).and_then(|n| n.parse().ok()))
         }
         Some(n) => ("chain", n.parse().ok()),
@@ -396,7 +398,17 @@ fn main() {
     println!();
     if mode == "drive" {
         let n = n.unwrap_or(200);
-        println!("chain of {n} no-op jobs driven once: {:.1} ms", ms(drive(n, true, concurrency, &dir)));
+        let wide = args.iter().any(|a| a == "shape=wide");
+        let what = if wide { "independent" } else { "chain of" };
+        println!("{what} {n} no-op jobs driven once: {:.1} ms", ms(drive(n, !wide, concurrency, &dir)));
+        return;
+    }
+    if mode == "ceiling" {
+        let n = n.unwrap_or(2000);
+        println!(
+            "{n} x `/bin/true` from {concurrency} plain threads once: {:.1} ms",
+            ms(spawn_ceiling(n, concurrency))
+        );
         return;
     }
     if matches!(mode, "chain" | "all") {

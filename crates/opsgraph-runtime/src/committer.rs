@@ -19,6 +19,11 @@
 //! 5. The driver's caches (its job records, its copy of the operation row) count a write when
 //!    it is made on the driver's connection: the store reads it back so too, and if it is never
 //!    made durable, the drive stops and the caches go with it (the next drive reads the store).
+//! 6. A batch of starts per sync: reports of attempts that waited for a sync, arriving while a
+//!    sync is under way, are held until it ends ([`Committer::wait_idle`]), then committed at
+//!    once with the attempts they make room for. Those could not be durable sooner (the sync
+//!    that covers them begins when the one under way ends), and a wide DAG makes one commit per
+//!    sync instead of one per report (issue [N] 5).
 //!
 //! A store without a syncer (PostgreSQL, whose commit is durable when it returns; SQLite with
 //! `Durability::Normal` or in memory) commits synchronously, and its mark is every number at once.
@@ -64,12 +69,18 @@ pub(crate) struct Mark {
     /// durable mark it saw (the tests' witness of rule 1).
     #[cfg(test)]
     pub(crate) starts: Mutex<Vec<(String, u64, u64)>>,
+    /// Each deferred commit: whether a sync was under way when it was made (the tests' witness
+    /// of rule 6).
+    #[cfg(test)]
+    pub(crate) deferred: Mutex<Vec<bool>>,
 }
 
 #[derive(Default)]
 struct State {
     failed: Option<String>,
     stop: bool,
+    /// The thread is syncing: a commit made now is covered only by the sync after this one.
+    syncing: bool,
 }
 
 impl Mark {
@@ -81,6 +92,8 @@ impl Mark {
             moved: Condvar::new(),
             #[cfg(test)]
             starts: Mutex::new(Vec::new()),
+            #[cfg(test)]
+            deferred: Mutex::new(Vec::new()),
         }
     }
 
@@ -185,6 +198,11 @@ impl Committer {
             // Its sync is left to what follows (`settle`, or a commit made durable after it).
             Durable::ByItsDrive => return Ok(n),
             Durable::Deferred => {
+                #[cfg(test)]
+                {
+                    let syncing = self.mark.lock().syncing;
+                    self.mark.deferred.lock().unwrap_or_else(|e| e.into_inner()).push(syncing);
+                }
                 self.sync_soon();
                 return Ok(n);
             }
@@ -209,6 +227,23 @@ impl Committer {
     /// Waits until commit `n` is durable; fails when a sync failed first.
     pub(crate) fn wait(&self, n: u64) -> Result<(), Error> {
         self.mark.wait(n)
+    }
+
+    /// Waits while a sync is under way (rule 6): a commit made meanwhile would be durable only
+    /// once the sync after it returned, which begins when this one ends, so what it would start
+    /// loses nothing by being committed then, with whatever else came in meanwhile. Fails when a
+    /// sync failed. Returns at once when nothing is being synced (a store that does not defer).
+    pub(crate) fn wait_idle(&self) -> Result<(), Error> {
+        let mut state = self.mark.lock();
+        loop {
+            if let Some(reason) = &state.failed {
+                return Err(Error::NotDurable { reason: reason.clone() });
+            }
+            if !state.syncing {
+                return Ok(());
+            }
+            state = self.mark.moved.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// What a worker waits on before it starts an attempt recorded in commit `n`.
@@ -238,6 +273,7 @@ impl Committer {
                         return;
                     }
                     if made > mark.durable() {
+                        state.syncing = true;
                         break made;
                     }
                     state = mark.moved.wait(state).unwrap_or_else(|e| e.into_inner());
@@ -249,6 +285,7 @@ impl Committer {
                 _ => syncer.sync().map_err(|e| e.to_string()),
             };
             let mut state = mark.lock();
+            state.syncing = false;
             match synced {
                 Ok(()) => {
                     mark.durable.fetch_max(covers, Ordering::AcqRel);

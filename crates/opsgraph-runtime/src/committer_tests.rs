@@ -93,6 +93,32 @@ fn every_attempt_starts_once_its_running_record_is_durable_even_when_syncs_are_s
     }
 }
 
+/// Rule 6: reports of attempts that waited for a sync, arriving while a sync is under way, are
+/// held until it ends: no commit that starts attempts is made while one is being synced (it would
+/// be durable only after the next sync anyway), and the reports that came in meanwhile share one.
+#[test]
+fn a_wide_drive_commits_no_starts_while_a_sync_is_under_way() {
+    let dir = temp("batched");
+    let ledger = dir.join("ledger");
+    let pack = pack(16, false, &ledger);
+    let mut rt = runtime(&dir, &pack);
+    // Slow syncs: four jobs of a few milliseconds each end while one is under way.
+    rt.committer.fault = Some(Arc::new(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        Ok(())
+    }));
+    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+    assert_eq!(lines(&ledger), 16, "each job ran once");
+    let deferred = rt.committer.mark().deferred.lock().unwrap().clone();
+    assert!(!deferred.is_empty());
+    assert!(deferred.iter().all(|syncing| !syncing), "commits made while a sync was under way: {deferred:?}");
+    let starts = rt.committer.mark().starts.lock().unwrap().clone();
+    let commits: std::collections::BTreeSet<u64> = starts.iter().map(|(_, commit, _)| *commit).collect();
+    assert!(commits.len() < starts.len(), "one commit per start: {starts:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The committer's sync fails: no attempt whose `running` record it was to make durable starts,
 /// the drive stops with the store's `NotDurable` error, and the next drive (a new runtime, as
 /// after a restart) recovers the attempts left `running` by evidence, running nothing twice.

@@ -209,6 +209,7 @@ fn report(job: &str, attempt: u32) -> Report {
             cancelled: false,
             unknown: false,
             handed: None,
+            after_sync: false,
         },
         key: None,
         max_attempts: 1,

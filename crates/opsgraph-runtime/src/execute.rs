@@ -495,6 +495,12 @@ impl Runtime {
                 }
             }
         };
+        // A batch of starts per sync (`committer.rs`, rule 6): the attempts these reports make
+        // room for could not be durable before the sync under way ended; the reports that come
+        // in meanwhile join them in one commit.
+        if first.after_sync {
+            self.committer.wait_idle()?;
+        }
         let mut results = vec![first];
         results.extend(d.rx.try_iter());
         crate::failpoint::hit("job.exited");

@@ -140,6 +140,7 @@ impl Runtime {
                 cancelled: false,
                 unknown: false,
                 handed: None,
+                after_sync: false,
             };
             self.result_writes(&op, t, &result, &mut writes)?;
         }

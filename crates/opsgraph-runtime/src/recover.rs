@@ -103,6 +103,7 @@ impl Runtime {
             cancelled: false,
             unknown: false,
             handed: None,
+            after_sync: false,
         };
         self.result_writes(op, instance, &result, writes)?;
         Ok(failure)

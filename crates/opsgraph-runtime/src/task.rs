@@ -74,6 +74,8 @@ pub(crate) struct TaskResult {
     /// An agent's report handed to this attempt's worker in memory (not committed yet): its
     /// writes go into the driver's commit of this result, and only then is the agent answered.
     pub(crate) handed: Option<Arc<Handed>>,
+    /// A worker started it once its `running` record was durable (`committer.rs`, rule 6).
+    pub(crate) after_sync: bool,
 }
 
 /// Writes a result brings to the driver's commit, and who waits for that commit: told once,
@@ -130,6 +132,7 @@ impl TaskResult {
             cancelled: false,
             unknown: false,
             handed: None,
+            after_sync: false,
         }
     }
 }

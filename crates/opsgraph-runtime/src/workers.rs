@@ -53,14 +53,17 @@ impl Workers {
 /// record could not be made durable: the drive stops at its next commit, and this result,
 /// never committed, goes with it.
 fn run(mut task: Task, guard: Option<Guard>) -> TaskResult {
+    let after_sync = guard.is_some();
     if let Some(Err(e)) = guard.map(|g| g.wait(&task.instance)) {
         let mut r = TaskResult::of(&task);
         r.outcome = "not started".into();
         r.failure = Some(format!("not started: {e}"));
         return r;
     }
-    match task.instead.take() {
+    let mut r = match task.instead.take() {
         Some(instead) => instead(task),
         None => jobs::run(task),
-    }
+    };
+    r.after_sync = after_sync;
+    r
 }
