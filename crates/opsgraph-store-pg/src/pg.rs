@@ -38,6 +38,8 @@ impl PgStore {
                 writer: crate::pg_group::writer_of(url),
                 listening: std::cell::Cell::new(false),
                 named: Default::default(),
+                url: url.to_string(),
+                syncer: Default::default(),
             };
             store.migrate()?;
             Ok(store)
@@ -390,26 +392,43 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
 impl PgStore {
     /// `Store::commit`: grouped with other connections' commits to this database in this
     /// process (`pg_group.rs`).
-    fn grouped_commit(&self, writes: &[Write]) -> Result<(), Error> {
+    fn grouped_commit(&self, writes: &[Write], deferred: bool) -> Result<(), Error> {
         let writer = std::sync::Arc::clone(&self.writer);
-        writer.commit(writes, &|all| self.in_one(all))
+        writer.commit(writes, deferred, &|all, deferred| self.in_one(all, deferred))
     }
 
     /// `pg_group::commit_group` on this connection.
     #[cfg(test)]
     pub(crate) fn commit_group(
         &self,
-        mine: Option<&[Write]>,
+        mine: Option<(&[Write], bool)>,
         queued: Vec<std::sync::Arc<crate::pg_group::Pending>>,
     ) -> Option<Result<(), Error>> {
-        crate::pg_group::commit_group(mine, queued, &|all| self.in_one(all))
+        crate::pg_group::commit_group(mine, queued, &|all, deferred| self.in_one(all, deferred))
     }
 }
 
 impl Store for PgStore {
     /// Grouped with other connections' commits to this database in this process (`pg_group.rs`).
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
-        self.grouped_commit(writes)
+        self.grouped_commit(writes, false)
+    }
+
+    /// Committed with `synchronous_commit = off` (grouped only with other deferred commits):
+    /// made and visible, durable once [`Store::syncer`]'s sync, begun after it returned, returns.
+    fn commit_deferred(&mut self, writes: &[Write]) -> Result<(), Error> {
+        if self.syncer.get().is_none() {
+            return self.grouped_commit(writes, false);
+        }
+        self.grouped_commit(writes, true)
+    }
+
+    /// A connection of its own that flushes the WAL (`pg_sync.rs`), one per database in this
+    /// process; `None` (every commit durable when made) when it cannot be made.
+    fn syncer(&self) -> Option<std::sync::Arc<dyn opsgraph_store::Syncer>> {
+        let s = crate::pg_sync::syncer_of(&self.writer.syncer, &self.url)?;
+        let _ = self.syncer.set(std::sync::Arc::clone(&s));
+        Some(s)
     }
 
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {

@@ -103,14 +103,17 @@ fn postgres_grouped_commits_fail_alone() {
         state: OperationState::Running,
         entry: note("op-1", event),
     };
-    let stale = crate::pg_group::Pending::new(vec![transition(0, "stale")]);
-    let fenced = crate::pg_group::Pending::new(vec![
-        Write::Fence { operation: "op-2".into(), holder: "me".into(), token: lease.token + 1 },
-        Write::Timeline(note("op-2", "fenced")),
-    ]);
-    let held = crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(note("op-2", "held"))]);
+    let stale = crate::pg_group::Pending::new(vec![transition(0, "stale")], false);
+    let fenced = crate::pg_group::Pending::new(
+        vec![
+            Write::Fence { operation: "op-2".into(), holder: "me".into(), token: lease.token + 1 },
+            Write::Timeline(note("op-2", "fenced")),
+        ],
+        false,
+    );
+    let held = crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(note("op-2", "held"))], false);
     let mine = [transition(0, "first")];
-    let out = store.commit_group(Some(&mine), vec![stale.clone(), fenced.clone(), held.clone()]);
+    let out = store.commit_group(Some((&mine, false)), vec![stale.clone(), fenced.clone(), held.clone()]);
     assert!(out.unwrap().is_ok());
     let err = stale.take().unwrap().unwrap_err().to_string();
     assert!(err.contains("op-1"), "{err}");
@@ -159,8 +162,10 @@ fn postgres_text_in_one_message_is_stored_as_given() {
     for t in &texts {
         store.commit(&[lease.fence(), Write::Timeline(entry(t))]).unwrap();
     }
-    let queued: Vec<_> =
-        texts.iter().map(|t| crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(entry(t))])).collect();
+    let queued: Vec<_> = texts
+        .iter()
+        .map(|t| crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(entry(t))], false))
+        .collect();
     assert!(store.commit_group(None, queued.clone()).is_none());
     for p in &queued {
         p.take().unwrap().unwrap();
@@ -171,4 +176,59 @@ fn postgres_text_in_one_message_is_stored_as_given() {
         texts.iter().chain(texts.iter()).map(|t| (t.to_string(), "o'brien\\".to_string(), entry(t).data)).collect();
     assert_eq!(stored, want);
     assert!(store.operation("op-1").unwrap().is_some(), "the table is still there");
+}
+
+/// `Store::commit_deferred` on PostgreSQL (issue [N] 5): without a syncer handed out it commits
+/// durably; with one, the commit is made and visible at once (another connection reads it), and
+/// once a sync begun after it returned, the server's WAL is flushed past everything written
+/// before the sync began. A syncer whose connection was closed (as a restarted server closes it)
+/// fails, and stays failed, instead of vouching for commits a new server may not have; the next
+/// `syncer()` is a new one.
+#[test]
+fn postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer() {
+    use opsgraph_store::{Store, Write};
+    let Some(db) = crate::test_db("postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer") else {
+        return;
+    };
+    let mut store = PgStore::connect(db.url()).unwrap();
+    let reader = PgStore::connect(db.url()).unwrap();
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    let lsn = |admin: &mut ::postgres::Client, f: &str| -> i64 {
+        admin.query_one(&format!("SELECT ({f}() - '0/0'::pg_lsn)::bigint"), &[]).unwrap().get(0)
+    };
+    let create =
+        |id: &str| Write::CreateOperation { op: opsgraph_store::testing::operation(id, None), plan: "{}".into() };
+    store.commit_deferred(&[create("op-durable")]).unwrap();
+    assert!(store.syncer.get().is_none(), "no syncer yet: the commit was made durable at once");
+
+    let syncer = store.syncer().expect("a syncer");
+    let syncers = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()";
+    let count = |admin: &mut ::postgres::Client| -> i64 {
+        admin.query_one(syncers, &[&crate::SYNCER_APPLICATION]).unwrap().get(0)
+    };
+    assert_eq!(count(&mut admin), 1, "the syncer has a connection of its own");
+    store.commit_deferred(&[create("op-1")]).unwrap();
+    assert!(reader.operation("op-1").unwrap().is_some(), "made and visible when it returns");
+    let written = lsn(&mut admin, "pg_current_wal_insert_lsn");
+    syncer.sync().unwrap();
+    assert!(lsn(&mut admin, "pg_current_wal_flush_lsn") >= written, "the sync flushed the WAL past the commit");
+    assert_eq!(
+        crate::pg_sync::syncer_of(&store.writer.syncer, db.url()).map(|s| std::sync::Arc::as_ptr(&s) as *const ()),
+        Some(std::sync::Arc::as_ptr(&syncer) as *const ()),
+        "one syncer per database in this process"
+    );
+
+    // Its connection closed by the server: the sync fails, and so does every later one.
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+            &[&crate::SYNCER_APPLICATION],
+        )
+        .unwrap();
+    store.commit_deferred(&[create("op-2")]).unwrap();
+    let err = syncer.sync().unwrap_err();
+    assert!(matches!(err, opsgraph_store::Error::NotDurable { .. }), "{err:?}");
+    assert!(matches!(syncer.sync(), Err(opsgraph_store::Error::NotDurable { .. })), "never connected again");
+    let again = store.syncer().expect("a new syncer");
+    again.sync().unwrap();
 }
