@@ -20,8 +20,8 @@
 //!    it is made on the driver's connection: the store reads it back so too, and if it is never
 //!    made durable, the drive stops and the caches go with it (the next drive reads the store).
 //!
-//! A store without a syncer (PostgreSQL, whose commit is durable when it returns; SQLite with
-//! `Durability::Normal` or in memory) commits synchronously, and its mark is every number at once.
+//! A store without a syncer (SQLite with `Durability::Normal` or in memory; PostgreSQL when its
+//! syncer's connection cannot be made) commits synchronously, and its mark is every number at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -1,12 +1,14 @@
 //! Deferred durability on PostgreSQL (issue [N] 5, the runtime's committer): a commit made with
 //! `synchronous_commit = off` (`Store::commit_deferred`, `pg_one.rs`) is made and visible when the
 //! server answers, its commit record written to the WAL but not yet flushed. The syncer makes it
-//! durable: on a connection of its own, a transaction that takes a transaction id and commits
-//! with `synchronous_commit = on`. Such a commit writes a commit record and flushes the WAL up to
-//! it before it answers, and the WAL is flushed in order: every record written before, every
-//! deferred commit that had been answered before the sync began among them, is on disk too.
-//! (A transaction that takes no id writes no commit record and flushes nothing: hence
-//! `txid_current()`.)
+//! durable: on a connection of its own, a transaction that writes a WAL record and commits with
+//! `synchronous_commit = on`. Such a commit flushes the WAL up to its commit record before it
+//! answers, and the WAL is flushed in order: every record written before, every deferred commit
+//! that had been answered before the sync began among them, is on disk too. The record is a
+//! transactional logical message (`pg_logical_emit_message`, any role may emit one; no table, no
+//! row lock). A transaction that only takes an xid (`txid_current()`) writes nothing before its
+//! commit record, and PostgreSQL does not flush such a commit (measured: the test
+//! `postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer` fails with it).
 //!
 //! The syncer's connection is made before the first deferred commit it answers for (at
 //! `Store::syncer`) and never made again: a server that restarted (and lost commits not flushed)
@@ -25,9 +27,9 @@ use postgres::{Client, NoTls};
 
 use crate::conn::pg_message;
 
-/// The statement of a sync: a transaction id taken, committed durably (the connection's
-/// `synchronous_commit` is `on`, whatever the server's default).
-const FLUSH: &str = "SELECT txid_current()";
+/// The statement of a sync: a WAL record written in a transaction committed durably (the
+/// connection's `synchronous_commit` is `on`, whatever the server's default).
+const FLUSH: &str = "SELECT pg_logical_emit_message(true, 'opsgraph.sync', '')";
 
 /// The syncer's connection's `application_name` (`pg_stat_activity` shows which it is).
 pub const APPLICATION: &str = "opsgraph syncer";
