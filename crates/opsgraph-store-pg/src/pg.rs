@@ -392,35 +392,39 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
 impl PgStore {
     /// `Store::commit`: grouped with other connections' commits to this database in this
     /// process (`pg_group.rs`).
-    fn grouped_commit(&self, writes: &[Write], deferred: bool) -> Result<(), Error> {
+    fn grouped_commit(&self, writes: &[Write]) -> Result<(), Error> {
         let writer = std::sync::Arc::clone(&self.writer);
-        writer.commit(writes, deferred, &|all, deferred| self.in_one(all, deferred))
+        writer.commit(writes, &|all| self.in_one(all, false))
     }
 
     /// `pg_group::commit_group` on this connection.
     #[cfg(test)]
     pub(crate) fn commit_group(
         &self,
-        mine: Option<(&[Write], bool)>,
+        mine: Option<&[Write]>,
         queued: Vec<std::sync::Arc<crate::pg_group::Pending>>,
     ) -> Option<Result<(), Error>> {
-        crate::pg_group::commit_group(mine, queued, &|all, deferred| self.in_one(all, deferred))
+        crate::pg_group::commit_group(mine, queued, &|all| self.in_one(all, false))
     }
 }
 
 impl Store for PgStore {
     /// Grouped with other connections' commits to this database in this process (`pg_group.rs`).
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
-        self.grouped_commit(writes, false)
+        self.grouped_commit(writes)
     }
 
-    /// Committed with `synchronous_commit = off` (grouped only with other deferred commits):
-    /// made and visible, durable once [`Store::syncer`]'s sync, begun after it returned, returns.
+    /// Committed with `synchronous_commit = off` (`pg_sync.rs`): made and visible, durable once
+    /// [`Store::syncer`]'s sync, begun after it returned, returns. Alone, on this connection, not
+    /// in the group's turn: there is no flush to share, and the turn would make the process's
+    /// drivers wait for each other's round trips (measured: docs/benchmarks.md, [N] 5, `pg5`).
+    /// Until this store handed out a syncer, nothing would sync it: it commits durably.
     fn commit_deferred(&mut self, writes: &[Write]) -> Result<(), Error> {
         if self.syncer.get().is_none() {
-            return self.grouped_commit(writes, false);
+            return self.grouped_commit(writes);
         }
-        self.grouped_commit(writes, true)
+        let out = self.in_one(&[writes], true).and_then(|mut out| out.pop());
+        out.unwrap_or_else(|| Err(crate::pg_group::group_error("a write")))
     }
 
     /// A connection of its own that flushes the WAL (`pg_sync.rs`), one per database in this

@@ -20,10 +20,9 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use opsgraph_store::group::{lock, shared, GroupTurn, Turn};
 use opsgraph_store::{Error, Write};
 
-/// Runs commits in one transaction (the store's: `PgStore::in_one`), deferred when the flag says
-/// so (`Store::commit_deferred`: durable once the syncer ran, `pg_sync.rs`): each commit's
-/// result, or `None` when one of several was refused and nothing was kept.
-pub(crate) type InOne<'a> = dyn Fn(&[&[Write]], bool) -> Outs + 'a;
+/// Runs commits in one transaction (the store's: `PgStore::in_one`): each commit's result, or
+/// `None` when one of several was refused and nothing was kept.
+pub(crate) type InOne<'a> = dyn Fn(&[&[Write]]) -> Outs + 'a;
 
 /// One result for each commit of a turn, or `None` when one of several was refused and nothing
 /// was kept (each runs again alone).
@@ -35,9 +34,6 @@ static WRITERS: LazyLock<Mutex<HashMap<String, Weak<Writer>>>> = LazyLock::new(D
 /// A commit that waits for the next turn, its result once it ran.
 pub(crate) struct Pending {
     writes: Mutex<Option<Vec<Write>>>,
-    /// Made by `Store::commit_deferred`: its turn may commit without waiting for the flush when
-    /// every commit of the turn may.
-    deferred: bool,
     out: Mutex<Option<Result<(), Error>>>,
 }
 
@@ -55,8 +51,8 @@ pub(crate) fn writer_of(url: &str) -> Arc<Writer> {
 
 impl Pending {
     /// `writes`, waiting for a turn.
-    pub(crate) fn new(writes: Vec<Write>, deferred: bool) -> Arc<Pending> {
-        Arc::new(Pending { writes: Mutex::new(Some(writes)), deferred, out: Mutex::new(None) })
+    pub(crate) fn new(writes: Vec<Write>) -> Arc<Pending> {
+        Arc::new(Pending { writes: Mutex::new(Some(writes)), out: Mutex::new(None) })
     }
 
     /// The result, once a turn ran it.
@@ -73,13 +69,11 @@ impl Writer {
     /// `writes` committed with whatever other connections of this process to this database
     /// queued meanwhile, by `in_one`. When another connection holds the turn, an owned copy waits
     /// in the queue, and the next holder of the turn runs it (that may be this caller).
-    /// `deferred`: `Store::commit_deferred`'s commit (durable once the syncer ran).
-    pub(crate) fn commit(&self, writes: &[Write], deferred: bool, in_one: &InOne) -> Result<(), Error> {
-        let turn = self.group.take(|| Pending::new(writes.to_vec(), deferred), |p| lock(&p.out).is_some());
+    pub(crate) fn commit(&self, writes: &[Write], in_one: &InOne) -> Result<(), Error> {
+        let turn = self.group.take(|| Pending::new(writes.to_vec()), |p| lock(&p.out).is_some());
         let (pending, _turn) = match turn {
             Turn::First { queued, turn: _turn } => {
-                return commit_group(Some((writes, deferred)), queued, in_one)
-                    .unwrap_or_else(|| Err(group_error("a write")))
+                return commit_group(Some(writes), queued, in_one).unwrap_or_else(|| Err(group_error("a write")))
             }
             Turn::Queued { pending, lead, turn } => {
                 if let Some(queued) = lead {
@@ -96,24 +90,20 @@ impl Writer {
 /// refused (a stale version, a fence that does not hold: rare), either it wrote nothing and the
 /// others hold (commits sent in one message, `pg_one.rs`), or nothing of the turn is kept
 /// and each runs again in a transaction of its own, in order, as if they had not been
-/// grouped. The turn is deferred only when every commit in it is (one that must be durable when
-/// it returns makes the whole turn wait for the flush). Returns `mine`'s result; the queued ones
-/// get theirs in their `out`.
+/// grouped. Returns `mine`'s result; the queued ones get theirs in their `out`.
 pub(crate) fn commit_group(
-    mine: Option<(&[Write], bool)>,
+    mine: Option<&[Write]>,
     queued: Vec<Arc<Pending>>,
     in_one: &InOne,
 ) -> Option<Result<(), Error>> {
     let owned: Vec<Option<Vec<Write>>> = queued.iter().map(|p| lock(&p.writes).take()).collect();
-    let mut all: Vec<(&[Write], bool)> = mine.into_iter().collect();
-    all.extend(queued.iter().zip(&owned).filter_map(|(p, w)| Some((w.as_ref()?.as_slice(), p.deferred))));
-    let deferred = all.iter().all(|(_, d)| *d);
-    let writes: Vec<&[Write]> = all.iter().map(|(w, _)| *w).collect();
-    let outs: Vec<Result<(), Error>> = match in_one(&writes, deferred) {
+    let mut all: Vec<&[Write]> = mine.into_iter().collect();
+    all.extend(owned.iter().flatten().map(Vec::as_slice));
+    let outs: Vec<Result<(), Error>> = match in_one(&all) {
         Some(outs) => outs,
         None => all
             .iter()
-            .map(|(w, d)| in_one(&[w], *d).and_then(|mut out| out.pop()).unwrap_or_else(|| Err(group_error("a write"))))
+            .map(|w| in_one(&[w]).and_then(|mut out| out.pop()).unwrap_or_else(|| Err(group_error("a write"))))
             .collect(),
     };
     // Taken from the back, in order.

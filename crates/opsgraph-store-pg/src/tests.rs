@@ -103,17 +103,14 @@ fn postgres_grouped_commits_fail_alone() {
         state: OperationState::Running,
         entry: note("op-1", event),
     };
-    let stale = crate::pg_group::Pending::new(vec![transition(0, "stale")], false);
-    let fenced = crate::pg_group::Pending::new(
-        vec![
-            Write::Fence { operation: "op-2".into(), holder: "me".into(), token: lease.token + 1 },
-            Write::Timeline(note("op-2", "fenced")),
-        ],
-        false,
-    );
-    let held = crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(note("op-2", "held"))], false);
+    let stale = crate::pg_group::Pending::new(vec![transition(0, "stale")]);
+    let fenced = crate::pg_group::Pending::new(vec![
+        Write::Fence { operation: "op-2".into(), holder: "me".into(), token: lease.token + 1 },
+        Write::Timeline(note("op-2", "fenced")),
+    ]);
+    let held = crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(note("op-2", "held"))]);
     let mine = [transition(0, "first")];
-    let out = store.commit_group(Some((&mine, false)), vec![stale.clone(), fenced.clone(), held.clone()]);
+    let out = store.commit_group(Some(&mine), vec![stale.clone(), fenced.clone(), held.clone()]);
     assert!(out.unwrap().is_ok());
     let err = stale.take().unwrap().unwrap_err().to_string();
     assert!(err.contains("op-1"), "{err}");
@@ -162,10 +159,8 @@ fn postgres_text_in_one_message_is_stored_as_given() {
     for t in &texts {
         store.commit(&[lease.fence(), Write::Timeline(entry(t))]).unwrap();
     }
-    let queued: Vec<_> = texts
-        .iter()
-        .map(|t| crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(entry(t))], false))
-        .collect();
+    let queued: Vec<_> =
+        texts.iter().map(|t| crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(entry(t))])).collect();
     assert!(store.commit_group(None, queued.clone()).is_none());
     for p in &queued {
         p.take().unwrap().unwrap();
@@ -186,7 +181,7 @@ fn postgres_text_in_one_message_is_stored_as_given() {
 /// `syncer()` is a new one.
 #[test]
 fn postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer() {
-    use opsgraph_store::{Store, Write};
+    use opsgraph_store::{Store, TimelineEntry, Write};
     let Some(db) = crate::test_db("postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer") else {
         return;
     };
@@ -209,6 +204,26 @@ fn postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer() {
     assert_eq!(count(&mut admin), 1, "the syncer has a connection of its own");
     store.commit_deferred(&[create("op-1")]).unwrap();
     assert!(reader.operation("op-1").unwrap().is_some(), "made and visible when it returns");
+    // Refused as a durable commit would be, writing nothing.
+    let stale = Write::Transition {
+        operation: "op-1".into(),
+        expect_version: 7,
+        state: opsgraph_core::model::OperationState::Running,
+        entry: TimelineEntry {
+            seq: 0,
+            operation: "op-1".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+            actor: "test".into(),
+            event: "stale".into(),
+            from: None,
+            to: None,
+            reason: String::new(),
+            data: serde_json::json!({}),
+        },
+    };
+    let err = store.commit_deferred(&[stale]).unwrap_err();
+    assert!(matches!(err, opsgraph_store::Error::Conflict { .. }), "{err:?}");
+    assert!(reader.timeline("op-1").unwrap().is_empty());
     let written = lsn(&mut admin, "pg_current_wal_insert_lsn");
     syncer.sync().unwrap();
     assert!(lsn(&mut admin, "pg_current_wal_flush_lsn") >= written, "the sync flushed the WAL past the commit");
