@@ -26,7 +26,7 @@ pub struct PgStore {
     pub(crate) url: String,
     /// The syncer `Store::syncer` handed out (`pg_sync.rs`): until there is one, a deferred
     /// commit is made durable at once (nothing would sync it).
-    pub(crate) syncer: std::cell::OnceCell<std::sync::Arc<crate::pg_sync::PgSyncer>>,
+    pub(crate) syncer: std::cell::OnceCell<std::sync::Arc<dyn opsgraph_store::Syncer>>,
 }
 
 /// The server's message (with its detail and SQLSTATE), or the client's reason and its causes.

@@ -326,7 +326,8 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
                 opsgraph_store::expect_plan(operation, revision, rows.first().map(|r| r.get(0)))?;
             }
             Write::ExpectVersion { operation, version } => {
-                let rows = tx.query("SELECT version FROM operations WHERE id = $1", &[operation])?;
+                // `FOR SHARE`: a transition committing meanwhile is waited for (`pg_tail.rs`).
+                let rows = tx.query("SELECT version FROM operations WHERE id = $1 FOR SHARE", &[operation])?;
                 opsgraph_store::expect_version(operation, *version, rows.first().map(|r| r.get(0)))?;
             }
             Write::Token(t) => {
@@ -430,7 +431,7 @@ impl Store for PgStore {
     /// A connection of its own that flushes the WAL (`pg_sync.rs`), one per database in this
     /// process; `None` (every commit durable when made) when it cannot be made.
     fn syncer(&self) -> Option<std::sync::Arc<dyn opsgraph_store::Syncer>> {
-        let s = crate::pg_sync::syncer_of(&self.writer.syncer, &self.url)?;
+        let s: std::sync::Arc<dyn opsgraph_store::Syncer> = crate::pg_sync::syncer_of(&self.url)?;
         let _ = self.syncer.set(std::sync::Arc::clone(&s));
         Some(s)
     }

@@ -41,8 +41,6 @@ pub(crate) struct Pending {
 #[derive(Default)]
 pub(crate) struct Writer {
     group: GroupTurn<Pending>,
-    /// The syncer of this database's deferred commits in this process (`pg_sync.rs`).
-    pub(crate) syncer: Mutex<Option<Arc<crate::pg_sync::PgSyncer>>>,
 }
 
 pub(crate) fn writer_of(url: &str) -> Arc<Writer> {

@@ -18,8 +18,9 @@
 //! connection, and a sync that waited for another, begun after it was asked for, needs none of
 //! its own.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use opsgraph_store::group::lock;
 use opsgraph_store::{redact, Error, Syncer};
@@ -96,14 +97,19 @@ impl Syncer for PgSyncer {
     }
 }
 
-/// The syncer of one database in this process: the one alive, or a new one when none is or it
-/// failed. `None` when its connection cannot be made (commits stay durable when made).
-pub(crate) fn syncer_of(slot: &Mutex<Option<Arc<PgSyncer>>>, url: &str) -> Option<Arc<PgSyncer>> {
-    let mut slot = lock(slot);
-    if let Some(s) = slot.as_ref().filter(|s| s.healthy()) {
-        return Some(Arc::clone(s));
+/// The syncer of each database this process connected to, by URL: alive while a store or a
+/// committer holds it (its connection closes with the last).
+static SYNCERS: LazyLock<Mutex<HashMap<String, Weak<PgSyncer>>>> = LazyLock::new(Default::default);
+
+/// The syncer of `url`'s database in this process: the one alive, or a new one when none is or
+/// it failed. `None` when its connection cannot be made (commits stay durable when made).
+pub(crate) fn syncer_of(url: &str) -> Option<Arc<PgSyncer>> {
+    let mut all = lock(&SYNCERS);
+    all.retain(|_, s| s.strong_count() > 0);
+    if let Some(s) = all.get(url).and_then(Weak::upgrade).filter(|s| s.healthy()) {
+        return Some(s);
     }
     let s = Arc::new(PgSyncer::connect(url).ok()?);
-    *slot = Some(Arc::clone(&s));
+    all.insert(url.to_string(), Arc::downgrade(&s));
     Some(s)
 }

@@ -228,7 +228,7 @@ fn postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer() {
     syncer.sync().unwrap();
     assert!(lsn(&mut admin, "pg_current_wal_flush_lsn") >= written, "the sync flushed the WAL past the commit");
     assert_eq!(
-        crate::pg_sync::syncer_of(&store.writer.syncer, db.url()).map(|s| std::sync::Arc::as_ptr(&s) as *const ()),
+        crate::pg_sync::syncer_of(db.url()).map(|s| std::sync::Arc::as_ptr(&s) as *const ()),
         Some(std::sync::Arc::as_ptr(&syncer) as *const ()),
         "one syncer per database in this process"
     );
