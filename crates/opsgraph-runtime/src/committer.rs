@@ -25,8 +25,8 @@
 //!    that covers them begins when the one under way ends), and a wide DAG makes one commit per
 //!    sync instead of one per report (issue [N] 5).
 //!
-//! A store without a syncer (PostgreSQL, whose commit is durable when it returns; SQLite with
-//! `Durability::Normal` or in memory) commits synchronously, and its mark is every number at once.
+//! A store without a syncer (SQLite with `Durability::Normal` or in memory; PostgreSQL when its
+//! syncer's connection cannot be made) commits synchronously, and its mark is every number at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

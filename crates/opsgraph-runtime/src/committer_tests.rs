@@ -50,7 +50,11 @@ fn plan(pack: &Pack) -> Plan {
 
 fn runtime(dir: &Path, pack: &Pack) -> Runtime {
     let store = SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap();
-    let mut rt = Runtime::new(Box::new(store), vec![pack.clone()], vec![], dir.to_path_buf());
+    runtime_on(Box::new(store), dir, pack)
+}
+
+fn runtime_on(store: Box<dyn opsgraph_store::Store>, dir: &Path, pack: &Pack) -> Runtime {
+    let mut rt = Runtime::new(store, vec![pack.clone()], vec![], dir.to_path_buf());
     rt.concurrency = 4;
     rt
 }
@@ -144,6 +148,86 @@ fn a_failed_sync_stops_the_drive_before_anything_it_guarded_starts_and_recovery_
     drop(rt);
 
     let mut rt = runtime(&dir, &pack);
+    let state = rt.drive(&id, &mut |_| {}).unwrap();
+    assert!(matches!(state, OperationState::Completed | OperationState::Failed { .. }), "{state:?}");
+    let ran = std::fs::read_to_string(&ledger).unwrap_or_default();
+    let mut jobs: Vec<&str> = ran.lines().collect();
+    let all = jobs.len();
+    jobs.sort_unstable();
+    jobs.dedup();
+    assert_eq!(jobs.len(), all, "no job ran twice: {ran}");
+    assert!(rt.store().jobs(&id).unwrap().iter().all(|j| j.state != opsgraph_store::JobState::Running));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// PostgreSQL (issue [N] 5): its deferred commits (`synchronous_commit = off`) are made durable by
+/// its syncer, a connection of its own that flushes the WAL; every attempt starts only once the
+/// commit holding its `running` record is flushed, also when every sync is slow.
+#[test]
+fn postgres_every_attempt_starts_once_its_running_record_is_flushed() {
+    let Some(db) = opsgraph_store_pg::test_db("postgres_every_attempt_starts_once_its_running_record_is_flushed")
+    else {
+        return;
+    };
+    let dir = temp("pg-slow");
+    let ledger = dir.join("ledger");
+    let pack = pack(12, false, &ledger);
+    let mut rt = runtime_on(db.store(), &dir, &pack);
+    assert!(rt.committer.defers(), "PostgreSQL defers its flushes to the committer");
+    let syncs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&syncs);
+    rt.committer.fault = Some(Arc::new(move |_| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        std::thread::sleep(std::time::Duration::from_millis(15));
+        Ok(())
+    }));
+    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+    let starts = rt.committer.mark().starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 12, "{starts:?}");
+    for (instance, commit, durable) in &starts {
+        assert!(durable >= commit, "{instance} started at mark {durable}, its record is in commit {commit}");
+    }
+    assert!(syncs.load(std::sync::atomic::Ordering::Acquire) > 0, "the committer synced");
+    assert_eq!(lines(&ledger), 12, "each job ran once");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// PostgreSQL: the syncer's connection is closed by the server (as a server that restarted, and
+/// may have lost commits not flushed, closes it): no attempt whose `running` record it was to
+/// flush starts, the drive stops with `NotDurable`, and the next drive (a new runtime, a new
+/// syncer) recovers the attempts left `running`, running nothing twice.
+#[test]
+fn postgres_a_syncer_cut_off_stops_the_drive_before_anything_it_guarded_starts() {
+    let Some(db) =
+        opsgraph_store_pg::test_db("postgres_a_syncer_cut_off_stops_the_drive_before_anything_it_guarded_starts")
+    else {
+        return;
+    };
+    let dir = temp("pg-cut");
+    let ledger = dir.join("ledger");
+    let pack = pack(6, false, &ledger);
+    let mut rt = runtime_on(db.store(), &dir, &pack);
+    assert!(rt.committer.defers(), "PostgreSQL defers its flushes to the committer");
+    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    let mut admin = postgres::Client::connect(db.url(), postgres::NoTls).unwrap();
+    let cut = admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+            &[&opsgraph_store_pg::SYNCER_APPLICATION],
+        )
+        .unwrap();
+    assert_eq!(cut, 1, "the syncer's connection");
+    let err = rt.drive(&id, &mut |_| {}).unwrap_err();
+    assert!(matches!(&err, crate::Error::Store(opsgraph_store::Error::NotDurable { .. })), "{err:?}");
+    assert!(rt.committer.mark().starts.lock().unwrap().is_empty(), "no attempt started");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(lines(&ledger), 0, "no process ran for a record that was not flushed");
+    let recorded = rt.store().jobs(&id).unwrap();
+    assert!(recorded.iter().any(|j| j.state == opsgraph_store::JobState::Running), "{recorded:?}");
+    drop(rt);
+
+    let mut rt = runtime_on(db.store(), &dir, &pack);
     let state = rt.drive(&id, &mut |_| {}).unwrap();
     assert!(matches!(state, OperationState::Completed | OperationState::Failed { .. }), "{state:?}");
     let ran = std::fs::read_to_string(&ledger).unwrap_or_default();

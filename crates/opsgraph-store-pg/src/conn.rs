@@ -22,6 +22,11 @@ pub struct PgStore {
     pub(crate) listening: std::cell::Cell<bool>,
     /// Statements prepared by `PREPARE` for commits sent in one message (`pg_one.rs`).
     pub(crate) named: Named,
+    /// The URL connected to (for the syncer's own connection).
+    pub(crate) url: String,
+    /// The syncer `Store::syncer` handed out (`pg_sync.rs`): until there is one, a deferred
+    /// commit is made durable at once (nothing would sync it).
+    pub(crate) syncer: std::cell::OnceCell<std::sync::Arc<dyn opsgraph_store::Syncer>>,
 }
 
 /// The server's message (with its detail and SQLSTATE), or the client's reason and its causes.

@@ -2,7 +2,7 @@
 //! database: `conn.rs` (`PgStore`'s connection, statement cache and commit transaction), `pg.rs`
 //! (the store: one transaction per commit), `pg_group.rs` (commits of one process grouped, one
 //! WAL flush for several), `pg_one.rs` (a turn's commits in one transaction, in one message when
-//! each is a driven operation's), `pg_tail.rs` (a commit's last statement: job records,
+//! each is a driven operation's), `pg_sync.rs` (the syncer of deferred commits), `pg_tail.rs` (a commit's last statement: job records,
 //! timeline rows and a driven operation's checks), `schema.rs` (every migration),
 //! `pg_lease.rs` (leases on the server's clock), `pg_agent.rs` (agent tasks) and `pg_blob.rs`
 //! (`PgBlobStore`: artifact contents and job logs in tables, so replicas share no filesystem).
@@ -15,6 +15,7 @@ mod pg_blob;
 mod pg_group;
 mod pg_lease;
 mod pg_one;
+mod pg_sync;
 mod pg_tail;
 mod schema;
 
@@ -23,6 +24,7 @@ use opsgraph_store::{redact, Error, Store};
 
 pub use pg::PgStore;
 pub use pg_blob::PgBlobStore;
+pub use pg_sync::APPLICATION as SYNCER_APPLICATION;
 
 // The client's errors become [`Error::Postgres`] (the server's message).
 opsgraph_store::backend_fail!(postgres::Error => |e: postgres::Error| Error::Postgres(conn::pg_message(&e)));

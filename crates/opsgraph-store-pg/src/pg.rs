@@ -38,6 +38,8 @@ impl PgStore {
                 writer: crate::pg_group::writer_of(url),
                 listening: std::cell::Cell::new(false),
                 named: Default::default(),
+                url: url.to_string(),
+                syncer: Default::default(),
             };
             store.migrate()?;
             Ok(store)
@@ -324,7 +326,8 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, writes: &[Write]) -> Result<(), Fail> {
                 opsgraph_store::expect_plan(operation, revision, rows.first().map(|r| r.get(0)))?;
             }
             Write::ExpectVersion { operation, version } => {
-                let rows = tx.query("SELECT version FROM operations WHERE id = $1", &[operation])?;
+                // `FOR SHARE`: a transition committing meanwhile is waited for (`pg_tail.rs`).
+                let rows = tx.query("SELECT version FROM operations WHERE id = $1 FOR SHARE", &[operation])?;
                 opsgraph_store::expect_version(operation, *version, rows.first().map(|r| r.get(0)))?;
             }
             Write::Token(t) => {
@@ -392,7 +395,7 @@ impl PgStore {
     /// process (`pg_group.rs`).
     fn grouped_commit(&self, writes: &[Write]) -> Result<(), Error> {
         let writer = std::sync::Arc::clone(&self.writer);
-        writer.commit(writes, &|all| self.in_one(all))
+        writer.commit(writes, &|all| self.in_one(all, false))
     }
 
     /// `pg_group::commit_group` on this connection.
@@ -402,7 +405,7 @@ impl PgStore {
         mine: Option<&[Write]>,
         queued: Vec<std::sync::Arc<crate::pg_group::Pending>>,
     ) -> Option<Result<(), Error>> {
-        crate::pg_group::commit_group(mine, queued, &|all| self.in_one(all))
+        crate::pg_group::commit_group(mine, queued, &|all| self.in_one(all, false))
     }
 }
 
@@ -410,6 +413,27 @@ impl Store for PgStore {
     /// Grouped with other connections' commits to this database in this process (`pg_group.rs`).
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
         self.grouped_commit(writes)
+    }
+
+    /// Committed with `synchronous_commit = off` (`pg_sync.rs`): made and visible, durable once
+    /// [`Store::syncer`]'s sync, begun after it returned, returns. Alone, on this connection, not
+    /// in the group's turn: there is no flush to share, and the turn would make the process's
+    /// drivers wait for each other's round trips (measured: docs/benchmarks.md, [N] 5, `pg5`).
+    /// Until this store handed out a syncer, nothing would sync it: it commits durably.
+    fn commit_deferred(&mut self, writes: &[Write]) -> Result<(), Error> {
+        if self.syncer.get().is_none() {
+            return self.grouped_commit(writes);
+        }
+        let out = self.in_one(&[writes], true).and_then(|mut out| out.pop());
+        out.unwrap_or_else(|| Err(crate::pg_group::group_error("a write")))
+    }
+
+    /// A connection of its own that flushes the WAL (`pg_sync.rs`), one per database in this
+    /// process; `None` (every commit durable when made) when it cannot be made.
+    fn syncer(&self) -> Option<std::sync::Arc<dyn opsgraph_store::Syncer>> {
+        let s: std::sync::Arc<dyn opsgraph_store::Syncer> = crate::pg_sync::syncer_of(&self.url)?;
+        let _ = self.syncer.set(std::sync::Arc::clone(&s));
+        Some(s)
     }
 
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error> {

@@ -23,23 +23,30 @@ use crate::{edge, Fail};
 
 impl PgStore {
     /// `writes` in one transaction: one message when each is a driven operation's commit,
-    /// otherwise `BEGIN`, their statements and `COMMIT`.
-    pub(crate) fn in_one(&self, writes: &[&[Write]]) -> Outs {
+    /// otherwise `BEGIN`, their statements and `COMMIT`. `deferred`: the transaction commits
+    /// with `synchronous_commit = off` (made and visible, durable once the syncer ran after it,
+    /// `pg_sync.rs`).
+    pub(crate) fn in_one(&self, writes: &[&[Write]], deferred: bool) -> Outs {
         match edge(|| tails(writes)) {
-            Ok(Some(tails)) => self.in_one_message(&tails),
+            Ok(Some(tails)) => self.in_one_message(&tails, deferred),
             // A commit that cannot be written so, or whose statement cannot be built (the
             // transaction reports why).
-            Ok(None) | Err(_) => self.in_one_transaction(writes),
+            Ok(None) | Err(_) => self.in_one_transaction(writes, deferred),
         }
     }
 
-    fn in_one_transaction(&self, writes: &[&[Write]]) -> Outs {
+    fn in_one_transaction(&self, writes: &[&[Write]], deferred: bool) -> Outs {
         let mut client = self.client.borrow_mut();
         let tx = match client.transaction() {
             Ok(tx) => tx,
             Err(e) => return Some(writes.iter().map(|_| Err(Error::Postgres(pg_message(&e)))).collect()),
         };
         let mut tx = Tx { tx, statements: &self.statements };
+        if deferred {
+            if let Err(e) = tx.tx.batch_execute(DEFER) {
+                return Some(writes.iter().map(|_| Err(Error::Postgres(pg_message(&e)))).collect());
+            }
+        }
         for w in writes {
             if let Err(e) = edge(|| crate::pg::apply(&mut tx, w)) {
                 // Dropped, the transaction rolls back.
@@ -54,9 +61,14 @@ impl PgStore {
         }
     }
 
-    fn in_one_message(&self, tails: &[Option<Tail>]) -> Outs {
+    fn in_one_message(&self, tails: &[Option<Tail>], deferred: bool) -> Outs {
         let mut client = self.client.borrow_mut();
         let mut query = Vec::new();
+        let writes = tails.iter().any(Option::is_some);
+        if deferred && writes {
+            // The message's statements are one implicit transaction: `SET LOCAL` holds in it.
+            query.push(DEFER.to_string());
+        }
         for tail in tails.iter().flatten() {
             let name = match self.named.prepared(&mut client, &tail.sql) {
                 Ok(name) => name,
@@ -64,7 +76,7 @@ impl PgStore {
             };
             query.push(tail.execute(&name));
         }
-        if query.is_empty() {
+        if !writes {
             return Some(tails.iter().map(|_| Ok(())).collect());
         }
         let answers = match client.simple_query(&query.join(";\n")) {
@@ -95,6 +107,10 @@ impl PgStore {
         Some(outs)
     }
 }
+
+/// What makes a transaction's commit not wait for its WAL flush (`Store::commit_deferred`); the
+/// setting ends with the transaction.
+const DEFER: &str = "SET LOCAL synchronous_commit = off";
 
 /// The statements of `writes` when each is a driven operation's commit whose parameters can be
 /// written as literals (`None` otherwise).

@@ -180,8 +180,12 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
     let version_ok = match &expect {
         Some((operation, version)) => {
             let (o, v) = (p.add(Arg::Text(operation.to_string())), p.add(Arg::Int(*version)));
+            // `FOR SHARE`: a transition of the operation committing meanwhile (a pause from
+            // another connection) is waited for and the version checked again on its row, so
+            // the commit is refused rather than ordered after it unchecked.
             with.push(format!(
-                "ver AS (SELECT 1 FROM operations WHERE id = {o} AND version = {v} AND EXISTS (SELECT 1 FROM ok))"
+                "ver AS (SELECT 1 FROM operations WHERE id = {o} AND version = {v} AND EXISTS (SELECT 1 FROM ok)
+                 FOR SHARE)"
             ));
             "EXISTS (SELECT 1 FROM ver)"
         }

@@ -172,3 +172,78 @@ fn postgres_text_in_one_message_is_stored_as_given() {
     assert_eq!(stored, want);
     assert!(store.operation("op-1").unwrap().is_some(), "the table is still there");
 }
+
+/// `Store::commit_deferred` on PostgreSQL (issue [N] 5): without a syncer handed out it commits
+/// durably; with one, the commit is made and visible at once (another connection reads it), and
+/// once a sync begun after it returned, the server's WAL is flushed past everything written
+/// before the sync began. A syncer whose connection was closed (as a restarted server closes it)
+/// fails, and stays failed, instead of vouching for commits a new server may not have; the next
+/// `syncer()` is a new one.
+#[test]
+fn postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer() {
+    use opsgraph_store::{Store, TimelineEntry, Write};
+    let Some(db) = crate::test_db("postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer") else {
+        return;
+    };
+    let mut store = PgStore::connect(db.url()).unwrap();
+    let reader = PgStore::connect(db.url()).unwrap();
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    let lsn = |admin: &mut ::postgres::Client, f: &str| -> i64 {
+        admin.query_one(&format!("SELECT ({f}() - '0/0'::pg_lsn)::bigint"), &[]).unwrap().get(0)
+    };
+    let create =
+        |id: &str| Write::CreateOperation { op: opsgraph_store::testing::operation(id, None), plan: "{}".into() };
+    store.commit_deferred(&[create("op-durable")]).unwrap();
+    assert!(store.syncer.get().is_none(), "no syncer yet: the commit was made durable at once");
+
+    let syncer = store.syncer().expect("a syncer");
+    let syncers = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()";
+    let count = |admin: &mut ::postgres::Client| -> i64 {
+        admin.query_one(syncers, &[&crate::SYNCER_APPLICATION]).unwrap().get(0)
+    };
+    assert_eq!(count(&mut admin), 1, "the syncer has a connection of its own");
+    store.commit_deferred(&[create("op-1")]).unwrap();
+    assert!(reader.operation("op-1").unwrap().is_some(), "made and visible when it returns");
+    // Refused as a durable commit would be, writing nothing.
+    let stale = Write::Transition {
+        operation: "op-1".into(),
+        expect_version: 7,
+        state: opsgraph_core::model::OperationState::Running,
+        entry: TimelineEntry {
+            seq: 0,
+            operation: "op-1".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+            actor: "test".into(),
+            event: "stale".into(),
+            from: None,
+            to: None,
+            reason: String::new(),
+            data: serde_json::json!({}),
+        },
+    };
+    let err = store.commit_deferred(&[stale]).unwrap_err();
+    assert!(matches!(err, opsgraph_store::Error::Conflict { .. }), "{err:?}");
+    assert!(reader.timeline("op-1").unwrap().is_empty());
+    let written = lsn(&mut admin, "pg_current_wal_insert_lsn");
+    syncer.sync().unwrap();
+    assert!(lsn(&mut admin, "pg_current_wal_flush_lsn") >= written, "the sync flushed the WAL past the commit");
+    assert_eq!(
+        crate::pg_sync::syncer_of(db.url()).map(|s| std::sync::Arc::as_ptr(&s) as *const ()),
+        Some(std::sync::Arc::as_ptr(&syncer) as *const ()),
+        "one syncer per database in this process"
+    );
+
+    // Its connection closed by the server: the sync fails, and so does every later one.
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+            &[&crate::SYNCER_APPLICATION],
+        )
+        .unwrap();
+    store.commit_deferred(&[create("op-2")]).unwrap();
+    let err = syncer.sync().unwrap_err();
+    assert!(matches!(err, opsgraph_store::Error::NotDurable { .. }), "{err:?}");
+    assert!(matches!(syncer.sync(), Err(opsgraph_store::Error::NotDurable { .. })), "never connected again");
+    let again = store.syncer().expect("a new syncer");
+    again.sync().unwrap();
+}
