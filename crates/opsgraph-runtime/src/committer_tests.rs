@@ -129,3 +129,42 @@ fn a_failed_sync_stops_the_drive_before_anything_it_guarded_starts_and_recovery_
     assert!(rt.store().jobs(&id).unwrap().iter().all(|j| j.state != opsgraph_store::JobState::Running));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A chain's driver has nothing to do while the commit that records the next job `running` is
+/// synced: it syncs that commit itself (`Durable::Here`), one sync per job and none on the
+/// committer's thread, so the next process starts without a hand-off to that thread and back
+/// (issue [N] 5). Independent jobs keep the thread: after their first commit, attempts are in
+/// flight while each later one is synced.
+#[test]
+fn a_chained_job_is_synced_once_on_the_drivers_thread_independent_ones_on_the_committers() {
+    for chained in [true, false] {
+        let dir = temp(if chained { "here-chain" } else { "here-wide" });
+        let ledger = dir.join("ledger");
+        let pack = pack(12, chained, &ledger);
+        let mut rt = runtime(&dir, &pack);
+        let syncs = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&syncs);
+        rt.committer.fault = Some(Arc::new(move |covers| {
+            seen.lock().unwrap().push((covers, std::thread::current().id()));
+            Ok(())
+        }));
+        let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+        let driver = std::thread::current().id();
+        assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+        assert_eq!(lines(&ledger), 12, "each job ran once");
+        let syncs = syncs.lock().unwrap().clone();
+        let here = syncs.iter().filter(|(_, t)| *t == driver).count();
+        if chained {
+            // Each job's `running` record (with the result before it), and nothing else.
+            assert_eq!((syncs.len(), here), (12, 12), "{syncs:?}");
+        } else {
+            assert_eq!(here, 1, "the first commit only (nothing in flight yet): {syncs:?}");
+            assert!(syncs.len() > here, "the others on the committer's thread: {syncs:?}");
+        }
+        let starts = rt.committer.mark().starts.lock().unwrap().clone();
+        assert_eq!(starts.len(), 12, "{starts:?}");
+        assert!(starts.iter().all(|(_, commit, durable)| durable >= commit), "{starts:?}");
+        drop(rt);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
