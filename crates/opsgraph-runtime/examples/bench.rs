@@ -90,14 +90,29 @@ fn commit_floor(n: usize, dir: &std::path::Path) -> Duration {
     for i in 0..n {
         conn(i);
     }
-    start.elapsed()
+    let took = start.elapsed();
+    drop(conn);
+    remove_db(&floor_path(dir));
+    took
+}
+
+/// The commit floor's database: one per process, so that two benches at once on a shared machine
+/// do not remove (and corrupt) each other's.
+fn floor_path(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join(format!("floor-{}.db", std::process::id()))
+}
+
+fn remove_db(path: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
 }
 
 /// One `UPDATE` + one `INSERT` per transaction, as a transition costs, through the store itself.
 fn rusqlite_free_floor(dir: &std::path::Path) -> impl Fn(usize) {
     use opsgraph_store::{Store, Write};
-    let path = dir.join("floor.db");
-    let _ = std::fs::remove_file(&path);
+    let path = floor_path(dir);
+    remove_db(&path);
     let store = std::cell::RefCell::new(SqliteStore::open(&path, Durability::Full).unwrap());
     move |i| {
         let entry = opsgraph_store::TimelineEntry {

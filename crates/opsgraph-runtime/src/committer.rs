@@ -25,6 +25,10 @@
 //!    that covers them begins when the one under way ends), and a wide DAG makes one commit per
 //!    sync instead of one per report (issue [N] 5).
 //!
+//! When the driver would only wait for the sync — every attempt in flight is one the commit
+//! records, one of them a process to start: a chain's next job — it syncs on its own thread
+//! instead ([`Durable::Here`]), by the same rules, without the hand-off to this thread and back.
+//!
 //! A store without a syncer (SQLite with `Durability::Normal` or in memory; PostgreSQL when its
 //! syncer's connection cannot be made) commits synchronously, and its mark is every number at once.
 
@@ -51,6 +55,12 @@ pub enum Durable {
     /// drive's first commit (which records its first attempts, synced before their processes
     /// start): one `fsync` fewer before a cold `apply`'s first job (issue [N] 5).
     ByItsDrive,
+    /// Made as [`Durable::Deferred`], then synced at once on the calling thread, before the
+    /// commit's number is returned: for a driver that has nothing to do but wait for that sync
+    /// (every attempt in flight is one the commit records, one of them a process to start — a
+    /// chain's next job). Rule 1 holds as with the thread's sync; what it saves is the hand-off
+    /// to the committer's thread and back (issue [N] 5, docs/benchmarks.md).
+    Here,
 }
 
 /// A failpoint of the committer, for tests: called before each sync with the last commit it
@@ -206,6 +216,12 @@ impl Committer {
                 self.sync_soon();
                 return Ok(n);
             }
+            // Nothing waits on the thread for it: this thread syncs what was made.
+            Durable::Here => {
+                sync_made(&self.mark, &**self.syncer.as_ref().expect("defers"), self.fault.as_ref(), n, false);
+                self.mark.wait(n)?;
+                return Ok(n);
+            }
         }
         let state = self.mark.lock();
         self.mark.durable.fetch_max(n, Ordering::AcqRel);
@@ -279,23 +295,33 @@ impl Committer {
                     state = mark.moved.wait(state).unwrap_or_else(|e| e.into_inner());
                 }
             };
-            crate::failpoint::hit("commit.unsynced");
-            let synced = match fault.as_ref().map(|f| f(covers)) {
-                Some(Err(reason)) => Err(reason),
-                _ => syncer.sync().map_err(|e| e.to_string()),
-            };
-            let mut state = mark.lock();
-            state.syncing = false;
-            match synced {
-                Ok(()) => {
-                    mark.durable.fetch_max(covers, Ordering::AcqRel);
-                }
-                Err(reason) => state.failed = Some(reason),
-            }
-            drop(state);
-            mark.moved.notify_all();
+            sync_made(&mark, &*syncer, fault.as_ref(), covers, true);
         })
     }
+}
+
+/// One sync, on the calling thread (the committer's, or a driver's for [`Durable::Here`]): it
+/// covers commit `covers` and every one made before it (all made before the sync began), and
+/// raises the mark to it; a failure is kept, and fails every later wait and commit (rule 4).
+/// `thread`: the committer's thread's sync, whose end lets held reports go (rule 6).
+fn sync_made(mark: &Mark, syncer: &dyn Syncer, fault: Option<&Fault>, covers: u64, thread: bool) {
+    crate::failpoint::hit("commit.unsynced");
+    let synced = match fault.map(|f| f(covers)) {
+        Some(Err(reason)) => Err(reason),
+        _ => syncer.sync().map_err(|e| e.to_string()),
+    };
+    let mut state = mark.lock();
+    if thread {
+        state.syncing = false;
+    }
+    match synced {
+        Ok(()) => {
+            mark.durable.fetch_max(covers, Ordering::AcqRel);
+        }
+        Err(reason) => state.failed = Some(reason),
+    }
+    drop(state);
+    mark.moved.notify_all();
 }
 
 impl Drop for Committer {

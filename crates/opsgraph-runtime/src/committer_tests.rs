@@ -243,3 +243,48 @@ fn postgres_a_syncer_cut_off_stops_the_drive_before_anything_it_guarded_starts()
     assert!(rt.store().jobs(&id).unwrap().iter().all(|j| j.state != opsgraph_store::JobState::Running));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A chain's driver has nothing to do while the commit that records the next job `running` is
+/// synced: it syncs that commit itself (`Durable::Here`), one sync per job and none on the
+/// committer's thread, so the next process starts without a hand-off to that thread and back
+/// (issue [N] 5). While another attempt runs, the thread syncs: independent jobs beside a slow
+/// one (`j0`, a second) are each synced there; only the first commit, when nothing ran yet, is
+/// synced by the driver.
+#[test]
+fn a_chained_job_is_synced_once_on_the_drivers_thread_others_beside_a_running_one_on_the_committers() {
+    for chained in [true, false] {
+        let dir = temp(if chained { "here-chain" } else { "here-wide" });
+        let ledger = dir.join("ledger");
+        let mut pack = pack(12, chained, &ledger);
+        if !chained {
+            let slow = format!("sleep 1; echo j0 >> {}", ledger.display());
+            pack.jobs.get_mut("j0").unwrap().run = Some(Run::local(vec!["/bin/sh".into(), "-c".into(), slow]));
+        }
+        let mut rt = runtime(&dir, &pack);
+        rt.concurrency = 2;
+        let syncs = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&syncs);
+        rt.committer.fault = Some(Arc::new(move |covers| {
+            seen.lock().unwrap().push((covers, std::thread::current().id()));
+            Ok(())
+        }));
+        let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+        let driver = std::thread::current().id();
+        assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+        assert_eq!(lines(&ledger), 12, "each job ran once");
+        let syncs = syncs.lock().unwrap().clone();
+        let here: Vec<u64> = syncs.iter().filter(|(_, t)| *t == driver).map(|(n, _)| *n).collect();
+        if chained {
+            // Each job's `running` record (with the result before it), and nothing else.
+            assert_eq!((syncs.len(), here.len()), (12, 12), "{syncs:?}");
+        } else {
+            assert_eq!(here, [syncs[0].0], "the first commit only (nothing ran yet): {syncs:?}");
+            assert!(syncs.len() >= 6, "the others on the committer's thread: {syncs:?}");
+        }
+        let starts = rt.committer.mark().starts.lock().unwrap().clone();
+        assert_eq!(starts.len(), 12, "{starts:?}");
+        assert!(starts.iter().all(|(_, commit, durable)| durable >= commit), "{starts:?}");
+        drop(rt);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

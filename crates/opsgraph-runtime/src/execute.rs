@@ -432,8 +432,14 @@ impl Runtime {
         // goes on deciding meanwhile; what it guards waits for the durable mark. Not a commit
         // that enqueues for an agent: another connection (a replica's claim) may hand the task
         // to its agent as soon as it is visible, and no guard of this process holds the agent.
+        // When every attempt in flight is one this commit records and one of them is a process
+        // to start (a chain's next job), the driver has nothing to do but wait for the sync: it
+        // syncs here, and the worker finds its record durable (one hand-off fewer per job).
+        let only_these = d.in_flight.len() == started.len() && tasks.iter().any(|t| !t.is_trivial());
         let durable = if writes.iter().any(|w| matches!(w, Write::Agent(_))) {
             crate::Durable::Now
+        } else if only_these {
+            crate::Durable::Here
         } else {
             crate::Durable::Deferred
         };
