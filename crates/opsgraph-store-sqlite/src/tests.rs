@@ -69,9 +69,10 @@ fn operations_made_before_ids_existed_get_theirs() {
 }
 
 /// A deferred commit (the runtime's committer, `wal.rs`) is made and visible at once, another
-/// connection's reader sees it, the connection is back at `synchronous=FULL` for the next commit,
-/// and the syncer makes it durable (a sync of the WAL file). Without full durability or without
-/// a file there is nothing to defer to.
+/// connection's reader sees it, and the syncer makes it durable (a sync of the WAL file). The
+/// connection stays at `synchronous=NORMAL` for the next deferred commit and is set back to
+/// `FULL` before a durable one. Without full durability or without a file there is nothing to
+/// defer to.
 #[test]
 fn a_deferred_commit_is_made_at_once_and_synced_by_the_syncer() {
     let dir = std::env::temp_dir().join(format!("opsgraph-deferred-{}", std::process::id()));
@@ -80,11 +81,12 @@ fn a_deferred_commit_is_made_at_once_and_synced_by_the_syncer() {
     let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
     let syncer = store.syncer().expect("a file with full durability syncs deferred commits");
     store.commit_deferred(&[Write::CreateOperation { op: op("op-1"), plan: "{}".into() }]).unwrap();
-    let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
-    assert_eq!(sync, 2, "back to FULL for the next commit");
+    assert_eq!(synchronous(&store), 1, "made at NORMAL, and left there for the next deferred commit");
     let reader = SqliteStore::open(&path, Durability::Full).unwrap();
     assert!(reader.operation("op-1").unwrap().is_some());
     syncer.sync().unwrap();
+    store.commit(&[Write::Timeline(entry("op-1", "durable"))]).unwrap();
+    assert_eq!(synchronous(&store), 2, "a durable commit is made at FULL");
     assert!(SqliteStore::open(&dir.join("normal.db"), Durability::Normal).unwrap().syncer().is_none());
     assert!(SqliteStore::memory().unwrap().syncer().is_none());
     drop((store, reader));
@@ -128,27 +130,59 @@ fn synchronous(store: &SqliteStore) -> i64 {
     store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
 }
 
-/// Under `Full`, a lease's commits are deferred (`synchronous=NORMAL` for their transaction,
-/// `lease.rs`) and leave the connection at `FULL` for every other commit, refused or not; they
-/// are read back by the next connection. Under `Normal` nothing is switched.
+/// A timeline entry of `operation` with this reason.
+fn entry(operation: &str, reason: &str) -> opsgraph_store::TimelineEntry {
+    opsgraph_store::TimelineEntry {
+        seq: 0,
+        operation: operation.into(),
+        at: opsgraph_store::now(),
+        actor: "test".into(),
+        event: "e".into(),
+        from: None,
+        to: None,
+        reason: reason.into(),
+        data: serde_json::Value::Null,
+    }
+}
+
+/// Under `Full`, a lease's commits are deferred (`synchronous=NORMAL`, `lease.rs`), refused or
+/// not, and so are the committer's; the connection stays at `NORMAL` between them and is set to
+/// `FULL` before every commit synced at its commit (a refused one included); they are read back
+/// by the next connection. Under `Normal` nothing is switched.
 #[test]
 fn a_leases_commits_leave_the_connection_synced() {
     let (dir, path) = store_path("lease");
     let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
-    let lease = store.acquire_lease("op-1", "me", 10_000).unwrap();
     assert_eq!(synchronous(&store), 2);
+    let lease = store.acquire_lease("op-1", "me", 10_000).unwrap();
+    assert_eq!(synchronous(&store), 1);
     store.renew_lease(&lease, 10_000).unwrap();
     assert!(store.acquire_lease("op-1", "another", 10_000).is_err(), "held");
-    assert_eq!(synchronous(&store), 2);
+    store.commit_deferred(&[Write::Timeline(entry("op-1", "deferred"))]).unwrap();
+    assert_eq!(synchronous(&store), 1, "no switch between deferred commits");
+    store.commit(&[Write::Timeline(entry("op-1", "durable"))]).unwrap();
+    assert_eq!(synchronous(&store), 2, "a durable commit is made at FULL");
     store.acquire_lease("op-2", "me", 10_000).unwrap();
     store.release_lease(&lease).unwrap();
-    assert_eq!(synchronous(&store), 2);
+    assert_eq!(synchronous(&store), 1);
+    let refused = store.commit(&[Write::Transition {
+        operation: "none".into(),
+        expect_version: 1,
+        state: opsgraph_core::model::OperationState::Running,
+        entry: entry("none", "t"),
+    }]);
+    assert!(refused.is_err());
+    assert_eq!(synchronous(&store), 2, "set before the commit, refused or not");
     drop(store);
     let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
     assert!(store.lease("op-1").unwrap().is_some_and(|l| l.released));
     assert!(store.lease("op-2").unwrap().is_some_and(|l| !l.released));
+    assert_eq!(store.timeline("op-1").unwrap().len(), 2);
     store.acquire_lease("op-3", "me", 10_000).unwrap();
+    store.commit_deferred(&[Write::Timeline(entry("op-3", "deferred"))]).unwrap();
     assert_eq!(synchronous(&store), 1);
+    store.commit(&[Write::Timeline(entry("op-3", "durable"))]).unwrap();
+    assert_eq!(synchronous(&store), 1, "NORMAL durability stays NORMAL");
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
