@@ -226,3 +226,67 @@ fn a_small_wal_is_left_at_close_and_read_back() {
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The writes of a commit of `n` jobs as the driver makes them: the operation's version guard,
+/// then a job record and a timeline entry a job, every third job written again (its result in
+/// the same commit), a guard in the middle that ends one run of rows and starts another.
+fn rows_of_a_commit(n: usize) -> Vec<Write> {
+    use opsgraph_store::JobState;
+    let job = |i: usize, state: JobState| {
+        Write::Job(opsgraph_store::JobRecord {
+            operation: "op-1".into(),
+            id: format!("j{i}"),
+            state,
+            attempts: 1,
+            outcome: if state == JobState::Running { serde_json::Value::Null } else { json!({"outcome": i}) },
+            updated_at: format!("t{i}"),
+        })
+    };
+    let mut writes = vec![Write::ExpectVersion { operation: "op-1".into(), version: op("op-1").version }];
+    for i in 0..n {
+        writes.push(job(i, JobState::Running));
+        let mut e = entry("op-1", &format!("started j{i}"));
+        e.from = (i % 2 == 0).then(|| "pending".into());
+        writes.push(Write::Timeline(e));
+        if i % 3 == 0 {
+            writes.push(job(i, JobState::Succeeded));
+        }
+        if i == n / 2 {
+            writes.push(Write::ExpectVersion { operation: "op-1".into(), version: op("op-1").version });
+        }
+    }
+    writes
+}
+
+/// A run of job records and timeline entries is written several rows a statement (`apply::rows`,
+/// every batch size and remainder up to 40 rows): the commit leaves the rows that one commit a
+/// write leaves — a job written twice holds its last record, the entries have their `seq` in
+/// order — and a refused guard still refuses the whole commit.
+#[test]
+fn a_run_of_rows_leaves_what_one_commit_a_write_leaves() {
+    for n in [1, 2, 3, 5, 16, 17, 40] {
+        let writes = rows_of_a_commit(n);
+        let create = [Write::CreateOperation { op: op("op-1"), plan: "{}".into() }];
+        let mut grouped = SqliteStore::memory().unwrap();
+        grouped.commit(&create).unwrap();
+        grouped.commit(&writes).unwrap();
+        let mut single = SqliteStore::memory().unwrap();
+        single.commit(&create).unwrap();
+        for w in &writes {
+            single.commit(std::slice::from_ref(w)).unwrap();
+        }
+        assert_eq!(grouped.jobs("op-1").unwrap(), single.jobs("op-1").unwrap(), "{n} jobs");
+        assert_eq!(grouped.timeline("op-1").unwrap(), single.timeline("op-1").unwrap(), "{n} jobs");
+        assert_eq!(grouped.jobs("op-1").unwrap().len(), n);
+        assert!(grouped.jobs("op-1").unwrap().iter().all(
+            |j| (j.state == opsgraph_store::JobState::Succeeded) == (j.id[1..].parse::<usize>().unwrap() % 3 == 0)
+        ));
+
+        let mut refused = rows_of_a_commit(n);
+        refused.push(Write::ExpectVersion { operation: "op-1".into(), version: op("op-1").version + 7 });
+        let mut store = SqliteStore::memory().unwrap();
+        store.commit(&create).unwrap();
+        assert!(store.commit(&refused).is_err());
+        assert!(store.jobs("op-1").unwrap().is_empty() && store.timeline("op-1").unwrap().is_empty());
+    }
+}
