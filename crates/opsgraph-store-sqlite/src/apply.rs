@@ -110,7 +110,8 @@ fn batched<'a>(
     n: usize,
     bind: impl Fn(usize, &mut Vec<rusqlite::types::ToSqlOutput<'a>>) -> rusqlite::Result<()>,
 ) -> Result<(), Fail> {
-    let mut values = Vec::new();
+    // Sized once for the largest statement (eight values a row at most): not grown row by row.
+    let mut values = Vec::with_capacity(n.min(BATCH) * 8);
     let mut at = 0;
     while at < n {
         let size = (n - at).min(BATCH);
