@@ -39,6 +39,10 @@ pub struct SqliteStore {
     /// The WAL file, synced for [`Store::commit_deferred`]'s commits; `None` where commits are
     /// not synced at all (`Durability::Normal`) or there is no file (in memory).
     pub(crate) wal: Option<Arc<Wal>>,
+    /// The connection is at `synchronous=NORMAL` (left there by the last deferred commit or
+    /// lease) rather than its durability's setting: switched only when the next commit needs
+    /// the other one ([`SqliteStore::synchronous`]).
+    pub(crate) normal: std::cell::Cell<bool>,
     /// Turns of the group commit that ran other connections' writes on this one (`writer.rs`):
     /// part of [`Store::data_version`], which `PRAGMA data_version` alone would not move.
     pub(crate) foreign: std::cell::Cell<i64>,
@@ -72,6 +76,7 @@ impl SqliteStore {
                 written,
                 seen: Default::default(),
                 wal,
+                normal: Default::default(),
                 foreign: Default::default(),
             };
             store.migrate()?;
@@ -92,6 +97,7 @@ impl SqliteStore {
                 written,
                 seen: Default::default(),
                 wal: None,
+                normal: Default::default(),
                 foreign: Default::default(),
             };
             store.migrate()?;
@@ -176,6 +182,7 @@ const OPERATION_COLUMNS: &str =
 impl SqliteStore {
     /// [`Store::commit`], synced at its commit, or (`deferred`) left to [`SqliteStore::wal`].
     fn commit_with(&mut self, writes: &[Write], deferred: Option<&Wal>) -> Result<(), Error> {
+        self.synchronous(deferred.is_some())?;
         // Grouped with other connections' writes to this file (`writer.rs`): under the write
         // lock from the start, so a guard that reads (a fence) and its writes see one state.
         let writer = self.writer.clone();
@@ -196,29 +203,31 @@ impl SqliteStore {
                 }
             })
     }
-}
 
-/// Sets the connection's `synchronous` (outside a transaction: SQLite refuses it inside one).
-fn synchronous(conn: &Connection, full: bool) -> Result<(), Error> {
-    let sql = if full { "PRAGMA synchronous=FULL" } else { "PRAGMA synchronous=NORMAL" };
-    edge(|| Ok(conn.prepare_cached(sql)?.execute([]).map(|_| ())?))
-}
-
-impl SqliteStore {
-    /// Runs `commit` (commits on this connection) with `synchronous=NORMAL` where commits are
-    /// otherwise synced (`wal` is set: `Durability::Full` on a file), then `FULL` again, whatever
-    /// it returned: made in the WAL, durable with the WAL's next sync (a synced commit after it
-    /// on the file, or [`Store::syncer`]'s). Under `Normal` or in memory, `commit` runs as is.
-    fn deferred<T>(&mut self, commit: impl FnOnce(&mut Self) -> Result<T, Error>) -> Result<T, Error> {
-        if self.wal.is_none() {
-            return commit(self);
+    /// Sets the connection to `synchronous=NORMAL` for a deferred commit (`normal`: made in the
+    /// WAL, durable with the WAL's next sync, a synced commit after it on the file or
+    /// [`Store::syncer`]'s) or back to `FULL` for one synced at its commit, where commits are
+    /// otherwise synced (`wal` is set: `Durability::Full` on a file); under `Normal` or in memory
+    /// nothing is switched. Every commit on this connection sets it first. The pragma is run
+    /// only when the setting changes: the driver's deferred commits follow one another at
+    /// `NORMAL` without a pair of pragmas each (SQLite prepares a pragma again at every run,
+    /// ~15,000 instructions a pair; issue [N] 5, docs/benchmarks.md). Outside a transaction:
+    /// SQLite refuses it inside one. When the switch fails, the commit is not made.
+    pub(crate) fn synchronous(&self, normal: bool) -> Result<(), Error> {
+        if self.wal.is_none() || self.normal.get() == normal {
+            return Ok(());
         }
-        synchronous(&self.conn, false)?;
-        let made = commit(self);
-        // Back to FULL before anything else commits on this connection; a connection that
-        // cannot be set back is not used again for a durable commit.
-        let back = synchronous(&self.conn, true);
-        made.and_then(|v| back.map(|()| v))
+        let sql = if normal { "PRAGMA synchronous=NORMAL" } else { "PRAGMA synchronous=FULL" };
+        edge(|| Ok(self.conn.prepare_cached(sql)?.execute([]).map(|_| ())?))?;
+        self.normal.set(normal);
+        Ok(())
+    }
+
+    /// Runs `commit` (commits on this connection) with `synchronous=NORMAL`
+    /// ([`SqliteStore::synchronous`]): made in the WAL, durable with the WAL's next sync.
+    fn deferred<T>(&mut self, commit: impl FnOnce(&mut Self) -> Result<T, Error>) -> Result<T, Error> {
+        self.synchronous(true)?;
+        commit(self)
     }
 }
 
@@ -227,11 +236,11 @@ impl Store for SqliteStore {
         self.commit_with(writes, None)
     }
 
-    /// Under `synchronous=FULL`, this commit alone runs with `NORMAL`: made in the WAL, synced
-    /// by [`Store::syncer`] (`wal.rs`).
+    /// Under `synchronous=FULL`, this commit runs with `NORMAL`: made in the WAL, synced by
+    /// [`Store::syncer`] (`wal.rs`).
     fn commit_deferred(&mut self, writes: &[Write]) -> Result<(), Error> {
         let Some(wal) = self.wal.clone() else { return self.commit(writes) };
-        self.deferred(|store| store.commit_with(writes, Some(&wal)))
+        self.commit_with(writes, Some(&wal))
     }
 
     fn syncer(&self) -> Option<Arc<dyn opsgraph_store::Syncer>> {
@@ -528,6 +537,7 @@ impl Store for SqliteStore {
     }
 
     fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
+        self.synchronous(false)?;
         let tasks = crate::sqlite_agent::claim(&mut self.conn, &self.writer, &self.foreign, claim)?;
         if !tasks.is_empty() {
             // Their timeline entries.
@@ -542,6 +552,7 @@ impl Store for SqliteStore {
             apply(tx, writes)?;
             crate::sqlite_agent::claim_in(tx, c)
         }
+        self.synchronous(false)?;
         let writer = self.writer.clone();
         let tasks = writer.write(
             &mut self.conn,

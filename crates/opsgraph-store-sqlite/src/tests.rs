@@ -69,9 +69,10 @@ fn operations_made_before_ids_existed_get_theirs() {
 }
 
 /// A deferred commit (the runtime's committer, `wal.rs`) is made and visible at once, another
-/// connection's reader sees it, the connection is back at `synchronous=FULL` for the next commit,
-/// and the syncer makes it durable (a sync of the WAL file). Without full durability or without
-/// a file there is nothing to defer to.
+/// connection's reader sees it, and the syncer makes it durable (a sync of the WAL file). The
+/// connection stays at `synchronous=NORMAL` for the next deferred commit and is set back to
+/// `FULL` before a durable one. Without full durability or without a file there is nothing to
+/// defer to.
 #[test]
 fn a_deferred_commit_is_made_at_once_and_synced_by_the_syncer() {
     let dir = std::env::temp_dir().join(format!("opsgraph-deferred-{}", std::process::id()));
@@ -80,11 +81,12 @@ fn a_deferred_commit_is_made_at_once_and_synced_by_the_syncer() {
     let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
     let syncer = store.syncer().expect("a file with full durability syncs deferred commits");
     store.commit_deferred(&[Write::CreateOperation { op: op("op-1"), plan: "{}".into() }]).unwrap();
-    let sync: i64 = store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
-    assert_eq!(sync, 2, "back to FULL for the next commit");
+    assert_eq!(synchronous(&store), 1, "made at NORMAL, and left there for the next deferred commit");
     let reader = SqliteStore::open(&path, Durability::Full).unwrap();
     assert!(reader.operation("op-1").unwrap().is_some());
     syncer.sync().unwrap();
+    store.commit(&[Write::Timeline(entry("op-1", "durable"))]).unwrap();
+    assert_eq!(synchronous(&store), 2, "a durable commit is made at FULL");
     assert!(SqliteStore::open(&dir.join("normal.db"), Durability::Normal).unwrap().syncer().is_none());
     assert!(SqliteStore::memory().unwrap().syncer().is_none());
     drop((store, reader));
@@ -128,27 +130,59 @@ fn synchronous(store: &SqliteStore) -> i64 {
     store.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
 }
 
-/// Under `Full`, a lease's commits are deferred (`synchronous=NORMAL` for their transaction,
-/// `lease.rs`) and leave the connection at `FULL` for every other commit, refused or not; they
-/// are read back by the next connection. Under `Normal` nothing is switched.
+/// A timeline entry of `operation` with this reason.
+fn entry(operation: &str, reason: &str) -> opsgraph_store::TimelineEntry {
+    opsgraph_store::TimelineEntry {
+        seq: 0,
+        operation: operation.into(),
+        at: opsgraph_store::now(),
+        actor: "test".into(),
+        event: "e".into(),
+        from: None,
+        to: None,
+        reason: reason.into(),
+        data: serde_json::Value::Null,
+    }
+}
+
+/// Under `Full`, a lease's commits are deferred (`synchronous=NORMAL`, `lease.rs`), refused or
+/// not, and so are the committer's; the connection stays at `NORMAL` between them and is set to
+/// `FULL` before every commit synced at its commit (a refused one included); they are read back
+/// by the next connection. Under `Normal` nothing is switched.
 #[test]
 fn a_leases_commits_leave_the_connection_synced() {
     let (dir, path) = store_path("lease");
     let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
-    let lease = store.acquire_lease("op-1", "me", 10_000).unwrap();
     assert_eq!(synchronous(&store), 2);
+    let lease = store.acquire_lease("op-1", "me", 10_000).unwrap();
+    assert_eq!(synchronous(&store), 1);
     store.renew_lease(&lease, 10_000).unwrap();
     assert!(store.acquire_lease("op-1", "another", 10_000).is_err(), "held");
-    assert_eq!(synchronous(&store), 2);
+    store.commit_deferred(&[Write::Timeline(entry("op-1", "deferred"))]).unwrap();
+    assert_eq!(synchronous(&store), 1, "no switch between deferred commits");
+    store.commit(&[Write::Timeline(entry("op-1", "durable"))]).unwrap();
+    assert_eq!(synchronous(&store), 2, "a durable commit is made at FULL");
     store.acquire_lease("op-2", "me", 10_000).unwrap();
     store.release_lease(&lease).unwrap();
-    assert_eq!(synchronous(&store), 2);
+    assert_eq!(synchronous(&store), 1);
+    let refused = store.commit(&[Write::Transition {
+        operation: "none".into(),
+        expect_version: 1,
+        state: opsgraph_core::model::OperationState::Running,
+        entry: entry("none", "t"),
+    }]);
+    assert!(refused.is_err());
+    assert_eq!(synchronous(&store), 2, "set before the commit, refused or not");
     drop(store);
     let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
     assert!(store.lease("op-1").unwrap().is_some_and(|l| l.released));
     assert!(store.lease("op-2").unwrap().is_some_and(|l| !l.released));
+    assert_eq!(store.timeline("op-1").unwrap().len(), 2);
     store.acquire_lease("op-3", "me", 10_000).unwrap();
+    store.commit_deferred(&[Write::Timeline(entry("op-3", "deferred"))]).unwrap();
     assert_eq!(synchronous(&store), 1);
+    store.commit(&[Write::Timeline(entry("op-3", "durable"))]).unwrap();
+    assert_eq!(synchronous(&store), 1, "NORMAL durability stays NORMAL");
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -191,4 +225,68 @@ fn a_small_wal_is_left_at_close_and_read_back() {
     assert_eq!(store.operations(&Default::default()).unwrap().len(), 4);
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The writes of a commit of `n` jobs as the driver makes them: the operation's version guard,
+/// then a job record and a timeline entry a job, every third job written again (its result in
+/// the same commit), a guard in the middle that ends one run of rows and starts another.
+fn rows_of_a_commit(n: usize) -> Vec<Write> {
+    use opsgraph_store::JobState;
+    let job = |i: usize, state: JobState| {
+        Write::Job(opsgraph_store::JobRecord {
+            operation: "op-1".into(),
+            id: format!("j{i}"),
+            state,
+            attempts: 1,
+            outcome: if state == JobState::Running { serde_json::Value::Null } else { json!({"outcome": i}) },
+            updated_at: format!("t{i}"),
+        })
+    };
+    let mut writes = vec![Write::ExpectVersion { operation: "op-1".into(), version: op("op-1").version }];
+    for i in 0..n {
+        writes.push(job(i, JobState::Running));
+        let mut e = entry("op-1", &format!("started j{i}"));
+        e.from = (i % 2 == 0).then(|| "pending".into());
+        writes.push(Write::Timeline(e));
+        if i % 3 == 0 {
+            writes.push(job(i, JobState::Succeeded));
+        }
+        if i == n / 2 {
+            writes.push(Write::ExpectVersion { operation: "op-1".into(), version: op("op-1").version });
+        }
+    }
+    writes
+}
+
+/// A run of job records and timeline entries is written several rows a statement (`apply::rows`,
+/// every batch size and remainder up to 40 rows): the commit leaves the rows that one commit a
+/// write leaves — a job written twice holds its last record, the entries have their `seq` in
+/// order — and a refused guard still refuses the whole commit.
+#[test]
+fn a_run_of_rows_leaves_what_one_commit_a_write_leaves() {
+    for n in [1, 2, 3, 5, 16, 17, 40] {
+        let writes = rows_of_a_commit(n);
+        let create = [Write::CreateOperation { op: op("op-1"), plan: "{}".into() }];
+        let mut grouped = SqliteStore::memory().unwrap();
+        grouped.commit(&create).unwrap();
+        grouped.commit(&writes).unwrap();
+        let mut single = SqliteStore::memory().unwrap();
+        single.commit(&create).unwrap();
+        for w in &writes {
+            single.commit(std::slice::from_ref(w)).unwrap();
+        }
+        assert_eq!(grouped.jobs("op-1").unwrap(), single.jobs("op-1").unwrap(), "{n} jobs");
+        assert_eq!(grouped.timeline("op-1").unwrap(), single.timeline("op-1").unwrap(), "{n} jobs");
+        assert_eq!(grouped.jobs("op-1").unwrap().len(), n);
+        assert!(grouped.jobs("op-1").unwrap().iter().all(
+            |j| (j.state == opsgraph_store::JobState::Succeeded) == (j.id[1..].parse::<usize>().unwrap() % 3 == 0)
+        ));
+
+        let mut refused = rows_of_a_commit(n);
+        refused.push(Write::ExpectVersion { operation: "op-1".into(), version: op("op-1").version + 7 });
+        let mut store = SqliteStore::memory().unwrap();
+        store.commit(&create).unwrap();
+        assert!(store.commit(&refused).is_err());
+        assert!(store.jobs("op-1").unwrap().is_empty() && store.timeline("op-1").unwrap().is_empty());
+    }
 }

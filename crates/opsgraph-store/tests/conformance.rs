@@ -48,6 +48,15 @@ fn times_render_as_rfc3339() {
     for (secs, ms) in [(0, 0), (1_700_000_000, 42), (951_782_400, 0), (4_102_444_799, 999)] {
         assert_eq!(parse_rfc3339(&rfc3339(secs, ms)), Some(secs * 1000 + ms as i64));
     }
+    // Every field's digits, across the years the digit-by-digit form covers (0000–9999): read
+    // back as what was written; outside them `format!`'s text.
+    for k in 0..20_000_i64 {
+        let (secs, ms) = (-62_167_219_200 + k * 15_778_469, (k * 37 % 1000) as u32);
+        let text = rfc3339(secs, ms);
+        assert_eq!((text.len(), parse_rfc3339(&text)), (24, Some(secs * 1000 + i64::from(ms))), "{text}");
+    }
+    assert_eq!(rfc3339(-62_167_219_201, 0), "-001-12-31T23:59:59.000Z");
+    assert_eq!(rfc3339(253_402_300_800, 0), "10000-01-01T00:00:00.000Z");
     assert_eq!(parse_rfc3339("2026-12-03T20:00:00Z"), Some(1_796_328_000_000));
     for bad in ["", "2026-12-03 20:00:00Z", "2026-13-03T20:00:00.000Z", "2026-12-03T20:00:00.0Z", "yesterday"] {
         assert_eq!(parse_rfc3339(bad), None, "{bad}");
