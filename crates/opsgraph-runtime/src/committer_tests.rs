@@ -70,6 +70,30 @@ fn lines(ledger: &Path) -> usize {
     std::fs::read_to_string(ledger).map_or(0, |t| t.lines().count())
 }
 
+/// A drive stopped by a failed sync: no attempt started, no process ran (the workers were told
+/// before they could start anything), and the attempts it recorded are left `running`.
+fn stopped_before_anything_started(rt: &Runtime, id: &str, ledger: &Path) {
+    assert!(rt.committer.mark().starts.lock().unwrap().is_empty(), "no attempt started");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(lines(ledger), 0, "no process ran for a record that was not durable");
+    let recorded = rt.store().jobs(id).unwrap();
+    assert!(recorded.iter().any(|j| j.state == opsgraph_store::JobState::Running), "{recorded:?}");
+}
+
+/// The next drive (a new runtime, as after a restart) recovers the attempts left `running` by
+/// evidence: the operation ends, no job ran twice, none is left `running`.
+fn recovers_running_nothing_twice(mut rt: Runtime, id: &str, ledger: &Path) {
+    let state = rt.drive(id, &mut |_| {}).unwrap();
+    assert!(matches!(state, OperationState::Completed | OperationState::Failed { .. }), "{state:?}");
+    let ran = std::fs::read_to_string(ledger).unwrap_or_default();
+    let mut jobs: Vec<&str> = ran.lines().collect();
+    let all = jobs.len();
+    jobs.sort_unstable();
+    jobs.dedup();
+    assert_eq!(jobs.len(), all, "no job ran twice: {ran}");
+    assert!(rt.store().jobs(id).unwrap().iter().all(|j| j.state != opsgraph_store::JobState::Running));
+}
+
 /// The failpoint delays every sync; each worker records the durable mark it saw when it started
 /// its attempt: every mark covers the commit of that attempt's `running` record.
 #[test]
@@ -143,24 +167,10 @@ fn a_failed_sync_stops_the_drive_before_anything_it_guarded_starts_and_recovery_
         matches!(&err, crate::Error::Store(opsgraph_store::Error::NotDurable { reason }) if reason.contains("injected")),
         "{err:?}"
     );
-    assert!(rt.committer.mark().starts.lock().unwrap().is_empty(), "no attempt started");
-    // The workers were told before they could start anything.
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    assert_eq!(lines(&ledger), 0, "no process ran for a record that was not durable");
-    let recorded = rt.store().jobs(&id).unwrap();
-    assert!(recorded.iter().any(|j| j.state == opsgraph_store::JobState::Running), "{recorded:?}");
+    stopped_before_anything_started(&rt, &id, &ledger);
     drop(rt);
 
-    let mut rt = runtime(&dir, &pack);
-    let state = rt.drive(&id, &mut |_| {}).unwrap();
-    assert!(matches!(state, OperationState::Completed | OperationState::Failed { .. }), "{state:?}");
-    let ran = std::fs::read_to_string(&ledger).unwrap_or_default();
-    let mut jobs: Vec<&str> = ran.lines().collect();
-    let all = jobs.len();
-    jobs.sort_unstable();
-    jobs.dedup();
-    assert_eq!(jobs.len(), all, "no job ran twice: {ran}");
-    assert!(rt.store().jobs(&id).unwrap().iter().all(|j| j.state != opsgraph_store::JobState::Running));
+    recovers_running_nothing_twice(runtime(&dir, &pack), &id, &ledger);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -224,23 +234,10 @@ fn postgres_a_syncer_cut_off_stops_the_drive_before_anything_it_guarded_starts()
     assert_eq!(cut, 1, "the syncer's connection");
     let err = rt.drive(&id, &mut |_| {}).unwrap_err();
     assert!(matches!(&err, crate::Error::Store(opsgraph_store::Error::NotDurable { .. })), "{err:?}");
-    assert!(rt.committer.mark().starts.lock().unwrap().is_empty(), "no attempt started");
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    assert_eq!(lines(&ledger), 0, "no process ran for a record that was not flushed");
-    let recorded = rt.store().jobs(&id).unwrap();
-    assert!(recorded.iter().any(|j| j.state == opsgraph_store::JobState::Running), "{recorded:?}");
+    stopped_before_anything_started(&rt, &id, &ledger);
     drop(rt);
 
-    let mut rt = runtime_on(db.store(), &dir, &pack);
-    let state = rt.drive(&id, &mut |_| {}).unwrap();
-    assert!(matches!(state, OperationState::Completed | OperationState::Failed { .. }), "{state:?}");
-    let ran = std::fs::read_to_string(&ledger).unwrap_or_default();
-    let mut jobs: Vec<&str> = ran.lines().collect();
-    let all = jobs.len();
-    jobs.sort_unstable();
-    jobs.dedup();
-    assert_eq!(jobs.len(), all, "no job ran twice: {ran}");
-    assert!(rt.store().jobs(&id).unwrap().iter().all(|j| j.state != opsgraph_store::JobState::Running));
+    recovers_running_nothing_twice(runtime_on(db.store(), &dir, &pack), &id, &ledger);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -132,17 +132,7 @@ fn synchronous(store: &SqliteStore) -> i64 {
 
 /// A timeline entry of `operation` with this reason.
 fn entry(operation: &str, reason: &str) -> opsgraph_store::TimelineEntry {
-    opsgraph_store::TimelineEntry {
-        seq: 0,
-        operation: operation.into(),
-        at: opsgraph_store::now(),
-        actor: "test".into(),
-        event: "e".into(),
-        from: None,
-        to: None,
-        reason: reason.into(),
-        data: serde_json::Value::Null,
-    }
+    opsgraph_store::testing::entry(operation, reason)
 }
 
 /// Under `Full`, a lease's commits are deferred (`synchronous=NORMAL`, `lease.rs`), refused or

@@ -238,17 +238,7 @@ mod tests {
 
     /// A timeline entry of operation `op` (which no row holds) with this reason.
     fn entry(reason: &str) -> TimelineEntry {
-        TimelineEntry {
-            seq: 0,
-            operation: "op".into(),
-            at: opsgraph_store::now(),
-            actor: "test".into(),
-            event: "e".into(),
-            from: None,
-            to: None,
-            reason: reason.into(),
-            data: serde_json::Value::Null,
-        }
+        opsgraph_store::testing::entry("op", reason)
     }
 
     /// A commit refused inside its transaction (a stale version) leaves nothing behind and the

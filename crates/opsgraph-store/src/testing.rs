@@ -15,6 +15,22 @@ use crate::{rfc3339, BlobStore, Error, OperationRecord, Store};
 /// The server tests create their databases on, when `OPSGRAPH_TEST_PG` is not set.
 pub const DEFAULT_TEST_PG: &str = "postgres://postgres@127.0.0.1:5432/test";
 
+/// A timeline entry for tests: of `operation` (which no row need hold), event `e`, now, with
+/// this reason.
+pub fn entry(operation: &str, reason: &str) -> crate::TimelineEntry {
+    crate::TimelineEntry {
+        seq: 0,
+        operation: operation.into(),
+        at: crate::now(),
+        actor: "test".into(),
+        event: "e".into(),
+        from: None,
+        to: None,
+        reason: reason.into(),
+        data: serde_json::Value::Null,
+    }
+}
+
 /// An operation record for tests: `id`, a draft intent to install, made by `user:alice` at one
 /// fixed time, on `resource` when given.
 pub fn operation(id: &str, resource: Option<&str>) -> OperationRecord {

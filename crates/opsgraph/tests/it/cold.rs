@@ -34,27 +34,10 @@ fn a_cold_apply_fsyncs_four_times_before_its_first_job_and_six_in_all() {
         return;
     }
     let dir = temp_dir(PACK);
-    let trace = dir.join("strace");
-    let status = Command::new("strace")
-        .args(["-f", "-e", "trace=fsync,fdatasync,execve", "-o"])
-        .arg(&trace)
-        .arg(env!("CARGO_BIN_EXE_opsgraph"))
-        .args(["apply", "--yes", "-f"])
-        .arg(dir.join("intent.yaml"))
-        .arg("--packs")
-        .arg(dir.join("pack"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    let text = std::fs::read_to_string(&trace).unwrap_or_default();
-    if !status.success() && text.contains("PTRACE") {
+    let Some(text) = traced_apply(dir.path(), "trace=fsync,fdatasync,execve") else {
         eprintln!("strace may not trace here: the fsyncs of a cold apply are not counted");
         return;
-    }
-    assert!(status.success(), "{text}");
+    };
     let (mut before, mut job_started, mut all) = (0, false, 0);
     for line in text.lines() {
         if line.contains(r#"execve("/usr/bin/sh", ["sh", "-c", "true"]"#)
@@ -94,13 +77,12 @@ fn chain(n: usize) -> crate::support::TempDir {
     ])
 }
 
-/// The `fsync`s and `fdatasync`s of `apply` of a chain of `n`, or `None` where `strace` cannot
-/// count them.
-fn syncs_of_a_chain(n: usize) -> Option<usize> {
-    let dir = chain(n);
+/// `opsgraph apply` of the pack and intent in `dir`, under `strace -f -e WHAT`: the trace, or
+/// `None` where `strace` cannot trace. The command must succeed.
+fn traced_apply(dir: &std::path::Path, what: &str) -> Option<String> {
     let trace = dir.join("strace");
     let status = Command::new("strace")
-        .args(["-f", "-e", "trace=fsync,fdatasync", "-o"])
+        .args(["-f", "-e", what, "-o"])
         .arg(&trace)
         .arg(env!("CARGO_BIN_EXE_opsgraph"))
         .args(["apply", "--yes", "-f"])
@@ -118,6 +100,13 @@ fn syncs_of_a_chain(n: usize) -> Option<usize> {
         return None;
     }
     assert!(status.success(), "{text}");
+    Some(text)
+}
+
+/// The `fsync`s and `fdatasync`s of `apply` of a chain of `n`, or `None` where `strace` cannot
+/// count them.
+fn syncs_of_a_chain(n: usize) -> Option<usize> {
+    let text = traced_apply(chain(n).path(), "trace=fsync,fdatasync")?;
     Some(text.lines().filter(|l| l.contains(" fsync(") || l.contains(" fdatasync(")).count())
 }
 
