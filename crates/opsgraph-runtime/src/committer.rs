@@ -63,6 +63,23 @@ pub enum Durable {
     Here,
 }
 
+impl Durable {
+    /// How the driver's commit that records attempts `running` is made durable (`execute.rs`):
+    /// `Now` when it enqueues for an agent (another connection, a replica's claim, may hand the
+    /// task to its agent as soon as it is visible, and no guard of this process holds an agent);
+    /// `Here` when the attempts it records are all that is in flight and one is a process to start
+    /// (`only_these`: a chain's next job; the driver would only wait); otherwise `Deferred`.
+    pub(crate) fn of_starts(writes: &[opsgraph_store::Write], only_these: bool) -> Durable {
+        if writes.iter().any(|w| matches!(w, opsgraph_store::Write::Agent(_))) {
+            Durable::Now
+        } else if only_these {
+            Durable::Here
+        } else {
+            Durable::Deferred
+        }
+    }
+}
+
 /// A failpoint of the committer, for tests: called before each sync with the last commit it
 /// covers; an `Err` is the sync failing with that reason (a sleep in it delays every sync).
 pub(crate) type Fault = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
@@ -351,6 +368,28 @@ mod tests {
             self.0.fetch_add(1, Ordering::AcqRel);
             Ok(())
         }
+    }
+
+    /// The commit that starts attempts: made durable before it returns when it enqueues for an
+    /// agent, whatever else holds (a claim on another connection may hand the task out at once).
+    #[test]
+    fn a_commit_that_enqueues_for_an_agent_is_durable_when_it_returns() {
+        use opsgraph_store::{AgentWrite, Write};
+        let timeline = Write::ExpectVersion { operation: "op".into(), version: 1 };
+        let agent = Write::Agent(AgentWrite::Heartbeat {
+            task: "t".into(),
+            lease: "l".into(),
+            expires_ms: 0,
+            at: opsgraph_store::now(),
+        });
+        let check = |writes: &[Write], only_these: bool| format!("{:?}", Durable::of_starts(writes, only_these));
+        let got = [
+            check(std::slice::from_ref(&timeline), false),
+            check(std::slice::from_ref(&timeline), true),
+            check(&[timeline.clone(), agent.clone()], false),
+            check(&[agent, timeline], true),
+        ];
+        assert_eq!(got, ["Deferred", "Here", "Now", "Now"]);
     }
 
     #[test]

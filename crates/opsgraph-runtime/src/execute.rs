@@ -436,13 +436,7 @@ impl Runtime {
         // to start (a chain's next job), the driver has nothing to do but wait for the sync: it
         // syncs here, and the worker finds its record durable (one hand-off fewer per job).
         let only_these = d.in_flight.len() == started.len() && tasks.iter().any(|t| !t.is_trivial());
-        let durable = if writes.iter().any(|w| matches!(w, Write::Agent(_))) {
-            crate::Durable::Now
-        } else if only_these {
-            crate::Durable::Here
-        } else {
-            crate::Durable::Deferred
-        };
+        let durable = crate::Durable::of_starts(&writes, only_these);
         let made = match self.commit_timeline_as(&writes, durable, progress) {
             Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => {
                 for (instance, not_before) in started {
