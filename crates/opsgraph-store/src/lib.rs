@@ -8,7 +8,7 @@
 //! depends on no database client. The backends are crates of their own: `opsgraph-store-sqlite`
 //! (WAL, `synchronous=FULL` by default; the embedded default) and `opsgraph-store-pg` (issue [F],
 //! several replicas on one PostgreSQL). Both run the same conformance suite
-//! (`tests/conformance.rs`, through [`testing::TestDb`] and [`conformance!`]). The binary's
+//! (`tests/conformance/`, through [`testing::TestDb`] and [`conformance!`]). The binary's
 //! `storage::open` picks one by URL.
 //!
 //! Leases ([`Lease`]): whoever drives an operation holds its lease; every commit it makes carries
