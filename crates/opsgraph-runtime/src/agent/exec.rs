@@ -9,6 +9,7 @@ use opsgraph_core::model::Evidence;
 use opsgraph_exec::{Cancel, EvidenceResult, Executor, LocalExecutor, Program};
 use serde_json::Value;
 
+use super::scripts::{private_dir, script_file};
 use super::wire::{b64, unb64, AgentJob, AgentReport, WireEvidence, WireFile, WireProgram};
 use crate::task::Task;
 
@@ -52,6 +53,8 @@ pub fn execute(
             Err(e) => return refused(format!("cannot write the library {}: {e}", f.name)),
         }
     }
+    // The kept script this task runs: not removed from the cache while it is held (`scripts.rs`).
+    let mut in_use = None;
     let program = match &job.program {
         None => None,
         Some(WireProgram::Argv(a)) => Some(Program::Argv(a.clone())),
@@ -59,7 +62,11 @@ pub fn execute(
         Some(WireProgram::Script { name, content, args }) => {
             let name = if name.is_empty() || name.contains('/') || name.starts_with('.') { "script.sh" } else { name };
             match script_file(scripts, name, &unb64(content)) {
-                Ok(path) => Some(Program::Script { path, args: args.clone() }),
+                Ok(kept) => {
+                    let path = kept.path.clone();
+                    in_use = Some(kept);
+                    Some(Program::Script { path, args: args.clone() })
+                }
                 Err(e) => return refused(format!("cannot write the script: {e}")),
             }
         }
@@ -108,6 +115,7 @@ pub fn execute(
         instead: None,
     };
     let r = crate::jobs::run(task);
+    drop(in_use);
     AgentReport {
         outcome: r.outcome,
         failure: r.failure,
@@ -121,48 +129,6 @@ pub fn execute(
             .collect(),
         duration_ms: r.duration.as_millis() as u64,
     }
-}
-
-/// `dir`, made private to this user (0700) when it does not exist; an existing one is made
-/// private only when it is not (a chmod is a metadata write, not free).
-fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    if std::fs::metadata(dir)?.permissions().mode() & 0o777 != 0o700 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
-/// Scripts kept in one directory, so that the cache does not grow without end.
-const KEPT_SCRIPTS: usize = 1024;
-
-/// The file holding script `content` under `name`, kept between tasks in `scripts` (private to
-/// this user, 0700 / 0600): `scripts/<hash of the content>/<name>`. A task runs the same few
-/// scripts again and again, and creating and deleting a file and its directory per task was
-/// most of what an agent spent beside the job itself (ext4 allocates and frees an inode each
-/// time). The kept file is compared with `content` before it is used, and written again (to a
-/// new name, then renamed over it) when it differs: the hash only finds it.
-pub(crate) fn script_file(scripts: &Path, name: &str, content: &[u8]) -> std::io::Result<std::path::PathBuf> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    content.hash(&mut h);
-    let dir = scripts.join(format!("{:016x}", h.finish()));
-    let path = dir.join(name);
-    if std::fs::read(&path).is_ok_and(|kept| kept == content) {
-        return Ok(path);
-    }
-    private_dir(scripts)?;
-    if !dir.exists() && std::fs::read_dir(scripts)?.count() >= KEPT_SCRIPTS {
-        for entry in std::fs::read_dir(scripts)?.flatten() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = crate::secrets::private_file(&dir, &format!(".{name}.{}.{n}", std::process::id()), content)?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(path)
 }
 
 fn wire_evidence(checks: Vec<(Evidence, EvidenceResult)>) -> Vec<WireEvidence> {
@@ -244,46 +210,5 @@ impl LogStream {
         let cut = cut.min(128 << 10);
         let chunk: Vec<u8> = self.pending.drain(..cut).collect();
         crate::masking::storable_log(String::from_utf8_lossy(&self.masking.bytes(&chunk)).into_owned())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
-    use super::*;
-
-    fn mode(p: &Path) -> u32 {
-        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
-    }
-
-    /// A script is kept by content: the same script again is the same file, untouched; another
-    /// content under the same name is another file; a kept file whose bytes differ from the
-    /// script's (tampered, half written) is written again before it is used.
-    #[test]
-    fn scripts_are_kept_by_content_and_checked_before_use() {
-        let dir = std::env::temp_dir().join(format!("opsgraph-scripts-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let scripts = dir.join("scripts");
-        let a = script_file(&scripts, "step.sh", b"echo a\n").unwrap();
-        assert_eq!((mode(&scripts), mode(a.parent().unwrap()), mode(&a)), (0o700, 0o700, 0o600));
-        assert_eq!(a.file_name().unwrap(), "step.sh");
-        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
-        let first = inode(&a);
-        assert_eq!(script_file(&scripts, "step.sh", b"echo a\n").unwrap(), a);
-        assert_eq!(inode(&a), first, "the same script again is not written again");
-        let b = script_file(&scripts, "step.sh", b"echo b\n").unwrap();
-        assert_ne!(a, b);
-        assert_eq!(std::fs::read(&b).unwrap(), b"echo b\n");
-        std::fs::write(&a, b"rm -rf /\n").unwrap();
-        assert_eq!(script_file(&scripts, "step.sh", b"echo a\n").unwrap(), a);
-        assert_eq!(std::fs::read(&a).unwrap(), b"echo a\n");
-        // Only the scripts are left in their directories (no temporary names).
-        let names: Vec<String> = std::fs::read_dir(a.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, ["step.sh"]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

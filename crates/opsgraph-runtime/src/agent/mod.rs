@@ -30,6 +30,7 @@ mod exec;
 pub(crate) mod pool;
 mod queue;
 pub(crate) mod screen;
+mod scripts;
 pub(crate) mod wait;
 pub(crate) mod wire;
 
