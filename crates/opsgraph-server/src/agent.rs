@@ -147,7 +147,7 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let deadline = Instant::now() + Duration::from_millis(claimer.wait_ms).min(MAX_WAIT);
     let agents = ctx.state.0.agents.clone();
     let bell = &agents.bell;
-    loop {
+    'claim: loop {
         let seen = bell.work_seen();
         let tasks = ctx.store.agent_claim(&claimer.claim())?;
         if !tasks.is_empty() {
@@ -178,6 +178,10 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         loop {
             if let Some(task) = bell.wait_hand(&ticket, Duration::from_millis(250)) {
                 return Reply::ok(json!(claimer.answer(ctx, vec![*task])?));
+            }
+            // Its commit was refused or its drive stopped: look again at once.
+            if bell.withdrawn(&ticket) {
+                continue 'claim;
             }
             // The commit may be done without its waiting worker having started: the store says.
             if let Some(task) = ctx.store.agent_task(&id)?.filter(|t| {
@@ -303,6 +307,9 @@ impl Claimer {
         loop {
             if let Some(task) = bell.wait_hand(ticket, Duration::from_millis(250)) {
                 return Ok(Some(vec![*task]));
+            }
+            if bell.withdrawn(ticket) {
+                return Ok(None);
             }
             // The commit may be done without the task's worker having started: the store says.
             if let Some(task) = ctx.store.agent_task(&id)?.filter(|t| {

@@ -228,6 +228,9 @@ enum Hand {
     Promised(Box<AgentTask>),
     /// Its transaction committed: the claim may answer with it.
     Delivered(Box<AgentTask>),
+    /// Its transaction will not be committed (refused, or the drive stopped before the task's
+    /// worker started): the claim looks again, at once, instead of waiting for it.
+    Withdrawn,
 }
 
 /// A claim parked on the bell ([`Bell::park`]).
@@ -316,12 +319,34 @@ impl Bell {
         true
     }
 
+    /// The transaction that was to hand task `id` to a parked claim will not commit (the task
+    /// was never enqueued): the claim stops waiting for it and looks again.
+    pub fn withdraw(&self, id: &str) {
+        let mut news = self.news();
+        let found = news.hands.iter().find_map(|(k, h)| matches!(h, Hand::Promised(t) if t.id == id).then_some(*k));
+        let Some(ticket) = found else { return };
+        news.hands.insert(ticket, Hand::Withdrawn);
+        drop(news);
+        self.work_rung.notify_all();
+    }
+
+    /// After [`Bell::wait_hand`] found nothing: whether the task promised to `ticket` was
+    /// withdrawn (the hand is then forgotten, and the claim looks again).
+    pub fn withdrawn(&self, ticket: &Ticket) -> bool {
+        let mut news = self.news();
+        if matches!(news.hands.get(&ticket.0), Some(Hand::Withdrawn)) {
+            news.hands.remove(&ticket.0);
+            return true;
+        }
+        false
+    }
+
     /// For a parked claim: waits until work is rung past `seen`, a task handed to it is
-    /// delivered, or `timeout` passes.
+    /// delivered or withdrawn, or `timeout` passes.
     pub fn wait_parked(&self, seen: u64, ticket: &Ticket, timeout: Duration) {
         let news = self.news();
         let _ = self.work_rung.wait_timeout_while(news, timeout, |n| {
-            n.work == seen && !matches!(n.hands.get(&ticket.0), Some(Hand::Delivered(_)))
+            n.work == seen && !matches!(n.hands.get(&ticket.0), Some(Hand::Delivered(_) | Hand::Withdrawn))
         });
     }
 
@@ -333,7 +358,7 @@ impl Bell {
             return Left::Free;
         }
         match news.hands.remove(&ticket.0) {
-            None => Left::Free,
+            None | Some(Hand::Withdrawn) => Left::Free,
             Some(Hand::Delivered(t)) => Left::Delivered(t),
             Some(Hand::Promised(t)) => {
                 let id = t.id.clone();
@@ -507,6 +532,15 @@ pub(crate) struct Waiting {
     pub(super) actor: String,
 }
 
+impl Drop for Waiting {
+    /// A task handed to a parked claim in a commit that was refused, or whose worker never
+    /// started (the drive stopped), is withdrawn: the claim looks again at once instead of
+    /// waiting out its deadline. After the worker delivered it, nothing is left to withdraw.
+    fn drop(&mut self) {
+        self.agents.bell.withdraw(&self.task);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use expect_test::expect;
@@ -515,6 +549,68 @@ mod tests {
 
     fn hand() -> ReportHand {
         ReportHand { report: Default::default(), text: String::new(), writes: vec![] }
+    }
+
+    /// A task handed to a parked claim whose commit will not happen (refused, or its drive
+    /// stopped): withdrawn, the claim stops waiting for it at once — parked (`leave` finds it
+    /// free) or already waiting for the hand (`withdrawn`) — and a delivered one is not taken back.
+    #[test]
+    fn a_hand_withdrawn_lets_its_claim_look_again_at_once() {
+        let bell = Bell::default();
+        let task = || -> AgentTask {
+            serde_json::from_value(serde_json::json!({
+                "id": "t1", "operation": "op", "job": "j", "attempt": 1, "kind": "run", "agent": "a",
+                "resource": "r", "state": "queued", "payload": null, "lease": null, "claimed_by": null,
+                "claims": 0, "expires_ms": 0, "report": null, "created_at": "", "updated_at": ""
+            }))
+            .unwrap()
+        };
+        let claim = || AgentClaim {
+            agent: "a".into(),
+            resources: vec![],
+            lease: "l".into(),
+            actor: "agent:a".into(),
+            max: 1,
+            expires_ms: 0,
+            at: String::new(),
+            audit: serde_json::from_value(serde_json::json!({
+                "seq": 0, "at": "", "actor": "", "action": "", "target": "", "operation": null,
+                "resource": null, "detail": null
+            }))
+            .unwrap(),
+            entry: opsgraph_store::testing::entry("op", ""),
+        };
+        let mut seen = Vec::new();
+        // Parked, handed, withdrawn: the wait ends at once and the claim is free.
+        let ticket = bell.park(claim());
+        assert!(bell.hand(&mut task(), 1_000).is_some());
+        bell.withdraw("t1");
+        let t0 = std::time::Instant::now();
+        bell.wait_parked(bell.work_seen(), &ticket, Duration::from_secs(5));
+        seen.push(format!("parked: waited under a second {}", t0.elapsed() < Duration::from_secs(1)));
+        seen.push(format!("parked: left free {}", matches!(bell.leave(&ticket), Left::Free)));
+        // Left while promised, then withdrawn: the hand is not awaited, and it is forgotten.
+        let ticket = bell.park(claim());
+        bell.hand(&mut task(), 1_000);
+        seen.push(format!("left promised {}", matches!(bell.leave(&ticket), Left::Promised(_))));
+        bell.withdraw("t1");
+        seen.push(format!("waited hand {}", bell.wait_hand(&ticket, Duration::from_secs(5)).is_some()));
+        seen.push(format!("withdrawn {}, again {}", bell.withdrawn(&ticket), bell.withdrawn(&ticket)));
+        // Delivered first: a later withdraw (the worker's `Waiting` dropped) changes nothing.
+        let ticket = bell.park(claim());
+        bell.hand(&mut task(), 1_000);
+        bell.deliver("t1");
+        bell.withdraw("t1");
+        seen.push(format!("delivered, withdrawn after {}", matches!(bell.leave(&ticket), Left::Delivered(_))));
+        expect![[r#"
+            parked: waited under a second true
+            parked: left free true
+            left promised true
+            waited hand false
+            withdrawn true, again false
+            delivered, withdrawn after true
+        "#]]
+        .assert_eq(&(seen.join("\n") + "\n"));
     }
 
     /// A report handed over, as its route and the worker waiting for its task see it: offered
