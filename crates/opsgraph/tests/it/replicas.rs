@@ -237,6 +237,26 @@ fn a_replica_killed_mid_run_is_replaced_within_the_ttl_and_nothing_runs_twice() 
 /// In-process, on each backend: a driver whose lease another holder took over (it expired) is
 /// refused at its next commit and stops; nothing it did after the takeover is in the store.
 /// A test database on `backend`; `None` when it is PostgreSQL and that is skipped.
+/// A runtime on `db` with `concurrency`, the operation it created (by `user:alice`) from `dir`'s
+/// `intent.yaml` and its pack directory `pack` (the run directory `dir/data`), and the packs.
+fn created(
+    db: &TestDb,
+    dir: &Path,
+    pack: &str,
+    concurrency: usize,
+) -> (opsgraph_runtime::Runtime, String, Vec<opsgraph_core::pack::Pack>) {
+    let loaded = opsgraph::plan_cmd::load_inputs(
+        &opsgraph::load::Source::parse(&dir.join("intent.yaml").display().to_string()),
+        opsgraph::load::packs(&[opsgraph::load::Source::parse(&dir.join(pack).display().to_string())]),
+        &[],
+    );
+    let plan = opsgraph::plan_cmd::build(&loaded).unwrap();
+    let mut rt = opsgraph_runtime::Runtime::new(db.store(), loaded.packs.clone(), vec![], dir.join("data"));
+    rt.set_concurrency(concurrency);
+    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    (rt, id, loaded.packs)
+}
+
 fn test_db(backend: opsgraph_store::testing::Backend, name: &str) -> Option<TestDb> {
     match backend {
         opsgraph_store::testing::Backend::Sqlite => Some(opsgraph_store_sqlite::test_db()),
@@ -245,7 +265,6 @@ fn test_db(backend: opsgraph_store::testing::Backend, name: &str) -> Option<Test
 }
 
 fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testing::Backend) {
-    use opsgraph::load::Source;
     use opsgraph_runtime::lease::{Keeper, LeaseConfig};
     let Some(db) = test_db(backend, &format!("replicas::a_stale_holder_writes_nothing_after_a_takeover ({backend:?})"))
     else {
@@ -265,15 +284,7 @@ fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testi
         ),
     )
     .unwrap();
-    let loaded = opsgraph::plan_cmd::load_inputs(
-        &Source::parse(&dir.join("intent.yaml").display().to_string()),
-        opsgraph::load::packs(&[Source::parse(&dir.join("many").display().to_string())]),
-        &[],
-    );
-    let plan = opsgraph::plan_cmd::build(&loaded).unwrap();
-    let mut rt = opsgraph_runtime::Runtime::new(db.store(), loaded.packs.clone(), vec![], dir.join("data"));
-    rt.set_concurrency(2);
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, id, _) = created(&db, dir.path(), "many", 2);
     let url = db.url().to_string();
     let keeper = Keeper::new(
         LeaseConfig { holder: "replica-a".into(), ttl: Duration::from_secs(60) },
@@ -318,7 +329,6 @@ fn a_stale_holder_writes_nothing_after_a_takeover(backend: opsgraph_store::testi
 /// pause may be committed by the driver's own connection in its group-commit turn, which `PRAGMA
 /// data_version` does not count: the driver used to miss it and run every remaining job.
 fn a_pause_from_another_connection_stops_a_driver_that_never_waits(backend: opsgraph_store::testing::Backend) {
-    use opsgraph::load::Source;
     let name = format!("replicas::a_pause_from_another_connection_stops_a_driver_that_never_waits ({backend:?})");
     let Some(db) = test_db(backend, &name) else { return };
     const NOOPS: usize = 3000;
@@ -341,15 +351,7 @@ fn a_pause_from_another_connection_stops_a_driver_that_never_waits(backend: opsg
     ];
     let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (*a, b.as_str())).collect();
     let dir = temp_dir(&files);
-    let loaded = opsgraph::plan_cmd::load_inputs(
-        &Source::parse(&dir.join("intent.yaml").display().to_string()),
-        opsgraph::load::packs(&[Source::parse(&dir.join("noops").display().to_string())]),
-        &[],
-    );
-    let plan = opsgraph::plan_cmd::build(&loaded).unwrap();
-    let mut rt = opsgraph_runtime::Runtime::new(db.store(), loaded.packs.clone(), vec![], dir.join("data"));
-    rt.set_concurrency(1);
-    let id = rt.create(&plan, "user:alice", &mut |_| {}).unwrap();
+    let (mut rt, id, packs) = created(&db, dir.path(), "noops", 1);
     let seen = Arc::new(AtomicUsize::new(0));
     let driver = {
         let (id, seen) = (id.clone(), Arc::clone(&seen));
@@ -364,7 +366,7 @@ fn a_pause_from_another_connection_stops_a_driver_that_never_waits(backend: opsg
         assert!(started.elapsed() < Duration::from_secs(60), "no progress");
         std::thread::sleep(Duration::from_millis(1));
     }
-    let mut person = opsgraph_runtime::Runtime::new(db.store(), loaded.packs.clone(), vec![], dir.join("data"));
+    let mut person = opsgraph_runtime::Runtime::new(db.store(), packs, vec![], dir.join("data"));
     person.pause(&id, "user:bob", "hold on").unwrap();
     let state = driver.join().unwrap().unwrap();
     assert!(matches!(state, OperationState::Paused { .. }), "{state:?}");
