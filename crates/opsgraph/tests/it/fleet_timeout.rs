@@ -107,7 +107,7 @@ fn fleet_ssh_timeout_and_cancel_stop_the_remote_command() {
             .collect();
         assert_eq!(
             stops,
-            [format!("j0@fleet-1: the remote process group N on {} was terminated (SIGTERM)", host.address)]
+            [format!("hang@fleet-1: the remote process group N on {} was terminated (SIGTERM)", host.address)]
         );
         assert!(!sleeping(), "the job's `sleep 600` still runs on the host after the takeover");
         exec.close();
@@ -115,15 +115,23 @@ fn fleet_ssh_timeout_and_cancel_stop_the_remote_command() {
     assert_eq!(machine(), before, "the fleet left something behind");
 }
 
-/// The ledger pack's one job, sleeping 600 s on the fleet's host, driven by `opsgraph apply`,
-/// which is killed with SIGKILL once the job has started there: the operation's id.
+/// A one-job pack whose job sleeps 600 s on the fleet's host, driven by `opsgraph apply`, which
+/// is killed with SIGKILL once the job has started there: the operation's id. The fleet's hosts
+/// share this machine's kernel, so their processes are visible here, and recovery's local stop
+/// (by `OPSGRAPH_OPERATION_ID`/`OPSGRAPH_JOB_ID` in the environment) would find the job: its
+/// `sleep` runs without those variables, as invisible from here as on a host of its own.
 fn killed_mid_job(tmp: &crate::support::TempDir, dir: &std::path::Path) -> String {
-    for (path, text) in crate::fleet_agent::pack(1, &|_| String::new()) {
-        let path = tmp.join(&path);
+    let files = [
+        ("packs/hang/pack.yaml", "scenario_pack:\n  id: hang\n  version: 1.0.0\n  resource_types: [hang.run]\n  actions: [run]\n  plan_templates: [{id: hang.run}]\n"),
+        ("packs/hang/templates.yaml", "plan_template:\n  id: hang.run\n  action: run\n  scopes: {nodes: {resource_type: compute_node, from: targets.nodes}}\n  stages: [{id: all, name: All, jobs: [hang]}]\n  jobs: [hang]\n"),
+        ("packs/hang/jobs.yaml", "job:\n  id: hang\n  scope: {target: nodes}\n  run: {executor: ssh, command: 'echo $$ > /root/hang.pid; exec env -u OPSGRAPH_OPERATION_ID -u OPSGRAPH_JOB_ID sleep 600'}\n"),
+        ("intent.yaml", "intent: {target_resource_type: hang.run, action: run, name: hang, environment: dev, targets: {nodes: [compute_node/fleet-1]}}\n"),
+    ];
+    for (path, text) in files {
+        let path = tmp.join(path);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
     }
-    std::fs::write(tmp.join("intent.yaml"), crate::fleet_agent::intent(&["fleet-1"], "600", "4")).unwrap();
     let [data, intent, packs, inventory] =
         [tmp.join("data"), tmp.join("intent.yaml"), tmp.join("packs"), dir.join("inventory")]
             .map(|p| p.display().to_string());
@@ -133,9 +141,10 @@ fn killed_mid_job(tmp: &crate::support::TempDir, dir: &std::path::Path) -> Strin
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    let host = opsgraph_fleet::status(dir).unwrap().unwrap().0.hosts[0].clone();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !crate::fleet_agent::ledger(dir, 0).iter().any(|l| l.contains(" j0@") && l.ends_with(" start")) {
-        assert!(std::time::Instant::now() < deadline, "j0 did not start on the host");
+    while !opsgraph_fleet::exec(&host, &["test", "-s", "/root/hang.pid"]).status().unwrap().success() {
+        assert!(std::time::Instant::now() < deadline, "the job did not start on the host");
         std::thread::sleep(Duration::from_millis(100));
     }
     driver.kill().unwrap();
