@@ -151,6 +151,30 @@ fn a_wide_drive_commits_no_starts_while_a_sync_is_under_way() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A worker is given an attempt only once the commit holding its `running` record is durable
+/// (`workers.rs`): in a wide drive with slow syncs no worker waits on the mark for the attempt it
+/// took (it would be woken twice for it: handed the attempt, then by the sync). Every one did on
+/// `main`, where an attempt went to a worker with its commit.
+#[test]
+fn a_worker_takes_an_attempt_only_once_its_record_is_durable() {
+    let dir = temp("taken-durable");
+    let ledger = dir.join("ledger");
+    let pack = pack(16, false, &ledger);
+    let mut rt = runtime(&dir, &pack);
+    rt.committer.fault = Some(Arc::new(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        Ok(())
+    }));
+    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+    assert_eq!(lines(&ledger), 16, "each job ran once");
+    let mark = rt.committer.mark();
+    assert_eq!(mark.starts.lock().unwrap().len(), 16);
+    let waited = mark.waited.load(std::sync::atomic::Ordering::Acquire);
+    assert_eq!(waited, 0, "{waited} of 16 attempts were taken by a worker before their commit was durable");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The committer's sync fails: no attempt whose `running` record it was to make durable starts,
 /// the drive stops with the store's `NotDurable` error, and the next drive (a new runtime, as
 /// after a restart) recovers the attempts left `running` by evidence, running nothing twice.
