@@ -8,10 +8,10 @@
 //! This process holds the only write end of that pipe (close-on-exec: jobs do not inherit it).
 //! The lines are read by `awk`, a block per `read`, not by the shell's `read`, which takes one
 //! byte per system call from a pipe (dash: ~20 reads a job in a wide DAG of short jobs; without
-//! `awk` the shell's loop remains). A group's `-PGID` waits to go with the next registration, so
-//! the guardian wakes once a job, not twice; it goes at once when no other group is registered
-//! (nothing may follow), so a run that left something behind is the guardian's no longer than
-//! the runs in flight beside it last.
+//! `awk` the shell's loop remains). A group's `-PGID` is sent when its run ends: held for the next
+//! registration (one wake-up of the guardian a job fewer) it could name another process group by
+//! the time the guardian acts on it — a group id is free again once its group is gone, and with a
+//! `pid_max` of 32,768 it comes round within seconds on a busy machine.
 //! When this process ends in any way — `exit`, a panic, `kill -9` — the kernel closes the pipe;
 //! the guardian reads end of file, sends SIGKILL to every group still registered, and exits.
 //!
@@ -70,33 +70,24 @@ struct State {
     guardian: Option<Guardian>,
     /// The groups registered now: sent again to a new guardian if the old one went away.
     live: BTreeSet<i32>,
-    /// `-PGID` lines not sent yet: they go with the next registration, or when no group is live.
-    ended: String,
 }
 
 static STATE: Mutex<State> = Mutex::new(State::new());
 
 impl State {
     const fn new() -> State {
-        State { guardian: None, live: BTreeSet::new(), ended: String::new() }
+        State { guardian: None, live: BTreeSet::new() }
     }
 
-    /// `pgid` starts: the lines to send now (the groups that ended since the last write first).
+    /// `pgid` starts: the line to send.
     fn registered(&mut self, pgid: i32) -> String {
         self.live.insert(pgid);
-        let mut lines = std::mem::take(&mut self.ended);
-        lines.push_str(&format!("+ {pgid}\n"));
-        lines
+        format!("+ {pgid}\n")
     }
 
-    /// `pgid`'s run ended: the lines to send now, if any. Held for the next registration while
-    /// other groups are live (their runs end with one, or with the last unregistration).
+    /// `pgid`'s run ended: the line to send at once, if it was registered.
     fn unregistered(&mut self, pgid: i32) -> Option<String> {
-        if !self.live.remove(&pgid) {
-            return None;
-        }
-        self.ended.push_str(&format!("- {pgid}\n"));
-        self.live.is_empty().then(|| std::mem::take(&mut self.ended))
+        self.live.remove(&pgid).then(|| format!("- {pgid}\n"))
     }
 }
 
@@ -162,7 +153,6 @@ pub(crate) fn ensure() -> io::Result<()> {
     };
     if gone {
         let all: String = state.live.iter().map(|pg| format!("+ {pg}\n")).collect();
-        state.ended.clear();
         if let Some(mut old) = state.guardian.take() {
             let _ = old.child.wait();
         }
@@ -182,9 +172,7 @@ pub(crate) fn register(pgid: i32) -> io::Result<()> {
     send(&mut state, &lines)
 }
 
-/// The group's run ended: what is left of it (a daemon that detached its output) is its own
-/// once the guardian has read so (with the next registration, or at once when no other run is
-/// in flight).
+/// The group's run ended: what is left of it (a daemon that detached its output) is its own.
 pub(crate) fn unregister(pgid: i32) {
     let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(lines) = state.unregistered(pgid) {
@@ -249,18 +237,17 @@ mod tests {
 
     use super::{start, State};
 
-    /// A group's end goes with the next registration while others are live, at once when none is.
+    /// A group's end is sent at once, never held: by the time the guardian acted on a held one,
+    /// its id could name another process group (with a `pid_max` of 32,768, seconds away).
     #[test]
-    fn an_end_is_sent_with_the_next_start_or_alone_when_nothing_is_live() {
+    fn an_end_is_sent_at_once() {
         let mut state = State::new();
         assert_eq!(state.registered(11), "+ 11\n");
         assert_eq!(state.registered(12), "+ 12\n");
-        assert_eq!(state.unregistered(11), None);
-        assert_eq!(state.registered(13), "- 11\n+ 13\n");
-        assert_eq!(state.unregistered(13), None);
-        assert_eq!(state.unregistered(13), None, "an unknown group");
-        assert_eq!(state.unregistered(12).as_deref(), Some("- 13\n- 12\n"));
-        assert!(state.live.is_empty() && state.ended.is_empty());
+        assert_eq!(state.unregistered(11).as_deref(), Some("- 11\n"));
+        assert_eq!(state.unregistered(11), None, "an unknown group");
+        assert_eq!(state.unregistered(12).as_deref(), Some("- 12\n"));
+        assert!(state.live.is_empty());
     }
 
     /// Read system calls of `pid` and its children, from `/proc/<pid>/io`.
