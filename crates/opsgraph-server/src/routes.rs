@@ -170,6 +170,10 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
     if route.access != Public && bodiless(&body) {
         return handle_bodiless(state, route, parts, bearer).await;
     }
+    let limit = body_limit(&state, route);
+    if route.access != Public && route.path.starts_with("/api/v1/agent/") && small(&parts.headers, limit.1) {
+        return handle_small(state, route, parts, body, bearer, limit).await;
+    }
     let who = match route.access {
         Public => None,
         Authenticated | Need(_) => {
@@ -186,13 +190,6 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
         }
     };
     let actor = who.as_ref().map(Identity::actor);
-    let limit = if route.body == "archive" {
-        ("archive_bytes", state.0.limits.archive_bytes)
-    } else if route.body == "agent_report" {
-        ("agent_report_bytes", state.0.limits.agent_report_bytes)
-    } else {
-        ("body_bytes", state.0.limits.body_bytes)
-    };
     let body = read_body(body, &parts.headers, limit).await.map_err(|error| Refusal {
         error,
         actor: actor.clone(),
@@ -216,6 +213,54 @@ async fn handle(state: AppState, route: &'static Route, req: Request) -> Outcome
     .map_err(|error| Refusal { error, actor, body_unread: false })
 }
 
+/// A route's body limit: its name in `limits` and its bytes.
+fn body_limit(state: &AppState, route: &Route) -> (&'static str, usize) {
+    if route.body == "archive" {
+        ("archive_bytes", state.0.limits.archive_bytes)
+    } else if route.body == "agent_report" {
+        ("agent_report_bytes", state.0.limits.agent_report_bytes)
+    } else {
+        ("body_bytes", state.0.limits.body_bytes)
+    }
+}
+
+/// An agent route's body read before its token is checked: small enough that a client without a
+/// valid token gains nothing by sending it (the agents' claims, heartbeats and reports are a few
+/// KiB; other routes check the token before reading any body).
+const SMALL_BODY: usize = 64 << 10;
+
+/// Whether a request declares a small body (`Content-Length` at most [`SMALL_BODY`] and within
+/// the route's limit, no `Transfer-Encoding`).
+fn small(headers: &HeaderMap, limit: usize) -> bool {
+    !headers.contains_key(axum::http::header::TRANSFER_ENCODING)
+        && headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .is_some_and(|n| n <= SMALL_BODY.min(limit))
+}
+
+/// An agent route's request with a small body (see [`small`]): the body read first, then
+/// authenticated, authorized and answered in one call on a blocking thread with one store
+/// connection, in the order [`handle`] takes (token, permission, query, handler). Two trips to
+/// the blocking pool, each with its connection, were a good part of an agent's report or claim
+/// on the server (issue [N] 2).
+async fn handle_small(
+    state: AppState,
+    route: &'static Route,
+    parts: axum::http::request::Parts,
+    body: Body,
+    bearer: Option<String>,
+    limit: (&'static str, usize),
+) -> Outcome {
+    let body = read_body(body, &parts.headers, limit).await.map_err(|error| Refusal {
+        error,
+        actor: None,
+        body_unread: true,
+    })?;
+    in_one(state, route, parts, bearer, Some(body)).await
+}
+
 /// Whether a request is known to have no body (most reads): over HTTP/1.1, no
 /// `Transfer-Encoding` and no `Content-Length` or a zero one.
 fn bodiless(body: &Body) -> bool {
@@ -223,36 +268,49 @@ fn bodiless(body: &Body) -> bool {
 }
 
 /// A request without a body that needs a token: authenticated, authorized and answered in one
-/// call on a blocking thread with one store connection, in the order [`handle`] takes (token,
-/// permission, query, handler). Two trips to the blocking pool, each with its connection, cost
-/// about as much as answering a small read.
+/// call on a blocking thread with one store connection ([`in_one`]). Two trips to the blocking
+/// pool, each with its connection, cost about as much as answering a small read.
 async fn handle_bodiless(
     state: AppState,
     route: &'static Route,
     parts: axum::http::request::Parts,
     bearer: Option<String>,
 ) -> Outcome {
+    in_one(state, route, parts, bearer, None).await
+}
+
+/// A request whose body is read (`Some`) or absent (`None`), answered in one call on a blocking
+/// thread with one store connection, in the order [`handle`] takes (token, permission, query,
+/// handler).
+async fn in_one(
+    state: AppState,
+    route: &'static Route,
+    parts: axum::http::request::Parts,
+    bearer: Option<String>,
+    body: Option<Vec<u8>>,
+) -> Outcome {
     let params = path_params(&parts.uri, route.path);
     let query = query_of(&parts.uri);
     let (method, headers) = (parts.method, parts.headers);
+    let unread = body.is_none();
     let answered = blocking(move || {
         let refused = |error, actor, body_unread| Refusal { error, actor, body_unread };
         let store = match state.pooled() {
             Ok(s) => s,
-            Err(e) => return Ok(Err(refused(e.into(), None, true))),
+            Err(e) => return Ok(Err(refused(e.into(), None, unread))),
         };
         let who = match authenticate(&state, &*store, bearer) {
             Ok(who) => who,
-            Err(e) => return Ok(Err(refused(e, None, true))),
+            Err(e) => return Ok(Err(refused(e, None, unread))),
         };
         let actor = Some(who.actor());
         if let Err(e) = authorize(route, &who) {
-            return Ok(Err(refused(e, actor, true)));
+            return Ok(Err(refused(e, actor, unread)));
         }
         if let Some(e) = unknown_parameter(route, &query).or_else(|| nul_parameter(&params, &query)) {
             return Ok(Err(refused(e, actor, false)));
         }
-        let body = Vec::new();
+        let body = body.unwrap_or_default();
         let mut ctx = Ctx { state, who: Some(who), params, query, headers, body, method, store };
         Ok(match (route.handler)(&mut ctx) {
             Ok(reply) => Ok((reply, actor)),

@@ -231,24 +231,31 @@ fn now_nanos() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
-/// The tasks of a claim's answer (`task`, then `more`), `protocol` the server's.
-fn claimed_of(v: &Value, protocol: u64) -> Vec<Claimed> {
+/// The tasks of a claim's answer (`task`, then `more`), `protocol` the server's; taken out of
+/// the answer, not copied (a payload holds the whole job).
+fn claimed_of(v: &mut Value, protocol: u64) -> Vec<Claimed> {
     if v["task"].is_null() {
         return vec![];
     }
     let first = Claimed {
-        task: v["task"].clone(),
+        task: v["task"].take(),
         lease: v["lease"].as_str().unwrap_or_default().to_string(),
         heartbeat_ms: v["heartbeat_ms"].as_u64(),
-        payload: v["payload"].clone(),
+        payload: v["payload"].take(),
         protocol,
     };
-    let more: Vec<Claimed> = v["more"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|m| Claimed { task: m["task"].clone(), payload: m["payload"].clone(), ..first.clone() })
-        .collect();
+    let more: Vec<Claimed> = match v["more"].take() {
+        Value::Array(more) => more
+            .into_iter()
+            .map(|mut m| Claimed {
+                task: m["task"].take(),
+                payload: m["payload"].take(),
+                lease: first.lease.clone(),
+                ..first
+            })
+            .collect(),
+        _ => vec![],
+    };
     std::iter::once(first).chain(more).collect()
 }
 
@@ -274,8 +281,8 @@ fn claim_loop(args: &AgentArgs, instance: &str, lines: &Arc<Mutex<Vec<String>>>)
         if asked > 1 {
             body["max_tasks"] = json!(asked);
         }
-        let answer = client.post("/api/v1/agent/claim", &body);
-        let claimed = match &answer {
+        let mut answer = client.post("/api/v1/agent/claim", &body);
+        let claimed = match &mut answer {
             Answer::Ok(v) => {
                 protocol = v["protocol"].as_u64().unwrap_or(1);
                 claimed_of(v, protocol)
@@ -411,9 +418,9 @@ fn run_task(
     let mut next = vec![];
     let line = loop {
         match client.post("/api/v1/agent/report", &body) {
-            Answer::Ok(v) => {
+            Answer::Ok(mut v) => {
                 let protocol = v["next"]["protocol"].as_u64().unwrap_or(claimed.protocol);
-                next = claimed_of(&v["next"], protocol);
+                next = claimed_of(&mut v["next"], protocol);
                 break format!("{id}: reported ({verdict})");
             }
             Answer::Refused(status, code, message) => {

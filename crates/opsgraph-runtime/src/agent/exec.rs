@@ -27,7 +27,8 @@ pub fn execute(
 ) -> AgentReport {
     let refused =
         |why: String| AgentReport { outcome: "could not start".into(), failure: Some(why), ..Default::default() };
-    let job: AgentJob = match serde_json::from_value(payload.clone()) {
+    // Read in place (`&Value` is a deserializer): the payload is not copied first.
+    let job = match <AgentJob as serde::Deserialize>::deserialize(payload) {
         Ok(j) => j,
         Err(e) => return refused(format!("the payload is not a job this agent understands: {e}")),
     };

@@ -155,35 +155,57 @@ pub(super) fn open_with(
 }
 
 /// How the agent routes and the workers waiting for agents wake each other in this process,
-/// without polling the store: two kinds of news, each with its own condition variable.
+/// without polling the store: two kinds of news.
 ///
 /// - **Work**: a task became claimable (queued): claims waiting for work look at the store.
 /// - **A task moved** (claimed, logged, reported, settled): only the worker waiting for that task
 ///   looks at the store; the others sleep on.
 ///
+/// Each waiter that waits for news of its own (a worker for its task, a report route for its
+/// report's commit, a parked claim for the task handed to it) waits on a condition variable of
+/// its own ([`Rung`]), and only that one is woken: with one shared by every waiter of a kind, each
+/// task's moves woke every waiting worker (up to the drive's concurrency) to find its own task
+/// unchanged and sleep again, several times a job (issue [N] 2).
+///
 /// Changes made by other processes are not rung: waiters still look at the store at a slow pace.
 #[derive(Default)]
 pub struct Bell {
     news: Mutex<News>,
+    /// Rung with work for the claims that are not parked (parked ones have their own).
     work_rung: Condvar,
-    task_rung: Condvar,
-    /// Rung when a report handed to a worker is committed or given back.
-    report_rung: Condvar,
 }
+
+/// The condition variable one waiter waits on, always with [`Bell`]'s `news` lock.
+type Rung = Arc<Condvar>;
 
 #[derive(Default)]
 struct News {
     work: u64,
     count: u64,
-    /// The count at each watched task's last change.
-    tasks: std::collections::HashMap<String, u64>,
+    /// The count at each watched task's last change, and what its worker waits on.
+    tasks: std::collections::HashMap<String, (u64, Rung)>,
     /// Claims waiting for work that an enqueue may hand a task to, oldest first.
-    parked: Vec<(u64, AgentClaim)>,
+    parked: Vec<(u64, AgentClaim, Rung)>,
     /// Tasks handed to parked claims, by ticket: committed (delivered) or not yet.
-    hands: std::collections::HashMap<u64, Hand>,
+    hands: std::collections::HashMap<u64, (Hand, Rung)>,
     tickets: u64,
-    /// Reports handed to the workers waiting for their tasks, by task.
-    reports: std::collections::HashMap<String, Handoff>,
+    /// Reports handed to the workers waiting for their tasks, by task, and what their report
+    /// routes wait on.
+    reports: std::collections::HashMap<String, (Handoff, Rung)>,
+    /// How often a waiting worker looked whether its task moved (tests count the wake-ups).
+    #[cfg(test)]
+    looks: u64,
+}
+
+impl News {
+    /// A waiting worker looks whether `id` moved past `mark`.
+    fn unmoved(&mut self, id: &str, mark: u64) -> bool {
+        #[cfg(test)]
+        {
+            self.looks += 1;
+        }
+        self.tasks.get(id).is_some_and(|(at, _)| *at == mark)
+    }
 }
 
 /// An agent's report on its way to the driver's commit without a transaction of its own
@@ -233,9 +255,9 @@ enum Hand {
     Withdrawn,
 }
 
-/// A claim parked on the bell ([`Bell::park`]).
-#[derive(Debug, PartialEq, Eq)]
-pub struct Ticket(u64);
+/// A claim parked on the bell ([`Bell::park`]), and what it waits on.
+#[derive(Debug)]
+pub struct Ticket(u64, Rung);
 
 /// What became of a parked claim when it stopped waiting ([`Bell::leave`]).
 pub enum Left {
@@ -255,7 +277,15 @@ impl Bell {
 
     /// Work was queued: waiting claims look.
     pub fn ring_work(&self) {
-        self.news().work += 1;
+        let mut news = self.news();
+        news.work += 1;
+        for (_, _, rung) in &news.parked {
+            rung.notify_all();
+        }
+        for (_, rung) in news.hands.values() {
+            rung.notify_all();
+        }
+        drop(news);
         self.work_rung.notify_all();
     }
 
@@ -277,8 +307,9 @@ impl Bell {
         let mut news = self.news();
         news.tickets += 1;
         let id = news.tickets;
-        news.parked.push((id, claim));
-        Ticket(id)
+        let rung = Rung::default();
+        news.parked.push((id, claim, rung.clone()));
+        Ticket(id, rung)
     }
 
     /// Called by the enqueuing side before its transaction: the oldest parked claim that may take
@@ -287,10 +318,10 @@ impl Bell {
     /// ([`opsgraph_store::AgentWrite::Handed`]). After the commit, [`Bell::deliver`].
     pub fn hand(&self, task: &mut AgentTask, lease_ms: i64) -> Option<AgentClaim> {
         let mut news = self.news();
-        let at = news.parked.iter().position(|(_, c)| {
+        let at = news.parked.iter().position(|(_, c, _)| {
             c.agent == task.agent && (c.resources.is_empty() || c.resources.contains(&task.resource))
         })?;
-        let (ticket, mut claim) = news.parked.remove(at);
+        let (ticket, mut claim, rung) = news.parked.remove(at);
         claim.at = now();
         claim.expires_ms = now_ms() + lease_ms;
         claim.audit.at = claim.at.clone();
@@ -301,7 +332,7 @@ impl Bell {
         task.claims = 1;
         task.expires_ms = claim.expires_ms;
         task.updated_at = claim.at.clone();
-        news.hands.insert(ticket, Hand::Promised(Box::new(task.clone())));
+        news.hands.insert(ticket, (Hand::Promised(Box::new(task.clone())), rung));
         Some(claim)
     }
 
@@ -309,13 +340,13 @@ impl Bell {
     /// Returns whether a parked claim waited for it.
     pub fn deliver(&self, id: &str) -> bool {
         let mut news = self.news();
-        let found = news.hands.iter().find_map(|(k, h)| matches!(h, Hand::Promised(t) if t.id == id).then_some(*k));
+        let found =
+            news.hands.iter().find_map(|(k, (h, _))| matches!(h, Hand::Promised(t) if t.id == id).then_some(*k));
         let Some(ticket) = found else { return false };
-        if let Some(Hand::Promised(t) | Hand::Delivered(t)) = news.hands.remove(&ticket) {
-            news.hands.insert(ticket, Hand::Delivered(t));
+        if let Some((Hand::Promised(t) | Hand::Delivered(t), rung)) = news.hands.remove(&ticket) {
+            rung.notify_all();
+            news.hands.insert(ticket, (Hand::Delivered(t), rung));
         }
-        drop(news);
-        self.work_rung.notify_all();
         true
     }
 
@@ -323,18 +354,20 @@ impl Bell {
     /// was never enqueued): the claim stops waiting for it and looks again.
     pub fn withdraw(&self, id: &str) {
         let mut news = self.news();
-        let found = news.hands.iter().find_map(|(k, h)| matches!(h, Hand::Promised(t) if t.id == id).then_some(*k));
+        let found =
+            news.hands.iter().find_map(|(k, (h, _))| matches!(h, Hand::Promised(t) if t.id == id).then_some(*k));
         let Some(ticket) = found else { return };
-        news.hands.insert(ticket, Hand::Withdrawn);
-        drop(news);
-        self.work_rung.notify_all();
+        if let Some((h, rung)) = news.hands.get_mut(&ticket) {
+            *h = Hand::Withdrawn;
+            rung.notify_all();
+        }
     }
 
     /// After [`Bell::wait_hand`] found nothing: whether the task promised to `ticket` was
     /// withdrawn (the hand is then forgotten, and the claim looks again).
     pub fn withdrawn(&self, ticket: &Ticket) -> bool {
         let mut news = self.news();
-        if matches!(news.hands.get(&ticket.0), Some(Hand::Withdrawn)) {
+        if matches!(news.hands.get(&ticket.0), Some((Hand::Withdrawn, _))) {
             news.hands.remove(&ticket.0);
             return true;
         }
@@ -345,24 +378,24 @@ impl Bell {
     /// delivered or withdrawn, or `timeout` passes.
     pub fn wait_parked(&self, seen: u64, ticket: &Ticket, timeout: Duration) {
         let news = self.news();
-        let _ = self.work_rung.wait_timeout_while(news, timeout, |n| {
-            n.work == seen && !matches!(n.hands.get(&ticket.0), Some(Hand::Delivered(_) | Hand::Withdrawn))
+        let _ = ticket.1.wait_timeout_while(news, timeout, |n| {
+            n.work == seen && !matches!(n.hands.get(&ticket.0), Some((Hand::Delivered(_) | Hand::Withdrawn, _)))
         });
     }
 
     /// The parked claim stops waiting: no task is handed to it from now on.
     pub fn leave(&self, ticket: &Ticket) -> Left {
         let mut news = self.news();
-        if let Some(at) = news.parked.iter().position(|(id, _)| *id == ticket.0) {
+        if let Some(at) = news.parked.iter().position(|(id, _, _)| *id == ticket.0) {
             news.parked.remove(at);
             return Left::Free;
         }
         match news.hands.remove(&ticket.0) {
-            None | Some(Hand::Withdrawn) => Left::Free,
-            Some(Hand::Delivered(t)) => Left::Delivered(t),
-            Some(Hand::Promised(t)) => {
+            None | Some((Hand::Withdrawn, _)) => Left::Free,
+            Some((Hand::Delivered(t), _)) => Left::Delivered(t),
+            Some((Hand::Promised(t), rung)) => {
                 let id = t.id.clone();
-                news.hands.insert(ticket.0, Hand::Promised(t));
+                news.hands.insert(ticket.0, (Hand::Promised(t), rung));
                 Left::Promised(id)
             }
         }
@@ -372,12 +405,12 @@ impl Bell {
     /// (the hand is then forgotten).
     pub fn wait_hand(&self, ticket: &Ticket, timeout: Duration) -> Option<Box<AgentTask>> {
         let news = self.news();
-        let (mut news, _) = self
-            .work_rung
-            .wait_timeout_while(news, timeout, |n| matches!(n.hands.get(&ticket.0), Some(Hand::Promised(_))))
+        let (mut news, _) = ticket
+            .1
+            .wait_timeout_while(news, timeout, |n| matches!(n.hands.get(&ticket.0), Some((Hand::Promised(_), _))))
             .unwrap_or_else(|e| e.into_inner());
         match news.hands.remove(&ticket.0) {
-            Some(Hand::Delivered(t)) => Some(t),
+            Some((Hand::Delivered(t), _)) => Some(t),
             Some(promised) => {
                 news.hands.insert(ticket.0, promised);
                 None
@@ -397,15 +430,15 @@ impl Bell {
     /// its writes to the driver's commit ([`Bell::await_report`] says when it is done).
     pub fn offer_report(&self, id: &str, hand: ReportHand) -> bool {
         let mut news = self.news();
-        if !news.tasks.contains_key(id) || news.reports.contains_key(id) {
+        if news.reports.contains_key(id) {
             return false;
         }
-        news.reports.insert(id.to_string(), Handoff::Offered(Box::new(hand)));
         news.count += 1;
         let count = news.count;
-        news.tasks.insert(id.to_string(), count);
-        drop(news);
-        self.task_rung.notify_all();
+        let Some((at, rung)) = news.tasks.get_mut(id) else { return false };
+        *at = count;
+        rung.notify_all();
+        news.reports.insert(id.to_string(), (Handoff::Offered(Box::new(hand)), Rung::default()));
         true
     }
 
@@ -418,20 +451,21 @@ impl Bell {
     /// Waits up to `timeout` for the report handed for task `id` to be committed or given back;
     /// a settled one is forgotten (a report sent again after that finds it in the store).
     pub fn await_report(&self, id: &str, timeout: Duration) -> Handed {
-        let news = self.news();
-        let (mut news, _) = self
-            .report_rung
-            .wait_timeout_while(news, timeout, |n| {
-                matches!(n.reports.get(id), Some(Handoff::Offered(_) | Handoff::Taken))
-            })
-            .unwrap_or_else(|e| e.into_inner());
+        let mut news = self.news();
+        if let Some(rung) = news.reports.get(id).map(|(_, r)| r.clone()) {
+            (news, _) = rung
+                .wait_timeout_while(news, timeout, |n| {
+                    matches!(n.reports.get(id), Some((Handoff::Offered(_) | Handoff::Taken, _)))
+                })
+                .unwrap_or_else(|e| e.into_inner());
+        }
         match news.reports.get(id) {
-            Some(Handoff::Offered(_) | Handoff::Taken) => Handed::Pending,
-            Some(Handoff::Committed) => {
+            Some((Handoff::Offered(_) | Handoff::Taken, _)) => Handed::Pending,
+            Some((Handoff::Committed, _)) => {
                 news.reports.remove(id);
                 Handed::Committed
             }
-            Some(Handoff::Returned) | None => {
+            Some((Handoff::Returned, _)) | None => {
                 news.reports.remove(id);
                 Handed::Returned
             }
@@ -442,11 +476,11 @@ impl Bell {
     /// bring to the driver, and to settle with [`Bell::settle_report`]).
     pub(crate) fn take_report(&self, id: &str) -> Option<ReportHand> {
         let mut news = self.news();
-        if !matches!(news.reports.get(id), Some(Handoff::Offered(_))) {
-            return None;
-        }
-        match news.reports.insert(id.to_string(), Handoff::Taken) {
-            Some(Handoff::Offered(hand)) => Some(*hand),
+        match news.reports.get_mut(id) {
+            Some((h @ Handoff::Offered(_), _)) => match std::mem::replace(h, Handoff::Taken) {
+                Handoff::Offered(hand) => Some(*hand),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -454,11 +488,10 @@ impl Bell {
     /// The report taken for task `id` was committed by the driver, or will not be.
     pub(crate) fn settle_report(&self, id: &str, committed: bool) {
         let mut news = self.news();
-        if let Some(h) = news.reports.get_mut(id) {
+        if let Some((h, rung)) = news.reports.get_mut(id) {
             *h = if committed { Handoff::Committed } else { Handoff::Returned };
+            rung.notify_all();
         }
-        drop(news);
-        self.report_rung.notify_all();
     }
 
     /// Task `id` moved: the worker waiting for it looks (a task nobody watches is not recorded).
@@ -466,10 +499,9 @@ impl Bell {
         let mut news = self.news();
         news.count += 1;
         let count = news.count;
-        if let Some(at) = news.tasks.get_mut(id) {
+        if let Some((at, rung)) = news.tasks.get_mut(id) {
             *at = count;
-            drop(news);
-            self.task_rung.notify_all();
+            rung.notify_all();
         }
     }
 
@@ -477,28 +509,26 @@ impl Bell {
     pub fn watch(&self, id: &str) -> u64 {
         let mut news = self.news();
         let count = news.count;
-        *news.tasks.entry(id.to_string()).or_insert(count)
+        news.tasks.entry(id.to_string()).or_insert_with(|| (count, Rung::default())).0
     }
 
     /// Stops watching task `id`: a report handed for it and not taken is given back.
     pub fn unwatch(&self, id: &str) {
         let mut news = self.news();
         news.tasks.remove(id);
-        if let Some(h @ Handoff::Offered(_)) = news.reports.get_mut(id) {
+        if let Some((h @ Handoff::Offered(_), rung)) = news.reports.get_mut(id) {
             *h = Handoff::Returned;
-            drop(news);
-            self.report_rung.notify_all();
+            rung.notify_all();
         }
     }
 
     /// Waits until task `id` moved past `mark` or `timeout` passes; returns its new mark.
     pub fn wait_task(&self, id: &str, mark: u64, timeout: Duration) -> u64 {
         let news = self.news();
-        let (news, _) = self
-            .task_rung
-            .wait_timeout_while(news, timeout, |n| n.tasks.get(id).is_some_and(|at| *at == mark))
-            .unwrap_or_else(|e| e.into_inner());
-        news.tasks.get(id).copied().unwrap_or(mark)
+        let Some(rung) = news.tasks.get(id).map(|(_, r)| r.clone()) else { return mark };
+        let (news, _) =
+            rung.wait_timeout_while(news, timeout, |n| n.unmoved(id, mark)).unwrap_or_else(|e| e.into_inner());
+        news.tasks.get(id).map_or(mark, |(at, _)| *at)
     }
 }
 
@@ -657,5 +687,33 @@ mod tests {
             offered, worker gone, awaited: Returned
             taken, dropped uncommitted, awaited: Returned"#]]
         .assert_eq(&seen.join("\n"));
+    }
+
+    /// A task that moves wakes the worker waiting for it and no other: eight workers wait, each
+    /// for its task; the eight tasks move one after another; each worker looks once before it
+    /// sleeps and once when its own task moved (with one condition variable for all, every
+    /// move woke every worker still waiting: 8 + 8 + 7 + … looks).
+    #[test]
+    fn a_task_that_moves_wakes_only_its_own_worker() {
+        let bell = Arc::new(Bell::default());
+        let ids: Vec<String> = (0..8).map(|k| format!("t{k}")).collect();
+        let workers: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let (bell, id) = (bell.clone(), id.clone());
+                let mark = bell.watch(&id);
+                std::thread::spawn(move || bell.wait_task(&id, mark, Duration::from_secs(30)) != mark)
+            })
+            .collect();
+        while bell.news().looks < 8 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut moved = Vec::new();
+        for (id, w) in ids.iter().zip(workers) {
+            bell.ring_task(id);
+            moved.push(w.join().unwrap());
+        }
+        assert!(moved.iter().all(|m| *m), "{moved:?}");
+        assert_eq!(bell.news().looks, 16, "each worker looks once asleep and once woken by its own task");
     }
 }

@@ -48,14 +48,20 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
     let mut recovering = false;
     let poll = Duration::from_millis(100);
     loop {
-        let t = match store.agent_task(&current) {
-            Ok(Some(t)) => t,
-            Ok(None) => return failed(&task, "lost", format!("agent task {current} is not in the store")),
-            Err(_) => {
-                // The store may be busy: look again.
-                std::thread::sleep(poll);
-                continue;
-            }
+        // A report handed over by this process's report route: taken first, its task's row is
+        // not read (the route read it, and the driver's commit is fenced by its lease).
+        let hand = bell.take_report(&current);
+        let t = match hand {
+            Some(_) => None,
+            None => match store.agent_task(&current) {
+                Ok(Some(t)) => Some(t),
+                Ok(None) => return failed(&task, "lost", format!("agent task {current} is not in the store")),
+                Err(_) => {
+                    // The store may be busy: look again.
+                    std::thread::sleep(poll);
+                    continue;
+                }
+            },
         };
         if !recovering {
             if let Ok(lines) = store.agent_log(&current, log_seq) {
@@ -71,10 +77,10 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
                 }
             }
         }
-        // A report handed over by this process's report route (the lines its agent logged before are
-        // copied above): its writes go to the driver's
-        // commit with this result, and its agent is answered after that commit.
-        if let Some(hand) = bell.take_report(&current) {
+        // The report handed over (the lines its agent logged before are copied above): its
+        // writes go to the driver's commit with this result, and its agent is answered after
+        // that commit.
+        if let Some(hand) = hand {
             if !hand.text.is_empty() {
                 if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log_path) {
                     let _ = f.write_all(hand.text.as_bytes());
@@ -88,6 +94,7 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
             r.handed = Some(std::sync::Arc::new(Handed::new(hand.writes, told)));
             return r;
         }
+        let Some(t) = t else { continue };
         let now = now_ms();
         let settle = |store: &mut Pooled<'_>, to: AgentTaskState, extra: Vec<Write>| {
             let at = opsgraph_store::now();

@@ -216,6 +216,14 @@ fn keep_alive_stays_correct_after_a_request_refused_before_its_body_was_read() {
         "{}",
         expect![[r#"422 "invalid_document" connection-close=false; then: 200 {"status":"ok"}"#]],
     );
+    // An agent route's small body is read before its token is checked (one trip to the
+    // blocking pool for the token and the handler): refused, the connection stays.
+    check_keep_alive(
+        addr,
+        &head("og_nope", 2).replace("/api/v1/operations", "/api/v1/agent/heartbeat"),
+        "{}",
+        expect![[r#"401 "invalid_token" connection-close=false; then: 200 {"status":"ok"}"#]],
+    );
     check_keep_alive(
         addr,
         "GET /api/v1/me HTTP/1.1\r\nHost: t\r\n\r\n",
