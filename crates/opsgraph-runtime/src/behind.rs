@@ -65,6 +65,7 @@ impl Runtime {
                         progress(t);
                     }
                 }
+                self.committer.recycle(writes);
                 Ok(false)
             }
             Some(opsgraph_store::Error::Conflict { .. }) => {

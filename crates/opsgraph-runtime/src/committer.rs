@@ -129,6 +129,8 @@ struct State {
     /// What the thread behind made of the last commit it ran: its writes back, and the store's
     /// error when it was refused (taken by [`Committer::drain`]).
     ran: Option<(Vec<opsgraph_store::Write>, Option<Error>)>,
+    /// Writes the driver is done with, freed by the thread behind ([`Committer::recycle`]).
+    spent: Vec<Vec<opsgraph_store::Write>>,
 }
 
 impl Mark {
@@ -369,6 +371,12 @@ impl Committer {
         self.idle_then(|_| ())
     }
 
+    /// Leaves `writes` (taken back with [`Committer::drain`]) for the thread behind to free:
+    /// a commit's strings are ~5,000 instructions a no-op job to free, off the driver's thread.
+    pub(crate) fn recycle(&self, writes: Vec<opsgraph_store::Write>) {
+        self.mark.lock().spent.push(writes);
+    }
+
     fn idle_then<T>(&self, then: impl FnOnce(&mut State) -> T) -> T {
         let mut state = self.mark.lock();
         while state.queued.is_some() || state.applying {
@@ -380,12 +388,12 @@ impl Committer {
     fn spawn_behind(&self, mut store: Box<dyn opsgraph_store::Store>) -> JoinHandle<()> {
         let (mark, before) = (Arc::clone(&self.mark), self.before_behind.clone());
         std::thread::spawn(move || loop {
-            let (n, writes) = {
+            let (n, writes, spent) = {
                 let mut state = mark.lock();
                 loop {
-                    if let Some(next) = state.queued.take() {
+                    if let Some((n, writes)) = state.queued.take() {
                         state.applying = true;
-                        break next;
+                        break (n, writes, std::mem::take(&mut state.spent));
                     }
                     if state.stop {
                         return;
@@ -404,6 +412,8 @@ impl Committer {
             mark.applied.fetch_max(n, Ordering::AcqRel);
             drop(state);
             mark.moved.notify_all();
+            // Once the driver may go on.
+            drop(spent);
         })
     }
 
