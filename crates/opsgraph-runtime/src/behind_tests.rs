@@ -87,20 +87,29 @@ fn consistent(store: &dyn Store, id: &str) {
 }
 
 /// No-op jobs' commits run on the thread behind; the drive ends with every one of them made
-/// (all jobs succeeded, the timeline whole) and durable (the mark covers every commit).
+/// (all jobs succeeded, the timeline whole) and durable (the mark covers every commit). While
+/// the thread behind is slow to make one, no sync claims it: a sync covers only what was made
+/// before it began (without that, the committer's thread, woken by the hand-over, would sync
+/// at once and raise the mark over a commit not yet in the WAL).
 #[test]
 fn no_op_jobs_commits_run_behind_and_are_made_and_durable_when_the_drive_ends() {
     let dir = temp("made");
     let pack = pack(24);
     let mut rt = runtime(&dir, &pack);
     let behind = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&behind);
-    rt.committer.before_behind = Some(Arc::new(move |_| {
+    let claimed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (counted, early, mark) = (Arc::clone(&behind), Arc::clone(&claimed), Arc::clone(rt.committer.mark()));
+    rt.committer.before_behind = Some(Arc::new(move |n| {
         counted.fetch_add(1, Ordering::AcqRel);
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        if mark.durable() >= n {
+            early.lock().unwrap().push((n, mark.durable()));
+        }
     }));
     let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
     assert!(behind.load(Ordering::Acquire) >= 6, "24 jobs 4 at a time: their starts went behind");
+    assert_eq!(*claimed.lock().unwrap(), vec![], "commits marked durable before they were made");
     let jobs = rt.store().jobs(&id).unwrap();
     assert_eq!(jobs.len(), 24);
     assert!(jobs.iter().all(|j| j.state == JobState::Succeeded && j.attempts == 1), "{jobs:?}");
