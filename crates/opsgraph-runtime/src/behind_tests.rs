@@ -3,66 +3,25 @@
 //! by its version guard (a pause committed meanwhile by another connection) is undone before
 //! anything decided from it is committed.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use opsgraph_core::model::*;
+use opsgraph_core::model::OperationState;
 use opsgraph_core::pack::Pack;
-use opsgraph_core::plan::{Input, Inventory, Plan};
 use opsgraph_store::{JobState, Store};
 use opsgraph_store_sqlite::{Durability, SqliteStore};
 
+use crate::committer_tests::{self, plan, runtime, temp};
 use crate::Runtime;
 
 /// `n` independent jobs with nothing to run (the in-process no-op job).
 fn pack(n: usize) -> Pack {
-    let jobs: Vec<Job> = (0..n)
-        .map(|k| Job {
-            id: format!("j{k}"),
-            title: None,
-            description: None,
-            type_: JobType::Noop,
-            scope: None,
-            inputs: Inputs::default(),
-            outputs: Outputs { provides: Provides::default(), artifacts: vec![], evidence: vec![] },
-            controls: Controls::default(),
-            run: None,
-            after: vec![],
-            cost: None,
-        })
-        .collect();
-    Pack::one_stage("/nonexistent", "noop", "noop.thing", BTreeMap::new(), jobs)
-}
-
-fn plan(pack: &Pack) -> Plan {
-    let intent = Intent { target_resource_type: "noop.thing".into(), action: "run".into(), ..Default::default() };
-    opsgraph_core::plan::build(&Input {
-        intent: &intent,
-        packs: std::slice::from_ref(pack),
-        inventory: &Inventory::new(&[]),
-        providers: &[],
-        policy: &CapabilityPolicy::default(),
-        operations: &Default::default(),
-        recorded: None,
-        roles: &[],
-    })
-    .expect("plan")
-}
-
-fn runtime(dir: &Path, pack: &Pack) -> Runtime {
-    let store = SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap();
-    let mut rt = Runtime::new(Box::new(store), vec![pack.clone()], vec![], dir.to_path_buf());
-    rt.concurrency = 4;
-    rt
-}
-
-fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("opsgraph-behind-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    let mut pack = committer_tests::pack(n, false, Path::new("/nonexistent"));
+    for job in pack.jobs.values_mut() {
+        job.run = None;
+    }
+    pack
 }
 
 /// Every job record in the store agrees with the timeline: each attempt a record counts has its
@@ -93,7 +52,7 @@ fn consistent(store: &dyn Store, id: &str) {
 /// at once and raise the mark over a commit not yet in the WAL).
 #[test]
 fn no_op_jobs_commits_run_behind_and_are_made_and_durable_when_the_drive_ends() {
-    let dir = temp("made");
+    let dir = temp("behind-made");
     let pack = pack(24);
     let mut rt = runtime(&dir, &pack);
     let behind = Arc::new(AtomicUsize::new(0));
@@ -127,7 +86,7 @@ fn no_op_jobs_commits_run_behind_and_are_made_and_durable_when_the_drive_ends() 
 /// with every job run once.
 #[test]
 fn a_commit_refused_behind_is_undone_before_anything_decided_from_it_is_committed() {
-    let dir = temp("refused");
+    let dir = temp("behind-refused");
     let pack = pack(24);
     let mut rt = runtime(&dir, &pack);
     let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();

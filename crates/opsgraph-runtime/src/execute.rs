@@ -477,16 +477,7 @@ impl Runtime {
         }
         let made = match self.commit_timeline_as(&writes, durable, progress) {
             Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => {
-                for (instance, not_before) in started {
-                    d.in_flight.remove(&instance);
-                    d.keys.remove(&instance);
-                    if let Some(held) = &self.lease {
-                        held.watch(&instance, None);
-                    }
-                    if let Some(t) = not_before {
-                        d.not_before.insert(instance, t);
-                    }
-                }
+                self.withdraw(d, started);
                 d.op_seen = None;
                 writes.truncate(carried);
                 d.carry = writes;
