@@ -112,6 +112,25 @@ pub trait Executor: Send + Sync {
     fn is_local(&self) -> bool {
         false
     }
+
+    /// Whether its runs carry a mark on their target that [`Executor::stop_marked`] can find
+    /// after the caller died (SSH: a remote command outlives the client that started it).
+    fn marks_runs(&self) -> bool {
+        false
+    }
+
+    /// Stops what is left of the run that carried `mark` on the target (SIGTERM, `grace`,
+    /// SIGKILL), as a timed-out run is stopped; the sentence saying what was found and done, or
+    /// why stopping failed. `None` when this executor marks no runs.
+    fn stop_marked(&self, mark: &str, grace: std::time::Duration) -> Option<String> {
+        let _ = (mark, grace);
+        None
+    }
+}
+
+/// A fresh mark for a remote run ([`Spec::mark`]): 32 hex digits from the kernel's generator.
+pub fn new_mark() -> Result<String, String> {
+    remote_group::token()
 }
 
 /// What the few fallible helpers of this crate report.

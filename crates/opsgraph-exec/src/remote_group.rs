@@ -75,6 +75,11 @@ pub(crate) fn token() -> Result<String, String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether `token` is one [`token`] could have made: it is written into shell scripts unquoted.
+pub(crate) fn is_token(token: &str) -> bool {
+    token.len() == 32 && token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// The file wrapper's `sh`: `$1` the file, `$2` the command. Exit 125 when the file cannot be
 /// made (nothing ran).
 const WRAPPER_FILE: &str = r#"(umask 077 && set -C && echo "$$" >"$1") || { echo "opsgraph: cannot record the process group in $1" >&2; exit 125; }; OPSGRAPH_GROUP_FILE=$1; trap 'rm -f -- "$OPSGRAPH_GROUP_FILE"' EXIT; c=$2; set -- "$1"; eval "$c""#;

@@ -112,6 +112,11 @@ pub struct Spec {
     pub transfer: Option<Transfer>,
     /// Sees the output as it arrives, besides the capture (a remote agent streams its log).
     pub tee: Option<Tee>,
+    /// The mark a remote command carries on its host ([`crate::new_mark`]), given by a caller
+    /// that records it before the run, so that whoever takes over after the caller died can stop
+    /// what is left of the run there ([`crate::Executor::stop_marked`]). A fresh one per run
+    /// when `None`. Local runs ignore it (their leftovers are found by their environment).
+    pub mark: Option<String>,
 }
 
 /// Output as it arrives: called with the stream (0 stdout, 1 stderr) and the bytes just read,
@@ -187,6 +192,7 @@ impl Spec {
             stdin: None,
             transfer: None,
             tee: None,
+            mark: None,
         }
     }
 

@@ -359,6 +359,21 @@ impl SshExecutor {
 }
 
 impl Executor for SshExecutor {
+    fn marks_runs(&self) -> bool {
+        true
+    }
+
+    fn stop_marked(&self, mark: &str, grace: Duration) -> Option<String> {
+        if !remote_group::is_token(mark) {
+            return Some(remote_group::describe(&self.host, Err("the run's mark is not 32 hex digits".to_string())));
+        }
+        let answer = self.options().and_then(|options| {
+            self.ensure_master(&options);
+            self.stop_remote(&options, mark, grace)
+        });
+        Some(remote_group::describe(&self.host, answer))
+    }
+
     fn run(&self, spec: &Spec, cancel: &Cancel) -> Run {
         if self.host.is_empty() || self.host.starts_with('-') {
             return Run::could_not_start(format!("invalid ssh host `{}`", self.host));
@@ -400,9 +415,13 @@ impl SshExecutor {
         if cancel.is_cancelled() {
             return Run::cancelled();
         }
-        let token = match remote_group::token() {
-            Ok(token) => token,
-            Err(error) => return Run::could_not_start(error),
+        let token = match &spec.mark {
+            Some(mark) if remote_group::is_token(mark) => mark.clone(),
+            Some(_) => return Run::could_not_start("the run's mark is not 32 hex digits".to_string()),
+            None => match remote_group::token() {
+                Ok(token) => token,
+                Err(error) => return Run::could_not_start(error),
+            },
         };
         let remote = remote_group::wrap(&remote, &token);
         if remote.len() > MAX_REMOTE_COMMAND {
@@ -483,15 +502,6 @@ impl SshExecutor {
             }
             _ => None,
         }
-    }
-}
-
-#[cfg(test)]
-impl SshExecutor {
-    /// The remote stop for `token` on its own, as the run would report it.
-    pub(crate) fn stop_remote_for_test(&self, token: &str, grace: Duration) -> String {
-        let options = self.options().expect("valid options");
-        remote_group::describe(&self.host, self.stop_remote(&options, token, grace))
     }
 }
 

@@ -340,7 +340,70 @@ fn ssh_cancel_kills_a_remote_group_that_ignores_term() {
     }
     // A host that cannot be reached for the stop: the failure says so.
     let unreachable = SshExecutor { port: crate::testing::free_port(), ..sshd.executor() };
-    let stop = unreachable.stop_remote_for_test("0123456789abcdef0123456789abcdef", Duration::from_millis(100));
+    let stop = unreachable.stop_marked("0123456789abcdef0123456789abcdef", Duration::from_millis(100)).unwrap();
     assert!(stop.starts_with("stopping the remote process group on 127.0.0.1 failed: ssh: "), "{stop}");
     assert!(stop.contains("Connection refused"), "{stop}");
+}
+
+/// The local `ssh` clients whose command line carries `mark` (not the remote shells that carry it
+/// too: this machine is the host).
+fn clients_of(mark: &str) -> Vec<i32> {
+    let mark = format!("OPSGRAPH_{mark}");
+    let entries = std::fs::read_dir("/proc").unwrap().flatten();
+    let pids = entries.filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()));
+    pids.filter(|pid| {
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let mut words = argv.split(|b| *b == 0);
+        words.next() == Some(b"ssh") && words.any(|w| String::from_utf8_lossy(w).contains(&mark))
+    })
+    .collect()
+}
+
+/// A run whose client died with its caller (a driver killed: no cancel, no stop sent) goes on on
+/// the host; the mark the caller gave it, recorded beforehand, finds it and stops it there.
+#[test]
+fn a_run_whose_client_died_is_stopped_later_by_its_mark() {
+    let Some(sshd) = Sshd::start_or_skip("a_run_whose_client_died_is_stopped_later_by_its_mark") else {
+        return;
+    };
+    let dir = TempDir::new();
+    let exec = sshd.multiplexed_executor();
+    let mark = crate::new_mark().unwrap();
+    let mut spec = sleepers(&dir, false);
+    spec.mark = Some(mark.clone());
+    let run = std::thread::scope(|s| {
+        let run = s.spawn(|| exec.run(&spec, &Cancel::new()));
+        pids(&[&dir.join("shell"), &dir.join("child"), &dir.join("own_group")]);
+        let clients = clients_of(&mark);
+        assert_eq!(clients.len(), 1, "{clients:?}");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(clients[0]), nix::sys::signal::SIGKILL).unwrap();
+        run.join().unwrap()
+    });
+    assert_eq!(run.remote_stop, None, "{:?}", run.outcome);
+    let all = pids(&[&dir.join("shell"), &dir.join("child"), &dir.join("own_group")]);
+    for pid in &all {
+        assert!(alive(*pid), "the premise: remote process {pid} outlives its client");
+    }
+    let stop = exec.stop_marked(&mark, Duration::from_secs(2)).unwrap();
+    assert_eq!(
+        regex::Regex::new(r"group \d+").unwrap().replace(&stop, "group N"),
+        "the remote process group N on 127.0.0.1 was terminated (SIGTERM)"
+    );
+    for pid in all {
+        assert!(!alive_after_wait(pid), "remote process {pid} outlived the stop\n{}", sshd.log());
+    }
+    // Once more: nothing is left to stop.
+    assert_eq!(
+        exec.stop_marked(&mark, Duration::from_secs(2)).unwrap(),
+        "no remote process group of the job was found on 127.0.0.1 (the command ended, or had not started)"
+    );
+    // A mark goes into shell scripts: one that is not 32 hex digits is refused, and nothing runs.
+    let stop = exec.stop_marked("0; touch /tmp/opsgraph-injected; #0123456", Duration::from_secs(1)).unwrap();
+    assert_eq!(stop, "stopping the remote process group on 127.0.0.1 failed: the run's mark is not 32 hex digits");
+    let mut bad = Spec::new(Program::Shell(format!("touch {}/ran", dir.path().display())));
+    bad.mark = Some("not-hex-not-hex-not-hex-not-hex!".into());
+    let run = exec.run(&bad, &Cancel::new());
+    assert_eq!(run.outcome, Outcome::CouldNotStart { error: "the run's mark is not 32 hex digits".into() });
+    assert!(!dir.join("ran").exists());
+    exec.close();
 }

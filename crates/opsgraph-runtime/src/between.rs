@@ -151,6 +151,7 @@ impl Runtime {
             libraries: Vec::new(),
             timeout: None,
             executor: std::sync::Arc::new(crate::task::Refuse("checks between waves run on their hosts".into())),
+            mark: None,
             dir: d.run_dir.clone(),
             stem: format!("{}.{attempt}", instance.id),
             cancel,

@@ -43,7 +43,7 @@
 //! syncer's connection cannot be made) commits synchronously, and its mark is every number at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 
 use opsgraph_store::{Error, Syncer};
@@ -105,7 +105,19 @@ pub(crate) struct Mark {
     /// The last commit known durable.
     durable: AtomicU64,
     state: Mutex<State>,
+    /// The mark moved (raised, or a sync failed or ended): what the workers, `wait_idle` and
+    /// `Durable::Here` wait on. Never notified for a commit made, which moves no mark: with one
+    /// condition variable for both, every commit of a wide drive woke every worker waiting for
+    /// its start, to sleep again (issue [N] 5).
     moved: Condvar,
+    /// A commit was made that the thread may sync, or the committer stops: what the committer's
+    /// thread waits on.
+    work: Condvar,
+    /// A commit was handed to the thread behind, or it ran one, or the committer stops: what
+    /// that thread and the driver taking its results (`Committer::drain`) wait on.
+    handed: Condvar,
+    /// Told whenever the mark moves, after `moved` (the workers' queue: `workers.rs`).
+    listeners: Mutex<Vec<Weak<dyn Listener>>>,
     /// Each start a worker made: the attempt, the commit holding its `running` record, and the
     /// durable mark it saw (the tests' witness of rule 1).
     #[cfg(test)]
@@ -114,6 +126,12 @@ pub(crate) struct Mark {
     /// of rule 6).
     #[cfg(test)]
     pub(crate) deferred: Mutex<Vec<bool>>,
+    /// How often a waiter for a commit woke before it was durable (and no sync had failed).
+    #[cfg(test)]
+    pub(crate) early: AtomicU64,
+    /// How often a worker had to wait for the commit of an attempt it was given.
+    #[cfg(test)]
+    pub(crate) waited: AtomicU64,
 }
 
 #[derive(Default)]
@@ -141,10 +159,17 @@ impl Mark {
             durable: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             moved: Condvar::new(),
+            work: Condvar::new(),
+            handed: Condvar::new(),
+            listeners: Mutex::new(Vec::new()),
             #[cfg(test)]
             starts: Mutex::new(Vec::new()),
             #[cfg(test)]
             deferred: Mutex::new(Vec::new()),
+            #[cfg(test)]
+            early: AtomicU64::new(0),
+            #[cfg(test)]
+            waited: AtomicU64::new(0),
         }
     }
 
@@ -162,6 +187,23 @@ impl Mark {
         self.made.load(Ordering::Acquire)
     }
 
+    /// `listener` is told whenever the mark moves (raised, or a sync failed), until it is dropped.
+    pub(crate) fn listen(&self, listener: Weak<dyn Listener>) {
+        let mut all = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|l| l.strong_count() > 0);
+        all.push(listener);
+    }
+
+    /// The mark moved: wakes its waiters and tells its listeners. Called without the state's lock.
+    fn announce(&self) {
+        self.moved.notify_all();
+        let all: Vec<Arc<dyn Listener>> =
+            self.listeners.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade).collect();
+        for l in all {
+            l.moved();
+        }
+    }
+
     /// Waits until commit `n` is durable; fails when a sync failed first.
     fn wait(&self, n: u64) -> Result<(), Error> {
         if self.durable() >= n {
@@ -176,8 +218,17 @@ impl Mark {
                 return Ok(());
             }
             state = self.moved.wait(state).unwrap_or_else(|e| e.into_inner());
+            #[cfg(test)]
+            if state.failed.is_none() && self.durable() < n {
+                self.early.fetch_add(1, Ordering::AcqRel);
+            }
         }
     }
+}
+
+/// What is told when the durable mark moves ([`Mark::listen`]).
+pub(crate) trait Listener: Send + Sync {
+    fn moved(&self);
 }
 
 /// The commit a task's `running` record is in, and the mark that says when it is durable.
@@ -188,9 +239,18 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
+    /// Whether [`Guard::wait`] would return at once: the commit is durable, or a sync failed.
+    pub(crate) fn settled(&self) -> bool {
+        self.mark.durable() >= self.commit || self.mark.lock().failed.is_some()
+    }
+
     /// Waits until attempt `instance` may start: its `running` record is durable. Fails (the
     /// attempt must not start) when a sync failed first.
     pub(crate) fn wait(&self, instance: &str) -> Result<(), Error> {
+        #[cfg(test)]
+        if self.mark.durable() < self.commit {
+            self.mark.waited.fetch_add(1, Ordering::AcqRel);
+        }
         self.mark.wait(self.commit)?;
         #[cfg(test)]
         self.mark.starts.lock().unwrap_or_else(|e| e.into_inner()).push((
@@ -295,7 +355,7 @@ impl Committer {
         let state = self.mark.lock();
         self.mark.durable.fetch_max(n, Ordering::AcqRel);
         drop(state);
-        self.mark.moved.notify_all();
+        self.mark.announce();
         Ok(n)
     }
 
@@ -306,7 +366,7 @@ impl Committer {
         }
         // Taken under the lock, so the thread cannot miss it between its check and its wait.
         drop(self.mark.lock());
-        self.mark.moved.notify_all();
+        self.mark.work.notify_one();
     }
 
     /// Waits until commit `n` is durable; fails when a sync failed first.
@@ -353,8 +413,11 @@ impl Committer {
         debug_assert!(state.queued.is_none() && !state.applying && state.ran.is_none());
         state.queued = Some((n, writes));
         drop(state);
-        // Wakes the thread behind too (one condition variable).
-        self.sync_soon();
+        self.mark.handed.notify_all();
+        // The sync thread is told once the commit is made (`spawn_behind`).
+        if self.thread.is_none() {
+            self.thread = Some(self.spawn());
+        }
         Ok(n)
     }
 
@@ -380,7 +443,7 @@ impl Committer {
     fn idle_then<T>(&self, then: impl FnOnce(&mut State) -> T) -> T {
         let mut state = self.mark.lock();
         while state.queued.is_some() || state.applying {
-            state = self.mark.moved.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = self.mark.handed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
         then(&mut state)
     }
@@ -398,7 +461,7 @@ impl Committer {
                     if state.stop {
                         return;
                     }
-                    state = mark.moved.wait(state).unwrap_or_else(|e| e.into_inner());
+                    state = mark.handed.wait(state).unwrap_or_else(|e| e.into_inner());
                 }
             };
             if let Some(before) = &before {
@@ -411,7 +474,8 @@ impl Committer {
             // Made, or refused (nothing of it to sync): a sync begun now covers it.
             mark.applied.fetch_max(n, Ordering::AcqRel);
             drop(state);
-            mark.moved.notify_all();
+            mark.handed.notify_all();
+            mark.work.notify_one();
             // Once the driver may go on.
             drop(spent);
         })
@@ -449,7 +513,7 @@ impl Committer {
                         state.syncing = true;
                         break made;
                     }
-                    state = mark.moved.wait(state).unwrap_or_else(|e| e.into_inner());
+                    state = mark.work.wait(state).unwrap_or_else(|e| e.into_inner());
                 }
             };
             sync_made(&mark, &*syncer, fault.as_ref(), covers, true);
@@ -471,6 +535,7 @@ fn sync_made(mark: &Mark, syncer: &dyn Syncer, fault: Option<&Fault>, covers: u6
     if thread {
         state.syncing = false;
     }
+    let failed = synced.is_err();
     match synced {
         Ok(()) => {
             mark.durable.fetch_max(covers, Ordering::AcqRel);
@@ -478,7 +543,11 @@ fn sync_made(mark: &Mark, syncer: &dyn Syncer, fault: Option<&Fault>, covers: u6
         Err(reason) => state.failed = Some(reason),
     }
     drop(state);
-    mark.moved.notify_all();
+    mark.announce();
+    if failed {
+        // The thread ends (a sync on the driver's thread failed).
+        mark.work.notify_one();
+    }
 }
 
 impl Drop for Committer {
@@ -490,7 +559,8 @@ impl Drop for Committer {
             self.thread = Some(self.spawn());
         }
         self.mark.lock().stop = true;
-        self.mark.moved.notify_all();
+        self.mark.work.notify_one();
+        self.mark.handed.notify_all();
         // The thread behind runs what was handed to it first; the sync thread ends after it.
         if let Behind::Running(t) = std::mem::replace(&mut self.behind, Behind::Unavailable) {
             let _ = t.join();
@@ -566,6 +636,32 @@ mod tests {
         assert_eq!(c.mark().durable(), 0, "nothing was made durable");
         assert!(matches!(c.submit(Durable::Deferred), Err(Error::NotDurable { .. })));
         assert!(c.settle().is_err());
+    }
+
+    /// A worker waiting for its commit to be durable is woken when the mark moves, not by every
+    /// commit the driver makes meanwhile (which only asks the committer's thread for a sync):
+    /// five commits during a 300 ms sync woke it five times when one condition variable served
+    /// both; now only the end of that sync does (it covers the commit before the awaited one).
+    #[test]
+    fn a_commit_made_does_not_wake_the_workers_waiting_for_the_mark() {
+        use std::time::Duration;
+        let mut c = Committer::new(Some(Arc::new(Counted(AtomicU64::new(0))) as Arc<dyn Syncer>));
+        c.fault = Some(Arc::new(|_| {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok(())
+        }));
+        let first = c.submit(Durable::Deferred).unwrap();
+        let guard = c.guard(first + 1);
+        let waiter = std::thread::spawn(move || guard.wait("w"));
+        std::thread::sleep(Duration::from_millis(30));
+        for _ in 0..5 {
+            c.submit(Durable::Deferred).unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        waiter.join().unwrap().unwrap();
+        let early = c.mark().early.load(Ordering::Acquire);
+        assert!(early <= 1, "the waiter woke {early} times before its commit was durable");
+        c.settle().unwrap();
     }
 
     /// A commit left to its drive starts no sync; a deferred commit after it is synced with it

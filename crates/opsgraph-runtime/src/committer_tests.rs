@@ -94,6 +94,22 @@ fn recovers_running_nothing_twice(mut rt: Runtime, id: &str, ledger: &Path) {
     assert!(rt.store().jobs(id).unwrap().iter().all(|j| j.state != opsgraph_store::JobState::Running));
 }
 
+/// Drives 16 independent jobs to their end, every sync taking `sync_ms`: each job ran once.
+fn wide_drive_with_slow_syncs(name: &str, sync_ms: u64) -> (Runtime, PathBuf) {
+    let dir = temp(name);
+    let ledger = dir.join("ledger");
+    let pack = pack(16, false, &ledger);
+    let mut rt = runtime(&dir, &pack);
+    rt.committer.fault = Some(Arc::new(move |_| {
+        std::thread::sleep(std::time::Duration::from_millis(sync_ms));
+        Ok(())
+    }));
+    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+    assert_eq!(lines(&ledger), 16, "each job ran once");
+    (rt, dir)
+}
+
 /// The failpoint delays every sync; each worker records the durable mark it saw when it started
 /// its attempt: every mark covers the commit of that attempt's `running` record.
 #[test]
@@ -126,18 +142,8 @@ fn every_attempt_starts_once_its_running_record_is_durable_even_when_syncs_are_s
 /// be durable only after the next sync anyway), and the reports that came in meanwhile share one.
 #[test]
 fn a_wide_drive_commits_no_starts_while_a_sync_is_under_way() {
-    let dir = temp("batched");
-    let ledger = dir.join("ledger");
-    let pack = pack(16, false, &ledger);
-    let mut rt = runtime(&dir, &pack);
     // Slow syncs: four jobs of a few milliseconds each end while one is under way.
-    rt.committer.fault = Some(Arc::new(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        Ok(())
-    }));
-    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
-    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
-    assert_eq!(lines(&ledger), 16, "each job ran once");
+    let (rt, dir) = wide_drive_with_slow_syncs("batched", 30);
     let deferred = rt.committer.mark().deferred.lock().unwrap().clone();
     assert!(!deferred.is_empty());
     // Held reports wait while a sync is under way; one may still slip in when the committer's
@@ -148,6 +154,20 @@ fn a_wide_drive_commits_no_starts_while_a_sync_is_under_way() {
     let starts = rt.committer.mark().starts.lock().unwrap().clone();
     let commits: std::collections::BTreeSet<u64> = starts.iter().map(|(_, commit, _)| *commit).collect();
     assert!(commits.len() < starts.len(), "one commit per start: {starts:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A worker is given an attempt only once the commit holding its `running` record is durable
+/// (`workers.rs`): in a wide drive with slow syncs no worker waits on the mark for the attempt it
+/// took (it would be woken twice for it: handed the attempt, then by the sync). Every one did on
+/// `main`, where an attempt went to a worker with its commit.
+#[test]
+fn a_worker_takes_an_attempt_only_once_its_record_is_durable() {
+    let (rt, dir) = wide_drive_with_slow_syncs("taken-durable", 20);
+    let mark = rt.committer.mark();
+    assert_eq!(mark.starts.lock().unwrap().len(), 16);
+    let waited = mark.waited.load(std::sync::atomic::Ordering::Acquire);
+    assert_eq!(waited, 0, "{waited} of 16 attempts were taken by a worker before their commit was durable");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

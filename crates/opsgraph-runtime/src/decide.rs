@@ -320,11 +320,24 @@ fn finished(s: &Snapshot<'_>, reports: Vec<Finished>) -> Result<Decision, Error>
             id: r.instance.clone(),
             state,
             attempts: r.attempt,
-            outcome: json!({
-                "outcome": r.outcome, "failure": r.failure, "key": f.key,
-                "log": r.log.as_ref().map(|p| p.display().to_string()),
-                "duration_ms": r.duration.as_millis() as u64,
-            }),
+            outcome: {
+                let mut outcome = json!({
+                    "outcome": r.outcome, "failure": r.failure, "key": f.key,
+                    "log": r.log.as_ref().map(|p| p.display().to_string()),
+                    "duration_ms": r.duration.as_millis() as u64,
+                });
+                // A run lost mid-way may go on on its host: the mark lets the check of its
+                // unknown outcome (a retry) stop it first.
+                if let Some(mark) = s
+                    .jobs
+                    .get(&r.instance)
+                    .and_then(|j| j.outcome.get("mark"))
+                    .filter(|_| r.outcome.starts_with("lost: "))
+                {
+                    outcome["mark"] = mark.clone();
+                }
+                outcome
+            },
             updated_at: now(),
         }));
         let name = event.timeline().unwrap_or(event.name());
@@ -416,9 +429,8 @@ pub(crate) fn attempt_writes(
     op: &str,
     actor: &str,
     from: JobState,
-    instance: &str,
-    attempt: u32,
-    key: Option<&str>,
+    (instance, attempt): (&str, u32),
+    (key, mark): (Option<&str>, Option<&str>),
     check_first: bool,
 ) -> Result<(Vec<Write>, Vec<JobEffect>), Error> {
     let event = JobEvent::Start;
@@ -429,7 +441,10 @@ pub(crate) fn attempt_writes(
             id: instance.to_string(),
             state,
             attempts: attempt,
-            outcome: json!({"key": key}),
+            outcome: match mark {
+                Some(mark) => json!({"key": key, "mark": mark}),
+                None => json!({"key": key}),
+            },
             updated_at: now(),
         }),
         Write::Timeline(entry(

@@ -471,9 +471,8 @@ fn an_attempt_is_recorded_running_before_it_starts() {
         "op-1",
         "opsgraph",
         from,
-        "a@n1",
-        attempt,
-        key,
+        ("a@n1", attempt),
+        (key, None),
         check_first,
     ) {
         Ok((writes, effects)) => {

@@ -346,7 +346,7 @@ impl Runtime {
                 let attempt = record.map_or(0, |r| r.attempts) + 1;
                 let from = record.map_or(JobState::Pending, |r| r.state);
                 let (recorded, effects) =
-                    decide::attempt_writes(&op.id, &d.actor, from, &instance.id, attempt, None, false)?;
+                    decide::attempt_writes(&op.id, &d.actor, from, (&instance.id, attempt), (None, None), false)?;
                 writes.extend(recorded);
                 let cancel = Cancel::new();
                 let task = self.wave_checks_task(d, op, instance, v, attempt, cancel.clone())?;
@@ -399,8 +399,19 @@ impl Runtime {
                 job.run.as_ref().and_then(|r| r.timeout.as_deref()).and_then(|t| opsgraph_exec::parse_duration(t).ok());
             let evidence = job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
             let from = record.as_ref().map_or(JobState::Pending, |r| r.state);
-            let (recorded, effects) =
-                decide::attempt_writes(&op.id, &d.actor, from, &instance.id, attempt, key.as_deref(), check_first)?;
+            let executor = self.executor_for(instance, &job);
+            // Recorded with the attempt: a driver that takes over after this one died stops
+            // what is left of the run on its host before it checks the evidence (`recover.rs`).
+            let marked = executor.marks_runs() && self.agent_for(instance, &job).is_none();
+            let mark = if marked { opsgraph_exec::new_mark().ok() } else { None };
+            let (recorded, effects) = decide::attempt_writes(
+                &op.id,
+                &d.actor,
+                from,
+                (&instance.id, attempt),
+                (key.as_deref(), mark.as_deref()),
+                check_first,
+            )?;
             writes.extend(recorded);
             let cancel = Cancel::new();
             started.push((instance.id.clone(), d.not_before.remove(&instance.id)));
@@ -421,7 +432,8 @@ impl Runtime {
             let mut task = Task {
                 instance: instance.id.clone(),
                 attempt,
-                executor: self.executor_for(instance, &job),
+                executor,
+                mark,
                 job,
                 evidence,
                 libraries: if matches!(program, Some(Program::Script { .. })) {

@@ -80,6 +80,7 @@ pub(crate) fn run(task: Task) -> TaskResult {
         spec.env = env.clone();
         spec.timeout = task.timeout;
         spec.workdir = Some(task.dir.clone());
+        spec.mark = task.mark.clone();
         // On a remote host: required artifacts and credentials go there first, produced ones
         // come back (local runs use the files where they are).
         spec.transfer = Some(opsgraph_exec::Transfer {

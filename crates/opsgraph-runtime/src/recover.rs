@@ -26,6 +26,9 @@ use crate::{Error, Runtime};
 
 /// How long a dead driver's leftovers may take to die before the check goes on regardless.
 const LEFTOVERS: Duration = Duration::from_secs(5);
+/// Between SIGTERM and SIGKILL for what is left of a dead driver's run on a remote host: a run's
+/// own grace (`Spec::DEFAULT_GRACE`).
+const REMOTE_GRACE: Duration = opsgraph_exec::Spec::DEFAULT_GRACE;
 
 /// Whether a job record's outcome is unknown: its attempt's driver died before it recorded one,
 /// or its run was lost (`lost: …`: the SSH connection dropped mid-job, so the job may have done
@@ -60,9 +63,20 @@ impl Runtime {
                 json!({"job": record.id, "processes": stopped}),
             )));
         }
+        let executor = self.executor_for(instance, job);
+        // Over SSH the run outlives its driver on the host: the mark recorded with the attempt
+        // finds what is left of it there, stopped as a timed-out run is (TERM, grace, KILL).
+        if let Some(said) = record.outcome["mark"].as_str().and_then(|mark| executor.stop_marked(mark, REMOTE_GRACE)) {
+            writes.push(Write::Timeline(entry(
+                &op.id,
+                &self.actor,
+                "job_remote_leftovers",
+                format!("{}: {said}", record.id),
+                json!({"job": record.id, "remote_stop": said}),
+            )));
+        }
         let mut mask = Vec::new();
         let env = self.environment(op, plan, instance, job, inputs, &[], &mut mask)?;
-        let executor = self.executor_for(instance, job);
         let checks: Vec<opsgraph_core::model::Evidence> =
             job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
         let (results, mut failure) = if checks.is_empty() {
@@ -171,7 +185,14 @@ impl Runtime {
                 id: record.id.clone(),
                 state,
                 attempts: record.attempts,
-                outcome: json!({"outcome": "unknown", "failure": failure, "recovered": failure.is_none()}),
+                outcome: {
+                    let mut outcome = json!({"outcome": "unknown", "failure": failure, "recovered": failure.is_none()});
+                    // Kept for a person's retry, which stops what may still be left on the host.
+                    if let Some(mark) = record.outcome.get("mark") {
+                        outcome["mark"] = mark.clone();
+                    }
+                    outcome
+                },
                 updated_at: now(),
             }));
             let event = event.timeline().unwrap_or(event.name());

@@ -22,6 +22,9 @@ pub(crate) struct Task {
     pub(crate) libraries: Vec<PathBuf>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) executor: Arc<dyn Executor>,
+    /// The mark its run carries on a remote target, recorded with its `running` record
+    /// (`opsgraph_exec::Spec::mark`).
+    pub(crate) mark: Option<String>,
     /// The operation's run directory, the attempt's working directory.
     pub(crate) dir: PathBuf,
     /// `<instance>.<attempt>`: names the attempt's `.out/` directory and `.log` file in `dir`.

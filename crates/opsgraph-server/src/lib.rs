@@ -114,7 +114,7 @@ pub(crate) struct Inner {
     /// Jobs of one operation run at once (the runtime's default when `None`).
     pub(crate) concurrency: Option<usize>,
     /// Store connections a finished request gave back, for the next ([`AppState::pooled`]).
-    pub(crate) pool: Mutex<Vec<Box<dyn Store>>>,
+    pub(crate) pool: Arc<opsgraph_store::idle::Idle<Box<dyn Store>>>,
     /// Answers kept until the store's next commit (`reads.rs`).
     pub(crate) reads: reads::Reads,
     /// The AI analyzer's questions of the last hour (`limits.ai_requests_*`).
@@ -125,37 +125,20 @@ pub(crate) struct Inner {
 /// (tokio's blocking threads), far fewer than the connections a busy server serves.
 const POOL_IDLE: usize = 32;
 
-/// A store connection lent to one request: given back to the pool when dropped (not after a
-/// panic, whose connection may be in any state).
-pub(crate) struct Pooled {
-    store: Option<Box<dyn Store>>,
-    state: AppState,
-}
+/// A store connection lent to one request, given back to the pool when dropped
+/// ([`opsgraph_store::idle`]).
+pub(crate) struct Pooled(opsgraph_store::idle::Lent<Box<dyn Store>>);
 
 impl std::ops::Deref for Pooled {
     type Target = dyn Store;
     fn deref(&self) -> &(dyn Store + 'static) {
-        &**self.store.as_ref().expect("a pooled store is taken only on drop")
+        &**self.0
     }
 }
 
 impl std::ops::DerefMut for Pooled {
     fn deref_mut(&mut self) -> &mut (dyn Store + 'static) {
-        &mut **self.store.as_mut().expect("a pooled store is taken only on drop")
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            return;
-        }
-        if let Some(store) = self.store.take() {
-            let mut idle = self.state.0.pool.lock().unwrap_or_else(|e| e.into_inner());
-            if idle.len() < POOL_IDLE {
-                idle.push(store);
-            }
-        }
+        &mut **self.0
     }
 }
 
@@ -189,7 +172,7 @@ impl AppState {
             requests: Mutex::new(BTreeMap::new()),
             agents,
             concurrency: None,
-            pool: Mutex::new(Vec::new()),
+            pool: opsgraph_store::idle::Idle::new(POOL_IDLE, |_| true),
             reads: reads::Reads::default(),
             ai_budget: ai_budget::AiBudget::default(),
         }))
@@ -280,12 +263,7 @@ impl AppState {
     /// Opening one (SQLite: the file, its pragmas, the schema check, no statement prepared yet)
     /// cost more than answering a small request.
     pub(crate) fn pooled(&self) -> Result<Pooled, opsgraph_store::Error> {
-        let idle = self.0.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let store = match idle {
-            Some(s) => s,
-            None => self.store()?,
-        };
-        Ok(Pooled { store: Some(store), state: self.clone() })
+        self.0.pool.lend(|| self.store()).map(Pooled)
     }
 
     pub fn config(&self) -> &Config {

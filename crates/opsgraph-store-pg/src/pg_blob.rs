@@ -2,40 +2,44 @@
 //! PostgreSQL share no filesystem. Locations are those of the filesystem backend
 //! (`blobs/ab/cdef…`), so an artifact record names its bytes the same way on either.
 
-use std::sync::Mutex;
+use std::sync::Arc;
 
 use opsgraph_store::blob::{blob_location, check_location};
+use opsgraph_store::idle::{Idle, Lent};
 use opsgraph_store::{BlobStore, Error, LogKey};
 use postgres::Client;
 
 use crate::{edge, PgStore};
 
-/// A connection of its own (the blob store is shared between threads, a `PgStore` is not),
-/// opened again when it broke: a server keeps its blob store for its whole life, across database
-/// restarts.
+/// Idle connections kept: the jobs of a drive append their logs at once (up to its
+/// concurrency), and one shared connection made each wait for the others' round trips.
+const KEEP: usize = 8;
+
+/// Connections of its own (the blob store is shared between threads, a `PgStore` is not), one
+/// lent to each call, opened again when one broke: a server keeps its blob store for its whole
+/// life, across database restarts.
 pub struct PgBlobStore {
     url: String,
-    client: Mutex<Client>,
+    idle: Arc<Idle<Client>>,
 }
 
 impl PgBlobStore {
     /// Connects (without TLS) and brings the schema up to date, as [`PgStore::connect`].
     pub fn connect(url: &str) -> Result<PgBlobStore, Error> {
-        Ok(PgBlobStore { url: url.to_string(), client: Mutex::new(Self::open(url)?) })
+        let idle = Idle::new(KEEP, |c: &Client| !c.is_closed());
+        idle.give(Self::open(url)?);
+        Ok(PgBlobStore { url: url.to_string(), idle })
     }
 
     fn open(url: &str) -> Result<Client, Error> {
         Ok(PgStore::connect(url)?.client.into_inner())
     }
 
-    /// The connection; a new one when the last call found it closed (that call failed; nothing
-    /// is retried, so an append is never written twice).
-    fn client(&self) -> Result<std::sync::MutexGuard<'_, Client>, Error> {
-        let mut client = self.client.lock().unwrap_or_else(|e| e.into_inner());
-        if client.is_closed() {
-            *client = Self::open(&self.url)?;
-        }
-        Ok(client)
+    /// A connection for one call: an idle one, else a new one. One whose connection broke is not
+    /// kept: the call that found it broken failed (nothing is retried, so an append is never
+    /// written twice), and the next one connects again.
+    fn client(&self) -> Result<Lent<Client>, Error> {
+        self.idle.lend(|| Self::open(&self.url))
     }
 }
 

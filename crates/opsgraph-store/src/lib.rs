@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod blob;
 pub mod group;
+pub mod idle;
 mod lease;
 pub mod schema;
 pub mod testing;

@@ -101,6 +101,44 @@ fn the_postgresql_blob_store_connects_again_after_its_connection_broke() {
     assert_eq!(blobs.get(&location).unwrap().as_deref(), Some(&b"kept"[..]));
 }
 
+/// Each call has a connection of its own: a log append held up on the server (here by a lock
+/// another session holds on the logs' table) does not hold up the calls of other jobs, as it did
+/// when they shared one connection.
+#[test]
+fn a_postgresql_blob_call_held_up_does_not_hold_up_the_others() {
+    let Some(db) = opsgraph_store_pg::test_db("blobs::a_postgresql_blob_call_held_up") else { return };
+    let blobs = std::sync::Arc::new(opsgraph_store_pg::PgBlobStore::connect(db.url()).unwrap());
+    let (location, _) = blobs.put(b"kept").unwrap();
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    let mut lock = admin.transaction().unwrap();
+    lock.batch_execute("LOCK TABLE job_logs IN ACCESS EXCLUSIVE MODE").unwrap();
+    let appending = std::sync::Arc::clone(&blobs);
+    let append = std::thread::spawn(move || appending.append_log(&LogKey::new("op", "j", 1), b"line\n"));
+    let mut waiting = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while waiting
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(std::time::Instant::now() < deadline, "the append never waited for the lock");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reading = std::sync::Arc::clone(&blobs);
+    let loc = location.clone();
+    std::thread::spawn(move || tx.send(reading.get(&loc).map(|b| b.map(|b| b.to_vec()))));
+    let read = rx.recv_timeout(std::time::Duration::from_secs(10));
+    lock.commit().unwrap();
+    append.join().unwrap().unwrap();
+    assert_eq!(read.expect("a read waited for another call's connection").unwrap().as_deref(), Some(&b"kept"[..]));
+    assert_eq!(blobs.log(&LogKey::new("op", "j", 1)).unwrap().as_deref(), Some(&b"line\n"[..]));
+}
+
 /// A data directory written before the trait: `blobs/ab/cdef…` files (0600) and
 /// `runs/<op>/<job>.<attempt>.log` files are what the filesystem backend reads and writes.
 #[test]

@@ -106,6 +106,7 @@ pub fn execute(
         libraries,
         timeout: job.timeout_ms.map(Duration::from_millis),
         executor,
+        mark: None,
         dir: dir.to_path_buf(),
         stem: "job".into(),
         cancel: cancel.clone(),

@@ -152,6 +152,7 @@ impl Runtime {
                 libraries: vec![],
                 timeout: None,
                 executor: Arc::new(LocalExecutor),
+                mark: None,
                 dir: run_dir.to_path_buf(),
                 stem: format!("{}.{}", instance.id, record.attempts),
                 cancel: Cancel::new(),

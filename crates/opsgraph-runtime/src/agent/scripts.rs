@@ -4,15 +4,16 @@
 //! The cache holds at most [`KEPT_SCRIPTS`] scripts; when a new one would pass that, the kept
 //! ones are removed — but never while a task holds one ([`KeptScript`]): a slot that found its
 //! script kept and is about to run it must not see it removed by another slot making room for a
-//! new one. The count of holders and the removal are under one lock per cache directory, so a
-//! script is either found and held before the removal, or written again after it. While any
-//! script is held the cache may pass the limit; the first new script after they are let go
-//! empties it. (Agents that share one work directory between processes are not covered: each
-//! process counts only its own holders.)
+//! new one. Agents may share one work directory (their slots are `slot-PID-N`), so a hold is a
+//! shared `flock` of the cache's lock file (`scripts.lock` beside it), taken before the script
+//! is looked for, and the removal needs that lock exclusively, tried without waiting: with any
+//! script held by any process, the cache may pass the limit; the first new script after they are
+//! let go empties it.
 
-use std::collections::HashMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex};
+
+use nix::fcntl::{Flock, FlockArg};
 
 /// Scripts kept in one directory, so that the cache does not grow without end.
 const KEPT_SCRIPTS: usize = 1024;
@@ -28,23 +29,38 @@ pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A kept script a task runs: the cache removes nothing while one of its scripts is held.
+/// A kept script a task runs: the cache removes nothing while one of its scripts is held (the
+/// shared lock goes with the file).
 pub(crate) struct KeptScript {
     pub(crate) path: PathBuf,
-    holders: Arc<Mutex<usize>>,
+    _hold: Flock<File>,
 }
 
-impl Drop for KeptScript {
-    fn drop(&mut self) {
-        *self.holders.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+fn io(e: nix::errno::Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e as i32)
+}
+
+/// The cache's lock file, opened (made 0600 when new) and locked shared.
+fn hold(scripts: &Path) -> std::io::Result<Flock<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let lock =
+        std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(scripts.with_extension("lock"))?;
+    Flock::lock(lock, FlockArg::LockShared).map_err(|(_, e)| io(e))
+}
+
+/// Empties the cache when no process holds a script of it (its lock file taken exclusively,
+/// without waiting, on a descriptor of its own); `held` is this caller's hold, let go meanwhile
+/// and taken again after.
+fn make_room(scripts: &Path, held: Flock<File>) -> std::io::Result<Flock<File>> {
+    let mine = held.unlock().map_err(|(_, e)| io(e))?;
+    let lock = File::options().append(true).open(scripts.with_extension("lock"))?;
+    if let Ok(only) = Flock::lock(lock, FlockArg::LockExclusiveNonblock) {
+        for entry in std::fs::read_dir(scripts)?.flatten() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+        drop(only);
     }
-}
-
-/// The count of held scripts of the cache in `scripts` (one per directory, for the process).
-fn holders_of(scripts: &Path) -> Arc<Mutex<usize>> {
-    static CACHES: LazyLock<Mutex<HashMap<PathBuf, Arc<Mutex<usize>>>>> = LazyLock::new(Default::default);
-    let mut caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
-    Arc::clone(caches.entry(scripts.to_path_buf()).or_default())
+    Flock::lock(mine, FlockArg::LockShared).map_err(|(_, e)| io(e))
 }
 
 /// The file holding script `content` under `name`, kept between tasks in `scripts` (private to
@@ -60,23 +76,21 @@ pub(crate) fn script_file(scripts: &Path, name: &str, content: &[u8]) -> std::io
     content.hash(&mut h);
     let dir = scripts.join(format!("{:016x}", h.finish()));
     let path = dir.join(name);
-    let holders = holders_of(scripts);
-    let mut held = holders.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(parent) = scripts.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut held = hold(scripts)?;
     if !std::fs::read(&path).is_ok_and(|kept| kept == content) {
         private_dir(scripts)?;
-        if *held == 0 && !dir.exists() && std::fs::read_dir(scripts)?.count() >= KEPT_SCRIPTS {
-            for entry in std::fs::read_dir(scripts)?.flatten() {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
+        if !dir.exists() && std::fs::read_dir(scripts)?.count() >= KEPT_SCRIPTS {
+            held = make_room(scripts, held)?;
         }
         static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = crate::secrets::private_file(&dir, &format!(".{name}.{}.{n}", std::process::id()), content)?;
         std::fs::rename(&tmp, &path)?;
     }
-    *held += 1;
-    drop(held);
-    Ok(KeptScript { path, holders })
+    Ok(KeptScript { path, _hold: held })
 }
 
 #[cfg(test)]
@@ -144,6 +158,37 @@ mod tests {
         let after = kept(&scripts, "job.sh", b"echo after\n");
         assert_eq!(count(), 1, "the cache was emptied once nothing was held");
         assert!(after.exists() && !new.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Another process holding a script of the cache (here `flock -s` on its lock file, as an
+    /// agent sharing the work directory holds one) keeps the cache from being emptied too.
+    #[test]
+    fn a_script_held_by_another_process_is_not_removed() {
+        let dir = std::env::temp_dir().join(format!("opsgraph-scripts-other-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let scripts = dir.join("scripts");
+        let theirs = kept(&scripts, "job.sh", b"echo theirs\n");
+        let lock = scripts.with_extension("lock");
+        // `-o`: the lock is the `flock` process's alone; its `sh` ends when its stdin closes.
+        let mut other = std::process::Command::new("flock")
+            .args(["-o", "-s", &lock.display().to_string(), "-c", "echo held; read -r _"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = [0u8; 5];
+        std::io::Read::read_exact(other.stdout.as_mut().unwrap(), &mut said).unwrap();
+        for i in 1..KEPT_SCRIPTS {
+            kept(&scripts, "job.sh", format!("echo {i}\n").as_bytes());
+        }
+        kept(&scripts, "job.sh", b"echo new\n");
+        assert_eq!(std::fs::read(&theirs).unwrap(), b"echo theirs\n", "a script the other process holds was removed");
+        other.kill().unwrap();
+        other.wait().unwrap();
+        drop(other.stdin.take());
+        kept(&scripts, "job.sh", b"echo after\n");
+        assert_eq!(std::fs::read_dir(&scripts).unwrap().count(), 1, "the cache was emptied once nothing was held");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

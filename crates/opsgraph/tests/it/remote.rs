@@ -481,3 +481,82 @@ fn an_ssh_job_that_times_out_leaves_no_process_on_the_host() {
     }
     assert!(!alive(), "the job's `sleep 600` (pid {pid}) still runs on the host");
 }
+
+/// A driver killed while its job runs over SSH leaves the remote command running (`sshd` only
+/// closes the session's pipes when the client dies). The driver that takes over stops it on the
+/// host before it checks the job's evidence, found by the mark recorded with the attempt: it never
+/// checks, nor runs again, beside a job that is still running.
+#[test]
+fn a_driver_that_takes_over_stops_what_a_dead_one_left_running_on_the_host() {
+    let Some(sshd) = Sshd::start_or_skip("a_driver_that_takes_over_stops_what_a_dead_one_left_running_on_the_host")
+    else {
+        return;
+    };
+    let pid_file = sshd.dir().join("job.pid");
+    let host = host_h1(&sshd);
+    let jobs = format!(
+        // The host is this machine: without the job's variables the `sleep` is invisible to the
+        // local stop of leftovers (which finds them by `OPSGRAPH_OPERATION_ID`), as on a remote host.
+        "job:\n  id: hang\n  scope: {{target: hosts}}\n  run: {{executor: ssh, command: 'echo $$ > {}; exec env -u OPSGRAPH_OPERATION_ID -u OPSGRAPH_JOB_ID sleep 600'}}\n",
+        pid_file.display()
+    );
+    let templates = "plan_template:\n  id: app.run\n  action: run\n  scopes: {hosts: {resource_type: host, from: targets.hosts}}\n  stages: [{id: all, name: All, jobs: [hang]}]\n  jobs: [hang]\n";
+    let mut files: Vec<(&str, &str)> =
+        PACK.iter().filter(|(p, _)| !p.ends_with("jobs.yaml") && !p.ends_with("templates.yaml")).copied().collect();
+    files.extend([("packs/app/jobs.yaml", jobs.as_str()), ("packs/app/templates.yaml", templates)]);
+    files.push(("world/host.yaml", &host));
+    let w = World::replacing(&files);
+    let (rt, _, id) = w.created();
+    drop(rt);
+    let [data, packs, world] =
+        [w.dir.join("data"), w.dir.join("packs"), w.dir.join("world")].map(|p| p.display().to_string());
+    let args = ["--data-dir", &data, "resume", &id, "--packs", &packs, "--inventory", &world];
+    let mut driver = std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().filter(|p| p.ends_with('\n')) {
+            break pid.trim().to_owned();
+        }
+        assert!(std::time::Instant::now() < until, "the job never started on the host\n{}", sshd.log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    driver.kill().unwrap(); // SIGKILL: no cancel, no remote stop
+    driver.wait().unwrap();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(alive(), "the premise: the remote `sleep 600` outlives its dead driver's client");
+
+    let resumed = crate::support::opsgraph(&args);
+    let timeline = events(&w.runtime(), &id);
+    let stopped: Vec<String> = timeline
+        .iter()
+        .filter(|e| e.starts_with("job_remote_leftovers"))
+        .map(|e| regex::Regex::new(r"group \d+").unwrap().replace(e, "group N").into_owned())
+        .collect();
+    assert_eq!(
+        stopped,
+        ["job_remote_leftovers hang@h1: the remote process group N on 127.0.0.1 was terminated (SIGTERM)"],
+        "{}\n{timeline:#?}",
+        resumed.render()
+    );
+    assert!(!alive(), "the job's `sleep 600` (pid {pid}) still runs on the host");
+    // Then its outcome is decided as after any crash: no evidence, no key: a person decides.
+    assert!(
+        timeline.iter().any(|e| e.contains("hang@h1: outcome unknown after a restart and it declares no evidence")),
+        "{timeline:#?}"
+    );
+    assert!(!timeline.iter().any(|e| e.starts_with("job_leftovers_stopped")), "{timeline:#?}");
+    // The stop is recorded before the job's check (the operation's own transition, which names
+    // the same reason, comes first in its commit).
+    let stop_at = timeline.iter().position(|e| e.starts_with("job_remote_leftovers")).unwrap();
+    let check_at = timeline.iter().position(|e| e.starts_with("job_outcome_unknown hang@h1")).unwrap();
+    assert!(stop_at < check_at, "{timeline:#?}");
+}
