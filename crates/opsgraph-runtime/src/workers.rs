@@ -13,6 +13,9 @@ type Handed = (Task, Option<Guard>);
 /// The threads that run one drive's attempts: started as attempts need them, never more than
 /// are in flight at once (so at most the concurrency), reused for the rest of the drive, ended
 /// when the drive returns. Each attempt still runs alone on its thread from start to result.
+/// They run nothing but attempts, so each lowers its CPU priority by `OPSGRAPH_JOBS_NICE` once
+/// at its start, and the job processes it starts inherit that: the driver, the server's streams
+/// and the API keep their turn on a busy machine (docs/operations.md#executors).
 pub(crate) struct Workers {
     tasks: mpsc::Sender<Handed>,
     queue: Arc<Mutex<mpsc::Receiver<Handed>>>,
@@ -34,11 +37,15 @@ impl Workers {
         while self.started < in_flight {
             let queue = Arc::clone(&self.queue);
             let results = self.results.clone();
-            std::thread::spawn(move || loop {
-                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                let Ok((task, guard)) = next else { break };
-                if results.send(run(task, guard)).is_err() {
-                    break;
+            std::thread::spawn(move || {
+                // Below the control plane, with the processes it starts (`opsgraph_exec::job_thread`).
+                opsgraph_exec::job_thread();
+                loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((task, guard)) = next else { break };
+                    if results.send(run(task, guard)).is_err() {
+                        break;
+                    }
                 }
             });
             self.started += 1;
