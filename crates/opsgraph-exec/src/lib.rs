@@ -37,6 +37,9 @@
 //! `leaked`. Background processes that redirected their output are left alone: a job that wants
 //! something to outlive it must detach it properly (or hand it to systemd).
 //!
+//! Every process starts `OPSGRAPH_JOBS_NICE` nice steps below the thread that asked for it (10
+//! by default; `priority.rs`): the control plane keeps its turn on a CPU while jobs run.
+//!
 //! Every group is also registered with this process's guardian (`guard.rs`), which kills it if
 //! this process dies first (`kill -9` included): no job outlives its driver.
 //!
@@ -68,6 +71,7 @@ mod guard;
 mod http;
 mod local;
 mod outcome;
+mod priority;
 mod process;
 mod procfs;
 mod quote;
@@ -89,6 +93,7 @@ pub use guard::stop_leftovers;
 pub use http::HttpExecutor;
 pub use local::LocalExecutor;
 pub use outcome::{Outcome, Output, Run};
+pub use priority::{job_thread, jobs_nice, DEFAULT_JOBS_NICE};
 pub use quote::shell_quote;
 
 /// Starts this process's guardian (`guard.rs`) now rather than at the first spawn: a command

@@ -68,7 +68,8 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         return Run::could_not_start(format!("failed to start {what}: the process guardian did not start: {e}"));
     }
     let start = Instant::now();
-    let mut child = match cmd.spawn() {
+    // Below the control plane's priority (`priority.rs`).
+    let mut child = match crate::priority::spawn(cmd) {
         Ok(child) => child,
         Err(e) => return Run::could_not_start(format!("failed to start {what}: {e}")),
     };

@@ -239,6 +239,33 @@ fn an_operation_runs_to_completion_and_evidence_decides() {
     );
 }
 
+/// The calling thread's nice value (field 19 of `/proc/thread-self/stat`; its name has no space).
+fn own_nice() -> i32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    stat.rsplit_once(") ").unwrap().1.split(' ').nth(16).unwrap().parse().unwrap()
+}
+
+/// Local jobs run below the control plane (`OPSGRAPH_JOBS_NICE`, docs/operations.md#executors):
+/// a job's process and its evidence check's report a nice value `jobs_nice` above the driver's,
+/// and the thread that drove the operation keeps its own.
+#[test]
+fn jobs_and_their_checks_run_below_the_driver_which_keeps_its_priority() {
+    let nice = "cut -d' ' -f19 /proc/self/stat > \"$OPSGRAPH_LAB_DIR/$1.nice\"\n";
+    let flaky = format!("set -- job\n{nice}{}", PACK.iter().find(|(p, _)| *p == "mini/scripts/flaky.sh").unwrap().1);
+    let evidence = PACK.iter().find(|(p, _)| *p == "mini/evidence.yaml").unwrap().1.replace(
+        r#"command: cat "$OPSGRAPH_LAB_DIR/flaky.count""#,
+        r#"command: cut -d' ' -f19 /proc/self/stat > "$OPSGRAPH_LAB_DIR/check.nice"; cat "$OPSGRAPH_LAB_DIR/flaky.count""#,
+    );
+    let lab = Lab::new(&[("mini/scripts/flaky.sh", &flaky), ("mini/evidence.yaml", &evidence)]);
+    let before = own_nice();
+    let (_, timeline) = run_all(&mut lab.runtime(), &lab.plan());
+    assert!(timeline.ends_with("=> completed"), "{timeline}");
+    let expected = (before + opsgraph_exec::jobs_nice()).min(19).to_string();
+    let read = |file: &str| std::fs::read_to_string(lab.dir.join("data/lab").join(file)).unwrap().trim().to_string();
+    assert_eq!([read("job.nice"), read("check.nice")], [expected.clone(), expected]);
+    assert_eq!(own_nice(), before, "the driving thread keeps its priority");
+}
+
 /// Where an operation's artifact contents and job logs land, by blob store: the data
 /// directory's files, or PostgreSQL's tables with nothing under `blobs/` (a job still reads its
 /// input artifact, copied into its directory). Shown: the artifact, flaky's first log, whether
