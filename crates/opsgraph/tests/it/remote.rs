@@ -444,23 +444,29 @@ fn control_commands_print_the_same_bytes_locally_and_through_the_server() {
     drop(server);
 }
 
+/// The app pack with one job, `hang`, on `host/h1` over SSH: it writes its shell's pid to
+/// `job.pid` in the sshd's directory, then runs `rest` (the rest of its `run:` after the command's
+/// first part, closing quote included).
+fn hang_world(sshd: &Sshd, rest: &str) -> World {
+    let jobs = format!(
+        "job:\n  id: hang\n  scope: {{target: hosts}}\n  run: {{executor: ssh, command: 'echo $$ > {}; {rest}}}\n",
+        sshd.dir().join("job.pid").display()
+    );
+    let templates = "plan_template:\n  id: app.run\n  action: run\n  scopes: {hosts: {resource_type: host, from: targets.hosts}}\n  stages: [{id: all, name: All, jobs: [hang]}]\n  jobs: [hang]\n";
+    let mut files: Vec<(&str, &str)> =
+        PACK.iter().filter(|(p, _)| !p.ends_with("jobs.yaml") && !p.ends_with("templates.yaml")).copied().collect();
+    files.extend([("packs/app/jobs.yaml", jobs.as_str()), ("packs/app/templates.yaml", templates)]);
+    let host = host_h1(sshd);
+    files.push(("world/host.yaml", &host));
+    World::replacing(&files)
+}
 /// A job over SSH that times out leaves nothing running on the host, and its failure says the
 /// remote process group was stopped (the fleet's hung `apt-get update` kept its lock otherwise).
 #[test]
 fn an_ssh_job_that_times_out_leaves_no_process_on_the_host() {
     let Some(sshd) = Sshd::start_or_skip("an_ssh_job_that_times_out_leaves_no_process_on_the_host") else { return };
     let pid_file = sshd.dir().join("job.pid");
-    let host = host_h1(&sshd);
-    let jobs = format!(
-        "job:\n  id: hang\n  scope: {{target: hosts}}\n  run: {{executor: ssh, command: 'echo $$ > {}; exec sleep 600', timeout: 2s}}\n",
-        pid_file.display()
-    );
-    let templates = "plan_template:\n  id: app.run\n  action: run\n  scopes: {hosts: {resource_type: host, from: targets.hosts}}\n  stages: [{id: all, name: All, jobs: [hang]}]\n  jobs: [hang]\n";
-    let mut files: Vec<(&str, &str)> =
-        PACK.iter().filter(|(p, _)| !p.ends_with("jobs.yaml") && !p.ends_with("templates.yaml")).copied().collect();
-    files.extend([("packs/app/jobs.yaml", jobs.as_str()), ("packs/app/templates.yaml", templates)]);
-    files.push(("world/host.yaml", &host));
-    let w = World::replacing(&files);
+    let w = hang_world(&sshd, "exec sleep 600', timeout: 2s");
     let (mut rt, _, id) = w.created();
     let state = rt.drive(&id, &mut |_| {}).unwrap();
     assert!(matches!(state, OperationState::Failed { .. }), "{state:?}\n{:#?}", events(&rt, &id));
@@ -493,19 +499,9 @@ fn a_driver_that_takes_over_stops_what_a_dead_one_left_running_on_the_host() {
         return;
     };
     let pid_file = sshd.dir().join("job.pid");
-    let host = host_h1(&sshd);
-    let jobs = format!(
-        // The host is this machine: without the job's variables the `sleep` is invisible to the
-        // local stop of leftovers (which finds them by `OPSGRAPH_OPERATION_ID`), as on a remote host.
-        "job:\n  id: hang\n  scope: {{target: hosts}}\n  run: {{executor: ssh, command: 'echo $$ > {}; exec env -u OPSGRAPH_OPERATION_ID -u OPSGRAPH_JOB_ID sleep 600'}}\n",
-        pid_file.display()
-    );
-    let templates = "plan_template:\n  id: app.run\n  action: run\n  scopes: {hosts: {resource_type: host, from: targets.hosts}}\n  stages: [{id: all, name: All, jobs: [hang]}]\n  jobs: [hang]\n";
-    let mut files: Vec<(&str, &str)> =
-        PACK.iter().filter(|(p, _)| !p.ends_with("jobs.yaml") && !p.ends_with("templates.yaml")).copied().collect();
-    files.extend([("packs/app/jobs.yaml", jobs.as_str()), ("packs/app/templates.yaml", templates)]);
-    files.push(("world/host.yaml", &host));
-    let w = World::replacing(&files);
+    // The host is this machine: without the job's variables the `sleep` is invisible to the local
+    // stop of leftovers (which finds them by `OPSGRAPH_OPERATION_ID`), as on a remote host.
+    let w = hang_world(&sshd, "exec env -u OPSGRAPH_OPERATION_ID -u OPSGRAPH_JOB_ID sleep 600'");
     let (rt, _, id) = w.created();
     drop(rt);
     let [data, packs, world] =
