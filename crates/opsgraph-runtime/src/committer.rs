@@ -25,16 +25,6 @@
 //!    that covers them begins when the one under way ends), and a wide DAG makes one commit per
 //!    sync instead of one per report (issue [N] 5).
 //!
-//! 7. The SQL of a commit that records only attempts with nothing to run (the no-op job), made
-//!    while nothing else is in flight, runs on a thread behind the driver, on a connection of
-//!    its own ([`Committer::submit_behind`]; `behind.rs`): the driver goes on deciding from
-//!    what it handed over, as if it were made. It takes what that thread made of it
-//!    ([`Committer::drain`]) before anything leaves it — any other commit, a worker's task, a
-//!    transition, the drive's end, a read of what the commit wrote — so a refused commit (its
-//!    version guard: a pause or cancel committed meanwhile) is undone before anything acted on
-//!    it: its starts withdrawn, what was decided since dropped, its carried results committed
-//!    alone, the job records read again. Syncs cover what that thread made before they began.
-//!
 //! When the driver would only wait for the sync — every attempt in flight is one the commit
 //! records, one of them a process to start: a chain's next job — it syncs on its own thread
 //! instead ([`Durable::Here`]), by the same rules, without the hand-off to this thread and back.
@@ -94,14 +84,10 @@ impl Durable {
 /// covers; an `Err` is the sync failing with that reason (a sleep in it delays every sync).
 pub(crate) type Fault = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
 
-/// What the driver and the committer's threads share.
+/// What the driver and the committer's thread share.
 pub(crate) struct Mark {
-    /// The last commit submitted (numbered from 1).
+    /// The last commit made (numbered from 1).
     made: AtomicU64,
-    /// The last commit made in the store (or refused there): what a sync begun now covers. The
-    /// driver's own commits are made when submitted; one handed to the thread behind
-    /// ([`Committer::submit_behind`]) once that thread ran it.
-    applied: AtomicU64,
     /// The last commit known durable.
     durable: AtomicU64,
     state: Mutex<State>,
@@ -113,9 +99,6 @@ pub(crate) struct Mark {
     /// A commit was made that the thread may sync, or the committer stops: what the committer's
     /// thread waits on.
     work: Condvar,
-    /// A commit was handed to the thread behind, or it ran one, or the committer stops: what
-    /// that thread and the driver taking its results (`Committer::drain`) wait on.
-    handed: Condvar,
     /// Told whenever the mark moves, after `moved` (the workers' queue: `workers.rs`).
     listeners: Mutex<Vec<Weak<dyn Listener>>>,
     /// Each start a worker made: the attempt, the commit holding its `running` record, and the
@@ -140,27 +123,16 @@ struct State {
     stop: bool,
     /// The thread is syncing: a commit made now is covered only by the sync after this one.
     syncing: bool,
-    /// The commit handed to the thread behind and not taken yet: its number and writes.
-    queued: Option<(u64, Vec<opsgraph_store::Write>)>,
-    /// The thread behind is running a commit.
-    applying: bool,
-    /// What the thread behind made of the last commit it ran: its writes back, and the store's
-    /// error when it was refused (taken by [`Committer::drain`]).
-    ran: Option<(Vec<opsgraph_store::Write>, Option<Error>)>,
-    /// Writes the driver is done with, freed by the thread behind ([`Committer::recycle`]).
-    spent: Vec<Vec<opsgraph_store::Write>>,
 }
 
 impl Mark {
     fn new() -> Mark {
         Mark {
             made: AtomicU64::new(0),
-            applied: AtomicU64::new(0),
             durable: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             moved: Condvar::new(),
             work: Condvar::new(),
-            handed: Condvar::new(),
             listeners: Mutex::new(Vec::new()),
             #[cfg(test)]
             starts: Mutex::new(Vec::new()),
@@ -179,12 +151,6 @@ impl Mark {
 
     pub(crate) fn durable(&self) -> u64 {
         self.durable.load(Ordering::Acquire)
-    }
-
-    /// The last commit submitted.
-    #[cfg(test)]
-    pub(crate) fn made(&self) -> u64 {
-        self.made.load(Ordering::Acquire)
     }
 
     /// `listener` is told whenever the mark moves (raised, or a sync failed), until it is dropped.
@@ -270,32 +236,13 @@ pub(crate) struct Committer {
     syncer: Option<Arc<dyn Syncer>>,
     thread: Option<JoinHandle<()>>,
     pub(crate) fault: Option<Fault>,
-    /// The thread that runs commits on a connection of its own ([`Committer::submit_behind`]).
-    behind: Behind,
-    /// For tests: called on the thread behind before it runs commit `n`.
-    pub(crate) before_behind: Option<Arc<dyn Fn(u64) + Send + Sync>>,
-}
-
-/// The thread behind: not tried yet, running, or not to be had (the store has no second
-/// connection to give).
-enum Behind {
-    Untried,
-    Running(JoinHandle<()>),
-    Unavailable,
 }
 
 impl Committer {
     /// `syncer`: the store's ([`opsgraph_store::Store::syncer`]); without one, every commit is
     /// durable when made.
     pub(crate) fn new(syncer: Option<Arc<dyn Syncer>>) -> Committer {
-        Committer {
-            mark: Arc::new(Mark::new()),
-            syncer,
-            thread: None,
-            fault: None,
-            behind: Behind::Untried,
-            before_behind: None,
-        }
+        Committer { mark: Arc::new(Mark::new()), syncer, thread: None, fault: None }
     }
 
     /// Whether commits are deferred to this committer (else the driver commits durably).
@@ -321,9 +268,6 @@ impl Committer {
     pub(crate) fn submit(&mut self, durable: Durable) -> Result<u64, Error> {
         self.check()?;
         let n = self.mark.made.fetch_add(1, Ordering::AcqRel) + 1;
-        // Made by the caller on its connection, after everything submitted before it
-        // (`Runtime::commit_as` drains the thread behind first).
-        self.mark.applied.fetch_max(n, Ordering::AcqRel);
         match durable {
             _ if !self.defers() => {}
             // Durable already. It covers the deferred commits made before it only if it wrote
@@ -391,96 +335,6 @@ impl Committer {
         }
     }
 
-    /// Whether commits can be handed to the thread behind, starting it at the first call: the
-    /// store gave a connection of its own ([`opsgraph_store::Store::behind`]) and defers.
-    pub(crate) fn behind_ready(&mut self, store: &dyn opsgraph_store::Store) -> bool {
-        if matches!(self.behind, Behind::Untried) {
-            self.behind = match self.defers().then(|| store.behind()).flatten() {
-                Some(other) => Behind::Running(self.spawn_behind(other)),
-                None => Behind::Unavailable,
-            };
-        }
-        matches!(self.behind, Behind::Running(_))
-    }
-
-    /// Hands `writes` to the thread behind, which makes them one deferred commit on its own
-    /// connection, and returns the commit's number at once (rule 7). One at a time: the caller
-    /// took what the thread made of the one before ([`Committer::drain`]).
-    pub(crate) fn submit_behind(&mut self, writes: Vec<opsgraph_store::Write>) -> Result<u64, Error> {
-        self.check()?;
-        let n = self.mark.made.fetch_add(1, Ordering::AcqRel) + 1;
-        let mut state = self.mark.lock();
-        debug_assert!(state.queued.is_none() && !state.applying && state.ran.is_none());
-        state.queued = Some((n, writes));
-        drop(state);
-        self.mark.handed.notify_all();
-        // The sync thread is told once the commit is made (`spawn_behind`).
-        if self.thread.is_none() {
-            self.thread = Some(self.spawn());
-        }
-        Ok(n)
-    }
-
-    /// Waits until the thread behind ran what was handed to it, and takes what it made of it:
-    /// the writes back, with the store's error when they were refused. `None`: nothing was
-    /// handed since the last call.
-    pub(crate) fn drain(&self) -> Option<(Vec<opsgraph_store::Write>, Option<Error>)> {
-        self.idle_then(|state| state.ran.take())
-    }
-
-    /// Waits until the thread behind is idle: whatever it ran is in the store (or was refused,
-    /// kept for [`Committer::drain`]).
-    pub(crate) fn idle(&self) {
-        self.idle_then(|_| ())
-    }
-
-    /// Leaves `writes` (taken back with [`Committer::drain`]) for the thread behind to free:
-    /// a commit's strings are ~5,000 instructions a no-op job to free, off the driver's thread.
-    pub(crate) fn recycle(&self, writes: Vec<opsgraph_store::Write>) {
-        self.mark.lock().spent.push(writes);
-    }
-
-    fn idle_then<T>(&self, then: impl FnOnce(&mut State) -> T) -> T {
-        let mut state = self.mark.lock();
-        while state.queued.is_some() || state.applying {
-            state = self.mark.handed.wait(state).unwrap_or_else(|e| e.into_inner());
-        }
-        then(&mut state)
-    }
-
-    fn spawn_behind(&self, mut store: Box<dyn opsgraph_store::Store>) -> JoinHandle<()> {
-        let (mark, before) = (Arc::clone(&self.mark), self.before_behind.clone());
-        std::thread::spawn(move || loop {
-            let (n, writes, spent) = {
-                let mut state = mark.lock();
-                loop {
-                    if let Some((n, writes)) = state.queued.take() {
-                        state.applying = true;
-                        break (n, writes, std::mem::take(&mut state.spent));
-                    }
-                    if state.stop {
-                        return;
-                    }
-                    state = mark.handed.wait(state).unwrap_or_else(|e| e.into_inner());
-                }
-            };
-            if let Some(before) = &before {
-                before(n);
-            }
-            let refused = store.commit_deferred(&writes).err();
-            let mut state = mark.lock();
-            state.applying = false;
-            state.ran = Some((writes, refused));
-            // Made, or refused (nothing of it to sync): a sync begun now covers it.
-            mark.applied.fetch_max(n, Ordering::AcqRel);
-            drop(state);
-            mark.handed.notify_all();
-            mark.work.notify_one();
-            // Once the driver may go on.
-            drop(spent);
-        })
-    }
-
     /// What a worker waits on before it starts an attempt recorded in commit `n`.
     pub(crate) fn guard(&self, n: u64) -> Guard {
         Guard { commit: n, mark: Arc::clone(&self.mark) }
@@ -489,7 +343,6 @@ impl Committer {
     /// Waits until every commit made is durable (before a drive returns), syncing one left to
     /// what follows (`Durable::ByItsDrive`) that nothing synced yet.
     pub(crate) fn settle(&mut self) -> Result<(), Error> {
-        self.idle();
         let made = self.mark.made.load(Ordering::Acquire);
         if self.defers() && made > self.mark.durable() {
             self.sync_soon();
@@ -504,9 +357,8 @@ impl Committer {
             let covers = {
                 let mut state = mark.lock();
                 loop {
-                    let made = mark.applied.load(Ordering::Acquire);
-                    let behind = state.queued.is_some() || state.applying;
-                    if state.failed.is_some() || (state.stop && !behind && made <= mark.durable()) {
+                    let made = mark.made.load(Ordering::Acquire);
+                    if state.failed.is_some() || (state.stop && made <= mark.durable()) {
                         return;
                     }
                     if made > mark.durable() {
@@ -560,11 +412,6 @@ impl Drop for Committer {
         }
         self.mark.lock().stop = true;
         self.mark.work.notify_one();
-        self.mark.handed.notify_all();
-        // The thread behind runs what was handed to it first; the sync thread ends after it.
-        if let Behind::Running(t) = std::mem::replace(&mut self.behind, Behind::Unavailable) {
-            let _ = t.join();
-        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

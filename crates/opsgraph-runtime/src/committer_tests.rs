@@ -14,7 +14,7 @@ use opsgraph_store_sqlite::{Durability, SqliteStore};
 use crate::Runtime;
 
 /// `n` jobs that each append a line to `ledger` (`/bin/sh`), chained by `after` when `chained`.
-pub(crate) fn pack(n: usize, chained: bool, ledger: &Path) -> Pack {
+fn pack(n: usize, chained: bool, ledger: &Path) -> Pack {
     let jobs: Vec<Job> = (0..n)
         .map(|k| Job {
             id: format!("j{k}"),
@@ -33,7 +33,7 @@ pub(crate) fn pack(n: usize, chained: bool, ledger: &Path) -> Pack {
     Pack::one_stage("/nonexistent", "chain", "chain.thing", BTreeMap::new(), jobs)
 }
 
-pub(crate) fn plan(pack: &Pack) -> Plan {
+fn plan(pack: &Pack) -> Plan {
     let intent = Intent { target_resource_type: "chain.thing".into(), action: "run".into(), ..Default::default() };
     opsgraph_core::plan::build(&Input {
         intent: &intent,
@@ -48,7 +48,7 @@ pub(crate) fn plan(pack: &Pack) -> Plan {
     .expect("plan")
 }
 
-pub(crate) fn runtime(dir: &Path, pack: &Pack) -> Runtime {
+fn runtime(dir: &Path, pack: &Pack) -> Runtime {
     let store = SqliteStore::open(&dir.join("opsgraph.db"), Durability::Full).unwrap();
     runtime_on(Box::new(store), dir, pack)
 }
@@ -59,7 +59,7 @@ fn runtime_on(store: Box<dyn opsgraph_store::Store>, dir: &Path, pack: &Pack) ->
     rt
 }
 
-pub(crate) fn temp(name: &str) -> PathBuf {
+fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("opsgraph-committer-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

@@ -54,15 +54,6 @@ impl Runtime {
     /// next decision. Sub-operations and crash recovery are steps of reading the snapshot: they
     /// drive children and check evidence before anything is decided.
     pub fn drive(&mut self, id: &str, progress: Progress<'_>) -> Result<OperationState, Error> {
-        let result = self.drive_turns(id, progress);
-        // A drive that ended on an error with a commit still on the committer's thread behind:
-        // it is made (or refused) before the runtime does anything else. A refused one's
-        // carried results are lost as in a crash: the next drive recovers their attempts.
-        let _ = self.committer.drain();
-        result
-    }
-
-    fn drive_turns(&mut self, id: &str, progress: Progress<'_>) -> Result<OperationState, Error> {
         let (_, plan) = self.load(id)?;
         let pack = self.pack(&plan)?.clone();
         let inputs = self.gate_inputs(id)?;

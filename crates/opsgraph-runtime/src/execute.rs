@@ -68,17 +68,6 @@ pub(crate) struct Drive<'p> {
     pub(crate) done_prefix: usize,
     /// Which jobs may be ready, kept with `cache`.
     pub(crate) waiting: Waiting,
-    /// The commit handed to the committer's thread behind whose result is not taken yet
-    /// (`behind.rs`): until it is, what the driver decides stays in it.
-    pub(crate) behind: Option<Outstanding>,
-}
-
-/// A commit handed to the thread behind whose result the driver has not taken yet (`behind.rs`).
-pub(crate) struct Outstanding {
-    /// Where the results it carried (from before the decision that made it) are in its writes.
-    pub(crate) carried: std::ops::Range<usize>,
-    /// The attempts it records: each instance, and the backoff its start took away.
-    pub(crate) started: Vec<(String, Option<Instant>)>,
 }
 
 impl<'p> Drive<'p> {
@@ -114,7 +103,6 @@ impl<'p> Drive<'p> {
             guarded: false,
             done_prefix: 0,
             waiting: Waiting::default(),
-            behind: None,
         }
     }
 
@@ -226,15 +214,6 @@ impl Runtime {
         let mut writes = Some(decision.writes);
         let mut flow = Flow::Next;
         for effect in decision.effects {
-            // Anything but holding writes or noting a backoff leaves the driver: what the thread
-            // behind made of its last commit is taken first (`committer.rs`, rule 7), and if it
-            // was refused, this decision (made from it) is dropped. A start takes it just before
-            // its own commit (`start_attempts`), after preparing its attempts.
-            if !matches!(effect, Effect::Hold | Effect::Backoff { .. } | Effect::Start(_))
-                && self.settle_behind(d, progress)?
-            {
-                return Ok(Flow::Again);
-            }
             match effect {
                 Effect::Flush => {
                     if !d.carry.is_empty() {
@@ -470,26 +449,18 @@ impl Runtime {
         // syncs here, and the worker finds its record durable (one hand-off fewer per job).
         let only_these = d.in_flight.len() == started.len() && tasks.iter().any(|t| !t.is_trivial());
         let durable = crate::Durable::of_starts(&writes, only_these);
-        // The commit the thread behind ran last, taken before this one is made (rule 7): if it
-        // was refused, these starts were decided from it and are dropped with it.
-        if self.settle_behind(d, progress)? {
-            self.withdraw(d, started);
-            return Ok(false);
-        }
-        if durable == crate::Durable::Deferred && self.goes_behind(d, &writes, started.len(), &tasks) {
-            // Its SQL on the thread behind: its attempts have nothing to run, so none waits for
-            // it; their results join a later commit, made after it (rules 3 and 7).
-            d.remember(&writes);
-            self.commit_behind(d, writes, carried, started)?;
-            crate::failpoint::hit("attempts.recorded");
-            for task in tasks {
-                let _ = d.tx.send(jobs::run(task));
-            }
-            return Ok(true);
-        }
         let made = match self.commit_timeline_as(&writes, durable, progress) {
             Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => {
-                self.withdraw(d, started);
+                for (instance, not_before) in started {
+                    d.in_flight.remove(&instance);
+                    d.keys.remove(&instance);
+                    if let Some(held) = &self.lease {
+                        held.watch(&instance, None);
+                    }
+                    if let Some(t) = not_before {
+                        d.not_before.insert(instance, t);
+                    }
+                }
                 d.op_seen = None;
                 writes.truncate(carried);
                 d.carry = writes;

@@ -25,9 +25,6 @@ pub mod ai;
 mod analyze;
 mod attempt;
 pub mod audit;
-mod behind;
-#[cfg(test)]
-mod behind_tests;
 mod between;
 mod committer;
 #[cfg(test)]
@@ -226,8 +223,6 @@ impl Runtime {
     ) -> Result<u64, opsgraph_store::Error> {
         use opsgraph_store::Write;
         self.committer.check()?;
-        // After what the thread behind runs (the driver took its result before: `behind.rs`).
-        self.committer.idle();
         let deferred = durable != Durable::Now && self.committer.defers();
         if writes
             .iter()

@@ -84,31 +84,6 @@ impl SqliteStore {
         })
     }
 
-    /// Another connection to the file of `wal`, for [`Store::behind`]: at `synchronous=NORMAL`
-    /// for good (it makes deferred commits only, synced by `wal`, which it shares with the store
-    /// that opened it, as it shares the file's write turn and timeline signal). The schema is
-    /// the opener's: not migrated again.
-    fn open_behind(wal: &Arc<Wal>) -> Result<SqliteStore, Error> {
-        edge(|| {
-            let path = &wal.db;
-            let open_err =
-                |source: rusqlite::Error| Error::Open { path: path.display().to_string(), source: Box::new(source) };
-            let conn = Connection::open(path).map_err(open_err)?;
-            conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA busy_timeout=5000;")
-                .map_err(open_err)?;
-            prepared_once(&conn).map_err(open_err)?;
-            Ok(SqliteStore {
-                conn,
-                writer: writer_of(path),
-                written: opsgraph_store::timeline_written(&path.display().to_string()),
-                seen: Default::default(),
-                wal: Some(Arc::clone(wal)),
-                normal: std::cell::Cell::new(true),
-                foreign: Default::default(),
-            })
-        })
-    }
-
     /// An in-memory store, for tests.
     pub fn memory() -> Result<SqliteStore, Error> {
         edge(|| {
@@ -270,13 +245,6 @@ impl Store for SqliteStore {
 
     fn syncer(&self) -> Option<Arc<dyn opsgraph_store::Syncer>> {
         self.wal.clone().map(|w| w as Arc<dyn opsgraph_store::Syncer>)
-    }
-
-    /// A second connection to the file (`Durability::Full` only: the deferred commits it makes
-    /// are synced by this store's syncer).
-    fn behind(&self) -> Option<Box<dyn Store>> {
-        let wal = self.wal.as_ref()?;
-        SqliteStore::open_behind(wal).ok().map(|s| Box::new(s) as Box<dyn Store>)
     }
 
     // A lease's own commits are deferred and never synced for their own sake (`lease.rs`); each

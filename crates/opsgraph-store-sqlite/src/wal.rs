@@ -14,8 +14,6 @@ use opsgraph_store::{Error, Syncer};
 
 /// The WAL file of one database, synced on demand ([`Syncer`]).
 pub(crate) struct Wal {
-    /// The database file (canonical), for another connection to it ([`opsgraph_store::Store::behind`]).
-    pub(crate) db: PathBuf,
     path: PathBuf,
     /// Opened at the first sync (the file exists once this process's connection wrote to it;
     /// SQLite removes it only when the last connection closes, after a complete checkpoint).
@@ -26,7 +24,7 @@ impl Wal {
     pub(crate) fn of(db: &std::path::Path) -> Wal {
         let mut path = db.as_os_str().to_owned();
         path.push("-wal");
-        Wal { db: db.to_path_buf(), path: PathBuf::from(path), file: OnceLock::new() }
+        Wal { path: PathBuf::from(path), file: OnceLock::new() }
     }
 
     /// The WAL file's path (`DB-wal`).

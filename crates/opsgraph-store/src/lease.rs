@@ -71,9 +71,6 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn syncer(&self) -> Option<std::sync::Arc<dyn crate::Syncer>> {
         (**self).syncer()
     }
-    fn behind(&self) -> Option<Box<dyn crate::Store>> {
-        (**self).behind()
-    }
     fn agent_claim(&mut self, claim: &crate::AgentClaim) -> Result<Vec<crate::AgentTask>, Error> {
         (**self).agent_claim(claim)
     }

@@ -548,14 +548,6 @@ pub trait Store: Send {
     fn syncer(&self) -> Option<std::sync::Arc<dyn Syncer>> {
         None
     }
-    /// Another store on the same data, for a thread of its own: its [`Store::commit_deferred`]
-    /// commits land in the same place, made durable by this store's [`Store::syncer`] (a sync
-    /// covers every commit either made before it began). For the runtime's committer, which
-    /// runs the SQL of the driver's commits beside it (issue [N] 5). `None` (the default): the
-    /// store has no syncer, or cannot open another connection.
-    fn behind(&self) -> Option<Box<dyn Store>> {
-        None
-    }
     fn operation(&self, id: &str) -> Result<Option<OperationRecord>, Error>;
     fn operations(&self, filter: &OperationFilter) -> Result<Vec<OperationRecord>, Error>;
     /// The plan revision with this hash, as the JSON text stored: a reader deserializes only
