@@ -298,8 +298,8 @@ pub fn logs(
 }
 
 /// `job`'s latest attempt's output (`GET /operations/{id}/jobs/{job}/log?after=`, `logs --follow`):
-/// its live log from byte `after` on while it runs (read from `data_dir`'s run directory), its
-/// whole final log once it ended; `None` when the operation has no such job.
+/// its live log from byte `after` on while it runs (read from `data_dir`'s run directory, or as
+/// the replica driving it shares it through `blobs`), its whole final log once it ended; `None` when the operation has no such job.
 pub fn job_log(
     store: &dyn Store,
     blobs: &dyn opsgraph_store::BlobStore,
@@ -324,7 +324,7 @@ pub fn job_log(
         return Ok(Some(log));
     }
     if running {
-        if let Some(t) = opsgraph_runtime::live_log(data_dir, op, &log.job, record.attempts, after)? {
+        if let Some(t) = opsgraph_runtime::live_log(data_dir, blobs, op, &log.job, record.attempts, after)? {
             (log.from, log.next, log.text) = (t.from, t.next, t.text);
         }
     } else {

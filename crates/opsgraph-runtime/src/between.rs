@@ -159,6 +159,7 @@ impl Runtime {
             secret_outputs: Vec::new(),
             mask: Vec::new(),
             instead: Some(Box::new(run)),
+            share_live: None,
         })
     }
 }

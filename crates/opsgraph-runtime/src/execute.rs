@@ -430,6 +430,7 @@ impl Runtime {
                 secret_outputs,
                 mask,
                 instead: None,
+                share_live: self.share_live(&op.id, &instance.id, attempt),
             };
             // A resource an agent serves: the attempt is enqueued for it in this commit.
             if let Some(w) = self.agent_enqueue(&op.id, instance, &mut task, key.as_deref())? {

@@ -101,6 +101,7 @@ pub(crate) fn run(task: Task) -> TaskResult {
             live_path(&task.dir, &task.stem),
             task.mask.clone(),
             !task.secret_outputs.is_empty(),
+            task.share_live.as_ref(),
         )));
         spec.tee = Some(LiveLog::tee(&live));
         let mut run = task.executor.run(&spec, &task.cancel);

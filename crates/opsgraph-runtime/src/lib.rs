@@ -177,6 +177,9 @@ pub struct Runtime {
     /// Providers and policies plans are made in, for repairs of drifted resources ([I]); without
     /// it drift is only recorded.
     pub plan_world: Option<PlanWorld>,
+    /// How running attempts' live logs reach the replicas that do not drive them, made from
+    /// `blobs` when first needed (`live/share.rs`); `None` inside when they need not.
+    pub(crate) live_sharing: std::sync::OnceLock<Option<std::sync::Arc<live::share::Sharing>>>,
 }
 
 impl Runtime {
@@ -199,7 +202,14 @@ impl Runtime {
             agents: None,
             lease: None,
             plan_world: None,
+            live_sharing: std::sync::OnceLock::new(),
         }
+    }
+
+    /// What an attempt's live log is shared as, when this runtime's blob store shares them.
+    pub(crate) fn share_live(&self, op: &str, job: &str, attempt: u32) -> Option<live::share::ShareAs> {
+        let sharing = self.live_sharing.get_or_init(|| live::share::Sharing::new(self.blobs.clone())).clone()?;
+        Some(live::share::ShareAs { sharing, key: opsgraph_store::LogKey::new(op, job, attempt) })
     }
 
     /// Sets how many jobs of one operation run at once (at least one).

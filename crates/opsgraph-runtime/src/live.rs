@@ -20,6 +20,8 @@ use opsgraph_secrets::MaskStream;
 
 use crate::masking::Masking;
 
+pub(crate) mod share;
+
 /// What a live log keeps: its last 256 KiB.
 pub const LIVE_KEEP: usize = 256 << 10;
 /// The size at which the file is cut back to [`LIVE_KEEP`].
@@ -55,12 +57,20 @@ pub(crate) struct LiveLog {
     kept: usize,
     /// A write failed: the live view stops; the attempt and its final log go on.
     broken: bool,
+    /// Shared with the other server replicas while it runs (`share.rs`).
+    shared: Option<share::Shared>,
 }
 
 impl LiveLog {
     /// A live log masked with the secret `values` the job was given; withheld when the job
     /// produces secret artifacts.
-    pub(crate) fn new(path: PathBuf, values: Vec<Vec<u8>>, secret_outputs: bool) -> LiveLog {
+    /// Shared as `share` says, when it says so.
+    pub(crate) fn new(
+        path: PathBuf,
+        values: Vec<Vec<u8>>,
+        secret_outputs: bool,
+        share: Option<&share::ShareAs>,
+    ) -> LiveLog {
         let mask = match Masking::new(values) {
             _ if secret_outputs => Mask::Withheld {
                 why: "(live output withheld: this job produces secret artifacts; its log appears when it ends)\n",
@@ -72,7 +82,8 @@ impl LiveLog {
                 Mask::Withheld { why: "(live output withheld: secrets could not be masked)\n", said: false }
             }
         };
-        LiveLog { path, mask, file: None, total: 0, kept: 0, broken: false }
+        let shared = share.map(|s| s.sharing.share(s.key.clone(), path.clone()));
+        LiveLog { path, mask, file: None, total: 0, kept: 0, broken: false, shared }
     }
 
     /// The tee an executor feeds: stream 0 is stdout, 1 stderr.
@@ -103,7 +114,8 @@ impl LiveLog {
         self.write(&out);
     }
 
-    /// Writes out what the masks still hold (the attempt's output ended).
+    /// Writes out what the masks still hold (the attempt's output ended); shares no more: its
+    /// final log replaces it.
     pub(crate) fn finish(&mut self) {
         if let Mask::Streams(streams) = &mut self.mask {
             let mut out = Vec::new();
@@ -111,6 +123,9 @@ impl LiveLog {
                 s.finish(&mut out);
             }
             self.write(&out);
+        }
+        if let Some(shared) = self.shared.take() {
+            shared.close();
         }
     }
 
@@ -169,41 +184,78 @@ pub struct LiveText {
     pub text: String,
 }
 
-/// The live log of `job`'s `attempt` in operation `op` under the data directory, from byte
-/// `after` on; `None` when it has none (it has not written yet, or it ended: its final log is
-/// then the one to read). Ids that would leave the run directory are refused.
+/// The live log of `job`'s `attempt` in operation `op`, from byte `after` on: the driver's file
+/// in the data directory's run directory when this process has it, else what the driver shares
+/// through `blobs` (another server replica on the same database drives the attempt; up to
+/// [`share::EVERY`] behind); `None` when there is neither (it has not written yet, or it ended:
+/// its final log is then the one to read). Ids that would leave the run directory are refused.
 pub fn live_log(
     data_dir: &Path,
+    blobs: &dyn opsgraph_store::BlobStore,
     op: &str,
     job: &str,
     attempt: u32,
     after: u64,
 ) -> Result<Option<LiveText>, crate::Error> {
-    let rel = opsgraph_store::LogKey::new(op, job, attempt).relative_path()?;
-    let path = data_dir.join(rel).with_extension("live");
-    read_live(&path, after).map_err(|source| crate::Error::Io { path: path.display().to_string(), source })
+    let key = opsgraph_store::LogKey::new(op, job, attempt);
+    let path = data_dir.join(key.relative_path()?).with_extension("live");
+    if let Some(text) =
+        read_live(&path, after).map_err(|source| crate::Error::Io { path: path.display().to_string(), source })?
+    {
+        return Ok(Some(text));
+    }
+    if !blobs.shares_live_logs() {
+        return Ok(None);
+    }
+    Ok(blobs.live(&key, after)?.map(|(start, bytes)| shared_text(start, &bytes, after)))
 }
 
 /// The live log at `path` from byte `after` on (at most [`LIVE_KEEP`] bytes, the last ones);
 /// `None` when there is none. A UTF-8 character cut at the end waits for the next read.
 pub(crate) fn read_live(path: &Path, after: u64) -> std::io::Result<Option<LiveText>> {
-    let all = match std::fs::read(path) {
-        Ok(b) => b,
+    Ok(read_raw(path, after)?.map(|(from, bytes)| shape(from, &bytes, after)))
+}
+
+/// The bytes of the live log at `path` from byte `after` on, or from the first it keeps, with
+/// the offset of the first; `None` when there is none (or its first line is not written yet).
+pub(crate) fn read_raw(path: &Path, after: u64) -> std::io::Result<Option<(u64, Vec<u8>)>> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = match File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let base = std::str::from_utf8(all.get(..HEADER - 1).unwrap_or_default())
+    let mut head = [0u8; HEADER];
+    match f.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let base = std::str::from_utf8(&head[..HEADER - 1])
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .ok_or_else(|| std::io::Error::other(format!("{}: not a live log", path.display())))?;
-    let data = &all[HEADER..];
-    let total = base + data.len() as u64;
-    let mut from = after.max(base).max(total.saturating_sub(LIVE_KEEP as u64)).min(total);
-    let mut bytes = &data[(from - base) as usize..];
+    let total = base + (f.metadata()?.len() - HEADER as u64);
+    let from = after.max(base).max(total.saturating_sub(LIVE_KEEP as u64)).min(total);
+    f.seek(SeekFrom::Start(HEADER as u64 + (from - base)))?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(Some((from, bytes)))
+}
+
+/// Output shared through the blob store (another replica drives the attempt), from byte `after`
+/// on, as [`read_live`] reads a file.
+pub(crate) fn shared_text(start: u64, bytes: &[u8], after: u64) -> LiveText {
+    let end = start + bytes.len() as u64;
+    let from = after.max(start).max(end.saturating_sub(LIVE_KEEP as u64)).min(end);
+    shape(from, &bytes[(from - start) as usize..], after)
+}
+
+/// `bytes` read from offset `from` for a reader that asked from `after`: started at a
+/// character's start when not where asked, ended before a character cut at the end.
+fn shape(mut from: u64, mut bytes: &[u8], after: u64) -> LiveText {
     if from != after {
-        // Started elsewhere than asked: at a character's start.
-        while let Some((b, rest)) = bytes.split_first().filter(|(b, _)| (**b & 0xC0) == 0x80) {
-            let _ = b;
+        while let Some((_, rest)) = bytes.split_first().filter(|(b, _)| (**b & 0xC0) == 0x80) {
             bytes = rest;
             from += 1;
         }
@@ -214,7 +266,7 @@ pub(crate) fn read_live(path: &Path, after: u64) -> std::io::Result<Option<LiveT
         Err(_) => bytes.len(),
     };
     let text = String::from_utf8_lossy(&bytes[..end]).into_owned();
-    Ok(Some(LiveText { from, next: from + end as u64, text }))
+    LiveText { from, next: from + end as u64, text }
 }
 
 #[cfg(test)]
@@ -242,7 +294,7 @@ mod tests {
         let path =
             scratch(&format!("check-{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst))).join("j.1.live");
         let mut live =
-            LiveLog::new(path.clone(), values.iter().map(|v| v.as_bytes().to_vec()).collect(), secret_outputs);
+            LiveLog::new(path.clone(), values.iter().map(|v| v.as_bytes().to_vec()).collect(), secret_outputs, None);
         for (stream, text) in chunks {
             live.push(*stream, text.as_bytes());
         }
@@ -284,7 +336,7 @@ mod tests {
         );
         let long = "x".repeat(8 << 10) + "\n";
         let path = scratch("cut").join("j.1.live");
-        let mut live = LiveLog::new(path.clone(), vec![b"hunter2secret".to_vec()], false);
+        let mut live = LiveLog::new(path.clone(), vec![b"hunter2secret".to_vec()], false, None);
         live.push(0, b"the password is hunter2");
         live.push(0, b"secret\n");
         live.push(0, long.as_bytes());
@@ -309,7 +361,7 @@ mod tests {
     #[test]
     fn the_file_keeps_the_last_bytes_at_their_offsets() {
         let path = scratch("bounded").join("j.1.live");
-        let mut live = LiveLog::new(path.clone(), vec![], false);
+        let mut live = LiveLog::new(path.clone(), vec![], false, None);
         let line = format!("{}\n", "y".repeat(1023));
         for _ in 0..600 {
             live.push(0, line.as_bytes());

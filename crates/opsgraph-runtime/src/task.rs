@@ -40,6 +40,8 @@ pub(crate) struct Task {
     /// waiting for a remote agent's report, or running a rollout's checks between waves on the
     /// hosts done. A closure, so that a task names nothing of the modules that make them.
     pub(crate) instead: Option<Instead>,
+    /// Its live log, shared with the server replicas that do not drive it (`live/share.rs`).
+    pub(crate) share_live: Option<crate::live::share::ShareAs>,
 }
 
 /// How a worker carries out an attempt that does not run here (`Task::instead`).

@@ -74,8 +74,10 @@ impl BlobStore for PgBlobStore {
     fn append_log(&self, log: &LogKey, bytes: &[u8]) -> Result<(), Error> {
         log.relative_path()?;
         edge(|| {
+            // The final log replaces the attempt's shared live output, in the same statement.
             self.client()?.execute(
-                "INSERT INTO job_logs (operation, job, attempt, content) VALUES ($1, $2, $3, $4)",
+                "WITH live AS (DELETE FROM live_logs WHERE operation = $1 AND job = $2 AND attempt = $3)
+                 INSERT INTO job_logs (operation, job, attempt, content) VALUES ($1, $2, $3, $4)",
                 &[&log.operation, &log.job, &(log.attempt as i32), &bytes],
             )?;
             Ok(())
@@ -94,5 +96,85 @@ impl BlobStore for PgBlobStore {
             }
             Ok(Some(rows.iter().flat_map(|r| r.get::<_, Vec<u8>>(0)).collect()))
         })
+    }
+
+    fn shares_live_logs(&self) -> bool {
+        true
+    }
+
+    fn put_live(&self, log: &LogKey, from: u64, bytes: &[u8], keep: u64) -> Result<(), Error> {
+        log.relative_path()?;
+        let (from, horizon) = (offset(from)?, offset((from + bytes.len() as u64).saturating_sub(keep))?);
+        edge(|| {
+            // One statement: the new piece in (a piece shared again after an error it did not see
+            // keeps the longer), the pieces wholly more than `keep` before its end out.
+            self.client()?.execute(
+                "WITH old AS (DELETE FROM live_logs WHERE operation = $1 AND job = $2 AND attempt = $3
+                                 AND start + length(content) <= $5)
+                 INSERT INTO live_logs (operation, job, attempt, start, content) VALUES ($1, $2, $3, $4, $6)
+                 ON CONFLICT (operation, job, attempt, start) DO UPDATE SET content = EXCLUDED.content
+                   WHERE length(EXCLUDED.content) > length(live_logs.content)",
+                &[&log.operation, &log.job, &(log.attempt as i32), &from, &horizon, &bytes],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn live(&self, log: &LogKey, after: u64) -> Result<Option<(u64, Vec<u8>)>, Error> {
+        log.relative_path()?;
+        let after = offset(after)?;
+        edge(|| {
+            let rows = self.client()?.query(
+                "SELECT start, content FROM live_logs WHERE operation = $1 AND job = $2 AND attempt = $3
+                   AND start + length(content) > $4 ORDER BY start",
+                &[&log.operation, &log.job, &(log.attempt as i32), &after],
+            )?;
+            Ok(contiguous(rows.iter().map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1)))))
+        })
+    }
+}
+
+/// A byte offset as PostgreSQL's BIGINT.
+fn offset(n: u64) -> Result<i64, Error> {
+    i64::try_from(n).map_err(|_| Error::BadBlob { what: format!("live log offset {n}"), reason: "too large".into() })
+}
+
+/// The pieces of a live log, in order, as one run of bytes: the last run without a gap (a
+/// driver that fell behind its output shares from where its file still keeps it).
+fn contiguous(pieces: impl Iterator<Item = (u64, Vec<u8>)>) -> Option<(u64, Vec<u8>)> {
+    let mut run: Option<(u64, Vec<u8>)> = None;
+    for (start, bytes) in pieces {
+        match &mut run {
+            // Adjacent, or overlapping what is there (a piece shared again): its new bytes only.
+            Some((from, all)) if (*from..=*from + all.len() as u64).contains(&start) => {
+                let known = (*from + all.len() as u64 - start) as usize;
+                all.extend_from_slice(bytes.get(known..).unwrap_or_default());
+            }
+            _ => run = Some((start, bytes)),
+        }
+    }
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    /// Pieces `(start, text)` in order, joined as [`super::contiguous`] joins them.
+    fn check(pieces: &[(u64, &str)], expect: expect_test::Expect) {
+        let run = super::contiguous(pieces.iter().map(|(s, t)| (*s, t.as_bytes().to_vec())));
+        let got = run.map(|(from, bytes)| format!("{from}:{}", String::from_utf8(bytes).unwrap()));
+        expect.assert_eq(&got.unwrap_or_else(|| "(none)".into()));
+    }
+
+    #[test]
+    fn pieces_join_into_their_last_run_without_a_gap() {
+        use expect_test::expect;
+        check(&[], expect!["(none)"]);
+        check(&[(0, "ab"), (2, "cd")], expect!["0:abcd"]);
+        check(&[(5, "ab"), (7, "c")], expect!["5:abc"]);
+        // Overlapping (shared again): only the new bytes.
+        check(&[(0, "abc"), (1, "bcde")], expect!["0:abcde"]);
+        check(&[(0, "abc"), (1, "b")], expect!["0:abc"]);
+        // A gap (the driver fell behind its file): from the run after it.
+        check(&[(0, "ab"), (4, "ef"), (6, "g")], expect!["4:efg"]);
     }
 }

@@ -25,6 +25,8 @@ pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
         OPERATION_IDS,
         // 7: a notification on each commit that wrote timeline entries (issue [N]).
         TIMELINE_NOTIFY,
+        // 8: running attempts' live output, shared between replicas (`pg_blob.rs`).
+        LIVE_LOGS,
     ]
     .iter()
     .map(|sql| render(sql, &POSTGRES))
@@ -59,6 +61,19 @@ const BLOB_MIGRATION: &str = "
         content BYTEA NOT NULL
     );
     CREATE INDEX job_logs_attempt ON job_logs(operation, job, attempt, seq);
+";
+
+/// Migration 8: a running attempt's live output as its driver shares it, in pieces keyed by the
+/// offset of their first byte; its final log (`job_logs`) replaces them.
+const LIVE_LOGS: &str = "
+    CREATE TABLE live_logs (
+        operation TEXT NOT NULL,
+        job TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        start BIGINT NOT NULL,
+        content BYTEA NOT NULL,
+        PRIMARY KEY (operation, job, attempt, start)
+    );
 ";
 
 /// Migration 7: every statement that inserts timeline rows notifies [`TIMELINE_CHANNEL`];

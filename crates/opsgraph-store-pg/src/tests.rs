@@ -247,3 +247,41 @@ fn postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer() {
     let again = store.syncer().expect("a new syncer");
     again.sync().unwrap();
 }
+
+/// A running attempt's live output shared through PostgreSQL (`pg_blob.rs`): pieces read back
+/// from an offset on as one run of bytes, a piece shared again keeps the longer, what lies more
+/// than `keep` behind the end is forgotten, and the final log removes them all.
+#[test]
+fn postgres_live_pieces_are_read_back_kept_bounded_and_replaced_by_the_final_log() {
+    use opsgraph_store::{BlobStore, LogKey};
+    let Some(db) = crate::test_db("postgres_live_pieces_are_read_back_kept_bounded_and_replaced_by_the_final_log")
+    else {
+        return;
+    };
+    let blobs = crate::PgBlobStore::connect(db.url()).unwrap();
+    assert!(blobs.shares_live_logs());
+    let key = LogKey::new("op-1", "speak", 1);
+    let other = LogKey::new("op-1", "speak", 2);
+    let live = |after| {
+        blobs.live(&key, after).unwrap().map(|(from, bytes)| format!("{from}:{}", String::from_utf8(bytes).unwrap()))
+    };
+    assert_eq!(live(0), None);
+    blobs.put_live(&key, 0, b"abc", 100).unwrap();
+    blobs.put_live(&key, 3, b"de", 100).unwrap();
+    // Shared again after an error it did not see, with what came since: the longer is kept.
+    blobs.put_live(&key, 3, b"d", 100).unwrap();
+    blobs.put_live(&key, 3, b"defg", 100).unwrap();
+    blobs.put_live(&other, 0, b"zz", 100).unwrap();
+    assert_eq!(live(0).as_deref(), Some("0:abcdefg"));
+    assert_eq!(live(3).as_deref(), Some("3:defg"), "pieces wholly before `after` are not read");
+    assert_eq!(live(7), None);
+    // Past `keep`: the pieces wholly more than 5 bytes behind the end go.
+    blobs.put_live(&key, 7, b"hij", 5).unwrap();
+    assert_eq!(live(0).as_deref(), Some("3:defghij"));
+    blobs.append_log(&key, b"abcdefghij").unwrap();
+    assert_eq!(live(0), None, "the final log replaces the live pieces");
+    assert_eq!(blobs.log(&key).unwrap().as_deref(), Some(&b"abcdefghij"[..]));
+    assert!(blobs.live(&other, 0).unwrap().is_some(), "another attempt's pieces stay");
+    let bad = blobs.put_live(&LogKey::new("../x", "speak", 1), 0, b"a", 5).unwrap_err();
+    assert!(bad.to_string().contains("not a plain name"), "{bad}");
+}

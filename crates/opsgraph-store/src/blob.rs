@@ -37,6 +37,26 @@ pub trait BlobStore: Send + Sync {
     fn keeps_log_files(&self) -> bool {
         false
     }
+    /// Whether a running attempt's live output is shared through this store, for the processes
+    /// that cannot read the driver's run directory (server replicas on one database, each with
+    /// a data directory of its own). `false` for the data directory's files: whoever reads them
+    /// reads the run directory too.
+    fn shares_live_logs(&self) -> bool {
+        false
+    }
+    /// Adds `bytes`, the attempt's live output from offset `from` on, to what other processes
+    /// read with [`BlobStore::live`], and forgets what lies more than `keep` bytes before their
+    /// end. Nothing where live logs are not shared.
+    fn put_live(&self, log: &LogKey, from: u64, bytes: &[u8], keep: u64) -> Result<(), Error> {
+        let _ = (log, from, bytes, keep);
+        Ok(())
+    }
+    /// The attempt's shared live output that ends after offset `after`: the offset of its first
+    /// byte and the bytes (at most what [`BlobStore::put_live`] keeps); `None` when there is none.
+    fn live(&self, log: &LogKey, after: u64) -> Result<Option<(u64, Vec<u8>)>, Error> {
+        let _ = (log, after);
+        Ok(None)
+    }
 }
 
 /// Which log: an attempt of a job instance of an operation.
@@ -181,6 +201,15 @@ impl<B: BlobStore + ?Sized> BlobStore for Box<B> {
     fn keeps_log_files(&self) -> bool {
         (**self).keeps_log_files()
     }
+    fn shares_live_logs(&self) -> bool {
+        (**self).shares_live_logs()
+    }
+    fn put_live(&self, log: &LogKey, from: u64, bytes: &[u8], keep: u64) -> Result<(), Error> {
+        (**self).put_live(log, from, bytes, keep)
+    }
+    fn live(&self, log: &LogKey, after: u64) -> Result<Option<(u64, Vec<u8>)>, Error> {
+        (**self).live(log, after)
+    }
 }
 
 /// A database's blob store in front of the data directory's files: what is written goes to the
@@ -217,6 +246,18 @@ impl<B: BlobStore> BlobStore for Layered<B> {
     fn remove(&self, location: &str) -> Result<(), Error> {
         self.primary.remove(location)?;
         self.older.remove(location)
+    }
+
+    fn shares_live_logs(&self) -> bool {
+        self.primary.shares_live_logs()
+    }
+
+    fn put_live(&self, log: &LogKey, from: u64, bytes: &[u8], keep: u64) -> Result<(), Error> {
+        self.primary.put_live(log, from, bytes, keep)
+    }
+
+    fn live(&self, log: &LogKey, after: u64) -> Result<Option<(u64, Vec<u8>)>, Error> {
+        self.primary.live(log, after)
     }
 }
 

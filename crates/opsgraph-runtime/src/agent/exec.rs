@@ -115,6 +115,7 @@ pub fn execute(
         secret_outputs: job.secret_outputs.clone(),
         mask,
         instead: None,
+        share_live: None,
     };
     let r = crate::jobs::run(task);
     drop(in_use);

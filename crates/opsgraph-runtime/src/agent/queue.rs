@@ -173,6 +173,7 @@ impl Runtime {
                     };
                     Box::new(move |task| super::wait::wait(task, waiting))
                 }),
+                share_live: self.share_live(&op.id, &instance.id, record.attempts),
             };
             wait(task, key);
         }

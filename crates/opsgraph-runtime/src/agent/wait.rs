@@ -41,7 +41,12 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
     // The lines also go to the attempt's live log, as a local run's output does, so the job's
     // log route shows them while it runs. The server masked them already; a job producing secret
     // artifacts shows one line instead, as locally.
-    let mut live = LiveLog::new(live_path(&task.dir, &task.stem), vec![], !task.secret_outputs.is_empty());
+    let mut live = LiveLog::new(
+        live_path(&task.dir, &task.stem),
+        vec![],
+        !task.secret_outputs.is_empty(),
+        task.share_live.as_ref(),
+    );
     let mut log_seq = 0i64;
     let mut logged = false;
     let mut current = w.task.clone();

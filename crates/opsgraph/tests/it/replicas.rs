@@ -62,7 +62,7 @@ fn pack() -> Vec<(String, String)> {
 }
 
 /// One replica: `opsgraph serve` as a process of its own on the shared database.
-fn replica(id: &str, data: &Path, database: &str, pack: &Path, token_file: &Path, log: &Path) -> Process {
+pub(crate) fn replica(id: &str, data: &Path, database: &str, pack: &Path, token_file: &Path, log: &Path) -> Process {
     Process::start(
         std::process::Command::new(env!("CARGO_BIN_EXE_opsgraph"))
             .args(["--data-dir", &data.display().to_string(), "--database", database])
