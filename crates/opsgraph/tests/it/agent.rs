@@ -28,7 +28,7 @@ use crate::support::{files_under, free_port, holds, temp_dir, StepPack, TempDir}
 
 /// A pack of `jobs` jobs, each fanned out over the intent's nodes, running `scripts/step.sh`
 /// with evidence `done`; `controls` goes into every job.
-fn pack(jobs: usize, script: &str, controls: &str) -> Vec<(String, String)> {
+pub(crate) fn pack(jobs: usize, script: &str, controls: &str) -> Vec<(String, String)> {
     let pack = StepPack {
         id: "agentpack",
         resource_type: "agent.batch",
@@ -40,9 +40,9 @@ fn pack(jobs: usize, script: &str, controls: &str) -> Vec<(String, String)> {
 }
 
 /// Records the run in the ledger, then proves it with the evidence file.
-const STEP: &str = "printf '%s %s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$$\" >> \"$OPSGRAPH_PARAM_LEDGER\"\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
+pub(crate) const STEP: &str = "printf '%s %s %s\\n' \"$OPSGRAPH_OPERATION_ID\" \"$OPSGRAPH_JOB_ID\" \"$$\" >> \"$OPSGRAPH_PARAM_LEDGER\"\ntouch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
 
-fn nodes(names: &[&str], agent: &str) -> String {
+pub(crate) fn nodes(names: &[&str], agent: &str) -> String {
     names
         .iter()
         .map(|n| format!("resource:\n  type: compute_node\n  name: {n}\n  provides: [linux.host]\n  access: {{agent: {agent}}}\n"))
@@ -50,7 +50,7 @@ fn nodes(names: &[&str], agent: &str) -> String {
         .join("---\n")
 }
 
-fn intent(nodes: &[&str], ledger: &Path) -> String {
+pub(crate) fn intent(nodes: &[&str], ledger: &Path) -> String {
     let targets: Vec<String> = nodes.iter().map(|n| format!("compute_node/{n}")).collect();
     format!(
         "intent:\n  target_resource_type: agent.batch\n  action: run\n  name: batch\n  environment: dev\n  parameters: {{ledger: {}}}\n  targets:\n    nodes: [{}]\n",
@@ -227,7 +227,7 @@ impl Drop for Cluster {
 }
 
 /// The ledger's lines: (operation, job) -> how many runs.
-fn ledger(path: &Path) -> BTreeMap<(String, String), usize> {
+pub(crate) fn ledger(path: &Path) -> BTreeMap<(String, String), usize> {
     let mut runs = BTreeMap::new();
     for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
         let mut w = line.split(' ');

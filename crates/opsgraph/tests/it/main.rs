@@ -53,6 +53,7 @@ mod printable;
 mod remedies;
 mod remote;
 mod replicas;
+mod replicas_agents;
 mod replicas_live;
 mod rollout;
 mod runtime;
