@@ -379,6 +379,7 @@ pub fn serve(addr: SocketAddr, state: AppState) -> Result<(), Error> {
         tracing::error!(error = %e, "could not look for operations left running");
     }
     state.start_scanner();
+    state.start_agent_listener();
     state.start_verifier(VerifierConfig::from_env());
     listener.serve(state, None)
 }

@@ -20,6 +20,10 @@ pub struct PgStore {
     pub(crate) writer: std::sync::Arc<crate::pg_group::Writer>,
     /// Whether this connection listens on the timeline's channel (`wait_for_timeline` asked).
     pub(crate) listening: std::cell::Cell<bool>,
+    /// Whether this connection listens on the agent tasks' channel (`wait_for_agent_tasks`).
+    pub(crate) listening_agents: std::cell::Cell<bool>,
+    /// Its server process, counted as this process's own while it is open.
+    pub(crate) backend: Backend,
     /// Statements prepared by `PREPARE` for commits sent in one message (`pg_one.rs`).
     pub(crate) named: Named,
     /// The URL connected to (for the syncer's own connection).
@@ -45,7 +49,77 @@ pub(crate) fn pg_message(e: &postgres::Error) -> String {
     text
 }
 
+/// The server processes (`pg_backend_pid()`) of this process's open store connections: the
+/// agent tasks' notifications name the backend that wrote them, so a listener leaves its own
+/// process's writes out ([`PgStore::wait_agent_news`]). Backend ids are unique on a database
+/// server at a time; behind a pooler that changes backends a write of this process may look like
+/// another's, which costs its waiters one look at the store.
+static OWN_BACKENDS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn own_backends() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    OWN_BACKENDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A store connection's backend, counted as this process's while the connection is open.
+#[derive(Default)]
+pub(crate) struct Backend(std::cell::Cell<Option<i32>>);
+
+impl Backend {
+    pub(crate) fn set(&self, pid: i32) {
+        if self.0.replace(Some(pid)).is_none() {
+            own_backends().push(pid);
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.get() {
+            let mut own = own_backends();
+            if let Some(at) = own.iter().position(|p| *p == pid) {
+                own.swap_remove(at);
+            }
+        }
+    }
+}
+
 impl PgStore {
+    /// `Store::wait_for_agent_tasks`: the first call starts listening on the agent tasks'
+    /// channel (and returns none: what was written before is for the caller to read); then the
+    /// tasks other processes wrote within `timeout` (a notification's payload is `<state> <id>`,
+    /// its process the backend that wrote it), each once, in order.
+    pub(crate) fn wait_agent_news(&self, timeout: std::time::Duration) -> Result<Vec<(String, bool)>, Fail> {
+        let mut client = self.client.borrow_mut();
+        if !self.listening_agents.get() {
+            client.batch_execute(&format!("LISTEN {}", crate::schema::AGENT_CHANNEL))?;
+            self.listening_agents.set(true);
+            return Ok(vec![]);
+        }
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut notifications = client.notifications();
+        let mut seen = Vec::new();
+        let first = notifications.timeout_iter(timeout).next()?;
+        if let Some(first) = first {
+            seen.push(first);
+            let mut pending = notifications.iter();
+            while let Some(n) = pending.next()? {
+                seen.push(n);
+            }
+        }
+        let mut tasks: Vec<(String, bool)> = Vec::new();
+        for n in &seen {
+            let Some((state, id)) = n.payload().split_once(' ') else { continue };
+            if own_backends().contains(&n.process_id()) {
+                continue;
+            }
+            match tasks.iter_mut().find(|(t, _)| t == id) {
+                Some(known) => known.1 = state == "queued",
+                None => tasks.push((id.to_string(), state == "queued")),
+            }
+        }
+        Ok(tasks)
+    }
+
     /// `Store::wait_for_timeline`: the first call starts listening on the timeline's channel
     /// (and says true: what was committed before is for the caller to read); then a
     /// notification, or `timeout` without one. Notifications that queued up are taken together.

@@ -37,6 +37,8 @@ impl PgStore {
                 statements: RefCell::new(HashMap::new()),
                 writer: crate::pg_group::writer_of(url),
                 listening: std::cell::Cell::new(false),
+                listening_agents: std::cell::Cell::new(false),
+                backend: Default::default(),
                 named: Default::default(),
                 url: url.to_string(),
                 syncer: Default::default(),
@@ -57,8 +59,10 @@ impl PgStore {
     fn migrate(&self) -> Result<(), Fail> {
         let mut client = self.client.borrow_mut();
         // The common case, a connection per request to a database already up to date: one read,
-        // no lock, no DDL. A missing table or another version takes the full path.
-        if let Ok(Some(row)) = client.query_opt("SELECT version FROM schema_version", &[]) {
+        // no lock, no DDL. A missing table or another version takes the full path. The same read
+        // learns the connection's server process (`conn.rs`, `Backend`).
+        if let Ok(Some(row)) = client.query_opt("SELECT version, pg_backend_pid() FROM schema_version", &[]) {
+            self.backend.set(row.get(1));
             if row.get::<_, i32>(0) as usize == MIGRATIONS.len() {
                 return Ok(());
             }
@@ -82,6 +86,7 @@ impl PgStore {
             tx.execute("UPDATE schema_version SET version = $1", &[&(i as i32 + 1)])?;
         }
         tx.commit()?;
+        self.backend.set(client.query_one("SELECT pg_backend_pid()", &[])?.get(0));
         Ok(())
     }
 
@@ -694,6 +699,10 @@ impl Store for PgStore {
     /// `LISTEN` on the channel the timeline's trigger notifies (schema migration 7).
     fn wait_for_timeline(&mut self, timeout: std::time::Duration) -> Result<bool, Error> {
         edge(|| self.wait_notified(timeout))
+    }
+
+    fn wait_for_agent_tasks(&mut self, timeout: std::time::Duration) -> Result<Option<Vec<(String, bool)>>, Error> {
+        edge(|| self.wait_agent_news(timeout)).map(Some)
     }
 
     fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Vec<opsgraph_store::AgentTask>, Error> {

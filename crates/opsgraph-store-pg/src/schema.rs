@@ -27,6 +27,8 @@ pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
         TIMELINE_NOTIFY,
         // 8: running attempts' live output, shared between replicas (`pg_blob.rs`).
         LIVE_LOGS,
+        // 9: a notification for each agent task written (`conn.rs`).
+        AGENT_NOTIFY,
     ]
     .iter()
     .map(|sql| render(sql, &POSTGRES))
@@ -90,6 +92,26 @@ const TIMELINE_NOTIFY: &str = "
     CREATE TRIGGER timeline_written AFTER INSERT ON timeline
         FOR EACH STATEMENT EXECUTE FUNCTION opsgraph_timeline_written();
 ";
+
+/// Migration 9: every agent task inserted or updated notifies [`AGENT_CHANNEL`] with its state
+/// and its id (a notification names the backend that sent it): the replicas that did not write
+/// it wake their agent waiters (a claim parked for work, the worker waiting for the task's
+/// report) without polling. PostgreSQL sends a transaction's notifications at its commit, the
+/// same payload once.
+const AGENT_NOTIFY: &str = "
+    CREATE FUNCTION opsgraph_agent_task_written() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('opsgraph_agents',
+            NEW.state || ' ' || NEW.id);
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER agent_task_written AFTER INSERT OR UPDATE ON agent_tasks
+        FOR EACH ROW EXECUTE FUNCTION opsgraph_agent_task_written();
+";
+
+/// The channel of [`AGENT_NOTIFY`].
+pub(crate) const AGENT_CHANNEL: &str = "opsgraph_agents";
 
 /// The channel of [`TIMELINE_NOTIFY`].
 pub(crate) const TIMELINE_CHANNEL: &str = "opsgraph_timeline";

@@ -285,3 +285,46 @@ fn postgres_live_pieces_are_read_back_kept_bounded_and_replaced_by_the_final_log
     let bad = blobs.put_live(&LogKey::new("../x", "speak", 1), 0, b"a", 5).unwrap_err();
     assert!(bad.to_string().contains("not a plain name"), "{bad}");
 }
+
+/// Agent tasks written by other processes reach a listener (`Store::wait_for_agent_tasks`,
+/// migration 9): each task once with whether it is queued now, in order; this process's own
+/// writes are left out (its bell rang for them already).
+#[test]
+fn postgres_agent_tasks_other_processes_write_are_notified_and_this_ones_are_not() {
+    use opsgraph_store::Store;
+    use std::time::Duration;
+    let Some(db) = crate::test_db("postgres_agent_tasks_other_processes_write_are_notified_and_this_ones_are_not")
+    else {
+        return;
+    };
+    let mut listener = PgStore::connect(db.url()).unwrap();
+    assert_eq!(listener.wait_for_agent_tasks(Duration::ZERO).unwrap(), Some(vec![]), "the first call listens");
+    let insert = |id: &str| {
+        format!(
+            "INSERT INTO agent_tasks (id, operation, job, attempt, kind, agent, resource, state, payload, claims,
+                                      expires_ms, created_at, updated_at)
+             VALUES ('{id}', 'op', 'j', 1, 'run', 'pool', 'r', 'queued', '{{}}', 0, 0, 'now', 'now')"
+        )
+    };
+    // Another process: a connection that is not one of this process's stores.
+    let mut other = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    other.batch_execute(&insert("t1")).unwrap();
+    other.batch_execute("UPDATE agent_tasks SET state = 'claimed' WHERE id = 't1'").unwrap();
+    other.batch_execute(&insert("t2")).unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let got = listener.wait_for_agent_tasks(Duration::from_secs(5)).unwrap().unwrap();
+        assert!(!got.is_empty(), "nothing notified; seen {seen:?}");
+        for (id, queued) in got {
+            match seen.iter_mut().find(|(s, _): &&mut (String, bool)| *s == id) {
+                Some(known) => known.1 = queued,
+                None => seen.push((id, queued)),
+            }
+        }
+    }
+    assert_eq!(seen, [("t1".to_string(), false), ("t2".to_string(), true)]);
+    // This process's own writes (its store connections' backends): nothing.
+    let own = PgStore::connect(db.url()).unwrap();
+    own.client.borrow_mut().batch_execute(&insert("t3")).unwrap();
+    assert_eq!(listener.wait_for_agent_tasks(Duration::from_millis(300)).unwrap(), Some(vec![]));
+}

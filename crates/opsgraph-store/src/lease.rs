@@ -146,6 +146,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn wait_for_timeline(&mut self, timeout: std::time::Duration) -> Result<bool, Error> {
         (**self).wait_for_timeline(timeout)
     }
+    fn wait_for_agent_tasks(&mut self, timeout: std::time::Duration) -> Result<Option<Vec<(String, bool)>>, Error> {
+        (**self).wait_for_agent_tasks(timeout)
+    }
     fn tokens(&self) -> Result<Vec<crate::TokenRecord>, Error> {
         (**self).tokens()
     }

@@ -591,6 +591,16 @@ pub trait Store: Send {
         std::thread::sleep(timeout.min(std::time::Duration::from_millis(200)));
         Ok(true)
     }
+    /// Waits up to `timeout` for agent tasks that other processes wrote (enqueued, claimed,
+    /// reported, ...): each one's id and whether it is queued now, in order, this process's own
+    /// writes left out (its agent bell rang for those already). `None` when the store cannot tell
+    /// (SQLite, a store that wraps another): agent waiters then look at the store at their slow
+    /// pace. PostgreSQL: `LISTEN` on the channel a trigger on `agent_tasks` notifies; the first
+    /// call starts listening and returns at once.
+    fn wait_for_agent_tasks(&mut self, timeout: std::time::Duration) -> Result<Option<Vec<(String, bool)>>, Error> {
+        let _ = timeout;
+        Ok(None)
+    }
     fn tokens(&self) -> Result<Vec<TokenRecord>, Error>;
     /// The token with this hash (`sha256:<hex>`), revoked or not.
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, Error>;

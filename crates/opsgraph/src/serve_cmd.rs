@@ -201,6 +201,7 @@ pub fn serve(
         writeln!(out, "driving {resumed} operation(s) left running")?;
     }
     state.start_scanner();
+    state.start_agent_listener();
     state.start_verifier(opsgraph_server::VerifierConfig::from_env());
     listener.serve(state, None)?;
     Ok(0)
