@@ -77,17 +77,8 @@ impl Cluster {
         let dir = temp_dir(&refs);
         let data = dir.join("data");
         std::fs::create_dir_all(&data).unwrap();
-        let (admin, agent) = {
-            let mut store = opsgraph::ops_cmd::open_store(&data).unwrap();
-            let config = opsgraph_server::Config::default();
-            let roles = |r: &str| vec![r.to_string()];
-            let make = |store: &mut Box<dyn Store>, name: &str, role: &str| {
-                opsgraph_server::auth::create_token(&mut **store, &config, name, &roles(role), "test", None, None)
-                    .unwrap()
-                    .1
-            };
-            (make(&mut store, "admin", "platform_admin"), make(&mut store, "pool", "agent"))
-        };
+        let (admin, agent) =
+            crate::support::admin_and_agent_tokens(&mut *opsgraph::ops_cmd::open_store(&data).unwrap(), "pool");
         let agent_token = dir.join("agent.token");
         std::fs::write(&agent_token, &agent).unwrap();
         let port = free_port("127.0.0.1");

@@ -100,16 +100,8 @@ struct Server {
 fn tokens(tmp: &TempDir) -> (String, PathBuf) {
     let data = tmp.join("data");
     std::fs::create_dir_all(&data).unwrap();
-    let (admin, agent) = {
-        let mut store = opsgraph::ops_cmd::open_store(&data).unwrap();
-        let config = opsgraph_server::Config::default();
-        let mut make = |name: &str, role: &str| {
-            opsgraph_server::auth::create_token(&mut *store, &config, name, &[role.to_string()], "test", None, None)
-                .unwrap()
-                .1
-        };
-        (make("admin", "platform_admin"), make("fleet-agents", "agent"))
-    };
+    let (admin, agent) =
+        crate::support::admin_and_agent_tokens(&mut *opsgraph::ops_cmd::open_store(&data).unwrap(), "fleet-agents");
     let token = tmp.join("agent.token");
     std::fs::write(&token, agent).unwrap();
     (admin, token)

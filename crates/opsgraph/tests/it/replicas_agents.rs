@@ -40,16 +40,7 @@ fn agents_reaching_only_the_replica_that_does_not_drive_complete_its_operation()
     files.push(("inventory/nodes.yaml".into(), nodes(&NODES, "pool")));
     let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let dir = temp_dir(&refs);
-    let (admin, agent_token) = {
-        let mut store = db.store();
-        let config = opsgraph_server::Config::default();
-        let mut make = |name: &str, role: &str| {
-            opsgraph_server::auth::create_token(&mut *store, &config, name, &[role.to_string()], "test", None, None)
-                .unwrap()
-                .1
-        };
-        (make("admin", "platform_admin"), make("pool", "agent"))
-    };
+    let (admin, agent_token) = crate::support::admin_and_agent_tokens(&mut *db.store(), "pool");
     let token_file = dir.join("agent.token");
     std::fs::write(&token_file, &agent_token).unwrap();
     let replica = |id: &str| {

@@ -194,3 +194,13 @@ pub(crate) fn holds(hay: &[u8], needle: &str) -> bool {
 pub(crate) fn free_port(address: &str) -> u16 {
     std::net::TcpListener::bind((address, 0)).unwrap().local_addr().unwrap().port()
 }
+
+/// An admin token (`platform_admin`) and an agent token named `agent` made in `store`: their
+/// secrets, in that order.
+pub(crate) fn admin_and_agent_tokens(store: &mut dyn opsgraph_store::Store, agent: &str) -> (String, String) {
+    let config = opsgraph_server::Config::default();
+    let mut make = |name: &str, role: &str| {
+        opsgraph_server::auth::create_token(store, &config, name, &[role.to_string()], "test", None, None).unwrap().1
+    };
+    (make("admin", "platform_admin"), make(agent, "agent"))
+}
