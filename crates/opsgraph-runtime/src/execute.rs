@@ -64,6 +64,15 @@ pub(crate) struct Drive<'p> {
     /// dropped whenever the driver waits (for reports, for a backoff), so a change made while
     /// attempts run is seen after the wait, as when the row was read on every turn.
     pub(crate) guarded: bool,
+    /// The next turn decides on the copy of the operation row without asking the store whether
+    /// another connection committed (its data version): set for the turn right after a batch of
+    /// results left nothing in flight (a chain's next job). Every write such a turn can make is
+    /// guarded by the row's version — the commit that starts attempts by `ExpectVersion`, a
+    /// transition by its expected version — so a pause or cancel committed meanwhile refuses it
+    /// and the row is read again; with nothing in flight there is nothing to cancel sooner. One
+    /// SQLite read transaction and one `PRAGMA` (prepared again at every run) fewer per chained
+    /// job (issue [N] 5, docs/benchmarks.md).
+    pub(crate) row_trusted: bool,
     /// Jobs before this index of `plan.jobs` are all done.
     pub(crate) done_prefix: usize,
     /// Which jobs may be ready, kept with `cache`.
@@ -101,6 +110,7 @@ impl<'p> Drive<'p> {
             handed: Vec::new(),
             op_seen: None,
             guarded: false,
+            row_trusted: false,
             done_prefix: 0,
             waiting: Waiting::default(),
         }

@@ -177,6 +177,10 @@ pub struct Runtime {
     /// Providers and policies plans are made in, for repairs of drifted resources ([I]); without
     /// it drift is only recorded.
     pub plan_world: Option<PlanWorld>,
+    /// How often a driver asked the store for its data version (the tests' witness of
+    /// `Drive::row_trusted`).
+    #[cfg(test)]
+    pub(crate) version_reads: u64,
 }
 
 impl Runtime {
@@ -199,6 +203,8 @@ impl Runtime {
             agents: None,
             lease: None,
             plan_world: None,
+            #[cfg(test)]
+            version_reads: 0,
         }
     }
 
