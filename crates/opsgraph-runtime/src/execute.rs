@@ -479,7 +479,6 @@ impl Runtime {
             other => other?,
         };
         crate::failpoint::hit("attempts.recorded");
-        d.remember(&writes);
         let guard = made.filter(|_| self.committer.defers()).map(|n| self.committer.guard(n));
         for task in tasks {
             if task.is_trivial() {
@@ -493,6 +492,9 @@ impl Runtime {
                 d.workers.run(task, d.in_flight.len(), guard.clone());
             }
         }
+        // The driver's cache after the hand-off: a chain's next job is started (its commit synced
+        // here) without waiting for this bookkeeping, which the next decision needs, not the job.
+        d.remember(&writes);
         // After the workers started: a claim handed one of these tasks is delivered as soon as
         // its agent's report is answered — once the report's commit is durable.
         if let (Some(n), false) = (made, d.handed.is_empty()) {
