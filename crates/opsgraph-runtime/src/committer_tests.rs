@@ -305,3 +305,57 @@ fn a_chained_job_is_synced_once_on_the_drivers_thread_others_beside_a_running_on
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A chain asks the store whether another connection committed only on turns that could act on
+/// a stale row without a guard: not on the turn after each job's result, whose writes are all
+/// version-guarded (`Drive::row_trusted`). Twelve chained jobs: 14 data-version reads on `main`
+/// (one a job, the first turn and the last), 2 now (the first turn, and the one after the
+/// completion's transition).
+#[test]
+fn a_chain_reads_the_data_version_only_where_a_write_is_not_version_guarded() {
+    let dir = temp("version-reads");
+    let ledger = dir.join("ledger");
+    let pack = pack(12, true, &ledger);
+    let mut rt = runtime(&dir, &pack);
+    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+    assert_eq!(lines(&ledger), 12);
+    assert_eq!(rt.version_reads, 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A person pauses the operation from another connection while a chained job runs (its
+/// `running` record committed, not yet synced): the job runs to its end and its result is kept,
+/// the next job does not start (the turn after the result decides on its copy of the row, and
+/// the commit that would start the next job is refused by the row's version), and the drive
+/// stops paused.
+#[test]
+fn a_pause_from_another_connection_while_a_chained_job_runs_stops_the_chain_after_it() {
+    let dir = temp("paused-chain");
+    let ledger = dir.join("ledger");
+    let pack = pack(6, true, &ledger);
+    let mut rt = runtime(&dir, &pack);
+    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    let syncs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (other_dir, other_pack, other_id) = (dir.clone(), pack.clone(), id.clone());
+    rt.committer.fault = Some(Arc::new(move |_| {
+        // The third job's `running` record is made: a person pauses before it is synced.
+        if syncs.fetch_add(1, std::sync::atomic::Ordering::AcqRel) == 2 {
+            let mut other = runtime(&other_dir, &other_pack);
+            other.pause(&other_id, "user:bob", "look first").map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }));
+    let state = rt.drive(&id, &mut |_| {}).unwrap();
+    assert_eq!(state, OperationState::Paused { reason: "look first".into() });
+    assert_eq!(
+        std::fs::read_to_string(&ledger).unwrap(),
+        "j0\nj1\nj2\n",
+        "the job recorded before the pause ran, no other"
+    );
+    let jobs = rt.store().jobs(&id).unwrap();
+    let state_of = |j: &str| jobs.iter().find(|r| r.id == j).unwrap().state;
+    assert_eq!(state_of("j2"), opsgraph_store::JobState::Succeeded, "its result is kept");
+    assert_eq!(state_of("j3"), opsgraph_store::JobState::Pending);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

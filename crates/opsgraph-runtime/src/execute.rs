@@ -64,6 +64,15 @@ pub(crate) struct Drive<'p> {
     /// dropped whenever the driver waits (for reports, for a backoff), so a change made while
     /// attempts run is seen after the wait, as when the row was read on every turn.
     pub(crate) guarded: bool,
+    /// The next turn decides on the copy of the operation row without asking the store whether
+    /// another connection committed (its data version): set for the turn right after a batch of
+    /// results left nothing in flight (a chain's next job). Every write such a turn can make is
+    /// guarded by the row's version — the commit that starts attempts by `ExpectVersion`, a
+    /// transition by its expected version — so a pause or cancel committed meanwhile refuses it
+    /// and the row is read again; with nothing in flight there is nothing to cancel sooner. One
+    /// SQLite read transaction and one `PRAGMA` (prepared again at every run) fewer per chained
+    /// job (issue [N] 5, docs/benchmarks.md).
+    pub(crate) row_trusted: bool,
     /// Jobs before this index of `plan.jobs` are all done.
     pub(crate) done_prefix: usize,
     /// Which jobs may be ready, kept with `cache`.
@@ -101,6 +110,7 @@ impl<'p> Drive<'p> {
             handed: Vec::new(),
             op_seen: None,
             guarded: false,
+            row_trusted: false,
             done_prefix: 0,
             waiting: Waiting::default(),
         }
@@ -470,7 +480,6 @@ impl Runtime {
             other => other?,
         };
         crate::failpoint::hit("attempts.recorded");
-        d.remember(&writes);
         let guard = made.filter(|_| self.committer.defers()).map(|n| self.committer.guard(n));
         for task in tasks {
             if task.is_trivial() {
@@ -484,6 +493,9 @@ impl Runtime {
                 d.workers.run(task, d.in_flight.len(), guard.clone());
             }
         }
+        // The driver's cache after the hand-off: a chain's next job is started (its commit synced
+        // here) without waiting for this bookkeeping, which the next decision needs, not the job.
+        d.remember(&writes);
         // After the workers started: a claim handed one of these tasks is delivered as soon as
         // its agent's report is answered — once the report's commit is durable.
         if let (Some(n), false) = (made, d.handed.is_empty()) {

@@ -180,6 +180,10 @@ pub struct Runtime {
     /// How running attempts' live logs reach the replicas that do not drive them, made from
     /// `blobs` when first needed (`live/share.rs`); `None` inside when they need not.
     pub(crate) live_sharing: std::sync::OnceLock<Option<std::sync::Arc<live::share::Sharing>>>,
+    /// How often a driver asked the store for its data version (the tests' witness of
+    /// `Drive::row_trusted`).
+    #[cfg(test)]
+    pub(crate) version_reads: u64,
 }
 
 impl Runtime {
@@ -203,6 +207,8 @@ impl Runtime {
             lease: None,
             plan_world: None,
             live_sharing: std::sync::OnceLock::new(),
+            #[cfg(test)]
+            version_reads: 0,
         }
     }
 
