@@ -55,6 +55,8 @@ pub(crate) struct LiveLog {
     kept: usize,
     /// A write failed: the live view stops; the attempt and its final log go on.
     broken: bool,
+    /// Its file was (or may have been) made: it is removed when the attempt's result is taken.
+    touched: bool,
 }
 
 impl LiveLog {
@@ -72,7 +74,7 @@ impl LiveLog {
                 Mask::Withheld { why: "(live output withheld: secrets could not be masked)\n", said: false }
             }
         };
-        LiveLog { path, mask, file: None, total: 0, kept: 0, broken: false }
+        LiveLog { path, mask, file: None, total: 0, kept: 0, broken: false, touched: false }
     }
 
     /// The tee an executor feeds: stream 0 is stdout, 1 stderr.
@@ -122,7 +124,13 @@ impl LiveLog {
         self.broken = self.append(out).is_err();
     }
 
+    /// Whether its file may exist: false when nothing was ever written (a job without output).
+    pub(crate) fn touched(&self) -> bool {
+        self.touched
+    }
+
     fn append(&mut self, out: &[u8]) -> std::io::Result<()> {
+        self.touched = true;
         if self.file.is_none() {
             self.file = Some(create(&self.path, 0, &[])?);
         }
@@ -304,6 +312,30 @@ mod tests {
                 r#"0..89 "(live output withheld: this job produces secret artifacts; its log appears when it ends)\n""#
             ]],
         );
+    }
+
+    /// Whether a live log says it made its file, against whether the file exists: the driver
+    /// removes the file after a run only when it may exist (`TaskResult::no_live_file`).
+    #[test]
+    fn a_live_log_knows_whether_it_made_its_file() {
+        let check = |name: &str, values: &[&str], secret_outputs: bool, chunks: &[&str], finish: bool, expect: bool| {
+            let path = scratch(&format!("touched-{name}")).join("j.1.live");
+            let values = values.iter().map(|v| v.as_bytes().to_vec()).collect();
+            let mut live = LiveLog::new(path.clone(), values, secret_outputs);
+            for chunk in chunks {
+                live.push(0, chunk.as_bytes());
+            }
+            if finish {
+                live.finish();
+            }
+            assert_eq!((live.touched(), path.exists()), (expect, expect), "{name}");
+        };
+        check("no output", &[], false, &[], true, false);
+        check("empty reads", &[], false, &["", ""], true, false);
+        check("output", &[], false, &["x"], false, true);
+        check("held back by a mask", &["hunter2secret"], false, &["hunter2"], false, false);
+        check("held back, then written at the end", &["hunter2secret"], false, &["hunter2"], true, true);
+        check("withheld", &["topsecret"], true, &["topsecret\n"], true, true);
     }
 
     #[test]
