@@ -10,6 +10,7 @@
 //! [N] 5). Where the kernel has no pidfds (before Linux 5.3, or a sandbox refusing the call), it
 //! wakes every few milliseconds to see whether the leader exited, as it did before.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -45,6 +46,21 @@ const EXIT_POLL_FIRST_FOR: Duration = Duration::from_secs(1);
 /// Without a pidfd: the first nap while waiting for a leader whose output is closed (it is
 /// usually exiting).
 const FIRST_NAP: Duration = Duration::from_micros(50);
+/// The size of a read from an output pipe.
+const READ_BUF: usize = 32 * 1024;
+
+thread_local! {
+    /// The read buffer of this thread's last run, kept for its next one: a run zeroed and freed
+    /// a new 32 KiB one, a few microseconds a job where short jobs run back to back on a thread
+    /// (a wide DAG's workers, issue [N] 5). Taken for a run and put back after it, so a run
+    /// inside a run (a tee that runs something) takes a buffer of its own.
+    static SPARE_BUF: Cell<Option<Box<[u8]>>> = const { Cell::new(None) };
+}
+
+/// A read buffer: this thread's spare one, or a new one.
+fn take_buf() -> Box<[u8]> {
+    SPARE_BUF.take().unwrap_or_else(|| vec![0u8; READ_BUF].into_boxed_slice())
+}
 
 #[derive(Clone, Copy)]
 enum Stop {
@@ -99,7 +115,7 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         streams: [stdout, stderr],
         captures: [Capture::new(spec.output_cap), Capture::new(spec.output_cap)],
         status: None,
-        buf: vec![0u8; 32 * 1024],
+        buf: take_buf(),
         tee: spec.tee.clone(),
     };
     let deadline = spec.timeout.map(|t| start + t);
@@ -185,6 +201,7 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         (None, None) => Outcome::Lost { reason: "the process could not be waited for".to_owned() },
     };
     crate::guard::unregister(pgid);
+    SPARE_BUF.set(Some(std::mem::take(&mut waiter.buf)));
     let [stdout, stderr] = waiter.captures.map(|c| (c.bytes(), c.truncated()));
     Run {
         outcome,
@@ -209,7 +226,7 @@ struct Waiter {
     streams: [Option<File>; 2],
     captures: [Capture; 2],
     status: Option<io::Result<ExitStatus>>,
-    buf: Vec<u8>,
+    buf: Box<[u8]>,
     tee: Option<crate::Tee>,
 }
 
@@ -348,6 +365,25 @@ mod tests {
         let run = LocalExecutor.run(spec, &Cancel::new());
         assert!(run.outcome.is_success(), "{run:?}");
         WAKES.with(Cell::get)
+    }
+
+    /// A thread's runs share one read buffer (a wide DAG's workers run short jobs back to back):
+    /// after a run it is kept for the next, which reads its own output only, however short.
+    #[test]
+    fn a_thread_keeps_its_read_buffer_for_its_next_run() {
+        std::thread::spawn(|| {
+            let spare = || super::SPARE_BUF.with(|b| b.take().map(|buf| (buf.as_ptr() as usize, buf)));
+            let long = LocalExecutor.run(&Spec::argv(["/bin/sh", "-c", "printf %0100d 7"]), &Cancel::new());
+            assert_eq!(long.output.stdout, format!("{:0100}", 7).into_bytes());
+            let (first, buf) = spare().expect("the buffer is kept after a run");
+            super::SPARE_BUF.set(Some(buf));
+            let short = LocalExecutor.run(&Spec::argv(["/bin/echo", "hi"]), &Cancel::new());
+            assert_eq!(short.output.stdout, b"hi\n", "only its own output");
+            let (second, _) = spare().expect("kept again");
+            assert_eq!(first, second, "the same buffer");
+        })
+        .join()
+        .unwrap();
     }
 
     /// The leader's exit wakes the waiter through its pidfd: a job that runs 300 ms with its

@@ -210,6 +210,7 @@ fn report(job: &str, attempt: u32) -> Report {
             unknown: false,
             handed: None,
             after_sync: false,
+            no_live_file: false,
         },
         key: None,
         max_attempts: 1,

@@ -547,7 +547,10 @@ impl Runtime {
             // The attempt's log joins the blob store before its record is committed.
             self.keep_log(&op.id, &r.instance, r.attempt, r.log.as_deref())?;
             // The live log has served its time: the final log replaces it.
-            let _ = std::fs::remove_file(crate::live::live_path(&d.run_dir, &format!("{}.{}", r.instance, r.attempt)));
+            if !r.no_live_file {
+                let _ =
+                    std::fs::remove_file(crate::live::live_path(&d.run_dir, &format!("{}.{}", r.instance, r.attempt)));
+            }
             let Some(instance) = d.instances.get(r.instance.as_str()).copied() else { continue };
             let job = d.jobs.as_ref().and_then(|j| j.get(&instance.job));
             let policy = job.and_then(|j| j.controls.retry_policy.as_ref());

@@ -77,25 +77,30 @@ pub(crate) fn run(task: Task) -> TaskResult {
     let mut masker = Masking::new(task.mask.clone());
     if let Some(program) = task.program.clone() {
         let mut spec = Spec::new(program);
-        spec.env = env.clone();
         spec.timeout = task.timeout;
         spec.workdir = Some(task.dir.clone());
         spec.mark = task.mark.clone();
         // On a remote host: required artifacts and credentials go there first, produced ones
-        // come back (local runs use the files where they are).
-        spec.transfer = Some(opsgraph_exec::Transfer {
-            upload: env
-                .keys()
-                .filter(|k| k.starts_with("OPSGRAPH_ARTIFACT_") || k.ends_with("_CREDENTIALS") || *k == "KUBECONFIG")
-                .cloned()
-                .collect(),
-            bundle: Some(opsgraph_exec::Bundle { env: LIBRARY_ENV.into(), files: task.libraries.clone() }),
-            download: Some(opsgraph_exec::Download {
-                env: "OPSGRAPH_OUT".into(),
-                local_dir: out.clone(),
-                files: task.job.outputs.artifacts.clone(),
-            }),
-        });
+        // come back. Local runs use the files where they are and ignore it: not built for them.
+        if !task.executor.is_local() {
+            spec.transfer = Some(opsgraph_exec::Transfer {
+                upload: env
+                    .keys()
+                    .filter(|k| {
+                        k.starts_with("OPSGRAPH_ARTIFACT_") || k.ends_with("_CREDENTIALS") || *k == "KUBECONFIG"
+                    })
+                    .cloned()
+                    .collect(),
+                bundle: Some(opsgraph_exec::Bundle { env: LIBRARY_ENV.into(), files: task.libraries.clone() }),
+                download: Some(opsgraph_exec::Download {
+                    env: "OPSGRAPH_OUT".into(),
+                    local_dir: out.clone(),
+                    files: task.job.outputs.artifacts.clone(),
+                }),
+            });
+        }
+        // Lent to the run, taken back for the evidence checks (no copy of it a job).
+        spec.env = std::mem::take(&mut env);
         // Its output as it arrives, masked, in the live log (`live.rs`).
         let live = std::sync::Arc::new(std::sync::Mutex::new(LiveLog::new(
             live_path(&task.dir, &task.stem),
@@ -105,7 +110,13 @@ pub(crate) fn run(task: Task) -> TaskResult {
         )));
         spec.tee = Some(LiveLog::tee(&live));
         let mut run = task.executor.run(&spec, &task.cancel);
-        live.lock().unwrap_or_else(|e| e.into_inner()).finish();
+        env = std::mem::take(&mut spec.env);
+        {
+            let mut live = live.lock().unwrap_or_else(|e| e.into_inner());
+            live.finish();
+            // Nothing to remove after it when it never made its file (no output).
+            result.no_live_file = !live.touched();
+        }
         // Secret values (given, and produced) never reach the log or a failure reason.
         let mut values = task.mask.clone();
         for id in &task.secret_outputs {

@@ -59,6 +59,8 @@ pub(crate) struct LiveLog {
     broken: bool,
     /// Shared with the other server replicas while it runs (`share.rs`).
     shared: Option<share::Shared>,
+    /// Its file was (or may have been) made: it is removed when the attempt's result is taken.
+    touched: bool,
 }
 
 impl LiveLog {
@@ -83,7 +85,7 @@ impl LiveLog {
             }
         };
         let shared = share.map(|s| s.sharing.share(s.key.clone(), path.clone()));
-        LiveLog { path, mask, file: None, total: 0, kept: 0, broken: false, shared }
+        LiveLog { path, mask, file: None, total: 0, kept: 0, broken: false, shared, touched: false }
     }
 
     /// The tee an executor feeds: stream 0 is stdout, 1 stderr.
@@ -137,7 +139,13 @@ impl LiveLog {
         self.broken = self.append(out).is_err();
     }
 
+    /// Whether its file may exist: false when nothing was ever written (a job without output).
+    pub(crate) fn touched(&self) -> bool {
+        self.touched
+    }
+
     fn append(&mut self, out: &[u8]) -> std::io::Result<()> {
+        self.touched = true;
         if self.file.is_none() {
             self.file = Some(create(&self.path, 0, &[])?);
         }
@@ -356,6 +364,30 @@ mod tests {
                 r#"0..89 "(live output withheld: this job produces secret artifacts; its log appears when it ends)\n""#
             ]],
         );
+    }
+
+    /// Whether a live log says it made its file, against whether the file exists: the driver
+    /// removes the file after a run only when it may exist (`TaskResult::no_live_file`).
+    #[test]
+    fn a_live_log_knows_whether_it_made_its_file() {
+        let check = |name: &str, values: &[&str], secret_outputs: bool, chunks: &[&str], finish: bool, expect: bool| {
+            let path = scratch(&format!("touched-{name}")).join("j.1.live");
+            let values = values.iter().map(|v| v.as_bytes().to_vec()).collect();
+            let mut live = LiveLog::new(path.clone(), values, secret_outputs, None);
+            for chunk in chunks {
+                live.push(0, chunk.as_bytes());
+            }
+            if finish {
+                live.finish();
+            }
+            assert_eq!((live.touched(), path.exists()), (expect, expect), "{name}");
+        };
+        check("no output", &[], false, &[], true, false);
+        check("empty reads", &[], false, &["", ""], true, false);
+        check("output", &[], false, &["x"], false, true);
+        check("held back by a mask", &["hunter2secret"], false, &["hunter2"], false, false);
+        check("held back, then written at the end", &["hunter2secret"], false, &["hunter2"], true, true);
+        check("withheld", &["topsecret"], true, &["topsecret\n"], true, true);
     }
 
     #[test]

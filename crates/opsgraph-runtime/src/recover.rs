@@ -118,6 +118,7 @@ impl Runtime {
             unknown: false,
             handed: None,
             after_sync: false,
+            no_live_file: false,
         };
         self.result_writes(op, instance, &result, writes)?;
         Ok(failure)

@@ -81,6 +81,9 @@ pub(crate) struct TaskResult {
     pub(crate) handed: Option<Arc<Handed>>,
     /// A worker started it once its `running` record was durable (`committer.rs`, rule 6).
     pub(crate) after_sync: bool,
+    /// Its live log never made a file (a local or SSH run without output): the driver need not
+    /// remove one (an `unlink` a job on the driver's thread). False wherever it is not known.
+    pub(crate) no_live_file: bool,
 }
 
 /// Writes a result brings to the driver's commit, and who waits for that commit: told once,
@@ -138,6 +141,7 @@ impl TaskResult {
             unknown: false,
             handed: None,
             after_sync: false,
+            no_live_file: false,
         }
     }
 }

@@ -148,13 +148,15 @@ fn wire_evidence(checks: Vec<(Evidence, EvidenceResult)>) -> Vec<WireEvidence> {
         .collect()
 }
 
-/// The local executor, with the job's own run (the spec that carries a transfer) teed.
+/// The local executor, with the job's own run teed to the server: the run `jobs::run` gives a
+/// live log's tee (its evidence checks have none). Not the run that carries a transfer: a
+/// local run is given none.
 struct TeeExecutor(Option<opsgraph_exec::Tee>);
 
 impl Executor for TeeExecutor {
     fn run(&self, spec: &opsgraph_exec::Spec, cancel: &Cancel) -> opsgraph_exec::Run {
         match &self.0 {
-            Some(tee) if spec.transfer.is_some() => {
+            Some(tee) if spec.tee.is_some() => {
                 let mut spec = spec.clone();
                 spec.tee = Some(tee.clone());
                 LocalExecutor.run(&spec, cancel)
