@@ -24,6 +24,11 @@
 //!    once with the attempts they make room for. Those could not be durable sooner (the sync
 //!    that covers them begins when the one under way ends), and a wide DAG makes one commit per
 //!    sync instead of one per report (issue [N] 5).
+//! 7. A commit that only enqueues attempts for agents ([`Durable::ByItsClaims`]) starts no sync:
+//!    an agent hears of a task only from a claim, a write of its row made after this commit and
+//!    synced at its own commit, which covers this one (the WAL is synced in order). Its workers
+//!    start nothing, so they wait for no guard; the next sync, or one started when the driver
+//!    finds no report for a while ([`Committer::catch_up`]) or stops, covers it too (issue [N] 2).
 //!
 //! When the driver would only wait for the sync — every attempt in flight is one the commit
 //! records, one of them a process to start: a chain's next job — it syncs on its own thread
@@ -55,6 +60,16 @@ pub enum Durable {
     /// drive's first commit (which records its first attempts, synced before their processes
     /// start): one `fsync` fewer before a cold `apply`'s first job (issue [N] 5).
     ByItsDrive,
+    /// Made as [`Durable::Deferred`], no sync started for it: the driver's commit that records
+    /// attempts only agents run (and enqueues their tasks, handing none to a parked claim and
+    /// carrying no report an agent waits on). Nothing of this process acts on it: its agent
+    /// tasks reach an agent only through a claim, a write of their rows made after this commit
+    /// on any connection and synced at its commit before the claim is answered (SQLite appends
+    /// the WAL in commit order and one `fdatasync` of it covers what was written before;
+    /// PostgreSQL flushes its WAL in order), which covers this commit too. The workers waiting
+    /// for those agents start nothing and need no guard; the next sync of this runtime, or
+    /// `settle`, covers it as well. One `fsync` a turn fewer through agents (issue [N] 2).
+    ByItsClaims,
     /// Made as [`Durable::Deferred`], then synced at once on the calling thread, before the
     /// commit's number is returned: for a driver that has nothing to do but wait for that sync
     /// (every attempt in flight is one the commit records, one of them a process to start — a
@@ -65,13 +80,25 @@ pub enum Durable {
 
 impl Durable {
     /// How the driver's commit that records attempts `running` is made durable (`execute.rs`):
-    /// `Now` when it enqueues for an agent (another connection, a replica's claim, may hand the
-    /// task to its agent as soon as it is visible, and no guard of this process holds an agent);
-    /// `Here` when the attempts it records are all that is in flight and one is a process to start
-    /// (`only_these`: a chain's next job; the driver would only wait); otherwise `Deferred`.
-    pub(crate) fn of_starts(writes: &[opsgraph_store::Write], only_these: bool) -> Durable {
-        if writes.iter().any(|w| matches!(w, opsgraph_store::Write::Agent(_))) {
+    /// `Now` when it hands a task to a parked claim (answered once its worker starts, or found in
+    /// the store by the claim, with no write of the claim's own) or carries a report handed over
+    /// in memory (its agent is answered after this commit); `ByItsClaims` when it enqueues for
+    /// agents and every attempt it starts is an agent's or has nothing to run (`agents_only`);
+    /// `Now` when it enqueues beside local processes, as before; `Here` when the attempts it
+    /// records are all that is in flight and one is a process to start (`only_these`: a chain's
+    /// next job; the driver would only wait); otherwise `Deferred`.
+    pub(crate) fn of_starts(writes: &[opsgraph_store::Write], only_these: bool, agents_only: bool) -> Durable {
+        use opsgraph_store::{AgentWrite, Write};
+        let enqueues = |w: &Write| matches!(w, Write::Agent(AgentWrite::Enqueue(_)));
+        let agent = |w: &Write| matches!(w, Write::Agent(_));
+        if writes.iter().any(|w| agent(w) && !enqueues(w)) {
             Durable::Now
+        } else if writes.iter().any(enqueues) {
+            if agents_only {
+                Durable::ByItsClaims
+            } else {
+                Durable::Now
+            }
         } else if only_these {
             Durable::Here
         } else {
@@ -278,8 +305,9 @@ impl Committer {
                 return Ok(n);
             }
             Durable::Now => {}
-            // Its sync is left to what follows (`settle`, or a commit made durable after it).
-            Durable::ByItsDrive => return Ok(n),
+            // Its sync is left to what follows (`settle`, or a commit made durable after it;
+            // for `ByItsClaims` also the claims of its tasks, which nothing here waits for).
+            Durable::ByItsDrive | Durable::ByItsClaims => return Ok(n),
             Durable::Deferred => {
                 #[cfg(test)]
                 {
@@ -338,6 +366,14 @@ impl Committer {
     /// What a worker waits on before it starts an attempt recorded in commit `n`.
     pub(crate) fn guard(&self, n: u64) -> Guard {
         Guard { commit: n, mark: Arc::clone(&self.mark) }
+    }
+
+    /// Has the thread sync what was made and left to what follows (`ByItsClaims`, `ByItsDrive`),
+    /// without waiting for it: the driver found nothing to do for a while.
+    pub(crate) fn catch_up(&mut self) {
+        if self.defers() && self.mark.made.load(Ordering::Acquire) > self.mark.durable() {
+            self.sync_soon();
+        }
     }
 
     /// Waits until every commit made is durable (before a drive returns), syncing one left to
@@ -431,26 +467,97 @@ mod tests {
         }
     }
 
-    /// The commit that starts attempts: made durable before it returns when it enqueues for an
-    /// agent, whatever else holds (a claim on another connection may hand the task out at once).
+    /// How the commit that starts attempts is made durable, by what it holds and starts: synced
+    /// at once when it hands a task to a parked claim or carries a report its agent waits on;
+    /// left to the claims of its tasks when it only enqueues for agents (and nothing else it
+    /// starts runs a process); synced at once beside local processes; else as local starts.
     #[test]
-    fn a_commit_that_enqueues_for_an_agent_is_durable_when_it_returns() {
-        use opsgraph_store::{AgentWrite, Write};
-        let timeline = Write::ExpectVersion { operation: "op".into(), version: 1 };
-        let agent = Write::Agent(AgentWrite::Heartbeat {
-            task: "t".into(),
+    fn a_commit_that_only_enqueues_for_agents_is_left_to_their_claims() {
+        use opsgraph_store::{AgentTask, AgentWrite, Write};
+        let guard = Write::ExpectVersion { operation: "op".into(), version: 1 };
+        let task = || -> Box<AgentTask> {
+            Box::new(
+                serde_json::from_value(serde_json::json!({
+                    "id": "t1", "operation": "op", "job": "j", "attempt": 1, "kind": "run", "agent": "a",
+                    "resource": "r", "state": "queued", "payload": null, "lease": null, "claimed_by": null,
+                    "claims": 0, "expires_ms": 0, "report": null, "created_at": "", "updated_at": ""
+                }))
+                .unwrap(),
+            )
+        };
+        let enqueue = Write::Agent(AgentWrite::Enqueue(task()));
+        let report = Write::Agent(AgentWrite::Report {
+            task: "t0".into(),
             lease: "l".into(),
-            expires_ms: 0,
+            report: serde_json::Value::Null,
             at: opsgraph_store::now(),
         });
-        let check = |writes: &[Write], only_these: bool| format!("{:?}", Durable::of_starts(writes, only_these));
-        let got = [
-            check(std::slice::from_ref(&timeline), false),
-            check(std::slice::from_ref(&timeline), true),
-            check(&[timeline.clone(), agent.clone()], false),
-            check(&[agent, timeline], true),
+        let claim = opsgraph_store::AgentClaim {
+            agent: "a".into(),
+            resources: vec![],
+            lease: "l".into(),
+            actor: "agent:a".into(),
+            max: 1,
+            expires_ms: 0,
+            at: String::new(),
+            audit: serde_json::from_value(serde_json::json!({
+                "seq": 0, "at": "", "actor": "", "action": "", "target": "", "operation": null,
+                "resource": null, "detail": null
+            }))
+            .unwrap(),
+            entry: opsgraph_store::testing::entry("op", ""),
+        };
+        let handed = Write::Agent(AgentWrite::Handed { task: task(), claim: Box::new(claim) });
+        let cases: [(&str, Vec<Write>, bool, bool); 8] = [
+            ("local starts", vec![guard.clone()], false, false),
+            ("a chain's next job", vec![guard.clone()], true, false),
+            ("enqueues for agents only", vec![guard.clone(), enqueue.clone()], false, true),
+            ("enqueues beside a local process", vec![guard.clone(), enqueue.clone()], true, false),
+            ("hands a task to a parked claim", vec![guard.clone(), handed.clone()], false, true),
+            ("carries a handed report", vec![report.clone(), guard.clone(), enqueue.clone()], false, true),
+            ("carries a handed report, starts nothing of agents", vec![report, guard.clone()], false, true),
+            ("hands and enqueues", vec![guard, enqueue, handed], false, true),
         ];
-        assert_eq!(got, ["Deferred", "Here", "Now", "Now"]);
+        let got: String = cases
+            .iter()
+            .map(|(what, writes, only_these, agents_only)| {
+                format!("{what}: {:?}\n", Durable::of_starts(writes, *only_these, *agents_only))
+            })
+            .collect();
+        expect_test::expect![[r#"
+            local starts: Deferred
+            a chain's next job: Here
+            enqueues for agents only: ByItsClaims
+            enqueues beside a local process: Now
+            hands a task to a parked claim: Now
+            carries a handed report: Now
+            carries a handed report, starts nothing of agents: Now
+            hands and enqueues: Now
+        "#]]
+        .assert_eq(&got);
+    }
+
+    /// A commit left to its tasks' claims starts no sync and raises no mark; a durable commit
+    /// after it does not vouch for it (the thread syncs both), nor does anything else but a
+    /// sync: `catch_up` (the driver idle) has the thread sync it without waiting.
+    #[test]
+    fn a_commit_left_to_the_claims_is_synced_only_by_a_later_sync() {
+        let synced = Arc::new(Counted(AtomicU64::new(0)));
+        let mut c = Committer::new(Some(synced.clone() as Arc<dyn Syncer>));
+        let first = c.submit(Durable::ByItsClaims).unwrap();
+        let second = c.submit(Durable::ByItsClaims).unwrap();
+        assert!(c.thread.is_none(), "no sync was started for them");
+        assert_eq!((c.mark().durable(), synced.0.load(Ordering::Acquire)), (0, 0));
+        c.catch_up();
+        c.wait(second).unwrap();
+        assert_eq!((first, c.mark().durable(), synced.0.load(Ordering::Acquire)), (1, 2, 1));
+        c.catch_up();
+        c.submit(Durable::ByItsClaims).unwrap();
+        let now = c.submit(Durable::Now).unwrap();
+        c.wait(now).unwrap();
+        assert!(synced.0.load(Ordering::Acquire) >= 2, "synced by the thread, not assumed");
+        assert_eq!(c.mark().durable(), now);
+        c.settle().unwrap();
     }
 
     #[test]

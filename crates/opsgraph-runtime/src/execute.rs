@@ -346,7 +346,7 @@ impl Runtime {
                     held.watch(&instance.id, Some(&cancel));
                 }
                 if effects.contains(&JobEffect::RunAttempt) {
-                    tasks.push(task);
+                    tasks.push((task, false));
                 }
                 continue;
             }
@@ -443,23 +443,29 @@ impl Runtime {
                 share_live: self.share_live(&op.id, &instance.id, attempt),
             };
             // A resource an agent serves: the attempt is enqueued for it in this commit.
-            if let Some(w) = self.agent_enqueue(&op.id, instance, &mut task, key.as_deref())? {
-                writes.push(w);
-            }
+            let served = match self.agent_enqueue(&op.id, instance, &mut task, key.as_deref())? {
+                Some(w) => {
+                    writes.push(w);
+                    true
+                }
+                None => false,
+            };
             // The lifecycle's one effect of a start: run the attempt just recorded.
             if effects.contains(&JobEffect::RunAttempt) {
-                tasks.push(task);
+                tasks.push((task, served));
             }
         }
         // Made now, durable once the committer's sync covers it (`committer.rs`): the driver
-        // goes on deciding meanwhile; what it guards waits for the durable mark. Not a commit
-        // that enqueues for an agent: another connection (a replica's claim) may hand the task
-        // to its agent as soon as it is visible, and no guard of this process holds the agent.
-        // When every attempt in flight is one this commit records and one of them is a process
-        // to start (a chain's next job), the driver has nothing to do but wait for the sync: it
-        // syncs here, and the worker finds its record durable (one hand-off fewer per job).
-        let only_these = d.in_flight.len() == started.len() && tasks.iter().any(|t| !t.is_trivial());
-        let durable = crate::Durable::of_starts(&writes, only_these);
+        // goes on deciding meanwhile; what it guards waits for the durable mark. When every
+        // attempt in flight is one this commit records and one of them is a process to start (a
+        // chain's next job), the driver has nothing to do but wait for the sync: it syncs here,
+        // and the worker finds its record durable (one hand-off fewer per job). A commit that
+        // only enqueues for agents is made durable by the claims that take its tasks, each synced
+        // at its commit before its agent hears of them (`Durable::ByItsClaims`); one that hands
+        // a task to a parked claim or carries a report its agent waits on is synced at once.
+        let only_these = d.in_flight.len() == started.len() && tasks.iter().any(|(t, a)| !a && !t.is_trivial());
+        let agents_only = tasks.iter().all(|(t, a)| *a || t.is_trivial());
+        let durable = crate::Durable::of_starts(&writes, only_these, agents_only);
         let made = match self.commit_timeline_as(&writes, durable, progress) {
             Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => {
                 for (instance, not_before) in started {
@@ -481,13 +487,17 @@ impl Runtime {
         };
         crate::failpoint::hit("attempts.recorded");
         let guard = made.filter(|_| self.committer.defers()).map(|n| self.committer.guard(n));
-        for task in tasks {
+        for (task, served) in tasks {
             if task.is_trivial() {
                 // Nothing to run, check or collect: its result is known now, without a thread
                 // (the no-op job type; it still went through the attempt record). It has no
                 // effect outside the driver, so it need not wait for the sync: it joins a later
                 // commit than its `running` record's (rule 3).
                 let _ = d.tx.send(jobs::run(task));
+            } else if served && durable == crate::Durable::ByItsClaims {
+                // Its worker waits for the agent and starts nothing: no guard (the claim that
+                // hands the task out is durable, and covers this commit).
+                d.workers.run(task, d.in_flight.len(), None);
             } else {
                 // The worker starts it once its `running` record is durable (rule 1).
                 d.workers.run(task, d.in_flight.len(), guard.clone());
@@ -516,7 +526,13 @@ impl Runtime {
                 d.forget_op();
                 match d.rx.recv_timeout(Duration::from_millis(250)) {
                     Ok(r) => r,
-                    Err(mpsc::RecvTimeoutError::Timeout | mpsc::RecvTimeoutError::Disconnected) => return Ok(None),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        // A quiet moment: what was left to agents' claims is synced now, so that
+                        // what readers see is durable within a wait (`Durable::ByItsClaims`).
+                        self.committer.catch_up();
+                        return Ok(None);
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(None),
                 }
             }
         };

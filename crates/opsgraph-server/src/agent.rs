@@ -524,6 +524,7 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     // which may be handed to this report's claim, parked meanwhile): no commit of its own. Once
     // that commit is done the agent is answered; given back uncommitted, it is committed here.
     let mut handed_next = None;
+    let mut kept = Some(parsed);
     // With work queued for the agent its claim takes the oldest in the report's own commit
     // (below): a parked claim is handed only what is enqueued after it, and the queued work
     // would wait behind every newer task.
@@ -536,7 +537,8 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         && task.lease.as_deref() == Some(body.lease.as_str())
     {
         let ticket = next.as_ref().map(|c| bell.park(c.claim()));
-        let hand = ReportHand { report: parsed, text, writes: writes.clone() };
+        // Handed over, it is the worker's: given back, the worker reads it from the store.
+        let hand = ReportHand { report: kept.take().unwrap_or_default(), text, writes: writes.clone() };
         let handed = bell.offer_report(&task.id, hand);
         let outcome = if handed { bell.await_report(&task.id, HANDED_WAIT) } else { Handed::Returned };
         // What the parked claim was handed meanwhile (its lease holds it): the agent's next.
@@ -575,22 +577,28 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         }
         // Not handed over: committed here, as if nothing had been tried.
     }
+    // Committed: the worker of this process waiting for the task takes the report as screened
+    // here (what was sealed), without reading it back.
+    let committed = |bell: &opsgraph_runtime::agent::Bell, kept: Option<opsgraph_runtime::AgentReport>| match kept {
+        Some(report) => bell.report_committed(&task.id, report),
+        None => bell.ring_task(&task.id),
+    };
     let next = match (next, handed_next) {
         // Its parked claim was handed a task meanwhile: that is the agent's next.
         (Some(c), Some(tasks)) => {
             ctx.store.commit(&writes)?;
-            ctx.state.0.agents.bell.ring_task(&task.id);
+            committed(bell, kept);
             Some(c.answer(ctx, tasks)?)
         }
         // With the agent's next tasks: one commit, one round trip.
         (Some(c), None) => {
             let tasks = ctx.store.agent_commit_claim(&writes, &c.claim())?;
-            ctx.state.0.agents.bell.ring_task(&task.id);
+            committed(bell, kept);
             Some(c.answer(ctx, tasks)?)
         }
         (None, _) => {
             ctx.store.commit(&writes)?;
-            ctx.state.0.agents.bell.ring_task(&task.id);
+            committed(bell, kept);
             None
         }
     };

@@ -177,6 +177,67 @@ fn a_leases_commits_leave_the_connection_synced() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A task enqueued by a deferred commit (`synchronous=NORMAL`, not synced: the runtime's
+/// `Durable::ByItsClaims`) reaches an agent only through a claim, and every claim — alone, or in
+/// a report's commit — is made at `FULL` on whatever connection makes it, even one whose last
+/// commit was deferred: synced at its commit, which syncs the WAL and with it the enqueue
+/// written before it. What the runtime leaves unsynced rests on this.
+#[test]
+fn a_claim_is_synced_at_its_commit_after_deferred_ones() {
+    use opsgraph_store::{AgentClaim, AgentTask, AgentWrite};
+    let (dir, path) = store_path("claim-sync");
+    let mut driver = SqliteStore::open(&path, Durability::Full).unwrap();
+    let mut route = SqliteStore::open(&path, Durability::Full).unwrap();
+    let task = |id: &str| -> AgentTask {
+        serde_json::from_value(json!({
+            "id": id, "operation": "op-1", "job": "j", "attempt": 1, "kind": "run", "agent": "a",
+            "resource": "r", "state": "queued", "payload": {"sealed": "x"}, "lease": null, "claimed_by": null,
+            "claims": 0, "expires_ms": 0, "report": null, "created_at": "", "updated_at": ""
+        }))
+        .unwrap()
+    };
+    let claim = |lease: &str| AgentClaim {
+        agent: "a".into(),
+        resources: vec![],
+        lease: lease.into(),
+        actor: "agent:a".into(),
+        max: 1,
+        expires_ms: i64::MAX,
+        at: opsgraph_store::now(),
+        audit: serde_json::from_value(json!({
+            "seq": 0, "at": "", "actor": "", "action": "agent.claim", "target": "", "operation": null,
+            "resource": null, "detail": null
+        }))
+        .unwrap(),
+        entry: entry("", "claimed {task}"),
+    };
+    driver.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}).to_string() }]).unwrap();
+    let mut seen = Vec::new();
+    for (id, lease) in [("t1", "lease-one-0000000001"), ("t2", "lease-two-0000000002")] {
+        driver.commit_deferred(&[Write::Agent(AgentWrite::Enqueue(Box::new(task(id))))]).unwrap();
+        route.commit_deferred(&[Write::Timeline(entry("op-1", "deferred on the route's connection"))]).unwrap();
+        seen.push(format!("{id} enqueued: driver {}, route {}", synchronous(&driver), synchronous(&route)));
+        let got = if id == "t1" {
+            route.agent_claim(&claim(lease)).unwrap()
+        } else {
+            route.agent_commit_claim(&[Write::Timeline(entry("op-1", "a report"))], &claim(lease)).unwrap()
+        };
+        let ids: Vec<String> = got.into_iter().map(|t| t.id).collect();
+        seen.push(format!("claimed {ids:?} at synchronous {}", synchronous(&route)));
+    }
+    assert_eq!(
+        seen,
+        [
+            "t1 enqueued: driver 1, route 1",
+            r#"claimed ["t1"] at synchronous 2"#,
+            "t2 enqueued: driver 1, route 1",
+            r#"claimed ["t2"] at synchronous 2"#,
+        ]
+    );
+    drop((driver, route));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Closing last under `Full` leaves a small WAL as it is (SQLite's checkpoint at close is two
 /// `fsync`s that guard nothing there) and the next connection reads every commit back from it;
 /// a WAL over 1 MiB, and any WAL under `Normal` (whose checkpoint is where commits are synced),

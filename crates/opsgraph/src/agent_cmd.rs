@@ -112,8 +112,9 @@ struct Slots {
     parallel: usize,
     /// `--max-tasks` (no limit: `u64::MAX`).
     max: u64,
-    /// Working directories free for a task (`slot-PID-N`), and how many were made.
-    dirs: Mutex<(Vec<usize>, usize)>,
+    /// Working directories free for a task (`slot-PID-N`, and whether it was left empty), and
+    /// how many were made.
+    dirs: Mutex<(Vec<(usize, bool)>, usize)>,
 }
 
 #[derive(Default)]
@@ -136,17 +137,22 @@ impl Slots {
     }
 
     /// A working directory no running task of this process uses (`slot-PID-N`), until
-    /// [`Slots::give_dir`].
-    fn take_dir(&self) -> usize {
+    /// [`Slots::give_dir`], and whether it must be emptied first: a new one may hold what an
+    /// earlier process of the same pid left; one given back empty needs nothing.
+    fn take_dir(&self) -> (usize, bool) {
         let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
-        dirs.0.pop().unwrap_or_else(|| {
-            dirs.1 += 1;
-            dirs.1 - 1
-        })
+        match dirs.0.pop() {
+            Some((n, empty)) => (n, !empty),
+            None => {
+                dirs.1 += 1;
+                (dirs.1 - 1, true)
+            }
+        }
     }
 
-    fn give_dir(&self, n: usize) {
-        self.dirs.lock().unwrap_or_else(|e| e.into_inner()).0.push(n);
+    /// Slot `n`'s directory is free again; `empty`: nothing is left in it.
+    fn give_dir(&self, n: usize, empty: bool) {
+        self.dirs.lock().unwrap_or_else(|e| e.into_inner()).0.push((n, empty));
     }
 
     /// The working directory of slot `n` under `work_dir`: named by this process too, since two
@@ -364,11 +370,14 @@ fn run_task(
     let payload = &claimed.payload;
     // With protocol 2 the last lines travel in the report; before, every line is a log chunk.
     let lines_in_report = claimed.protocol >= PROTOCOL_BATCH;
-    // A directory of its own while it runs, reused by the slot's next task: emptied before and
-    // after (what a task leaves never reaches the next one), not made and removed per task.
-    let slot = claiming.slots.take_dir();
+    // A directory of its own while it runs, reused by the slot's next task: emptied after each
+    // task (what a task leaves never reaches the next one), and before the slot's first (an
+    // earlier process of this pid may have left it), not made and removed per task.
+    let (slot, dirty) = claiming.slots.take_dir();
     let dir = Slots::dir(work_dir, slot);
-    empty(&dir);
+    if dirty {
+        empty(&dir);
+    }
     let cancel = Cancel::new();
     let stream = Arc::new(Mutex::new(LogStream::for_payload(payload)));
     let tee = {
@@ -440,16 +449,17 @@ fn run_task(
     if asked {
         claiming.slots.answered(1, next.len());
     }
-    empty(&dir);
-    claiming.slots.give_dir(slot);
+    let emptied = empty(&dir);
+    claiming.slots.give_dir(slot, emptied);
     (line, next)
 }
 
 /// Removes what is in `dir` (a task's files, its output), keeping the directory; what cannot be
 /// removed (a job took its own permissions away) goes aside with the directory, so that the
-/// slot's next task still starts in an empty one.
-fn empty(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+/// slot's next task still starts in an empty one. Whether nothing is left there (a directory
+/// that cannot be read, or set aside, is emptied again before the slot's next task).
+fn empty(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return !dir.exists() };
     let mut stuck = false;
     for e in entries {
         let Ok(e) = e else {
@@ -463,9 +473,7 @@ fn empty(dir: &Path) {
         };
         stuck |= removed.is_err();
     }
-    if stuck {
-        let _ = std::fs::rename(dir, dir.with_extension(format!("left-{}", now_nanos())));
-    }
+    !stuck || std::fs::rename(dir, dir.with_extension(format!("left-{}", now_nanos()))).is_ok()
 }
 
 /// How a runtime of this process (`apply`, `resume`, `retry`) reaches agents: through the data
@@ -479,4 +487,48 @@ pub fn local_agents(data_dir: &Path) -> Arc<opsgraph_runtime::Agents> {
         agents.claim_timeout = d;
     }
     Arc::new(agents)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot's directory is emptied before a task only when it may hold something: new to
+    /// this process (an earlier one of the same pid may have left it), or left unemptied by the
+    /// slot's last task, which empties it after itself; one left empty is taken as it is.
+    #[test]
+    fn a_slots_directory_is_emptied_before_a_task_only_when_it_may_hold_something() {
+        let work = std::env::temp_dir().join(format!("opsgraph-slots-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work).unwrap();
+        let slots = Slots::new(2, None);
+        let mut seen = Vec::new();
+        let (slot, dirty) = slots.take_dir();
+        seen.push(format!("slot {slot}: empty it first {dirty}"));
+        let dir = Slots::dir(&work, slot);
+        std::fs::create_dir_all(dir.join("out")).unwrap();
+        std::fs::write(dir.join("out/f"), "x").unwrap();
+        std::fs::write(dir.join("g"), "y").unwrap();
+        let emptied = empty(&dir);
+        seen.push(format!("after its task: emptied {emptied}, {} left", std::fs::read_dir(&dir).unwrap().count()));
+        slots.give_dir(slot, emptied);
+        let (slot, dirty) = slots.take_dir();
+        seen.push(format!("slot {slot} again: empty it first {dirty}"));
+        slots.give_dir(slot, false);
+        let (slot, dirty) = slots.take_dir();
+        seen.push(format!("slot {slot}, left unemptied: empty it first {dirty}"));
+        let (slot, dirty) = slots.take_dir();
+        seen.push(format!("slot {slot} beside it: empty it first {dirty}"));
+        assert_eq!(
+            seen,
+            [
+                "slot 0: empty it first true",
+                "after its task: emptied true, 0 left",
+                "slot 0 again: empty it first false",
+                "slot 0, left unemptied: empty it first true",
+                "slot 1 beside it: empty it first true",
+            ]
+        );
+        std::fs::remove_dir_all(&work).unwrap();
+    }
 }

@@ -192,6 +192,9 @@ struct News {
     /// Reports handed to the workers waiting for their tasks, by task, and what their report
     /// routes wait on.
     reports: std::collections::HashMap<String, (Handoff, Rung)>,
+    /// Reports their routes committed, by task, for the workers waiting for them: taken instead
+    /// of reading the task's row and opening its sealed report again.
+    committed: std::collections::HashMap<String, super::wire::AgentReport>,
     /// How often a waiting worker looked whether its task moved (tests count the wake-ups).
     #[cfg(test)]
     looks: u64,
@@ -494,6 +497,26 @@ impl Bell {
         }
     }
 
+    /// Task `id` was reported in a commit that is done (its report route's own): the worker of
+    /// this process waiting for it takes `report` (as screened; what was sealed and stored)
+    /// without reading the row back and opening it. Nobody watching: nothing is kept.
+    pub fn report_committed(&self, id: &str, report: super::wire::AgentReport) {
+        let mut news = self.news();
+        news.count += 1;
+        let count = news.count;
+        if let Some((at, rung)) = news.tasks.get_mut(id) {
+            *at = count;
+            rung.notify_all();
+            news.committed.insert(id.to_string(), report);
+        }
+    }
+
+    /// For the worker waiting for task `id`: its report, committed by its route
+    /// ([`Bell::report_committed`]), if any.
+    pub(crate) fn take_committed(&self, id: &str) -> Option<super::wire::AgentReport> {
+        self.news().committed.remove(id)
+    }
+
     /// Task `id` moved: the worker waiting for it looks (a task nobody watches is not recorded).
     pub fn ring_task(&self, id: &str) {
         let mut news = self.news();
@@ -516,6 +539,7 @@ impl Bell {
     pub fn unwatch(&self, id: &str) {
         let mut news = self.news();
         news.tasks.remove(id);
+        news.committed.remove(id);
         if let Some((h @ Handoff::Offered(_), rung)) = news.reports.get_mut(id) {
             *h = Handoff::Returned;
             rung.notify_all();
@@ -715,5 +739,34 @@ mod tests {
         }
         assert!(moved.iter().all(|m| *m), "{moved:?}");
         assert_eq!(bell.news().looks, 16, "each worker looks once asleep and once woken by its own task");
+    }
+
+    /// A report its route committed is kept for the worker watching its task (which is woken and
+    /// takes it once, instead of reading the row back), and for nobody else: a task nobody
+    /// watches keeps nothing, and a worker that stops watching leaves nothing behind.
+    #[test]
+    fn a_report_committed_by_its_route_is_taken_once_by_the_worker_watching_it() {
+        let bell = Bell::default();
+        let report = |outcome: &str| super::super::wire::AgentReport { outcome: outcome.into(), ..Default::default() };
+        let mut seen = Vec::new();
+        let mark = bell.watch("t1");
+        bell.report_committed("t1", report("done"));
+        let moved = bell.wait_task("t1", mark, Duration::from_secs(5)) != mark;
+        seen.push(format!("woken {moved}"));
+        seen.push(format!("taken {:?}", bell.take_committed("t1").map(|r| r.outcome)));
+        seen.push(format!("again {:?}", bell.take_committed("t1").map(|r| r.outcome)));
+        bell.report_committed("t2", report("unwatched"));
+        seen.push(format!("unwatched {:?}", bell.take_committed("t2").map(|r| r.outcome)));
+        bell.report_committed("t1", report("late"));
+        bell.unwatch("t1");
+        seen.push(format!("after unwatch {}", bell.news().committed.len()));
+        expect![[r#"
+            woken true
+            taken Some("done")
+            again None
+            unwatched None
+            after unwatch 0
+        "#]]
+        .assert_eq(&(seen.join("\n") + "\n"));
     }
 }

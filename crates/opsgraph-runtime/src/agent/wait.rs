@@ -56,8 +56,12 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
         // A report handed over by this process's report route: taken first, its task's row is
         // not read (the route read it, and the driver's commit is fenced by its lease).
         let hand = bell.take_report(&current);
+        // Reported in its route's own commit (done): taken as the route screened it, the row
+        // not read back and the sealed report not opened again.
+        let done = if hand.is_none() { bell.take_committed(&current) } else { None };
         let t = match hand {
             Some(_) => None,
+            None if done.is_some() => None,
             None => match store.agent_task(&current) {
                 Ok(Some(t)) => Some(t),
                 Ok(None) => return failed(&task, "lost", format!("agent task {current} is not in the store")),
@@ -98,6 +102,10 @@ pub(crate) fn wait(task: Task, w: Waiting) -> TaskResult {
             let told = Box::new(move |committed: bool| settled.settle_report(&id, committed));
             r.handed = Some(std::sync::Arc::new(Handed::new(hand.writes, told)));
             return r;
+        }
+        // Its last lines were committed with it, and copied above.
+        if let Some(report) = done {
+            return reported(&w, &task, report, recovering, logged.then_some(&log_path), started);
         }
         let Some(t) = t else { continue };
         let now = now_ms();
