@@ -48,6 +48,41 @@ fn check_migration(test: &str, version: usize, rows: &str, check: fn(&dyn opsgra
     check(&store);
 }
 
+/// Migration 8: the jobs table has its primary key and no other index, in a database made
+/// after it and in one made by the first 7 migrations with a job in it (which reads as before).
+#[test]
+fn postgres_jobs_have_no_index_on_their_state() {
+    use opsgraph_store::Store;
+    for (test, version) in [("postgres_jobs_have_no_index_on_their_state", None), ("... from 7", Some(7))] {
+        let Some(db) = crate::test_db(test) else { return };
+        let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+        if let Some(version) = version {
+            admin
+                .batch_execute(&format!(
+                    "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES ({version})"
+                ))
+                .unwrap();
+            for sql in &crate::schema::MIGRATIONS[..version] {
+                admin.batch_execute(sql).unwrap();
+            }
+            admin
+                .batch_execute(
+                    "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
+                     VALUES ('op-1', 'a', 'running', 1, 'null', 't0')",
+                )
+                .unwrap();
+        }
+        let store = PgStore::connect(db.url()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), latest());
+        let rows = admin.query("SELECT indexname FROM pg_indexes WHERE tablename = 'jobs' ORDER BY 1", &[]).unwrap();
+        let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        assert_eq!(names, ["jobs_pkey"], "{test}");
+        let jobs: Vec<(String, u32)> = store.jobs("op-1").unwrap().into_iter().map(|j| (j.id, j.attempts)).collect();
+        let want: Vec<(String, u32)> = version.map(|_| ("a".to_string(), 1)).into_iter().collect();
+        assert_eq!(jobs, want, "{test}");
+    }
+}
+
 /// Migration 4 gives gates made before it their kind (`testing::assert_gates_got_their_kinds`).
 #[test]
 fn postgres_gates_made_before_kinds_existed_get_theirs() {
