@@ -61,16 +61,21 @@ impl Arg {
     }
 
     /// The value as SQL: text through `escape_literal` (quotes doubled; `E'…'` with doubled
-    /// backslashes when there is one), numbers as Rust prints them, arrays of those, typed.
+    /// backslashes when there is one), numbers as Rust prints them, and an array as one such
+    /// text literal in the array input syntax (`'{"a","b",NULL}'::text[]`), typed. One constant
+    /// per array rather than `ARRAY[…]` of one per element: the server lexes, analyses and
+    /// compiles each constant of an `EXECUTE` on every turn, and a turn of 16 jobs has about 220
+    /// elements (issue [N] 5: 12 % of the drive's server CPU, docs/benchmarks.md, `pg7`).
     fn literal(&self) -> String {
         use postgres_protocol::escape::escape_literal;
-        let list = |items: Vec<String>, ty: &str| format!("ARRAY[{}]::{ty}[]", items.join(","));
+        let list =
+            |items: Vec<String>, ty: &str| format!("{}::{ty}[]", escape_literal(&format!("{{{}}}", items.join(","))));
         match self {
             Arg::Text(v) => escape_literal(v),
             Arg::Int(v) => v.to_string(),
-            Arg::Texts(v) => list(v.iter().map(|t| escape_literal(t)).collect(), "text"),
+            Arg::Texts(v) => list(v.iter().map(|t| element(t)).collect(), "text"),
             Arg::MaybeTexts(v) => {
-                list(v.iter().map(|t| t.as_deref().map_or_else(|| "NULL".into(), escape_literal)).collect(), "text")
+                list(v.iter().map(|t| t.as_deref().map_or_else(|| "NULL".into(), element)).collect(), "text")
             }
             Arg::Ints(v) => list(v.iter().map(i64::to_string).collect(), "bigint"),
         }
@@ -86,6 +91,22 @@ impl Arg {
             Arg::MaybeTexts(v) => v.iter().flatten().all(|t| ok(t)),
         }
     }
+}
+
+/// A text element of an array literal: always double-quoted (so that `NULL`, braces, commas,
+/// quotes and white space are the text itself), a backslash and a double quote escaped by a
+/// backslash, as PostgreSQL's array input reads them.
+fn element(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
 }
 
 /// A statement's parameters, numbered as they are added.

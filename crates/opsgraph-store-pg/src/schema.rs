@@ -29,6 +29,8 @@ pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
         LIVE_LOGS,
         // 9: a notification for each agent task written (`conn.rs`).
         AGENT_NOTIFY,
+        // 10: no index on a job's state (issue [N] 5).
+        NO_JOBS_STATE,
     ]
     .iter()
     .map(|sql| render(sql, &POSTGRES))
@@ -36,7 +38,8 @@ pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
 });
 
 /// Migration 1's own part: timeline seqs come from a counter updated last in a commit's
-/// transaction, so that they follow commit order; and jobs are found by state.
+/// transaction, so that they follow commit order; and an index of jobs by state (dropped by
+/// migration 10).
 const TIMELINE_COUNTER: &str = "
     CREATE INDEX jobs_state ON jobs(state);
     CREATE TABLE counters (
@@ -45,6 +48,13 @@ const TIMELINE_COUNTER: &str = "
     );
     INSERT INTO counters (name, value) VALUES ('timeline', 0);
 ";
+
+/// Migration 10: `jobs_state` (migration 1) goes. Nothing finds jobs by state (`stats` counts them
+/// all, as SQLite does without such an index), and a job's state changes at each of its two
+/// writes: with an index on it, every one of those updates inserted into both of the table's
+/// indexes and could never be a heap-only update (issue [N] 5: index insertion was the largest
+/// part of a driven commit's execution on the server, docs/benchmarks.md, `pg7`).
+const NO_JOBS_STATE: &str = "DROP INDEX IF EXISTS jobs_state;";
 
 /// The key of the advisory lock migrations run under (`'opsgraph'` in ASCII).
 pub(crate) const MIGRATION_LOCK: i64 = 0x6f70_7367_7261_7068;

@@ -48,6 +48,41 @@ fn check_migration(test: &str, version: usize, rows: &str, check: fn(&dyn opsgra
     check(&store);
 }
 
+/// Migration 10: the jobs table has its primary key and no other index, in a database made
+/// after it and in one made by the first 9 migrations with a job in it (which reads as before).
+#[test]
+fn postgres_jobs_have_no_index_on_their_state() {
+    use opsgraph_store::Store;
+    for (test, version) in [("postgres_jobs_have_no_index_on_their_state", None), ("... from 9", Some(9))] {
+        let Some(db) = crate::test_db(test) else { return };
+        let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+        if let Some(version) = version {
+            admin
+                .batch_execute(&format!(
+                    "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES ({version})"
+                ))
+                .unwrap();
+            for sql in &crate::schema::MIGRATIONS[..version] {
+                admin.batch_execute(sql).unwrap();
+            }
+            admin
+                .batch_execute(
+                    "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
+                     VALUES ('op-1', 'a', 'running', 1, 'null', 't0')",
+                )
+                .unwrap();
+        }
+        let store = PgStore::connect(db.url()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), latest());
+        let rows = admin.query("SELECT indexname FROM pg_indexes WHERE tablename = 'jobs' ORDER BY 1", &[]).unwrap();
+        let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        assert_eq!(names, ["jobs_pkey"], "{test}");
+        let jobs: Vec<(String, u32)> = store.jobs("op-1").unwrap().into_iter().map(|j| (j.id, j.attempts)).collect();
+        let want: Vec<(String, u32)> = version.map(|_| ("a".to_string(), 1)).into_iter().collect();
+        assert_eq!(jobs, want, "{test}");
+    }
+}
+
 /// Migration 4 gives gates made before it their kind (`testing::assert_gates_got_their_kinds`).
 #[test]
 fn postgres_gates_made_before_kinds_existed_get_theirs() {
@@ -125,7 +160,9 @@ fn postgres_grouped_commits_fail_alone() {
 
 /// Text that reaches the server as escaped literals (commits sent in one message, `pg_one.rs`)
 /// comes back byte for byte, whatever it holds: quotes, backslashes, dollar quotes, statement
-/// ends, comments, non-ASCII. (A NUL PostgreSQL's text cannot hold at all, bound or not.)
+/// ends, comments, non-ASCII, and what an array literal's syntax reads (double quotes, braces,
+/// commas, `NULL`, white space around an element), beside a `NULL` element (`from` unset).
+/// (A NUL PostgreSQL's text cannot hold at all, bound or not.)
 #[test]
 fn postgres_text_in_one_message_is_stored_as_given() {
     use opsgraph_store::{Store, TimelineEntry, Write};
@@ -143,6 +180,11 @@ fn postgres_text_in_one_message_is_stored_as_given() {
         "ünïcødé ✓ 𝄞",
         "line\nbreak\ttab\r",
         "",
+        r#""quoted" {braces}, commas"#,
+        "NULL",
+        "  spaced  ",
+        r#"\"back\"slash\\"#,
+        "{\"a\",NULL}",
     ];
     let entry = |reason: &str| TimelineEntry {
         seq: 0,
@@ -150,14 +192,23 @@ fn postgres_text_in_one_message_is_stored_as_given() {
         at: "2026-01-01T00:00:00Z".into(),
         actor: "o'brien\\".into(),
         event: "note".into(),
-        from: None,
+        from: (reason.len() % 2 == 0).then(|| reason.to_string()),
         to: None,
         reason: reason.into(),
         data: serde_json::json!({"text": reason, "quote": "'\"\\"}),
     };
+    // A job record per text: its id and outcome are array elements too, its attempts a number.
+    let job = |id: &str| opsgraph_store::JobRecord {
+        operation: "op-1".into(),
+        id: id.into(),
+        state: opsgraph_store::JobState::Succeeded,
+        attempts: id.len() as u32,
+        outcome: serde_json::json!({ "reason": id }),
+        updated_at: "2026-01-01T00:00:00Z".into(),
+    };
     // Each in a turn of its own and all in one turn (the one-message path groups them).
     for t in &texts {
-        store.commit(&[lease.fence(), Write::Timeline(entry(t))]).unwrap();
+        store.commit(&[lease.fence(), Write::Timeline(entry(t)), Write::Job(job(t))]).unwrap();
     }
     let queued: Vec<_> =
         texts.iter().map(|t| crate::pg_group::Pending::new(vec![lease.fence(), Write::Timeline(entry(t))])).collect();
@@ -165,11 +216,17 @@ fn postgres_text_in_one_message_is_stored_as_given() {
     for p in &queued {
         p.take().unwrap().unwrap();
     }
-    let stored: Vec<(String, String, serde_json::Value)> =
-        store.timeline("op-1").unwrap().into_iter().map(|e| (e.reason, e.actor, e.data)).collect();
-    let want: Vec<(String, String, serde_json::Value)> =
-        texts.iter().chain(texts.iter()).map(|t| (t.to_string(), "o'brien\\".to_string(), entry(t).data)).collect();
+    type Stored = (String, String, serde_json::Value, Option<String>);
+    let stored: Vec<Stored> =
+        store.timeline("op-1").unwrap().into_iter().map(|e| (e.reason, e.actor, e.data, e.from)).collect();
+    let want: Vec<Stored> = texts
+        .iter()
+        .chain(texts.iter())
+        .map(|t| (t.to_string(), "o'brien\\".to_string(), entry(t).data, entry(t).from))
+        .collect();
     assert_eq!(stored, want);
+    let jobs = store.jobs("op-1").unwrap();
+    assert_eq!(jobs, texts.iter().map(|t| job(t)).collect::<Vec<_>>());
     assert!(store.operation("op-1").unwrap().is_some(), "the table is still there");
 }
 
