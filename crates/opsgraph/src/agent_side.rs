@@ -133,19 +133,30 @@ fn send_output(w: &Watch, end: bool) {
 
 /// The side thread: on each tick, the watched task's whole lines sent and its lease kept when
 /// due; asleep while nothing is watched; until its runner drops it.
+///
+/// Woken by a handed task, it ticks at least once before it sleeps again, even when that task
+/// ended before it looked: sleeping at once would let every short task handed after it wake it
+/// anew (a race the runner wins whenever tasks follow each other faster than the thread runs).
 fn side(shared: &Shared) {
     let mut slot = shared.lock();
+    let mut handed = false;
     loop {
         #[cfg(test)]
         shared.wakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if slot.stop {
             return;
         }
-        let Some(beat) = slot.watch.as_ref().map(|(w, _)| w.beat) else {
-            slot.asleep = true;
-            slot = shared.changed.wait(slot).unwrap_or_else(|e| e.into_inner());
-            continue;
+        let beat = match slot.watch.as_ref() {
+            Some((w, _)) => w.beat,
+            None if handed => TICK,
+            None => {
+                slot.asleep = true;
+                slot = shared.changed.wait(slot).unwrap_or_else(|e| e.into_inner());
+                handed = true;
+                continue;
+            }
         };
+        handed = false;
         (slot, _) = shared.changed.wait_timeout(slot, TICK.min(beat)).unwrap_or_else(|e| e.into_inner());
         // The task watched now (the one before may have ended meanwhile).
         let Some((w, last_beat)) = slot.watch.clone().filter(|_| !slot.stop) else { continue };
