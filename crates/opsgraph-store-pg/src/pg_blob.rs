@@ -74,9 +74,10 @@ impl BlobStore for PgBlobStore {
     fn append_log(&self, log: &LogKey, bytes: &[u8]) -> Result<(), Error> {
         log.relative_path()?;
         edge(|| {
-            // The final log replaces the attempt's shared live output, in the same statement.
+            // The final log replaces the attempt's shared live output, in the same statement, and
+            // what the job's earlier attempts left (a driver that died while one ran).
             self.client()?.execute(
-                "WITH live AS (DELETE FROM live_logs WHERE operation = $1 AND job = $2 AND attempt = $3)
+                "WITH live AS (DELETE FROM live_logs WHERE operation = $1 AND job = $2 AND attempt <= $3)
                  INSERT INTO job_logs (operation, job, attempt, content) VALUES ($1, $2, $3, $4)",
                 &[&log.operation, &log.job, &(log.attempt as i32), &bytes],
             )?;
@@ -107,11 +108,15 @@ impl BlobStore for PgBlobStore {
         let (from, horizon) = (offset(from)?, offset((from + bytes.len() as u64).saturating_sub(keep))?);
         edge(|| {
             // One statement: the new piece in (a piece shared again after an error it did not see
-            // keeps the longer), the pieces wholly more than `keep` before its end out.
+            // keeps the longer), the pieces wholly more than `keep` before its end out; nothing
+            // once the attempt's final log is stored (a share that was on its way when the
+            // attempt ended: its driver does not wait for it).
             self.client()?.execute(
                 "WITH old AS (DELETE FROM live_logs WHERE operation = $1 AND job = $2 AND attempt = $3
                                  AND start + length(content) <= $5)
-                 INSERT INTO live_logs (operation, job, attempt, start, content) VALUES ($1, $2, $3, $4, $6)
+                 INSERT INTO live_logs (operation, job, attempt, start, content)
+                   SELECT $1, $2, $3, $4, $6 WHERE NOT EXISTS
+                     (SELECT 1 FROM job_logs WHERE operation = $1 AND job = $2 AND attempt = $3)
                  ON CONFLICT (operation, job, attempt, start) DO UPDATE SET content = EXCLUDED.content
                    WHERE length(EXCLUDED.content) > length(live_logs.content)",
                 &[&log.operation, &log.job, &(log.attempt as i32), &from, &horizon, &bytes],

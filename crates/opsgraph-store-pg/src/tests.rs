@@ -307,7 +307,8 @@ fn postgres_a_deferred_commit_is_visible_at_once_and_flushed_by_the_syncer() {
 
 /// A running attempt's live output shared through PostgreSQL (`pg_blob.rs`): pieces read back
 /// from an offset on as one run of bytes, a piece shared again keeps the longer, what lies more
-/// than `keep` behind the end is forgotten, and the final log removes them all.
+/// than `keep` behind the end is forgotten, and the final log removes them all (and those of the
+/// job's earlier attempts), and refuses any shared after it.
 #[test]
 fn postgres_live_pieces_are_read_back_kept_bounded_and_replaced_by_the_final_log() {
     use opsgraph_store::{BlobStore, LogKey};
@@ -338,7 +339,13 @@ fn postgres_live_pieces_are_read_back_kept_bounded_and_replaced_by_the_final_log
     blobs.append_log(&key, b"abcdefghij").unwrap();
     assert_eq!(live(0), None, "the final log replaces the live pieces");
     assert_eq!(blobs.log(&key).unwrap().as_deref(), Some(&b"abcdefghij"[..]));
-    assert!(blobs.live(&other, 0).unwrap().is_some(), "another attempt's pieces stay");
+    assert!(blobs.live(&other, 0).unwrap().is_some(), "a later attempt's pieces stay");
+    // A share that was on its way when the attempt ended is not kept.
+    blobs.put_live(&key, 10, b"k", 100).unwrap();
+    assert_eq!(live(0), None, "a piece stored after the final log");
+    // A driver died while attempt 2 ran: attempt 3's final log removes what attempt 2 left.
+    blobs.append_log(&LogKey::new("op-1", "speak", 3), b"done").unwrap();
+    assert_eq!(blobs.live(&other, 0).unwrap(), None, "an earlier attempt's pieces stay");
     let bad = blobs.put_live(&LogKey::new("../x", "speak", 1), 0, b"a", 5).unwrap_err();
     assert!(bad.to_string().contains("not a plain name"), "{bad}");
 }

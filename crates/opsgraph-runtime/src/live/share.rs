@@ -9,10 +9,13 @@
 //! the file as before, and a store that is slow or down delays or stops only the view of the
 //! other replicas (the file, and the final log, are unchanged). Stores whose readers share the
 //! data directory (SQLite's files) share nothing ([`BlobStore::shares_live_logs`]). Once the
-//! attempt's output ended its piece is closed: nothing more is shared after that, so the final
-//! log, which removes the shared pieces in the statement that stores it, is not followed by one.
+//! attempt's output ended its log is closed: nothing more is shared after that. Closing does
+//! not wait for a share in progress (a slow store must not hold a job's end): the store refuses a
+//! piece of an attempt whose final log it holds, and the final log's statement removes the
+//! attempt's pieces (and those of the job's earlier attempts, a dead driver's among them).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,7 +35,7 @@ pub(crate) struct Sharing {
 
 #[derive(Default)]
 struct State {
-    logs: Vec<Arc<Mutex<Log>>>,
+    logs: Vec<Arc<Log>>,
     /// Whether the sharing thread runs.
     running: bool,
 }
@@ -41,10 +44,10 @@ struct State {
 struct Log {
     key: LogKey,
     path: PathBuf,
-    /// The offset the next share starts from.
-    next: u64,
+    /// The offset the next share starts from (only the sharing thread, and tests, share).
+    next: Mutex<u64>,
     /// Its output ended: nothing more is shared.
-    closed: bool,
+    closed: AtomicBool,
 }
 
 /// What an attempt's live log is shared as: its key (operation, job, attempt) and the sharing.
@@ -55,12 +58,12 @@ pub(crate) struct ShareAs {
 }
 
 /// An attempt's live log while it is shared: closed when its output ends or when dropped.
-pub(crate) struct Shared(Arc<Mutex<Log>>);
+pub(crate) struct Shared(Arc<Log>);
 
 impl Shared {
-    /// Nothing more of this log is shared; returns once a share in progress has ended.
+    /// Nothing more of this log is shared from now on; a share in progress is not waited for.
     pub(crate) fn close(&self) {
-        lock(&self.0).closed = true;
+        self.0.closed.store(true, Ordering::Release);
     }
 }
 
@@ -82,7 +85,7 @@ impl Sharing {
 
     /// Shares the live log at `path` as `key` until the returned handle is closed or dropped.
     pub(crate) fn share(self: &Arc<Self>, key: LogKey, path: PathBuf) -> Shared {
-        let log = Arc::new(Mutex::new(Log { key, path, next: 0, closed: false }));
+        let log = Arc::new(Log { key, path, next: Mutex::new(0), closed: AtomicBool::new(false) });
         let mut state = lock(&self.state);
         state.logs.push(log.clone());
         if !state.running {
@@ -98,7 +101,7 @@ impl Sharing {
             std::thread::sleep(EVERY);
             let logs = {
                 let mut state = lock(&self.state);
-                state.logs.retain(|l| !lock(l).closed);
+                state.logs.retain(|l| !l.closed.load(Ordering::Acquire));
                 if state.logs.is_empty() {
                     state.running = false;
                     return;
@@ -106,23 +109,24 @@ impl Sharing {
                 state.logs.clone()
             };
             for log in logs {
-                self.put(&mut lock(&log));
+                self.put(&log);
             }
         }
     }
 
     /// Shares what `log` gained since its last share. A failure is tried again at the next turn
     /// (the same bytes: the store keeps a piece once).
-    fn put(&self, log: &mut Log) {
-        if log.closed {
+    fn put(&self, log: &Log) {
+        let mut next = lock(&log.next);
+        if log.closed.load(Ordering::Acquire) {
             return;
         }
-        let Ok(Some((from, bytes))) = read_raw(&log.path, log.next) else { return };
+        let Ok(Some((from, bytes))) = read_raw(&log.path, *next) else { return };
         if bytes.is_empty() {
             return;
         }
         if self.blobs.put_live(&log.key, from, &bytes, LIVE_KEEP as u64).is_ok() {
-            log.next = from + bytes.len() as u64;
+            *next = from + bytes.len() as u64;
         }
     }
 
@@ -130,7 +134,7 @@ impl Sharing {
     #[cfg(test)]
     pub(crate) fn put_all(&self) {
         for log in lock(&self.state).logs.clone() {
-            self.put(&mut lock(&log));
+            self.put(&log);
         }
     }
 }
@@ -139,7 +143,7 @@ impl Sharing {
 mod tests {
     use std::collections::BTreeMap;
     use std::path::Path;
-    use std::sync::{Arc, Mutex};
+    use std::sync::{mpsc, Arc, Mutex};
 
     use opsgraph_store::{BlobStore, Error, LogKey};
 
@@ -148,7 +152,16 @@ mod tests {
 
     /// A blob store sharing live logs in memory, as PostgreSQL's does: pieces by start offset.
     #[derive(Default)]
-    struct Shares(Mutex<BTreeMap<(String, u32), Pieces>>);
+    struct Shares(Mutex<BTreeMap<(String, u32), Pieces>>, Gate);
+
+    /// When set, each `put_live` says it began (`began`), then waits until it is let through.
+    #[derive(Default)]
+    struct Gate(Option<Turnstile>);
+
+    struct Turnstile {
+        began: Mutex<mpsc::Sender<()>>,
+        through: Mutex<mpsc::Receiver<()>>,
+    }
 
     /// One attempt's pieces by their start.
     type Pieces = BTreeMap<u64, Vec<u8>>;
@@ -173,6 +186,10 @@ mod tests {
             true
         }
         fn put_live(&self, log: &LogKey, from: u64, bytes: &[u8], _keep: u64) -> Result<(), Error> {
+            if let Some(gate) = &self.1 .0 {
+                gate.began.lock().unwrap().send(()).unwrap();
+                gate.through.lock().unwrap().recv().unwrap();
+            }
             let mut all = self.0.lock().unwrap();
             all.entry((log.job.clone(), log.attempt)).or_default().insert(from, bytes.to_vec());
             Ok(())
@@ -250,5 +267,40 @@ mod tests {
         let files: Arc<dyn BlobStore> = Arc::new(opsgraph_store::FsBlobStore::new(&dir));
         assert!(Sharing::new(files.clone()).is_none());
         assert_eq!(live_log(&run_dir("files-other"), &*files, "op-1", "a", 1, 0).unwrap(), None);
+    }
+
+    /// A job's end does not wait for a share in progress (a slow or hung store would hold it):
+    /// its log is closed at once, and nothing of it is shared after.
+    #[test]
+    fn closing_does_not_wait_for_a_share_in_progress() {
+        let dir = run_dir("slow");
+        let (began_tx, began) = mpsc::channel();
+        let (through, through_rx) = mpsc::channel();
+        let shares = Arc::new(Shares(
+            Mutex::default(),
+            Gate(Some(Turnstile { began: Mutex::new(began_tx), through: Mutex::new(through_rx) })),
+        ));
+        let sharing = Sharing::new(shares.clone()).expect("the store shares live logs");
+        let share = ShareAs { sharing: sharing.clone(), key: LogKey::new("op-1", "a", 1) };
+        let mut a = live(&dir, &share, "a");
+        a.push(0, b"one\n");
+        let sharer = std::thread::spawn({
+            let sharing = sharing.clone();
+            move || sharing.put_all()
+        });
+        began.recv().unwrap();
+        let (done_tx, done) = mpsc::channel();
+        let ender = std::thread::spawn(move || {
+            a.push(0, b"two\n");
+            a.finish();
+            done_tx.send(()).unwrap();
+        });
+        let ended = done.recv_timeout(std::time::Duration::from_secs(30));
+        through.send(()).unwrap();
+        sharer.join().unwrap();
+        ender.join().unwrap();
+        assert!(ended.is_ok(), "the job's end waited for the share in progress");
+        sharing.put_all();
+        assert_eq!(pieces(&shares, "a"), ["0:one\n"], "shared after its output ended");
     }
 }
