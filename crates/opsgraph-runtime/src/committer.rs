@@ -473,18 +473,9 @@ mod tests {
     /// starts runs a process); synced at once beside local processes; else as local starts.
     #[test]
     fn a_commit_that_only_enqueues_for_agents_is_left_to_their_claims() {
-        use opsgraph_store::{AgentTask, AgentWrite, Write};
+        use opsgraph_store::{AgentWrite, Write};
         let guard = Write::ExpectVersion { operation: "op".into(), version: 1 };
-        let task = || -> Box<AgentTask> {
-            Box::new(
-                serde_json::from_value(serde_json::json!({
-                    "id": "t1", "operation": "op", "job": "j", "attempt": 1, "kind": "run", "agent": "a",
-                    "resource": "r", "state": "queued", "payload": null, "lease": null, "claimed_by": null,
-                    "claims": 0, "expires_ms": 0, "report": null, "created_at": "", "updated_at": ""
-                }))
-                .unwrap(),
-            )
-        };
+        let task = || Box::new(opsgraph_store::testing::agent_task("t1", "op"));
         let enqueue = Write::Agent(AgentWrite::Enqueue(task()));
         let report = Write::Agent(AgentWrite::Report {
             task: "t0".into(),
@@ -492,21 +483,7 @@ mod tests {
             report: serde_json::Value::Null,
             at: opsgraph_store::now(),
         });
-        let claim = opsgraph_store::AgentClaim {
-            agent: "a".into(),
-            resources: vec![],
-            lease: "l".into(),
-            actor: "agent:a".into(),
-            max: 1,
-            expires_ms: 0,
-            at: String::new(),
-            audit: serde_json::from_value(serde_json::json!({
-                "seq": 0, "at": "", "actor": "", "action": "", "target": "", "operation": null,
-                "resource": null, "detail": null
-            }))
-            .unwrap(),
-            entry: opsgraph_store::testing::entry("op", ""),
-        };
+        let claim = opsgraph_store::testing::agent_claim("l");
         let handed = Write::Agent(AgentWrite::Handed { task: task(), claim: Box::new(claim) });
         let cases: [(&str, Vec<Write>, bool, bool); 8] = [
             ("local starts", vec![guard.clone()], false, false),

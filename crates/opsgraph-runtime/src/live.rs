@@ -244,7 +244,7 @@ pub(crate) fn read_raw(path: &Path, after: u64) -> std::io::Result<Option<(u64, 
         .and_then(|s| s.parse::<u64>().ok())
         .ok_or_else(|| std::io::Error::other(format!("{}: not a live log", path.display())))?;
     let total = base + (f.metadata()?.len() - HEADER as u64);
-    let from = after.max(base).max(total.saturating_sub(LIVE_KEEP as u64)).min(total);
+    let from = window(after, base, total);
     f.seek(SeekFrom::Start(HEADER as u64 + (from - base)))?;
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes)?;
@@ -254,9 +254,14 @@ pub(crate) fn read_raw(path: &Path, after: u64) -> std::io::Result<Option<(u64, 
 /// Output shared through the blob store (another replica drives the attempt), from byte `after`
 /// on, as [`read_live`] reads a file.
 pub(crate) fn shared_text(start: u64, bytes: &[u8], after: u64) -> LiveText {
-    let end = start + bytes.len() as u64;
-    let from = after.max(start).max(end.saturating_sub(LIVE_KEEP as u64)).min(end);
+    let from = window(after, start, start + bytes.len() as u64);
     shape(from, &bytes[(from - start) as usize..], after)
+}
+
+/// Where a read asked from `after` starts in output kept from offset `first` to `end`: not
+/// before what is kept, within the last [`LIVE_KEEP`] bytes, not past the end.
+fn window(after: u64, first: u64, end: u64) -> u64 {
+    after.max(first).max(end.saturating_sub(LIVE_KEEP as u64)).min(end)
 }
 
 /// `bytes` read from offset `from` for a reader that asked from `after`: started at a

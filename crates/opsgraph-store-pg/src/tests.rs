@@ -29,11 +29,8 @@ fn postgres_schema_is_versioned_and_a_newer_one_refused() {
     );
 }
 
-/// A database made by the first `version` migrations and holding `rows` is connected to
-/// (migrated to the latest) and `check`ed.
-fn check_migration(test: &str, version: usize, rows: &str, check: fn(&dyn opsgraph_store::Store)) {
-    let Some(db) = crate::test_db(test) else { return };
-    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+/// Makes the empty database `admin` is connected to as the first `version` migrations did.
+fn migrated_to(admin: &mut ::postgres::Client, version: usize) {
     admin
         .batch_execute(&format!(
             "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES ({version})"
@@ -42,6 +39,14 @@ fn check_migration(test: &str, version: usize, rows: &str, check: fn(&dyn opsgra
     for sql in &crate::schema::MIGRATIONS[..version] {
         admin.batch_execute(sql).unwrap();
     }
+}
+
+/// A database made by the first `version` migrations and holding `rows` is connected to
+/// (migrated to the latest) and `check`ed.
+fn check_migration(test: &str, version: usize, rows: &str, check: fn(&dyn opsgraph_store::Store)) {
+    let Some(db) = crate::test_db(test) else { return };
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    migrated_to(&mut admin, version);
     admin.batch_execute(rows).unwrap();
     let store = PgStore::connect(db.url()).unwrap();
     assert_eq!(store.schema_version().unwrap(), latest());
@@ -57,14 +62,7 @@ fn postgres_jobs_have_no_index_on_their_state() {
         let Some(db) = crate::test_db(test) else { return };
         let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
         if let Some(version) = version {
-            admin
-                .batch_execute(&format!(
-                    "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES ({version})"
-                ))
-                .unwrap();
-            for sql in &crate::schema::MIGRATIONS[..version] {
-                admin.batch_execute(sql).unwrap();
-            }
+            migrated_to(&mut admin, version);
             admin
                 .batch_execute(
                     "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)

@@ -184,33 +184,12 @@ fn a_leases_commits_leave_the_connection_synced() {
 /// written before it. What the runtime leaves unsynced rests on this.
 #[test]
 fn a_claim_is_synced_at_its_commit_after_deferred_ones() {
-    use opsgraph_store::{AgentClaim, AgentTask, AgentWrite};
+    use opsgraph_store::AgentWrite;
     let (dir, path) = store_path("claim-sync");
     let mut driver = SqliteStore::open(&path, Durability::Full).unwrap();
     let mut route = SqliteStore::open(&path, Durability::Full).unwrap();
-    let task = |id: &str| -> AgentTask {
-        serde_json::from_value(json!({
-            "id": id, "operation": "op-1", "job": "j", "attempt": 1, "kind": "run", "agent": "a",
-            "resource": "r", "state": "queued", "payload": {"sealed": "x"}, "lease": null, "claimed_by": null,
-            "claims": 0, "expires_ms": 0, "report": null, "created_at": "", "updated_at": ""
-        }))
-        .unwrap()
-    };
-    let claim = |lease: &str| AgentClaim {
-        agent: "a".into(),
-        resources: vec![],
-        lease: lease.into(),
-        actor: "agent:a".into(),
-        max: 1,
-        expires_ms: i64::MAX,
-        at: opsgraph_store::now(),
-        audit: serde_json::from_value(json!({
-            "seq": 0, "at": "", "actor": "", "action": "agent.claim", "target": "", "operation": null,
-            "resource": null, "detail": null
-        }))
-        .unwrap(),
-        entry: entry("", "claimed {task}"),
-    };
+    let task = |id: &str| opsgraph_store::testing::agent_task(id, "op-1");
+    let claim = opsgraph_store::testing::agent_claim;
     driver.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}).to_string() }]).unwrap();
     let mut seen = Vec::new();
     for (id, lease) in [("t1", "lease-one-0000000001"), ("t2", "lease-two-0000000002")] {

@@ -31,6 +31,54 @@ pub fn entry(operation: &str, reason: &str) -> crate::TimelineEntry {
     }
 }
 
+/// A queued agent task for tests: `id` of `operation`, the first attempt of job `j`, for agent
+/// `a` on resource `r`, with a sealed-looking payload.
+pub fn agent_task(id: &str, operation: &str) -> crate::AgentTask {
+    crate::AgentTask {
+        id: id.into(),
+        operation: operation.into(),
+        job: "j".into(),
+        attempt: 1,
+        kind: "run".into(),
+        agent: "a".into(),
+        resource: "r".into(),
+        state: crate::AgentTaskState::Queued,
+        payload: serde_json::json!({"sealed": "x"}),
+        lease: None,
+        claimed_by: None,
+        claims: 0,
+        expires_ms: 0,
+        report: None,
+        created_at: String::new(),
+        updated_at: String::new(),
+    }
+}
+
+/// A claim of one task for tests, by agent `a` under `lease`, that never expires, with its audit
+/// row (`agent.claim`) and timeline entry (`claimed {task}`).
+pub fn agent_claim(lease: &str) -> crate::AgentClaim {
+    crate::AgentClaim {
+        agent: "a".into(),
+        resources: vec![],
+        lease: lease.into(),
+        actor: "agent:a".into(),
+        max: 1,
+        expires_ms: i64::MAX,
+        at: crate::now(),
+        audit: crate::AuditRecord {
+            seq: 0,
+            at: String::new(),
+            actor: String::new(),
+            action: "agent.claim".into(),
+            target: String::new(),
+            operation: None,
+            resource: None,
+            detail: serde_json::Value::Null,
+        },
+        entry: entry("", "claimed {task}"),
+    }
+}
+
 /// An operation record for tests: `id`, a draft intent to install, made by `user:alice` at one
 /// fixed time, on `resource` when given.
 pub fn operation(id: &str, resource: Option<&str>) -> OperationRecord {

@@ -611,29 +611,8 @@ mod tests {
     #[test]
     fn a_hand_withdrawn_lets_its_claim_look_again_at_once() {
         let bell = Bell::default();
-        let task = || -> AgentTask {
-            serde_json::from_value(serde_json::json!({
-                "id": "t1", "operation": "op", "job": "j", "attempt": 1, "kind": "run", "agent": "a",
-                "resource": "r", "state": "queued", "payload": null, "lease": null, "claimed_by": null,
-                "claims": 0, "expires_ms": 0, "report": null, "created_at": "", "updated_at": ""
-            }))
-            .unwrap()
-        };
-        let claim = || AgentClaim {
-            agent: "a".into(),
-            resources: vec![],
-            lease: "l".into(),
-            actor: "agent:a".into(),
-            max: 1,
-            expires_ms: 0,
-            at: String::new(),
-            audit: serde_json::from_value(serde_json::json!({
-                "seq": 0, "at": "", "actor": "", "action": "", "target": "", "operation": null,
-                "resource": null, "detail": null
-            }))
-            .unwrap(),
-            entry: opsgraph_store::testing::entry("op", ""),
-        };
+        let task = || opsgraph_store::testing::agent_task("t1", "op");
+        let claim = || opsgraph_store::testing::agent_claim("l");
         let mut seen = Vec::new();
         // Parked, handed, withdrawn: the wait ends at once and the claim is free.
         let ticket = bell.park(claim());
