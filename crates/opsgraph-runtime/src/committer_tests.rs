@@ -310,7 +310,8 @@ fn a_chained_job_is_synced_once_on_the_drivers_thread_others_beside_a_running_on
 /// a stale row without a guard: not on the turn after each job's result, whose writes are all
 /// version-guarded (`Drive::row_trusted`). Twelve chained jobs: 14 data-version reads on `main`
 /// (one a job, the first turn and the last), 2 now (the first turn, and the one after the
-/// completion's transition).
+/// completion's transition), and one more for each turn of its own after a wait that saw no
+/// result (a job longer than the driver's 250 ms wait, on a loaded machine).
 #[test]
 fn a_chain_reads_the_data_version_only_where_a_write_is_not_version_guarded() {
     let dir = temp("version-reads");
@@ -320,7 +321,7 @@ fn a_chain_reads_the_data_version_only_where_a_write_is_not_version_guarded() {
     let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
     assert_eq!(lines(&ledger), 12);
-    assert_eq!(rt.version_reads, 2);
+    assert_eq!(rt.version_reads, 2 + rt.quiet_waits, "{} quiet waits", rt.quiet_waits);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

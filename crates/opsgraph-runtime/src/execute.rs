@@ -530,6 +530,10 @@ impl Runtime {
                         // A quiet moment: what was left to agents' claims is synced now, so that
                         // what readers see is durable within a wait (`Durable::ByItsClaims`).
                         self.committer.catch_up();
+                        #[cfg(test)]
+                        {
+                            self.quiet_waits += 1;
+                        }
                         return Ok(None);
                     }
                     Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(None),

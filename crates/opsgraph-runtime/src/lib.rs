@@ -184,6 +184,9 @@ pub struct Runtime {
     /// `Drive::row_trusted`).
     #[cfg(test)]
     pub(crate) version_reads: u64,
+    /// How often a driver's wait for results ended with none (each is a turn of its own).
+    #[cfg(test)]
+    pub(crate) quiet_waits: u64,
 }
 
 impl Runtime {
@@ -209,6 +212,8 @@ impl Runtime {
             live_sharing: std::sync::OnceLock::new(),
             #[cfg(test)]
             version_reads: 0,
+            #[cfg(test)]
+            quiet_waits: 0,
         }
     }
 
