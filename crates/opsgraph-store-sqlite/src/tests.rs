@@ -341,3 +341,47 @@ fn a_run_of_rows_leaves_what_one_commit_a_write_leaves() {
         assert!(store.jobs("op-1").unwrap().is_empty() && store.timeline("op-1").unwrap().is_empty());
     }
 }
+
+/// The driver's commit of a chained job — job k's result (a job record, an entry), the
+/// operation's version guard, job k+1's start (a job record, an entry) — writes its four rows in
+/// two statements, one a table, the guard checked first (`apply::reads_no_row`); with the guard
+/// ending a run it took four. The same rows either way, and a refused guard among them refuses
+/// them all.
+#[test]
+fn a_chained_jobs_commit_writes_its_rows_one_statement_a_table_and_its_guard_still_refuses() {
+    use rusqlite::StatementStatus::Run;
+    let chained = |version: i64| {
+        // `rows_of_a_commit(2)` without its guards: j0 running, its entry, j0 succeeded, j1
+        // running, its entry; the chain's commit is j0's result, the guard, j1's start.
+        let mut writes = rows_of_a_commit(2);
+        writes.retain(|w| !matches!(w, Write::ExpectVersion { .. }));
+        writes.drain(..2);
+        let result = writes.remove(0);
+        let entry = Write::Timeline(opsgraph_store::testing::entry("op-1", "j0 succeeded"));
+        [vec![result, entry, Write::ExpectVersion { operation: "op-1".into(), version }], writes].concat()
+    };
+    let create = [Write::CreateOperation { op: op("op-1"), plan: "{}".into() }];
+    let runs = |store: &SqliteStore, texts: &[String]| -> Vec<i32> {
+        texts.iter().map(|t| store.conn.prepare_cached(t).unwrap().get_status(Run)).collect()
+    };
+    let mut store = SqliteStore::memory().unwrap();
+    store.commit(&create).unwrap();
+    let writes = chained(op("op-1").version);
+    store.commit(&writes).unwrap();
+    // Two job records in one statement of two rows, two entries in one: none of one row.
+    assert_eq!(runs(&store, &crate::apply::JOB_TEXTS)[..2], [0, 1]);
+    assert_eq!(runs(&store, &crate::apply::TIMELINE_TEXTS)[..2], [0, 1]);
+    let mut single = SqliteStore::memory().unwrap();
+    single.commit(&create).unwrap();
+    for w in &writes {
+        single.commit(std::slice::from_ref(w)).unwrap();
+    }
+    assert_eq!(store.jobs("op-1").unwrap(), single.jobs("op-1").unwrap());
+    assert_eq!(store.timeline("op-1").unwrap(), single.timeline("op-1").unwrap());
+
+    let mut refused = SqliteStore::memory().unwrap();
+    refused.commit(&create).unwrap();
+    let err = refused.commit(&chained(op("op-1").version + 1)).unwrap_err();
+    assert!(matches!(err, opsgraph_store::Error::Conflict { .. }), "{err:?}");
+    assert!(refused.jobs("op-1").unwrap().is_empty() && refused.timeline("op-1").unwrap().is_empty());
+}
