@@ -31,13 +31,16 @@ pub(crate) fn exec<P: rusqlite::Params>(tx: &rusqlite::Connection, sql: &str, pa
 }
 
 /// The writes of one commit, in the transaction (or savepoint) `tx`. A run of job records and
-/// timeline entries (nothing else between them) is written a table at a time, several rows a
-/// statement ([`rows`]).
+/// timeline entries (nothing else between them but guards that read neither table) is written a
+/// table at a time, several rows a statement ([`rows`]), after its guards.
 pub(crate) fn apply(tx: &rusqlite::Connection, writes: &[Write]) -> Result<(), Fail> {
     let mut rest = writes;
     while !rest.is_empty() {
-        let run = rest.iter().take_while(|w| matches!(w, Write::Job(_) | Write::Timeline(_))).count();
-        if run > 1 {
+        let run = rest.iter().take_while(|w| is_row(w) || reads_no_row(w)).count();
+        if rest[..run].iter().filter(|w| is_row(w)).count() > 1 {
+            for guard in rest[..run].iter().filter(|w| reads_no_row(w)) {
+                one(tx, guard)?;
+            }
             rows(tx, &rest[..run])?;
             rest = &rest[run..];
         } else {
@@ -46,6 +49,21 @@ pub(crate) fn apply(tx: &rusqlite::Connection, writes: &[Write]) -> Result<(), F
         }
     }
     Ok(())
+}
+
+/// A job record or a timeline entry: what [`rows`] writes.
+fn is_row(w: &Write) -> bool {
+    matches!(w, Write::Job(_) | Write::Timeline(_))
+}
+
+/// A guard that reads neither jobs nor the timeline (the operation's version, the lease's
+/// holder) and writes nothing: it sees the same whether the rows of its run are written before
+/// or after it, so a run's guards are checked first and its rows keep one statement a table. The
+/// driver's commit of a chained job is the result, the version guard, the next start: three
+/// statements this way, five with the guard between two runs (issue [N] 5, docs/benchmarks.md).
+/// A refused guard refuses the whole commit either way.
+fn reads_no_row(w: &Write) -> bool {
+    matches!(w, Write::ExpectVersion { .. } | Write::Fence { .. })
 }
 
 /// The most rows one statement of [`rows`] writes. Its texts are one per size, each a power of
@@ -60,7 +78,7 @@ fn batch_texts(head: &str, columns: usize, tail: &str) -> Vec<String> {
         .collect()
 }
 
-static JOB_TEXTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+pub(crate) static JOB_TEXTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
     batch_texts(
         "jobs (operation, id, state, attempts, outcome, updated_at)",
         6,
@@ -69,7 +87,7 @@ static JOB_TEXTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(||
     )
 });
 
-static TIMELINE_TEXTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+pub(crate) static TIMELINE_TEXTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
     batch_texts("timeline (operation, at, actor, event, from_state, to_state, reason, data)", 8, "")
 });
 

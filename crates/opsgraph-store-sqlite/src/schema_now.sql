@@ -26,18 +26,6 @@ CREATE TABLE plans (
     operation TEXT NOT NULL,
     plan TEXT NOT NULL
 );
-CREATE TABLE timeline (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    operation TEXT NOT NULL,
-    at TEXT NOT NULL,
-    actor TEXT NOT NULL,
-    event TEXT NOT NULL,
-    from_state TEXT,
-    to_state TEXT,
-    reason TEXT NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE INDEX timeline_operation ON timeline(operation, seq);
 CREATE TABLE jobs (
     operation TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -176,5 +164,17 @@ CREATE TABLE resource_events (
     detail TEXT NOT NULL
 );
 CREATE INDEX resource_events_resource ON resource_events(resource, seq);
+CREATE TABLE timeline (
+    seq INTEGER PRIMARY KEY,
+    operation TEXT NOT NULL,
+    at TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    event TEXT NOT NULL,
+    from_state TEXT,
+    to_state TEXT,
+    reason TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX timeline_operation ON timeline(operation, seq);
 
-PRAGMA user_version = 7;
+PRAGMA user_version = 8;

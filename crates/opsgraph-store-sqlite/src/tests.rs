@@ -320,3 +320,93 @@ fn a_run_of_rows_leaves_what_one_commit_a_write_leaves() {
         assert!(store.jobs("op-1").unwrap().is_empty() && store.timeline("op-1").unwrap().is_empty());
     }
 }
+
+/// The driver's commit of a chained job — job k's result (a job record, an entry), the
+/// operation's version guard, job k+1's start (a job record, an entry) — writes its four rows in
+/// two statements, one a table, the guard checked first (`apply::reads_no_row`); with the guard
+/// ending a run it took four. The same rows either way, and a refused guard among them refuses
+/// them all.
+#[test]
+fn a_chained_jobs_commit_writes_its_rows_one_statement_a_table_and_its_guard_still_refuses() {
+    use rusqlite::StatementStatus::Run;
+    let chained = |version: i64| {
+        // `rows_of_a_commit(2)` without its guards: j0 running, its entry, j0 succeeded, j1
+        // running, its entry; the chain's commit is j0's result, the guard, j1's start.
+        let mut writes = rows_of_a_commit(2);
+        writes.retain(|w| !matches!(w, Write::ExpectVersion { .. }));
+        writes.drain(..2);
+        let result = writes.remove(0);
+        let entry = Write::Timeline(opsgraph_store::testing::entry("op-1", "j0 succeeded"));
+        [vec![result, entry, Write::ExpectVersion { operation: "op-1".into(), version }], writes].concat()
+    };
+    let create = [Write::CreateOperation { op: op("op-1"), plan: "{}".into() }];
+    let runs = |store: &SqliteStore, texts: &[String]| -> Vec<i32> {
+        texts.iter().map(|t| store.conn.prepare_cached(t).unwrap().get_status(Run)).collect()
+    };
+    let mut store = SqliteStore::memory().unwrap();
+    store.commit(&create).unwrap();
+    let writes = chained(op("op-1").version);
+    store.commit(&writes).unwrap();
+    // Two job records in one statement of two rows, two entries in one: none of one row.
+    assert_eq!(runs(&store, &crate::apply::JOB_TEXTS)[..2], [0, 1]);
+    assert_eq!(runs(&store, &crate::apply::TIMELINE_TEXTS)[..2], [0, 1]);
+    let mut single = SqliteStore::memory().unwrap();
+    single.commit(&create).unwrap();
+    for w in &writes {
+        single.commit(std::slice::from_ref(w)).unwrap();
+    }
+    assert_eq!(store.jobs("op-1").unwrap(), single.jobs("op-1").unwrap());
+    assert_eq!(store.timeline("op-1").unwrap(), single.timeline("op-1").unwrap());
+
+    let mut refused = SqliteStore::memory().unwrap();
+    refused.commit(&create).unwrap();
+    let err = refused.commit(&chained(op("op-1").version + 1)).unwrap_err();
+    assert!(matches!(err, opsgraph_store::Error::Conflict { .. }), "{err:?}");
+    assert!(refused.jobs("op-1").unwrap().is_empty() && refused.timeline("op-1").unwrap().is_empty());
+}
+
+/// Migration 8: a file made before it keeps its timeline as it was (every entry, its `seq`),
+/// new entries follow the last one, and the table no longer keeps a counter in
+/// `sqlite_sequence`. A commit of one entry writes two pages to the WAL (the table's last leaf,
+/// the index's), where the counter made it three.
+#[test]
+fn the_timeline_keeps_its_seqs_without_autoincrement_and_an_entry_writes_two_pages() {
+    let dir = std::env::temp_dir().join(format!("opsgraph-store-seq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("opsgraph.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for sql in &crate::schema::MIGRATIONS[..7] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch(
+            "PRAGMA user_version = 7;
+             INSERT INTO timeline (seq, operation, at, actor, event, reason, data) VALUES
+               (1, 'op-1', 't1', 'a', 'e', 'first', 'null'), (2, 'op-2', 't2', 'a', 'e', 'other', 'null'),
+               (5, 'op-1', 't5', 'a', 'e', 'third', 'null');",
+        )
+        .unwrap();
+    }
+    let mut store = SqliteStore::open(&path, Durability::Full).unwrap();
+    let seqs = |store: &SqliteStore| -> Vec<(i64, String)> {
+        store.timeline("op-1").unwrap().into_iter().map(|e| (e.seq, e.reason)).collect()
+    };
+    assert_eq!(seqs(&store), [(1, "first".to_string()), (5, "third".to_string())]);
+    store.commit(&[Write::Timeline(entry("op-1", "after"))]).unwrap();
+    assert_eq!(seqs(&store)[2], (6, "after".to_string()));
+    let counters: i64 = store
+        .conn
+        .query_row("SELECT count(*) FROM sqlite_sequence WHERE name LIKE 'timeline%'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(counters, 0);
+
+    let wal = || std::fs::metadata(dir.join("opsgraph.db-wal")).unwrap().len();
+    let before = wal();
+    for i in 0..10 {
+        store.commit(&[Write::Timeline(entry("op-1", &format!("entry {i}")))]).unwrap();
+    }
+    let page: i64 = store.conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+    assert_eq!((wal() - before) / (page as u64 + 24), 20, "two WAL frames a commit of one entry");
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
