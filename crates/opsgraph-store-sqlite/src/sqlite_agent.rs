@@ -192,7 +192,6 @@ pub(crate) fn claim(
             let c = c.clone();
             crate::writer::job(move |tx| claim_in(tx, &c))
         },
-        None,
     )
 }
 
