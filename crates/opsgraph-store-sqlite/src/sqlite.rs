@@ -69,7 +69,7 @@ impl SqliteStore {
             let name = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             let written = opsgraph_store::timeline_written(&name.display().to_string());
             let writer = writer_of(path);
-            let wal = (durability == Durability::Full).then(|| Arc::new(Wal::of(&name, Arc::clone(&writer))));
+            let wal = (durability == Durability::Full).then(|| Arc::new(Wal::of(&name, Arc::clone(&writer.syncs))));
             let mut store = SqliteStore {
                 conn,
                 writer,

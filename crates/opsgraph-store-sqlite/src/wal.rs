@@ -136,14 +136,15 @@ pub(crate) struct Wal {
     /// Opened at the first sync (the file exists once this process's connection wrote to it;
     /// SQLite removes it only when the last connection closes, after a complete checkpoint).
     file: OnceLock<File>,
-    syncs: Arc<crate::writer::Writer>,
+    syncs: Arc<Syncs>,
 }
 
 impl Wal {
-    pub(crate) fn of(db: &std::path::Path, writer: Arc<crate::writer::Writer>) -> Wal {
+    /// `syncs`: the file's, shared by its stores in this process (its `Writer`'s).
+    pub(crate) fn of(db: &std::path::Path, syncs: Arc<Syncs>) -> Wal {
         let mut path = db.as_os_str().to_owned();
         path.push("-wal");
-        Wal { path: PathBuf::from(path), file: OnceLock::new(), syncs: writer }
+        Wal { path: PathBuf::from(path), file: OnceLock::new(), syncs }
     }
 
     /// The WAL file's path (`DB-wal`).
@@ -152,7 +153,7 @@ impl Wal {
     }
 
     pub(crate) fn syncs(&self) -> &Syncs {
-        &self.syncs.syncs
+        &self.syncs
     }
 
     /// One `fdatasync` of the WAL file.
@@ -168,7 +169,7 @@ impl Wal {
         #[cfg(test)]
         {
             let len = file.metadata().map_or(0, |m| m.len());
-            lock(&self.syncs.syncs.state).covered.push(len);
+            lock(&self.syncs.state).covered.push(len);
         }
         file.sync_data().map_err(failed)
     }
@@ -178,6 +179,6 @@ impl Syncer for Wal {
     /// Every commit made before this call is durable when it returns `Ok`: a sync begun after
     /// the call ended (this caller's, or another connection's of the same file).
     fn sync(&self) -> Result<(), Error> {
-        self.syncs.syncs.after(|| self.sync_now()).map_err(|reason| Error::NotDurable { reason })
+        self.syncs.after(|| self.sync_now()).map_err(|reason| Error::NotDurable { reason })
     }
 }

@@ -33,7 +33,7 @@ struct Pending {
 pub(crate) struct Writer {
     group: GroupTurn<Pending>,
     /// The syncs of the file's WAL, grouped (`wal.rs`).
-    pub(crate) syncs: crate::wal::Syncs,
+    pub(crate) syncs: Arc<crate::wal::Syncs>,
 }
 
 pub(crate) fn writer_of(path: &Path) -> Arc<Writer> {
