@@ -26,7 +26,7 @@
 //!    sync instead of one per report (issue [N] 5).
 //! 7. A commit that only enqueues attempts for agents ([`Durable::ByItsClaims`]) starts no sync:
 //!    an agent hears of a task only from a claim, a write of its row made after this commit and
-//!    synced before it is answered, which covers this one (the WAL is synced in order). Its workers
+//!    synced at its own commit, which covers this one (the WAL is synced in order). Its workers
 //!    start nothing, so they wait for no guard; the next sync, or one started when the driver
 //!    finds no report for a while ([`Committer::catch_up`]) or stops, covers it too (issue [N] 2).
 //!
@@ -64,7 +64,7 @@ pub enum Durable {
     /// attempts only agents run (and enqueues their tasks, handing none to a parked claim and
     /// carrying no report an agent waits on). Nothing of this process acts on it: its agent
     /// tasks reach an agent only through a claim, a write of their rows made after this commit
-    /// on any connection and synced before the claim is answered (SQLite appends
+    /// on any connection and synced at its commit before the claim is answered (SQLite appends
     /// the WAL in commit order and one `fdatasync` of it covers what was written before;
     /// PostgreSQL flushes its WAL in order), which covers this commit too. The workers waiting
     /// for those agents start nothing and need no guard; the next sync of this runtime, or

@@ -36,11 +36,12 @@ pub struct SqliteStore {
     /// What [`Store::wait_for_timeline`] saw last: the signal's generation and `data_version`
     /// (`None` before its first call).
     pub(crate) seen: std::cell::Cell<Option<(u64, i64)>>,
-    /// The WAL file, synced after every durable commit and by [`Store::syncer`] for the deferred
-    /// ones (`wal.rs`: grouped with the other connections' syncs of the file); `None` where
-    /// commits are not synced at all (`Durability::Normal`) or there is no file (in memory).
+    /// The WAL file, synced for [`Store::commit_deferred`]'s commits; `None` where commits are
+    /// not synced at all (`Durability::Normal`) or there is no file (in memory).
     pub(crate) wal: Option<Arc<Wal>>,
-    /// The connection was set to `synchronous=NORMAL` ([`SqliteStore::unsynced`]).
+    /// The connection is at `synchronous=NORMAL` (left there by the last deferred commit or
+    /// lease) rather than its durability's setting: switched only when the next commit needs
+    /// the other one ([`SqliteStore::synchronous`]).
     pub(crate) normal: std::cell::Cell<bool>,
     /// Turns of the group commit that ran other connections' writes on this one (`writer.rs`):
     /// part of [`Store::data_version`], which `PRAGMA data_version` alone would not move.
@@ -68,11 +69,10 @@ impl SqliteStore {
             // One signal for every store of the file, however its path was spelled.
             let name = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             let written = opsgraph_store::timeline_written(&name.display().to_string());
-            let writer = writer_of(path);
-            let wal = (durability == Durability::Full).then(|| Arc::new(Wal::of(&name, Arc::clone(&writer.syncs))));
+            let wal = (durability == Durability::Full).then(|| Arc::new(Wal::of(&name)));
             let mut store = SqliteStore {
                 conn,
-                writer,
+                writer: writer_of(path),
                 written,
                 seen: Default::default(),
                 wal,
@@ -180,87 +180,67 @@ const OPERATION_COLUMNS: &str =
     "id, parent, intent, resource, state, plan_revision, actor, created_at, updated_at, version, intent_id, plan_id";
 
 impl SqliteStore {
-    /// [`Store::commit`] (`durable`: synced before it returns) or [`Store::commit_deferred`]
-    /// (left to [`Store::syncer`]): made at `synchronous=NORMAL` either way, the sync after the
-    /// write turn ([`SqliteStore::durably`]).
-    fn commit_with(&mut self, writes: &[Write], durable: bool) -> Result<(), Error> {
-        let commit = |s: &mut Self| {
-            // Grouped with other connections' writes to this file (`writer.rs`): under the write
-            // lock from the start, so a guard that reads (a fence) and its writes see one state.
-            let writer = s.writer.clone();
-            writer.write(
-                &mut s.conn,
-                &s.foreign,
+    /// [`Store::commit`], synced at its commit, or (`deferred`) left to [`SqliteStore::wal`].
+    fn commit_with(&mut self, writes: &[Write], deferred: Option<&Wal>) -> Result<(), Error> {
+        self.synchronous(deferred.is_some())?;
+        // Grouped with other connections' writes to this file (`writer.rs`): under the write
+        // lock from the start, so a guard that reads (a fence) and its writes see one state.
+        let writer = self.writer.clone();
+        writer
+            .write(
+                &mut self.conn,
+                &self.foreign,
                 |tx| apply(tx, writes),
                 || {
                     let writes = writes.to_vec();
                     crate::writer::job(move |tx| apply(tx, &writes))
                 },
+                deferred,
             )
-        };
-        let done = if durable { self.durably(commit, |_| true) } else { self.unsynced().and_then(|_| commit(self)) };
-        done.inspect(|_| {
-            if writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
-                self.written.ring();
-            }
-        })
+            .inspect(|_| {
+                if writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
+                    self.written.ring();
+                }
+            })
     }
 
-    /// Runs `commit` (commits on this connection, at `synchronous=NORMAL`) and, when `wrote` says
-    /// its result wrote something, syncs the WAL before returning it: durable when it returns.
-    /// The `fsync` is not in the write turn (which SQLite's `FULL` would hold through it): the
-    /// syncs of the commits made meanwhile, on any connection of the file in this process, are
-    /// one (`wal.rs`; issue [N] 2). A failed sync fails the call (`Error::NotDurable`): its
-    /// commit is made, and visible, but nobody may be told so.
-    fn durably<T>(
-        &mut self,
-        commit: impl FnOnce(&mut Self) -> Result<T, Error>,
-        wrote: impl FnOnce(&T) -> bool,
-    ) -> Result<T, Error> {
-        let Some(wal) = self.wal.clone() else { return commit(self) };
-        self.unsynced()?;
-        let writing = wal.syncs().writing();
-        let done = commit(self)?;
-        drop(writing);
-        if wrote(&done) {
-            opsgraph_store::Syncer::sync(&*wal)?;
-        }
-        Ok(done)
-    }
-
-    /// Sets the connection to `synchronous=NORMAL` where commits are synced (`wal` is set:
-    /// `Durability::Full` on a file), once: every commit is made in the WAL without an `fsync`
-    /// of its own, and synced after its write turn when it must be durable
-    /// ([`SqliteStore::durably`]) or by [`Store::syncer`]. The store opens at `FULL`, so the
-    /// migrations of `open` are synced at their commit. Outside a transaction: SQLite refuses it
-    /// inside one. When the switch fails, the commit is not made.
-    pub(crate) fn unsynced(&self) -> Result<(), Error> {
-        if self.wal.is_none() || self.normal.get() {
+    /// Sets the connection to `synchronous=NORMAL` for a deferred commit (`normal`: made in the
+    /// WAL, durable with the WAL's next sync, a synced commit after it on the file or
+    /// [`Store::syncer`]'s) or back to `FULL` for one synced at its commit, where commits are
+    /// otherwise synced (`wal` is set: `Durability::Full` on a file); under `Normal` or in memory
+    /// nothing is switched. Every commit on this connection sets it first. The pragma is run
+    /// only when the setting changes: the driver's deferred commits follow one another at
+    /// `NORMAL` without a pair of pragmas each (SQLite prepares a pragma again at every run,
+    /// ~15,000 instructions a pair; issue [N] 5, docs/benchmarks.md). Outside a transaction:
+    /// SQLite refuses it inside one. When the switch fails, the commit is not made.
+    pub(crate) fn synchronous(&self, normal: bool) -> Result<(), Error> {
+        if self.wal.is_none() || self.normal.get() == normal {
             return Ok(());
         }
-        edge(|| Ok(self.conn.prepare_cached("PRAGMA synchronous=NORMAL")?.execute([]).map(|_| ())?))?;
-        self.normal.set(true);
+        let sql = if normal { "PRAGMA synchronous=NORMAL" } else { "PRAGMA synchronous=FULL" };
+        edge(|| Ok(self.conn.prepare_cached(sql)?.execute([]).map(|_| ())?))?;
+        self.normal.set(normal);
         Ok(())
     }
 
     /// Runs `commit` (commits on this connection) with `synchronous=NORMAL`
-    /// ([`SqliteStore::unsynced`]): made in the WAL, durable with the WAL's next sync.
+    /// ([`SqliteStore::synchronous`]): made in the WAL, durable with the WAL's next sync.
     fn deferred<T>(&mut self, commit: impl FnOnce(&mut Self) -> Result<T, Error>) -> Result<T, Error> {
-        self.unsynced()?;
+        self.synchronous(true)?;
         commit(self)
     }
 }
 
 impl Store for SqliteStore {
-    /// Made at `synchronous=NORMAL`, then the WAL synced after the write turn, grouped
-    /// ([`SqliteStore::durably`]).
     fn commit(&mut self, writes: &[Write]) -> Result<(), Error> {
-        self.commit_with(writes, true)
+        self.commit_with(writes, None)
     }
 
-    /// Made at `synchronous=NORMAL` (in the WAL), synced by [`Store::syncer`] (`wal.rs`).
+    /// Under `synchronous=FULL`, this commit runs with `NORMAL`: made in the WAL, synced by
+    /// [`Store::syncer`] (`wal.rs`).
     fn commit_deferred(&mut self, writes: &[Write]) -> Result<(), Error> {
-        self.commit_with(writes, self.wal.is_none())
+        let Some(wal) = self.wal.clone() else { return self.commit(writes) };
+        self.commit_with(writes, Some(&wal))
     }
 
     fn syncer(&self) -> Option<Arc<dyn opsgraph_store::Syncer>> {
@@ -557,11 +537,8 @@ impl Store for SqliteStore {
     }
 
     fn agent_claim(&mut self, claim: &opsgraph_store::AgentClaim) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
-        // Durable before it returns (the claim is answered): synced when it claimed something.
-        let tasks = self.durably(
-            |s| crate::sqlite_agent::claim(&mut s.conn, &s.writer, &s.foreign, claim),
-            |tasks| !tasks.is_empty(),
-        )?;
+        self.synchronous(false)?;
+        let tasks = crate::sqlite_agent::claim(&mut self.conn, &self.writer, &self.foreign, claim)?;
         if !tasks.is_empty() {
             // Their timeline entries.
             self.written.ring();
@@ -570,26 +547,22 @@ impl Store for SqliteStore {
     }
 
     fn agent_commit_claim(&mut self, writes: &[Write], claim: &AgentClaim) -> Result<Vec<AgentTask>, Error> {
-        // The report's writes, then the claim, in one grouped write (`writer.rs`), synced after
-        // its turn with whatever else is made meanwhile.
+        // The report's writes, then the claim, in one grouped write (`writer.rs`): one fsync.
         fn both(tx: &rusqlite::Connection, writes: &[Write], c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
             apply(tx, writes)?;
             crate::sqlite_agent::claim_in(tx, c)
         }
-        let tasks = self.durably(
-            |s| {
-                let writer = s.writer.clone();
-                writer.write(
-                    &mut s.conn,
-                    &s.foreign,
-                    |tx| both(tx, writes, claim),
-                    || {
-                        let (writes, claim) = (writes.to_vec(), claim.clone());
-                        crate::writer::job(move |tx| both(tx, &writes, &claim))
-                    },
-                )
+        self.synchronous(false)?;
+        let writer = self.writer.clone();
+        let tasks = writer.write(
+            &mut self.conn,
+            &self.foreign,
+            |tx| both(tx, writes, claim),
+            || {
+                let (writes, claim) = (writes.to_vec(), claim.clone());
+                crate::writer::job(move |tx| both(tx, &writes, &claim))
             },
-            |_| true,
+            None,
         )?;
         if !tasks.is_empty() || writes.iter().any(|w| matches!(w, Write::Timeline(_) | Write::Transition { .. })) {
             self.written.ring();

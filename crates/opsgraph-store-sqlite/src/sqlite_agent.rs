@@ -192,6 +192,7 @@ pub(crate) fn claim(
             let c = c.clone();
             crate::writer::job(move |tx| claim_in(tx, &c))
         },
+        None,
     )
 }
 

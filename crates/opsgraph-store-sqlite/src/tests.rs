@@ -70,8 +70,9 @@ fn operations_made_before_ids_existed_get_theirs() {
 
 /// A deferred commit (the runtime's committer, `wal.rs`) is made and visible at once, another
 /// connection's reader sees it, and the syncer makes it durable (a sync of the WAL file). The
-/// connection stays at `synchronous=NORMAL`, a durable commit too (synced after its write turn).
-/// Without full durability or without a file there is nothing to defer to.
+/// connection stays at `synchronous=NORMAL` for the next deferred commit and is set back to
+/// `FULL` before a durable one. Without full durability or without a file there is nothing to
+/// defer to.
 #[test]
 fn a_deferred_commit_is_made_at_once_and_synced_by_the_syncer() {
     let dir = std::env::temp_dir().join(format!("opsgraph-deferred-{}", std::process::id()));
@@ -85,7 +86,7 @@ fn a_deferred_commit_is_made_at_once_and_synced_by_the_syncer() {
     assert!(reader.operation("op-1").unwrap().is_some());
     syncer.sync().unwrap();
     store.commit(&[Write::Timeline(entry("op-1", "durable"))]).unwrap();
-    assert_eq!(synchronous(&store), 1, "a durable commit is made at NORMAL too, and synced after");
+    assert_eq!(synchronous(&store), 2, "a durable commit is made at FULL");
     assert!(SqliteStore::open(&dir.join("normal.db"), Durability::Normal).unwrap().syncer().is_none());
     assert!(SqliteStore::memory().unwrap().syncer().is_none());
     drop((store, reader));
@@ -134,9 +135,9 @@ fn entry(operation: &str, reason: &str) -> opsgraph_store::TimelineEntry {
     opsgraph_store::testing::entry(operation, reason)
 }
 
-/// Under `Full`, the store opens at `FULL` (its migrations synced at their commit) and its first
-/// commit sets it to `NORMAL` for good: a lease's commits (`lease.rs`) and the committer's are
-/// left unsynced, durable ones are synced after their write turn (`wal.rs`); they are read back
+/// Under `Full`, a lease's commits are deferred (`synchronous=NORMAL`, `lease.rs`), refused or
+/// not, and so are the committer's; the connection stays at `NORMAL` between them and is set to
+/// `FULL` before every commit synced at its commit (a refused one included); they are read back
 /// by the next connection. Under `Normal` nothing is switched.
 #[test]
 fn a_leases_commits_leave_the_connection_synced() {
@@ -149,10 +150,8 @@ fn a_leases_commits_leave_the_connection_synced() {
     assert!(store.acquire_lease("op-1", "another", 10_000).is_err(), "held");
     store.commit_deferred(&[Write::Timeline(entry("op-1", "deferred"))]).unwrap();
     assert_eq!(synchronous(&store), 1, "no switch between deferred commits");
-    let syncs = store.wal.as_ref().unwrap().syncs().begun();
     store.commit(&[Write::Timeline(entry("op-1", "durable"))]).unwrap();
-    assert_eq!(synchronous(&store), 1, "a durable commit is made at NORMAL too");
-    assert_eq!(store.wal.as_ref().unwrap().syncs().begun(), syncs + 1, "and synced after its turn");
+    assert_eq!(synchronous(&store), 2, "a durable commit is made at FULL");
     store.acquire_lease("op-2", "me", 10_000).unwrap();
     store.release_lease(&lease).unwrap();
     assert_eq!(synchronous(&store), 1);
@@ -163,7 +162,7 @@ fn a_leases_commits_leave_the_connection_synced() {
         entry: entry("none", "t"),
     }]);
     assert!(refused.is_err());
-    assert_eq!(synchronous(&store), 1);
+    assert_eq!(synchronous(&store), 2, "set before the commit, refused or not");
     drop(store);
     let mut store = SqliteStore::open(&path, Durability::Normal).unwrap();
     assert!(store.lease("op-1").unwrap().is_some_and(|l| l.released));
@@ -180,15 +179,11 @@ fn a_leases_commits_leave_the_connection_synced() {
 
 /// A task enqueued by a deferred commit (`synchronous=NORMAL`, not synced: the runtime's
 /// `Durable::ByItsClaims`) reaches an agent only through a claim, and every claim — alone, or in
-/// a report's commit (`agent_commit_claim`, which the report route answers after) — returns only
-/// once a sync of the WAL, begun after its write was in the WAL, has ended, on whatever
-/// connection it is made: that sync covers the claim, the report, and the enqueue written before
-/// them. What the runtime leaves unsynced, and an agent's answer, rest on this. The witness: the
-/// WAL's length when the last sync before the call returned began (`Syncs::covered`) is at least
-/// its length once the call returned (nothing else writes meanwhile): a claim answered before its
-/// sync, or with none, fails it.
+/// a report's commit — is made at `FULL` on whatever connection makes it, even one whose last
+/// commit was deferred: synced at its commit, which syncs the WAL and with it the enqueue
+/// written before it. What the runtime leaves unsynced rests on this.
 #[test]
-fn a_claim_and_a_report_return_only_after_a_sync_that_covers_them() {
+fn a_claim_is_synced_at_its_commit_after_deferred_ones() {
     use opsgraph_store::{AgentClaim, AgentTask, AgentWrite};
     let (dir, path) = store_path("claim-sync");
     let mut driver = SqliteStore::open(&path, Durability::Full).unwrap();
@@ -216,85 +211,31 @@ fn a_claim_and_a_report_return_only_after_a_sync_that_covers_them() {
         .unwrap(),
         entry: entry("", "claimed {task}"),
     };
-    let wal_len = || std::fs::metadata(format!("{}-wal", path.display())).unwrap().len();
-    let syncs = |s: &SqliteStore| s.wal.as_ref().unwrap().syncs().covered();
     driver.commit(&[Write::CreateOperation { op: op("op-1"), plan: json!({"jobs": []}).to_string() }]).unwrap();
     let mut seen = Vec::new();
     for (id, lease) in [("t1", "lease-one-0000000001"), ("t2", "lease-two-0000000002")] {
         driver.commit_deferred(&[Write::Agent(AgentWrite::Enqueue(Box::new(task(id))))]).unwrap();
         route.commit_deferred(&[Write::Timeline(entry("op-1", "deferred on the route's connection"))]).unwrap();
-        let before = syncs(&route).len();
+        seen.push(format!("{id} enqueued: driver {}, route {}", synchronous(&driver), synchronous(&route)));
         let got = if id == "t1" {
             route.agent_claim(&claim(lease)).unwrap()
         } else {
             route.agent_commit_claim(&[Write::Timeline(entry("op-1", "a report"))], &claim(lease)).unwrap()
         };
-        let (covered, len) = (syncs(&route), wal_len());
         let ids: Vec<String> = got.into_iter().map(|t| t.id).collect();
-        let last = covered.last().copied().unwrap_or(0);
-        seen.push(format!(
-            "claimed {ids:?} at synchronous {}: {} sync, covering the WAL as returned: {}",
-            synchronous(&route),
-            covered.len() - before,
-            last >= len
-        ));
+        seen.push(format!("claimed {ids:?} at synchronous {}", synchronous(&route)));
     }
     assert_eq!(
         seen,
         [
-            r#"claimed ["t1"] at synchronous 1: 1 sync, covering the WAL as returned: true"#,
-            r#"claimed ["t2"] at synchronous 1: 1 sync, covering the WAL as returned: true"#,
+            "t1 enqueued: driver 1, route 1",
+            r#"claimed ["t1"] at synchronous 2"#,
+            "t2 enqueued: driver 1, route 1",
+            r#"claimed ["t2"] at synchronous 2"#,
         ]
     );
-    // A claim that finds nothing writes nothing and syncs nothing.
-    let before = syncs(&route).len();
-    assert!(route.agent_claim(&claim("lease-three-000000003")).unwrap().is_empty());
-    assert_eq!(syncs(&route).len(), before);
     drop((driver, route));
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// The syncs of one file are grouped: callers that ask while a sync is under way (begun before
-/// them: it may not cover their commits) wait for it, then share one more, run by one of them;
-/// a caller that asks with none under way runs its own. A failed sync fails every later one.
-#[test]
-fn syncs_asked_for_during_a_sync_share_the_next_one() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
-    use std::time::Duration;
-    let syncs = Arc::new(crate::wal::Syncs::default());
-    let ran = Arc::new(AtomicU64::new(0));
-    let slow = {
-        let (syncs, ran) = (Arc::clone(&syncs), Arc::clone(&ran));
-        std::thread::spawn(move || {
-            syncs.after(|| {
-                ran.fetch_add(1, Ordering::AcqRel);
-                std::thread::sleep(Duration::from_millis(200));
-                Ok(())
-            })
-        })
-    };
-    while syncs.begun() == 0 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let waiters: Vec<_> = (0..4)
-        .map(|_| {
-            let (syncs, ran) = (Arc::clone(&syncs), Arc::clone(&ran));
-            std::thread::spawn(move || {
-                syncs.after(|| {
-                    ran.fetch_add(1, Ordering::AcqRel);
-                    Ok(())
-                })
-            })
-        })
-        .collect();
-    slow.join().unwrap().unwrap();
-    for w in waiters {
-        w.join().unwrap().unwrap();
-    }
-    assert_eq!((syncs.begun(), ran.load(Ordering::Acquire)), (2, 2), "one sync under way, one for the four after it");
-    assert!(syncs.after(|| Err("disk gone".into())).is_err());
-    assert_eq!(syncs.after(|| Ok(())), Err("disk gone".to_string()), "a failure stays");
 }
 
 /// Closing last under `Full` leaves a small WAL as it is (SQLite's checkpoint at close is two

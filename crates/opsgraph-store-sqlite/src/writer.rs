@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use opsgraph_store::group::{lock, shared, GroupTurn, Turn};
-use opsgraph_store::Error;
+use opsgraph_store::{Error, Syncer};
 use rusqlite::Connection;
 
+use crate::wal::Wal;
 use crate::{edge, Fail};
 
 /// The write turn of each database file this process opened, by its canonical path.
@@ -32,8 +33,6 @@ struct Pending {
 #[derive(Default)]
 pub(crate) struct Writer {
     group: GroupTurn<Pending>,
-    /// The syncs of the file's WAL, grouped (`wal.rs`).
-    pub(crate) syncs: Arc<crate::wal::Syncs>,
 }
 
 pub(crate) fn writer_of(path: &Path) -> Arc<Writer> {
@@ -50,9 +49,9 @@ impl Writer {
     /// queued meanwhile. When another connection holds the turn, an owned copy (`owned()`) waits
     /// in the queue, and the next holder of the turn runs it (that may be this caller).
     ///
-    /// Every connection of a file with full durability commits with `synchronous=NORMAL`: the
-    /// turn holds no `fsync`, and each caller whose write must be durable syncs the WAL after its
-    /// turn (`wal.rs`, grouped), whichever connection's turn ran its write.
+    /// `deferred`: `conn` commits with `synchronous=NORMAL` for this caller, who syncs later
+    /// (`wal.rs`); the other connections' writes a turn of it commits are synced before they
+    /// are answered, as they would have been at their own commit.
     ///
     /// `foreign` is bumped when this turn ran other connections' writes on `conn`: they do not
     /// move `conn`'s `PRAGMA data_version` (its own commit), yet another connection committed.
@@ -62,6 +61,7 @@ impl Writer {
         foreign: &std::cell::Cell<i64>,
         mine: impl FnOnce(&Connection) -> Result<T, Fail>,
         owned: impl FnOnce() -> Job,
+        deferred: Option<&Wal>,
     ) -> Result<T, Error> {
         let turn = self.group.take(
             || Arc::new(Pending { job: Mutex::new(Some(owned())), out: Mutex::new(None) }),
@@ -72,7 +72,8 @@ impl Writer {
                 if !queued.is_empty() {
                     foreign.set(foreign.get() + 1);
                 }
-                return commit(conn, Some(mine), queued).expect("ours was run");
+                let others = deferred.filter(|_| !queued.is_empty());
+                return commit(conn, Some(mine), queued, others).expect("ours was run");
             }
             Turn::Queued { pending, lead, turn } => {
                 if let Some(queued) = lead {
@@ -80,7 +81,8 @@ impl Writer {
                     if queued.len() > 1 {
                         foreign.set(foreign.get() + 1);
                     }
-                    let _ = commit(conn, None::<fn(&Connection) -> Result<(), Fail>>, queued);
+                    let others = deferred.filter(|_| queued.len() > 1);
+                    let _ = commit(conn, None::<fn(&Connection) -> Result<(), Fail>>, queued, others);
                 }
                 (pending, turn)
             }
@@ -99,11 +101,14 @@ fn group_error(what: &str) -> Error {
 }
 
 /// One transaction: `mine` (if any) and the queued writes, each in a savepoint; one commit.
-/// Returns `mine`'s result; the queued ones get theirs in their `out`.
+/// Returns `mine`'s result; the queued ones get theirs in their `out`. `sync`: the commit was
+/// made unsynced (`Writer::write`'s `deferred`) and holds others' writes: synced before anyone
+/// is answered.
 fn commit<T, F: FnOnce(&Connection) -> Result<T, Fail>>(
     conn: &mut Connection,
     mine: Option<F>,
     queued: Vec<Arc<Pending>>,
+    sync: Option<&Wal>,
 ) -> Option<Result<T, Error>> {
     let tx = match Immediate::begin(conn) {
         Ok(tx) => tx,
@@ -142,6 +147,8 @@ fn commit<T, F: FnOnce(&Connection) -> Result<T, Fail>>(
     }
     if lost.is_none() {
         if let Err(e) = tx.commit() {
+            lost = Some(e.to_string());
+        } else if let Some(Err(e)) = sync.map(Syncer::sync) {
             lost = Some(e.to_string());
         }
     }
