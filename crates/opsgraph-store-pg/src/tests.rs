@@ -83,6 +83,73 @@ fn postgres_jobs_have_no_index_on_their_state() {
     }
 }
 
+/// Migration 11: a job's update stays on its row's page (heap-only: no new entry in the primary
+/// key) when jobs start and end as a drive writes them, eight at a time, each running then done
+/// with an outcome; with pages filled to the brim (before it) about one in five moved. A database
+/// made by the first 10 migrations gets the setting too.
+#[test]
+fn postgres_job_updates_stay_on_their_page() {
+    use opsgraph_store::{JobRecord, JobState, Store, Write};
+    let Some(db) = crate::test_db("postgres_job_updates_stay_on_their_page") else { return };
+    let mut store = PgStore::connect(db.url()).unwrap();
+    let create = Write::CreateOperation { op: opsgraph_store::testing::operation("op-1", None), plan: "{}".into() };
+    store.commit(&[create]).unwrap();
+    let lease = store.acquire_lease("op-1", "me", 60_000).unwrap();
+    let job = |k: usize, state: JobState, outcome: serde_json::Value| JobRecord {
+        operation: "op-1".into(),
+        id: format!("job-{k:04}"),
+        state,
+        attempts: 1,
+        outcome,
+        updated_at: "2026-12-06T23:30:00.123456Z".into(),
+    };
+    let done = serde_json::json!({"exit_code": 0, "evidence": "passed", "summary": "no-op job done"});
+    // Each turn ends the eight jobs the turn before started and starts eight more.
+    let n: usize = 400;
+    for turn in 0..=n / 8 {
+        let mut writes = vec![lease.fence()];
+        let ended = turn.checked_sub(1).map_or(0..0, |t| t * 8..t * 8 + 8);
+        writes.extend(ended.map(|k| Write::Job(job(k, JobState::Succeeded, done.clone()))));
+        let started = if turn < n / 8 { turn * 8..turn * 8 + 8 } else { 0..0 };
+        writes.extend(started.map(|k| Write::Job(job(k, JobState::Running, serde_json::Value::Null))));
+        store.commit(&writes).unwrap();
+    }
+    // The updates' counts, as the store's own server process counted them (flushed first).
+    let counted = {
+        let mut client = store.client.borrow_mut();
+        client.batch_execute("SELECT pg_stat_force_next_flush()").unwrap();
+        let row = client
+            .query_one("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'jobs'", &[])
+            .unwrap();
+        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+    };
+    assert_eq!(counted, (n as i64, n as i64), "(updates, heap-only updates) of the jobs table");
+    assert!(store.jobs("op-1").unwrap().iter().all(|j| j.state == JobState::Succeeded));
+    drop(store);
+    // A database made before the migration, with a job in it.
+    let Some(db) = crate::test_db("postgres_job_updates_stay_on_their_page from 10") else { return };
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    admin
+        .batch_execute("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (10)")
+        .unwrap();
+    for sql in &crate::schema::MIGRATIONS[..10] {
+        admin.batch_execute(sql).unwrap();
+    }
+    admin
+        .batch_execute(
+            "INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
+             VALUES ('op-1', 'a', 'running', 1, 'null', 't0')",
+        )
+        .unwrap();
+    let store = PgStore::connect(db.url()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), latest());
+    let options: Option<Vec<String>> =
+        admin.query_one("SELECT reloptions FROM pg_class WHERE relname = 'jobs'", &[]).unwrap().get(0);
+    assert_eq!(options, Some(vec!["fillfactor=70".to_string()]));
+    let jobs: Vec<(String, u32)> = store.jobs("op-1").unwrap().into_iter().map(|j| (j.id, j.attempts)).collect();
+    assert_eq!(jobs, [("a".to_string(), 1)]);
+}
+
 /// Migration 4 gives gates made before it their kind (`testing::assert_gates_got_their_kinds`).
 #[test]
 fn postgres_gates_made_before_kinds_existed_get_theirs() {
