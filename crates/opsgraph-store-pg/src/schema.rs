@@ -31,8 +31,6 @@ pub(crate) static MIGRATIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
         AGENT_NOTIFY,
         // 10: no index on a job's state (issue [N] 5).
         NO_JOBS_STATE,
-        // 11: room on the jobs table's pages for a job's update (issue [N] 5).
-        JOBS_FILLFACTOR,
     ]
     .iter()
     .map(|sql| render(sql, &POSTGRES))
@@ -57,14 +55,6 @@ const TIMELINE_COUNTER: &str = "
 /// indexes and could never be a heap-only update (issue [N] 5: index insertion was the largest
 /// part of a driven commit's execution on the server, docs/benchmarks.md, `pg7`).
 const NO_JOBS_STATE: &str = "DROP INDEX IF EXISTS jobs_state;";
-
-/// Migration 11: the jobs table's pages are filled to 70 % by inserts, the rest left for updates.
-/// A job's row is inserted when its attempt starts and updated when it ends; an update that finds
-/// no room on its row's page moves the row to another one and inserts it into the primary key
-/// again, where a heap-only update (no indexed column changes) touches no index. On full pages
-/// about one update in five moved (issue [N] 5, docs/benchmarks.md, `pg8`). Pages filled before
-/// the migration keep what they hold.
-const JOBS_FILLFACTOR: &str = "ALTER TABLE jobs SET (fillfactor = 70);";
 
 /// The key of the advisory lock migrations run under (`'opsgraph'` in ASCII).
 pub(crate) const MIGRATION_LOCK: i64 = 0x6f70_7367_7261_7068;
