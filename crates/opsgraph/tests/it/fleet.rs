@@ -37,7 +37,8 @@ pub(crate) fn claim(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
 }
 
 /// The machine's view the fleet must leave as it found it: /dev, mount points, links,
-/// cgroups named for fleet hosts.
+/// cgroups named for fleet hosts. Not the kernel's own automounts (tracefs, debugfs: mounted the
+/// first time anything on the machine looks there, `perf` say, while a test runs).
 pub(crate) fn machine() -> String {
     let mut dev: Vec<String> =
         std::fs::read_dir("/dev").unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
@@ -46,6 +47,7 @@ pub(crate) fn machine() -> String {
         .unwrap()
         .lines()
         .map(|l| l.split(' ').nth(4).unwrap().to_owned())
+        .filter(|m| !AUTOMOUNTS.contains(&m.as_str()))
         .collect();
     mounts.sort();
     let links = String::from_utf8(Command::new("ip").args(["-o", "link", "show"]).output().unwrap().stdout).unwrap();
@@ -61,6 +63,9 @@ pub(crate) fn machine() -> String {
     .unwrap();
     format!("dev: {dev:?}\nmounts: {mounts:?}\nlinks: {links:?}\ncgroups: {cgroups}")
 }
+
+/// Where the kernel mounts its own file systems on first access.
+const AUTOMOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// Runs `opsgraph ARGS` and compares exit, stdout and stderr with pids and times masked.
 fn check(args: &[&str], fleet_dir: &Path, expect: Expect) -> Run {
