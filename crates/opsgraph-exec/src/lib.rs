@@ -93,7 +93,7 @@ pub use guard::stop_leftovers;
 pub use http::HttpExecutor;
 pub use local::LocalExecutor;
 pub use outcome::{Outcome, Output, Run};
-pub use priority::{jobs_nice, DEFAULT_JOBS_NICE};
+pub use priority::{job_thread, jobs_nice, DEFAULT_JOBS_NICE};
 pub use quote::shell_quote;
 
 /// Starts this process's guardian (`guard.rs`) now rather than at the first spawn: a command

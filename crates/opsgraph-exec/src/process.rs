@@ -14,7 +14,7 @@ use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -75,7 +75,8 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         return Run::cancelled();
     }
     crate::guard::mark(&mut cmd);
-    cmd.stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+    cmd.process_group(0)
+        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // The guardian runs before the group exists, so registering it is one write.
@@ -83,8 +84,8 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         return Run::could_not_start(format!("failed to start {what}: the process guardian did not start: {e}"));
     }
     let start = Instant::now();
-    // The leader of a new process group, below the control plane's priority (`priority.rs`).
-    let mut child = match crate::priority::spawn_group(cmd) {
+    // Below the control plane's priority (`priority.rs`).
+    let mut child = match crate::priority::spawn(cmd) {
         Ok(child) => child,
         Err(e) => return Run::could_not_start(format!("failed to start {what}: {e}")),
     };

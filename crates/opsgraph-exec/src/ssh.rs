@@ -229,16 +229,15 @@ impl SshExecutor {
         }
         let _ = std::fs::create_dir_all(dir);
         // `-f` forks after authentication; the master keeps stdout and stderr, so they are null.
-        let mut cmd = Command::new("ssh");
-        cmd.args(options)
+        let _ = Command::new("ssh")
+            .args(options)
             .args(["-o", "ControlMaster=yes", "-o"])
             .arg(format!("ControlPersist={CONTROL_PERSIST}"))
             .args(["-f", "-N", "--", &self.host])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // Below the control plane, and the master it forks with it (`priority.rs`).
-        let _ = crate::priority::spawn(cmd).and_then(|mut ssh| ssh.wait());
+            .stderr(Stdio::null())
+            .status();
     }
 
     /// Stops the multiplexing master, if there is one.
@@ -250,13 +249,13 @@ impl SshExecutor {
             return;
         }
         if let Ok(options) = self.options() {
-            let mut cmd = Command::new("ssh");
-            cmd.args(&options)
+            let _ = Command::new("ssh")
+                .args(&options)
                 .args(["-O", "exit", "--", &self.host])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            let _ = crate::priority::spawn(cmd).and_then(|mut ssh| ssh.wait());
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }
@@ -273,10 +272,7 @@ impl SshExecutor {
             }
             None => Stdio::null(),
         });
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let out = crate::priority::spawn(cmd)
-            .and_then(|ssh| ssh.wait_with_output())
-            .map_err(|e| format!("failed to start ssh: {e}"))?;
+        let out = cmd.output().map_err(|e| format!("failed to start ssh: {e}"))?;
         if out.status.success() {
             Ok(out.stdout)
         } else {
@@ -490,14 +486,13 @@ impl SshExecutor {
         // ssh keeps the first value it is given for an option: these come before `options`
         // (which name the master's ControlPath), or the probe would try the dead master's
         // socket first and report that instead of the host.
-        let mut cmd = Command::new("ssh");
-        cmd.args(["-o", "ControlMaster=no", "-o", "ControlPath=none", "-o", "ConnectTimeout=5"])
+        let out = Command::new("ssh")
+            .args(["-o", "ControlMaster=no", "-o", "ControlPath=none", "-o", "ConnectTimeout=5"])
             .args(options)
             .args(["--", &self.host, "true"])
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let out = crate::priority::spawn(cmd).and_then(|ssh| ssh.wait_with_output()).ok()?;
+            .output()
+            .ok()?;
         if out.status.success() {
             return None;
         }

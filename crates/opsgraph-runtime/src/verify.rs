@@ -256,6 +256,8 @@ pub(crate) fn run_checks(
                 .iter()
                 .map(|p| {
                     s.spawn(move || {
+                        // Checks only, below the control plane (`opsgraph_exec::job_thread`).
+                        opsgraph_exec::job_thread();
                         let cancel = Cancel::new();
                         checks
                             .iter()

@@ -21,8 +21,9 @@ type Handed = (Task, Option<Guard>);
 /// The threads that run one drive's attempts: started as attempts need them, never more than
 /// are in flight at once (so at most the concurrency), reused for the rest of the drive, ended
 /// when the drive returns. Each attempt still runs alone on its thread from start to result.
-/// They keep the control plane's CPU priority (they wake at each hand-off and each child's
-/// exit); only the job processes they start run below it (`opsgraph_exec::priority`).
+/// They run nothing but attempts, so each lowers its CPU priority by `OPSGRAPH_JOBS_NICE` once
+/// at its start, and the job processes it starts inherit that: the driver, the server's streams
+/// and the API keep their turn on a busy machine (docs/operations.md#executors).
 pub(crate) struct Workers {
     queue: Arc<Queue>,
     results: mpsc::Sender<TaskResult>,
@@ -112,6 +113,8 @@ impl Workers {
             let queue = Arc::clone(&self.queue);
             let results = self.results.clone();
             std::thread::spawn(move || {
+                // Below the control plane, with the processes it starts (`opsgraph_exec::job_thread`).
+                opsgraph_exec::job_thread();
                 while let Some((task, guard)) = queue.next() {
                     if results.send(run(task, guard)).is_err() {
                         break;
