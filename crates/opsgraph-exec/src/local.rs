@@ -1,7 +1,6 @@
 //! Processes on this machine.
 
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -90,7 +89,9 @@ fn command(spec: &Spec) -> Result<(Command, String), String> {
 }
 
 /// Where `execvp(3)` would find `program` (a bare name, `kubectl`) in the job's `path`: a
-/// regular file with an execute bit that starts as a program (`#!` or ELF). Resolved here
+/// regular file this process may execute (`access(2)`, as the kernel's `execve` decides: an
+/// execute bit for another user, or a `noexec` mount, is passed over as `execvp` passes over its
+/// `EACCES`) that starts as a program (`#!` or ELF). Resolved here
 /// because std's `Command` spawns with `posix_spawn` (a `vfork`) only when the child's `PATH` is
 /// not set or the program is a path, and otherwise `fork`s the whole control plane (its page
 /// tables copied, a job at a time) to search the child's `PATH` itself. `None` where only that
@@ -107,7 +108,7 @@ fn resolve(program: &str, path: &str) -> Option<PathBuf> {
         }
         let candidate = Path::new(dir).join(program);
         let Ok(meta) = std::fs::metadata(&candidate) else { continue };
-        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        if !meta.is_file() || rustix::fs::access(&candidate, rustix::fs::Access::EXEC_OK).is_err() {
             continue;
         }
         let mut magic = [0u8; 4];
@@ -134,6 +135,32 @@ mod tests {
         assert_eq!(resolve("/bin/sh", "/bin"), None, "a path is not searched");
         assert_eq!(resolve("passwd", "/etc"), None, "not executable");
         assert_eq!(resolve("etc", "/"), None, "not a file");
+    }
+
+    /// An entry this process may not execute (its execute bit is another user's) is passed
+    /// over as `execvp` passes over it: what `resolve` finds is what std's own search runs.
+    #[test]
+    fn an_entry_this_process_may_not_execute_is_passed_over_as_execvp_does() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = crate::testing::TempDir::new();
+        let (one, two) = (dir.join("one"), dir.join("two"));
+        // `one/prog` is executable by group and others only, not by its owner (this process,
+        // unless it is root, for whom any execute bit will do); `two/prog` by anyone.
+        for (d, mode) in [(&one, 0o411), (&two, 0o755)] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("prog"), format!("#!/bin/sh\necho {}\n", d.display())).unwrap();
+            std::fs::set_permissions(d.join("prog"), std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let path = format!("{}:{}", one.display(), two.display());
+        let execvp = std::process::Command::new("prog").env_clear().env("PATH", &path).output().unwrap();
+        let ran = String::from_utf8_lossy(&execvp.stdout).trim().to_owned();
+        let root = nix::unistd::geteuid().is_root();
+        assert_eq!(ran, if root { one.display() } else { two.display() }.to_string(), "{execvp:?}");
+        assert_eq!(
+            resolve("prog", &path),
+            Some(std::path::PathBuf::from(&ran).join("prog")),
+            "as execvp, root: {root}"
+        );
     }
 
     /// A job naming its program bare (and so setting `PATH` for it) runs the program found in
