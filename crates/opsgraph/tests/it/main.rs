@@ -62,6 +62,8 @@ mod secrets;
 mod serve;
 mod server;
 mod server_ai;
+mod server_flows;
+mod server_secrets;
 mod server_stream;
 mod shellcheck;
 mod subop;
