@@ -85,7 +85,11 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_http_evidence;
+#[cfg(test)]
 mod tests_remote_stop;
+#[cfg(test)]
+mod tests_ssh;
 
 pub use duration::parse_duration;
 pub use evidence::{check_evidence, EvidenceResult};
