@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::spec::DEFAULT_PATH;
-use crate::{process, Cancel, Executor, Program, Run, Spec};
+use crate::{process, Cancel, Executor, Outcome, Program, Run, Spec};
 
 /// Runs programs on this machine: argv exec'd directly, scripts with `sh -eu`, shell lines with
 /// `sh -c`; each run in a new process group.
@@ -16,7 +16,17 @@ pub struct LocalExecutor;
 impl Executor for LocalExecutor {
     fn run(&self, spec: &Spec, cancel: &Cancel) -> Run {
         match command(spec) {
-            Ok((cmd, what)) => process::run(cmd, &what, spec, cancel),
+            Ok((cmd, what)) => {
+                let run = process::run(cmd, &what, spec, cancel);
+                // A working directory that is not one fails the spawn (its `chdir`): said so here,
+                // where it is looked at only then, not with a `statx` before every spawn.
+                match &spec.workdir {
+                    Some(dir) if matches!(run.outcome, Outcome::CouldNotStart { .. }) && !dir.is_dir() => {
+                        Run::could_not_start(format!("working directory {} does not exist", dir.display()))
+                    }
+                    _ => run,
+                }
+            }
             Err(error) => Run::could_not_start(error),
         }
     }
@@ -73,9 +83,6 @@ fn command(spec: &Spec) -> Result<(Command, String), String> {
         Program::Http { .. } => return Err("the local executor runs processes, not http requests".to_owned()),
     };
     if let Some(dir) = &spec.workdir {
-        if !dir.is_dir() {
-            return Err(format!("working directory {} does not exist", dir.display()));
-        }
         cmd.current_dir(dir);
     }
     if !spec.inherit_env {

@@ -112,6 +112,7 @@ pub(crate) fn run(mut cmd: Command, what: &str, spec: &Spec, cancel: &Cancel) ->
         started: start,
         child,
         exit,
+        exit_seen: false,
         streams: [stdout, stderr],
         captures: [Capture::new(spec.output_cap), Capture::new(spec.output_cap)],
         status: None,
@@ -222,6 +223,8 @@ struct Waiter {
     child: Child,
     /// A pidfd of the leader: `poll` wakes when it exits.
     exit: Option<OwnedFd>,
+    /// The pidfd was readable: the leader exited and may be reaped.
+    exit_seen: bool,
     /// stdout and stderr while they are open.
     streams: [Option<File>; 2],
     captures: [Capture; 2],
@@ -248,7 +251,11 @@ impl Waiter {
         let had_exited = self.status.is_some();
         let mut nap = FIRST_NAP;
         loop {
-            if !had_exited {
+            // With a pidfd, reaped only once it said the leader exited: a `wait4` before that
+            // finds it running (2 of 3 calls a short job were futile, issue [N] 5).
+            if !had_exited && (self.exit.is_none() || self.exit_seen) {
+                #[cfg(test)]
+                tests::REAPS.with(|r| r.set(r.get() + 1));
                 match self.child.try_wait() {
                     Ok(Some(status)) => self.status = Some(Ok(status)),
                     Ok(None) => {}
@@ -257,7 +264,9 @@ impl Waiter {
                 if self.status.is_some() {
                     return;
                 }
-            } else if self.open_streams() == 0 {
+                // Not expected once the pidfd is readable; polled again rather than trusted.
+                self.exit_seen = false;
+            } else if had_exited && self.open_streams() == 0 {
                 return;
             }
             let left = until.saturating_duration_since(Instant::now());
@@ -302,9 +311,16 @@ impl Waiter {
                     for (fd, i) in fds.iter().zip(&open) {
                         ready[*i] = fd.revents().is_some_and(|r| !r.is_empty());
                     }
+                    if watch_exit {
+                        self.exit_seen = fds.last().and_then(PollFd::revents).is_some_and(|r| !r.is_empty());
+                    }
                 }
-                // Not expected with valid descriptors; as a reader would, treat it as the end.
-                Err(_) => ready = [true; 2],
+                // Not expected with valid descriptors; as a reader would, treat it as the end
+                // (and look whether the leader exited).
+                Err(_) => {
+                    ready = [true; 2];
+                    self.exit_seen = true;
+                }
             }
         }
         for (i, is_ready) in ready.into_iter().enumerate() {
@@ -358,6 +374,8 @@ mod tests {
     thread_local! {
         /// How often this thread's waiter woke (a `poll` returned or a nap ended).
         pub(super) static WAKES: Cell<usize> = const { Cell::new(0) };
+        /// How often this thread's waiter tried to reap its leader (`wait4`).
+        pub(super) static REAPS: Cell<usize> = const { Cell::new(0) };
     }
 
     /// How often the waiter of a run of `spec` woke, and at most how often it may have: a few
@@ -403,5 +421,27 @@ mod tests {
         assert!(sleeper <= most, "a 300 ms job woke its waiter {sleeper} times (at most {most})");
         let (quick, most) = wakes_of(&Spec::argv(["/bin/true"]));
         assert!(quick <= most, "/bin/true woke its waiter {quick} times (at most {most})");
+    }
+
+    /// With a pidfd the leader is reaped once it said it exited, not looked for before: one
+    /// `wait4` a run (a short job made three, two finding it still running), also when its
+    /// output closed before it exited, and after a timeout's kill.
+    #[test]
+    fn the_leader_is_reaped_once_its_pidfd_says_it_exited() {
+        let reaps = |spec: &Spec| {
+            REAPS.with(|r| r.set(0));
+            let run = LocalExecutor.run(spec, &Cancel::new());
+            (run, REAPS.with(Cell::get))
+        };
+        for argv in [&["/bin/true"][..], &["/bin/sh", "-c", "exec >&- 2>&-; sleep 0.1"]] {
+            let (run, n) = reaps(&Spec::argv(argv.iter().copied()));
+            assert!(run.outcome.is_success(), "{run:?}");
+            assert_eq!(n, 1, "{argv:?} was looked for {n} times");
+        }
+        let mut spec = Spec::argv(["/bin/sleep", "5"]);
+        spec.timeout = Some(std::time::Duration::from_millis(100));
+        let (run, n) = reaps(&spec);
+        assert!(matches!(run.outcome, crate::Outcome::TimedOut { .. }), "{run:?}");
+        assert_eq!(n, 1, "a timed-out leader was looked for {n} times");
     }
 }

@@ -200,6 +200,14 @@ fn could_not_start() {
         CouldNotStart { error: "working directory /nonexistent/dir does not exist" }
     "#]],
     );
+    let mut spec = Spec::argv(["/bin/true"]);
+    spec.workdir = Some("/etc/passwd".into());
+    check(
+        spec,
+        expect![[r#"
+        CouldNotStart { error: "working directory /etc/passwd does not exist" }
+    "#]],
+    );
     let mut spec = Spec::argv(["true"]);
     spec.env.insert("BAD NAME".into(), "x".into());
     check(

@@ -142,6 +142,9 @@ pub(crate) struct Mark {
     /// How often a worker had to wait for the commit of an attempt it was given.
     #[cfg(test)]
     pub(crate) waited: AtomicU64,
+    /// How often a move of the mark notified `moved`.
+    #[cfg(test)]
+    pub(crate) notified: AtomicU64,
 }
 
 #[derive(Default)]
@@ -150,6 +153,9 @@ struct State {
     stop: bool,
     /// The thread is syncing: a commit made now is covered only by the sync after this one.
     syncing: bool,
+    /// Threads waiting on `moved`: the mark's move wakes them only when there are some (std's
+    /// notify makes a `futex` call, waiters or not; most syncs of a wide drive have none).
+    waiters: usize,
 }
 
 impl Mark {
@@ -169,6 +175,8 @@ impl Mark {
             early: AtomicU64::new(0),
             #[cfg(test)]
             waited: AtomicU64::new(0),
+            #[cfg(test)]
+            notified: AtomicU64::new(0),
         }
     }
 
@@ -187,9 +195,14 @@ impl Mark {
         all.push(listener);
     }
 
-    /// The mark moved: wakes its waiters and tells its listeners. Called without the state's lock.
-    fn announce(&self) {
-        self.moved.notify_all();
+    /// The mark moved: wakes its waiters (`waiters`, counted under the state's lock when the move
+    /// was made there) and tells its listeners. Called without the state's lock.
+    fn announce(&self, waiters: usize) {
+        if waiters > 0 {
+            #[cfg(test)]
+            self.notified.fetch_add(1, Ordering::AcqRel);
+            self.moved.notify_all();
+        }
         let all: Vec<Arc<dyn Listener>> =
             self.listeners.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade).collect();
         for l in all {
@@ -210,7 +223,9 @@ impl Mark {
             if self.durable() >= n {
                 return Ok(());
             }
+            state.waiters += 1;
             state = self.moved.wait(state).unwrap_or_else(|e| e.into_inner());
+            state.waiters -= 1;
             #[cfg(test)]
             if state.failed.is_none() && self.durable() < n {
                 self.early.fetch_add(1, Ordering::AcqRel);
@@ -326,8 +341,9 @@ impl Committer {
         }
         let state = self.mark.lock();
         self.mark.durable.fetch_max(n, Ordering::AcqRel);
+        let waiters = state.waiters;
         drop(state);
-        self.mark.announce();
+        self.mark.announce(waiters);
         Ok(n)
     }
 
@@ -359,7 +375,9 @@ impl Committer {
             if !state.syncing {
                 return Ok(());
             }
+            state.waiters += 1;
             state = self.mark.moved.wait(state).unwrap_or_else(|e| e.into_inner());
+            state.waiters -= 1;
         }
     }
 
@@ -430,8 +448,9 @@ fn sync_made(mark: &Mark, syncer: &dyn Syncer, fault: Option<&Fault>, covers: u6
         }
         Err(reason) => state.failed = Some(reason),
     }
+    let waiters = state.waiters;
     drop(state);
-    mark.announce();
+    mark.announce(waiters);
     if failed {
         // The thread ends (a sync on the driver's thread failed).
         mark.work.notify_one();
@@ -635,5 +654,31 @@ mod tests {
         let mut c = Committer::new(None);
         let n = c.submit(Durable::ByItsDrive).unwrap();
         assert_eq!(c.mark().durable(), n);
+    }
+
+    /// A sync that nobody waits for (a wide drive's, whose workers wait in their queue, not on
+    /// the mark) notifies no waiter: no `futex` call a sync. One waited for wakes its waiter.
+    #[test]
+    fn a_sync_nobody_waits_for_notifies_nobody() {
+        use std::time::Duration;
+        let mut c = Committer::new(Some(Arc::new(Counted(AtomicU64::new(0))) as Arc<dyn Syncer>));
+        for _ in 0..3 {
+            let n = c.submit(Durable::Deferred).unwrap();
+            while c.mark().durable() < n {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert_eq!(c.mark().notified.load(Ordering::Acquire), 0, "nobody waited");
+        // The thread takes its fault when it starts: a new committer.
+        let mut c = Committer::new(Some(Arc::new(Counted(AtomicU64::new(0))) as Arc<dyn Syncer>));
+        c.fault = Some(Arc::new(|_| {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok(())
+        }));
+        let n = c.submit(Durable::Deferred).unwrap();
+        let guard = c.guard(n);
+        let waiter = std::thread::spawn(move || guard.wait("w"));
+        waiter.join().unwrap().unwrap();
+        assert!(c.mark().notified.load(Ordering::Acquire) >= 1, "the waiter was woken");
     }
 }
