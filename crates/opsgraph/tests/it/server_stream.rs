@@ -284,14 +284,12 @@ fn a_stream_ends_cleanly_at_its_maximum_duration_and_resumes_without_loss_or_dup
     assert!(reconnect.data["reason"].as_str().unwrap().contains("limits.event_stream_duration"), "{reconnect:?}");
     assert!(sent.iter().all(|e| e.event.is_none() && e.id.is_some()), "{first:#?}");
 
-    // A client that follows the operation to its end: the gate is answered while it reconnects.
-    let answer = {
-        let (id, bob, revision) = (id.clone(), bob.clone(), op["plan_revision"].clone());
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(1500));
-            let body = json!({"option": "approve", "revision": revision}).to_string();
-            http(addr, "POST", &format!("/api/v1/operations/{id}/gates/approve-hello/answer"), &bob, &[], &body)
-        })
+    // A client that follows the operation to its end: the gate is answered while it reconnects,
+    // once it has reconnected twice (not after a fixed time: on a loaded machine two streams
+    // and their set-ups may outlast any sleep).
+    let answer = || {
+        let body = json!({"option": "approve", "revision": op["plan_revision"]}).to_string();
+        http(addr, "POST", &format!("/api/v1/operations/{id}/gates/approve-hello/answer"), &bob, &[], &body)
     };
     let mut seen = ids(sent);
     let mut reconnections = 0;
@@ -306,13 +304,15 @@ fn a_stream_ends_cleanly_at_its_maximum_duration_and_resumes_without_loss_or_dup
             Some("reconnect") => {
                 assert_eq!(tail.data["last_event_id"], json!(seen.last().unwrap()), "{got:#?}");
                 reconnections += 1;
+                if reconnections == 2 {
+                    assert_eq!(answer().status, 200);
+                }
             }
             Some("end") => break,
             other => panic!("a stream ended with {other:?}: {got:#?}"),
         }
         assert!(Instant::now() < deadline, "the operation never ended: {seen:?}");
     }
-    assert_eq!(answer.join().unwrap().status, 200);
     assert!(reconnections >= 2, "{reconnections}");
     let timeline = http(addr, "GET", &format!("/api/v1/operations/{id}/timeline"), &sam, &[], "").json();
     let seqs: Vec<i64> = timeline["timeline"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
