@@ -36,4 +36,4 @@ pub(crate) mod wire;
 
 pub use exec::{execute, LogStream};
 pub use pool::{report_aad, Agents, Bell, Handed, Left, OpenStore, ReportHand, Ticket};
-pub use wire::{AgentJob, AgentReport, WireEvidence, WireFile, WireProgram, MAX_FILES_BYTES};
+pub use wire::{AgentJob, AgentReport, Payload, WireEvidence, WireFile, WireProgram, MAX_FILES_BYTES};
