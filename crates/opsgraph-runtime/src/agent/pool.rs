@@ -532,6 +532,12 @@ impl Bell {
         news.tasks.entry(id.to_string()).or_insert_with(|| (count, Rung::default())).0
     }
 
+    /// Whether a worker watches task `id` (tests wait for it).
+    #[cfg(test)]
+    pub(crate) fn watching(&self, id: &str) -> bool {
+        self.news().tasks.contains_key(id)
+    }
+
     /// Stops watching task `id`: a report handed for it and not taken is given back.
     pub fn unwatch(&self, id: &str) {
         let mut news = self.news();
@@ -581,6 +587,9 @@ pub(crate) struct Waiting {
     /// Run again after a lost agent when its evidence fails: an idempotency key and attempts left.
     pub(super) retry_allowed: bool,
     pub(super) actor: String,
+    /// Enqueued by this process in the commit just done (not found after a restart): its row
+    /// is known, queued or handed, and is not read until the task moves or the poll passes.
+    pub(super) fresh: bool,
 }
 
 impl Drop for Waiting {
