@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use opsgraph_runtime::agent::{Handed, Left, ReportHand};
+use opsgraph_runtime::agent::{Handed, Left, Payload, ReportHand};
 use opsgraph_store::{now, now_ms, AgentClaim, AgentTask, AgentWrite, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -107,7 +107,8 @@ pub(crate) struct ClaimReply {
     heartbeat_ms: Option<i64>,
     /// What to run (opened for the agent: it may hold secrets its job needs).
     #[serde(skip_serializing_if = "Option::is_none")]
-    payload: Option<Value>,
+    #[schemars(with = "Option<Value>")]
+    payload: Option<Payload>,
     /// With `max_tasks`: the other tasks claimed under the same lease, oldest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     more: Vec<MoreTask>,
@@ -118,7 +119,8 @@ pub(crate) struct ClaimReply {
 pub(crate) struct MoreTask {
     task: TaskView,
     lease_expires_ms: i64,
-    payload: Value,
+    #[schemars(with = "Value")]
+    payload: Payload,
 }
 
 /// A heartbeat's answer: when the lease now expires (ms since the epoch).
@@ -151,12 +153,12 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         let seen = bell.work_seen();
         let tasks = ctx.store.agent_claim(&claimer.claim())?;
         if !tasks.is_empty() {
-            return Reply::ok(json!(claimer.answer(ctx, tasks)?));
+            return Reply::typed(&claimer.answer(ctx, tasks)?);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let closing = || ctx.state.0.closing.load(std::sync::atomic::Ordering::SeqCst);
         if left.is_zero() || closing() {
-            return Reply::ok(json!(ClaimReply { protocol: PROTOCOL, ..Default::default() }));
+            return Reply::typed(&ClaimReply { protocol: PROTOCOL, ..Default::default() });
         }
         let nap = left.min(Duration::from_millis(250));
         if !claimer.own_lease {
@@ -171,13 +173,13 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         bell.wait_parked(seen, &ticket, nap);
         let id = match bell.leave(&ticket) {
             Left::Free => continue,
-            Left::Delivered(task) => return Reply::ok(json!(claimer.answer(ctx, vec![*task])?)),
+            Left::Delivered(task) => return Reply::typed(&claimer.answer(ctx, vec![*task])?),
             Left::Promised(id) => id,
         };
         // Handed a task whose commit is not done yet: wait for it (it is this claim's alone now).
         loop {
             if let Some(task) = bell.wait_hand(&ticket, Duration::from_millis(250)) {
-                return Reply::ok(json!(claimer.answer(ctx, vec![*task])?));
+                return Reply::typed(&claimer.answer(ctx, vec![*task])?);
             }
             // Its commit was refused or its drive stopped: look again at once.
             if bell.withdrawn(&ticket) {
@@ -188,13 +190,13 @@ pub(crate) fn claim(ctx: &mut Ctx) -> Result<Reply, ApiError> {
                 t.state == opsgraph_store::AgentTaskState::Claimed && t.lease.as_deref() == Some(claimer.lease.as_str())
             }) {
                 bell.forget(&ticket);
-                return Reply::ok(json!(claimer.answer(ctx, vec![task])?));
+                return Reply::typed(&claimer.answer(ctx, vec![task])?);
             }
             // Its commit failed, or is slow: answered empty, the agent claims again with the same
             // lease and gets the task from the store if it was committed after all.
             if Instant::now() >= deadline || closing() {
                 bell.forget(&ticket);
-                return Reply::ok(json!(ClaimReply { protocol: PROTOCOL, ..Default::default() }));
+                return Reply::typed(&ClaimReply { protocol: PROTOCOL, ..Default::default() });
             }
         }
     }
@@ -393,7 +395,7 @@ pub(crate) fn heartbeat(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         expires_ms,
         at: now(),
     })])?;
-    Reply::ok(json!(LeaseReply { lease_expires_ms: expires_ms }))
+    Reply::typed(&LeaseReply { lease_expires_ms: expires_ms })
 }
 
 pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
@@ -404,7 +406,7 @@ pub(crate) fn log(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let text = ctx.state.0.agents.screen(&ctx.state.0.data_dir, &task)?.log(text);
     ctx.store.commit(&[Write::Agent(AgentWrite::Log { task: body.task, lease: body.lease, text, at: now() })])?;
     ctx.state.0.agents.bell.ring_task(&task.id);
-    Reply::ok(json!(Logged {}))
+    Reply::typed(&Logged {})
 }
 
 /// A chunk of log text, within its limit.
@@ -563,7 +565,7 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
                     }
                     None => None,
                 };
-                return Reply::ok(json!(Reported { task: task.id, state: "reported".into(), next }));
+                return Reply::typed(&Reported { task: task.id, state: "reported".into(), next });
             }
             // Sent again with the same claim's lease, the report gets what the lease holds.
             Handed::Pending => return Err(pending()),
@@ -602,7 +604,7 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
             None
         }
     };
-    Reply::ok(json!(Reported { task: task.id, state: "reported".into(), next }))
+    Reply::typed(&Reported { task: task.id, state: "reported".into(), next })
 }
 
 /// How long a report handed to a waiting worker waits for the driver's commit before it is
@@ -633,5 +635,5 @@ fn done_again(ctx: &mut Ctx, task: String, next: Option<Claimer>) -> Result<Repl
         }
         None => None,
     };
-    Reply::ok(json!(Reported { task, state: "reported".into(), next }))
+    Reply::typed(&Reported { task, state: "reported".into(), next })
 }

@@ -255,8 +255,16 @@ pub fn token_hash(token: &str) -> String {
     format!("sha256:{}", hex(&digest))
 }
 
+/// Lower-case hex, two digits a byte (without a `format!` and a `String` a byte: every request's
+/// token is hashed and written so, issue [N] 2).
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 /// A new token: `og_` and 32 random bytes, base64url without padding.

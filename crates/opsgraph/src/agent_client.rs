@@ -16,8 +16,8 @@ pub(crate) struct Client {
 }
 
 /// How a call ended.
-pub(crate) enum Answer {
-    Ok(Value),
+pub(crate) enum Answer<T = Value> {
+    Ok(T),
     /// The server answered with an error (status, code, message).
     Refused(u16, String, String),
     /// No answer (the server is down or restarting).
@@ -35,6 +35,16 @@ impl Client {
     }
 
     pub(crate) fn post(&self, path: &str, body: &Value) -> Answer {
+        match self.post_as::<Value>(path, body) {
+            Answer::Ok(Parsed::Typed(v) | Parsed::Tree(v)) => Answer::Ok(v),
+            Answer::Refused(status, code, message) => Answer::Refused(status, code, message),
+            Answer::Unreachable(why) => Answer::Unreachable(why),
+        }
+    }
+
+    /// A call whose answer is read straight into `T` (no JSON tree first), or into a tree when it
+    /// is not a `T` to this build (a server of another version): the caller reads that as before.
+    pub(crate) fn post_as<T: serde::de::DeserializeOwned>(&self, path: &str, body: &Value) -> Answer<Parsed<T>> {
         let url = format!("{}{path}", self.base);
         let bytes = serde_json::to_vec(body).unwrap_or_default();
         let result = self
@@ -52,9 +62,14 @@ impl Client {
             Ok(t) => t,
             Err(e) => return Answer::Unreachable(e.to_string()),
         };
+        if (200..300).contains(&status) {
+            if let Ok(typed) = serde_json::from_str::<T>(&text) {
+                return Answer::Ok(Parsed::Typed(typed));
+            }
+        }
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if (200..300).contains(&status) {
-            return Answer::Ok(value);
+            return Answer::Ok(Parsed::Tree(value));
         }
         let code = value["error"]["code"].as_str().unwrap_or("error").to_string();
         let message = value["error"]["message"].as_str().unwrap_or_default().to_string();
@@ -64,6 +79,12 @@ impl Client {
         }
         Answer::Refused(status, code, message)
     }
+}
+
+/// A successful answer: read as the type asked for, or as a JSON tree.
+pub(crate) enum Parsed<T> {
+    Typed(T),
+    Tree(Value),
 }
 
 /// Backoff between retries: 100 ms doubling to 5 s.

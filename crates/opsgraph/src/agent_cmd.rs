@@ -24,10 +24,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use opsgraph_exec::{Cancel, Tee};
+use opsgraph_runtime::agent::{AgentJob, Payload};
 use opsgraph_runtime::LogStream;
 use serde_json::{json, Value};
 
-use crate::agent_client::{send_log, Answer, Backoff, Client};
+use crate::agent_client::{send_log, Answer, Backoff, Client, Parsed};
 use crate::agent_side::{Side, Watch};
 
 /// How `opsgraph agent` runs.
@@ -244,18 +245,18 @@ fn claimed_of(v: &mut Value, protocol: u64) -> Vec<Claimed> {
         return vec![];
     }
     let first = Claimed {
-        task: v["task"].take(),
+        id: v["task"]["id"].as_str().unwrap_or_default().to_string(),
         lease: v["lease"].as_str().unwrap_or_default().to_string(),
         heartbeat_ms: v["heartbeat_ms"].as_u64(),
-        payload: v["payload"].take(),
+        payload: Payload::Opened(v["payload"].take()),
         protocol,
     };
     let more: Vec<Claimed> = match v["more"].take() {
         Value::Array(more) => more
             .into_iter()
             .map(|mut m| Claimed {
-                task: m["task"].take(),
-                payload: m["payload"].take(),
+                id: m["task"]["id"].as_str().unwrap_or_default().to_string(),
+                payload: Payload::Opened(m["payload"].take()),
                 lease: first.lease.clone(),
                 ..first
             })
@@ -263,6 +264,71 @@ fn claimed_of(v: &mut Value, protocol: u64) -> Vec<Claimed> {
         _ => vec![],
     };
     std::iter::once(first).chain(more).collect()
+}
+
+/// A claim's answer read straight into its jobs, without a JSON tree (issue [N] 2); an answer
+/// that is not this (a server of another version) is read as a tree by [`claimed_of`].
+#[derive(Default, serde::Deserialize)]
+struct ClaimAnswer {
+    #[serde(default)]
+    protocol: Option<u64>,
+    #[serde(default)]
+    task: Option<TaskId>,
+    #[serde(default)]
+    lease: Option<String>,
+    #[serde(default)]
+    heartbeat_ms: Option<u64>,
+    #[serde(default)]
+    payload: Option<AgentJob>,
+    #[serde(default)]
+    more: Vec<MoreAnswer>,
+}
+
+#[derive(serde::Deserialize)]
+struct TaskId {
+    id: String,
+}
+
+#[derive(serde::Deserialize)]
+struct MoreAnswer {
+    task: TaskId,
+    payload: AgentJob,
+}
+
+/// A report's answer, read as [`ClaimAnswer`] is: what its claim took (`next`).
+#[derive(serde::Deserialize)]
+struct ReportAnswer {
+    #[serde(default)]
+    next: Option<ClaimAnswer>,
+}
+
+impl ClaimAnswer {
+    /// Its tasks, as [`claimed_of`] takes them from a tree.
+    fn claimed(self, protocol: u64) -> Vec<Claimed> {
+        let Some(task) = self.task else { return vec![] };
+        let payload = |job: Option<AgentJob>| match job {
+            Some(job) => Payload::Job(Box::new(job)),
+            None => Payload::Opened(Value::Null),
+        };
+        let first = Claimed {
+            id: task.id,
+            lease: self.lease.unwrap_or_default(),
+            heartbeat_ms: self.heartbeat_ms,
+            payload: payload(self.payload),
+            protocol,
+        };
+        let more: Vec<Claimed> = self
+            .more
+            .into_iter()
+            .map(|m| Claimed {
+                id: m.task.id,
+                payload: Payload::Job(Box::new(m.payload)),
+                lease: first.lease.clone(),
+                ..first
+            })
+            .collect();
+        std::iter::once(first).chain(more).collect()
+    }
 }
 
 /// Claims while slots are free and hands each task to a thread of its own, which also runs the
@@ -287,9 +353,13 @@ fn claim_loop(args: &AgentArgs, instance: &str, lines: &Arc<Mutex<Vec<String>>>)
         if asked > 1 {
             body["max_tasks"] = json!(asked);
         }
-        let mut answer = client.post("/api/v1/agent/claim", &body);
+        let mut answer = client.post_as::<ClaimAnswer>("/api/v1/agent/claim", &body);
         let claimed = match &mut answer {
-            Answer::Ok(v) => {
+            Answer::Ok(Parsed::Typed(a)) => {
+                protocol = a.protocol.unwrap_or(1);
+                std::mem::take(a).claimed(protocol)
+            }
+            Answer::Ok(Parsed::Tree(v)) => {
                 protocol = v["protocol"].as_u64().unwrap_or(1);
                 claimed_of(v, protocol)
             }
@@ -348,10 +418,10 @@ fn claim_loop(args: &AgentArgs, instance: &str, lines: &Arc<Mutex<Vec<String>>>)
 /// A task as claimed, with what its runner needs.
 #[derive(Clone)]
 struct Claimed {
-    task: Value,
+    id: String,
     lease: String,
     heartbeat_ms: Option<u64>,
-    payload: Value,
+    payload: Payload,
     protocol: u64,
 }
 
@@ -364,7 +434,7 @@ fn run_task(
     claiming: &Claiming,
     side: &Side,
 ) -> (String, Vec<Claimed>) {
-    let id = claimed.task["id"].as_str().unwrap_or_default().to_string();
+    let id = claimed.id.clone();
     let lease = claimed.lease.clone();
     let beat = Duration::from_millis(claimed.heartbeat_ms.unwrap_or(10_000).max(100));
     let payload = &claimed.payload;
@@ -379,7 +449,10 @@ fn run_task(
         empty(&dir);
     }
     let cancel = Cancel::new();
-    let stream = Arc::new(Mutex::new(LogStream::for_payload(payload)));
+    let stream = Arc::new(Mutex::new(match payload {
+        Payload::Job(job) => LogStream::for_job(job),
+        Payload::Opened(v) => LogStream::for_payload(v),
+    }));
     let tee = {
         let stream = stream.clone();
         Tee(Arc::new(move |_, bytes: &[u8]| stream.lock().unwrap_or_else(|e| e.into_inner()).push(bytes)))
@@ -393,7 +466,11 @@ fn run_task(
         beat,
         lines_in_report,
     });
-    let report = opsgraph_runtime::agent::execute(payload, &dir, &work_dir.join("scripts"), Some(tee), &cancel);
+    let scripts = work_dir.join("scripts");
+    let report = match payload {
+        Payload::Job(job) => opsgraph_runtime::agent::execute_job(job, &dir, &scripts, Some(tee), &cancel),
+        Payload::Opened(v) => opsgraph_runtime::agent::execute(v, &dir, &scripts, Some(tee), &cancel),
+    };
     side.end();
     // The last lines: all but the final chunk as log chunks, the final one in the report.
     let mut last = String::new();
@@ -426,8 +503,15 @@ fn run_task(
     let mut last_beat = Instant::now();
     let mut next = vec![];
     let line = loop {
-        match client.post("/api/v1/agent/report", &body) {
-            Answer::Ok(mut v) => {
+        match client.post_as::<ReportAnswer>("/api/v1/agent/report", &body) {
+            Answer::Ok(Parsed::Typed(ReportAnswer { next: answer })) => {
+                if let Some(a) = answer {
+                    let protocol = a.protocol.unwrap_or(claimed.protocol);
+                    next = a.claimed(protocol);
+                }
+                break format!("{id}: reported ({verdict})");
+            }
+            Answer::Ok(Parsed::Tree(mut v)) => {
                 let protocol = v["next"]["protocol"].as_u64().unwrap_or(claimed.protocol);
                 next = claimed_of(&mut v["next"], protocol);
                 break format!("{id}: reported ({verdict})");
@@ -492,6 +576,48 @@ pub fn local_agents(data_dir: &Path) -> Arc<opsgraph_runtime::Agents> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a claimed task is to its runner, comparable.
+    fn seen(c: &Claimed) -> String {
+        let job: AgentJob = match &c.payload {
+            Payload::Job(job) => (**job).clone(),
+            Payload::Opened(v) => serde_json::from_value(v.clone()).unwrap(),
+        };
+        let job = serde_json::to_string(&job).unwrap();
+        format!("{} {} {:?} {} {job}", c.id, c.lease, c.heartbeat_ms, c.protocol)
+    }
+
+    /// A claim's (or a report's `next`) answer is read straight into its jobs, giving the tasks
+    /// the JSON tree gave (issue [N] 2); an answer that is not one to this build (another
+    /// version's payload) is read as a tree, as before, and its runner reports what it cannot run.
+    #[test]
+    fn a_claims_answer_is_read_into_its_jobs_as_the_tree_gave_them_and_else_as_a_tree() {
+        let job = json!({"instance": "j@w0", "attempt": 1, "kind": "run", "job": {"id": "j"}, "evidence": [],
+                         "program": {"shell": "true"}, "env": {"A": "b"}, "files": [], "timeout_ms": null,
+                         "check_first": false, "secret_outputs": [], "mask": ["c2VjcmV0"]});
+        let answer = json!({"protocol": 3, "task": {"id": "t1", "operation": "op", "job": "j@w0", "attempt": 1,
+                            "kind": "run", "resource": "w0", "agent": "pool"},
+                            "lease": "l".repeat(16), "lease_expires_ms": 5, "heartbeat_ms": 100, "payload": job,
+                            "more": [{"task": {"id": "t2"}, "lease_expires_ms": 5, "payload": job}]});
+        let typed: ClaimAnswer = serde_json::from_str(&answer.to_string()).unwrap();
+        let typed: Vec<String> = typed.claimed(3).iter().map(seen).collect();
+        let tree: Vec<String> = claimed_of(&mut answer.clone(), 3).iter().map(seen).collect();
+        assert_eq!(typed.len(), 2);
+        assert_eq!(typed, tree);
+        let report: ReportAnswer =
+            serde_json::from_str(&json!({"task": "t0", "state": "reported", "next": answer}).to_string()).unwrap();
+        assert_eq!(report.next.unwrap().claimed(3).iter().map(seen).collect::<Vec<_>>(), tree);
+        for nothing in [json!({"protocol": 3, "task": null}), json!({"task": "t0", "state": "reported"})] {
+            let a: ClaimAnswer = serde_json::from_str(&nothing.to_string()).unwrap_or_default();
+            assert!(a.claimed(3).is_empty());
+        }
+        // Another version's payload: not this build's job, so the answer is read as a tree and
+        // the runner is given the payload as it came.
+        let odd = json!({"protocol": 9, "task": {"id": "t3"}, "lease": "l", "payload": {"instance": "x", "new": 1}});
+        assert!(serde_json::from_str::<ClaimAnswer>(&odd.to_string()).is_err());
+        let tasks = claimed_of(&mut odd.clone(), 9);
+        assert!(matches!(&tasks[0].payload, Payload::Opened(v) if v["new"] == 1));
+    }
 
     /// A slot's directory is emptied before a task only when it may hold something: new to
     /// this process (an earlier one of the same pid may have left it), or left unemptied by the

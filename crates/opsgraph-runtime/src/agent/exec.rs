@@ -25,13 +25,25 @@ pub fn execute(
     tee: Option<opsgraph_exec::Tee>,
     cancel: &Cancel,
 ) -> AgentReport {
-    let refused =
-        |why: String| AgentReport { outcome: "could not start".into(), failure: Some(why), ..Default::default() };
     // Read in place (`&Value` is a deserializer): the payload is not copied first.
-    let job = match <AgentJob as serde::Deserialize>::deserialize(payload) {
-        Ok(j) => j,
-        Err(e) => return refused(format!("the payload is not a job this agent understands: {e}")),
-    };
+    match <AgentJob as serde::Deserialize>::deserialize(payload) {
+        Ok(job) => execute_job(&job, dir, scripts, tee, cancel),
+        Err(e) => refused(format!("the payload is not a job this agent understands: {e}")),
+    }
+}
+
+fn refused(why: String) -> AgentReport {
+    AgentReport { outcome: "could not start".into(), failure: Some(why), ..Default::default() }
+}
+
+/// [`execute`] for a payload the agent read straight into its job (no JSON tree first).
+pub fn execute_job(
+    job: &AgentJob,
+    dir: &Path,
+    scripts: &Path,
+    tee: Option<opsgraph_exec::Tee>,
+    cancel: &Cancel,
+) -> AgentReport {
     if let Err(e) = private_dir(dir) {
         return refused(format!("cannot make the working directory {}: {e}", dir.display()));
     }
@@ -188,6 +200,12 @@ impl LogStream {
             .filter_map(Value::as_str)
             .map(unb64)
             .collect();
+        LogStream { masking: crate::masking::Masking::new(mask), pending: Vec::new() }
+    }
+
+    /// For a job an agent claimed (its secret values are masked).
+    pub fn for_job(job: &AgentJob) -> LogStream {
+        let mask = job.mask.iter().map(|m| unb64(m)).collect();
         LogStream { masking: crate::masking::Masking::new(mask), pending: Vec::new() }
     }
 

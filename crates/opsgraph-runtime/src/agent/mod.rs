@@ -34,6 +34,6 @@ mod scripts;
 pub(crate) mod wait;
 pub(crate) mod wire;
 
-pub use exec::{execute, LogStream};
+pub use exec::{execute, execute_job, LogStream};
 pub use pool::{report_aad, Agents, Bell, Handed, Left, OpenStore, ReportHand, Ticket};
-pub use wire::{AgentJob, AgentReport, WireEvidence, WireFile, WireProgram, MAX_FILES_BYTES};
+pub use wire::{AgentJob, AgentReport, Payload, WireEvidence, WireFile, WireProgram, MAX_FILES_BYTES};

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use opsgraph_store::{now, now_ms, AgentClaim, AgentTask, AgentTaskState, Store};
-use serde::Deserialize as _;
 use serde_json::{json, Value};
 
-use super::wire::{b64, AgentJob};
+use super::wire::{b64, AgentJob, Payload};
 use crate::Error;
 
 /// Opens another connection to the store.
@@ -71,22 +70,20 @@ impl Agents {
     /// task's (an evidence task shares its run task's payload and must never run the job). The
     /// task's screen is built from it and kept: the log chunks and the report that follow are
     /// screened without opening the payload again.
-    pub fn open_payload(&self, data_dir: &Path, task: &AgentTask) -> Result<Value, Error> {
-        let payload = self.opened(data_dir, task)?;
-        if let Ok(job) = AgentJob::deserialize(&payload) {
-            self.screens.put(&task.id, super::screen::Screen::new(&job));
+    pub fn open_payload(&self, data_dir: &Path, task: &AgentTask) -> Result<Payload, Error> {
+        let plain = self.plaintext(data_dir, task)?;
+        let payload =
+            Payload::of(plain.expose(), &task.kind).map_err(|e| Error::Secrets(format!("agent payload: {e}")))?;
+        if let Payload::Job(job) = &payload {
+            self.screens.put(&task.id, super::screen::Screen::new(job));
         }
         Ok(payload)
     }
 
-    fn opened(&self, data_dir: &Path, task: &AgentTask) -> Result<Value, Error> {
+    fn plaintext(&self, data_dir: &Path, task: &AgentTask) -> Result<opsgraph_secrets::Secret, Error> {
         let sealed = task.payload.get("sealed").and_then(Value::as_str).unwrap_or_default();
         let aad = payload_aad(&task.operation, &task.job, task.attempt);
-        let plain = open_with(&*self.keyring(data_dir)?, sealed, &aad)?;
-        let mut payload: Value =
-            serde_json::from_slice(plain.expose()).map_err(|e| Error::Secrets(format!("agent payload: {e}")))?;
-        payload["kind"] = Value::String(task.kind.clone());
-        Ok(payload)
+        open_with(&*self.keyring(data_dir)?, sealed, &aad)
     }
 
     /// What `task`'s log text and report are screened with before they are stored or shown
@@ -94,9 +91,9 @@ impl Agents {
     /// answer built, or built again (another replica answered the claim; the cache started over).
     pub fn screen(&self, data_dir: &Path, task: &AgentTask) -> Result<Arc<super::screen::Screen>, Error> {
         self.screens.get(&task.id, || {
-            let payload = self.opened(data_dir, task)?;
+            let plain = self.plaintext(data_dir, task)?;
             let job: AgentJob =
-                serde_json::from_value(payload).map_err(|e| Error::Secrets(format!("agent payload: {e}")))?;
+                serde_json::from_slice(plain.expose()).map_err(|e| Error::Secrets(format!("agent payload: {e}")))?;
             Ok(super::screen::Screen::new(&job))
         })
     }
@@ -535,6 +532,12 @@ impl Bell {
         news.tasks.entry(id.to_string()).or_insert_with(|| (count, Rung::default())).0
     }
 
+    /// Whether a worker watches task `id` (tests wait for it).
+    #[cfg(test)]
+    pub(crate) fn watching(&self, id: &str) -> bool {
+        self.news().tasks.contains_key(id)
+    }
+
     /// Stops watching task `id`: a report handed for it and not taken is given back.
     pub fn unwatch(&self, id: &str) {
         let mut news = self.news();
@@ -584,6 +587,9 @@ pub(crate) struct Waiting {
     /// Run again after a lost agent when its evidence fails: an idempotency key and attempts left.
     pub(super) retry_allowed: bool,
     pub(super) actor: String,
+    /// Enqueued by this process in the commit just done (not found after a restart): its row
+    /// is known, queued or handed, and is not read until the task moves or the poll passes.
+    pub(super) fresh: bool,
 }
 
 impl Drop for Waiting {

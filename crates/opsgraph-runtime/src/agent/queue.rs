@@ -97,6 +97,7 @@ impl Runtime {
             payload: record.payload.clone(),
             retry_allowed: key.is_some() && task.attempt < max_attempts,
             actor: self.actor.clone(),
+            fresh: true,
         };
         task.instead = Some(Box::new(move |task| super::wait::wait(task, waiting)));
         Ok(Some(Write::Agent(match handed {
@@ -170,6 +171,7 @@ impl Runtime {
                         payload: stored.payload,
                         retry_allowed: key.is_some() && record.attempts < max_attempts,
                         actor: self.actor.clone(),
+                        fresh: false,
                     };
                     Box::new(move |task| super::wait::wait(task, waiting))
                 }),
