@@ -24,7 +24,9 @@ use crate::fleet::{claim, machine, Fleet};
 use crate::serve::{describe_resource, status_within, Process};
 use crate::support::{opsgraph, path, temp_dir};
 
-/// The SSH executor for a fleet host, as the inventory describes it (pinned host key).
+/// The SSH executor for a fleet host, as the inventory describes it (pinned host key), and as a
+/// run uses it: over one multiplexed connection a host, made before a check's time starts (a
+/// check timed with a fresh key exchange in it timed out at 10 s on a loaded CI machine).
 pub(crate) fn ssh_executor(fleet_dir: &Path, address: &str) -> SshExecutor {
     let access = SshAccess {
         host: address.to_owned(),
@@ -33,7 +35,7 @@ pub(crate) fn ssh_executor(fleet_dir: &Path, address: &str) -> SshExecutor {
         key: Some(fleet_dir.join("id_ed25519").display().to_string()),
         known_hosts: Some(fleet_dir.join("known_hosts").display().to_string()),
     };
-    SshExecutor::from_access(&access, None)
+    SshExecutor::from_access(&access, Some(fleet_dir.join("ssh")))
 }
 
 /// One evidence check of a bundled pack, once, through `exec`.
