@@ -61,7 +61,7 @@ impl PgStore {
         }
     }
 
-    fn in_one_message(&self, tails: &[Option<Tail>], deferred: bool) -> Outs {
+    fn in_one_message(&self, tails: &[Option<Tail<'_>>], deferred: bool) -> Outs {
         let mut client = self.client.borrow_mut();
         let mut query = self.query.borrow_mut();
         query.clear();
@@ -118,7 +118,7 @@ const DEFER: &str = "SET LOCAL synchronous_commit = off";
 
 /// The statements of `writes` when each is a driven operation's commit whose parameters can be
 /// written as literals (`None` otherwise).
-fn tails(writes: &[&[Write]]) -> Result<Option<Vec<Option<Tail>>>, Fail> {
+fn tails<'a>(writes: &[&'a [Write]]) -> Result<Option<Vec<Option<Tail<'a>>>>, Fail> {
     let mut tails = Vec::with_capacity(writes.len());
     for w in writes {
         if !crate::pg_tail::folds(w) {

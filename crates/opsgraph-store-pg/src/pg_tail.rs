@@ -14,6 +14,7 @@
 //! extended protocol is never sent without `BEGIN` and `COMMIT`: the client answers it at
 //! `CommandComplete`, before its implicit transaction committed, and would hide a failed commit.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use opsgraph_store::{Error, JobRecord, TimelineEntry, Write};
@@ -42,15 +43,16 @@ pub(crate) fn folds(writes: &[Write]) -> bool {
 /// A parameter of the statement: bound (`Tail::run`), or written as a literal escaped by the
 /// protocol's own rules (`Tail::execute`).
 #[derive(Debug)]
-enum Arg {
+enum Arg<'a> {
     Text(String),
     Int(i64),
-    Texts(Vec<String>),
-    MaybeTexts(Vec<Option<String>>),
+    /// Borrowed from the commit's writes where they hold the text (no copy a turn).
+    Texts(Vec<Cow<'a, str>>),
+    MaybeTexts(Vec<Option<&'a str>>),
     Ints(Vec<i64>),
 }
 
-impl Arg {
+impl Arg<'_> {
     fn bound(&self) -> &(dyn ToSql + Sync) {
         match self {
             Arg::Text(v) => v,
@@ -79,8 +81,8 @@ impl Arg {
             Arg::Int(v) => {
                 let _ = write!(out, "{v}");
             }
-            Arg::Texts(v) => array(out, "text", v.iter().map(|t| Some(t.as_str()))),
-            Arg::MaybeTexts(v) => array(out, "text", v.iter().map(Option::as_deref)),
+            Arg::Texts(v) => array(out, "text", v.iter().map(|t| Some(t.as_ref()))),
+            Arg::MaybeTexts(v) => array(out, "text", v.iter().copied()),
             Arg::Ints(v) => {
                 let l = Literal::open(out);
                 l.out.push('{');
@@ -182,13 +184,13 @@ fn array<'t>(out: &mut String, ty: &str, items: impl Iterator<Item = Option<&'t 
 
 /// A statement's parameters, numbered as they are added.
 #[derive(Default)]
-struct Params {
-    values: Vec<Arg>,
+struct Params<'a> {
+    values: Vec<Arg<'a>>,
 }
 
-impl Params {
+impl<'a> Params<'a> {
     /// `$n` of `value`.
-    fn add(&mut self, value: Arg) -> String {
+    fn add(&mut self, value: Arg<'a>) -> String {
         self.values.push(value);
         format!("${}", self.values.len())
     }
@@ -196,9 +198,9 @@ impl Params {
 
 /// The last statement of a commit: its text (the same for every commit of its shape: prepared
 /// once per connection), its parameters, and what it checks.
-pub(crate) struct Tail {
+pub(crate) struct Tail<'a> {
     pub(crate) sql: String,
-    args: Vec<Arg>,
+    args: Vec<Arg<'a>>,
     /// operation, holder, token.
     fence: Option<(String, String, i64)>,
     /// operation, expected version.
@@ -219,7 +221,7 @@ pub(crate) struct Answer {
 
 /// The last statement of `writes` (`None`: nothing to write): their job records and timeline
 /// entries, and, when `fold`, their fence and transition checked in it too.
-pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
+pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail<'_>>, Fail> {
     // Job records in one statement (nothing in a transaction reads them back; a job written
     // twice in one batch keeps its last record, as two upserts in a row would).
     let mut timeline: Vec<&TimelineEntry> = Vec::new();
@@ -305,11 +307,12 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
         }
     };
     if !jobs.is_empty() {
-        let texts = |f: fn(&JobRecord) -> &str| Arg::Texts(jobs.iter().map(|j| f(j).to_string()).collect());
+        let texts = |f: fn(&JobRecord) -> &str| Arg::Texts(jobs.iter().map(|j| Cow::Borrowed(f(j))).collect());
         let (o, i) = (p.add(texts(|j| &j.operation)), p.add(texts(|j| &j.id)));
         let s = p.add(texts(|j| j.state.as_str()));
         let n = p.add(Arg::Ints(jobs.iter().map(|j| j.attempts as i64).collect()));
-        let outcomes = jobs.iter().map(|j| serde_json::to_string(&j.outcome)).collect::<Result<_, _>>()?;
+        let outcomes =
+            jobs.iter().map(|j| serde_json::to_string(&j.outcome).map(Cow::Owned)).collect::<Result<_, _>>()?;
         let (out, at) = (p.add(Arg::Texts(outcomes)), p.add(texts(|j| &j.updated_at)));
         with.push(format!(
             "j AS (INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
@@ -326,13 +329,13 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
             "c AS (UPDATE counters SET value = value + {n} WHERE name = 'timeline' AND EXISTS (SELECT 1 FROM go)
              RETURNING value)"
         ));
-        let texts = |f: fn(&TimelineEntry) -> &str| Arg::Texts(timeline.iter().map(|e| f(e).to_string()).collect());
+        let texts = |f: fn(&TimelineEntry) -> &str| Arg::Texts(timeline.iter().map(|e| Cow::Borrowed(f(e))).collect());
         let (o, at) = (p.add(texts(|e| &e.operation)), p.add(texts(|e| &e.at)));
         let (actor, event) = (p.add(texts(|e| &e.actor)), p.add(texts(|e| &e.event)));
-        let f = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.from.clone()).collect()));
-        let t = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.to.clone()).collect()));
+        let f = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.from.as_deref()).collect()));
+        let t = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.to.as_deref()).collect()));
         let reason = p.add(texts(|e| &e.reason));
-        let data = timeline.iter().map(|e| serde_json::to_string(&e.data)).collect::<Result<_, _>>()?;
+        let data = timeline.iter().map(|e| serde_json::to_string(&e.data).map(Cow::Owned)).collect::<Result<_, _>>()?;
         let d = p.add(Arg::Texts(data));
         with.push(format!(
             "t AS (INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
@@ -355,7 +358,7 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
     }))
 }
 
-impl Tail {
+impl Tail<'_> {
     /// The statement in `tx`, its parameters bound.
     pub(crate) fn run(&self, tx: &mut Tx<'_, '_>) -> Result<(), Fail> {
         let args: Vec<&(dyn ToSql + Sync)> = self.args.iter().map(Arg::bound).collect();
@@ -416,6 +419,8 @@ impl Tail {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use super::Arg;
 
     /// The literal as `pg7` wrote it: `escape_literal` of the value, an array as `escape_literal`
@@ -429,9 +434,7 @@ mod tests {
             Arg::Text(v) => escape_literal(v),
             Arg::Int(v) => v.to_string(),
             Arg::Texts(v) => list(v.iter().map(|t| element(t)).collect(), "text"),
-            Arg::MaybeTexts(v) => {
-                list(v.iter().map(|t| t.as_deref().map_or_else(|| "NULL".into(), element)).collect(), "text")
-            }
+            Arg::MaybeTexts(v) => list(v.iter().map(|t| t.map_or_else(|| "NULL".into(), element)).collect(), "text"),
             Arg::Ints(v) => list(v.iter().map(i64::to_string).collect(), "bigint"),
         }
     }
@@ -460,10 +463,10 @@ mod tests {
         .collect();
         let mut args: Vec<Arg> = texts.iter().map(|t| Arg::Text(t.clone())).collect();
         args.push(Arg::Int(-42));
-        args.push(Arg::Texts(texts.clone()));
+        args.push(Arg::Texts(texts.iter().map(|t| Cow::Borrowed(t.as_str())).collect()));
         args.push(Arg::Texts(vec![]));
-        args.push(Arg::Texts(vec!["a".into(), "b".into()]));
-        args.push(Arg::MaybeTexts(texts.iter().enumerate().map(|(k, t)| (k % 3 != 0).then(|| t.clone())).collect()));
+        args.push(Arg::Texts(vec![Cow::Borrowed("a"), Cow::Owned("b".into())]));
+        args.push(Arg::MaybeTexts(texts.iter().enumerate().map(|(k, t)| (k % 3 != 0).then_some(t.as_str())).collect()));
         args.push(Arg::Ints(vec![1, -2, 300]));
         args.push(Arg::Ints(vec![]));
         for arg in &args {
