@@ -26,6 +26,9 @@ pub struct PgStore {
     pub(crate) backend: Backend,
     /// Statements prepared by `PREPARE` for commits sent in one message (`pg_one.rs`).
     pub(crate) named: Named,
+    /// The text of such a message, its capacity kept from turn to turn: a turn's query is
+    /// written into it without growing it again (`pg_one.rs`).
+    pub(crate) query: RefCell<String>,
     /// The URL connected to (for the syncer's own connection).
     pub(crate) url: String,
     /// The syncer `Store::syncer` handed out (`pg_sync.rs`): until there is one, a deferred

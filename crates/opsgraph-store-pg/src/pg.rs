@@ -40,6 +40,7 @@ impl PgStore {
                 listening_agents: std::cell::Cell::new(false),
                 backend: Default::default(),
                 named: Default::default(),
+                query: Default::default(),
                 url: url.to_string(),
                 syncer: Default::default(),
             };

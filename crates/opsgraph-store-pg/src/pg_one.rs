@@ -61,25 +61,29 @@ impl PgStore {
         }
     }
 
-    fn in_one_message(&self, tails: &[Option<Tail>], deferred: bool) -> Outs {
+    fn in_one_message(&self, tails: &[Option<Tail<'_>>], deferred: bool) -> Outs {
         let mut client = self.client.borrow_mut();
-        let mut query = Vec::new();
+        let mut query = self.query.borrow_mut();
+        query.clear();
         let writes = tails.iter().any(Option::is_some);
         if deferred && writes {
             // The message's statements are one implicit transaction: `SET LOCAL` holds in it.
-            query.push(DEFER.to_string());
+            query.push_str(DEFER);
         }
         for tail in tails.iter().flatten() {
             let name = match self.named.prepared(&mut client, &tail.sql) {
                 Ok(name) => name,
                 Err(e) => return Some(tails.iter().map(|_| Err(Error::Postgres(pg_message(&e)))).collect()),
             };
-            query.push(tail.execute(&name));
+            if !query.is_empty() {
+                query.push_str(";\n");
+            }
+            tail.execute(&name, &mut query);
         }
         if !writes {
             return Some(tails.iter().map(|_| Ok(())).collect());
         }
-        let answers = match client.simple_query(&query.join(";\n")) {
+        let answers = match client.simple_query(&query) {
             Ok(messages) => messages,
             // The server refused a statement: the implicit transaction rolled back.
             Err(e) if e.as_db_error().is_some() && tails.len() > 1 => return None,
@@ -114,7 +118,7 @@ const DEFER: &str = "SET LOCAL synchronous_commit = off";
 
 /// The statements of `writes` when each is a driven operation's commit whose parameters can be
 /// written as literals (`None` otherwise).
-fn tails(writes: &[&[Write]]) -> Result<Option<Vec<Option<Tail>>>, Fail> {
+fn tails<'a>(writes: &[&'a [Write]]) -> Result<Option<Vec<Option<Tail<'a>>>>, Fail> {
     let mut tails = Vec::with_capacity(writes.len());
     for w in writes {
         if !crate::pg_tail::folds(w) {

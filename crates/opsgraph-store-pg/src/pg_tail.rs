@@ -14,6 +14,7 @@
 //! extended protocol is never sent without `BEGIN` and `COMMIT`: the client answers it at
 //! `CommandComplete`, before its implicit transaction committed, and would hide a failed commit.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use opsgraph_store::{Error, JobRecord, TimelineEntry, Write};
@@ -41,15 +42,17 @@ pub(crate) fn folds(writes: &[Write]) -> bool {
 
 /// A parameter of the statement: bound (`Tail::run`), or written as a literal escaped by the
 /// protocol's own rules (`Tail::execute`).
-enum Arg {
+#[derive(Debug)]
+enum Arg<'a> {
     Text(String),
     Int(i64),
-    Texts(Vec<String>),
-    MaybeTexts(Vec<Option<String>>),
+    /// Borrowed from the commit's writes where they hold the text (no copy a turn).
+    Texts(Vec<Cow<'a, str>>),
+    MaybeTexts(Vec<Option<&'a str>>),
     Ints(Vec<i64>),
 }
 
-impl Arg {
+impl Arg<'_> {
     fn bound(&self) -> &(dyn ToSql + Sync) {
         match self {
             Arg::Text(v) => v,
@@ -60,24 +63,39 @@ impl Arg {
         }
     }
 
-    /// The value as SQL: text through `escape_literal` (quotes doubled; `E'…'` with doubled
-    /// backslashes when there is one), numbers as Rust prints them, and an array as one such
-    /// text literal in the array input syntax (`'{"a","b",NULL}'::text[]`), typed. One constant
-    /// per array rather than `ARRAY[…]` of one per element: the server lexes, analyses and
-    /// compiles each constant of an `EXECUTE` on every turn, and a turn of 16 jobs has about 220
-    /// elements (issue [N] 5: 12 % of the drive's server CPU, docs/benchmarks.md, `pg7`).
-    fn literal(&self) -> String {
-        use postgres_protocol::escape::escape_literal;
-        let list =
-            |items: Vec<String>, ty: &str| format!("{}::{ty}[]", escape_literal(&format!("{{{}}}", items.join(","))));
+    /// The value as SQL, appended to `out`: text as `escape_literal` writes it (quotes doubled;
+    /// `E'…'` with doubled backslashes when there is one), numbers as Rust prints them, and an
+    /// array as one such text literal in the array input syntax (`'{"a","b",NULL}'::text[]`),
+    /// typed. One constant per array rather than `ARRAY[…]` of one per element: the server lexes,
+    /// analyses and compiles each constant of an `EXECUTE` on every turn, and a turn of 16 jobs
+    /// has about 220 elements (issue [N] 5: 12 % of the drive's server CPU, docs/benchmarks.md,
+    /// `pg7`). Written in place, without a string per element (`pg9`).
+    fn write_literal(&self, out: &mut String) {
+        use std::fmt::Write as _;
         match self {
-            Arg::Text(v) => escape_literal(v),
-            Arg::Int(v) => v.to_string(),
-            Arg::Texts(v) => list(v.iter().map(|t| element(t)).collect(), "text"),
-            Arg::MaybeTexts(v) => {
-                list(v.iter().map(|t| t.as_deref().map_or_else(|| "NULL".into(), element)).collect(), "text")
+            Arg::Text(v) => {
+                let mut l = Literal::open(out);
+                l.text(v, false);
+                l.close();
             }
-            Arg::Ints(v) => list(v.iter().map(i64::to_string).collect(), "bigint"),
+            Arg::Int(v) => {
+                let _ = write!(out, "{v}");
+            }
+            Arg::Texts(v) => array(out, "text", v.iter().map(|t| Some(t.as_ref()))),
+            Arg::MaybeTexts(v) => array(out, "text", v.iter().copied()),
+            Arg::Ints(v) => {
+                let l = Literal::open(out);
+                l.out.push('{');
+                for (k, n) in v.iter().enumerate() {
+                    if k > 0 {
+                        l.out.push(',');
+                    }
+                    let _ = write!(l.out, "{n}");
+                }
+                l.out.push('}');
+                l.close();
+                out.push_str("::bigint[]");
+            }
         }
     }
 
@@ -93,31 +111,86 @@ impl Arg {
     }
 }
 
-/// A text element of an array literal: always double-quoted (so that `NULL`, braces, commas,
-/// quotes and white space are the text itself), a backslash and a double quote escaped by a
-/// backslash, as PostgreSQL's array input reads them.
-fn element(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        if c == '"' || c == '\\' {
-            quoted.push('\\');
-        }
-        quoted.push(c);
+/// A text literal being written at the end of a query (`escape_literal`'s rules: `'` doubled,
+/// and when the text holds a backslash, each doubled and the literal written `E'…'`, which
+/// `close` decides once the text is known).
+struct Literal<'a> {
+    out: &'a mut String,
+    start: usize,
+    backslash: bool,
+}
+
+impl<'a> Literal<'a> {
+    fn open(out: &'a mut String) -> Literal<'a> {
+        let start = out.len();
+        out.push('\'');
+        Literal { out, start, backslash: false }
     }
-    quoted.push('"');
-    quoted
+
+    /// `text` in the literal; `element`: as an array element's text, with its double quotes
+    /// and backslashes escaped by a backslash first. Runs without a character to escape are
+    /// copied whole (every such character is ASCII: splitting there keeps UTF-8 whole).
+    fn text(&mut self, text: &str, element: bool) {
+        let mut from = 0;
+        for (i, b) in text.bytes().enumerate() {
+            let escaped = match b {
+                b'\'' => "''",
+                b'\\' if element => "\\\\\\\\",
+                b'\\' => "\\\\",
+                b'"' if element => "\\\\\"",
+                _ => continue,
+            };
+            self.out.push_str(&text[from..i]);
+            self.out.push_str(escaped);
+            self.backslash |= b != b'\'';
+            from = i + 1;
+        }
+        self.out.push_str(&text[from..]);
+    }
+
+    fn close(self) {
+        self.out.push('\'');
+        if self.backslash {
+            self.out.insert_str(self.start, " E");
+        }
+    }
+}
+
+/// An array literal of text elements (`None`: `NULL`), typed `ty[]`: every element
+/// double-quoted (so that `NULL`, braces, commas, quotes and white space are the text itself),
+/// a backslash and a double quote escaped by a backslash, as PostgreSQL's array input reads
+/// them; the whole a text literal as `escape_literal` writes it.
+fn array<'t>(out: &mut String, ty: &str, items: impl Iterator<Item = Option<&'t str>>) {
+    let mut l = Literal::open(out);
+    l.out.push('{');
+    for (k, item) in items.enumerate() {
+        if k > 0 {
+            l.out.push(',');
+        }
+        let Some(text) = item else {
+            l.out.push_str("NULL");
+            continue;
+        };
+        l.out.push('"');
+        l.text(text, true);
+        l.out.push('"');
+    }
+    l.out.push('}');
+    l.close();
+    out.push_str("::");
+    out.push_str(ty);
+    out.push_str("[]");
 }
 
 /// A statement's parameters, numbered as they are added.
 #[derive(Default)]
-struct Params {
-    values: Vec<Arg>,
+struct Params<'a> {
+    values: Vec<Arg<'a>>,
 }
 
-impl Params {
+impl<'a> Params<'a> {
     /// `$n` of `value`.
-    fn add(&mut self, value: Arg) -> String {
+    fn add(&mut self, value: Arg<'a>) -> String {
         self.values.push(value);
         format!("${}", self.values.len())
     }
@@ -125,9 +198,9 @@ impl Params {
 
 /// The last statement of a commit: its text (the same for every commit of its shape: prepared
 /// once per connection), its parameters, and what it checks.
-pub(crate) struct Tail {
+pub(crate) struct Tail<'a> {
     pub(crate) sql: String,
-    args: Vec<Arg>,
+    args: Vec<Arg<'a>>,
     /// operation, holder, token.
     fence: Option<(String, String, i64)>,
     /// operation, expected version.
@@ -148,7 +221,7 @@ pub(crate) struct Answer {
 
 /// The last statement of `writes` (`None`: nothing to write): their job records and timeline
 /// entries, and, when `fold`, their fence and transition checked in it too.
-pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
+pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail<'_>>, Fail> {
     // Job records in one statement (nothing in a transaction reads them back; a job written
     // twice in one batch keeps its last record, as two upserts in a row would).
     let mut timeline: Vec<&TimelineEntry> = Vec::new();
@@ -234,11 +307,12 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
         }
     };
     if !jobs.is_empty() {
-        let texts = |f: fn(&JobRecord) -> &str| Arg::Texts(jobs.iter().map(|j| f(j).to_string()).collect());
+        let texts = |f: fn(&JobRecord) -> &str| Arg::Texts(jobs.iter().map(|j| Cow::Borrowed(f(j))).collect());
         let (o, i) = (p.add(texts(|j| &j.operation)), p.add(texts(|j| &j.id)));
         let s = p.add(texts(|j| j.state.as_str()));
         let n = p.add(Arg::Ints(jobs.iter().map(|j| j.attempts as i64).collect()));
-        let outcomes = jobs.iter().map(|j| serde_json::to_string(&j.outcome)).collect::<Result<_, _>>()?;
+        let outcomes =
+            jobs.iter().map(|j| serde_json::to_string(&j.outcome).map(Cow::Owned)).collect::<Result<_, _>>()?;
         let (out, at) = (p.add(Arg::Texts(outcomes)), p.add(texts(|j| &j.updated_at)));
         with.push(format!(
             "j AS (INSERT INTO jobs (operation, id, state, attempts, outcome, updated_at)
@@ -255,13 +329,13 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
             "c AS (UPDATE counters SET value = value + {n} WHERE name = 'timeline' AND EXISTS (SELECT 1 FROM go)
              RETURNING value)"
         ));
-        let texts = |f: fn(&TimelineEntry) -> &str| Arg::Texts(timeline.iter().map(|e| f(e).to_string()).collect());
+        let texts = |f: fn(&TimelineEntry) -> &str| Arg::Texts(timeline.iter().map(|e| Cow::Borrowed(f(e))).collect());
         let (o, at) = (p.add(texts(|e| &e.operation)), p.add(texts(|e| &e.at)));
         let (actor, event) = (p.add(texts(|e| &e.actor)), p.add(texts(|e| &e.event)));
-        let f = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.from.clone()).collect()));
-        let t = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.to.clone()).collect()));
+        let f = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.from.as_deref()).collect()));
+        let t = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.to.as_deref()).collect()));
         let reason = p.add(texts(|e| &e.reason));
-        let data = timeline.iter().map(|e| serde_json::to_string(&e.data)).collect::<Result<_, _>>()?;
+        let data = timeline.iter().map(|e| serde_json::to_string(&e.data).map(Cow::Owned)).collect::<Result<_, _>>()?;
         let d = p.add(Arg::Texts(data));
         with.push(format!(
             "t AS (INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
@@ -284,7 +358,7 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail>, Fail> {
     }))
 }
 
-impl Tail {
+impl Tail<'_> {
     /// The statement in `tx`, its parameters bound.
     pub(crate) fn run(&self, tx: &mut Tx<'_, '_>) -> Result<(), Fail> {
         let args: Vec<&(dyn ToSql + Sync)> = self.args.iter().map(Arg::bound).collect();
@@ -306,10 +380,18 @@ impl Tail {
     }
 
     /// `EXECUTE name(…)` of this statement prepared (by `PREPARE name AS` its text) as `name`,
-    /// every parameter a literal.
-    pub(crate) fn execute(&self, name: &str) -> String {
-        let args: Vec<String> = self.args.iter().map(Arg::literal).collect();
-        format!("EXECUTE {name}({})", args.join(", "))
+    /// every parameter a literal, appended to `out`.
+    pub(crate) fn execute(&self, name: &str, out: &mut String) {
+        out.push_str("EXECUTE ");
+        out.push_str(name);
+        out.push('(');
+        for (k, arg) in self.args.iter().enumerate() {
+            if k > 0 {
+                out.push_str(", ");
+            }
+            arg.write_literal(out);
+        }
+        out.push(')');
     }
 
     /// The commit's result from what the statement answered: a fence that did not hold, or a
@@ -332,5 +414,65 @@ impl Tail {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::Arg;
+
+    /// The literal as `pg7` wrote it: `escape_literal` of the value, an array as `escape_literal`
+    /// of its array text with each element double-quoted and backslash-escaped.
+    fn reference(arg: &Arg) -> String {
+        use postgres_protocol::escape::escape_literal;
+        let element = |t: &str| format!("\"{}\"", t.replace('\\', "\\\\").replace('"', "\\\""));
+        let list =
+            |items: Vec<String>, ty: &str| format!("{}::{ty}[]", escape_literal(&format!("{{{}}}", items.join(","))));
+        match arg {
+            Arg::Text(v) => escape_literal(v),
+            Arg::Int(v) => v.to_string(),
+            Arg::Texts(v) => list(v.iter().map(|t| element(t)).collect(), "text"),
+            Arg::MaybeTexts(v) => list(v.iter().map(|t| t.map_or_else(|| "NULL".into(), element)).collect(), "text"),
+            Arg::Ints(v) => list(v.iter().map(i64::to_string).collect(), "bigint"),
+        }
+    }
+
+    /// Literals written in place are the ones `escape_literal` writes, for text that needs every
+    /// kind of escape (the store test `postgres_text_in_one_message_is_stored_as_given` reads
+    /// them back from the server).
+    #[test]
+    fn literals_written_in_place_are_escape_literals() {
+        let texts: Vec<String> = [
+            "",
+            "plain",
+            "it's",
+            r"back\slash",
+            r#""quoted" {braces}, commas"#,
+            "NULL",
+            "  spaced  ",
+            r#"\"back\"slash\\"#,
+            "ünïcødé ✓ 𝄞",
+            "line\nbreak",
+            "''",
+            r"\'",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        let mut args: Vec<Arg> = texts.iter().map(|t| Arg::Text(t.clone())).collect();
+        args.push(Arg::Int(-42));
+        args.push(Arg::Texts(texts.iter().map(|t| Cow::Borrowed(t.as_str())).collect()));
+        args.push(Arg::Texts(vec![]));
+        args.push(Arg::Texts(vec![Cow::Borrowed("a"), Cow::Owned("b".into())]));
+        args.push(Arg::MaybeTexts(texts.iter().enumerate().map(|(k, t)| (k % 3 != 0).then_some(t.as_str())).collect()));
+        args.push(Arg::Ints(vec![1, -2, 300]));
+        args.push(Arg::Ints(vec![]));
+        for arg in &args {
+            let mut out = String::from("x(");
+            arg.write_literal(&mut out);
+            assert_eq!(out, format!("x({}", reference(arg)), "{arg:?}");
+        }
     }
 }
