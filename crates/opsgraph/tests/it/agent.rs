@@ -11,9 +11,9 @@
 //! - A job that times out, or whose operation is cancelled, leaves no process behind.
 //! - What a hostile agent sends is masked by the server; evidence its job does not declare is
 //!   refused with 422 `undeclared_evidence`.
-//! - Protocol 3: a report claims the agent's next task in its own commit (sent again, the same
-//!   task); a refused report claims nothing. With nothing queued, a report is handed to the
-//!   worker waiting for its task and committed with the job's result before it is answered.
+//!
+//! The agent protocol's versions by hand (batched claims, a report that claims the next task):
+//! `agent_protocol.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -60,11 +60,11 @@ pub(crate) fn intent(nodes: &[&str], ledger: &Path) -> String {
 }
 
 /// A data directory, its server process and agent processes; every process is killed on drop.
-struct Cluster {
-    dir: TempDir,
+pub(crate) struct Cluster {
+    pub(crate) dir: TempDir,
     port: u16,
     admin: String,
-    agent_token: PathBuf,
+    pub(crate) agent_token: PathBuf,
     server: Option<Child>,
     agents: Vec<Child>,
     serve_args: Vec<String>,
@@ -72,7 +72,7 @@ struct Cluster {
 
 impl Cluster {
     /// `files` are the pack and inventory; the server's agent lease and claim timeout are given.
-    fn new(files: Vec<(String, String)>, lease: &str, claim_timeout: &str) -> Cluster {
+    pub(crate) fn new(files: Vec<(String, String)>, lease: &str, claim_timeout: &str) -> Cluster {
         let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
         let dir = temp_dir(&refs);
         let data = dir.join("data");
@@ -107,7 +107,7 @@ impl Cluster {
         c
     }
 
-    fn start_server(&mut self) {
+    pub(crate) fn start_server(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_opsgraph"))
             .args(&self.serve_args)
@@ -123,23 +123,23 @@ impl Cluster {
         }
     }
 
-    fn kill_server(&mut self) {
+    pub(crate) fn kill_server(&mut self) {
         if let Some(mut s) = self.server.take() {
             let _ = s.kill();
             let _ = s.wait();
         }
     }
 
-    fn server_log(&self) -> String {
+    pub(crate) fn server_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
     /// Starts an agent process; `extra` are more arguments of `opsgraph agent`.
-    fn start_agent(&mut self, extra: &[&str]) -> usize {
+    pub(crate) fn start_agent(&mut self, extra: &[&str]) -> usize {
         let n = self.agents.len();
         let log = std::fs::File::create(self.dir.join(&format!("agent-{n}.log"))).unwrap();
         let work = self.dir.join(&format!("agent-{n}"));
@@ -157,13 +157,13 @@ impl Cluster {
     }
 
     /// `kill -9` of an agent process.
-    fn kill_agent(&mut self, n: usize) {
+    pub(crate) fn kill_agent(&mut self, n: usize) {
         let _ = self.agents[n].kill();
         let _ = self.agents[n].wait();
     }
 
     /// One request with the admin token (or `token`); an unreachable server is status 0.
-    fn call(&self, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
+    pub(crate) fn call(&self, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
         use std::io::{Read as _, Write as _};
         let token = if token.is_empty() { &self.admin } else { token };
         let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return (0, Value::Null) };
@@ -180,26 +180,26 @@ impl Cluster {
         (status, serde_json::from_str(body).unwrap_or(Value::Null))
     }
 
-    fn create(&self, intent: &str) -> String {
+    pub(crate) fn create(&self, intent: &str) -> String {
         let (status, body) = self.call("POST", "/api/v1/operations", "", intent);
         assert_eq!(status, 201, "{body}\n{}", self.server_log());
         body["id"].as_str().unwrap().to_string()
     }
 
-    fn store(&self) -> Box<dyn Store> {
+    pub(crate) fn store(&self) -> Box<dyn Store> {
         opsgraph::ops_cmd::open_store(&self.dir.join("data")).unwrap()
     }
 
     /// Waits until the operation is terminal (or the time is up); returns its state and detail.
-    fn wait(&self, id: &str, timeout: Duration) -> (String, String) {
+    pub(crate) fn wait(&self, id: &str, timeout: Duration) -> (String, String) {
         wait_terminal(&*self.store(), id, timeout, Duration::from_millis(100))
     }
 
-    fn timeline(&self, id: &str) -> Vec<(String, String)> {
+    pub(crate) fn timeline(&self, id: &str) -> Vec<(String, String)> {
         self.store().timeline(id).unwrap().into_iter().map(|e| (e.event, e.reason)).collect()
     }
 
-    fn agent_logs(&self) -> String {
+    pub(crate) fn agent_logs(&self) -> String {
         (0..self.agents.len())
             .map(|n| std::fs::read_to_string(self.dir.join(&format!("agent-{n}.log"))).unwrap_or_default())
             .collect::<Vec<_>>()
@@ -489,155 +489,6 @@ fn bench_jobs_per_second_through_agents_beside_the_local_executor() {
     for (i, (name, _)) in configs.iter().enumerate() {
         eprintln!("{:<16} {:>10.2} {:>10.0} {:>11.2}x", name, best[i], n / best[i], best[0] / best[i]);
     }
-}
-
-/// Protocol 2, by hand: a claim takes a batch under one lease (retried with that lease, the same
-/// batch); a report carries the job's last lines and lands with them or not at all.
-#[test]
-fn a_claim_takes_a_batch_under_one_lease_and_a_report_lands_with_its_last_lines() {
-    let mut files = pack(1, STEP, "");
-    files.push(("inventory/nodes.yaml".into(), nodes(&["w0", "w1", "w2"], "pool")));
-    let c = Cluster::new(files, "30s", "60s");
-    let token = std::fs::read_to_string(&c.agent_token).unwrap();
-    let claim = |body: &str| c.call("POST", "/api/v1/agent/claim", &token, body);
-    for bad in [0, 65] {
-        let (status, refused) = claim(&format!(r#"{{"wait_ms": 0, "max_tasks": {bad}}}"#));
-        assert_eq!((status, refused["error"]["code"].as_str()), (422, Some("invalid_max_tasks")), "{refused}");
-    }
-    let id = c.create(&intent(&["w0", "w1", "w2"], &c.dir.join("ledger")));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while c.store().agent_tasks(&id).unwrap().len() < 3 {
-        assert!(Instant::now() < deadline, "the tasks were not queued");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Two of the three, oldest first, under one lease; the same two again with that lease.
-    let lease = "lease-of-the-batch-0001";
-    let batch = format!(r#"{{"wait_ms": 0, "max_tasks": 2, "lease": "{lease}"}}"#);
-    let ids = |v: &Value| -> Vec<String> {
-        std::iter::once(&v["task"])
-            .chain(v["more"].as_array().into_iter().flatten().map(|m| &m["task"]))
-            .map(|t| t["id"].as_str().unwrap_or_default().to_string())
-            .collect()
-    };
-    let (status, first) = claim(&batch);
-    assert_eq!((status, first["protocol"].as_u64(), first["lease"].as_str()), (200, Some(3), Some(lease)), "{first}");
-    let got = ids(&first);
-    assert_eq!(got.len(), 2, "{first}");
-    assert!(first["more"][0]["payload"]["env"]["OPSGRAPH_PARAM_LEDGER"].is_string(), "{first}");
-    assert_eq!(ids(&claim(&batch).1), got);
-    let (_, rest) = claim(r#"{"wait_ms": 0, "max_tasks": 5, "lease": "lease-of-the-batch-0002"}"#);
-    assert_eq!(ids(&rest).len(), 1, "{rest}");
-    let report = |task: &str, lease: &str, check: &str, text: &str| {
-        serde_json::json!({"task": task, "lease": lease, "text": text, "report": {
-            "outcome": "exit code 0", "failure": null, "satisfied_without_run": false, "cancelled": false,
-            "produced": [], "duration_ms": 1,
-            "evidence": [{"check": check, "passed": true, "expected": "", "observed": "", "detail": "", "attempts": 1}]}})
-        .to_string()
-    };
-    let logged = |task: &str| c.store().agent_log(task, 0).unwrap().len();
-    // Refused (undeclared evidence, a stale lease): the last lines are not kept either.
-    let (status, _) = c.call("POST", "/api/v1/agent/report", &token, &report(&got[0], lease, "healthy", "last\n"));
-    assert_eq!((status, logged(&got[0])), (422, 0));
-    let (status, _) =
-        c.call("POST", "/api/v1/agent/report", &token, &report(&got[0], "not-the-lease-0000", "done", "x\n"));
-    assert_eq!((status, logged(&got[0])), (409, 0));
-    // Accepted: the lines and the outcome in one commit, each task of the batch on its own.
-    let all = [(got[0].clone(), lease), (got[1].clone(), lease), (ids(&rest)[0].clone(), "lease-of-the-batch-0002")];
-    for (task, lease) in &all {
-        let job = task.split('/').nth(1).unwrap();
-        let text = format!("last line of {job}\n");
-        let (status, body) = c.call("POST", "/api/v1/agent/report", &token, &report(task, lease, "done", &text));
-        assert_eq!(status, 200, "{body}");
-        // Sent again (its answer was lost): done already, nothing added.
-        assert_eq!(c.call("POST", "/api/v1/agent/report", &token, &report(task, lease, "done", &text)).0, 200);
-        assert_eq!(logged(task), 1);
-    }
-    // The evidence an agent reports decides, as for any agent: the operation completes, and each
-    // attempt's log holds its last line.
-    let (state, detail) = c.wait(&id, Duration::from_secs(30));
-    assert_eq!(state, "completed", "{detail}");
-    for node in ["w0", "w1", "w2"] {
-        let log = std::fs::read_to_string(c.dir.join(&format!("data/runs/{id}/j0@{node}.1.log"))).unwrap();
-        assert_eq!(log, format!("last line of j0@{node}\n"));
-    }
-}
-
-/// Protocol 3, by hand: a report claims the agent's next task in its commit and answers it in
-/// `next` (sent again, the same task); a refused report claims nothing; with nothing queued,
-/// `next` says so.
-#[test]
-fn a_report_claims_the_next_task_in_its_commit() {
-    let mut files = pack(1, STEP, "");
-    files.push(("inventory/nodes.yaml".into(), nodes(&["w0", "w1", "w2"], "pool")));
-    let c = Cluster::new(files, "30s", "60s");
-    let token = std::fs::read_to_string(&c.agent_token).unwrap();
-    let id = c.create(&intent(&["w0", "w1", "w2"], &c.dir.join("ledger")));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while c.store().agent_tasks(&id).unwrap().len() < 3 {
-        assert!(Instant::now() < deadline, "the tasks were not queued");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let (status, first) =
-        c.call("POST", "/api/v1/agent/claim", &token, r#"{"wait_ms": 0, "lease": "lease-of-task-one-0001"}"#);
-    assert_eq!((status, first["protocol"].as_u64()), (200, Some(3)), "{first}");
-    let report = |task: &str, lease: &str, claim: Value| {
-        serde_json::json!({"task": task, "lease": lease, "claim": claim, "report": {
-            "outcome": "exit code 0", "failure": null, "satisfied_without_run": false, "cancelled": false,
-            "produced": [], "duration_ms": 1,
-            "evidence": [{"check": "done", "passed": true, "expected": "", "observed": "", "detail": "", "attempts": 1}]}})
-        .to_string()
-    };
-    let post = |body: String| c.call("POST", "/api/v1/agent/report", &token, &body);
-    let state = |task: &str| c.store().agent_task(task).unwrap().unwrap().state.as_str();
-    let queued = |id: &str| c.store().agent_tasks(id).unwrap().iter().filter(|t| t.state.as_str() == "queued").count();
-    let task1 = first["task"]["id"].as_str().unwrap().to_string();
-    // Refused: a claim that would wait, one without its lease, a stale report: nothing changes.
-    for (claim, lease, code) in [
-        (
-            serde_json::json!({"lease": "lease-of-task-two-0002", "wait_ms": 5}),
-            "lease-of-task-one-0001",
-            "invalid_claim",
-        ),
-        (serde_json::json!({}), "lease-of-task-one-0001", "invalid_claim"),
-        (serde_json::json!({"lease": "lease-of-task-two-0002"}), "not-the-lease-00000", "stale_lease"),
-    ] {
-        let (status, refused) = post(report(&task1, lease, claim));
-        assert_eq!(refused["error"]["code"].as_str(), Some(code), "{status} {refused}");
-        assert_eq!((state(&task1), queued(&id)), ("claimed", 2));
-    }
-    // Accepted: reported, and the next task claimed under the claim's lease, with its payload.
-    let two = serde_json::json!({"lease": "lease-of-task-two-0002", "instance": "here/1"});
-    let (status, answer) = post(report(&task1, "lease-of-task-one-0001", two.clone()));
-    assert_eq!(status, 200, "{answer}");
-    let next = &answer["next"];
-    assert_eq!((next["protocol"].as_u64(), next["lease"].as_str()), (Some(3), Some("lease-of-task-two-0002")));
-    assert!(next["payload"]["env"]["OPSGRAPH_PARAM_LEDGER"].is_string(), "{answer}");
-    let task2 = next["task"]["id"].as_str().unwrap().to_string();
-    assert_ne!(task2, task1);
-    assert_eq!((state(&task1), state(&task2), queued(&id)), ("reported", "claimed", 1));
-    // Sent again (its answer was lost): the same next task, nothing more claimed.
-    let (_, again) = post(report(&task1, "lease-of-task-one-0001", two));
-    assert_eq!((again["next"]["task"]["id"].as_str(), queued(&id)), (Some(task2.as_str()), 1), "{again}");
-    let three = serde_json::json!({"lease": "lease-of-task-three-03"});
-    let (_, answer) = post(report(&task2, "lease-of-task-two-0002", three));
-    let task3 = answer["next"]["task"]["id"].as_str().unwrap().to_string();
-    // Nothing left: the report lands, and `next` says nothing was claimed.
-    let (status, answer) =
-        post(report(&task3, "lease-of-task-three-03", serde_json::json!({"lease": "lease-of-task-four-004"})));
-    assert_eq!((status, answer["next"]["task"].is_null(), state(&task3)), (200, true, "reported"), "{answer}");
-    // Nothing was queued: the report was handed to the worker waiting for its task, and the
-    // driver committed it with the job's result before the agent was answered.
-    let job3 = c.store().agent_task(&task3).unwrap().unwrap().job;
-    let record = c.store().jobs(&id).unwrap().into_iter().find(|j| j.id == job3).unwrap();
-    assert_eq!(record.state, opsgraph_core::model::JobState::Succeeded, "{record:?}");
-    let audit = c.store().audit(&opsgraph_store::AuditFilter { operation: Some(id.clone()), ..Default::default() });
-    assert_eq!(audit.unwrap().iter().filter(|a| a.action == "agent.report").count(), 3);
-    let reported = c.store().timeline(&id).unwrap().iter().filter(|e| e.event == "agent_reported").count();
-    assert_eq!(reported, 3);
-    let claims = c.store().timeline(&id).unwrap().iter().filter(|e| e.event == "agent_claimed").count();
-    assert_eq!(claims, 3);
-    let (state, detail) = c.wait(&id, Duration::from_secs(30));
-    assert_eq!(state, "completed", "{detail}");
 }
 
 /// An agent-run job's output is readable while it runs through the same route as a local job's

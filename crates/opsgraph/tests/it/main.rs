@@ -2,6 +2,7 @@
 //! expectations are snapshots (`UPDATE_EXPECT=1 cargo test` rewrites them).
 
 mod agent;
+mod agent_protocol;
 mod ai;
 mod artifact_params;
 mod browser;
