@@ -253,6 +253,25 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("failed to bind 127.0.0.1:0")
 }
 
+/// A loopback port that refuses connections for as long as this value lives: a socket bound to
+/// it and never listening, so that no other test's server can take the port meanwhile (a port
+/// `free_port` found free may be another test's by the time it is dialled).
+pub struct ClosedPort {
+    _socket: std::os::fd::OwnedFd,
+    pub port: u16,
+}
+
+pub fn closed_port() -> ClosedPort {
+    use rustix::net::{bind, getsockname, socket, AddressFamily, SocketType};
+    let bound = socket(AddressFamily::INET, SocketType::STREAM, None).and_then(|fd| {
+        bind(&fd, &std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0))?;
+        Ok((getsockname(&fd)?, fd))
+    });
+    let (addr, socket) = bound.expect("failed to bind a socket to 127.0.0.1:0");
+    let port = std::net::SocketAddrV4::try_from(addr).expect("an IPv4 address").port();
+    ClosedPort { _socket: socket, port }
+}
+
 /// A request as [`HttpServer`] saw it.
 #[derive(Debug, Clone)]
 pub struct Request {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use expect_test::{expect, Expect};
 use opsgraph_core::model::{Command, Evidence, EvidenceSource};
 
-use crate::testing::{free_port, HttpServer, TempDir};
+use crate::testing::{closed_port, HttpServer, TempDir};
 use crate::tests::render;
 use crate::{check_evidence, Cancel, EvidenceResult, Executor, HttpExecutor, LocalExecutor, Outcome, Program, Spec};
 
@@ -65,7 +65,8 @@ fn http_executor() {
     let mut slow = http("GET", &server.url("/slow"), "");
     slow.timeout = Some(Duration::from_millis(200));
     write!(out, "slow: {}", render(&HttpExecutor.run(&slow, &Cancel::new()))).unwrap();
-    let closed = format!("http://127.0.0.1:{}/", free_port());
+    let closed_port = closed_port();
+    let closed = format!("http://127.0.0.1:{}/", closed_port.port);
     let run = HttpExecutor.run(&http("GET", &closed, ""), &Cancel::new());
     write!(out, "closed port: {}", render(&run).replace(&closed[7..closed.len() - 1], "ADDR")).unwrap();
     for (method, url) in
@@ -356,7 +357,8 @@ fn evidence_http() {
         f(&mut e);
         e
     };
-    let closed = free_port();
+    let closed_port = closed_port();
+    let closed = closed_port.port;
     check_evidences(
         vec![
             ("200", with("/health", &|_| {})),
@@ -428,7 +430,8 @@ fn evidence_http() {
 fn evidence_tcp_and_file() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let open = listener.local_addr().unwrap().port();
-    let closed = free_port();
+    let closed_port = closed_port();
+    let closed = closed_port.port;
     let tcp = |port| {
         let mut e = ev(EvidenceSource::Tcp);
         e.host = Some("127.0.0.1".into());

@@ -339,7 +339,8 @@ fn ssh_cancel_kills_a_remote_group_that_ignores_term() {
         assert!(!alive_after_wait(pid), "remote process {pid} outlived the cancel\n{}", sshd.log());
     }
     // A host that cannot be reached for the stop: the failure says so.
-    let unreachable = SshExecutor { port: crate::testing::free_port(), ..sshd.executor() };
+    let nobody = crate::testing::closed_port();
+    let unreachable = SshExecutor { port: nobody.port, ..sshd.executor() };
     let stop = unreachable.stop_marked("0123456789abcdef0123456789abcdef", Duration::from_millis(100)).unwrap();
     assert!(stop.starts_with("stopping the remote process group on 127.0.0.1 failed: ssh: "), "{stop}");
     assert!(stop.contains("Connection refused"), "{stop}");

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use expect_test::{expect, Expect};
 
-use crate::testing::{free_port, injection_corpus, Sshd, TempDir};
+use crate::testing::{closed_port, injection_corpus, Sshd, TempDir};
 use crate::tests::{render, run_corpus_batched, sh, write_script};
 use crate::{Cancel, Executor, Outcome, Program, Run, Spec, SshExecutor};
 
@@ -118,7 +118,8 @@ fn ssh_refuses_unknown_and_changed_host_keys() {
         render(&run)
     );
     // Nobody listening.
-    let exec = SshExecutor { port: free_port(), ..sshd.executor() };
+    let nobody = closed_port();
+    let exec = SshExecutor { port: nobody.port, ..sshd.executor() };
     let run = exec.run(&spec, &cancel);
     assert!(
         matches!(&run.outcome, Outcome::CouldNotStart { error } if error.contains("Connection refused")),

@@ -177,8 +177,8 @@ fn refused(config: &str, status: u16, code: &str, says: &[&str]) -> (Api, String
 #[test]
 fn the_ai_analyzer_is_refused_without_an_endpoint_or_an_answer() {
     refused("", 409, "ai_not_configured", &[]);
-    let port = opsgraph_exec::testing::free_port();
-    refused(&format!("ai:\n  url: http://127.0.0.1:{port}/v1\n  model: m\n"), 502, "ai_unavailable", &[]);
+    let nobody = opsgraph_exec::testing::closed_port();
+    refused(&format!("ai:\n  url: http://127.0.0.1:{}/v1\n  model: m\n", nobody.port), 502, "ai_unavailable", &[]);
     // An environment ai_policy does not name: refused before anything is sent, through the server
     // and the CLI alike (one runtime check).
     let stand_in = StandIn::start();
