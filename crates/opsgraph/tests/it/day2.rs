@@ -61,9 +61,15 @@ impl Lab {
         assert!(killed.success());
     }
 
-    /// Starts it again, as a person repairing it by hand would.
+    /// Starts it again, as a person repairing it by hand would, and returns once the new daemon
+    /// named itself in the pid file and beat: the old pid file and heartbeat are still there
+    /// (a killed daemon leaves them), so their mere presence says nothing of the new one.
     fn start_apiserver(&self) {
         let node = self.node().display().to_string();
+        let run = self.node().join("run");
+        let old = std::fs::read_to_string(run.join("apiserver.pid")).unwrap_or_default();
+        let beat = run.join("apiserver.heartbeat");
+        let _ = std::fs::remove_file(&beat);
         let log = std::fs::File::create(self.node().join("log/apiserver.restarted.log")).unwrap();
         // `setsid -f`: the daemon forks away in a session of its own; setsid itself returns.
         let started = std::process::Command::new("setsid")
@@ -73,9 +79,12 @@ impl Lab {
             .status()
             .unwrap();
         assert!(started.success());
-        let beat = self.node().join("run/apiserver.heartbeat");
         let until = Instant::now() + Duration::from_secs(10);
-        while !std::fs::read_to_string(&beat).is_ok_and(|b| !b.trim().is_empty()) {
+        let up = || {
+            std::fs::read_to_string(run.join("apiserver.pid")).is_ok_and(|p| !p.trim().is_empty() && p != old)
+                && std::fs::read_to_string(&beat).is_ok_and(|b| !b.trim().is_empty())
+        };
+        while !up() {
             assert!(Instant::now() < until, "the apiserver did not start again");
             std::thread::sleep(Duration::from_millis(100));
         }
