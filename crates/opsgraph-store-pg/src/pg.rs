@@ -150,8 +150,21 @@ fn operation(r: &Row) -> Result<OperationRecord, Fail> {
     })
 }
 
-const TIMELINE_SELECT: &str =
-    "SELECT seq, operation, at, actor, event, from_state, to_state, reason, data FROM timeline";
+/// Timeline entries of the runs `{runs}` names (a table or a subquery, as `r`), expanded (schema
+/// migration 11: a run holds one commit's entries of one operation, entry `n` has seq
+/// `first_seq + n - 1`); `ORDER BY TIMELINE_ORDER` puts them in seq order.
+const TIMELINE_SELECT: &str = "SELECT r.first_seq + u.n - 1, r.operation, u.at, u.actor, u.event, u.from_state,
+    u.to_state, u.reason, u.data
+    FROM {runs} r, UNNEST(r.at, r.actor, r.event, r.from_state, r.to_state, r.reason, r.data) WITH ORDINALITY
+    AS u(at, actor, event, from_state, to_state, reason, data, n)";
+
+/// Seq order of [`TIMELINE_SELECT`]'s entries: runs do not overlap.
+const TIMELINE_ORDER: &str = "r.last_seq, u.n";
+
+/// [`TIMELINE_SELECT`] from the runs `runs` picks.
+fn timeline_select(runs: &str) -> String {
+    TIMELINE_SELECT.replace("{runs}", runs)
+}
 
 fn timeline_entry(r: &Row) -> Result<TimelineEntry, Fail> {
     Ok(TimelineEntry {
@@ -462,21 +475,30 @@ impl Store for PgStore {
 
     fn timeline(&self, operation: &str) -> Result<Vec<TimelineEntry>, Error> {
         edge(|| {
-            self.rows(&format!("{TIMELINE_SELECT} WHERE operation = $1 ORDER BY seq"), &[&operation], timeline_entry)
+            let sql = format!("{} WHERE r.operation = $1 ORDER BY {TIMELINE_ORDER}", timeline_select("timeline_runs"));
+            self.rows(&sql, &[&operation], timeline_entry)
         })
     }
 
     fn timeline_after(&self, operation: Option<&str>, after: i64, limit: usize) -> Result<Vec<TimelineEntry>, Error> {
         edge(|| {
             let limit = limit.min(i64::MAX as usize) as i64;
+            // At most `limit` runs hold the first `limit` entries after `after` (each holds one
+            // at least); the first of them may begin at or before it.
+            let page = |runs: &str| {
+                format!("{} WHERE r.first_seq + u.n - 1 > $1 ORDER BY {TIMELINE_ORDER} LIMIT $2", timeline_select(runs))
+            };
             let rows = match operation {
                 Some(op) => self.query(
-                    &format!("{TIMELINE_SELECT} WHERE operation = $1 AND seq > $2 ORDER BY seq LIMIT $3"),
-                    &[&op, &after, &limit],
+                    &page(
+                        "(SELECT * FROM timeline_runs WHERE operation = $3 AND last_seq > $1 ORDER BY last_seq LIMIT $2)",
+                    ),
+                    &[&after, &limit, &op],
                 )?,
-                None => {
-                    self.query(&format!("{TIMELINE_SELECT} WHERE seq > $1 ORDER BY seq LIMIT $2"), &[&after, &limit])?
-                }
+                None => self.query(
+                    &page("(SELECT * FROM timeline_runs WHERE last_seq > $1 ORDER BY last_seq LIMIT $2)"),
+                    &[&after, &limit],
+                )?,
             };
             rows.iter().map(timeline_entry).collect()
         })

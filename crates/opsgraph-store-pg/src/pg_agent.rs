@@ -161,8 +161,9 @@ fn record_claim(tx: &mut Tx<'_, '_>, c: &AgentClaim, task: &AgentTask) -> Result
         "task": task.id, "job": task.job, "attempt": task.attempt, "kind": task.kind, "resource": task.resource
     }))?;
     tx.exec(
-        "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO timeline_runs (first_seq, last_seq, operation, at, actor, event, from_state, to_state, reason, data)
+         VALUES ($1, $1, $2, ARRAY[$3::text], ARRAY[$4::text], ARRAY[$5::text], ARRAY[$6::text], ARRAY[$7::text],
+                 ARRAY[$8::text], ARRAY[$9::text])",
         &[
             &seq,
             &task.operation,

@@ -330,19 +330,34 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail<'_>>, Fai
              RETURNING value)"
         ));
         let texts = |f: fn(&TimelineEntry) -> &str| Arg::Texts(timeline.iter().map(|e| Cow::Borrowed(f(e))).collect());
-        let (o, at) = (p.add(texts(|e| &e.operation)), p.add(texts(|e| &e.at)));
-        let (actor, event) = (p.add(texts(|e| &e.actor)), p.add(texts(|e| &e.event)));
+        let (at, actor) = (p.add(texts(|e| &e.at)), p.add(texts(|e| &e.actor)));
+        let event = p.add(texts(|e| &e.event));
         let f = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.from.as_deref()).collect()));
         let t = p.add(Arg::MaybeTexts(timeline.iter().map(|e| e.to.as_deref()).collect()));
         let reason = p.add(texts(|e| &e.reason));
         let data = timeline.iter().map(|e| serde_json::to_string(&e.data).map(Cow::Owned)).collect::<Result<_, _>>()?;
         let d = p.add(Arg::Texts(data));
+        // One row per run of consecutive entries of one operation (migration 11): a driven
+        // commit's entries are one run. `s` and `e`: the run's first and last entry, from 1.
+        let runs = runs(&timeline);
+        let ro = p.add(Arg::Texts(runs.iter().map(|r| Cow::Borrowed(r.0)).collect()));
+        let (rs, re) = (
+            p.add(Arg::Ints(runs.iter().map(|r| r.1).collect())),
+            p.add(Arg::Ints(runs.iter().map(|r| r.2).collect())),
+        );
+        let slice = |a: &str| format!("({a}::text[])[r.s:r.e]");
         with.push(format!(
-            "t AS (INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
-             SELECT c.value - {n} + u.n, u.operation, u.at, u.actor, u.event, u.from_state, u.to_state, u.reason, u.data
-             FROM c, UNNEST({o}::text[], {at}::text[], {actor}::text[], {event}::text[], {f}::text[], {t}::text[],
-             {reason}::text[], {d}::text[]) WITH ORDINALITY
-             AS u(operation, at, actor, event, from_state, to_state, reason, data, n))"
+            "t AS (INSERT INTO timeline_runs (first_seq, last_seq, operation, at, actor, event, from_state, to_state,
+             reason, data)
+             SELECT c.value - {n} + r.s, c.value - {n} + r.e, r.operation, {}, {}, {}, {}, {}, {}, {}
+             FROM c, UNNEST({ro}::text[], {rs}::bigint[], {re}::bigint[]) AS r(operation, s, e))",
+            slice(&at),
+            slice(&actor),
+            slice(&event),
+            slice(&f),
+            slice(&t),
+            slice(&reason),
+            slice(&d),
         ));
     }
     let sql = format!(
@@ -356,6 +371,20 @@ pub(crate) fn tail(writes: &[Write], fold: bool) -> Result<Option<Tail<'_>>, Fai
         transition: transition.map(|(o, v, ..)| (o.clone(), v)),
         expect: expect.map(|(o, v)| (o.clone(), v)),
     }))
+}
+
+/// The runs of consecutive `entries` of one operation: the operation, the first and the last
+/// entry's position (from 1).
+fn runs<'e>(entries: &[&'e TimelineEntry]) -> Vec<(&'e str, i64, i64)> {
+    let mut runs: Vec<(&str, i64, i64)> = Vec::new();
+    for (k, e) in entries.iter().enumerate() {
+        let at = k as i64 + 1;
+        match runs.last_mut() {
+            Some(run) if run.0 == e.operation => run.2 = at,
+            _ => runs.push((&e.operation, at, at)),
+        }
+    }
+    runs
 }
 
 impl Tail<'_> {

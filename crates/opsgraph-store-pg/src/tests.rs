@@ -390,3 +390,125 @@ fn postgres_agent_tasks_other_processes_write_are_notified_and_this_ones_are_not
     own.client.borrow_mut().batch_execute(&insert("t3")).unwrap();
     assert_eq!(listener.wait_for_agent_tasks(Duration::from_millis(300)).unwrap(), Some(vec![]));
 }
+
+/// A timeline note of `op` for the tests below.
+fn note(op: &str, event: &str) -> opsgraph_store::TimelineEntry {
+    opsgraph_store::TimelineEntry {
+        seq: 0,
+        operation: op.into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        actor: "test".into(),
+        event: event.into(),
+        from: (event.len() % 2 == 0).then(|| "running".to_string()),
+        to: None,
+        reason: format!("{event} of {op}"),
+        data: serde_json::json!({ "event": event }),
+    }
+}
+
+/// Migration 11: a commit's timeline entries of one operation are one row (a run), in a turn's
+/// one message and in a transaction of their own; entries of several operations are a run per
+/// stretch of one operation. Read back, they are the entries in seq order, whole (`timeline`) and
+/// page by page from every seq (`timeline_after`, with and without an operation).
+#[test]
+fn postgres_a_commits_entries_of_one_operation_are_one_row() {
+    use opsgraph_store::{Store, TimelineEntry, Write};
+    let Some(db) = crate::test_db("postgres_a_commits_entries_of_one_operation_are_one_row") else { return };
+    let mut store = PgStore::connect(db.url()).unwrap();
+    let create =
+        |id: &str| Write::CreateOperation { op: opsgraph_store::testing::operation(id, None), plan: "{}".into() };
+    store.commit(&[create("op-1"), create("op-2")]).unwrap();
+    let lease = store.acquire_lease("op-1", "me", 60_000).unwrap();
+    // A driven commit's shape: the fence, then 16 entries, in a turn of one message.
+    let driven: Vec<Write> = std::iter::once(lease.fence())
+        .chain((0..16).map(|k| Write::Timeline(note("op-1", &format!("e{k}")))))
+        .collect();
+    let turn = crate::pg_group::Pending::new(driven);
+    assert!(store.commit_group(None, vec![turn.clone()]).is_none());
+    turn.take().unwrap().unwrap();
+    // Entries of two operations in one transaction: op-1, op-1, op-2, op-1.
+    let mixed = [("op-1", "m0"), ("op-1", "m1"), ("op-2", "m2"), ("op-1", "m3")];
+    store.commit(&mixed.map(|(op, event)| Write::Timeline(note(op, event)))).unwrap();
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    let runs: Vec<(i64, i64, String)> = admin
+        .query("SELECT first_seq, last_seq, operation FROM timeline_runs ORDER BY last_seq", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let want = [(1, 16, "op-1"), (17, 18, "op-1"), (19, 19, "op-2"), (20, 20, "op-1")];
+    assert_eq!(runs, want.map(|(f, l, o)| (f, l, o.to_string())));
+    let all: Vec<TimelineEntry> = (0..16)
+        .map(|k| ("op-1", format!("e{k}")))
+        .chain(mixed.iter().map(|(op, event)| (*op, event.to_string())))
+        .enumerate()
+        .map(|(k, (op, event))| TimelineEntry { seq: k as i64 + 1, ..note(op, &event) })
+        .collect();
+    let of = |op: &str| all.iter().filter(|e| e.operation == op).cloned().collect::<Vec<_>>();
+    assert_eq!(store.timeline("op-1").unwrap(), of("op-1"));
+    assert_eq!(store.timeline("op-2").unwrap(), of("op-2"));
+    for after in 0..=21 {
+        for limit in [1, 2, 3, 17, 100] {
+            let page = |entries: Vec<TimelineEntry>| -> Vec<TimelineEntry> {
+                entries.into_iter().filter(|e| e.seq > after).take(limit).collect()
+            };
+            assert_eq!(store.timeline_after(None, after, limit).unwrap(), page(all.clone()), "{after} {limit}");
+            for op in ["op-1", "op-2"] {
+                let got = store.timeline_after(Some(op), after, limit).unwrap();
+                assert_eq!(got, page(of(op)), "{op} {after} {limit}");
+            }
+        }
+    }
+}
+
+/// Migration 11 on a database made by the first 10 with timeline rows in it: each row becomes a
+/// run of one entry and reads as before, the seqs go on from the counter, and the trigger that
+/// notifies waiters moved to the runs.
+#[test]
+fn postgres_timeline_rows_made_before_runs_read_as_before() {
+    use opsgraph_store::{Store, TimelineEntry, Write};
+    let Some(db) = crate::test_db("postgres_timeline_rows_made_before_runs_read_as_before") else { return };
+    let mut admin = ::postgres::Client::connect(db.url(), ::postgres::NoTls).unwrap();
+    migrated_to(&mut admin, 10);
+    admin
+        .batch_execute(
+            "INSERT INTO timeline (seq, operation, at, actor, event, from_state, to_state, reason, data)
+             VALUES (1, 'op-1', 't1', 'a', 'created', NULL, 'draft', 'r1', '{}'),
+                    (2, 'op-2', 't2', 'b', 'note', 'x', NULL, 'r2', '{\"k\": 1}'),
+                    (3, 'op-1', 't3', 'c', 'note', NULL, NULL, '', 'null');
+             UPDATE counters SET value = 3 WHERE name = 'timeline';",
+        )
+        .unwrap();
+    let mut store = PgStore::connect(db.url()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), latest());
+    let old = |seq: i64, op: &str, event: &str, from: Option<&str>, to: Option<&str>, data| TimelineEntry {
+        seq,
+        operation: op.into(),
+        at: format!("t{seq}"),
+        actor: ["a", "b", "c"][seq as usize - 1].into(),
+        event: event.into(),
+        from: from.map(str::to_string),
+        to: to.map(str::to_string),
+        reason: if seq == 3 { String::new() } else { format!("r{seq}") },
+        data,
+    };
+    let before = vec![
+        old(1, "op-1", "created", None, Some("draft"), serde_json::json!({})),
+        old(2, "op-2", "note", Some("x"), None, serde_json::json!({"k": 1})),
+        old(3, "op-1", "note", None, None, serde_json::Value::Null),
+    ];
+    assert_eq!(store.timeline_after(None, 0, 10).unwrap(), before);
+    store.commit(&[Write::Timeline(note("op-1", "later"))]).unwrap();
+    let op1: Vec<(i64, String)> = store.timeline("op-1").unwrap().into_iter().map(|e| (e.seq, e.event)).collect();
+    assert_eq!(op1, [(1, "created".to_string()), (3, "note".into()), (4, "later".into())]);
+    let triggers: Vec<String> = admin
+        .query(
+            "SELECT tgname::text FROM pg_trigger WHERE tgrelid = 'timeline_runs'::regclass AND NOT tgisinternal",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(triggers, ["timeline_written"]);
+}
