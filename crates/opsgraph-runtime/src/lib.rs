@@ -184,6 +184,8 @@ pub struct Runtime {
     /// (`runs/<op>/secrets/<job>`, [`Runtime::private_file`]): until it has, the driver has no
     /// such directory to remove after a result (a `statx` and paths a job, issue [N] 5).
     pub(crate) private_made: std::sync::atomic::AtomicBool,
+    /// `OPSGRAPH_LAB_DIR` of every job: `<data_dir>/lab`, made into text once.
+    pub(crate) lab_dir: std::sync::OnceLock<String>,
     /// How often a driver asked the store for its data version (the tests' witness of
     /// `Drive::row_trusted`).
     #[cfg(test)]
@@ -218,6 +220,7 @@ impl Runtime {
             plan_world: None,
             live_sharing: std::sync::OnceLock::new(),
             private_made: std::sync::atomic::AtomicBool::new(false),
+            lab_dir: std::sync::OnceLock::new(),
             #[cfg(test)]
             version_reads: 0,
             #[cfg(test)]
