@@ -67,7 +67,9 @@ impl Runtime {
     ) -> Result<BTreeMap<String, String>, Error> {
         let mut env = BTreeMap::new();
         let secret_params = self.secret_params(plan);
-        let private = self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id);
+        // Named only where a file goes there (credentials, artifacts): most jobs get none, and
+        // its four paths were a tenth of this function a job (issue [N] 5).
+        let private = || self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id);
         for (k, v) in job
             .inputs
             .parameters
@@ -97,7 +99,7 @@ impl Runtime {
             if let Some(reference) = doc.as_ref().and_then(|d| d.credentials.get(&capability)) {
                 // An unusable reference does not stop the driver: the job is told why, and fails
                 // with that reason when it needs the credentials.
-                match self.credentials_path(reference, &private, secrets) {
+                match self.credentials_path(reference, &private(), secrets) {
                     Ok(path) => {
                         if capability == "kubernetes.cluster" {
                             env.insert("KUBECONFIG".into(), path.clone());
@@ -125,8 +127,8 @@ impl Runtime {
             env.insert("OPSGRAPH_TARGET_ID".into(), r.clone());
             env.insert("OPSGRAPH_TARGET_NAME".into(), r.rsplit('/').next().unwrap_or(r).to_string());
         }
-        let lab = self.data_dir.join("lab");
-        env.insert("OPSGRAPH_LAB_DIR".into(), lab.display().to_string());
+        let lab = self.lab_dir.get_or_init(|| self.data_dir.join("lab").display().to_string());
+        env.insert("OPSGRAPH_LAB_DIR".into(), lab.clone());
         self.artifact_parameters(plan, job, inputs, &private, &mut env, secrets)?;
         // Required artifacts: the file of the dependency that produced it (on the same resource
         // when there is one).
@@ -143,7 +145,7 @@ impl Runtime {
                 !same
             });
             if let Some(r) = candidates.first() {
-                env.insert(artifact_env(a), self.artifact_file(r, &private, secrets)?);
+                env.insert(artifact_env(a), self.artifact_file(r, &private(), secrets)?);
             }
         }
         Ok(env)
@@ -258,7 +260,7 @@ impl Runtime {
         plan: &Plan,
         job: &opsgraph_core::model::Job,
         inputs: &BTreeMap<String, Value>,
-        private: &Path,
+        private: &dyn Fn() -> PathBuf,
         env: &mut BTreeMap<String, String>,
         secrets: &mut Vec<Vec<u8>>,
     ) -> Result<(), Error> {
@@ -269,7 +271,7 @@ impl Runtime {
             let Some(id) = spec.artifact.as_deref() else { continue };
             match self.produced_artifact(&reference) {
                 Ok(record) => {
-                    env.insert(artifact_env(id), self.artifact_file(&record, private, secrets)?);
+                    env.insert(artifact_env(id), self.artifact_file(&record, &private(), secrets)?);
                 }
                 Err(why) => {
                     env.insert(

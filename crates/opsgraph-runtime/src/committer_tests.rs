@@ -325,6 +325,28 @@ fn a_chain_reads_the_data_version_only_where_a_write_is_not_version_guarded() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The driver removes an attempt's private directory after its result only once this runtime
+/// has written a plaintext file into one: a chain whose jobs are given no secret costs no
+/// `statx` a job for a directory that was never made (issue [N] 5); after one was written, every
+/// result's directory is removed again.
+#[test]
+fn private_directories_are_removed_once_the_runtime_has_made_one() {
+    let dir = temp("private-dirs");
+    let ledger = dir.join("ledger");
+    let pack = pack(3, true, &ledger);
+    let mut rt = runtime(&dir, &pack);
+    let first = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&first, &mut |_| {}).unwrap(), OperationState::Completed);
+    assert_eq!(rt.private_removals, 0, "no private file made: nothing to remove");
+    let private = dir.join("runs").join("other").join("secrets").join("j0");
+    rt.private_file(&private, "token", b"s3cret").unwrap();
+    let second = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&second, &mut |_| {}).unwrap(), OperationState::Completed);
+    assert_eq!(rt.private_removals, 3, "one removal a result once a private file was made");
+    assert_eq!(lines(&ledger), 6);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A person pauses the operation from another connection while a chained job runs (its
 /// `running` record committed, not yet synced): the job runs to its end and its result is kept,
 /// the next job does not start (the turn after the result decides on its copy of the row, and

@@ -2,6 +2,7 @@
 //! and the pack version it was made from).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use opsgraph_core::model::OperationState;
 use opsgraph_core::pack::Pack;
@@ -140,12 +141,14 @@ impl Runtime {
     /// runtime wrote the row, a guarded commit was refused or the driver waited
     /// (`Drive::guarded`). The turn right after results that left nothing in flight does not ask
     /// for the data version (`Drive::row_trusted`): its writes are all version-guarded.
-    fn snapshot_op(&mut self, d: &mut Drive<'_>, id: &str) -> Result<OperationRecord, Error> {
+    /// Shared with the drive's copy, not copied: a turn reads it only (two copies of the row and
+    /// their drops a chained job, issue [N] 5).
+    fn snapshot_op(&mut self, d: &mut Drive<'_>, id: &str) -> Result<Arc<OperationRecord>, Error> {
         // Right after results with nothing in flight: every write of this turn is version-guarded.
         if std::mem::take(&mut d.row_trusted) {
             if let Some((_, w, op)) = &d.op_seen {
                 if *w == self.operation_writes {
-                    return Ok(op.clone());
+                    return Ok(Arc::clone(op));
                 }
             }
         }
@@ -156,10 +159,10 @@ impl Runtime {
         let data_version = self.store.data_version()?;
         d.guarded = data_version.is_none();
         Ok(match (&d.op_seen, data_version) {
-            (Some((v, w, op)), now) if now.is_none_or(|now| *v == now) && *w == self.operation_writes => op.clone(),
+            (Some((v, w, op)), now) if now.is_none_or(|now| *v == now) && *w == self.operation_writes => Arc::clone(op),
             _ => {
-                let op = self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?;
-                d.op_seen = Some((data_version.unwrap_or(0), self.operation_writes, op.clone()));
+                let op = Arc::new(self.store.operation(id)?.ok_or_else(|| Error::NoOperation(id.to_string()))?);
+                d.op_seen = Some((data_version.unwrap_or(0), self.operation_writes, Arc::clone(&op)));
                 op
             }
         })

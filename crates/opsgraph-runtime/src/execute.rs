@@ -56,7 +56,7 @@ pub(crate) struct Drive<'p> {
     /// The operation row as last read, with the store's data version and this runtime's count of
     /// operation writes at that moment: while neither changed, nobody changed the row (pause,
     /// cancel and gate answers from other processes change the data version).
-    pub(crate) op_seen: Option<(i64, u64, OperationRecord)>,
+    pub(crate) op_seen: Option<(i64, u64, std::sync::Arc<OperationRecord>)>,
     /// The store cannot tell when another connection committed (no data version: PostgreSQL).
     /// Then the copy of the operation row is kept between turns anyway (every commit that starts
     /// attempts carries `Write::ExpectVersion` of it, on both backends: a pause or cancel
@@ -562,8 +562,15 @@ impl Runtime {
             if let Some(held) = &self.lease {
                 held.watch(&r.instance, None);
             }
-            // Plaintext copies of secrets live only while the attempt runs.
-            let _ = std::fs::remove_dir_all(d.run_dir.join("secrets").join(&r.instance));
+            // Plaintext copies of secrets live only while the attempt runs. None was made unless
+            // this runtime wrote one (the drive's start removed any a crashed driver left).
+            if self.private_made.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = std::fs::remove_dir_all(d.run_dir.join("secrets").join(&r.instance));
+                #[cfg(test)]
+                {
+                    self.private_removals += 1;
+                }
+            }
             // The attempt's log joins the blob store before its record is committed.
             self.keep_log(&op.id, &r.instance, r.attempt, r.log.as_deref())?;
             // The live log has served its time: the final log replaces it.

@@ -180,6 +180,12 @@ pub struct Runtime {
     /// How running attempts' live logs reach the replicas that do not drive them, made from
     /// `blobs` when first needed (`live/share.rs`); `None` inside when they need not.
     pub(crate) live_sharing: std::sync::OnceLock<Option<std::sync::Arc<live::share::Sharing>>>,
+    /// This runtime wrote a plaintext file into an attempt's private directory
+    /// (`runs/<op>/secrets/<job>`, [`Runtime::private_file`]): until it has, the driver has no
+    /// such directory to remove after a result (a `statx` and paths a job, issue [N] 5).
+    pub(crate) private_made: std::sync::atomic::AtomicBool,
+    /// `OPSGRAPH_LAB_DIR` of every job: `<data_dir>/lab`, made into text once.
+    pub(crate) lab_dir: std::sync::OnceLock<String>,
     /// How often a driver asked the store for its data version (the tests' witness of
     /// `Drive::row_trusted`).
     #[cfg(test)]
@@ -187,6 +193,9 @@ pub struct Runtime {
     /// How often a driver's wait for results ended with none (each is a turn of its own).
     #[cfg(test)]
     pub(crate) quiet_waits: u64,
+    /// How often a driver removed an attempt's private directory after its result.
+    #[cfg(test)]
+    pub(crate) private_removals: u64,
 }
 
 impl Runtime {
@@ -210,10 +219,14 @@ impl Runtime {
             lease: None,
             plan_world: None,
             live_sharing: std::sync::OnceLock::new(),
+            private_made: std::sync::atomic::AtomicBool::new(false),
+            lab_dir: std::sync::OnceLock::new(),
             #[cfg(test)]
             version_reads: 0,
             #[cfg(test)]
             quiet_waits: 0,
+            #[cfg(test)]
+            private_removals: 0,
         }
     }
 

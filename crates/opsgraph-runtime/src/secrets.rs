@@ -73,7 +73,8 @@ impl Runtime {
     ) -> Result<(PathBuf, Secret), Error> {
         let sealed = self.read_blob(location).map_err(|source| Error::Io { path: location.to_string(), source })?;
         let plain = self.keyring()?.open(&sealed, aad.as_bytes()).map_err(|e| Error::Secrets(format!("{aad}: {e}")))?;
-        let path = private_file(dir, name, plain.expose())
+        let path = self
+            .private_file(dir, name, plain.expose())
             .map_err(|source| Error::Io { path: dir.display().to_string(), source })?;
         Ok((path, plain))
     }
@@ -114,7 +115,15 @@ impl Runtime {
             return Ok(path);
         }
         let bytes = self.read_blob(&r.location).map_err(|source| Error::Io { path: r.location.clone(), source })?;
-        private_file(private, &r.id, &bytes).map_err(|source| Error::Io { path: private.display().to_string(), source })
+        self.private_file(private, &r.id, &bytes)
+            .map_err(|source| Error::Io { path: private.display().to_string(), source })
+    }
+
+    /// [`private_file`] for an attempt's private directory: noted first, so that the driver
+    /// removes such directories after its results from now on (`Runtime::private_made`).
+    pub(crate) fn private_file(&self, dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+        self.private_made.store(true, std::sync::atomic::Ordering::SeqCst);
+        private_file(dir, name, bytes)
     }
 }
 
