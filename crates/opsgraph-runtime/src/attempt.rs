@@ -15,6 +15,45 @@ use crate::jobs::{artifact_env, param_text};
 use crate::task::Refuse;
 use crate::{Error, Runtime};
 
+/// Where the plaintext files of a job's environment go (credentials, sealed artifacts).
+#[derive(Clone, Copy)]
+pub(crate) enum Plain<'a> {
+    /// Its attempt's private directory, `runs/<op>/secrets/<job>`: the driver removes it after
+    /// the attempt's result (recovery and a rollout's checks, after their checks).
+    Attempt,
+    /// `<root>/<job>`, a directory of the caller's own that it removes ([`Scratch`]): checks that
+    /// run outside any attempt and may overlap another run of themselves (a resource's
+    /// verification).
+    Scratch(&'a Path),
+}
+
+/// A private directory of one caller's own under `runs/<op>/secrets/`, removed with everything
+/// in it when dropped (on every path out, failures included).
+pub(crate) struct Scratch(PathBuf);
+
+impl Scratch {
+    /// A directory no other caller uses: `runs/<op>/secrets/<what>-<pid>-<n>-<nanos>` (not made
+    /// until a file goes there).
+    pub(crate) fn new(data_dir: &Path, op: &str, what: &str) -> Scratch {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+        let name = format!("{what}-{}-{}-{nanos}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        Scratch(data_dir.join("runs").join(op).join("secrets").join(name))
+    }
+
+    pub(crate) fn plain(&self) -> Plain<'_> {
+        Plain::Scratch(&self.0)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 impl Runtime {
     /// Where an instance runs: locally when it has no resource, its resource is this machine or
     /// the job says `executor: local`; over SSH when its resource has SSH access; else nowhere
@@ -63,13 +102,17 @@ impl Runtime {
         job: &opsgraph_core::model::Job,
         inputs: &BTreeMap<String, Value>,
         pending: &[ArtifactRecord],
+        plain: Plain<'_>,
         secrets: &mut Vec<Vec<u8>>,
     ) -> Result<BTreeMap<String, String>, Error> {
         let mut env = BTreeMap::new();
         let secret_params = self.secret_params(plan);
         // Named only where a file goes there (credentials, artifacts): most jobs get none, and
         // its four paths were a tenth of this function a job (issue [N] 5).
-        let private = || self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id);
+        let private = || match plain {
+            Plain::Attempt => self.data_dir.join("runs").join(&op.id).join("secrets").join(&instance.id),
+            Plain::Scratch(root) => root.join(&instance.id),
+        };
         for (k, v) in job
             .inputs
             .parameters

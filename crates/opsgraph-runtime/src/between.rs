@@ -13,6 +13,7 @@ use opsgraph_core::plan::JobInstance;
 use opsgraph_exec::{Cancel, EvidenceResult};
 use opsgraph_store::{JobRecord, JobState, OperationRecord};
 
+use crate::attempt::Plain;
 use crate::execute::Drive;
 use crate::masking::Masking;
 use crate::task::{Task, TaskResult};
@@ -82,7 +83,7 @@ impl Runtime {
                     Ok(Prepared {
                         instance: h.id.clone(),
                         executor: self.executor_for(h, &job),
-                        env: self.environment(op, plan, h, &job, &d.inputs, &[], &mut secrets)?,
+                        env: self.environment(op, plan, h, &job, &d.inputs, &[], Plain::Attempt, &mut secrets)?,
                     })
                 })
                 .collect()

@@ -16,6 +16,7 @@ use opsgraph_exec::{Cancel, Program};
 use opsgraph_store::{ArtifactRecord, GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::Value;
 
+use crate::attempt::Plain;
 use crate::decide::{self, Decision, Effect, Finished, Snapshot};
 use crate::jobs::{self, render_key};
 use crate::task::{Task, TaskResult};
@@ -360,7 +361,7 @@ impl Runtime {
             let record = d.cache.get(&instance.id).cloned();
             let attempt = record.as_ref().map_or(0, |r| r.attempts) + 1;
             let mut mask = Vec::new();
-            let env = self.environment(op, plan, instance, &job, &d.inputs, &pending, &mut mask)?;
+            let env = self.environment(op, plan, instance, &job, &d.inputs, &pending, Plain::Attempt, &mut mask)?;
             let key = job
                 .controls
                 .idempotency

@@ -9,6 +9,7 @@ use opsgraph_core::plan::lifecycle::Event;
 use opsgraph_store::{now, JobRecord, JobState, Write};
 use serde_json::json;
 
+use crate::attempt::Plain;
 use crate::jobs;
 use crate::task::TaskResult;
 use crate::timeline::entry;
@@ -116,7 +117,7 @@ impl Runtime {
         for t in &targets {
             let Some(job) = template.as_ref().and_then(|tp| pack.job(tp, &t.job)).cloned() else { continue };
             let mut mask = Vec::new();
-            let env = self.environment(&op, &plan, t, &job, &inputs, &[], &mut mask)?;
+            let env = self.environment(&op, &plan, t, &job, &inputs, &[], Plain::Attempt, &mut mask)?;
             let executor = self.executor_for(t, &job);
             let (evidence, failure) = jobs::evidence(&checks, &*executor, &env, &opsgraph_exec::Cancel::new());
             let (evidence, failure) = crate::masking::masked(mask, evidence, failure);

@@ -19,6 +19,7 @@ use opsgraph_exec::Cancel;
 use opsgraph_store::{now, JobRecord, OperationRecord, Write};
 use serde_json::{json, Value};
 
+use crate::attempt::Plain;
 use crate::jobs;
 use crate::task::TaskResult;
 use crate::timeline::{entry, Progress};
@@ -76,7 +77,7 @@ impl Runtime {
             )));
         }
         let mut mask = Vec::new();
-        let env = self.environment(op, plan, instance, job, inputs, &[], &mut mask)?;
+        let env = self.environment(op, plan, instance, job, inputs, &[], Plain::Attempt, &mut mask)?;
         let checks: Vec<opsgraph_core::model::Evidence> =
             job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
         let (results, mut failure) = if checks.is_empty() {

@@ -20,6 +20,7 @@ use opsgraph_exec::{check_evidence, Cancel, EvidenceResult, Executor};
 use opsgraph_store::{now, OperationFilter, OperationRecord, ResourceEventRecord, ResourceRecord, Write};
 use serde_json::json;
 
+use crate::attempt::Scratch;
 use crate::masking::Masking;
 use crate::report::{CheckRun, VerifyReport};
 use crate::{Error, Runtime};
@@ -61,6 +62,10 @@ impl Runtime {
             .collect();
         let inputs = self.gate_inputs(&op.id)?;
         let mut secrets = Vec::new();
+        // Credentials and sealed artifacts the checks read, in plaintext while they run only: a
+        // directory of this verification's own (another may run at once on this resource: a
+        // person's and the schedule's), removed when it returns.
+        let scratch = Scratch::new(&self.data_dir, &op.id, "verify");
         let mut prepared = Vec::new();
         for instance in plan.jobs.iter().filter(|j| spec.on.contains(&j.job) && j.skipped.is_none()) {
             let job: Job = template
@@ -73,7 +78,7 @@ impl Runtime {
             prepared.push(Prepared {
                 instance: instance.id.clone(),
                 executor: self.executor_for(instance, &job),
-                env: self.environment(&op, &plan, instance, &job, &inputs, &[], &mut secrets)?,
+                env: self.environment(&op, &plan, instance, &job, &inputs, &[], scratch.plain(), &mut secrets)?,
             });
         }
         let runs = run_checks(&checks, prepared, self.concurrency.max(1));

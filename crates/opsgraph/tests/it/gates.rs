@@ -122,6 +122,22 @@ fn a_parent_waiting_on_a_childs_gate_goes_on_when_it_is_answered() {
     assert_eq!(state(&rt, &child.id), OperationState::Completed);
 }
 
+/// The app's pack with a day-2 verification: `creds_readable` where `use-bucket` ran.
+const APP_VERIFIED: &str = "scenario_pack:\n  id: app\n  version: 1.0.0\n  title: App\n  resource_types: [app.thing]\n  actions: [run]\n  plan_templates: [{id: app.run}]\n  resources:\n    - {type: app.thing, on: use-bucket, interval: 1h, verify: [creds_readable]}\n";
+
+/// Every path under `dir`, depth first.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
+}
+
 /// The app's job writes what it was told about its bucket.
 const TELL: &str = "job: {id: prepare, outputs: {provides: {capabilities: [app.prepared]}}, run: {command: [true]}}
 ---
@@ -218,10 +234,21 @@ fn a_created_provider_hands_its_credentials_artifact_to_the_jobs_bound_to_it() {
         ("packs/bucket/jobs.yaml", jobs),
         ("packs/bucket/artifacts.yaml", artifact),
         ("packs/app/jobs.yaml", TELL),
+        ("packs/app/pack.yaml", APP_VERIFIED),
+        ("packs/app/evidence.yaml", "evidence:\n  - {id: creds_readable, source: command, command: 'grep -qx SECRET_KEY=s3cr3t \"$OPSGRAPH_BINDING_STORE_BUCKET_CREDENTIALS\"'}\n"),
     ]);
     let (mut rt, _, id) = w.created();
     assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed, "{:#?}", events(&rt, &id));
     assert_eq!(std::fs::read_to_string(w.dir.join("data/lab/creds-seen")).unwrap(), "SECRET_KEY=s3cr3t\n");
+    // Day 2: the app's verification reads the credentials as its job did, from a plaintext copy
+    // that lives only while its checks run.
+    let verified = rt.verify("app.thing/app-1", "user:alice").unwrap();
+    assert!(verified.checks.iter().all(|c| c.passed) && !verified.checks.is_empty(), "{verified:#?}");
+    let left: Vec<_> = walk(&w.dir.join("data/runs"))
+        .into_iter()
+        .filter(|p| p.is_file() && p.to_string_lossy().contains("/secrets/"))
+        .collect();
+    assert!(left.is_empty(), "plaintext copies left after the verification: {left:?}");
     // The resource keeps a reference to the artifact, never its content.
     let r = rt.store().resource("bucket.thing/bucket-maker-app-1").unwrap().unwrap();
     let reference = r.doc["credentials"]["store.bucket"].as_str().unwrap();
