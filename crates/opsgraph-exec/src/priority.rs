@@ -12,13 +12,14 @@
 //! child starts with the nice value of the thread that forked it. So a thread that only runs
 //! jobs lowers itself once ([`job_thread`], the runtime's attempt workers); any other thread (the
 //! driver's crash recovery, `intervene --verify` on a server thread, an agent's runner) keeps
-//! its priority and has its processes forked from a short-lived thread that lowers itself first
-//! ([`spawn`]). Raising a priority back needs privileges: a lowered thread stays lowered.
+//! its priority and has its processes forked by the process's spawning thread, which lowered
+//! itself once ([`spawn`]). Raising a priority back needs privileges: a lowered thread stays
+//! lowered.
 
 use std::cell::Cell;
 use std::io;
 use std::process::{Child, Command};
-use std::sync::OnceLock;
+use std::sync::{mpsc, OnceLock};
 
 /// How many nice steps below the control plane local job processes run when
 /// `OPSGRAPH_JOBS_NICE` is not set.
@@ -78,21 +79,54 @@ fn lower(steps: i32) {
 }
 
 /// Spawns `cmd` below the control plane: from this thread when it runs jobs only (lowered
-/// already), else from a short-lived thread that lowers itself first, so the caller keeps its
-/// priority. Where no thread can be started it spawns from here, at the caller's priority.
-pub(crate) fn spawn(mut cmd: Command) -> io::Result<Child> {
+/// already), else from the process's spawning thread ([`spawner`]), lowered once, so the caller
+/// keeps its priority. Where that thread cannot be started (or is gone) it spawns from here, at
+/// the caller's priority.
+pub(crate) fn spawn(cmd: Command) -> io::Result<Child> {
     let steps = jobs_nice();
     if steps == 0 || LOWERED.with(Cell::get) {
+        let mut cmd = cmd;
         return cmd.spawn();
     }
-    let spawned = std::thread::scope(|s| {
-        let forker = std::thread::Builder::new().name("job spawn".into()).spawn_scoped(s, || {
-            lower(steps);
-            cmd.spawn()
-        });
-        forker.ok().map(|f| f.join().unwrap_or_else(|_| Err(io::Error::other("the spawning thread panicked"))))
-    });
-    spawned.unwrap_or_else(|| cmd.spawn())
+    let Some(spawner) = spawner(steps) else {
+        let mut cmd = cmd;
+        return cmd.spawn();
+    };
+    let (answer, answered) = mpsc::sync_channel(1);
+    match spawner.send((cmd, answer)) {
+        Ok(()) => answered.recv().unwrap_or_else(|_| Err(io::Error::other("the spawning thread panicked"))),
+        Err(mpsc::SendError((mut cmd, _))) => cmd.spawn(),
+    }
+}
+
+/// A command to spawn and where its child goes.
+type Spawn = (Command, mpsc::SyncSender<io::Result<Child>>);
+
+/// The process's spawning thread (`job spawn`), started by the first spawn of a thread that is
+/// not a job thread, lowered by `steps` once and kept: it spawns what such threads ask for (an
+/// agent's runners, the driver's crash recovery, a verification on a server thread), one after
+/// another. A thread started, lowered and joined per spawn cost a start, a stack and an exit
+/// each (an agent's job spawns twice: its script and its evidence check; issue [N] 2). Its
+/// children start `steps` below the thread that first asked (threads that are not job threads
+/// keep the process's priority). `None` where no thread can be started.
+fn spawner(steps: i32) -> Option<&'static mpsc::Sender<Spawn>> {
+    static SPAWNER: OnceLock<Option<mpsc::Sender<Spawn>>> = OnceLock::new();
+    SPAWNER
+        .get_or_init(|| {
+            let (ask, asked) = mpsc::channel::<Spawn>();
+            std::thread::Builder::new()
+                .name("job spawn".into())
+                .spawn(move || {
+                    lower(steps);
+                    LOWERED.with(|l| l.set(true));
+                    for (mut cmd, answer) in asked {
+                        let _ = answer.send(cmd.spawn());
+                    }
+                })
+                .ok()
+                .map(|_| ask)
+        })
+        .as_ref()
 }
 
 #[cfg(test)]
@@ -134,6 +168,37 @@ mod tests {
         assert_eq!(job_nice(), expected);
         assert_eq!(job_nice(), expected, "the second job too");
         assert_eq!(own_nice(), before, "the asking thread keeps its priority");
+    }
+
+    /// The threads of this process named `job spawn`, by id.
+    fn spawning_threads() -> Vec<String> {
+        let mut ids: Vec<String> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| {
+                let t = t.ok()?;
+                let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                (name.trim() == "job spawn").then(|| t.file_name().to_string_lossy().into_owned())
+            })
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Threads that are not job threads have their jobs spawned by one thread of the process,
+    /// started once and kept, not by a thread started and joined per spawn (issue [N] 2).
+    #[test]
+    fn jobs_of_other_threads_are_spawned_by_one_kept_thread() {
+        if jobs_nice() == 0 {
+            return;
+        }
+        job_nice();
+        let first = spawning_threads();
+        assert_eq!(first.len(), 1, "one spawning thread after a spawn: {first:?}");
+        for _ in 0..3 {
+            job_nice();
+        }
+        std::thread::spawn(job_nice).join().unwrap();
+        assert_eq!(spawning_threads(), first, "the same thread spawned every job");
     }
 
     /// A job thread lowers itself once (nice is per thread on Linux: the test's thread stays),
