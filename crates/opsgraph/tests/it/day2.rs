@@ -54,11 +54,19 @@ impl Lab {
         self.dir.join("data/lab/lab-1")
     }
 
-    /// Kills the control plane's apiserver loop behind Opsgraph's back.
+    /// Kills the control plane's apiserver loop behind Opsgraph's back, and returns once it is
+    /// dead (gone, or a zombie nobody reaped yet): a signal is delivered, not obeyed, by the
+    /// time `kill` returns, and a verification run at once on a loaded machine found it alive.
     fn kill_apiserver(&self) {
         let pid = std::fs::read_to_string(self.node().join("run/apiserver.pid")).unwrap();
         let killed = std::process::Command::new("kill").args(["-KILL", pid.trim()]).status().unwrap();
         assert!(killed.success());
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z ")) {
+            assert!(Instant::now() < until, "the apiserver (pid {}) still runs 10 s after SIGKILL", pid.trim());
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Starts it again, as a person repairing it by hand would, and returns once the new daemon
