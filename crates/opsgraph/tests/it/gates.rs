@@ -125,19 +125,6 @@ fn a_parent_waiting_on_a_childs_gate_goes_on_when_it_is_answered() {
 /// The app's pack with a day-2 verification: `creds_readable` where `use-bucket` ran.
 const APP_VERIFIED: &str = "scenario_pack:\n  id: app\n  version: 1.0.0\n  title: App\n  resource_types: [app.thing]\n  actions: [run]\n  plan_templates: [{id: app.run}]\n  resources:\n    - {type: app.thing, on: use-bucket, interval: 1h, verify: [creds_readable]}\n";
 
-/// Every path under `dir`, depth first.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = e.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        }
-        out.push(path);
-    }
-    out
-}
-
 /// The app's job writes what it was told about its bucket.
 const TELL: &str = "job: {id: prepare, outputs: {provides: {capabilities: [app.prepared]}}, run: {command: [true]}}
 ---
@@ -244,10 +231,10 @@ fn a_created_provider_hands_its_credentials_artifact_to_the_jobs_bound_to_it() {
     // that lives only while its checks run.
     let verified = rt.verify("app.thing/app-1", "user:alice").unwrap();
     assert!(verified.checks.iter().all(|c| c.passed) && !verified.checks.is_empty(), "{verified:#?}");
-    let left: Vec<_> = walk(&w.dir.join("data/runs"))
-        .into_iter()
-        .filter(|p| p.is_file() && p.to_string_lossy().contains("/secrets/"))
-        .collect();
+    let mut files = Vec::new();
+    crate::support::files_under(&w.dir.join("data/runs"), &mut files);
+    let left: Vec<_> =
+        files.into_iter().map(|(p, _)| p).filter(|p| p.to_string_lossy().contains("/secrets/")).collect();
     assert!(left.is_empty(), "plaintext copies left after the verification: {left:?}");
     // The resource keeps a reference to the artifact, never its content.
     let r = rt.store().resource("bucket.thing/bucket-maker-app-1").unwrap().unwrap();
