@@ -33,14 +33,17 @@ pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
     /// A directory no other caller uses: `runs/<op>/secrets/<what>-<pid>-<n>-<nanos>` (not made
-    /// until a file goes there).
+    /// until a file goes there). Those of `what` that a process now gone left there (killed
+    /// before it could remove them) are removed first: their plaintext copies outlive nothing.
     pub(crate) fn new(data_dir: &Path, op: &str, what: &str) -> Scratch {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        let root = data_dir.join("runs").join(op).join("secrets");
+        sweep_orphans(&root, what);
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
         let name = format!("{what}-{}-{}-{nanos}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        Scratch(data_dir.join("runs").join(op).join("secrets").join(name))
+        Scratch(root.join(name))
     }
 
     pub(crate) fn plain(&self) -> Plain<'_> {
@@ -51,6 +54,27 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Removes the scratch directories of `what` under `root` whose process no longer runs (its pid,
+/// the name's second field, has no `/proc` entry). A live process's, this one's included, stay:
+/// it removes its own. A pid reused since is taken for alive: left for a later sweep.
+fn sweep_orphans(root: &Path, what: &str) {
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(what))
+            .and_then(|n| n.strip_prefix('-'))
+            .and_then(|n| n.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new("/proc").join(pid.to_string()).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
     }
 }
 
