@@ -97,7 +97,12 @@ pub trait Control: Client {
     /// watching the server drive it (HTTP) — and hands `seen` each entry of [`timeline_after`]
     /// `after` as it is committed. Returns the operation's document once it stopped (locally
     /// without its timeline, which the follower was handed entry by entry).
-    fn follow(&mut self, id: &str, after: i64, seen: &mut dyn FnMut(&TimelineEntry)) -> anyhow::Result<OperationView>;
+    fn follow(
+        &mut self,
+        id: &str,
+        after: i64,
+        seen: &mut (dyn FnMut(&TimelineEntry) + Send),
+    ) -> anyhow::Result<OperationView>;
     /// Verifies a resource now by its pack's checks ([I]) and records what they found.
     fn verify(&mut self, resource: &str) -> anyhow::Result<opsgraph_runtime::VerifyReport>;
 }

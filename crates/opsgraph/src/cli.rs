@@ -12,7 +12,12 @@ use crate::load::{self, Source};
 pub use crate::render::report;
 
 /// Runs a command; the exit code is 0 for success, 1 when the input has problems.
-pub fn run(cli: Cli, input: &mut dyn std::io::BufRead, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run(
+    cli: Cli,
+    input: &mut dyn std::io::BufRead,
+    out: &mut (dyn Write + Send),
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
     use crate::control_cmd::{self as run, Action};
     use crate::ops_cmd::{self, Control};
     let data_dir = cli.data_dir.clone().unwrap_or_else(ops_cmd::default_data_dir);

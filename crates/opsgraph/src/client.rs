@@ -303,13 +303,19 @@ impl Control for LocalControl {
         Ok(views::patch_reply(operation, &p))
     }
 
-    fn follow(&mut self, id: &str, after: i64, seen: &mut dyn FnMut(&TimelineEntry)) -> anyhow::Result<OperationView> {
+    fn follow(
+        &mut self,
+        id: &str,
+        after: i64,
+        seen: &mut (dyn FnMut(&TimelineEntry) + Send),
+    ) -> anyhow::Result<OperationView> {
         // What this drive commits is read back from the store on a connection of its own, so
-        // it shows exactly what a server's client sees of the same run. The driver runs on a
-        // thread of its own and only signals each commit: the reading and `seen` (the printing)
-        // happen here meanwhile, so the driver never waits for them (`crate::follower`).
-        // The reading connection is opened at the first look (the drive's first commit), on this
-        // thread, while the driver goes on: the drive does not wait for it to read the schema.
+        // it shows exactly what a server's client sees of the same run. The driver runs on this
+        // thread and only signals each commit: the reading and `seen` (the printing) happen on
+        // the follower's thread meanwhile, so the driver never waits for them
+        // (`crate::follower`). The reading connection is opened at the first look (the drive's
+        // first commit), on that thread, while the driver goes on: the drive does not wait for
+        // it to read the schema.
         let data_dir = self.rt.data_dir().to_path_buf();
         let mut reader: Option<Box<dyn Store>> = None;
         let mut cursor = Cursor::new(after);

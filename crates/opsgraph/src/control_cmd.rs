@@ -43,7 +43,7 @@ pub fn act(
     action: &Action<'_>,
     wait: bool,
     output: Output,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u8> {
     let format = machine(output)?;
     let (id, followed) = match action {
@@ -97,7 +97,12 @@ fn apply_format(output: Output, yes: bool) -> anyhow::Result<Option<&'static str
 
 /// An operation just created (by `apply`, `rollback`), followed from its first entry to where it
 /// stops.
-pub fn run_created(ctl: &mut dyn Control, id: &str, format: Option<&str>, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn run_created(
+    ctl: &mut dyn Control,
+    id: &str,
+    format: Option<&str>,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<u8> {
     if format.is_none() {
         writeln!(out)?;
     }
@@ -116,7 +121,7 @@ pub fn finish_run(
     id: &str,
     after: Option<i64>,
     format: Option<&str>,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u8> {
     let view = match (after, format) {
         (Some(after), Some(_)) => {
@@ -163,7 +168,7 @@ pub fn patch(
     op: &str,
     request: &PatchRequest,
     wait: bool,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u8> {
     let after = last_seq(ctl.as_client(), op)?;
     let reply = ctl.propose(op, request)?;
@@ -194,7 +199,7 @@ pub fn intervene(
     op: &str,
     iv: &Intervention,
     wait: bool,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u8> {
     let after = last_seq(ctl.as_client(), op)?;
     let reply = ctl.intervene(op, iv)?;
@@ -213,7 +218,7 @@ pub fn diagnose(
     propose: bool,
     wait: bool,
     output: Output,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u8> {
     let found = crate::query_cmd::diagnose(ctl.as_client(), op, output, out)?;
     if !propose {
@@ -252,7 +257,7 @@ pub fn apply<'a>(
     output: Output,
     yes: bool,
     input: &mut dyn std::io::BufRead,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let format = apply_format(output, yes)?;

@@ -13,7 +13,7 @@ use crate::render::Output;
 pub fn demo(
     data_dir: Option<&std::path::Path>,
     keep: bool,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let dir = run_dir(data_dir, "opsgraph-demo");
@@ -37,7 +37,7 @@ pub fn run_dir(base: Option<&std::path::Path>, prefix: &str) -> std::path::PathB
     base.join(format!("{prefix}-{stamp}"))
 }
 
-fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+fn demo_in(dir: &std::path::Path, out: &mut (dyn Write + Send), err: &mut dyn Write) -> anyhow::Result<u8> {
     let dir = dir.to_path_buf();
     std::fs::create_dir_all(&dir)?;
     std::fs::write(
@@ -65,7 +65,7 @@ fn demo_in(dir: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> a
 pub fn operate(
     dir: &std::path::Path,
     loaded: &Loaded,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
     err: &mut dyn Write,
 ) -> anyhow::Result<Option<(u8, String)>> {
     use crate::ops_cmd;

@@ -90,7 +90,7 @@ pub fn demo(
     data_dir: &Path,
     base: Option<&Path>,
     hosts: usize,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     if let Some(code) = needs_root(err)? {
@@ -343,7 +343,12 @@ fn runnable<'a>(
 /// (every job's evidence checked first: a passing check leaves the job alone, a failing one runs
 /// it again — not idempotent); a table of job@host results and check@host verdicts; 1 on any
 /// failure.
-pub fn pack_test(args: &PackTest<'_>, data_dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn pack_test(
+    args: &PackTest<'_>,
+    data_dir: &Path,
+    out: &mut (dyn Write + Send),
+    err: &mut dyn Write,
+) -> anyhow::Result<u8> {
     if let Some(code) = needs_root(err)? {
         return Ok(code);
     }

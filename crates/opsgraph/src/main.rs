@@ -4,7 +4,9 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = opsgraph::cli::Cli::parse();
-    let mut out = std::io::stdout().lock();
+    // Not locked for the whole run either: a run's live view prints from the follower's thread
+    // while this thread drives (`opsgraph::follower`).
+    let mut out = std::io::stdout();
     // Not locked for the whole run: `serve` logs to standard error from other threads.
     let mut err = std::io::stderr();
     let mut input = std::io::stdin().lock();

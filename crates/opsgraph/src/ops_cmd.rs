@@ -98,7 +98,7 @@ pub fn patch_rules(data_dir: &Path) -> anyhow::Result<opsgraph_runtime::PatchRul
 pub fn apply(
     args: &ApplyArgs<'_>,
     input: &mut dyn BufRead,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let (output, yes) = (args.output, args.yes);
@@ -198,7 +198,7 @@ impl crate::control_cmd::Applier for LocalApply<'_, '_> {
 }
 
 /// Drives an operation with the live view, then prints how it ended; the runtime back.
-pub fn drive_and_finish(rt: Runtime, id: &str, out: &mut dyn Write) -> anyhow::Result<(u8, Runtime)> {
+pub fn drive_and_finish(rt: Runtime, id: &str, out: &mut (dyn Write + Send)) -> anyhow::Result<(u8, Runtime)> {
     let after = opsgraph_api::last_seq(&crate::client::Local::of(&rt), id)?;
     let mut ctl = crate::client::LocalControl::new(rt, &local_actor(None));
     let code = crate::control_cmd::finish_run(&mut ctl, id, Some(after), None, out)?;
@@ -313,7 +313,7 @@ pub fn rollback(
     op: &str,
     yes: bool,
     input: &mut dyn BufRead,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
     err: &mut dyn Write,
 ) -> anyhow::Result<u8> {
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
@@ -355,7 +355,7 @@ pub fn ai_endpoint(data_dir: &Path) -> anyhow::Result<opsgraph_runtime::ai::Endp
 
 /// `diagnose OP --ai openai [--propose]`: the endpoint's answer, checked, its patch reviewed
 /// (and with `--propose`, proposed); refusals recorded (`opsgraph_runtime::ai`).
-pub fn diagnose_openai(c: &Control<'_>, op: &str, propose: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
+pub fn diagnose_openai(c: &Control<'_>, op: &str, propose: bool, out: &mut (dyn Write + Send)) -> anyhow::Result<u8> {
     use opsgraph_runtime::Error;
     let mut rt = runtime(&c.data_dir, c.packs, &c.world, c.concurrency)?;
     let endpoint = ai_endpoint(&c.data_dir)?;

@@ -487,7 +487,7 @@ impl opsgraph_api::Control for Remote {
         &mut self,
         id: &str,
         after: i64,
-        seen: &mut dyn FnMut(&opsgraph_store::TimelineEntry),
+        seen: &mut (dyn FnMut(&opsgraph_store::TimelineEntry) + Send),
     ) -> anyhow::Result<OperationView> {
         crate::remote_follow::follow(self, id, after, seen, |op| moving(op.summary.state))
     }

@@ -31,7 +31,10 @@ pub fn stage_of(plan: &opsgraph_core::plan::Plan) -> BTreeMap<String, String> {
 /// The live view: one line per committed step, jobs prefixed by their stage; after each
 /// instance of a fleet rollout, where its wave stands (`wave 2/4: 12/50 done, 1 failed, budget 1
 /// left`).
-pub fn live<'a>(out: &'a mut dyn Write, stages: BTreeMap<String, String>) -> impl FnMut(&TimelineEntry) + 'a {
+pub fn live<'a>(
+    out: &'a mut (dyn Write + Send),
+    stages: BTreeMap<String, String>,
+) -> impl FnMut(&TimelineEntry) + Send + 'a {
     move |e: &TimelineEntry| {
         let time = e.at.get(11..19).unwrap_or(&e.at);
         let job = e.data.get("job").and_then(Value::as_str).unwrap_or("");
