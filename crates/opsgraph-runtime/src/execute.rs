@@ -523,7 +523,14 @@ impl Runtime {
         }
         // The driver's cache after the hand-off: a chain's next job is started (its commit synced
         // here) without waiting for this bookkeeping, which the next decision needs, not the job.
-        d.remember(&writes);
+        // Only the starts' records: the results carried were remembered when they were held
+        // (`Effect::Hold`; an agent's report carried with them writes no job record), as a
+        // `Flush` of them relies on. Each was remembered twice (issue [N] 5).
+        debug_assert!(writes[..carried]
+            .iter()
+            .filter_map(Write::job)
+            .all(|j| d.cache.get(&j.id).is_some_and(|c| (c.state, c.attempts) == (j.state, j.attempts))));
+        d.remember(&writes[carried..]);
         // After the workers started: a claim handed one of these tasks is delivered as soon as
         // its agent's report is answered — once the report's commit is durable.
         if let (Some(n), false) = (made, d.handed.is_empty()) {
