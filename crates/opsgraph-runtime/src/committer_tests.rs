@@ -347,6 +347,38 @@ fn private_directories_are_removed_once_the_runtime_has_made_one() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A job with nothing to run, no idempotency key and no agent: its attempt is recorded
+/// `running` and its result (`nothing to run`) joins a later commit, as before, but neither its
+/// environment nor a task is made for it (issue [N] 5). Two such jobs before a process job in a
+/// chain: only the process job is prepared (all three were on `main`), and each job's timeline
+/// is the same two entries.
+#[test]
+fn an_attempt_with_nothing_to_run_is_recorded_without_being_prepared() {
+    let dir = temp("nothing-to-run");
+    let ledger = dir.join("ledger");
+    let mut pack = pack(3, true, &ledger);
+    for j in ["j0", "j1"] {
+        pack.jobs.get_mut(j).unwrap().run = None;
+    }
+    let mut rt = runtime(&dir, &pack);
+    let id = rt.create(&plan(&pack), "test", &mut |_| {}).unwrap();
+    assert_eq!(rt.drive(&id, &mut |_| {}).unwrap(), OperationState::Completed);
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "j2\n", "only the process job ran");
+    assert_eq!(rt.prepared, 1, "the process job only");
+    let jobs = rt.store().jobs(&id).unwrap();
+    for j in ["j0", "j1"] {
+        let r = jobs.iter().find(|r| r.id == j).unwrap();
+        assert_eq!((r.state, r.attempts), (opsgraph_store::JobState::Succeeded, 1), "{r:?}");
+        assert_eq!(r.outcome["outcome"], "nothing to run", "{r:?}");
+    }
+    let timeline = rt.store().timeline(&id).unwrap();
+    let events =
+        |j: &str| -> Vec<String> { timeline.iter().filter(|e| e.data["job"] == j).map(|e| e.event.clone()).collect() };
+    assert_eq!(events("j0").len(), 2, "{:?}", events("j0"));
+    assert_eq!((events("j0"), events("j1")), (events("j2"), events("j2")));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A person pauses the operation from another connection while a chained job runs (its
 /// `running` record committed, not yet synced): the job runs to its end and its result is kept,
 /// the next job does not start (the turn after the result decides on its copy of the row, and

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::rollout::{stand, standings, Standing, Wait};
 use crate::task::TaskResult;
-use crate::timeline::entry;
+use crate::timeline::entry_at;
 use crate::waiting::Waiting;
 use crate::Error;
 
@@ -270,6 +270,8 @@ fn finished(s: &Snapshot<'_>, reports: Vec<Finished>) -> Result<Decision, Error>
     let mut failed: Option<(String, String)> = None;
     // The states this report batch leaves, for the rollouts' waves and budgets.
     let mut after: HashMap<String, JobState> = HashMap::new();
+    // One time for the batch's records and entries.
+    let at = now();
     for f in reports {
         let Some(instance) = s.instances.get(f.result.instance.as_str()) else { continue };
         let event = job_event(&f, running);
@@ -296,7 +298,7 @@ fn finished(s: &Snapshot<'_>, reports: Vec<Finished>) -> Result<Decision, Error>
                             resource: instance.resource.clone(),
                             operation: s.op.id.clone(),
                             job: r.instance.clone(),
-                            at: now(),
+                            at: at.clone(),
                         });
                     }
                 }
@@ -338,11 +340,11 @@ fn finished(s: &Snapshot<'_>, reports: Vec<Finished>) -> Result<Decision, Error>
                 }
                 outcome
             },
-            updated_at: now(),
+            updated_at: at.clone(),
         }));
         let name = event.timeline().unwrap_or(event.name());
         let data = json!({"job": r.instance, "attempt": r.attempt});
-        d.writes.push(Write::Timeline(entry(&s.op.id, s.actor, name, reason, data)));
+        d.writes.push(Write::Timeline(entry_at(&s.op.id, s.actor, name, reason, data, at.clone())));
     }
     let pause = if s.rollouts.is_empty() { None } else { waves_after(s, &after, &mut d) };
     match (failed, pause) {
@@ -424,7 +426,7 @@ fn waves_after(s: &Snapshot<'_>, after: &HashMap<String, JobState>, d: &mut Deci
 
 /// The writes that record attempt `attempt` of `instance` (now in state `from`) before its
 /// process exists: the job record `running`, through the job lifecycle, and its `job_started`
-/// entry. Returns them with the lifecycle's effects.
+/// entry, both stamped `at`. Returns them with the lifecycle's effects.
 pub(crate) fn attempt_writes(
     op: &str,
     actor: &str,
@@ -432,6 +434,7 @@ pub(crate) fn attempt_writes(
     (instance, attempt): (&str, u32),
     (key, mark): (Option<&str>, Option<&str>),
     check_first: bool,
+    at: &str,
 ) -> Result<(Vec<Write>, Vec<JobEffect>), Error> {
     let event = JobEvent::Start;
     let (state, effects) = job_lifecycle::apply(from, event)?;
@@ -445,9 +448,9 @@ pub(crate) fn attempt_writes(
                 Some(mark) => json!({"key": key, "mark": mark}),
                 None => json!({"key": key}),
             },
-            updated_at: now(),
+            updated_at: at.to_string(),
         }),
-        Write::Timeline(entry(
+        Write::Timeline(entry_at(
             op,
             actor,
             event.timeline().unwrap_or(event.name()),
@@ -456,6 +459,7 @@ pub(crate) fn attempt_writes(
                 if check_first { " (idempotency key seen before: evidence first)" } else { "" }
             ),
             json!({"job": instance, "attempt": attempt, "key": key}),
+            at.to_string(),
         )),
     ];
     Ok((writes, effects))

@@ -475,6 +475,7 @@ fn an_attempt_is_recorded_running_before_it_starts() {
         ("a@n1", attempt),
         (key, None),
         check_first,
+        &opsgraph_store::now(),
     ) {
         Ok((writes, effects)) => {
             let mut lines: Vec<String> = writes.iter().map(write).collect();

@@ -328,26 +328,21 @@ impl Runtime {
         let pending: Vec<ArtifactRecord> = writes.iter().filter_map(Write::artifact).cloned().collect();
         let (plan, pack) = (d.plan, d.pack);
         let mut tasks = Vec::new();
+        // One time for the starts' records and entries.
+        let at = opsgraph_store::now();
         for id in ready {
             let Some(instance) = d.instances.get(id.as_str()).copied() else { continue };
+            let (attempt, from) =
+                d.cache.get(&instance.id).map_or((1, JobState::Pending), |r| (r.attempts + 1, r.state));
             // Checks between a rollout's waves: recorded as any attempt, run by their own task.
             if let Some(v) = &instance.verifies {
-                let record = d.cache.get(&instance.id);
-                let attempt = record.map_or(0, |r| r.attempts) + 1;
-                let from = record.map_or(JobState::Pending, |r| r.state);
                 let (recorded, effects) =
-                    decide::attempt_writes(&op.id, &d.actor, from, (&instance.id, attempt), (None, None), false)?;
+                    decide::attempt_writes(&op.id, &d.actor, from, (&instance.id, attempt), (None, None), false, &at)?;
                 writes.extend(recorded);
-                let cancel = Cancel::new();
-                let task = self.wave_checks_task(d, op, instance, v, attempt, cancel.clone())?;
-                started.push((instance.id.clone(), d.not_before.remove(&instance.id)));
-                d.keys.insert(instance.id.clone(), None);
-                d.in_flight.insert(instance.id.clone(), cancel.clone());
-                if let Some(held) = &self.lease {
-                    held.watch(&instance.id, Some(&cancel));
-                }
+                let cancel = self.begin(d, &mut started, &instance.id, None);
+                let task = self.wave_checks_task(d, op, instance, v, attempt, cancel)?;
                 if effects.contains(&JobEffect::RunAttempt) {
-                    tasks.push((task, false));
+                    tasks.push(Handoff::Task(Box::new(task), false));
                 }
                 continue;
             }
@@ -356,21 +351,7 @@ impl Runtime {
                 .as_ref()
                 .ok_or_else(|| Error::NoPack(plan.template.clone()))?
                 .get(&instance.job)
-                .cloned()
                 .ok_or_else(|| Error::NoPack(format!("{} (job {})", plan.pack, instance.job)))?;
-            let record = d.cache.get(&instance.id).cloned();
-            let attempt = record.as_ref().map_or(0, |r| r.attempts) + 1;
-            let mut mask = Vec::new();
-            let env = self.environment(op, plan, instance, &job, &d.inputs, &pending, Plain::Attempt, &mut mask)?;
-            let key = job
-                .controls
-                .idempotency
-                .as_ref()
-                .map(|k| render_key(&k.key, &self.key_values(op, plan, instance, &env)));
-            let check_first = match &key {
-                Some(k) => self.store.idempotency(k)?.is_some(),
-                None => false,
-            };
             let program = job.run.as_ref().and_then(|r| {
                 if let Some(script) = &r.script {
                     Some(Program::Script { path: PathBuf::from(&pack.root).join(script), args: vec![] })
@@ -385,15 +366,47 @@ impl Runtime {
                     })
                 }
             });
-            let timeout =
-                job.run.as_ref().and_then(|r| r.timeout.as_deref()).and_then(|t| opsgraph_exec::parse_duration(t).ok());
-            let evidence = job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
-            let from = record.as_ref().map_or(JobState::Pending, |r| r.state);
-            let executor = self.executor_for(instance, &job);
+            let evidence: Vec<_> = job.outputs.evidence.iter().filter_map(|e| pack.evidence.get(e).cloned()).collect();
+            let executor = self.executor_for(instance, job);
+            let agent = self.agent_for(instance, job);
             // Recorded with the attempt: a driver that takes over after this one died stops
             // what is left of the run on its host before it checks the evidence (`recover.rs`).
-            let marked = executor.marks_runs() && self.agent_for(instance, &job).is_none();
-            let mark = if marked { opsgraph_exec::new_mark().ok() } else { None };
+            let mark = if executor.marks_runs() && agent.is_none() { opsgraph_exec::new_mark().ok() } else { None };
+            // Nothing to run, check or collect, no idempotency key, no agent: the attempt's result
+            // is known now (`Task::is_trivial`'s), so neither its environment nor a task is made
+            // (the in-process no-op job: its copy of the job, variables and names, issue [N] 5).
+            if agent.is_none()
+                && job.controls.idempotency.is_none()
+                && crate::task::nothing_to_run(program.as_ref(), &evidence, job)
+            {
+                let ids = (&instance.id[..], attempt);
+                let (recorded, effects) =
+                    decide::attempt_writes(&op.id, &d.actor, from, ids, (None, mark.as_deref()), false, &at)?;
+                writes.extend(recorded);
+                self.begin(d, &mut started, &instance.id, None);
+                if effects.contains(&JobEffect::RunAttempt) {
+                    tasks.push(Handoff::Known(TaskResult::nothing_to_run(instance.id.clone(), attempt)));
+                }
+                continue;
+            }
+            #[cfg(test)]
+            {
+                self.prepared += 1;
+            }
+            let job = job.clone();
+            let mut mask = Vec::new();
+            let env = self.environment(op, plan, instance, &job, &d.inputs, &pending, Plain::Attempt, &mut mask)?;
+            let key = job
+                .controls
+                .idempotency
+                .as_ref()
+                .map(|k| render_key(&k.key, &self.key_values(op, plan, instance, &env)));
+            let check_first = match &key {
+                Some(k) => self.store.idempotency(k)?.is_some(),
+                None => false,
+            };
+            let timeout =
+                job.run.as_ref().and_then(|r| r.timeout.as_deref()).and_then(|t| opsgraph_exec::parse_duration(t).ok());
             let (recorded, effects) = decide::attempt_writes(
                 &op.id,
                 &d.actor,
@@ -401,15 +414,10 @@ impl Runtime {
                 (&instance.id, attempt),
                 (key.as_deref(), mark.as_deref()),
                 check_first,
+                &at,
             )?;
             writes.extend(recorded);
-            let cancel = Cancel::new();
-            started.push((instance.id.clone(), d.not_before.remove(&instance.id)));
-            d.keys.insert(instance.id.clone(), key.clone());
-            d.in_flight.insert(instance.id.clone(), cancel.clone());
-            if let Some(held) = &self.lease {
-                held.watch(&instance.id, Some(&cancel));
-            }
+            let cancel = self.begin(d, &mut started, &instance.id, key.clone());
             let secret_outputs: Vec<String> = job
                 .outputs
                 .artifacts
@@ -453,7 +461,7 @@ impl Runtime {
             };
             // The lifecycle's one effect of a start: run the attempt just recorded.
             if effects.contains(&JobEffect::RunAttempt) {
-                tasks.push((task, served));
+                tasks.push(Handoff::Task(Box::new(task), served));
             }
         }
         // Made now, durable once the committer's sync covers it (`committer.rs`): the driver
@@ -464,8 +472,9 @@ impl Runtime {
         // only enqueues for agents is made durable by the claims that take its tasks, each synced
         // at its commit before its agent hears of them (`Durable::ByItsClaims`); one that hands
         // a task to a parked claim or carries a report its agent waits on is synced at once.
-        let only_these = d.in_flight.len() == started.len() && tasks.iter().any(|(t, a)| !a && !t.is_trivial());
-        let agents_only = tasks.iter().all(|(t, a)| *a || t.is_trivial());
+        let process = |h: &Handoff| matches!(h, Handoff::Task(t, false) if !t.is_trivial());
+        let only_these = d.in_flight.len() == started.len() && tasks.iter().any(process);
+        let agents_only = tasks.iter().all(|h| !matches!(h, Handoff::Task(t, false) if !t.is_trivial()));
         let durable = crate::Durable::of_starts(&writes, only_these, agents_only);
         let made = match self.commit_timeline_as(&writes, durable, progress) {
             Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => {
@@ -488,7 +497,15 @@ impl Runtime {
         };
         crate::failpoint::hit("attempts.recorded");
         let guard = made.filter(|_| self.committer.defers()).map(|n| self.committer.guard(n));
-        for (task, served) in tasks {
+        for handoff in tasks {
+            let (task, served) = match handoff {
+                // Its result joins a later commit than its `running` record's (rule 3).
+                Handoff::Known(result) => {
+                    let _ = d.tx.send(result);
+                    continue;
+                }
+                Handoff::Task(task, served) => (*task, served),
+            };
             if task.is_trivial() {
                 // Nothing to run, check or collect: its result is known now, without a thread
                 // (the no-op job type; it still went through the attempt record). It has no
@@ -506,7 +523,14 @@ impl Runtime {
         }
         // The driver's cache after the hand-off: a chain's next job is started (its commit synced
         // here) without waiting for this bookkeeping, which the next decision needs, not the job.
-        d.remember(&writes);
+        // Only the starts' records: the results carried were remembered when they were held
+        // (`Effect::Hold`; an agent's report carried with them writes no job record), as a
+        // `Flush` of them relies on. Each was remembered twice (issue [N] 5).
+        debug_assert!(writes[..carried]
+            .iter()
+            .filter_map(Write::job)
+            .all(|j| d.cache.get(&j.id).is_some_and(|c| (c.state, c.attempts) == (j.state, j.attempts))));
+        d.remember(&writes[carried..]);
         // After the workers started: a claim handed one of these tasks is delivered as soon as
         // its agent's report is answered — once the report's commit is durable.
         if let (Some(n), false) = (made, d.handed.is_empty()) {
@@ -514,6 +538,26 @@ impl Runtime {
         }
         d.carried();
         Ok(true)
+    }
+
+    /// An attempt of `instance` begins (its `running` record is among the commit's writes): in
+    /// flight with a cancel of its own, its idempotency key kept, watched by the lease; noted in
+    /// `started` with the backoff it waited for, undone if the commit is refused.
+    fn begin(
+        &self,
+        d: &mut Drive<'_>,
+        started: &mut Vec<(String, Option<Instant>)>,
+        instance: &str,
+        key: Option<String>,
+    ) -> Cancel {
+        let cancel = Cancel::new();
+        started.push((instance.to_string(), d.not_before.remove(instance)));
+        d.keys.insert(instance.to_string(), key);
+        d.in_flight.insert(instance.to_string(), cancel.clone());
+        if let Some(held) = &self.lease {
+            held.watch(instance, Some(&cancel));
+        }
+        cancel
     }
 
     /// Waits for one report (a quarter of a second at most), takes every other one that is
@@ -598,6 +642,14 @@ impl Runtime {
         }
         Ok(Some(finished))
     }
+}
+
+/// What a start hands on once its commit is made: a task for a worker (and whether an agent
+/// serves it), or the result of an attempt with nothing to run, known at once.
+enum Handoff {
+    /// Boxed: a task is five times the size of a result, and each one starts a process or more.
+    Task(Box<Task>, bool),
+    Known(TaskResult),
 }
 
 /// A transition that lost a race with another writer is not an error of the driver: it re-reads

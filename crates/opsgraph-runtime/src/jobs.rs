@@ -40,19 +40,20 @@ pub(crate) fn evidence(
 
 pub(crate) fn run(task: Task) -> TaskResult {
     let started = Instant::now();
-    let mut result = TaskResult::of(&task);
     if task.is_trivial() {
         // Nothing to run, check or collect (the in-process no-op job): what the steps below
         // would conclude, without copying its environment or naming its output directory.
-        result.outcome = "nothing to run".into();
+        let mut result = TaskResult::nothing_to_run(task.instance, task.attempt);
         result.duration = started.elapsed();
         return result;
     }
+    let mut result = TaskResult::of(&task);
     if task.check_first && !task.evidence.is_empty() {
         let (checks, failure) = evidence(&task.evidence, &*task.executor, &task.env, &task.cancel);
         if failure.is_none() {
             result.outcome = "evidence already passes".into();
             result.satisfied_without_run = true;
+            result.no_live_file = true;
             result.evidence = Masking::new(task.mask.clone()).evidence(checks);
             result.duration = started.elapsed();
             return result;

@@ -196,6 +196,9 @@ pub struct Runtime {
     /// How often a driver removed an attempt's private directory after its result.
     #[cfg(test)]
     pub(crate) private_removals: u64,
+    /// How many attempts a driver prepared (environment, task) as it started them.
+    #[cfg(test)]
+    pub(crate) prepared: u64,
 }
 
 impl Runtime {
@@ -227,6 +230,8 @@ impl Runtime {
             quiet_waits: 0,
             #[cfg(test)]
             private_removals: 0,
+            #[cfg(test)]
+            prepared: 0,
         }
     }
 

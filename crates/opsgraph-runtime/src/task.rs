@@ -52,11 +52,14 @@ impl Task {
     /// attempt's result is known the moment it starts.
     pub(crate) fn is_trivial(&self) -> bool {
         // One carried out otherwise (an agent's, checks between waves): never trivial.
-        self.instead.is_none()
-            && self.program.is_none()
-            && self.evidence.is_empty()
-            && self.job.outputs.artifacts.is_empty()
+        self.instead.is_none() && nothing_to_run(self.program.as_ref(), &self.evidence, &self.job)
     }
+}
+
+/// Whether an attempt of `job`, running `program` and checking `evidence` (the pack's checks
+/// the job names), has nothing to run, check or collect.
+pub(crate) fn nothing_to_run(program: Option<&Program>, evidence: &[Evidence], job: &Job) -> bool {
+    program.is_none() && evidence.is_empty() && job.outputs.artifacts.is_empty()
 }
 
 /// How an attempt ended.
@@ -127,9 +130,22 @@ impl std::fmt::Debug for Handed {
 impl TaskResult {
     /// The result of `task` before anything is known: no outcome yet, nothing produced.
     pub(crate) fn of(task: &Task) -> TaskResult {
+        TaskResult::blank(task.instance.clone(), task.attempt)
+    }
+
+    /// The result of an attempt with nothing to run, check or collect ([`nothing_to_run`]):
+    /// known the moment it starts. It made no live log (nothing for the driver to remove).
+    pub(crate) fn nothing_to_run(instance: String, attempt: u32) -> TaskResult {
+        let mut r = TaskResult::blank(instance, attempt);
+        r.outcome = "nothing to run".into();
+        r.no_live_file = true;
+        r
+    }
+
+    fn blank(instance: String, attempt: u32) -> TaskResult {
         TaskResult {
-            instance: task.instance.clone(),
-            attempt: task.attempt,
+            instance,
+            attempt,
             outcome: String::new(),
             failure: None,
             satisfied_without_run: false,
