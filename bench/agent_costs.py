@@ -7,7 +7,11 @@ Group (n) of compare.py's operation (400 jobs over 8 nodes through `opsgraph ser
 - CPU seconds per job: the server's and every agent's user + system time, their reaped children
   (the jobs' `sh`) included, from `/proc/PID/stat`, between the POST and the operation's end;
 - `fsync` + `fdatasync` calls per job of the server (`perf stat` on their tracepoints; the
-  agents' are counted too, they make none);
+  agents' are counted too, they make none), and the server's `pwrite64` and `pread64` calls per
+  job (SQLite's WAL frames written and pages read; the local executor's also count the jobs'
+  `sh`, which make none of the first and a few of the second, the loader's) and context
+  switches per job of the server and of the agents with their jobs (all counts inherited by
+  the threads and processes started after `perf` attached);
 - HTTP requests per job the server answered (its `/metrics`, the bench's own polling excluded).
 
   OPSGRAPH=path/to/opsgraph [OPSGRAPH_BEFORE=path/to/other] python3 bench/agent_costs.py [rounds]
@@ -62,24 +66,30 @@ def measure(binary, inv, agents, parallel, text, pack, jobs, use_perf):
         pids = [p.pid for p in s.procs]
         before = [cpu(p) for p in pids]
         req0 = requests(s)
-        perf = None
+        perfs = []
         if use_perf:
-            perf = subprocess.Popen(
-                ["perf", "stat", "-x", ",", "-e", "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync",
-                 "-p", ",".join(str(p) for p in pids), "-o", f"{s.dir}/perf.txt"])
+            events = ["syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync,syscalls:sys_enter_pwrite64,"
+                      "syscalls:sys_enter_pread64,context-switches"]
+            if len(pids) > 1:
+                events.append("context-switches")
+            for k, (ev, who) in enumerate(zip(events, [pids[:1], pids[1:]])):
+                perfs.append(subprocess.Popen(["perf", "stat", "-x", ",", "-e", ev, "-p", ",".join(map(str, who)),
+                                               "-o", f"{s.dir}/perf{k}.txt"]))
             time.sleep(0.3)
         took, _ = s.run(text)
         after = [cpu(p) for p in pids]
         req1 = requests(s)
-        fsyncs = None
-        if perf:
+        counts = {}
+        for k, perf in enumerate(perfs):
             perf.send_signal(2)
             perf.wait()
-            fsyncs = 0
-            for line in open(f"{s.dir}/perf.txt"):
+            for line in open(f"{s.dir}/perf{k}.txt"):
                 parts = line.split(",")
                 if len(parts) > 2 and parts[0].strip().isdigit():
-                    fsyncs += int(parts[0])
+                    name = parts[2].strip().replace("syscalls:sys_enter_", "")
+                    key = f"{'server' if k == 0 else 'agents'} {name}"
+                    counts[key] = counts.get(key, 0) + int(parts[0])
+        fsyncs = (counts.get("server fsync", 0) + counts.get("server fdatasync", 0)) if perfs else None
         per = {k: (req1.get(k, 0) - req0.get(k, 0)) / jobs for k in req1 if req1.get(k, 0) != req0.get(k, 0)}
         per.pop("POST /api/v1/operations", None)
         return {
@@ -87,6 +97,7 @@ def measure(binary, inv, agents, parallel, text, pack, jobs, use_perf):
             "server cpu ms/job": (after[0] - before[0]) / jobs * 1e3,
             "agents cpu ms/job": sum(a - b for a, b in zip(after[1:], before[1:])) / jobs * 1e3,
             "fsyncs/job": None if fsyncs is None else fsyncs / jobs,
+            "counts/job": {k: v / jobs for k, v in counts.items()},
             "requests/job": sum(per.values()),
             "by route": per,
         }
@@ -114,17 +125,23 @@ def main():
                ("8 agents x 2", f"{c.WORK}/agent-pool.yaml", 8, 2)]
     use_perf = perf_ok()
     print(f"load {os.getloadavg()[0]:.1f}; perf for fsyncs: {use_perf}", flush=True)
-    print("| build | through | jobs/s | server CPU ms/job | agents CPU ms/job | fsyncs/job | requests/job | by route |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| build | through | jobs/s | server CPU ms/job | agents CPU ms/job | fsyncs/job | server pwrite64, pread64 "
+          "/job | switches/job: server, agents | requests/job | by route |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     try:
         for _ in range(ROUNDS):
             for label, binary in builds:
                 for name, inv, n, par in configs:
                     r = measure(binary, inv, n, par, text, pack, jobs, use_perf)
                     f = "n/a" if r["fsyncs/job"] is None else f"{r['fsyncs/job']:.2f}"
+                    n_ = r["counts/job"]
+                    io = f"{n_.get('server pwrite64', 0):.1f}, {n_.get('server pread64', 0):.1f}" if n_ else "n/a"
+                    cs = (f"{n_.get('server context-switches', 0):.1f}, {n_.get('agents context-switches', 0):.1f}"
+                          if n_ else "n/a")
                     routes = ", ".join(f"{k.split('/')[-1]} {v:.2f}" for k, v in sorted(r["by route"].items()))
                     print(f"| {label} | {name} | {r['jobs/s']:.1f} | {r['server cpu ms/job']:.2f} | "
-                          f"{r['agents cpu ms/job']:.2f} | {f} | {r['requests/job']:.2f} | {routes} |", flush=True)
+                          f"{r['agents cpu ms/job']:.2f} | {f} | {io} | {cs} | {r['requests/job']:.2f} | {routes} |",
+                          flush=True)
     finally:
         shutil.rmtree(c.WORK, ignore_errors=True)
     print(f"load {os.getloadavg()[0]:.1f}")

@@ -10,9 +10,9 @@
 //!
 //! On Linux a nice value belongs to a thread, not to the process (setpriority(2), BUGS), and a
 //! child starts with the nice value of the thread that forked it. So a thread that only runs
-//! jobs lowers itself once ([`job_thread`], the runtime's attempt workers); any other thread (the
-//! driver's crash recovery, `intervene --verify` on a server thread, an agent's runner) keeps
-//! its priority and has its processes forked by the process's spawning thread, which lowered
+//! jobs lowers itself once ([`job_thread`], the runtime's attempt workers, an agent's runners,
+//! which start their side thread first); any other thread (the driver's crash recovery,
+//! `intervene --verify` on a server thread) keeps its priority and has its processes forked by the process's spawning thread, which lowered
 //! itself once ([`spawn`]). Raising a priority back needs privileges: a lowered thread stays
 //! lowered.
 
@@ -103,10 +103,10 @@ pub(crate) fn spawn(cmd: Command) -> io::Result<Child> {
 type Spawn = (Command, mpsc::SyncSender<io::Result<Child>>);
 
 /// The process's spawning thread (`job spawn`), started by the first spawn of a thread that is
-/// not a job thread, lowered by `steps` once and kept: it spawns what such threads ask for (an
-/// agent's runners, the driver's crash recovery, a verification on a server thread), one after
-/// another. A thread started, lowered and joined per spawn cost a start, a stack and an exit
-/// each (an agent's job spawns twice: its script and its evidence check; issue [N] 2). Its
+/// not a job thread, lowered by `steps` once and kept: it spawns what such threads ask for (the
+/// driver's crash recovery, a verification on a server thread), one after another. A thread
+/// started, lowered and joined per spawn cost a start, a stack and an exit each; an agent's
+/// runners, which spawned twice a job through it, are job threads now (issue [N] 2). Its
 /// children start `steps` below the thread that first asked (threads that are not job threads
 /// keep the process's priority). `None` where no thread can be started.
 fn spawner(steps: i32) -> Option<&'static mpsc::Sender<Spawn>> {

@@ -82,7 +82,8 @@ impl Durable {
     /// How the driver's commit that records attempts `running` is made durable (`execute.rs`):
     /// `Now` when it hands a task to a parked claim (answered once its worker starts, or found in
     /// the store by the claim, with no write of the claim's own) or carries a report handed over
-    /// in memory (its agent is answered after this commit); `ByItsClaims` when it enqueues for
+    /// in memory (its agent is answered after this commit), with the claim of the agent's next
+    /// task it may carry (`AgentWrite::Claim`, answered after it too); `ByItsClaims` when it enqueues for
     /// agents and every attempt it starts is an agent's or has nothing to run (`agents_only`);
     /// `Now` when it enqueues beside local processes, as before; `Here` when the attempts it
     /// records are all that is in flight and one is a process to start (`only_these`: a chain's
@@ -503,8 +504,9 @@ mod tests {
             at: opsgraph_store::now(),
         });
         let claim = opsgraph_store::testing::agent_claim("l");
-        let handed = Write::Agent(AgentWrite::Handed { task: task(), claim: Box::new(claim) });
-        let cases: [(&str, Vec<Write>, bool, bool); 8] = [
+        let handed = Write::Agent(AgentWrite::Handed { task: task(), claim: Box::new(claim.clone()) });
+        let next = Write::Agent(AgentWrite::Claim(Box::new(claim)));
+        let cases: [(&str, Vec<Write>, bool, bool); 9] = [
             ("local starts", vec![guard.clone()], false, false),
             ("a chain's next job", vec![guard.clone()], true, false),
             ("enqueues for agents only", vec![guard.clone(), enqueue.clone()], false, true),
@@ -512,7 +514,8 @@ mod tests {
             ("hands a task to a parked claim", vec![guard.clone(), handed.clone()], false, true),
             ("carries a handed report", vec![report.clone(), guard.clone(), enqueue.clone()], false, true),
             ("carries a handed report, starts nothing of agents", vec![report, guard.clone()], false, true),
-            ("hands and enqueues", vec![guard, enqueue, handed], false, true),
+            ("hands and enqueues", vec![guard.clone(), enqueue.clone(), handed], false, true),
+            ("carries an agent's next claim", vec![guard, enqueue, next], false, true),
         ];
         let got: String = cases
             .iter()
@@ -529,6 +532,7 @@ mod tests {
             carries a handed report: Now
             carries a handed report, starts nothing of agents: Now
             hands and enqueues: Now
+            carries an agent's next claim: Now
         "#]]
         .assert_eq(&got);
     }

@@ -13,7 +13,7 @@ use opsgraph_core::plan::job_lifecycle::JobEffect;
 use opsgraph_core::plan::lifecycle;
 use opsgraph_core::plan::{JobInstance, Plan};
 use opsgraph_exec::{Cancel, Program};
-use opsgraph_store::{ArtifactRecord, GateRecord, JobRecord, JobState, OperationRecord, Write};
+use opsgraph_store::{AgentWrite, ArtifactRecord, GateRecord, JobRecord, JobState, OperationRecord, Write};
 use serde_json::Value;
 
 use crate::attempt::Plain;
@@ -54,6 +54,9 @@ pub(crate) struct Drive<'p> {
     /// Agents' reports handed to workers in memory whose writes are in `carry`: told once
     /// `carry` is committed (their agents are answered then), or dropped uncommitted with the drive.
     pub(crate) handed: Vec<std::sync::Arc<crate::task::Handed>>,
+    /// The claims of those reports' agents' next tasks (`AgentWrite::Claim`): committed with
+    /// `carry`, last — after the tasks that commit enqueues, which they may take.
+    pub(crate) claims: Vec<Write>,
     /// The operation row as last read, with the store's data version and this runtime's count of
     /// operation writes at that moment: while neither changed, nobody changed the row (pause,
     /// cancel and gate answers from other processes change the data version).
@@ -109,6 +112,7 @@ impl<'p> Drive<'p> {
             recovered_checked: false,
             carry: Vec::new(),
             handed: Vec::new(),
+            claims: Vec::new(),
             op_seen: None,
             guarded: false,
             row_trusted: false,
@@ -153,6 +157,13 @@ impl<'p> Drive<'p> {
         if self.guarded {
             self.op_seen = None;
         }
+    }
+
+    /// What `carry` commits when it is committed alone: its writes, then the claims.
+    fn take_carry(&mut self) -> Vec<Write> {
+        let mut writes = std::mem::take(&mut self.carry);
+        writes.append(&mut self.claims);
+        writes
     }
 
     /// `carry` was committed: the reports handed over with it are durable, their agents may be answered.
@@ -228,7 +239,7 @@ impl Runtime {
             match effect {
                 Effect::Flush => {
                     if !d.carry.is_empty() {
-                        self.commit_timeline(&std::mem::take(&mut d.carry), progress)?;
+                        self.commit_timeline(&d.take_carry(), progress)?;
                         d.carried();
                     }
                 }
@@ -242,7 +253,7 @@ impl Runtime {
                         // The operation moved since its row was read (guarded): the results
                         // carried are committed alone, and the next turn reads the row again.
                         d.carry.truncate(carried);
-                        self.commit_timeline(&std::mem::take(&mut d.carry), progress)?;
+                        self.commit_timeline(&d.take_carry(), progress)?;
                         d.carried();
                         return Ok(Flow::Again);
                     }
@@ -464,6 +475,10 @@ impl Runtime {
                 tasks.push(Handoff::Task(Box::new(task), served));
             }
         }
+        // Agents' next claims, carried with their reports, go last: after the tasks this commit
+        // enqueues, which they may take when nothing older is queued.
+        let claims_at = writes.len();
+        writes.append(&mut d.claims);
         // Made now, durable once the committer's sync covers it (`committer.rs`): the driver
         // goes on deciding meanwhile; what it guards waits for the durable mark. When every
         // attempt in flight is one this commit records and one of them is a process to start (a
@@ -489,6 +504,7 @@ impl Runtime {
                     }
                 }
                 d.op_seen = None;
+                d.claims = writes.split_off(claims_at);
                 writes.truncate(carried);
                 d.carry = writes;
                 return Ok(false);
@@ -600,7 +616,10 @@ impl Runtime {
             // audit row and timeline entry) are committed with this result, before its agent is
             // answered.
             if let Some(h) = r.handed.take() {
-                d.carry.extend(h.writes.iter().cloned());
+                for w in &h.writes {
+                    let to = if matches!(w, Write::Agent(AgentWrite::Claim(_))) { &mut d.claims } else { &mut d.carry };
+                    to.push(w.clone());
+                }
                 d.handed.push(h);
             }
             d.in_flight.remove(&r.instance);

@@ -296,39 +296,6 @@ impl Claimer {
         }
     }
 
-    /// What the report's claim parked on `ticket` was handed (waited for until its commit is
-    /// done), or `None` when nothing was: it stops waiting either way.
-    fn parked(&self, ctx: &Ctx, ticket: &opsgraph_runtime::agent::Ticket) -> Result<Option<Vec<AgentTask>>, ApiError> {
-        let bell = &ctx.state.0.agents.bell;
-        let id = match bell.leave(ticket) {
-            Left::Free => return Ok(None),
-            Left::Delivered(task) => return Ok(Some(vec![*task])),
-            Left::Promised(id) => id,
-        };
-        let deadline = Instant::now() + HANDED_WAIT;
-        loop {
-            if let Some(task) = bell.wait_hand(ticket, Duration::from_millis(250)) {
-                return Ok(Some(vec![*task]));
-            }
-            if bell.withdrawn(ticket) {
-                return Ok(None);
-            }
-            // The commit may be done without the task's worker having started: the store says.
-            if let Some(task) = ctx.store.agent_task(&id)?.filter(|t| {
-                t.state == opsgraph_store::AgentTaskState::Claimed && t.lease.as_deref() == Some(self.lease.as_str())
-            }) {
-                bell.forget(ticket);
-                return Ok(Some(vec![task]));
-            }
-            if Instant::now() >= deadline {
-                // Its commit failed or is slow: a claim made again with the lease returns it
-                // from the store if it is there after all.
-                bell.forget(ticket);
-                return Ok(Some(vec![]));
-            }
-        }
-    }
-
     /// The answer for the tasks claimed (none: `{"task": null}`), their payloads opened.
     fn answer(&self, ctx: &Ctx, tasks: Vec<AgentTask>) -> Result<ClaimReply, ApiError> {
         let agents = &ctx.state.0.agents;
@@ -522,51 +489,25 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
     writes.push(Write::Audit(audit));
     writes.push(Write::Timeline(entry));
     // The worker of this process waiting for the task takes the report in memory, and the
-    // driver commits it with the job's result (and the attempts that result lets start, one of
-    // which may be handed to this report's claim, parked meanwhile): no commit of its own. Once
-    // that commit is done the agent is answered; given back uncommitted, it is committed here.
-    let mut handed_next = None;
+    // driver commits it with the job's result, the attempts that result lets start and, last,
+    // the claim of the agent's next tasks (`AgentWrite::Claim`: the oldest queued, one just
+    // enqueued by that commit included): one commit for all, synced before the agent is
+    // answered. Once that commit is done the agent is answered with what its claim's lease
+    // holds; given back uncommitted, the report is committed here.
     let mut kept = Some(parsed);
-    // With work queued for the agent its claim takes the oldest in the report's own commit
-    // (below): a parked claim is handed only what is enqueued after it, and the queued work
-    // would wait behind every newer task.
-    let claim_now = match &next {
-        Some(c) => ctx.store.agent_queued(&c.agent)?,
-        None => false,
-    };
-    if !claim_now
-        && task.state == opsgraph_store::AgentTaskState::Claimed
-        && task.lease.as_deref() == Some(body.lease.as_str())
-    {
-        let ticket = next.as_ref().map(|c| bell.park(c.claim()));
+    if task.state == opsgraph_store::AgentTaskState::Claimed && task.lease.as_deref() == Some(body.lease.as_str()) {
+        let mut carried = writes.clone();
+        if let Some(c) = &next {
+            carried.push(Write::Agent(AgentWrite::Claim(Box::new(c.claim()))));
+        }
         // Handed over, it is the worker's: given back, the worker reads it from the store.
-        let hand = ReportHand { report: kept.take().unwrap_or_default(), text, writes: writes.clone() };
+        let hand = ReportHand { report: kept.take().unwrap_or_default(), text, writes: carried };
         let handed = bell.offer_report(&task.id, hand);
         let outcome = if handed { bell.await_report(&task.id, HANDED_WAIT) } else { Handed::Returned };
-        // What the parked claim was handed meanwhile (its lease holds it): the agent's next.
-        if let (Some(c), Some(t)) = (&next, &ticket) {
-            if outcome == Handed::Pending {
-                // The report sent again, with the same claim's lease, gets what the lease holds.
-                bell.leave(t);
-                bell.forget(t);
-            } else {
-                handed_next = c.parked(ctx, t)?;
-            }
-        }
         match outcome {
-            Handed::Committed => {
-                let next = match next {
-                    Some(c) => {
-                        let tasks = match handed_next {
-                            Some(tasks) => tasks,
-                            None => ctx.store.agent_claim(&c.claim())?,
-                        };
-                        Some(c.answer(ctx, tasks)?)
-                    }
-                    None => None,
-                };
-                return Reply::typed(&Reported { task: task.id, state: "reported".into(), next });
-            }
+            // Its claim, made again with its lease, reads what the driver's commit claimed (or
+            // claims now, when that commit found nothing queued and something is now).
+            Handed::Committed => return done_again(ctx, task.id, next),
             // Sent again with the same claim's lease, the report gets what the lease holds.
             Handed::Pending => return Err(pending()),
             Handed::Returned if handed => {
@@ -585,20 +526,14 @@ pub(crate) fn report(ctx: &mut Ctx) -> Result<Reply, ApiError> {
         Some(report) => bell.report_committed(&task.id, report),
         None => bell.ring_task(&task.id),
     };
-    let next = match (next, handed_next) {
-        // Its parked claim was handed a task meanwhile: that is the agent's next.
-        (Some(c), Some(tasks)) => {
-            ctx.store.commit(&writes)?;
-            committed(bell, kept);
-            Some(c.answer(ctx, tasks)?)
-        }
+    let next = match next {
         // With the agent's next tasks: one commit, one round trip.
-        (Some(c), None) => {
+        Some(c) => {
             let tasks = ctx.store.agent_commit_claim(&writes, &c.claim())?;
             committed(bell, kept);
             Some(c.answer(ctx, tasks)?)
         }
-        (None, _) => {
+        None => {
             ctx.store.commit(&writes)?;
             committed(bell, kept);
             None

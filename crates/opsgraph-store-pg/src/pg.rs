@@ -736,10 +736,6 @@ impl Store for PgStore {
         edge(|| self.agent_task_by_id(id))
     }
 
-    fn agent_queued(&self, agent: &str) -> Result<bool, Error> {
-        edge(|| self.agent_queued_for(agent))
-    }
-
     fn agent_tasks(&self, operation: &str) -> Result<Vec<opsgraph_store::AgentTask>, Error> {
         edge(|| self.agent_tasks_of(operation))
     }

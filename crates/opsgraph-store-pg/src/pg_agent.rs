@@ -51,6 +51,9 @@ pub(crate) fn apply(tx: &mut Tx<'_, '_>, w: &AgentWrite) -> Result<(), Fail> {
             insert(tx, task)?;
             record_claim(tx, claim, task)?;
         }
+        AgentWrite::Claim(c) => {
+            claim_in(tx, c)?;
+        }
         AgentWrite::Heartbeat { task, lease, expires_ms, at } => {
             let n = tx.exec(
                 "UPDATE agent_tasks SET expires_ms = $3, updated_at = $4 WHERE id = $1 AND lease = $2 AND state = 'claimed'",
@@ -179,45 +182,48 @@ fn record_claim(tx: &mut Tx<'_, '_>, c: &AgentClaim, task: &AgentTask) -> Result
     Ok(())
 }
 
+/// The claim inside a transaction (`claim_agent_task`'s, or a commit's: `AgentWrite::Claim`).
+fn claim_in(tx: &mut Tx<'_, '_>, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+    // A claim retried with its lease (its answer was lost) gets the tasks it already holds.
+    let held = tx.query(
+        &format!(
+            "SELECT {COLUMNS} FROM agent_tasks WHERE lease = $1 AND agent = $2 AND state = 'claimed' ORDER BY seq"
+        ),
+        &[&c.lease, &c.agent],
+    )?;
+    if !held.is_empty() {
+        return held.iter().map(task_row).collect();
+    }
+    let max = i64::from(c.max.max(1));
+    let filter = if c.resources.is_empty() { "" } else { " AND resource = ANY($7)" };
+    // The batch is picked once (a materialized CTE): a sub-select in `IN (…)` may run again
+    // for each row and, skipping what this statement already locked, take more than `$6`.
+    let sql = format!(
+        "WITH picked AS MATERIALIZED (SELECT seq FROM agent_tasks WHERE state = 'queued' AND agent = $5{filter}
+                                      ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED)
+         UPDATE agent_tasks SET state = 'claimed', lease = $1, claimed_by = $2, claims = claims + 1, expires_ms = $3,
+         updated_at = $4
+         FROM picked WHERE agent_tasks.seq = picked.seq AND agent_tasks.state = 'queued'
+         RETURNING {COLUMNS}"
+    );
+    let mut args: Vec<&(dyn ToSql + Sync)> = vec![&c.lease, &c.actor, &c.expires_ms, &c.at, &c.agent, &max];
+    if !c.resources.is_empty() {
+        args.push(&c.resources);
+    }
+    let rows = tx.query(&sql, &args)?;
+    let mut tasks = rows.iter().map(task_row).collect::<Result<Vec<_>, _>>()?;
+    tasks.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+    for task in &tasks {
+        record_claim(tx, c, task)?;
+    }
+    Ok(tasks)
+}
+
 impl PgStore {
     pub(crate) fn claim_agent_task(&mut self, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
         let mut client = self.client.borrow_mut();
         let mut tx = Tx { tx: client.transaction()?, statements: &self.statements };
-        // A claim retried with its lease (its answer was lost) gets the tasks it already holds.
-        let held = tx.query(
-            &format!(
-                "SELECT {COLUMNS} FROM agent_tasks WHERE lease = $1 AND agent = $2 AND state = 'claimed' ORDER BY seq"
-            ),
-            &[&c.lease, &c.agent],
-        )?;
-        if !held.is_empty() {
-            return held.iter().map(task_row).collect();
-        }
-        let max = i64::from(c.max.max(1));
-        let filter = if c.resources.is_empty() { "" } else { " AND resource = ANY($7)" };
-        // The batch is picked once (a materialized CTE): a sub-select in `IN (…)` may run again
-        // for each row and, skipping what this statement already locked, take more than `$6`.
-        let sql = format!(
-            "WITH picked AS MATERIALIZED (SELECT seq FROM agent_tasks WHERE state = 'queued' AND agent = $5{filter}
-                                          ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED)
-             UPDATE agent_tasks SET state = 'claimed', lease = $1, claimed_by = $2, claims = claims + 1, expires_ms = $3,
-             updated_at = $4
-             FROM picked WHERE agent_tasks.seq = picked.seq AND agent_tasks.state = 'queued'
-             RETURNING {COLUMNS}"
-        );
-        let mut args: Vec<&(dyn ToSql + Sync)> = vec![&c.lease, &c.actor, &c.expires_ms, &c.at, &c.agent, &max];
-        if !c.resources.is_empty() {
-            args.push(&c.resources);
-        }
-        let rows = tx.query(&sql, &args)?;
-        if rows.is_empty() {
-            return Ok(vec![]);
-        }
-        let mut tasks = rows.iter().map(task_row).collect::<Result<Vec<_>, _>>()?;
-        tasks.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
-        for task in &tasks {
-            record_claim(&mut tx, c, task)?;
-        }
+        let tasks = claim_in(&mut tx, c)?;
         tx.tx.commit()?;
         Ok(tasks)
     }
@@ -225,13 +231,6 @@ impl PgStore {
     pub(crate) fn agent_task_by_id(&self, id: &str) -> Result<Option<AgentTask>, Fail> {
         let rows = self.query(&format!("SELECT {COLUMNS} FROM agent_tasks WHERE id = $1"), &[&id])?;
         rows.first().map(task_row).transpose()
-    }
-
-    /// Whether a task is queued for `agent`.
-    pub(crate) fn agent_queued_for(&self, agent: &str) -> Result<bool, Fail> {
-        let rows =
-            self.query("SELECT EXISTS (SELECT 1 FROM agent_tasks WHERE agent = $1 AND state = 'queued')", &[&agent])?;
-        Ok(rows.first().map(|r| r.get::<_, bool>(0)).unwrap_or(true))
     }
 
     pub(crate) fn agent_tasks_of(&self, operation: &str) -> Result<Vec<AgentTask>, Fail> {

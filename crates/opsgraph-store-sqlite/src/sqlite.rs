@@ -578,10 +578,6 @@ impl Store for SqliteStore {
         edge(|| crate::sqlite_agent::tasks(&self.conn, operation))
     }
 
-    fn agent_queued(&self, agent: &str) -> Result<bool, Error> {
-        edge(|| crate::sqlite_agent::queued(&self.conn, agent))
-    }
-
     fn agent_log(&self, task: &str, after: i64) -> Result<Vec<opsgraph_store::AgentLogLine>, Error> {
         edge(|| crate::sqlite_agent::log(&self.conn, task, after))
     }

@@ -64,6 +64,9 @@ pub(crate) fn apply(tx: &Connection, w: &AgentWrite) -> Result<(), Fail> {
             insert(tx, task)?;
             record_claim(tx, claim, task)?;
         }
+        AgentWrite::Claim(c) => {
+            claim_in(tx, c)?;
+        }
         AgentWrite::Heartbeat { task, lease, expires_ms, at } => {
             let n = exec(
                 tx,
@@ -171,16 +174,14 @@ pub(crate) fn claim(
     c: &AgentClaim,
 ) -> Result<Vec<AgentTask>, Error> {
     // A look first, without the write lock: most claims (agents long-polling) find nothing, and
-    // must not queue behind the writers or hold them up.
-    let worth = crate::edge(|| {
-        Ok(conn
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM agent_tasks WHERE agent = ?1 AND state = 'queued')
-                     OR EXISTS (SELECT 1 FROM agent_tasks WHERE agent = ?1 AND state = 'claimed' AND lease = ?2)",
-            )?
-            .query_row(params![c.agent, c.lease], |r| r.get::<_, bool>(0))?)
-    })?;
-    if !worth {
+    // must not queue behind the writers or hold them up; a claim whose lease holds tasks (made
+    // again, or made in a commit of its report's: `AgentWrite::Claim`) gets them from this read,
+    // which sees only committed rows (only the holder and the runtime change a claimed task).
+    let held = crate::edge(|| held_by(conn, c))?;
+    if !held.is_empty() {
+        return Ok(held);
+    }
+    if !crate::edge(|| queued(conn, &c.agent))? {
         return Ok(vec![]);
     }
     // Under the write lock, grouped with other writes of this file (`writer.rs`).
@@ -199,14 +200,9 @@ pub(crate) fn claim(
 /// The claim inside a write transaction (`claim`'s, or a report's: `SqliteStore::agent_commit_claim`).
 pub(crate) fn claim_in(tx: &Connection, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
     // A claim retried with its lease (its answer was lost) gets the tasks it already holds.
-    let held = tx
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM agent_tasks WHERE lease = ?1 AND agent = ?2 AND state = 'claimed' ORDER BY seq"
-        ))?
-        .query_map(params![c.lease, c.agent], task_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let held = held_by(tx, c)?;
     if !held.is_empty() {
-        return held.into_iter().map(finish).collect();
+        return Ok(held);
     }
     let filter = if c.resources.is_empty() {
         String::new()
@@ -241,6 +237,18 @@ pub(crate) fn claim_in(tx: &Connection, c: &AgentClaim) -> Result<Vec<AgentTask>
         record_claim(tx, c, task)?;
     }
     Ok(tasks)
+}
+
+/// The tasks `c`'s lease holds (claimed under it by its agent), oldest first.
+fn held_by(conn: &Connection, c: &AgentClaim) -> Result<Vec<AgentTask>, Fail> {
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM agent_tasks WHERE lease = ?1 AND agent = ?2 AND state = 'claimed' ORDER BY seq"
+    ))?
+    .query_map(params![c.lease, c.agent], task_row)?
+    .collect::<rusqlite::Result<Vec<_>>>()?
+    .into_iter()
+    .map(finish)
+    .collect()
 }
 
 /// The audit row and timeline entry of `task`'s claim by `c`.

@@ -123,6 +123,14 @@ pub enum AgentWrite {
     /// needs no transaction of its own. The claim's `resources`, `max` and `expires_ms` are not
     /// read: the caller matched the task to it.
     Handed { task: Box<AgentTask>, claim: Box<AgentClaim> },
+    /// A claim made inside this transaction, as [`crate::Store::agent_claim`] makes one: the
+    /// oldest queued tasks of the claim's agent (those enqueued earlier in the same transaction
+    /// included), each with its audit row and timeline entry; none queued claims nothing, and is
+    /// no error. A claim whose lease holds tasks already claims nothing more. The claimer learns
+    /// what it got after the commit, from `agent_claim` with the same lease (which returns what
+    /// the lease holds): an agent's report committed by the driver with the job's result carries
+    /// the agent's next claim so (one commit for the report, the result and the claim).
+    Claim(Box<AgentClaim>),
     /// The lease holder is alive: the lease now ends at `expires_ms`. Refused when stale.
     Heartbeat { task: String, lease: String, expires_ms: i64, at: String },
     /// Output of the running job, appended. Refused when stale.

@@ -90,9 +90,6 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn agent_log(&self, task: &str, after: i64) -> Result<Vec<crate::AgentLogLine>, Error> {
         (**self).agent_log(task, after)
     }
-    fn agent_queued(&self, agent: &str) -> Result<bool, Error> {
-        (**self).agent_queued(agent)
-    }
     fn operation(&self, id: &str) -> Result<Option<crate::OperationRecord>, Error> {
         (**self).operation(id)
     }

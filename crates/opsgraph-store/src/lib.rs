@@ -622,12 +622,6 @@ pub trait Store: Send {
     fn agent_tasks(&self, operation: &str) -> Result<Vec<AgentTask>, Error>;
     /// A task's log lines after `after` (a `seq`), oldest first.
     fn agent_log(&self, task: &str, after: i64) -> Result<Vec<AgentLogLine>, Error>;
-    /// Whether a task is queued for agent name `agent` (a claim would find work), read without
-    /// writing. A backend that cannot tell cheaply says `true`.
-    fn agent_queued(&self, agent: &str) -> Result<bool, Error> {
-        let _ = agent;
-        Ok(true)
-    }
 
     /// Takes the operation's lease for `holder` until `ttl_ms` from now (the store's clock):
     /// when nobody holds it, its holder's lease expired, or `holder` holds it already (then it is

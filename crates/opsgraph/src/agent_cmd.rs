@@ -380,7 +380,13 @@ fn claim_loop(args: &AgentArgs, instance: &str, lines: &Arc<Mutex<Vec<String>>>)
                         (client.clone(), args.work_dir.clone(), lines.clone(), claiming.clone());
                     let keep = args.max_tasks.is_some();
                     runners.push(std::thread::spawn(move || {
+                        // Its side thread (heartbeats, log chunks) is started first, at the
+                        // agent's priority; the runner then only runs jobs and reports them,
+                        // below it, as the runtime's attempt workers do: it spawns its jobs'
+                        // processes itself, not through the process's spawning thread (two
+                        // hand-offs a spawn, two spawns a job; issue [N] 2).
                         let side = Side::new();
+                        opsgraph_exec::job_thread();
                         let mut next = vec![c];
                         while let Some(c) = next.pop() {
                             let (line, successors) = run_task(&client, &work_dir, &c, &claiming, &side);

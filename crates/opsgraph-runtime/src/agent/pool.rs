@@ -210,7 +210,8 @@ impl News {
 
 /// An agent's report on its way to the driver's commit without a transaction of its own
 /// ([`Bell::offer_report`]): screened and sealed by the report route, its writes (the report,
-/// its last lines, its audit row and timeline entry) committed by the driver with the job's result.
+/// its last lines, its audit row and timeline entry, and the claim of the agent's next tasks,
+/// `AgentWrite::Claim`, which the driver puts last) committed by the driver with the job's result.
 pub struct ReportHand {
     /// The report as screened (masked, within the job's declarations).
     pub report: super::wire::AgentReport,

@@ -68,9 +68,6 @@ fn agent_tasks_conform(store: &mut dyn Store) {
             Write::Agent(AgentWrite::Enqueue(Box::new(agent_task("t2", "compute_node/b", 5_000)))),
         ])
         .unwrap();
-    // Work is queued for the agent name the tasks carry, none for another.
-    assert!(store.agent_queued("pool").unwrap());
-    assert!(!store.agent_queued("other").unwrap());
     // Only a claimer of the task's agent name, and of its resource when it names resources.
     assert_eq!(claim_ids(store, claim_of("other", &[], "l0", 9_000)), Vec::<String>::new());
     let got = store.agent_claim(&claim_of("pool", &["compute_node/b"], "l1", 9_000)).unwrap().remove(0);
@@ -80,7 +77,6 @@ fn agent_tasks_conform(store: &mut dyn Store) {
     );
     assert_eq!(got.expires_ms, 9_000);
     assert_eq!(claim_ids(store, claim_of("pool", &[], "l2", 9_000)), ["t1"]);
-    assert!(!store.agent_queued("pool").unwrap(), "both were claimed: nothing is queued");
     // Nothing is claimed twice; a claim retried with its lease gets what it holds, once.
     assert_eq!(claim_ids(store, claim_of("pool", &[], "l3", 9_000)), Vec::<String>::new());
     assert_eq!(claim_ids(store, claim_of("pool", &[], "l2", 9_000)), ["t1"]);
@@ -228,6 +224,31 @@ fn agent_tasks_conform(store: &mut dyn Store) {
     assert_eq!(claim_ids(store, claim_of("pool", &[], "l10", 9_000)), ["t10"]);
     assert!(matches!(store.commit(&[report("t10", "l11")]), Err(Error::StaleLease { .. })));
     store.commit(&[report("t10", "l10")]).unwrap();
+
+    // A claim made inside a commit (an agent's report committed by the driver with the job's
+    // result): it takes the oldest queued task, one the same commit enqueued before it included,
+    // with its audit row and timeline entry; the claimer reads it back by its lease, and nothing
+    // more is claimed. With nothing queued it claims nothing, and the commit lands.
+    let in_commit = |lease: &str| Write::Agent(AgentWrite::Claim(Box::new(claim_of("pool", &[], lease, 9_000))));
+    let enqueue = |id: &str| Write::Agent(AgentWrite::Enqueue(Box::new(agent_task(id, "compute_node/a", 5_000))));
+    store.commit(&[enqueue("t11")]).unwrap();
+    let before = (audited(store), store.timeline("op-1").unwrap().len());
+    store.commit(&[enqueue("t12"), in_commit("l12"), in_commit("l13")]).unwrap();
+    let lease_of = |store: &dyn Store, id: &str| {
+        let t = store.agent_task(id).unwrap().unwrap();
+        (t.state, t.lease)
+    };
+    assert_eq!(lease_of(store, "t11"), (AgentTaskState::Claimed, Some("l12".into())));
+    assert_eq!(lease_of(store, "t12"), (AgentTaskState::Claimed, Some("l13".into())));
+    assert_eq!((audited(store), store.timeline("op-1").unwrap().len()), (before.0 + 2, before.1 + 2));
+    assert_eq!(store.timeline("op-1").unwrap().last().unwrap().reason, "claimed t12");
+    assert_eq!(claim_ids(store, claim_of("pool", &[], "l12", 9_000)), ["t11"]);
+    assert_eq!(claim_ids(store, claim_of("pool", &[], "l13", 9_000)), ["t12"]);
+    assert_eq!(audited(store), before.0 + 2);
+    store.commit(&[report("t11", "l12"), in_commit("l14")]).unwrap();
+    assert_eq!(lease_of(store, "t11").0, AgentTaskState::Reported);
+    assert_eq!(claim_ids(store, claim_of("pool", &[], "l14", 9_000)), Vec::<String>::new());
+    assert_eq!(audited(store), before.0 + 2);
 }
 
 pub(crate) fn agent_tasks_are_claimed_once_and_fenced_by_their_lease(db: &TestDb) {

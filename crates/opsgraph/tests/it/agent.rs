@@ -747,3 +747,42 @@ fn an_agent_job_that_times_out_or_is_cancelled_leaves_no_process_behind() {
         }
     }
 }
+
+/// An agent's job runs `jobs_nice` steps below the agent (docs/operations.md#executors), spawned
+/// by its runner thread, which only runs jobs and lowers itself (issue [N] 2: no hand-off to a
+/// spawning thread, twice a job), while the agent's other threads — its claim loop and the
+/// runner's side thread (heartbeats, log chunks) — keep the agent's priority.
+#[test]
+fn an_agents_runner_spawns_its_jobs_below_the_agent_and_its_side_thread_keeps_its_priority() {
+    // Written while the job runs (its runner waits for it): its nice value, and each thread of
+    // its parent, the agent, by name with its nice value.
+    let script = "cut -d' ' -f19 /proc/self/stat > \"$OPSGRAPH_LAB_DIR/job.nice\"\n\
+                  for t in /proc/$PPID/task/*; do printf '%s=%s\\n' \"$(cat $t/comm)\" \"$(sed 's/.*) //' $t/stat | cut -d' ' -f17)\"; done > \"$OPSGRAPH_LAB_DIR/agent.threads\"\n\
+                  touch \"$OPSGRAPH_LAB_DIR/$OPSGRAPH_OPERATION_ID.$OPSGRAPH_JOB_ID\"\n";
+    let mut files = pack(1, script, "");
+    files.push(("inventory/nodes.yaml".into(), nodes(&["w0"], "pool")));
+    let mut c = Cluster::new(files, "30s", "60s");
+    c.start_agent(&[]);
+    let id = c.create(&intent(&["w0"], &c.dir.join("ledger")));
+    let (state, detail) = c.wait(&id, Duration::from_secs(40));
+    assert_eq!(state, "completed", "{detail}\n{}", c.agent_logs());
+    let own: i32 = std::fs::read_to_string("/proc/thread-self/stat")
+        .unwrap()
+        .rsplit_once(") ")
+        .unwrap()
+        .1
+        .split(' ')
+        .nth(16)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let lowered = (own + opsgraph_exec::jobs_nice()).min(19);
+    let lab = c.dir.join("data/lab");
+    assert_eq!(std::fs::read_to_string(lab.join("job.nice")).unwrap().trim(), lowered.to_string());
+    let threads = std::fs::read_to_string(lab.join("agent.threads")).unwrap();
+    let at =
+        |nice: i32| threads.lines().filter(|l| l.rsplit_once('=').is_some_and(|(_, n)| n == nice.to_string())).count();
+    assert!(!threads.contains("job spawn="), "a spawning thread beside the runner:\n{threads}");
+    // The runner, lowered; the claim loop and the side thread (at least), not.
+    assert!(at(lowered) >= 1 && at(own) >= 2, "{threads}");
+}

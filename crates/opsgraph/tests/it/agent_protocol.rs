@@ -1,7 +1,8 @@
 //! The agent protocol by hand against a real `opsgraph serve` (the `Cluster` of `agent.rs`):
 //! protocol 2's claims of a batch under one lease and reports carrying the job's last lines;
-//! protocol 3's report that claims the agent's next task in its own commit (sent again, the same
-//! task), a refused report that claims nothing, and `next` saying when nothing is queued.
+//! protocol 3's report that claims the agent's next task in the commit that lands it (the
+//! driver's, with the job's result; sent again, the same task), a refused report that claims
+//! nothing, and `next` saying when nothing is queued.
 
 use std::time::{Duration, Instant};
 
@@ -134,6 +135,17 @@ fn a_report_claims_the_next_task_in_its_commit() {
     let task2 = next["task"]["id"].as_str().unwrap().to_string();
     assert_ne!(task2, task1);
     assert_eq!((state(&task1), state(&task2), queued(&id)), ("reported", "claimed", 1));
+    // With work queued, the report was handed to the worker waiting for its task all the same:
+    // the driver committed it with the job's result and, last, the next task's claim, before the
+    // agent was answered (one commit; the route committing the report and claim first put the
+    // claim before the job's result on the timeline).
+    let job1 = c.store().agent_task(&task1).unwrap().unwrap().job;
+    let entries = c.store().timeline(&id).unwrap();
+    let at = |event: &str, key: &str, value: &str| {
+        entries.iter().position(|e| e.event == event && e.data[key].as_str() == Some(value))
+    };
+    let (succeeded, claimed) = (at("job_succeeded", "job", &job1), at("agent_claimed", "task", &task2));
+    assert!(matches!((succeeded, claimed), (Some(s), Some(k)) if s < k), "{succeeded:?} {claimed:?} {entries:#?}");
     // Sent again (its answer was lost): the same next task, nothing more claimed.
     let (_, again) = post(report(&task1, "lease-of-task-one-0001", two));
     assert_eq!((again["next"]["task"]["id"].as_str(), queued(&id)), (Some(task2.as_str()), 1), "{again}");
