@@ -192,16 +192,25 @@ mod tests {
     /// drive goes on to its end, then the follower's panic reaches the caller.
     #[test]
     fn a_panic_of_the_follower_reaches_the_caller_after_the_drive() {
-        let committed = AtomicUsize::new(0);
+        let (committed, looks) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let caught = std::panic::catch_unwind(|| {
             beside(
                 |progress| {
                     for k in 0..20 {
                         committed.store(k + 1, Ordering::SeqCst);
                         progress(&entry(k));
+                        // The first commit is looked at before the next (or 10 s passed): a
+                        // driver that stops first leaves the follower nothing to look at.
+                        let t = std::time::Instant::now();
+                        while k == 0 && looks.load(Ordering::SeqCst) == 0 && t.elapsed().as_secs() < 10 {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
                     }
                 },
-                || panic!("view broke"),
+                || {
+                    looks.fetch_add(1, Ordering::SeqCst);
+                    panic!("view broke")
+                },
             )
         });
         let panic = caught.expect_err("the panic is carried on");
@@ -214,16 +223,22 @@ mod tests {
     #[test]
     fn the_drive_runs_on_the_calling_thread() {
         let caller = std::thread::current().id();
-        let mut looked_on = Vec::new();
+        let looked_on = std::sync::Mutex::new(None);
         let driven_on = beside(
             |progress| {
                 progress(&entry(0));
+                // Its commit looked at (or 10 s passed) before the driver stops.
+                let t = std::time::Instant::now();
+                while looked_on.lock().unwrap().is_none() && t.elapsed().as_secs() < 10 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
                 std::thread::current().id()
             },
-            || looked_on.push(std::thread::current().id()),
+            || *looked_on.lock().unwrap() = Some(std::thread::current().id()),
         )
         .unwrap();
         assert_eq!(driven_on, caller);
-        assert!(looked_on.iter().all(|t| *t != caller), "{looked_on:?}");
+        let looked_on = looked_on.into_inner().unwrap().expect("the commit was looked at");
+        assert_ne!(looked_on, caller);
     }
 }
