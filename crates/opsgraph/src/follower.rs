@@ -101,6 +101,14 @@ mod tests {
 
     use super::beside;
 
+    /// Waits until `done` says so, at most 10 s (the test's assertions then say what was missed).
+    fn within_10s(mut done: impl FnMut() -> bool) {
+        let t = std::time::Instant::now();
+        while !done() && t.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     fn entry(k: usize) -> TimelineEntry {
         TimelineEntry {
             seq: k as i64,
@@ -157,10 +165,7 @@ mod tests {
                     committed.store(k + 1, Ordering::SeqCst);
                     progress(&entry(k));
                     // The next commit comes only once this one was looked at (or after 10 s).
-                    let t = std::time::Instant::now();
-                    while looks.load(Ordering::SeqCst) <= k && t.elapsed().as_secs() < 10 {
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
+                    within_10s(|| looks.load(Ordering::SeqCst) > k);
                 }
             },
             || {
@@ -201,10 +206,7 @@ mod tests {
                         progress(&entry(k));
                         // The first commit is looked at before the next (or 10 s passed): a
                         // driver that stops first leaves the follower nothing to look at.
-                        let t = std::time::Instant::now();
-                        while k == 0 && looks.load(Ordering::SeqCst) == 0 && t.elapsed().as_secs() < 10 {
-                            std::thread::sleep(std::time::Duration::from_millis(1));
-                        }
+                        within_10s(|| k > 0 || looks.load(Ordering::SeqCst) > 0);
                     }
                 },
                 || {
@@ -228,10 +230,7 @@ mod tests {
             |progress| {
                 progress(&entry(0));
                 // Its commit looked at (or 10 s passed) before the driver stops.
-                let t = std::time::Instant::now();
-                while looked_on.lock().unwrap().is_none() && t.elapsed().as_secs() < 10 {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
+                within_10s(|| looked_on.lock().unwrap().is_some());
                 std::thread::current().id()
             },
             || *looked_on.lock().unwrap() = Some(std::thread::current().id()),
