@@ -12,9 +12,9 @@
 //! child starts with the nice value of the thread that forked it. So a thread that only runs
 //! jobs lowers itself once ([`job_thread`], the runtime's attempt workers, an agent's runners,
 //! which start their side thread first); any other thread (the driver's crash recovery,
-//! `intervene --verify` on a server thread) keeps its priority and has its processes forked by the process's spawning thread, which lowered
-//! itself once ([`spawn`]). Raising a priority back needs privileges: a lowered thread stays
-//! lowered.
+//! `intervene --verify` on a server thread) keeps its priority and has its processes forked by
+//! the process's spawning thread, which lowered itself once ([`spawn`]). Raising a priority
+//! back needs privileges: a lowered thread stays lowered.
 
 use std::cell::Cell;
 use std::io;

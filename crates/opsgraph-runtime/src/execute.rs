@@ -489,7 +489,7 @@ impl Runtime {
         // a task to a parked claim or carries a report its agent waits on is synced at once.
         let process = |h: &Handoff| matches!(h, Handoff::Task(t, false) if !t.is_trivial());
         let only_these = d.in_flight.len() == started.len() && tasks.iter().any(process);
-        let agents_only = tasks.iter().all(|h| !matches!(h, Handoff::Task(t, false) if !t.is_trivial()));
+        let agents_only = !tasks.iter().any(process);
         let durable = crate::Durable::of_starts(&writes, only_these, agents_only);
         let made = match self.commit_timeline_as(&writes, durable, progress) {
             Err(Error::Store(opsgraph_store::Error::Conflict { .. })) => {
